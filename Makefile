@@ -1,0 +1,85 @@
+# zerotrain — build, test, benchmark.
+#
+#   make train            ./train: nvcc build (CPU and CUDA devices) when nvcc is found, g++ otherwise
+#   make test             the whole suite: test binaries (BF16 and FP32, g++), the nvcc compile check,
+#                         the PyTorch fixture check; ends with "N passed, N failed"
+#   make bench            CPU benchmarks (tokens/s, ratios side by side)
+#   make PRECISION=FP32   FP32 storage instead of BF16 (for train and test binaries)
+#   make NO_MPI=1         build without MPI even if mpicxx is installed (one process only)
+#   make NO_CUDA=1        build ./train with g++ even if nvcc is installed
+#
+# What was found is printed with a check mark or a cross on every build.
+
+PRECISION ?= BF16
+NVCC      ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc))
+MPICXX    := $(if $(NO_MPI),,$(shell command -v mpicxx 2>/dev/null))
+CXX_HOST  ?= g++
+
+# Host code: optimised for this CPU; no contraction of a*b+c into FMA behind our back (the ops use
+# explicit FMAs where they want them; AdamW must round exactly like the GPU); OpenMP threads.
+HOST_FLAGS := -O3 -march=native -ffp-contract=off -fno-fast-math -fopenmp -Wall -Wextra
+ifeq ($(PRECISION),FP32)
+  DEFS := -DENABLE_FP32
+endif
+
+# MPI: take its compile and link flags from the wrapper (Open MPI: --showme, MPICH: -compile_info)
+ifneq ($(MPICXX),)
+  MPI_CFLAGS := $(shell $(MPICXX) --showme:compile 2>/dev/null || $(MPICXX) -compile_info 2>/dev/null | cut -d' ' -f2-)
+  MPI_LIBS   := $(shell $(MPICXX) --showme:link 2>/dev/null || $(MPICXX) -link_info 2>/dev/null | cut -d' ' -f2-)
+  DEFS += -DUSE_MPI -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX
+  $(info ✓ MPI: $(MPICXX))
+else
+  $(info ✗ MPI: mpicxx not found (or NO_MPI=1): one process only. apt-get install openmpi-bin libopenmpi-dev)
+endif
+
+# nvcc: Ampere and Hopper code plus PTX for later GPUs; device arithmetic that must match the CPU
+# bit for bit uses explicit __fmaf_rn etc. (adamw.cuh); warnings are errors.
+NVCC_ARCH  := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+NVCC_FLAGS := -O3 -std=c++17 -x cu $(NVCC_ARCH) -Werror all-warnings -Xcompiler "$(HOST_FLAGS) -Werror"
+ifneq ($(and $(NVCC),$(if $(NO_CUDA),,yes)),)
+  $(info ✓ nvcc: $(NVCC))
+  TRAIN_WITH := nvcc
+else
+  $(info ✗ nvcc: not found (or NO_CUDA=1): ./train is the CPU device only)
+  TRAIN_WITH := g++
+endif
+
+SOURCES := train_gpt.cu device.cuh zero.h adamw.cuh dataloader.h tokenizer.h rng.h $(wildcard ops/*.cuh)
+TEST_SOURCES := $(wildcard test/*.cpp test/*.h)
+
+.PHONY: all train test test-binaries nvcc-check bench clean
+all: train
+
+train: $(SOURCES)
+ifeq ($(TRAIN_WITH),nvcc)
+	$(NVCC) $(NVCC_FLAGS) $(DEFS) $(MPI_CFLAGS) train_gpt.cu -o train $(MPI_LIBS) -lgomp
+else
+	$(CXX_HOST) -x c++ -std=c++17 $(HOST_FLAGS) $(DEFS) $(MPI_CFLAGS) train_gpt.cu -o train $(MPI_LIBS)
+endif
+
+# The CPU-only trainer built by g++, whatever is installed (the tests use it through test binaries).
+train_cpu: $(SOURCES)
+	$(CXX_HOST) -x c++ -std=c++17 $(HOST_FLAGS) $(DEFS) $(MPI_CFLAGS) train_gpt.cu -o train_cpu $(MPI_LIBS)
+
+# One test program, built twice: BF16 (what users run) and FP32 (tight tolerances). Each binary
+# is also a trainer: `test/test_bf16 --train [flags]` (so mpirun can start it as N ranks).
+TEST_FLAGS := -x c++ -std=c++17 -O2 -g $(filter-out -O3,$(HOST_FLAGS)) -Werror -Wno-format-truncation -DTESTING
+test/test_bf16: $(SOURCES) $(TEST_SOURCES)
+	$(CXX_HOST) $(TEST_FLAGS) $(filter-out -DENABLE_FP32,$(DEFS)) $(MPI_CFLAGS) test/test_main.cpp -o $@ $(MPI_LIBS)
+test/test_fp32: $(SOURCES) $(TEST_SOURCES)
+	$(CXX_HOST) $(TEST_FLAGS) $(filter-out -DENABLE_FP32,$(DEFS)) -DENABLE_FP32 $(MPI_CFLAGS) test/test_main.cpp -o $@ $(MPI_LIBS)
+
+test-binaries: test/test_bf16 test/test_fp32
+
+test: test-binaries
+	NVCC_CHECK=$(if $(and $(NVCC),$(if $(NO_CUDA),,yes)),yes,no) bash test/run_tests.sh
+
+# The nvcc build with warnings as errors, to a scratch file (run_tests.sh calls it).
+nvcc-check:
+	$(NVCC) $(NVCC_FLAGS) $(DEFS) $(MPI_CFLAGS) train_gpt.cu -o /tmp/zt_nvcc_check_$$$$ $(MPI_LIBS) -lgomp && rm -f /tmp/zt_nvcc_check_$$$$
+
+bench: train_cpu
+	bash dev/bench.sh
+
+clean:
+	rm -f train train_cpu test/test_bf16 test/test_fp32

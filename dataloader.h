@@ -1,0 +1,344 @@
+// dataloader.h — llm.c token shards in, micro-batches of (inputs, targets) out, in an order that
+// depends only on the seed and the step, never on the number of ranks.
+//
+// Shard format (llm.c's, written by dev/prepare_data.py and write_token_shard below):
+//   header   256 little-endian int32: [0] = 20240520 (magic), [1] = 1 (version), [2] = N tokens
+//   tokens   N little-endian uint16
+//
+// The sample stream. A *sample* is T+1 consecutive tokens: shard i (of N_i tokens) holds
+// n_i = floor((N_i - 1) / T) samples, sample j starting at token j*T, so neighbouring samples
+// share one token (the last target of one is the first input of the next) exactly as llm.c's
+// loader reads them. Samples are numbered across shards in sorted-filename order: S in total.
+// Position p of the endless sample stream is epoch e = p / S, index k = p % S, and holds sample
+// perm_e[k] when shuffling (a fresh Fisher-Yates permutation per epoch, drawn from the
+// counter-based RNG keyed by (seed, "SHUFF", e)), or sample k when not.
+//
+// Units, steps and ranks. A micro-batch *unit* u is the B positions u*B .. u*B + B-1. The trainer
+// loads unit u = (step*GA + micro)*R + rank, so one optimizer step covers positions
+// step*G .. step*G + G-1 with G = GA*R*B the global batch: the same samples for any R (with GA*R*B
+// held constant), the ranks' units disjoint. The loader itself knows nothing of ranks or steps,
+// and holds no position: resuming at a step needs no loader state.
+//
+// With shuffle off and one shard, unit k is tokens [k*B*T, k*B*T + B*T + 1), llm.c's unshuffled
+// order. (llm.c's own shuffled order is different: it permutes shards and samples per process.)
+//
+// Every shard is checked at init, each problem a one-line error naming the file: header, magic,
+// version, file size against the header's count, at least T+1 tokens, and every token id below
+// the vocabulary size (that scan reads all the data once, about a second per GB from page cache).
+// Shards stay mmapped read-only for the loader's lifetime; the shuffle keeps one permutation of
+// S int64 (8 bytes per sample), recomputed when a unit reaches another epoch.
+//
+// Header-only, all functions static: include it in one translation unit. POSIX (glob, mmap);
+// compiles as C, as C++ and under nvcc (host code only).
+// defines: DataLoader, DataShard, dataloader_init, dataloader_load, dataloader_total_tokens,
+//          dataloader_free, write_token_shard
+#ifndef ZT_DATALOADER_H
+#define ZT_DATALOADER_H
+
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "rng.h" // defines: rng_key, rng_u64 (the per-epoch permutation)
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "dataloader.h reads little-endian shards with plain loads: big-endian hosts are not supported"
+#endif
+
+#define SHARD_MAGIC 20240520
+#define SHARD_VERSION 1                     // uint16 tokens
+#define SHARD_HEADER_INTS 256
+#define SHARD_HEADER_BYTES (SHARD_HEADER_INTS * 4)
+#define DATALOADER_SHUFFLE_LABEL 0x5348554646ull // "SHUFF": the RNG stream label of the permutation
+
+// -----------------------------------------------------------------------------------------------
+// The loader
+
+typedef struct {
+    char* path;             // as matched by the glob
+    void* map;              // the whole file, mmapped read-only (NULL: not mapped)
+    size_t map_bytes;
+    const uint16_t* tokens; // (ntok) the tokens, just past the 1024-byte header
+    int64_t ntok;           // N_i, from the header, checked against the file size
+    int64_t nsamples;       // n_i = (N_i - 1) / T
+    int64_t first_sample;   // global number of this shard's sample 0 (sum of n over earlier shards)
+} DataShard;
+
+typedef struct {
+    int B, T;               // unit = B samples of T+1 tokens
+    int vocab_size;         // every token id is < vocab_size (checked at init)
+    int shuffle;            // 1: perm_e order; 0: file order
+    uint64_t seed;          // keys the permutations
+    int nshards;
+    DataShard* shards;      // (nshards) in sorted filename order
+    int64_t total_samples;  // S = sum of n_i
+    int64_t* perm;          // (S) perm_e of epoch perm_epoch (shuffle only, else NULL)
+    int64_t perm_epoch;     // the epoch perm holds, -1: none yet
+    int* inputs;            // (B, T) = sample tokens [0, T), written by dataloader_load
+    int* targets;           // (B, T) = sample tokens [1, T+1), written by dataloader_load
+} DataLoader;
+
+// Unmap and free everything; safe on a zeroed, half-built or already freed loader.
+static inline void dataloader_free(DataLoader* dl) {
+    for (int i = 0; dl->shards && i < dl->nshards; i++) {
+        if (dl->shards[i].map) munmap(dl->shards[i].map, dl->shards[i].map_bytes);
+        free(dl->shards[i].path);
+    }
+    free(dl->shards);
+    free(dl->perm);
+    free(dl->inputs);
+    free(dl->targets);
+    memset(dl, 0, sizeof(*dl));
+    dl->perm_epoch = -1;
+}
+
+// Format a one-line error into err (if given). Returns -1.
+__attribute__((format(printf, 3, 4)))
+static inline int dataloader_error(char* err, size_t errlen, const char* fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+// Map and check one shard; sh->path is set. On error sh->map may be left mapped: the caller's
+// dataloader_free unmaps it.
+static inline int dataloader_open_shard(DataShard* sh, int T, int vocab_size, char* err, size_t errlen) {
+    const char* path = sh->path;
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return dataloader_error(err, errlen, "shard %s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return dataloader_error(err, errlen, "shard %s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return dataloader_error(err, errlen, "shard %s: cannot read: not a regular file", path);
+    }
+    int64_t size = (int64_t)st.st_size;
+    if (size < SHARD_HEADER_BYTES) {
+        close(fd);
+        return dataloader_error(err, errlen, "shard %s: truncated header: the file is %lld bytes, the header alone is %d",
+                                path, (long long)size, SHARD_HEADER_BYTES);
+    }
+    void* map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
+    int map_errno = errno;
+    close(fd);  // the mapping keeps the file
+    if (map == MAP_FAILED) return dataloader_error(err, errlen, "shard %s: cannot mmap: %s", path, strerror(map_errno));
+    sh->map = map;
+    sh->map_bytes = (size_t)size;
+
+    int32_t header[3];  // magic, version, N; the rest of the 256 is unused
+    memcpy(header, map, sizeof(header));
+    if (header[0] != SHARD_MAGIC) {
+        return dataloader_error(err, errlen, "shard %s: wrong magic %d (expected %d): not an llm.c token shard",
+                                path, header[0], SHARD_MAGIC);
+    }
+    if (header[1] != SHARD_VERSION) {
+        return dataloader_error(err, errlen, "shard %s: unsupported version %d (expected %d: uint16 tokens)",
+                                path, header[1], SHARD_VERSION);
+    }
+    int64_t N = header[2];
+    int64_t held = (size - SHARD_HEADER_BYTES) / 2;  // whole tokens the file holds
+    if (N < 0 || size != SHARD_HEADER_BYTES + 2 * N) {
+        return dataloader_error(err, errlen, "shard %s: %s: header says %lld tokens but file holds %lld%s",
+                                path, N > held ? "truncated" : "wrong size", (long long)N, (long long)held,
+                                (size - SHARD_HEADER_BYTES) % 2 ? " and an odd byte" : "");
+    }
+    if (N < (int64_t)T + 1) {
+        return dataloader_error(err, errlen, "shard %s: too few tokens: %lld, sequence length T = %d needs at least T+1 = %d",
+                                path, (long long)N, T, T + 1);
+    }
+    sh->ntok = N;
+    sh->tokens = (const uint16_t*)((const char*)map + SHARD_HEADER_BYTES);
+    sh->nsamples = (N - 1) / T;
+    for (int64_t i = 0; i < N; i++) {
+        if (sh->tokens[i] >= vocab_size) {
+            return dataloader_error(err, errlen, "shard %s: token id %u at index %lld is out of range for vocabulary size %d",
+                                    path, (unsigned)sh->tokens[i], (long long)i, vocab_size);
+        }
+    }
+    return 0;
+}
+
+// Open every shard matching `pattern` (glob(3), sorted) for units of B samples of T+1 tokens.
+// Returns 0, or -1 with a one-line message in err naming the file (or the pattern) and the
+// problem, and nothing left allocated or mapped.
+static inline int dataloader_init(DataLoader* dl, const char* pattern, int B, int T, int vocab_size,
+                                  int shuffle, uint64_t seed, char* err, size_t errlen) {
+    memset(dl, 0, sizeof(*dl));
+    dl->perm_epoch = -1;
+    if (!pattern) return dataloader_error(err, errlen, "dataloader: no shard pattern given");
+    if (B < 1 || T < 1 || vocab_size < 1 || vocab_size > 65536) {
+        return dataloader_error(err, errlen, "dataloader %s: bad arguments B = %d, T = %d, vocab size = %d "
+                                "(need B, T >= 1 and a vocabulary of 1..65536 for uint16 tokens)", pattern, B, T, vocab_size);
+    }
+    dl->B = B;
+    dl->T = T;
+    dl->vocab_size = vocab_size;
+    dl->shuffle = shuffle;
+    dl->seed = seed;
+
+    // --- the files: glob sorts its matches
+    glob_t g;
+    int rc = glob(pattern, 0, NULL, &g);
+    if (rc != 0) {
+        globfree(&g);
+        return dataloader_error(err, errlen, rc == GLOB_NOMATCH ? "dataloader: no file matches the pattern '%s'"
+                                : "dataloader: cannot search for '%s' (glob failed)", pattern);
+    }
+    dl->shards = (DataShard*)calloc(g.gl_pathc, sizeof(DataShard));
+    if (!dl->shards) {
+        globfree(&g);
+        return dataloader_error(err, errlen, "dataloader %s: out of memory", pattern);
+    }
+    dl->nshards = (int)g.gl_pathc;
+    for (int i = 0; i < dl->nshards; i++) {
+        dl->shards[i].path = strdup(g.gl_pathv[i]);
+        if (!dl->shards[i].path) {
+            globfree(&g);
+            dataloader_free(dl);
+            return dataloader_error(err, errlen, "dataloader %s: out of memory", pattern);
+        }
+    }
+    globfree(&g);
+
+    // --- check every shard, then number the samples across shards
+    for (int i = 0; i < dl->nshards; i++) {
+        if (dataloader_open_shard(&dl->shards[i], T, vocab_size, err, errlen) != 0) {
+            dataloader_free(dl);
+            return -1;
+        }
+        dl->shards[i].first_sample = dl->total_samples;
+        dl->total_samples += dl->shards[i].nsamples;
+    }
+
+    // --- buffers: everything dataloader_load touches is allocated here
+    size_t BT = (size_t)B * (size_t)T;
+    dl->inputs = (int*)malloc(BT * sizeof(int));
+    dl->targets = (int*)malloc(BT * sizeof(int));
+    if (shuffle) dl->perm = (int64_t*)malloc((size_t)dl->total_samples * sizeof(int64_t));
+    if (!dl->inputs || !dl->targets || (shuffle && !dl->perm)) {
+        dataloader_free(dl);
+        return dataloader_error(err, errlen, "dataloader %s: out of memory for the batch or the permutation", pattern);
+    }
+    return 0;
+}
+
+// Make dl->perm hold perm_e: Fisher-Yates over 0..S-1, where step i swaps position i with
+// j = rng_u64(key, i) % (i+1), key = rng_key(seed, "SHUFF", e). Each draw is a pure function of
+// (seed, e, i), so any process computes the same permutation. (The modulo's bias is below
+// S / 2^64: nothing.)
+static inline void dataloader_shuffle_epoch(DataLoader* dl, int64_t e) {
+    if (dl->perm_epoch == e) return;
+    int64_t S = dl->total_samples;
+    uint64_t key = rng_key(dl->seed, DATALOADER_SHUFFLE_LABEL, (uint64_t)e);
+    for (int64_t i = 0; i < S; i++) dl->perm[i] = i;
+    for (int64_t i = S - 1; i >= 1; i--) {
+        int64_t j = (int64_t)(rng_u64(key, (uint64_t)i) % (uint64_t)(i + 1));
+        int64_t tmp = dl->perm[i];
+        dl->perm[i] = dl->perm[j];
+        dl->perm[j] = tmp;
+    }
+    dl->perm_epoch = e;
+}
+
+// The T+1 tokens of global sample `sample` (0 <= sample < S): binary search for its shard.
+static inline const uint16_t* dataloader_sample_tokens(const DataLoader* dl, int64_t sample) {
+    int lo = 0, hi = dl->nshards - 1;  // find the last shard with first_sample <= sample
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (dl->shards[mid].first_sample <= sample) lo = mid;
+        else hi = mid - 1;
+    }
+    const DataShard* sh = &dl->shards[lo];
+    return sh->tokens + (sample - sh->first_sample) * dl->T;
+}
+
+// Fill dl->inputs and dl->targets, (B, T) each, with unit `unit`: positions unit*B + b,
+// b = 0..B-1, of the sample stream. A unit may straddle epochs; each position uses its own.
+static inline void dataloader_load(DataLoader* dl, int64_t unit) {
+    if (unit < 0) {
+        fprintf(stderr, "%s:%d: dataloader_load: unit %lld is negative\n", __FILE__, __LINE__, (long long)unit);
+        exit(EXIT_FAILURE);
+    }
+    int B = dl->B, T = dl->T;
+    int64_t S = dl->total_samples;
+    for (int b = 0; b < B; b++) {
+        int64_t p = unit * B + b;
+        int64_t e = p / S, k = p % S;
+        int64_t sample = k;
+        if (dl->shuffle) {
+            dataloader_shuffle_epoch(dl, e);
+            sample = dl->perm[k];
+        }
+        const uint16_t* tok = dataloader_sample_tokens(dl, sample);
+        for (int t = 0; t < T; t++) {
+            dl->inputs[b * T + t] = tok[t];
+            dl->targets[b * T + t] = tok[t + 1];
+        }
+    }
+}
+
+// Tokens in all shards together (the headers' counts), including the few at shard ends that no
+// sample covers.
+static inline int64_t dataloader_total_tokens(const DataLoader* dl) {
+    int64_t n = 0;
+    for (int i = 0; i < dl->nshards; i++) n += dl->shards[i].ntok;
+    return n;
+}
+
+// -----------------------------------------------------------------------------------------------
+// Writing shards
+
+// Write n tokens to `path` as an llm.c shard, atomically: into path.tmp.<pid>, flushed and
+// fsynced, then renamed over path, so a reader never sees a half-written file. Returns 0, or -1
+// with a one-line message in err naming the file (the temporary file is removed).
+static inline int write_token_shard(const char* path, const uint16_t* toks, int64_t n, char* err, size_t errlen) {
+    if (n < 0 || n > INT32_MAX) {
+        return dataloader_error(err, errlen, "shard %s: cannot write %lld tokens: the header counts in int32", path, (long long)n);
+    }
+    char tmp[4096];
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof(tmp)) {
+        return dataloader_error(err, errlen, "shard %s: path too long", path);
+    }
+    FILE* f = fopen(tmp, "wb");
+    if (!f) return dataloader_error(err, errlen, "shard %s: cannot create %s: %s", path, tmp, strerror(errno));
+    int32_t header[SHARD_HEADER_INTS] = {0};
+    header[0] = SHARD_MAGIC;
+    header[1] = SHARD_VERSION;
+    header[2] = (int32_t)n;
+    int ok = fwrite(header, sizeof(header), 1, f) == 1 &&
+             (n == 0 || fwrite(toks, sizeof(uint16_t), (size_t)n, f) == (size_t)n) &&
+             fflush(f) == 0 && fsync(fileno(f)) == 0;
+    int write_errno = errno;
+    if (fclose(f) != 0 && ok) {
+        ok = 0;
+        write_errno = errno;
+    }
+    if (!ok) {
+        remove(tmp);
+        return dataloader_error(err, errlen, "shard %s: cannot write %s: %s", path, tmp, strerror(write_errno));
+    }
+    if (rename(tmp, path) != 0) {
+        int e = errno;
+        remove(tmp);
+        return dataloader_error(err, errlen, "shard %s: cannot rename %s to it: %s", path, tmp, strerror(e));
+    }
+    return 0;
+}
+
+#endif // ZT_DATALOADER_H

@@ -1,0 +1,498 @@
+#!/usr/bin/python3
+"""dev/reference.py — an independent PyTorch reference for zerotrain's GPT-2.
+
+It writes the small binary fixtures the C tests compare against: the initial model (in llm.c's
+checkpoint format), its logits and loss on one batch, the gradient of every parameter tensor,
+and a 10-step AdamW trajectory (loss, gradient norm, learning rate, final parameters).
+
+Independent of what, and why:
+  - of our C code and of llm.c's hand-written backward: the model is built from PyTorch's own
+    layers (nn.Embedding, nn.LayerNorm, nn.Linear, nn.GELU(approximate='tanh'), F.cross_entropy)
+    and differentiated by autograd; the optimizer is torch.optim.AdamW. A mistake in how we
+    derived a backward pass cannot be repeated here, so agreement means something.
+  - of our random numbers (rng.h): the C side does not re-create the initial weights, it loads
+    them from ref_model.bin, so the reference only has to be deterministic with itself.
+  - of float32 rounding: everything is computed in float64 ("truth") and only stored as float32.
+    The initial weights are drawn in float32 and then widened, so the float32 model file holds
+    exactly the values the float64 model starts from.
+What is hand-written: the gradient clip (llm.c's rule, not clip_grad_norm_, which adds 1e-6 to
+the norm) and the learning-rate schedule (llm.c's warmup + cosine).
+
+Usage:
+  /usr/bin/python3 dev/reference.py --out test/fixtures     # write the fixtures
+  /usr/bin/python3 dev/reference.py --check test/fixtures   # regenerate, compare; exit 0/1
+  /usr/bin/python3 dev/reference.py --fdcheck               # finite differences vs autograd
+Exit status: 0 ok, 1 mismatch, 2 usage error.
+
+Limits: CPU only, single thread, float64 — about a second for this tiny config, far too slow for
+anything bigger. Tested with Debian 12's python3-torch 1.13 (no scaled_dot_product_attention, so
+attention is written out with matmul + masked softmax, as in nanoGPT's slow path).
+"""
+import argparse
+import math
+import os
+import struct
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+# ------------------------------------------------------------------------------------------------
+# Configuration. Odd sizes on purpose (T not a multiple of anything, HS = 12, V < Vp) so that
+# indexing mistakes show up. Everything here is also written to the archive ("config", "hparams").
+
+V, Vp, maxT, L, NH, C = 101, 128, 48, 2, 3, 36   # vocab, padded vocab, max seq len, layers, heads, channels
+HS = C // NH                                     # head size = 12
+B, T, STEPS = 2, 37, 10                          # batch, sequence length, training steps
+INIT_SEED, TOKEN_SEED = 1234, 42
+
+LR_MAX, WARMUP, FINAL_LR_FRAC = 1e-2, 2, 0.1
+BETA1, BETA2, EPS, WEIGHT_DECAY, GRAD_CLIP = 0.9, 0.95, 1e-8, 0.1, 1.0
+LN_EPS = 1e-5
+
+MODEL_MAGIC, MODEL_VERSION = 20240326, 3         # llm.c checkpoint header, version 3 = FP32
+ARCHIVE_MAGIC, ARCHIVE_VERSION = b"ZTFX", 1
+DTYPE_F32, DTYPE_I32 = 0, 1
+TOLERANCE = 1e-6                                 # ‖a−b‖/‖b‖ per float tensor in --check
+
+# ------------------------------------------------------------------------------------------------
+# The parameter table: llm.c's 16 tensors in llm.c's order. One row per tensor:
+#   llm.c name, PyTorch parameter ("{l}" = one per layer, stacked to a leading L), llm.c shape
+#   (documentation; the code derives it from the modules), init, AdamW weight decay?
+# Init kinds: "matrix" ~ N(0, 0.02); "residual" ~ N(0, 0.02/sqrt(2L)) (projections into the
+# residual stream); "bias" ~ N(0, 0.02) (nonzero so bias gradients matter); "ln_weight" ~
+# 1 + N(0, 0.1); "wte" = "matrix" on rows [0, V), rows [V, Vp) exactly zero.
+
+PARAMS = [
+    ("wte",      "wte.weight",              "(Vp, C)",      "wte",       True),
+    ("wpe",      "wpe.weight",              "(maxT, C)",    "matrix",    True),
+    ("ln1w",     "h.{l}.ln_1.weight",       "(L, C)",       "ln_weight", False),
+    ("ln1b",     "h.{l}.ln_1.bias",         "(L, C)",       "bias",      False),
+    ("qkvw",     "h.{l}.attn.c_attn.weight", "(L, 3C, C)",  "matrix",    True),
+    ("qkvb",     "h.{l}.attn.c_attn.bias",  "(L, 3C)",      "bias",      False),
+    ("attprojw", "h.{l}.attn.c_proj.weight", "(L, C, C)",   "residual",  True),
+    ("attprojb", "h.{l}.attn.c_proj.bias",  "(L, C)",       "bias",      False),
+    ("ln2w",     "h.{l}.ln_2.weight",       "(L, C)",       "ln_weight", False),
+    ("ln2b",     "h.{l}.ln_2.bias",         "(L, C)",       "bias",      False),
+    ("fcw",      "h.{l}.mlp.c_fc.weight",   "(L, 4C, C)",   "matrix",    True),
+    ("fcb",      "h.{l}.mlp.c_fc.bias",     "(L, 4C)",      "bias",      False),
+    ("fcprojw",  "h.{l}.mlp.c_proj.weight", "(L, C, 4C)",   "residual",  True),
+    ("fcprojb",  "h.{l}.mlp.c_proj.bias",   "(L, C)",       "bias",      False),
+    ("lnfw",     "ln_f.weight",             "(C)",          "ln_weight", False),
+    ("lnfb",     "ln_f.bias",               "(C)",          "bias",      False),
+]
+
+
+def module_params(model, path):
+    """The nn.Parameters behind one table row: L of them for "{l}" rows, else one."""
+    if "{l}" in path:
+        return [model.get_parameter(path.format(l=l)) for l in range(L)]
+    return [model.get_parameter(path)]
+
+
+def llmc_tensor(model, path, grad=False):
+    """One llm.c tensor (or its gradient) gathered from the modules, in llm.c's shape."""
+    ps = [p.grad if grad else p for p in module_params(model, path)]
+    return torch.stack(ps) if "{l}" in path else ps[0]
+
+
+# ------------------------------------------------------------------------------------------------
+# The model: GPT-2 as in nanoGPT / llm.c, built only from PyTorch layers.
+# nn.Linear(in, out) keeps weight as (out, in) and computes x @ W^T + b — exactly llm.c's layout
+# (qkvw (3C, C), fcw (4C, C), fcprojw (C, 4C)), so no transposes are needed anywhere.
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c_attn = nn.Linear(C, 3 * C)   # x (B,T,C) -> qkv (B,T,3C): q, k, v in that order
+        self.c_proj = nn.Linear(C, C)
+        self.register_buffer("mask", torch.tril(torch.ones(maxT, maxT, dtype=torch.bool)))
+
+    def forward(self, x):                   # x (B,T,C) -> y (B,T,C)
+        b, t, _ = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        # (B,T,C) -> (B,T,NH,HS) -> (B,NH,T,HS)
+        q, k, v = (z.view(b, t, NH, HS).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(HS))           # (B,NH,T,T)
+        att = att.masked_fill(~self.mask[:t, :t], float("-inf"))           # causal
+        att = F.softmax(att, dim=-1)
+        y = att @ v                                                        # (B,NH,T,HS)
+        y = y.transpose(1, 2).contiguous().view(b, t, C)                   # heads back side by side
+        return self.c_proj(y)
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c_fc = nn.Linear(C, 4 * C)
+        self.gelu = nn.GELU(approximate="tanh")
+        self.c_proj = nn.Linear(4 * C, C)
+
+    def forward(self, x):                   # (B,T,C) -> (B,T,4C) -> (B,T,C)
+        return self.c_proj(self.gelu(self.c_fc(x)))
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(C, eps=LN_EPS)
+        self.attn = CausalSelfAttention()
+        self.ln_2 = nn.LayerNorm(C, eps=LN_EPS)
+        self.mlp = MLP()
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        x = x + self.mlp(self.ln_2(x))
+        return x
+
+
+class GPT(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.wte = nn.Embedding(Vp, C)      # padded vocab; rows [V, Vp) stay zero
+        self.wpe = nn.Embedding(maxT, C)
+        self.h = nn.ModuleList([Block() for _ in range(L)])
+        self.ln_f = nn.LayerNorm(C, eps=LN_EPS)
+
+    def forward(self, idx, targets):        # idx, targets (B,T) -> logits (B,T,V), mean loss
+        t = idx.shape[1]
+        pos = torch.arange(t, dtype=torch.long)
+        x = self.wte(idx) + self.wpe(pos)
+        for block in self.h:
+            x = block(x)
+        x = self.ln_f(x)
+        logits = F.linear(x, self.wte.weight[:V])    # tied head; padded rows give no logits
+        loss = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
+        return logits, loss
+
+
+def llmc_shapes():
+    """llm.c shape of each table row, read off a freshly built model."""
+    model = GPT()
+    return {name: tuple(llmc_tensor(model, path).shape) for name, path, *_ in PARAMS}
+
+
+def init_weights():
+    """The initial weights as float32 llm.c tensors, drawn in table order from one stream seeded
+    with INIT_SEED (the same numbers as torch.manual_seed(INIT_SEED) + torch.randn)."""
+    g = torch.Generator().manual_seed(INIT_SEED)
+
+    def normal(shape, std):
+        return torch.randn(shape, generator=g, dtype=torch.float32) * std
+
+    shapes, weights = llmc_shapes(), {}
+    for name, _, _, kind, _ in PARAMS:
+        shape = shapes[name]
+        if kind == "wte":                                  # only the V real rows are drawn
+            w = torch.zeros(shape, dtype=torch.float32)
+            w[:V] = normal((V, C), 0.02)
+        elif kind in ("matrix", "bias"):
+            w = normal(shape, 0.02)
+        elif kind == "residual":
+            w = normal(shape, 0.02 / math.sqrt(2 * L))
+        elif kind == "ln_weight":
+            w = 1.0 + normal(shape, 0.1)
+        else:
+            raise ValueError(kind)
+        weights[name] = w
+    return weights
+
+
+def build_model(weights):
+    """A float64 GPT holding `weights` (float32 llm.c tensors; widening to float64 is exact)."""
+    model = GPT().double()
+    with torch.no_grad():
+        for name, path, *_ in PARAMS:
+            w = weights[name].double()
+            for l, p in enumerate(module_params(model, path)):
+                p.copy_(w[l] if "{l}" in path else w)
+    return model
+
+
+def make_stream():
+    """One token stream of STEPS*B*T + 1 ids, laid out as llm.c's unshuffled loader reads it."""
+    g = torch.Generator().manual_seed(TOKEN_SEED)
+    return torch.randint(0, V, (STEPS * B * T + 1,), generator=g)
+
+
+def make_tokens():
+    """(STEPS, B, T+1) token ids; batch s: inputs = [s,:,:T], targets = [s,:,1:].
+    Row b of batch s is stream[(s*B+b)*T : (s*B+b)*T + T+1]: batch s is the stream's tokens
+    [s*B*T, s*B*T + B*T + 1), exactly llm.c's unshuffled order, so the C side can write the
+    stream to a token shard and train on it through its real data loader (-shuffle 0)."""
+    stream = make_stream()
+    rows = [stream[(s * B + b) * T:(s * B + b) * T + T + 1] for s in range(STEPS) for b in range(B)]
+    return torch.stack(rows).reshape(STEPS, B, T + 1)
+
+
+def forward_backward(model, tokens, s):
+    """Zero the grads, run batch s forward and backward; returns (logits, loss)."""
+    for p in model.parameters():
+        p.grad = None
+    logits, loss = model(tokens[s, :, :T], tokens[s, :, 1:])
+    loss.backward()
+    return logits, loss
+
+
+# ------------------------------------------------------------------------------------------------
+# Training: llm.c's schedule and clip, torch's AdamW.
+
+def learning_rate(s):
+    """llm.c: linear warmup over WARMUP steps, then cosine from LR_MAX down to LR_MAX*FINAL_LR_FRAC."""
+    if s < WARMUP:
+        return LR_MAX * (s + 1) / WARMUP
+    min_lr = LR_MAX * FINAL_LR_FRAC
+    ratio = (s - WARMUP) / (STEPS - WARMUP)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (LR_MAX - min_lr)
+
+
+def train(weights, tokens):
+    """STEPS AdamW steps from `weights`; returns per-step loss, grad norm, lr and the final model."""
+    model = build_model(weights)
+    decay, no_decay = [], []
+    for name, path, _, _, wd in PARAMS:
+        (decay if wd else no_decay).extend(module_params(model, path))
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WEIGHT_DECAY},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=LR_MAX, betas=(BETA1, BETA2), eps=EPS)
+    losses, norms, lrs = [], [], []
+    for s in range(STEPS):
+        _, loss = forward_backward(model, tokens, s)
+        grads = [p.grad for p in model.parameters()]
+        norm = torch.sqrt(sum((g * g).sum() for g in grads)).item()   # global L2, before clip
+        if norm > GRAD_CLIP:                                           # llm.c's clip, no +1e-6
+            for g in grads:
+                g.mul_(GRAD_CLIP / norm)
+        lr = learning_rate(s)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        opt.step()
+        losses.append(loss.item())
+        norms.append(norm)
+        lrs.append(lr)
+    return losses, norms, lrs, model
+
+
+# ------------------------------------------------------------------------------------------------
+# File formats.
+# ref_model.bin: llm.c checkpoint v3 — 256 int32 header, then the 16 tensors as float32.
+# ref_out.bin: "ZTFX", int32 version, int32 count, then per entry: char name[64] (NUL-padded),
+#   int32 dtype (0 f32, 1 i32), int32 ndim, int32 dims[4] (unused = 1), prod(dims) elements.
+# All little-endian. test/fixture.h reads the archive in C.
+
+def model_header():
+    h = np.zeros(256, dtype="<i4")
+    h[:8] = [MODEL_MAGIC, MODEL_VERSION, maxT, V, L, NH, C, Vp]
+    return h
+
+
+def write_model(path, weights):
+    with open(path, "wb") as f:
+        f.write(model_header().tobytes())
+        for name, *_ in PARAMS:
+            f.write(weights[name].numpy().astype("<f4").tobytes())
+
+
+def read_model(path):
+    """(header int32[256], {name: float32 array in llm.c shape}); raises ValueError if malformed."""
+    raw = open(path, "rb").read()
+    header = np.frombuffer(raw[:1024], dtype="<i4")
+    shapes, tensors, off = llmc_shapes(), {}, 1024
+    for name, *_ in PARAMS:
+        n = int(np.prod(shapes[name]))
+        if off + 4 * n > len(raw):
+            raise ValueError(f"{path}: truncated at {name}")
+        tensors[name] = np.frombuffer(raw, dtype="<f4", count=n, offset=off).reshape(shapes[name])
+        off += 4 * n
+    if len(header) != 256 or off != len(raw):
+        raise ValueError(f"{path}: {len(raw)} bytes, expected {off}")
+    return header, tensors
+
+
+def write_archive(path, entries):
+    """entries: list of (name, numpy array); float arrays are stored as float32, ints as int32."""
+    with open(path, "wb") as f:
+        f.write(ARCHIVE_MAGIC + struct.pack("<ii", ARCHIVE_VERSION, len(entries)))
+        for name, a in entries:
+            a = np.asarray(a)
+            is_int = np.issubdtype(a.dtype, np.integer)
+            a = a.astype("<i4" if is_int else "<f4")
+            assert len(name.encode()) < 64 and 1 <= a.ndim <= 4, name
+            dims = list(a.shape) + [1] * (4 - a.ndim)
+            f.write(name.encode().ljust(64, b"\0"))
+            f.write(struct.pack("<6i", DTYPE_I32 if is_int else DTYPE_F32, a.ndim, *dims))
+            f.write(a.tobytes())
+
+
+def read_archive(path):
+    """[(name, array)] in file order; raises ValueError if malformed."""
+    raw = open(path, "rb").read()
+    if raw[:4] != ARCHIVE_MAGIC:
+        raise ValueError(f"{path}: bad magic")
+    version, count = struct.unpack_from("<ii", raw, 4)
+    if version != ARCHIVE_VERSION:
+        raise ValueError(f"{path}: version {version}, expected {ARCHIVE_VERSION}")
+    off, entries = 12, []
+    for _ in range(count):
+        name = raw[off:off + 64].split(b"\0")[0].decode()
+        dtype, ndim, *dims = struct.unpack_from("<6i", raw, off + 64)
+        off += 64 + 24
+        n = int(np.prod(dims))
+        if dtype not in (DTYPE_F32, DTYPE_I32) or not 1 <= ndim <= 4 or off + 4 * n > len(raw):
+            raise ValueError(f"{path}: bad entry '{name}'")
+        a = np.frombuffer(raw, dtype="<i4" if dtype == DTYPE_I32 else "<f4", count=n, offset=off)
+        entries.append((name, a.reshape(dims[:ndim])))
+        off += 4 * n
+    if off != len(raw):
+        raise ValueError(f"{path}: {len(raw) - off} trailing bytes")
+    return entries
+
+
+# ------------------------------------------------------------------------------------------------
+# The three modes.
+
+def generate(outdir):
+    """Compute everything and write ref_model.bin and ref_out.bin into outdir."""
+    # Module constructors draw a default init from torch's global stream; it is overwritten by
+    # build_model, but pin the stream anyway. Our draws use their own seeded generators.
+    torch.manual_seed(0)
+    weights = init_weights()
+    tokens = make_tokens()
+
+    # Batch 0 at the initial model: logits, loss, every gradient.
+    model = build_model(weights)
+    logits, loss = forward_backward(model, tokens, 0)
+    grads = {name: llmc_tensor(model, path, grad=True) for name, path, *_ in PARAMS}
+    assert not grads["wte"][V:].any(), "padded wte rows must get zero gradient"
+
+    losses, norms, lrs, final = train(weights, tokens)
+    assert not llmc_tensor(final, "wte.weight")[V:].any(), "padded wte rows must stay zero"
+
+    f64 = lambda x: np.asarray(x, dtype=np.float64)
+    entries = [
+        ("config", np.array([V, Vp, maxT, L, NH, C, B, T, STEPS])),
+        ("hparams", f64([LR_MAX, WARMUP, FINAL_LR_FRAC, BETA1, BETA2, EPS, WEIGHT_DECAY, GRAD_CLIP])),
+        ("tokens", tokens.numpy()),
+        ("stream", make_stream().numpy()),
+        ("logits", logits.detach().numpy()),
+        ("loss", f64([loss.item()])),
+    ]
+    entries += [("grad." + name, grads[name].numpy()) for name, *_ in PARAMS]
+    entries += [("traj.loss", f64(losses)), ("traj.norm", f64(norms)), ("traj.lr", f64(lrs))]
+    entries += [("final." + name, llmc_tensor(final, path).detach().numpy()) for name, path, *_ in PARAMS]
+
+    os.makedirs(outdir, exist_ok=True)
+    write_model(os.path.join(outdir, "ref_model.bin"), weights)
+    write_archive(os.path.join(outdir, "ref_out.bin"), entries)
+    return loss.item(), losses, norms, lrs
+
+
+def compare(name, a, b):
+    """One line for tensor `name` (a regenerated, b committed); returns True if it matches."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        print(f"  FAIL {name:<16} shape/dtype {a.shape} {a.dtype} vs committed {b.shape} {b.dtype}")
+        return False
+    if np.issubdtype(b.dtype, np.integer):
+        bad = int((a != b).sum())
+        print(f"  {'ok  ' if bad == 0 else 'FAIL'} {name:<16} {str(b.shape):<14} exact, {bad} differ")
+        return bad == 0
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    diff, ref = np.linalg.norm(a64 - b64), np.linalg.norm(b64)
+    err = 0.0 if diff == 0 else (diff / ref if ref > 0 else math.inf)
+    ok = err <= TOLERANCE and np.isfinite(a64).all()
+    print(f"  {'ok  ' if ok else 'FAIL'} {name:<16} {str(b.shape):<14} rel err {err:.2e}")
+    return ok
+
+
+def check(fixdir):
+    """Regenerate into a temp dir and compare with the fixtures in fixdir; returns exit status."""
+    ok = True
+    with tempfile.TemporaryDirectory() as tmp:
+        generate(tmp)
+        try:
+            print("ref_model.bin")
+            h_new, m_new = read_model(os.path.join(tmp, "ref_model.bin"))
+            h_old, m_old = read_model(os.path.join(fixdir, "ref_model.bin"))
+            ok &= compare("header", h_new, h_old)
+            for name, *_ in PARAMS:
+                ok &= compare(name, m_new[name], m_old[name])
+            print("ref_out.bin")
+            new = read_archive(os.path.join(tmp, "ref_out.bin"))
+            old = read_archive(os.path.join(fixdir, "ref_out.bin"))
+            if [n for n, _ in new] != [n for n, _ in old]:
+                print("  FAIL entry names differ from the committed archive")
+                ok = False
+            else:
+                for (name, a), (_, b) in zip(new, old):
+                    ok &= compare(name, a, b)
+        except (OSError, ValueError) as e:
+            print(f"  FAIL {e}")
+            ok = False
+    print(f"reference --check: {'PASS' if ok else 'FAIL'} (tolerance {TOLERANCE:g} relative L2)")
+    return 0 if ok else 1
+
+
+def fdcheck():
+    """Central finite differences in float64 for a few gradient entries vs autograd."""
+    weights, tokens = init_weights(), make_tokens()
+    model = build_model(weights)
+    forward_backward(model, tokens, 0)
+    probes = [("wte", "wte.weight", (5, 3)), ("wpe", "wpe.weight", (3, 4)),
+              ("ln1w", "h.{l}.ln_1.weight", (0, 7)), ("qkvw", "h.{l}.attn.c_attn.weight", (1, 40, 5)),
+              ("qkvb", "h.{l}.attn.c_attn.bias", (0, 80)), ("attprojb", "h.{l}.attn.c_proj.bias", (1, 11)),
+              ("fcprojw", "h.{l}.mlp.c_proj.weight", (1, 2, 100)), ("lnfb", "ln_f.bias", (10,))]
+    # h = 1e-5: truncation error ~h^2 and round-off ~loss*eps/h ~ 5e-11 are both tiny. Small
+    # gradients (k weights at init, ~1e-6) therefore get an absolute floor in the verdict.
+    h, ok = 1e-5, True
+    for name, path, idx in probes:
+        ps = module_params(model, path)
+        p, i = (ps[idx[0]], idx[1:]) if "{l}" in path else (ps[0], idx)
+        auto = p.grad[i].item()
+        with torch.no_grad():
+            w0 = p[i].item()
+            p[i] = w0 + h
+            lp = model(tokens[0, :, :T], tokens[0, :, 1:])[1].item()
+            p[i] = w0 - h
+            lm = model(tokens[0, :, :T], tokens[0, :, 1:])[1].item()
+            p[i] = w0
+        fd = (lp - lm) / (2 * h)
+        diff = abs(fd - auto)
+        ok &= diff <= 1e-6 * abs(auto) + 1e-9
+        print(f"  {name + str(list(idx)):<18} autograd {auto:+.10e}  finite diff {fd:+.10e}"
+              f"  abs {diff:.1e}  rel {diff / max(abs(auto), 1e-30):.1e}")
+    print(f"finite differences: {'PASS' if ok else 'FAIL'} (|fd - autograd| <= 1e-6 |autograd| + 1e-9)")
+    return 0 if ok else 1
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    mode = ap.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--out", metavar="DIR", help="write ref_model.bin and ref_out.bin into DIR")
+    mode.add_argument("--check", metavar="DIR", help="regenerate and compare with the fixtures in DIR")
+    mode.add_argument("--fdcheck", action="store_true", help="finite differences vs autograd")
+    args = ap.parse_args()   # exits 2 on usage errors
+
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    t0 = time.time()
+    print(f"torch {torch.__version__}, numpy {np.__version__}")
+    if args.out:
+        loss0, losses, norms, lrs = generate(args.out)
+        print(f"loss at batch 0: {loss0:.6f}")
+        for s in range(STEPS):
+            print(f"  step {s}: loss {losses[s]:.6f}  norm {norms[s]:.4f}  lr {lrs[s]:.6f}")
+        status = 0
+    elif args.check:
+        status = check(args.check)
+    else:
+        status = fdcheck()
+    print(f"{time.time() - t0:.2f} s (after imports)")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,289 @@
+// device.cuh — what both devices share: the storage type floatX, BF16 bit conversions, error
+// checks, and the first of the three device seams: tagged memory.
+//
+// zerotrain compiles two ways: with nvcc (CPU and CUDA devices) and with g++ as plain C++ (CPU
+// device only). Everything CUDA sits behind `#ifdef __CUDACC__`. The BF16 type is our own
+// 16-bit struct on the host so the g++ build needs no CUDA headers; CUDA kernels reinterpret
+// the same bytes as __nv_bfloat16.
+//
+// Memory seam: every buffer is allocated with dev_alloc(tag, bytes). The tag says what the bytes
+// are for (parameters, gradients, master weights, Adam moments, activations, ...); the per-tag
+// totals are what the start-up memory table prints and what the tests compare against the
+// closed form. On the CPU device "device memory" is 256-byte aligned host memory.
+//
+// defines: floatX, bf16_t, ld/rn (load/round to storage), Device, g_device, TAG_*, dev_alloc,
+//          dev_free, dev_zero, dev_fill_u16, dev_to_host, dev_from_host, die/die_user, printf0
+#ifndef ZT_DEVICE_CUH
+#define ZT_DEVICE_CUH
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdint.h>
+#include <string.h>
+#include <stdarg.h>
+#include <math.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#ifdef __CUDACC__
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#endif
+#include "rng.h" // defines: ZT_HD, rng_key, rng_u64, rng_normal
+
+#define ZT_VERSION "0.1.0"
+
+// ----------------------------------------------------------------------------
+// Precision. One storage type for parameters, activations and activation gradients:
+// BF16 by default, FP32 with `make PRECISION=FP32`. Everything is computed and accumulated in
+// FP32; weight gradients, master weights and Adam moments are always FP32 (see zero.h's dtype
+// table). The storage rounding is round-to-nearest-even on both devices.
+
+typedef struct { uint16_t bits; } bf16_t;
+
+ZT_HD static inline float bf16_to_f32(bf16_t h) {
+    uint32_t u = (uint32_t)h.bits << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+ZT_HD static inline bf16_t f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    bf16_t h;
+    if ((u & 0x7fffffffu) > 0x7f800000u) { h.bits = (uint16_t)((u >> 16) | 0x40); return h; } // NaN stays NaN
+    u += 0x7fffu + ((u >> 16) & 1u);                                                           // nearest, ties to even
+    h.bits = (uint16_t)(u >> 16);
+    return h;
+}
+
+#ifdef ENABLE_FP32
+typedef float floatX;
+#define PRECISION_NAME "FP32"
+ZT_HD static inline float ld(floatX x) { return x; }
+ZT_HD static inline floatX rn(float x) { return x; }
+#else
+typedef bf16_t floatX;
+#define PRECISION_NAME "BF16"
+ZT_HD static inline float ld(floatX x) { return bf16_to_f32(x); }
+ZT_HD static inline floatX rn(float x) { return f32_to_bf16(x); }
+#endif
+
+// ----------------------------------------------------------------------------
+// Errors. Two kinds: a user's mistake (bad flag, bad file: exit code 2, one line saying what to
+// do) and a failure at run time (exit code 1). Both print the rank when there is more than one.
+// The comm layer installs g_abort_hook so that one rank's failure ends every rank.
+
+static int g_rank = 0, g_world = 1;         // set by the launcher (zero.h) before anything else
+static void (*g_abort_hook)(int code) = NULL; // ends every rank (MPI_Abort) when there are several
+static void (*g_finalize_hook)(void) = NULL;  // a single process's clean exit (MPI_Finalize)
+
+static void zt_exit(int code) {
+    fflush(stdout);
+    fflush(stderr);
+    if (g_abort_hook) g_abort_hook(code);
+    if (g_finalize_hook) g_finalize_hook();
+    exit(code);
+}
+
+__attribute__((format(printf, 2, 3))) static void die(int code, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    if (g_world > 1) fprintf(stderr, "[rank %d] ", g_rank);
+    fprintf(stderr, "error: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    zt_exit(code);
+}
+#define die_user(...) die(2, __VA_ARGS__)
+
+// printf on rank 0 only (the human-readable log).
+__attribute__((format(printf, 1, 2))) static void printf0(const char* fmt, ...) {
+    if (g_rank != 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+}
+
+#define CHECK_IO(cond, path, what)                                                              \
+    do {                                                                                        \
+        if (!(cond)) die(1, "%s: %s failed (%s) at %s:%d. HINT: check the path, free disk space " \
+                            "and permissions", (path), (what), strerror(errno), __FILE__, __LINE__); \
+    } while (0)
+
+#ifdef __CUDACC__
+#define cudaCheck(expr)                                                                          \
+    do {                                                                                         \
+        cudaError_t err_ = (expr);                                                               \
+        if (err_ != cudaSuccess)                                                                 \
+            die(1, "CUDA error at %s:%d: %s -> %s. HINT: run compute-sanitizer ./train ... to "   \
+                   "locate it", __FILE__, __LINE__, #expr, cudaGetErrorString(err_));            \
+    } while (0)
+#endif
+
+ZT_HD static inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+ZT_HD static inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Fault injection for the test suite only: a test flips one of these to prove that the checks
+// around an op can fail (e.g. a backward that drops the bias gradient). Always 0 in the program.
+#ifdef TESTING
+static int g_fault_drop_bias_grad = 0;
+#define FAULT(name) (g_fault_##name)
+#else
+#define FAULT(name) 0
+#endif
+
+// ----------------------------------------------------------------------------
+// Devices.
+
+typedef enum { DEV_CPU = 0, DEV_CUDA = 1 } Device;
+static Device g_device = DEV_CPU;
+
+#ifdef __CUDACC__
+// The CUDA side of an op that has no kernel yet. Called by a dispatcher; never silent.
+static void cuda_not_yet(const char* op) {
+    die(1, "op %s has no CUDA kernel yet in this version. HINT: run with -device cpu", op);
+}
+#endif
+
+// ----------------------------------------------------------------------------
+// Memory seam: tagged allocations. The tags are the rows of the memory table.
+
+#define MEM_TAGS(X)                                                             \
+    X(TAG_PARAMS,    "params",      "BF16 parameters: full copy or this rank's shard")  \
+    X(TAG_PARAM_BUF, "param bufs",  "[ZeRO-3] gathered io block + two layer blocks")    \
+    X(TAG_GRADS,     "grads",       "FP32 gradients: full (ZeRO-0/1) or shard (2/3)")   \
+    X(TAG_GRAD_BUF,  "grad bufs",   "[ZeRO-2/3] FP32 io block + two layer blocks")      \
+    X(TAG_MASTER,    "master",      "FP32 master weights")                              \
+    X(TAG_ADAM_M,    "adam m",      "FP32 first moment")                                \
+    X(TAG_ADAM_V,    "adam v",      "FP32 second moment")                               \
+    X(TAG_ACTS,      "activations", "kept for backward, per micro-batch")               \
+    X(TAG_LOGITS,    "logits",      "B*T*Vp logits / their gradient, in place")         \
+    X(TAG_COMM,      "comm",        "collective staging buffers")                       \
+    X(TAG_WORK,      "workspace",   "op scratch")
+
+typedef enum {
+#define X(tag, name, what) tag,
+    MEM_TAGS(X)
+#undef X
+    TAG_COUNT
+} MemTag;
+
+static const char* mem_tag_name[TAG_COUNT] = {
+#define X(tag, name, what) name,
+    MEM_TAGS(X)
+#undef X
+};
+static const char* mem_tag_what[TAG_COUNT] = {
+#define X(tag, name, what) what,
+    MEM_TAGS(X)
+#undef X
+};
+
+static size_t g_mem_bytes[TAG_COUNT]; // live bytes per tag
+
+#define DEV_ALIGN 256
+
+static void* dev_alloc(MemTag tag, size_t bytes) {
+    void* p = NULL;
+    if (bytes == 0) return NULL;
+    size_t rounded = (bytes + DEV_ALIGN - 1) / DEV_ALIGN * DEV_ALIGN;
+#ifdef __CUDACC__
+    if (g_device == DEV_CUDA) {
+        cudaError_t e = cudaMalloc(&p, rounded);
+        if (e != cudaSuccess)
+            die(1, "out of GPU memory allocating %.1f MiB for %s (%s). HINT: run ./train -plan with "
+                   "the same flags, then raise -z, lower -b or use -r", bytes / 1048576.0,
+                mem_tag_name[tag], cudaGetErrorString(e));
+        cudaCheck(cudaMemset(p, 0, rounded));
+        g_mem_bytes[tag] += bytes;
+        return p;
+    }
+#endif
+    p = aligned_alloc(DEV_ALIGN, rounded);
+    if (!p)
+        die(1, "out of memory allocating %.1f MiB for %s. HINT: run ./train -plan with the same "
+               "flags, then raise -z, lower -b or use -r", bytes / 1048576.0, mem_tag_name[tag]);
+    memset(p, 0, rounded);
+    g_mem_bytes[tag] += bytes;
+    return p;
+}
+
+static void dev_free(MemTag tag, void* p, size_t bytes) {
+    if (!p) return;
+    g_mem_bytes[tag] -= bytes;
+#ifdef __CUDACC__
+    if (g_device == DEV_CUDA) { cudaCheck(cudaFree(p)); return; }
+#endif
+    free(p);
+}
+
+static void dev_zero(void* p, size_t bytes) {
+    if (!p || !bytes) return;
+#ifdef __CUDACC__
+    if (g_device == DEV_CUDA) { cudaCheck(cudaMemset(p, 0, bytes)); return; }
+#endif
+    memset(p, 0, bytes);
+}
+
+// Fill with a repeated 16- or 32-bit pattern (used to poison released buffers with NaN).
+#ifdef __CUDACC__
+__global__ static void fill_u16_kernel(uint16_t* p, uint16_t pattern, size_t count) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < count) p[i] = pattern;
+}
+#endif
+static void dev_fill_u16(void* p, uint16_t pattern, size_t count) {
+#ifdef __CUDACC__
+    if (g_device == DEV_CUDA) {
+        fill_u16_kernel<<<(unsigned)ceil_div((int64_t)count, 256), 256, 0, 0>>>((uint16_t*)p, pattern, count);
+        cudaCheck(cudaGetLastError());
+        return;
+    }
+#endif
+    uint16_t* q = (uint16_t*)p;
+    for (size_t i = 0; i < count; i++) q[i] = pattern;
+}
+
+static void dev_to_host(void* host, const void* dev, size_t bytes) {
+#ifdef __CUDACC__
+    if (g_device == DEV_CUDA) { cudaCheck(cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost)); return; }
+#endif
+    memcpy(host, dev, bytes);
+}
+static void dev_from_host(void* dev, const void* host, size_t bytes) {
+#ifdef __CUDACC__
+    if (g_device == DEV_CUDA) { cudaCheck(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice)); return; }
+#endif
+    memcpy(dev, host, bytes);
+}
+
+// The ops' fixed scratch space, allocated once at start-up (TAG_WORK) by ops_workspace_init();
+// no op allocates. Its size is a closed form of the model and batch shapes (ops_workspace_floats).
+static float* g_work = NULL;
+static size_t g_work_floats = 0;
+
+// ----------------------------------------------------------------------------
+// Small helpers.
+
+
+// Threads used by the CPU ops. Results never depend on it (see ops/): only speed does.
+static inline int num_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+// FNV-1a over bytes: hashes of parameters, optimizer state and data in logs and tests.
+static inline uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
+    const unsigned char* p = (const unsigned char*)data;
+    for (size_t i = 0; i < n; i++) { h ^= p[i]; h *= 0x100000001b3ull; }
+    return h;
+}
+#define FNV_INIT 0xcbf29ce484222325ull
+
+#endif // ZT_DEVICE_CUH

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# test/run_tests.sh — the whole suite (what `make test` runs after building the test binaries).
+#   1. test/test_bf16 and test/test_fp32: every C test case, in both precisions
+#   2. the nvcc build with warnings as errors (skipped, and said so, when nvcc is missing)
+#   3. the PyTorch fixtures regenerated and compared with the committed ones (skipped, and said
+#      so, when python3-torch is missing; CI installs it)
+# Prints every case and ends with one line "N passed, N failed" over all of them.
+set -u
+cd "$(dirname "$0")/.."
+passed=0; failed=0; skipped=0
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_rmaps_base_oversubscribe=1
+
+count() { # add the "N passed, N failed" of a test binary's output
+    local line; line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$1" | tail -n 1)
+    if [ -z "$line" ]; then failed=$((failed + 1)); echo "FAIL $2 (no summary line: crashed?)"; return; fi
+    passed=$((passed + $(echo "$line" | cut -d' ' -f1)))
+    failed=$((failed + $(echo "$line" | cut -d' ' -f3)))
+}
+
+for bin in test/test_bf16 test/test_fp32; do
+    echo "=== $bin"
+    log=$(mktemp)
+    "$bin" ${TEST_FILTER:-} 2>&1 | tee "$log"
+    count "$log" "$bin"
+    rm -f "$log"
+done
+
+echo "=== nvcc build (warnings are errors)"
+if [ "${NVCC_CHECK:-no}" = yes ]; then
+    if make -s nvcc-check; then echo "PASS nvcc_build"; passed=$((passed + 1))
+    else echo "FAIL nvcc_build"; failed=$((failed + 1)); fi
+else
+    echo "SKIP nvcc_build: nvcc not found"; skipped=$((skipped + 1))
+fi
+
+echo "=== PyTorch fixtures regenerated and compared"
+if /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null; then
+    if /usr/bin/python3 dev/reference.py --check test/fixtures; then
+        echo "PASS fixtures_regenerate"; passed=$((passed + 1))
+    else
+        echo "FAIL fixtures_regenerate"; failed=$((failed + 1))
+    fi
+else
+    echo "SKIP fixtures_regenerate: /usr/bin/python3 has no torch (apt-get install python3-torch)"; skipped=$((skipped + 1))
+fi
+
+[ "$skipped" -gt 0 ] && echo "($skipped skipped: see SKIP lines above)"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

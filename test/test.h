@@ -1,0 +1,111 @@
+// test/test.h — a tiny test framework: TEST(name) registers a case, CHECK records a failure.
+//
+// The test binary runs every registered case (or those whose name contains argv[1]) and ends
+// with the line "N passed, N failed" that CI reads. A case fails if any CHECK in it failed.
+// defines: TEST, CHECK, CHECKF, test_run_all, test_run_cmd, test_tmpdir
+#ifndef ZT_TEST_H
+#define ZT_TEST_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdarg.h>
+#include <time.h>
+#include <sys/wait.h>
+
+typedef void (*test_fn)(void);
+typedef struct { const char* name; test_fn fn; } TestCase;
+
+static TestCase g_tests[512];
+static int g_ntests = 0;
+static int g_test_failed = 0;      // failures recorded in the running case
+static const char* g_test_name = "";
+
+static inline int test_register(const char* name, test_fn fn) {
+    if (g_ntests >= (int)(sizeof(g_tests) / sizeof(g_tests[0]))) { fprintf(stderr, "too many tests\n"); exit(1); }
+    g_tests[g_ntests].name = name;
+    g_tests[g_ntests].fn = fn;
+    return g_ntests++;
+}
+
+#define TEST(name)                                                          \
+    static void test_##name(void);                                          \
+    static int test_reg_##name = test_register(#name, test_##name);         \
+    static void test_##name(void)
+
+// CHECK(cond): on failure print the expression, file:line and keep going (the case fails).
+#define CHECK(cond) CHECKF(cond, "%s", "")
+// CHECKF(cond, fmt, ...): as CHECK, with a printf-style explanation.
+#define CHECKF(cond, ...)                                                   \
+    do {                                                                    \
+        if (!(cond)) {                                                      \
+            g_test_failed++;                                                \
+            fprintf(stdout, "    CHECK FAILED %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stdout, __VA_ARGS__);                                   \
+            fprintf(stdout, "\n");                                          \
+            fflush(stdout);                                                 \
+        }                                                                   \
+    } while (0)
+
+// Run a shell command, capture up to cap-1 bytes of its combined stdout+stderr into out
+// (may be NULL), return its exit status (or -1 if it could not be run).
+static inline int test_run_cmd(const char* cmd, char* out, size_t cap) {
+    char full[8192];
+    snprintf(full, sizeof(full), "(%s) 2>&1", cmd);
+    FILE* p = popen(full, "r");
+    if (!p) return -1;
+    size_t n = 0;
+    char buf[4096];
+    size_t got;
+    while ((got = fread(buf, 1, sizeof(buf), p)) > 0) {
+        if (out && n + 1 < cap) {
+            size_t take = got < cap - 1 - n ? got : cap - 1 - n;
+            memcpy(out + n, buf, take);
+            n += take;
+        }
+    }
+    if (out && cap) out[n] = 0;
+    int st = pclose(p);
+    if (st == -1) return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+// A fresh scratch directory for this test process (created once, under $TMPDIR or /tmp).
+static inline const char* test_tmpdir(void) {
+    static char dir[512] = {0};
+    if (!dir[0]) {
+        const char* base = getenv("TMPDIR");
+        snprintf(dir, sizeof(dir), "%s/zt_test_XXXXXX", base && base[0] ? base : "/tmp");
+        if (!mkdtemp(dir)) { perror("mkdtemp"); exit(1); }
+    }
+    return dir;
+}
+
+static inline double test_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+// Run all cases whose name contains `filter` (NULL: all). Prints one line per case and the
+// final summary; returns 0 if everything passed.
+static inline int test_run_all(const char* filter) {
+    int passed = 0, failed = 0;
+    for (int i = 0; i < g_ntests; i++) {
+        if (filter && !strstr(g_tests[i].name, filter)) continue;
+        g_test_failed = 0;
+        g_test_name = g_tests[i].name;
+        printf("RUN  %s\n", g_tests[i].name);
+        fflush(stdout);
+        double t0 = test_now_s();
+        g_tests[i].fn();
+        double dt = test_now_s() - t0;
+        if (g_test_failed) { failed++; printf("FAIL %s (%.1f s)\n", g_tests[i].name, dt); }
+        else { passed++; printf("PASS %s (%.1f s)\n", g_tests[i].name, dt); }
+        fflush(stdout);
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
+
+#endif // ZT_TEST_H

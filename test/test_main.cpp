@@ -1,0 +1,24 @@
+// test/test_main.cpp — the test program: includes the trainer, registers every test, runs them.
+//
+//   test/test_bf16 [filter]          run the tests whose name contains filter (all by default)
+//   test/test_bf16 --train [flags]   be the trainer (./train), e.g. under mpirun for ZeRO tests
+// Built twice by the Makefile: test_bf16 (BF16 storage) and test_fp32 (FP32, tight tolerances).
+#ifndef TESTING
+#define TESTING
+#endif
+#include "../train_gpt.cu"   // defines: the whole trainer; train_main instead of main
+#include "test.h"            // defines: TEST, CHECK, test_run_all
+#include "fixture.h"         // defines: Fixture, fixture_load, fixture_get
+#include "test_data.h"       // tests: dataloader, tokenizer
+#include "test_ops.h"        // tests: every op against float64 finite differences
+#include "test_model.h"      // tests: the model against PyTorch; recompute; stages at one rank
+#include "test_cli.h"        // tests: the trainer as a process: bad input, checkpoints, resume
+
+int main(int argc, char** argv) {
+    if (argc > 1 && !strcmp(argv[1], "--train")) return train_main(argc - 1, argv + 1);
+    ssize_t n = readlink("/proc/self/exe", g_test_self, sizeof(g_test_self) - 1);
+    if (n > 0) g_test_self[n] = 0;
+    int rc = test_run_all(argc > 1 ? argv[1] : NULL);
+    comm_finalize();
+    return rc;
+}

@@ -1,0 +1,458 @@
+// test/test_ops.h — every op, through the same dispatchers the model calls, against float64.
+//
+// For each op: an independent float64 forward written here from the definition (not from the
+// op's code); the op's forward must match it; the op's backward must match central finite
+// differences of L = sum(dout * forward_f64(inputs)) taken in float64 at the op's (rounded)
+// inputs. Sizes are odd on purpose (nothing a multiple of 8, attention longer than a key tile).
+// Tolerances: test/tolerances.h.
+
+#include "tolerances.h"
+
+// ---- helpers
+
+static double ops_relerr(const double* a, const double* b, int64_t n) {
+    double num = 0.0, den = 0.0;
+    for (int64_t i = 0; i < n; i++) { num += (a[i] - b[i]) * (a[i] - b[i]); den += b[i] * b[i]; }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+// Random floatX values (from N(0, scale)) and their exact float64 copies.
+static void ops_rand(floatX* x, double* xd, int64_t n, double scale, uint64_t seed) {
+    uint64_t key = rng_key(seed, 0x54455354ull, n);
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = rn((float)(scale * rng_normal(key, (uint64_t)i)));
+        xd[i] = ld(x[i]);
+    }
+}
+static void ops_to_d(const floatX* x, double* d, int64_t n) { for (int64_t i = 0; i < n; i++) d[i] = ld(x[i]); }
+static void ops_f_to_d(const float* x, double* d, int64_t n) { for (int64_t i = 0; i < n; i++) d[i] = x[i]; }
+
+// Central finite difference of f(params) with respect to every element of params[0..n).
+typedef double (*OpsLossFn)(void* ctx);
+static void ops_fd(double* params, int64_t n, OpsLossFn f, void* ctx, double* grad) {
+    for (int64_t i = 0; i < n; i++) {
+        double x = params[i], h = 1e-4 * (fabs(x) > 1.0 ? fabs(x) : 1.0);
+        params[i] = x + h;
+        double up = f(ctx);
+        params[i] = x - h;
+        double dn = f(ctx);
+        params[i] = x;
+        grad[i] = (up - dn) / (2 * h);
+    }
+}
+
+static void ops_workspace(void) {
+    if (!g_work) {
+        g_work_floats = 1u << 23;
+        g_work = (float*)dev_alloc(TAG_WORK, g_work_floats * sizeof(float));
+    }
+}
+
+static double gelu_d(double x) { return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
+
+// ---- matmul + bias (+ GELU)
+
+typedef struct { int N, C, OC, gelu_in; double *inp, *w, *b, *dout; } MatmulRef;
+
+// out = (gelu_in ? gelu(inp) : inp) @ w^T + b; returns sum(dout * out); out may be NULL
+static double matmul_ref(void* ctx_, double* out) {
+    MatmulRef* m = (MatmulRef*)ctx_;
+    double L = 0.0;
+    for (int i = 0; i < m->N; i++)
+        for (int o = 0; o < m->OC; o++) {
+            double s = m->b[o];
+            for (int c = 0; c < m->C; c++) {
+                double x = m->inp[i * m->C + c];
+                s += (m->gelu_in ? gelu_d(x) : x) * m->w[o * m->C + c];
+            }
+            if (out) out[i * m->OC + o] = s;
+            L += m->dout[i * m->OC + o] * s;
+        }
+    return L;
+}
+static double matmul_loss(void* ctx) { return matmul_ref(ctx, NULL); }
+
+// Errors of the matmul op (forward, dinp, dweight, dbias) against the float64 reference.
+static void matmul_errors(int gelu_in, double err[4]) {
+    ops_workspace();
+    const int N = 7, C = 13, OC = 11;
+    floatX *inp = (floatX*)calloc(N * C, sizeof(floatX)), *w = (floatX*)calloc(OC * C, sizeof(floatX));
+    floatX *b = (floatX*)calloc(OC, sizeof(floatX)), *dout = (floatX*)calloc(N * OC, sizeof(floatX));
+    floatX *out = (floatX*)calloc(N * OC, sizeof(floatX)), *dinp = (floatX*)calloc(N * C, sizeof(floatX));
+    floatX *ginp = (floatX*)calloc(N * C, sizeof(floatX)); // gelu(inp) when gelu_in
+    float *dw = (float*)calloc(OC * C, sizeof(float)), *db = (float*)calloc(OC, sizeof(float));
+    double *inpd = (double*)calloc(N * C, 8), *wd = (double*)calloc(OC * C, 8), *bd = (double*)calloc(OC, 8);
+    double *doutd = (double*)calloc(N * OC, 8), *ref = (double*)calloc(N * OC, 8), *got = (double*)calloc(N * OC + N * C + OC * C, 8);
+    double *fd = (double*)calloc(N * C + OC * C + OC, 8);
+    ops_rand(inp, inpd, N * C, 1.0, 1);
+    ops_rand(w, wd, OC * C, 0.5, 2);
+    ops_rand(b, bd, OC, 0.5, 3);
+    ops_rand(dout, doutd, N * OC, 1.0, 4);
+    MatmulRef m = {N, C, OC, gelu_in, inpd, wd, bd, doutd};
+    const floatX* x = inp;
+    if (gelu_in) { op_gelu_forward(ginp, inp, N * C); x = ginp; }
+    op_matmul_forward(out, NULL, x, w, b, N, C, OC);
+    matmul_ref(&m, ref);
+    ops_to_d(out, got, N * OC);
+    err[0] = ops_relerr(got, ref, N * OC);
+    op_matmul_backward(dinp, dw, db, dout, x, w, gelu_in ? inp : NULL, N, C, OC);
+    ops_fd(inpd, N * C, matmul_loss, &m, fd);
+    ops_to_d(dinp, got, N * C);
+    err[1] = ops_relerr(got, fd, N * C);
+    ops_fd(wd, OC * C, matmul_loss, &m, fd);
+    ops_f_to_d(dw, got, OC * C);
+    err[2] = ops_relerr(got, fd, OC * C);
+    ops_fd(bd, OC, matmul_loss, &m, fd);
+    ops_f_to_d(db, got, OC);
+    err[3] = ops_relerr(got, fd, OC);
+    free(inp); free(w); free(b); free(dout); free(out); free(dinp); free(ginp); free(dw); free(db);
+    free(inpd); free(wd); free(bd); free(doutd); free(ref); free(got); free(fd);
+}
+
+TEST(op_matmul) {
+    double e[4];
+    matmul_errors(0, e);
+    CHECKF(e[0] < TOL_OP_FWD, "forward %.3g", e[0]);
+    CHECKF(e[1] < TOL_OP_BWD, "dinp %.3g", e[1]);
+    CHECKF(e[2] < TOL_OP_BWD, "dweight %.3g", e[2]);
+    CHECKF(e[3] < TOL_OP_BWD, "dbias %.3g", e[3]);
+    printf("    matmul: fwd %.2e dinp %.2e dw %.2e db %.2e\n", e[0], e[1], e[2], e[3]);
+}
+
+// The MLP's second matmul reads gelu(pre): its backward fuses GELU's derivative into dinp.
+TEST(op_matmul_gelu_input) {
+    double e[4];
+    matmul_errors(1, e);
+    CHECKF(e[0] < TOL_OP_FWD, "forward %.3g", e[0]);
+    CHECKF(e[1] < TOL_OP_BWD, "dpre (through GELU) %.3g", e[1]);
+    CHECKF(e[2] < TOL_OP_BWD, "dweight %.3g", e[2]);
+    CHECKF(e[3] < TOL_OP_BWD, "dbias %.3g", e[3]);
+    printf("    matmul(gelu(x)): fwd %.2e dpre %.2e dw %.2e db %.2e\n", e[0], e[1], e[2], e[3]);
+}
+
+// The forward with GELU writes both the pre-activation and gelu of its *rounded* value.
+TEST(op_matmul_gelu_output) {
+    ops_workspace();
+    const int N = 5, C = 9, OC = 17;
+    floatX inp[N * C], w[OC * C], b[OC], pre[N * OC], out[N * OC];
+    double inpd[N * C], wd[OC * C], bd[OC], pred[N * OC], outd[N * OC], refpre[N * OC], refout[N * OC];
+    ops_rand(inp, inpd, N * C, 1.0, 5);
+    ops_rand(w, wd, OC * C, 0.5, 6);
+    ops_rand(b, bd, OC, 0.5, 7);
+    op_matmul_forward(out, pre, inp, w, b, N, C, OC);
+    for (int i = 0; i < N; i++)
+        for (int o = 0; o < OC; o++) {
+            double s = bd[o];
+            for (int c = 0; c < C; c++) s += inpd[i * C + c] * wd[o * C + c];
+            refpre[i * OC + o] = s;
+            refout[i * OC + o] = gelu_d(s);
+        }
+    ops_to_d(pre, pred, N * OC);
+    ops_to_d(out, outd, N * OC);
+    double e1 = ops_relerr(pred, refpre, N * OC), e2 = ops_relerr(outd, refout, N * OC);
+    CHECKF(e1 < TOL_OP_FWD, "pre-activation %.3g", e1);
+    CHECKF(e2 < TOL_OP_FWD, "gelu output %.3g", e2);
+    // recomputing GELU from the stored pre-activation gives the same bits (what -r 1 relies on)
+    floatX again[N * OC];
+    op_gelu_forward(again, pre, N * OC);
+    CHECK(memcmp(again, out, sizeof(out)) == 0);
+}
+
+// Proof that the gradient checks can fail: drop the bias-gradient term and the check must see it.
+TEST(op_broken_backward_is_caught) {
+    double e[4];
+    g_fault_drop_bias_grad = 1;
+    matmul_errors(0, e);
+    g_fault_drop_bias_grad = 0;
+    CHECKF(e[3] > 0.5, "a backward without its bias gradient passed the check (err %.3g)", e[3]);
+    CHECKF(!(e[3] < TOL_OP_BWD), "the dbias check did not fail");
+    matmul_errors(0, e);
+    CHECKF(e[3] < TOL_OP_BWD, "restored backward: dbias %.3g", e[3]);
+}
+
+// ---- residual + layernorm
+
+typedef struct { int N, C; double *a, *b, *w, *bias, *dout, *dres; } LnRef;
+
+static double ln_ref(void* ctx_, double* out) {
+    LnRef* r = (LnRef*)ctx_;
+    double L = 0.0;
+    for (int i = 0; i < r->N; i++) {
+        double x[64], mean = 0.0, var = 0.0;
+        for (int c = 0; c < r->C; c++) { x[c] = r->a[i * r->C + c] + r->b[i * r->C + c]; mean += x[c]; }
+        mean /= r->C;
+        for (int c = 0; c < r->C; c++) var += (x[c] - mean) * (x[c] - mean);
+        var /= r->C;
+        double s = 1.0 / sqrt(var + 1e-5);
+        for (int c = 0; c < r->C; c++) {
+            double y = (x[c] - mean) * s * r->w[c] + r->bias[c];
+            if (out) out[i * r->C + c] = y;
+            L += r->dout[i * r->C + c] * y + r->dres[i * r->C + c] * x[c]; // x also flows on in the residual
+        }
+    }
+    return L;
+}
+static double ln_loss(void* ctx) { return ln_ref(ctx, NULL); }
+
+TEST(op_residual_layernorm) {
+    ops_workspace();
+    const int N = 5, C = 19;
+    floatX a[N * C], b[N * C], w[C], bias[C], dout[N * C], dres[N * C], res[N * C], out[N * C];
+    double ad[N * C], bd[N * C], wd[C], biasd[C], doutd[N * C], dresd[N * C], ref[N * C], got[N * C], fd[N * C];
+    float mean[N], rstd[N], dw[C] = {0}, db[C] = {0};
+    ops_rand(a, ad, N * C, 1.0, 11);
+    ops_rand(b, bd, N * C, 1.0, 12);
+    ops_rand(w, wd, C, 1.0, 13);
+    ops_rand(bias, biasd, C, 1.0, 14);
+    ops_rand(dout, doutd, N * C, 1.0, 15);
+    ops_rand(dres, dresd, N * C, 1.0, 16);
+    op_residual_layernorm_forward(res, out, mean, rstd, a, b, w, bias, N, C);
+    // the reference normalises the rounded residual, as the op defines
+    double resd[N * C], zero[N * C] = {0};
+    ops_to_d(res, resd, N * C);
+    LnRef r = {N, C, resd, zero, wd, biasd, doutd, dresd};
+    ln_ref(&r, ref);
+    ops_to_d(out, got, N * C);
+    double ef = ops_relerr(got, ref, N * C);
+    CHECKF(ef < TOL_OP_FWD, "forward %.3g", ef);
+    // residual = a + b
+    for (int i = 0; i < N * C; i++) ref[i] = ad[i] + bd[i];
+    double er = ops_relerr(resd, ref, N * C);
+    CHECKF(er < TOL_OP_FWD, "residual %.3g", er);
+    // backward: dres += d through the normalisation (dres on entry is the residual stream's gradient)
+    floatX dinp[N * C];
+    memcpy(dinp, dres, sizeof(dinp));
+    op_layernorm_backward(dinp, dw, db, dout, res, w, mean, rstd, N, C);
+    LnRef r2 = {N, C, ad, bd, wd, biasd, doutd, dresd};
+    ops_fd(ad, N * C, ln_loss, &r2, fd);
+    ops_to_d(dinp, got, N * C);
+    double ei = ops_relerr(got, fd, N * C);
+    double fdw[C], fdb[C], gw[C], gb[C];
+    ops_fd(wd, C, ln_loss, &r2, fdw);
+    ops_fd(biasd, C, ln_loss, &r2, fdb);
+    ops_f_to_d(dw, gw, C);
+    ops_f_to_d(db, gb, C);
+    double ew = ops_relerr(gw, fdw, C), eb = ops_relerr(gb, fdb, C);
+    CHECKF(ei < TOL_OP_BWD, "dinp %.3g", ei);
+    CHECKF(ew < TOL_OP_BWD, "dweight %.3g", ew);
+    CHECKF(eb < TOL_OP_BWD, "dbias %.3g", eb);
+    printf("    layernorm: fwd %.2e res %.2e dinp %.2e dw %.2e db %.2e\n", ef, er, ei, ew, eb);
+    // normalising the stored residual again (no add) reproduces the bits (what -r 2 relies on)
+    floatX out2[N * C];
+    float mean2[N], rstd2[N];
+    op_residual_layernorm_forward(NULL, out2, mean2, rstd2, res, NULL, w, bias, N, C);
+    CHECK(memcmp(out2, out, sizeof(out)) == 0 && memcmp(mean2, mean, sizeof(mean)) == 0 && memcmp(rstd2, rstd, sizeof(rstd)) == 0);
+}
+
+// ---- attention
+
+typedef struct { int B, T, C, NH; double *qkv, *dout; } AttRef;
+
+static double att_ref(void* ctx_, double* out, double* lse) {
+    AttRef* a = (AttRef*)ctx_;
+    int B = a->B, T = a->T, C = a->C, NH = a->NH, HS = C / NH;
+    double scale = 1.0 / sqrt((double)HS), L = 0.0;
+    double* p = (double*)malloc(sizeof(double) * T);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < T; i++) {
+                const double* q = a->qkv + ((int64_t)b * T + i) * 3 * C + h * HS;
+                double mx = -1e300;
+                for (int j = 0; j <= i; j++) {
+                    const double* k = a->qkv + ((int64_t)b * T + j) * 3 * C + C + h * HS;
+                    double s = 0.0;
+                    for (int d = 0; d < HS; d++) s += q[d] * k[d];
+                    p[j] = s * scale;
+                    mx = p[j] > mx ? p[j] : mx;
+                }
+                double sum = 0.0;
+                for (int j = 0; j <= i; j++) { p[j] = exp(p[j] - mx); sum += p[j]; }
+                if (lse) lse[((int64_t)b * NH + h) * T + i] = mx + log(sum);
+                for (int d = 0; d < HS; d++) {
+                    double o = 0.0;
+                    for (int j = 0; j <= i; j++) o += p[j] / sum * a->qkv[((int64_t)b * T + j) * 3 * C + 2 * C + h * HS + d];
+                    if (out) out[((int64_t)b * T + i) * C + h * HS + d] = o;
+                    L += a->dout[((int64_t)b * T + i) * C + h * HS + d] * o;
+                }
+            }
+    free(p);
+    return L;
+}
+static double att_loss(void* ctx) { return att_ref(ctx, NULL, NULL); }
+
+TEST(op_attention) {
+    ops_workspace();
+    const int B = 2, T = ATT_BK + 7, NH = 2, C = 6; // T spans two key tiles; head size 3
+    int64_t nq = (int64_t)B * T * 3 * C, no = (int64_t)B * T * C;
+    floatX *qkv = (floatX*)calloc(nq, sizeof(floatX)), *out = (floatX*)calloc(no, sizeof(floatX));
+    floatX *dout = (floatX*)calloc(no, sizeof(floatX)), *dqkv = (floatX*)calloc(nq, sizeof(floatX));
+    float* lse = (float*)calloc(B * NH * T, sizeof(float));
+    double *qkvd = (double*)calloc(nq, 8), *doutd = (double*)calloc(no, 8), *ref = (double*)calloc(no, 8), *got = (double*)calloc(nq, 8);
+    double *lsed = (double*)calloc(B * NH * T, 8), *lseg = (double*)calloc(B * NH * T, 8), *fd = (double*)calloc(nq, 8);
+    ops_rand(qkv, qkvd, nq, 1.0, 21);
+    ops_rand(dout, doutd, no, 1.0, 22);
+    op_attention_forward(out, lse, qkv, B, T, C, NH);
+    AttRef a = {B, T, C, NH, qkvd, doutd};
+    att_ref(&a, ref, lsed);
+    ops_to_d(out, got, no);
+    double ef = ops_relerr(got, ref, no);
+    ops_f_to_d(lse, lseg, B * NH * T);
+    double el = ops_relerr(lseg, lsed, B * NH * T);
+    op_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH);
+    ops_fd(qkvd, nq, att_loss, &a, fd);
+    ops_to_d(dqkv, got, nq);
+    double eb = ops_relerr(got, fd, nq);
+    CHECKF(ef < TOL_OP_FWD, "forward %.3g", ef);
+    CHECKF(el < TOL_OP_FWD, "lse %.3g", el);
+    CHECKF(eb < TOL_OP_BWD, "dqkv %.3g", eb);
+    printf("    attention: fwd %.2e lse %.2e dqkv %.2e\n", ef, el, eb);
+    free(qkv); free(out); free(dout); free(dqkv); free(lse); free(qkvd); free(doutd); free(ref); free(got);
+    free(lsed); free(lseg); free(fd);
+}
+
+// ---- embedding
+
+typedef struct { int B, T, C; const int* tok; double *wte, *wpe, *dout; } EncRef;
+static double enc_loss(void* ctx_) {
+    EncRef* e = (EncRef*)ctx_;
+    double L = 0.0;
+    for (int i = 0; i < e->B * e->T; i++)
+        for (int c = 0; c < e->C; c++)
+            L += e->dout[i * e->C + c] * (e->wte[e->tok[i] * e->C + c] + e->wpe[(i % e->T) * e->C + c]);
+    return L;
+}
+
+TEST(op_encoder) {
+    ops_workspace();
+    const int B = 3, T = 5, C = 7, V = 11;
+    int tok[B * T] = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9}; // repeats: the backward must sum them
+    floatX wte[V * C], wpe[T * C], dout[B * T * C], out[B * T * C];
+    double wted[V * C], wped[T * C], doutd[B * T * C], got[V * C], fd[V * C], ref[B * T * C], outd[B * T * C];
+    float dwte[V * C] = {0}, dwpe[T * C] = {0};
+    ops_rand(wte, wted, V * C, 1.0, 31);
+    ops_rand(wpe, wped, T * C, 1.0, 32);
+    ops_rand(dout, doutd, B * T * C, 1.0, 33);
+    op_encoder_forward(out, tok, wte, wpe, B, T, C);
+    for (int i = 0; i < B * T; i++)
+        for (int c = 0; c < C; c++) ref[i * C + c] = wted[tok[i] * C + c] + wped[(i % T) * C + c];
+    ops_to_d(out, outd, B * T * C);
+    double ef = ops_relerr(outd, ref, B * T * C);
+    op_encoder_backward(dwte, dwpe, dout, tok, B, T, C, V);
+    EncRef e = {B, T, C, tok, wted, wped, doutd};
+    ops_fd(wted, V * C, enc_loss, &e, fd);
+    ops_f_to_d(dwte, got, V * C);
+    double e1 = ops_relerr(got, fd, V * C);
+    ops_fd(wped, T * C, enc_loss, &e, fd);
+    ops_f_to_d(dwpe, got, T * C);
+    double e2 = ops_relerr(got, fd, T * C);
+    CHECKF(ef < TOL_OP_FWD, "forward %.3g", ef);
+    CHECKF(e1 < TOL_OP_BWD, "dwte %.3g", e1);
+    CHECKF(e2 < TOL_OP_BWD, "dwpe %.3g", e2);
+    printf("    encoder: fwd %.2e dwte %.2e dwpe %.2e\n", ef, e1, e2);
+}
+
+// ---- LM head + softmax cross-entropy (padded vocabulary masked)
+
+typedef struct { int N, C, V, Vp; const int* tgt; double *x, *wte; double dloss; } ClsRef;
+static double cls_ref(void* ctx_, double* losses, double* logits) {
+    ClsRef* r = (ClsRef*)ctx_;
+    double L = 0.0;
+    double* z = (double*)malloc(sizeof(double) * r->V);
+    for (int n = 0; n < r->N; n++) {
+        double mx = -1e300, sum = 0.0;
+        for (int j = 0; j < r->V; j++) {
+            double s = 0.0;
+            for (int c = 0; c < r->C; c++) s += r->x[n * r->C + c] * r->wte[j * r->C + c];
+            z[j] = s;
+            if (logits) logits[n * r->V + j] = s;
+            mx = s > mx ? s : mx;
+        }
+        for (int j = 0; j < r->V; j++) sum += exp(z[j] - mx);
+        double loss = mx + log(sum) - z[r->tgt[n]];
+        if (losses) losses[n] = loss;
+        L += r->dloss * loss;
+    }
+    free(z);
+    return L;
+}
+static double cls_loss(void* ctx) { return cls_ref(ctx, NULL, NULL); }
+
+TEST(op_lm_head_cross_entropy) {
+    ops_workspace();
+    const int N = 5, C = 9, V = 13, Vp = 16;
+    int tgt[N] = {0, 12, 7, 7, 3};
+    floatX x[N * C], wte[Vp * C], logits[N * Vp], dx[N * C];
+    double xd[N * C], wted[Vp * C], ref[N * V], got[Vp * C], fd[Vp * C], lref[N], lgot[N];
+    float losses[N], dwte[Vp * C] = {0};
+    ops_rand(x, xd, N * C, 1.0, 41);
+    ops_rand(wte, wted, Vp * C, 1.0, 42);
+    for (int i = V * C; i < Vp * C; i++) { wte[i] = rn(0.0f); wted[i] = 0.0; } // padded rows are zero
+    float dloss = 1.0f / N;
+    op_lm_head_forward(logits, losses, x, wte, tgt, dloss, 0, N, C, V, Vp); // losses only
+    ClsRef r = {N, C, V, Vp, tgt, xd, wted, dloss};
+    cls_ref(&r, lref, ref);
+    double lg[N * V];
+    for (int n = 0; n < N; n++)
+        for (int j = 0; j < V; j++) lg[n * V + j] = ld(logits[n * Vp + j]);
+    double ez = ops_relerr(lg, ref, N * V);
+    ops_f_to_d(losses, lgot, N);
+    double el = ops_relerr(lgot, lref, N);
+    // training: dlogits in place, then the matmul backward gives dx and dwte
+    op_lm_head_forward(logits, losses, x, wte, tgt, dloss, 1, N, C, V, Vp);
+    int pad_zero = 1;
+    for (int n = 0; n < N; n++)
+        for (int j = V; j < Vp; j++) pad_zero &= ld(logits[n * Vp + j]) == 0.0f;
+    op_matmul_backward(dx, dwte, NULL, logits, x, wte, NULL, N, C, Vp);
+    ops_fd(xd, N * C, cls_loss, &r, fd);
+    ops_to_d(dx, got, N * C);
+    double ex = ops_relerr(got, fd, N * C);
+    ops_fd(wted, V * C, cls_loss, &r, fd); // real rows; padded rows must get exactly 0
+    ops_f_to_d(dwte, got, Vp * C);
+    double ew = ops_relerr(got, fd, V * C);
+    int pad_grad_zero = 1;
+    for (int i = V * C; i < Vp * C; i++) pad_grad_zero &= dwte[i] == 0.0f;
+    CHECKF(ez < TOL_OP_FWD, "logits %.3g", ez);
+    CHECKF(el < TOL_OP_FWD, "losses %.3g", el);
+    CHECKF(ex < TOL_OP_BWD, "dx %.3g", ex);
+    CHECKF(ew < TOL_OP_BWD, "dwte %.3g", ew);
+    CHECK(pad_zero);
+    CHECK(pad_grad_zero);
+    printf("    lm head: logits %.2e losses %.2e dx %.2e dwte %.2e\n", ez, el, ex, ew);
+}
+
+// ---- AdamW: one update against the documented formula in float64
+
+TEST(op_adamw) {
+    const int n = 37;
+    floatX p[n];
+    float master[n], m[n], v[n], g[n];
+    double md[n], vd[n], wd_[n], gd[n];
+    uint64_t key = rng_key(7, 8, 9);
+    for (int i = 0; i < n; i++) {
+        master[i] = (float)rng_normal(key, 4 * i);
+        m[i] = (float)(0.1 * rng_normal(key, 4 * i + 1));
+        v[i] = (float)fabs(0.01 * rng_normal(key, 4 * i + 2));
+        g[i] = (float)rng_normal(key, 4 * i + 3);
+        wd_[i] = master[i]; md[i] = m[i]; vd[i] = v[i]; gd[i] = g[i];
+    }
+    Segment segs[2] = {{0, 20, 1}, {24, 13, 0}}; // elements 20..23 are padding: untouched
+    AdamWParams hp = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 0, 0};
+    adamw_bias_corrections(&hp, 3);
+    float before[n];
+    memcpy(before, master, sizeof(before));
+    op_adamw(p, master, m, v, g, segs, 2, &hp);
+    double err = 0.0, scale = 0.0;
+    double bc1 = 1 - pow(0.9, 3), bc2 = 1 - pow(0.95, 3);
+    for (int s = 0; s < 2; s++)
+        for (int i = (int)segs[s].off; i < segs[s].off + segs[s].len; i++) {
+            double gg = gd[i] * 0.5, mm = 0.9 * md[i] + 0.1 * gg, vv = 0.95 * vd[i] + 0.05 * gg * gg;
+            double u = (mm / bc1) / (sqrt(vv / bc2) + 1e-8);
+            double w = wd_[i] - 1e-2 * (u + (segs[s].decay ? 0.1 : 0.0) * wd_[i]);
+            err = fmax(err, fabs(w - master[i]) / fabs(w) + fabs(mm - m[i]) / (fabs(mm) + 1e-30) + fabs(vv - v[i]) / vv);
+            scale = fmax(scale, fabs(w));
+            floatX want = rn(master[i]);
+            CHECK(memcmp(&p[i], &want, sizeof(floatX)) == 0); // the parameter is the master rounded to nearest
+        }
+    for (int i = 20; i < 24; i++) CHECK(master[i] == before[i]);
+    CHECKF(err < 1e-5, "max relative error %.3g", err);
+}

@@ -1,0 +1,41 @@
+// test/tolerances.h — every numerical tolerance of the suite, in one place, with its reason.
+// All are relative L2 errors ||ours - reference|| / ||reference|| over a whole tensor.
+//
+// FP32 build: ops sum in FP32 in a different order than the float64 reference; a sum of n terms
+// carries a relative error of about n * 2^-24 in the worst case and sqrt(n) * 2^-24 typically.
+// With the sizes here (n <= 200) that is < 1e-5.
+//
+// BF16 build: every stored tensor is rounded to 8 significant bits (relative error up to
+// 2^-9 = 2.0e-3 per element, ~1.1e-3 RMS). An op's output carries one such rounding; a backward
+// carries its output rounding plus the rounding of the intermediate BF16 tensors it reads
+// (e.g. attention's dq uses a D computed from the rounded output), so a few roundings compound.
+// Through a whole model the roundings accumulate with depth: each of the ~10 rounded tensors per
+// layer adds ~1e-3 RMS, and gradients, which are differences of nearly equal terms, lose more.
+#ifndef ZT_TOLERANCES_H
+#define ZT_TOLERANCES_H
+
+#ifdef ENABLE_FP32
+#define TOL_OP_FWD     1e-5  // one FP32 sum order against float64
+#define TOL_OP_BWD     1e-5  // the same for gradients (finite differences in float64 are exact to ~1e-9)
+#define TOL_MODEL_FWD  1e-5  // logits of a 2-layer model: a chain of ~10 FP32 ops
+#define TOL_MODEL_LOSS 1e-6  // the mean loss averages the per-token errors away
+#define TOL_MODEL_GRAD 1e-4  // parameter gradients: sums over B*T rows of products of the above
+#define TOL_TRAJ_LOSS  1e-5  // 10 AdamW steps: losses stay within the per-step gradient error
+#define TOL_TRAJ_PARAM 3e-4  // parameters after 10 steps: AdamW divides each coordinate by its own RMS
+                             // gradient, so a small gradient's relative error becomes an update error of
+                             // the same relative size (measured 7.4e-5). The key bias is excluded: its
+                             // gradient is exactly 0, so AdamW moves it on rounding noise in any precision
+#else
+#define TOL_OP_FWD     6e-3  // one BF16 rounding of the output (~1.1e-3 RMS) plus rounded inputs inside
+#define TOL_OP_BWD     1.5e-2 // output rounding + the BF16 intermediates the backward reads
+#define TOL_MODEL_FWD  2e-2  // logits after ~20 BF16 roundings through 2 layers
+#define TOL_MODEL_LOSS 2e-3  // the mean loss averages the per-token errors
+#define TOL_MODEL_GRAD 6e-2  // gradients: BF16 activation gradients through 2 layers, differences of near-equal terms
+#define TOL_TRAJ_LOSS  5e-3  // 10 steps: per-step loss error of the BF16 forward
+#define TOL_TRAJ_PARAM 6e-2  // AdamW moves every coordinate by about +-lr whatever its gradient's size, so
+                             // coordinates whose gradient is below the BF16 noise (~1e-2 of the tensor)
+                             // move by rounding noise; after 10 steps of lr ~1e-2 on weights ~2e-2
+                             // that is a few percent of the tensor (measured up to 3.4e-2)
+#endif
+
+#endif // ZT_TOLERANCES_H

@@ -1,0 +1,928 @@
+// zero.h — ZeRO-0/1/2/3: block layout, dtype table, per-stage buffers, the hooks, and the
+// communication backends behind comm_start / comm_wait.
+//
+// Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models"
+// (SC 2020). With R ranks and Psi parameters, each stage stops replicating one more thing:
+//   ZeRO-1 (P_os)      shards the optimizer state (master, m, v)
+//   ZeRO-2 (P_os+g)    also the gradients: each block's gradient is reduce-scattered as soon as
+//                      backward has produced it, and only the rank's shard is kept (in FP32)
+//   ZeRO-3 (P_os+g+p)  also the parameters: a block's full parameters are all-gathered just before
+//                      it is computed and released right after, so only ~2 layers exist at once
+//
+// BLOCKS. Parameters are stored block-major: block 0 is the io block {wte, wpe, lnfw, lnfb},
+// blocks 1..L the layers. Inside a block each tensor starts on a 16-byte (8-element) boundary;
+// the block's tail is padded to a multiple of 8*R so that it splits into R equal, aligned shards
+// of S_b = P_b / R elements. Rank r owns elements [r*S_b, (r+1)*S_b) of every block, and its
+// optimizer state is one flat array: the concatenation of its shards of all blocks.
+// Then a ZeRO-3 gather of a layer is one all-gather and its gradient reduction one reduce-scatter.
+//
+// DTYPE TABLE (the same for every stage; only *how much* of each a rank holds changes):
+//     parameters (storage, gathers)          floatX: BF16 (FP32 with PRECISION=FP32)
+//     weight gradients (compute, accumulate) FP32
+//     gradient reduction                     FP32, SUM (the loss gradient is pre-scaled by 1/(R*GA*B*T))
+//     master weights, Adam m, Adam v         FP32
+//     activations and their gradients        floatX
+//
+// THE HOOKS. The model's forward and backward never test the stage; they call these, and each
+// does what its stage needs (the io block has its own lifecycle: see zero_before_embedding).
+//
+//   hook                       | ZeRO-0             | ZeRO-1             | ZeRO-2                | ZeRO-3
+//   ---------------------------+--------------------+--------------------+-----------------------+------------------------------
+//   before block b forward     | -                  | -                  | -                     | wait gather b; start gather b+1
+//   after block b forward      | -                  | -                  | -                     | release b (not the last layer)
+//   before block b backward    | -                  | -                  | grad buffer free+zero | wait gather b; start gather b-1; grad buffer
+//   after block b backward     | last micro-step:   | last micro-step:   | reduce-scatter b into | same, then release b
+//                              |   all-reduce b     |   reduce-scatter b |   the FP32 shard      |
+//   step                       | AdamW on all       | AdamW on shard     | AdamW on shard        | AdamW on shard
+//   after step                 | -                  | all-gather params  | all-gather params     | -
+//
+// Every rank issues the same collectives in the same order, also in eval, sampling and
+// checkpointing, so that none waits forever for a partner.
+//
+// DETERMINISM. The MPI backend's reductions are an all-to-all followed by a local FP32 sum in
+// rank order (reduce-scatter), plus an all-gather (all-reduce). Scalars (loss, norm) are
+// all-gathered and summed in rank order. So at a fixed R and GA = 1, ZeRO-0, 1, 2 and 3 give
+// bit-identical runs; across R the sums associate differently (same numbers within tolerance).
+//
+// ORDERING (what a CUDA backend must guarantee with events; the CPU backend is synchronous):
+//   1. a gather into a buffer waits for the compute that last read that buffer;
+//   2. a gradient buffer's next writer waits for the reduce-scatter that reads it;
+//   3. the optimizer waits for the last reduce-scatter and for the norm;
+//   4. the next step's first gather waits for the optimizer;
+//   5. every event is created once at init; no allocation, free or synchronous copy in a step.
+// Released buffers are filled with NaN when poisoning is on (-poison 1, always in the tests),
+// and -comm-delay delays every collective: together they expose a missing wait.
+//
+// defines: Launch, launch_from_env, BlockTensor, BlockLayout, layout_*, ZeroSizes, zero_sizes,
+//          Comm, CollOp, comm_*, Zero, zero_* hooks
+#ifndef ZT_ZERO_H
+#define ZT_ZERO_H
+
+#include <errno.h>
+#include <time.h>
+#include <unistd.h>
+#include "device.cuh" // defines: floatX, dev_alloc, TAG_*, die, g_rank, g_world
+#include "adamw.cuh"  // defines: Segment, AdamWParams, op_adamw
+#ifdef USE_MPI
+#include <mpi.h>
+#endif
+
+#define TENSOR_ALIGN 8   // elements: each tensor starts 16 bytes apart in BF16 (32 in FP32)
+#define ZT_MAX_RANKS 1024
+
+// ----------------------------------------------------------------------------
+// Launch: which rank am I, of how many, and how many share my node. mpirun (Open MPI or
+// MPICH), Slurm's srun and torchrun each say it in their own environment variables; the first
+// complete set wins. With MPI the library's answer is checked against it (zero_comm_init).
+
+typedef struct {
+    int rank, world;             // this process and the world size R
+    int local_rank, local_world; // on this node
+    const char* source;          // which launcher's variables were used
+} Launch;
+
+static int env_int(const char* name, int* out) {
+    const char* s = getenv(name);
+    if (!s || !*s) return 0;
+    char* end;
+    long v = strtol(s, &end, 10);
+    if (*end || v < 0 || v > 1000000) return -1;
+    *out = (int)v;
+    return 1;
+}
+
+// Fills *L from the environment (a single process when no launcher is found). Returns 0, or -1
+// with a message in err when a launcher's variables are malformed or inconsistent.
+static int launch_from_env(Launch* L, char* err, size_t errlen) {
+    static const struct { const char *rank, *world, *lrank, *lworld, *name; } sources[] = {
+        {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "Open MPI"},
+        {"PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "MPICH (PMI)"},
+        {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL, "Slurm"},
+        {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "torchrun"},
+    };
+    L->rank = 0; L->world = 1; L->local_rank = 0; L->local_world = 1; L->source = "single process";
+    for (size_t i = 0; i < sizeof(sources) / sizeof(sources[0]); i++) {
+        int rank = -1, world = -1, lrank = 0, lworld = -1;
+        int hr = env_int(sources[i].rank, &rank), hw = env_int(sources[i].world, &world);
+        if (hr == 0 && hw == 0) continue;
+        if (hr != 1 || hw != 1) {
+            snprintf(err, errlen, "%s launch: %s=%s and %s=%s must both be set to non-negative integers",
+                     sources[i].name, sources[i].rank, getenv(sources[i].rank) ? getenv(sources[i].rank) : "(unset)",
+                     sources[i].world, getenv(sources[i].world) ? getenv(sources[i].world) : "(unset)");
+            return -1;
+        }
+        if (world < 1 || rank >= world) {
+            snprintf(err, errlen, "%s launch: rank %d is not in a world of size %d (%s, %s)",
+                     sources[i].name, rank, world, sources[i].rank, sources[i].world);
+            return -1;
+        }
+        if (env_int(sources[i].lrank, &lrank) < 0) {
+            snprintf(err, errlen, "%s launch: %s is not a non-negative integer", sources[i].name, sources[i].lrank);
+            return -1;
+        }
+        if (sources[i].lworld) {
+            if (env_int(sources[i].lworld, &lworld) < 0) {
+                snprintf(err, errlen, "%s launch: %s is not a non-negative integer", sources[i].name, sources[i].lworld);
+                return -1;
+            }
+        } else if (!strcmp(sources[i].name, "Slurm")) {
+            // SLURM_NTASKS_PER_NODE may read "4" or "4(x2)"; the leading number is this node's count
+            const char* s = getenv("SLURM_NTASKS_PER_NODE");
+            if (s && *s) lworld = atoi(s);
+        }
+        if (lworld < 1) lworld = world; // unknown: assume one node
+        if (lrank >= lworld || lworld > world) {
+            snprintf(err, errlen, "%s launch: local rank %d of %d local ranks does not fit a world of %d",
+                     sources[i].name, lrank, lworld, world);
+            return -1;
+        }
+        L->rank = rank; L->world = world; L->local_rank = lrank; L->local_world = lworld;
+        L->source = sources[i].name;
+        return 0;
+    }
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// Block layout. Built from the model's tensor list; pure arithmetic (the planner uses it too).
+
+typedef struct {
+    int tensor;      // index in the model's tensor table
+    int layer;       // 0..L-1, or -1 for io tensors
+    int64_t off;     // offset inside the block (padded coordinates)
+    int64_t len;     // elements
+    int64_t logical; // offset in the logical parameter vector (llm.c's file order, unpadded)
+    int decay;       // weight decay applies
+} BlockTensor;
+
+#define MAX_BLOCK_TENSORS 16
+
+typedef struct {
+    int nblocks, R, r;
+    int64_t* P;         // (nblocks) padded block size, a multiple of 8*R
+    int64_t* off;       // (nblocks) block offset in the full layout
+    int64_t* S;         // (nblocks) shard size P/R
+    int64_t* shard_off; // (nblocks) offset of the block's shard in the rank's flat shard arrays
+    int64_t total, shard_total, logical_total;
+    int* ntensors;                                  // (nblocks)
+    BlockTensor (*tensors)[MAX_BLOCK_TENSORS];      // (nblocks)
+} BlockLayout;
+
+// Allocate the layout for nblocks blocks; the caller then adds tensors with layout_add_tensor
+// in block order and calls layout_finish.
+static void layout_init(BlockLayout* lay, int nblocks, int R, int r) {
+    memset(lay, 0, sizeof(*lay));
+    lay->nblocks = nblocks; lay->R = R; lay->r = r;
+    lay->P = (int64_t*)calloc(nblocks, sizeof(int64_t));
+    lay->off = (int64_t*)calloc(nblocks, sizeof(int64_t));
+    lay->S = (int64_t*)calloc(nblocks, sizeof(int64_t));
+    lay->shard_off = (int64_t*)calloc(nblocks, sizeof(int64_t));
+    lay->ntensors = (int*)calloc(nblocks, sizeof(int));
+    lay->tensors = (BlockTensor(*)[MAX_BLOCK_TENSORS])calloc(nblocks, sizeof(*lay->tensors));
+}
+
+static void layout_add_tensor(BlockLayout* lay, int b, int tensor, int layer, int64_t len, int64_t logical, int decay) {
+    int k = lay->ntensors[b]++;
+    if (k >= MAX_BLOCK_TENSORS) die(1, "too many tensors in block %d (internal error)", b);
+    BlockTensor* t = &lay->tensors[b][k];
+    t->tensor = tensor; t->layer = layer; t->len = len; t->logical = logical; t->decay = decay;
+    t->off = lay->P[b];
+    lay->P[b] = round_up(lay->P[b] + len, TENSOR_ALIGN);
+    lay->logical_total += len;
+}
+
+static void layout_finish(BlockLayout* lay) {
+    int64_t off = 0, soff = 0;
+    for (int b = 0; b < lay->nblocks; b++) {
+        lay->P[b] = round_up(lay->P[b], (int64_t)TENSOR_ALIGN * lay->R); // tail padding: R aligned shards
+        lay->S[b] = lay->P[b] / lay->R;
+        lay->off[b] = off;
+        lay->shard_off[b] = soff;
+        off += lay->P[b];
+        soff += lay->S[b];
+    }
+    lay->total = off;
+    lay->shard_total = soff;
+}
+
+static void layout_free(BlockLayout* lay) {
+    free(lay->P); free(lay->off); free(lay->S); free(lay->shard_off); free(lay->ntensors); free(lay->tensors);
+    memset(lay, 0, sizeof(*lay));
+}
+
+// A run of real parameters inside the range [lo, hi) of block b: where it is relative to lo,
+// where it is in the logical vector, how long, whether it decays.
+typedef struct { int64_t local, logical, len; int decay; } Piece;
+
+// Pieces of block b's range [lo, hi) (padded block coordinates), in order. Returns the count.
+static int layout_pieces(const BlockLayout* lay, int b, int64_t lo, int64_t hi, Piece* out) {
+    int n = 0;
+    for (int k = 0; k < lay->ntensors[b]; k++) {
+        const BlockTensor* t = &lay->tensors[b][k];
+        int64_t a = t->off > lo ? t->off : lo;
+        int64_t e = t->off + t->len < hi ? t->off + t->len : hi;
+        if (a >= e) continue;
+        out[n].local = a - lo;
+        out[n].logical = t->logical + (a - t->off);
+        out[n].len = e - a;
+        out[n].decay = t->decay;
+        n++;
+    }
+    return n;
+}
+
+// The optimizer segments of the same range (what AdamW and the gradient norm walk).
+static int layout_segments(const BlockLayout* lay, int b, int64_t lo, int64_t hi, Segment* out) {
+    Piece p[MAX_BLOCK_TENSORS];
+    int n = layout_pieces(lay, b, lo, hi, p);
+    for (int i = 0; i < n; i++) { out[i].off = p[i].local; out[i].len = p[i].len; out[i].decay = p[i].decay; }
+    return n;
+}
+
+// ----------------------------------------------------------------------------
+// Per-stage buffer sizes: THE closed form. The allocator (zero_init) and the planner both call
+// this; the tests check it against a formula of their own. Elements, not bytes; see the dtype
+// table above for the element sizes.
+
+typedef struct {
+    int64_t full_params;  // [Z0,1,2] floatX, every block
+    int64_t shard_params; // [Z3]     floatX, this rank's shard of every block
+    int64_t param_bufs;   // [Z3]     floatX, io block + 2 layer blocks (one computed, one prefetched)
+    int64_t full_grads;   // [Z0,1]   FP32, every block
+    int64_t shard_grads;  // [Z2,3]   FP32, this rank's shard
+    int64_t grad_bufs;    // [Z2,3]   FP32, io block + 2 layer blocks
+    int64_t opt;          // master, m, v each: FP32, every block (Z0) or the shard (Z1,2,3)
+    int64_t comm;         // FP32 staging for the MPI reduce-scatter (one chunk per rank), when R > 1
+} ZeroSizes;
+
+#define COMM_CHUNK_FLOATS (1 << 20) // MPI reduce-scatter staging: 4 MiB, whatever the model size
+
+static inline int64_t zero_comm_chunk(const BlockLayout* lay) {
+    // elements of each shard moved per all-to-all round, a multiple of 8
+    int64_t maxS = 0;
+    for (int b = 0; b < lay->nblocks; b++) maxS = lay->S[b] > maxS ? lay->S[b] : maxS;
+    int64_t k = COMM_CHUNK_FLOATS / lay->R / TENSOR_ALIGN * TENSOR_ALIGN;
+    if (k < TENSOR_ALIGN) k = TENSOR_ALIGN;
+    return maxS < k ? maxS : k;
+}
+
+static ZeroSizes zero_sizes(const BlockLayout* lay, int stage) {
+    ZeroSizes s;
+    memset(&s, 0, sizeof(s));
+    int64_t P_io = lay->P[0], P_layer = lay->nblocks > 1 ? lay->P[1] : 0;
+    if (stage <= 2) s.full_params = lay->total;
+    else { s.shard_params = lay->shard_total; s.param_bufs = P_io + 2 * P_layer; }
+    if (stage <= 1) s.full_grads = lay->total;
+    else { s.shard_grads = lay->shard_total; s.grad_bufs = P_io + 2 * P_layer; }
+    s.opt = stage == 0 ? lay->total : lay->shard_total;
+    s.comm = lay->R > 1 ? zero_comm_chunk(lay) * lay->R : 0;
+    return s;
+}
+
+// ----------------------------------------------------------------------------
+// Communication: comm_start(op) -> handle, comm_wait(handle). The MPI backend wraps MPI_I*
+// requests; with one rank every collective is a local copy. (The NCCL backend comes with the
+// CUDA device.) The backend counts collectives by kind and bytes; -comm-trace prints each.
+
+typedef enum { COLL_ALL_GATHER, COLL_REDUCE_SCATTER, COLL_ALL_REDUCE, COLL_SCALARS, COLL_BROADCAST, COLL_KINDS } CollKind;
+static const char* coll_name[COLL_KINDS] = {"all-gather", "reduce-scatter", "all-reduce", "scalars", "broadcast"};
+
+// One collective over a block. Shard s of the block is elements [s*S, (s+1)*S).
+//   ALL_GATHER:     full (R*S floatX) <- every rank's shard; shard may point into full (in place)
+//   REDUCE_SCATTER: shard (S FP32) = or += sum over ranks of their full[r*S .. (r+1)*S) (FP32)
+//   ALL_REDUCE:     full (R*S FP32) = sum over ranks, in place
+typedef struct {
+    CollKind kind;
+    int block;         // for traces and error messages
+    void* full;
+    void* shard;
+    int64_t S;         // shard elements
+    int accumulate;    // REDUCE_SCATTER: += into shard instead of =
+} CollOp;
+
+#define COMM_MAX_INFLIGHT 8
+
+typedef struct {
+    CollOp op;
+    int active;
+    int64_t seq;       // issue order (slots are waited in this order when all are busy)
+    int64_t chunk0;    // reduce-scatter: first element of the chunk in flight
+#ifdef USE_MPI
+    MPI_Request req;
+#endif
+} CommSlot;
+
+typedef struct {
+    int R, r;
+    int trace;            // -comm-trace: print every collective
+    double timeout_s;     // -comm-timeout: a collective that takes longer names itself and ends the run
+    int delay_ms;         // -comm-delay: sleep before every collective starts (debug)
+    int step;             // for messages
+    float* stage_buf;     // (R * chunk) FP32 reduce-scatter staging, TAG_COMM
+    int64_t chunk;        // elements per shard per all-to-all round
+    CommSlot slots[COMM_MAX_INFLIGHT];
+    int64_t next_seq;
+    int64_t count[COLL_KINDS], bytes[COLL_KINDS]; // this step's traffic
+    double wait_s;        // time spent waiting in collectives this step
+#ifdef USE_MPI
+    MPI_Comm comm;
+    MPI_Datatype x_type;  // floatX as an MPI type (16- or 32-bit)
+    int a2a_counts[ZT_MAX_RANKS], a2a_sdispl[ZT_MAX_RANKS], a2a_rdispl[ZT_MAX_RANKS]; // live while in flight
+#endif
+} Comm;
+
+static double wall_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+static void comm_account(Comm* c, const CollOp* op, int64_t bytes) {
+    c->count[op->kind]++;
+    c->bytes[op->kind] += bytes;
+    if (c->trace)
+        printf("[comm] rank %d step %d: %-14s block %3d %12lld B\n", c->r, c->step, coll_name[op->kind],
+               op->block, (long long)bytes);
+}
+
+#ifdef USE_MPI
+// Wait for one MPI request, yielding the core while waiting (ranks may share cores), and end the
+// whole job with a message naming the collective if it takes longer than the timeout.
+static void comm_poll(Comm* c, MPI_Request* req, const char* what, int block) {
+    double t0 = wall_s();
+    int done = 0;
+    long sleep_ns = 1000;
+    while (1) {
+        MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (done) break;
+        if (c->timeout_s > 0 && wall_s() - t0 > c->timeout_s)
+            die(3, "collective %s of block %d at step %d did not complete within %.0f s: another rank "
+                   "stopped responding (crashed, stopped or much slower). HINT: check the other ranks' "
+                   "logs; raise -comm-timeout if they are only slow", what, block, c->step, c->timeout_s);
+        struct timespec ts = {0, sleep_ns};
+        nanosleep(&ts, NULL);
+        if (sleep_ns < 200000) sleep_ns *= 2;
+    }
+    c->wait_s += wall_s() - t0;
+}
+
+// Issue the all-to-all for the reduce-scatter chunk [k0, k0+kn) of every rank's shard.
+static void comm_rs_issue(Comm* c, CommSlot* s) {
+    int64_t kn = s->op.S - s->chunk0 < c->chunk ? s->op.S - s->chunk0 : c->chunk;
+    for (int j = 0; j < c->R; j++) {
+        c->a2a_counts[j] = (int)kn;
+        c->a2a_sdispl[j] = (int)(j * s->op.S + s->chunk0); // fits: comm_start checks R*S < 2^31
+        c->a2a_rdispl[j] = (int)(j * kn);
+    }
+    MPI_Ialltoallv(s->op.full, c->a2a_counts, c->a2a_sdispl, MPI_FLOAT, c->stage_buf, c->a2a_counts,
+                   c->a2a_rdispl, MPI_FLOAT, c->comm, &s->req);
+}
+#endif
+
+static void comm_wait(Comm* c, int h);
+
+// The in-flight collective issued first, or -1.
+static int comm_oldest(const Comm* c) {
+    int h = -1;
+    for (int i = 0; i < COMM_MAX_INFLIGHT; i++)
+        if (c->slots[i].active && (h < 0 || c->slots[i].seq < c->slots[h].seq)) h = i;
+    return h;
+}
+
+static int comm_start(Comm* c, const CollOp* op) {
+    if (c->delay_ms > 0) usleep((useconds_t)c->delay_ms * 1000);
+    if (op->kind != COLL_ALL_GATHER) // one staging buffer: one reduction in flight at a time
+        for (int i = 0; i < COMM_MAX_INFLIGHT; i++)
+            if (c->slots[i].active && c->slots[i].op.kind != COLL_ALL_GATHER) comm_wait(c, i);
+    int h = -1;
+    for (int i = 0; i < COMM_MAX_INFLIGHT; i++)
+        if (!c->slots[i].active) { h = i; break; }
+    if (h < 0) { h = comm_oldest(c); comm_wait(c, h); } // all busy: finish the oldest first
+    CommSlot* s = &c->slots[h];
+    s->op = *op;
+    s->active = 1;
+    s->seq = c->next_seq++;
+    int64_t xbytes = (int64_t)sizeof(floatX);
+    int64_t full_n = op->S * c->R;
+    if (full_n > 2147483647LL) die(1, "block %d has %lld elements, more than one collective can move (2^31)", op->block, (long long)full_n);
+    switch (op->kind) {
+    case COLL_ALL_GATHER: comm_account(c, op, full_n * xbytes); break;
+    case COLL_REDUCE_SCATTER: comm_account(c, op, full_n * 4); break;
+    case COLL_ALL_REDUCE: comm_account(c, op, full_n * 4); break;
+    default: die(1, "comm_start: unsupported kind (internal error)");
+    }
+#ifdef USE_MPI
+    if (c->R > 1) {
+        if (op->kind == COLL_ALL_GATHER) {
+            floatX* mine = (floatX*)op->full + (int64_t)c->r * op->S;
+            const void* src = op->shard == (void*)mine ? MPI_IN_PLACE : op->shard;
+            MPI_Iallgather(src, (int)op->S, c->x_type, op->full, (int)op->S, c->x_type, c->comm, &s->req);
+        } else {
+            // reduce-scatter and all-reduce both start with the chunked all-to-all
+            if (op->kind == COLL_ALL_REDUCE) s->op.shard = (float*)op->full + (int64_t)c->r * op->S;
+            s->chunk0 = 0;
+            comm_rs_issue(c, s);
+        }
+        return h;
+    }
+#endif
+    return h; // one rank: all the work happens in comm_wait
+}
+
+static void comm_wait(Comm* c, int h) {
+    if (h < 0) return;
+    CommSlot* s = &c->slots[h];
+    if (!s->active) return;
+    CollOp* op = &s->op;
+    if (c->R == 1) {
+        if (op->kind == COLL_ALL_GATHER && op->shard != op->full)
+            memcpy(op->full, op->shard, op->S * sizeof(floatX));
+        if (op->kind == COLL_REDUCE_SCATTER) {
+            float* dst = (float*)op->shard;
+            const float* src = (const float*)op->full;
+            if (op->accumulate) { for (int64_t i = 0; i < op->S; i++) dst[i] += src[i]; }
+            else memcpy(dst, src, op->S * sizeof(float));
+        }
+        s->active = 0;
+        return;
+    }
+#ifdef USE_MPI
+    if (op->kind == COLL_ALL_GATHER) {
+        comm_poll(c, &s->req, coll_name[op->kind], op->block);
+        s->active = 0;
+        return;
+    }
+    // reduce-scatter rounds: wait, sum the R contributions in rank order, next chunk
+    float* dst = (float*)op->shard;
+    while (1) {
+        comm_poll(c, &s->req, coll_name[op->kind], op->block);
+        int64_t kn = op->S - s->chunk0 < c->chunk ? op->S - s->chunk0 : c->chunk;
+        int acc = op->accumulate && op->kind == COLL_REDUCE_SCATTER;
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < kn; i++) {
+            float sum = c->stage_buf[i];
+            for (int j = 1; j < c->R; j++) sum += c->stage_buf[(int64_t)j * kn + i];
+            dst[s->chunk0 + i] = acc ? dst[s->chunk0 + i] + sum : sum;
+        }
+        s->chunk0 += kn;
+        if (s->chunk0 >= op->S) break;
+        comm_rs_issue(c, s);
+    }
+    if (op->kind == COLL_ALL_REDUCE) {
+        MPI_Iallgather(MPI_IN_PLACE, (int)op->S, MPI_FLOAT, op->full, (int)op->S, MPI_FLOAT, c->comm, &s->req);
+        comm_poll(c, &s->req, coll_name[op->kind], op->block);
+    }
+    s->active = 0;
+#endif
+}
+
+// Finish everything in flight, in issue order (the same order on every rank).
+static void comm_wait_all(Comm* c) {
+    for (int h; (h = comm_oldest(c)) >= 0;) comm_wait(c, h);
+}
+
+// Sum n doubles over ranks, identically on every rank: all-gather, then add in rank order.
+static void comm_sum_doubles(Comm* c, double* v, int n) {
+    c->count[COLL_SCALARS]++;
+    c->bytes[COLL_SCALARS] += (int64_t)n * 8 * c->R;
+    if (c->trace) printf("[comm] rank %d step %d: %-14s %d value(s)\n", c->r, c->step, "scalars", n);
+    if (c->R == 1) return;
+#ifdef USE_MPI
+    double* all = (double*)malloc(sizeof(double) * n * c->R);
+    MPI_Request req;
+    MPI_Iallgather(v, n, MPI_DOUBLE, all, n, MPI_DOUBLE, c->comm, &req);
+    comm_poll(c, &req, "scalar sum", -1);
+    for (int i = 0; i < n; i++) {
+        double s = 0.0;
+        for (int j = 0; j < c->R; j++) s += all[j * n + i];
+        v[i] = s;
+    }
+    free(all);
+#endif
+}
+
+// Every rank's 64-bit value, in rank order (out has R entries).
+static void comm_allgather_u64(Comm* c, uint64_t v, uint64_t* out) {
+    out[0] = v;
+    if (c->R == 1) return;
+#ifdef USE_MPI
+    MPI_Request req;
+    MPI_Iallgather(&v, 1, MPI_UINT64_T, out, 1, MPI_UINT64_T, c->comm, &req);
+    comm_poll(c, &req, "all-gather (start-up check)", -1);
+#endif
+}
+
+// Rank root's bytes to every rank.
+static void comm_broadcast(Comm* c, void* buf, int64_t bytes, int root) {
+    c->count[COLL_BROADCAST]++;
+    c->bytes[COLL_BROADCAST] += bytes;
+    if (c->R == 1) return;
+#ifdef USE_MPI
+    MPI_Request req;
+    MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, c->comm, &req);
+    comm_poll(c, &req, "broadcast", -1);
+#endif
+}
+
+static void comm_reset_stats(Comm* c) {
+    memset(c->count, 0, sizeof(c->count));
+    memset(c->bytes, 0, sizeof(c->bytes));
+    c->wait_s = 0.0;
+}
+
+#ifdef USE_MPI
+static void comm_mpi_abort(int code) { MPI_Abort(MPI_COMM_WORLD, code); }
+#endif
+
+// End MPI: once, at the very end of the process.
+static void comm_finalize(void) {
+#ifdef USE_MPI
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (initialized && !finalized) MPI_Finalize();
+#endif
+}
+
+// Start the communication layer: MPI when built with it (its rank and size are checked against
+// the launcher's variables), a single process otherwise. Sets g_rank and g_world.
+static void comm_init(Comm* c, int* argc, char*** argv, Launch* L) {
+    memset(c, 0, sizeof(*c));
+    char err[512];
+    if (launch_from_env(L, err, sizeof(err)) != 0) die_user("%s", err);
+#ifdef USE_MPI
+    int initialized = 0, provided;
+    MPI_Initialized(&initialized);
+    if (!initialized) MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided); // once per process
+    MPI_Comm_dup(MPI_COMM_WORLD, &c->comm);
+    MPI_Comm_rank(c->comm, &c->r);
+    MPI_Comm_size(c->comm, &c->R);
+    MPI_Type_contiguous((int)sizeof(floatX), MPI_BYTE, &c->x_type);
+    MPI_Type_commit(&c->x_type);
+    if (c->R > 1) g_abort_hook = comm_mpi_abort;
+    g_finalize_hook = comm_finalize;
+    if (L->world != 1 || L->rank != 0) {
+        if (L->world != c->R || L->rank != c->r)
+            die_user("the launcher says rank %d of %d (%s) but MPI says rank %d of %d. HINT: launch with "
+                     "one launcher (mpirun or srun), not both", L->rank, L->world, L->source, c->r, c->R);
+    } else if (c->R > 1) {
+        // no launcher variables we know: count this node's ranks through MPI
+        MPI_Comm node;
+        MPI_Comm_split_type(c->comm, MPI_COMM_TYPE_SHARED, c->r, MPI_INFO_NULL, &node);
+        MPI_Comm_rank(node, &L->local_rank);
+        MPI_Comm_size(node, &L->local_world);
+        MPI_Comm_free(&node);
+        L->rank = c->r; L->world = c->R; L->source = "MPI";
+    }
+#else
+    (void)argc; (void)argv;
+    if (L->world > 1)
+        die_user("launched as rank %d of %d (%s) but this build has no MPI. HINT: install libopenmpi-dev "
+                 "and rebuild (make clean train), or run a single process", L->rank, L->world, L->source);
+    c->R = 1; c->r = 0;
+#endif
+    if (c->R > ZT_MAX_RANKS) die_user("%d ranks: at most %d are supported", c->R, ZT_MAX_RANKS);
+    g_rank = c->r;
+    g_world = c->R;
+}
+
+// Release the communicator (MPI itself stays up: see comm_finalize).
+static void comm_free(Comm* c) {
+    (void)c;
+#ifdef USE_MPI
+    g_abort_hook = NULL;
+    MPI_Type_free(&c->x_type);
+    MPI_Comm_free(&c->comm);
+#endif
+}
+
+
+// ----------------------------------------------------------------------------
+// The ZeRO state: per-stage buffers (full_ / shard_), where each block's parameters and
+// gradients are right now, and the collectives in flight.
+
+typedef struct {
+    int stage, R, r, L;
+    int poison;              // fill released buffers with NaN
+    BlockLayout lay;
+    ZeroSizes sz;
+    Comm* comm;
+    // parameters (floatX)
+    floatX* full_params;     // [Z0,1,2] (lay.total)
+    floatX* shard_params;    // [Z3]     (lay.shard_total)
+    floatX* param_buf[3];    // [Z3]     [0] io block (P_0), [1], [2] layer blocks (P_1)
+    int resident[3];         // [Z3]     block held by each param_buf, -1 none
+    int gather_h[3];         // [Z3]     gather in flight into each param_buf, -1 none
+    // gradients (FP32)
+    float* full_grads;       // [Z0,1]   (lay.total)
+    float* shard_grads;      // [Z2,3]   (lay.shard_total)
+    float* grad_buf[3];      // [Z2,3]   [0] io block, [1], [2] layer blocks
+    int reduce_h[3];         // [Z2,3]   reduce-scatter in flight from each grad_buf
+    // optimizer state (FP32): everything under ZeRO-0, this rank's shard otherwise
+    float *master, *m, *v;
+    int64_t opt_total;
+} Zero;
+
+// Which param/grad buffer slot a block uses under ZeRO-2/3: io -> 0, layers alternate 1, 2.
+static inline int zero_slot(int b) { return b == 0 ? 0 : 1 + (b - 1) % 2; }
+
+static void zero_init(Zero* z, BlockLayout* lay, int stage, Comm* comm, int poison) {
+    memset(z, 0, sizeof(*z));
+    z->stage = stage; z->R = lay->R; z->r = lay->r; z->L = lay->nblocks - 1;
+    z->lay = *lay;
+    z->comm = comm;
+    z->poison = poison;
+    z->sz = zero_sizes(lay, stage);
+    int64_t P_io = lay->P[0], P_layer = lay->nblocks > 1 ? lay->P[1] : 0;
+    size_t X = sizeof(floatX);
+    z->full_params = (floatX*)dev_alloc(TAG_PARAMS, z->sz.full_params * X);
+    z->shard_params = (floatX*)dev_alloc(TAG_PARAMS, z->sz.shard_params * X);
+    if (stage == 3) {
+        z->param_buf[0] = (floatX*)dev_alloc(TAG_PARAM_BUF, P_io * X);
+        z->param_buf[1] = (floatX*)dev_alloc(TAG_PARAM_BUF, P_layer * X);
+        z->param_buf[2] = (floatX*)dev_alloc(TAG_PARAM_BUF, P_layer * X);
+    }
+    z->full_grads = (float*)dev_alloc(TAG_GRADS, z->sz.full_grads * 4);
+    z->shard_grads = (float*)dev_alloc(TAG_GRADS, z->sz.shard_grads * 4);
+    if (stage >= 2) {
+        z->grad_buf[0] = (float*)dev_alloc(TAG_GRAD_BUF, P_io * 4);
+        z->grad_buf[1] = (float*)dev_alloc(TAG_GRAD_BUF, P_layer * 4);
+        z->grad_buf[2] = (float*)dev_alloc(TAG_GRAD_BUF, P_layer * 4);
+    }
+    z->opt_total = z->sz.opt;
+    z->master = (float*)dev_alloc(TAG_MASTER, z->opt_total * 4);
+    z->m = (float*)dev_alloc(TAG_ADAM_M, z->opt_total * 4);
+    z->v = (float*)dev_alloc(TAG_ADAM_V, z->opt_total * 4);
+    if (lay->R > 1) {
+        comm->chunk = zero_comm_chunk(lay);
+        comm->stage_buf = (float*)dev_alloc(TAG_COMM, z->sz.comm * 4);
+    }
+    for (int i = 0; i < 3; i++) { z->resident[i] = -1; z->gather_h[i] = -1; z->reduce_h[i] = -1; }
+}
+
+static void zero_free(Zero* z) {
+    size_t X = sizeof(floatX);
+    int64_t P_io = z->lay.P[0], P_layer = z->lay.nblocks > 1 ? z->lay.P[1] : 0;
+    dev_free(TAG_PARAMS, z->full_params, z->sz.full_params * X);
+    dev_free(TAG_PARAMS, z->shard_params, z->sz.shard_params * X);
+    for (int i = 0; i < 3; i++) {
+        int64_t n = i == 0 ? P_io : P_layer;
+        if (z->param_buf[i]) dev_free(TAG_PARAM_BUF, z->param_buf[i], n * X);
+        if (z->grad_buf[i]) dev_free(TAG_GRAD_BUF, z->grad_buf[i], n * 4);
+    }
+    dev_free(TAG_GRADS, z->full_grads, z->sz.full_grads * 4);
+    dev_free(TAG_GRADS, z->shard_grads, z->sz.shard_grads * 4);
+    dev_free(TAG_MASTER, z->master, z->opt_total * 4);
+    dev_free(TAG_ADAM_M, z->m, z->opt_total * 4);
+    dev_free(TAG_ADAM_V, z->v, z->opt_total * 4);
+    if (z->comm->stage_buf) dev_free(TAG_COMM, z->comm->stage_buf, z->sz.comm * 4);
+    z->comm->stage_buf = NULL;
+}
+
+// ----------------------------------------------------------------------------
+// Where things are. The optimizer range of block b is the whole block under ZeRO-0 and the
+// rank's shard otherwise; "shard" pointers are always the rank's shard (the gradient norm and
+// the checkpoint files use the shard at every stage, so they are stage-independent).
+
+static inline int64_t zero_opt_lo(const Zero* z, int b) { return z->stage == 0 ? 0 : z->r * z->lay.S[b]; }
+static inline int64_t zero_opt_hi(const Zero* z, int b) { return z->stage == 0 ? z->lay.P[b] : (z->r + 1) * z->lay.S[b]; }
+// offset of block b's optimizer range in master/m/v
+static inline int64_t zero_opt_off(const Zero* z, int b) { return z->stage == 0 ? z->lay.off[b] : z->lay.shard_off[b]; }
+
+// The rank's shard of block b's reduced gradient (valid after the step's reductions).
+static inline float* zero_shard_grads(const Zero* z, int b) {
+    if (z->stage <= 1) return z->full_grads + z->lay.off[b] + z->r * z->lay.S[b];
+    return z->shard_grads + z->lay.shard_off[b];
+}
+// The reduced gradient of block b's optimizer range.
+static inline float* zero_opt_grads(const Zero* z, int b) {
+    return z->stage == 0 ? z->full_grads + z->lay.off[b] : zero_shard_grads(z, b);
+}
+// The BF16 parameters of block b's optimizer range (what AdamW writes).
+static inline floatX* zero_opt_params(const Zero* z, int b) {
+    if (z->stage == 0) return z->full_params + z->lay.off[b];
+    if (z->stage <= 2) return z->full_params + z->lay.off[b] + z->r * z->lay.S[b];
+    return z->shard_params + z->lay.shard_off[b];
+}
+
+static void zero_poison(Zero* z, floatX* p, int64_t n) {
+    if (!z->poison || !p) return;
+#ifdef ENABLE_FP32
+    dev_fill_u16(p, 0xFFFF, (size_t)n * 2); // 0xFFFFFFFF: a NaN
+#else
+    dev_fill_u16(p, 0x7FC0, (size_t)n);     // BF16 quiet NaN
+#endif
+}
+
+// [ZeRO-3] Start gathering block b into its buffer (no-op if it is there or on its way).
+static void zero_gather_start(Zero* z, int b) {
+    int slot = zero_slot(b);
+    if (z->resident[slot] == b || b < 0) return;
+    CollOp op = {COLL_ALL_GATHER, b, z->param_buf[slot], z->shard_params + z->lay.shard_off[b], z->lay.S[b], 0};
+    z->gather_h[slot] = comm_start(z->comm, &op);
+    z->resident[slot] = b;
+}
+
+// [ZeRO-3] Block b's full parameters, gathering (and waiting) if needed.
+static floatX* zero_gather_wait(Zero* z, int b) {
+    int slot = zero_slot(b);
+    zero_gather_start(z, b);
+    comm_wait(z->comm, z->gather_h[slot]);
+    z->gather_h[slot] = -1;
+    return z->param_buf[slot];
+}
+
+// [ZeRO-3] Block b's buffer may be reused.
+static void zero_release(Zero* z, int b) {
+    int slot = zero_slot(b);
+    if (z->resident[slot] != b) return;
+    comm_wait(z->comm, z->gather_h[slot]);
+    z->gather_h[slot] = -1;
+    z->resident[slot] = -1;
+    zero_poison(z, z->param_buf[slot], slot == 0 ? z->lay.P[0] : z->lay.P[1]);
+}
+
+// Block b's parameters when they are known to be present (stages 0-2 always).
+static inline floatX* zero_params(Zero* z, int b) {
+    if (z->stage <= 2) return z->full_params + z->lay.off[b];
+    return zero_gather_wait(z, b);
+}
+
+// ----------------------------------------------------------------------------
+// The hooks (see the table at the top). b is a block: 0 = io, 1..L = layers.
+
+// Forward, io block, before the embedding. [ZeRO-3] gather io, prefetch layer 1.
+static floatX* zero_before_embedding(Zero* z) {
+    floatX* p = zero_params(z, 0);
+    if (z->stage == 3) zero_gather_start(z, 1);
+    return p;
+}
+// [ZeRO-3] The embedding is done: release the io block until the LM head needs it.
+static void zero_after_embedding(Zero* z) {
+    if (z->stage == 3) zero_release(z, 0);
+}
+
+// Before layer block b's forward. [ZeRO-3] wait for b, start gathering the next block
+// (layer b+1, or the io block again for the final layernorm and LM head).
+static floatX* zero_before_block_forward(Zero* z, int b) {
+    floatX* p = zero_params(z, b);
+    if (z->stage == 3) zero_gather_start(z, b < z->L ? b + 1 : 0);
+    return p;
+}
+// [ZeRO-3] release b, except the last layer when backward comes next (it needs it first).
+static void zero_after_block_forward(Zero* z, int b, int backward_follows) {
+    if (z->stage == 3 && !(b == z->L && backward_follows)) zero_release(z, b);
+}
+
+// Forward, io block, before the final layernorm and LM head: its parameters stay until the
+// LM-head backward is done (zero_after_head_backward).
+static floatX* zero_before_head(Zero* z) { return zero_params(z, 0); }
+
+// Forward without backward (eval, sampling) ends here. [ZeRO-3] release what is held.
+static void zero_after_forward_only(Zero* z) {
+    if (z->stage == 3) { zero_release(z, 0); zero_release(z, z->L); }
+}
+
+// The gradient buffer block b accumulates into this micro-step. [ZeRO-2/3] the per-block buffer,
+// once the reduce-scatter that last read it is done, zeroed.
+static float* zero_grad_buffer(Zero* z, int b) {
+    if (z->stage <= 1) return z->full_grads + z->lay.off[b];
+    int slot = zero_slot(b);
+    comm_wait(z->comm, z->reduce_h[slot]);
+    z->reduce_h[slot] = -1;
+    dev_zero(z->grad_buf[slot], (slot == 0 ? z->lay.P[0] : z->lay.P[1]) * 4);
+    return z->grad_buf[slot];
+}
+
+// Backward, io block, before the LM-head backward: its parameters are still here from the
+// forward; its gradient buffer lives until the embedding backward (zero_after_embedding_backward).
+static floatX* zero_before_head_backward(Zero* z, float** grads) {
+    *grads = zero_grad_buffer(z, 0);
+    return zero_params(z, 0);
+}
+// [ZeRO-3] The LM head and final layernorm are done with wte and lnf: release the io block's
+// parameters. Its gradient stays: the embedding backward adds to dwte without reading wte.
+static void zero_after_head_backward(Zero* z) {
+    if (z->stage == 3) zero_release(z, 0);
+}
+
+// Before layer block b's backward. [ZeRO-3] wait for b, start gathering b-1 (before any
+// reduce-scatter of b is issued, so the gather is not queued behind it).
+static floatX* zero_before_block_backward(Zero* z, int b, float** grads) {
+    floatX* p = zero_params(z, b);
+    if (z->stage == 3 && b > 1) zero_gather_start(z, b - 1);
+    *grads = zero_grad_buffer(z, b);
+    return p;
+}
+
+// Reduce block b's gradient: ZeRO-0 all-reduce and ZeRO-1 reduce-scatter on the last
+// micro-step only (gradients accumulate locally in full_grads until then); ZeRO-2/3 a
+// reduce-scatter every micro-step into the FP32 shard (= on the first, += after).
+static void zero_reduce_block(Zero* z, int b, int micro, int last_micro) {
+    const BlockLayout* lay = &z->lay;
+    if (z->stage <= 1) {
+        if (!last_micro) return;
+        float* full = z->full_grads + lay->off[b];
+        CollOp op = {z->stage == 0 ? COLL_ALL_REDUCE : COLL_REDUCE_SCATTER, b, full,
+                     full + z->r * lay->S[b], lay->S[b], 0};
+        comm_start(z->comm, &op); // waited for in zero_step
+        return;
+    }
+    int slot = zero_slot(b);
+    CollOp op = {COLL_REDUCE_SCATTER, b, z->grad_buf[slot], z->shard_grads + lay->shard_off[b], lay->S[b], micro > 0};
+    z->reduce_h[slot] = comm_start(z->comm, &op);
+}
+
+// After layer block b's backward: reduce; [ZeRO-3] release b.
+static void zero_after_block_backward(Zero* z, int b, int micro, int last_micro) {
+    zero_reduce_block(z, b, micro, last_micro);
+    if (z->stage == 3) zero_release(z, b);
+}
+
+// After the embedding backward: the io block's gradient is complete; reduce it.
+static void zero_after_embedding_backward(Zero* z, int micro, int last_micro) {
+    zero_reduce_block(z, 0, micro, last_micro);
+}
+
+// ----------------------------------------------------------------------------
+// The step: global gradient norm over the shards (padding excluded) with one scalar reduction,
+// clipping, AdamW on the optimizer range, then the parameters everyone needs again.
+
+// Sum of squares of this rank's shard of the reduced gradient (all stages: the shard).
+static double zero_local_sumsq(Zero* z) {
+    double total = 0.0;
+    Segment seg[MAX_BLOCK_TENSORS];
+    for (int b = 0; b < z->lay.nblocks; b++) {
+        int n = layout_segments(&z->lay, b, z->r * z->lay.S[b], (z->r + 1) * z->lay.S[b], seg);
+        const float* g = zero_shard_grads(z, b);
+        for (int i = 0; i < n; i++) total += op_sumsq(g + seg[i].off, seg[i].len);
+    }
+    return total;
+}
+
+// Wait for every reduction of the step; return the global gradient norm (the same on every
+// rank). sums[0..n-1] are other per-rank scalars (the loss) summed in the same reduction;
+// sums[n-1] is used for the gradient's sum of squares.
+static float zero_grad_norm(Zero* z, double* sums, int n) {
+    comm_wait_all(z->comm);
+    for (int i = 0; i < 3; i++) z->reduce_h[i] = -1;
+    sums[n - 1] = zero_local_sumsq(z);
+    comm_sum_doubles(z->comm, sums, n);
+    return (float)sqrt(sums[n - 1]);
+}
+
+// AdamW over the optimizer range of every block.
+static void zero_adamw(Zero* z, const AdamWParams* hp) {
+    Segment seg[MAX_BLOCK_TENSORS];
+    for (int b = 0; b < z->lay.nblocks; b++) {
+        int n = layout_segments(&z->lay, b, zero_opt_lo(z, b), zero_opt_hi(z, b), seg);
+        int64_t o = zero_opt_off(z, b);
+        op_adamw(zero_opt_params(z, b), z->master + o, z->m + o, z->v + o, zero_opt_grads(z, b), seg, n, hp);
+    }
+}
+
+// After the optimizer: [ZeRO-1/2] all-gather every block's parameters in place.
+static void zero_after_step(Zero* z) {
+    if (z->stage == 1 || z->stage == 2) {
+        for (int b = 0; b < z->lay.nblocks; b++) {
+            floatX* full = z->full_params + z->lay.off[b];
+            CollOp op = {COLL_ALL_GATHER, b, full, full + z->r * z->lay.S[b], z->lay.S[b], 0};
+            comm_start(z->comm, &op);
+        }
+        comm_wait_all(z->comm);
+    }
+}
+
+// Gradients start the next step at zero. [ZeRO-0/1] full_grads accumulate across micro-steps;
+// [ZeRO-2/3] the shard is written (=) by the first micro-step's reduce-scatter, so nothing to do.
+static void zero_zero_grads(Zero* z) {
+    if (z->stage <= 1) dev_zero(z->full_grads, z->lay.total * 4);
+}
+
+// ----------------------------------------------------------------------------
+// Filling the optimizer range from a logical source (init, a model file, a checkpoint), and
+// deriving the parameters from the master weights.
+
+// fill(ctx, dst, logical, len): write the len logical parameters starting at `logical` to dst.
+typedef void (*LogicalFill)(void* ctx, float* dst, int64_t logical, int64_t len);
+
+// Fill `dst` (laid out like master: the optimizer range of every block) piece by piece.
+static void zero_fill_opt(Zero* z, float* dst, LogicalFill fill, void* ctx) {
+    Piece pc[MAX_BLOCK_TENSORS];
+    for (int b = 0; b < z->lay.nblocks; b++) {
+        int n = layout_pieces(&z->lay, b, zero_opt_lo(z, b), zero_opt_hi(z, b), pc);
+        float* base = dst + zero_opt_off(z, b);
+        for (int i = 0; i < n; i++) fill(ctx, base + pc[i].local, pc[i].logical, pc[i].len);
+    }
+}
+
+// BF16 parameters from the master weights (rounded to nearest), then [ZeRO-1/2] all-gathered.
+static void zero_params_from_master(Zero* z) {
+    for (int b = 0; b < z->lay.nblocks; b++) {
+        // the whole range, padding included: master is 0 there, and so the parameter
+        op_round_params(zero_opt_params(z, b), z->master + zero_opt_off(z, b), zero_opt_hi(z, b) - zero_opt_lo(z, b));
+    }
+    zero_after_step(z);
+}
+
+#endif // ZT_ZERO_H
