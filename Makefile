@@ -7,6 +7,7 @@
 #   make PRECISION=FP32   FP32 storage instead of BF16 (for train and test binaries)
 #   make NO_MPI=1         build without MPI even if mpicxx is installed (one process only)
 #   make NO_CUDA=1        build ./train with g++ even if nvcc is installed
+#   make DEBUG=1          -O1 -g, released ZeRO buffers poisoned with NaN by default (-poison)
 #
 # What was found is printed with a check mark or a cross on every build.
 
@@ -20,6 +21,10 @@ CXX_HOST  ?= g++
 HOST_FLAGS := -O3 -march=native -ffp-contract=off -fno-fast-math -fopenmp -Wall -Wextra
 ifeq ($(PRECISION),FP32)
   DEFS := -DENABLE_FP32
+endif
+ifeq ($(DEBUG),1)
+  HOST_FLAGS := $(subst -O3,-O1 -g,$(HOST_FLAGS))
+  DEFS += -DZT_DEBUG
 endif
 
 # MPI: take its compile and link flags from the wrapper (Open MPI: --showme, MPICH: -compile_info)

@@ -149,7 +149,7 @@ static void cuda_not_yet(const char* op) {
 #endif
 
 // ----------------------------------------------------------------------------
-// Memory seam: tagged allocations. The tags are the rows of the memory table.
+// Memory seam: tagged allocations. The tags are the rows of the memory table: X(tag, name, what).
 
 #define MEM_TAGS(X)                                                             \
     X(TAG_PARAMS,    "params",      "BF16 parameters: full copy or this rank's shard")  \
@@ -173,11 +173,6 @@ typedef enum {
 
 static const char* mem_tag_name[TAG_COUNT] = {
 #define X(tag, name, what) name,
-    MEM_TAGS(X)
-#undef X
-};
-static const char* mem_tag_what[TAG_COUNT] = {
-#define X(tag, name, what) what,
     MEM_TAGS(X)
 #undef X
 };

@@ -86,9 +86,11 @@ typedef enum { F_INT, F_FLOAT, F_STR } FlagType;
     X("-comm-trace",    comm_trace,      F_INT,   "0",      "1: print every collective (kind, block, bytes)")                   \
     X("-comm-timeout",  comm_timeout,    F_FLOAT, "300",    "seconds a collective may take before the run ends with an error (0: forever)") \
     X("-comm-delay",    comm_delay,      F_INT,   "0",      "debug: delay every collective by N ms (exposes missing waits)")   \
-    X("-poison",        poison,          F_INT,   "0",      "debug: fill released ZeRO buffers with NaN")                       \
+    X("-poison",        poison,          F_INT,   "auto",   "debug: fill released ZeRO buffers with NaN (auto: 1 in DEBUG=1 builds, else 0)")                       \
     X("-data-trace",    data_trace,      F_INT,   "0",      "debug: log a hash of every rank's micro-batch")                    \
-    X("-log-hash",      log_hash,        F_INT,   "0",      "log hashes of parameters, m and v at the end (reproducibility checks)")
+    X("-log-hash",      log_hash,        F_INT,   "0",      "log hashes of parameters, m and v at the end (reproducibility checks)") \
+    X("-resume-step",   resume_step,     F_INT,   "0",      "with -y 1: resume from this checkpoint step instead of the newest")     \
+    X("-export",        export_path,     F_STR,   "",       "write the model (after -e, init or -y) to this llm.c file and exit: consolidates a sharded checkpoint")
 
 // How each type is declared and converted from its text.
 #define FLAG_FIELD_F_INT(field) int field;
@@ -877,16 +879,15 @@ static int write_state_file(Trainer* tr, const char* path) {
         off += sizeof(e);
     }
     float* arrays[3] = {z->master, z->m, z->v};
-    float* host = (float*)malloc(sizeof(float) * (total > 0 ? total : 1));
-    for (int a = 0; a < 3 && ok; a++) {
-        int64_t k = 0;
-        for (int i = 0; i < n; i++) {
-            dev_to_host(host + k, arrays[a] + pcs[i].opt_index, sizeof(float) * pcs[i].len);
-            k += pcs[i].len;
+    int64_t maxlen = 1;
+    for (int i = 0; i < n; i++) maxlen = pcs[i].len > maxlen ? pcs[i].len : maxlen;
+    float* host = (float*)malloc(sizeof(float) * maxlen); // one piece at a time
+    for (int a = 0; a < 3 && ok; a++)
+        for (int i = 0; i < n && ok; i++) {
+            dev_to_host(host, arrays[a] + pcs[i].opt_index, sizeof(float) * pcs[i].len);
+            ok = pwrite_all(fd, host, sizeof(float) * pcs[i].len, off) == 0;
+            off += sizeof(float) * pcs[i].len;
         }
-        ok = pwrite_all(fd, host, sizeof(float) * total, off) == 0;
-        off += sizeof(float) * total;
-    }
     free(host);
     free(pcs);
     if (!ok || file_commit(fd, tmp, path) != 0) {
@@ -1070,22 +1071,25 @@ static int resume_checkpoint(Trainer* tr) {
     if (tr->r == 0) {
         int steps[4096];
         int n = list_done_steps(tr->f.out_dir, steps, 4096);
-        if (n > 0) step = steps[(n < 4096 ? n : 4096) - 1];
+        if (n > 4096) n = 4096;
+        if (tr->f.resume_step > 0) {
+            for (int i = 0; i < n; i++)
+                if (steps[i] == tr->f.resume_step) step = steps[i];
+            if (step < 0) step = -2;
+        } else if (n > 0) step = steps[n - 1];
     }
     comm_broadcast(&tr->comm, &step, sizeof(step), 0);
+    if (step == -2) die_user("-resume-step %d: no complete checkpoint (DONE_%08d) of that step in %s", tr->f.resume_step, tr->f.resume_step, tr->f.out_dir);
     if (step < 0) { printf0("resume: no complete checkpoint in %s, starting from step 0\n", tr->f.out_dir); return 0; }
     Zero* z = &tr->model.z;
     OldState os;
     int64_t adam_t = 0;
     old_state_open(&os, tr, step, &adam_t);
     float* arrays[3] = {z->master, z->m, z->v};
-    float* host = (float*)calloc(z->opt_total, sizeof(float)); // padding stays 0
     for (int a = 0; a < 3; a++) {
         os.which = a;
-        zero_fill_opt(z, host, old_state_fill, &os);
-        dev_from_host(arrays[a], host, sizeof(float) * z->opt_total);
+        zero_fill_opt(z, arrays[a], old_state_fill, &os);
     }
-    free(host);
     for (int f = 0; f < os.nfiles; f++) close(os.fd[f]);
     free(os.fd); free(os.total); free(os.data_off); free(os.pieces);
     zero_params_from_master(z);
@@ -1170,6 +1174,11 @@ static void resolve_defaults(Flags* f, Device dev) {
     AUTO(lr, "1e-3", "6e-4");
     AUTO(val_every, "25", "250");
     AUTO(sample_every, "100", "500");
+#ifdef ZT_DEBUG
+    AUTO(poison, "1", "1");
+#else
+    AUTO(poison, "0", "0");
+#endif
 #undef AUTO
     if (!strcmp(f->device_str, "auto")) snprintf(f->device_str, sizeof(f->device_str), "%s", cpu ? "cpu" : "cuda");
     int warmup_auto = !strcmp(f->warmup_str, "auto");
@@ -1250,6 +1259,7 @@ static void check_flags(const Flags* f, const GPTConfig* c, int R) {
     if (f->gen_tokens < 1) die_user("flag -g: %d tokens to generate must be at least 1", f->gen_tokens);
     if (f->resume != 0 && f->resume != 1) die_user("flag -y: %d is not 0 or 1", f->resume);
     if ((f->ckpt_every > 0 || f->resume) && !f->out_dir[0]) die_user("flags -n / -y need an output directory: -o DIR");
+    if (f->resume_step < 0 || (f->resume_step > 0 && !f->resume)) die_user("flag -resume-step %d needs -y 1 and a step >= 1", f->resume_step);
     if (f->threads < 0) die_user("flag -threads: %d is negative", f->threads);
     if (f->comm_timeout < 0 || f->comm_delay < 0) die_user("flags -comm-timeout / -comm-delay must not be negative");
 }
@@ -1279,45 +1289,118 @@ static void mkdir_p(const char* dir) {
     if (access(tmp, W_OK) != 0) die_user("-o %s: the directory is not writable", dir);
 }
 
-// The per-rank memory table: each tag's bytes on every rank, the closed form from the dtype
-// table, and the ZeRO paper's model-state formula beside ours.
+// This process's peak resident memory (VmHWM) in bytes, 0 if unknown.
+static int64_t peak_rss_bytes(void) {
+    FILE* f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    long long kb = 0;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "VmHWM: %lld kB", &kb) == 1) break;
+    fclose(f);
+    return (int64_t)kb * 1024;
+}
+
+// Every rank's live bytes per tag and its peak RSS: row r (TAG_COUNT + 1 values) is rank r's.
+// A collective: each rank fills its own row of a zeroed matrix and the rows are summed.
+#define MEM_COLS (TAG_COUNT + 1)
+static double* gather_memory(Trainer* tr) {
+    double* all = (double*)calloc((size_t)tr->R * MEM_COLS, sizeof(double));
+    for (int t = 0; t < TAG_COUNT; t++) all[tr->r * MEM_COLS + t] = (double)g_mem_bytes[t];
+    all[tr->r * MEM_COLS + TAG_COUNT] = (double)peak_rss_bytes();
+    comm_sum_doubles(&tr->comm, all, tr->R * MEM_COLS);
+    return all;
+}
+
+// The memory record of log.jsonl: exact bytes per tag for every rank, and the peak RSS.
+static void log_memory(Trainer* tr, const char* when) {
+    double* all = gather_memory(tr);
+    if (tr->log) {
+        fprintf(tr->log, "{\"memory\": \"%s\", \"ranks\": [", when);
+        for (int r = 0; r < tr->R; r++) {
+            fprintf(tr->log, "%s{", r ? ", " : "");
+            for (int t = 0; t < TAG_COUNT; t++) fprintf(tr->log, "\"%s\": %.0f, ", mem_tag_name[t], all[r * MEM_COLS + t]);
+            fprintf(tr->log, "\"vmhwm\": %.0f}", all[r * MEM_COLS + TAG_COUNT]);
+        }
+        fprintf(tr->log, "]}\n");
+        fflush(tr->log);
+    }
+    if (!strcmp(when, "end")) {
+        printf0("peak memory (VmHWM, MiB):");
+        for (int r = 0; r < tr->R; r++) printf0(" rank %d %.1f%s", r, all[r * MEM_COLS + TAG_COUNT] / 1048576.0, r + 1 < tr->R ? "," : "\n");
+    }
+    free(all);
+}
+
+// The per-rank memory table: each tag's bytes on every rank beside the closed form for the stage
+// (zero_sizes and acts_bytes: the functions the allocator itself uses, from the dtype table), then
+// the model state against the ZeRO paper's formula.
 static void print_memory_table(Trainer* tr) {
     Zero* z = &tr->model.z;
-    int R = tr->R;
-    double* all = (double*)calloc((size_t)R * TAG_COUNT, sizeof(double));
-    for (int t = 0; t < TAG_COUNT; t++) all[tr->r * TAG_COUNT + t] = (double)g_mem_bytes[t];
-    comm_sum_doubles(&tr->comm, all, R * TAG_COUNT); // each rank fills its own row: a gather
-    double MiB = 1048576.0;
-    printf0("memory per rank (MiB), by tag:\n");
+    const ZeroSizes* s = &z->sz;
+    int R = tr->R, st = z->stage;
+    double* all = gather_memory(tr);
+    double MiB = 1048576.0, X = sizeof(floatX);
+    size_t acts, logits;
+    acts_bytes(&tr->model.cfg, tr->model.B, tr->model.T, tr->model.recompute, &acts, &logits);
+    // closed form per tag: formula and value
+    const char* f_params = st <= 2 ? "X * Psi'" : "X * Psi' / R";
+    const char* f_grads = st <= 1 ? "4 * Psi'" : "4 * Psi' / R";
+    const char* f_opt = st == 0 ? "4 * Psi'" : "4 * Psi' / R";
+    struct { const char* formula; double bytes; } closed[TAG_COUNT] = {
+        {f_params, X * (s->full_params + s->shard_params)},
+        {st == 3 ? "X * (P_io + 2 P_layer)" : "-", X * s->param_bufs},
+        {f_grads, 4.0 * (s->full_grads + s->shard_grads)},
+        {st >= 2 ? "4 * (P_io + 2 P_layer)" : "-", 4.0 * s->grad_bufs},
+        {f_opt, 4.0 * s->opt}, {f_opt, 4.0 * s->opt}, {f_opt, 4.0 * s->opt},
+        {"acts(B, T, -r)", (double)acts},
+        {"X * B * T * Vp", (double)logits},
+        {R > 1 ? "4 * R * chunk" : "-", 4.0 * s->comm},
+        {"ops_workspace_floats * 4", 4.0 * g_work_floats},
+    };
+    printf0("memory per rank (MiB) by tag, ZeRO-%d, R = %d; Psi' = %lld padded parameters, P_io = %lld, P_layer = %lld, X = %d:\n",
+            st, R, (long long)z->lay.total, (long long)z->lay.P[0], (long long)(z->lay.nblocks > 1 ? z->lay.P[1] : 0), (int)X);
     printf0("| %-11s |", "tag");
     for (int r = 0; r < R && r < 8; r++) printf0(" rank %-4d|", r);
     if (R > 8) printf0(" ...      |");
-    printf0(" %s\n", "what");
+    printf0(" closed form                        |\n");
     for (int t = 0; t < TAG_COUNT; t++) {
         printf0("| %-11s |", mem_tag_name[t]);
-        for (int r = 0; r < R && r < 8; r++) printf0(" %9.2f|", all[r * TAG_COUNT + t] / MiB);
+        for (int r = 0; r < R && r < 8; r++) printf0(" %9.2f|", all[r * MEM_COLS + t] / MiB);
         if (R > 8) printf0("          |");
-        printf0(" %s\n", mem_tag_what[t]);
+        printf0(" %-24s %9.2f |\n", closed[t].formula, closed[t].bytes / MiB);
     }
     free(all);
-    // model state: ours (closed form from the dtype table) against the paper's 2+2+12 bytes
-    double psi = (double)z->lay.logical_total, X = sizeof(floatX);
-    const ZeroSizes* s = &z->sz;
+    // model state: ours against the paper's (2-byte parameters and gradients, 12 bytes of Adam)
+    double psi = (double)z->lay.logical_total;
     double ours = X * (s->full_params + s->shard_params) + 4.0 * (s->full_grads + s->shard_grads) + 12.0 * s->opt;
     double paper[4] = {16 * psi, 4 * psi + 12 * psi / R, 2 * psi + 14 * psi / R, 16 * psi / R};
     const char* form[4] = {"16 Psi", "4 Psi + 12 Psi/R", "2 Psi + 14 Psi/R", "16 Psi/R"};
-    const char* ourform[4] = {"X Psi + 4 Psi + 12 Psi", "X Psi + 4 Psi + 12 Psi/R", "X Psi + 16 Psi/R", "(X + 16) Psi/R"};
-    int st = z->stage;
-    printf0("model state per rank, ZeRO-%d, Psi = %lld parameters, X = %d bytes (%s), R = %d:\n", st, (long long)psi, (int)X, PRECISION_NAME, R);
-    printf0("  ours:  %-26s = %9.2f MiB (padded layout: %lld elements)\n", ourform[st], ours / MiB, (long long)z->lay.total);
-    printf0("  paper: %-26s = %9.2f MiB (16-bit gradients)\n", form[st], paper[st] / MiB);
-    printf0("  difference: FP32 gradients (+2 bytes per gradient element held), padding, X = %d-byte parameters;\n"
-            "  not in either: the io/layer buffers (ZeRO-2/3), activations, logits, comm staging, workspace (rows above)\n", (int)X);
+    const char* ourform[4] = {"(X + 16) Psi'", "(X + 4) Psi' + 12 Psi'/R", "X Psi' + 16 Psi'/R", "(X + 16) Psi'/R"};
+    printf0("model state per rank (params + grads + master + m + v), Psi = %lld parameters:\n", (long long)psi);
+    printf0("  ours:  %-26s = %9.2f MiB\n", ourform[st], ours / MiB);
+    printf0("  paper: %-26s = %9.2f MiB   (ZeRO section 5: 16-bit gradients)\n", form[st], paper[st] / MiB);
+    printf0("  ours keeps gradients in FP32 (+2 bytes per gradient element held), has X = %d-byte parameters,\n"
+            "  and pads tensors to 8 elements and blocks to 8R (Psi' - Psi = %lld); the io/layer buffers of\n"
+            "  ZeRO-2/3, activations, logits, comm staging and workspace are in neither (rows above)\n",
+            (int)X, (long long)(z->lay.total - z->lay.logical_total));
 }
 
 static void print_setup(Trainer* tr) {
     const GPTConfig* c = &tr->model.cfg;
     flags_print_table(&tr->f);
+    if (tr->R > 1) { // one line per rank, in rank order
+        char host[256] = "?";
+        gethostname(host, sizeof(host));
+        for (int r = 0; r < tr->R; r++) {
+            if (r == tr->r)
+                printf("[launch] rank %d of %d: pid %d on %s, local rank %d of %d, %d threads\n", tr->r, tr->R, (int)getpid(),
+                       host, tr->launch.local_rank, tr->launch.local_world, num_threads());
+            fflush(stdout);
+            double dummy = 0.0;
+            comm_sum_doubles(&tr->comm, &dummy, 1); // a barrier that keeps the lines in order
+        }
+    }
     printf0("device %s | precision %s | ranks %d (%s, %d on this node) | threads %d per rank | ZeRO-%d | recompute -r %d\n",
             g_device == DEV_CPU ? "cpu" : "cuda", PRECISION_NAME, tr->R, tr->launch.source, tr->launch.local_world,
             num_threads(), tr->f.zero_stage, tr->f.recompute);
@@ -1345,7 +1428,7 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     check_flags(f, &c, tr->R);
     // every rank must run the same flags and the same build
     char build[128];
-    snprintf(build, sizeof(build), "zerotrain %s %s %s", ZT_VERSION, PRECISION_NAME, __DATE__);
+    snprintf(build, sizeof(build), "zerotrain %s %s built %s %s", ZT_VERSION, PRECISION_NAME, __DATE__, __TIME__);
     uint64_t h = fnv1a(flags_hash(f), build, strlen(build));
     uint64_t* hs = (uint64_t*)malloc(sizeof(uint64_t) * tr->R);
     comm_allgather_u64(&tr->comm, h, hs);
@@ -1387,19 +1470,16 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     g_work = (float*)dev_alloc(TAG_WORK, g_work_floats * sizeof(float));
     // parameters: a checkpoint, a model file, or initialisation
     if (!(f->resume && resume_checkpoint(tr))) {
-        float* host = (float*)calloc(m->z.opt_total, sizeof(float)); // padding stays 0
         if (from_file) {
             ModelFile mf;
             GPTConfig fc;
             model_file_open(&mf, f->model, &fc);
-            zero_fill_opt(&m->z, host, model_file_fill, &mf);
+            zero_fill_opt(&m->z, m->z.master, model_file_fill, &mf);
             close(mf.fd);
         } else {
             InitCtx ic = {&m->d, (uint64_t)f->seed};
-            zero_fill_opt(&m->z, host, init_fill, &ic);
+            zero_fill_opt(&m->z, m->z.master, init_fill, &ic);
         }
-        dev_from_host(m->z.master, host, sizeof(float) * m->z.opt_total);
-        free(host);
         zero_params_from_master(&m->z);
     }
     if (tr->r == 0 && f->out_dir[0]) {
@@ -1463,7 +1543,7 @@ static void train_loop(Trainer* tr) {
         if (tr->has_val && (step % f->val_every == 0 || last)) {
             float vl = evaluate(tr);
             printf0("step %5d | val loss %.6f\n", step, vl);
-            if (tr->log) { fprintf(tr->log, "{\"step\": %d, \"val_loss\": %.6f}\n", step, vl); fflush(tr->log); }
+            if (tr->log) { fprintf(tr->log, "{\"step\": %d, \"val_loss\": %.9g}\n", step, vl); fflush(tr->log); }
         }
         if (f->sample_every > 0 && (step % f->sample_every == 0 || last) && step > 0) sample_text(tr);
         if (f->ckpt_every > 0 && step > start && (step % f->ckpt_every == 0 || last)) save_checkpoint(tr);
@@ -1478,7 +1558,7 @@ static void train_loop(Trainer* tr) {
         printf0("step %5d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s%s\n", step + 1, tr->max_steps,
                 s.loss, s.lr, s.norm, ms, tok_s, s.skipped ? " | SKIPPED: non-finite gradient norm" : "");
         if (tr->log) {
-            fprintf(tr->log, "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6e, \"norm\": %.6f, \"ms\": %.3f, \"tok_s\": %.1f, \"skipped\": %d, \"comm_wait_ms\": %.3f",
+            fprintf(tr->log, "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"norm\": %.9g, \"ms\": %.3f, \"tok_s\": %.1f, \"skipped\": %d, \"comm_wait_ms\": %.3f",
                     step + 1, s.loss, s.lr, s.norm, ms, tok_s, s.skipped, cm->wait_s * 1000.0);
             for (int k = 0; k < COLL_KINDS; k++)
                 fprintf(tr->log, ", \"%s\": [%lld, %lld]", coll_name[k], (long long)cm->count[k], (long long)cm->bytes[k]);
@@ -1486,7 +1566,6 @@ static void train_loop(Trainer* tr) {
             fflush(tr->log);
         }
     }
-    if (f->log_hash) log_hashes(tr);
 }
 
 static void trainer_free(Trainer* tr) {
@@ -1506,7 +1585,15 @@ static int train_main(int argc, char** argv) {
     Trainer* tr = (Trainer*)calloc(1, sizeof(Trainer));
     trainer_setup(tr, argc, argv);
     print_setup(tr);
-    train_loop(tr);
+    log_memory(tr, "start");
+    if (tr->f.export_path[0]) { // write the model and stop: consolidates a sharded checkpoint
+        if (write_model_file(&tr->model, tr->f.export_path) != 0) die(1, "-export %s failed", tr->f.export_path);
+        printf0("exported the model at step %d to %s\n", tr->step, tr->f.export_path);
+    } else {
+        train_loop(tr);
+    }
+    if (tr->f.log_hash) log_hashes(tr);
+    log_memory(tr, "end");
     trainer_free(tr);
     comm_free(&tr->comm);
     comm_finalize();

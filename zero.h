@@ -906,14 +906,25 @@ static void zero_zero_grads(Zero* z) {
 // fill(ctx, dst, logical, len): write the len logical parameters starting at `logical` to dst.
 typedef void (*LogicalFill)(void* ctx, float* dst, int64_t logical, int64_t len);
 
-// Fill `dst` (laid out like master: the optimizer range of every block) piece by piece.
+// Fill the device array `dst` (laid out like master: the optimizer range of every block) piece
+// by piece from a logical source, one block at a time through a host buffer of one block's range
+// (padding stays 0), so that no full-size host copy is ever made.
 static void zero_fill_opt(Zero* z, float* dst, LogicalFill fill, void* ctx) {
+    int64_t maxn = 0;
+    for (int b = 0; b < z->lay.nblocks; b++) {
+        int64_t n = zero_opt_hi(z, b) - zero_opt_lo(z, b);
+        maxn = n > maxn ? n : maxn;
+    }
+    float* host = (float*)malloc(sizeof(float) * maxn);
     Piece pc[MAX_BLOCK_TENSORS];
     for (int b = 0; b < z->lay.nblocks; b++) {
-        int n = layout_pieces(&z->lay, b, zero_opt_lo(z, b), zero_opt_hi(z, b), pc);
-        float* base = dst + zero_opt_off(z, b);
-        for (int i = 0; i < n; i++) fill(ctx, base + pc[i].local, pc[i].logical, pc[i].len);
+        int64_t n = zero_opt_hi(z, b) - zero_opt_lo(z, b);
+        memset(host, 0, sizeof(float) * n);
+        int k = layout_pieces(&z->lay, b, zero_opt_lo(z, b), zero_opt_hi(z, b), pc);
+        for (int i = 0; i < k; i++) fill(ctx, host + pc[i].local, pc[i].logical, pc[i].len);
+        dev_from_host(dst + zero_opt_off(z, b), host, sizeof(float) * n);
     }
+    free(host);
 }
 
 // BF16 parameters from the master weights (rounded to nearest), then [ZeRO-1/2] all-gathered.

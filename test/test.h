@@ -71,9 +71,11 @@ static inline int test_run_cmd(const char* cmd, char* out, size_t cap) {
 }
 
 // A fresh scratch directory for this test process (created once, under $TMPDIR or /tmp).
+static int g_tmpdir_made = 0;
 static inline const char* test_tmpdir(void) {
     static char dir[512] = {0};
     if (!dir[0]) {
+        g_tmpdir_made = 1;
         const char* base = getenv("TMPDIR");
         snprintf(dir, sizeof(dir), "%s/zt_test_XXXXXX", base && base[0] ? base : "/tmp");
         if (!mkdtemp(dir)) { perror("mkdtemp"); exit(1); }
@@ -103,6 +105,13 @@ static inline int test_run_all(const char* filter) {
         if (g_test_failed) { failed++; printf("FAIL %s (%.1f s)\n", g_tests[i].name, dt); }
         else { passed++; printf("PASS %s (%.1f s)\n", g_tests[i].name, dt); }
         fflush(stdout);
+    }
+    if (failed == 0 && g_tmpdir_made) { // keep the scratch files of a failed run for a look
+        char cmd[600];
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", test_tmpdir());
+        if (system(cmd) != 0) printf("(could not remove %s)\n", test_tmpdir());
+    } else if (g_tmpdir_made) {
+        printf("scratch files kept in %s\n", test_tmpdir());
     }
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;

@@ -13,6 +13,7 @@
 #include "test_ops.h"        // tests: every op against float64 finite differences
 #include "test_model.h"      // tests: the model against PyTorch; recompute; stages at one rank
 #include "test_cli.h"        // tests: the trainer as a process: bad input, checkpoints, resume
+#include "test_zero.h"       // tests: ZeRO-0..3 over MPI on N processes
 
 int main(int argc, char** argv) {
     if (argc > 1 && !strcmp(argv[1], "--train")) return train_main(argc - 1, argv + 1);

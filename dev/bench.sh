@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# dev/bench.sh — CPU-device benchmarks, printed side by side (what `make bench` runs).
+#
+#   ZeRO stages: tokens/s at -np 2 and -np 4 for each stage as a ratio to ZeRO-0 at the same R,
+#   and the share of the step spent waiting in collectives (from log.jsonl's comm_wait_ms).
+#
+# Numbers are medians over the steps after the first two (warm-up). Timings on a shared or
+# oversubscribed machine are noisy: compare ratios within one run, not across machines.
+# Usage: dev/bench.sh [train binary (default ./train_cpu)] [steps (default 10)]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${1:-./train_cpu}
+STEPS=${2:-10}
+MODEL="-e tiny -b 4 -t 64 -v 0 -s 0"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# median of a column of numbers on stdin
+median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) print "nan"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+
+# run R z -> prints "tok_s comm_share"
+run() {
+    local R=$1 z=$2 dir="$tmp/R$1_z$2"
+    OMP_NUM_THREADS=1 mpirun -np "$R" --oversubscribe --mca mpi_yield_when_idle 1 "$BIN" $MODEL -threads 1 \
+        -x "$STEPS" -z "$z" -o "$dir" > "$dir.out" 2>&1 || { echo "run R=$R z=$z failed:" >&2; tail -5 "$dir.out" >&2; exit 1; }
+    local tok share
+    tok=$(grep '"loss"' "$dir/log.jsonl" | awk -F'"tok_s": ' 'NR>2 {split($2,a,","); print a[1]}' | median)
+    share=$(grep '"loss"' "$dir/log.jsonl" | awk -F'"ms": |"comm_wait_ms": ' 'NR>2 {split($2,a,","); split($3,b,","); print b[1]/a[1]}' | median)
+    echo "$tok $share"
+}
+
+echo "zerotrain CPU benchmark — $(date -u +%Y-%m-%d), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+echo "model: $MODEL, $STEPS steps, one thread per rank"
+echo
+printf "%-4s %-7s %12s %14s %16s\n" "R" "stage" "tokens/s" "vs ZeRO-0" "comm wait share"
+for R in 2 4; do
+    base=""
+    for z in 0 1 2 3; do
+        read -r tok share < <(run "$R" "$z")
+        [ -z "$base" ] && base=$tok
+        awk -v R="$R" -v z="$z" -v t="$tok" -v b="$base" -v s="$share" 'BEGIN {printf "%-4s %-7s %12.0f %13.2fx %15.1f%%\n", R, "ZeRO-" z, t, t / b, s * 100}'
+    done
+done
