@@ -13,7 +13,8 @@
 //   5. the step         micro-steps, gradient norm, clipping, AdamW, learning-rate schedule
 //   6. checkpoints      llm.c model files and sharded training state, written atomically
 //   7. eval & sampling
-//   8. the loop & main
+//   8. sizing           -plan, -z auto: memory per tag, communication, step time, for every stage
+//   9. the loop & main
 // The ops (ops/*.cuh) and AdamW (adamw.cuh) each hold a CPU loop and a CUDA kernel behind one
 // dispatcher; zero.h holds everything about sharding and communication.
 //
@@ -43,7 +44,7 @@
 // names for everything new. The same table parses argv, prints -help and prints the settings
 // at start-up. "auto" defaults are resolved per device in resolve_defaults().
 
-typedef enum { F_INT, F_FLOAT, F_STR } FlagType;
+typedef enum { F_INT, F_FLOAT, F_STR, F_SWITCH } FlagType; // F_SWITCH: present = 1, takes no value
 
 // X(flag, field, type, default, help)
 #define FLAG_TABLE(X)                                                                                   \
@@ -80,8 +81,8 @@ typedef enum { F_INT, F_FLOAT, F_STR } FlagType;
     X("-n",             ckpt_every,      F_INT,   "0",      "checkpoint every N steps and at the end (0: never; needs -o)")     \
     X("-nk",            ckpt_keep,       F_INT,   "0",      "keep only the newest N checkpoints (0: keep all)")                 \
     X("-y",             resume,          F_INT,   "0",      "1: resume from the newest complete checkpoint in -o")              \
-    X("-r",             recompute,       F_INT,   "1",      "recompute in backward: 0 none, 1 GELU, 2 GELU+layernorms, 3 whole blocks") \
-    X("-z",             zero_stage,      F_INT,   "0",      "ZeRO stage: 0 replicate, 1 shard optimizer, 2 +gradients, 3 +parameters") \
+    X("-r",             recompute,       F_INT,   "1",      "recompute in backward: 0 none, 1 GELU, 2 GELU+layernorms, 3 whole blocks; auto: with -z auto, the planner's choice") \
+    X("-z",             zero_stage,      F_INT,   "0",      "ZeRO stage: 0 replicate, 1 shard optimizer, 2 +gradients, 3 +parameters; auto: the lowest-time stage that fits (see -plan)") \
     X("-threads",       threads,         F_INT,   "0",      "CPU threads per rank (0: cores / ranks on this node, or OMP_NUM_THREADS)") \
     X("-comm-trace",    comm_trace,      F_INT,   "0",      "1: print every collective (kind, block, bytes)")                   \
     X("-comm-timeout",  comm_timeout,    F_FLOAT, "300",    "seconds a collective may take before the run ends with an error (0: forever)") \
@@ -90,17 +91,24 @@ typedef enum { F_INT, F_FLOAT, F_STR } FlagType;
     X("-data-trace",    data_trace,      F_INT,   "0",      "debug: log a hash of every rank's micro-batch")                    \
     X("-log-hash",      log_hash,        F_INT,   "0",      "log hashes of parameters, m and v at the end (reproducibility checks)") \
     X("-resume-step",   resume_step,     F_INT,   "0",      "with -y 1: resume from this checkpoint step instead of the newest")     \
-    X("-export",        export_path,     F_STR,   "",       "write the model (after -e, init or -y) to this llm.c file and exit: consolidates a sharded checkpoint")
+    X("-export",        export_path,     F_STR,   "",       "write the model (after -e, init or -y) to this llm.c file and exit: consolidates a sharded checkpoint") \
+    X("-plan",          plan,            F_SWITCH, "0",     "print memory and time per rank for every ZeRO stage x recompute mode and a recommendation, then exit (allocates nothing)") \
+    X("-world",         world,           F_INT,   "0",      "with -plan: plan for this many ranks (0: the ranks this run has)")   \
+    X("-gpu-mem",       gpu_mem,         F_STR,   "",       "memory per rank for -plan and -z auto, e.g. 80GiB, 40GB, 512MiB (\"\": the device's free memory)") \
+    X("-link-gbps",     link_gbps,       F_FLOAT, "auto",   "link bandwidth per rank for -plan, Gbit/s per direction (auto: 3600 NVLink-class on cuda, 80 on cpu)") \
+    X("-tflops",        tflops,          F_FLOAT, "auto",   "compute rate per rank for -plan, TFLOP/s (auto: measured matmul on cpu, peak table x 0.5 on cuda)")
 
 // How each type is declared and converted from its text.
 #define FLAG_FIELD_F_INT(field) int field;
 #define FLAG_FIELD_F_FLOAT(field) float field;
 #define FLAG_FIELD_F_STR(field) char field[1024];
+#define FLAG_FIELD_F_SWITCH(field) int field;
 #define FLAG_CONV_F_INT(flag, field, help) \
     if (parse_int(f->field##_str, &f->field)) die_user("flag %s: '%s' is not an integer (%s)", flag, f->field##_str, help);
 #define FLAG_CONV_F_FLOAT(flag, field, help) \
     if (parse_float(f->field##_str, &f->field)) die_user("flag %s: '%s' is not a number (%s)", flag, f->field##_str, help);
 #define FLAG_CONV_F_STR(flag, field, help) snprintf(f->field, sizeof(f->field), "%s", f->field##_str);
+#define FLAG_CONV_F_SWITCH(flag, field, help) f->field = atoi(f->field##_str);
 
 typedef struct {
 #define X(flag, field, type, def, help) char field##_str[1024]; FLAG_FIELD_##type(field)
@@ -110,7 +118,8 @@ typedef struct {
 
 static void flags_print_help(FILE* f) {
     fprintf(f, "usage: ./train [flags]      (mpirun -np R ./train [flags] for R processes)\n\n");
-#define X(flag, field, type, def, help) fprintf(f, "  %-14s %s (default: %s)\n", flag, help, def[0] ? def : "\"\"");
+#define X(flag, field, type, def, help) \
+    fprintf(f, "  %-14s %s (%s)\n", flag, help, type == F_SWITCH ? "a switch: no value" : def[0] ? "default: " def : "default: \"\"");
     FLAG_TABLE(X)
 #undef X
 }
@@ -148,6 +157,10 @@ static void flags_parse(Flags* f, int argc, char** argv) {
         }
         int known = 0;
 #define X(flag, field, type, def, help)                                                                      \
+        if (!known && !strcmp(a, flag) && type == F_SWITCH) {                                               \
+            known = 1;                                                                                       \
+            snprintf(f->field##_str, sizeof(f->field##_str), "1");                                          \
+        }                                                                                                    \
         if (!known && !strcmp(a, flag)) {                                                                    \
             known = 1;                                                                                       \
             if (i + 1 >= argc) die_user("flag %s needs a value (%s). HINT: ./train -help", flag, help);      \
@@ -1160,7 +1173,342 @@ static void sample_text(Trainer* tr) {
 }
 
 // ----------------------------------------------------------------------------
-// 8. Setup, the loop, main.
+// 8. Sizing: one pure function from the configuration to the bytes of every tag on one rank
+// (plan_config), which the allocator follows (trainer_setup checks every tag against it), the
+// communication schedule of a step, an estimate of the step time, -plan, and -z / -r auto.
+// Nothing here allocates the model.
+
+typedef struct {
+    int stage, recompute, offload;  // offload: the optimizer state would live on the host (not available yet)
+    size_t bytes[TAG_COUNT];        // per rank
+    size_t total;                   // on the device (offload rows: without the optimizer state)
+    size_t host_per_node;           // offload rows: host bytes per node for the optimizer state
+    int64_t coll_count[COLL_KINDS], coll_bytes[COLL_KINDS]; // per step, as the log counts them
+    double traffic;                 // bytes a rank sends per step with ring algorithms
+    double compute_s, comm_s, step_s;
+    int fits;
+} PlanRow;
+
+typedef struct {
+    double mem;          // bytes per rank
+    const char* mem_src;
+    double flops;        // FLOP/s per rank
+    char flops_src[128];
+    double link;         // bytes/s per rank and direction
+    const char* link_src;
+} PlanEnv;
+
+// Bytes of every tag on one rank and the collectives of one step, for a configuration.
+static void plan_config(const GPTConfig* c, int B, int T, int R, int GA, int stage, int recompute, PlanRow* p) {
+    memset(p, 0, sizeof(*p));
+    p->stage = stage;
+    p->recompute = recompute;
+    ModelDesc d;
+    model_describe(&d, c);
+    BlockLayout lay;
+    model_layout(&d, &lay, R, 0);
+    ZeroSizes s = zero_sizes(&lay, stage);
+    size_t X = sizeof(floatX), acts, logits;
+    acts_bytes(c, B, T, recompute, &acts, &logits);
+    p->bytes[TAG_PARAMS] = X * (s.full_params + s.shard_params);
+    p->bytes[TAG_PARAM_BUF] = X * s.param_bufs;
+    p->bytes[TAG_GRADS] = 4 * (s.full_grads + s.shard_grads);
+    p->bytes[TAG_GRAD_BUF] = 4 * s.grad_bufs;
+    p->bytes[TAG_MASTER] = p->bytes[TAG_ADAM_M] = p->bytes[TAG_ADAM_V] = 4 * s.opt;
+    p->bytes[TAG_ACTS] = acts;
+    p->bytes[TAG_LOGITS] = logits;
+    p->bytes[TAG_COMM] = 4 * s.comm;
+    p->bytes[TAG_WORK] = 4 * ops_workspace_floats(c, B, T, s.opt);
+    for (int t = 0; t < TAG_COUNT; t++) p->total += p->bytes[t];
+    // the schedule of the hook table, per step (what the log counts: each collective's full buffer)
+    int64_t L = c->L, total = lay.total, Pio = lay.P[0], Pl = lay.P[1];
+    double ring = (double)(R - 1) / R; // share of a buffer a rank sends in a ring reduce-scatter or all-gather
+    switch (stage) {
+    case 0:
+        p->coll_count[COLL_ALL_REDUCE] = L + 1; p->coll_bytes[COLL_ALL_REDUCE] = 4 * total;
+        p->traffic = 2 * ring * 4 * total;
+        break;
+    case 1:
+    case 2: {
+        int64_t rs = stage == 1 ? 1 : GA; // ZeRO-1 reduces once per step, ZeRO-2 every micro-step
+        p->coll_count[COLL_REDUCE_SCATTER] = rs * (L + 1); p->coll_bytes[COLL_REDUCE_SCATTER] = rs * 4 * total;
+        p->coll_count[COLL_ALL_GATHER] = L + 1; p->coll_bytes[COLL_ALL_GATHER] = X * total;
+        p->traffic = ring * (rs * 4.0 * total + X * total);
+        break;
+    }
+    case 3:
+        p->coll_count[COLL_REDUCE_SCATTER] = GA * (L + 1); p->coll_bytes[COLL_REDUCE_SCATTER] = GA * 4 * total;
+        p->coll_count[COLL_ALL_GATHER] = GA * (2 * L + 1); p->coll_bytes[COLL_ALL_GATHER] = GA * X * (2 * Pio + (2 * L - 1) * Pl);
+        p->traffic = ring * (p->coll_bytes[COLL_REDUCE_SCATTER] + p->coll_bytes[COLL_ALL_GATHER]);
+        break;
+    }
+    p->coll_count[COLL_SCALARS] = 1;
+    p->coll_bytes[COLL_SCALARS] = 2 * 8 * R;
+    if (R == 1) p->traffic = 0;
+    layout_free(&lay);
+}
+
+// FLOPs per trained token: llm.c's (and PaLM's) 6 N + 12 L C T for forward and backward, plus one
+// more forward of the layers when -r 3 recomputes them (2 N_layers + 4 L C T). The other modes
+// recompute elementwise ops only, which this count ignores.
+static double plan_flops_per_token(const GPTConfig* c, int T, int recompute) {
+    ModelDesc d;
+    model_describe(&d, c);
+    double N = (double)d.num_params, L = c->L, C = c->C;
+    double f = 6.0 * N + 12.0 * L * C * T;
+    if (recompute == 3) f += 2.0 * (N - (double)c->Vp * C - (double)c->maxT * C) + 4.0 * L * C * T;
+    return f;
+}
+
+// "80GiB", "40 GB", "512MiB", "1.5TiB", "123456789": bytes, or -1.
+static double parse_size(const char* s) {
+    char* end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || !(v > 0)) return -1;
+    while (*end == ' ') end++;
+    static const struct { const char* unit; double mult; } units[] = {
+        {"", 1}, {"B", 1}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
+        {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"K", 1024.0}, {"M", 1048576.0}, {"G", 1073741824.0}, {"T", 1099511627776.0},
+    };
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+        if (!strcmp(end, units[i].unit)) return v * units[i].mult;
+    return -1;
+}
+
+// Measured FP32 matmul rate of this process's CPU threads, FLOP/s (a 256 x 1024 x 256 product).
+static double measure_cpu_flops(void) {
+    const int M = 256, N = 1024, K = 256;
+    floatX* a = (floatX*)calloc((size_t)M * K, sizeof(floatX));
+    floatX* b = (floatX*)calloc((size_t)N * K, sizeof(floatX));
+    floatX* o = (floatX*)calloc((size_t)M * N, sizeof(floatX));
+    float* saved = g_work;
+    size_t saved_n = g_work_floats;
+    g_work_floats = (size_t)K * N;
+    g_work = (float*)malloc(sizeof(float) * g_work_floats);
+    double best = 0.0;
+    for (int rep = 0; rep < 4; rep++) {
+        double t0 = wall_s();
+        op_matmul_forward(o, NULL, a, b, NULL, M, K, N);
+        double dt = wall_s() - t0;
+        if (rep > 0 && dt > 0) best = fmax(best, 2.0 * M * N * K / dt);
+    }
+    free(g_work);
+    g_work = saved;
+    g_work_floats = saved_n;
+    free(a); free(b); free(o);
+    return best;
+}
+
+// Where the planner's memory, compute rate and bandwidth come from (each printed with its source).
+static void plan_env(const Flags* f, const Launch* L, PlanEnv* e) {
+    memset(e, 0, sizeof(*e));
+    const char* env = getenv("ZT_DEVICE_MEM"); // this process's memory, overriding detection (testing)
+    if (f->gpu_mem[0]) {
+        e->mem = parse_size(f->gpu_mem);
+        if (e->mem <= 0) die_user("flag -gpu-mem: '%s' is not a memory size (examples: 80GiB, 40GB, 512MiB, 1073741824)", f->gpu_mem);
+        e->mem_src = "-gpu-mem";
+    } else if (env && *env) {
+        e->mem = parse_size(env);
+        if (e->mem <= 0) die_user("ZT_DEVICE_MEM='%s' is not a memory size (examples: 80GiB, 512MiB)", env);
+        e->mem_src = "ZT_DEVICE_MEM";
+    } else if (g_device == DEV_CUDA) {
+#ifdef __CUDACC__
+        size_t free_b = 0, total_b = 0;
+        cudaCheck(cudaMemGetInfo(&free_b, &total_b));
+        e->mem = (double)free_b;
+#endif
+        e->mem_src = "free GPU memory";
+    } else {
+        FILE* m = fopen("/proc/meminfo", "r");
+        long long kb = 0;
+        char line[256];
+        while (m && fgets(line, sizeof(line), m))
+            if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+        if (m) fclose(m);
+        e->mem = (double)kb * 1024.0 / (L->local_world > 0 ? L->local_world : 1);
+        e->mem_src = "available host memory / ranks on this node";
+    }
+    if (f->tflops > 0) {
+        e->flops = f->tflops * 1e12;
+        snprintf(e->flops_src, sizeof(e->flops_src), "-tflops");
+    } else if (g_device == DEV_CUDA) {
+        e->flops = 0.5 * 989e12; // until kernels exist to measure: H100/H200 SXM BF16 dense peak x 0.5
+        snprintf(e->flops_src, sizeof(e->flops_src), "assumed: 50%% of an H100's 989 TFLOP/s");
+    } else {
+        e->flops = measure_cpu_flops();
+        snprintf(e->flops_src, sizeof(e->flops_src), "measured matmul, %d threads", num_threads());
+    }
+    double gbps = f->link_gbps > 0 ? f->link_gbps : g_device == DEV_CUDA ? 3600.0 : 80.0;
+    e->link = gbps * 1e9 / 8.0;
+    e->link_src = f->link_gbps > 0 ? "-link-gbps" : g_device == DEV_CUDA ? "default: NVLink-class" : "default: shared memory";
+}
+
+// Every stage x recompute row (and one offload row per stage), with fit and time.
+static int plan_rows(const GPTConfig* c, int B, int T, int R, int GA, int local_ranks, const PlanEnv* e, PlanRow* rows) {
+    int n = 0;
+    for (int z = 0; z <= 3; z++) {
+        for (int r = 0; r <= 3; r++) {
+            PlanRow* p = &rows[n++];
+            plan_config(c, B, T, R, GA, z, r, p);
+            p->compute_s = plan_flops_per_token(c, T, r) * B * T * GA / e->flops;
+            p->comm_s = p->traffic / e->link;
+            p->step_s = p->compute_s + p->comm_s; // no overlap assumed
+            p->fits = p->total <= e->mem;
+        }
+        // offload: master, m, v on the host; what it would need (never recommended: not available yet)
+        PlanRow* p = &rows[n++];
+        *p = rows[n - 4]; // the -r 1 row of this stage (the default)
+        p->offload = 1;
+        size_t opt = p->bytes[TAG_MASTER] + p->bytes[TAG_ADAM_M] + p->bytes[TAG_ADAM_V];
+        p->total -= opt;
+        p->host_per_node = opt * (size_t)local_ranks;
+        p->fits = 0;
+    }
+    return n;
+}
+
+// The recommendation: among the rows that fit (offload never), the lowest estimated step time;
+// ties (within 1%) go to the lower stage, then to less recompute, the order users are taught.
+// With R > 1 ZeRO-0 is never chosen: ZeRO-1 sends less (BF16 gather instead of FP32) in less memory.
+// stage / recompute >= 0 fix that choice. Returns the row index or -1.
+static int plan_choose(const PlanRow* rows, int n, int R, int stage, int recompute) {
+    int best = -1;
+    for (int i = 0; i < n; i++) {
+        const PlanRow* p = &rows[i];
+        if (p->offload || !p->fits || (R > 1 && p->stage == 0 && stage != 0)) continue;
+        if ((stage >= 0 && p->stage != stage) || (recompute >= 0 && p->recompute != recompute)) continue;
+        if (best < 0 || p->step_s < rows[best].step_s * 0.99) best = i; // rows come in (stage, recompute) order
+    }
+    return best;
+}
+
+static const char* plan_unit(double max_bytes, double* div) {
+    if (max_bytes >= 1073741824.0) { *div = 1073741824.0; return "GiB"; }
+    *div = 1048576.0;
+    return "MiB";
+}
+
+// Why nothing fits, and what would: more ranks, a smaller micro-batch, recompute, more memory.
+static void plan_explain_misfit(const GPTConfig* c, int B, int T, int R, int GA, const PlanEnv* e, char* out, size_t cap) {
+    PlanRow p;
+    plan_config(c, B, T, R, GA, 3, 3, &p);
+    size_t fixed = p.bytes[TAG_ACTS] + p.bytes[TAG_LOGITS] + p.bytes[TAG_WORK] + p.bytes[TAG_PARAM_BUF] + p.bytes[TAG_GRAD_BUF];
+    double div;
+    const char* u = plan_unit(fmax((double)p.total, e->mem), &div);
+    int n = snprintf(out, cap, "nothing fits in %.2f %s per rank (%s): the smallest, ZeRO-3 with -r 3, needs %.2f %s at R = %d",
+                     e->mem / div, u, e->mem_src, p.total / div, u, R);
+    int Rfit = 0;
+    for (int r2 = R + 1; r2 <= 65536 && !Rfit; r2 *= 2) {
+        PlanRow q;
+        plan_config(c, B, T, r2, GA, 3, 3, &q);
+        if (q.total <= e->mem) Rfit = r2;
+    }
+    if (Rfit) n += snprintf(out + n, cap - n, "; with %d ranks it would fit", Rfit);
+    if (fixed > e->mem * 0.5)
+        n += snprintf(out + n, cap - n, "; activations, logits and buffers alone need %.2f %s: use a smaller micro-batch -b (and -d to keep the batch)",
+                      fixed / div, u);
+    snprintf(out + n, cap - n, ". HINT: more ranks, a smaller -b, -r 3, or more memory per rank");
+}
+
+// -plan: the table, the recommendation, and <out_dir>/plan.jsonl. Prints on rank 0.
+static void run_plan(const Flags* f, const GPTConfig* c, int R, const Launch* L) {
+    int GA = f->total_batch == -1 ? 1 : (int)(f->total_batch / ((int64_t)f->B * f->T * R));
+    int local = L->local_world > 0 ? L->local_world : 1;
+    if (f->world > 0) local = R < 8 ? R : 8; // planning another world: assume up to 8 ranks a node
+    PlanEnv e;
+    plan_env(f, L, &e);
+    PlanRow rows[20];
+    int n = plan_rows(c, f->B, f->T, R, GA, local, &e, rows);
+    ModelDesc d;
+    model_describe(&d, c);
+    double maxb = 0;
+    for (int i = 0; i < n; i++) maxb = fmax(maxb, (double)rows[i].total);
+    double div;
+    const char* u = plan_unit(fmax(maxb, e.mem), &div);
+    printf0("plan: L %d C %d NH %d V %d (%lld parameters), B %d x T %d x R %d x GA %d, %s %s\n", c->L, c->C, c->NH, c->V,
+            (long long)d.num_real, f->B, f->T, R, GA, g_device == DEV_CUDA ? "cuda" : "cpu", PRECISION_NAME);
+    printf0("  memory per rank %.2f %s (%s); compute %.3g TFLOP/s (%s); link %.0f Gbit/s (%s)\n", e.mem / div, u, e.mem_src,
+            e.flops / 1e12, e.flops_src, e.link * 8 / 1e9, e.link_src);
+    printf0("per-rank %s by tag (activations: one micro-batch; time: compute + communication, no overlap assumed):\n", u);
+    printf0("| z | -r  |");
+    for (int t = 0; t < TAG_COUNT; t++) printf0(" %s |", mem_tag_name[t]);
+    printf0("   total | fits | comm/step %s | est s/step |\n", u);
+    for (int i = 0; i < n; i++) {
+        const PlanRow* p = &rows[i];
+        if (p->offload) printf0("| %d | off |", p->stage);
+        else printf0("| %d | %d   |", p->stage, p->recompute);
+        for (int t = 0; t < TAG_COUNT; t++) printf0(" %*.2f |", (int)strlen(mem_tag_name[t]), p->bytes[t] / div);
+        int64_t cb = 0;
+        for (int k = 0; k < COLL_KINDS; k++) cb += p->coll_bytes[k];
+        if (p->offload)
+            printf0(" %7.2f | not available yet: optimizer offload would need %.2f %s of host memory per node\n", p->total / div, p->host_per_node / div, u);
+        else
+            printf0(" %7.2f | %-4s | %13.2f | %10.3g |\n", p->total / div, p->fits ? "yes" : "no", cb / div, p->step_s);
+    }
+    int best = plan_choose(rows, n, R, -1, -1);
+    if (best < 0) {
+        char why[1024];
+        plan_explain_misfit(c, f->B, f->T, R, GA, &e, why, sizeof(why));
+        printf0("recommendation: none: %s\n", why);
+    } else {
+        const PlanRow* p = &rows[best];
+        printf0("recommendation: -z %d -r %d: fits (%.2f of %.2f %s) and has the lowest estimated step time, %.3g s "
+                "(compute %.3g s, communication %.3g s)%s\n", p->stage, p->recompute, p->total / div, e.mem / div, u,
+                p->step_s, p->compute_s, p->comm_s, R > 1 ? "; ZeRO-0 is never chosen with R > 1 (ZeRO-1 sends less in less memory)" : "");
+    }
+    if (f->out_dir[0] && g_rank == 0) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof(path), "%s/plan.jsonl", f->out_dir);
+        FILE* fp = fopen(path, "w");
+        if (!fp) die_user("-o: cannot write %s: %s", path, strerror(errno));
+        for (int i = 0; i < n; i++) {
+            const PlanRow* p = &rows[i];
+            fprintf(fp, "{\"stage\": %d, \"recompute\": %d, \"offload\": %d, \"R\": %d, \"GA\": %d", p->stage, p->recompute, p->offload, R, GA);
+            for (int t = 0; t < TAG_COUNT; t++) fprintf(fp, ", \"%s\": %zu", mem_tag_name[t], p->bytes[t]);
+            fprintf(fp, ", \"total\": %zu, \"fits\": %d, \"step_s\": %.6g, \"recommended\": %d", p->total, p->fits, p->step_s, i == best);
+            for (int k = 0; k < COLL_KINDS; k++) fprintf(fp, ", \"%s\": [%lld, %lld]", coll_name[k], (long long)p->coll_count[k], (long long)p->coll_bytes[k]);
+            fprintf(fp, "}\n");
+        }
+        fclose(fp);
+    }
+}
+
+// -z auto / -r auto: rank 0 plans with its own view of the memory and broadcasts the choice, so
+// ranks that see different free memory never choose differently. One line says what and why.
+static void choose_config(Flags* f, const GPTConfig* c, int R, const Launch* L, Comm* comm) {
+    int choice[2] = {f->zero_stage, f->recompute};
+    char why[1024] = "";
+    if (g_rank == 0) {
+        int GA = f->total_batch == -1 ? 1 : (int)(f->total_batch / ((int64_t)f->B * f->T * R));
+        PlanEnv e;
+        plan_env(f, L, &e);
+        PlanRow rows[20];
+        int n = plan_rows(c, f->B, f->T, R, GA, L->local_world, &e, rows);
+        int best = plan_choose(rows, n, R, f->zero_stage, f->recompute);
+        if (best < 0) {
+            plan_explain_misfit(c, f->B, f->T, R, GA, &e, why, sizeof(why));
+            choice[0] = -2;
+        } else {
+            choice[0] = rows[best].stage;
+            choice[1] = rows[best].recompute;
+            double div;
+            const char* u = plan_unit(e.mem, &div);
+            snprintf(why, sizeof(why), "uses %.2f of %.2f %s per rank (%s), estimated %.3g s/step", rows[best].total / div, e.mem / div, u,
+                     e.mem_src, rows[best].step_s);
+        }
+    }
+    comm_broadcast(comm, choice, sizeof(choice), 0);
+    if (choice[0] == -2) die_user("-z auto: %s", g_rank == 0 ? why : "rank 0 found no configuration that fits (see its message)");
+    printf0("auto: -z %d -r %d chosen: %s\n", choice[0], choice[1], why);
+    f->zero_stage = choice[0];
+    f->recompute = choice[1];
+    snprintf(f->zero_stage_str, sizeof(f->zero_stage_str), "%d", choice[0]);
+    snprintf(f->recompute_str, sizeof(f->recompute_str), "%d", choice[1]);
+}
+
+// ----------------------------------------------------------------------------
+// 9. Setup, the loop, main.
 
 // Replace "auto" defaults by the device's, then convert every flag.
 static void resolve_defaults(Flags* f, Device dev) {
@@ -1174,6 +1522,10 @@ static void resolve_defaults(Flags* f, Device dev) {
     AUTO(lr, "1e-3", "6e-4");
     AUTO(val_every, "25", "250");
     AUTO(sample_every, "100", "500");
+    AUTO(zero_stage, "-1", "-1"); // decided after start-up by the planner (choose_config)
+    AUTO(recompute, "-1", "-1");
+    AUTO(link_gbps, "0", "0");    // 0: the device's default, resolved by plan_env
+    AUTO(tflops, "0", "0");
 #ifdef ZT_DEBUG
     AUTO(poison, "1", "1");
 #else
@@ -1241,8 +1593,11 @@ static void check_flags(const Flags* f, const GPTConfig* c, int R) {
     if (f->total_batch != -1 && (f->total_batch < step_tokens || f->total_batch % step_tokens != 0))
         die_user("flag -d: total batch %d tokens is not a multiple of B*T*R = %d*%d*%d = %lld. HINT: use -d %lld or a multiple",
                  f->total_batch, f->B, f->T, R, (long long)step_tokens, (long long)step_tokens);
-    if (f->zero_stage < 0 || f->zero_stage > 3) die_user("flag -z: ZeRO stage %d is not 0, 1, 2 or 3", f->zero_stage);
-    if (f->recompute < 0 || f->recompute > 3) die_user("flag -r: recompute mode %d is not 0, 1, 2 or 3", f->recompute);
+    if (f->zero_stage < -1 || f->zero_stage > 3) die_user("flag -z: ZeRO stage %d is not 0, 1, 2, 3 or auto", f->zero_stage);
+    if (f->recompute < -1 || f->recompute > 3) die_user("flag -r: recompute mode %d is not 0, 1, 2, 3 or auto", f->recompute);
+    if (f->world < 0) die_user("flag -world: %d ranks", f->world);
+    if (f->world > 0 && !f->plan) die_user("flag -world plans for another world size: it needs -plan");
+    if (f->link_gbps < 0 || f->tflops < 0) die_user("flags -link-gbps / -tflops must be positive");
     if (f->max_steps < -1) die_user("flag -x: %d steps: use a count, 0 (evaluate only) or -1 (one epoch)", f->max_steps);
     if (f->lr < 0) die_user("flag -l: learning rate %g is negative", f->lr);
     if (f->warmup < -1) die_user("flag -u: warmup %d is negative", f->warmup);
@@ -1413,7 +1768,8 @@ static void print_setup(Trainer* tr) {
 }
 
 // Everything before the first step. Bad input ends here with exit code 2, before allocation.
-static void trainer_setup(Trainer* tr, int argc, char** argv) {
+// Returns 1 when there is nothing to train (-plan printed its table).
+static int trainer_setup(Trainer* tr, int argc, char** argv) {
     memset(tr, 0, sizeof(*tr));
     Flags* f = &tr->f;
     comm_init(&tr->comm, &argc, &argv, &tr->launch);
@@ -1425,7 +1781,8 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     GPTConfig c;
     int from_file;
     model_config(f, &c, &from_file);
-    check_flags(f, &c, tr->R);
+    int R_plan = f->plan && f->world > 0 ? f->world : tr->R; // -plan -world R plans another world size
+    check_flags(f, &c, R_plan);
     // every rank must run the same flags and the same build
     char build[128];
     snprintf(build, sizeof(build), "zerotrain %s %s built %s %s", ZT_VERSION, PRECISION_NAME, __DATE__, __TIME__);
@@ -1439,6 +1796,12 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
                      (unsigned long long)hs[r], (unsigned long long)hs[0]);
     free(hs);
     setup_threads(f, &tr->launch);
+    if (f->plan) {
+        if (f->out_dir[0]) mkdir_p(f->out_dir);
+        run_plan(f, &c, R_plan, &tr->launch);
+        return 1;
+    }
+    if (f->zero_stage < 0 || f->recompute < 0) choose_config(f, &c, tr->R, &tr->launch, &tr->comm);
     // data, tokenizer, output directory
     char err[1024];
     if (dataloader_init(&tr->train, f->train_data, f->B, f->T, c.V, f->shuffle, (uint64_t)f->seed, err, sizeof(err)))
@@ -1468,6 +1831,11 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     acts_alloc(&m->a, &c, f->B, f->T, f->recompute);
     g_work_floats = ops_workspace_floats(&c, f->B, f->T, m->z.opt_total);
     g_work = (float*)dev_alloc(TAG_WORK, g_work_floats * sizeof(float));
+    PlanRow plan; // what was allocated is exactly what the planner computes, tag by tag
+    plan_config(&c, f->B, f->T, tr->R, tr->GA, f->zero_stage, f->recompute, &plan);
+    for (int t = 0; t < TAG_COUNT; t++)
+        if (g_mem_bytes[t] != plan.bytes[t])
+            die(1, "internal error: %s: %zu bytes allocated, the planner says %zu", mem_tag_name[t], g_mem_bytes[t], plan.bytes[t]);
     // parameters: a checkpoint, a model file, or initialisation
     if (!(f->resume && resume_checkpoint(tr))) {
         if (from_file) {
@@ -1488,6 +1856,7 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
         tr->log = fopen(path, tr->step > 0 ? "a" : "w");
         if (!tr->log) die_user("-o: cannot write %s: %s", path, strerror(errno));
     }
+    return 0;
 }
 
 // Hashes of this rank's parameters, master, m and v (over its shard): reproducibility checks.
@@ -1583,7 +1952,12 @@ static void trainer_free(Trainer* tr) {
 
 static int train_main(int argc, char** argv) {
     Trainer* tr = (Trainer*)calloc(1, sizeof(Trainer));
-    trainer_setup(tr, argc, argv);
+    if (trainer_setup(tr, argc, argv)) { // -plan: nothing allocated, nothing to free
+        comm_free(&tr->comm);
+        comm_finalize();
+        free(tr);
+        return 0;
+    }
     print_setup(tr);
     log_memory(tr, "start");
     if (tr->f.export_path[0]) { // write the model and stop: consolidates a sharded checkpoint

@@ -14,6 +14,7 @@
 #include "test_model.h"      // tests: the model against PyTorch; recompute; stages at one rank
 #include "test_cli.h"        // tests: the trainer as a process: bad input, checkpoints, resume
 #include "test_zero.h"       // tests: ZeRO-0..3 over MPI on N processes
+#include "test_plan.h"       // tests: -plan and -z auto
 
 int main(int argc, char** argv) {
     if (argc > 1 && !strcmp(argv[1], "--train")) return train_main(argc - 1, argv + 1);

@@ -267,11 +267,41 @@ TEST(zero_data_distinct_and_independent_of_R) {
     CHECK(memcmp(sets[0][0], sets[0][1], sizeof(sets[0][0])) != 0);
 }
 
+// The closed form of every tag's bytes on one rank, written here from (L, C, V, T, R, stage,
+// recompute, B) and the dtype table. (GA does not enter: activations are per micro-batch.)
+static void zt_closed_form(int R, int z, int rc_mode, int B, double expect[TAG_COUNT]) {
+    const int T = ZT_T, C = ZT_C, NH = ZT_NH, L = ZT_L, Vp = 128;
+    const double X = sizeof(floatX);
+    int64_t Pio, Pl, logical;
+    zt_blocks(R, &Pio, &Pl, &logical);
+    double total = Pio + L * Pl, shard = total / R;
+    memset(expect, 0, sizeof(double) * TAG_COUNT);
+    // the dtype table: floatX parameters, FP32 gradients, FP32 master/m/v
+    expect[TAG_PARAMS] = X * (z <= 2 ? total : shard);
+    expect[TAG_PARAM_BUF] = z == 3 ? X * (Pio + 2 * Pl) : 0;
+    expect[TAG_GRADS] = 4 * (z <= 1 ? total : shard);
+    expect[TAG_GRAD_BUF] = z >= 2 ? 4.0 * (Pio + 2 * Pl) : 0;
+    expect[TAG_MASTER] = expect[TAG_ADAM_M] = expect[TAG_ADAM_V] = 4 * (z == 0 ? total : shard);
+    // activations per micro-batch (B*T tokens): per-layer tensors kept for every layer or once
+    // by the recompute mode, plus the shared ones
+    double BT = B * T;
+    double Lx = L, Lln = rc_mode <= 1 ? L : 1, Lmid = rc_mode <= 2 ? L : 1, Lgelu = rc_mode == 0 ? L : 1;
+    expect[TAG_ACTS] = Lx * X * BT * C                                  // x
+                     + Lln * (2 * X * BT * C + 4 * 4 * BT)               // ln1, ln2 and their mean, rstd
+                     + Lmid * (X * BT * (3 * C + C + C + 4 * C) + 4 * BT * NH) // qkv, atty, xmid, fch; lse
+                     + Lgelu * X * BT * 4 * C                            // fch_gelu
+                     + X * BT * C * 3 + 4 * BT * 2 + 4 * BT + 4 * BT * 2 // proj, xL, lnf; lnf stats; losses; inputs, targets
+                     + X * BT * (C + C + C + 3 * C + 4 * C);             // dres, dln, datty, dqkv, dfch
+    expect[TAG_LOGITS] = X * BT * Vp;
+    int64_t maxS = (Pio > Pl ? Pio : Pl) / R, chunk = (1 << 20) / R / 8 * 8;
+    expect[TAG_COMM] = R > 1 ? 4.0 * R * (maxS < chunk ? maxS : chunk) : 0;
+    expect[TAG_WORK] = 4.0 * (1 << 22); // the GEMM panel: the largest term at these sizes
+}
+
 // Memory: every rank's tagged bytes equal the closed form, for every stage, R = 1, 2, 4,
 // GA = 1 and 3 (memory does not depend on GA), recompute 0 and 3; padding is bounded.
 TEST(zero_memory_closed_form) {
-    const int B = 2, T = ZT_T, C = ZT_C, NH = ZT_NH, L = ZT_L, Vp = 128;
-    const double X = sizeof(floatX);
+    const int B = 2, T = ZT_T, L = ZT_L;
     int Rs[3] = {1, 2, 4};
     for (int ri = 0; ri < 3; ri++)
         for (int z = 0; z <= 3; z++)
@@ -286,35 +316,15 @@ TEST(zero_memory_closed_form) {
                     CHECKF(rc == 0, "%s failed:\n%s", name, zt_out);
                     double mem[4][TAG_COUNT + 1];
                     if (zt_read_memory(dir, "start", mem, R)) { CHECKF(0, "%s: no memory record", name); continue; }
-                    int64_t Pio, Pl, logical;
-                    zt_blocks(R, &Pio, &Pl, &logical);
-                    double total = Pio + L * Pl, shard = total / R;
-                    // the dtype table: floatX parameters, FP32 gradients, FP32 master/m/v
-                    double expect[TAG_COUNT] = {0};
-                    expect[TAG_PARAMS] = X * (z <= 2 ? total : shard);
-                    expect[TAG_PARAM_BUF] = z == 3 ? X * (Pio + 2 * Pl) : 0;
-                    expect[TAG_GRADS] = 4 * (z <= 1 ? total : shard);
-                    expect[TAG_GRAD_BUF] = z >= 2 ? 4.0 * (Pio + 2 * Pl) : 0;
-                    expect[TAG_MASTER] = expect[TAG_ADAM_M] = expect[TAG_ADAM_V] = 4 * (z == 0 ? total : shard);
-                    // activations per micro-batch (B*T tokens): per-layer tensors kept for every
-                    // layer or once by the recompute mode, plus the shared ones
-                    double BT = B * T;
-                    double Lx = rc_mode <= 3 ? L : 1, Lln = rc_mode <= 1 ? L : 1, Lmid = rc_mode <= 2 ? L : 1, Lgelu = rc_mode == 0 ? L : 1;
-                    double acts = Lx * X * BT * C                               // x
-                                + Lln * (2 * X * BT * C + 4 * 4 * BT)          // ln1, ln2 and their mean, rstd
-                                + Lmid * (X * BT * (3 * C + C + C + 4 * C) + 4 * BT * NH) // qkv, atty, xmid, fch; lse
-                                + Lgelu * X * BT * 4 * C                        // fch_gelu
-                                + X * BT * C * 3 + 4 * BT * 2 + 4 * BT + 4 * BT * 2 // proj, xL, lnf; lnf stats; losses; inputs, targets
-                                + X * BT * (C + C + C + 3 * C + 4 * C);         // dres, dln, datty, dqkv, dfch
-                    expect[TAG_ACTS] = acts;
-                    expect[TAG_LOGITS] = X * BT * Vp;
-                    int64_t maxS = (Pio > Pl ? Pio : Pl) / R, chunk = (1 << 20) / R / 8 * 8;
-                    expect[TAG_COMM] = R > 1 ? 4.0 * R * (maxS < chunk ? maxS : chunk) : 0;
-                    expect[TAG_WORK] = 4.0 * (1 << 22); // the GEMM panel: the largest term at these sizes
+                    double expect[TAG_COUNT];
+                    zt_closed_form(R, z, rc_mode, B, expect);
                     for (int r = 0; r < R; r++)
                         for (int t = 0; t < TAG_COUNT; t++)
                             CHECKF(mem[r][t] == expect[t], "%s rank %d %s: %.0f bytes, closed form %.0f", name, r, mem_tag_name[t], mem[r][t], expect[t]);
                     // padding: at most 7 elements per tensor and 8R-1 per block
+                    int64_t Pio, Pl, logical;
+                    zt_blocks(R, &Pio, &Pl, &logical);
+                    double total = Pio + L * Pl;
                     CHECKF(total - logical <= 7.0 * (4 + 12 * L) + (8.0 * R - 1) * (1 + L), "%s: padding %.0f elements", name, total - logical);
                 }
 }

@@ -1,0 +1,143 @@
+// test/test_plan.h — sizing before running: -plan and -z auto.
+//
+// The planner's per-tag bytes must equal what the program allocates (test_zero.h checks the
+// allocations against zt_closed_form) and the same closed form written in the test; -z auto must
+// pick the expected stage around each stage's memory need, agree on every rank, and never pick
+// ZeRO-0 over ZeRO-1 with several ranks.
+
+// The rows of a -plan run's plan.jsonl: bytes per tag for (stage, recompute), and the totals.
+typedef struct { double bytes[4][4][TAG_COUNT]; double total[4][4]; int fits[4][4]; int rec_z, rec_r; } PlanOut;
+
+// A deeper model for the -z auto cases: sharding must save more than ZeRO-2/3's buffers cost
+// (L > 4 + P_io/P_layer at R = 2) for the stages' needs to fall in order.
+#define TP_DEEP "-layers 8 -channels 64 -heads 4"
+
+static int tp_plan(int R, const char* extra, PlanOut* po) {
+    const char* dir = zt_dir("plan");
+    char flags[2048];
+    snprintf(flags, sizeof(flags), ZT_MODEL " -b 2 -v 0 -s 0 -plan -world %d -o %s %s", R, dir, extra);
+    int rc = zt_mpirun(1, flags, zt_out, sizeof(zt_out));
+    if (rc) { printf("    -plan failed (%d):\n%s\n", rc, zt_out); return rc; }
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/plan.jsonl", dir);
+    char* s = zt_read_file(path);
+    if (!s) return -1;
+    memset(po, 0, sizeof(*po));
+    po->rec_z = po->rec_r = -1;
+    for (char* line = strtok(s, "\n"); line; line = strtok(NULL, "\n")) {
+        int z, r, off;
+        if (sscanf(line, "{\"stage\": %d, \"recompute\": %d, \"offload\": %d", &z, &r, &off) != 3 || off) continue;
+        for (int t = 0; t < TAG_COUNT; t++) {
+            char key[64];
+            snprintf(key, sizeof(key), "\"%s\": ", mem_tag_name[t]);
+            po->bytes[z][r][t] = atof(strstr(line, key) + strlen(key));
+        }
+        po->total[z][r] = atof(strstr(line, "\"total\": ") + 9);
+        po->fits[z][r] = atoi(strstr(line, "\"fits\": ") + 8);
+        if (atoi(strstr(line, "\"recommended\": ") + 15)) { po->rec_z = z; po->rec_r = r; }
+    }
+    free(s);
+    return 0;
+}
+
+// The plan's bytes per tag, for every stage x recompute mode at R = 1, 2, 4, equal the closed form
+// (and so what the program allocates: zero_memory_closed_form).
+TEST(plan_bytes_equal_closed_form) {
+    int Rs[3] = {1, 2, 4};
+    for (int i = 0; i < 3; i++) {
+        PlanOut po;
+        CHECK(tp_plan(Rs[i], "", &po) == 0);
+        for (int z = 0; z <= 3; z++)
+            for (int r = 0; r <= 3; r++) {
+                double expect[TAG_COUNT];
+                zt_closed_form(Rs[i], z, r, 2, expect);
+                double total = 0;
+                for (int t = 0; t < TAG_COUNT; t++) {
+                    total += expect[t];
+                    CHECKF(po.bytes[z][r][t] == expect[t], "R=%d z=%d r=%d %s: plan %.0f, closed form %.0f", Rs[i], z, r, mem_tag_name[t],
+                           po.bytes[z][r][t], expect[t]);
+                }
+                CHECK(po.total[z][r] == total);
+            }
+    }
+}
+
+// -z auto around each stage's need (R = 2, -r 1, GA = 1): with room for ZeRO-1 it is chosen (never
+// ZeRO-0, which needs more and sends more); just below ZeRO-1's need ZeRO-2; below ZeRO-2's, ZeRO-3;
+// below ZeRO-3's, nothing fits and the run stops with what would be needed.
+TEST(plan_z_auto_picks_by_memory) {
+    PlanOut po;
+    CHECK(tp_plan(2, TP_DEEP, &po) == 0);
+    double need[4];
+    for (int z = 0; z <= 3; z++) need[z] = po.total[z][1];
+    CHECKF(need[0] > need[1] && need[1] > need[2] && need[2] > need[3], "needs not decreasing: %.0f %.0f %.0f %.0f", need[0], need[1], need[2], need[3]);
+    struct { double mem; int expect; } cases[] = {
+        {need[0] + 1, 1}, {need[1], 1}, {need[1] - 1, 2}, {need[2], 2}, {need[2] - 1, 3}, {need[3], 3}, {need[3] - 1, -1},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char* dir = zt_dir("auto");
+        char flags[2048];
+        snprintf(flags, sizeof(flags), ZT_MODEL " " TP_DEEP " -b 2 -x 1 -v 0 -s 0 -z auto -r 1 -gpu-mem %.0f -o %s", cases[i].mem, dir);
+        int rc = zt_mpirun(2, flags, zt_out, sizeof(zt_out));
+        if (cases[i].expect < 0) {
+            CHECKF(rc != 0 && strstr(zt_out, "nothing fits") && strstr(zt_out, "HINT"), "memory %.0f: expected a 'nothing fits' error:\n%s",
+                   cases[i].mem, zt_out);
+            continue;
+        }
+        char want[64];
+        snprintf(want, sizeof(want), "auto: -z %d -r 1 chosen", cases[i].expect);
+        CHECKF(rc == 0 && strstr(zt_out, want), "memory %.0f bytes: expected '%s':\n%s", cases[i].mem, want, zt_out);
+        // both ranks allocated what the plan says for that stage
+        double mem[4][TAG_COUNT + 1];
+        if (zt_read_memory(dir, "start", mem, 2) == 0)
+            for (int r = 0; r < 2; r++)
+                for (int t = 0; t < TAG_COUNT; t++)
+                    CHECKF(mem[r][t] == po.bytes[cases[i].expect][1][t], "rank %d %s: %.0f bytes, the plan for ZeRO-%d says %.0f", r,
+                           mem_tag_name[t], mem[r][t], cases[i].expect, po.bytes[cases[i].expect][1][t]);
+    }
+    // at R = 1 with room, ZeRO-0 (every stage sends nothing; the lowest stage wins the tie)
+    const char* dir = zt_dir("auto1");
+    char flags[2048];
+    snprintf(flags, sizeof(flags), ZT_MODEL " -b 2 -x 1 -v 0 -s 0 -z auto -r 1 -gpu-mem 1GiB -o %s", dir);
+    CHECK(zt_mpirun(1, flags, zt_out, sizeof(zt_out)) == 0 && strstr(zt_out, "auto: -z 0 -r 1 chosen"));
+}
+
+// Ranks that see different memory still agree: rank 0 decides and broadcasts.
+TEST(plan_z_auto_ranks_agree) {
+    PlanOut po;
+    CHECK(tp_plan(2, "", &po) == 0);
+    const char* dir = zt_dir("auto_agree");
+    char cmd[8192];
+    // rank 0 has room for ZeRO-1, rank 1 only for ZeRO-3: both must run ZeRO-1
+    snprintf(cmd, sizeof(cmd),
+             ZT_CLEAN_ENV "OMP_NUM_THREADS=1 mpirun --oversubscribe --allow-run-as-root -np 1 -x ZT_DEVICE_MEM=%.0f %s --train -threads 1 -i %s "
+             ZT_MODEL " -b 2 -x 1 -v 0 -s 0 -z auto -r 1 -o %s : -np 1 -x ZT_DEVICE_MEM=%.0f %s --train -threads 1 -i %s " ZT_MODEL
+             " -b 2 -x 1 -v 0 -s 0 -z auto -r 1 -o %s",
+             po.total[1][1] + 1, g_test_self, zt_data(0), dir, po.total[3][1] + 1, g_test_self, zt_data(0), dir);
+    int rc = test_run_cmd(cmd, zt_out, sizeof(zt_out));
+    CHECKF(rc == 0 && strstr(zt_out, "auto: -z 1 -r 1 chosen"), "expected ZeRO-1 on both ranks:\n%s", zt_out);
+    double mem[4][TAG_COUNT + 1], expect[TAG_COUNT];
+    zt_closed_form(2, 1, 1, 2, expect);
+    CHECK(zt_read_memory(dir, "start", mem, 2) == 0);
+    for (int r = 0; r < 2; r++) CHECKF(mem[r][TAG_MASTER] == expect[TAG_MASTER] && mem[r][TAG_GRADS] == expect[TAG_GRADS], "rank %d differs", r);
+}
+
+// The recommendation of -plan: with R > 1 and room for both, ZeRO-1 rather than ZeRO-0; bad input.
+TEST(plan_recommendation_and_bad_input) {
+    PlanOut po;
+    CHECK(tp_plan(4, "-gpu-mem 1GiB", &po) == 0);
+    CHECKF(po.rec_z == 1 && po.rec_r == 0, "recommended -z %d -r %d, expected -z 1 -r 0 (lowest stage and recompute at the same time)", po.rec_z, po.rec_r);
+    CHECK(tp_plan(1, "-gpu-mem 1GiB", &po) == 0);
+    CHECKF(po.rec_z == 0 && po.rec_r == 0, "R=1: recommended -z %d -r %d, expected -z 0 -r 0", po.rec_z, po.rec_r);
+    // nothing fits: -plan says so and what would help
+    CHECK(tp_plan(2, "-gpu-mem 64KiB", &po) == 0 && strstr(zt_out, "recommendation: none: nothing fits") && strstr(zt_out, "HINT"));
+    // an unparseable size
+    char flags[512];
+    snprintf(flags, sizeof(flags), ZT_MODEL " -plan -gpu-mem 80XB");
+    int rc = zt_mpirun(1, flags, zt_out, sizeof(zt_out));
+    CHECKF(rc != 0 && strstr(zt_out, "flag -gpu-mem: '80XB' is not a memory size"), "bad -gpu-mem accepted:\n%s", zt_out);
+    // -world only with -plan
+    snprintf(flags, sizeof(flags), ZT_MODEL " -world 4 -x 1");
+    rc = zt_mpirun(1, flags, zt_out, sizeof(zt_out));
+    CHECKF(rc != 0 && strstr(zt_out, "needs -plan"), "-world without -plan accepted:\n%s", zt_out);
+}
