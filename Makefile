@@ -7,6 +7,7 @@
 #   make PRECISION=FP32   FP32 storage instead of BF16 (for train and test binaries)
 #   make NO_MPI=1         build without MPI even if mpicxx is installed (one process only)
 #   make NO_CUDA=1        build ./train with g++ even if nvcc is installed
+#   make NO_BLAS=1        build without OpenBLAS even if it is installed
 #   make DEBUG=1          -O1 -g, released ZeRO buffers poisoned with NaN by default (-poison)
 #
 # What was found is printed with a check mark or a cross on every build.
@@ -35,6 +36,20 @@ ifneq ($(MPICXX),)
   $(info ✓ MPI: $(MPICXX))
 else
   $(info ✗ MPI: mpicxx not found (or NO_MPI=1): one process only. apt-get install openmpi-bin libopenmpi-dev)
+endif
+
+# OpenBLAS (Debian: libopenblas-dev) for the CPU device's matmuls, found through pkg-config
+ifeq ($(NO_BLAS),)
+  BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
+  BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null)
+endif
+ifneq ($(BLAS_LIBS),)
+  DEFS += -DUSE_BLAS
+  MPI_CFLAGS += $(BLAS_CFLAGS)
+  MPI_LIBS += $(BLAS_LIBS)
+  $(info ✓ OpenBLAS: $(BLAS_LIBS))
+else
+  $(info ✗ OpenBLAS: not found (or NO_BLAS=1): the CPU matmuls are the plain loop. apt-get install libopenblas-dev)
 endif
 
 # nvcc: Ampere and Hopper code plus PTX for later GPUs; device arithmetic that must match the CPU
@@ -66,6 +81,10 @@ endif
 train_cpu: $(SOURCES)
 	$(CXX_HOST) -x c++ -std=c++17 $(HOST_FLAGS) $(DEFS) $(MPI_CFLAGS) train_gpt.cu -o train_cpu $(MPI_LIBS)
 
+# The same in FP32 (make bench compares it with PyTorch's FP32 CPU training).
+train_cpu_fp32: $(SOURCES)
+	$(CXX_HOST) -x c++ -std=c++17 $(HOST_FLAGS) $(filter-out -DENABLE_FP32,$(DEFS)) -DENABLE_FP32 $(MPI_CFLAGS) train_gpt.cu -o train_cpu_fp32 $(MPI_LIBS)
+
 # One test program, built twice: BF16 (what users run) and FP32 (tight tolerances). Each binary
 # is also a trainer: `test/test_bf16 --train [flags]` (so mpirun can start it as N ranks).
 TEST_FLAGS := -x c++ -std=c++17 -O2 -g $(filter-out -O3,$(HOST_FLAGS)) -Werror -Wno-format-truncation -DTESTING
@@ -83,8 +102,8 @@ test: test-binaries
 nvcc-check:
 	$(NVCC) $(NVCC_FLAGS) $(DEFS) $(MPI_CFLAGS) train_gpt.cu -o /tmp/zt_nvcc_check_$$$$ $(MPI_LIBS) -lgomp && rm -f /tmp/zt_nvcc_check_$$$$
 
-bench: train_cpu
+bench: train_cpu train_cpu_fp32
 	bash dev/bench.sh
 
 clean:
-	rm -f train train_cpu test/test_bf16 test/test_fp32
+	rm -f train train_cpu train_cpu_fp32 test/test_bf16 test/test_fp32

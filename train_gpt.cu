@@ -84,6 +84,7 @@ typedef enum { F_INT, F_FLOAT, F_STR, F_SWITCH } FlagType; // F_SWITCH: present 
     X("-r",             recompute,       F_INT,   "1",      "recompute in backward: 0 none, 1 GELU, 2 GELU+layernorms, 3 whole blocks; auto: with -z auto, the planner's choice") \
     X("-z",             zero_stage,      F_INT,   "0",      "ZeRO stage: 0 replicate, 1 shard optimizer, 2 +gradients, 3 +parameters; auto: the lowest-time stage that fits (see -plan)") \
     X("-threads",       threads,         F_INT,   "0",      "CPU threads per rank (0: cores / ranks on this node, or OMP_NUM_THREADS)") \
+    X("-blas",          blas,            F_INT,   "0",      "1: CPU matmuls through OpenBLAS when built with it (machine-dependent sums; see README for when it is faster); 0: the plain loop") \
     X("-comm-trace",    comm_trace,      F_INT,   "0",      "1: print every collective (kind, block, bytes)")                   \
     X("-comm-timeout",  comm_timeout,    F_FLOAT, "300",    "seconds a collective may take before the run ends with an error (0: forever)") \
     X("-comm-delay",    comm_delay,      F_INT,   "0",      "debug: delay every collective by N ms (exposes missing waits)")   \
@@ -1616,6 +1617,10 @@ static void check_flags(const Flags* f, const GPTConfig* c, int R) {
     if ((f->ckpt_every > 0 || f->resume) && !f->out_dir[0]) die_user("flags -n / -y need an output directory: -o DIR");
     if (f->resume_step < 0 || (f->resume_step > 0 && !f->resume)) die_user("flag -resume-step %d needs -y 1 and a step >= 1", f->resume_step);
     if (f->threads < 0) die_user("flag -threads: %d is negative", f->threads);
+    if (f->blas != 0 && f->blas != 1) die_user("flag -blas: %d is not 0 or 1", f->blas);
+#ifndef USE_BLAS
+    if (f->blas) die_user("flag -blas 1: this build has no OpenBLAS. HINT: apt-get install libopenblas-dev and rebuild (make clean train)");
+#endif
     if (f->comm_timeout < 0 || f->comm_delay < 0) die_user("flags -comm-timeout / -comm-delay must not be negative");
 }
 
@@ -1623,7 +1628,7 @@ static void check_flags(const Flags* f, const GPTConfig* c, int R) {
 // evenly by this node's ranks.
 static int setup_threads(const Flags* f, const Launch* L) {
     int n = f->threads;
-    if (n == 0 && getenv("OMP_NUM_THREADS")) return num_threads();
+    if (n == 0 && getenv("OMP_NUM_THREADS")) n = num_threads();
     if (n == 0) {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         n = (int)(cores / (L->local_world > 0 ? L->local_world : 1));
@@ -1631,6 +1636,10 @@ static int setup_threads(const Flags* f, const Launch* L) {
     }
 #ifdef _OPENMP
     omp_set_num_threads(n);
+#endif
+    g_use_blas = f->blas;
+#ifdef USE_BLAS
+    openblas_set_num_threads(1); // one level of threads: ours (see cpu_gemm_blas)
 #endif
     return num_threads();
 }

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # dev/bench.sh — CPU-device benchmarks, printed side by side (what `make bench` runs).
 #
+#   Against PyTorch: tokens/s of one training step (forward, backward, AdamW) of the same model
+#   in FP32 on the same number of threads: ./train_cpu_fp32 (plain loop, and OpenBLAS when built
+#   with it) and ./train_cpu (BF16) beside dev/bench_torch.py, as ratios. Goal: >= 0.5x.
 #   ZeRO stages: tokens/s at -np 2 and -np 4 for each stage as a ratio to ZeRO-0 at the same R,
 #   and the share of the step spent waiting in collectives (from log.jsonl's comm_wait_ms).
 #
@@ -11,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${1:-./train_cpu}
 STEPS=${2:-10}
-MODEL="-e tiny -b 4 -t 64 -v 0 -s 0"
+THREADS=$(nproc)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -31,14 +34,38 @@ run() {
 }
 
 echo "zerotrain CPU benchmark — $(date -u +%Y-%m-%d), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
-echo "model: $MODEL, $STEPS steps, one thread per rank"
 echo
-printf "%-4s %-7s %12s %14s %16s\n" "R" "stage" "tokens/s" "vs ZeRO-0" "comm wait share"
+
+# one process: median tokens/s of a binary with extra flags
+single() {
+    local dir="$tmp/single_$RANDOM"
+    "$1" -e tiny -b 8 -t 64 -v 0 -s 0 -x "$STEPS" -threads "$THREADS" -o "$dir" $2 > "$dir.out" 2>&1 || { tail -5 "$dir.out" >&2; exit 1; }
+    grep '"loss"' "$dir/log.jsonl" | awk -F'"tok_s": ' 'NR>2 {split($2,a,","); print a[1]}' | median
+}
+echo "1. one process, $THREADS threads: the tiny model (L 4, C 128, NH 4, V 50257), B 8 x T 64, $STEPS steps"
+if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+    torch=$(/usr/bin/python3 dev/bench_torch.py --threads "$THREADS" --steps "$STEPS" -B 8 -T 64 | awk '{print $2}')
+    torch_v=$(/usr/bin/python3 -c 'import torch; print(torch.__version__)')
+else
+    torch=""; echo "   (PyTorch not found for /usr/bin/python3: apt-get install python3-torch for the ratio)"
+fi
+printf "   %-44s %10s %12s\n" "run" "tokens/s" "vs PyTorch"
+row() { awk -v n="$1" -v t="$2" -v p="$torch" 'BEGIN {if (p == "") printf "   %-44s %10.0f %12s\n", n, t, "-"; else printf "   %-44s %10.0f %11.2fx\n", n, t, t / p}'; }
+[ -n "$torch" ] && row "PyTorch $torch_v FP32 (dev/bench_torch.py)" "$torch"
+row "zerotrain FP32, plain loop (-blas 0)" "$(single ./train_cpu_fp32 "-blas 0")"
+if ./train_cpu_fp32 -blas 1 -x 0 -v 0 -s 0 > /dev/null 2>&1; then
+    row "zerotrain FP32, OpenBLAS (-blas 1)" "$(single ./train_cpu_fp32 "-blas 1")"
+fi
+row "zerotrain BF16, plain loop" "$(single ./train_cpu "-blas 0")"
+echo
+MODEL="-e tiny -b 4 -t 64 -v 0 -s 0"
+echo "2. ZeRO stages: $MODEL, $STEPS steps, one thread per rank (ranks share $(nproc) cores)"
+printf "   %-4s %-7s %12s %14s %16s\n" "R" "stage" "tokens/s" "vs ZeRO-0" "comm wait share"
 for R in 2 4; do
     base=""
     for z in 0 1 2 3; do
         read -r tok share < <(run "$R" "$z")
         [ -z "$base" ] && base=$tok
-        awk -v R="$R" -v z="$z" -v t="$tok" -v b="$base" -v s="$share" 'BEGIN {printf "%-4s %-7s %12.0f %13.2fx %15.1f%%\n", R, "ZeRO-" z, t, t / b, s * 100}'
+        awk -v R="$R" -v z="$z" -v t="$tok" -v b="$base" -v s="$share" 'BEGIN {printf "   %-4s %-7s %12.0f %13.2fx %15.1f%%\n", R, "ZeRO-" z, t, t / b, s * 100}'
     done
 done

@@ -29,7 +29,7 @@ static void op_lm_head_forward(floatX* logits, float* losses, const floatX* x, c
     for (int64_t n = 0; n < N; n++) {
         floatX* row = logits + n * Vp;
         float maxv = -INFINITY;
-        for (int j = 0; j < V; j++) maxv = fmaxf(maxv, ld(row[j]));
+        for (int j = 0; j < V; j++) { float v = ld(row[j]); maxv = v > maxv ? v : maxv; }
         float sum = 0.0f;
         for (int j = 0; j < V; j++) sum += expf(ld(row[j]) - maxv);
         float lse = maxv + logf(sum);

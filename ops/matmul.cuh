@@ -15,13 +15,20 @@
 // sum over k = 0..K-1 in order (fused multiply-add when the CPU has it), so results do not depend
 // on the number of threads: threads split the output, never a sum. B is packed to FP32 in column
 // panels in the fixed workspace; an 8 x 32 register tile does the arithmetic (about 90 GFLOP/s a
-// core on AVX-512; OpenBLAS comes as an option later, kept out of the bit-exactness tests).
+// core on AVX-512). With OpenBLAS (built with it and -blas 1) sgemm does the products instead.
 //
-// defines: gelu_fwd, gelu_bwd, op_matmul_forward, op_matmul_backward, cpu_gemm, GEMM_PANEL_FLOATS
+// defines: gelu_fwd, gelu_bwd, op_matmul_forward, op_matmul_backward, op_gelu_forward, cpu_matmul, g_use_blas
 #ifndef ZT_OPS_MATMUL_CUH
 #define ZT_OPS_MATMUL_CUH
 
 #include "../device.cuh" // defines: floatX, ld, rn, g_work, FAULT
+#ifdef USE_BLAS
+#include <cblas.h>       // OpenBLAS (Debian: libopenblas-dev): cblas_sgemm, openblas_set_num_threads
+#endif
+
+// -blas 1: the CPU matmuls go through OpenBLAS's sgemm (much faster; its sums are ordered its own
+// way, which depends on the machine, so the bit-exactness tests run with -blas 0, the plain loop).
+static int g_use_blas = 0;
 
 // GELU, tanh approximation (Hendrycks & Gimpel 2016; GPT-2's choice).
 #define GELU_SCALE 0.7978845608028654f // sqrt(2 / pi)
@@ -146,6 +153,52 @@ static void cpu_gemm(int64_t M, int64_t N, int64_t K, const floatX* A, int64_t a
     }
 }
 
+#ifdef USE_BLAS
+// The same contract as cpu_gemm through sgemm. The output is cut into tiles of mc rows and nc
+// columns; each thread takes whole tiles, converts its rows of A and columns of B to FP32 in its
+// own slice of the workspace (2 s K + s^2 floats), calls a single-threaded sgemm and runs the same
+// epilogue. (OpenBLAS's own threads would spin against OpenMP's; one level of threads is faster.)
+static void cpu_gemm_blas(int64_t M, int64_t N, int64_t K, const floatX* A, int64_t a_rs, int64_t a_cs,
+                          const floatX* B, int64_t b_rs, int64_t b_cs, const GemmOut* out) {
+    int nt = num_threads();
+    size_t per = g_work_floats / nt;
+    int64_t s = (int64_t)(sqrt((double)K * K + (double)per) - K) / 16 * 16;
+    if (s < 16) die(1, "matmul workspace too small for K=%lld (internal error)", (long long)K);
+    int64_t mc = M < s ? M : s, nc = N < s ? N : s;
+    int64_t mt = ceil_div(M, mc), ntl = ceil_div(N, nc);
+#pragma omp parallel for collapse(2) schedule(dynamic)
+    for (int64_t ti = 0; ti < mt; ti++)
+        for (int64_t tj = 0; tj < ntl; tj++) {
+#ifdef _OPENMP
+            float* Ap = g_work + per * omp_get_thread_num(); // (mn, K)
+#else
+            float* Ap = g_work;
+#endif
+            int64_t m0 = ti * mc, n0 = tj * nc;
+            int64_t mn = M - m0 < mc ? M - m0 : mc, nn = N - n0 < nc ? N - n0 : nc;
+            float* Bp = Ap + mn * K; // (K, nn)
+            float* Cp = Bp + K * nn; // (mn, nn)
+            for (int64_t i = 0; i < mn; i++)
+                for (int64_t k = 0; k < K; k++) Ap[i * K + k] = ld(A[(m0 + i) * a_rs + k * a_cs]);
+            for (int64_t k = 0; k < K; k++)
+                for (int64_t j = 0; j < nn; j++) Bp[k * nn + j] = ld(B[k * b_rs + (n0 + j) * b_cs]);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)mn, (int)nn, (int)K, 1.0f, Ap, (int)K, Bp, (int)nn,
+                        0.0f, Cp, (int)nn);
+            for (int64_t i = 0; i < mn; i++)
+                for (int64_t j = 0; j < nn; j++) gemm_epilogue(out, m0 + i, n0 + j, N, Cp[i * nn + j]);
+        }
+}
+#endif
+
+// The matmul the ops call: OpenBLAS when built with it and -blas 1, else the plain loop.
+static void cpu_matmul(int64_t M, int64_t N, int64_t K, const floatX* A, int64_t a_rs, int64_t a_cs,
+                       const floatX* B, int64_t b_rs, int64_t b_cs, const GemmOut* out) {
+#ifdef USE_BLAS
+    if (g_use_blas) { cpu_gemm_blas(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, out); return; }
+#endif
+    cpu_gemm(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, out);
+}
+
 // dbias (OC) += column sums of dout (N, OC): each column summed over rows in order.
 static void cpu_bias_grad(float* dbias, const floatX* dout, int64_t N, int64_t OC) {
     const int64_t CB = 64; // columns per task
@@ -172,7 +225,7 @@ static void op_matmul_forward(floatX* out, floatX* pre, const floatX* inp, const
 #endif
     GemmOut o = {pre ? EPI_STORE_X_GELU : EPI_STORE_X, out, NULL, pre, bias};
     // B (K=C, N=OC) element (c, o) = weight[o*C + c]
-    cpu_gemm(N, OC, C, inp, C, 1, weight, 1, C, &o);
+    cpu_matmul(N, OC, C, inp, C, 1, weight, 1, C, &o);
 }
 
 // Backward of op_matmul_forward. dinp may be NULL (nothing upstream needs it); pre_inp is the GELU
@@ -185,11 +238,11 @@ static void op_matmul_backward(floatX* dinp, float* dweight, float* dbias, const
 #endif
     if (dinp) { // dinp (N, C) = dout (N, OC) @ weight (OC, C)
         GemmOut o = {pre_inp ? EPI_STORE_X_DGELU : EPI_STORE_X, dinp, NULL, (floatX*)pre_inp, NULL};
-        cpu_gemm(N, C, OC, dout, OC, 1, weight, C, 1, &o);
+        cpu_matmul(N, C, OC, dout, OC, 1, weight, C, 1, &o);
     }
     // dweight (OC, C) += dout^T (OC, N) @ inp (N, C)
     GemmOut w = {EPI_ACCUM_F32, NULL, dweight, NULL, NULL};
-    cpu_gemm(OC, C, N, dout, 1, OC, inp, C, 1, &w);
+    cpu_matmul(OC, C, N, dout, 1, OC, inp, C, 1, &w);
     if (dbias && !FAULT(drop_bias_grad)) cpu_bias_grad(dbias, dout, N, OC);
 }
 

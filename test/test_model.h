@@ -63,7 +63,7 @@ static const char* tm_fixture_flags(const Fixture* fx, const char* extra) {
     const int* cfg = (const int*)fixture_get(fx, "config")->data;
     snprintf(flags, sizeof(flags),
              "-e test/fixtures/ref_model.bin -i %s -b %d -t %d -x %d -v 0 -s 0 -shuffle 0 -l %.9g -u %d -q %.9g "
-             "-k cosine -beta1 %.9g -beta2 %.9g -eps %.9g -c %.9g -grad-clip %.9g %s",
+             "-k cosine -beta1 %.9g -beta2 %.9g -eps %.9g -c %.9g -grad-clip %.9g -blas 0 %s",
              tm_fixture_shard(fx), cfg[6], cfg[7], cfg[8], hp[0], (int)hp[1], hp[2], hp[3], hp[4], hp[5], hp[6], hp[7], extra);
     return flags;
 }
@@ -74,10 +74,11 @@ static int tm_load_fixture(Fixture* fx) {
     return 0;
 }
 
-TEST(model_vs_pytorch) {
+static void model_vs_pytorch(int blas) {
     Fixture fx;
     if (tm_load_fixture(&fx)) { CHECK(0); return; }
-    Trainer* tr = tm_trainer(tm_fixture_flags(&fx, "-r 0 -z 0"));
+    Trainer* tr = tm_trainer(tm_fixture_flags(&fx, blas ? "-r 0 -z 0 -blas 1" : "-r 0 -z 0"));
+    printf("    matmuls: %s\n", blas ? "OpenBLAS" : "plain loop");
     Model* m = &tr->model;
     const GPTConfig* c = &m->cfg;
     int B = m->B, T = m->T, BT = B * T;
@@ -124,6 +125,10 @@ TEST(model_vs_pytorch) {
     free(logits);
     tm_free(tr);
     fixture_free(&fx);
+}
+
+TEST(model_vs_pytorch) {
+    for (int blas = 0; blas < OPS_BLAS_MODES; blas++) model_vs_pytorch(blas);
 }
 
 // Ten AdamW steps through the real training step and data loader: losses, norms, learning rates

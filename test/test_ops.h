@@ -111,25 +111,40 @@ static void matmul_errors(int gelu_in, double err[4]) {
     free(inpd); free(wd); free(bd); free(doutd); free(ref); free(got); free(fd);
 }
 
+// Both CPU matmul paths: the plain loop, and OpenBLAS when the build has it.
+#ifdef USE_BLAS
+#define OPS_BLAS_MODES 2
+#else
+#define OPS_BLAS_MODES 1
+#endif
+
 TEST(op_matmul) {
-    double e[4];
-    matmul_errors(0, e);
-    CHECKF(e[0] < TOL_OP_FWD, "forward %.3g", e[0]);
-    CHECKF(e[1] < TOL_OP_BWD, "dinp %.3g", e[1]);
-    CHECKF(e[2] < TOL_OP_BWD, "dweight %.3g", e[2]);
-    CHECKF(e[3] < TOL_OP_BWD, "dbias %.3g", e[3]);
-    printf("    matmul: fwd %.2e dinp %.2e dw %.2e db %.2e\n", e[0], e[1], e[2], e[3]);
+    for (int blas = 0; blas < OPS_BLAS_MODES; blas++) {
+        double e[4];
+        g_use_blas = blas;
+        matmul_errors(0, e);
+        g_use_blas = 0;
+        CHECKF(e[0] < TOL_OP_FWD, "blas %d forward %.3g", blas, e[0]);
+        CHECKF(e[1] < TOL_OP_BWD, "blas %d dinp %.3g", blas, e[1]);
+        CHECKF(e[2] < TOL_OP_BWD, "blas %d dweight %.3g", blas, e[2]);
+        CHECKF(e[3] < TOL_OP_BWD, "blas %d dbias %.3g", blas, e[3]);
+        printf("    matmul (%s): fwd %.2e dinp %.2e dw %.2e db %.2e\n", blas ? "OpenBLAS" : "loop", e[0], e[1], e[2], e[3]);
+    }
 }
 
 // The MLP's second matmul reads gelu(pre): its backward fuses GELU's derivative into dinp.
 TEST(op_matmul_gelu_input) {
-    double e[4];
-    matmul_errors(1, e);
-    CHECKF(e[0] < TOL_OP_FWD, "forward %.3g", e[0]);
-    CHECKF(e[1] < TOL_OP_BWD, "dpre (through GELU) %.3g", e[1]);
-    CHECKF(e[2] < TOL_OP_BWD, "dweight %.3g", e[2]);
-    CHECKF(e[3] < TOL_OP_BWD, "dbias %.3g", e[3]);
-    printf("    matmul(gelu(x)): fwd %.2e dpre %.2e dw %.2e db %.2e\n", e[0], e[1], e[2], e[3]);
+    for (int blas = 0; blas < OPS_BLAS_MODES; blas++) {
+        double e[4];
+        g_use_blas = blas;
+        matmul_errors(1, e);
+        g_use_blas = 0;
+        CHECKF(e[0] < TOL_OP_FWD, "blas %d forward %.3g", blas, e[0]);
+        CHECKF(e[1] < TOL_OP_BWD, "blas %d dpre (through GELU) %.3g", blas, e[1]);
+        CHECKF(e[2] < TOL_OP_BWD, "blas %d dweight %.3g", blas, e[2]);
+        CHECKF(e[3] < TOL_OP_BWD, "blas %d dbias %.3g", blas, e[3]);
+        printf("    matmul(gelu(x)) (%s): fwd %.2e dpre %.2e dw %.2e db %.2e\n", blas ? "OpenBLAS" : "loop", e[0], e[1], e[2], e[3]);
+    }
 }
 
 // The forward with GELU writes both the pre-activation and gelu of its *rounded* value.

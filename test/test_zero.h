@@ -14,7 +14,7 @@
 #define ZT_NH 4
 #define ZT_MAXT 62
 #define ZT_T 16
-#define ZT_MODEL "-e tiny -layers 2 -channels 28 -heads 4 -vocab 97 -max-seq 62 -t 16 -poison 1"
+#define ZT_MODEL "-e tiny -layers 2 -channels 28 -heads 4 -vocab 97 -max-seq 62 -t 16 -poison 1 -blas 0"
 
 static char zt_out[1 << 21];
 
