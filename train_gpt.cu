@@ -58,6 +58,10 @@ typedef enum { F_INT, F_FLOAT, F_STR, F_SWITCH } FlagType; // F_SWITCH: present 
     X("-i",             train_data,      F_STR,   "data/kjv_train.bin", "train data: glob of llm.c token shards")              \
     X("-j",             val_data,        F_STR,   "data/kjv_val.bin",   "val data: glob of llm.c token shards (\"\": none)")     \
     X("-tokenizer",     tokenizer,       F_STR,   "data/gpt2_tokenizer.bin", "llm.c tokenizer file for decoding samples")       \
+    X("-tokenize",      tokenize,        F_STR,   "",       "encode this text file with GPT-2's BPE into llm.c shards named by -o (a prefix), then exit; documents are separated by lines that are exactly <|endoftext|>") \
+    X("-merges",        merges,          F_STR,   "data/gpt2_merges.bin", "GPT-2 merge list for -tokenize")                         \
+    X("-val-every",     val_every_doc,   F_INT,   "20",     "with -tokenize: every N-th document goes to the val shards (0: none)") \
+    X("-shard-tokens",  shard_tokens,    F_INT,   "100000000", "with -tokenize: tokens per shard at most")                          \
     X("-o",             out_dir,         F_STR,   "",       "output directory: log.jsonl and checkpoints (\"\": none)")        \
     X("-b",             B,               F_INT,   "auto",   "micro-batch size per rank (auto: 8 on cpu, 16 on cuda)")           \
     X("-t",             T,               F_INT,   "auto",   "sequence length (auto: 64 on cpu, 1024 on cuda, at most the model's)") \
@@ -92,7 +96,7 @@ typedef enum { F_INT, F_FLOAT, F_STR, F_SWITCH } FlagType; // F_SWITCH: present 
     X("-data-trace",    data_trace,      F_INT,   "0",      "debug: log a hash of every rank's micro-batch")                    \
     X("-log-hash",      log_hash,        F_INT,   "0",      "log hashes of parameters, m and v at the end (reproducibility checks)") \
     X("-resume-step",   resume_step,     F_INT,   "0",      "with -y 1: resume from this checkpoint step instead of the newest")     \
-    X("-export",        export_path,     F_STR,   "",       "write the model (after -e, init or -y) to this llm.c file and exit: consolidates a sharded checkpoint") \
+    X("-export",        export_path,     F_STR,   "",       "when training ends, write the model to this llm.c file (with -y 1 -x 0: consolidates a sharded checkpoint)") \
     X("-plan",          plan,            F_SWITCH, "0",     "print memory and time per rank for every ZeRO stage x recompute mode and a recommendation, then exit (allocates nothing)") \
     X("-world",         world,           F_INT,   "0",      "with -plan: plan for this many ranks (0: the ranks this run has)")   \
     X("-gpu-mem",       gpu_mem,         F_STR,   "",       "memory per rank for -plan and -z auto, e.g. 80GiB, 40GB, 512MiB (\"\": the device's free memory)") \
@@ -1776,8 +1780,27 @@ static void print_setup(Trainer* tr) {
     print_memory_table(tr);
 }
 
+// -tokenize IN -o PREFIX: GPT-2 BPE in C, streamed, into PREFIX_train_000000.bin, ... and
+// PREFIX_val_000000.bin (tokenize_file_to_shards in tokenizer.h). Exit 2 on bad input.
+static void run_tokenize(const Flags* f) {
+    if (!f->out_dir[0]) die_user("-tokenize needs -o PREFIX (shards are written as PREFIX_train_000000.bin, PREFIX_val_000000.bin, ...)");
+    if (f->val_every_doc < 0 || f->shard_tokens < 1) die_user("flags -val-every / -shard-tokens: %d / %d must be >= 0 / >= 1", f->val_every_doc, f->shard_tokens);
+    Tokenizer tok;
+    char err[1024];
+    if (tokenizer_init(&tok, f->tokenizer, err, sizeof(err))) die_user("-tokenizer: %s", err);
+    if (tokenizer_load_merges(&tok, f->merges, err, sizeof(err))) die_user("-merges: %s", err);
+    TokenizeStats st;
+    double t0 = wall_s();
+    if (tokenize_file_to_shards_ex(&tok, f->tokenize, f->out_dir, f->val_every_doc, f->shard_tokens, TOKENIZE_CHUNK_BYTES, &st, err, sizeof(err)))
+        die_user("-tokenize: %s", err);
+    printf("tokenized %s (%lld bytes) in %.2f s: train %lld documents, %lld tokens in %d shard(s); val %lld documents, %lld tokens in %d shard(s); prefix %s\n",
+           f->tokenize, (long long)st.bytes, wall_s() - t0, (long long)st.documents[0], (long long)st.tokens[0], st.shards[0],
+           (long long)st.documents[1], (long long)st.tokens[1], st.shards[1], f->out_dir);
+    tokenizer_free(&tok);
+}
+
 // Everything before the first step. Bad input ends here with exit code 2, before allocation.
-// Returns 1 when there is nothing to train (-plan printed its table).
+// Returns 1 when there is nothing to train (-plan printed its table, -tokenize wrote shards).
 static int trainer_setup(Trainer* tr, int argc, char** argv) {
     memset(tr, 0, sizeof(*tr));
     Flags* f = &tr->f;
@@ -1805,6 +1828,10 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
                      (unsigned long long)hs[r], (unsigned long long)hs[0]);
     free(hs);
     setup_threads(f, &tr->launch);
+    if (f->tokenize[0]) {
+        if (tr->r == 0) run_tokenize(f);
+        return 1;
+    }
     if (f->plan) {
         if (f->out_dir[0]) mkdir_p(f->out_dir);
         run_plan(f, &c, R_plan, &tr->launch);
@@ -1969,11 +1996,10 @@ static int train_main(int argc, char** argv) {
     }
     print_setup(tr);
     log_memory(tr, "start");
-    if (tr->f.export_path[0]) { // write the model and stop: consolidates a sharded checkpoint
+    train_loop(tr);
+    if (tr->f.export_path[0]) { // every rank takes part (ZeRO-3 gathers); rank 0 writes
         if (write_model_file(&tr->model, tr->f.export_path) != 0) die(1, "-export %s failed", tr->f.export_path);
         printf0("exported the model at step %d to %s\n", tr->step, tr->f.export_path);
-    } else {
-        train_loop(tr);
     }
     if (tr->f.log_hash) log_hashes(tr);
     log_memory(tr, "end");

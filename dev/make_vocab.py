@@ -4,7 +4,7 @@ dev/make_vocab.py — write GPT-2's vocabulary as llm.c's tokenizer file, for de
     python3 dev/make_vocab.py [--vocab-dir DIR] [--out PATH]   # from the repository root
     -> data/gpt2_tokenizer.bin
 
-Input: ../shared/data/gpt2/encoder.json (50,257 token strings -> ids). GPT-2 stores each token's
+Input: data/gpt2/encoder.json (50,257 token strings -> ids). GPT-2 stores each token's
 bytes as printable characters (bytes_to_unicode below); we map them back to the raw bytes.
 
 Output format (llm.c's gpt2_tokenizer.bin, read by tokenizer.h): a header of 256 little-endian
@@ -95,7 +95,7 @@ def sha256(path):
 
 def main():
     ap = argparse.ArgumentParser(description="Write GPT-2's vocabulary as llm.c's tokenizer file.")
-    ap.add_argument("--vocab-dir", default="../shared/data/gpt2", help="directory with encoder.json")
+    ap.add_argument("--vocab-dir", default="data/gpt2", help="directory with encoder.json")
     ap.add_argument("--out", default="data/gpt2_tokenizer.bin", help="output file")
     args = ap.parse_args()
 

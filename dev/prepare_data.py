@@ -5,7 +5,7 @@ dev/prepare_data.py — tokenize the King James Bible into llm.c token shards.
     -> data/kjv_train.bin, data/kjv_val.bin (token counts and sha256 are printed)
 
 Input: ../shared/data/kjv.txt (plain ASCII, one heading line such as "Genesis 1", "1 Samuel 3" or
-"Song of Solomon 2" before each chapter) and the GPT-2 vocabulary in ../shared/data/gpt2
+"Song of Solomon 2" before each chapter) and the GPT-2 vocabulary in data/gpt2
 (encoder.json + vocab.bpe). The tokenizer is tiktoken built from those two local files only, so
 nothing is downloaded; it is checked against encoder.json before use.
 
@@ -163,7 +163,7 @@ def sha256(path):
 def main():
     ap = argparse.ArgumentParser(description="Tokenize kjv.txt into llm.c token shards (train/val).")
     ap.add_argument("--kjv", default="../shared/data/kjv.txt", help="King James Bible text")
-    ap.add_argument("--vocab-dir", default="../shared/data/gpt2", help="directory with encoder.json and vocab.bpe")
+    ap.add_argument("--vocab-dir", default="data/gpt2", help="directory with encoder.json and vocab.bpe")
     ap.add_argument("--out-dir", default="data", help="where kjv_train.bin and kjv_val.bin go")
     args = ap.parse_args()
 

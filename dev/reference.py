@@ -298,19 +298,43 @@ def write_model(path, weights):
 
 
 def read_model(path):
-    """(header int32[256], {name: float32 array in llm.c shape}); raises ValueError if malformed."""
+    """(header int32[256], {name: float32 array in llm.c shape}); raises ValueError if malformed.
+    Reads llm.c's version 3 (FP32) and version 5 (BF16, widened exactly to FP32)."""
     raw = open(path, "rb").read()
     header = np.frombuffer(raw[:1024], dtype="<i4")
+    if header[0] != MODEL_MAGIC or header[1] not in (3, 5):
+        raise ValueError(f"{path}: not an llm.c model file (magic {header[0]}, version {header[1]})")
+    esize = 4 if header[1] == 3 else 2
     shapes, tensors, off = llmc_shapes(), {}, 1024
     for name, *_ in PARAMS:
         n = int(np.prod(shapes[name]))
-        if off + 4 * n > len(raw):
+        if off + esize * n > len(raw):
             raise ValueError(f"{path}: truncated at {name}")
-        tensors[name] = np.frombuffer(raw, dtype="<f4", count=n, offset=off).reshape(shapes[name])
-        off += 4 * n
+        if esize == 4:
+            t = np.frombuffer(raw, dtype="<f4", count=n, offset=off)
+        else:  # BF16: the upper 16 bits of a float32
+            t = (np.frombuffer(raw, dtype="<u2", count=n, offset=off).astype("<u4") << 16).view("<f4")
+        tensors[name] = t.reshape(shapes[name])
+        off += esize * n
     if len(header) != 256 or off != len(raw):
         raise ValueError(f"{path}: {len(raw)} bytes, expected {off}")
     return header, tensors
+
+
+def logits_of(model_path, tokens_path, out_path):
+    """--logits: the float64 model loaded from an llm.c file (written by ./train -export, say)
+    applied to tokens (int32 file: B, T, then B*T ids); writes the (B, T, V) logits as float32."""
+    header, tensors = read_model(model_path)
+    if list(header[2:8]) != [maxT, V, L, NH, C, Vp]:
+        raise ValueError(f"{model_path}: model {list(header[2:8])} is not the reference's {[maxT, V, L, NH, C, Vp]}")
+    raw = np.fromfile(tokens_path, dtype="<i4")
+    b, t = int(raw[0]), int(raw[1])
+    idx = torch.from_numpy(raw[2:2 + b * t].astype(np.int64)).reshape(b, t)
+    model = build_model({k: torch.from_numpy(np.array(v)) for k, v in tensors.items()})
+    with torch.no_grad():
+        logits, _ = model(idx, idx)
+    logits.float().numpy().astype("<f4").tofile(out_path)
+    print(f"logits ({b}, {t}, {V}) of {model_path} written to {out_path}")
 
 
 def write_archive(path, entries):
@@ -474,6 +498,8 @@ def main():
     mode.add_argument("--out", metavar="DIR", help="write ref_model.bin and ref_out.bin into DIR")
     mode.add_argument("--check", metavar="DIR", help="regenerate and compare with the fixtures in DIR")
     mode.add_argument("--fdcheck", action="store_true", help="finite differences vs autograd")
+    mode.add_argument("--logits", nargs=3, metavar=("MODEL", "TOKENS", "OUT"),
+                      help="logits of an llm.c model file of the reference's shape on int32 tokens")
     args = ap.parse_args()   # exits 2 on usage errors
 
     torch.set_num_threads(1)
@@ -488,6 +514,9 @@ def main():
         status = 0
     elif args.check:
         status = check(args.check)
+    elif args.logits:
+        logits_of(*args.logits)
+        status = 0
     else:
         status = fdcheck()
     print(f"{time.time() - t0:.2f} s (after imports)")

@@ -16,6 +16,7 @@ count() { # add the "N passed, N failed" of a test binary's output
     if [ -z "$line" ]; then failed=$((failed + 1)); echo "FAIL $2 (no summary line: crashed?)"; return; fi
     passed=$((passed + $(echo "$line" | cut -d' ' -f1)))
     failed=$((failed + $(echo "$line" | cut -d' ' -f3)))
+    skipped=$((skipped + $(grep -c '^SKIP ' "$1")))
 }
 
 for bin in test/test_bf16 test/test_fp32; do
@@ -43,6 +44,18 @@ if /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null; then
     fi
 else
     echo "SKIP fixtures_regenerate: /usr/bin/python3 has no torch (apt-get install python3-torch)"; skipped=$((skipped + 1))
+fi
+
+echo "=== GPT-2 BPE fixture regenerated with tiktoken and compared"
+TIKTOKEN_PY=${ZT_TIKTOKEN_PYTHON:-python3}
+if "$TIKTOKEN_PY" -c 'import tiktoken, regex' 2>/dev/null; then
+    if "$TIKTOKEN_PY" dev/tokenizer_reference.py --check test/fixtures/bpe_cases.txt; then
+        echo "PASS bpe_fixture_regenerate"; passed=$((passed + 1))
+    else
+        echo "FAIL bpe_fixture_regenerate"; failed=$((failed + 1))
+    fi
+else
+    echo "SKIP bpe_fixture_regenerate: $TIKTOKEN_PY has no tiktoken (pip install tiktoken==0.14.0; .ci/run makes a venv)"; skipped=$((skipped + 1))
 fi
 
 [ "$skipped" -gt 0 ] && echo "($skipped skipped: see SKIP lines above)"

@@ -19,6 +19,7 @@ typedef struct { const char* name; test_fn fn; } TestCase;
 static TestCase g_tests[512];
 static int g_ntests = 0;
 static int g_test_failed = 0;      // failures recorded in the running case
+static const char* g_test_skip = NULL; // set by TEST_SKIP: the running case could not run here
 static const char* g_test_name = "";
 
 static inline int test_register(const char* name, test_fn fn) {
@@ -46,6 +47,10 @@ static inline int test_register(const char* name, test_fn fn) {
             fflush(stdout);                                                 \
         }                                                                   \
     } while (0)
+
+// TEST_SKIP(reason): the case cannot run on this machine (a missing optional tool); it is
+// reported as SKIP with the reason and counted apart, never as passed.
+#define TEST_SKIP(reason) do { g_test_skip = (reason); return; } while (0)
 
 // Run a shell command, capture up to cap-1 bytes of its combined stdout+stderr into out
 // (may be NULL), return its exit status (or -1 if it could not be run).
@@ -92,10 +97,11 @@ static inline double test_now_s(void) {
 // Run all cases whose name contains `filter` (NULL: all). Prints one line per case and the
 // final summary; returns 0 if everything passed.
 static inline int test_run_all(const char* filter) {
-    int passed = 0, failed = 0;
+    int passed = 0, failed = 0, skipped = 0;
     for (int i = 0; i < g_ntests; i++) {
         if (filter && !strstr(g_tests[i].name, filter)) continue;
         g_test_failed = 0;
+        g_test_skip = NULL;
         g_test_name = g_tests[i].name;
         printf("RUN  %s\n", g_tests[i].name);
         fflush(stdout);
@@ -103,6 +109,7 @@ static inline int test_run_all(const char* filter) {
         g_tests[i].fn();
         double dt = test_now_s() - t0;
         if (g_test_failed) { failed++; printf("FAIL %s (%.1f s)\n", g_tests[i].name, dt); }
+        else if (g_test_skip) { skipped++; printf("SKIP %s: %s\n", g_tests[i].name, g_test_skip); }
         else { passed++; printf("PASS %s (%.1f s)\n", g_tests[i].name, dt); }
         fflush(stdout);
     }
@@ -113,6 +120,7 @@ static inline int test_run_all(const char* filter) {
     } else if (g_tmpdir_made) {
         printf("scratch files kept in %s\n", test_tmpdir());
     }
+    if (skipped) printf("%d skipped (see SKIP lines)\n", skipped);
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

@@ -171,3 +171,34 @@ TEST(cli_readme_flags_current) {
         if (!strstr(readme, line)) { if (missing++ < 5) printf("    not in README.md: %s\n", line); }
     CHECKF(missing == 0, "%d line(s) of ./train -help are not in README.md: run python3 dev/update_readme_flags.py", missing);
 }
+
+// ./train -tokenize: text in, llm.c shards out, which the trainer then reads; bad input exits 2.
+TEST(cli_tokenize) {
+    char dir[PATH_MAX], text[PATH_MAX], flags[4096];
+    snprintf(dir, sizeof(dir), "%s/tokenize", test_tmpdir());
+    mkdir(dir, 0755);
+    snprintf(text, sizeof(text), "%s/corpus.txt", dir);
+    FILE* f = fopen(text, "w");
+    for (int d = 0; d < 6; d++) {
+        fprintf(f, "Document %d. In the beginning was the word, and the word was %d.\n\nIt's 2026; don't panic.\n", d, d * 7);
+        if (d < 5) fprintf(f, "<|endoftext|>\n");
+    }
+    fclose(f);
+    snprintf(flags, sizeof(flags), "-tokenize %s -o %s/corpus -val-every 3", text, dir);
+    int rc = cli_run(flags, cli_out, sizeof(cli_out));
+    CHECKF(rc == 0 && strstr(cli_out, "train 4 documents") && strstr(cli_out, "val 2 documents"), "tokenize failed (%d):\n%s", rc, cli_out);
+    // the shards train
+    snprintf(flags, sizeof(flags), "-e tiny -layers 1 -channels 32 -heads 2 -i %s/corpus_train_*.bin -j %s/corpus_val_*.bin -b 1 -t 8 -x 2 -v 2 -m 1 -s 0", dir, dir);
+    rc = cli_run(flags, cli_out, sizeof(cli_out));
+    CHECKF(rc == 0 && strstr(cli_out, "val loss"), "training on the tokenized shards failed (%d):\n%s", rc, cli_out);
+    // bad input: a missing file, a missing output directory, no -o
+    snprintf(flags, sizeof(flags), "-tokenize %s/missing.txt -o %s/x", dir, dir);
+    rc = cli_run(flags, cli_out, sizeof(cli_out));
+    CHECKF(rc == 2 && strstr(cli_out, "missing.txt"), "missing input: %d\n%s", rc, cli_out);
+    snprintf(flags, sizeof(flags), "-tokenize %s -o %s/no/such/dir/x", text, dir);
+    rc = cli_run(flags, cli_out, sizeof(cli_out));
+    CHECKF(rc == 2 && strstr(cli_out, "no/such/dir"), "missing output directory: %d\n%s", rc, cli_out);
+    snprintf(flags, sizeof(flags), "-tokenize %s", text);
+    rc = cli_run(flags, cli_out, sizeof(cli_out));
+    CHECKF(rc == 2 && strstr(cli_out, "-tokenize needs -o PREFIX"), "no prefix: %d\n%s", rc, cli_out);
+}

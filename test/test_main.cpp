@@ -10,6 +10,7 @@
 #include "test.h"            // defines: TEST, CHECK, test_run_all
 #include "fixture.h"         // defines: Fixture, fixture_load, fixture_get
 #include "test_data.h"       // tests: dataloader, tokenizer
+#include "test_tokenizer.h"  // tests: BPE encoding against tiktoken, tokenize_file_to_shards
 #include "test_ops.h"        // tests: every op against float64 finite differences
 #include "test_model.h"      // tests: the model against PyTorch; recompute; stages at one rank
 #include "test_cli.h"        // tests: the trainer as a process: bad input, checkpoints, resume

@@ -250,3 +250,57 @@ TEST(zero_stages_one_rank_bitwise) {
     }
     fixture_free(&fx);
 }
+
+// A model trained here and exported (-export) gives the same logits through our loader and
+// through the independent PyTorch program (dev/reference.py --logits reads llm.c files v3 and v5).
+TEST(model_export_logits_vs_pytorch) {
+    if (test_run_cmd("/usr/bin/python3 -c 'import torch, numpy'", NULL, 0) != 0)
+        TEST_SKIP("needs /usr/bin/python3 with torch and numpy (apt-get install python3-torch python3-numpy)");
+    Fixture fx;
+    if (tm_load_fixture(&fx)) { CHECK(0); return; }
+    char exported[PATH_MAX], tokens[PATH_MAX], theirs[PATH_MAX], cmd[4 * PATH_MAX], out[8192];
+    snprintf(exported, sizeof(exported), "%s/exported.bin", test_tmpdir());
+    snprintf(tokens, sizeof(tokens), "%s/tokens.i32", test_tmpdir());
+    snprintf(theirs, sizeof(theirs), "%s/logits_torch.f32", test_tmpdir());
+    // train 3 steps from the reference model, export at the end
+    char flags[4096];
+    snprintf(flags, sizeof(flags), "%s -export %s", tm_fixture_flags(&fx, "-x 3"), exported);
+    snprintf(cmd, sizeof(cmd), "OMP_NUM_THREADS=2 %s --train %s", g_test_self, flags);
+    int rc = test_run_cmd(cmd, out, sizeof(out));
+    CHECKF(rc == 0, "training and export failed:\n%s", out);
+    // our logits from the exported file, on batch 0
+    snprintf(flags, sizeof(flags), "%s -x 0", tm_fixture_flags(&fx, ""));
+    char* e = strstr(flags, "test/fixtures/ref_model.bin");
+    char rest[4096];
+    snprintf(rest, sizeof(rest), "%s", e + strlen("test/fixtures/ref_model.bin"));
+    snprintf(e, sizeof(flags) - (e - flags), "%s%s", exported, rest);
+    Trainer* tr = tm_trainer(flags);
+    Model* m = &tr->model;
+    int B = m->B, T = m->T, V = m->cfg.V;
+    dataloader_load(&tr->train, 0);
+    load_tokens(m, &tr->train, 0);
+    gpt_forward(m, B, T, 0, 0.0f, 0);
+    float* ours = (float*)malloc(sizeof(float) * B * T * V);
+    for (int i = 0; i < B * T; i++)
+        for (int j = 0; j < V; j++) ours[i * V + j] = ld(m->a.logits[(int64_t)i * m->cfg.Vp + j]);
+    FILE* f = fopen(tokens, "wb");
+    int hdr[2] = {B, T};
+    fwrite(hdr, sizeof(int), 2, f);
+    fwrite(tr->train.inputs, sizeof(int), (size_t)B * T, f);
+    fclose(f);
+    tm_free(tr);
+    snprintf(cmd, sizeof(cmd), "/usr/bin/python3 dev/reference.py --logits %s %s %s", exported, tokens, theirs);
+    rc = test_run_cmd(cmd, out, sizeof(out));
+    CHECKF(rc == 0, "dev/reference.py --logits failed:\n%s", out);
+    float* ref = (float*)malloc(sizeof(float) * B * T * V);
+    f = fopen(theirs, "rb");
+    size_t got = f ? fread(ref, sizeof(float), (size_t)B * T * V, f) : 0;
+    if (f) fclose(f);
+    CHECK(got == (size_t)B * T * V);
+    double err = got == (size_t)B * T * V ? tm_relerr_f(ours, ref, (int64_t)B * T * V) : 1.0;
+    CHECKF(err < TOL_MODEL_FWD, "logits of the exported model: ours vs PyTorch %.3g", err);
+    printf("    exported model (llm.c v%d): logits ours vs PyTorch %.2e\n", sizeof(floatX) == 2 ? 5 : 3, err);
+    free(ours);
+    free(ref);
+    fixture_free(&fx);
+}

@@ -455,7 +455,7 @@ TEST(zero_checkpoint_resharding) {
     char flags[2048], exported[PATH_MAX], written[PATH_MAX];
     snprintf(exported, sizeof(exported), "%s/consolidated.bin", test_tmpdir());
     snprintf(written, sizeof(written), "%s/model_00000006.bin", a4);
-    snprintf(flags, sizeof(flags), ZT_MODEL " -b 12 -d %d -v 0 -s 0 -z 0 -o %s -y 1 -export %s", 12 * ZT_T, a4, exported);
+    snprintf(flags, sizeof(flags), ZT_MODEL " -b 12 -d %d -x 0 -v 0 -s 0 -z 0 -o %s -y 1 -export %s", 12 * ZT_T, a4, exported);
     int rc = zt_mpirun(1, flags, zt_out, sizeof(zt_out));
     CHECKF(rc == 0, "export failed:\n%s", zt_out);
     char* x1 = zt_read_file(exported);

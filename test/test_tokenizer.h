@@ -1,0 +1,919 @@
+// test/test_tokenizer.h — tests of the BPE encoder in tokenizer.h and of tokenize_file_to_shards.
+//
+// Included into the test binary after test.h, dataloader.h, tokenizer.h (and test_data.h); run
+// from the repository root (reads data/gpt2_tokenizer.bin, data/gpt2_merges.bin, data/kjv_*.bin
+// and test/fixtures/bpe_cases.txt). Scratch files go to test_tmpdir().
+//
+// The expected ids never come from our own encoder:
+//   - test/fixtures/bpe_cases.txt holds ~400 hard and random inputs with tiktoken's ids and the
+//     regex module's pieces (dev/tokenizer_reference.py; CI regenerates it and compares);
+//   - the committed KJV shards were made by tiktoken (dev/prepare_data.py): decoding them gives
+//     the 1,189 chapters back, and re-encoding each must give the same ids, token for token; and
+//     tokenize_file_to_shards on the chapters joined by separator lines must write the same files;
+//   - hand-written pieces and ids for the pattern's rules and the malformed UTF-8 behaviour.
+// Streaming is checked against whole-text encoding of the same documents, at many chunk sizes.
+// defines: the tok_* test cases and their tok_* helpers
+#ifndef ZT_TEST_TOKENIZER_H
+#define ZT_TEST_TOKENIZER_H
+
+#include <dirent.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define TOK_VOCAB "data/gpt2_tokenizer.bin"
+#define TOK_MERGES "data/gpt2_merges.bin"
+#define TOK_FIXTURE "test/fixtures/bpe_cases.txt"
+#define TOK_EOT 50256
+
+// -----------------------------------------------------------------------------------------------
+// helpers
+
+// The GPT-2 tokenizer with merges, loaded once for all cases (NULL, and a failed CHECK, if not).
+static Tokenizer* tok_gpt2(void) {
+    static Tokenizer tok;
+    static int state = 0;  // 0 not tried, 1 loaded, -1 failed
+    if (state == 0) {
+        char err[512];
+        state = tokenizer_init(&tok, TOK_VOCAB, err, sizeof(err)) == 0 &&
+                tokenizer_load_merges(&tok, TOK_MERGES, err, sizeof(err)) == 0 ? 1 : -1;
+        if (state < 0) printf("    cannot load the GPT-2 tokenizer: %s\n", err);
+    }
+    CHECKF(state == 1, "the GPT-2 tokenizer (%s + %s) did not load", TOK_VOCAB, TOK_MERGES);
+    return state == 1 ? &tok : NULL;
+}
+
+// <tmpdir>/<name>
+static void tok_path(char* out, size_t cap, const char* name) {
+    snprintf(out, cap, "%s/%s", test_tmpdir(), name);
+}
+
+// The whole file at path, malloc'ed (NULL if unreadable); its size in *n.
+static unsigned char* tok_read_file(const char* path, size_t* n) {
+    FILE* f = fopen(path, "rb");
+    if (!f) return NULL;
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0) {
+        fclose(f);
+        return NULL;
+    }
+    *n = (size_t)st.st_size;
+    unsigned char* d = (unsigned char*)malloc(*n + 1);
+    if (d && fread(d, 1, *n, f) != *n) {
+        free(d);
+        d = NULL;
+    }
+    fclose(f);
+    return d;
+}
+
+static void tok_write_file(const char* path, const void* bytes, size_t n) {
+    FILE* f = fopen(path, "wb");
+    CHECKF(f != NULL, "cannot create %s", path);
+    if (!f) return;
+    CHECK(fwrite(bytes, 1, n, f) == n);
+    fclose(f);
+}
+
+// The tokens of an llm.c shard, malloc'ed, after checking its header (NULL if bad); count in *n.
+static uint16_t* tok_read_shard(const char* path, size_t* n) {
+    size_t size = 0;
+    unsigned char* d = tok_read_file(path, &size);
+    CHECKF(d != NULL, "cannot read shard %s", path);
+    if (!d) return NULL;
+    int32_t h[3] = {0, 0, -1};
+    if (size >= 1024) memcpy(h, d, sizeof(h));
+    int ok = size >= 1024 && h[0] == 20240520 && h[1] == 1 && h[2] >= 0 && size == 1024 + 2 * (size_t)h[2];
+    CHECKF(ok, "%s is not an llm.c shard: %zu bytes, header %d %d %d", path, size, h[0], h[1], h[2]);
+    uint16_t* t = NULL;
+    if (ok) {
+        *n = (size_t)h[2];
+        t = (uint16_t*)malloc(*n * 2 + 2);
+        memcpy(t, d + 1024, *n * 2);
+    }
+    free(d);
+    return t;
+}
+
+// Files in the scratch directory whose name starts with `prefix`.
+static int tok_count_files(const char* prefix) {
+    DIR* d = opendir(test_tmpdir());
+    if (!d) return -1;
+    int n = 0;
+    struct dirent* e;
+    while ((e = readdir(d)) != NULL) n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+    closedir(d);
+    return n;
+}
+
+// Encode bytes with the GPT-2 tokenizer into a fresh buffer (*ids, malloc'ed); returns the count.
+static size_t tok_encode(Tokenizer* tok, const void* text, size_t n, uint16_t** ids) {
+    *ids = NULL;
+    size_t nids = 0, cap = 0;
+    CHECK(tokenizer_encode(tok, (const unsigned char*)text, n, ids, &nids, &cap) == 0);
+    return nids;
+}
+
+// Decoding ids gives back exactly text[0..n)?
+static int tok_decodes_to(Tokenizer* tok, const uint16_t* ids, size_t nids, const unsigned char* text, size_t n) {
+    size_t at = 0;
+    for (size_t i = 0; i < nids; i++) {
+        int len;
+        const char* s = tokenizer_decode(tok, ids[i], &len);
+        if (ids[i] >= TOK_EOT || at + (size_t)len > n || memcmp(text + at, s, (size_t)len) != 0) return 0;
+        at += (size_t)len;
+    }
+    return at == n;
+}
+
+// xorshift64: the random inputs are the same on every run
+static uint64_t tok_rand(uint64_t* s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+// The KJV as the committed shards hold it: 1,189 chapters in Bible order (chapter i went to val
+// when i % 20 == 19), each the text its tokens decode to, and those tokens (EOT not included).
+typedef struct { unsigned char* text; size_t len; const uint16_t* ids; size_t nids; } TokDoc;
+typedef struct { uint16_t* toks[2]; size_t ntok[2]; TokDoc* docs; int ndocs; size_t bytes; } TokKjv;
+
+static void tok_kjv_free(TokKjv* k) {
+    for (int i = 0; i < k->ndocs; i++) free(k->docs[i].text);
+    free(k->docs);
+    free(k->toks[0]);
+    free(k->toks[1]);
+    memset(k, 0, sizeof(*k));
+}
+
+static int tok_kjv_load(Tokenizer* tok, TokKjv* k) {
+    memset(k, 0, sizeof(*k));
+    const char* files[2] = {"data/kjv_train.bin", "data/kjv_val.bin"};
+    TokDoc* split[2] = {NULL, NULL};
+    int nsplit[2] = {0, 0};
+    for (int s = 0; s < 2; s++) {
+        k->toks[s] = tok_read_shard(files[s], &k->ntok[s]);
+        if (!k->toks[s]) return -1;
+        const uint16_t* t = k->toks[s];
+        size_t N = k->ntok[s];
+        CHECKF(N > 0 && t[0] == TOK_EOT, "%s does not start with EOT", files[s]);
+        split[s] = (TokDoc*)calloc(N, sizeof(TokDoc));
+        for (size_t i = 0; i < N;) {  // a document: EOT, then ids up to the next EOT
+            size_t j = i + 1, len = 0;
+            while (j < N && t[j] != TOK_EOT) len += tok->token_len[t[j++]];
+            TokDoc* d = &split[s][nsplit[s]++];
+            d->ids = t + i + 1;
+            d->nids = j - i - 1;
+            d->text = (unsigned char*)malloc(len + 1);
+            for (size_t m = i + 1; m < j; m++) {
+                memcpy(d->text + d->len, tok->token_table[t[m]], tok->token_len[t[m]]);
+                d->len += tok->token_len[t[m]];
+            }
+            k->bytes += len;
+            i = j;
+        }
+    }
+    CHECKF(nsplit[0] == 1130 && nsplit[1] == 59, "KJV shards hold %d + %d chapters, expected 1130 + 59", nsplit[0], nsplit[1]);
+    k->ndocs = nsplit[0] + nsplit[1];
+    k->docs = (TokDoc*)malloc((size_t)k->ndocs * sizeof(TokDoc));
+    int used[2] = {0, 0};
+    for (int i = 0; i < k->ndocs; i++) {
+        int s = i % 20 == 19;
+        if (used[s] < nsplit[s]) k->docs[i] = split[s][used[s]++];
+        else memset(&k->docs[i], 0, sizeof(TokDoc));
+    }
+    free(split[0]);
+    free(split[1]);
+    return nsplit[0] == 1130 && nsplit[1] == 59 ? 0 : -1;
+}
+
+// -----------------------------------------------------------------------------------------------
+// the merge file
+
+// GPT-2's merges load and mean what vocab.bpe says: rank 0 is "Ġ t" (" " + "t" -> " t" = 256),
+// and byte tokens are GPT-2's ids ("!" is 0, the byte 'A' is 32, the space byte is 220).
+TEST(tok_merges_file_loads) {
+    Tokenizer* tok = tok_gpt2();
+    if (!tok) return;
+    const TokenizerEncoder* e = &tok->enc;
+    CHECK(e->nmerges == 50000);
+    CHECK(e->byte_id['!'] == 0 && e->byte_id['A'] == 32 && e->byte_id[' '] == 220 && e->byte_id['\n'] == 198);
+    CHECK(tokenizer_pair_rank(e, 220, 83) == 0 && e->merged_id[0] == 256);
+    CHECK(tokenizer_pair_rank(e, 83, 220) == TOKENIZER_NO_MERGE);
+    for (uint32_t r = 0; r < e->nmerges; r++) CHECKF(e->merged_id[r] == 256 + r, "merge %u makes %u", r, e->merged_id[r]);
+}
+
+// A damaged merge file: a one-line error naming the file and the problem; the encoder left
+// empty, the vocabulary still loaded (decoding still works).
+static void tok_expect_merges_error(const char* path, const unsigned char* bytes, size_t n, const char* needle) {
+    if (bytes) tok_write_file(path, bytes, n);
+    Tokenizer tok;
+    char err[1024] = "";
+    CHECK(tokenizer_init(&tok, TOK_VOCAB, err, sizeof(err)) == 0);
+    int rc = tokenizer_load_merges(&tok, path, err, sizeof(err));
+    CHECKF(rc != 0, "loading %s should fail (%s)", path, needle);
+    CHECKF(strchr(err, '\n') == NULL && strstr(err, path) != NULL, "message is not one line naming %s: %s", path, err);
+    CHECKF(strstr(err, needle) != NULL, "message lacks '%s': %s", needle, err);
+    CHECK(tok.enc.nmerges == 0 && tok.enc.pairs == NULL && tok.enc.merged_id == NULL);
+    CHECK(tok.token_table != NULL && tok.vocab_size == 50257);
+    uint16_t* ids = NULL;
+    size_t nids = 0, cap = 0;
+    CHECK(tokenizer_encode(&tok, (const unsigned char*)"hi", 2, &ids, &nids, &cap) != 0);  // no merges: refused
+    free(ids);
+    tokenizer_free(&tok);
+}
+
+TEST(tok_merges_file_errors) {
+    size_t n = 0;
+    unsigned char* good = tok_read_file(TOK_MERGES, &n);
+    CHECKF(good != NULL && n == 1024 + 512 + 6 * 50000, "%s: %zu bytes", TOK_MERGES, n);
+    if (!good || n != 1024 + 512 + 6 * 50000) return;
+    unsigned char* bad = (unsigned char*)malloc(n);
+    char path[600];
+    tok_path(path, sizeof(path), "merges_bad.bin");
+    uint16_t* rec = (uint16_t*)(bad + 1024 + 512);
+
+    tok_expect_merges_error("test/no_such_merges.bin", NULL, 0, "cannot open");
+    memcpy(bad, good, n);
+    tok_expect_merges_error(path, bad, 1000, "truncated header");
+    memcpy(bad, good, n);
+    bad[0] ^= 1;
+    tok_expect_merges_error(path, bad, n, "wrong magic");
+    memcpy(bad, good, n);
+    bad[4] = 9;
+    tok_expect_merges_error(path, bad, n, "unsupported version 9");
+    memcpy(bad, good, n);
+    bad[12] = 0x50;  // V = 50256 + ...: not the tokenizer file's vocabulary
+    tok_expect_merges_error(path, bad, n, "vocabulary of");
+    tok_expect_merges_error(path, good, n - 6, "wrong size");
+    memcpy(bad, good, n);
+    ((uint16_t*)(bad + 1024))['A'] = 33;  // byte 'A' -> the token of 'B'
+    tok_expect_merges_error(path, bad, n, "byte 65 maps to token 33");
+    memcpy(bad, good, n);
+    rec[3 * 10] = 300;  // merge 10 uses token 300, made only by merge 44
+    tok_expect_merges_error(path, bad, n, "merge 10 (300 + ");
+    memcpy(bad, good, n);
+    rec[3 * 10 + 2] = 256;  // merge 10 remakes token 256
+    tok_expect_merges_error(path, bad, n, "remakes one");
+    memcpy(bad, good, n);
+    rec[3 * 5 + 2] = 10000;  // merge 5 claims a token whose bytes are something else
+    tok_expect_merges_error(path, bad, n, "are not those of");
+    memcpy(bad, good, n);
+    rec[3 * 7 + 0] = rec[3 * 3 + 0];  // merge 7 repeats the pair of merge 3 ...
+    rec[3 * 7 + 1] = rec[3 * 3 + 1];
+    tok_expect_merges_error(path, bad, n, "merge 7");
+
+    Tokenizer empty;  // merges need the vocabulary first
+    memset(&empty, 0, sizeof(empty));
+    char err[512] = "";
+    CHECK(tokenizer_load_merges(&empty, TOK_MERGES, err, sizeof(err)) != 0 && strstr(err, "tokenizer_init") != NULL);
+    tokenizer_free(&empty);
+    free(bad);
+    free(good);
+}
+
+// -----------------------------------------------------------------------------------------------
+// characters and pieces
+
+// The generated table is well formed, agrees with the ASCII fast path, and has the classes the
+// pattern needs at points where Unicode versions and Python's isspace() differ.
+TEST(tok_unicode_tables) {
+    CHECK(strcmp(UNICODE_VERSION, "16.0.0") == 0);
+    for (int i = 0; i < UNICODE_NRANGES; i++) {
+        const UnicodeRange* r = &unicode_ranges[i];
+        CHECKF(r->lo <= r->hi && r->hi <= 0x10FFFF && (r->cls == UC_L || r->cls == UC_N || r->cls == UC_S), "range %d", i);
+        if (i > 0) {
+            const UnicodeRange* p = &unicode_ranges[i - 1];
+            CHECKF(p->hi < r->lo && (p->hi + 1 < r->lo || p->cls != r->cls), "ranges %d, %d overlap or should be one", i - 1, i);
+        }
+    }
+    for (int c = 0; c < 128; c++) {
+        unsigned char b = (unsigned char)c;
+        int len;
+        CHECKF(tokenizer_char_class(&b, 1, &len) == tokenizer_unicode_class((uint32_t)c) && len == 1, "ASCII %d", c);
+    }
+    const struct { uint32_t cp; int cls; } known[] = {
+        {0xE9, UC_L},     {0x301, UC_OTHER}, {0x663, UC_N},   {0x216B, UC_N},  {0xBD, UC_N},    {0xB2, UC_N},
+        {0x3000, UC_S},   {0x85, UC_S},      {0xA0, UC_S},    {0x2028, UC_S},  {0x1C, UC_OTHER}, {0x1F, UC_OTHER},
+        {0x200B, UC_OTHER}, {0x180E, UC_OTHER}, {0xFEFF, UC_OTHER}, {0x4E2D, UC_L}, {0x31350, UC_L}, {0x10D50, UC_L},
+        {0x1F600, UC_OTHER}, {0x10FFFF, UC_OTHER}, {0x0, UC_OTHER}, {0x2019, UC_OTHER}, {0x1D400, UC_L}, {0xFF11, UC_N},
+    };
+    for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++) {
+        CHECKF(tokenizer_unicode_class(known[i].cp) == known[i].cls, "U+%04X: class %d, expected %d", known[i].cp,
+               tokenizer_unicode_class(known[i].cp), known[i].cls);
+    }
+}
+
+// Well-formed UTF-8 is Unicode's Table 3-7 exactly: the edges of every row, and what is not.
+TEST(tok_utf8_decoding) {
+    const struct { const char* s; int n; int len; uint32_t cp; } cases[] = {
+        {"A", 1, 1, 0x41},                 {"\xC2\x80", 2, 2, 0x80},          {"\xDF\xBF", 2, 2, 0x7FF},
+        {"\xE0\xA0\x80", 3, 3, 0x800},     {"\xED\x9F\xBF", 3, 3, 0xD7FF},    {"\xEE\x80\x80", 3, 3, 0xE000},
+        {"\xEF\xBF\xBF", 3, 3, 0xFFFF},    {"\xF0\x90\x80\x80", 4, 4, 0x10000}, {"\xF4\x8F\xBF\xBF", 4, 4, 0x10FFFF},
+        {"\x80", 1, 0, 0},                 {"\xBF", 1, 0, 0},                 {"\xC0\x80", 2, 0, 0},  // overlong
+        {"\xC1\xBF", 2, 0, 0},             {"\xE0\x9F\xBF", 3, 0, 0},         {"\xED\xA0\x80", 3, 0, 0},  // surrogate
+        {"\xF0\x8F\xBF\xBF", 4, 0, 0},     {"\xF4\x90\x80\x80", 4, 0, 0},     {"\xF5\x80\x80\x80", 4, 0, 0},
+        {"\xFF", 1, 0, 0},                 {"\xC3", 1, 0, 0},                 {"\xE2\x82", 2, 0, 0},   // truncated
+        {"\xE2\x82\x41", 3, 0, 0},         {"\xF0\x9F\x98\x41", 4, 0, 0},     {"\xC3\xA9", 1, 0, 0},   // cut by n
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        uint32_t cp = 0;
+        int len = tokenizer_utf8((const unsigned char*)cases[i].s, (size_t)cases[i].n, &cp);
+        CHECKF(len == cases[i].len && (len == 0 || cp == cases[i].cp), "case %zu: length %d cp %X, expected %d %X",
+               i, len, cp, cases[i].len, cases[i].cp);
+    }
+}
+
+// The pattern's rules, one example each, with the pieces written out by hand from the regex.
+TEST(tok_pieces_by_hand) {
+    const char* cases[][8] = {  // input, then its pieces, NULL-terminated
+        {"Hello world", "Hello", " world", NULL},
+        {"don't", "don", "'t", NULL},
+        {"I'M", "I", "'", "M", NULL},                          // contractions are lower case only
+        {"'sun", "'s", "un", NULL},                            // ... and take no more than their letters
+        {"?'s", "?'", "s", NULL},                              // ... and only start a piece
+        {"a   \n\n  b", "a", "   \n\n ", " b", NULL},         // \s+(?!\S): all but the last space
+        {"  x", " ", " x", NULL},
+        {"x  ", "x", "  ", NULL},                              // at the end of the text: the whole run
+        {"\t x", "\t", " x", NULL},
+        {" \tx", " ", "\t", "x", NULL},                        // the last space char is not U+0020: alone
+        {"a\n\nb", "a", "\n", "\n", "b", NULL},
+        {"12345678901234567890", "12345678901234567890", NULL},  // digit runs are not split
+        {"3.14", "3", ".", "14", NULL},
+        {" 42!", " 42", "!", NULL},
+        {" ...", " ...", NULL},
+        {"e\xCC\x81", "e", "\xCC\x81", NULL},                  // a combining mark is not a letter
+        {"caf\xC3\xA9!", "caf\xC3\xA9", "!", NULL},
+        {"a\xFF" "b", "a", "\xFF", "b", NULL},                 // malformed: one "other" character
+        {" \xFF", " \xFF", NULL},
+        {"!\xFF?", "!\xFF?", NULL},
+        {"caf\xC3", "caf", "\xC3", NULL},                      // a truncated character
+        {"\xED\xA0\x80z", "\xED\xA0\x80", "z", NULL},           // an encoded surrogate: three bytes
+        {"<|endoftext|>", "<|", "endoftext", "|>", NULL},
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        const unsigned char* s = (const unsigned char*)cases[c][0];
+        size_t n = strlen(cases[c][0]), at = 0;
+        int k = 1;
+        while (at < n && cases[c][k]) {
+            size_t len = tokenizer_piece_length(s + at, n - at), want = strlen(cases[c][k]);
+            CHECKF(len == want && memcmp(s + at, cases[c][k], want) == 0, "case %zu: piece %d is %zu bytes, expected '%s'",
+                   c, k, len, cases[c][k]);
+            at += len;
+            k++;
+        }
+        CHECKF(at == n && cases[c][k] == NULL, "case %zu: %zu of %zu bytes in %d pieces", c, at, n, k - 1);
+    }
+}
+
+// -----------------------------------------------------------------------------------------------
+// ids against tiktoken
+
+static int tok_hex(char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; }
+
+// Every case of the fixture: our pieces are the regex module's, our ids tiktoken's, and the ids
+// decode to the input.
+TEST(tok_fixture_cases) {
+    Tokenizer* tok = tok_gpt2();
+    size_t size = 0;
+    char* fx = (char*)tok_read_file(TOK_FIXTURE, &size);
+    CHECKF(fx != NULL, "cannot read %s (made by dev/tokenizer_reference.py)", TOK_FIXTURE);
+    if (!tok || !fx) {
+        free(fx);
+        return;
+    }
+    fx[size] = 0;
+    int ncases = 0, bad = 0, malformed = 0;
+    unsigned char* text = (unsigned char*)malloc(size);
+    size_t* lens = (size_t*)malloc(size * sizeof(size_t));
+    uint16_t* want = (uint16_t*)malloc(size * sizeof(uint16_t));
+    for (char* line = strtok(fx, "\n"); line; line = strtok(NULL, "\n")) {
+        if (line[0] == '#') continue;
+        char* field[4] = {line, NULL, NULL, NULL};
+        for (int f = 1; f < 4; f++) {
+            char* tab = field[f - 1] ? strchr(field[f - 1], '\t') : NULL;
+            if (tab) *tab = 0;
+            field[f] = tab ? tab + 1 : NULL;
+        }
+        CHECKF(field[3] != NULL, "%s: malformed line: %.60s", TOK_FIXTURE, line);
+        if (!field[3]) break;
+        size_t n = 0, npieces = 0, nwant = 0;
+        for (const char* h = field[1]; h[0] && h[1]; h += 2) text[n++] = (unsigned char)(tok_hex(h[0]) * 16 + tok_hex(h[1]));
+        for (char* p = field[2]; *p;) lens[npieces++] = (size_t)strtoull(p, &p, 10);
+        for (char* p = field[3]; *p;) want[nwant++] = (uint16_t)strtoul(p, &p, 10);
+        ncases++;
+        for (size_t i = 0; i < n;) {
+            uint32_t cp;
+            int l = tokenizer_utf8(text + i, n - i, &cp);
+            if (l == 0) { malformed++; break; }
+            i += (size_t)l;
+        }
+        // pieces
+        size_t at = 0, k = 0;
+        int pieces_ok = 1;
+        while (at < n) {
+            size_t len = tokenizer_piece_length(text + at, n - at);
+            pieces_ok &= k < npieces && len == lens[k];
+            at += len;
+            k++;
+        }
+        pieces_ok &= k == npieces;
+        // ids and round trip
+        uint16_t* ids;
+        size_t nids = tok_encode(tok, text, n, &ids);
+        int ids_ok = nids == nwant && memcmp(ids, want, nids * sizeof(uint16_t)) == 0;
+        int round_trip = tok_decodes_to(tok, ids, nids, text, n);
+        if (!pieces_ok || !ids_ok || !round_trip) {
+            bad++;
+            CHECKF(0, "case %s: pieces %s, ids %s (%zu ids, tiktoken %zu), round trip %s", field[0], pieces_ok ? "ok" : "DIFFER",
+                   ids_ok ? "ok" : "DIFFER", nids, nwant, round_trip ? "ok" : "BROKEN");
+        }
+        free(ids);
+    }
+    printf("    %d cases (%d of them malformed UTF-8), %d differ from tiktoken\n", ncases, malformed, bad);
+    CHECKF(ncases >= 400 && malformed >= 40, "%s has only %d cases, %d malformed", TOK_FIXTURE, ncases, malformed);
+    free(text);
+    free(lens);
+    free(want);
+    free(fx);
+}
+
+// "<|endoftext|>" in text is text (tiktoken's encode_ordinary), never the EOT id; an empty text
+// gives no ids; a malformed byte is its one-byte token.
+TEST(tok_special_inputs) {
+    Tokenizer* tok = tok_gpt2();
+    if (!tok) return;
+    uint16_t* ids;
+    size_t n = tok_encode(tok, "<|endoftext|>", 13, &ids);
+    const uint16_t eot_text[7] = {27, 91, 437, 1659, 5239, 91, 29};
+    CHECKF(n == 7 && memcmp(ids, eot_text, sizeof(eot_text)) == 0, "<|endoftext|> gave %zu ids", n);
+    free(ids);
+    CHECK(tok_encode(tok, "", 0, &ids) == 0);
+    free(ids);
+    n = tok_encode(tok, "a\xFF" "b", 3, &ids);  // "a", "\xFF", "b"
+    CHECKF(n == 3 && ids[0] == 64 && ids[1] == tok->enc.byte_id[0xFF] && ids[2] == 65, "a\\xFFb gave %zu ids", n);
+    free(ids);
+    // appending: a second text's ids go after the first's, in the same buffer
+    uint16_t* buf = NULL;
+    size_t nbuf = 0, cap = 0;
+    CHECK(tokenizer_encode(tok, (const unsigned char*)"Hello", 5, &buf, &nbuf, &cap) == 0);
+    CHECK(tokenizer_encode(tok, (const unsigned char*)" world", 6, &buf, &nbuf, &cap) == 0);
+    CHECK(nbuf == 2 && buf[0] == 15496 && buf[1] == 995);
+    free(buf);
+}
+
+// The whole KJV: every chapter of the committed shards (tiktoken's ids) decoded and encoded again
+// gives the same ids, token for token.
+TEST(tok_kjv_reencode) {
+    Tokenizer* tok = tok_gpt2();
+    TokKjv k;
+    if (!tok || tok_kjv_load(tok, &k) != 0) {
+        if (tok) tok_kjv_free(&k);
+        return;
+    }
+    uint16_t* ids = NULL;
+    size_t nids = 0, cap = 0, total = 0;
+    int bad = 0;
+    double t0 = test_now_s();
+    for (int i = 0; i < k.ndocs; i++) {
+        nids = 0;
+        CHECK(tokenizer_encode(tok, k.docs[i].text, k.docs[i].len, &ids, &nids, &cap) == 0);
+        total += nids;
+        if (nids != k.docs[i].nids || memcmp(ids, k.docs[i].ids, nids * sizeof(uint16_t)) != 0) {
+            if (bad++ < 3) CHECKF(0, "chapter %d: %zu ids, the shard has %zu", i, nids, k.docs[i].nids);
+        }
+    }
+    double dt = test_now_s() - t0;
+    printf("    KJV: %d chapters, %.2f MB, %zu tokens encoded in %.3f s (%.1f MB/s, one core); %d differ\n", k.ndocs,
+           k.bytes / 1e6, total, dt, k.bytes / 1e6 / dt, bad);
+    CHECK(bad == 0 && total + (size_t)k.ndocs == 1141844);
+    free(ids);
+    tok_kjv_free(&k);
+}
+
+// -----------------------------------------------------------------------------------------------
+// round trips
+
+// Any bytes encode, and decode back to exactly those bytes: random bytes (mostly malformed
+// UTF-8), random code points of every plane, and ASCII-heavy text with long runs.
+TEST(tok_round_trip_random) {
+    Tokenizer* tok = tok_gpt2();
+    if (!tok) return;
+    uint64_t s = 0x9E3779B97F4A7C15ull;
+    unsigned char text[4096];
+    int bad = 0, cases = 0;
+    for (int kind = 0; kind < 4; kind++) {
+        for (int c = 0; c < 400; c++) {
+            size_t n = 0, want = 1 + tok_rand(&s) % (kind == 3 ? 4000 : 300);
+            while (n < want) {
+                uint64_t r = tok_rand(&s);
+                if (kind == 0) {  // uniform bytes
+                    text[n++] = (unsigned char)r;
+                } else if (kind == 1 || kind == 2) {  // a code point, or (kind 2, 1 in 8) a stray byte
+                    uint32_t cp = (uint32_t)(r >> 8) % (r & 1 ? 0x110000 : 0x800);
+                    if ((kind == 2 && r % 8 == 0) || (cp >= 0xD800 && cp <= 0xDFFF)) {
+                        text[n++] = (unsigned char)(0x80 + (r >> 40) % 0x80);
+                    } else if (cp < 0x80) {
+                        text[n++] = (unsigned char)cp;
+                    } else if (cp < 0x800) {
+                        text[n++] = (unsigned char)(0xC0 | cp >> 6);
+                        text[n++] = (unsigned char)(0x80 | (cp & 0x3F));
+                    } else if (cp < 0x10000) {
+                        text[n++] = (unsigned char)(0xE0 | cp >> 12);
+                        text[n++] = (unsigned char)(0x80 | (cp >> 6 & 0x3F));
+                        text[n++] = (unsigned char)(0x80 | (cp & 0x3F));
+                    } else {
+                        text[n++] = (unsigned char)(0xF0 | cp >> 18);
+                        text[n++] = (unsigned char)(0x80 | (cp >> 12 & 0x3F));
+                        text[n++] = (unsigned char)(0x80 | (cp >> 6 & 0x3F));
+                        text[n++] = (unsigned char)(0x80 | (cp & 0x3F));
+                    }
+                } else {  // text-like: runs of one character from a small alphabet
+                    static const char alphabet[] = " \n\t\r'sa1!.\xC3\xA9";
+                    unsigned char ch = (unsigned char)alphabet[r % (sizeof(alphabet) - 1)];
+                    for (size_t run = 1 + (r >> 32) % (r % 7 == 0 ? 200 : 3); run > 0 && n < sizeof(text) - 4; run--) text[n++] = ch;
+                }
+            }
+            uint16_t* ids;
+            size_t nids = tok_encode(tok, text, n, &ids);
+            size_t at = 0, pieces_ok = 1;
+            while (at < n) {
+                size_t len = tokenizer_piece_length(text + at, n - at);
+                pieces_ok &= len >= 1 && at + len <= n;
+                at += len;
+            }
+            if (!tok_decodes_to(tok, ids, nids, text, n) || !pieces_ok) {
+                if (bad++ < 3) CHECKF(0, "kind %d case %d (%zu bytes): ids do not decode to the input", kind, c, n);
+            }
+            cases++;
+            free(ids);
+        }
+    }
+    CHECKF(bad == 0, "%d of %d random inputs do not round-trip", bad, cases);
+}
+
+// -----------------------------------------------------------------------------------------------
+// tokenize_file_to_shards
+
+// Pieces of text for streaming inputs: words, contractions, characters of every length, malformed
+// bytes, space runs, separator lines and pieces of them.
+static const char* const tok_atoms[] = {
+    "The", " word", " don't", "'re", "'", "ll", "\xC3\xA9t\xC3\xA9", "\xE4\xB8\xAD\xE6\x96\x87", "\xF0\x9F\x98\x80", "123",
+    "4567", " ", "  ", "\n", "\n\n", "\t", "\r\n", "!", "?!", "\xFF", "\xE2\x82", "\xCC\x81", "\xC2\xA0",
+    "\xE3\x80\x80", "\xE2\x80\xA8", "\xF0\xB1\x8D\x90",  // 3-byte spaces, a 4-byte letter
+    " \xE3\x80\x80\xE3\x80\x80x",  // the longest lookahead: is the cut-off last char a space?
+    "\n<|endoftext|>\n", "<|endoftext|>\n", "<|endoftext|>", "<|endoftext", "|>\n", "<|endoftext|> \n", "\n<|endo",
+    "\n<|endoftext|>", "<|", "endoftext",
+};
+#define TOK_NATOMS (sizeof(tok_atoms) / sizeof(tok_atoms[0]))
+
+// Random text of about n bytes from tok_atoms, with long space runs now and then (malloc'ed).
+static unsigned char* tok_random_text(uint64_t seed, size_t want, size_t* n) {
+    unsigned char* text = (unsigned char*)malloc(want + 1000);
+    *n = 0;
+    while (*n < want) {
+        uint64_t r = tok_rand(&seed);
+        if (r % 97 == 0) {  // a long space run (longer than small chunks and the lookahead)
+            size_t run = 20 + (r >> 20) % 400;
+            memset(text + *n, r & 1 ? ' ' : '\n', run);
+            *n += run;
+        } else {
+            const char* a = tok_atoms[(r >> 8) % TOK_NATOMS];
+            memcpy(text + *n, a, strlen(a));
+            *n += strlen(a);
+        }
+    }
+    return text;
+}
+
+// The streaming rule at every cut: encoding text[0..cut) as "more follows" must stop at a piece
+// boundary of the whole text, having seen exactly the whole text's pieces (the lookahead is
+// enough), and encoding the rest from there must complete the whole text's ids.
+TEST(tok_encode_part_every_cut) {
+    Tokenizer* tok = tok_gpt2();
+    if (!tok) return;
+    size_t n;
+    unsigned char* text = tok_random_text(777, 3000, &n);
+    unsigned char* boundary = (unsigned char*)calloc(n + 1, 1);  // the whole text's piece ends (and 0)
+    boundary[0] = 1;
+    for (size_t at = 0; at < n;) {
+        at += tokenizer_piece_length(text + at, n - at);
+        boundary[at] = 1;
+    }
+    uint16_t *whole, *ids = NULL;
+    size_t nwhole = tok_encode(tok, text, n, &whole), nids = 0, cap = 0;
+    int bad = 0;
+    for (size_t cut = 0; cut <= n; cut++) {
+        int pieces_ok = 1;  // what encode_part sees: pieces of text[0..cut), kept while far enough from cut
+        for (size_t at = 0; at < cut;) {
+            size_t len = tokenizer_piece_length(text + at, cut - at);
+            if (at + len + TOKENIZER_LOOKAHEAD > cut) break;
+            pieces_ok &= boundary[at + len];
+            at += len;
+        }
+        size_t used = 0;
+        nids = 0;
+        CHECK(tokenizer_encode_part(tok, text, cut, 0, &used, &ids, &nids, &cap) == 0);
+        CHECK(tokenizer_encode(tok, text + used, n - used, &ids, &nids, &cap) == 0);
+        int ids_ok = nids == nwhole && memcmp(ids, whole, nids * sizeof(uint16_t)) == 0;
+        if (!pieces_ok || used > cut || !boundary[used] || !ids_ok) {
+            if (bad++ < 3) CHECKF(0, "cut at %zu (encoded up to %zu): pieces %s, ids %s", cut, used, pieces_ok ? "ok" : "WRONG",
+                                 ids_ok ? "ok" : "DIFFER");
+        }
+    }
+    CHECKF(bad == 0, "%d of %zu cuts differ", bad, n + 1);
+    free(boundary);
+    free(whole);
+    free(ids);
+    free(text);
+}
+
+// The documents of text[0..n) by the rule as documented, restated line by line: a line that is
+// exactly "<|endoftext|>" separates documents; empty documents are dropped. Fills starts/lens
+// (capacity max); returns the count.
+static int tok_ref_documents(const unsigned char* text, size_t n, size_t* starts, size_t* lens, int max) {
+    int ndocs = 0;
+    size_t doc = 0, line = 0;
+    while (line < n) {
+        const unsigned char* nl = (const unsigned char*)memchr(text + line, '\n', n - line);
+        size_t end = nl ? (size_t)(nl - text) : n;  // the line is text[line, end)
+        if (end - line == 13 && memcmp(text + line, "<|endoftext|>", 13) == 0) {
+            if (line > doc && ndocs < max) {
+                starts[ndocs] = doc;
+                lens[ndocs++] = line - doc;
+            }
+            doc = end < n ? end + 1 : n;
+        }
+        line = end + 1;
+    }
+    if (n > doc && ndocs < max) {
+        starts[ndocs] = doc;
+        lens[ndocs++] = n - doc;
+    }
+    return ndocs;
+}
+
+// The tokens of one split, every shard PREFIX_<split>_NNNNNN.bin read in order and joined, each
+// but the last holding exactly shard_tokens; number of shards in *nshards.
+static uint16_t* tok_read_split(const char* prefix, const char* split, size_t shard_tokens, size_t* n, int* nshards) {
+    uint16_t* all = NULL;
+    *n = 0;
+    *nshards = 0;
+    for (int i = 0;; i++) {
+        char path[700];
+        snprintf(path, sizeof(path), "%s_%s_%06d.bin", prefix, split, i);
+        if (access(path, F_OK) != 0) break;
+        size_t m = 0;
+        uint16_t* t = tok_read_shard(path, &m);
+        if (!t) break;
+        if (i > 0) CHECKF(*n % shard_tokens == 0 && *n / shard_tokens == (size_t)i, "%s: an earlier shard was not full", path);
+        CHECKF(m >= 1 && m <= shard_tokens, "%s holds %zu tokens, shard size %zu", path, m, shard_tokens);
+        all = (uint16_t*)realloc(all, (*n + m + 1) * sizeof(uint16_t));
+        memcpy(all + *n, t, m * sizeof(uint16_t));
+        *n += m;
+        (*nshards)++;
+        free(t);
+    }
+    return all;
+}
+
+// Run tokenize_file_to_shards_ex on text and compare both splits with: the documents by the
+// restated rule, each EOT + its whole-text encoding, every val_every-th to val.
+static void tok_check_tokenize(Tokenizer* tok, const char* name, const unsigned char* text, size_t n, int val_every,
+                               int64_t shard_tokens, size_t chunk) {
+    char in[700], prefix[700], err[1024] = "";
+    tok_path(in, sizeof(in), "in_stream.txt");
+    snprintf(prefix, sizeof(prefix), "%s/%s", test_tmpdir(), name);
+    tok_write_file(in, text, n);
+    TokenizeStats st;
+    int rc = tokenize_file_to_shards_ex(tok, in, prefix, val_every, shard_tokens, chunk, &st, err, sizeof(err));
+    CHECKF(rc == 0, "%s (chunk %zu): %s", name, chunk, err);
+
+    enum { MAXDOCS = 4096 };
+    static size_t starts[MAXDOCS], lens[MAXDOCS];
+    int ndocs = tok_ref_documents(text, n, starts, lens, MAXDOCS);
+    uint16_t* want[2] = {NULL, NULL};
+    size_t nwant[2] = {0, 0}, cap[2] = {0, 0};
+    int64_t docs[2] = {0, 0};
+    for (int d = 0; d < ndocs; d++) {
+        int s = val_every > 0 && d % val_every == val_every - 1;
+        uint16_t eot = TOK_EOT;
+        CHECK(tokenizer_append(&want[s], &nwant[s], &cap[s], &eot, 1) == 0);
+        CHECK(tokenizer_encode(tok, text + starts[d], lens[d], &want[s], &nwant[s], &cap[s]) == 0);
+        docs[s]++;
+    }
+    const char* names[2] = {"train", "val"};
+    for (int s = 0; s < 2; s++) {
+        size_t got_n = 0;
+        int nshards = 0;
+        uint16_t* got = tok_read_split(prefix, names[s], (size_t)shard_tokens, &got_n, &nshards);
+        CHECKF(got_n == nwant[s] && (got_n == 0 || memcmp(got, want[s], got_n * sizeof(uint16_t)) == 0),
+               "%s (chunk %zu): %s has %zu tokens, whole-text encoding of the documents gives %zu", name, chunk, names[s],
+               got_n, nwant[s]);
+        CHECKF(st.documents[s] == docs[s] && st.tokens[s] == (int64_t)nwant[s] && st.shards[s] == nshards,
+               "%s (chunk %zu): stats of %s: %lld docs %lld tokens %d shards", name, chunk, names[s],
+               (long long)st.documents[s], (long long)st.tokens[s], st.shards[s]);
+        CHECK(nshards == (int)((nwant[s] + (size_t)shard_tokens - 1) / (size_t)shard_tokens));
+        for (int i = 0; i < nshards; i++) {  // remove, so the next run starts clean
+            char path[800];
+            snprintf(path, sizeof(path), "%s_%s_%06d.bin", prefix, names[s], i);
+            remove(path);
+        }
+        free(got);
+        free(want[s]);
+    }
+    CHECK(st.bytes == (int64_t)n);
+    char shards_prefix[128];
+    snprintf(shards_prefix, sizeof(shards_prefix), "%s_", name);
+    CHECKF(tok_count_files(shards_prefix) == 0, "%s: files left besides the shards (temporary files?)", name);
+    remove(in);
+}
+
+// A small file by hand: the separator rules (only a whole line; at the end of the file without a
+// newline; empty documents skipped), EOT before each document, val_every = 2, shards of 4 tokens.
+TEST(tok_tokenize_small_file) {
+    Tokenizer* tok = tok_gpt2();
+    if (!tok) return;
+    const char* text =
+        "<|endoftext|>\n"                                    // at the start: an empty document, skipped
+        "first doc\n"
+        "<|endoftext|>\n"
+        "second\n"
+        "<|endoftext|>\n<|endoftext|>\n"                     // two in a row: nothing between, skipped
+        "third <|endoftext|>\n"                              // not a whole line: text
+        "x<|endoftext|>\n<|endoftext|> \n<|endoftext|>\r\n"   // neither are these
+        "<|endoftext|>";                                     // at the end, without a newline
+    const char* docs[3] = {"first doc\n", "second\n",
+                           "third <|endoftext|>\nx<|endoftext|>\n<|endoftext|> \n<|endoftext|>\r\n"};
+    char in[700], prefix[700], err[1024] = "";
+    tok_path(in, sizeof(in), "small.txt");
+    tok_path(prefix, sizeof(prefix), "small");
+    tok_write_file(in, text, strlen(text));
+    TokenizeStats st;
+    CHECKF(tokenize_file_to_shards_ex(tok, in, prefix, 2, 4, 5, &st, err, sizeof(err)) == 0, "%s", err);
+    // expected: train = EOT doc0 EOT doc2, val = EOT doc1
+    uint16_t* want[2] = {NULL, NULL};
+    size_t nwant[2] = {0, 0}, cap[2] = {0, 0}, eot_at[2] = {0, 0};
+    uint16_t eot = TOK_EOT;
+    for (int d = 0; d < 3; d++) {
+        int s = d == 1;
+        if (d == 2) eot_at[0] = nwant[0];
+        CHECK(tokenizer_append(&want[s], &nwant[s], &cap[s], &eot, 1) == 0);
+        CHECK(tokenizer_encode(tok, (const unsigned char*)docs[d], strlen(docs[d]), &want[s], &nwant[s], &cap[s]) == 0);
+    }
+    CHECK(st.documents[0] == 2 && st.documents[1] == 1);
+    for (int s = 0; s < 2; s++) {
+        size_t n = 0;
+        int nshards = 0;
+        uint16_t* got = tok_read_split(prefix, s ? "val" : "train", 4, &n, &nshards);
+        CHECKF(n == nwant[s] && got && memcmp(got, want[s], n * sizeof(uint16_t)) == 0, "split %d: %zu tokens, expected %zu", s, n, nwant[s]);
+        CHECKF(nshards == (int)(nwant[s] + 3) / 4 && st.shards[s] == nshards, "split %d: %d shards", s, nshards);
+        int eots = 0;
+        for (size_t i = 0; got && i < n; i++) eots += got[i] == TOK_EOT;
+        CHECKF(got && got[0] == TOK_EOT && eots == (s ? 1 : 2), "split %d: EOT first and once per document (%d)", s, eots);
+        if (s == 0) CHECK(got && got[eot_at[0]] == TOK_EOT);
+        free(got);
+        free(want[s]);
+    }
+    CHECK(nwant[0] > 8);  // train spans at least three shards of 4
+    CHECKF(tok_count_files("small_") == (int)(st.shards[0] + st.shards[1]), "unexpected files beside the shards");
+}
+
+// Streaming gives what encoding each document whole gives, at every chunk size: pieces, UTF-8
+// characters, separator lines and long space runs cut anywhere by chunk boundaries.
+TEST(tok_tokenize_streaming_chunks) {
+    Tokenizer* tok = tok_gpt2();
+    if (!tok) return;
+    size_t n;
+    unsigned char* text = tok_random_text(12345, 40000, &n);
+    const size_t chunks[] = {1, 2, 3, 5, 8, 13, 14, 15, 64, 1000, 1 << 20};
+    for (size_t c = 0; c < sizeof(chunks) / sizeof(chunks[0]); c++) {  // small shards once: every shard is fsynced
+        tok_check_tokenize(tok, "stream", text, n, 3, chunks[c] == 13 ? 1000 : 1000000, chunks[c]);
+    }
+    // whole-file edge: one document ending at the end of the file in a space run, no separators
+    tok_check_tokenize(tok, "nosep", (const unsigned char*)"just one document  \n\n  ", 23, 0, 7, 4);
+    free(text);
+}
+
+// The KJV again, through the command: the chapters joined by separator lines, tokenized with
+// every 20th chapter to val, give byte for byte the committed data/kjv_train.bin and kjv_val.bin.
+TEST(tok_tokenize_kjv_file) {
+    Tokenizer* tok = tok_gpt2();
+    TokKjv k;
+    if (!tok || tok_kjv_load(tok, &k) != 0) {
+        if (tok) tok_kjv_free(&k);
+        return;
+    }
+    char in[700], prefix[700], err[1024] = "";
+    tok_path(in, sizeof(in), "kjv.txt");
+    tok_path(prefix, sizeof(prefix), "kjv");
+    FILE* f = fopen(in, "wb");
+    CHECK(f != NULL);
+    if (!f) {
+        tok_kjv_free(&k);
+        return;
+    }
+    for (int i = 0; i < k.ndocs; i++) {
+        if (i > 0) fputs("<|endoftext|>\n", f);  // every chapter ends with "\n", so this is a line
+        CHECK(k.docs[i].len > 0 && k.docs[i].text[k.docs[i].len - 1] == '\n');
+        CHECK(fwrite(k.docs[i].text, 1, k.docs[i].len, f) == k.docs[i].len);
+    }
+    fclose(f);
+    const size_t chunks[2] = {4093, TOKENIZE_CHUNK_BYTES};
+    for (int c = 0; c < 2; c++) {
+        TokenizeStats st;
+        double t0 = test_now_s();
+        int rc = c == 1 ? tokenize_file_to_shards(tok, in, prefix, 20, 100000000, err, sizeof(err))
+                        : tokenize_file_to_shards_ex(tok, in, prefix, 20, 100000000, chunks[c], &st, err, sizeof(err));
+        double dt = test_now_s() - t0;
+        CHECKF(rc == 0, "%s", err);
+        if (c == 0) CHECK(st.documents[0] == 1130 && st.documents[1] == 59 && st.shards[0] == 1 && st.shards[1] == 1);
+        const char* names[2] = {"train", "val"};
+        for (int s = 0; s < 2; s++) {
+            char ours[800], theirs[64];
+            snprintf(ours, sizeof(ours), "%s_%s_000000.bin", prefix, names[s]);
+            snprintf(theirs, sizeof(theirs), "data/kjv_%s.bin", names[s]);
+            size_t na = 0, nb = 0;
+            unsigned char* a = tok_read_file(ours, &na);
+            unsigned char* b = tok_read_file(theirs, &nb);
+            CHECKF(a && b && na == nb && memcmp(a, b, na) == 0, "chunk %zu: %s differs from %s", chunks[c], ours, theirs);
+            free(a);
+            free(b);
+            remove(ours);
+        }
+        printf("    KJV file (%.2f MB) -> train + val shards, chunk %zu: %.3f s\n", k.bytes / 1e6, chunks[c], dt);
+    }
+    remove(in);
+    tok_kjv_free(&k);
+}
+
+// Every error: a one-line message naming the file or directory, nonzero return, and no file
+// with the prefix left behind (not even a temporary one).
+static void tok_expect_tokenize_error(Tokenizer* tok, const char* in, const char* prefix, const char* prefix_name, int val_every,
+                                      int64_t shard_tokens, const char* names, const char* needle) {
+    char err[1024] = "";
+    int rc = tokenize_file_to_shards_ex(tok, in, prefix, val_every, shard_tokens, 7, NULL, err, sizeof(err));
+    CHECKF(rc != 0, "tokenizing %s into %s should fail (%s)", in, prefix, needle);
+    CHECKF(strchr(err, '\n') == NULL && strstr(err, names) != NULL, "message is not one line naming %s: %s", names, err);
+    CHECKF(strstr(err, needle) != NULL, "message lacks '%s': %s", needle, err);
+    CHECKF(tok_count_files(prefix_name) == 0, "files %s* left behind after: %s", prefix_name, err);
+}
+
+TEST(tok_tokenize_errors) {
+    Tokenizer* tok = tok_gpt2();
+    if (!tok) return;
+    char in[700], empty[700], seps[700], prefix[700], nodir[700], notdir[700], dir[700];
+    tok_path(in, sizeof(in), "in_err.txt");
+    tok_path(empty, sizeof(empty), "in_empty.txt");
+    tok_path(seps, sizeof(seps), "in_seps.txt");
+    tok_path(prefix, sizeof(prefix), "err");
+    tok_path(nodir, sizeof(nodir), "no_such_dir/err");
+    tok_path(notdir, sizeof(notdir), "in_err.txt/err");
+    tok_path(dir, sizeof(dir), "dir_err");
+    const char* text = "one\n<|endoftext|>\ntwo two two two two\n<|endoftext|>\nthree\n";
+    tok_write_file(in, text, strlen(text));
+    tok_write_file(empty, "", 0);
+    tok_write_file(seps, "<|endoftext|>\n<|endoftext|>\n", 28);
+    CHECK(mkdir(dir, 0755) == 0);
+
+    tok_expect_tokenize_error(tok, "test/no_such_input.txt", prefix, "err_", 0, 100, "test/no_such_input.txt", "cannot open");
+    tok_expect_tokenize_error(tok, empty, prefix, "err_", 0, 100, empty, "is empty");
+    tok_expect_tokenize_error(tok, dir, prefix, "err_", 0, 100, dir, "is a directory");
+    tok_expect_tokenize_error(tok, seps, prefix, "err_", 0, 100, seps, "no text");
+    tok_expect_tokenize_error(tok, in, nodir, "no_such_dir", 0, 100, "no_such_dir", "No such file");
+    tok_expect_tokenize_error(tok, in, notdir, "in_err.txt_", 0, 100, "in_err.txt", "not a directory");
+    tok_expect_tokenize_error(tok, in, prefix, "err_", 0, 0, in, "shard_tokens = 0");
+    tok_expect_tokenize_error(tok, in, prefix, "err_", -1, 100, in, "val_every = -1");
+    char slash[800];
+    snprintf(slash, sizeof(slash), "%s/", dir);
+    tok_expect_tokenize_error(tok, in, slash, "dir_err_", 0, 100, slash, "must name files");
+    if (geteuid() != 0) {  // root writes into a 0555 directory anyway: checked only as a user
+        char ro[800];
+        snprintf(ro, sizeof(ro), "%s/x", dir);
+        CHECK(chmod(dir, 0555) == 0);
+        tok_expect_tokenize_error(tok, in, ro, "dir_err_", 0, 100, dir, "not writable");
+        CHECK(chmod(dir, 0755) == 0);
+    }
+    // a write that fails after shards were written: the val shard's name is taken by a directory;
+    // the train shards written before it (3 tokens each) must be removed again
+    char blocker[800];
+    snprintf(blocker, sizeof(blocker), "%s_val_000000.bin", prefix);
+    CHECK(mkdir(blocker, 0755) == 0);
+    char err[1024] = "";
+    int rc = tokenize_file_to_shards_ex(tok, in, prefix, 2, 3, 7, NULL, err, sizeof(err));
+    CHECKF(rc != 0 && strstr(err, blocker) != NULL && strchr(err, '\n') == NULL, "expected a write error naming %s: %s", blocker, err);
+    CHECKF(tok_count_files("err_train_") == 0, "train shards left behind after: %s", err);
+    CHECKF(tok_count_files("err_val_") == 1, "besides the blocking directory, val files left behind");
+    CHECK(rmdir(blocker) == 0);
+    // no merges: refused before anything is read
+    Tokenizer vocab_only;
+    CHECK(tokenizer_init(&vocab_only, TOK_VOCAB, err, sizeof(err)) == 0);
+    tok_expect_tokenize_error(&vocab_only, in, prefix, "err_", 0, 100, in, "no merges");
+    tokenizer_free(&vocab_only);
+    // and the same input succeeds when nothing is in the way
+    CHECKF(tokenize_file_to_shards_ex(tok, in, prefix, 2, 3, 7, NULL, err, sizeof(err)) == 0, "%s", err);
+    CHECK(tok_count_files("err_train_") >= 2 && tok_count_files("err_val_") >= 1);
+}
+
+#endif // ZT_TEST_TOKENIZER_H
