@@ -56,8 +56,18 @@ endif
 # bit for bit uses explicit __fmaf_rn etc. (adamw.cuh); warnings are errors.
 NVCC_ARCH  := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
 NVCC_FLAGS := -O3 -std=c++17 -x cu $(NVCC_ARCH) -Werror all-warnings -Xcompiler "$(HOST_FLAGS) -Werror"
+CUDA_LIBS  := -lcublasLt -lcublas -lgomp
+# NCCL for several ranks on the CUDA device: in the CUDA toolkit's folders, or in NCCL_HOME
+# (e.g. a Python wheel's site-packages/nvidia/nccl, which holds include/ and lib/)
+NCCL_HOME ?= $(firstword $(patsubst %/include/nccl.h,%,$(wildcard /usr/local/cuda/include/nccl.h /usr/local/include/nccl.h /usr/include/nccl.h)))
+ifneq ($(NCCL_HOME),)
+  NVCC_DEFS := -DUSE_NCCL -I$(NCCL_HOME)/include
+  CUDA_LIBS += -L$(NCCL_HOME)/lib -lnccl
+  NCCL_FOUND := $(NCCL_HOME)
+endif
 ifneq ($(and $(NVCC),$(if $(NO_CUDA),,yes)),)
   $(info ✓ nvcc: $(NVCC))
+  $(if $(NCCL_FOUND),$(info ✓ NCCL: $(NCCL_FOUND)),$(info ✗ NCCL: not found (set NCCL_HOME): the CUDA device runs one rank only))
   TRAIN_WITH := nvcc
 else
   $(info ✗ nvcc: not found (or NO_CUDA=1): ./train is the CPU device only)
@@ -67,12 +77,12 @@ endif
 SOURCES := train_gpt.cu device.cuh zero.h adamw.cuh dataloader.h tokenizer.h unicode_tables.h rng.h $(wildcard ops/*.cuh)
 TEST_SOURCES := $(wildcard test/*.cpp test/*.h)
 
-.PHONY: all train test test-binaries nvcc-check bench clean
+.PHONY: all train test test-binaries nvcc-check test-gpu gpu-binaries bench clean
 all: train
 
 train: $(SOURCES)
 ifeq ($(TRAIN_WITH),nvcc)
-	$(NVCC) $(NVCC_FLAGS) $(DEFS) $(MPI_CFLAGS) train_gpt.cu -o train $(MPI_LIBS) -lgomp
+	$(NVCC) $(NVCC_FLAGS) $(DEFS) $(NVCC_DEFS) $(MPI_CFLAGS) train_gpt.cu -o train $(MPI_LIBS) $(CUDA_LIBS)
 else
 	$(CXX_HOST) -x c++ -std=c++17 $(HOST_FLAGS) $(DEFS) $(MPI_CFLAGS) train_gpt.cu -o train $(MPI_LIBS)
 endif
@@ -98,12 +108,25 @@ test-binaries: test/test_bf16 test/test_fp32
 test: test-binaries
 	NVCC_CHECK=$(if $(and $(NVCC),$(if $(NO_CUDA),,yes)),yes,no) bash test/run_tests.sh
 
-# The nvcc build with warnings as errors, to a scratch file (run_tests.sh calls it).
+# The nvcc builds with warnings as errors, to scratch files (run_tests.sh calls it): the trainer and
+# the GPU test program.
 nvcc-check:
-	$(NVCC) $(NVCC_FLAGS) $(DEFS) $(MPI_CFLAGS) train_gpt.cu -o /tmp/zt_nvcc_check_$$$$ $(MPI_LIBS) -lgomp && rm -f /tmp/zt_nvcc_check_$$$$
+	$(NVCC) $(NVCC_FLAGS) $(DEFS) $(NVCC_DEFS) $(MPI_CFLAGS) train_gpt.cu -o /tmp/zt_nvcc_check_$$$$ $(MPI_LIBS) $(CUDA_LIBS) && rm -f /tmp/zt_nvcc_check_$$$$
+	$(NVCC) $(NVCC_FLAGS) -Xcompiler -Wno-format-truncation $(DEFS) $(NVCC_DEFS) $(MPI_CFLAGS) test/test_gpu.cu -o /tmp/zt_nvcc_check_gpu_$$$$ $(MPI_LIBS) $(CUDA_LIBS) && rm -f /tmp/zt_nvcc_check_gpu_$$$$
+
+# The GPU test program (GPU against CPU, op by op); dev/gpu_check.sh builds and runs it on a GPU.
+test/test_gpu: $(SOURCES) test/test_gpu.cu test/gpu_ops.h test/gpu_misc.h test/gpu_matmul.h test/gpu_attention.h test/tolerances.h test/test.h
+	$(NVCC) $(NVCC_FLAGS) -Xcompiler -Wno-format-truncation $(DEFS) $(NVCC_DEFS) $(MPI_CFLAGS) test/test_gpu.cu -o $@ $(MPI_LIBS) $(CUDA_LIBS)
+test-gpu: test/test_gpu
+
+# Binaries to carry to a GPU machine that has CUDA 13 but neither MPI nor OpenBLAS (dev/gpu_check.sh):
+# one process per GPU; NCCL from NCCL_HOME (the toolkit's or a Python wheel's).
+gpu-binaries: $(SOURCES) test/test_gpu.cu test/gpu_ops.h test/gpu_misc.h test/gpu_matmul.h test/gpu_attention.h
+	$(MAKE) -B NO_MPI=1 NO_BLAS=1 train && mv train train_gpu
+	$(MAKE) -B NO_MPI=1 NO_BLAS=1 test/test_gpu
 
 bench: train_cpu train_cpu_fp32
 	bash dev/bench.sh
 
 clean:
-	rm -f train train_cpu train_cpu_fp32 test/test_bf16 test/test_fp32
+	rm -f train train_gpu train_cpu train_cpu_fp32 test/test_bf16 test/test_fp32 test/test_gpu

@@ -13,6 +13,12 @@
 // an offloaded optimizer. Padding between tensors is never touched: the caller passes the
 // (offset, length, decay) segments of real parameters, derived from the tensor table.
 //
+// CUDA: adamw_kernel runs the same element update written with explicit IEEE round-to-nearest
+// intrinsics (adamw_element_rn; why: see there), one launch per op_adamw call with the segment
+// table passed by value as a kernel argument (no copy to the device, no synchronisation).
+// op_sumsq sums fixed chunks with a fixed tree on the GPU: deterministic, within a few 1e-7 of
+// the CPU's sequential chunk sums, not bitwise equal to them (see op_sumsq).
+//
 // defines: Segment, AdamWParams, adamw_bias_corrections, op_adamw, op_round_params, op_sumsq
 #ifndef ZT_ADAMW_CUH
 #define ZT_ADAMW_CUH
@@ -34,6 +40,87 @@ static void adamw_bias_corrections(AdamWParams* p, int64_t t) {
     p->bc2 = (float)(1.0 - pow((double)p->beta2, (double)t));
 }
 
+#ifdef __CUDACC__
+// ---- CUDA kernels
+
+// adamw_element on the device, bit for bit. nvcc contracts a*b+c into an FMA by default
+// (--fmad=true) and may do so across statements (e.g. `*v - g*g` into fma(-g, g, *v)), which the
+// host build forbids (-ffp-contract=off): so every operation is an intrinsic that is never
+// contracted, in the CPU's order, each IEEE-rounded to nearest even. __fdiv_rn and __fsqrt_rn are
+// the correctly rounded division and square root (what / and sqrtf are on the host), and subnormals
+// are kept on both sides (no -ftz, no fast-math). The final rounding to storage is rn(), the same
+// integer code on both sides.
+__device__ static inline void adamw_element_rn(floatX* param, float* master, float* m, float* v, float grad,
+                                               float lr, float beta1, float beta2, float eps, float wd,
+                                               float grad_scale, float bc1, float bc2) {
+    float g = __fmul_rn(grad, grad_scale);                                                   // grad * grad_scale
+    float gg = __fmul_rn(g, g);                                                              // g * g
+    float mi = __fmaf_rn(beta1, __fsub_rn(*m, g), g);                                        // fmaf(beta1, m - g, g)
+    float vi = __fmaf_rn(beta2, __fsub_rn(*v, gg), gg);                                      // fmaf(beta2, v - gg, gg)
+    float u = __fdiv_rn(__fdiv_rn(mi, bc1), __fadd_rn(__fsqrt_rn(__fdiv_rn(vi, bc2)), eps)); // (mi/bc1) / (sqrtf(vi/bc2) + eps)
+    float w = __fmaf_rn(-lr, __fmaf_rn(wd, *master, u), *master);                           // fmaf(-lr, fmaf(wd, w, u), w)
+    *m = mi;
+    *v = vi;
+    *master = w;
+    *param = rn(w);
+}
+
+// Up to ADAMW_MAX_SEGS segments per launch, passed by value as a kernel argument (it lives in the
+// kernel's constant parameter bank: nothing is copied to the device by hand, nothing waits).
+// A ZeRO block has at most MAX_BLOCK_TENSORS = 16 tensors; more segments take several launches.
+#define ADAMW_MAX_SEGS 16
+#define ADAMW_THREADS 256
+#define ADAMW_MAX_BLOCKS_X 4096 // per segment; a longer segment is walked grid-stride
+typedef struct {
+    int64_t off[ADAMW_MAX_SEGS], len[ADAMW_MAX_SEGS];
+    float wd[ADAMW_MAX_SEGS]; // weight decay of the segment: p->weight_decay or 0
+} AdamWSegTable;
+
+// grid (x: blocks striding over a segment, y: segment). Elementwise: the result does not depend
+// on the launch shape.
+__global__ static void adamw_kernel(floatX* params, float* master, float* m, float* v, const float* grads,
+                                    AdamWSegTable tab, AdamWParams p) {
+    int s = blockIdx.y;
+    int64_t off = tab.off[s], len = tab.len[s];
+    float wd = tab.wd[s];
+    for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < len; k += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i = off + k;
+        adamw_element_rn(&params[i], &master[i], &m[i], &v[i], grads[i], p.lr, p.beta1, p.beta2, p.eps, wd,
+                         p.grad_scale, p.bc1, p.bc2);
+    }
+}
+
+static void adamw_cuda(floatX* params, float* master, float* m, float* v, const float* grads,
+                       const Segment* segs, int nseg, const AdamWParams* p) {
+    for (int s0 = 0; s0 < nseg; s0 += ADAMW_MAX_SEGS) {
+        AdamWSegTable tab;
+        memset(&tab, 0, sizeof(tab));
+        int n = 0;
+        int64_t maxlen = 0;
+        for (int s = s0; s < nseg && s < s0 + ADAMW_MAX_SEGS; s++) {
+            if (segs[s].len <= 0) continue;
+            tab.off[n] = segs[s].off;
+            tab.len[n] = segs[s].len;
+            tab.wd[n] = segs[s].decay ? p->weight_decay : 0.0f;
+            maxlen = segs[s].len > maxlen ? segs[s].len : maxlen;
+            n++;
+        }
+        if (n == 0) continue;
+        int64_t bx = ceil_div(maxlen, ADAMW_THREADS);
+        dim3 grid((unsigned)(bx < ADAMW_MAX_BLOCKS_X ? bx : ADAMW_MAX_BLOCKS_X), (unsigned)n);
+        adamw_kernel<<<grid, ADAMW_THREADS, 0, g_stream>>>(params, master, m, v, grads, tab, *p);
+        cudaCheck(cudaGetLastError());
+    }
+}
+
+// params[i] = rn(master[i]), grid-stride.
+__global__ static void round_params_kernel(floatX* params, const float* master, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        params[i] = rn(master[i]);
+}
+
+#endif
+
 ZT_HD static inline void adamw_element(floatX* param, float* master, float* m, float* v, float grad,
                                        float lr, float beta1, float beta2, float eps, float wd,
                                        float grad_scale, float bc1, float bc2) {
@@ -53,7 +140,7 @@ ZT_HD static inline void adamw_element(floatX* param, float* master, float* m, f
 static void op_adamw(floatX* params, float* master, float* m, float* v, const float* grads,
                      const Segment* segs, int nseg, const AdamWParams* p) {
 #ifdef __CUDACC__
-    if (g_device == DEV_CUDA) { cuda_not_yet("adamw"); return; }
+    if (g_device == DEV_CUDA) { adamw_cuda(params, master, m, v, grads, segs, nseg, p); return; }
 #endif
     for (int s = 0; s < nseg; s++) {
         int64_t off = segs[s].off, len = segs[s].len;
@@ -68,7 +155,13 @@ static void op_adamw(floatX* params, float* master, float* m, float* v, const fl
 // params = round_to_nearest(master), elementwise (start-up and after loading a checkpoint).
 static void op_round_params(floatX* params, const float* master, int64_t n) {
 #ifdef __CUDACC__
-    if (g_device == DEV_CUDA) { cuda_not_yet("round_params"); return; }
+    if (g_device == DEV_CUDA) {
+        if (n <= 0) return;
+        int64_t blocks = ceil_div(n, 256);
+        round_params_kernel<<<(unsigned)(blocks < 65536 ? blocks : 65536), 256, 0, g_stream>>>(params, master, n);
+        cudaCheck(cudaGetLastError());
+        return;
+    }
 #endif
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++) params[i] = rn(master[i]);
@@ -78,9 +171,68 @@ static void op_round_params(floatX* params, const float* master, int64_t n) {
 // NORM_CHUNK elements, the chunks added in order in double, so the result does not depend on
 // the number of threads. Uses g_work (free between ops) for the chunk sums.
 #define NORM_CHUNK 4096
+#ifdef __CUDACC__
+// Sum of squares, level 1: block c sums chunk c (NORM_CHUNK elements, as on the CPU): each of
+// SUMSQ_THREADS threads adds its NORM_CHUNK / SUMSQ_THREADS elements (stride SUMSQ_THREADS,
+// coalesced) in FP32, then a fixed shared-memory tree adds the threads' sums in FP32.
+// part (nchunks) double [=].
+#define SUMSQ_THREADS 256
+__global__ static void sumsq_chunks_kernel(const float* g, int64_t len, double* part) {
+    __shared__ float buf[SUMSQ_THREADS];
+    int64_t lo = (int64_t)blockIdx.x * NORM_CHUNK;
+    int64_t hi = lo + NORM_CHUNK < len ? lo + NORM_CHUNK : len;
+    float s = 0.0f;
+    for (int64_t i = lo + threadIdx.x; i < hi; i += SUMSQ_THREADS) s = __fmaf_rn(g[i], g[i], s); // s += g*g
+    buf[threadIdx.x] = s;
+    __syncthreads(); // every thread's sum is in buf
+    for (int stride = SUMSQ_THREADS / 2; stride > 0; stride >>= 1) {
+        if (threadIdx.x < stride) buf[threadIdx.x] += buf[threadIdx.x + stride];
+        __syncthreads(); // this level's sums are written before the next level reads them
+    }
+    if (threadIdx.x == 0) part[blockIdx.x] = (double)buf[0];
+}
+
+// Level 2, one block: thread j adds part[j], part[j + SUMSQ_TOTAL_THREADS], ... in double, then a
+// fixed tree in double; the total goes to part[0] (every read of part is done before the tree).
+#define SUMSQ_TOTAL_THREADS 1024
+__global__ static void sumsq_total_kernel(double* part, int64_t nchunks) {
+    __shared__ double buf[SUMSQ_TOTAL_THREADS];
+    double s = 0.0;
+    for (int64_t k = threadIdx.x; k < nchunks; k += SUMSQ_TOTAL_THREADS) s += part[k];
+    buf[threadIdx.x] = s;
+    __syncthreads(); // every thread's sum is in buf, and every read of part is done
+    for (int stride = SUMSQ_TOTAL_THREADS / 2; stride > 0; stride >>= 1) {
+        if (threadIdx.x < stride) buf[threadIdx.x] += buf[threadIdx.x + stride];
+        __syncthreads(); // this level's sums are written before the next level reads them
+    }
+    if (threadIdx.x == 0) part[0] = buf[0];
+}
+
+// The CUDA side of op_sumsq. Not the CPU's bits: a chunk's FP32 sum in sequential order would
+// be one thread walking 4096 elements (slow), so the same chunks are summed by a fixed tree
+// instead (more accurate: relative error ~1e-7 against the CPU's ~1e-6 per chunk). Every order is
+// a function of len only: the result is deterministic on any GPU. Scratch: nchunks doubles in
+// g_work, as on the CPU. The result goes to the host, so each call waits for the stream: one
+// synchronisation per call (zero_local_sumsq calls it per segment once per step; allowed for now;
+// the fix is a device-side total over the segment table read back once with the loss).
+static double sumsq_cuda(const float* g, int64_t len) {
+    if (len <= 0) return 0.0;
+    int64_t nchunks = ceil_div(len, NORM_CHUNK);
+    if ((size_t)nchunks * 2 > g_work_floats) die(1, "norm workspace too small (internal error)");
+    double* part = (double*)g_work;
+    sumsq_chunks_kernel<<<(unsigned)nchunks, SUMSQ_THREADS, 0, g_stream>>>(g, len, part);
+    cudaCheck(cudaGetLastError());
+    sumsq_total_kernel<<<1, SUMSQ_TOTAL_THREADS, 0, g_stream>>>(part, nchunks);
+    cudaCheck(cudaGetLastError());
+    double total = 0.0;
+    dev_to_host(&total, part, sizeof(double)); // waits for g_stream
+    return total;
+}
+#endif
+
 static double op_sumsq(const float* g, int64_t len) {
 #ifdef __CUDACC__
-    if (g_device == DEV_CUDA) { cuda_not_yet("sumsq"); return 0.0; }
+    if (g_device == DEV_CUDA) return sumsq_cuda(g, len);
 #endif
     int64_t nchunks = ceil_div(len, NORM_CHUNK);
     if ((size_t)nchunks * 2 > g_work_floats) die(1, "norm workspace too small (internal error)");

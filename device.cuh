@@ -28,6 +28,7 @@
 #ifdef __CUDACC__
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
+#include <cublasLt.h>
 #endif
 #include "rng.h" // defines: ZT_HD, rng_key, rng_u64, rng_normal
 
@@ -146,6 +147,33 @@ static Device g_device = DEV_CPU;
 static void cuda_not_yet(const char* op) {
     die(1, "op %s has no CUDA kernel yet in this version. HINT: run with -device cpu", op);
 }
+
+#define cublasCheck(expr)                                                                        \
+    do {                                                                                         \
+        cublasStatus_t st_ = (expr);                                                             \
+        if (st_ != CUBLAS_STATUS_SUCCESS)                                                        \
+            die(1, "cuBLAS error %d at %s:%d: %s. HINT: check the shapes and the CUDA/cuBLAS "   \
+                   "versions (nvidia-smi, nvcc --version)", (int)st_, __FILE__, __LINE__, #expr); \
+    } while (0)
+
+// The CUDA device's fixed state, made once by cuda_init. Every kernel and every copy of a step
+// runs on g_stream (the NCCL backend in zero.h has its own stream, ordered by events); kernels are
+// launched as  kernel<<<grid, block, smem, g_stream>>>(...); cudaCheck(cudaGetLastError());
+// cuBLASLt's workspace is the ops' workspace g_work (one stream: its users never overlap).
+static cudaStream_t g_stream = 0;
+static cublasLtHandle_t g_cublaslt = NULL;
+static cudaDeviceProp g_cuda_prop;
+
+// Pick this rank's GPU (local rank modulo the GPUs seen), create the stream and the cuBLASLt handle.
+static void cuda_init(int local_rank) {
+    if (g_cublaslt) return; // once per process (the GPU test program starts several trainers)
+    int n = 0;
+    cudaCheck(cudaGetDeviceCount(&n));
+    cudaCheck(cudaSetDevice(local_rank % n));
+    cudaCheck(cudaGetDeviceProperties(&g_cuda_prop, local_rank % n));
+    cudaCheck(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
+    cublasCheck(cublasLtCreate(&g_cublaslt));
+}
 #endif
 
 // ----------------------------------------------------------------------------
@@ -192,7 +220,8 @@ static void* dev_alloc(MemTag tag, size_t bytes) {
             die(1, "out of GPU memory allocating %.1f MiB for %s (%s). HINT: run ./train -plan with "
                    "the same flags, then raise -z, lower -b or use -r", bytes / 1048576.0,
                 mem_tag_name[tag], cudaGetErrorString(e));
-        cudaCheck(cudaMemset(p, 0, rounded));
+        cudaCheck(cudaMemsetAsync(p, 0, rounded, g_stream));
+        cudaCheck(cudaStreamSynchronize(g_stream));
         g_mem_bytes[tag] += bytes;
         return p;
     }
@@ -218,7 +247,7 @@ static void dev_free(MemTag tag, void* p, size_t bytes) {
 static void dev_zero(void* p, size_t bytes) {
     if (!p || !bytes) return;
 #ifdef __CUDACC__
-    if (g_device == DEV_CUDA) { cudaCheck(cudaMemset(p, 0, bytes)); return; }
+    if (g_device == DEV_CUDA) { cudaCheck(cudaMemsetAsync(p, 0, bytes, g_stream)); return; }
 #endif
     memset(p, 0, bytes);
 }
@@ -233,7 +262,7 @@ __global__ static void fill_u16_kernel(uint16_t* p, uint16_t pattern, size_t cou
 static void dev_fill_u16(void* p, uint16_t pattern, size_t count) {
 #ifdef __CUDACC__
     if (g_device == DEV_CUDA) {
-        fill_u16_kernel<<<(unsigned)ceil_div((int64_t)count, 256), 256, 0, 0>>>((uint16_t*)p, pattern, count);
+        fill_u16_kernel<<<(unsigned)ceil_div((int64_t)count, 256), 256, 0, g_stream>>>((uint16_t*)p, pattern, count);
         cudaCheck(cudaGetLastError());
         return;
     }
@@ -242,15 +271,23 @@ static void dev_fill_u16(void* p, uint16_t pattern, size_t count) {
     for (size_t i = 0; i < count; i++) q[i] = pattern;
 }
 
+// Device to host: waits for the stream first (the result is needed now). Not used inside a step on
+// the CUDA device except to read the loss and the norm (see README: what is left for the GPU).
 static void dev_to_host(void* host, const void* dev, size_t bytes) {
 #ifdef __CUDACC__
-    if (g_device == DEV_CUDA) { cudaCheck(cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost)); return; }
+    if (g_device == DEV_CUDA) {
+        cudaCheck(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, g_stream));
+        cudaCheck(cudaStreamSynchronize(g_stream));
+        return;
+    }
 #endif
     memcpy(host, dev, bytes);
 }
+// Host to device, in stream order. cudaMemcpyAsync from pageable memory returns once the bytes
+// are staged, so the host buffer may be reused right away.
 static void dev_from_host(void* dev, const void* host, size_t bytes) {
 #ifdef __CUDACC__
-    if (g_device == DEV_CUDA) { cudaCheck(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice)); return; }
+    if (g_device == DEV_CUDA) { cudaCheck(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, g_stream)); return; }
 #endif
     memcpy(dev, host, bytes);
 }

@@ -637,6 +637,9 @@ typedef struct {
     int step;          // optimizer steps done
     int64_t adam_t;    // AdamW updates applied (a skipped step does not count)
     FILE* log;         // rank 0: <out_dir>/log.jsonl
+    double flops_per_token; // for MFU: llm.c's 6N + 12LCT (+ the recomputed forward with -r 3)
+    double peak_flops;      // [CUDA] the GPU's BF16 dense peak (0: unknown)
+    size_t mem_baseline;    // [CUDA] device memory in use after the context and communicator exist
 } Trainer;
 
 // Learning rate at `step` (0-based): linear warmup over `warmup` steps, then the schedule down
@@ -1265,6 +1268,18 @@ static double plan_flops_per_token(const GPTConfig* c, int T, int recompute) {
     return f;
 }
 
+// BF16 dense peak of a GPU from its name (TFLOP/s, vendor datasheets), 0 when unknown: MFU then
+// prints "n/a". More specific names first (an "H100 PCIe" is also an "H100").
+static inline double gpu_peak_tflops(const char* name) {
+    static const struct { const char* part; double tflops; } table[] = {
+        {"H200 NVL", 835}, {"H100 NVL", 835}, {"H100 PCIe", 756}, {"H200", 989}, {"H100", 989},
+        {"GH200", 989}, {"A100", 312}, {"A800", 312}, {"L40S", 362}, {"L4", 121}, {"A10", 125},
+    };
+    for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
+        if (strstr(name, table[i].part)) return table[i].tflops;
+    return 0.0;
+}
+
 // "80GiB", "40 GB", "512MiB", "1.5TiB", "123456789": bytes, or -1.
 static double parse_size(const char* s) {
     char* end;
@@ -1809,6 +1824,15 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     tr->r = tr->comm.r;
     flags_parse(f, argc, argv);
     g_device = pick_device(f->device_str);
+    if (g_device == DEV_CUDA) comm_init_device(&tr->comm, &tr->launch); // GPU, streams, NCCL
+#ifdef __CUDACC__
+    if (g_device == DEV_CUDA) { // the baseline the planner's prediction is compared with
+        size_t free_b, total_b;
+        cudaCheck(cudaMemGetInfo(&free_b, &total_b));
+        tr->mem_baseline = total_b - free_b;
+        tr->peak_flops = gpu_peak_tflops(g_cuda_prop.name) * 1e12;
+    }
+#endif
     resolve_defaults(f, g_device);
     GPTConfig c;
     int from_file;
@@ -1872,6 +1896,17 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     for (int t = 0; t < TAG_COUNT; t++)
         if (g_mem_bytes[t] != plan.bytes[t])
             die(1, "internal error: %s: %zu bytes allocated, the planner says %zu", mem_tag_name[t], g_mem_bytes[t], plan.bytes[t]);
+    tr->flops_per_token = plan_flops_per_token(&c, f->T, f->recompute);
+#ifdef __CUDACC__
+    if (g_device == DEV_CUDA) { // what the device says is in use, against the plan (allocator rounding, fragmentation)
+        size_t free_b, total_b;
+        cudaCheck(cudaMemGetInfo(&free_b, &total_b));
+        double used = (double)(total_b - free_b) - (double)tr->mem_baseline, want = (double)plan.total;
+        int close = fabs(used - want) <= fmax(0.05 * want, 256.0 * 1048576.0);
+        printf0("device memory: %.1f MiB in use beyond the context and communicator, the planner says %.1f MiB (%s)\n",
+                used / 1048576.0, want / 1048576.0, close ? "within 5% or 256 MiB" : "NOT within 5% or 256 MiB: please report");
+    }
+#endif
     // parameters: a checkpoint, a model file, or initialisation
     if (!(f->resume && resume_checkpoint(tr))) {
         if (from_file) {
@@ -1939,6 +1974,12 @@ static void log_hashes(Trainer* tr) {
     free(all); free(buf); free(xbuf); free(pcs);
 }
 
+// A number for log.jsonl: JSON has no NaN or infinity, so those are written as null.
+static void json_num(FILE* f, const char* key, double v) {
+    if (isfinite(v)) fprintf(f, ", \"%s\": %.9g", key, v);
+    else fprintf(f, ", \"%s\": null", key);
+}
+
 static void train_loop(Trainer* tr) {
     const Flags* f = &tr->f;
     int64_t step_tokens = (int64_t)tr->GA * tr->R * tr->model.B * tr->model.T;
@@ -1948,7 +1989,7 @@ static void train_loop(Trainer* tr) {
         if (tr->has_val && (step % f->val_every == 0 || last)) {
             float vl = evaluate(tr);
             printf0("step %5d | val loss %.6f\n", step, vl);
-            if (tr->log) { fprintf(tr->log, "{\"step\": %d, \"val_loss\": %.9g}\n", step, vl); fflush(tr->log); }
+            if (tr->log) { fprintf(tr->log, "{\"step\": %d", step); json_num(tr->log, "val_loss", vl); fprintf(tr->log, "}\n"); fflush(tr->log); }
         }
         if (f->sample_every > 0 && (step % f->sample_every == 0 || last) && step > 0) sample_text(tr);
         if (f->ckpt_every > 0 && step > start && (step % f->ckpt_every == 0 || last)) save_checkpoint(tr);
@@ -1960,11 +2001,20 @@ static void train_loop(Trainer* tr) {
         double ms = (wall_s() - t0) * 1000.0;
         double tok_s = step_tokens / (ms / 1000.0);
         const Comm* cm = &tr->comm;
-        printf0("step %5d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s%s\n", step + 1, tr->max_steps,
-                s.loss, s.lr, s.norm, ms, tok_s, s.skipped ? " | SKIPPED: non-finite gradient norm" : "");
+        char mfu[64] = "";
+        if (g_device == DEV_CUDA) { // model FLOPs per second per GPU over the GPU's BF16 dense peak
+            if (tr->peak_flops > 0) snprintf(mfu, sizeof(mfu), " | mfu %.1f%%", 100.0 * tr->flops_per_token * tok_s / tr->R / tr->peak_flops);
+            else snprintf(mfu, sizeof(mfu), " | mfu n/a");
+        }
+        printf0("step %5d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s%s%s\n", step + 1, tr->max_steps,
+                s.loss, s.lr, s.norm, ms, tok_s, mfu, s.skipped ? " | SKIPPED: non-finite gradient norm" : "");
         if (tr->log) {
-            fprintf(tr->log, "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"norm\": %.9g, \"ms\": %.3f, \"tok_s\": %.1f, \"skipped\": %d, \"comm_wait_ms\": %.3f",
-                    step + 1, s.loss, s.lr, s.norm, ms, tok_s, s.skipped, cm->wait_s * 1000.0);
+            fprintf(tr->log, "{\"step\": %d", step + 1);
+            json_num(tr->log, "loss", s.loss);
+            json_num(tr->log, "lr", s.lr);
+            json_num(tr->log, "norm", s.norm);
+            fprintf(tr->log, ", \"ms\": %.3f, \"tok_s\": %.1f, \"skipped\": %d, \"comm_wait_ms\": %.3f", ms, tok_s, s.skipped, cm->wait_s * 1000.0);
+            if (g_device == DEV_CUDA) json_num(tr->log, "mfu", tr->peak_flops > 0 ? tr->flops_per_token * tok_s / tr->R / tr->peak_flops : NAN);
             for (int k = 0; k < COLL_KINDS; k++)
                 fprintf(tr->log, ", \"%s\": [%lld, %lld]", coll_name[k], (long long)cm->count[k], (long long)cm->bytes[k]);
             fprintf(tr->log, "}\n");

@@ -66,6 +66,16 @@
 #ifdef USE_MPI
 #include <mpi.h>
 #endif
+#if defined(__CUDACC__) && defined(USE_NCCL)
+#include <nccl.h>
+#define ncclCheck(expr)                                                                          \
+    do {                                                                                         \
+        ncclResult_t r_ = (expr);                                                                \
+        if (r_ != ncclSuccess)                                                                   \
+            die(1, "NCCL error at %s:%d: %s -> %s. HINT: NCCL_DEBUG=INFO shows why; NCCL before "  \
+                   "2.30 refuses two ranks on one GPU", __FILE__, __LINE__, #expr, ncclGetErrorString(r_)); \
+    } while (0)
+#endif
 
 #define TENSOR_ALIGN 8   // elements: each tensor starts 16 bytes apart in BF16 (32 in FP32)
 #define ZT_MAX_RANKS 1024
@@ -310,6 +320,10 @@ typedef struct {
 #ifdef USE_MPI
     MPI_Request req;
 #endif
+#ifdef __CUDACC__
+    cudaEvent_t ready; // [CUDA] recorded on the compute stream when the collective is started
+    cudaEvent_t done;  // [CUDA] recorded on the comm stream when it has finished
+#endif
 } CommSlot;
 
 typedef struct {
@@ -328,6 +342,13 @@ typedef struct {
     MPI_Comm comm;
     MPI_Datatype x_type;  // floatX as an MPI type (16- or 32-bit)
     int a2a_counts[ZT_MAX_RANKS], a2a_sdispl[ZT_MAX_RANKS], a2a_rdispl[ZT_MAX_RANKS]; // live while in flight
+#endif
+    int device_side;      // the block buffers are GPU memory: collectives go through NCCL (comm_start_cuda)
+#ifdef __CUDACC__
+    cudaStream_t stream;  // [CUDA] the communication stream
+#ifdef USE_NCCL
+    ncclComm_t nccl;
+#endif
 #endif
 } Comm;
 
@@ -379,6 +400,69 @@ static void comm_rs_issue(Comm* c, CommSlot* s) {
 }
 #endif
 
+#ifdef __CUDACC__
+// ---- The CUDA backend. A collective runs on the comm stream: it waits (on the GPU) for an event
+// recorded on the compute stream when it is started, and records an event when done, which the
+// compute stream waits for in comm_wait. The host never blocks: ordering rules 1-4 at the top of
+// this file follow from where the hooks call comm_start and comm_wait. Events are created once.
+
+// dst (n FP32) += src, on the comm stream (ZeRO-2/3 accumulating a reduce-scatter).
+__global__ static void comm_add_kernel(float* dst, const float* src, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] += src[i];
+}
+// -comm-delay on the GPU: keep the comm stream busy for ns nanoseconds before the collective.
+__global__ static void comm_delay_kernel(int64_t ns) {
+    int64_t t0 = (int64_t)clock64(), cycles = ns; // about 1-2 GHz: at least ns / 2 ns
+    while ((int64_t)clock64() - t0 < cycles) {}
+}
+
+static void comm_start_cuda(Comm* c, CommSlot* s) {
+    CollOp* op = &s->op;
+    cudaCheck(cudaEventRecord(s->ready, g_stream));
+    cudaCheck(cudaStreamWaitEvent(c->stream, s->ready, 0));
+    if (c->delay_ms > 0) { comm_delay_kernel<<<1, 1, 0, c->stream>>>((int64_t)c->delay_ms * 1000000); cudaCheck(cudaGetLastError()); }
+    int64_t S = op->S;
+    float* mine_f = (float*)op->full + (int64_t)c->r * S; // this rank's slice of a full FP32 block
+    if (c->R == 1) {
+        if (op->kind == COLL_ALL_GATHER && op->shard != op->full)
+            cudaCheck(cudaMemcpyAsync(op->full, op->shard, S * sizeof(floatX), cudaMemcpyDeviceToDevice, c->stream));
+        if (op->kind == COLL_REDUCE_SCATTER && op->accumulate) {
+            comm_add_kernel<<<(unsigned)ceil_div(S, 256), 256, 0, c->stream>>>((float*)op->shard, (const float*)op->full, S);
+            cudaCheck(cudaGetLastError());
+        } else if (op->kind == COLL_REDUCE_SCATTER && op->shard != op->full) {
+            cudaCheck(cudaMemcpyAsync(op->shard, op->full, S * sizeof(float), cudaMemcpyDeviceToDevice, c->stream));
+        }
+    } else {
+#ifdef USE_NCCL
+        ncclDataType_t xt = sizeof(floatX) == 2 ? ncclBfloat16 : ncclFloat;
+        switch (op->kind) {
+        case COLL_ALL_GATHER: // in place when shard == full + r*S, which NCCL supports
+            ncclCheck(ncclAllGather(op->shard, op->full, (size_t)S, xt, c->nccl, c->stream));
+            break;
+        case COLL_REDUCE_SCATTER:
+            if (!op->accumulate) {
+                ncclCheck(ncclReduceScatter(op->full, op->shard, (size_t)S, ncclFloat, ncclSum, c->nccl, c->stream));
+            } else { // reduce into this rank's slice of the (scratch) block buffer, then add to the shard
+                ncclCheck(ncclReduceScatter(op->full, mine_f, (size_t)S, ncclFloat, ncclSum, c->nccl, c->stream));
+                comm_add_kernel<<<(unsigned)ceil_div(S, 256), 256, 0, c->stream>>>((float*)op->shard, mine_f, S);
+                cudaCheck(cudaGetLastError());
+            }
+            break;
+        case COLL_ALL_REDUCE:
+            ncclCheck(ncclAllReduce(op->full, op->full, (size_t)(S * c->R), ncclFloat, ncclSum, c->nccl, c->stream));
+            break;
+        default: break;
+        }
+#else
+        die(1, "the CUDA device with %d ranks needs NCCL: this build has none (internal error: comm_init_device checks)", c->R);
+#endif
+    }
+    (void)mine_f;
+    cudaCheck(cudaEventRecord(s->done, c->stream));
+}
+#endif
+
 static void comm_wait(Comm* c, int h);
 
 // The in-flight collective issued first, or -1.
@@ -411,6 +495,9 @@ static int comm_start(Comm* c, const CollOp* op) {
     case COLL_ALL_REDUCE: comm_account(c, op, full_n * 4); break;
     default: die(1, "comm_start: unsupported kind (internal error)");
     }
+#ifdef __CUDACC__
+    if (c->device_side) { comm_start_cuda(c, s); return h; }
+#endif
 #ifdef USE_MPI
     if (c->R > 1) {
         if (op->kind == COLL_ALL_GATHER) {
@@ -434,6 +521,13 @@ static void comm_wait(Comm* c, int h) {
     CommSlot* s = &c->slots[h];
     if (!s->active) return;
     CollOp* op = &s->op;
+#ifdef __CUDACC__
+    if (c->device_side) { // the compute stream waits on the GPU; the host goes on
+        cudaCheck(cudaStreamWaitEvent(g_stream, s->done, 0));
+        s->active = 0;
+        return;
+    }
+#endif
     if (c->R == 1) {
         if (op->kind == COLL_ALL_GATHER && op->shard != op->full)
             memcpy(op->full, op->shard, op->S * sizeof(floatX));
@@ -586,9 +680,60 @@ static void comm_init(Comm* c, int* argc, char*** argv, Launch* L) {
     g_world = c->R;
 }
 
+// The CUDA device: pick this rank's GPU, create the streams, the events (once), and the NCCL
+// communicator (its unique id goes from rank 0 to every rank over MPI).
+static void comm_init_device(Comm* c, const Launch* L) {
+#ifdef __CUDACC__
+    cuda_init(L->local_rank);
+    c->device_side = 1;
+    cudaCheck(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    for (int i = 0; i < COMM_MAX_INFLIGHT; i++) {
+        cudaCheck(cudaEventCreateWithFlags(&c->slots[i].ready, cudaEventDisableTiming));
+        cudaCheck(cudaEventCreateWithFlags(&c->slots[i].done, cudaEventDisableTiming));
+    }
+    if (c->R > 1) {
+#if defined(USE_NCCL) && defined(USE_MPI)
+        ncclUniqueId id;
+        if (c->r == 0) ncclCheck(ncclGetUniqueId(&id));
+        comm_broadcast(c, &id, sizeof(id), 0);
+        ncclCheck(ncclCommInitRank(&c->nccl, c->R, id, c->r));
+#else
+        die_user("%d ranks on the CUDA device need NCCL and MPI in the build (NCCL %s, MPI %s). HINT: install them and "
+                 "rebuild (make clean train), or use -device cpu", c->R,
+#ifdef USE_NCCL
+                 "found",
+#else
+                 "missing",
+#endif
+#ifdef USE_MPI
+                 "found");
+#else
+                 "missing");
+#endif
+#endif
+    }
+#else
+    (void)c; (void)L;
+    die_user("-device cuda: this build has no CUDA (built with g++)");
+#endif
+}
+
 // Release the communicator (MPI itself stays up: see comm_finalize).
 static void comm_free(Comm* c) {
     (void)c;
+#if defined(__CUDACC__)
+    if (c->device_side) {
+#ifdef USE_NCCL
+        if (c->R > 1) ncclCheck(ncclCommDestroy(c->nccl));
+#endif
+        for (int i = 0; i < COMM_MAX_INFLIGHT; i++) {
+            cudaCheck(cudaEventDestroy(c->slots[i].ready));
+            cudaCheck(cudaEventDestroy(c->slots[i].done));
+        }
+        cudaCheck(cudaStreamDestroy(c->stream));
+        c->device_side = 0;
+    }
+#endif
 #ifdef USE_MPI
     g_abort_hook = NULL;
     MPI_Type_free(&c->x_type);

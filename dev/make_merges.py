@@ -27,6 +27,8 @@ import os
 import struct
 import sys
 
+from gpt2_bytes import bytes_to_unicode  # dev/gpt2_bytes.py: GPT-2's byte <-> character map
+
 MERGES_MAGIC = 20261130
 MERGES_VERSION = 1
 HEADER_INTS = 256
@@ -37,21 +39,6 @@ GPT2_MERGES = 50000
 def die(msg):
     print(f"make_merges: error: {msg}", file=sys.stderr)
     sys.exit(1)
-
-
-def bytes_to_unicode():
-    """GPT-2's map from each byte to the printable character that stands for it in encoder.json
-    and vocab.bpe (from OpenAI's gpt-2/src/encoder.py): printable Latin-1 bytes map to
-    themselves, the other 68 bytes to chr(256 + n) in byte order."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, map(chr, cs)))
 
 
 def read_inputs(vocab_dir):

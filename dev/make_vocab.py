@@ -21,6 +21,8 @@ import sys
 
 import numpy as np
 
+from gpt2_bytes import bytes_to_unicode  # dev/gpt2_bytes.py: GPT-2's byte <-> character map
+
 TOKENIZER_MAGIC = 20240328
 TOKENIZER_VERSION = 2       # version 2 adds the EOT id to the header
 GPT2_VOCAB_SIZE = 50257
@@ -31,21 +33,6 @@ HEADER_INTS = 256
 def die(msg):
     print(f"make_vocab: error: {msg}", file=sys.stderr)
     sys.exit(1)
-
-
-def bytes_to_unicode():
-    """GPT-2's map from each byte to the printable character that stands for it in encoder.json
-    (from OpenAI's gpt-2/src/encoder.py): printable Latin-1 bytes map to themselves, the other 68
-    bytes to chr(256 + n) in byte order."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, map(chr, cs)))
 
 
 def token_bytes(encoder_json):

@@ -32,6 +32,8 @@ import numpy as np
 import tiktoken
 import tiktoken.load
 
+from gpt2_bytes import bytes_to_unicode  # dev/gpt2_bytes.py: GPT-2's byte <-> character map
+
 # -----------------------------------------------------------------------------
 # constants of the formats
 
@@ -59,20 +61,6 @@ def die(msg):
 
 # -----------------------------------------------------------------------------
 # tokenizer: tiktoken from the local GPT-2 files, checked against encoder.json
-
-def bytes_to_unicode():
-    """GPT-2's map from each byte to the printable character that stands for it in encoder.json
-    (from OpenAI's gpt-2/src/encoder.py): printable Latin-1 bytes map to themselves, the other 68
-    bytes to chr(256 + n) in byte order."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, map(chr, cs)))
 
 
 def load_encoding(vocab_dir):

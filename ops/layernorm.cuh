@@ -14,6 +14,15 @@
 // CPU: rows in parallel, each row's sums over C in order; the weight/bias gradients are column
 // sums over rows in order, columns in parallel, so no result depends on the thread count.
 //
+// CUDA: one warp per row (forward, and the dinp part of backward): each lane walks the row with
+// stride 32, the row sums are combined by a xor-butterfly of shuffles (fixed order; every lane ends
+// with the same bits, since a+b == b+a in IEEE). The elementwise outputs use explicit _rn
+// intrinsics in the CPU's operation order, so nvcc cannot contract them into FMAs: only the row
+// sums' order differs from the CPU. dweight/dbias: a two-level column sum without atomics,
+// partial sums per (chunk of rows, column) into g_work, then one thread per column adds the
+// chunks in order. Every launch shape is a function of N and C only, so results are bitwise
+// reproducible on any GPU.
+//
 // defines: op_residual_layernorm_forward, op_layernorm_backward
 #ifndef ZT_OPS_LAYERNORM_CUH
 #define ZT_OPS_LAYERNORM_CUH
@@ -22,13 +31,163 @@
 
 #define LN_EPS 1e-5f
 
+#ifdef __CUDACC__
+// ---- CUDA kernels
+
+#define LN_WARPS_PER_BLOCK 8        // forward and dinp: one warp per row, 8 rows per block
+#define LN_BWD_MAX_CHUNKS 64        // dweight/dbias: at most 64 row chunks ...
+#define LN_BWD_MIN_CHUNK_ROWS 32    // ... of at least 32 rows; scratch 2 * chunks * C floats <= 128 C
+#define LN_BWD_COLS_PER_BLOCK 128   // dweight/dbias: one thread per column
+
+// Sum of v over the 32 lanes of a warp, the same bits in every lane (butterfly: lane i adds lane
+// i^o's value; both partners compute the same sum because IEEE addition is commutative).
+__device__ static inline float ln_warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// One warp per row i: residual = rn(a + b), then mean/rstd from the rounded residual, then out.
+__global__ static void residual_layernorm_forward_kernel(floatX* residual, floatX* out, float* mean,
+                                                         float* rstd, const floatX* inp1,
+                                                         const floatX* inp2, const floatX* weight,
+                                                         const floatX* bias, int N, int C) {
+    int64_t i = (int64_t)blockIdx.x * LN_WARPS_PER_BLOCK + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (i >= N) return; // the whole warp leaves together: the shuffles below see 32 lanes
+    const floatX* a = inp1 + i * C;
+    const floatX* x = a;
+    if (inp2) {
+        const floatX* b = inp2 + i * C;
+        floatX* res = residual + i * C;
+        for (int c = lane; c < C; c += 32) res[c] = rn(__fadd_rn(ld(a[c]), ld(b[c])));
+        x = res; // read back below by the same lane that wrote it: program order suffices
+    }
+    float sum = 0.0f;
+    for (int c = lane; c < C; c += 32) sum += ld(x[c]);
+    float m = ln_warp_sum(sum) / C;
+    float sq = 0.0f;
+    for (int c = lane; c < C; c += 32) { float d = ld(x[c]) - m; sq += d * d; }
+    float v = ln_warp_sum(sq) / C;
+    float s = 1.0f / sqrtf(v + LN_EPS); // IEEE division and square root (no fast-math)
+    floatX* o = out + i * C;
+    for (int c = lane; c < C; c += 32) // CPU: rn((x - m) * s * w + b), each operation rounded
+        o[c] = rn(__fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(ld(x[c]), m), s), ld(weight[c])), ld(bias[c])));
+    if (lane == 0) { mean[i] = m; rstd[i] = s; }
+}
+
+// One warp per row i: dinp[i] += rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * weight.
+__global__ static void layernorm_backward_dinp_kernel(floatX* dinp, const floatX* dout, const floatX* x,
+                                                      const floatX* weight, const float* mean,
+                                                      const float* rstd, int N, int C) {
+    int64_t i = (int64_t)blockIdx.x * LN_WARPS_PER_BLOCK + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (i >= N) return; // whole warp
+    const floatX* d = dout + i * C;
+    const floatX* xi = x + i * C;
+    float m = mean[i], s = rstd[i];
+    float gsum = 0.0f, gxsum = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        float xhat = __fmul_rn(__fsub_rn(ld(xi[c]), m), s);
+        float g = __fmul_rn(ld(weight[c]), ld(d[c]));
+        gsum += g;
+        gxsum += g * xhat;
+    }
+    float gmean = ln_warp_sum(gsum) / C;
+    float gxmean = ln_warp_sum(gxsum) / C;
+    floatX* di = dinp + i * C;
+    for (int c = lane; c < C; c += 32) { // CPU: rn(di + (g - gmean - xhat * gxmean) * s)
+        float xhat = __fmul_rn(__fsub_rn(ld(xi[c]), m), s);
+        float g = __fmul_rn(ld(weight[c]), ld(d[c]));
+        float dx = __fmul_rn(__fsub_rn(__fsub_rn(g, gmean), __fmul_rn(xhat, gxmean)), s);
+        di[c] = rn(__fadd_rn(ld(di[c]), dx));
+    }
+}
+
+// Level 1 of dweight/dbias: thread (column c, chunk k) sums rows [k*rows, (k+1)*rows) in order.
+// part_w, part_b (nchunks, C) FP32 [=], in g_work.
+__global__ static void layernorm_backward_partial_kernel(float* part_w, float* part_b, const floatX* dout,
+                                                         const floatX* x, const float* mean,
+                                                         const float* rstd, int N, int C, int rows) {
+    int c = blockIdx.x * LN_BWD_COLS_PER_BLOCK + threadIdx.x;
+    int k = blockIdx.y;
+    if (c >= C) return;
+    int64_t lo = (int64_t)k * rows, hi = lo + rows < N ? lo + rows : N;
+    float aw = 0.0f, ab = 0.0f;
+    for (int64_t i = lo; i < hi; i++) { // the warp reads consecutive columns of row i: coalesced
+        float dv = ld(dout[i * C + c]);
+        float xhat = __fmul_rn(__fsub_rn(ld(x[i * C + c]), mean[i]), rstd[i]);
+        aw += dv * xhat;
+        ab += dv;
+    }
+    part_w[(int64_t)k * C + c] = aw;
+    part_b[(int64_t)k * C + c] = ab;
+}
+
+// Level 2: one thread per column adds the chunks' partial sums in chunk order, then += into the
+// FP32 gradient (as the CPU adds its column sum).
+__global__ static void layernorm_backward_sum_kernel(float* dweight, float* dbias, const float* part_w,
+                                                     const float* part_b, int C, int nchunks) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float sw = 0.0f, sb = 0.0f;
+    for (int k = 0; k < nchunks; k++) {
+        sw += part_w[(int64_t)k * C + c];
+        sb += part_b[(int64_t)k * C + c];
+    }
+    dweight[c] += sw;
+    dbias[c] += sb;
+}
+
+static void residual_layernorm_forward_cuda(floatX* residual, floatX* out, float* mean, float* rstd,
+                                            const floatX* inp1, const floatX* inp2, const floatX* weight,
+                                            const floatX* bias, int N, int C) {
+    if (N <= 0) return;
+    unsigned grid = (unsigned)ceil_div(N, LN_WARPS_PER_BLOCK);
+    residual_layernorm_forward_kernel<<<grid, LN_WARPS_PER_BLOCK * 32, 0, g_stream>>>(
+        residual, out, mean, rstd, inp1, inp2, weight, bias, N, C);
+    cudaCheck(cudaGetLastError());
+}
+
+// Scratch in g_work: part_w and part_b, (nchunks, C) floats each; nchunks <= LN_BWD_MAX_CHUNKS so
+// at most 128*C floats, which ops_workspace_floats covers through its GEMM term (>= 4C * GEMM_NR
+// = 128C); checked here anyway.
+static void layernorm_backward_cuda(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
+                                    const floatX* x, const floatX* weight, const float* mean,
+                                    const float* rstd, int N, int C) {
+    if (N <= 0) return;
+    unsigned grid = (unsigned)ceil_div(N, LN_WARPS_PER_BLOCK);
+    layernorm_backward_dinp_kernel<<<grid, LN_WARPS_PER_BLOCK * 32, 0, g_stream>>>(dinp, dout, x, weight,
+                                                                                  mean, rstd, N, C);
+    cudaCheck(cudaGetLastError());
+    int nchunks = (int)ceil_div(N, LN_BWD_MIN_CHUNK_ROWS);
+    if (nchunks > LN_BWD_MAX_CHUNKS) nchunks = LN_BWD_MAX_CHUNKS;
+    int rows = (int)ceil_div(N, nchunks);
+    nchunks = (int)ceil_div(N, rows); // no empty chunk
+    if ((size_t)2 * nchunks * C > g_work_floats)
+        die(1, "layernorm backward: workspace too small (%zu floats, needs %zu) (internal error)",
+            g_work_floats, (size_t)2 * nchunks * C);
+    float* part_w = g_work;
+    float* part_b = g_work + (size_t)nchunks * C;
+    dim3 pgrid((unsigned)ceil_div(C, LN_BWD_COLS_PER_BLOCK), (unsigned)nchunks);
+    layernorm_backward_partial_kernel<<<pgrid, LN_BWD_COLS_PER_BLOCK, 0, g_stream>>>(part_w, part_b, dout, x,
+                                                                                    mean, rstd, N, C, rows);
+    cudaCheck(cudaGetLastError());
+    layernorm_backward_sum_kernel<<<(unsigned)ceil_div(C, 256), 256, 0, g_stream>>>(dweight, dbias, part_w,
+                                                                                  part_b, C, nchunks);
+    cudaCheck(cudaGetLastError());
+}
+#endif
+
 // residual = inp1 + inp2 (when inp2 != NULL; residual may then be NULL only if not needed);
 // out = layernorm(residual or inp1). mean/rstd are (N) FP32.
 static void op_residual_layernorm_forward(floatX* residual, floatX* out, float* mean, float* rstd,
                                           const floatX* inp1, const floatX* inp2,
                                           const floatX* weight, const floatX* bias, int N, int C) {
 #ifdef __CUDACC__
-    if (g_device == DEV_CUDA) { cuda_not_yet("residual_layernorm_forward"); return; }
+    if (g_device == DEV_CUDA) {
+        residual_layernorm_forward_cuda(residual, out, mean, rstd, inp1, inp2, weight, bias, N, C);
+        return;
+    }
 #endif
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N; i++) {
@@ -59,7 +218,10 @@ static void op_layernorm_backward(floatX* dinp, float* dweight, float* dbias, co
                                   const floatX* x, const floatX* weight, const float* mean,
                                   const float* rstd, int N, int C) {
 #ifdef __CUDACC__
-    if (g_device == DEV_CUDA) { cuda_not_yet("layernorm_backward"); return; }
+    if (g_device == DEV_CUDA) {
+        layernorm_backward_cuda(dinp, dweight, dbias, dout, x, weight, mean, rstd, N, C);
+        return;
+    }
 #endif
     // dinp: per row. With xhat = (x - mean) * rstd and g = dout * weight,
     // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)).

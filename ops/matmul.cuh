@@ -17,7 +17,13 @@
 // panels in the fixed workspace; an 8 x 32 register tile does the arithmetic (about 90 GFLOP/s a
 // core on AVX-512). With OpenBLAS (built with it and -blas 1) sgemm does the products instead.
 //
+// CUDA device: cuBLASLt for the three products (BF16 in, FP32 compute, the bias as its epilogue;
+// one algorithm per shape, chosen once), our kernels for GELU, GELU' and the deterministic bias
+// gradient; see "CUDA device" below for the row-major / column-major mapping. Never run on a GPU
+// yet when written: test/gpu_matmul.h is what checks it against the CPU op.
+//
 // defines: gelu_fwd, gelu_bwd, op_matmul_forward, op_matmul_backward, op_gelu_forward, cpu_matmul, g_use_blas
+//          (CUDA) cuda_gemm, g_matmul_simple_plans, g_matmul_force_simple (TESTING)
 #ifndef ZT_OPS_MATMUL_CUH
 #define ZT_OPS_MATMUL_CUH
 
@@ -215,13 +221,364 @@ static void cpu_bias_grad(float* dbias, const floatX* dout, int64_t N, int64_t O
 }
 
 // ----------------------------------------------------------------------------
+// CUDA device: the three products through cuBLASLt, GELU / GELU' and the bias gradient as small
+// kernels of our own.
+//
+// Row-major vs column-major. cuBLAS(Lt) is column-major: it computes D (m, n) = op(A) (m, k) @
+// op(B) (k, n), each operand stored column-major with a leading dimension. A row-major matrix
+// X (R, K) with row stride K has exactly the bytes of the column-major matrix X^T (K, R) with
+// leading dimension K. So every product is computed transposed, D = out^T, and the operand
+// bytes are passed as they are:
+//
+//   forward   out (N, OC) = inp (N, C) @ W (OC, C)^T + bias
+//             out^T (OC, N) = W (OC, C) @ inp^T (C, N) + bias (OC, one per row of out^T)
+//             A = W    stored col-major (C, OC), ld C  -> op T gives (OC, C);   m = OC
+//             B = inp  stored col-major (C, N),  ld C  -> op N gives (C, N);    n = N, k = C
+//             D = out  col-major (OC, N), ld OC; the bias epilogue adds bias[i] to row i of D
+//   dinp      dinp (N, C) = dout (N, OC) @ W (OC, C)
+//             dinp^T (C, N) = W^T (C, OC) @ dout^T (OC, N)
+//             A = W    stored col-major (C, OC), ld C  -> op N;                 m = C
+//             B = dout stored col-major (OC, N), ld OC -> op N;                 n = N, k = OC
+//             D = dinp col-major (C, N), ld C
+//   dweight   dweight (OC, C) += dout^T (OC, N) @ inp (N, C)
+//             dweight^T (C, OC) += inp^T (C, N) @ dout (N, OC)
+//             A = inp  stored col-major (C, N),  ld C  -> op N;                 m = C
+//             B = dout stored col-major (OC, N), ld OC -> op T gives (N, OC);   n = OC, k = N
+//             C = D = dweight col-major (C, OC), ld C, FP32, beta = 1 (accumulate in place)
+//
+// Precision: BF16 A and B (FP32 in the FP32 build), FP32 compute (CUBLAS_COMPUTE_32F: no TF32),
+// FP32 alpha/beta; D is floatX (forward, dinp) or FP32 (dweight). The bias is floatX: with a
+// BF16 D, cuBLASLt's bias type is D's type (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, set explicitly).
+// The epilogue adds the bias in FP32 and rounds once, so pre = rn(acc + bias) as on the CPU.
+// GELU is *not* cuBLASLt's GELU epilogue (that would apply GELU before the rounding): the GEMM
+// writes the rounded pre-activation and gelu_forward_kernel rounds gelu(pre) again. Likewise the
+// DGELU of the backward is a kernel over the rounded dinp.
+//
+// Split-K: only reduction schemes that add the partial sums in FP32 in the workspace (COMPUTE_TYPE)
+// or none are allowed. INPLACE and OUTPUT_TYPE would add partial sums rounded to BF16, i.e. round
+// more than once.
+//
+// Plans: the matmul descriptor, the three layouts and the heuristic's chosen algorithm are created
+// once per (shape, transposes, leading dimensions, epilogue, output type, pointer alignments) and
+// kept in g_matmul_plans; every later call with that key reuses the same algorithm (the same bits).
+// The plans' host structures are created on first use — the only host allocation (inside cuBLASLt)
+// of these ops; nothing is allocated on the device. The pointer alignments are part of the key
+// because the heuristic picks algorithms for the alignment it is told (TransformerEngine does the
+// same); the bias pointer itself is set on the descriptor at every call.
+//
+// Workspace: a fixed MATMUL_WORKSPACE_BYTES at the start of g_work (256-byte aligned), whatever
+// g_work's size, so the algorithm choice does not depend on the model's workspace.
+//
+// When cuBLASLt has no algorithm for a shape (the heuristic fails, e.g. NOT_SUPPORTED, or finds
+// none: unusual sizes or alignments), matmul_simple_kernel does the product instead: one thread per output element, an
+// in-order FP32 sum, the same epilogues. It is slow and says so once on stderr.
+//
+// Bias gradient: cuBLASLt's BGRAD epilogues overwrite the bias gradient instead of adding to it, so
+// dbias += column sums of dout is two deterministic kernels: partial sums over fixed chunks of
+// BIASGRAD_ROWS rows into g_work, then the partials of each column added in chunk order. No atomics.
+
+#ifdef __CUDACC__
+
+#ifdef ENABLE_FP32
+#define CUDA_R_FLOATX CUDA_R_32F
+#else
+#define CUDA_R_FLOATX CUDA_R_16BF
+#endif
+#define MATMUL_WORKSPACE_BYTES ((size_t)16 << 20) // cuBLASLt's workspace: 16 MiB of g_work
+#define MATMUL_MAX_PLANS 128                      // distinct GEMMs of a run (a GPT-2 step has ~13)
+#define BIASGRAD_COLS 32                          // columns per block (one warp wide)
+#define BIASGRAD_LANES 8                          // rows summed side by side in a block
+#define BIASGRAD_ROWS 256                         // rows per chunk (one partial sum per chunk)
+
+#ifdef TESTING
+static int g_matmul_force_simple = 0; // test hook: run every GEMM through matmul_simple_kernel
+#define MATMUL_FORCE_SIMPLE g_matmul_force_simple
+#else
+#define MATMUL_FORCE_SIMPLE 0
+#endif
+
+// One GEMM as cuBLASLt sees it (column-major): D (m, n) [+]= op(A) (m, k) @ op(B) (k, n) [+ bias].
+typedef struct {
+    // key
+    int transa, transb;       // op(A) = A^T, op(B) = B^T
+    int64_t m, n, k;
+    int64_t lda, ldb, ldd;
+    int has_bias;             // CUBLASLT_EPILOGUE_BIAS with a floatX bias (m)
+    int accumulate;           // 1: D is FP32 and D += ... (beta = 1); 0: D is floatX, D = ...
+    unsigned align_a, align_b, align_d, align_bias; // bytes, powers of two up to 256
+    // value
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t layout_a, layout_b, layout_d; // C uses layout_d (C = D)
+    cublasLtMatmulAlgo_t algo;
+    int has_algo;             // 0: cuBLASLt offered none; matmul_simple_kernel runs instead
+} MatmulPlan;
+
+static MatmulPlan g_matmul_plans[MATMUL_MAX_PLANS];
+static int g_matmul_nplans = 0;
+static int g_matmul_simple_plans = 0; // plans for which cuBLASLt had no algorithm (the tests read it)
+
+// The largest power of two (at most 256) that divides the address.
+static unsigned ptr_alignment(const void* p) {
+    uintptr_t a = (uintptr_t)p;
+    unsigned align = 256;
+    while (align > 1 && a % align != 0) align /= 2;
+    return align;
+}
+
+// "m=.. n=.. k=.. ..." for error messages: which GEMM failed is the first question.
+static const char* matmul_plan_str(const MatmulPlan* p) {
+    static char buf[320];
+    snprintf(buf, sizeof(buf),
+             "D (m=%lld, n=%lld) %s op(A) op(B) with k=%lld, lda=%lld ldb=%lld ldd=%lld, op A/B=%c/%c, "
+             "D %s, bias %s, alignment A/B/D/bias %u/%u/%u/%u bytes",
+             (long long)p->m, (long long)p->n, p->accumulate ? "+=" : "=", (long long)p->k,
+             (long long)p->lda, (long long)p->ldb, (long long)p->ldd, p->transa ? 'T' : 'N',
+             p->transb ? 'T' : 'N', p->accumulate ? "FP32" : PRECISION_NAME, p->has_bias ? "yes" : "no",
+             p->align_a, p->align_b, p->align_d, p->align_bias);
+    return buf;
+}
+
+// cublasCheck with the GEMM's shape in the message.
+#define cublasCheckGemm(expr, plan)                                                              \
+    do {                                                                                         \
+        cublasStatus_t st_ = (expr);                                                             \
+        if (st_ != CUBLAS_STATUS_SUCCESS)                                                        \
+            die(1, "cuBLAS error %d (%s) at %s:%d: %s, for the GEMM %s. HINT: check the shapes and " \
+                   "the CUDA/cuBLAS versions (nvidia-smi, nvcc --version)", (int)st_,            \
+                cublasLtGetStatusName(st_), __FILE__, __LINE__, #expr, matmul_plan_str(plan));   \
+    } while (0)
+
+// Create descriptor, layouts and algorithm for the key in *p (called once per key).
+static void matmul_plan_init(MatmulPlan* p, const floatX* bias) {
+    cublasCheckGemm(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), p);
+    cublasOperation_t ta = p->transa ? CUBLAS_OP_T : CUBLAS_OP_N, tb = p->transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasCheckGemm(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), p);
+    cublasCheckGemm(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), p);
+    cublasLtEpilogue_t epi = p->has_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    cublasCheckGemm(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)), p);
+    if (p->has_bias) {
+        int32_t bias_type = CUDA_R_FLOATX; // = D's type, cuBLASLt's rule for non-FP8, non-integer GEMMs
+        cublasCheckGemm(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                       sizeof(bias_type)), p);
+        // the heuristic reads the bias pointer's alignment from the descriptor
+        cublasCheckGemm(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                       sizeof(bias)), p);
+    }
+    // layouts of the stored matrices (before op): A is (m, k) or, transposed, (k, m); B likewise
+    cudaDataType_t td = p->accumulate ? CUDA_R_32F : CUDA_R_FLOATX;
+    cublasCheckGemm(cublasLtMatrixLayoutCreate(&p->layout_a, CUDA_R_FLOATX, p->transa ? p->k : p->m,
+                                               p->transa ? p->m : p->k, p->lda), p);
+    cublasCheckGemm(cublasLtMatrixLayoutCreate(&p->layout_b, CUDA_R_FLOATX, p->transb ? p->n : p->k,
+                                               p->transb ? p->k : p->n, p->ldb), p);
+    cublasCheckGemm(cublasLtMatrixLayoutCreate(&p->layout_d, td, p->m, p->n, p->ldd), p);
+
+    cublasLtMatmulPreference_t pref;
+    cublasCheckGemm(cublasLtMatmulPreferenceCreate(&pref), p);
+    uint64_t ws = MATMUL_WORKSPACE_BYTES;
+    uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE; // (and none): see the notes above
+    uint32_t al_a = p->align_a, al_b = p->align_b, al_d = p->align_d;
+    cublasCheckGemm(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)), p);
+    cublasCheckGemm(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
+                                                         sizeof(schemes)), p);
+    cublasCheckGemm(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)), p);
+    cublasCheckGemm(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)), p);
+    cublasCheckGemm(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof(al_d)), p);
+    cublasCheckGemm(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d)), p);
+
+    cublasLtMatmulHeuristicResult_t heur;
+    memset(&heur, 0, sizeof(heur));
+    int found = 0;
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(g_cublaslt, p->desc, p->layout_a, p->layout_b, p->layout_d,
+                                                       p->layout_d, pref, 1, &heur, &found);
+    cublasCheckGemm(cublasLtMatmulPreferenceDestroy(pref), p);
+    // any failure of the heuristic (NOT_SUPPORTED for unusual sizes or alignments) means "no
+    // algorithm": the simple kernel takes over, and says so
+    p->has_algo = st == CUBLAS_STATUS_SUCCESS && found > 0 && heur.state == CUBLAS_STATUS_SUCCESS &&
+                  heur.workspaceSize <= MATMUL_WORKSPACE_BYTES;
+    if (p->has_algo) {
+        p->algo = heur.algo;
+    } else {
+        g_matmul_simple_plans++;
+        if (g_world > 1) fprintf(stderr, "[rank %d] ", g_rank);
+        fprintf(stderr, "note: cuBLASLt has no algorithm for the GEMM %s (status %s, %d found); the simple "
+                        "CUDA kernel does it instead (correct, slow)\n", matmul_plan_str(p),
+                cublasLtGetStatusName(st), found);
+    }
+}
+
+// The plan for this key: found, or created on first use.
+static MatmulPlan* matmul_plan(const MatmulPlan* key, const floatX* bias) {
+    for (int i = 0; i < g_matmul_nplans; i++) {
+        MatmulPlan* p = &g_matmul_plans[i];
+        if (p->transa == key->transa && p->transb == key->transb && p->m == key->m && p->n == key->n &&
+            p->k == key->k && p->lda == key->lda && p->ldb == key->ldb && p->ldd == key->ldd &&
+            p->has_bias == key->has_bias && p->accumulate == key->accumulate && p->align_a == key->align_a &&
+            p->align_b == key->align_b && p->align_d == key->align_d && p->align_bias == key->align_bias)
+            return p;
+    }
+    if (g_matmul_nplans == MATMUL_MAX_PLANS)
+        die(1, "more than %d distinct matmul shapes (internal error) at the GEMM %s. HINT: raise "
+               "MATMUL_MAX_PLANS in ops/matmul.cuh", MATMUL_MAX_PLANS, matmul_plan_str(key));
+    MatmulPlan* p = &g_matmul_plans[g_matmul_nplans++];
+    *p = *key;
+    matmul_plan_init(p, bias);
+    return p;
+}
+
+// The fallback GEMM: D[i + j*ldd] = rn(sum_k opA(i,k) opB(k,j) + bias[i])   (accumulate = 0, floatX D)
+//                    D[i + j*ldd] += sum_k opA(i,k) opB(k,j)                 (accumulate = 1, FP32 D)
+// with opA(i,k) = A[i + k*lda] (or A[k + i*lda] transposed), opB(k,j) = B[k + j*ldb] (or B[j + k*ldb]).
+// One thread per element of D (consecutive threads: consecutive i), k summed in order.
+__global__ static void matmul_simple_kernel(void* D, int64_t ldd, int accumulate, const floatX* A, int64_t lda,
+                                            int transa, const floatX* B, int64_t ldb, int transb,
+                                            const floatX* bias, int64_t m, int64_t n, int64_t k) {
+    for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < m * n;
+         idx += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i = idx % m, j = idx / m;
+        float acc = 0.0f;
+        for (int64_t kk = 0; kk < k; kk++) {
+            float a = ld(transa ? A[kk + i * lda] : A[i + kk * lda]);
+            float b = ld(transb ? B[j + kk * ldb] : B[kk + j * ldb]);
+            acc = fmaf(a, b, acc);
+        }
+        if (accumulate) ((float*)D)[i + j * ldd] += acc;
+        else ((floatX*)D)[i + j * ldd] = rn(bias ? acc + ld(bias[i]) : acc);
+    }
+}
+
+// Blocks for a grid-stride loop over n elements (at most 2^20 blocks; the loop covers the rest).
+static unsigned elementwise_blocks(int64_t n, int threads) {
+    int64_t blocks = ceil_div(n, threads);
+    if (blocks > (1 << 20)) blocks = 1 << 20;
+    return (unsigned)(blocks > 0 ? blocks : 1);
+}
+
+// D (m, n) [+]= op(A) (m, k) @ op(B) (k, n) [+ bias (m)], column-major, on g_stream (see above).
+static void cuda_gemm(int transa, int transb, int64_t m, int64_t n, int64_t k, const floatX* A, int64_t lda,
+                      const floatX* B, int64_t ldb, void* D, int64_t ldd, const floatX* bias, int accumulate) {
+    MatmulPlan key;
+    memset(&key, 0, sizeof(key));
+    key.transa = transa; key.transb = transb;
+    key.m = m; key.n = n; key.k = k;
+    key.lda = lda; key.ldb = ldb; key.ldd = ldd;
+    key.has_bias = bias != NULL;
+    key.accumulate = accumulate;
+    key.align_a = ptr_alignment(A); key.align_b = ptr_alignment(B); key.align_d = ptr_alignment(D);
+    key.align_bias = bias ? ptr_alignment(bias) : 256;
+    if (m == 0 || n == 0) return;
+    MatmulPlan* p = k > 0 ? matmul_plan(&key, bias) : NULL; // k = 0: D = bias (or D += 0), the simple kernel
+    if (!p || !p->has_algo || MATMUL_FORCE_SIMPLE) {
+        matmul_simple_kernel<<<elementwise_blocks(m * n, 256), 256, 0, g_stream>>>(D, ldd, accumulate, A, lda, transa,
+                                                                                 B, ldb, transb, bias, m, n, k);
+        cudaCheck(cudaGetLastError());
+        return;
+    }
+    if (g_work_floats * sizeof(float) < MATMUL_WORKSPACE_BYTES || ptr_alignment(g_work) < 256)
+        die(1, "matmul: g_work must hold %zu bytes, 256-byte aligned (has %zu at alignment %u) (internal error)",
+            MATMUL_WORKSPACE_BYTES, g_work_floats * sizeof(float), ptr_alignment(g_work));
+    if (bias) cublasCheckGemm(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                             sizeof(bias)), p);
+    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    cublasCheckGemm(cublasLtMatmul(g_cublaslt, p->desc, &alpha, A, p->layout_a, B, p->layout_b, &beta, D, p->layout_d,
+                                   D, p->layout_d, &p->algo, g_work, MATMUL_WORKSPACE_BYTES, g_stream), p);
+}
+
+// out = rn(gelu(ld(pre))), elementwise (the forward's GELU and its recompute: the same bits).
+__global__ static void gelu_forward_kernel(floatX* out, const floatX* pre, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = rn(gelu_fwd(ld(pre[i])));
+}
+
+// dinp = rn(ld(dinp) * gelu'(ld(pre))), in place: dinp holds rn(acc) from the GEMM.
+__global__ static void gelu_backward_inplace_kernel(floatX* dinp, const floatX* pre, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        dinp[i] = rn(ld(dinp[i]) * gelu_bwd(ld(pre[i])));
+}
+
+static void cuda_gelu_forward(floatX* out, const floatX* pre, int64_t n) {
+    if (n == 0) return;
+    gelu_forward_kernel<<<elementwise_blocks(n, 256), 256, 0, g_stream>>>(out, pre, n);
+    cudaCheck(cudaGetLastError());
+}
+
+// Block (x: column block, y: row chunk): partial[y][c] = sum of dout[r][c] over the chunk's rows.
+// Thread (tx, ty) sums rows r0+ty, r0+ty+LANES, ... of column c in order; the LANES sums are then
+// added in ty order. Every sum has a fixed order: the result does not depend on the scheduling.
+__global__ static void __launch_bounds__(BIASGRAD_COLS * BIASGRAD_LANES)
+bias_grad_partial_kernel(float* partial, const floatX* dout, int N, int OC) {
+    __shared__ float lane_sum[BIASGRAD_LANES][BIASGRAD_COLS];
+    int c = blockIdx.x * BIASGRAD_COLS + threadIdx.x;
+    int r0 = blockIdx.y * BIASGRAD_ROWS;
+    int r1 = min(r0 + BIASGRAD_ROWS, N);
+    float acc = 0.0f;
+    if (c < OC)
+        for (int r = r0 + threadIdx.y; r < r1; r += BIASGRAD_LANES) acc += ld(dout[(int64_t)r * OC + c]);
+    lane_sum[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads(); // lane_sum is complete
+    if (threadIdx.y == 0 && c < OC) {
+        float sum = 0.0f;
+        for (int y = 0; y < BIASGRAD_LANES; y++) sum += lane_sum[y][threadIdx.x];
+        partial[(int64_t)blockIdx.y * OC + c] = sum;
+    }
+}
+
+// dbias[c] += sum over chunks (in order) of partial[chunk][c].
+__global__ static void bias_grad_finish_kernel(float* dbias, const float* partial, int nchunks, int OC) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= OC) return;
+    float sum = 0.0f;
+    for (int y = 0; y < nchunks; y++) sum += partial[(int64_t)y * OC + c];
+    dbias[c] += sum;
+}
+
+// dbias (OC) += column sums of dout (N, OC); partial sums in g_work (nchunks x OC floats).
+static void cuda_bias_grad(float* dbias, const floatX* dout, int N, int OC) {
+    int nchunks = (int)ceil_div(N, BIASGRAD_ROWS);
+    if (N == 0 || OC == 0) return;
+    if ((size_t)nchunks * OC > g_work_floats)
+        die(1, "bias gradient: workspace too small for N=%d OC=%d (internal error)", N, OC);
+    float* partial = g_work;
+    dim3 grid((unsigned)ceil_div(OC, BIASGRAD_COLS), (unsigned)nchunks);
+    dim3 block(BIASGRAD_COLS, BIASGRAD_LANES);
+    bias_grad_partial_kernel<<<grid, block, 0, g_stream>>>(partial, dout, N, OC);
+    cudaCheck(cudaGetLastError());
+    bias_grad_finish_kernel<<<(unsigned)ceil_div(OC, 256), 256, 0, g_stream>>>(dbias, partial, nchunks, OC);
+    cudaCheck(cudaGetLastError());
+}
+
+static void cuda_matmul_forward(floatX* out, floatX* pre, const floatX* inp, const floatX* weight,
+                                const floatX* bias, int N, int C, int OC) {
+    // out^T (OC, N) = W (OC, C) @ inp^T (C, N) + bias; with GELU the GEMM writes pre, then out = gelu(pre)
+    floatX* d = pre ? pre : out;
+    cuda_gemm(1, 0, OC, N, C, weight, C, inp, C, d, OC, bias, 0);
+    if (pre) cuda_gelu_forward(out, pre, (int64_t)N * OC);
+}
+
+static void cuda_matmul_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
+                                 const floatX* inp, const floatX* weight, const floatX* pre_inp,
+                                 int N, int C, int OC) {
+    if (dinp) { // dinp^T (C, N) = W^T (C, OC) @ dout^T (OC, N), then dinp *= gelu'(pre_inp)
+        cuda_gemm(0, 0, C, N, OC, weight, C, dout, OC, dinp, C, NULL, 0);
+        if (pre_inp) {
+            int64_t n = (int64_t)N * C;
+            gelu_backward_inplace_kernel<<<elementwise_blocks(n, 256), 256, 0, g_stream>>>(dinp, pre_inp, n);
+            cudaCheck(cudaGetLastError());
+        }
+    }
+    // dweight^T (C, OC) += inp^T (C, N) @ dout (N, OC)
+    cuda_gemm(0, 1, C, OC, N, inp, C, dout, OC, dweight, C, NULL, 1);
+    if (dbias && !FAULT(drop_bias_grad)) cuda_bias_grad(dbias, dout, N, OC);
+}
+#endif // __CUDACC__
+
+// ----------------------------------------------------------------------------
 // Dispatchers.
 
 // out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias; if pre != NULL: pre = that, out = gelu(pre).
 static void op_matmul_forward(floatX* out, floatX* pre, const floatX* inp, const floatX* weight,
                               const floatX* bias, int N, int C, int OC) {
 #ifdef __CUDACC__
-    if (g_device == DEV_CUDA) { cuda_not_yet("matmul_forward"); return; }
+    if (g_device == DEV_CUDA) { cuda_matmul_forward(out, pre, inp, weight, bias, N, C, OC); return; }
 #endif
     GemmOut o = {pre ? EPI_STORE_X_GELU : EPI_STORE_X, out, NULL, pre, bias};
     // B (K=C, N=OC) element (c, o) = weight[o*C + c]
@@ -234,7 +591,10 @@ static void op_matmul_backward(floatX* dinp, float* dweight, float* dbias, const
                                const floatX* inp, const floatX* weight, const floatX* pre_inp,
                                int N, int C, int OC) {
 #ifdef __CUDACC__
-    if (g_device == DEV_CUDA) { cuda_not_yet("matmul_backward"); return; }
+    if (g_device == DEV_CUDA) {
+        cuda_matmul_backward(dinp, dweight, dbias, dout, inp, weight, pre_inp, N, C, OC);
+        return;
+    }
 #endif
     if (dinp) { // dinp (N, C) = dout (N, OC) @ weight (OC, C)
         GemmOut o = {pre_inp ? EPI_STORE_X_DGELU : EPI_STORE_X, dinp, NULL, (floatX*)pre_inp, NULL};
@@ -249,7 +609,7 @@ static void op_matmul_backward(floatX* dinp, float* dweight, float* dbias, const
 // out = gelu(pre), elementwise; used to recompute the GELU output in backward (-r >= 1).
 static void op_gelu_forward(floatX* out, const floatX* pre, int64_t n) {
 #ifdef __CUDACC__
-    if (g_device == DEV_CUDA) { cuda_not_yet("gelu_forward"); return; }
+    if (g_device == DEV_CUDA) { cuda_gelu_forward(out, pre, n); return; }
 #endif
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++) out[i] = rn(gelu_fwd(ld(pre[i])));

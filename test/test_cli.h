@@ -202,3 +202,27 @@ TEST(cli_tokenize) {
     rc = cli_run(flags, cli_out, sizeof(cli_out));
     CHECKF(rc == 2 && strstr(cli_out, "-tokenize needs -o PREFIX"), "no prefix: %d\n%s", rc, cli_out);
 }
+
+// A non-finite gradient norm skips the step (every rank agrees) and says so in the log.
+TEST(cli_nonfinite_step_skipped) {
+    char dir[PATH_MAX], flags[2048];
+    snprintf(dir, sizeof(dir), "%s/skip", test_tmpdir());
+    // a learning rate of 1e30 sends the parameters to ~1e30 after one step: the next forward
+    // overflows, the loss and the gradient are NaN, and the step must be skipped, not applied
+    snprintf(flags, sizeof(flags), CLI_SMALL " -x 3 -l 1e30 -u 0 -k constant -o %s", dir);
+    int rc = cli_run(flags, cli_out, sizeof(cli_out));
+    CHECKF(rc == 0, "run failed (%d):\n%s", rc, cli_out);
+    CHECKF(strstr(cli_out, "SKIPPED: non-finite gradient norm") != NULL, "no skipped step:\n%s", cli_out);
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/log.jsonl", dir);
+    FILE* f = fopen(path, "r");
+    int skipped_logged = 0;
+    char line[4096];
+    while (f && fgets(line, sizeof(line), f)) skipped_logged += strstr(line, "\"skipped\": 1") != NULL;
+    if (f) fclose(f);
+    CHECKF(skipped_logged >= 1, "log.jsonl records no skipped step");
+    // and the log stays valid JSON: a NaN loss is written as null
+    char cmd[PATH_MAX + 128];
+    snprintf(cmd, sizeof(cmd), "python3 -c \"import json,sys; [json.loads(l) for l in open('%s')]\"", path);
+    CHECKF(test_run_cmd(cmd, NULL, 0) == 0, "log.jsonl is not valid JSON lines");
+}

@@ -8,6 +8,18 @@
 
 #include "tolerances.h"
 
+// The same cases run on the CUDA device in the GPU suite (test/test_gpu.cu defines ZT_GPU_SUITE):
+// every flag string starts with MODEL_DEVICE, and every read of a trainer's buffers goes through
+// dev_to_host.
+#ifdef ZT_GPU_SUITE
+#define MODEL_DEVICE "-device cuda "
+#else
+#define MODEL_DEVICE "-device cpu "
+#endif
+#ifndef OPS_BLAS_MODES
+#define OPS_BLAS_MODES 1
+#endif
+
 static char g_test_self[PATH_MAX]; // this binary: multi-process tests run it as the trainer
 
 // A trainer in this process (one rank) from a flag string (space separated, no quoting).
@@ -29,13 +41,22 @@ static void tm_free(Trainer* tr) {
     free(tr);
 }
 
+// A copy on the host of n elements of a trainer's (device) buffer; free() it.
+static void* tm_host(const void* dev, size_t bytes) {
+    void* h = malloc(bytes > 0 ? bytes : 1);
+    dev_to_host(h, dev, bytes);
+    return h;
+}
+
 // Copy a block-layout array (parameters' shape: the optimizer range at R = 1) to the logical order.
-static void tm_to_logical(const Zero* z, const float* arr, float* out) {
+static void tm_to_logical(const Zero* z, const float* arr_dev, float* out) {
+    float* arr = (float*)tm_host(arr_dev, sizeof(float) * z->lay.total);
     Piece pc[MAX_BLOCK_TENSORS];
     for (int b = 0; b < z->lay.nblocks; b++) {
         int n = layout_pieces(&z->lay, b, 0, z->lay.P[b], pc);
         for (int i = 0; i < n; i++) memcpy(out + pc[i].logical, arr + z->lay.off[b] + pc[i].local, sizeof(float) * pc[i].len);
     }
+    free(arr);
 }
 
 static double tm_relerr_f(const float* a, const float* b, int64_t n) {
@@ -62,7 +83,7 @@ static const char* tm_fixture_flags(const Fixture* fx, const char* extra) {
     const float* hp = (const float*)fixture_get(fx, "hparams")->data;
     const int* cfg = (const int*)fixture_get(fx, "config")->data;
     snprintf(flags, sizeof(flags),
-             "-e test/fixtures/ref_model.bin -i %s -b %d -t %d -x %d -v 0 -s 0 -shuffle 0 -l %.9g -u %d -q %.9g "
+             MODEL_DEVICE "-e test/fixtures/ref_model.bin -i %s -b %d -t %d -x %d -v 0 -s 0 -shuffle 0 -l %.9g -u %d -q %.9g "
              "-k cosine -beta1 %.9g -beta2 %.9g -eps %.9g -c %.9g -grad-clip %.9g -blas 0 %s",
              tm_fixture_shard(fx), cfg[6], cfg[7], cfg[8], hp[0], (int)hp[1], hp[2], hp[3], hp[4], hp[5], hp[6], hp[7], extra);
     return flags;
@@ -95,8 +116,10 @@ static void model_vs_pytorch(int blas) {
     // logits are overwritten by their gradient in training: run a forward without it first
     gpt_forward(m, B, T, 1, 0.0f, 0);
     float* logits = (float*)malloc(sizeof(float) * BT * c->V);
+    floatX* lx = (floatX*)tm_host(m->a.logits, sizeof(floatX) * BT * c->Vp);
     for (int i = 0; i < BT; i++)
-        for (int j = 0; j < c->V; j++) logits[i * c->V + j] = ld(m->a.logits[(int64_t)i * c->Vp + j]);
+        for (int j = 0; j < c->V; j++) logits[i * c->V + j] = ld(lx[(int64_t)i * c->Vp + j]);
+    free(lx);
     double el = tm_relerr_f(logits, (const float*)fixture_get(&fx, "logits")->data, (int64_t)BT * c->V);
     float loss = (float)(sum_losses(m, BT) / BT), ref_loss = ((const float*)fixture_get(&fx, "loss")->data)[0];
     double eloss = fabs(loss - ref_loss) / fabs(ref_loss);
@@ -210,13 +233,14 @@ TEST(recompute_modes_bitwise) {
         gpt_backward(m, m->B, m->T, 0, 1);
         comm_wait_all(&tr->comm);
         n = m->z.lay.total;
+        float* g = (float*)tm_host(m->z.full_grads, sizeof(float) * n);
         if (r == 0) {
-            first = (float*)malloc(sizeof(float) * n);
-            memcpy(first, m->z.full_grads, sizeof(float) * n);
+            first = g;
             first_loss = loss;
         } else {
-            CHECKF(memcmp(first, m->z.full_grads, sizeof(float) * n) == 0, "-r %d gradients differ from -r 0", r);
+            CHECKF(memcmp(first, g, sizeof(float) * n) == 0, "-r %d gradients differ from -r 0", r);
             CHECKF(loss == first_loss, "-r %d loss differs", r);
+            free(g);
         }
         tm_free(tr);
     }
@@ -233,14 +257,18 @@ TEST(zero_stages_one_rank_bitwise) {
     float l0[3];
     for (int stage = 0; stage <= 3; stage++) {
         char extra[128];
-        snprintf(extra, sizeof(extra), "-r 1 -z %d -poison 1", stage);
+        snprintf(extra, sizeof(extra), "-r 1 -z %d -poison 1 -comm-delay %d", stage, stage == 3 ? 2 : 0);
         Trainer* tr = tm_trainer(tm_fixture_flags(&fx, extra));
         float loss[3];
         for (int s = 0; s < 3; s++) loss[s] = train_step(tr).loss;
         Zero* z = &tr->model.z;
-        uint64_t h = fnv1a(FNV_INIT, z->master, sizeof(float) * z->opt_total);
-        h = fnv1a(h, z->m, sizeof(float) * z->opt_total);
-        h = fnv1a(h, z->v, sizeof(float) * z->opt_total);
+        uint64_t h = FNV_INIT;
+        const float* state[3] = {z->master, z->m, z->v};
+        for (int k = 0; k < 3; k++) {
+            float* hs = (float*)tm_host(state[k], sizeof(float) * z->opt_total);
+            h = fnv1a(h, hs, sizeof(float) * z->opt_total);
+            free(hs);
+        }
         if (stage == 0) { h0 = h; memcpy(l0, loss, sizeof(l0)); }
         else {
             CHECKF(h == h0, "ZeRO-%d optimizer state differs from ZeRO-0", stage);
@@ -253,9 +281,17 @@ TEST(zero_stages_one_rank_bitwise) {
 
 // A model trained here and exported (-export) gives the same logits through our loader and
 // through the independent PyTorch program (dev/reference.py --logits reads llm.c files v3 and v5).
+// The python with PyTorch: $ZT_TORCH_PYTHON, else Debian's /usr/bin/python3.
+static const char* tm_torch_python(void) {
+    const char* p = getenv("ZT_TORCH_PYTHON");
+    return p && *p ? p : "/usr/bin/python3";
+}
+
 TEST(model_export_logits_vs_pytorch) {
-    if (test_run_cmd("/usr/bin/python3 -c 'import torch, numpy'", NULL, 0) != 0)
-        TEST_SKIP("needs /usr/bin/python3 with torch and numpy (apt-get install python3-torch python3-numpy)");
+    char probe[PATH_MAX + 64];
+    snprintf(probe, sizeof(probe), "%s -c 'import torch, numpy'", tm_torch_python());
+    if (test_run_cmd(probe, NULL, 0) != 0)
+        TEST_SKIP("needs a python with torch and numpy: apt-get install python3-torch python3-numpy, or set ZT_TORCH_PYTHON");
     Fixture fx;
     if (tm_load_fixture(&fx)) { CHECK(0); return; }
     char exported[PATH_MAX], tokens[PATH_MAX], theirs[PATH_MAX], cmd[4 * PATH_MAX], out[8192];
@@ -281,15 +317,17 @@ TEST(model_export_logits_vs_pytorch) {
     load_tokens(m, &tr->train, 0);
     gpt_forward(m, B, T, 0, 0.0f, 0);
     float* ours = (float*)malloc(sizeof(float) * B * T * V);
+    floatX* lx = (floatX*)tm_host(m->a.logits, sizeof(floatX) * B * T * m->cfg.Vp);
     for (int i = 0; i < B * T; i++)
-        for (int j = 0; j < V; j++) ours[i * V + j] = ld(m->a.logits[(int64_t)i * m->cfg.Vp + j]);
+        for (int j = 0; j < V; j++) ours[i * V + j] = ld(lx[(int64_t)i * m->cfg.Vp + j]);
+    free(lx);
     FILE* f = fopen(tokens, "wb");
     int hdr[2] = {B, T};
     fwrite(hdr, sizeof(int), 2, f);
     fwrite(tr->train.inputs, sizeof(int), (size_t)B * T, f);
     fclose(f);
     tm_free(tr);
-    snprintf(cmd, sizeof(cmd), "/usr/bin/python3 dev/reference.py --logits %s %s %s", exported, tokens, theirs);
+    snprintf(cmd, sizeof(cmd), "%s dev/reference.py --logits %s %s %s", tm_torch_python(), exported, tokens, theirs);
     rc = test_run_cmd(cmd, out, sizeof(out));
     CHECKF(rc == 0, "dev/reference.py --logits failed:\n%s", out);
     float* ref = (float*)malloc(sizeof(float) * B * T * V);

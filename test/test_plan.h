@@ -141,3 +141,14 @@ TEST(plan_recommendation_and_bad_input) {
     rc = zt_mpirun(1, flags, zt_out, sizeof(zt_out));
     CHECKF(rc != 0 && strstr(zt_out, "needs -plan"), "-world without -plan accepted:\n%s", zt_out);
 }
+
+// MFU's denominator: the BF16 dense peak by GPU name; unknown GPUs give 0 (printed "n/a").
+TEST(plan_gpu_peak_table) {
+    struct { const char* name; double tflops; } cases[] = {
+        {"NVIDIA H200", 989}, {"NVIDIA H200 NVL", 835}, {"NVIDIA H100 80GB HBM3", 989}, {"NVIDIA H100 PCIe", 756},
+        {"NVIDIA H100 NVL", 835}, {"NVIDIA A100-SXM4-80GB", 312}, {"NVIDIA A100 80GB PCIe", 312}, {"Tesla T4", 0},
+        {"NVIDIA GeForce RTX 4090", 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        CHECKF(gpu_peak_tflops(cases[i].name) == cases[i].tflops, "%s: %g, expected %g", cases[i].name, gpu_peak_tflops(cases[i].name), cases[i].tflops);
+}

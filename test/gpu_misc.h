@@ -1,0 +1,425 @@
+// test/gpu_misc.h — GPU-vs-CPU cases (see test/test_gpu.cu for the helpers): poisoning, residual +
+// layernorm, encoder, AdamW, parameter rounding, sum of squares.
+//
+// What each case expects from the GPU (why, in ops/layernorm.cuh, ops/encoder.cuh, adamw.cuh):
+//   layernorm      within TOL_GPU_* (the row sums add in another order); residual = rn(a + b)
+//                  bitwise; every backward deterministic (run twice, bitwise)
+//   encoder        bitwise equal to the CPU (the same FP32 additions in the same order)
+//   AdamW, rounding bitwise equal to the CPU (explicit _rn intrinsics on the device)
+//   sum of squares within 1e-6 of the CPU and of float64; deterministic
+// Every comparison prints one line ("ok" / "FAIL"); a bitwise difference prints the first
+// differing element (index, both values, bits), so a failure points at its place.
+
+// Poisoning (released ZeRO buffers filled with NaN): the fill kernel writes the pattern everywhere.
+TEST(gpu_fill_poison) {
+    const size_t n = 1000003; // odd: the last block is partial
+    uint16_t* d = (uint16_t*)gpu_zeros(n * 2);
+    ON_GPU(dev_fill_u16(d, 0x7FC0, n));
+    uint16_t* h = (uint16_t*)malloc(n * 2);
+    uint16_t* ref = (uint16_t*)calloc(n, 2);
+    ON_CPU(dev_fill_u16(ref, 0x7FC0, n));
+    gpu_to_host(h, d, n * 2);
+    CHECK(memcmp(h, ref, n * 2) == 0);
+    free(h); free(ref);
+    cudaCheck(cudaFree(d));
+}
+
+// ---- helpers of this file (prefix gm_)
+
+// Bitwise comparison of n elements of `elem` bytes (2: floatX in BF16, 4: float or FP32 floatX,
+// 8: double). Prints one line with "rel err" in it (dev/gpu_check.sh collects those lines); on a
+// difference, how many elements differ and the first one.
+static int gm_bitwise(const char* what, const void* gpu, const void* cpu, int64_t n, size_t elem) {
+    const unsigned char* a = (const unsigned char*)gpu;
+    const unsigned char* b = (const unsigned char*)cpu;
+    if (n <= 0 || memcmp(a, b, (size_t)n * elem) == 0) {
+        printf("    %-40s rel err 0 (bitwise equal) ok\n", what);
+        return 1;
+    }
+    int64_t first = -1, count = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(a + i * elem, b + i * elem, elem) != 0) { if (first < 0) first = i; count++; }
+    double va = 0, vb = 0;
+    uint64_t ba = 0, bb = 0;
+    memcpy(&ba, a + first * elem, elem);
+    memcpy(&bb, b + first * elem, elem);
+    if (elem == 2) { bf16_t x, y; memcpy(&x, a + first * 2, 2); memcpy(&y, b + first * 2, 2); va = bf16_to_f32(x); vb = bf16_to_f32(y); }
+    if (elem == 4) { float x, y; memcpy(&x, a + first * 4, 4); memcpy(&y, b + first * 4, 4); va = x; vb = y; }
+    if (elem == 8) { memcpy(&va, a + first * 8, 8); memcpy(&vb, b + first * 8, 8); }
+    printf("    %-40s rel err - (bitwise: %lld of %lld differ; first [%lld]: gpu %.9g (0x%llx) cpu %.9g (0x%llx)) FAIL\n", what,
+           (long long)count, (long long)n, (long long)first, va, (unsigned long long)ba, vb, (unsigned long long)bb);
+    CHECKF(0, "%s: %lld elements differ, first at %lld", what, (long long)count, (long long)first);
+    return 0;
+}
+
+// Device buffers filled from host arrays / copied back, by element count.
+#define GM_UP(host, n) gpu_copy_of((host), sizeof(*(host)) * (size_t)(n))
+#define GM_DOWN(host, dev, n) gpu_to_host((host), (dev), sizeof(*(host)) * (size_t)(n))
+
+// ---- residual + layernorm
+
+typedef struct { int N, C; } GmShape;
+static const GmShape gm_ln_shapes[] = {{7, 19}, {33, 28}, {4096, 768}}; // odd C; GPT-2's C at N = B*T
+
+TEST(gpu_layernorm_forward) {
+    for (size_t si = 0; si < sizeof(gm_ln_shapes) / sizeof(gm_ln_shapes[0]); si++) {
+        int N = gm_ln_shapes[si].N, C = gm_ln_shapes[si].C;
+        int64_t NC = (int64_t)N * C;
+        floatX* a = (floatX*)malloc(sizeof(floatX) * NC);
+        floatX* b = (floatX*)malloc(sizeof(floatX) * NC);
+        floatX* w = (floatX*)malloc(sizeof(floatX) * C);
+        floatX* bias = (floatX*)malloc(sizeof(floatX) * C);
+        rand_x(a, NC, 1.0, 101 + si);
+        rand_x(b, NC, 1.0, 201 + si);
+        rand_x(w, C, 1.0, 301 + si);
+        rand_x(bias, C, 0.5, 401 + si);
+        floatX *res_c = (floatX*)malloc(sizeof(floatX) * NC), *out_c = (floatX*)malloc(sizeof(floatX) * NC);
+        floatX *res_g = (floatX*)malloc(sizeof(floatX) * NC), *out_g = (floatX*)malloc(sizeof(floatX) * NC);
+        floatX* out_g2 = (floatX*)malloc(sizeof(floatX) * NC);
+        float *mean_c = (float*)malloc(4 * N), *rstd_c = (float*)malloc(4 * N);
+        float *mean_g = (float*)malloc(4 * N), *rstd_g = (float*)malloc(4 * N);
+        float *mean_g2 = (float*)malloc(4 * N), *rstd_g2 = (float*)malloc(4 * N);
+        floatX *da = (floatX*)GM_UP(a, NC), *db = (floatX*)GM_UP(b, NC);
+        floatX *dw = (floatX*)GM_UP(w, C), *dbias = (floatX*)GM_UP(bias, C);
+        floatX *dres = (floatX*)gpu_zeros(sizeof(floatX) * NC), *dout = (floatX*)gpu_zeros(sizeof(floatX) * NC);
+        float *dmean = (float*)gpu_zeros(4 * N), *drstd = (float*)gpu_zeros(4 * N);
+        for (int with_res = 1; with_res >= 0; with_res--) {
+            char what[96];
+            printf("  N %d C %d, %s\n", N, C, with_res ? "residual = a + b, layernorm(residual)" : "layernorm(a), no residual");
+            ON_CPU(op_residual_layernorm_forward(with_res ? res_c : NULL, out_c, mean_c, rstd_c, a, with_res ? b : NULL, w, bias, N, C));
+            ON_GPU(op_residual_layernorm_forward(with_res ? dres : NULL, dout, dmean, drstd, da, with_res ? db : NULL, dw, dbias, N, C));
+            GM_DOWN(out_g, dout, NC);
+            GM_DOWN(mean_g, dmean, N);
+            GM_DOWN(rstd_g, drstd, N);
+            if (with_res) {
+                GM_DOWN(res_g, dres, NC);
+                snprintf(what, sizeof(what), "ln fwd %dx%d residual", N, C);
+                gm_bitwise(what, res_g, res_c, NC, sizeof(floatX));
+            }
+            snprintf(what, sizeof(what), "ln fwd %dx%d out", N, C);
+            GPU_COMPARE(what, relerr_x(out_g, out_c, NC), TOL_GPU_FWD);
+            snprintf(what, sizeof(what), "ln fwd %dx%d mean", N, C);
+            GPU_COMPARE(what, relerr_f(mean_g, mean_c, N), TOL_GPU_FWD);
+            snprintf(what, sizeof(what), "ln fwd %dx%d rstd", N, C);
+            GPU_COMPARE(what, relerr_f(rstd_g, rstd_c, N), TOL_GPU_FWD);
+            // deterministic: a second run gives the same bits
+            ON_GPU(op_residual_layernorm_forward(with_res ? dres : NULL, dout, dmean, drstd, da, with_res ? db : NULL, dw, dbias, N, C));
+            GM_DOWN(out_g2, dout, NC);
+            snprintf(what, sizeof(what), "ln fwd %dx%d out, run twice", N, C);
+            gm_bitwise(what, out_g2, out_g, NC, sizeof(floatX));
+            if (with_res) {
+                // normalising the stored residual again (no add) reproduces the bits (-r 2 relies on it)
+                floatX* dout2 = (floatX*)gpu_zeros(sizeof(floatX) * NC);
+                ON_GPU(op_residual_layernorm_forward(NULL, dout2, dmean, drstd, dres, NULL, dw, dbias, N, C));
+                GM_DOWN(out_g2, dout2, NC);
+                GM_DOWN(mean_g2, dmean, N);
+                GM_DOWN(rstd_g2, drstd, N);
+                snprintf(what, sizeof(what), "ln fwd %dx%d recompute from residual", N, C);
+                int same = gm_bitwise(what, out_g2, out_g, NC, sizeof(floatX));
+                if (same) {
+                    snprintf(what, sizeof(what), "ln fwd %dx%d recompute mean", N, C);
+                    gm_bitwise(what, mean_g2, mean_g, N, 4);
+                    snprintf(what, sizeof(what), "ln fwd %dx%d recompute rstd", N, C);
+                    gm_bitwise(what, rstd_g2, rstd_g, N, 4);
+                }
+                cudaCheck(cudaFree(dout2));
+            }
+        }
+        free(a); free(b); free(w); free(bias); free(res_c); free(out_c); free(res_g); free(out_g); free(out_g2);
+        free(mean_c); free(rstd_c); free(mean_g); free(rstd_g); free(mean_g2); free(rstd_g2);
+        cudaCheck(cudaFree(da)); cudaCheck(cudaFree(db)); cudaCheck(cudaFree(dw)); cudaCheck(cudaFree(dbias));
+        cudaCheck(cudaFree(dres)); cudaCheck(cudaFree(dout)); cudaCheck(cudaFree(dmean)); cudaCheck(cudaFree(drstd));
+    }
+}
+
+// Backward: dinp += (starting nonzero: the residual stream's gradient), dweight/dbias +=
+// (starting nonzero: an earlier micro-step's gradient); run twice on the GPU, bitwise.
+TEST(gpu_layernorm_backward) {
+    for (size_t si = 0; si < sizeof(gm_ln_shapes) / sizeof(gm_ln_shapes[0]); si++) {
+        int N = gm_ln_shapes[si].N, C = gm_ln_shapes[si].C;
+        int64_t NC = (int64_t)N * C;
+        floatX* x = (floatX*)malloc(sizeof(floatX) * NC);
+        floatX* dout = (floatX*)malloc(sizeof(floatX) * NC);
+        floatX* dinp0 = (floatX*)malloc(sizeof(floatX) * NC);
+        floatX* w = (floatX*)malloc(sizeof(floatX) * C);
+        floatX* bias = (floatX*)malloc(sizeof(floatX) * C);
+        floatX* scratch = (floatX*)malloc(sizeof(floatX) * NC);
+        float *dw0 = (float*)malloc(4 * C), *db0 = (float*)malloc(4 * C);
+        float *mean = (float*)malloc(4 * N), *rstd = (float*)malloc(4 * N);
+        rand_x(x, NC, 1.0, 501 + si);
+        rand_x(dout, NC, 1.0, 601 + si);
+        rand_x(dinp0, NC, 0.3, 701 + si);
+        rand_x(w, C, 1.0, 801 + si);
+        rand_x(bias, C, 0.5, 901 + si);
+        rand_f(dw0, C, 0.3, 1001 + si);
+        rand_f(db0, C, 0.3, 1101 + si);
+        // mean/rstd from the CPU forward: both backward sides get the same statistics
+        ON_CPU(op_residual_layernorm_forward(NULL, scratch, mean, rstd, x, NULL, w, bias, N, C));
+        // CPU
+        floatX* dinp_c = (floatX*)malloc(sizeof(floatX) * NC);
+        float *dw_c = (float*)malloc(4 * C), *db_c = (float*)malloc(4 * C);
+        memcpy(dinp_c, dinp0, sizeof(floatX) * NC);
+        memcpy(dw_c, dw0, 4 * C);
+        memcpy(db_c, db0, 4 * C);
+        ON_CPU(op_layernorm_backward(dinp_c, dw_c, db_c, dout, x, w, mean, rstd, N, C));
+        // GPU, twice from the same starting values
+        floatX *ddout = (floatX*)GM_UP(dout, NC), *dx = (floatX*)GM_UP(x, NC), *dwt = (floatX*)GM_UP(w, C);
+        float *dmean = (float*)GM_UP(mean, N), *drstd = (float*)GM_UP(rstd, N);
+        floatX* ddinp = (floatX*)gpu_zeros(sizeof(floatX) * NC);
+        float *ddw = (float*)gpu_zeros(4 * C), *ddb = (float*)gpu_zeros(4 * C);
+        floatX* dinp_g[2];
+        float *dw_g[2], *db_g[2];
+        for (int run = 0; run < 2; run++) {
+            cudaCheck(cudaMemcpy(ddinp, dinp0, sizeof(floatX) * NC, cudaMemcpyHostToDevice));
+            cudaCheck(cudaMemcpy(ddw, dw0, 4 * C, cudaMemcpyHostToDevice));
+            cudaCheck(cudaMemcpy(ddb, db0, 4 * C, cudaMemcpyHostToDevice));
+            ON_GPU(op_layernorm_backward(ddinp, ddw, ddb, ddout, dx, dwt, dmean, drstd, N, C));
+            dinp_g[run] = (floatX*)malloc(sizeof(floatX) * NC);
+            dw_g[run] = (float*)malloc(4 * C);
+            db_g[run] = (float*)malloc(4 * C);
+            GM_DOWN(dinp_g[run], ddinp, NC);
+            GM_DOWN(dw_g[run], ddw, C);
+            GM_DOWN(db_g[run], ddb, C);
+        }
+        char what[96];
+        snprintf(what, sizeof(what), "ln bwd %dx%d dinp (+=)", N, C);
+        GPU_COMPARE(what, relerr_x(dinp_g[0], dinp_c, NC), TOL_GPU_BWD);
+        snprintf(what, sizeof(what), "ln bwd %dx%d dweight (+=)", N, C);
+        GPU_COMPARE(what, relerr_f(dw_g[0], dw_c, C), TOL_GPU_BWD);
+        snprintf(what, sizeof(what), "ln bwd %dx%d dbias (+=)", N, C);
+        GPU_COMPARE(what, relerr_f(db_g[0], db_c, C), TOL_GPU_BWD);
+        snprintf(what, sizeof(what), "ln bwd %dx%d dinp, run twice", N, C);
+        gm_bitwise(what, dinp_g[1], dinp_g[0], NC, sizeof(floatX));
+        snprintf(what, sizeof(what), "ln bwd %dx%d dweight, run twice", N, C);
+        gm_bitwise(what, dw_g[1], dw_g[0], C, 4);
+        snprintf(what, sizeof(what), "ln bwd %dx%d dbias, run twice", N, C);
+        gm_bitwise(what, db_g[1], db_g[0], C, 4);
+        for (int run = 0; run < 2; run++) { free(dinp_g[run]); free(dw_g[run]); free(db_g[run]); }
+        free(x); free(dout); free(dinp0); free(w); free(bias); free(scratch); free(dw0); free(db0);
+        free(mean); free(rstd); free(dinp_c); free(dw_c); free(db_c);
+        cudaCheck(cudaFree(ddout)); cudaCheck(cudaFree(dx)); cudaCheck(cudaFree(dwt)); cudaCheck(cudaFree(dmean));
+        cudaCheck(cudaFree(drstd)); cudaCheck(cudaFree(ddinp)); cudaCheck(cudaFree(ddw)); cudaCheck(cudaFree(ddb));
+    }
+}
+
+// ---- encoder
+
+// Tokens with many repeats (3 in 4 drawn from the 50 smallest ids), the rest spread over the
+// whole vocabulary; the first is 0 and the last V-1 (the sort's extreme keys). kind 1: all equal
+// (one run of B*T positions: the longest segment).
+static void gm_tokens(int* tok, int N, int V, int kind, uint64_t seed) {
+    uint64_t key = rng_key(seed, 0x544f4bull, (uint64_t)N);
+    for (int i = 0; i < N; i++) {
+        uint64_t u = rng_u64(key, (uint64_t)i);
+        tok[i] = kind == 1 ? V - 1 : (u % 4 == 0 ? (int)((u >> 8) % (uint64_t)V) : (int)((u >> 8) % 50));
+    }
+    if (kind == 0) { tok[0] = 0; tok[N - 1] = V - 1; }
+}
+
+TEST(gpu_encoder) {
+    typedef struct { int B, T, C, V, kind; } EncCase;
+    const EncCase cases[] = {
+        {3, 17, 19, 50257, 0},   // odd C
+        {2, 33, 28, 50257, 1},   // every position the same token
+        {4, 1024, 768, 50257, 0}, // GPT-2 small's C, T and V
+    };
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        int B = cases[ci].B, T = cases[ci].T, C = cases[ci].C, V = cases[ci].V, N = B * T;
+        int64_t VC = (int64_t)V * C, TC = (int64_t)T * C, NC = (int64_t)N * C;
+        printf("  B %d T %d C %d V %d%s\n", B, T, C, V, cases[ci].kind == 1 ? ", one token everywhere" : "");
+        int* tok = (int*)malloc(sizeof(int) * N);
+        gm_tokens(tok, N, V, cases[ci].kind, 1200 + ci);
+        floatX* wte = (floatX*)malloc(sizeof(floatX) * VC);
+        floatX* wpe = (floatX*)malloc(sizeof(floatX) * TC);
+        floatX* dout = (floatX*)malloc(sizeof(floatX) * NC);
+        rand_x(wte, VC, 0.1, 1300 + ci);
+        rand_x(wpe, TC, 0.1, 1400 + ci);
+        rand_x(dout, NC, 1.0, 1500 + ci);
+        // starting gradients: nonzero (an earlier micro-step, or the LM head's share of dwte)
+        float* dwte0 = (float*)malloc(4 * VC);
+        float* dwpe0 = (float*)malloc(4 * TC);
+        for (int64_t i = 0; i < VC; i++) dwte0[i] = (float)((i * 7919) % 1001 - 500) * 1e-3f;
+        for (int64_t i = 0; i < TC; i++) dwpe0[i] = (float)((i * 104729) % 1001 - 500) * 1e-3f;
+        // CPU
+        floatX* out_c = (floatX*)malloc(sizeof(floatX) * NC);
+        float* dwte_c = (float*)malloc(4 * VC);
+        float* dwpe_c = (float*)malloc(4 * TC);
+        memcpy(dwte_c, dwte0, 4 * VC);
+        memcpy(dwpe_c, dwpe0, 4 * TC);
+        ON_CPU(op_encoder_forward(out_c, tok, wte, wpe, B, T, C));
+        ON_CPU(op_encoder_backward(dwte_c, dwpe_c, dout, tok, B, T, C, V));
+        // GPU: forward once, backward twice from the same starting values
+        int* dtok = (int*)GM_UP(tok, N);
+        floatX *dwte_p = (floatX*)GM_UP(wte, VC), *dwpe_p = (floatX*)GM_UP(wpe, TC), *ddout = (floatX*)GM_UP(dout, NC);
+        floatX* dout_fwd = (floatX*)gpu_zeros(sizeof(floatX) * NC);
+        float *ddwte = (float*)gpu_zeros(4 * VC), *ddwpe = (float*)gpu_zeros(4 * TC);
+        ON_GPU(op_encoder_forward(dout_fwd, dtok, dwte_p, dwpe_p, B, T, C));
+        floatX* out_g = (floatX*)malloc(sizeof(floatX) * NC);
+        GM_DOWN(out_g, dout_fwd, NC);
+        float *dwte_g[2], *dwpe_g[2];
+        for (int run = 0; run < 2; run++) {
+            cudaCheck(cudaMemcpy(ddwte, dwte0, 4 * VC, cudaMemcpyHostToDevice));
+            cudaCheck(cudaMemcpy(ddwpe, dwpe0, 4 * TC, cudaMemcpyHostToDevice));
+            ON_GPU(op_encoder_backward(ddwte, ddwpe, ddout, dtok, B, T, C, V));
+            dwte_g[run] = (float*)malloc(4 * VC);
+            dwpe_g[run] = (float*)malloc(4 * TC);
+            GM_DOWN(dwte_g[run], ddwte, VC);
+            GM_DOWN(dwpe_g[run], ddwpe, TC);
+        }
+        char what[96];
+        snprintf(what, sizeof(what), "encoder fwd out (%dx%d)", N, C);
+        GPU_COMPARE(what, relerr_x(out_g, out_c, NC), TOL_GPU_FWD);
+        gm_bitwise(what, out_g, out_c, NC, sizeof(floatX));
+        snprintf(what, sizeof(what), "encoder bwd dwpe (+=)");
+        GPU_COMPARE(what, relerr_f(dwpe_g[0], dwpe_c, TC), TOL_GPU_BWD);
+        gm_bitwise(what, dwpe_g[0], dwpe_c, TC, 4);
+        snprintf(what, sizeof(what), "encoder bwd dwte (+=, V=%d)", V);
+        GPU_COMPARE(what, relerr_f(dwte_g[0], dwte_c, VC), TOL_GPU_BWD);
+        gm_bitwise(what, dwte_g[0], dwte_c, VC, 4);
+        gm_bitwise("encoder bwd dwpe, run twice", dwpe_g[1], dwpe_g[0], TC, 4);
+        gm_bitwise("encoder bwd dwte, run twice", dwte_g[1], dwte_g[0], VC, 4);
+        for (int run = 0; run < 2; run++) { free(dwte_g[run]); free(dwpe_g[run]); }
+        free(tok); free(wte); free(wpe); free(dout); free(dwte0); free(dwpe0); free(out_c); free(dwte_c);
+        free(dwpe_c); free(out_g);
+        cudaCheck(cudaFree(dtok)); cudaCheck(cudaFree(dwte_p)); cudaCheck(cudaFree(dwpe_p)); cudaCheck(cudaFree(ddout));
+        cudaCheck(cudaFree(dout_fwd)); cudaCheck(cudaFree(ddwte)); cudaCheck(cudaFree(ddwpe));
+    }
+}
+
+// ---- AdamW: GPU and CPU bitwise over several steps
+
+TEST(gpu_adamw_bitwise) {
+    // 20 segments (more than one launch's 16) with padding gaps between them, decay alternating,
+    // one empty, one long enough for the grid-stride loop (> 4096 blocks x 256 threads);
+    // gradient scales include 0, 1e-20 (g*g is subnormal: both sides must keep subnormals) and 1e3.
+    const int64_t lens[20] = {1, 7, 31, 4096, 5000, 12345, 0, 64, 1500007, 3, 768, 2304, 19, 28, 1, 100, 999, 4097, 8, 50257};
+    const double gscale[20] = {1, 1, 1, 1e-20, 1, 1e3, 1, 0, 1, 1, 1e-3, 1, 1, 1, 1e-20, 1, 1, 1, 1, 1};
+    Segment segs[20];
+    int64_t off = 5; // elements 0..4 are padding too
+    for (int s = 0; s < 20; s++) {
+        segs[s].off = off;
+        segs[s].len = lens[s];
+        segs[s].decay = s % 2 == 0;
+        off += lens[s] + (s % 3) * 3 + (s % 2); // gaps of 0..7 elements
+    }
+    int64_t n = off + 11; // tail padding
+    float* master = (float*)malloc(4 * n);
+    float* m = (float*)malloc(4 * n);
+    float* v = (float*)malloc(4 * n);
+    float* g = (float*)malloc(4 * n);
+    floatX* params = (floatX*)malloc(sizeof(floatX) * n);
+    rand_f(master, n, 0.5, 1601);
+    rand_f(m, n, 0.01, 1602);
+    rand_f(v, n, 1e-4, 1603);
+    for (int64_t i = 0; i < n; i++) { v[i] = fabsf(v[i]); params[i] = rn(master[i]); }
+    // m = v = 0 (as before the first step) where the gradients are tiny, so that v really is
+    // subnormal (1e-20^2 ~ 1e-41): with a flush to zero on either side the bits would differ; and
+    // in the long segment
+    for (int s = 0; s < 20; s++)
+        if (gscale[s] == 1e-20 || s == 8)
+            for (int64_t i = segs[s].off; i < segs[s].off + segs[s].len; i++) m[i] = v[i] = 0.0f;
+    // the GPU's copies start from the same state
+    float *dmaster = (float*)GM_UP(master, n), *dm = (float*)GM_UP(m, n), *dv = (float*)GM_UP(v, n);
+    floatX* dparams = (floatX*)GM_UP(params, n);
+    float* dg = (float*)gpu_zeros(4 * n);
+    float* padding0 = (float*)malloc(4 * n); // master before any step: the padding must keep it
+    memcpy(padding0, master, 4 * n);
+    float* hm = (float*)malloc(4 * n);
+    floatX* hp = (floatX*)malloc(sizeof(floatX) * n);
+    const int64_t steps[5] = {1, 2, 3, 10, 1000};
+    for (int k = 0; k < 5; k++) {
+        rand_f(g, n, 1.0, 1700 + k);
+        for (int s = 0; s < 20; s++)
+            for (int64_t i = segs[s].off; i < segs[s].off + segs[s].len; i++) g[i] = (float)(g[i] * gscale[s]);
+        cudaCheck(cudaMemcpy(dg, g, 4 * n, cudaMemcpyHostToDevice));
+        AdamWParams hpar = {6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.37f, 0, 0};
+        if (k == 4) hpar.grad_scale = 1.0f;
+        adamw_bias_corrections(&hpar, steps[k]);
+        ON_CPU(op_adamw(params, master, m, v, g, segs, 20, &hpar));
+        ON_GPU(op_adamw(dparams, dmaster, dm, dv, dg, segs, 20, &hpar));
+        char what[96];
+        printf("  step t = %lld, grad_scale %g\n", (long long)steps[k], hpar.grad_scale);
+        snprintf(what, sizeof(what), "adamw t=%lld master", (long long)steps[k]);
+        GM_DOWN(hm, dmaster, n);
+        gm_bitwise(what, hm, master, n, 4);
+        snprintf(what, sizeof(what), "adamw t=%lld m", (long long)steps[k]);
+        GM_DOWN(hm, dm, n);
+        gm_bitwise(what, hm, m, n, 4);
+        snprintf(what, sizeof(what), "adamw t=%lld v", (long long)steps[k]);
+        GM_DOWN(hm, dv, n);
+        gm_bitwise(what, hm, v, n, 4);
+        snprintf(what, sizeof(what), "adamw t=%lld params", (long long)steps[k]);
+        GM_DOWN(hp, dparams, n);
+        gm_bitwise(what, hp, params, n, sizeof(floatX));
+    }
+    // padding untouched (checked on the GPU's master; the CPU's equals it bitwise above)
+    GM_DOWN(hm, dmaster, n);
+    int64_t pad_changed = 0, seg_i = 0;
+    for (int64_t i = 0; i < n; i++) {
+        while (seg_i < 20 && i >= segs[seg_i].off + segs[seg_i].len) seg_i++;
+        int in_seg = seg_i < 20 && i >= segs[seg_i].off;
+        if (!in_seg && memcmp(&hm[i], &padding0[i], 4) != 0) pad_changed++;
+    }
+    printf("    %-40s rel err %s (%lld padding elements changed) %s\n", "adamw padding untouched", pad_changed ? "-" : "0",
+           (long long)pad_changed, pad_changed ? "FAIL" : "ok");
+    CHECK(pad_changed == 0);
+    free(master); free(m); free(v); free(g); free(params); free(padding0); free(hm); free(hp);
+    cudaCheck(cudaFree(dmaster)); cudaCheck(cudaFree(dm)); cudaCheck(cudaFree(dv)); cudaCheck(cudaFree(dparams));
+    cudaCheck(cudaFree(dg));
+}
+
+// params = rn(master): bitwise, including ties, subnormals, infinities and NaN.
+TEST(gpu_round_params_bitwise) {
+    const int64_t n = 1000003;
+    float* master = (float*)malloc(4 * n);
+    rand_f(master, n, 3.0, 1801);
+    const uint32_t special[] = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u,
+                                0x7f7fffffu, 0x00000001u, 0x80400000u, 0x3f808000u, 0x3f818000u, 0x3f80c000u,
+                                0xbf808000u, 0x7f7f8000u};
+    for (size_t k = 0; k < sizeof(special) / sizeof(special[0]); k++) memcpy(&master[k * 1009], &special[k], 4);
+    floatX* p_c = (floatX*)malloc(sizeof(floatX) * n);
+    floatX* p_g = (floatX*)malloc(sizeof(floatX) * n);
+    ON_CPU(op_round_params(p_c, master, n));
+    float* dmaster = (float*)GM_UP(master, n);
+    floatX* dp = (floatX*)gpu_zeros(sizeof(floatX) * n);
+    ON_GPU(op_round_params(dp, dmaster, n));
+    GM_DOWN(p_g, dp, n);
+    gm_bitwise("round_params", p_g, p_c, n, sizeof(floatX));
+    free(master); free(p_c); free(p_g);
+    cudaCheck(cudaFree(dmaster)); cudaCheck(cudaFree(dp));
+}
+
+// Sum of squares: within 1e-6 of the CPU (large len: the CPU's per-chunk rounding averages out)
+// and of float64 (every len), deterministic (twice, bitwise), 0 for an empty range.
+TEST(gpu_sumsq) {
+    const int64_t lens[] = {0, 1, 4095, 4096, 4097, 3000017};
+    const int64_t nmax = 3000017 + 1;
+    float* g = (float*)malloc(4 * nmax);
+    rand_f(g, nmax, 1e-2, 1901);
+    float* dg = (float*)GM_UP(g, nmax);
+    for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
+        int64_t len = lens[k];
+        const int start = k % 2; // odd start: a segment need not be aligned
+        double ref = 0.0;
+        for (int64_t i = 0; i < len; i++) ref += (double)g[start + i] * g[start + i];
+        double cpu = 0.0, gpu = 0.0, gpu2 = 0.0;
+        ON_CPU(cpu = op_sumsq(g + start, len));
+        ON_GPU(gpu = op_sumsq(dg + start, len));
+        ON_GPU(gpu2 = op_sumsq(dg + start, len));
+        char what[96];
+        double e_ref = ref > 0 ? fabs(gpu - ref) / ref : fabs(gpu);
+        double e_cpu = cpu > 0 ? fabs(gpu - cpu) / cpu : fabs(gpu);
+        printf("    sumsq len %lld: gpu %.17g cpu %.17g float64 %.17g\n", (long long)len, gpu, cpu, ref);
+        snprintf(what, sizeof(what), "sumsq len %lld vs float64", (long long)len);
+        GPU_COMPARE(what, e_ref, 1e-6);
+        if (len > 1000000) {
+            snprintf(what, sizeof(what), "sumsq len %lld vs CPU", (long long)len);
+            GPU_COMPARE(what, e_cpu, 1e-6);
+        }
+        snprintf(what, sizeof(what), "sumsq len %lld, run twice", (long long)len);
+        gm_bitwise(what, &gpu2, &gpu, 1, 8);
+        if (len == 0) CHECK(gpu == 0.0 && cpu == 0.0);
+    }
+    free(g);
+    cudaCheck(cudaFree(dg));
+}

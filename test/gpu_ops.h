@@ -1,0 +1,4 @@
+// test/gpu_ops.h — the GPU-vs-CPU cases, one file per op family (included by test/test_gpu.cu).
+#include "gpu_misc.h"      // encoder, layernorm, GELU, AdamW, parameter rounding, sum of squares
+#include "gpu_matmul.h"    // matmul + bias (+ GELU) through cuBLASLt, bias gradients, LM head + cross-entropy
+#include "gpu_attention.h" // FlashAttention-2 style forward and backward

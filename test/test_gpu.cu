@@ -1,0 +1,113 @@
+// test/test_gpu.cu — the CUDA device against the CPU device, op by op, and then the whole model.
+// Built with nvcc (make test-gpu); run on a machine with a GPU by dev/gpu_check.sh. It cannot run
+// here (no GPU); `make test` only checks that it compiles.
+//
+// Each case makes random inputs on the host, runs the op once on the CPU device (host buffers)
+// and once on the CUDA device (copies on the GPU), and compares the outputs by ||a-b||/||b||
+// against the tolerances in test/tolerances.h (TOL_GPU_*). The CPU op is the reference: it is the
+// one checked against float64 finite differences and PyTorch by the CPU suite.
+#ifndef TESTING
+#define TESTING
+#endif
+#define ZT_GPU_SUITE       // test_model.h's cases run with -device cuda
+#include "../train_gpt.cu" // defines: the whole trainer (train_main instead of main), every op
+#include "test.h"          // defines: TEST, CHECK, test_run_all
+#include "tolerances.h"    // defines: TOL_GPU_*
+#include "fixture.h"       // defines: Fixture (the PyTorch reference)
+
+// ---- helpers shared by the gpu_*.h case files (not every file uses every helper)
+#pragma nv_diag_suppress 177 // "declared but never referenced"
+
+static float* g_work_cpu = NULL; // host scratch for the CPU side of a comparison
+static float* g_work_gpu = NULL; // device scratch for the CUDA side
+#define GPU_WORK_FLOATS ((size_t)1 << 24)
+
+// Run a statement on the CPU device (host pointers, host scratch), then switch back to CUDA.
+#define ON_CPU(stmt)                                                   \
+    do {                                                               \
+        g_device = DEV_CPU; g_work = g_work_cpu;                       \
+        stmt;                                                          \
+        g_device = DEV_CUDA; g_work = g_work_gpu;                      \
+    } while (0)
+// Run a statement on the CUDA device and wait for it.
+#define ON_GPU(stmt)                                                   \
+    do {                                                               \
+        g_device = DEV_CUDA; g_work = g_work_gpu;                      \
+        stmt;                                                          \
+        cudaCheck(cudaStreamSynchronize(g_stream));                    \
+    } while (0)
+
+static inline void* gpu_copy_of(const void* host, size_t bytes) {
+    void* d = NULL;
+    cudaCheck(cudaMalloc(&d, bytes > 0 ? bytes : 1));
+    cudaCheck(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice));
+    return d;
+}
+static inline void* gpu_zeros(size_t bytes) {
+    void* d = NULL;
+    cudaCheck(cudaMalloc(&d, bytes > 0 ? bytes : 1));
+    cudaCheck(cudaMemset(d, 0, bytes));
+    return d;
+}
+static inline void gpu_to_host(void* host, const void* dev, size_t bytes) {
+    cudaCheck(cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost));
+}
+
+static inline void rand_x(floatX* x, int64_t n, double scale, uint64_t seed) {
+    uint64_t key = rng_key(seed, 0x475055ull, (uint64_t)n);
+    for (int64_t i = 0; i < n; i++) x[i] = rn((float)(scale * rng_normal(key, (uint64_t)i)));
+}
+static inline void rand_f(float* x, int64_t n, double scale, uint64_t seed) {
+    uint64_t key = rng_key(seed, 0x475055ull, (uint64_t)n);
+    for (int64_t i = 0; i < n; i++) x[i] = (float)(scale * rng_normal(key, (uint64_t)i));
+}
+
+// ||a - b|| / ||b|| over n elements; a from the GPU, b the CPU reference.
+static inline double relerr_x(const floatX* a, const floatX* b, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) { double d = (double)ld(a[i]) - ld(b[i]); num += d * d; den += (double)ld(b[i]) * ld(b[i]); }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+static inline double relerr_f(const float* a, const float* b, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) { double d = (double)a[i] - b[i]; num += d * d; den += (double)b[i] * b[i]; }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+// Print one comparison line in the format dev/gpu_check.sh collects, and check it.
+#define GPU_COMPARE(what, err, tol)                                                          \
+    do {                                                                                     \
+        double e_ = (err);                                                                   \
+        printf("    %-40s rel err %.3e (tol %.1e) %s\n", what, e_, (double)(tol), e_ < (tol) ? "ok" : "FAIL"); \
+        CHECKF(e_ < (tol), "%s: %.3e", what, e_);                                            \
+    } while (0)
+
+#include "gpu_ops.h"    // cases: every op, GPU vs CPU
+#include "test_model.h" // cases: the whole model on the GPU against PyTorch, recompute and ZeRO-0..3
+                        // bitwise at one rank (poisoned, delayed collectives), export
+
+static int gpu_main(int argc, char** argv) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+        printf("no GPU: test_gpu needs one (cudaGetDeviceCount)\n0 passed, 1 failed\n");
+        return 1;
+    }
+    ssize_t len = readlink("/proc/self/exe", g_test_self, sizeof(g_test_self) - 1);
+    if (len > 0) g_test_self[len] = 0;
+    cuda_init(0);
+    printf("GPU: %s (sm_%d%d), %.1f GiB\n", g_cuda_prop.name, g_cuda_prop.major, g_cuda_prop.minor,
+           g_cuda_prop.totalGlobalMem / 1073741824.0);
+    g_work_cpu = (float*)calloc(GPU_WORK_FLOATS, sizeof(float));
+    cudaCheck(cudaMalloc(&g_work_gpu, GPU_WORK_FLOATS * sizeof(float)));
+    g_work_floats = GPU_WORK_FLOATS;
+    g_device = DEV_CUDA;
+    g_work = g_work_gpu;
+    int rc = test_run_all(argc > 1 ? argv[1] : NULL);
+    comm_finalize();
+    return rc;
+}
+
+int main(int argc, char** argv) {
+    if (argc > 1 && !strcmp(argv[1], "--train")) return train_main(argc - 1, argv + 1);
+    return gpu_main(argc, argv);
+}
