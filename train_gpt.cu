@@ -18,8 +18,9 @@
 // The ops (ops/*.cuh) and AdamW (adamw.cuh) each hold a CPU loop and a CUDA kernel behind one
 // dispatcher; zero.h holds everything about sharding and communication.
 //
-// Limits (see also README.md): the CUDA kernels are not written yet — this version runs on the
-// CPU device only, and no line of it has run on a GPU.
+// Limits (see also README.md): the CUDA device (kernels, cuBLASLt, NCCL backend) is written and
+// compiles with warnings as errors, but has never run on a GPU; dev/gpu_check.sh is the first thing
+// to run on one. The CPU device is tested end to end.
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>

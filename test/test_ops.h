@@ -118,34 +118,26 @@ static void matmul_errors(int gelu_in, double err[4]) {
 #define OPS_BLAS_MODES 1
 #endif
 
-TEST(op_matmul) {
+// Both paths, checked against float64: forward, dinp (through GELU when gelu_in), dweight, dbias.
+static void check_matmul(int gelu_in) {
     for (int blas = 0; blas < OPS_BLAS_MODES; blas++) {
         double e[4];
         g_use_blas = blas;
-        matmul_errors(0, e);
+        matmul_errors(gelu_in, e);
         g_use_blas = 0;
         CHECKF(e[0] < TOL_OP_FWD, "blas %d forward %.3g", blas, e[0]);
-        CHECKF(e[1] < TOL_OP_BWD, "blas %d dinp %.3g", blas, e[1]);
+        CHECKF(e[1] < TOL_OP_BWD, "blas %d %s %.3g", blas, gelu_in ? "dpre (through GELU)" : "dinp", e[1]);
         CHECKF(e[2] < TOL_OP_BWD, "blas %d dweight %.3g", blas, e[2]);
         CHECKF(e[3] < TOL_OP_BWD, "blas %d dbias %.3g", blas, e[3]);
-        printf("    matmul (%s): fwd %.2e dinp %.2e dw %.2e db %.2e\n", blas ? "OpenBLAS" : "loop", e[0], e[1], e[2], e[3]);
+        printf("    matmul%s (%s): fwd %.2e %s %.2e dw %.2e db %.2e\n", gelu_in ? "(gelu(x))" : "", blas ? "OpenBLAS" : "loop",
+               e[0], gelu_in ? "dpre" : "dinp", e[1], e[2], e[3]);
     }
 }
 
+TEST(op_matmul) { check_matmul(0); }
+
 // The MLP's second matmul reads gelu(pre): its backward fuses GELU's derivative into dinp.
-TEST(op_matmul_gelu_input) {
-    for (int blas = 0; blas < OPS_BLAS_MODES; blas++) {
-        double e[4];
-        g_use_blas = blas;
-        matmul_errors(1, e);
-        g_use_blas = 0;
-        CHECKF(e[0] < TOL_OP_FWD, "blas %d forward %.3g", blas, e[0]);
-        CHECKF(e[1] < TOL_OP_BWD, "blas %d dpre (through GELU) %.3g", blas, e[1]);
-        CHECKF(e[2] < TOL_OP_BWD, "blas %d dweight %.3g", blas, e[2]);
-        CHECKF(e[3] < TOL_OP_BWD, "blas %d dbias %.3g", blas, e[3]);
-        printf("    matmul(gelu(x)) (%s): fwd %.2e dpre %.2e dw %.2e db %.2e\n", blas ? "OpenBLAS" : "loop", e[0], e[1], e[2], e[3]);
-    }
-}
+TEST(op_matmul_gelu_input) { check_matmul(1); }
 
 // The forward with GELU writes both the pre-activation and gelu of its *rounded* value.
 TEST(op_matmul_gelu_output) {
