@@ -1,8 +1,9 @@
 # zerotrain — build, test, benchmark.
 #
 #   make train            ./train: nvcc build (CPU and CUDA devices) when nvcc is found, g++ otherwise
-#   make test             the whole suite: test binaries (BF16 and FP32, g++), the nvcc compile check,
-#                         the PyTorch fixture check; ends with "N passed, N failed"
+#   make test             the whole suite: test binaries (BF16 and FP32, g++), the GPU test program on
+#                         the CPU emulator (test/cuda_emu/), the nvcc compile check, the PyTorch
+#                         fixture check; ends with "N passed, N failed"
 #   make bench            CPU benchmarks (tokens/s, ratios side by side)
 #   make PRECISION=FP32   FP32 storage instead of BF16 (for train and test binaries)
 #   make NO_MPI=1         build without MPI even if mpicxx is installed (one process only)
@@ -103,7 +104,7 @@ test/test_bf16: $(SOURCES) $(TEST_SOURCES)
 test/test_fp32: $(SOURCES) $(TEST_SOURCES)
 	$(CXX_HOST) $(TEST_FLAGS) $(filter-out -DENABLE_FP32,$(DEFS)) -DENABLE_FP32 $(MPI_CFLAGS) test/test_main.cpp -o $@ $(MPI_LIBS)
 
-test-binaries: test/test_bf16 test/test_fp32
+test-binaries: test/test_bf16 test/test_fp32 test/test_emu test/test_emu_fp32
 
 test: test-binaries
 	NVCC_CHECK=$(if $(and $(NVCC),$(if $(NO_CUDA),,yes)),yes,no) bash test/run_tests.sh
@@ -113,6 +114,21 @@ test: test-binaries
 nvcc-check:
 	$(NVCC) $(NVCC_FLAGS) $(DEFS) $(NVCC_DEFS) $(MPI_CFLAGS) train_gpt.cu -o /tmp/zt_nvcc_check_$$$$ $(MPI_LIBS) $(CUDA_LIBS) && rm -f /tmp/zt_nvcc_check_$$$$
 	$(NVCC) $(NVCC_FLAGS) -Xcompiler -Wno-format-truncation $(DEFS) $(NVCC_DEFS) $(MPI_CFLAGS) test/test_gpu.cu -o /tmp/zt_nvcc_check_gpu_$$$$ $(MPI_LIBS) $(CUDA_LIBS) && rm -f /tmp/zt_nvcc_check_gpu_$$$$
+
+# The GPU test program on the CPU (test/cuda_emu/): emulate.py (python3) copies the sources into
+# build/emu/ (kernel launches and __shared__ rewritten, nothing else), g++ compiles test/test_gpu.cu
+# from there against test/cuda_emu/include/ (the CUDA subset we use, a fake cuBLASLt and CUB), in
+# BF16 and FP32. Kernels get nvcc's FMA contraction (per function; the param undoes the Zen tuning
+# that would skip it), host code none; two warnings nvcc does not give for device code are off.
+EMU_SOURCES := $(wildcard test/cuda_emu/*.h test/cuda_emu/*.py test/cuda_emu/include/*.h test/cuda_emu/include/cub/device/*)
+EMU_COPY    := $(SOURCES) test/test_gpu.cu $(wildcard test/*.h)
+EMU_FLAGS   := $(TEST_FLAGS) -Wno-sign-compare -Wno-unused-function --param=avoid-fma-max-bits=0 -DZT_CUDA_EMU -Itest/cuda_emu/include
+build/emu/.copied: $(EMU_COPY) test/cuda_emu/emulate.py
+	python3 test/cuda_emu/emulate.py build/emu $(EMU_COPY) && touch $@
+test/test_emu: build/emu/.copied $(EMU_SOURCES)
+	$(CXX_HOST) $(EMU_FLAGS) $(filter-out -DENABLE_FP32,$(DEFS)) $(MPI_CFLAGS) build/emu/test/test_gpu.cu -o $@ $(MPI_LIBS)
+test/test_emu_fp32: build/emu/.copied $(EMU_SOURCES)
+	$(CXX_HOST) $(EMU_FLAGS) $(filter-out -DENABLE_FP32,$(DEFS)) -DENABLE_FP32 $(MPI_CFLAGS) build/emu/test/test_gpu.cu -o $@ $(MPI_LIBS)
 
 # The GPU test program (GPU against CPU, op by op); dev/gpu_check.sh builds and runs it on a GPU.
 test/test_gpu: $(SOURCES) test/test_gpu.cu test/gpu_ops.h test/gpu_misc.h test/gpu_matmul.h test/gpu_attention.h test/tolerances.h test/test.h
@@ -129,4 +145,5 @@ bench: train_cpu train_cpu_fp32
 	bash dev/bench.sh
 
 clean:
-	rm -f train train_gpu train_cpu train_cpu_fp32 test/test_bf16 test/test_fp32 test/test_gpu
+	rm -f train train_gpu train_cpu train_cpu_fp32 test/test_bf16 test/test_fp32 test/test_gpu test/test_emu test/test_emu_fp32
+	rm -rf build/emu

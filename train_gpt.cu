@@ -449,7 +449,6 @@ static void acts_alloc(Acts* a, const GPTConfig* c, int B, int T, int recompute)
 #undef X
     acts_bytes(c, B, T, recompute, &a->bytes, &a->logits_bytes);
     a->logits = (floatX*)dev_alloc(TAG_LOGITS, a->logits_bytes);
-    (void)NH;
 }
 
 static void acts_free(Acts* a, int L) {
@@ -1834,10 +1833,12 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
         tr->peak_flops = gpu_peak_tflops(g_cuda_prop.name) * 1e12;
     }
 #endif
+    int T_auto = !strcmp(f->T_str, "auto");
     resolve_defaults(f, g_device);
     GPTConfig c;
     int from_file;
     model_config(f, &c, &from_file);
+    if (T_auto && f->T > c.maxT) { f->T = c.maxT; snprintf(f->T_str, sizeof(f->T_str), "%d", f->T); } // "at most the model's"
     int R_plan = f->plan && f->world > 0 ? f->world : tr->R; // -plan -world R plans another world size
     check_flags(f, &c, R_plan);
     // every rank must run the same flags and the same build

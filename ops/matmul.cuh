@@ -261,10 +261,11 @@ static void cpu_bias_grad(float* dbias, const floatX* dout, int64_t N, int64_t O
 // Plans: the matmul descriptor, the three layouts and the heuristic's chosen algorithm are created
 // once per (shape, transposes, leading dimensions, epilogue, output type, pointer alignments) and
 // kept in g_matmul_plans; every later call with that key reuses the same algorithm (the same bits).
-// The plans' host structures are created on first use — the only host allocation (inside cuBLASLt)
-// of these ops; nothing is allocated on the device. The pointer alignments are part of the key
-// because the heuristic picks algorithms for the alignment it is told (TransformerEngine does the
-// same); the bias pointer itself is set on the descriptor at every call.
+// The plans' host structures (the table, grown by doubling, and cuBLASLt's) are created on first
+// use — the only host allocations of these ops; nothing is allocated on the device. The pointer
+// alignments are part of the key because the heuristic picks algorithms for the alignment it is
+// told (TransformerEngine does the same); the bias pointer itself is set on the descriptor at every
+// call.
 //
 // Workspace: a fixed MATMUL_WORKSPACE_BYTES at the start of g_work (256-byte aligned), whatever
 // g_work's size, so the algorithm choice does not depend on the model's workspace.
@@ -285,7 +286,6 @@ static void cpu_bias_grad(float* dbias, const floatX* dout, int64_t N, int64_t O
 #define CUDA_R_FLOATX CUDA_R_16BF
 #endif
 #define MATMUL_WORKSPACE_BYTES ((size_t)16 << 20) // cuBLASLt's workspace: 16 MiB of g_work
-#define MATMUL_MAX_PLANS 128                      // distinct GEMMs of a run (a GPT-2 step has ~13)
 #define BIASGRAD_COLS 32                          // columns per block (one warp wide)
 #define BIASGRAD_LANES 8                          // rows summed side by side in a block
 #define BIASGRAD_ROWS 256                         // rows per chunk (one partial sum per chunk)
@@ -313,8 +313,10 @@ typedef struct {
     int has_algo;             // 0: cuBLASLt offered none; matmul_simple_kernel runs instead
 } MatmulPlan;
 
-static MatmulPlan g_matmul_plans[MATMUL_MAX_PLANS];
-static int g_matmul_nplans = 0;
+// Grown by doubling: a training step has ~13 distinct GEMMs, but sampling runs the model at every
+// sequence length 1..T, ~5 more per length (so a fixed table ran out at the first sample).
+static MatmulPlan* g_matmul_plans = NULL;
+static int g_matmul_nplans = 0, g_matmul_cap = 0;
 static int g_matmul_simple_plans = 0; // plans for which cuBLASLt had no algorithm (the tests read it)
 
 // The largest power of two (at most 256) that divides the address.
@@ -416,9 +418,13 @@ static MatmulPlan* matmul_plan(const MatmulPlan* key, const floatX* bias) {
             p->align_b == key->align_b && p->align_d == key->align_d && p->align_bias == key->align_bias)
             return p;
     }
-    if (g_matmul_nplans == MATMUL_MAX_PLANS)
-        die(1, "more than %d distinct matmul shapes (internal error) at the GEMM %s. HINT: raise "
-               "MATMUL_MAX_PLANS in ops/matmul.cuh", MATMUL_MAX_PLANS, matmul_plan_str(key));
+    if (g_matmul_nplans == g_matmul_cap) { // plans are used at once, never kept by pointer: they may move
+        int cap = g_matmul_cap ? 2 * g_matmul_cap : 64;
+        MatmulPlan* grown = (MatmulPlan*)realloc(g_matmul_plans, sizeof(MatmulPlan) * cap);
+        if (!grown) die(1, "out of host memory for %d matmul plans at the GEMM %s", cap, matmul_plan_str(key));
+        g_matmul_plans = grown;
+        g_matmul_cap = cap;
+    }
     MatmulPlan* p = &g_matmul_plans[g_matmul_nplans++];
     *p = *key;
     matmul_plan_init(p, bias);

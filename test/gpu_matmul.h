@@ -88,18 +88,18 @@ static void matmul_run_gpu(const MatmulCase* m, MatmulResult* r, int misalign) {
     floatX* d_b = (floatX*)gpu_zeros(sizeof(floatX) * (OC + s));
     floatX* d_dout = (floatX*)gpu_zeros(sizeof(floatX) * (no + s));
     floatX* d_pin = (floatX*)gpu_zeros(sizeof(floatX) * (nx + s));
-    floatX* d_out = (floatX*)gpu_zeros(sizeof(floatX) * (no + s));
-    floatX* d_pre = (floatX*)gpu_zeros(sizeof(floatX) * (no + s));
-    floatX* d_dinp = (floatX*)gpu_zeros(sizeof(floatX) * (nx + s));
+    floatX* d_out = (floatX*)gpu_nans(sizeof(floatX) * (no + s)); // "=" outputs start as NaN
+    floatX* d_pre = (floatX*)gpu_nans(sizeof(floatX) * (no + s));
+    floatX* d_dinp = (floatX*)gpu_nans(sizeof(floatX) * (nx + s));
     float* d_dw = (float*)gpu_zeros(sizeof(float) * (nw + s));
     float* d_db = (float*)gpu_zeros(sizeof(float) * (OC + s));
-    cudaCheck(cudaMemcpy(d_inp + s, m->inp, sizeof(floatX) * nx, cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(d_w + s, m->weight, sizeof(floatX) * nw, cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(d_b + s, m->bvec, sizeof(floatX) * OC, cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(d_dout + s, m->dout, sizeof(floatX) * no, cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(d_pin + s, m->pre_inp, sizeof(floatX) * nx, cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(d_dw + s, m->dw0, sizeof(float) * nw, cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(d_db + s, m->db0, sizeof(float) * OC, cudaMemcpyHostToDevice));
+    gpu_upload(d_inp + s, m->inp, sizeof(floatX) * nx);
+    gpu_upload(d_w + s, m->weight, sizeof(floatX) * nw);
+    gpu_upload(d_b + s, m->bvec, sizeof(floatX) * OC);
+    gpu_upload(d_dout + s, m->dout, sizeof(floatX) * no);
+    gpu_upload(d_pin + s, m->pre_inp, sizeof(floatX) * nx);
+    gpu_upload(d_dw + s, m->dw0, sizeof(float) * nw);
+    gpu_upload(d_db + s, m->db0, sizeof(float) * OC);
     const floatX* bias = m->bias ? d_b + s : NULL;
     const floatX* pre_inp = m->gelu ? d_pin + s : NULL;
     float* dbias = m->bias ? d_db + s : NULL;
@@ -171,10 +171,11 @@ TEST(gpu_matmul_odd_shapes) {
 // These must run through cuBLASLt, never the simple kernel.
 TEST(gpu_matmul_gpt2_layer) {
     int simple_before = g_matmul_simple_plans;
-    check_matmul("qkv", 4096, 768, 2304, 1, 0, 0);
-    check_matmul("attproj", 4096, 768, 768, 1, 0, 0);
-    check_matmul("fc", 4096, 768, 3072, 1, 1, 0);
-    check_matmul("fcproj", 4096, 3072, 768, 1, 1, 0);
+    const int N = GPU_BIG(4096, 256);
+    check_matmul("qkv", N, 768, 2304, 1, 0, 0);
+    check_matmul("attproj", N, 768, 768, 1, 0, 0);
+    check_matmul("fc", N, 768, 3072, 1, 1, 0);
+    check_matmul("fcproj", N, 3072, 768, 1, 1, 0);
     CHECKF(g_matmul_simple_plans == simple_before, "%d GPT-2 GEMMs had no cuBLASLt algorithm (see the notes above)",
            g_matmul_simple_plans - simple_before);
 }
@@ -185,7 +186,7 @@ TEST(gpu_matmul_gpt2_layer) {
 // GEMMs' long dimensions (Vp = 50304 and K = Vp for dlnf) are the real ones.
 TEST(gpu_matmul_lm_head) {
     int simple_before = g_matmul_simple_plans;
-    check_matmul("lm head", 1024, 768, 50304, 0, 0, 0);
+    check_matmul("lm head", GPU_BIG(1024, 64), 768, 50304, 0, 0, 0);
     CHECKF(g_matmul_simple_plans == simple_before, "the LM head GEMMs had no cuBLASLt algorithm (see the notes above)");
 }
 
@@ -213,7 +214,7 @@ TEST(gpu_gelu_forward) {
     rand_x(pre, (int64_t)no, 2.0, 5);
     ON_CPU(op_gelu_forward(out_cpu, pre, (int64_t)no));
     floatX* d_pre = (floatX*)gpu_copy_of(pre, sizeof(floatX) * no);
-    floatX* d_out = (floatX*)gpu_zeros(sizeof(floatX) * no);
+    floatX* d_out = (floatX*)gpu_nans(sizeof(floatX) * no);
     ON_GPU(op_gelu_forward(d_out, d_pre, (int64_t)no));
     gpu_to_host(out_gpu, d_out, sizeof(floatX) * no);
     GPU_COMPARE("gelu forward", relerr_x(out_gpu, out_cpu, (int64_t)no), TOL_GPU_FWD);
@@ -295,8 +296,8 @@ TEST(gpu_classifier_small) {
 }
 
 TEST(gpu_classifier_gpt2) {
-    check_classifier(1024, 64, 50257, 50304, 1);
-    check_classifier(256, 64, 50257, 50304, 0);
+    check_classifier(GPU_BIG(1024, 64), 64, 50257, 50304, 1);
+    check_classifier(GPU_BIG(256, 32), 64, 50257, 50304, 0);
 }
 
 // Without targets the classifier does not run: the logits are the matmul's, untouched.
@@ -320,6 +321,38 @@ TEST(gpu_classifier_no_targets) {
     free(x); free(wte); free(a); free(b);
     void* bufs[] = {d_x, d_wte, d_logits, d_losses};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) cudaCheck(cudaFree(bufs[i]));
+}
+
+// Sampling runs the model at every sequence length 1..T: about 5 GEMM shapes per length, hundreds in
+// all, far more than a training step's ~13. Each shape gets its plan and the CPU's result (forward
+// with bias at N = 1..200 rows; the plan table once stopped the program at 128).
+TEST(gpu_matmul_many_shapes) {
+    const int C = 16, OC = 24, NMAX = 200;
+    MatmulCase m = matmul_case_make(NMAX, C, OC, 1, 0, 55);
+    floatX* out_c = (floatX*)malloc(sizeof(floatX) * NMAX * OC);
+    floatX* out_g = (floatX*)malloc(sizeof(floatX) * NMAX * OC);
+    floatX* d_inp = (floatX*)gpu_copy_of(m.inp, sizeof(floatX) * NMAX * C);
+    floatX* d_w = (floatX*)gpu_copy_of(m.weight, sizeof(floatX) * OC * C);
+    floatX* d_b = (floatX*)gpu_copy_of(m.bvec, sizeof(floatX) * OC);
+    floatX* d_out = (floatX*)gpu_nans(sizeof(floatX) * NMAX * OC);
+    int plans_before = g_matmul_nplans, bad = 0;
+    double worst = 0.0;
+    for (int N = 1; N <= NMAX; N++) {
+        ON_CPU(op_matmul_forward(out_c, NULL, m.inp, m.weight, m.bvec, N, C, OC));
+        ON_GPU(op_matmul_forward(d_out, NULL, d_inp, d_w, d_b, N, C, OC));
+        gpu_to_host(out_g, d_out, sizeof(floatX) * N * OC);
+        double e = relerr_x(out_g, out_c, (int64_t)N * OC);
+        bad += !(e < TOL_GPU_FWD);
+        worst = e > worst ? e : worst;
+    }
+    char what[96];
+    snprintf(what, sizeof(what), "forward at N = 1..%d (worst)", NMAX);
+    GPU_COMPARE(what, bad ? 1.0 : worst, TOL_GPU_FWD);
+    CHECKF(g_matmul_nplans - plans_before >= NMAX, "%d new plans for %d shapes", g_matmul_nplans - plans_before, NMAX);
+    free(out_c); free(out_g);
+    void* bufs[] = {d_inp, d_w, d_b, d_out};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) cudaCheck(cudaFree(bufs[i]));
+    matmul_case_free(&m);
 }
 
 // Pointers shifted by one element (2-byte aligned in BF16): cuBLASLt is asked for algorithms at that

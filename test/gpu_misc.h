@@ -81,8 +81,8 @@ TEST(gpu_layernorm_forward) {
         float *mean_g2 = (float*)malloc(4 * N), *rstd_g2 = (float*)malloc(4 * N);
         floatX *da = (floatX*)GM_UP(a, NC), *db = (floatX*)GM_UP(b, NC);
         floatX *dw = (floatX*)GM_UP(w, C), *dbias = (floatX*)GM_UP(bias, C);
-        floatX *dres = (floatX*)gpu_zeros(sizeof(floatX) * NC), *dout = (floatX*)gpu_zeros(sizeof(floatX) * NC);
-        float *dmean = (float*)gpu_zeros(4 * N), *drstd = (float*)gpu_zeros(4 * N);
+        floatX *dres = (floatX*)gpu_nans(sizeof(floatX) * NC), *dout = (floatX*)gpu_nans(sizeof(floatX) * NC);
+        float *dmean = (float*)gpu_nans(4 * N), *drstd = (float*)gpu_nans(4 * N);
         for (int with_res = 1; with_res >= 0; with_res--) {
             char what[96];
             printf("  N %d C %d, %s\n", N, C, with_res ? "residual = a + b, layernorm(residual)" : "layernorm(a), no residual");
@@ -109,7 +109,7 @@ TEST(gpu_layernorm_forward) {
             gm_bitwise(what, out_g2, out_g, NC, sizeof(floatX));
             if (with_res) {
                 // normalising the stored residual again (no add) reproduces the bits (-r 2 relies on it)
-                floatX* dout2 = (floatX*)gpu_zeros(sizeof(floatX) * NC);
+                floatX* dout2 = (floatX*)gpu_nans(sizeof(floatX) * NC);
                 ON_GPU(op_residual_layernorm_forward(NULL, dout2, dmean, drstd, dres, NULL, dw, dbias, N, C));
                 GM_DOWN(out_g2, dout2, NC);
                 GM_DOWN(mean_g2, dmean, N);
@@ -170,9 +170,9 @@ TEST(gpu_layernorm_backward) {
         floatX* dinp_g[2];
         float *dw_g[2], *db_g[2];
         for (int run = 0; run < 2; run++) {
-            cudaCheck(cudaMemcpy(ddinp, dinp0, sizeof(floatX) * NC, cudaMemcpyHostToDevice));
-            cudaCheck(cudaMemcpy(ddw, dw0, 4 * C, cudaMemcpyHostToDevice));
-            cudaCheck(cudaMemcpy(ddb, db0, 4 * C, cudaMemcpyHostToDevice));
+            gpu_upload(ddinp, dinp0, sizeof(floatX) * NC);
+            gpu_upload(ddw, dw0, 4 * C);
+            gpu_upload(ddb, db0, 4 * C);
             ON_GPU(op_layernorm_backward(ddinp, ddw, ddb, ddout, dx, dwt, dmean, drstd, N, C));
             dinp_g[run] = (floatX*)malloc(sizeof(floatX) * NC);
             dw_g[run] = (float*)malloc(4 * C);
@@ -251,15 +251,15 @@ TEST(gpu_encoder) {
         // GPU: forward once, backward twice from the same starting values
         int* dtok = (int*)GM_UP(tok, N);
         floatX *dwte_p = (floatX*)GM_UP(wte, VC), *dwpe_p = (floatX*)GM_UP(wpe, TC), *ddout = (floatX*)GM_UP(dout, NC);
-        floatX* dout_fwd = (floatX*)gpu_zeros(sizeof(floatX) * NC);
+        floatX* dout_fwd = (floatX*)gpu_nans(sizeof(floatX) * NC);
         float *ddwte = (float*)gpu_zeros(4 * VC), *ddwpe = (float*)gpu_zeros(4 * TC);
         ON_GPU(op_encoder_forward(dout_fwd, dtok, dwte_p, dwpe_p, B, T, C));
         floatX* out_g = (floatX*)malloc(sizeof(floatX) * NC);
         GM_DOWN(out_g, dout_fwd, NC);
         float *dwte_g[2], *dwpe_g[2];
         for (int run = 0; run < 2; run++) {
-            cudaCheck(cudaMemcpy(ddwte, dwte0, 4 * VC, cudaMemcpyHostToDevice));
-            cudaCheck(cudaMemcpy(ddwpe, dwpe0, 4 * TC, cudaMemcpyHostToDevice));
+            gpu_upload(ddwte, dwte0, 4 * VC);
+            gpu_upload(ddwpe, dwpe0, 4 * TC);
             ON_GPU(op_encoder_backward(ddwte, ddwpe, ddout, dtok, B, T, C, V));
             dwte_g[run] = (float*)malloc(4 * VC);
             dwpe_g[run] = (float*)malloc(4 * TC);
@@ -331,7 +331,7 @@ TEST(gpu_adamw_bitwise) {
         rand_f(g, n, 1.0, 1700 + k);
         for (int s = 0; s < 20; s++)
             for (int64_t i = segs[s].off; i < segs[s].off + segs[s].len; i++) g[i] = (float)(g[i] * gscale[s]);
-        cudaCheck(cudaMemcpy(dg, g, 4 * n, cudaMemcpyHostToDevice));
+        gpu_upload(dg, g, 4 * n);
         AdamWParams hpar = {6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.37f, 0, 0};
         if (k == 4) hpar.grad_scale = 1.0f;
         adamw_bias_corrections(&hpar, steps[k]);
@@ -381,7 +381,7 @@ TEST(gpu_round_params_bitwise) {
     floatX* p_g = (floatX*)malloc(sizeof(floatX) * n);
     ON_CPU(op_round_params(p_c, master, n));
     float* dmaster = (float*)GM_UP(master, n);
-    floatX* dp = (floatX*)gpu_zeros(sizeof(floatX) * n);
+    floatX* dp = (floatX*)gpu_nans(sizeof(floatX) * n);
     ON_GPU(op_round_params(dp, dmaster, n));
     GM_DOWN(p_g, dp, n);
     gm_bitwise("round_params", p_g, p_c, n, sizeof(floatX));

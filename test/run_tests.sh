@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # test/run_tests.sh — the whole suite (what `make test` runs after building the test binaries).
 #   1. test/test_bf16 and test/test_fp32: every C test case, in both precisions
-#   2. the nvcc build with warnings as errors (skipped, and said so, when nvcc is missing)
-#   3. the PyTorch fixtures regenerated and compared with the committed ones (skipped, and said
+#   2. test/test_emu and test/test_emu_fp32: the GPU test program (test/test_gpu.cu: every CUDA op
+#      against the CPU op, the model on -device cuda) run on the CPU emulator (test/cuda_emu/)
+#   3. the nvcc build with warnings as errors (skipped, and said so, when nvcc is missing)
+#   4. the PyTorch fixtures regenerated and compared with the committed ones (skipped, and said
 #      so, when python3-torch is missing; CI installs it)
 # Prints every case and ends with one line "N passed, N failed" over all of them.
 set -u
@@ -19,7 +21,7 @@ count() { # add the "N passed, N failed" of a test binary's output
     skipped=$((skipped + $(grep -c '^SKIP ' "$1")))
 }
 
-for bin in test/test_bf16 test/test_fp32; do
+for bin in test/test_bf16 test/test_fp32 test/test_emu test/test_emu_fp32; do
     echo "=== $bin"
     log=$(mktemp)
     "$bin" ${TEST_FILTER:-} 2>&1 | tee "$log"

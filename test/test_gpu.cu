@@ -1,6 +1,8 @@
 // test/test_gpu.cu — the CUDA device against the CPU device, op by op, and then the whole model.
-// Built with nvcc (make test-gpu); run on a machine with a GPU by dev/gpu_check.sh. It cannot run
-// here (no GPU); `make test` only checks that it compiles.
+// Built with nvcc (make test-gpu); run on a machine with a GPU by dev/gpu_check.sh. `make test`
+// checks that it compiles with nvcc, and runs it on the CPU as test/test_emu: the same sources,
+// compiled by g++ with -DZT_CUDA_EMU against a CPU emulation of the CUDA subset they use
+// (test/cuda_emu/), with the big shapes reduced (GPU_BIG below).
 //
 // Each case makes random inputs on the host, runs the op once on the CPU device (host buffers)
 // and once on the CUDA device (copies on the GPU), and compares the outputs by ||a-b||/||b||
@@ -22,6 +24,15 @@ static float* g_work_cpu = NULL; // host scratch for the CPU side of a compariso
 static float* g_work_gpu = NULL; // device scratch for the CUDA side
 #define GPU_WORK_FLOATS ((size_t)1 << 24)
 
+// A size that is `full` on a GPU and `emulated` under the CPU emulator, where the largest cases
+// would take minutes: only row counts (N = B*T, heads) shrink; the long dimensions (C, 3C, 4C,
+// Vp, V, T = 1024) and every kind of case stay.
+#ifdef ZT_CUDA_EMU
+#define GPU_BIG(full, emulated) (emulated)
+#else
+#define GPU_BIG(full, emulated) (full)
+#endif
+
 // Run a statement on the CPU device (host pointers, host scratch), then switch back to CUDA.
 #define ON_CPU(stmt)                                                   \
     do {                                                               \
@@ -37,20 +48,41 @@ static float* g_work_gpu = NULL; // device scratch for the CUDA side
         cudaCheck(cudaStreamSynchronize(g_stream));                    \
     } while (0)
 
+// Copies and fills go through g_stream, the stream the ops run on, and wait for it. (Plain
+// cudaMemcpy / cudaMemset use the legacy default stream, which g_stream, created non-blocking, does
+// not wait for: a cudaMemset just before an op may land after it, and a host-to-device cudaMemcpy
+// from pageable memory may return before its data is on the device.)
+static inline void gpu_upload(void* dev, const void* host, size_t bytes) {
+    cudaCheck(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, g_stream));
+    cudaCheck(cudaStreamSynchronize(g_stream));
+}
+static inline void gpu_fill(void* dev, int byte, size_t bytes) {
+    cudaCheck(cudaMemsetAsync(dev, byte, bytes, g_stream));
+    cudaCheck(cudaStreamSynchronize(g_stream));
+}
+static inline void gpu_to_host(void* host, const void* dev, size_t bytes) {
+    cudaCheck(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, g_stream));
+    cudaCheck(cudaStreamSynchronize(g_stream));
+}
 static inline void* gpu_copy_of(const void* host, size_t bytes) {
     void* d = NULL;
     cudaCheck(cudaMalloc(&d, bytes > 0 ? bytes : 1));
-    cudaCheck(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice));
+    gpu_upload(d, host, bytes);
     return d;
 }
 static inline void* gpu_zeros(size_t bytes) {
     void* d = NULL;
     cudaCheck(cudaMalloc(&d, bytes > 0 ? bytes : 1));
-    cudaCheck(cudaMemset(d, 0, bytes));
+    gpu_fill(d, 0, bytes);
     return d;
 }
-static inline void gpu_to_host(void* host, const void* dev, size_t bytes) {
-    cudaCheck(cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost));
+// Device memory filled with 0xFF bytes (NaN in every float type), for "=" outputs: an element a
+// kernel forgets to write, or adds to instead of writing, then fails the comparison.
+static inline void* gpu_nans(size_t bytes) {
+    void* d = NULL;
+    cudaCheck(cudaMalloc(&d, bytes > 0 ? bytes : 1));
+    gpu_fill(d, 0xFF, bytes);
+    return d;
 }
 
 static inline void rand_x(floatX* x, int64_t n, double scale, uint64_t seed) {

@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""test/cuda_emu/mutants.py — does the emulated GPU suite catch the bugs CUDA code typically has?
+
+    python3 test/cuda_emu/mutants.py            # every mutant (about 5 minutes on 2 cores)
+    python3 test/cuda_emu/mutants.py NAME...    # some of them
+
+Each mutant is one small change to the real CUDA sources — a missing barrier, a wrong transpose,
+an out-of-bounds index, host code reading device memory, ... — applied to a copy of the working
+tree in a scratch directory; there test/test_emu is built and the test cases named with it are run.
+A mutant is "caught" when a case fails or the emulator stops the run. Not part of `make test`
+(each mutant is a build); run it after changing test/cuda_emu/ to see that the checks still bite.
+"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+# name: (file, original text, mutated text, test filter, what the bug is)
+MUTANTS = {
+    'attention_missing_barrier': (
+        'ops/attention.cuh',
+        '        __syncthreads(); // K_j, V_j, P~_ij are used up before the next tile overwrites them\n', '',
+        'gpu_attention_hs12', 'forward: the next key tile overwrites K_j, V_j while other warps still read them'),
+    'attention_dq_missing_barrier': (
+        'ops/attention.cuh',
+        '        __syncthreads(); // K_j, V_j, dS are used up before the next tile overwrites them\n', '',
+        'gpu_attention_hs12', 'backward dQ: the same, in the dQ kernel'),
+    'classifier_missing_barrier': (
+        'ops/classifier.cuh',
+        '    __syncthreads(); // every warp has read scratch before the next reduction writes it\n', '',
+        'gpu_classifier_gpt2', 'block reduction: the sum overwrites the max in shared memory before every warp read it'),
+    'sumsq_missing_barrier': (
+        'adamw.cuh',
+        "        __syncthreads(); // this level's sums are written before the next level reads them\n"
+        '    }\n    if (threadIdx.x == 0) part[blockIdx.x]',
+        '    }\n    if (threadIdx.x == 0) part[blockIdx.x]',
+        'gpu_sumsq', 'tree reduction without a barrier between levels'),
+    'biasgrad_missing_barrier': (
+        'ops/matmul.cuh',
+        '    lane_sum[threadIdx.y][threadIdx.x] = acc;\n    __syncthreads(); // lane_sum is complete\n',
+        '    lane_sum[threadIdx.y][threadIdx.x] = acc;\n',
+        'gpu_matmul_odd', 'bias gradient: row 0 adds the other rows\' sums before they are written'),
+    'biasgrad_divergent_barrier': (
+        'ops/matmul.cuh',
+        '    lane_sum[threadIdx.y][threadIdx.x] = acc;\n    __syncthreads(); // lane_sum is complete\n',
+        '    lane_sum[threadIdx.y][threadIdx.x] = acc;\n    if (c < OC) __syncthreads(); // lane_sum is complete\n',
+        'gpu_matmul_odd', '__syncthreads inside a condition that differs across the block'),
+    'layernorm_partial_warp_exit': (
+        'ops/layernorm.cuh',
+        '    if (i >= N) return; // the whole warp leaves together: the shuffles below see 32 lanes\n',
+        '    if (i >= N && lane == 0) return;\n',
+        'gpu_layernorm_forward', 'a shuffle with a full mask after some lanes of the warp returned'),
+    'matmul_wrong_transpose': (
+        'ops/matmul.cuh',
+        'cuda_gemm(1, 0, OC, N, C, weight, C, inp, C, d, OC, bias, 0);',
+        'cuda_gemm(0, 0, OC, N, C, weight, C, inp, C, d, OC, bias, 0);',
+        'gpu_matmul_odd', 'forward GEMM without op(A) = A^T: the row-/column-major mapping broken'),
+    'matmul_wrong_ld': (
+        'ops/matmul.cuh',
+        'cuda_gemm(0, 1, C, OC, N, inp, C, dout, OC, dweight, C, NULL, 1);',
+        'cuda_gemm(0, 1, C, OC, N, inp, C, dout, OC, dweight, OC, NULL, 1);',
+        'gpu_matmul_odd', 'weight-gradient GEMM with the wrong leading dimension of D'),
+    'matmul_beta_one': (
+        'ops/matmul.cuh',
+        'const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;',
+        'const float alpha = 1.0f, beta = 1.0f;',
+        'gpu_matmul_odd', 'forward and dinp GEMMs add to their output instead of writing it'),
+    'matmul_bias_type': (
+        'ops/matmul.cuh',
+        'int32_t bias_type = CUDA_R_FLOATX;', 'int32_t bias_type = CUDA_R_32F;',
+        'gpu_matmul_gpt2', 'a bias type cuBLASLt does not accept with a BF16 D (the GEMM falls back or fails)'),
+    'attention_no_smem_attribute': (
+        'ops/attention.cuh',
+        '    cudaCheck(cudaFuncSetAttribute(attention_forward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fwd));\n',
+        '', 'gpu_attention_hs128', 'over 48 KiB of dynamic shared memory without cudaFuncSetAttribute'),
+    'encoder_sort_bits': (
+        'ops/encoder.cuh',
+        'while (end_bit < 32 && ((int64_t)1 << end_bit) < V) end_bit++;', 'end_bit = 8 + 0 * V;',
+        'gpu_encoder', 'the radix sort looks at too few key bits: tokens grouped wrongly, rows written twice'),
+    'encoder_temp_storage': (
+        'ops/encoder.cuh',
+        'cudaCheck(cub::DeviceRadixSort::SortPairs(temp, temp_bytes,',
+        'temp_bytes -= 300; cudaCheck(cub::DeviceRadixSort::SortPairs(temp, temp_bytes,',
+        'gpu_encoder', 'less temporary storage than CUB asked for'),
+    'encoder_out_of_bounds': (
+        'ops/encoder.cuh',
+        '    if (idx >= N * C) return;\n    int64_t bt', '    if (idx > N * C + 200) return;\n    int64_t bt',
+        'gpu_encoder', 'a bounds check that lets threads past the end write'),
+    'adamw_contracted': (
+        'adamw.cuh',
+        'float vi = __fmaf_rn(beta2, __fsub_rn(*v, gg), gg);', 'float vi = __fmaf_rn(beta2, *v - g * g, gg);',
+        'gpu_adamw', 'plain arithmetic where the CPU\'s rounding must be kept: nvcc fuses it into an FMA'),
+    'matmul_fixed_plan_table': (
+        'ops/matmul.cuh',
+        'int cap = g_matmul_cap ? 2 * g_matmul_cap : 64;',
+        'int cap = g_matmul_cap ? 2 * g_matmul_cap : 64; if (cap > 128) die(1, "more than 128 matmul shapes");',
+        'gpu_matmul_many', 'the GEMM plan table of a fixed size (sampling needs ~5 plans per sequence length)'),
+    'test_legacy_stream_fill': (
+        'test/test_gpu.cu',
+        '    cudaCheck(cudaMemsetAsync(dev, byte, bytes, g_stream));\n    cudaCheck(cudaStreamSynchronize(g_stream));\n',
+        '    cudaCheck(cudaMemset(dev, byte, bytes));\n',
+        'gpu_layernorm_forward', 'a fill on the legacy default stream, which the ops\' non-blocking stream does not wait for'),
+    'host_reads_device_memory': (
+        'test/test_gpu.cu',
+        '        cudaCheck(cudaStreamSynchronize(g_stream));                    \\\n',
+        '        cudaCheck(cudaStreamSynchronize(g_stream)); (void)*(volatile float*)g_work_gpu; \\\n',
+        'gpu_fill', 'host code dereferencing a device pointer'),
+    'wait_unrecorded_event': (
+        'zero.h',
+        '    cudaCheck(cudaEventRecord(s->ready, g_stream));\n', '',
+        'zero_stages', 'a stream waits on an event nobody recorded (it orders nothing)'),
+}
+
+
+def main():
+    names = sys.argv[1:] or list(MUTANTS)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    skip = shutil.ignore_patterns('.git', 'build', 'out', 'train', 'train_cpu', 'train_cpu_fp32', 'train_gpu',
+                                  'test_bf16', 'test_fp32', 'test_emu', 'test_emu_fp32', 'test_gpu', '__pycache__')
+    missed = 0
+    for name in names:
+        path, old, new, filt, what = MUTANTS[name]
+        with tempfile.TemporaryDirectory(prefix='zt_mutant_') as tmp:
+            tree = os.path.join(tmp, 'tree')
+            shutil.copytree(root, tree, ignore=skip)
+            src = open(os.path.join(tree, path)).read()
+            if src.count(old) != 1:
+                print('%-30s the original text is not in %s (update mutants.py)' % (name, path))
+                missed += 1
+                continue
+            open(os.path.join(tree, path), 'w').write(src.replace(old, new))
+            b = subprocess.run('make -s test/test_emu', shell=True, cwd=tree, capture_output=True, text=True)
+            if b.returncode:
+                print('%-30s does not build:\n%s' % (name, b.stderr[-1500:]))
+                missed += 1
+                continue
+            r = subprocess.run('timeout 600 ./test/test_emu ' + filt, shell=True, cwd=tree, capture_output=True, text=True)
+            out = (r.stdout + r.stderr).splitlines()
+            emu = [l for l in out if l.startswith('cuda_emu') or l.startswith('error:')]
+            fails = [l.strip() for l in out if 'FAIL' in l and not l.startswith('FAIL ')]
+            caught = r.returncode != 0
+            how = emu[0] if emu else (fails[0] if fails else 'exit code %d' % r.returncode)
+            print('%-30s %s  (%s)\n    %s' % (name, 'caught' if caught else 'MISSED', what, how[:300] if caught else ''))
+            missed += not caught
+    print('%d of %d mutants caught' % (len(names) - missed, len(names)))
+    sys.exit(1 if missed else 0)
+
+
+if __name__ == '__main__':
+    main()
