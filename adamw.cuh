@@ -19,7 +19,7 @@
 // op_sumsq sums fixed chunks with a fixed tree on the GPU: deterministic, within a few 1e-7 of
 // the CPU's sequential chunk sums, not bitwise equal to them (see op_sumsq).
 //
-// defines: Segment, AdamWParams, adamw_bias_corrections, op_adamw, op_round_params, op_sumsq
+// defines: Segment, AdamWParams, adamw_bias_corrections, op_adamw, op_round_params, op_sumsq_many, op_sumsq
 #ifndef ZT_ADAMW_CUH
 #define ZT_ADAMW_CUH
 
@@ -208,21 +208,27 @@ __global__ static void sumsq_total_kernel(double* part, int64_t nchunks) {
     if (threadIdx.x == 0) part[0] = buf[0];
 }
 
-// The CUDA side of op_sumsq. Not the CPU's bits: a chunk's FP32 sum in sequential order would
+// The CUDA side of op_sumsq_many. Not the CPU's bits: a chunk's FP32 sum in sequential order would
 // be one thread walking 4096 elements (slow), so the same chunks are summed by a fixed tree
 // instead (more accurate: relative error ~1e-7 against the CPU's ~1e-6 per chunk). Every order is
-// a function of len only: the result is deterministic on any GPU. Scratch: nchunks doubles in
-// g_work, as on the CPU. The result goes to the host, so each call waits for the stream: one
-// synchronisation per call (zero_local_sumsq calls it per segment once per step; allowed for now;
-// the fix is a device-side total over the segment table read back once with the loss).
-static double sumsq_cuda(const float* g, int64_t len) {
-    if (len <= 0) return 0.0;
-    int64_t nchunks = ceil_div(len, NORM_CHUNK);
-    if ((size_t)nchunks * 2 > g_work_floats) die(1, "norm workspace too small (internal error)");
+// a function of the segment lengths only: the result is deterministic on any GPU. Scratch: one
+// double per chunk of every segment in g_work. The total goes to the host: one synchronisation of
+// the stream per call, i.e. per step (see README: reading it back a step late is left to do).
+static double sumsq_many_cuda(const float* const* g, const int64_t* len, int n) {
+    int64_t total_chunks = 0;
+    for (int i = 0; i < n; i++) total_chunks += ceil_div(len[i], NORM_CHUNK);
+    if (total_chunks == 0) return 0.0;
+    if ((size_t)total_chunks * 2 > g_work_floats) die(1, "norm workspace too small (internal error)");
     double* part = (double*)g_work;
-    sumsq_chunks_kernel<<<(unsigned)nchunks, SUMSQ_THREADS, 0, g_stream>>>(g, len, part);
-    cudaCheck(cudaGetLastError());
-    sumsq_total_kernel<<<1, SUMSQ_TOTAL_THREADS, 0, g_stream>>>(part, nchunks);
+    int64_t at = 0;
+    for (int i = 0; i < n; i++) { // each segment's chunks into its own range of part
+        int64_t nchunks = ceil_div(len[i], NORM_CHUNK);
+        if (nchunks == 0) continue;
+        sumsq_chunks_kernel<<<(unsigned)nchunks, SUMSQ_THREADS, 0, g_stream>>>(g[i], len[i], part + at);
+        cudaCheck(cudaGetLastError());
+        at += nchunks;
+    }
+    sumsq_total_kernel<<<1, SUMSQ_TOTAL_THREADS, 0, g_stream>>>(part, total_chunks);
     cudaCheck(cudaGetLastError());
     double total = 0.0;
     dev_to_host(&total, part, sizeof(double)); // waits for g_stream
@@ -230,23 +236,33 @@ static double sumsq_cuda(const float* g, int64_t len) {
 }
 #endif
 
-static double op_sumsq(const float* g, int64_t len) {
+// Sum of squares over n runs g[i][0..len[i]) (the rank's shard of the gradient, padding excluded):
+// on the CPU each run in fixed chunks (FP32 within, double across, in order), the runs added in
+// order in double; no result depends on the thread count.
+static double op_sumsq_many(const float* const* g, const int64_t* len, int n) {
 #ifdef __CUDACC__
-    if (g_device == DEV_CUDA) return sumsq_cuda(g, len);
+    if (g_device == DEV_CUDA) return sumsq_many_cuda(g, len, n);
 #endif
-    int64_t nchunks = ceil_div(len, NORM_CHUNK);
-    if ((size_t)nchunks * 2 > g_work_floats) die(1, "norm workspace too small (internal error)");
-    double* part = (double*)g_work;
-#pragma omp parallel for schedule(static)
-    for (int64_t c = 0; c < nchunks; c++) {
-        int64_t lo = c * NORM_CHUNK, hi = lo + NORM_CHUNK < len ? lo + NORM_CHUNK : len;
-        float s = 0.0f;
-        for (int64_t i = lo; i < hi; i++) s += g[i] * g[i];
-        part[c] = s;
-    }
     double total = 0.0;
-    for (int64_t c = 0; c < nchunks; c++) total += part[c];
+    double* part = (double*)g_work;
+    for (int k = 0; k < n; k++) {
+        int64_t nchunks = ceil_div(len[k], NORM_CHUNK);
+        if ((size_t)nchunks * 2 > g_work_floats) die(1, "norm workspace too small (internal error)");
+#pragma omp parallel for schedule(static)
+        for (int64_t c = 0; c < nchunks; c++) {
+            int64_t lo = c * NORM_CHUNK, hi = lo + NORM_CHUNK < len[k] ? lo + NORM_CHUNK : len[k];
+            float s = 0.0f;
+            for (int64_t i = lo; i < hi; i++) s += g[k][i] * g[k][i];
+            part[c] = s;
+        }
+        double run = 0.0;
+        for (int64_t c = 0; c < nchunks; c++) run += part[c];
+        total += run;
+    }
     return total;
 }
+
+// One run (tests and tools).
+static inline double op_sumsq(const float* g, int64_t len) { return op_sumsq_many(&g, &len, 1); }
 
 #endif // ZT_ADAMW_CUH

@@ -35,7 +35,7 @@
 #include "ops/matmul.cuh"      // defines: op_matmul_forward, op_matmul_backward, op_gelu_forward
 #include "ops/attention.cuh"   // defines: op_attention_forward, op_attention_backward
 #include "ops/classifier.cuh"  // defines: op_lm_head_forward
-#include "adamw.cuh"           // defines: AdamWParams, op_adamw, op_sumsq
+#include "adamw.cuh"           // defines: AdamWParams, op_adamw, op_sumsq_many
 #include "zero.h"              // defines: BlockLayout, Zero, Comm, the zero_* hooks, comm_*
 #include "dataloader.h"        // defines: DataLoader, dataloader_init, dataloader_load
 #include "tokenizer.h"         // defines: Tokenizer, tokenizer_init, tokenizer_print
@@ -481,7 +481,7 @@ static size_t ops_workspace_floats(const GPTConfig* c, int B, int T, int64_t opt
     if ((size_t)maxK * GEMM_NR > ws) ws = (size_t)maxK * GEMM_NR;
     size_t att = (size_t)BT * c->NH;
     size_t enc = encoder_workspace_ints(B, T, c->V);
-    size_t norm = 2 * (size_t)ceil_div(opt_elems, NORM_CHUNK);
+    size_t norm = 2 * ((size_t)ceil_div(opt_elems, NORM_CHUNK) + (size_t)MAX_BLOCK_TENSORS * (c->L + 1)); // a partial chunk per segment
     if (att > ws) ws = att;
     if (enc > ws) ws = enc;
     if (norm > ws) ws = norm;

@@ -993,15 +993,21 @@ static void zero_after_embedding_backward(Zero* z, int micro, int last_micro) {
 // The step: global gradient norm over the shards (padding excluded) with one scalar reduction,
 // clipping, AdamW on the optimizer range, then the parameters everyone needs again.
 
-// Sum of squares of this rank's shard of the reduced gradient (all stages: the shard).
+// Sum of squares of this rank's shard of the reduced gradient (all stages: the shard), every
+// segment of every block in one op (one read-back on the GPU).
 static double zero_local_sumsq(Zero* z) {
-    double total = 0.0;
+    int cap = z->lay.nblocks * MAX_BLOCK_TENSORS, n = 0;
+    const float** ptr = (const float**)malloc(sizeof(float*) * cap);
+    int64_t* len = (int64_t*)malloc(sizeof(int64_t) * cap);
     Segment seg[MAX_BLOCK_TENSORS];
     for (int b = 0; b < z->lay.nblocks; b++) {
-        int n = layout_segments(&z->lay, b, z->r * z->lay.S[b], (z->r + 1) * z->lay.S[b], seg);
+        int k = layout_segments(&z->lay, b, z->r * z->lay.S[b], (z->r + 1) * z->lay.S[b], seg);
         const float* g = zero_shard_grads(z, b);
-        for (int i = 0; i < n; i++) total += op_sumsq(g + seg[i].off, seg[i].len);
+        for (int i = 0; i < k; i++, n++) { ptr[n] = g + seg[i].off; len[n] = seg[i].len; }
     }
+    double total = op_sumsq_many(ptr, len, n);
+    free(ptr);
+    free(len);
     return total;
 }
 
