@@ -9,6 +9,7 @@
 #   make NO_MPI=1         build without MPI even if mpicxx is installed (one process only)
 #   make NO_CUDA=1        build ./train with g++ even if nvcc is installed
 #   make NO_BLAS=1        build without OpenBLAS even if it is installed
+#   make gpu-binaries     ./train_gpu, ./train_gpu_fp32, ./test/test_gpu to carry to a GPU box (see below)
 #   make DEBUG=1          -O1 -g, released ZeRO buffers poisoned with NaN by default (-poison)
 #
 # What was found is printed with a check mark or a cross on every build.
@@ -58,27 +59,52 @@ endif
 NVCC_ARCH  := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
 NVCC_FLAGS := -O3 -std=c++17 -x cu $(NVCC_ARCH) -Werror all-warnings -Xcompiler "$(HOST_FLAGS) -Werror"
 CUDA_LIBS  := -lcublasLt -lcublas -lgomp
-# NCCL for several ranks on the CUDA device: in the CUDA toolkit's folders, or in NCCL_HOME
-# (e.g. a Python wheel's site-packages/nvidia/nccl, which holds include/ and lib/)
-NCCL_HOME ?= $(firstword $(patsubst %/include/nccl.h,%,$(wildcard /usr/local/cuda/include/nccl.h /usr/local/include/nccl.h /usr/include/nccl.h)))
+# NCCL, for several ranks on the CUDA device, only in a build with MPI: the ranks exchange NCCL's
+# unique id over MPI, so a build without MPI runs one rank and links no NCCL it could never
+# initialise. Found in the CUDA toolkit's folders (NCCL_SEARCH), else in NCCL_HOME, else in Python's
+# nvidia-nccl wheel (dev/nccl_home.py), which ships lib/libnccl.so.2 only: linked by that name,
+# with its folder as the run path.
+NCCL_SEARCH ?= /usr/local/cuda /usr/local /usr
+ifneq ($(MPICXX),)
+  NCCL_HOME ?= $(firstword $(patsubst %/include/nccl.h,%,$(wildcard $(addsuffix /include/nccl.h,$(NCCL_SEARCH)))))
+  ifeq ($(NCCL_HOME),)
+    NCCL_HOME := $(shell python3 dev/nccl_home.py 2>/dev/null)
+  endif
+endif
 ifneq ($(NCCL_HOME),)
+  NCCL_LIBDIR := $(firstword $(dir $(wildcard $(NCCL_HOME)/lib/libnccl.so.2 $(NCCL_HOME)/lib64/libnccl.so.2)))
   NVCC_DEFS := -DUSE_NCCL -I$(NCCL_HOME)/include
-  CUDA_LIBS += -L$(NCCL_HOME)/lib -lnccl
+  CUDA_LIBS += -L$(NCCL_LIBDIR) -l:libnccl.so.2 -Xlinker -rpath=$(NCCL_LIBDIR)
   NCCL_FOUND := $(NCCL_HOME)
 endif
 ifneq ($(and $(NVCC),$(if $(NO_CUDA),,yes)),)
   $(info ✓ nvcc: $(NVCC))
-  $(if $(NCCL_FOUND),$(info ✓ NCCL: $(NCCL_FOUND)),$(info ✗ NCCL: not found (set NCCL_HOME): the CUDA device runs one rank only))
+  $(if $(NCCL_FOUND),$(info ✓ NCCL: $(NCCL_FOUND)),$(info ✗ NCCL: $(if $(MPICXX),not found (set NCCL_HOME, or pip install nvidia-nccl-cu13),not used without MPI): the CUDA device runs one rank only))
   TRAIN_WITH := nvcc
 else
   $(info ✗ nvcc: not found (or NO_CUDA=1): ./train is the CPU device only)
   TRAIN_WITH := g++
 endif
 
+# The binaries carried to the GPU box (make gpu-binaries: ./train_gpu and ./test/test_gpu), built
+# exactly as `make test` compile-checks them. The box has CUDA 13 and no MPI, OpenBLAS or NCCL
+# development files, and its CPU is not this one: one rank (no MPI, no NCCL), Hopper only (GPU_ARCH),
+# host code for x86-64-v3 (AVX2 + FMA: every x86 server CPU sold beside a Hopper GPU has it, and
+# the CPU reference loops in test_gpu use it; -march=native here would emit AVX-512, which the box
+# may lack: dev/gpu_check.sh checks the CPU's flags and builds there when they are missing). The
+# bits do not depend on the level: host code is never contracted into FMAs (-ffp-contract=off).
+# libstdc++ and libgcc are linked statically (the box's may be older); cuBLASLt, libgomp and libc
+# stay shared (dev/gpu_check.sh's stage 0 runs ldd). Both translation units in one nvcc call.
+GPU_ARCH       ?= -gencode arch=compute_90,code=sm_90
+GPU_HOST_FLAGS := $(subst -march=native,-march=x86-64-v3,$(HOST_FLAGS))
+GPU_DEFS       := $(filter -DENABLE_FP32 -DZT_DEBUG,$(DEFS))
+GPU_NVCC_FLAGS := -O3 -std=c++17 $(GPU_ARCH) -Werror all-warnings -Xcompiler "$(GPU_HOST_FLAGS) -Werror -Wno-format-truncation"
+GPU_LIBS       := -lcublasLt -lcublas -lgomp -Xcompiler -static-libstdc++ -Xcompiler -static-libgcc
+
 SOURCES := train_gpt.cu device.cuh zero.h adamw.cuh dataloader.h tokenizer.h unicode_tables.h rng.h $(wildcard ops/*.cuh)
 TEST_SOURCES := $(wildcard test/*.cpp test/*.h)
 
-.PHONY: all train test test-binaries nvcc-check test-gpu gpu-binaries bench clean
+.PHONY: all train test test-binaries nvcc-check test-gpu gpu-binaries bench clean print-%
 all: train
 
 train: $(SOURCES)
@@ -109,11 +135,10 @@ test-binaries: test/test_bf16 test/test_fp32 test/test_emu test/test_emu_fp32
 test: test-binaries
 	NVCC_CHECK=$(if $(and $(NVCC),$(if $(NO_CUDA),,yes)),yes,no) bash test/run_tests.sh
 
-# The nvcc builds with warnings as errors, to scratch files (run_tests.sh calls it): the trainer and
-# the GPU test program.
+# The nvcc build of ./train for several GPUs (MPI and NCCL, every architecture), compiled without
+# linking; not part of make test (make test compile-checks the carried binaries: gpu-binaries).
 nvcc-check:
-	$(NVCC) $(NVCC_FLAGS) $(DEFS) $(NVCC_DEFS) $(MPI_CFLAGS) train_gpt.cu -o /tmp/zt_nvcc_check_$$$$ $(MPI_LIBS) $(CUDA_LIBS) && rm -f /tmp/zt_nvcc_check_$$$$
-	$(NVCC) $(NVCC_FLAGS) -Xcompiler -Wno-format-truncation $(DEFS) $(NVCC_DEFS) $(MPI_CFLAGS) test/test_gpu.cu -o /tmp/zt_nvcc_check_gpu_$$$$ $(MPI_LIBS) $(CUDA_LIBS) && rm -f /tmp/zt_nvcc_check_gpu_$$$$
+	$(NVCC) $(NVCC_FLAGS) $(DEFS) $(NVCC_DEFS) $(MPI_CFLAGS) -c train_gpt.cu -o /tmp/zt_nvcc_check_$$$$.o && rm -f /tmp/zt_nvcc_check_$$$$.o
 
 # The GPU test program on the CPU (test/cuda_emu/): emulate.py (python3) copies the sources into
 # build/emu/ (kernel launches and __shared__ rewritten, nothing else), g++ compiles test/test_gpu.cu
@@ -130,20 +155,28 @@ test/test_emu: build/emu/.copied $(EMU_SOURCES)
 test/test_emu_fp32: build/emu/.copied $(EMU_SOURCES)
 	$(CXX_HOST) $(EMU_FLAGS) $(filter-out -DENABLE_FP32,$(DEFS)) -DENABLE_FP32 $(MPI_CFLAGS) build/emu/test/test_gpu.cu -o $@ $(MPI_LIBS)
 
-# The GPU test program (GPU against CPU, op by op); dev/gpu_check.sh builds and runs it on a GPU.
-test/test_gpu: $(SOURCES) test/test_gpu.cu test/gpu_ops.h test/gpu_misc.h test/gpu_matmul.h test/gpu_attention.h test/tolerances.h test/test.h
-	$(NVCC) $(NVCC_FLAGS) -Xcompiler -Wno-format-truncation $(DEFS) $(NVCC_DEFS) $(MPI_CFLAGS) test/test_gpu.cu -o $@ $(MPI_LIBS) $(CUDA_LIBS)
+# The GPU test program (GPU against CPU, op by op) and the trainer, as carried to the GPU box (see
+# GPU_ARCH above): one nvcc call compiles both, then each is linked. dev/gpu_check.sh runs them.
+# (test/train_gpu_fp32.cu is the trainer with ENABLE_FP32: the FP32 build, ./train_gpu_fp32.)
+build/gpu/.objs: $(SOURCES) test/test_gpu.cu test/train_gpu_fp32.cu $(wildcard test/*.h)
+	@mkdir -p build/gpu
+	$(NVCC) $(GPU_NVCC_FLAGS) $(GPU_DEFS) -x cu -c train_gpt.cu test/test_gpu.cu test/train_gpu_fp32.cu -odir build/gpu && touch $@
+train_gpu: build/gpu/.objs
+	$(NVCC) $(GPU_ARCH) build/gpu/train_gpt.o -o $@ $(GPU_LIBS)
+train_gpu_fp32: build/gpu/.objs
+	$(NVCC) $(GPU_ARCH) build/gpu/train_gpu_fp32.o -o $@ $(GPU_LIBS)
+test/test_gpu: build/gpu/.objs
+	$(NVCC) $(GPU_ARCH) build/gpu/test_gpu.o -o $@ $(GPU_LIBS)
 test-gpu: test/test_gpu
-
-# Binaries to carry to a GPU machine that has CUDA 13 but neither MPI nor OpenBLAS (dev/gpu_check.sh):
-# one process per GPU; NCCL from NCCL_HOME (the toolkit's or a Python wheel's).
-gpu-binaries: $(SOURCES) test/test_gpu.cu test/gpu_ops.h test/gpu_misc.h test/gpu_matmul.h test/gpu_attention.h
-	$(MAKE) -B NO_MPI=1 NO_BLAS=1 train && mv train train_gpu
-	$(MAKE) -B NO_MPI=1 NO_BLAS=1 test/test_gpu
+gpu-binaries: train_gpu train_gpu_fp32 test/test_gpu
 
 bench: train_cpu train_cpu_fp32
 	bash dev/bench.sh
 
+# make print-VAR: a variable's value (the tests read NCCL_HOME and the link line this way)
+print-%:
+	@echo '$($*)'
+
 clean:
-	rm -f train train_gpu train_cpu train_cpu_fp32 test/test_bf16 test/test_fp32 test/test_gpu test/test_emu test/test_emu_fp32
+	rm -f train train_gpu train_gpu_fp32 train_cpu train_cpu_fp32 test/test_bf16 test/test_fp32 test/test_gpu test/test_emu test/test_emu_fp32
 	rm -rf build/emu

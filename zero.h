@@ -423,7 +423,6 @@ static void comm_start_cuda(Comm* c, CommSlot* s) {
     cudaCheck(cudaStreamWaitEvent(c->stream, s->ready, 0));
     if (c->delay_ms > 0) { comm_delay_kernel<<<1, 1, 0, c->stream>>>((int64_t)c->delay_ms * 1000000); cudaCheck(cudaGetLastError()); }
     int64_t S = op->S;
-    float* mine_f = (float*)op->full + (int64_t)c->r * S; // this rank's slice of a full FP32 block
     if (c->R == 1) {
         if (op->kind == COLL_ALL_GATHER && op->shard != op->full)
             cudaCheck(cudaMemcpyAsync(op->full, op->shard, S * sizeof(floatX), cudaMemcpyDeviceToDevice, c->stream));
@@ -436,6 +435,7 @@ static void comm_start_cuda(Comm* c, CommSlot* s) {
     } else {
 #ifdef USE_NCCL
         ncclDataType_t xt = sizeof(floatX) == 2 ? ncclBfloat16 : ncclFloat;
+        float* mine_f = (float*)op->full + (int64_t)c->r * S; // this rank's slice of a full FP32 block
         switch (op->kind) {
         case COLL_ALL_GATHER: // in place when shard == full + r*S, which NCCL supports
             ncclCheck(ncclAllGather(op->shard, op->full, (size_t)S, xt, c->nccl, c->stream));
@@ -458,7 +458,6 @@ static void comm_start_cuda(Comm* c, CommSlot* s) {
         die(1, "the CUDA device with %d ranks needs NCCL: this build has none (internal error: comm_init_device checks)", c->R);
 #endif
     }
-    (void)mine_f;
     cudaCheck(cudaEventRecord(s->done, c->stream));
 }
 #endif
@@ -592,6 +591,8 @@ static void comm_sum_doubles(Comm* c, double* v, int n) {
         v[i] = s;
     }
     free(all);
+#else
+    (void)v; // one process (c->R == 1 above): the sum is v itself
 #endif
 }
 
@@ -615,6 +616,8 @@ static void comm_broadcast(Comm* c, void* buf, int64_t bytes, int root) {
     MPI_Request req;
     MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, c->comm, &req);
     comm_poll(c, &req, "broadcast", -1);
+#else
+    (void)buf; (void)root; // one process (c->R == 1 above): nothing to send
 #endif
 }
 

@@ -3,7 +3,8 @@
 #   1. test/test_bf16 and test/test_fp32: every C test case, in both precisions
 #   2. test/test_emu and test/test_emu_fp32: the GPU test program (test/test_gpu.cu: every CUDA op
 #      against the CPU op, the model on -device cuda) run on the CPU emulator (test/cuda_emu/)
-#   3. the nvcc build with warnings as errors (skipped, and said so, when nvcc is missing)
+#   3. NCCL's probe; the binaries carried to a GPU box (make gpu-binaries: nvcc, sm_90, no MPI,
+#      warnings as errors) and what they link (skipped, and said so, when nvcc is missing)
 #   4. the PyTorch fixtures regenerated and compared with the committed ones (skipped, and said
 #      so, when python3-torch is missing; CI installs it)
 # Prints every case and ends with one line "N passed, N failed" over all of them.
@@ -29,12 +30,43 @@ for bin in test/test_bf16 test/test_fp32 test/test_emu test/test_emu_fp32; do
     rm -f "$log"
 done
 
-echo "=== nvcc build (warnings are errors)"
+echo "=== the binaries carried to the GPU box: make gpu-binaries (nvcc, sm_90, no MPI, warnings are errors)"
+# NCCL's probe: a build without MPI links no NCCL; with MPI, the Python wheel (a namespace package
+# holding lib/libnccl.so.2 only) is found when the toolkit has none. Needs no nvcc.
+nccl_probe() {
+    local tmp home libs defs; tmp=$(mktemp -d)
+    mkdir -p "$tmp/nvidia/nccl/include" "$tmp/nvidia/nccl/lib"
+    touch "$tmp/nvidia/nccl/include/nccl.h" "$tmp/nvidia/nccl/lib/libnccl.so.2"
+    defs=$(make -s NO_MPI=1 print-NVCC_DEFS 2>/dev/null | tail -n 1)
+    [ -z "$defs" ] || { echo "NO_MPI=1 build has NCCL flags: '$defs'"; rm -rf "$tmp"; return 1; }
+    if command -v mpicxx >/dev/null; then
+        home=$(PYTHONPATH=$tmp NCCL_HOME= make -s NCCL_SEARCH=/nonexistent print-NCCL_HOME 2>/dev/null | tail -n 1)
+        libs=$(PYTHONPATH=$tmp NCCL_HOME= make -s NCCL_SEARCH=/nonexistent print-CUDA_LIBS 2>/dev/null | tail -n 1)
+        [ "$home" = "$tmp/nvidia/nccl" ] || { echo "wheel not found: NCCL_HOME='$home'"; rm -rf "$tmp"; return 1; }
+        case "$libs" in *"-L$tmp/nvidia/nccl/lib/ -l:libnccl.so.2"*) ;; *) echo "link line: $libs"; rm -rf "$tmp"; return 1;; esac
+        echo "wheel found at $home; links: $libs"
+    fi
+    rm -rf "$tmp"
+}
+if nccl_probe; then echo "PASS nccl_probe"; passed=$((passed + 1)); else echo "FAIL nccl_probe"; failed=$((failed + 1)); fi
+# The carried binaries: built as make gpu-binaries builds them, then what they link checked.
+gpu_binaries() {
+    local t0 b needed; t0=$(date +%s)
+    make -s gpu-binaries >/dev/null || return 1
+    echo "gpu-binaries: $(( $(date +%s) - t0 )) s (nothing to do when up to date)"
+    for b in train_gpu train_gpu_fp32 test/test_gpu; do
+        needed=$(readelf -d "$b" | grep NEEDED | grep -oE '\[[^]]+\]' | tr -d '[]' | tr '\n' ' ')
+        echo "$b needs: $needed"
+        case " $needed" in *" libnccl"*|*" libmpi"*|*" libstdc++"*|*" libgcc_s"*|*" libopenblas"*)
+            echo "$b: links what the GPU box lacks or what must be static"; return 1;; esac
+    done
+    if objdump -d --no-show-raw-insn train_gpu | grep -q '%zmm'; then echo "train_gpu has AVX-512 code: not portable"; return 1; fi
+}
 if [ "${NVCC_CHECK:-no}" = yes ]; then
-    if make -s nvcc-check; then echo "PASS nvcc_build"; passed=$((passed + 1))
-    else echo "FAIL nvcc_build"; failed=$((failed + 1)); fi
+    if gpu_binaries; then echo "PASS gpu_binaries"; passed=$((passed + 1))
+    else echo "FAIL gpu_binaries"; failed=$((failed + 1)); fi
 else
-    echo "SKIP nvcc_build: nvcc not found"; skipped=$((skipped + 1))
+    echo "SKIP gpu_binaries: nvcc not found"; skipped=$((skipped + 1))
 fi
 
 echo "=== PyTorch fixtures regenerated and compared"
