@@ -332,7 +332,9 @@ static int model_from_descriptor(const char* s, GPTConfig* c) {
 }
 
 // Initialisation, GPT-2's scheme from a counter-based RNG keyed by each element's logical index:
-// the same model for every R and stage, and each rank fills only its own shard.
+// the same model for every R and stage, and each rank fills only its own shard. Each element is a
+// pure function of (seed, tensor, index), so the OpenMP threads split the elements and the bits do
+// not depend on the thread count (~60 ns per element on one core: d48's 1.56 G would take ~95 s).
 typedef struct { const ModelDesc* d; uint64_t seed; } InitCtx;
 
 static void init_fill(void* ctx, float* dst, int64_t logical, int64_t len) {
@@ -348,6 +350,7 @@ static void init_fill(void* ctx, float* dst, int64_t logical, int64_t len) {
         int64_t run = end - li < len - i ? end - li : len - i;
         uint64_t key = rng_key(ic->seed, 0x494E4954ull /* "INIT" */, (uint64_t)k);
         float std = t->init == INIT_RESID ? 0.02f / sqrtf(2.0f * c->L) : 0.02f;
+#pragma omp parallel for schedule(static) if (run >= 32768) // small runs: not worth waking threads
         for (int64_t j = 0; j < run; j++) {
             int64_t e = li + j - t->logical; // element index within the tensor (all layers)
             float v;
@@ -637,7 +640,7 @@ typedef struct {
     int step;          // optimizer steps done
     int64_t adam_t;    // AdamW updates applied (a skipped step does not count)
     FILE* log;         // rank 0: <out_dir>/log.jsonl
-    double flops_per_token; // for MFU: llm.c's 6N + 12LCT (+ the recomputed forward with -r 3)
+    double flops_per_token; // for MFU: llm.c's 6N + 6LCT (mfu_flops_per_token)
     double peak_flops;      // [CUDA] the GPU's BF16 dense peak (0: unknown)
     size_t mem_baseline;    // [CUDA] device memory in use after the context and communicator exist
 } Trainer;
@@ -1256,9 +1259,10 @@ static void plan_config(const GPTConfig* c, int B, int T, int R, int GA, int sta
     layout_free(&lay);
 }
 
-// FLOPs per trained token: llm.c's (and PaLM's) 6 N + 12 L C T for forward and backward, plus one
-// more forward of the layers when -r 3 recomputes them (2 N_layers + 4 L C T). The other modes
-// recompute elementwise ops only, which this count ignores.
+// FLOPs per trained token for the planner's time estimate: PaLM's 6 N + 12 L C T for forward and
+// backward (attention's QK^T and AV counted in full), plus one more forward of the layers when -r 3
+// recomputes them (2 N_layers + 4 L C T). The other modes recompute elementwise ops only, which this
+// count ignores. (MFU uses llm.c's count instead: mfu_flops_per_token.)
 static double plan_flops_per_token(const GPTConfig* c, int T, int recompute) {
     ModelDesc d;
     model_describe(&d, c);
@@ -1266,6 +1270,16 @@ static double plan_flops_per_token(const GPTConfig* c, int T, int recompute) {
     double f = 6.0 * N + 12.0 * L * C * T;
     if (recompute == 3) f += 2.0 * (N - (double)c->Vp * C - (double)c->maxT * C) + 4.0 * L * C * T;
     return f;
+}
+
+// FLOPs per trained token for MFU: llm.c's count, 6 N + 6 L C T (gpt2_estimate_mfu: N all parameters,
+// padded vocabulary rows included; the attention term halved for causality; no recompute), so that
+// our MFU compares with llm.c's published numbers. PaLM's 12 L C T would read higher: ~7% for d12,
+// ~5% for d48 at T = 1024.
+static double mfu_flops_per_token(const GPTConfig* c, int T) {
+    ModelDesc d;
+    model_describe(&d, c);
+    return 6.0 * (double)d.num_params + 6.0 * c->L * (double)c->C * T;
 }
 
 // BF16 dense peak of a GPU from its name (TFLOP/s, vendor datasheets), 0 when unknown: MFU then
@@ -1898,7 +1912,10 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     for (int t = 0; t < TAG_COUNT; t++)
         if (g_mem_bytes[t] != plan.bytes[t])
             die(1, "internal error: %s: %zu bytes allocated, the planner says %zu", mem_tag_name[t], g_mem_bytes[t], plan.bytes[t]);
-    tr->flops_per_token = plan_flops_per_token(&c, f->T, f->recompute);
+    tr->flops_per_token = mfu_flops_per_token(&c, f->T);
+    if (g_device == DEV_CUDA)
+        printf0("MFU: llm.c's count, 6N + 6*L*C*T = %.3f GFLOP per token (recompute not counted), against %s\n",
+                tr->flops_per_token / 1e9, tr->peak_flops > 0 ? "the GPU's BF16 dense peak" : "no known peak for this GPU (n/a)");
 #ifdef __CUDACC__
     if (g_device == DEV_CUDA) { // what the device says is in use, against the plan (allocator rounding, fragmentation)
         size_t free_b, total_b;

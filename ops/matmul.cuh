@@ -264,8 +264,14 @@ static void cpu_bias_grad(float* dbias, const floatX* dout, int64_t N, int64_t O
 // The plans' host structures (the table, grown by doubling, and cuBLASLt's) are created on first
 // use — the only host allocations of these ops; nothing is allocated on the device. The pointer
 // alignments are part of the key because the heuristic picks algorithms for the alignment it is
-// told (TransformerEngine does the same); the bias pointer itself is set on the descriptor at every
-// call.
+// told (TransformerEngine does the same), but clamped: min(alignment, 16 bytes) (plan_alignment).
+// cuBLASLt distinguishes alignments up to 256 bytes, and where a buffer lies differs between ZeRO
+// stages (a tensor inside full_params, or inside a gathered param_buf); keyed by the raw alignment,
+// one shape could get two algorithms — two summation orders — and z0..z3 would stop being
+// bit-identical. Every buffer is at least 16-byte aligned (dev_alloc: 256; tensors in a block:
+// TENSOR_ALIGN), so a training run plans each shape once, at 16. The heuristic also reads the bias
+// pointer's alignment: it is shown a stand-in pointer of exactly the key's alignment (g_work +
+// align_bias), and the real bias pointer is set on the descriptor at every call.
 //
 // Workspace: a fixed MATMUL_WORKSPACE_BYTES at the start of g_work (256-byte aligned), whatever
 // g_work's size, so the algorithm choice does not depend on the model's workspace.
@@ -305,7 +311,7 @@ typedef struct {
     int64_t lda, ldb, ldd;
     int has_bias;             // CUBLASLT_EPILOGUE_BIAS with a floatX bias (m)
     int accumulate;           // 1: D is FP32 and D += ... (beta = 1); 0: D is floatX, D = ...
-    unsigned align_a, align_b, align_d, align_bias; // bytes, powers of two up to 256
+    unsigned align_a, align_b, align_d, align_bias; // bytes: plan_alignment, powers of two up to 16
     // value
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t layout_a, layout_b, layout_d; // C uses layout_d (C = D)
@@ -325,6 +331,13 @@ static unsigned ptr_alignment(const void* p) {
     unsigned align = 256;
     while (align > 1 && a % align != 0) align /= 2;
     return align;
+}
+
+// The alignment a plan is keyed by and cuBLASLt is told: min(ptr_alignment, 16) (see above).
+#define MATMUL_KEY_ALIGN 16
+static unsigned plan_alignment(const void* p) {
+    unsigned a = ptr_alignment(p);
+    return a < MATMUL_KEY_ALIGN ? a : MATMUL_KEY_ALIGN;
 }
 
 // "m=.. n=.. k=.. ..." for error messages: which GEMM failed is the first question.
@@ -351,7 +364,7 @@ static const char* matmul_plan_str(const MatmulPlan* p) {
     } while (0)
 
 // Create descriptor, layouts and algorithm for the key in *p (called once per key).
-static void matmul_plan_init(MatmulPlan* p, const floatX* bias) {
+static void matmul_plan_init(MatmulPlan* p) {
     cublasCheckGemm(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), p);
     cublasOperation_t ta = p->transa ? CUBLAS_OP_T : CUBLAS_OP_N, tb = p->transb ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasCheckGemm(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), p);
@@ -362,7 +375,9 @@ static void matmul_plan_init(MatmulPlan* p, const floatX* bias) {
         int32_t bias_type = CUDA_R_FLOATX; // = D's type, cuBLASLt's rule for non-FP8, non-integer GEMMs
         cublasCheckGemm(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                                        sizeof(bias_type)), p);
-        // the heuristic reads the bias pointer's alignment from the descriptor
+        // the heuristic reads the bias pointer's alignment from the descriptor (never its values):
+        // show it a stand-in of exactly the key's alignment (g_work is 256-byte aligned)
+        const floatX* bias = (const floatX*)((const char*)g_work + p->align_bias);
         cublasCheckGemm(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                        sizeof(bias)), p);
     }
@@ -409,7 +424,7 @@ static void matmul_plan_init(MatmulPlan* p, const floatX* bias) {
 }
 
 // The plan for this key: found, or created on first use.
-static MatmulPlan* matmul_plan(const MatmulPlan* key, const floatX* bias) {
+static MatmulPlan* matmul_plan(const MatmulPlan* key) {
     for (int i = 0; i < g_matmul_nplans; i++) {
         MatmulPlan* p = &g_matmul_plans[i];
         if (p->transa == key->transa && p->transb == key->transb && p->m == key->m && p->n == key->n &&
@@ -427,7 +442,7 @@ static MatmulPlan* matmul_plan(const MatmulPlan* key, const floatX* bias) {
     }
     MatmulPlan* p = &g_matmul_plans[g_matmul_nplans++];
     *p = *key;
-    matmul_plan_init(p, bias);
+    matmul_plan_init(p);
     return p;
 }
 
@@ -469,19 +484,19 @@ static void cuda_gemm(int transa, int transb, int64_t m, int64_t n, int64_t k, c
     key.lda = lda; key.ldb = ldb; key.ldd = ldd;
     key.has_bias = bias != NULL;
     key.accumulate = accumulate;
-    key.align_a = ptr_alignment(A); key.align_b = ptr_alignment(B); key.align_d = ptr_alignment(D);
-    key.align_bias = bias ? ptr_alignment(bias) : 256;
+    key.align_a = plan_alignment(A); key.align_b = plan_alignment(B); key.align_d = plan_alignment(D);
+    key.align_bias = bias ? plan_alignment(bias) : MATMUL_KEY_ALIGN;
     if (m == 0 || n == 0) return;
-    MatmulPlan* p = k > 0 ? matmul_plan(&key, bias) : NULL; // k = 0: D = bias (or D += 0), the simple kernel
+    if (g_work_floats * sizeof(float) < MATMUL_WORKSPACE_BYTES || ptr_alignment(g_work) < 256)
+        die(1, "matmul: g_work must hold %zu bytes, 256-byte aligned (has %zu at alignment %u) (internal error)",
+            MATMUL_WORKSPACE_BYTES, g_work_floats * sizeof(float), ptr_alignment(g_work));
+    MatmulPlan* p = k > 0 ? matmul_plan(&key) : NULL; // k = 0: D = bias (or D += 0), the simple kernel
     if (!p || !p->has_algo || MATMUL_FORCE_SIMPLE) {
         matmul_simple_kernel<<<elementwise_blocks(m * n, 256), 256, 0, g_stream>>>(D, ldd, accumulate, A, lda, transa,
                                                                                  B, ldb, transb, bias, m, n, k);
         cudaCheck(cudaGetLastError());
         return;
     }
-    if (g_work_floats * sizeof(float) < MATMUL_WORKSPACE_BYTES || ptr_alignment(g_work) < 256)
-        die(1, "matmul: g_work must hold %zu bytes, 256-byte aligned (has %zu at alignment %u) (internal error)",
-            MATMUL_WORKSPACE_BYTES, g_work_floats * sizeof(float), ptr_alignment(g_work));
     if (bias) cublasCheckGemm(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                              sizeof(bias)), p);
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;

@@ -355,10 +355,98 @@ TEST(gpu_matmul_many_shapes) {
     matmul_case_free(&m);
 }
 
+// Plans are keyed by min(alignment, 16 bytes): the same GEMM with every buffer at 256-, 16-, 32- and
+// 64-byte alignment (as buffers of different ZeRO stages may be) uses one plan, so one algorithm, and
+// gives the same bits. Keyed by the raw alignment it would plan it four times (and the emulator's
+// cuBLASLt stops the run: one problem under two alignment keys).
+TEST(gpu_matmul_plan_key_alignment) {
+    const int N = 48, C = 40, OC = 56;
+    MatmulCase m = matmul_case_make(N, C, OC, 1, 0, 77);
+    size_t nx = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
+    char* base[6];
+    size_t bytes[6] = {sizeof(floatX) * nx, sizeof(floatX) * nw, sizeof(floatX) * OC, sizeof(floatX) * no,
+                       sizeof(float) * nw, sizeof(floatX) * nx};
+    for (int i = 0; i < 6; i++) base[i] = (char*)gpu_zeros(bytes[i] + 256);
+    floatX *out0 = (floatX*)malloc(sizeof(floatX) * no), *out1 = (floatX*)malloc(sizeof(floatX) * no);
+    float *dw0 = (float*)malloc(sizeof(float) * nw), *dw1 = (float*)malloc(sizeof(float) * nw);
+    const int shifts[4] = {0, 16, 32, 64}; // bytes from a 256-byte aligned start
+    int plans = 0, same = 1;
+    for (int t = 0; t < 4; t++) {
+        char* p[6];
+        for (int i = 0; i < 6; i++) p[i] = base[i] + shifts[t];
+        gpu_upload(p[0], m.inp, bytes[0]);
+        gpu_upload(p[1], m.weight, bytes[1]);
+        gpu_upload(p[2], m.bvec, bytes[2]);
+        gpu_fill(p[4], 0, bytes[4]);
+        ON_GPU(op_matmul_forward((floatX*)p[3], NULL, (floatX*)p[0], (floatX*)p[1], (floatX*)p[2], N, C, OC));
+        ON_GPU(op_matmul_backward((floatX*)p[5], (float*)p[4], NULL, (floatX*)p[3], (floatX*)p[0], (floatX*)p[1], NULL,
+                                  N, C, OC));
+        gpu_to_host(t == 0 ? out0 : out1, p[3], sizeof(floatX) * no);
+        gpu_to_host(t == 0 ? dw0 : dw1, p[4], sizeof(float) * nw);
+        if (t == 0) plans = g_matmul_nplans;
+        else same &= !memcmp(out0, out1, sizeof(floatX) * no) && !memcmp(dw0, dw1, sizeof(float) * nw);
+    }
+    printf("    one GEMM at 256/16/32/64-byte alignment: %d new plans after the first, results %s\n",
+           g_matmul_nplans - plans, same ? "bitwise equal" : "DIFFER");
+    CHECKF(g_matmul_nplans == plans, "%d more plans for the same shapes at other alignments", g_matmul_nplans - plans);
+    CHECK(same);
+    for (int i = 0; i < 6; i++) cudaCheck(cudaFree(base[i]));
+    free(out0); free(out1); free(dw0); free(dw1);
+    matmul_case_free(&m);
+}
+
+#ifdef ZT_CUDA_EMU
+// The emulator's cuBLASLt stops a run that plans one problem under two alignment keys (here asked
+// directly: the same GEMM at 256 bytes, then at 32), with a message naming both keys.
+TEST(emu_cublaslt_two_alignment_keys_fail) {
+    fflush(stdout);
+    int fds[2];
+    CHECK(pipe(fds) == 0);
+    pid_t pid = fork();
+    if (pid == 0) { // the child: two plans of one problem, then (should not get here) exit 0
+        dup2(fds[1], 2);
+        close(fds[0]);
+        emu_lt::forget_alignment_keys();
+        cublasLtMatmulDesc_t d;
+        cublasLtMatrixLayout_t l;
+        cublasLtMatmulDescCreate(&d, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+        cublasLtMatrixLayoutCreate(&l, CUDA_R_16BF, 64, 64, 64);
+        for (uint32_t al : {256u, 32u}) {
+            cublasLtMatmulPreference_t pref;
+            cublasLtMatmulPreferenceCreate(&pref);
+            for (int a = CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES; a <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES; a++)
+                cublasLtMatmulPreferenceSetAttribute(pref, (cublasLtMatmulPreferenceAttributes_t)a, &al, sizeof(al));
+            cublasLtMatmulHeuristicResult_t heur;
+            int found = 0;
+            cublasLtMatmulAlgoGetHeuristic(g_cublaslt, d, l, l, l, l, pref, 1, &heur, &found);
+        }
+        _exit(0);
+    }
+    close(fds[1]);
+    char err[4096] = {0};
+    size_t got = 0;
+    for (ssize_t r; got < sizeof(err) - 1 && (r = read(fds[0], err + got, sizeof(err) - 1 - got)) > 0;) got += (size_t)r;
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    printf("    child: %s; stderr: %.200s\n", WIFSIGNALED(status) ? "stopped (abort)" : "exited", err);
+    CHECKF(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, "the fake cuBLASLt let one problem be planned twice");
+    CHECK(strstr(err, "two alignment keys") && strstr(err, "256/256/256/256/256") && strstr(err, "32/32/32/32/256"));
+}
+#endif
+
 // Pointers shifted by one element (2-byte aligned in BF16): cuBLASLt is asked for algorithms at that
 // alignment, or the simple kernel runs. Last in this file: if cuBLASLt rejected such operands at run
-// time (an error that ends the program), the cases above have already reported.
+// time (an error that ends the program), the cases above have already reported. The shapes were
+// planned 16-byte aligned above: a second alignment key on purpose, so the emulator's cuBLASLt is
+// told to forget the keys it has seen (before and after).
 TEST(gpu_matmul_misaligned) {
+#ifdef ZT_CUDA_EMU
+    emu_lt::forget_alignment_keys();
+#endif
     check_matmul("odd misaligned", 7, 13, 11, 1, 1, 1);
     check_matmul("misaligned", 64, 40, 24, 1, 1, 1);
+#ifdef ZT_CUDA_EMU
+    emu_lt::forget_alignment_keys();
+#endif
 }

@@ -465,3 +465,40 @@ TEST(op_adamw) {
     for (int i = 20; i < 24; i++) CHECK(master[i] == before[i]);
     CHECKF(err < 1e-5, "max relative error %.3g", err);
 }
+
+// Initialisation runs on every OpenMP thread and gives the same bits for any thread count: the
+// whole logical vector of a small model filled with 1 and with 2 threads (and from two halves),
+// compared bitwise; the time per parameter is printed.
+TEST(init_parallel_same_bits) {
+    GPTConfig c = {2, 128, 4, 1000, 1024, 256};
+    ModelDesc d;
+    model_describe(&d, &c);
+    int64_t n = d.num_params;
+    float* one = (float*)malloc(sizeof(float) * n);
+    float* two = (float*)malloc(sizeof(float) * n);
+    InitCtx ic = {&d, 1337};
+#ifdef _OPENMP
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+#endif
+    double t0 = test_now_s();
+    init_fill(&ic, one, 0, n);
+    double t1 = test_now_s();
+#ifdef _OPENMP
+    omp_set_num_threads(2);
+#endif
+    init_fill(&ic, two, 0, n / 3);                 // and in two pieces that cut a tensor in the middle
+    init_fill(&ic, two + n / 3, n / 3, n - n / 3);
+    double t2 = test_now_s();
+#ifdef _OPENMP
+    omp_set_num_threads(saved);
+#endif
+    int nonzero = 0;
+    for (int64_t i = 0; i < n; i++) nonzero += one[i] != 0.0f && one[i] != 1.0f;
+    printf("    %lld parameters: 1 thread %.1f ns each, 2 threads %.1f ns each; %d random values\n", (long long)n,
+           1e9 * (t1 - t0) / n, 1e9 * (t2 - t1) / n, nonzero);
+    CHECK(!memcmp(one, two, sizeof(float) * n));
+    CHECK(nonzero > n / 2);
+    free(one);
+    free(two);
+}

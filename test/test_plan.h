@@ -152,3 +152,15 @@ TEST(plan_gpu_peak_table) {
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
         CHECKF(gpu_peak_tflops(cases[i].name) == cases[i].tflops, "%s: %g, expected %g", cases[i].name, gpu_peak_tflops(cases[i].name), cases[i].tflops);
 }
+
+// MFU counts FLOPs as llm.c does (gpt2_estimate_mfu: 6N + 6LCT, N = llm.c's num_parameters with the
+// padded vocabulary), so the numbers compare with llm.c's: GPT-2 124M (d12) has N = 124,475,904.
+TEST(mfu_llmc_flop_count) {
+    GPTConfig c;
+    CHECK(model_from_descriptor("d12", &c) == 0);
+    c.Vp = 50304;
+    double want = 6.0 * 124475904.0 + 6.0 * 12 * 768 * 1024;
+    printf("    d12, T 1024: %.0f FLOP per token (llm.c: %.0f)\n", mfu_flops_per_token(&c, 1024), want);
+    CHECK(mfu_flops_per_token(&c, 1024) == want);
+    CHECK(plan_flops_per_token(&c, 1024, 1) > want); // the planner's PaLM count is the larger one
+}

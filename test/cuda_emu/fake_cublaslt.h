@@ -20,6 +20,11 @@
 // The heuristic returns one algorithm (no workspace) for any implemented problem; the algorithm
 // remembers the problem and the alignments it was chosen for, and cublasLtMatmul refuses it for
 // another problem or for less aligned pointers (cuBLASLt's kernels may assume both).
+// One problem, two alignment keys: the real heuristic may pick a different algorithm (another
+// summation order) for each alignment up to 256 bytes, so a program that asks for one problem under
+// two alignments (A, B, C, D, bias) could give different bits depending on where its buffers lie
+// (e.g. ZeRO-0 against ZeRO-3). The fake stops the run when that happens (emu::fail), unless a test
+// that means it calls emu_lt::forget_alignment_keys() first.
 // The arithmetic: FP32 products summed over k in FP32 as 8 interleaved partial sums (k mod 8) added
 // in a fixed tree — deliberately not the CPU's order (cuBLASLt's is not either, and varies with the
 // algorithm) — then alpha*sum, + beta*C (one fma), + bias, rounded once to D's type (nearest even).
@@ -88,6 +93,10 @@ static std::set<const void*> g_objects; // live handles, descriptors, layouts, p
 template <class T> static T* make(T init) { T* p = new T(init); g_objects.insert(p); return p; }
 static bool live(const void* p) { return p && g_objects.count(p); }
 static const uint64_t kAlgoMagic = 0x66616b654c74ull; // "fakeLt"
+// The alignments (A, B, C, D, bias) each problem (by fingerprint) was planned under.
+struct AlignKey { uint32_t a[5]; bool operator!=(const AlignKey& o) const { return memcmp(a, o.a, sizeof(a)) != 0; } };
+static std::map<uint64_t, AlignKey> g_align_keys;
+static void forget_alignment_keys() { g_align_keys.clear(); }
 
 // A problem's fingerprint: what an algorithm was chosen for.
 static uint64_t fingerprint(const EmuLtDesc* d, const EmuLtLayout* const* l) {
@@ -284,6 +293,19 @@ static cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasL
     // "routines that don't dereference [the bias pointer], like cublasLtMatmulAlgoGetHeuristic(), depend
     // on its value to determine expected pointer alignment"
     algo.data[6] = d->epilogue == CUBLASLT_EPILOGUE_BIAS ? emu_lt::alignment_of(d->bias) : 256;
+    emu_lt::AlignKey key = {{pref->align[0], pref->align[1], pref->align[2], pref->align[3], (uint32_t)algo.data[6]}};
+    auto seen = emu_lt::g_align_keys.find(algo.data[1]);
+    if (seen == emu_lt::g_align_keys.end()) {
+        emu_lt::g_align_keys[algo.data[1]] = key;
+    } else if (seen->second != key) {
+        const uint32_t* o = seen->second.a;
+        emu::fail("fake cuBLASLt: one GEMM (m=%llu n=%llu k=%llu, op A/B=%c/%c) planned under two alignment keys: "
+                  "A/B/C/D/bias %u/%u/%u/%u/%u bytes, then %u/%u/%u/%u/%u. cuBLASLt may choose another algorithm "
+                  "(another summation order) for each, so the bits would depend on where buffers lie (e.g. the "
+                  "ZeRO stage). HINT: key plans by min(alignment, 16) (ops/matmul.cuh: plan_alignment)",
+                  (unsigned long long)m, (unsigned long long)n, (unsigned long long)k, d->transa ? 'T' : 'N',
+                  d->transb ? 'T' : 'N', o[0], o[1], o[2], o[3], o[4], key.a[0], key.a[1], key.a[2], key.a[3], key.a[4]);
+    }
     results[0].workspaceSize = 0;
     results[0].state = CUBLAS_STATUS_SUCCESS;
     results[0].wavesCount = 1.0f;
