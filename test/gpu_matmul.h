@@ -295,6 +295,57 @@ TEST(gpu_classifier_small) {
     check_classifier(37, 16, 13, 16, 0);
 }
 
+// B*T*Vp past 2^31 elements (GPT-2's Vp, 42,700 rows: 4.3 GB of BF16 logits): every index into the
+// logits must be 64-bit. The GPU computes every row; a sample of rows (the first, those around the
+// 2^31 boundary, the last) is compared with the CPU op run on just those rows (rows are independent).
+// Under the emulator the rows shrink (GPU_BIG) and the case says it did not pass 2^31.
+TEST(gpu_classifier_rows_past_2pow31) {
+    const int C = 64, V = 50257, Vp = 50304, N = GPU_BIG(42700, 40);
+    const int64_t nl = (int64_t)N * Vp;
+    printf("    N=%d rows x Vp=%d = %lld logits (%s 2^31)\n", N, Vp, (long long)nl, nl > 2147483648LL ? "past" : "NOT past: emulator shape,");
+    floatX* x = (floatX*)malloc(sizeof(floatX) * (size_t)N * C);
+    floatX* wte = (floatX*)malloc(sizeof(floatX) * (size_t)Vp * C);
+    int* targets = (int*)malloc(sizeof(int) * N);
+    for (int64_t i = 0; i < (int64_t)N * C; i++) x[i] = rn(0.0f);
+    for (int n = 0; n < N; n++) x[(int64_t)n * C + n % C] = rn(1.0f);
+    rand_x(wte, (int64_t)Vp * C, 2.0, 41);
+    for (int64_t i = (int64_t)V * C; i < (int64_t)Vp * C; i++) wte[i] = rn(0.0f);
+    uint64_t key = rng_key(42, 0x544752ull, (uint64_t)N);
+    for (int n = 0; n < N; n++) targets[n] = (int)(rng_u64(key, (uint64_t)n) % (uint64_t)V);
+    // the sample: 8 rows at the start, 8 around row 2^31 / Vp, 8 at the end
+    int rows[24], ns = 0, mid = (int)(2147483648LL / Vp);
+    for (int i = 0; i < 8; i++) rows[ns++] = i;
+    for (int i = -4; i < 4; i++) if (mid + i >= 8 && mid + i < N - 8) rows[ns++] = mid + i;
+    for (int i = N - 8; i < N; i++) rows[ns++] = i;
+    floatX* sx = (floatX*)malloc(sizeof(floatX) * ns * C);
+    int* st = (int*)malloc(sizeof(int) * ns);
+    for (int i = 0; i < ns; i++) { memcpy(sx + (int64_t)i * C, x + (int64_t)rows[i] * C, sizeof(floatX) * C); st[i] = targets[rows[i]]; }
+    float dloss = 1.0f / N;
+    floatX* ref = (floatX*)malloc(sizeof(floatX) * (size_t)ns * Vp);
+    float* ref_loss = (float*)malloc(sizeof(float) * ns);
+    ON_CPU(op_lm_head_forward(ref, ref_loss, sx, wte, st, dloss, 1, ns, C, V, Vp));
+    floatX* d_x = (floatX*)gpu_copy_of(x, sizeof(floatX) * (size_t)N * C);
+    floatX* d_wte = (floatX*)gpu_copy_of(wte, sizeof(floatX) * (size_t)Vp * C);
+    int* d_t = (int*)gpu_copy_of(targets, sizeof(int) * N);
+    floatX* d_logits = (floatX*)gpu_nans(sizeof(floatX) * (size_t)nl);
+    float* d_losses = (float*)gpu_nans(sizeof(float) * N);
+    ON_GPU(op_lm_head_forward(d_logits, d_losses, d_x, d_wte, d_t, dloss, 1, N, C, V, Vp));
+    floatX* got = (floatX*)malloc(sizeof(floatX) * (size_t)ns * Vp);
+    float* losses = (float*)malloc(sizeof(float) * N);
+    for (int i = 0; i < ns; i++) gpu_to_host(got + (int64_t)i * Vp, d_logits + (int64_t)rows[i] * Vp, sizeof(floatX) * Vp);
+    gpu_to_host(losses, d_losses, sizeof(float) * N);
+    float* got_loss = (float*)malloc(sizeof(float) * ns);
+    for (int i = 0; i < ns; i++) got_loss[i] = losses[rows[i]];
+    GPU_COMPARE("sampled rows' losses", relerr_f(got_loss, ref_loss, ns), TOL_GPU_FWD);
+    GPU_COMPARE("sampled rows' dlogits", relerr_x(got, ref, (int64_t)ns * Vp), TOL_GPU_BWD);
+    int finite = 1;
+    for (int n = 0; n < N; n++) finite &= isfinite(losses[n]) && losses[n] > 0.0f;
+    CHECKF(finite, "a loss is not finite and positive (a row not written?)");
+    free(x); free(wte); free(targets); free(sx); free(st); free(ref); free(ref_loss); free(got); free(losses); free(got_loss);
+    void* bufs[] = {d_x, d_wte, d_t, d_logits, d_losses};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) cudaCheck(cudaFree(bufs[i]));
+}
+
 TEST(gpu_classifier_gpt2) {
     check_classifier(GPU_BIG(1024, 64), 64, 50257, 50304, 1);
     check_classifier(GPU_BIG(256, 32), 64, 50257, 50304, 0);

@@ -3,9 +3,10 @@
 #   1. test/test_bf16 and test/test_fp32: every C test case, in both precisions
 #   2. test/test_emu and test/test_emu_fp32: the GPU test program (test/test_gpu.cu: every CUDA op
 #      against the CPU op, the model on -device cuda) run on the CPU emulator (test/cuda_emu/)
-#   3. NCCL's probe; the binaries carried to a GPU box (make gpu-binaries: nvcc, sm_90, no MPI,
+#   3. dev/gpu_check.sh --emu (the GPU check's stages on the emulator; GPU-only ones SKIP)
+#   4. NCCL's probe; the binaries carried to a GPU box (make gpu-binaries: nvcc, sm_90, no MPI,
 #      warnings as errors) and what they link (skipped, and said so, when nvcc is missing)
-#   4. the PyTorch fixtures regenerated and compared with the committed ones (skipped, and said
+#   5. the PyTorch fixtures regenerated and compared with the committed ones (skipped, and said
 #      so, when python3-torch is missing; CI installs it)
 # Prints every case and ends with one line "N passed, N failed" over all of them.
 set -u
@@ -30,6 +31,32 @@ for bin in test/test_bf16 test/test_fp32 test/test_emu test/test_emu_fp32; do
     rm -f "$log"
 done
 
+echo "=== dev/gpu_check.sh --emu: the GPU check's stages on the CUDA emulator"
+# Every stage that can run without a GPU runs on tiny shapes; the GPU-only ones must say SKIP, and
+# exactly two files (summary + tarball: the GPU box returns at most 8) land in $OUT.
+gpu_check_emu() {
+    local out rc n line st want
+    out=$(mktemp -d)
+    OUT=$out bash dev/gpu_check.sh --emu > "$out.log" 2>&1; rc=$?
+    cat "$out/summary.txt" 2>/dev/null
+    n=$(ls -A "$out" | wc -l)
+    [ $rc -eq 0 ] || { echo "gpu_check.sh --emu exited $rc"; tail -n 30 "$out.log"; rm -rf "$out" "$out.log"; return 1; }
+    [ "$n" -eq 2 ] && [ -f "$out/summary.txt" ] && tar -tzf "$out/gpu_check_logs.tar.gz" | grep -q ops.log \
+        || { echo "expected summary.txt and gpu_check_logs.tar.gz in OUT, found $n files"; rm -rf "$out" "$out.log"; return 1; }
+    for st in binaries ops sanitizer_memcheck sanitizer_racecheck sanitizer_synccheck model_vs_pytorch recompute_bitwise \
+              zero_bitwise grad_accumulation checkpoint_resume val_and_sampling fp32_build loss_falls_20_steps \
+              memory_vs_planner perf_d12 perf_d48 torch_perf no_cublaslt_fallback; do
+        case $st in sanitizer_*|perf_*|torch_perf) want=SKIP ;; *) want=PASS ;; esac
+        line=$(grep -E "^(PASS|FAIL|SKIP) +$st " "$out/summary.txt")
+        [ "${line%% *}" = "$want" ] || { echo "stage $st: expected $want, got '${line:-no line}'"; rm -rf "$out" "$out.log"; return 1; }
+    done
+    rm -rf "$out" "$out.log"
+}
+# (with TEST_FILTER, only when the filter names it)
+wanted() { [ -z "${TEST_FILTER:-}" ] || [[ "$1" == *"$TEST_FILTER"* ]]; }
+if ! wanted gpu_check_emu; then :
+elif gpu_check_emu; then echo "PASS gpu_check_emu"; passed=$((passed + 1)); else echo "FAIL gpu_check_emu"; failed=$((failed + 1)); fi
+
 echo "=== the binaries carried to the GPU box: make gpu-binaries (nvcc, sm_90, no MPI, warnings are errors)"
 # NCCL's probe: a build without MPI links no NCCL; with MPI, the Python wheel (a namespace package
 # holding lib/libnccl.so.2 only) is found when the toolkit has none. Needs no nvcc.
@@ -48,7 +75,8 @@ nccl_probe() {
     fi
     rm -rf "$tmp"
 }
-if nccl_probe; then echo "PASS nccl_probe"; passed=$((passed + 1)); else echo "FAIL nccl_probe"; failed=$((failed + 1)); fi
+if ! wanted nccl_probe; then :
+elif nccl_probe; then echo "PASS nccl_probe"; passed=$((passed + 1)); else echo "FAIL nccl_probe"; failed=$((failed + 1)); fi
 # The carried binaries: built as make gpu-binaries builds them, then what they link checked.
 gpu_binaries() {
     local t0 b needed; t0=$(date +%s)
@@ -62,7 +90,8 @@ gpu_binaries() {
     done
     if objdump -d --no-show-raw-insn train_gpu | grep -q '%zmm'; then echo "train_gpu has AVX-512 code: not portable"; return 1; fi
 }
-if [ "${NVCC_CHECK:-no}" = yes ]; then
+if ! wanted gpu_binaries; then :
+elif [ "${NVCC_CHECK:-no}" = yes ]; then
     if gpu_binaries; then echo "PASS gpu_binaries"; passed=$((passed + 1))
     else echo "FAIL gpu_binaries"; failed=$((failed + 1)); fi
 else
