@@ -1,0 +1,194 @@
+// test/test_checkpoint.h — the checkpoint protocol (checkpoint.h): CRC32C, one history under
+// roll-backs and failed saves, files of another save or corrupted files refused, the directory
+// lock. Each case runs this binary as the trainer on a very small model (a few seconds a run).
+
+#define CK_SMALL "-e tiny -layers 1 -channels 32 -heads 2 -b 2 -t 16 -v 0 -s 0 -blas 0"
+
+static char ck_out[1 << 20];
+
+// Run the trainer with extra environment (e.g. "ZT_FAULT=..."; "" for none).
+static int ck_run(const char* env, const char* flags) {
+    char cmd[8192];
+    snprintf(cmd, sizeof(cmd), "%s OMP_NUM_THREADS=1 %s --train %s", env, g_test_self, flags);
+    return test_run_cmd(cmd, ck_out, sizeof(ck_out));
+}
+
+static const char* ck_dir(const char* name) {
+    static char dir[4][PATH_MAX];
+    static int k = 0;
+    char* d = dir[k++ % 4];
+    snprintf(d, PATH_MAX, "%s/ck_%s", test_tmpdir(), name);
+    char cmd[PATH_MAX + 16];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", d);
+    test_run_cmd(cmd, NULL, 0);
+    return d;
+}
+
+static int ck_exists(const char* dir, const char* name) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+// The whole content of a file (malloc'd) and its size.
+static char* ck_slurp(const char* path, size_t* n) {
+    FILE* f = fopen(path, "rb");
+    if (!f) { *n = 0; return NULL; }
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char* s = (char*)malloc(*n + 1);
+    *n = fread(s, 1, *n, f);
+    fclose(f);
+    return s;
+}
+static void ck_spit(const char* path, const char* s, size_t n) {
+    FILE* f = fopen(path, "wb");
+    if (f) { fwrite(s, 1, n, f); fclose(f); }
+}
+
+// CRC32C: the standard check value, the hardware and portable paths agree, chaining works.
+TEST(ckpt_crc32c) {
+    CHECK(crc32c_update(0, "123456789", 9) == 0xE3069283u); // RFC 3720's check value
+    CHECK(crc32c_update(0, "", 0) == 0);
+    uint64_t key = rng_key(5, 0x435243, 0);
+    char buf[4099];
+    for (int i = 0; i < (int)sizeof(buf); i++) buf[i] = (char)(rng_u64(key, (uint64_t)i) & 0xff);
+    for (int n = 0; n < (int)sizeof(buf); n += 37) {
+        uint32_t hw = crc32c_update_hw(0, buf, n, 1), sw = crc32c_update_hw(0, buf, n, 0);
+        CHECKF(hw == sw, "length %d: hardware %08x, portable %08x", n, hw, sw);
+        uint32_t chained = crc32c_update(crc32c_update(0, buf, n / 3), buf + n / 3, n - n / 3);
+        CHECKF(chained == hw, "length %d: chained %08x, whole %08x", n, chained, hw);
+    }
+    // the cost, for README.md (printed, not checked): GB/s of each path over 64 MiB
+    size_t big = (size_t)64 << 20;
+    char* mem = (char*)malloc(big);
+    for (size_t i = 0; i < big; i++) mem[i] = (char)(i * 131 + (i >> 13));
+    double gbs[2];
+    for (int hw = 1; hw >= 0; hw--) {
+        double t0 = test_now_s();
+        volatile uint32_t c = crc32c_update_hw(0, mem, big, hw);
+        (void)c;
+        gbs[hw] = big / (test_now_s() - t0) / 1e9;
+    }
+    printf("    CRC32C: %.2f GB/s (SSE4.2 crc32 instruction%s), %.2f GB/s (portable slicing-by-8)\n", gbs[1],
+#if defined(__SSE4_2__)
+           "",
+#else
+           ": not in this build, portable path",
+#endif
+           gbs[0]);
+    free(mem);
+}
+
+// One history. A roll-back (-resume-step) moves the later checkpoints aside and says so; with -nk
+// it never deletes the new run's checkpoints, and a later -y 1 follows LATEST, not the abandoned
+// branch's larger step. A save that fails after a roll-back leaves no marker vouching for files
+// of two runs: the step resumed is the last complete one of this history.
+TEST(ckpt_rollback_one_history) {
+    const char* dir = ck_dir("history");
+    char flags[4096];
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 6 -n 2 -nk 2 -o %s", dir);
+    int rc = ck_run("", flags);
+    CHECKF(rc == 0, "first run failed (%d):\n%s", rc, ck_out);
+    CHECK(ck_exists(dir, "DONE_00000004") && ck_exists(dir, "DONE_00000006") && !ck_exists(dir, "DONE_00000002"));
+    // roll back to 4, train to 5 with a checkpoint every step, keeping 2
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 5 -n 1 -nk 2 -o %s -y 1 -resume-step 4", dir);
+    rc = ck_run("", flags);
+    CHECKF(rc == 0, "roll-back run failed (%d):\n%s", rc, ck_out);
+    CHECKF(strstr(ck_out, "rolled back to step 4: moved") && strstr(ck_out, "(complete: 6)"), "the roll-back does not say what it did:\n%s", ck_out);
+    CHECKF(ck_exists(dir, "DONE_00000004") && ck_exists(dir, "DONE_00000005"), "-nk removed the new run's checkpoints:\n%s", ck_out);
+    CHECK(!ck_exists(dir, "DONE_00000006") && !ck_exists(dir, "model_00000006.bin"));
+    char cmd[PATH_MAX + 64];
+    snprintf(cmd, sizeof(cmd), "ls %s/set_aside_00000004_*/DONE_00000006", dir);
+    CHECKF(test_run_cmd(cmd, NULL, 0) == 0, "the abandoned step 6 was not kept aside");
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 6 -o %s -y 1", dir);
+    rc = ck_run("", flags);
+    CHECKF(rc == 0 && strstr(ck_out, "resume: step 5 "), "-y 1 did not follow LATEST to step 5 (%d):\n%s", rc, ck_out);
+    // a second roll-back to 4 whose step-5 save fails (a full disk on the state file)
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 5 -n 1 -o %s -y 1 -resume-step 4", dir);
+    rc = ck_run("ZT_FAULT=enospc:state_00000005", flags);
+    CHECKF(strstr(ck_out, "checkpoint at step 5 is incomplete"), "the injected fault did not fail the save (%d):\n%s", rc, ck_out);
+    CHECKF(!ck_exists(dir, "DONE_00000005"), "a DONE marker vouches for a step whose files failed");
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 4 -o %s -y 1", dir);
+    rc = ck_run("", flags);
+    CHECKF(rc == 0 && strstr(ck_out, "resume: step 4 "), "-y 1 after the failed save did not resume step 4 (%d):\n%s", rc, ck_out);
+}
+
+// A new run (no -y) in a directory with an older run's checkpoints moves them aside: a later -y 1
+// resumes the new run, never the old one's larger step.
+TEST(ckpt_new_run_in_old_dir) {
+    const char* dir = ck_dir("reuse");
+    char flags[4096];
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 4 -n 4 -o %s", dir);
+    int rc = ck_run("", flags);
+    CHECKF(rc == 0, "old run failed (%d):\n%s", rc, ck_out);
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 2 -n 2 -seed 5 -o %s", dir);
+    rc = ck_run("", flags);
+    CHECKF(rc == 0 && strstr(ck_out, "a new run (no -y 1) in this directory: moved"), "new run (%d):\n%s", rc, ck_out);
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 4 -seed 5 -o %s -y 1", dir);
+    rc = ck_run("", flags);
+    CHECKF(rc == 0 && strstr(ck_out, "resume: step 2 "), "-y 1 did not resume the new run's step 2 (%d):\n%s", rc, ck_out);
+}
+
+// Files that do not belong to the checkpoint's save, or that changed on disk, are refused with
+// exit 2 and a message naming the file: a state file or model file of another run (same step),
+// one flipped payload byte, a corrupted piece count (this used to be a SIGSEGV).
+TEST(ckpt_mixed_or_corrupt_refused) {
+    const char* a = ck_dir("mix_a");
+    const char* b = ck_dir("mix_b");
+    char flags[4096];
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 2 -n 2 -o %s", a);
+    CHECK(ck_run("", flags) == 0);
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 2 -n 2 -seed 9 -o %s", b);
+    CHECK(ck_run("", flags) == 0);
+    char sa[PATH_MAX], sb[PATH_MAX], ma[PATH_MAX], mb[PATH_MAX];
+    snprintf(sa, sizeof(sa), "%s/state_00000002_00000.bin", a);
+    snprintf(sb, sizeof(sb), "%s/state_00000002_00000.bin", b);
+    snprintf(ma, sizeof(ma), "%s/model_00000002.bin", a);
+    snprintf(mb, sizeof(mb), "%s/model_00000002.bin", b);
+    size_t n_sa, n_sb, n_ma, n_mb;
+    char *state_a = ck_slurp(sa, &n_sa), *state_b = ck_slurp(sb, &n_sb), *model_a = ck_slurp(ma, &n_ma), *model_b = ck_slurp(mb, &n_mb);
+    CHECK(state_a && state_b && model_a && model_b && n_sa == n_sb && n_sa > 4096);
+    if (!(state_a && state_b && model_a && model_b && n_sa == n_sb && n_sa > 4096)) return;
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 2 -o %s -y 1", a);
+    struct { const char* what; const char* expect; } cases[] = {
+        {"state file of another run", "belongs to another save"},
+        {"model file of another run", "is not the file DONE_00000002 vouches for"},
+        {"one payload byte flipped", "fail their CRC32C"},
+        {"piece count corrupted", "corrupt header"},
+    };
+    for (int i = 0; i < 4; i++) {
+        char* s = (char*)malloc(n_sa);
+        memcpy(s, state_a, n_sa);
+        if (i == 0) ck_spit(sa, state_b, n_sb);
+        if (i == 1) ck_spit(ma, model_b, n_mb);
+        if (i == 2) { s[n_sa - 5000] ^= 0x10; ck_spit(sa, s, n_sa); }
+        if (i == 3) { int64_t big = (int64_t)1 << 40; memcpy(s + 8 * STATE_H_NPIECES, &big, 8); ck_spit(sa, s, n_sa); }
+        int rc = ck_run("", flags);
+        CHECKF(rc == 2 && strstr(ck_out, cases[i].expect) && strstr(ck_out, i == 1 ? "model_00000002.bin" : "state_00000002_00000.bin"),
+               "%s: exit %d, expected 2 and '%s':\n%s", cases[i].what, rc, cases[i].expect, ck_out);
+        ck_spit(sa, state_a, n_sa);
+        ck_spit(ma, model_a, n_ma);
+        free(s);
+    }
+    int rc = ck_run("", flags); // restored: resumes
+    CHECKF(rc == 0 && strstr(ck_out, "resume: step 2 "), "the restored checkpoint does not resume (%d):\n%s", rc, ck_out);
+    free(state_a); free(state_b); free(model_a); free(model_b);
+}
+
+// Two trainers cannot share an output directory: the second stops at start-up (exit 2).
+TEST(ckpt_dir_locked) {
+    const char* dir = ck_dir("lock");
+    mkdir(dir, 0755);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    CHECK(fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0); // this process plays the other trainer
+    char flags[4096];
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 1 -o %s", dir);
+    int rc = ck_run("", flags);
+    CHECKF(rc == 2 && strstr(ck_out, "another trainer is using this directory") && strstr(ck_out, dir), "exit %d:\n%s", rc, ck_out);
+    close(fd);
+    rc = ck_run("", flags);
+    CHECKF(rc == 0, "after the lock is released: exit %d:\n%s", rc, ck_out);
+}
