@@ -540,20 +540,49 @@ static void ckpt_lock_dir(const char* dir) {
     // fd stays open: the lock lives as long as this process
 }
 
+// Non-finite values in this rank's master weights (0 when all are finite). One pass, no collective.
+static int64_t master_nonfinite(const Zero* z) {
+    const int64_t chunk = 1 << 20;
+    float* host = (float*)malloc(sizeof(float) * chunk);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < z->opt_total; i += chunk) {
+        int64_t n = z->opt_total - i < chunk ? z->opt_total - i : chunk;
+        dev_to_host(host, z->master + i, sizeof(float) * n);
+        for (int64_t j = 0; j < n; j++) bad += !isfinite(host[j]);
+    }
+    free(host);
+    return bad;
+}
+
+// Non-finite master values over every rank (a collective; the same on every rank).
+static double master_nonfinite_all(Zero* z) {
+    double bad = (double)master_nonfinite(z);
+    comm_sum_doubles(z->comm, &bad, 1);
+    return bad;
+}
+
+#define CKPT_FAILED (-1)    // a file could not be written: no DONE, the previous checkpoint stays
+#define CKPT_NONFINITE (-2) // the master weights hold NaN or infinity: nothing written
+
 // A checkpoint of the current step: every rank takes part. Returns 0 on every rank when the
-// checkpoint is complete (DONE and LATEST written), -1 on every rank otherwise.
+// checkpoint is complete (DONE and LATEST written), CKPT_FAILED or CKPT_NONFINITE on every rank
+// otherwise.
 static int ckpt_save(Zero* z, const GPTConfig* c, const char* dir, const CkptMeta* meta, int keep) {
     Comm* comm = z->comm;
     char path[PATH_MAX];
     uint64_t nonce = ckpt_nonce(comm);
-    double err = 0.0;
+    double err = 0.0, check[2] = {0.0, (double)master_nonfinite(z)}; // {errors, non-finite values}
     if (z->r == 0) { // a step written a second time: no marker may vouch for it while files change
         snprintf(path, sizeof(path), "%s/DONE_%08d", dir, meta->step);
         if (unlink(path) == 0) fsync_dir(dir);
-        else if (errno != ENOENT) { fprintf(stderr, "error: cannot remove %s: %s\n", path, strerror(errno)); err += 1.0; }
+        else if (errno != ENOENT) { fprintf(stderr, "error: cannot remove %s: %s\n", path, strerror(errno)); check[0] += 1.0; }
     }
-    comm_sum_doubles(comm, &err, 1); // the barrier: no rank renames before the old marker is gone
-    if (err != 0.0) return -1;
+    comm_sum_doubles(comm, check, 2); // the barrier: no rank renames before the old marker is gone
+    if (check[1] != 0.0) {
+        printf0("error: step %d: the master weights hold %.0f non-finite value(s): no checkpoint written (the previous one stays)\n", meta->step, check[1]);
+        return CKPT_NONFINITE;
+    }
+    if (check[0] != 0.0) return CKPT_FAILED;
     Marker mk = {meta->step, nonce, z->R, -1, 0};
     snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, meta->step);
     if (write_model_file(z, c, path, &mk.model_crc, &mk.model_bytes) != 0) err += 1.0;
@@ -579,7 +608,7 @@ static int ckpt_save(Zero* z, const GPTConfig* c, const char* dir, const CkptMet
         }
     }
     comm_broadcast(comm, &ok, sizeof(ok), 0);
-    return ok ? 0 : -1;
+    return ok ? 0 : CKPT_FAILED;
 }
 
 // Resuming: the old state files of a step, their piece tables sorted by logical offset.

@@ -23,6 +23,7 @@
 // to run on one. The CPU device is tested end to end.
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <glob.h>
 #include <limits.h>
 #include <sys/stat.h>
@@ -104,7 +105,8 @@ typedef enum { F_INT, F_FLOAT, F_STR, F_SWITCH } FlagType; // F_SWITCH: present 
     X("-world",         world,           F_INT,   "0",      "with -plan: plan for this many ranks (0: the ranks this run has)")   \
     X("-gpu-mem",       gpu_mem,         F_STR,   "",       "memory per rank for -plan and -z auto, e.g. 80GiB, 40GB, 512MiB (\"\": the device's free memory)") \
     X("-link-gbps",     link_gbps,       F_FLOAT, "auto",   "link bandwidth per rank for -plan, Gbit/s per direction (auto: 3600 NVLink-class on cuda, 80 on cpu)") \
-    X("-tflops",        tflops,          F_FLOAT, "auto",   "compute rate per rank for -plan, TFLOP/s (auto: measured matmul on cpu, peak table x 0.5 on cuda)")
+    X("-tflops",        tflops,          F_FLOAT, "auto",   "compute rate per rank for -plan, TFLOP/s (auto: measured matmul on cpu, peak table x 0.5 on cuda)") \
+    X("-max-skips",     max_skips,       F_INT,   "10",     "end the run with exit code 3 after this many consecutive skipped steps (non-finite gradient norm; 0: never)")
 
 // How each type is declared and converted from its text.
 #define FLAG_FIELD_F_INT(field) int field;
@@ -114,7 +116,8 @@ typedef enum { F_INT, F_FLOAT, F_STR, F_SWITCH } FlagType; // F_SWITCH: present 
 #define FLAG_CONV_F_INT(flag, field, help) \
     if (parse_int(f->field##_str, &f->field)) die_user("flag %s: '%s' is not an integer (%s)", flag, f->field##_str, help);
 #define FLAG_CONV_F_FLOAT(flag, field, help) \
-    if (parse_float(f->field##_str, &f->field)) die_user("flag %s: '%s' is not a number (%s)", flag, f->field##_str, help);
+    if (parse_float(f->field##_str, &f->field)) die_user("flag %s: '%s' is not a number (%s)", flag, f->field##_str, help); \
+    if (!isfinite(f->field)) die_user("flag %s: '%s' is beyond a float's range (%.3g at most)", flag, f->field##_str, (double)FLT_MAX);
 #define FLAG_CONV_F_STR(flag, field, help) snprintf(f->field, sizeof(f->field), "%s", f->field##_str);
 #define FLAG_CONV_F_SWITCH(flag, field, help) f->field = atoi(f->field##_str);
 
@@ -557,6 +560,7 @@ typedef struct {
     int step;          // optimizer steps done
     int64_t adam_t;    // AdamW updates applied (a skipped step does not count)
     FILE* log;         // rank 0: <out_dir>/log.jsonl
+    int log_failed;    // rank 0: a write to the log failed (the run ends with exit code 1)
     double flops_per_token; // for MFU: llm.c's 6N + 12LCT (+ the recomputed forward with -r 3)
     double peak_flops;      // [CUDA] the GPU's BF16 dense peak (0: unknown)
     size_t mem_baseline;    // [CUDA] device memory in use after the context and communicator exist
@@ -1203,6 +1207,7 @@ static void check_flags(const Flags* f, const GPTConfig* c, int R) {
     if (f->blas) die_user("flag -blas 1: this build has no OpenBLAS. HINT: apt-get install libopenblas-dev and rebuild (make clean train)");
 #endif
     if (f->comm_timeout < 0 || f->comm_delay < 0) die_user("flags -comm-timeout / -comm-delay must not be negative");
+    if (f->max_skips < 0) die_user("flag -max-skips: %d is negative", f->max_skips);
 }
 
 // Threads for the CPU ops: -threads, else OMP_NUM_THREADS, else this node's cores shared
@@ -1257,6 +1262,14 @@ static double* gather_memory(Trainer* tr) {
     return all;
 }
 
+// End a log.jsonl record: flush, and remember (and say once) when the write failed.
+static void log_flush(Trainer* tr) {
+    if (fflush(tr->log) == 0 && !ferror(tr->log)) return;
+    if (!tr->log_failed) fprintf(stderr, "error: writing %s/log.jsonl failed: %s. HINT: check free disk space; the run continues and ends with exit code 1\n", tr->f.out_dir, strerror(errno));
+    tr->log_failed = 1;
+    clearerr(tr->log);
+}
+
 // The memory record of log.jsonl: exact bytes per tag for every rank, and the peak RSS.
 static void log_memory(Trainer* tr, const char* when) {
     double* all = gather_memory(tr);
@@ -1268,7 +1281,7 @@ static void log_memory(Trainer* tr, const char* when) {
             fprintf(tr->log, "\"vmhwm\": %.0f}", all[r * MEM_COLS + TAG_COUNT]);
         }
         fprintf(tr->log, "]}\n");
-        fflush(tr->log);
+        log_flush(tr);
     }
     if (!strcmp(when, "end")) {
         printf0("peak memory (VmHWM, MiB):");
@@ -1490,6 +1503,10 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
         }
         zero_params_from_master(&m->z);
     }
+    double bad = master_nonfinite_all(&m->z); // one pass over what was loaded
+    if (bad != 0.0)
+        die_user("%s: the loaded weights hold %.0f non-finite value(s). HINT: %s", tr->step > 0 ? "resume" : f->model, bad,
+                 tr->step > 0 ? "-resume-step an earlier checkpoint" : "the model file is corrupt or its training diverged");
     if (tr->r == 0 && f->out_dir[0]) {
         char path[PATH_MAX];
         snprintf(path, sizeof(path), "%s/log.jsonl", f->out_dir);
@@ -1549,19 +1566,28 @@ static void json_num(FILE* f, const char* key, double v) {
     else fprintf(f, ", \"%s\": null", key);
 }
 
-static void train_loop(Trainer* tr) {
+// Exit codes (README "Exit codes"). die() uses 1 and 2 as well.
+enum { ZT_EXIT_OK = 0, ZT_EXIT_RUNTIME = 1, ZT_EXIT_BAD_INPUT = 2, ZT_EXIT_DIVERGED = 3 };
+
+// The training loop. Returns the exit code (the same on every rank).
+static int train_loop(Trainer* tr) {
     const Flags* f = &tr->f;
     int64_t step_tokens = (int64_t)tr->GA * tr->R * tr->model.B * tr->model.T;
-    int start = tr->step;
+    int start = tr->step, skips = 0, failed_ckpts = 0;
     for (;;) {
         int step = tr->step, last = step >= tr->max_steps;
         if (tr->has_val && (step % f->val_every == 0 || last)) {
             float vl = evaluate(tr);
             printf0("step %5d | val loss %.6f\n", step, vl);
-            if (tr->log) { fprintf(tr->log, "{\"step\": %d", step); json_num(tr->log, "val_loss", vl); fprintf(tr->log, "}\n"); fflush(tr->log); }
+            if (tr->log) { fprintf(tr->log, "{\"step\": %d", step); json_num(tr->log, "val_loss", vl); fprintf(tr->log, "}\n"); log_flush(tr); }
         }
         if (f->sample_every > 0 && (step % f->sample_every == 0 || last) && step > 0) sample_text(tr);
-        if (f->ckpt_every > 0 && step > start && (step % f->ckpt_every == 0 || last)) save_checkpoint(tr);
+        if (f->ckpt_every > 0 && step > start && (step % f->ckpt_every == 0 || last)) {
+            int rc = save_checkpoint(tr);
+            if (rc == CKPT_NONFINITE) return ZT_EXIT_DIVERGED;
+            if (rc != 0 && last) { printf0("error: the final checkpoint (step %d) failed\n", step); return ZT_EXIT_RUNTIME; }
+            if (rc != 0) failed_ckpts++; // training goes on; the run ends with exit code 1
+        }
         if (last) break;
         tr->comm.step = step;
         comm_reset_stats(&tr->comm);
@@ -1577,6 +1603,7 @@ static void train_loop(Trainer* tr) {
         }
         printf0("step %5d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s%s%s\n", step + 1, tr->max_steps,
                 s.loss, s.lr, s.norm, ms, tok_s, mfu, s.skipped ? " | SKIPPED: non-finite gradient norm" : "");
+        if (!isfinite(s.lr)) die(1, "internal error: step %d: learning rate %g is not finite (the flags were checked)", step + 1, s.lr);
         if (tr->log) {
             fprintf(tr->log, "{\"step\": %d", step + 1);
             json_num(tr->log, "loss", s.loss);
@@ -1587,9 +1614,17 @@ static void train_loop(Trainer* tr) {
             for (int k = 0; k < COLL_KINDS; k++)
                 fprintf(tr->log, ", \"%s\": [%lld, %lld]", coll_name[k], (long long)cm->count[k], (long long)cm->bytes[k]);
             fprintf(tr->log, "}\n");
-            fflush(tr->log);
+            log_flush(tr);
+        }
+        skips = s.skipped ? skips + 1 : 0; // every rank sees the same norm, so every rank counts the same
+        if (f->max_skips > 0 && skips >= f->max_skips) {
+            printf0("error: %d consecutive steps skipped (non-finite gradient norm): the run has diverged (-max-skips %d). "
+                    "HINT: lower -l, or resume from an earlier checkpoint with -y 1 -resume-step\n", skips, f->max_skips);
+            return ZT_EXIT_DIVERGED;
         }
     }
+    if (failed_ckpts) printf0("error: %d checkpoint(s) failed during the run (see above)\n", failed_ckpts);
+    return failed_ckpts ? ZT_EXIT_RUNTIME : ZT_EXIT_OK;
 }
 
 static void trainer_free(Trainer* tr) {
@@ -1615,18 +1650,22 @@ static int train_main(int argc, char** argv) {
     }
     print_setup(tr);
     log_memory(tr, "start");
-    train_loop(tr);
-    if (tr->f.export_path[0]) { // every rank takes part (ZeRO-3 gathers); rank 0 writes
+    int rc = train_loop(tr);
+    if (rc == ZT_EXIT_OK && tr->f.export_path[0]) { // every rank takes part (ZeRO-3 gathers); rank 0 writes
         if (write_model_file(&tr->model.z, &tr->model.cfg, tr->f.export_path, NULL, NULL) != 0) die(1, "-export %s failed", tr->f.export_path);
         printf0("exported the model at step %d to %s\n", tr->step, tr->f.export_path);
     }
-    if (tr->f.log_hash) log_hashes(tr);
+    if (rc == ZT_EXIT_OK && tr->f.log_hash) log_hashes(tr);
     log_memory(tr, "end");
+    int log_failed = tr->log_failed; // rank 0's; every rank ends with the same code
+    comm_broadcast(&tr->comm, &log_failed, sizeof(log_failed), 0);
+    if (log_failed) printf0("error: writes to %s/log.jsonl failed (see above)\n", tr->f.out_dir);
+    if (rc == ZT_EXIT_OK && log_failed) rc = ZT_EXIT_RUNTIME;
     trainer_free(tr);
     comm_free(&tr->comm);
     comm_finalize();
     free(tr);
-    return 0;
+    return rc;
 }
 
 #ifndef TESTING

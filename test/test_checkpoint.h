@@ -192,3 +192,63 @@ TEST(ckpt_dir_locked) {
     rc = ck_run("", flags);
     CHECKF(rc == 0, "after the lock is released: exit %d:\n%s", rc, ck_out);
 }
+
+// ---- Exit codes that tell the truth (README "Exit codes").
+
+// A failed checkpoint ends the run with exit code 1: at the end when a middle one failed (training
+// goes on, the later checkpoint is written), at once when the final one failed.
+TEST(exit_failed_checkpoint) {
+    const char* dir = ck_dir("exit_ckpt");
+    char flags[4096];
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 4 -n 2 -o %s", dir);
+    int rc = ck_run("ZT_FAULT=enospc:state_00000002", flags);
+    CHECKF(rc == 1 && strstr(ck_out, "1 checkpoint(s) failed") && ck_exists(dir, "DONE_00000004") && !ck_exists(dir, "DONE_00000002"),
+           "a failed middle checkpoint: exit %d:\n%s", rc, ck_out);
+    dir = ck_dir("exit_final");
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 2 -n 2 -o %s -log-hash 1", dir);
+    rc = ck_run("ZT_FAULT=enospc:model_00000002", flags);
+    CHECKF(rc == 1 && strstr(ck_out, "the final checkpoint (step 2) failed") && !strstr(ck_out, "hashes:"),
+           "a failed final checkpoint: exit %d:\n%s", rc, ck_out);
+}
+
+// A log.jsonl that cannot be written (a full disk: /dev/full) ends the run with exit code 1.
+TEST(exit_log_write_failed) {
+    const char* dir = ck_dir("exit_log");
+    mkdir(dir, 0755);
+    char path[PATH_MAX], flags[4096];
+    snprintf(path, sizeof(path), "%s/log.jsonl", dir);
+    CHECK(symlink("/dev/full", path) == 0);
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 2 -o %s", dir);
+    int rc = ck_run("", flags);
+    CHECKF(rc == 1 && strstr(ck_out, "log.jsonl failed"), "exit %d:\n%s", rc, ck_out);
+}
+
+// A run that skips -max-skips consecutive steps (default 10) has diverged: exit code 3. A
+// learning rate of 1e30 sends the weights to ~1e30 in one step; every later step is skipped.
+TEST(exit_max_skips) {
+    const char* dir = ck_dir("exit_skips");
+    char flags[4096];
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 30 -l 1e30 -u 0 -k constant -o %s", dir);
+    int rc = ck_run("", flags);
+    CHECKF(rc == 3 && strstr(ck_out, "10 consecutive steps skipped") && strstr(ck_out, "step    11/30") && !strstr(ck_out, "step    12/30"),
+           "default -max-skips: exit %d:\n%s", rc, ck_out);
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 30 -l 1e30 -u 0 -k constant -max-skips 2");
+    rc = ck_run("", flags);
+    CHECKF(rc == 3 && strstr(ck_out, "2 consecutive steps skipped"), "-max-skips 2: exit %d:\n%s", rc, ck_out);
+}
+
+// Non-finite numbers never reach the weights or a checkpoint: -l 1e39 (infinite as a float) is
+// refused at start-up; a finite learning rate whose update overflows (3.4e38) leaves weights that
+// are never written: no DONE, exit code 3.
+TEST(exit_nonfinite_refused) {
+    const char* dir = ck_dir("exit_nan");
+    char flags[4096];
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 2 -n 1 -l 1e39 -o %s", dir);
+    int rc = ck_run("", flags);
+    CHECKF(rc == 2 && strstr(ck_out, "flag -l: '1e39' is beyond a float's range"), "-l 1e39: exit %d:\n%s", rc, ck_out);
+    CHECK(!ck_exists(dir, "DONE_00000001"));
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 2 -n 1 -u 0 -k constant -l 3.4e38 -o %s", dir);
+    rc = ck_run("", flags);
+    CHECKF(rc == 3 && strstr(ck_out, "non-finite value(s): no checkpoint written") && !ck_exists(dir, "DONE_00000001"),
+           "an overflowing update: exit %d:\n%s", rc, ck_out);
+}
