@@ -164,6 +164,8 @@ static void flags_parse(Flags* f, int argc, char** argv) {
         const char* a = argv[i];
         if (!strcmp(a, "-help") || !strcmp(a, "--help") || !strcmp(a, "-h")) {
             if (g_rank == 0) flags_print_help(stdout);
+            fflush(stdout);
+            comm_finalize(); // every rank ends cleanly (mpirun -np 2 ./train -help exits 0)
             exit(0);
         }
         int known = 0;
@@ -621,7 +623,7 @@ static StepResult train_step(Trainer* tr) {
     double loss_sum = 0.0;
     for (int micro = 0; micro < tr->GA; micro++) {
         int64_t unit = ((int64_t)tr->step * tr->GA + micro) * tr->R + tr->r;
-        dataloader_load(&tr->train, unit);
+        if (dataloader_load(&tr->train, unit) != 0) die_user("-i: %s", tr->train.err);
         if (f->data_trace) trace_batch(tr, micro);
         load_tokens(m, &tr->train, 1);
         gpt_forward(m, B, T, 1, dloss, 1);
@@ -699,7 +701,7 @@ static float evaluate(Trainer* tr) {
     if (nb < 1) nb = 1;
     double sum = 0.0;
     for (int s = 0; s < nb; s++) {
-        dataloader_load(&tr->val, (int64_t)s * tr->R + tr->r);
+        if (dataloader_load(&tr->val, (int64_t)s * tr->R + tr->r) != 0) die_user("-j: %s", tr->val.err);
         load_tokens(m, &tr->val, 1);
         gpt_forward(m, B, T, 1, 0.0f, 0);
         sum += sum_losses(m, B * T);
@@ -1144,6 +1146,15 @@ static Device pick_device(const char* want) {
     return gpus > 0 ? DEV_CUDA : DEV_CPU;
 }
 
+// The largest model sizes accepted: far beyond any GPU today, small enough that every element
+// count and byte offset fits in 64 bits and every per-tensor row count in int.
+#define MODEL_MAX_L 4096
+#define MODEL_MAX_C 65536
+#define MODEL_MAX_T (1 << 20)
+#define MODEL_MAX_V (1 << 24)
+#define MODEL_MAX_PARAMS 1e13
+#define GEN_MAX_TOKENS 1000000
+
 // The model's shape: -e (descriptor or file) and the override flags; everything checked.
 static void model_config(const Flags* f, GPTConfig* c, int* from_file) {
     memset(c, 0, sizeof(*c));
@@ -1167,6 +1178,17 @@ static void model_config(const Flags* f, GPTConfig* c, int* from_file) {
     if (!*from_file) c->Vp = (int)round_up(c->V, 128);
     if (c->L < 1 || c->C < 1 || c->NH < 1 || c->maxT < 1 || c->V < 2)
         die_user("model: L %d, C %d, NH %d, max-seq %d, V %d: every size must be positive (V at least 2)", c->L, c->C, c->NH, c->maxT, c->V);
+    // bounds that keep every size and index in range (a model file's header is data too)
+    const char* src = *from_file ? f->model : NULL;
+    struct { const char* flag; int value, max; } bound[] = {
+        {"-layers", c->L, MODEL_MAX_L}, {"-channels", c->C, MODEL_MAX_C}, {"-max-seq", c->maxT, MODEL_MAX_T}, {"-vocab", c->V, MODEL_MAX_V},
+    };
+    for (size_t i = 0; i < sizeof(bound) / sizeof(bound[0]); i++)
+        if (bound[i].value > bound[i].max)
+            die_user("%s%s %d is above %d, the most this program supports", src ? src : "flag ", src ? ": its header's" : bound[i].flag, bound[i].value, bound[i].max);
+    double params = ((double)c->Vp + c->maxT) * c->C + (double)c->L * (12.0 * c->C * c->C + 13.0 * c->C);
+    if (params > MODEL_MAX_PARAMS)
+        die_user("model: %.3g parameters (L %d, C %d) is above %.3g, the most this program supports. HINT: check -layers / -channels", params, c->L, c->C, MODEL_MAX_PARAMS);
     if (c->C % c->NH != 0) die_user("model: C = %d is not divisible by NH = %d. HINT: pick -channels a multiple of -heads", c->C, c->NH);
     if (c->C / c->NH > ATT_MAX_HS) die_user("model: head size C/NH = %d is above %d. HINT: use more -heads", c->C / c->NH, ATT_MAX_HS);
 }
@@ -1197,7 +1219,8 @@ static void check_flags(const Flags* f, const GPTConfig* c, int R) {
     if (f->shuffle != 0 && f->shuffle != 1) die_user("flag -shuffle: %d is not 0 or 1", f->shuffle);
     if (f->val_every < 0 || f->sample_every < 0 || f->ckpt_every < 0 || f->ckpt_keep < 0)
         die_user("flags -v, -s, -n, -nk: counts must not be negative");
-    if (f->gen_tokens < 1) die_user("flag -g: %d tokens to generate must be at least 1", f->gen_tokens);
+    if (f->gen_tokens < 1 || f->gen_tokens > GEN_MAX_TOKENS) die_user("flag -g: %d tokens to generate: must be 1..%d", f->gen_tokens, GEN_MAX_TOKENS);
+    if ((int64_t)f->B * f->T > (1 << 24)) die_user("flags -b x -t: %lld tokens per micro-batch: at most %d", (long long)f->B * f->T, 1 << 24);
     if (f->resume != 0 && f->resume != 1) die_user("flag -y: %d is not 0 or 1", f->resume);
     if ((f->ckpt_every > 0 || f->resume) && !f->out_dir[0]) die_user("flags -n / -y need an output directory: -o DIR");
     if (f->resume_step < 0 || (f->resume_step > 0 && !f->resume)) die_user("flag -resume-step %d needs -y 1 and a step >= 1", f->resume_step);
@@ -1389,6 +1412,29 @@ static void run_tokenize(const Flags* f) {
     tokenizer_free(&tok);
 }
 
+// Stop at start-up (exit 2) when a rank's value differs from rank 0's.
+static void same_on_every_rank(Trainer* tr, uint64_t h, const char* what) {
+    uint64_t* hs = (uint64_t*)malloc(sizeof(uint64_t) * tr->R);
+    comm_allgather_u64(&tr->comm, h, hs);
+    for (int r = 1; r < tr->R; r++)
+        if (hs[r] != hs[0])
+            die_user("rank %d sees other %s than rank 0 (hash %016llx vs %016llx). HINT: every rank must read the same files", r, what,
+                     (unsigned long long)hs[r], (unsigned long long)hs[0]);
+    free(hs);
+}
+
+// The data every rank must agree on: the shards' count and token counts (val may be NULL).
+static uint64_t data_hash(const DataLoader* train, const DataLoader* val) {
+    uint64_t h = FNV_INIT;
+    for (int k = 0; k < 2; k++) {
+        const DataLoader* dl = k ? val : train;
+        if (!dl) continue;
+        h = fnv1a(h, &dl->nshards, sizeof(dl->nshards));
+        for (int i = 0; i < dl->nshards; i++) h = fnv1a(h, &dl->shards[i].ntok, sizeof(dl->shards[i].ntok));
+    }
+    return h;
+}
+
 // Everything before the first step. Bad input ends here with exit code 2, before allocation.
 // Returns 1 when there is nothing to train (-plan printed its table, -tokenize wrote shards).
 static int trainer_setup(Trainer* tr, int argc, char** argv) {
@@ -1446,6 +1492,11 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     tr->has_val = f->val_data[0] != 0 && f->val_every > 0;
     if (tr->has_val && dataloader_init(&tr->val, f->val_data, f->B, f->T, c.V, 0, 0, err, sizeof(err)))
         die_user("-j: %s", err);
+    for (int k = 0; k < 1 + tr->has_val; k++) { // shards too short for one sample are skipped, and said so
+        int n_short = dataloader_short_shards(k ? &tr->val : &tr->train);
+        if (n_short) printf0("note: %s: %d shard(s) hold fewer than T+1 = %d tokens: skipped\n", k ? "-j" : "-i", n_short, f->T + 1);
+    }
+    same_on_every_rank(tr, data_hash(&tr->train, tr->has_val ? &tr->val : NULL), "the shards of -i / -j (their count or sizes)");
     tr->has_tok = f->sample_every > 0 && tokenizer_init(&tr->tok, f->tokenizer, err, sizeof(err)) == 0;
     if (f->sample_every > 0 && !tr->has_tok) printf0("warning: -tokenizer: %s; samples print token ids\n", err);
     if (f->out_dir[0]) mkdir_p(f->out_dir);

@@ -252,3 +252,93 @@ TEST(exit_nonfinite_refused) {
     CHECKF(rc == 3 && strstr(ck_out, "non-finite value(s): no checkpoint written") && !ck_exists(dir, "DONE_00000001"),
            "an overflowing update: exit %d:\n%s", rc, ck_out);
 }
+
+// ---- Validate what is read, every time it is read.
+
+// A shard rewritten in place or truncated while the trainer runs: the next batch that touches it
+// is an error naming the shard (an out-of-range id never reaches the model; no SIGBUS).
+TEST(data_changed_mid_run) {
+    char path[PATH_MAX], err[512];
+    snprintf(path, sizeof(path), "%s/ck_mid_run.bin", test_tmpdir());
+    uint16_t toks[200];
+    for (int i = 0; i < 200; i++) toks[i] = (uint16_t)(i * 7 % 1000);
+    CHECK(write_token_shard(path, toks, 200, err, sizeof(err)) == 0);
+    DataLoader dl;
+    CHECKF(dataloader_init(&dl, path, 2, 8, 1000, 0, 0, err, sizeof(err)) == 0, "%s", err);
+    if (!dl.inputs) return;
+    CHECK(dataloader_load(&dl, 0) == 0 && dl.inputs[3] == toks[3]);
+    int fd = open(path, O_WRONLY);
+    uint16_t bad = 60000;
+    CHECK(fd >= 0 && pwrite(fd, &bad, 2, SHARD_HEADER_BYTES + 2 * 3) == 2); // token 3, in place
+    CHECK(dataloader_load(&dl, 0) == -1);
+    CHECKF(strstr(dl.err, path) && strstr(dl.err, "token id 60000 at index 3 is out of range"), "%s", dl.err);
+    CHECK(ftruncate(fd, SHARD_HEADER_BYTES + 2 * 40) == 0); // 40 of 200 tokens left
+    close(fd);
+    CHECK(dataloader_load(&dl, 10) == -1); // samples 20, 21: tokens 160..176
+    CHECKF(strstr(dl.err, path) && strstr(dl.err, "shorter than at start-up"), "%s", dl.err);
+    dataloader_free(&dl);
+}
+
+// A shard too short for one sample (what -tokenize writes last when little text is left) is
+// skipped, not refused; only when no shard holds a sample is that an error.
+TEST(data_short_shard_skipped) {
+    char dir[PATH_MAX], path[PATH_MAX], pattern[PATH_MAX], err[512];
+    snprintf(dir, sizeof(dir), "%s/ck_short", test_tmpdir());
+    mkdir(dir, 0755);
+    uint16_t toks[100];
+    for (int i = 0; i < 100; i++) toks[i] = (uint16_t)i;
+    snprintf(path, sizeof(path), "%s/s_000000.bin", dir);
+    CHECK(write_token_shard(path, toks, 100, err, sizeof(err)) == 0);
+    snprintf(path, sizeof(path), "%s/s_000001.bin", dir);
+    CHECK(write_token_shard(path, toks, 3, err, sizeof(err)) == 0);
+    snprintf(pattern, sizeof(pattern), "%s/s_*.bin", dir);
+    DataLoader dl;
+    CHECKF(dataloader_init(&dl, pattern, 1, 8, 1000, 1, 1, err, sizeof(err)) == 0, "%s", err);
+    CHECK(dl.total_samples == 12 && dataloader_short_shards(&dl) == 1);
+    for (int u = 0; u < 30 && dl.inputs; u++) CHECK(dataloader_load(&dl, u) == 0);
+    dataloader_free(&dl);
+    snprintf(pattern, sizeof(pattern), "%s/s_000001.bin", dir); // alone: nothing to train on
+    CHECK(dataloader_init(&dl, pattern, 1, 8, 1000, 1, 1, err, sizeof(err)) == -1 && strstr(err, "too few tokens"));
+}
+
+// Flag values and model files beyond what the program can address are refused at start-up
+// (exit 2, the flag or file named), not a crash: -g 2147483647 (int overflow in sampling), a
+// huge -layers, and an llm.c header whose size computation overflowed 32 bits (3 * C) so that a
+// 1,040-byte file passed the size check.
+TEST(cli_bounds_refused) {
+    char path[PATH_MAX], flags[4096];
+    snprintf(path, sizeof(path), "%s/ck_overflow.bin", test_tmpdir());
+    int hdr[260] = {20240326, 5, 429496716, 2, 1, 42949673, 858993460, 2147483647};
+    FILE* f = fopen(path, "wb");
+    CHECK(f && fwrite(hdr, 1, 1040, f) == 1040);
+    if (f) fclose(f);
+    struct { const char* flags; const char* expect; } cases[] = {
+        {CK_SMALL " -x 1 -s 1 -g 2147483647", "flag -g: 2147483647 tokens to generate"},
+        {CK_SMALL " -x 1 -layers 2000000000", "flag -layers 2000000000 is above 4096"},
+        {CK_SMALL " -x 1 -channels 32768 -heads 256 -layers 4000", "parameters (L 4000, C 32768) is above"},
+        {CK_SMALL " -x 1 -b 100000 -t 256", "flags -b x -t"},
+        {"-x 0 -e OVERFLOW", "file is 1040 bytes but its header describes about"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        snprintf(flags, sizeof(flags), "%s", cases[i].flags);
+        char* p = strstr(flags, "OVERFLOW");
+        if (p) snprintf(p, sizeof(flags) - (p - flags), "%s", path);
+        int rc = ck_run("", flags);
+        CHECKF(rc == 2 && strstr(ck_out, cases[i].expect), "'%s': exit %d, expected 2 and '%s':\n%s", flags, rc, cases[i].expect, ck_out);
+    }
+}
+
+// -help under mpirun: every rank ends cleanly, exit code 0 (it was 1, with Open MPI's
+// abnormal-termination banner, because the ranks exited without MPI_Finalize).
+TEST(cli_mpirun_help) {
+#ifndef USE_MPI
+    TEST_SKIP("built without MPI");
+#else
+    char cmd[8192];
+    snprintf(cmd, sizeof(cmd),
+             "for v in $(env | grep -oE '^(OMPI|PMIX|OPAL)_[A-Za-z0-9_]*'); do unset $v; done; "
+             "mpirun -np 2 --oversubscribe --allow-run-as-root %s --train -help", g_test_self);
+    int rc = test_run_cmd(cmd, ck_out, sizeof(ck_out));
+    CHECKF(rc == 0 && strstr(ck_out, "usage: ./train"), "exit %d:\n%s", rc, ck_out);
+#endif
+}
