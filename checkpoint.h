@@ -27,6 +27,7 @@
 //   3. every file is written under a temporary name, fsynced, renamed, the directory fsynced;
 //   4. an error count is summed over ranks; only if it is 0 does rank 0 write DONE, then LATEST;
 //   5. -nk: the oldest complete checkpoints beyond N are removed (DONE first).
+// (-save-model 0 or last: a checkpoint may have no model file; its DONE says model_bytes -1.)
 // RESUME (ckpt_resume): rank 0 follows LATEST (not the largest step number: a roll-back's
 // abandoned branch never wins); if LATEST's step is incomplete, the newest complete step before it.
 // -resume-step N picks N. Every checkpoint file of a later step is then moved into a folder
@@ -188,11 +189,13 @@ static int file_crc32c(const char* path, uint32_t* crc, int64_t* bytes) {
 // Fault injection for the tests (test/test_checkpoint.h), read from the environment once:
 //   ZT_FAULT=enospc:SUBSTR   every checkpoint write to a file whose path contains SUBSTR fails
 //                            as a full disk would (ENOSPC), e.g. enospc:state_00000006_00001
+//   ZT_FAULT=slow:SUBSTR     writing such a file takes 3 s longer (slow storage)
 static int ckpt_fault(const char* kind, const char* path) {
     const char* f = getenv("ZT_FAULT");
     size_t k = strlen(kind);
     if (!f || strncmp(f, kind, k) || f[k] != ':' || !strstr(path, f + k + 1)) return 0;
-    errno = ENOSPC;
+    if (!strcmp(kind, "enospc")) errno = ENOSPC;
+    if (!strcmp(kind, "slow")) sleep(3);
     return 1;
 }
 
@@ -216,6 +219,7 @@ static int write_model_file(Zero* z, const GPTConfig* c, const char* path, uint3
     char tmp[PATH_MAX + 32];
     snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
     if (r0) {
+        ckpt_fault("slow", path);
         fd = ckpt_fault("enospc", path) ? -1 : open(tmp, O_RDWR | O_CREAT | O_TRUNC, 0644);
         if (fd < 0) { fprintf(stderr, "error: cannot create %s: %s\n", tmp, strerror(errno)); ok = 0; }
         int header[256] = {0};
@@ -567,7 +571,8 @@ static double master_nonfinite_all(Zero* z) {
 // A checkpoint of the current step: every rank takes part. Returns 0 on every rank when the
 // checkpoint is complete (DONE and LATEST written), CKPT_FAILED or CKPT_NONFINITE on every rank
 // otherwise.
-static int ckpt_save(Zero* z, const GPTConfig* c, const char* dir, const CkptMeta* meta, int keep) {
+// with_model: write the llm.c model file too (-save-model); keep: -nk.
+static int ckpt_save(Zero* z, const GPTConfig* c, const char* dir, const CkptMeta* meta, int with_model, int keep) {
     Comm* comm = z->comm;
     char path[PATH_MAX];
     uint64_t nonce = ckpt_nonce(comm);
@@ -585,7 +590,7 @@ static int ckpt_save(Zero* z, const GPTConfig* c, const char* dir, const CkptMet
     if (check[0] != 0.0) return CKPT_FAILED;
     Marker mk = {meta->step, nonce, z->R, -1, 0};
     snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, meta->step);
-    if (write_model_file(z, c, path, &mk.model_crc, &mk.model_bytes) != 0) err += 1.0;
+    if (with_model && write_model_file(z, c, path, &mk.model_crc, &mk.model_bytes) != 0) err += 1.0;
     snprintf(path, sizeof(path), "%s/state_%08d_%05d.bin", dir, meta->step, z->r);
     if (write_state_file(z, c, meta, nonce, path) != 0) err += 1.0;
     comm_sum_doubles(comm, &err, 1); // every rank learns whether all files are safe

@@ -106,7 +106,9 @@ typedef enum { F_INT, F_FLOAT, F_STR, F_SWITCH } FlagType; // F_SWITCH: present 
     X("-gpu-mem",       gpu_mem,         F_STR,   "",       "memory per rank for -plan and -z auto, e.g. 80GiB, 40GB, 512MiB (\"\": the device's free memory)") \
     X("-link-gbps",     link_gbps,       F_FLOAT, "auto",   "link bandwidth per rank for -plan, Gbit/s per direction (auto: 3600 NVLink-class on cuda, 80 on cpu)") \
     X("-tflops",        tflops,          F_FLOAT, "auto",   "compute rate per rank for -plan, TFLOP/s (auto: measured matmul on cpu, peak table x 0.5 on cuda)") \
-    X("-max-skips",     max_skips,       F_INT,   "10",     "end the run with exit code 3 after this many consecutive skipped steps (non-finite gradient norm; 0: never)")
+    X("-max-skips",     max_skips,       F_INT,   "10",     "end the run with exit code 4 after this many consecutive skipped steps (non-finite gradient norm; 0: never)") \
+    X("-save-model",    save_model,      F_STR,   "1",      "llm.c model file in each checkpoint: 1 every one, last only the final one, 0 none (resume needs only the state files)") \
+    X("-io-timeout",    io_timeout,      F_FLOAT, "auto",   "seconds the other ranks wait for rank 0's checkpoint or -export writes (auto: bytes rank 0 writes at 50 MB/s, at least 600; 0: forever)")
 
 // How each type is declared and converted from its text.
 #define FLAG_FIELD_F_INT(field) int field;
@@ -667,10 +669,34 @@ static CkptMeta trainer_ckpt_meta(const Trainer* tr) {
     return m;
 }
 
+// Waits around rank 0's checkpoint and export writes use -io-timeout, not -comm-timeout: a
+// healthy run on slow storage must not end because rank 0 is still writing. auto: the bytes rank 0
+// writes (model file and its state file) at a floor of 50 MB/s, and at least 10 minutes.
+static double io_timeout_s(const Trainer* tr) {
+    if (tr->f.comm_timeout == 0 || tr->f.io_timeout == 0) return 0; // forever
+    if (tr->f.io_timeout > 0) return tr->f.io_timeout;
+    double bytes = 1024.0 + (double)tr->model.d.num_params * sizeof(floatX) + 12.0 * tr->model.z.opt_total;
+    return fmax(600.0, bytes / 50e6);
+}
+static double io_wait_begin(Trainer* tr) {
+    double saved = tr->comm.timeout_s;
+    tr->comm.timeout_s = io_timeout_s(tr);
+    tr->comm.timeout_flag = "-io-timeout";
+    return saved;
+}
+static void io_wait_end(Trainer* tr, double saved) {
+    tr->comm.timeout_s = saved;
+    tr->comm.timeout_flag = NULL;
+}
+
 // A checkpoint of the current step: every rank takes part. 0 on success (the same on every rank).
-static int save_checkpoint(Trainer* tr) {
+static int save_checkpoint(Trainer* tr, int last) {
     CkptMeta meta = trainer_ckpt_meta(tr);
-    return ckpt_save(&tr->model.z, &tr->model.cfg, tr->f.out_dir, &meta, tr->f.ckpt_keep);
+    int with_model = !strcmp(tr->f.save_model, "1") || (last && !strcmp(tr->f.save_model, "last"));
+    double saved = io_wait_begin(tr);
+    int rc = ckpt_save(&tr->model.z, &tr->model.cfg, tr->f.out_dir, &meta, with_model, tr->f.ckpt_keep);
+    io_wait_end(tr, saved);
+    return rc;
 }
 
 // Resume from the checkpoint LATEST names (or -resume-step). Returns 1 if one was loaded.
@@ -1114,6 +1140,7 @@ static void resolve_defaults(Flags* f, Device dev) {
     AUTO(recompute, "-1", "-1");
     AUTO(link_gbps, "0", "0");    // 0: the device's default, resolved by plan_env
     AUTO(tflops, "0", "0");
+    AUTO(io_timeout, "-1", "-1"); // -1: from the bytes rank 0 writes (io_timeout_s)
 #ifdef ZT_DEBUG
     AUTO(poison, "1", "1");
 #else
@@ -1231,6 +1258,9 @@ static void check_flags(const Flags* f, const GPTConfig* c, int R) {
 #endif
     if (f->comm_timeout < 0 || f->comm_delay < 0) die_user("flags -comm-timeout / -comm-delay must not be negative");
     if (f->max_skips < 0) die_user("flag -max-skips: %d is negative", f->max_skips);
+    if (strcmp(f->save_model, "0") && strcmp(f->save_model, "1") && strcmp(f->save_model, "last"))
+        die_user("flag -save-model: '%s' is not 0, 1 or last", f->save_model);
+    if (f->io_timeout < 0 && f->io_timeout != -1) die_user("flag -io-timeout: %g is negative", f->io_timeout);
 }
 
 // Threads for the CPU ops: -threads, else OMP_NUM_THREADS, else this node's cores shared
@@ -1618,7 +1648,8 @@ static void json_num(FILE* f, const char* key, double v) {
 }
 
 // Exit codes (README "Exit codes"). die() uses 1 and 2 as well.
-enum { ZT_EXIT_OK = 0, ZT_EXIT_RUNTIME = 1, ZT_EXIT_BAD_INPUT = 2, ZT_EXIT_DIVERGED = 3 };
+// 3 is a collective past its timeout (comm_poll in zero.h).
+enum { ZT_EXIT_OK = 0, ZT_EXIT_RUNTIME = 1, ZT_EXIT_BAD_INPUT = 2, ZT_EXIT_DIVERGED = 4 };
 
 // The training loop. Returns the exit code (the same on every rank).
 static int train_loop(Trainer* tr) {
@@ -1627,6 +1658,7 @@ static int train_loop(Trainer* tr) {
     int start = tr->step, skips = 0, failed_ckpts = 0;
     for (;;) {
         int step = tr->step, last = step >= tr->max_steps;
+        tr->comm.step = step; // collectives' messages name the step being evaluated, saved or trained
         if (tr->has_val && (step % f->val_every == 0 || last)) {
             float vl = evaluate(tr);
             printf0("step %5d | val loss %.6f\n", step, vl);
@@ -1634,13 +1666,12 @@ static int train_loop(Trainer* tr) {
         }
         if (f->sample_every > 0 && (step % f->sample_every == 0 || last) && step > 0) sample_text(tr);
         if (f->ckpt_every > 0 && step > start && (step % f->ckpt_every == 0 || last)) {
-            int rc = save_checkpoint(tr);
+            int rc = save_checkpoint(tr, last);
             if (rc == CKPT_NONFINITE) return ZT_EXIT_DIVERGED;
             if (rc != 0 && last) { printf0("error: the final checkpoint (step %d) failed\n", step); return ZT_EXIT_RUNTIME; }
             if (rc != 0) failed_ckpts++; // training goes on; the run ends with exit code 1
         }
         if (last) break;
-        tr->comm.step = step;
         comm_reset_stats(&tr->comm);
         double t0 = wall_s();
         StepResult s = train_step(tr);
@@ -1703,7 +1734,9 @@ static int train_main(int argc, char** argv) {
     log_memory(tr, "start");
     int rc = train_loop(tr);
     if (rc == ZT_EXIT_OK && tr->f.export_path[0]) { // every rank takes part (ZeRO-3 gathers); rank 0 writes
+        double saved = io_wait_begin(tr);
         if (write_model_file(&tr->model.z, &tr->model.cfg, tr->f.export_path, NULL, NULL) != 0) die(1, "-export %s failed", tr->f.export_path);
+        io_wait_end(tr, saved);
         printf0("exported the model at step %d to %s\n", tr->step, tr->f.export_path);
     }
     if (rc == ZT_EXIT_OK && tr->f.log_hash) log_hashes(tr);

@@ -223,23 +223,23 @@ TEST(exit_log_write_failed) {
     CHECKF(rc == 1 && strstr(ck_out, "log.jsonl failed"), "exit %d:\n%s", rc, ck_out);
 }
 
-// A run that skips -max-skips consecutive steps (default 10) has diverged: exit code 3. A
+// A run that skips -max-skips consecutive steps (default 10) has diverged: exit code 4. A
 // learning rate of 1e30 sends the weights to ~1e30 in one step; every later step is skipped.
 TEST(exit_max_skips) {
     const char* dir = ck_dir("exit_skips");
     char flags[4096];
     snprintf(flags, sizeof(flags), CK_SMALL " -x 30 -l 1e30 -u 0 -k constant -o %s", dir);
     int rc = ck_run("", flags);
-    CHECKF(rc == 3 && strstr(ck_out, "10 consecutive steps skipped") && strstr(ck_out, "step    11/30") && !strstr(ck_out, "step    12/30"),
+    CHECKF(rc == 4 && strstr(ck_out, "10 consecutive steps skipped") && strstr(ck_out, "step    11/30") && !strstr(ck_out, "step    12/30"),
            "default -max-skips: exit %d:\n%s", rc, ck_out);
     snprintf(flags, sizeof(flags), CK_SMALL " -x 30 -l 1e30 -u 0 -k constant -max-skips 2");
     rc = ck_run("", flags);
-    CHECKF(rc == 3 && strstr(ck_out, "2 consecutive steps skipped"), "-max-skips 2: exit %d:\n%s", rc, ck_out);
+    CHECKF(rc == 4 && strstr(ck_out, "2 consecutive steps skipped"), "-max-skips 2: exit %d:\n%s", rc, ck_out);
 }
 
 // Non-finite numbers never reach the weights or a checkpoint: -l 1e39 (infinite as a float) is
 // refused at start-up; a finite learning rate whose update overflows (3.4e38) leaves weights that
-// are never written: no DONE, exit code 3.
+// are never written: no DONE, exit code 4.
 TEST(exit_nonfinite_refused) {
     const char* dir = ck_dir("exit_nan");
     char flags[4096];
@@ -249,7 +249,7 @@ TEST(exit_nonfinite_refused) {
     CHECK(!ck_exists(dir, "DONE_00000001"));
     snprintf(flags, sizeof(flags), CK_SMALL " -x 2 -n 1 -u 0 -k constant -l 3.4e38 -o %s", dir);
     rc = ck_run("", flags);
-    CHECKF(rc == 3 && strstr(ck_out, "non-finite value(s): no checkpoint written") && !ck_exists(dir, "DONE_00000001"),
+    CHECKF(rc == 4 && strstr(ck_out, "non-finite value(s): no checkpoint written") && !ck_exists(dir, "DONE_00000001"),
            "an overflowing update: exit %d:\n%s", rc, ck_out);
 }
 
@@ -340,5 +340,48 @@ TEST(cli_mpirun_help) {
              "mpirun -np 2 --oversubscribe --allow-run-as-root %s --train -help", g_test_self);
     int rc = test_run_cmd(cmd, ck_out, sizeof(ck_out));
     CHECKF(rc == 0 && strstr(ck_out, "usage: ./train"), "exit %d:\n%s", rc, ck_out);
+#endif
+}
+
+// -save-model last: only the final checkpoint carries the llm.c model file; the others resume
+// from their state files alone. -save-model 0: none does.
+TEST(ckpt_save_model_flag) {
+    const char* dir = ck_dir("save_model");
+    char flags[4096];
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 4 -n 2 -save-model last -o %s", dir);
+    int rc = ck_run("", flags);
+    CHECKF(rc == 0 && !ck_exists(dir, "model_00000002.bin") && ck_exists(dir, "model_00000004.bin") && ck_exists(dir, "DONE_00000002"),
+           "-save-model last (%d):\n%s", rc, ck_out);
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 4 -o %s -y 1 -resume-step 2", dir);
+    rc = ck_run("", flags);
+    CHECKF(rc == 0 && strstr(ck_out, "resume: step 2 "), "resume without a model file (%d):\n%s", rc, ck_out);
+    dir = ck_dir("save_model0");
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 2 -n 2 -save-model 0 -o %s", dir);
+    rc = ck_run("", flags);
+    CHECKF(rc == 0 && !ck_exists(dir, "model_00000002.bin") && ck_exists(dir, "DONE_00000002"), "-save-model 0 (%d):\n%s", rc, ck_out);
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 2 -save-model sometimes");
+    rc = ck_run("", flags);
+    CHECKF(rc == 2 && strstr(ck_out, "flag -save-model: 'sometimes'"), "bad value (%d):\n%s", rc, ck_out);
+}
+
+// Slow storage: rank 0 takes 3 s longer to write the model file (ZT_FAULT=slow) while rank 1
+// waits in a collective. With -comm-timeout 1 the run still succeeds (that wait uses
+// -io-timeout, auto: at least 10 minutes); with -io-timeout 1 it ends with exit code 3 and a
+// message naming -io-timeout and the step being saved.
+TEST(ckpt_io_timeout) {
+#ifndef USE_MPI
+    TEST_SKIP("built without MPI");
+#else
+    const char* dir = ck_dir("io_timeout");
+    char cmd[8192];
+    const char* launch = "for v in $(env | grep -oE '^(OMPI|PMIX|OPAL)_[A-Za-z0-9_]*'); do unset $v; done; "
+                         "ZT_FAULT=slow:model_00000002 OMP_NUM_THREADS=1 mpirun -np 2 --oversubscribe --allow-run-as-root --mca mpi_yield_when_idle 1";
+    snprintf(cmd, sizeof(cmd), "%s %s --train " CK_SMALL " -threads 1 -x 2 -n 2 -comm-timeout 1 -o %s", launch, g_test_self, dir);
+    int rc = test_run_cmd(cmd, ck_out, sizeof(ck_out));
+    CHECKF(rc == 0 && strstr(ck_out, "checkpoint: step 2 written"), "slow storage ended the run (%d):\n%s", rc, ck_out);
+    dir = ck_dir("io_timeout1");
+    snprintf(cmd, sizeof(cmd), "%s %s --train " CK_SMALL " -threads 1 -x 2 -n 2 -io-timeout 1 -o %s", launch, g_test_self, dir);
+    rc = test_run_cmd(cmd, ck_out, sizeof(ck_out));
+    CHECKF(rc == 3 && strstr(ck_out, "raise -io-timeout") && strstr(ck_out, "at step 2 "), "-io-timeout 1 (%d):\n%s", rc, ck_out);
 #endif
 }
