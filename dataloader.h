@@ -25,7 +25,13 @@
 // Every shard is checked at init, each problem a one-line error naming the file: header, magic,
 // version, file size against the header's count, at least T+1 tokens, and every token id below
 // the vocabulary size (that scan reads all the data once, about a second per GB from page cache).
-// Shards stay mmapped read-only for the loader's lifetime; the shuffle keeps one permutation of
+// A shard with fewer than T+1 tokens holds no sample and is skipped (dataloader_short_shards
+// counts them; the trainer prints a note); only when no shard holds a sample is that an error.
+// Every batch is read with pread from a descriptor kept open, and its token ids are checked
+// again: a shard truncated or rewritten in place mid-run is an error naming it, never a SIGBUS
+// or an out-of-range id reaching the model.
+// Shards stay mmapped read-only for the loader's lifetime (the start-up scan; the tests read
+// them); the shuffle keeps one permutation of
 // S int64 (8 bytes per sample), recomputed when a unit reaches another epoch.
 //
 // Header-only, all functions static: include it in one translation unit. POSIX (glob, mmap);
@@ -64,7 +70,8 @@
 
 typedef struct {
     char* path;             // as matched by the glob
-    void* map;              // the whole file, mmapped read-only (NULL: not mapped)
+    void* map;              // the whole file, mmapped read-only (NULL: not mapped); batches use fd
+    int fd;                 // open for the loader's lifetime (-1: none)
     size_t map_bytes;
     const uint16_t* tokens; // (ntok) the tokens, just past the 1024-byte header
     int64_t ntok;           // N_i, from the header, checked against the file size
@@ -84,18 +91,22 @@ typedef struct {
     int64_t perm_epoch;     // the epoch perm holds, -1: none yet
     int* inputs;            // (B, T) = sample tokens [0, T), written by dataloader_load
     int* targets;           // (B, T) = sample tokens [1, T+1), written by dataloader_load
+    uint16_t* sample_buf;   // (T+1) one sample as read from its shard
+    char err[1024];         // dataloader_load's error, when it returns -1
 } DataLoader;
 
 // Unmap and free everything; safe on a zeroed, half-built or already freed loader.
 static inline void dataloader_free(DataLoader* dl) {
     for (int i = 0; dl->shards && i < dl->nshards; i++) {
         if (dl->shards[i].map) munmap(dl->shards[i].map, dl->shards[i].map_bytes);
+        if (dl->shards[i].fd >= 0) close(dl->shards[i].fd);
         free(dl->shards[i].path);
     }
     free(dl->shards);
     free(dl->perm);
     free(dl->inputs);
     free(dl->targets);
+    free(dl->sample_buf);
     memset(dl, 0, sizeof(*dl));
     dl->perm_epoch = -1;
 }
@@ -136,7 +147,7 @@ static inline int dataloader_open_shard(DataShard* sh, int T, int vocab_size, ch
     }
     void* map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
     int map_errno = errno;
-    close(fd);  // the mapping keeps the file
+    sh->fd = fd;  // kept: batches are read with pread (dataloader_load)
     if (map == MAP_FAILED) return dataloader_error(err, errlen, "shard %s: cannot mmap: %s", path, strerror(map_errno));
     sh->map = map;
     sh->map_bytes = (size_t)size;
@@ -158,13 +169,9 @@ static inline int dataloader_open_shard(DataShard* sh, int T, int vocab_size, ch
                                 path, N > held ? "truncated" : "wrong size", (long long)N, (long long)held,
                                 (size - SHARD_HEADER_BYTES) % 2 ? " and an odd byte" : "");
     }
-    if (N < (int64_t)T + 1) {
-        return dataloader_error(err, errlen, "shard %s: too few tokens: %lld, sequence length T = %d needs at least T+1 = %d",
-                                path, (long long)N, T, T + 1);
-    }
     sh->ntok = N;
     sh->tokens = (const uint16_t*)((const char*)map + SHARD_HEADER_BYTES);
-    sh->nsamples = (N - 1) / T;
+    sh->nsamples = N < (int64_t)T + 1 ? 0 : (N - 1) / T; // too short: skipped (dataloader_init)
     for (int64_t i = 0; i < N; i++) {
         if (sh->tokens[i] >= vocab_size) {
             return dataloader_error(err, errlen, "shard %s: token id %u at index %lld is out of range for vocabulary size %d",
@@ -206,6 +213,7 @@ static inline int dataloader_init(DataLoader* dl, const char* pattern, int B, in
         return dataloader_error(err, errlen, "dataloader %s: out of memory", pattern);
     }
     dl->nshards = (int)g.gl_pathc;
+    for (int i = 0; i < dl->nshards; i++) dl->shards[i].fd = -1;
     for (int i = 0; i < dl->nshards; i++) {
         dl->shards[i].path = strdup(g.gl_pathv[i]);
         if (!dl->shards[i].path) {
@@ -225,13 +233,21 @@ static inline int dataloader_init(DataLoader* dl, const char* pattern, int B, in
         dl->shards[i].first_sample = dl->total_samples;
         dl->total_samples += dl->shards[i].nsamples;
     }
+    if (dl->total_samples == 0) { // every shard too short: name the first
+        const DataShard* sh = &dl->shards[0];
+        dataloader_error(err, errlen, "shard %s: too few tokens: %lld, sequence length T = %d needs at least T+1 = %d%s",
+                         sh->path, (long long)sh->ntok, T, T + 1, dl->nshards > 1 ? " (and no other shard has enough)" : "");
+        dataloader_free(dl);
+        return -1;
+    }
 
     // --- buffers: everything dataloader_load touches is allocated here
     size_t BT = (size_t)B * (size_t)T;
     dl->inputs = (int*)malloc(BT * sizeof(int));
     dl->targets = (int*)malloc(BT * sizeof(int));
+    dl->sample_buf = (uint16_t*)malloc(((size_t)T + 1) * sizeof(uint16_t));
     if (shuffle) dl->perm = (int64_t*)malloc((size_t)dl->total_samples * sizeof(int64_t));
-    if (!dl->inputs || !dl->targets || (shuffle && !dl->perm)) {
+    if (!dl->inputs || !dl->targets || !dl->sample_buf || (shuffle && !dl->perm)) {
         dataloader_free(dl);
         return dataloader_error(err, errlen, "dataloader %s: out of memory for the batch or the permutation", pattern);
     }
@@ -256,25 +272,45 @@ static inline void dataloader_shuffle_epoch(DataLoader* dl, int64_t e) {
     dl->perm_epoch = e;
 }
 
-// The T+1 tokens of global sample `sample` (0 <= sample < S): binary search for its shard.
-static inline const uint16_t* dataloader_sample_tokens(const DataLoader* dl, int64_t sample) {
+// The shard holding global sample `sample` (0 <= sample < S): binary search. Shards without
+// samples share first_sample with the next one; the last match is the one that holds it.
+static inline const DataShard* dataloader_sample_shard(const DataLoader* dl, int64_t sample) {
     int lo = 0, hi = dl->nshards - 1;  // find the last shard with first_sample <= sample
     while (lo < hi) {
         int mid = (lo + hi + 1) / 2;
         if (dl->shards[mid].first_sample <= sample) lo = mid;
         else hi = mid - 1;
     }
-    const DataShard* sh = &dl->shards[lo];
-    return sh->tokens + (sample - sh->first_sample) * dl->T;
+    return &dl->shards[lo];
+}
+
+// Read the T+1 tokens of global sample `sample` into dl->sample_buf with pread, and check them
+// again: the file may have been truncated or rewritten since start-up. Returns 0 or -1 (dl->err).
+static inline int dataloader_read_sample(DataLoader* dl, int64_t sample) {
+    const DataShard* sh = dataloader_sample_shard(dl, sample);
+    int64_t first = (sample - sh->first_sample) * dl->T; // index of its first token in the shard
+    size_t want = ((size_t)dl->T + 1) * sizeof(uint16_t), got = 0;
+    off_t off = SHARD_HEADER_BYTES + 2 * (off_t)first;
+    while (got < want) {
+        ssize_t r = pread(sh->fd, (char*)dl->sample_buf + got, want - got, off + (off_t)got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0)
+            return dataloader_error(dl->err, sizeof(dl->err), "shard %s: cannot read tokens %lld..%lld: %s (the file changed since start-up?)",
+                                    sh->path, (long long)first, (long long)(first + dl->T), r < 0 ? strerror(errno) : "the file is shorter than at start-up");
+        got += (size_t)r;
+    }
+    for (int t = 0; t <= dl->T; t++)
+        if (dl->sample_buf[t] >= dl->vocab_size)
+            return dataloader_error(dl->err, sizeof(dl->err), "shard %s: token id %u at index %lld is out of range for vocabulary size %d (the file changed since start-up)",
+                                    sh->path, (unsigned)dl->sample_buf[t], (long long)(first + t), dl->vocab_size);
+    return 0;
 }
 
 // Fill dl->inputs and dl->targets, (B, T) each, with unit `unit`: positions unit*B + b,
 // b = 0..B-1, of the sample stream. A unit may straddle epochs; each position uses its own.
-static inline void dataloader_load(DataLoader* dl, int64_t unit) {
-    if (unit < 0) {
-        fprintf(stderr, "%s:%d: dataloader_load: unit %lld is negative\n", __FILE__, __LINE__, (long long)unit);
-        exit(EXIT_FAILURE);
-    }
+// Returns 0, or -1 with a one-line message in dl->err naming the shard.
+static inline int dataloader_load(DataLoader* dl, int64_t unit) {
+    if (unit < 0) return dataloader_error(dl->err, sizeof(dl->err), "dataloader: unit %lld is negative", (long long)unit);
     int B = dl->B, T = dl->T;
     int64_t S = dl->total_samples;
     for (int b = 0; b < B; b++) {
@@ -285,12 +321,21 @@ static inline void dataloader_load(DataLoader* dl, int64_t unit) {
             dataloader_shuffle_epoch(dl, e);
             sample = dl->perm[k];
         }
-        const uint16_t* tok = dataloader_sample_tokens(dl, sample);
+        if (dataloader_read_sample(dl, sample) != 0) return -1;
+        const uint16_t* tok = dl->sample_buf;
         for (int t = 0; t < T; t++) {
             dl->inputs[b * T + t] = tok[t];
             dl->targets[b * T + t] = tok[t + 1];
         }
     }
+    return 0;
+}
+
+// Shards too short to hold one sample (skipped).
+static inline int dataloader_short_shards(const DataLoader* dl) {
+    int n = 0;
+    for (int i = 0; i < dl->nshards; i++) n += dl->shards[i].nsamples == 0;
+    return n;
 }
 
 // Tokens in all shards together (the headers' counts), including the few at shard ends that no

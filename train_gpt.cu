@@ -11,7 +11,7 @@
 //   3. activations      what forward keeps for backward, by recompute mode
 //   4. forward/backward the layer loop, calling the ZeRO hooks (zero.h) around every block
 //   5. the step         micro-steps, gradient norm, clipping, AdamW, learning-rate schedule
-//   6. checkpoints      llm.c model files and sharded training state, written atomically
+//   6. checkpoints      llm.c model files and sharded training state (the protocol: checkpoint.h)
 //   7. eval & sampling
 //   8. sizing           -plan, -z auto: memory per tag, communication, step time, for every stage
 //   9. the loop & main
@@ -23,6 +23,7 @@
 // to run on one. The CPU device is tested end to end.
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <glob.h>
 #include <limits.h>
 #include <sys/stat.h>
@@ -39,6 +40,8 @@
 #include "zero.h"              // defines: BlockLayout, Zero, Comm, the zero_* hooks, comm_*
 #include "dataloader.h"        // defines: DataLoader, dataloader_init, dataloader_load
 #include "tokenizer.h"         // defines: Tokenizer, tokenizer_init, tokenizer_print
+#include "model.h"             // defines: GPTConfig, GPT2_TENSORS, ModelDesc, model_describe, model_layout
+#include "checkpoint.h"        // defines: ckpt_save, ckpt_resume, write_model_file, ModelFile, state_pieces
 
 // ----------------------------------------------------------------------------
 // 1. Flags. One row per flag: llm.c's single letters where the meaning is the same, descriptive
@@ -102,7 +105,10 @@ typedef enum { F_INT, F_FLOAT, F_STR, F_SWITCH } FlagType; // F_SWITCH: present 
     X("-world",         world,           F_INT,   "0",      "with -plan: plan for this many ranks (0: the ranks this run has)")   \
     X("-gpu-mem",       gpu_mem,         F_STR,   "",       "memory per rank for -plan and -z auto, e.g. 80GiB, 40GB, 512MiB (\"\": the device's free memory)") \
     X("-link-gbps",     link_gbps,       F_FLOAT, "auto",   "link bandwidth per rank for -plan, Gbit/s per direction (auto: 3600 NVLink-class on cuda, 80 on cpu)") \
-    X("-tflops",        tflops,          F_FLOAT, "auto",   "compute rate per rank for -plan, TFLOP/s (auto: measured matmul on cpu, peak table x 0.5 on cuda)")
+    X("-tflops",        tflops,          F_FLOAT, "auto",   "compute rate per rank for -plan, TFLOP/s (auto: measured matmul on cpu, peak table x 0.5 on cuda)") \
+    X("-max-skips",     max_skips,       F_INT,   "10",     "end the run with exit code 4 after this many consecutive skipped steps (non-finite gradient norm; 0: never)") \
+    X("-save-model",    save_model,      F_STR,   "1",      "llm.c model file in each checkpoint: 1 every one, last only the final one, 0 none (resume needs only the state files)") \
+    X("-io-timeout",    io_timeout,      F_FLOAT, "auto",   "seconds the other ranks wait for rank 0's checkpoint or -export writes (auto: bytes rank 0 writes at 50 MB/s, at least 600; 0: forever)")
 
 // How each type is declared and converted from its text.
 #define FLAG_FIELD_F_INT(field) int field;
@@ -112,7 +118,8 @@ typedef enum { F_INT, F_FLOAT, F_STR, F_SWITCH } FlagType; // F_SWITCH: present 
 #define FLAG_CONV_F_INT(flag, field, help) \
     if (parse_int(f->field##_str, &f->field)) die_user("flag %s: '%s' is not an integer (%s)", flag, f->field##_str, help);
 #define FLAG_CONV_F_FLOAT(flag, field, help) \
-    if (parse_float(f->field##_str, &f->field)) die_user("flag %s: '%s' is not a number (%s)", flag, f->field##_str, help);
+    if (parse_float(f->field##_str, &f->field)) die_user("flag %s: '%s' is not a number (%s)", flag, f->field##_str, help); \
+    if (!isfinite(f->field)) die_user("flag %s: '%s' is beyond a float's range (%.3g at most)", flag, f->field##_str, (double)FLT_MAX);
 #define FLAG_CONV_F_STR(flag, field, help) snprintf(f->field, sizeof(f->field), "%s", f->field##_str);
 #define FLAG_CONV_F_SWITCH(flag, field, help) f->field = atoi(f->field##_str);
 
@@ -159,6 +166,8 @@ static void flags_parse(Flags* f, int argc, char** argv) {
         const char* a = argv[i];
         if (!strcmp(a, "-help") || !strcmp(a, "--help") || !strcmp(a, "-h")) {
             if (g_rank == 0) flags_print_help(stdout);
+            fflush(stdout);
+            comm_finalize(); // every rank ends cleanly (mpirun -np 2 ./train -help exits 0)
             exit(0);
         }
         int known = 0;
@@ -213,91 +222,9 @@ static uint64_t flags_hash(const Flags* f) {
 //
 // The tensors are described once, in GPT2_TENSORS, in llm.c's file order. Everything else is
 // derived from it: the block layout (zero.h), the logical offsets used by model files and
-// checkpoints, which tensors decay, how each is initialised, the printed layout.
-
-typedef struct {
-    int L, C, NH, V, Vp, maxT; // layers, channels, heads, vocabulary (padded: Vp), max sequence
-} GPTConfig;
-
-typedef enum { INIT_NORMAL, INIT_RESID, INIT_ONE, INIT_ZERO } InitKind;
-
-// X(name, io (1: io block, 0: one per layer), rows, cols, decay, init)
-// INIT_NORMAL: N(0, 0.02); INIT_RESID: N(0, 0.02/sqrt(2L)) for the projections into the residual
-// stream (GPT-2's scaled init); INIT_ONE / INIT_ZERO: layernorm gains / biases.
-#define GPT2_TENSORS(X)                                          \
-    X(wte,      1, c->Vp,     c->C,     1, INIT_NORMAL)          \
-    X(wpe,      1, c->maxT,   c->C,     1, INIT_NORMAL)          \
-    X(ln1w,     0, 1,         c->C,     0, INIT_ONE)             \
-    X(ln1b,     0, 1,         c->C,     0, INIT_ZERO)            \
-    X(qkvw,     0, 3 * c->C,  c->C,     1, INIT_NORMAL)          \
-    X(qkvb,     0, 1,         3 * c->C, 0, INIT_ZERO)            \
-    X(attprojw, 0, c->C,      c->C,     1, INIT_RESID)           \
-    X(attprojb, 0, 1,         c->C,     0, INIT_ZERO)            \
-    X(ln2w,     0, 1,         c->C,     0, INIT_ONE)             \
-    X(ln2b,     0, 1,         c->C,     0, INIT_ZERO)            \
-    X(fcw,      0, 4 * c->C,  c->C,     1, INIT_NORMAL)          \
-    X(fcb,      0, 1,         4 * c->C, 0, INIT_ZERO)            \
-    X(fcprojw,  0, c->C,      4 * c->C, 1, INIT_RESID)           \
-    X(fcprojb,  0, 1,         c->C,     0, INIT_ZERO)            \
-    X(lnfw,     1, 1,         c->C,     0, INIT_ONE)             \
-    X(lnfb,     1, 1,         c->C,     0, INIT_ZERO)
-
-enum {
-#define X(name, io, rows, cols, decay, init) T_##name,
-    GPT2_TENSORS(X)
-#undef X
-    NUM_TENSORS
-};
-
-typedef struct {
-    const char* name;
-    int io;          // lives in the io block (1) or in every layer block (0)
-    int64_t n;       // elements (per layer for layer tensors)
-    int64_t logical; // offset of its first element in the logical vector (llm.c's file order)
-    int decay;
-    InitKind init;
-    int64_t off;     // offset inside its block (filled from the layout)
-} TensorInfo;
-
-typedef struct {
-    GPTConfig cfg;
-    TensorInfo t[NUM_TENSORS];
-    int64_t num_params;   // logical elements (llm.c's count, padded vocabulary rows included)
-    int64_t num_real;     // the same without the padded vocabulary rows
-} ModelDesc;
-
-static void model_describe(ModelDesc* d, const GPTConfig* c) {
-    memset(d, 0, sizeof(*d));
-    d->cfg = *c;
-    int64_t logical = 0;
-#define X(tname, tio, rows, cols, tdecay, tinit)                                    \
-    {                                                                               \
-        TensorInfo* t = &d->t[T_##tname];                                           \
-        t->name = #tname; t->io = tio; t->n = (int64_t)(rows) * (cols);             \
-        t->logical = logical; t->decay = tdecay; t->init = tinit;                   \
-        logical += t->n * (tio ? 1 : c->L);                                         \
-    }
-    GPT2_TENSORS(X)
-#undef X
-    d->num_params = logical;
-    d->num_real = logical - (int64_t)(c->Vp - c->V) * c->C;
-}
-
-// Block layout for R ranks: block 0 = io tensors, block 1 + l = layer l's tensors, in table order.
-static void model_layout(ModelDesc* d, BlockLayout* lay, int R, int r) {
-    const GPTConfig* c = &d->cfg;
-    layout_init(lay, 1 + c->L, R, r);
-    for (int b = 0; b <= c->L; b++)
-        for (int k = 0; k < NUM_TENSORS; k++) {
-            TensorInfo* t = &d->t[k];
-            if (t->io != (b == 0)) continue;
-            int layer = b - 1;
-            layout_add_tensor(lay, b, k, t->io ? -1 : layer, t->n, t->logical + (t->io ? 0 : layer * t->n), t->decay);
-        }
-    layout_finish(lay);
-    for (int b = 0; b < 2 && b <= c->L; b++) // offsets inside a block are the same for every layer
-        for (int k = 0; k < lay->ntensors[b]; k++) d->t[lay->tensors[b][k].tensor].off = lay->tensors[b][k].off;
-}
+// checkpoints, which tensors decay, how each is initialised, the printed layout. The table, the
+// config and the layout live in model.h (checkpoint.h reads them too); the views, the llm.c
+// descriptors and initialisation are here.
 
 // Views of one block: pointers to each of its tensors (the other entries stay NULL).
 typedef struct { floatX* t[NUM_TENSORS]; } ParamView;
@@ -640,6 +567,7 @@ typedef struct {
     int step;          // optimizer steps done
     int64_t adam_t;    // AdamW updates applied (a skipped step does not count)
     FILE* log;         // rank 0: <out_dir>/log.jsonl
+    int log_failed;    // rank 0: a write to the log failed (the run ends with exit code 1)
     double flops_per_token; // for MFU: llm.c's 6N + 6LCT (mfu_flops_per_token)
     double peak_flops;      // [CUDA] the GPU's BF16 dense peak (0: unknown)
     size_t mem_baseline;    // [CUDA] device memory in use after the context and communicator exist
@@ -700,7 +628,7 @@ static StepResult train_step(Trainer* tr) {
     double loss_sum = 0.0;
     for (int micro = 0; micro < tr->GA; micro++) {
         int64_t unit = ((int64_t)tr->step * tr->GA + micro) * tr->R + tr->r;
-        dataloader_load(&tr->train, unit);
+        if (dataloader_load(&tr->train, unit) != 0) die_user("-i: %s", tr->train.err);
         if (f->data_trace) trace_batch(tr, micro);
         load_tokens(m, &tr->train, 1);
         gpt_forward(m, B, T, 1, dloss, 1);
@@ -728,398 +656,64 @@ static StepResult train_step(Trainer* tr) {
 }
 
 // ----------------------------------------------------------------------------
-// 6. Checkpoints. Three kinds of file in the output directory (llm.c's names):
-//   model_%08d.bin        the model in llm.c's format, written by rank 0:
-//                         header 256 int32 {20240326, version (3: FP32, 5: BF16), maxT, V, L, NH, C, Vp}
-//                         then the parameters in llm.c's order (GPT2_TENSORS), unpadded
-//   state_%08d_%05d.bin   one per rank: step, AdamW count, seed, and the rank's shard of master,
-//                         m and v in the *logical* layout: a table of (logical offset, length)
-//                         pieces, then the values. Any rank count or stage reads exactly the
-//                         pieces it needs from whichever files hold them.
-//   DONE_%08d             written by rank 0 once every rank reported success
-// Every file is written under a temporary name, fsynced and renamed, so a crash leaves the last
-// good checkpoint intact. Resuming (-y 1) starts from the newest step with a DONE marker.
+// 6. Checkpoints. checkpoint.h holds the files and the protocol (nonce per save, DONE then LATEST,
+// CRC32C per 1 MiB chunk of state, the model file's checksum in DONE, flock on the directory);
+// here the trainer hands it what it needs: the ZeRO state, the config, the step's counters.
 
-#define MODEL_MAGIC 20240326
-#define STATE_MAGIC 20261129 // zerotrain training state, version 1
-#define STATE_HEADER_INTS 32
-
-// Write-to-temp, fsync, rename, fsync the directory. Returns 0 on success.
-static int file_commit(int fd, const char* tmp, const char* path) {
-    if (fsync(fd) != 0) { close(fd); unlink(tmp); return -1; }
-    if (close(fd) != 0) { unlink(tmp); return -1; }
-    if (rename(tmp, path) != 0) { unlink(tmp); return -1; }
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof(dir), "%s", path);
-    char* slash = strrchr(dir, '/');
-    if (slash) *slash = 0; else snprintf(dir, sizeof(dir), ".");
-    int dfd = open(dir, O_RDONLY);
-    if (dfd >= 0) { fsync(dfd); close(dfd); }
-    return 0;
+static CkptMeta trainer_ckpt_meta(const Trainer* tr) {
+    CkptMeta m;
+    memset(&m, 0, sizeof(m));
+    m.step = tr->step;
+    m.adam_t = tr->adam_t;
+    m.seed = tr->f.seed;
+    m.step_tokens = (int64_t)tr->GA * tr->R * tr->model.B * tr->model.T;
+    m.train_tokens = dataloader_total_tokens(&tr->train);
+    m.writer_R = tr->R;
+    return m;
 }
 
-static int pwrite_all(int fd, const void* buf, size_t n, off_t off) {
-    const char* p = (const char*)buf;
-    while (n > 0) {
-        ssize_t w = pwrite(fd, p, n, off);
-        if (w <= 0) { if (w < 0 && errno == EINTR) continue; return -1; }
-        p += w; n -= (size_t)w; off += w;
-    }
-    return 0;
+// Waits around rank 0's checkpoint and export writes use -io-timeout, not -comm-timeout: a
+// healthy run on slow storage must not end because rank 0 is still writing. auto: the bytes rank 0
+// writes (model file and its state file) at a floor of 50 MB/s, and at least 10 minutes.
+static double io_timeout_s(const Trainer* tr) {
+    if (tr->f.comm_timeout == 0 || tr->f.io_timeout == 0) return 0; // forever
+    if (tr->f.io_timeout > 0) return tr->f.io_timeout;
+    double bytes = 1024.0 + (double)tr->model.d.num_params * sizeof(floatX) + 12.0 * tr->model.z.opt_total;
+    return fmax(600.0, bytes / 50e6);
+}
+static double io_wait_begin(Trainer* tr) {
+    double saved = tr->comm.timeout_s;
+    tr->comm.timeout_s = io_timeout_s(tr);
+    tr->comm.timeout_flag = "-io-timeout";
+    return saved;
+}
+static void io_wait_end(Trainer* tr, double saved) {
+    tr->comm.timeout_s = saved;
+    tr->comm.timeout_flag = NULL;
 }
 
-static int pread_all(int fd, void* buf, size_t n, off_t off) {
-    char* p = (char*)buf;
-    while (n > 0) {
-        ssize_t r = pread(fd, p, n, off);
-        if (r <= 0) { if (r < 0 && errno == EINTR) continue; return -1; }
-        p += r; n -= (size_t)r; off += r;
-    }
-    return 0;
+// A checkpoint of the current step: every rank takes part. 0 on success (the same on every rank).
+static int save_checkpoint(Trainer* tr, int last) {
+    CkptMeta meta = trainer_ckpt_meta(tr);
+    int with_model = !strcmp(tr->f.save_model, "1") || (last && !strcmp(tr->f.save_model, "last"));
+    double saved = io_wait_begin(tr);
+    int rc = ckpt_save(&tr->model.z, &tr->model.cfg, tr->f.out_dir, &meta, with_model, tr->f.ckpt_keep);
+    io_wait_end(tr, saved);
+    return rc;
 }
 
-// The model in llm.c's format. Every rank must call it (under ZeRO-3 each block is gathered);
-// rank 0 writes. Returns 0 on success (on rank 0; other ranks return 0).
-static int write_model_file(Model* m, const char* path) {
-    const GPTConfig* c = &m->cfg;
-    Zero* z = &m->z;
-    int fd = -1, ok = 1;
-    char tmp[PATH_MAX + 32];
-    snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
-    if (g_rank == 0) {
-        fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd < 0) { fprintf(stderr, "error: cannot create %s: %s\n", tmp, strerror(errno)); ok = 0; }
-        int header[256] = {0};
-        header[0] = MODEL_MAGIC;
-        header[1] = sizeof(floatX) == 2 ? 5 : 3;
-        header[2] = c->maxT; header[3] = c->V; header[4] = c->L; header[5] = c->NH; header[6] = c->C; header[7] = c->Vp;
-        if (ok && pwrite_all(fd, header, sizeof(header), 0) != 0) ok = 0;
-    }
-    size_t maxP = 0;
-    for (int b = 0; b < z->lay.nblocks; b++) maxP = (size_t)z->lay.P[b] > maxP ? (size_t)z->lay.P[b] : maxP;
-    floatX* host = g_rank == 0 ? (floatX*)malloc(maxP * sizeof(floatX)) : NULL;
-    for (int b = 0; b < z->lay.nblocks; b++) {
-        floatX* p = zero_params(z, b); // [ZeRO-3] a gather every rank takes part in
-        if (g_rank == 0 && ok) {
-            dev_to_host(host, p, z->lay.P[b] * sizeof(floatX));
-            for (int k = 0; k < z->lay.ntensors[b] && ok; k++) {
-                const BlockTensor* t = &z->lay.tensors[b][k];
-                if (pwrite_all(fd, host + t->off, t->len * sizeof(floatX), 1024 + t->logical * (off_t)sizeof(floatX)) != 0) ok = 0;
-            }
-        }
-        zero_release(z, b);
-    }
-    free(host);
-    if (g_rank != 0) return 0;
-    if (!ok || file_commit(fd, tmp, path) != 0) {
-        fprintf(stderr, "error: writing %s failed: %s. HINT: check free disk space and permissions\n", path, strerror(errno));
-        if (fd >= 0) { close(fd); unlink(tmp); }
-        return -1;
-    }
-    return 0;
-}
-
-// Reading an llm.c model file: check its header (exit 2 with the reason on anything wrong).
-typedef struct { int fd; int version; size_t esize; const char* path; } ModelFile;
-
-static void model_file_open(ModelFile* mf, const char* path, GPTConfig* c) {
-    mf->path = path;
-    mf->fd = open(path, O_RDONLY);
-    if (mf->fd < 0) die_user("-e %s: cannot open: %s", path, strerror(errno));
-    int h[256];
-    if (pread_all(mf->fd, h, sizeof(h), 0) != 0) die_user("-e %s: truncated header (an llm.c model file starts with 1024 bytes)", path);
-    if (h[0] != MODEL_MAGIC) die_user("-e %s: wrong magic %d (expected %d: an llm.c GPT-2 model file)", path, h[0], MODEL_MAGIC);
-    if (h[1] != 3 && h[1] != 5) die_user("-e %s: unsupported version %d (expected 3: FP32 or 5: BF16)", path, h[1]);
-    c->maxT = h[2]; c->V = h[3]; c->L = h[4]; c->NH = h[5]; c->C = h[6]; c->Vp = h[7];
-    if (c->maxT < 1 || c->V < 1 || c->L < 1 || c->NH < 1 || c->C < 1 || c->Vp < c->V)
-        die_user("-e %s: impossible sizes in the header (maxT %d, V %d, L %d, NH %d, C %d, Vp %d)", path, c->maxT, c->V, c->L, c->NH, c->C, c->Vp);
-    mf->version = h[1];
-    mf->esize = h[1] == 3 ? 4 : 2;
-    ModelDesc d;
-    model_describe(&d, c);
-    struct stat st;
-    fstat(mf->fd, &st);
-    off_t want = 1024 + (off_t)d.num_params * (off_t)mf->esize;
-    if (st.st_size != want)
-        die_user("-e %s: file is %lld bytes but its header describes %lld (%lld parameters of %d bytes): truncated or not an llm.c model",
-                 path, (long long)st.st_size, (long long)want, (long long)d.num_params, (int)mf->esize);
-}
-
-// LogicalFill from a model file: FP32 (v3) or BF16 (v5) values, widened to FP32.
-static void model_file_fill(void* ctx, float* dst, int64_t logical, int64_t len) {
-    const ModelFile* mf = (const ModelFile*)ctx;
-    void* buf = malloc(len * mf->esize);
-    if (pread_all(mf->fd, buf, len * mf->esize, 1024 + logical * (off_t)mf->esize) != 0)
-        die(1, "-e %s: read failed: %s", mf->path, strerror(errno));
-    for (int64_t i = 0; i < len; i++)
-        dst[i] = mf->esize == 4 ? ((float*)buf)[i] : bf16_to_f32(((bf16_t*)buf)[i]);
-    free(buf);
-}
-
-// The rank's shard pieces of every block (what its state file holds), and where each piece's
-// values are in the optimizer arrays.
-typedef struct { int64_t logical, len, opt_index; } StatePiece;
-
-static int state_pieces(const Zero* z, StatePiece* out) {
-    int n = 0;
-    Piece pc[MAX_BLOCK_TENSORS];
-    for (int b = 0; b < z->lay.nblocks; b++) {
-        int64_t lo = z->r * z->lay.S[b];
-        int k = layout_pieces(&z->lay, b, lo, lo + z->lay.S[b], pc);
-        for (int i = 0; i < k; i++) {
-            out[n].logical = pc[i].logical;
-            out[n].len = pc[i].len;
-            out[n].opt_index = zero_opt_off(z, b) + (lo - zero_opt_lo(z, b)) + pc[i].local;
-            n++;
-        }
-    }
-    return n;
-}
-
-// This rank's state file. Returns 0 on success.
-static int write_state_file(Trainer* tr, const char* path) {
-    Zero* z = &tr->model.z;
-    const GPTConfig* c = &tr->model.cfg;
-    StatePiece* pcs = (StatePiece*)malloc(sizeof(StatePiece) * MAX_BLOCK_TENSORS * z->lay.nblocks);
-    int n = state_pieces(z, pcs);
-    int64_t total = 0;
-    for (int i = 0; i < n; i++) total += pcs[i].len;
-    int64_t h[STATE_HEADER_INTS] = {0};
-    h[0] = STATE_MAGIC; h[1] = 1; h[2] = tr->R; h[3] = tr->r; h[4] = z->stage; h[5] = tr->step;
-    h[6] = tr->adam_t; h[7] = tr->f.seed; h[8] = n; h[9] = z->lay.logical_total;
-    h[10] = c->L; h[11] = c->C; h[12] = c->NH; h[13] = c->V; h[14] = c->Vp; h[15] = c->maxT;
-    h[16] = (int64_t)tr->GA * tr->R * tr->model.B * tr->model.T; // tokens per step
-    h[17] = dataloader_total_tokens(&tr->train);
-    char tmp[PATH_MAX + 32];
-    snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int ok = fd >= 0;
-    off_t off = 0;
-    if (ok) ok = pwrite_all(fd, h, sizeof(h), 0) == 0;
-    off = sizeof(h);
-    for (int i = 0; i < n && ok; i++) {
-        int64_t e[2] = {pcs[i].logical, pcs[i].len};
-        ok = pwrite_all(fd, e, sizeof(e), off) == 0;
-        off += sizeof(e);
-    }
-    float* arrays[3] = {z->master, z->m, z->v};
-    int64_t maxlen = 1;
-    for (int i = 0; i < n; i++) maxlen = pcs[i].len > maxlen ? pcs[i].len : maxlen;
-    float* host = (float*)malloc(sizeof(float) * maxlen); // one piece at a time
-    for (int a = 0; a < 3 && ok; a++)
-        for (int i = 0; i < n && ok; i++) {
-            dev_to_host(host, arrays[a] + pcs[i].opt_index, sizeof(float) * pcs[i].len);
-            ok = pwrite_all(fd, host, sizeof(float) * pcs[i].len, off) == 0;
-            off += sizeof(float) * pcs[i].len;
-        }
-    free(host);
-    free(pcs);
-    if (!ok || file_commit(fd, tmp, path) != 0) {
-        fprintf(stderr, "[rank %d] error: writing %s failed: %s. HINT: check free disk space and permissions\n", tr->r, path, strerror(errno));
-        if (fd >= 0) { close(fd); unlink(tmp); }
-        return -1;
-    }
-    return 0;
-}
-
-static int write_marker(const char* path, int step) {
-    char tmp[PATH_MAX + 32];
-    snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) return -1;
-    char text[32];
-    int len = snprintf(text, sizeof(text), "%d\n", step);
-    if (pwrite_all(fd, text, len, 0) != 0) { close(fd); unlink(tmp); return -1; }
-    return file_commit(fd, tmp, path);
-}
-
-// Steps with a DONE marker in dir, ascending. Returns the count (list may be NULL to count).
-static int list_done_steps(const char* dir, int* list, int cap) {
-    DIR* d = opendir(dir);
-    if (!d) return 0;
-    int n = 0;
-    struct dirent* e;
-    while ((e = readdir(d))) {
-        int s;
-        char rest;
-        if (sscanf(e->d_name, "DONE_%d%c", &s, &rest) == 1 && strlen(e->d_name) == 13) {
-            if (list && n < cap) list[n] = s;
-            n++;
-        }
-    }
-    closedir(d);
-    if (list) // insertion sort: a handful of entries
-        for (int i = 1; i < n && i < cap; i++)
-            for (int j = i; j > 0 && list[j - 1] > list[j]; j--) { int t = list[j]; list[j] = list[j - 1]; list[j - 1] = t; }
-    return n;
-}
-
-// Remove every file of checkpoint `step` (DONE marker first, so a half-deleted one is never "complete").
-static void remove_checkpoint(const char* dir, int step) {
-    char path[PATH_MAX];
-    snprintf(path, sizeof(path), "%s/DONE_%08d", dir, step);
-    unlink(path);
-    snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, step);
-    unlink(path);
-    snprintf(path, sizeof(path), "%s/state_%08d_*.bin", dir, step);
-    glob_t g;
-    if (glob(path, 0, NULL, &g) == 0)
-        for (size_t i = 0; i < g.gl_pathc; i++) unlink(g.gl_pathv[i]);
-    globfree(&g);
-}
-
-// A checkpoint of the current step: every rank takes part.
-static void save_checkpoint(Trainer* tr) {
-    const char* dir = tr->f.out_dir;
-    char path[PATH_MAX];
-    double err = 0.0;
-    snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, tr->step);
-    if (write_model_file(&tr->model, path) != 0) err += 1.0;
-    snprintf(path, sizeof(path), "%s/state_%08d_%05d.bin", dir, tr->step, tr->r);
-    if (write_state_file(tr, path) != 0) err += 1.0;
-    comm_sum_doubles(&tr->comm, &err, 1); // every rank learns whether all files are safe
-    if (err != 0.0) {
-        printf0("checkpoint at step %d is incomplete (%d file(s) failed): no DONE marker; the previous one stays\n", tr->step, (int)err);
-        return;
-    }
-    if (tr->r != 0) return;
-    snprintf(path, sizeof(path), "%s/DONE_%08d", dir, tr->step);
-    if (write_marker(path, tr->step) != 0) { fprintf(stderr, "error: writing %s failed: %s\n", path, strerror(errno)); return; }
-    printf("checkpoint: step %d written to %s\n", tr->step, dir);
-    if (tr->f.ckpt_keep > 0) {
-        int steps[4096];
-        int n = list_done_steps(dir, steps, 4096);
-        for (int i = 0; i < n - tr->f.ckpt_keep && i < 4096; i++) remove_checkpoint(dir, steps[i]);
-    }
-}
-
-// Resuming: the old state files of `step`, their piece tables sorted by logical offset.
-typedef struct { int64_t logical, len; int file; int64_t index; } OldPiece; // index: element in its file's arrays
-typedef struct {
-    int nfiles;
-    int* fd;
-    int64_t* total;      // elements per array in each file
-    int64_t* data_off;   // byte offset of the master array in each file
-    OldPiece* pieces;
-    int npieces;
-    int which;           // 0 master, 1 m, 2 v: what state_fill reads
-    const char* dir;
-} OldState;
-
-static int cmp_oldpiece(const void* a, const void* b) {
-    int64_t x = ((const OldPiece*)a)->logical, y = ((const OldPiece*)b)->logical;
-    return x < y ? -1 : x > y;
-}
-
-// Open every state file of `step`, check them against the model, read their piece tables.
-static void old_state_open(OldState* os, Trainer* tr, int step, int64_t* adam_t) {
-    const GPTConfig* c = &tr->model.cfg;
-    memset(os, 0, sizeof(*os));
-    os->dir = tr->f.out_dir;
-    char path[PATH_MAX];
-    int R_old = -1;
-    for (int f = 0; R_old < 0 || f < R_old; f++) {
-        snprintf(path, sizeof(path), "%s/state_%08d_%05d.bin", os->dir, step, f);
-        int fd = open(path, O_RDONLY);
-        if (fd < 0) die_user("resume: cannot open %s: %s (a DONE marker says step %d is complete). HINT: remove DONE_%08d to fall back to an older checkpoint", path, strerror(errno), step, step);
-        int64_t h[STATE_HEADER_INTS];
-        if (pread_all(fd, h, sizeof(h), 0) != 0) die_user("resume: %s: truncated header", path);
-        if (h[0] != STATE_MAGIC || h[1] != 1) die_user("resume: %s: not a zerotrain state file (magic %lld, version %lld; expected %d, 1)", path, (long long)h[0], (long long)h[1], STATE_MAGIC);
-        if (f == 0) {
-            R_old = (int)h[2];
-            if (R_old < 1 || R_old > ZT_MAX_RANKS) die_user("resume: %s: bad world size %d", path, R_old);
-            os->nfiles = R_old;
-            os->fd = (int*)calloc(R_old, sizeof(int));
-            os->total = (int64_t*)calloc(R_old, sizeof(int64_t));
-            os->data_off = (int64_t*)calloc(R_old, sizeof(int64_t));
-            *adam_t = h[6];
-        }
-        if (h[2] != R_old || h[3] != f || h[5] != step)
-            die_user("resume: %s: header says rank %lld of %lld at step %lld, expected rank %d of %d at step %d", path, (long long)h[3], (long long)h[2], (long long)h[5], f, R_old, step);
-        if (h[10] != c->L || h[11] != c->C || h[12] != c->NH || h[13] != c->V || h[14] != c->Vp || h[15] != c->maxT)
-            die_user("resume: %s: the checkpoint's model (L %lld, C %lld, NH %lld, V %lld, maxT %lld) differs from this run's (L %d, C %d, NH %d, V %d, maxT %d). HINT: resume with the same -e and model flags", path,
-                     (long long)h[10], (long long)h[11], (long long)h[12], (long long)h[13], (long long)h[15], c->L, c->C, c->NH, c->V, c->maxT);
-        if (f == 0 && h[7] != tr->f.seed) printf0("warning: the checkpoint was trained with -seed %lld, this run has -seed %d: the data order changes\n", (long long)h[7], tr->f.seed);
-        if (f == 0 && h[16] != (int64_t)tr->GA * tr->R * tr->model.B * tr->model.T)
-            printf0("warning: the checkpoint used %lld tokens per step, this run %lld: the data position is the step, so samples are skipped or repeated\n",
-                    (long long)h[16], (long long)tr->GA * tr->R * tr->model.B * tr->model.T);
-        int n = (int)h[8];
-        os->fd[f] = fd;
-        os->pieces = (OldPiece*)realloc(os->pieces, sizeof(OldPiece) * (os->npieces + n));
-        int64_t idx = 0;
-        for (int i = 0; i < n; i++) {
-            int64_t e[2];
-            if (pread_all(fd, e, sizeof(e), sizeof(h) + 16 * (off_t)i) != 0) die_user("resume: %s: truncated piece table", path);
-            OldPiece* p = &os->pieces[os->npieces++];
-            p->logical = e[0]; p->len = e[1]; p->file = f; p->index = idx;
-            idx += e[1];
-        }
-        os->total[f] = idx;
-        os->data_off[f] = sizeof(h) + 16 * (int64_t)n;
-        struct stat st;
-        fstat(fd, &st);
-        if (st.st_size != os->data_off[f] + 12 * idx)
-            die_user("resume: %s: %lld bytes, expected %lld: truncated", path, (long long)st.st_size, (long long)(os->data_off[f] + 12 * idx));
-    }
-    qsort(os->pieces, os->npieces, sizeof(OldPiece), cmp_oldpiece);
-    int64_t covered = 0; // the pieces must tile the logical vector exactly
-    for (int i = 0; i < os->npieces; i++) {
-        if (os->pieces[i].logical != covered) die_user("resume: the state files of step %d do not cover the parameters (gap or overlap at %lld)", step, (long long)covered);
-        covered += os->pieces[i].len;
-    }
-    if (covered != tr->model.z.lay.logical_total) die_user("resume: the state files of step %d hold %lld parameters, the model has %lld", step, (long long)covered, (long long)tr->model.z.lay.logical_total);
-}
-
-// LogicalFill from the old state files: reads exactly the overlapping ranges.
-static void old_state_fill(void* ctx, float* dst, int64_t logical, int64_t len) {
-    const OldState* os = (const OldState*)ctx;
-    int lo = 0, hi = os->npieces - 1; // the last piece starting at or before `logical`
-    while (lo < hi) {
-        int mid = (lo + hi + 1) / 2;
-        if (os->pieces[mid].logical <= logical) lo = mid; else hi = mid - 1;
-    }
-    for (int i = lo; len > 0; i++) {
-        const OldPiece* p = &os->pieces[i];
-        int64_t skip = logical - p->logical;
-        int64_t take = p->len - skip < len ? p->len - skip : len;
-        off_t off = os->data_off[p->file] + 4 * ((int64_t)os->which * os->total[p->file] + p->index + skip);
-        if (pread_all(os->fd[p->file], dst, sizeof(float) * take, off) != 0) die(1, "resume: reading state file %d failed: %s", p->file, strerror(errno));
-        dst += take; logical += take; len -= take;
-    }
-}
-
-// Resume from the newest complete checkpoint (rank 0 chooses, every rank follows). Returns 1 if
-// one was loaded.
+// Resume from the checkpoint LATEST names (or -resume-step). Returns 1 if one was loaded.
 static int resume_checkpoint(Trainer* tr) {
-    int step = -1;
-    if (tr->r == 0) {
-        int steps[4096];
-        int n = list_done_steps(tr->f.out_dir, steps, 4096);
-        if (n > 4096) n = 4096;
-        if (tr->f.resume_step > 0) {
-            for (int i = 0; i < n; i++)
-                if (steps[i] == tr->f.resume_step) step = steps[i];
-            if (step < 0) step = -2;
-        } else if (n > 0) step = steps[n - 1];
-    }
-    comm_broadcast(&tr->comm, &step, sizeof(step), 0);
-    if (step == -2) die_user("-resume-step %d: no complete checkpoint (DONE_%08d) of that step in %s", tr->f.resume_step, tr->f.resume_step, tr->f.out_dir);
-    if (step < 0) { printf0("resume: no complete checkpoint in %s, starting from step 0\n", tr->f.out_dir); return 0; }
-    Zero* z = &tr->model.z;
-    OldState os;
-    int64_t adam_t = 0;
-    old_state_open(&os, tr, step, &adam_t);
-    float* arrays[3] = {z->master, z->m, z->v};
-    for (int a = 0; a < 3; a++) {
-        os.which = a;
-        zero_fill_opt(z, arrays[a], old_state_fill, &os);
-    }
-    for (int f = 0; f < os.nfiles; f++) close(os.fd[f]);
-    free(os.fd); free(os.total); free(os.data_off); free(os.pieces);
-    zero_params_from_master(z);
-    tr->step = step;
-    tr->adam_t = adam_t;
-    printf0("resume: step %d from %s (written by %d rank(s))\n", step, tr->f.out_dir, os.nfiles);
+    CkptMeta got, want = trainer_ckpt_meta(tr);
+    if (!ckpt_resume(&tr->model.z, &tr->model.cfg, tr->f.out_dir, tr->f.resume_step, &got)) return 0;
+    if (got.seed != want.seed)
+        printf0("warning: the checkpoint was trained with -seed %lld, this run has -seed %lld: the data order changes\n", (long long)got.seed, (long long)want.seed);
+    if (got.step_tokens != want.step_tokens)
+        printf0("warning: the checkpoint used %lld tokens per step, this run %lld: the data position is the step, so samples are skipped or repeated\n",
+                (long long)got.step_tokens, (long long)want.step_tokens);
+    tr->step = got.step;
+    tr->adam_t = got.adam_t;
+    printf0("resume: step %d from %s (written by %d rank(s))\n", got.step, tr->f.out_dir, got.writer_R);
     return 1;
 }
 
@@ -1136,7 +730,7 @@ static float evaluate(Trainer* tr) {
     if (nb < 1) nb = 1;
     double sum = 0.0;
     for (int s = 0; s < nb; s++) {
-        dataloader_load(&tr->val, (int64_t)s * tr->R + tr->r);
+        if (dataloader_load(&tr->val, (int64_t)s * tr->R + tr->r) != 0) die_user("-j: %s", tr->val.err);
         load_tokens(m, &tr->val, 1);
         gpt_forward(m, B, T, 1, 0.0f, 0);
         sum += sum_losses(m, B * T);
@@ -1560,6 +1154,7 @@ static void resolve_defaults(Flags* f, Device dev) {
     AUTO(recompute, "-1", "-1");
     AUTO(link_gbps, "0", "0");    // 0: the device's default, resolved by plan_env
     AUTO(tflops, "0", "0");
+    AUTO(io_timeout, "-1", "-1"); // -1: from the bytes rank 0 writes (io_timeout_s)
 #ifdef ZT_DEBUG
     AUTO(poison, "1", "1");
 #else
@@ -1592,6 +1187,15 @@ static Device pick_device(const char* want) {
     return gpus > 0 ? DEV_CUDA : DEV_CPU;
 }
 
+// The largest model sizes accepted: far beyond any GPU today, small enough that every element
+// count and byte offset fits in 64 bits and every per-tensor row count in int.
+#define MODEL_MAX_L 4096
+#define MODEL_MAX_C 65536
+#define MODEL_MAX_T (1 << 20)
+#define MODEL_MAX_V (1 << 24)
+#define MODEL_MAX_PARAMS 1e13
+#define GEN_MAX_TOKENS 1000000
+
 // The model's shape: -e (descriptor or file) and the override flags; everything checked.
 static void model_config(const Flags* f, GPTConfig* c, int* from_file) {
     memset(c, 0, sizeof(*c));
@@ -1615,6 +1219,17 @@ static void model_config(const Flags* f, GPTConfig* c, int* from_file) {
     if (!*from_file) c->Vp = (int)round_up(c->V, 128);
     if (c->L < 1 || c->C < 1 || c->NH < 1 || c->maxT < 1 || c->V < 2)
         die_user("model: L %d, C %d, NH %d, max-seq %d, V %d: every size must be positive (V at least 2)", c->L, c->C, c->NH, c->maxT, c->V);
+    // bounds that keep every size and index in range (a model file's header is data too)
+    const char* src = *from_file ? f->model : NULL;
+    struct { const char* flag; int value, max; } bound[] = {
+        {"-layers", c->L, MODEL_MAX_L}, {"-channels", c->C, MODEL_MAX_C}, {"-max-seq", c->maxT, MODEL_MAX_T}, {"-vocab", c->V, MODEL_MAX_V},
+    };
+    for (size_t i = 0; i < sizeof(bound) / sizeof(bound[0]); i++)
+        if (bound[i].value > bound[i].max)
+            die_user("%s%s %d is above %d, the most this program supports", src ? src : "flag ", src ? ": its header's" : bound[i].flag, bound[i].value, bound[i].max);
+    double params = ((double)c->Vp + c->maxT) * c->C + (double)c->L * (12.0 * c->C * c->C + 13.0 * c->C);
+    if (params > MODEL_MAX_PARAMS)
+        die_user("model: %.3g parameters (L %d, C %d) is above %.3g, the most this program supports. HINT: check -layers / -channels", params, c->L, c->C, MODEL_MAX_PARAMS);
     if (c->C % c->NH != 0) die_user("model: C = %d is not divisible by NH = %d. HINT: pick -channels a multiple of -heads", c->C, c->NH);
     if (c->C / c->NH > ATT_MAX_HS) die_user("model: head size C/NH = %d is above %d. HINT: use more -heads", c->C / c->NH, ATT_MAX_HS);
 }
@@ -1645,7 +1260,8 @@ static void check_flags(const Flags* f, const GPTConfig* c, int R) {
     if (f->shuffle != 0 && f->shuffle != 1) die_user("flag -shuffle: %d is not 0 or 1", f->shuffle);
     if (f->val_every < 0 || f->sample_every < 0 || f->ckpt_every < 0 || f->ckpt_keep < 0)
         die_user("flags -v, -s, -n, -nk: counts must not be negative");
-    if (f->gen_tokens < 1) die_user("flag -g: %d tokens to generate must be at least 1", f->gen_tokens);
+    if (f->gen_tokens < 1 || f->gen_tokens > GEN_MAX_TOKENS) die_user("flag -g: %d tokens to generate: must be 1..%d", f->gen_tokens, GEN_MAX_TOKENS);
+    if ((int64_t)f->B * f->T > (1 << 24)) die_user("flags -b x -t: %lld tokens per micro-batch: at most %d", (long long)f->B * f->T, 1 << 24);
     if (f->resume != 0 && f->resume != 1) die_user("flag -y: %d is not 0 or 1", f->resume);
     if ((f->ckpt_every > 0 || f->resume) && !f->out_dir[0]) die_user("flags -n / -y need an output directory: -o DIR");
     if (f->resume_step < 0 || (f->resume_step > 0 && !f->resume)) die_user("flag -resume-step %d needs -y 1 and a step >= 1", f->resume_step);
@@ -1655,6 +1271,10 @@ static void check_flags(const Flags* f, const GPTConfig* c, int R) {
     if (f->blas) die_user("flag -blas 1: this build has no OpenBLAS. HINT: apt-get install libopenblas-dev and rebuild (make clean train)");
 #endif
     if (f->comm_timeout < 0 || f->comm_delay < 0) die_user("flags -comm-timeout / -comm-delay must not be negative");
+    if (f->max_skips < 0) die_user("flag -max-skips: %d is negative", f->max_skips);
+    if (strcmp(f->save_model, "0") && strcmp(f->save_model, "1") && strcmp(f->save_model, "last"))
+        die_user("flag -save-model: '%s' is not 0, 1 or last", f->save_model);
+    if (f->io_timeout < 0 && f->io_timeout != -1) die_user("flag -io-timeout: %g is negative", f->io_timeout);
 }
 
 // Threads for the CPU ops: -threads, else OMP_NUM_THREADS, else this node's cores shared
@@ -1709,6 +1329,14 @@ static double* gather_memory(Trainer* tr) {
     return all;
 }
 
+// End a log.jsonl record: flush, and remember (and say once) when the write failed.
+static void log_flush(Trainer* tr) {
+    if (fflush(tr->log) == 0 && !ferror(tr->log)) return;
+    if (!tr->log_failed) fprintf(stderr, "error: writing %s/log.jsonl failed: %s. HINT: check free disk space; the run continues and ends with exit code 1\n", tr->f.out_dir, strerror(errno));
+    tr->log_failed = 1;
+    clearerr(tr->log);
+}
+
 // The memory record of log.jsonl: exact bytes per tag for every rank, and the peak RSS.
 static void log_memory(Trainer* tr, const char* when) {
     double* all = gather_memory(tr);
@@ -1720,7 +1348,7 @@ static void log_memory(Trainer* tr, const char* when) {
             fprintf(tr->log, "\"vmhwm\": %.0f}", all[r * MEM_COLS + TAG_COUNT]);
         }
         fprintf(tr->log, "]}\n");
-        fflush(tr->log);
+        log_flush(tr);
     }
     if (!strcmp(when, "end")) {
         printf0("peak memory (VmHWM, MiB):");
@@ -1828,6 +1456,29 @@ static void run_tokenize(const Flags* f) {
     tokenizer_free(&tok);
 }
 
+// Stop at start-up (exit 2) when a rank's value differs from rank 0's.
+static void same_on_every_rank(Trainer* tr, uint64_t h, const char* what) {
+    uint64_t* hs = (uint64_t*)malloc(sizeof(uint64_t) * tr->R);
+    comm_allgather_u64(&tr->comm, h, hs);
+    for (int r = 1; r < tr->R; r++)
+        if (hs[r] != hs[0])
+            die_user("rank %d sees other %s than rank 0 (hash %016llx vs %016llx). HINT: every rank must read the same files", r, what,
+                     (unsigned long long)hs[r], (unsigned long long)hs[0]);
+    free(hs);
+}
+
+// The data every rank must agree on: the shards' count and token counts (val may be NULL).
+static uint64_t data_hash(const DataLoader* train, const DataLoader* val) {
+    uint64_t h = FNV_INIT;
+    for (int k = 0; k < 2; k++) {
+        const DataLoader* dl = k ? val : train;
+        if (!dl) continue;
+        h = fnv1a(h, &dl->nshards, sizeof(dl->nshards));
+        for (int i = 0; i < dl->nshards; i++) h = fnv1a(h, &dl->shards[i].ntok, sizeof(dl->shards[i].ntok));
+    }
+    return h;
+}
+
 // Everything before the first step. Bad input ends here with exit code 2, before allocation.
 // Returns 1 when there is nothing to train (-plan printed its table, -tokenize wrote shards).
 static int trainer_setup(Trainer* tr, int argc, char** argv) {
@@ -1885,9 +1536,19 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     tr->has_val = f->val_data[0] != 0 && f->val_every > 0;
     if (tr->has_val && dataloader_init(&tr->val, f->val_data, f->B, f->T, c.V, 0, 0, err, sizeof(err)))
         die_user("-j: %s", err);
+    for (int k = 0; k < 1 + tr->has_val; k++) { // shards too short for one sample are skipped, and said so
+        int n_short = dataloader_short_shards(k ? &tr->val : &tr->train);
+        if (n_short) printf0("note: %s: %d shard(s) hold fewer than T+1 = %d tokens: skipped\n", k ? "-j" : "-i", n_short, f->T + 1);
+    }
+    same_on_every_rank(tr, data_hash(&tr->train, tr->has_val ? &tr->val : NULL), "the shards of -i / -j (their count or sizes)");
     tr->has_tok = f->sample_every > 0 && tokenizer_init(&tr->tok, f->tokenizer, err, sizeof(err)) == 0;
     if (f->sample_every > 0 && !tr->has_tok) printf0("warning: -tokenizer: %s; samples print token ids\n", err);
     if (f->out_dir[0]) mkdir_p(f->out_dir);
+    if (f->out_dir[0] && tr->r == 0) ckpt_lock_dir(f->out_dir); // two trainers never share one
+    if (f->out_dir[0] && !f->resume && f->ckpt_every > 0) { // a new run: an older run's checkpoints would mix with ours
+        uint64_t nonce = ckpt_nonce(&tr->comm);
+        if (tr->r == 0) ckpt_set_aside(f->out_dir, -1, nonce, "a new run (no -y 1) in this directory");
+    }
     // steps
     int64_t step_tokens = (int64_t)f->B * f->T * tr->R;
     tr->GA = f->total_batch == -1 ? 1 : (int)(f->total_batch / step_tokens);
@@ -1940,6 +1601,10 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
         }
         zero_params_from_master(&m->z);
     }
+    double bad = master_nonfinite_all(&m->z); // one pass over what was loaded
+    if (bad != 0.0)
+        die_user("%s: the loaded weights hold %.0f non-finite value(s). HINT: %s", tr->step > 0 ? "resume" : f->model, bad,
+                 tr->step > 0 ? "-resume-step an earlier checkpoint" : "the model file is corrupt or its training diverged");
     if (tr->r == 0 && f->out_dir[0]) {
         char path[PATH_MAX];
         snprintf(path, sizeof(path), "%s/log.jsonl", f->out_dir);
@@ -1999,21 +1664,31 @@ static void json_num(FILE* f, const char* key, double v) {
     else fprintf(f, ", \"%s\": null", key);
 }
 
-static void train_loop(Trainer* tr) {
+// Exit codes (README "Exit codes"). die() uses 1 and 2 as well.
+// 3 is a collective past its timeout (comm_poll in zero.h).
+enum { ZT_EXIT_OK = 0, ZT_EXIT_RUNTIME = 1, ZT_EXIT_BAD_INPUT = 2, ZT_EXIT_DIVERGED = 4 };
+
+// The training loop. Returns the exit code (the same on every rank).
+static int train_loop(Trainer* tr) {
     const Flags* f = &tr->f;
     int64_t step_tokens = (int64_t)tr->GA * tr->R * tr->model.B * tr->model.T;
-    int start = tr->step;
+    int start = tr->step, skips = 0, failed_ckpts = 0;
     for (;;) {
         int step = tr->step, last = step >= tr->max_steps;
+        tr->comm.step = step; // collectives' messages name the step being evaluated, saved or trained
         if (tr->has_val && (step % f->val_every == 0 || last)) {
             float vl = evaluate(tr);
             printf0("step %5d | val loss %.6f\n", step, vl);
-            if (tr->log) { fprintf(tr->log, "{\"step\": %d", step); json_num(tr->log, "val_loss", vl); fprintf(tr->log, "}\n"); fflush(tr->log); }
+            if (tr->log) { fprintf(tr->log, "{\"step\": %d", step); json_num(tr->log, "val_loss", vl); fprintf(tr->log, "}\n"); log_flush(tr); }
         }
         if (f->sample_every > 0 && (step % f->sample_every == 0 || last) && step > 0) sample_text(tr);
-        if (f->ckpt_every > 0 && step > start && (step % f->ckpt_every == 0 || last)) save_checkpoint(tr);
+        if (f->ckpt_every > 0 && step > start && (step % f->ckpt_every == 0 || last)) {
+            int rc = save_checkpoint(tr, last);
+            if (rc == CKPT_NONFINITE) return ZT_EXIT_DIVERGED;
+            if (rc != 0 && last) { printf0("error: the final checkpoint (step %d) failed\n", step); return ZT_EXIT_RUNTIME; }
+            if (rc != 0) failed_ckpts++; // training goes on; the run ends with exit code 1
+        }
         if (last) break;
-        tr->comm.step = step;
         comm_reset_stats(&tr->comm);
         double t0 = wall_s();
         StepResult s = train_step(tr);
@@ -2027,6 +1702,7 @@ static void train_loop(Trainer* tr) {
         }
         printf0("step %5d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s%s%s\n", step + 1, tr->max_steps,
                 s.loss, s.lr, s.norm, ms, tok_s, mfu, s.skipped ? " | SKIPPED: non-finite gradient norm" : "");
+        if (!isfinite(s.lr)) die(1, "internal error: step %d: learning rate %g is not finite (the flags were checked)", step + 1, s.lr);
         if (tr->log) {
             fprintf(tr->log, "{\"step\": %d", step + 1);
             json_num(tr->log, "loss", s.loss);
@@ -2037,9 +1713,17 @@ static void train_loop(Trainer* tr) {
             for (int k = 0; k < COLL_KINDS; k++)
                 fprintf(tr->log, ", \"%s\": [%lld, %lld]", coll_name[k], (long long)cm->count[k], (long long)cm->bytes[k]);
             fprintf(tr->log, "}\n");
-            fflush(tr->log);
+            log_flush(tr);
+        }
+        skips = s.skipped ? skips + 1 : 0; // every rank sees the same norm, so every rank counts the same
+        if (f->max_skips > 0 && skips >= f->max_skips) {
+            printf0("error: %d consecutive steps skipped (non-finite gradient norm): the run has diverged (-max-skips %d). "
+                    "HINT: lower -l, or resume from an earlier checkpoint with -y 1 -resume-step\n", skips, f->max_skips);
+            return ZT_EXIT_DIVERGED;
         }
     }
+    if (failed_ckpts) printf0("error: %d checkpoint(s) failed during the run (see above)\n", failed_ckpts);
+    return failed_ckpts ? ZT_EXIT_RUNTIME : ZT_EXIT_OK;
 }
 
 static void trainer_free(Trainer* tr) {
@@ -2065,18 +1749,24 @@ static int train_main(int argc, char** argv) {
     }
     print_setup(tr);
     log_memory(tr, "start");
-    train_loop(tr);
-    if (tr->f.export_path[0]) { // every rank takes part (ZeRO-3 gathers); rank 0 writes
-        if (write_model_file(&tr->model, tr->f.export_path) != 0) die(1, "-export %s failed", tr->f.export_path);
+    int rc = train_loop(tr);
+    if (rc == ZT_EXIT_OK && tr->f.export_path[0]) { // every rank takes part (ZeRO-3 gathers); rank 0 writes
+        double saved = io_wait_begin(tr);
+        if (write_model_file(&tr->model.z, &tr->model.cfg, tr->f.export_path, NULL, NULL) != 0) die(1, "-export %s failed", tr->f.export_path);
+        io_wait_end(tr, saved);
         printf0("exported the model at step %d to %s\n", tr->step, tr->f.export_path);
     }
-    if (tr->f.log_hash) log_hashes(tr);
+    if (rc == ZT_EXIT_OK && tr->f.log_hash) log_hashes(tr);
     log_memory(tr, "end");
+    int log_failed = tr->log_failed; // rank 0's; every rank ends with the same code
+    comm_broadcast(&tr->comm, &log_failed, sizeof(log_failed), 0);
+    if (log_failed) printf0("error: writes to %s/log.jsonl failed (see above)\n", tr->f.out_dir);
+    if (rc == ZT_EXIT_OK && log_failed) rc = ZT_EXIT_RUNTIME;
     trainer_free(tr);
     comm_free(&tr->comm);
     comm_finalize();
     free(tr);
-    return 0;
+    return rc;
 }
 
 #ifndef TESTING

@@ -330,6 +330,7 @@ typedef struct {
     int R, r;
     int trace;            // -comm-trace: print every collective
     double timeout_s;     // -comm-timeout: a collective that takes longer names itself and ends the run
+    const char* timeout_flag; // the flag that set timeout_s, for the message (NULL: -comm-timeout)
     int delay_ms;         // -comm-delay: sleep before every collective starts (debug)
     int step;             // for messages
     float* stage_buf;     // (R * chunk) FP32 reduce-scatter staging, TAG_COMM
@@ -379,7 +380,8 @@ static void comm_poll(Comm* c, MPI_Request* req, const char* what, int block) {
         if (c->timeout_s > 0 && wall_s() - t0 > c->timeout_s)
             die(3, "collective %s of block %d at step %d did not complete within %.0f s: another rank "
                    "stopped responding (crashed, stopped or much slower). HINT: check the other ranks' "
-                   "logs; raise -comm-timeout if they are only slow", what, block, c->step, c->timeout_s);
+                   "logs; raise %s if they are only slow", what, block, c->step, c->timeout_s,
+                   c->timeout_flag ? c->timeout_flag : "-comm-timeout");
         struct timespec ts = {0, sleep_ns};
         nanosleep(&ts, NULL);
         if (sleep_ns < 200000) sleep_ns *= 2;

@@ -14,6 +14,7 @@
 #include "test_ops.h"        // tests: every op against float64 finite differences
 #include "test_model.h"      // tests: the model against PyTorch; recompute; stages at one rank
 #include "test_cli.h"        // tests: the trainer as a process: bad input, checkpoints, resume
+#include "test_checkpoint.h" // tests: the checkpoint protocol: CRC32C, one history, mixed/corrupt files, lock
 #include "test_zero.h"       // tests: ZeRO-0..3 over MPI on N processes
 #include "test_plan.h"       // tests: -plan and -z auto
 

@@ -1,0 +1,840 @@
+// checkpoint.h — llm.c model files in and out, sharded training state, and the protocol that
+// makes a checkpoint all-or-nothing. Everything here takes narrow arguments (the Zero state, the
+// GPTConfig, a directory, a CkptMeta): it knows nothing of the trainer's types.
+//
+// FILES in the output directory (llm.c's names for the model):
+//   model_%08d.bin        the model in llm.c's format, written by rank 0 (llm.c's header, untouched):
+//                         header 256 int32 {20240326, version (3: FP32, 5: BF16), maxT, V, L, NH, C, Vp}
+//                         then the parameters in llm.c's order (GPT2_TENSORS), unpadded
+//   state_%08d_%05d.bin   one per rank, version 2:
+//                           header   32 int64 (STATE_H_* below: step, AdamW count, seed, nonce, ...)
+//                           pieces   npieces x {logical offset, length} int64: the rank's shard of the
+//                                    parameters in the *logical* (llm.c) layout
+//                           checksums nchunks x uint32: CRC32C of each 1 MiB chunk of the payload
+//                           payload  master, m, v: FP32, piece after piece, one array after another
+//                         The header's last field is the CRC32C of header + pieces + checksums. Any
+//                         rank count or stage reads exactly the pieces it needs, from whichever
+//                         files hold them, and verifies every chunk it touches.
+//   DONE_%08d             written by rank 0 once every rank reported success: step, nonce, ranks,
+//                         and the model file's size and CRC32C (llm.c's header has no room for it)
+//   LATEST                written after DONE: the step and nonce a resume follows
+//
+// THE PROTOCOL of one save (every rank calls ckpt_save):
+//   1. rank 0 draws a nonce (64 random bits) and broadcasts it; it goes into every state file and
+//      into DONE, and the model file's checksum into DONE: a file of another save cannot pass;
+//   2. rank 0 removes DONE of this step (if a step is written twice), then a barrier: no rank
+//      renames a file of the step while a marker still says the step is complete;
+//   3. every file is written under a temporary name, fsynced, renamed, the directory fsynced;
+//   4. an error count is summed over ranks; only if it is 0 does rank 0 write DONE, then LATEST;
+//   5. -nk: the oldest complete checkpoints beyond N are removed (DONE first).
+// (-save-model 0 or last: a checkpoint may have no model file; its DONE says model_bytes -1.)
+// RESUME (ckpt_resume): rank 0 follows LATEST (not the largest step number: a roll-back's
+// abandoned branch never wins); if LATEST's step is incomplete, the newest complete step before it.
+// -resume-step N picks N. Every checkpoint file of a later step is then moved into a folder
+// set_aside_<step>_<nonce>/ (said on stdout, never deleted), and LATEST names the step resumed,
+// so the directory holds one history. A fresh run (no -y) that will write checkpoints moves an
+// earlier run's checkpoints aside the same way. Rank 0 holds an flock on the directory for the
+// whole run: two trainers cannot share one.
+#ifndef ZT_CHECKPOINT_H
+#define ZT_CHECKPOINT_H
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#if defined(__SSE4_2__) && !defined(__CUDA_ARCH__)
+#include <nmmintrin.h>
+#endif
+#include "model.h" // defines: GPTConfig, ModelDesc, model_describe
+#include "zero.h"  // defines: Zero, layout_pieces, zero_params, zero_fill_opt, comm_broadcast
+
+#define MODEL_MAGIC 20240326
+#define STATE_MAGIC 20261129 // zerotrain training state
+#define STATE_VERSION 2
+#define STATE_HEADER_INTS 32
+#define CKPT_CHUNK (1 << 20) // bytes per CRC32C chunk of a state file's payload
+
+// The state header's fields (int64 each).
+enum {
+    STATE_H_MAGIC, STATE_H_VERSION, STATE_H_R, STATE_H_RANK, STATE_H_STAGE, STATE_H_STEP, STATE_H_ADAM_T,
+    STATE_H_SEED, STATE_H_NPIECES, STATE_H_LOGICAL, STATE_H_L, STATE_H_C, STATE_H_NH, STATE_H_V, STATE_H_VP,
+    STATE_H_MAXT, STATE_H_STEP_TOKENS, STATE_H_TRAIN_TOKENS, STATE_H_NONCE, STATE_H_CHUNK, STATE_H_NCHUNKS,
+    STATE_H_META_CRC, // CRC32C of header (this field 0) + pieces + checksums
+};
+
+// What the trainer hands a save, and what a resume hands back (from rank 0's state file).
+typedef struct {
+    int step;
+    int64_t adam_t;          // AdamW updates applied
+    int64_t seed;
+    int64_t step_tokens;     // tokens per optimizer step
+    int64_t train_tokens;    // tokens in the training shards
+    int writer_R;            // resume: ranks that wrote the checkpoint
+} CkptMeta;
+
+// ---- CRC32C (Castagnoli): SSE4.2's crc32 instruction where the build has it, else slicing-by-8.
+static uint32_t g_crc32c_table[8][256];
+static int g_crc32c_ready = 0;
+
+static void crc32c_init(void) {
+    if (g_crc32c_ready) return;
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+        g_crc32c_table[0][i] = c;
+    }
+    for (int t = 1; t < 8; t++)
+        for (int i = 0; i < 256; i++) g_crc32c_table[t][i] = (g_crc32c_table[t - 1][i] >> 8) ^ g_crc32c_table[0][g_crc32c_table[t - 1][i] & 0xff];
+    g_crc32c_ready = 1;
+}
+
+// Slicing-by-8 on the raw (inverted) register: the portable path, and the hardware path's tail.
+static uint32_t crc32c_raw_sw(uint32_t c32, const unsigned char* p, size_t n) {
+    crc32c_init();
+    uint64_t c = c32;
+    for (; n >= 8; n -= 8, p += 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        w ^= c;
+        c = g_crc32c_table[7][w & 0xff] ^ g_crc32c_table[6][(w >> 8) & 0xff] ^ g_crc32c_table[5][(w >> 16) & 0xff] ^
+            g_crc32c_table[4][(w >> 24) & 0xff] ^ g_crc32c_table[3][(w >> 32) & 0xff] ^ g_crc32c_table[2][(w >> 40) & 0xff] ^
+            g_crc32c_table[1][(w >> 48) & 0xff] ^ g_crc32c_table[0][w >> 56];
+    }
+    for (; n > 0; n--, p++) c = (c >> 8) ^ g_crc32c_table[0][(c ^ *p) & 0xff];
+    return (uint32_t)c;
+}
+
+// Extend crc (0 to start) with n bytes: crc32c(a + b) = crc32c_update(crc32c_update(0, a), b).
+// hw = 0 forces the portable path (tests compare the two).
+static uint32_t crc32c_update_hw(uint32_t crc, const void* buf, size_t n, int hw) {
+    const unsigned char* p = (const unsigned char*)buf;
+    uint32_t c = ~crc;
+#if defined(__SSE4_2__) && !defined(__CUDA_ARCH__)
+    if (hw) {
+        uint64_t c64 = c;
+        for (; n >= 8; n -= 8, p += 8) { uint64_t w; memcpy(&w, p, 8); c64 = _mm_crc32_u64(c64, w); }
+        c = (uint32_t)c64;
+    }
+#else
+    (void)hw;
+#endif
+    return ~crc32c_raw_sw(c, p, n);
+}
+static uint32_t crc32c_update(uint32_t crc, const void* buf, size_t n) { return crc32c_update_hw(crc, buf, n, 1); }
+
+// ---- Files: every write is whole, every read is whole, a file is published by rename.
+
+// Write-to-temp, fsync, rename, fsync the directory. Returns 0 on success.
+static int file_commit(int fd, const char* tmp, const char* path) {
+    if (fsync(fd) != 0) { close(fd); unlink(tmp); return -1; }
+    if (close(fd) != 0) { unlink(tmp); return -1; }
+    if (rename(tmp, path) != 0) { unlink(tmp); return -1; }
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char* slash = strrchr(dir, '/');
+    if (slash) *slash = 0; else snprintf(dir, sizeof(dir), ".");
+    int dfd = open(dir, O_RDONLY);
+    if (dfd >= 0) { fsync(dfd); close(dfd); }
+    return 0;
+}
+
+static void fsync_dir(const char* dir) {
+    int dfd = open(dir, O_RDONLY);
+    if (dfd >= 0) { fsync(dfd); close(dfd); }
+}
+
+static int pwrite_all(int fd, const void* buf, size_t n, off_t off) {
+    const char* p = (const char*)buf;
+    while (n > 0) {
+        ssize_t w = pwrite(fd, p, n, off);
+        if (w <= 0) { if (w < 0 && errno == EINTR) continue; if (w == 0) errno = ENOSPC; return -1; }
+        p += w; n -= (size_t)w; off += w;
+    }
+    return 0;
+}
+
+static int pread_all(int fd, void* buf, size_t n, off_t off) {
+    char* p = (char*)buf;
+    while (n > 0) {
+        ssize_t r = pread(fd, p, n, off);
+        if (r <= 0) { if (r < 0 && errno == EINTR) continue; if (r == 0) errno = EIO; return -1; }
+        p += r; n -= (size_t)r; off += r;
+    }
+    return 0;
+}
+
+// CRC32C and size of a whole file (-1 on error).
+static int file_crc32c(const char* path, uint32_t* crc, int64_t* bytes) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return -1;
+    char* buf = (char*)malloc(CKPT_CHUNK);
+    uint32_t c = 0;
+    int64_t total = 0;
+    for (;;) {
+        ssize_t r = read(fd, buf, CKPT_CHUNK);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) { free(buf); close(fd); return -1; }
+        if (r == 0) break;
+        c = crc32c_update(c, buf, (size_t)r);
+        total += r;
+    }
+    free(buf);
+    close(fd);
+    *crc = c; *bytes = total;
+    return 0;
+}
+
+// Fault injection for the tests (test/test_checkpoint.h), read from the environment once:
+//   ZT_FAULT=enospc:SUBSTR   every checkpoint write to a file whose path contains SUBSTR fails
+//                            as a full disk would (ENOSPC), e.g. enospc:state_00000006_00001
+//   ZT_FAULT=slow:SUBSTR     writing such a file takes 3 s longer (slow storage)
+static int ckpt_fault(const char* kind, const char* path) {
+    const char* f = getenv("ZT_FAULT");
+    size_t k = strlen(kind);
+    if (!f || strncmp(f, kind, k) || f[k] != ':' || !strstr(path, f + k + 1)) return 0;
+    if (!strcmp(kind, "enospc")) errno = ENOSPC;
+    if (!strcmp(kind, "slow")) sleep(3);
+    return 1;
+}
+
+// A small text file (markers) written atomically. Returns 0 on success.
+static int write_text_file(const char* path, const char* text) {
+    char tmp[PATH_MAX + 32];
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
+    int fd = ckpt_fault("enospc", path) ? -1 : open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return -1;
+    if (pwrite_all(fd, text, strlen(text), 0) != 0) { close(fd); unlink(tmp); return -1; }
+    return file_commit(fd, tmp, path);
+}
+
+// ---- The model in llm.c's format.
+
+// Every rank must call it (under ZeRO-3 each block is gathered); rank 0 writes. Returns 0 on
+// success (on rank 0; other ranks return 0). crc/bytes (may be NULL): the written file's CRC32C
+// and size, read back before the rename.
+static int write_model_file(Zero* z, const GPTConfig* c, const char* path, uint32_t* crc, int64_t* bytes) {
+    int fd = -1, ok = 1, r0 = z->r == 0;
+    char tmp[PATH_MAX + 32];
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
+    if (r0) {
+        ckpt_fault("slow", path);
+        fd = ckpt_fault("enospc", path) ? -1 : open(tmp, O_RDWR | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0) { fprintf(stderr, "error: cannot create %s: %s\n", tmp, strerror(errno)); ok = 0; }
+        int header[256] = {0};
+        header[0] = MODEL_MAGIC;
+        header[1] = sizeof(floatX) == 2 ? 5 : 3;
+        header[2] = c->maxT; header[3] = c->V; header[4] = c->L; header[5] = c->NH; header[6] = c->C; header[7] = c->Vp;
+        if (ok && pwrite_all(fd, header, sizeof(header), 0) != 0) ok = 0;
+    }
+    size_t maxP = 0;
+    for (int b = 0; b < z->lay.nblocks; b++) maxP = (size_t)z->lay.P[b] > maxP ? (size_t)z->lay.P[b] : maxP;
+    floatX* host = r0 ? (floatX*)malloc(maxP * sizeof(floatX)) : NULL;
+    for (int b = 0; b < z->lay.nblocks; b++) {
+        floatX* p = zero_params(z, b); // [ZeRO-3] a gather every rank takes part in
+        if (r0 && ok) {
+            dev_to_host(host, p, z->lay.P[b] * sizeof(floatX));
+            for (int k = 0; k < z->lay.ntensors[b] && ok; k++) {
+                const BlockTensor* t = &z->lay.tensors[b][k];
+                if (pwrite_all(fd, host + t->off, t->len * sizeof(floatX), 1024 + t->logical * (off_t)sizeof(floatX)) != 0) ok = 0;
+            }
+        }
+        zero_release(z, b);
+    }
+    free(host);
+    if (!r0) return 0;
+    if (ok && (crc || bytes)) { // the file as written, read back in order (from the page cache)
+        uint32_t cs = 0;
+        int64_t n = 0;
+        if (file_crc32c(tmp, &cs, &n) != 0) ok = 0;
+        if (crc) *crc = cs;
+        if (bytes) *bytes = n;
+    }
+    if (!ok || file_commit(fd, tmp, path) != 0) {
+        fprintf(stderr, "error: writing %s failed: %s. HINT: check free disk space and permissions\n", path, strerror(errno));
+        if (fd >= 0) { close(fd); unlink(tmp); }
+        return -1;
+    }
+    return 0;
+}
+
+// Reading an llm.c model file: check its header (exit 2 with the reason on anything wrong).
+typedef struct { int fd; int version; size_t esize; const char* path; } ModelFile;
+
+static void model_file_open(ModelFile* mf, const char* path, GPTConfig* c) {
+    mf->path = path;
+    mf->fd = open(path, O_RDONLY);
+    if (mf->fd < 0) die_user("-e %s: cannot open: %s", path, strerror(errno));
+    int h[256];
+    if (pread_all(mf->fd, h, sizeof(h), 0) != 0) die_user("-e %s: truncated header (an llm.c model file starts with 1024 bytes)", path);
+    if (h[0] != MODEL_MAGIC) die_user("-e %s: wrong magic %d (expected %d: an llm.c GPT-2 model file)", path, h[0], MODEL_MAGIC);
+    if (h[1] != 3 && h[1] != 5) die_user("-e %s: unsupported version %d (expected 3: FP32 or 5: BF16)", path, h[1]);
+    c->maxT = h[2]; c->V = h[3]; c->L = h[4]; c->NH = h[5]; c->C = h[6]; c->Vp = h[7];
+    if (c->maxT < 1 || c->V < 1 || c->L < 1 || c->NH < 1 || c->C < 1 || c->Vp < c->V)
+        die_user("-e %s: impossible sizes in the header (maxT %d, V %d, L %d, NH %d, C %d, Vp %d)", path, c->maxT, c->V, c->L, c->NH, c->C, c->Vp);
+    mf->version = h[1];
+    mf->esize = h[1] == 3 ? 4 : 2;
+    struct stat st;
+    if (fstat(mf->fd, &st) != 0) die_user("-e %s: cannot stat: %s", path, strerror(errno));
+    // the parameter count in floating point first: the header's sizes are data, and C^2 * L can
+    // overflow even 64 bits
+    double approx = ((double)c->Vp + c->maxT) * c->C + (double)c->L * (12.0 * c->C * c->C + 13.0 * c->C) + 2.0 * c->C;
+    if (approx * (double)mf->esize > (double)st.st_size + 1024.0)
+        die_user("-e %s: file is %lld bytes but its header describes about %.3g parameters (maxT %d, V %d, L %d, NH %d, C %d, Vp %d): truncated or not an llm.c model",
+                 path, (long long)st.st_size, approx, c->maxT, c->V, c->L, c->NH, c->C, c->Vp);
+    ModelDesc d;
+    model_describe(&d, c);
+    off_t want = 1024 + (off_t)d.num_params * (off_t)mf->esize;
+    if (st.st_size != want)
+        die_user("-e %s: file is %lld bytes but its header describes %lld (%lld parameters of %d bytes): truncated or not an llm.c model",
+                 path, (long long)st.st_size, (long long)want, (long long)d.num_params, (int)mf->esize);
+}
+
+// LogicalFill from a model file: FP32 (v3) or BF16 (v5) values, widened to FP32.
+static void model_file_fill(void* ctx, float* dst, int64_t logical, int64_t len) {
+    const ModelFile* mf = (const ModelFile*)ctx;
+    void* buf = malloc(len * mf->esize);
+    if (pread_all(mf->fd, buf, len * mf->esize, 1024 + logical * (off_t)mf->esize) != 0)
+        die(1, "-e %s: read failed: %s", mf->path, strerror(errno));
+    for (int64_t i = 0; i < len; i++)
+        dst[i] = mf->esize == 4 ? ((float*)buf)[i] : bf16_to_f32(((bf16_t*)buf)[i]);
+    free(buf);
+}
+
+// ---- The state files.
+
+// The rank's shard pieces of every block (what its state file holds), and where each piece's
+// values are in the optimizer arrays.
+typedef struct { int64_t logical, len, opt_index; } StatePiece;
+
+static int state_pieces(const Zero* z, StatePiece* out) {
+    int n = 0;
+    Piece pc[MAX_BLOCK_TENSORS];
+    for (int b = 0; b < z->lay.nblocks; b++) {
+        int64_t lo = z->r * z->lay.S[b];
+        int k = layout_pieces(&z->lay, b, lo, lo + z->lay.S[b], pc);
+        for (int i = 0; i < k; i++) {
+            out[n].logical = pc[i].logical;
+            out[n].len = pc[i].len;
+            out[n].opt_index = zero_opt_off(z, b) + (lo - zero_opt_lo(z, b)) + pc[i].local;
+            n++;
+        }
+    }
+    return n;
+}
+
+// The payload streamed through CRC32C, one chunk at a time (chunks span pieces and arrays).
+typedef struct {
+    int fd;
+    off_t off;              // where the next payload byte goes
+    uint32_t* crcs;         // (nchunks)
+    int64_t chunk, fill;    // current chunk, bytes in it so far
+    uint32_t crc;
+} PayloadWriter;
+
+static int payload_put(PayloadWriter* w, const void* buf, size_t n) {
+    if (pwrite_all(w->fd, buf, n, w->off) != 0) return -1;
+    w->off += n;
+    const char* p = (const char*)buf;
+    while (n > 0) {
+        size_t take = (size_t)(CKPT_CHUNK - w->fill) < n ? (size_t)(CKPT_CHUNK - w->fill) : n;
+        w->crc = crc32c_update(w->crc, p, take);
+        w->fill += take; p += take; n -= take;
+        if (w->fill == CKPT_CHUNK) { w->crcs[w->chunk++] = w->crc; w->crc = 0; w->fill = 0; }
+    }
+    return 0;
+}
+
+// This rank's state file. Returns 0 on success.
+static int write_state_file(Zero* z, const GPTConfig* c, const CkptMeta* meta, uint64_t nonce, const char* path) {
+    StatePiece* pcs = (StatePiece*)malloc(sizeof(StatePiece) * MAX_BLOCK_TENSORS * z->lay.nblocks);
+    int n = state_pieces(z, pcs);
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) total += pcs[i].len;
+    int64_t payload = 12 * total, nchunks = (payload + CKPT_CHUNK - 1) / CKPT_CHUNK;
+    int64_t h[STATE_HEADER_INTS] = {0};
+    h[STATE_H_MAGIC] = STATE_MAGIC; h[STATE_H_VERSION] = STATE_VERSION; h[STATE_H_R] = z->R; h[STATE_H_RANK] = z->r;
+    h[STATE_H_STAGE] = z->stage; h[STATE_H_STEP] = meta->step; h[STATE_H_ADAM_T] = meta->adam_t; h[STATE_H_SEED] = meta->seed;
+    h[STATE_H_NPIECES] = n; h[STATE_H_LOGICAL] = z->lay.logical_total;
+    h[STATE_H_L] = c->L; h[STATE_H_C] = c->C; h[STATE_H_NH] = c->NH; h[STATE_H_V] = c->V; h[STATE_H_VP] = c->Vp; h[STATE_H_MAXT] = c->maxT;
+    h[STATE_H_STEP_TOKENS] = meta->step_tokens; h[STATE_H_TRAIN_TOKENS] = meta->train_tokens;
+    h[STATE_H_NONCE] = (int64_t)nonce; h[STATE_H_CHUNK] = CKPT_CHUNK; h[STATE_H_NCHUNKS] = nchunks;
+    int64_t* table = (int64_t*)malloc(sizeof(int64_t) * 2 * (n > 0 ? n : 1));
+    for (int i = 0; i < n; i++) { table[2 * i] = pcs[i].logical; table[2 * i + 1] = pcs[i].len; }
+    uint32_t* crcs = (uint32_t*)calloc(nchunks > 0 ? nchunks : 1, sizeof(uint32_t));
+    off_t table_off = sizeof(h), crc_off = table_off + 16 * (off_t)n, data_off = crc_off + 4 * (off_t)nchunks;
+    char tmp[PATH_MAX + 32];
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
+    int fd = ckpt_fault("enospc", path) ? -1 : open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int ok = fd >= 0;
+    PayloadWriter w = {fd, data_off, crcs, 0, 0, 0};
+    float* arrays[3] = {z->master, z->m, z->v};
+    int64_t maxlen = 1;
+    for (int i = 0; i < n; i++) maxlen = pcs[i].len > maxlen ? pcs[i].len : maxlen;
+    float* host = (float*)malloc(sizeof(float) * maxlen); // one piece at a time
+    for (int a = 0; a < 3 && ok; a++)
+        for (int i = 0; i < n && ok; i++) {
+            dev_to_host(host, arrays[a] + pcs[i].opt_index, sizeof(float) * pcs[i].len);
+            ok = payload_put(&w, host, sizeof(float) * pcs[i].len) == 0;
+        }
+    if (ok && w.fill > 0) crcs[w.chunk++] = w.crc;
+    uint32_t meta_crc = crc32c_update(0, h, sizeof(h)); // with STATE_H_META_CRC = 0
+    meta_crc = crc32c_update(meta_crc, table, 16 * (size_t)n);
+    meta_crc = crc32c_update(meta_crc, crcs, 4 * (size_t)nchunks);
+    h[STATE_H_META_CRC] = meta_crc;
+    if (ok) ok = pwrite_all(fd, h, sizeof(h), 0) == 0 && pwrite_all(fd, table, 16 * (size_t)n, table_off) == 0 &&
+                 pwrite_all(fd, crcs, 4 * (size_t)nchunks, crc_off) == 0;
+    free(host); free(pcs); free(table); free(crcs);
+    if (!ok || file_commit(fd, tmp, path) != 0) {
+        fprintf(stderr, "[rank %d] error: writing %s failed: %s. HINT: check free disk space and permissions\n", z->r, path, strerror(errno));
+        if (fd >= 0) { close(fd); unlink(tmp); }
+        return -1;
+    }
+    return 0;
+}
+
+// ---- Markers: DONE_%08d and LATEST, small text files of "key value" lines.
+typedef struct {
+    int step;
+    uint64_t nonce;
+    int ranks;
+    int64_t model_bytes;    // -1: no model file in this checkpoint
+    uint32_t model_crc;
+} Marker;
+
+static int marker_write(const char* path, const Marker* mk) {
+    char text[512];
+    snprintf(text, sizeof(text), "zerotrain checkpoint\nstep %d\nnonce %016llx\nranks %d\nmodel_bytes %lld\nmodel_crc32c %08x\n",
+             mk->step, (unsigned long long)mk->nonce, mk->ranks, (long long)mk->model_bytes, mk->model_crc);
+    return write_text_file(path, text);
+}
+
+// 0 if the file is a complete marker.
+static int marker_read(const char* path, Marker* mk) {
+    memset(mk, 0, sizeof(*mk));
+    FILE* f = fopen(path, "r");
+    if (!f) return -1;
+    char text[1024];
+    size_t n = fread(text, 1, sizeof(text) - 1, f);
+    fclose(f);
+    text[n] = 0;
+    unsigned long long nonce = 0;
+    long long bytes = 0;
+    unsigned crc = 0;
+    if (sscanf(text, "zerotrain checkpoint\nstep %d\nnonce %llx\nranks %d\nmodel_bytes %lld\nmodel_crc32c %x\n",
+               &mk->step, &nonce, &mk->ranks, &bytes, &crc) != 5)
+        return -1;
+    mk->nonce = nonce; mk->model_bytes = bytes; mk->model_crc = crc;
+    return mk->step >= 0 && mk->ranks >= 1 && mk->ranks <= ZT_MAX_RANKS ? 0 : -1;
+}
+
+// The step of a checkpoint file's name (model_, state_, DONE_), or -1.
+static int ckpt_file_step(const char* name) {
+    int s, r, len = 0;
+    size_t n = strlen(name);
+    if (sscanf(name, "DONE_%8d%n", &s, &len) == 1 && len == 13 && n == 13) return s;
+    if (sscanf(name, "model_%8d.bin%n", &s, &len) == 1 && len == 18 && n == 18) return s;
+    if (sscanf(name, "state_%8d_%5d.bin%n", &s, &r, &len) == 2 && len == 24 && n == 24) return s;
+    return -1;
+}
+
+// Steps with a DONE marker in dir, ascending (malloc'd, no cap). Returns the count.
+static int list_done_steps(const char* dir, int** out) {
+    *out = NULL;
+    DIR* d = opendir(dir);
+    if (!d) return 0;
+    int n = 0, cap = 0;
+    struct dirent* e;
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, "DONE_", 5) || ckpt_file_step(e->d_name) < 0) continue;
+        if (n == cap) { cap = cap ? 2 * cap : 64; *out = (int*)realloc(*out, sizeof(int) * cap); }
+        (*out)[n++] = ckpt_file_step(e->d_name);
+    }
+    closedir(d);
+    for (int i = 1; i < n; i++) // insertion sort: the directory order is arbitrary, the list short
+        for (int j = i; j > 0 && (*out)[j - 1] > (*out)[j]; j--) { int t = (*out)[j]; (*out)[j] = (*out)[j - 1]; (*out)[j - 1] = t; }
+    return n;
+}
+
+// Remove every file of checkpoint `step` (DONE marker first, so a half-deleted one is never "complete").
+static void remove_checkpoint(const char* dir, int step) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/DONE_%08d", dir, step);
+    unlink(path);
+    fsync_dir(dir);
+    DIR* d = opendir(dir);
+    if (!d) return;
+    struct dirent* e;
+    while ((e = readdir(d)))
+        if (ckpt_file_step(e->d_name) == step) {
+            snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+            unlink(path);
+        }
+    closedir(d);
+}
+
+// Move every checkpoint file of a step above `after` (and LATEST when after < 0) into
+// dir/set_aside_<after>_<nonce>/. Prints what it moved, with `why`. Returns the files moved.
+static int ckpt_set_aside(const char* dir, int after, uint64_t nonce, const char* why) {
+    char sub[PATH_MAX], from[PATH_MAX], to[PATH_MAX + 256];
+    snprintf(sub, sizeof(sub), "%s/set_aside_%08d_%016llx", dir, after < 0 ? 0 : after, (unsigned long long)nonce);
+    DIR* d = opendir(dir);
+    if (!d) return 0;
+    int moved = 0, nsteps = 0, steps[8];
+    struct dirent* e;
+    while ((e = readdir(d))) {
+        int s = ckpt_file_step(e->d_name);
+        int latest = after < 0 && !strcmp(e->d_name, "LATEST");
+        if (s <= after && !latest) continue;
+        if (!moved && mkdir(sub, 0755) != 0 && errno != EEXIST) die(1, "cannot create %s: %s", sub, strerror(errno));
+        snprintf(from, sizeof(from), "%s/%s", dir, e->d_name);
+        snprintf(to, sizeof(to), "%s/%s", sub, e->d_name);
+        if (!strncmp(e->d_name, "DONE_", 5) && rename(from, to) != 0) die(1, "cannot move %s to %s: %s", from, sub, strerror(errno));
+        if (!strncmp(e->d_name, "DONE_", 5) && nsteps < 8) steps[nsteps++] = s;
+        moved++;
+    }
+    closedir(d);
+    if (!moved) return 0;
+    fsync_dir(dir); // markers first: a crash from here on leaves no marker for the moved steps
+    d = opendir(dir);
+    while (d && (e = readdir(d))) {
+        int s = ckpt_file_step(e->d_name);
+        if ((s < 0 || s <= after) && !(after < 0 && !strcmp(e->d_name, "LATEST"))) continue;
+        snprintf(from, sizeof(from), "%s/%s", dir, e->d_name);
+        snprintf(to, sizeof(to), "%s/%s", sub, e->d_name);
+        if (rename(from, to) != 0) die(1, "cannot move %s to %s: %s", from, sub, strerror(errno));
+    }
+    if (d) closedir(d);
+    fsync_dir(dir);
+    fsync_dir(sub);
+    printf("checkpoints: %s: moved %d file(s) of later steps (complete:", why, moved);
+    for (int i = 0; i < nsteps; i++) printf(" %d", steps[i]);
+    printf("%s%s) to %s (nothing deleted; remove it when it is no longer needed)\n", nsteps == 8 ? " ..." : "", nsteps ? "" : " none", sub);
+    return moved;
+}
+
+// Rank 0 draws 64 random bits, every rank gets them.
+static uint64_t ckpt_nonce(Comm* comm) {
+    uint64_t nonce = 0;
+    if (comm->r == 0) {
+        int fd = open("/dev/urandom", O_RDONLY);
+        if (fd < 0 || pread_all(fd, &nonce, sizeof(nonce), 0) != 0) { // not seekable: read
+            if (fd >= 0 && read(fd, &nonce, sizeof(nonce)) != (ssize_t)sizeof(nonce)) nonce = 0;
+        }
+        if (fd >= 0) close(fd);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        nonce ^= ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 16);
+        if (nonce == 0) nonce = 1;
+    }
+    comm_broadcast(comm, &nonce, sizeof(nonce), 0);
+    return nonce;
+}
+
+// Rank 0 holds an exclusive flock on the output directory until the process ends.
+static void ckpt_lock_dir(const char* dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0) die_user("-o %s: cannot open the directory: %s", dir, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        if (errno == EWOULDBLOCK)
+            die_user("-o %s: another trainer is using this directory (it holds its lock). HINT: wait for it to end, or use another -o", dir);
+        die_user("-o %s: cannot lock the directory: %s", dir, strerror(errno));
+    }
+    // fd stays open: the lock lives as long as this process
+}
+
+// Non-finite values in this rank's master weights (0 when all are finite). One pass, no collective.
+static int64_t master_nonfinite(const Zero* z) {
+    const int64_t chunk = 1 << 20;
+    float* host = (float*)malloc(sizeof(float) * chunk);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < z->opt_total; i += chunk) {
+        int64_t n = z->opt_total - i < chunk ? z->opt_total - i : chunk;
+        dev_to_host(host, z->master + i, sizeof(float) * n);
+        for (int64_t j = 0; j < n; j++) bad += !isfinite(host[j]);
+    }
+    free(host);
+    return bad;
+}
+
+// Non-finite master values over every rank (a collective; the same on every rank).
+static double master_nonfinite_all(Zero* z) {
+    double bad = (double)master_nonfinite(z);
+    comm_sum_doubles(z->comm, &bad, 1);
+    return bad;
+}
+
+#define CKPT_FAILED (-1)    // a file could not be written: no DONE, the previous checkpoint stays
+#define CKPT_NONFINITE (-2) // the master weights hold NaN or infinity: nothing written
+
+// A checkpoint of the current step: every rank takes part. Returns 0 on every rank when the
+// checkpoint is complete (DONE and LATEST written), CKPT_FAILED or CKPT_NONFINITE on every rank
+// otherwise.
+// with_model: write the llm.c model file too (-save-model); keep: -nk.
+static int ckpt_save(Zero* z, const GPTConfig* c, const char* dir, const CkptMeta* meta, int with_model, int keep) {
+    Comm* comm = z->comm;
+    char path[PATH_MAX];
+    uint64_t nonce = ckpt_nonce(comm);
+    double err = 0.0, check[2] = {0.0, (double)master_nonfinite(z)}; // {errors, non-finite values}
+    if (z->r == 0) { // a step written a second time: no marker may vouch for it while files change
+        snprintf(path, sizeof(path), "%s/DONE_%08d", dir, meta->step);
+        if (unlink(path) == 0) fsync_dir(dir);
+        else if (errno != ENOENT) { fprintf(stderr, "error: cannot remove %s: %s\n", path, strerror(errno)); check[0] += 1.0; }
+    }
+    comm_sum_doubles(comm, check, 2); // the barrier: no rank renames before the old marker is gone
+    if (check[1] != 0.0) {
+        printf0("error: step %d: the master weights hold %.0f non-finite value(s): no checkpoint written (the previous one stays)\n", meta->step, check[1]);
+        return CKPT_NONFINITE;
+    }
+    if (check[0] != 0.0) return CKPT_FAILED;
+    Marker mk = {meta->step, nonce, z->R, -1, 0};
+    snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, meta->step);
+    if (with_model && write_model_file(z, c, path, &mk.model_crc, &mk.model_bytes) != 0) err += 1.0;
+    snprintf(path, sizeof(path), "%s/state_%08d_%05d.bin", dir, meta->step, z->r);
+    if (write_state_file(z, c, meta, nonce, path) != 0) err += 1.0;
+    comm_sum_doubles(comm, &err, 1); // every rank learns whether all files are safe
+    int ok = err == 0.0;
+    if (!ok) printf0("checkpoint at step %d is incomplete (%d file(s) failed): no DONE marker; the previous one stays\n", meta->step, (int)err);
+    if (ok && z->r == 0) {
+        snprintf(path, sizeof(path), "%s/DONE_%08d", dir, meta->step);
+        Marker latest = mk;
+        if (marker_write(path, &mk) != 0) { fprintf(stderr, "error: writing %s failed: %s\n", path, strerror(errno)); ok = 0; }
+        snprintf(path, sizeof(path), "%s/LATEST", dir);
+        if (ok && marker_write(path, &latest) != 0) { fprintf(stderr, "error: writing %s failed: %s\n", path, strerror(errno)); ok = 0; }
+        if (ok) printf("checkpoint: step %d written to %s\n", meta->step, dir);
+        if (ok && keep > 0) { // the newest `keep` complete checkpoints up to this one (the history resume follows)
+            int* steps;
+            int n = list_done_steps(dir, &steps), older = 0;
+            for (int i = 0; i < n; i++) older += steps[i] <= meta->step;
+            for (int i = 0; i < n && older > keep; i++)
+                if (steps[i] < meta->step) { remove_checkpoint(dir, steps[i]); older--; }
+            free(steps);
+        }
+    }
+    comm_broadcast(comm, &ok, sizeof(ok), 0);
+    return ok ? 0 : CKPT_FAILED;
+}
+
+// Resuming: the old state files of a step, their piece tables sorted by logical offset.
+typedef struct { int64_t logical, len; int file; int64_t index; } OldPiece; // index: element in its file's arrays
+typedef struct {
+    int nfiles;
+    int* fd;
+    int64_t* total;      // elements per array in each file
+    int64_t* data_off;   // byte offset of the payload in each file
+    int64_t* size;       // payload bytes of each file
+    uint32_t** crcs;     // each file's chunk checksums
+    char** paths;
+    OldPiece* pieces;
+    int npieces;
+    int which;           // 0 master, 1 m, 2 v: what state_fill reads
+    int step;
+    char* chunk;         // one verified chunk, cached: (chunk_file, chunk_index)
+    int chunk_file;
+    int64_t chunk_index;
+    int64_t bytes_read;  // payload bytes read and verified
+} OldState;
+
+static int cmp_oldpiece(const void* a, const void* b) {
+    int64_t x = ((const OldPiece*)a)->logical, y = ((const OldPiece*)b)->logical;
+    return x < y ? -1 : x > y;
+}
+
+// Open every state file of `step`, check each against the marker and the model, read their piece
+// tables (every count bounded by the file's size, the header's own checksum verified).
+static void old_state_open(OldState* os, Zero* z, const GPTConfig* c, const char* dir, const Marker* mk, CkptMeta* meta) {
+    memset(os, 0, sizeof(*os));
+    os->step = mk->step;
+    os->nfiles = mk->ranks;
+    int R_old = mk->ranks, step = mk->step;
+    os->fd = (int*)calloc(R_old, sizeof(int));
+    os->total = (int64_t*)calloc(R_old, sizeof(int64_t));
+    os->data_off = (int64_t*)calloc(R_old, sizeof(int64_t));
+    os->size = (int64_t*)calloc(R_old, sizeof(int64_t));
+    os->crcs = (uint32_t**)calloc(R_old, sizeof(uint32_t*));
+    os->paths = (char**)calloc(R_old, sizeof(char*));
+    os->chunk = (char*)malloc(CKPT_CHUNK);
+    os->chunk_file = -1;
+    int64_t logical_total = z->lay.logical_total;
+    for (int f = 0; f < R_old; f++) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof(path), "%s/state_%08d_%05d.bin", dir, step, f);
+        os->paths[f] = strdup(path);
+        int fd = open(path, O_RDONLY);
+        if (fd < 0) die_user("resume: cannot open %s: %s (DONE_%08d says step %d is complete with %d state files). HINT: -resume-step an older checkpoint", path, strerror(errno), step, step, R_old);
+        struct stat st;
+        if (fstat(fd, &st) != 0) die_user("resume: %s: cannot stat: %s", path, strerror(errno));
+        int64_t h[STATE_HEADER_INTS];
+        if (pread_all(fd, h, sizeof(h), 0) != 0) die_user("resume: %s: truncated header", path);
+        if (h[STATE_H_MAGIC] != STATE_MAGIC) die_user("resume: %s: not a zerotrain state file (magic %lld, expected %d)", path, (long long)h[0], STATE_MAGIC);
+        if (h[STATE_H_VERSION] != STATE_VERSION)
+            die_user("resume: %s: state file version %lld, this build reads version %d (written by another zerotrain version). HINT: resume with the build that wrote it", path, (long long)h[1], STATE_VERSION);
+        if (h[STATE_H_NONCE] != (int64_t)mk->nonce)
+            die_user("resume: %s belongs to another save (nonce %016llx) than DONE_%08d (nonce %016llx): the checkpoint mixes two runs. HINT: -resume-step an older checkpoint",
+                     path, (unsigned long long)h[STATE_H_NONCE], step, (unsigned long long)mk->nonce);
+        if (h[STATE_H_R] != R_old || h[STATE_H_RANK] != f || h[STATE_H_STEP] != step)
+            die_user("resume: %s: header says rank %lld of %lld at step %lld, expected rank %d of %d at step %d", path, (long long)h[STATE_H_RANK], (long long)h[STATE_H_R], (long long)h[STATE_H_STEP], f, R_old, step);
+        int64_t n = h[STATE_H_NPIECES], nchunks = h[STATE_H_NCHUNKS];
+        if (n < 0 || n > (st.st_size - (int64_t)sizeof(h)) / 16 || h[STATE_H_CHUNK] != CKPT_CHUNK || nchunks < 0 || nchunks > (st.st_size - (int64_t)sizeof(h) - 16 * n) / 4)
+            die_user("resume: %s: corrupt header (%lld pieces, %lld chunks of %lld bytes in a %lld-byte file)", path, (long long)n, (long long)nchunks, (long long)h[STATE_H_CHUNK], (long long)st.st_size);
+        int64_t* table = (int64_t*)malloc(16 * (size_t)(n > 0 ? n : 1));
+        os->crcs[f] = (uint32_t*)malloc(4 * (size_t)(nchunks > 0 ? nchunks : 1));
+        if (pread_all(fd, table, 16 * (size_t)n, sizeof(h)) != 0 || pread_all(fd, os->crcs[f], 4 * (size_t)nchunks, sizeof(h) + 16 * n) != 0)
+            die_user("resume: %s: truncated piece table", path);
+        uint32_t want = (uint32_t)h[STATE_H_META_CRC];
+        h[STATE_H_META_CRC] = 0;
+        uint32_t got = crc32c_update(crc32c_update(crc32c_update(0, h, sizeof(h)), table, 16 * (size_t)n), os->crcs[f], 4 * (size_t)nchunks);
+        if (got != want) die_user("resume: %s: the header or piece table fails its CRC32C (%08x, recorded %08x): the file is corrupt. HINT: -resume-step an older checkpoint", path, got, want);
+        if (h[STATE_H_L] != c->L || h[STATE_H_C] != c->C || h[STATE_H_NH] != c->NH || h[STATE_H_V] != c->V || h[STATE_H_VP] != c->Vp || h[STATE_H_MAXT] != c->maxT)
+            die_user("resume: %s: the checkpoint's model (L %lld, C %lld, NH %lld, V %lld, maxT %lld) differs from this run's (L %d, C %d, NH %d, V %d, maxT %d). HINT: resume with the same -e and model flags", path,
+                     (long long)h[STATE_H_L], (long long)h[STATE_H_C], (long long)h[STATE_H_NH], (long long)h[STATE_H_V], (long long)h[STATE_H_MAXT], c->L, c->C, c->NH, c->V, c->maxT);
+        if (f == 0) {
+            meta->step = step; meta->adam_t = h[STATE_H_ADAM_T]; meta->seed = h[STATE_H_SEED];
+            meta->step_tokens = h[STATE_H_STEP_TOKENS]; meta->train_tokens = h[STATE_H_TRAIN_TOKENS]; meta->writer_R = R_old;
+        }
+        os->fd[f] = fd;
+        os->pieces = (OldPiece*)realloc(os->pieces, sizeof(OldPiece) * (os->npieces + n + 1));
+        int64_t idx = 0;
+        for (int64_t i = 0; i < n; i++) {
+            int64_t lg = table[2 * i], len = table[2 * i + 1];
+            if (lg < 0 || len < 0 || lg > logical_total || len > logical_total - lg || idx > logical_total - len)
+                die_user("resume: %s: piece %lld (offset %lld, length %lld) is outside the model's %lld parameters", path, (long long)i, (long long)lg, (long long)len, (long long)logical_total);
+            OldPiece* p = &os->pieces[os->npieces++];
+            p->logical = lg; p->len = len; p->file = f; p->index = idx;
+            idx += len;
+        }
+        free(table);
+        os->total[f] = idx;
+        os->data_off[f] = sizeof(h) + 16 * n + 4 * nchunks;
+        os->size[f] = 12 * idx;
+        if (nchunks != (os->size[f] + CKPT_CHUNK - 1) / CKPT_CHUNK || st.st_size != os->data_off[f] + os->size[f])
+            die_user("resume: %s: %lld bytes, expected %lld (%lld chunk checksums for %lld payload bytes): truncated or corrupt", path, (long long)st.st_size,
+                     (long long)(os->data_off[f] + os->size[f]), (long long)nchunks, (long long)os->size[f]);
+    }
+    qsort(os->pieces, os->npieces, sizeof(OldPiece), cmp_oldpiece);
+    int64_t covered = 0; // the pieces must tile the logical vector exactly
+    for (int i = 0; i < os->npieces; i++) {
+        if (os->pieces[i].logical != covered) die_user("resume: the state files of step %d do not cover the parameters (gap or overlap at %lld)", step, (long long)covered);
+        covered += os->pieces[i].len;
+    }
+    if (covered != logical_total) die_user("resume: the state files of step %d hold %lld parameters, the model has %lld", step, (long long)covered, (long long)logical_total);
+}
+
+// Bytes [off, off + n) of file f's payload, through verified chunks.
+static void old_state_read(OldState* os, int f, int64_t off, char* dst, int64_t n) {
+    while (n > 0) {
+        int64_t ci = off / CKPT_CHUNK, lo = ci * CKPT_CHUNK;
+        int64_t clen = os->size[f] - lo < CKPT_CHUNK ? os->size[f] - lo : CKPT_CHUNK;
+        if (os->chunk_file != f || os->chunk_index != ci) {
+            if (pread_all(os->fd[f], os->chunk, clen, os->data_off[f] + lo) != 0) die(1, "resume: reading %s failed: %s", os->paths[f], strerror(errno));
+            uint32_t got = crc32c_update(0, os->chunk, clen);
+            if (got != os->crcs[f][ci])
+                die_user("resume: %s: payload bytes %lld..%lld fail their CRC32C (%08x, recorded %08x): the file is corrupt. HINT: -resume-step an older checkpoint",
+                         os->paths[f], (long long)lo, (long long)(lo + clen), got, os->crcs[f][ci]);
+            os->chunk_file = f; os->chunk_index = ci;
+            os->bytes_read += clen;
+        }
+        int64_t take = lo + clen - off < n ? lo + clen - off : n;
+        memcpy(dst, os->chunk + (off - lo), take);
+        dst += take; off += take; n -= take;
+    }
+}
+
+// LogicalFill from the old state files: reads exactly the chunks that overlap the range.
+static void old_state_fill(void* ctx, float* dst, int64_t logical, int64_t len) {
+    OldState* os = (OldState*)ctx;
+    int lo = 0, hi = os->npieces - 1; // the last piece starting at or before `logical`
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (os->pieces[mid].logical <= logical) lo = mid; else hi = mid - 1;
+    }
+    for (int i = lo; len > 0; i++) {
+        const OldPiece* p = &os->pieces[i];
+        int64_t skip = logical - p->logical;
+        int64_t take = p->len - skip < len ? p->len - skip : len;
+        int64_t off = 4 * ((int64_t)os->which * os->total[p->file] + p->index + skip);
+        old_state_read(os, p->file, off, (char*)dst, 4 * take);
+        dst += take; logical += take; len -= take;
+    }
+}
+
+static void old_state_close(OldState* os) {
+    for (int f = 0; f < os->nfiles; f++) { close(os->fd[f]); free(os->crcs[f]); free(os->paths[f]); }
+    free(os->fd); free(os->total); free(os->data_off); free(os->size); free(os->crcs); free(os->paths);
+    free(os->pieces); free(os->chunk);
+}
+
+// Rank 0: which checkpoint to resume (-1: none). Follows LATEST; resume_step > 0 picks that step.
+static int ckpt_choose(const char* dir, int resume_step, Marker* mk) {
+    char path[PATH_MAX];
+    Marker latest;
+    snprintf(path, sizeof(path), "%s/LATEST", dir);
+    int has_latest = marker_read(path, &latest) == 0;
+    int* steps;
+    int n = list_done_steps(dir, &steps), chosen = -1;
+    if (resume_step > 0) {
+        snprintf(path, sizeof(path), "%s/DONE_%08d", dir, resume_step);
+        if (marker_read(path, mk) != 0 || mk->step != resume_step)
+            die_user("-resume-step %d: no complete checkpoint (DONE_%08d) of that step in %s", resume_step, resume_step, dir);
+        chosen = resume_step;
+    } else {
+        int limit = has_latest ? latest.step : INT_MAX;
+        for (int i = n - 1; i >= 0 && chosen < 0; i--) {
+            if (steps[i] > limit) continue; // after LATEST: not part of the history a resume follows
+            snprintf(path, sizeof(path), "%s/DONE_%08d", dir, steps[i]);
+            if (marker_read(path, mk) != 0 || mk->step != steps[i]) { printf("resume: %s is not a complete marker: skipped\n", path); continue; }
+            if (has_latest && steps[i] == latest.step && mk->nonce != latest.nonce) continue; // a save whose LATEST never came
+            chosen = steps[i];
+        }
+        if (has_latest && chosen != latest.step)
+            printf("resume: LATEST names step %d, which is not complete: taking the newest complete checkpoint before it%s\n", latest.step, chosen < 0 ? " (there is none)" : "");
+        if (!has_latest && chosen >= 0) printf("resume: no LATEST file in %s: taking the newest complete checkpoint\n", dir);
+    }
+    free(steps);
+    return chosen;
+}
+
+// Resume from the checkpoint LATEST names (rank 0 chooses, every rank follows; see the top).
+// Returns 1 with meta filled when one was loaded, 0 when there is none.
+static int ckpt_resume(Zero* z, const GPTConfig* c, const char* dir, int resume_step, CkptMeta* meta) {
+    Marker mk;
+    memset(&mk, 0, sizeof(mk));
+    int step = -1;
+    if (z->r == 0) {
+        step = ckpt_choose(dir, resume_step, &mk);
+        if (step >= 0) { // one history: later steps are set aside, LATEST names this one
+            char why[128];
+            if (resume_step > 0) snprintf(why, sizeof(why), "rolled back to step %d", step);
+            else snprintf(why, sizeof(why), "resuming step %d", step);
+            ckpt_set_aside(dir, step, mk.nonce, why);
+            char path[PATH_MAX];
+            snprintf(path, sizeof(path), "%s/LATEST", dir);
+            if (marker_write(path, &mk) != 0) die(1, "resume: writing %s failed: %s", path, strerror(errno));
+            if (mk.model_bytes >= 0) { // the model file is the one this save wrote
+                uint32_t crc;
+                int64_t bytes;
+                snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, step);
+                if (file_crc32c(path, &crc, &bytes) != 0) die_user("resume: cannot read %s: %s (DONE_%08d lists it)", path, strerror(errno), step);
+                if (bytes != mk.model_bytes || crc != mk.model_crc)
+                    die_user("resume: %s (%lld bytes, CRC32C %08x) is not the file DONE_%08d vouches for (%lld bytes, %08x): corrupt or from another run. HINT: -resume-step an older checkpoint",
+                             path, (long long)bytes, crc, step, (long long)mk.model_bytes, mk.model_crc);
+            }
+        }
+    }
+    comm_broadcast(z->comm, &step, sizeof(step), 0);
+    if (step < 0) { printf0("resume: no complete checkpoint in %s, starting from step 0\n", dir); return 0; }
+    comm_broadcast(z->comm, &mk, sizeof(mk), 0);
+    OldState os;
+    old_state_open(&os, z, c, dir, &mk, meta);
+    float* arrays[3] = {z->master, z->m, z->v};
+    for (int a = 0; a < 3; a++) {
+        os.which = a;
+        zero_fill_opt(z, arrays[a], old_state_fill, &os);
+    }
+    old_state_close(&os);
+    zero_params_from_master(z);
+    return 1;
+}
+
+#endif // ZT_CHECKPOINT_H

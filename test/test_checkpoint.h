@@ -1,0 +1,387 @@
+// test/test_checkpoint.h — the checkpoint protocol (checkpoint.h): CRC32C, one history under
+// roll-backs and failed saves, files of another save or corrupted files refused, the directory
+// lock. Each case runs this binary as the trainer on a very small model (a few seconds a run).
+
+#define CK_SMALL "-e tiny -layers 1 -channels 32 -heads 2 -b 2 -t 16 -v 0 -s 0 -blas 0"
+
+static char ck_out[1 << 20];
+
+// Run the trainer with extra environment (e.g. "ZT_FAULT=..."; "" for none).
+static int ck_run(const char* env, const char* flags) {
+    char cmd[8192];
+    snprintf(cmd, sizeof(cmd), "%s OMP_NUM_THREADS=1 %s --train %s", env, g_test_self, flags);
+    return test_run_cmd(cmd, ck_out, sizeof(ck_out));
+}
+
+static const char* ck_dir(const char* name) {
+    static char dir[4][PATH_MAX];
+    static int k = 0;
+    char* d = dir[k++ % 4];
+    snprintf(d, PATH_MAX, "%s/ck_%s", test_tmpdir(), name);
+    char cmd[PATH_MAX + 16];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", d);
+    test_run_cmd(cmd, NULL, 0);
+    return d;
+}
+
+static int ck_exists(const char* dir, const char* name) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+// The whole content of a file (malloc'd) and its size.
+static char* ck_slurp(const char* path, size_t* n) {
+    FILE* f = fopen(path, "rb");
+    if (!f) { *n = 0; return NULL; }
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char* s = (char*)malloc(*n + 1);
+    *n = fread(s, 1, *n, f);
+    fclose(f);
+    return s;
+}
+static void ck_spit(const char* path, const char* s, size_t n) {
+    FILE* f = fopen(path, "wb");
+    if (f) { fwrite(s, 1, n, f); fclose(f); }
+}
+
+// CRC32C: the standard check value, the hardware and portable paths agree, chaining works.
+TEST(ckpt_crc32c) {
+    CHECK(crc32c_update(0, "123456789", 9) == 0xE3069283u); // RFC 3720's check value
+    CHECK(crc32c_update(0, "", 0) == 0);
+    uint64_t key = rng_key(5, 0x435243, 0);
+    char buf[4099];
+    for (int i = 0; i < (int)sizeof(buf); i++) buf[i] = (char)(rng_u64(key, (uint64_t)i) & 0xff);
+    for (int n = 0; n < (int)sizeof(buf); n += 37) {
+        uint32_t hw = crc32c_update_hw(0, buf, n, 1), sw = crc32c_update_hw(0, buf, n, 0);
+        CHECKF(hw == sw, "length %d: hardware %08x, portable %08x", n, hw, sw);
+        uint32_t chained = crc32c_update(crc32c_update(0, buf, n / 3), buf + n / 3, n - n / 3);
+        CHECKF(chained == hw, "length %d: chained %08x, whole %08x", n, chained, hw);
+    }
+    // the cost, for README.md (printed, not checked): GB/s of each path over 64 MiB
+    size_t big = (size_t)64 << 20;
+    char* mem = (char*)malloc(big);
+    for (size_t i = 0; i < big; i++) mem[i] = (char)(i * 131 + (i >> 13));
+    double gbs[2];
+    for (int hw = 1; hw >= 0; hw--) {
+        double t0 = test_now_s();
+        volatile uint32_t c = crc32c_update_hw(0, mem, big, hw);
+        (void)c;
+        gbs[hw] = big / (test_now_s() - t0) / 1e9;
+    }
+    printf("    CRC32C: %.2f GB/s (SSE4.2 crc32 instruction%s), %.2f GB/s (portable slicing-by-8)\n", gbs[1],
+#if defined(__SSE4_2__)
+           "",
+#else
+           ": not in this build, portable path",
+#endif
+           gbs[0]);
+    free(mem);
+}
+
+// One history. A roll-back (-resume-step) moves the later checkpoints aside and says so; with -nk
+// it never deletes the new run's checkpoints, and a later -y 1 follows LATEST, not the abandoned
+// branch's larger step. A save that fails after a roll-back leaves no marker vouching for files
+// of two runs: the step resumed is the last complete one of this history.
+TEST(ckpt_rollback_one_history) {
+    const char* dir = ck_dir("history");
+    char flags[4096];
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 6 -n 2 -nk 2 -o %s", dir);
+    int rc = ck_run("", flags);
+    CHECKF(rc == 0, "first run failed (%d):\n%s", rc, ck_out);
+    CHECK(ck_exists(dir, "DONE_00000004") && ck_exists(dir, "DONE_00000006") && !ck_exists(dir, "DONE_00000002"));
+    // roll back to 4, train to 5 with a checkpoint every step, keeping 2
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 5 -n 1 -nk 2 -o %s -y 1 -resume-step 4", dir);
+    rc = ck_run("", flags);
+    CHECKF(rc == 0, "roll-back run failed (%d):\n%s", rc, ck_out);
+    CHECKF(strstr(ck_out, "rolled back to step 4: moved") && strstr(ck_out, "(complete: 6)"), "the roll-back does not say what it did:\n%s", ck_out);
+    CHECKF(ck_exists(dir, "DONE_00000004") && ck_exists(dir, "DONE_00000005"), "-nk removed the new run's checkpoints:\n%s", ck_out);
+    CHECK(!ck_exists(dir, "DONE_00000006") && !ck_exists(dir, "model_00000006.bin"));
+    char cmd[PATH_MAX + 64];
+    snprintf(cmd, sizeof(cmd), "ls %s/set_aside_00000004_*/DONE_00000006", dir);
+    CHECKF(test_run_cmd(cmd, NULL, 0) == 0, "the abandoned step 6 was not kept aside");
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 6 -o %s -y 1", dir);
+    rc = ck_run("", flags);
+    CHECKF(rc == 0 && strstr(ck_out, "resume: step 5 "), "-y 1 did not follow LATEST to step 5 (%d):\n%s", rc, ck_out);
+    // a second roll-back to 4 whose step-5 save fails (a full disk on the state file)
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 5 -n 1 -o %s -y 1 -resume-step 4", dir);
+    rc = ck_run("ZT_FAULT=enospc:state_00000005", flags);
+    CHECKF(strstr(ck_out, "checkpoint at step 5 is incomplete"), "the injected fault did not fail the save (%d):\n%s", rc, ck_out);
+    CHECKF(!ck_exists(dir, "DONE_00000005"), "a DONE marker vouches for a step whose files failed");
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 4 -o %s -y 1", dir);
+    rc = ck_run("", flags);
+    CHECKF(rc == 0 && strstr(ck_out, "resume: step 4 "), "-y 1 after the failed save did not resume step 4 (%d):\n%s", rc, ck_out);
+}
+
+// A new run (no -y) in a directory with an older run's checkpoints moves them aside: a later -y 1
+// resumes the new run, never the old one's larger step.
+TEST(ckpt_new_run_in_old_dir) {
+    const char* dir = ck_dir("reuse");
+    char flags[4096];
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 4 -n 4 -o %s", dir);
+    int rc = ck_run("", flags);
+    CHECKF(rc == 0, "old run failed (%d):\n%s", rc, ck_out);
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 2 -n 2 -seed 5 -o %s", dir);
+    rc = ck_run("", flags);
+    CHECKF(rc == 0 && strstr(ck_out, "a new run (no -y 1) in this directory: moved"), "new run (%d):\n%s", rc, ck_out);
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 4 -seed 5 -o %s -y 1", dir);
+    rc = ck_run("", flags);
+    CHECKF(rc == 0 && strstr(ck_out, "resume: step 2 "), "-y 1 did not resume the new run's step 2 (%d):\n%s", rc, ck_out);
+}
+
+// Files that do not belong to the checkpoint's save, or that changed on disk, are refused with
+// exit 2 and a message naming the file: a state file or model file of another run (same step),
+// one flipped payload byte, one flipped bit of the piece count.
+TEST(ckpt_mixed_or_corrupt_refused) {
+    const char* a = ck_dir("mix_a");
+    const char* b = ck_dir("mix_b");
+    char flags[4096];
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 2 -n 2 -o %s", a);
+    CHECK(ck_run("", flags) == 0);
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 2 -n 2 -seed 9 -o %s", b);
+    CHECK(ck_run("", flags) == 0);
+    char sa[PATH_MAX], sb[PATH_MAX], ma[PATH_MAX], mb[PATH_MAX];
+    snprintf(sa, sizeof(sa), "%s/state_00000002_00000.bin", a);
+    snprintf(sb, sizeof(sb), "%s/state_00000002_00000.bin", b);
+    snprintf(ma, sizeof(ma), "%s/model_00000002.bin", a);
+    snprintf(mb, sizeof(mb), "%s/model_00000002.bin", b);
+    size_t n_sa, n_sb, n_ma, n_mb;
+    char *state_a = ck_slurp(sa, &n_sa), *state_b = ck_slurp(sb, &n_sb), *model_a = ck_slurp(ma, &n_ma), *model_b = ck_slurp(mb, &n_mb);
+    CHECK(state_a && state_b && model_a && model_b && n_sa == n_sb && n_sa > 4096);
+    if (!(state_a && state_b && model_a && model_b && n_sa == n_sb && n_sa > 4096)) return;
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 2 -o %s -y 1", a);
+    struct { const char* what; const char* expect; } cases[] = {
+        {"state file of another run", "belongs to another save"},
+        {"model file of another run", "is not the file DONE_00000002 vouches for"},
+        {"one payload byte flipped", "fail their CRC32C"},
+        {"one bit of the piece count flipped", "the header or piece table fails its CRC32C"},
+    };
+    for (int i = 0; i < 4; i++) {
+        char* s = (char*)malloc(n_sa);
+        memcpy(s, state_a, n_sa);
+        if (i == 0) ck_spit(sa, state_b, n_sb);
+        if (i == 1) ck_spit(ma, model_b, n_mb);
+        if (i == 2) { s[n_sa - 5000] ^= 0x10; ck_spit(sa, s, n_sa); }
+        if (i == 3) { s[8 * STATE_H_NPIECES] ^= 0x08; ck_spit(sa, s, n_sa); } // one bit: 8 more pieces, read from the payload
+        int rc = ck_run("", flags);
+        CHECKF(rc == 2 && strstr(ck_out, cases[i].expect) && strstr(ck_out, i == 1 ? "model_00000002.bin" : "state_00000002_00000.bin"),
+               "%s: exit %d, expected 2 and '%s':\n%s", cases[i].what, rc, cases[i].expect, ck_out);
+        ck_spit(sa, state_a, n_sa);
+        ck_spit(ma, model_a, n_ma);
+        free(s);
+    }
+    int rc = ck_run("", flags); // restored: resumes
+    CHECKF(rc == 0 && strstr(ck_out, "resume: step 2 "), "the restored checkpoint does not resume (%d):\n%s", rc, ck_out);
+    free(state_a); free(state_b); free(model_a); free(model_b);
+}
+
+// Two trainers cannot share an output directory: the second stops at start-up (exit 2).
+TEST(ckpt_dir_locked) {
+    const char* dir = ck_dir("lock");
+    mkdir(dir, 0755);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    CHECK(fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0); // this process plays the other trainer
+    char flags[4096];
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 1 -o %s", dir);
+    int rc = ck_run("", flags);
+    CHECKF(rc == 2 && strstr(ck_out, "another trainer is using this directory") && strstr(ck_out, dir), "exit %d:\n%s", rc, ck_out);
+    close(fd);
+    rc = ck_run("", flags);
+    CHECKF(rc == 0, "after the lock is released: exit %d:\n%s", rc, ck_out);
+}
+
+// ---- Exit codes that tell the truth (README "Exit codes").
+
+// A failed checkpoint ends the run with exit code 1: at the end when a middle one failed (training
+// goes on, the later checkpoint is written), at once when the final one failed.
+TEST(exit_failed_checkpoint) {
+    const char* dir = ck_dir("exit_ckpt");
+    char flags[4096];
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 4 -n 2 -o %s", dir);
+    int rc = ck_run("ZT_FAULT=enospc:state_00000002", flags);
+    CHECKF(rc == 1 && strstr(ck_out, "1 checkpoint(s) failed") && ck_exists(dir, "DONE_00000004") && !ck_exists(dir, "DONE_00000002"),
+           "a failed middle checkpoint: exit %d:\n%s", rc, ck_out);
+    dir = ck_dir("exit_final");
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 2 -n 2 -o %s -log-hash 1", dir);
+    rc = ck_run("ZT_FAULT=enospc:model_00000002", flags);
+    CHECKF(rc == 1 && strstr(ck_out, "the final checkpoint (step 2) failed") && !strstr(ck_out, "hashes:"),
+           "a failed final checkpoint: exit %d:\n%s", rc, ck_out);
+}
+
+// A log.jsonl that cannot be written (a full disk: /dev/full) ends the run with exit code 1.
+TEST(exit_log_write_failed) {
+    const char* dir = ck_dir("exit_log");
+    mkdir(dir, 0755);
+    char path[PATH_MAX], flags[4096];
+    snprintf(path, sizeof(path), "%s/log.jsonl", dir);
+    CHECK(symlink("/dev/full", path) == 0);
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 2 -o %s", dir);
+    int rc = ck_run("", flags);
+    CHECKF(rc == 1 && strstr(ck_out, "log.jsonl failed"), "exit %d:\n%s", rc, ck_out);
+}
+
+// A run that skips -max-skips consecutive steps (default 10) has diverged: exit code 4. A
+// learning rate of 1e30 sends the weights to ~1e30 in one step; every later step is skipped.
+TEST(exit_max_skips) {
+    const char* dir = ck_dir("exit_skips");
+    char flags[4096];
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 30 -l 1e30 -u 0 -k constant -o %s", dir);
+    int rc = ck_run("", flags);
+    CHECKF(rc == 4 && strstr(ck_out, "10 consecutive steps skipped") && strstr(ck_out, "step    11/30") && !strstr(ck_out, "step    12/30"),
+           "default -max-skips: exit %d:\n%s", rc, ck_out);
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 30 -l 1e30 -u 0 -k constant -max-skips 2");
+    rc = ck_run("", flags);
+    CHECKF(rc == 4 && strstr(ck_out, "2 consecutive steps skipped"), "-max-skips 2: exit %d:\n%s", rc, ck_out);
+}
+
+// Non-finite numbers never reach the weights or a checkpoint: -l 1e39 (infinite as a float) is
+// refused at start-up; a finite learning rate whose update overflows (3.4e38) leaves weights that
+// are never written: no DONE, exit code 4.
+TEST(exit_nonfinite_refused) {
+    const char* dir = ck_dir("exit_nan");
+    char flags[4096];
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 2 -n 1 -l 1e39 -o %s", dir);
+    int rc = ck_run("", flags);
+    CHECKF(rc == 2 && strstr(ck_out, "flag -l: '1e39' is beyond a float's range"), "-l 1e39: exit %d:\n%s", rc, ck_out);
+    CHECK(!ck_exists(dir, "DONE_00000001"));
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 2 -n 1 -u 0 -k constant -l 3.4e38 -o %s", dir);
+    rc = ck_run("", flags);
+    CHECKF(rc == 4 && strstr(ck_out, "non-finite value(s): no checkpoint written") && !ck_exists(dir, "DONE_00000001"),
+           "an overflowing update: exit %d:\n%s", rc, ck_out);
+}
+
+// ---- Validate what is read, every time it is read.
+
+// A shard rewritten in place or truncated while the trainer runs: the next batch that touches it
+// is an error naming the shard (an out-of-range id never reaches the model; no SIGBUS).
+TEST(data_changed_mid_run) {
+    char path[PATH_MAX], err[512];
+    snprintf(path, sizeof(path), "%s/ck_mid_run.bin", test_tmpdir());
+    uint16_t toks[200];
+    for (int i = 0; i < 200; i++) toks[i] = (uint16_t)(i * 7 % 1000);
+    CHECK(write_token_shard(path, toks, 200, err, sizeof(err)) == 0);
+    DataLoader dl;
+    CHECKF(dataloader_init(&dl, path, 2, 8, 1000, 0, 0, err, sizeof(err)) == 0, "%s", err);
+    if (!dl.inputs) return;
+    CHECK(dataloader_load(&dl, 0) == 0 && dl.inputs[3] == toks[3]);
+    int fd = open(path, O_WRONLY);
+    uint16_t bad = 60000;
+    CHECK(fd >= 0 && pwrite(fd, &bad, 2, SHARD_HEADER_BYTES + 2 * 3) == 2); // token 3, in place
+    CHECK(dataloader_load(&dl, 0) == -1);
+    CHECKF(strstr(dl.err, path) && strstr(dl.err, "token id 60000 at index 3 is out of range"), "%s", dl.err);
+    CHECK(ftruncate(fd, SHARD_HEADER_BYTES + 2 * 40) == 0); // 40 of 200 tokens left
+    close(fd);
+    CHECK(dataloader_load(&dl, 10) == -1); // samples 20, 21: tokens 160..176
+    CHECKF(strstr(dl.err, path) && strstr(dl.err, "shorter than at start-up"), "%s", dl.err);
+    dataloader_free(&dl);
+}
+
+// A shard too short for one sample (what -tokenize writes last when little text is left) is
+// skipped, not refused; only when no shard holds a sample is that an error.
+TEST(data_short_shard_skipped) {
+    char dir[PATH_MAX], path[PATH_MAX], pattern[PATH_MAX], err[512];
+    snprintf(dir, sizeof(dir), "%s/ck_short", test_tmpdir());
+    mkdir(dir, 0755);
+    uint16_t toks[100];
+    for (int i = 0; i < 100; i++) toks[i] = (uint16_t)i;
+    snprintf(path, sizeof(path), "%s/s_000000.bin", dir);
+    CHECK(write_token_shard(path, toks, 100, err, sizeof(err)) == 0);
+    snprintf(path, sizeof(path), "%s/s_000001.bin", dir);
+    CHECK(write_token_shard(path, toks, 3, err, sizeof(err)) == 0);
+    snprintf(pattern, sizeof(pattern), "%s/s_*.bin", dir);
+    DataLoader dl;
+    CHECKF(dataloader_init(&dl, pattern, 1, 8, 1000, 1, 1, err, sizeof(err)) == 0, "%s", err);
+    CHECK(dl.total_samples == 12 && dataloader_short_shards(&dl) == 1);
+    for (int u = 0; u < 30 && dl.inputs; u++) CHECK(dataloader_load(&dl, u) == 0);
+    dataloader_free(&dl);
+    snprintf(pattern, sizeof(pattern), "%s/s_000001.bin", dir); // alone: nothing to train on
+    CHECK(dataloader_init(&dl, pattern, 1, 8, 1000, 1, 1, err, sizeof(err)) == -1 && strstr(err, "too few tokens"));
+}
+
+// Flag values and model files beyond what the program can address are refused at start-up
+// (exit 2, the flag or file named), not a crash: -g 2147483647 (int overflow in sampling), a
+// huge -layers, and an llm.c header whose size computation overflowed 32 bits (3 * C) so that a
+// 1,040-byte file passed the size check.
+TEST(cli_bounds_refused) {
+    char path[PATH_MAX], flags[4096];
+    snprintf(path, sizeof(path), "%s/ck_overflow.bin", test_tmpdir());
+    int hdr[260] = {20240326, 5, 429496716, 2, 1, 42949673, 858993460, 2147483647};
+    FILE* f = fopen(path, "wb");
+    CHECK(f && fwrite(hdr, 1, 1040, f) == 1040);
+    if (f) fclose(f);
+    struct { const char* flags; const char* expect; } cases[] = {
+        {CK_SMALL " -x 1 -s 1 -g 2147483647", "flag -g: 2147483647 tokens to generate"},
+        {CK_SMALL " -x 1 -layers 2000000000", "flag -layers 2000000000 is above 4096"},
+        {CK_SMALL " -x 1 -channels 32768 -heads 256 -layers 4000", "parameters (L 4000, C 32768) is above"},
+        {CK_SMALL " -x 1 -b 100000 -t 256", "flags -b x -t"},
+        {"-x 0 -e OVERFLOW", "file is 1040 bytes but its header describes about"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        snprintf(flags, sizeof(flags), "%s", cases[i].flags);
+        char* p = strstr(flags, "OVERFLOW");
+        if (p) snprintf(p, sizeof(flags) - (p - flags), "%s", path);
+        int rc = ck_run("", flags);
+        CHECKF(rc == 2 && strstr(ck_out, cases[i].expect), "'%s': exit %d, expected 2 and '%s':\n%s", flags, rc, cases[i].expect, ck_out);
+    }
+}
+
+// -help under mpirun: every rank ends cleanly, exit code 0 (it was 1, with Open MPI's
+// abnormal-termination banner, because the ranks exited without MPI_Finalize).
+TEST(cli_mpirun_help) {
+#ifndef USE_MPI
+    TEST_SKIP("built without MPI");
+#else
+    char cmd[8192];
+    snprintf(cmd, sizeof(cmd),
+             "for v in $(env | grep -oE '^(OMPI|PMIX|OPAL)_[A-Za-z0-9_]*'); do unset $v; done; "
+             "mpirun -np 2 --oversubscribe --allow-run-as-root %s --train -help", g_test_self);
+    int rc = test_run_cmd(cmd, ck_out, sizeof(ck_out));
+    CHECKF(rc == 0 && strstr(ck_out, "usage: ./train"), "exit %d:\n%s", rc, ck_out);
+#endif
+}
+
+// -save-model last: only the final checkpoint carries the llm.c model file; the others resume
+// from their state files alone. -save-model 0: none does.
+TEST(ckpt_save_model_flag) {
+    const char* dir = ck_dir("save_model");
+    char flags[4096];
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 4 -n 2 -save-model last -o %s", dir);
+    int rc = ck_run("", flags);
+    CHECKF(rc == 0 && !ck_exists(dir, "model_00000002.bin") && ck_exists(dir, "model_00000004.bin") && ck_exists(dir, "DONE_00000002"),
+           "-save-model last (%d):\n%s", rc, ck_out);
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 4 -o %s -y 1 -resume-step 2", dir);
+    rc = ck_run("", flags);
+    CHECKF(rc == 0 && strstr(ck_out, "resume: step 2 "), "resume without a model file (%d):\n%s", rc, ck_out);
+    dir = ck_dir("save_model0");
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 2 -n 2 -save-model 0 -o %s", dir);
+    rc = ck_run("", flags);
+    CHECKF(rc == 0 && !ck_exists(dir, "model_00000002.bin") && ck_exists(dir, "DONE_00000002"), "-save-model 0 (%d):\n%s", rc, ck_out);
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 2 -save-model sometimes");
+    rc = ck_run("", flags);
+    CHECKF(rc == 2 && strstr(ck_out, "flag -save-model: 'sometimes'"), "bad value (%d):\n%s", rc, ck_out);
+}
+
+// Slow storage: rank 0 takes 3 s longer to write the model file (ZT_FAULT=slow) while rank 1
+// waits in a collective. With -comm-timeout 1 the run still succeeds (that wait uses
+// -io-timeout, auto: at least 10 minutes); with -io-timeout 1 it ends with exit code 3 and a
+// message naming -io-timeout and the step being saved.
+TEST(ckpt_io_timeout) {
+#ifndef USE_MPI
+    TEST_SKIP("built without MPI");
+#else
+    const char* dir = ck_dir("io_timeout");
+    char cmd[8192];
+    const char* launch = "for v in $(env | grep -oE '^(OMPI|PMIX|OPAL)_[A-Za-z0-9_]*'); do unset $v; done; "
+                         "ZT_FAULT=slow:model_00000002 OMP_NUM_THREADS=1 mpirun -np 2 --oversubscribe --allow-run-as-root --mca mpi_yield_when_idle 1";
+    snprintf(cmd, sizeof(cmd), "%s %s --train " CK_SMALL " -threads 1 -x 2 -n 2 -comm-timeout 1 -o %s", launch, g_test_self, dir);
+    int rc = test_run_cmd(cmd, ck_out, sizeof(ck_out));
+    CHECKF(rc == 0 && strstr(ck_out, "checkpoint: step 2 written"), "slow storage ended the run (%d):\n%s", rc, ck_out);
+    dir = ck_dir("io_timeout1");
+    snprintf(cmd, sizeof(cmd), "%s %s --train " CK_SMALL " -threads 1 -x 2 -n 2 -io-timeout 1 -o %s", launch, g_test_self, dir);
+    rc = test_run_cmd(cmd, ck_out, sizeof(ck_out));
+    CHECKF(rc == 3 && strstr(ck_out, "raise -io-timeout") && strstr(ck_out, "at step 2 "), "-io-timeout 1 (%d):\n%s", rc, ck_out);
+#endif
+}
