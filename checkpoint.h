@@ -514,6 +514,34 @@ static int ckpt_set_aside(const char* dir, int after, uint64_t nonce, const char
     return moved;
 }
 
+// Rank 0, at start-up (the directory is locked): remove what a crash left behind — temporary
+// files of checkpoint writes (NAME.tmp.PID) and files of steps that have no DONE marker (a save
+// that never completed: nothing vouches for them, no resume can use them). Says what it removed.
+static void ckpt_clean_leftovers(const char* dir) {
+    DIR* d = opendir(dir);
+    if (!d) return;
+    int* done;
+    int ndone = list_done_steps(dir, &done), tmps = 0, orphans = 0;
+    char path[PATH_MAX];
+    struct dirent* e;
+    while ((e = readdir(d))) {
+        const char* name = e->d_name;
+        const char* t = strstr(name, ".tmp.");
+        char base[256];
+        snprintf(base, sizeof(base), "%.*s", t ? (int)(t - name) : 0, name);
+        int is_tmp = t && (ckpt_file_step(base) >= 0 || !strcmp(base, "LATEST"));
+        int s = ckpt_file_step(name), orphan = s >= 0;
+        for (int i = 0; i < ndone && orphan; i++) orphan = done[i] != s;
+        if (!is_tmp && !orphan) continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, name);
+        if (unlink(path) == 0) { tmps += is_tmp; orphans += orphan; }
+    }
+    closedir(d);
+    free(done);
+    if (tmps || orphans)
+        printf("checkpoints: removed %d temporary file(s) and %d file(s) of incomplete checkpoints (no DONE marker) from %s\n", tmps, orphans, dir);
+}
+
 // Rank 0 draws 64 random bits, every rank gets them.
 static uint64_t ckpt_nonce(Comm* comm) {
     uint64_t nonce = 0;

@@ -385,3 +385,35 @@ TEST(ckpt_io_timeout) {
     CHECKF(rc == 3 && strstr(ck_out, "raise -io-timeout") && strstr(ck_out, "at step 2 "), "-io-timeout 1 (%d):\n%s", rc, ck_out);
 #endif
 }
+
+// After a crash: temporary files and the files of a step without DONE are removed at start-up
+// (and said so); a resumed run's log.jsonl has each step once (the steps trained again replace
+// the old records instead of being appended twice).
+TEST(ckpt_leftovers_and_log) {
+    const char* dir = ck_dir("leftovers");
+    char flags[4096], path[PATH_MAX];
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 4 -n 2 -o %s", dir);
+    int rc = ck_run("", flags);
+    CHECKF(rc == 0, "first run (%d):\n%s", rc, ck_out);
+    snprintf(path, sizeof(path), "%s/DONE_00000004", dir);
+    CHECK(unlink(path) == 0); // as if the run died before DONE
+    snprintf(path, sizeof(path), "%s/state_00000004_00001.bin.tmp.999", dir);
+    FILE* f = fopen(path, "w");
+    if (f) { fputs("half", f); fclose(f); }
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 4 -n 2 -o %s -y 1", dir);
+    rc = ck_run("", flags);
+    CHECKF(rc == 0 && strstr(ck_out, "removed 1 temporary file(s) and 2 file(s) of incomplete checkpoints") && strstr(ck_out, "resume: step 2 "),
+           "resume after a crash (%d):\n%s", rc, ck_out);
+    CHECK(!ck_exists(dir, "state_00000004_00001.bin.tmp.999") && ck_exists(dir, "DONE_00000004"));
+    snprintf(path, sizeof(path), "%s/log.jsonl", dir);
+    f = fopen(path, "r");
+    int count[5] = {0};
+    char line[8192];
+    while (f && fgets(line, sizeof(line), f)) {
+        int s;
+        if (sscanf(line, "{\"step\": %d,", &s) == 1 && strstr(line, "\"loss\"") && s >= 1 && s <= 4) count[s]++;
+    }
+    if (f) fclose(f);
+    CHECKF(count[1] == 1 && count[2] == 1 && count[3] == 1 && count[4] == 1, "log.jsonl records per step 1..4: %d %d %d %d",
+           count[1], count[2], count[3], count[4]);
+}
