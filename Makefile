@@ -78,7 +78,7 @@ endif
 SOURCES := train_gpt.cu device.cuh zero.h model.h checkpoint.h adamw.cuh dataloader.h tokenizer.h unicode_tables.h rng.h $(wildcard ops/*.cuh)
 TEST_SOURCES := $(wildcard test/*.cpp test/*.h)
 
-.PHONY: all train test test-binaries nvcc-check test-gpu gpu-binaries bench clean
+.PHONY: all train test test-binaries nvcc-check test-gpu gpu-binaries bench clean fuzz
 all: train
 
 train: $(SOURCES)
@@ -104,7 +104,23 @@ test/test_bf16: $(SOURCES) $(TEST_SOURCES)
 test/test_fp32: $(SOURCES) $(TEST_SOURCES)
 	$(CXX_HOST) $(TEST_FLAGS) $(filter-out -DENABLE_FP32,$(DEFS)) -DENABLE_FP32 $(MPI_CFLAGS) test/test_main.cpp -o $@ $(MPI_LIBS)
 
-test-binaries: test/test_bf16 test/test_fp32 test/test_emu test/test_emu_fp32
+# libFuzzer harnesses (test/fuzz.cpp: model, shard, state, tokenizer, bpe), built with clang when it
+# is installed (Debian: clang, libclang-rt-14-dev). make test replays test/fuzz_corpus/ and runs a
+# fixed number of seeded inputs per harness; make fuzz runs each for FUZZ_SECONDS into build/fuzz/.
+CLANGXX    ?= $(shell command -v clang++ 2>/dev/null)
+FUZZ_FLAGS := -x c++ -std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -Wall -Wextra -Werror -Wno-unused-parameter -Wno-unused-function
+FUZZ_BIN   := $(if $(CLANGXX),test/fuzz)
+test/fuzz: $(SOURCES) test/fuzz.cpp
+	$(CLANGXX) $(FUZZ_FLAGS) test/fuzz.cpp -o $@
+FUZZ_SECONDS ?= 60
+fuzz: test/fuzz
+	for h in model shard state tokenizer bpe; do mkdir -p build/fuzz/$$h; \
+	  ASAN_OPTIONS=detect_leaks=0 test/fuzz $$h -max_total_time=$(FUZZ_SECONDS) -max_len=16384 -print_final_stats=1 \
+	    build/fuzz/$$h test/fuzz_corpus/$$h > build/fuzz/$$h.log 2>&1; rc=$$?; \
+	  echo "$$h: $$(grep -E 'stat::number_of_executed_units' build/fuzz/$$h.log)"; \
+	  [ $$rc -eq 0 ] || { grep -E 'ERROR|SUMMARY' build/fuzz/$$h.log; echo "fuzz $$h failed: build/fuzz/$$h.log"; exit 1; }; done
+
+test-binaries: test/test_bf16 test/test_fp32 test/test_emu test/test_emu_fp32 $(FUZZ_BIN)
 
 test: test-binaries
 	NVCC_CHECK=$(if $(and $(NVCC),$(if $(NO_CUDA),,yes)),yes,no) bash test/run_tests.sh
@@ -145,5 +161,5 @@ bench: train_cpu train_cpu_fp32
 	bash dev/bench.sh
 
 clean:
-	rm -f train train_gpu train_cpu train_cpu_fp32 test/test_bf16 test/test_fp32 test/test_gpu test/test_emu test/test_emu_fp32
+	rm -f train train_gpu train_cpu train_cpu_fp32 test/test_bf16 test/test_fp32 test/test_gpu test/test_emu test/test_emu_fp32 test/fuzz
 	rm -rf build/emu
