@@ -8,6 +8,7 @@
 //   test/fuzz bpe    ...                          the encoder: decode(encode(x)) == x, and the
 //                                                 text encoded in two parts == encoded whole
 //
+// (Modes that start child processes — -merge, -fork, -jobs — need the name in ZT_FUZZ_HARNESS.)
 // Built by `make test/fuzz` (clang, -fsanitize=fuzzer,address,undefined). `make test` replays the
 // committed corpus (test/fuzz_corpus/<harness>/) and runs a fixed number of inputs from a fixed
 // seed per harness (test/run_tests.sh); `make fuzz` runs each harness for FUZZ_SECONDS.
