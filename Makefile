@@ -78,7 +78,7 @@ endif
 SOURCES := train_gpt.cu device.cuh zero.h model.h checkpoint.h adamw.cuh dataloader.h tokenizer.h unicode_tables.h rng.h $(wildcard ops/*.cuh)
 TEST_SOURCES := $(wildcard test/*.cpp test/*.h)
 
-.PHONY: all train test test-binaries nvcc-check test-gpu gpu-binaries bench clean fuzz
+.PHONY: all train test test-binaries nvcc-check test-gpu gpu-binaries bench clean fuzz test-sanitize
 all: train
 
 train: $(SOURCES)
@@ -122,6 +122,18 @@ fuzz: test/fuzz
 
 test-binaries: test/test_bf16 test/test_fp32 test/test_emu test/test_emu_fp32 $(FUZZ_BIN)
 
+# The sanitizer subset (.ci/run runs it after make test): the test program built with ASan + UBSan
+# (g++), running the cases that feed the readers bad and changing input, and the trainer processes
+# they start (the same binary, so sanitized too).
+SANITIZE_CASES ?= ckpt_mixed ckpt_leftovers exit_ data_ cli_bad_input cli_bounds
+test/test_sanitize: $(SOURCES) $(TEST_SOURCES)
+	$(CXX_HOST) $(filter-out -O2,$(TEST_FLAGS)) -O1 -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer \
+	  $(filter-out -DENABLE_FP32 -DUSE_BLAS,$(DEFS)) $(MPI_CFLAGS) test/test_main.cpp -o $@ $(filter-out -lopenblas,$(MPI_LIBS))
+test-sanitize: test/test_sanitize
+	@fail=0; for c in $(SANITIZE_CASES); do ASAN_OPTIONS=detect_leaks=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+	  test/test_sanitize $$c > build/sanitize_$$c.log 2>&1 || fail=1; tail -n 1 build/sanitize_$$c.log; \
+	  if grep -q "runtime error\|AddressSanitizer" build/sanitize_$$c.log; then fail=1; grep -m 3 "runtime error\|AddressSanitizer" build/sanitize_$$c.log; fi; done; exit $$fail
+
 test: test-binaries
 	NVCC_CHECK=$(if $(and $(NVCC),$(if $(NO_CUDA),,yes)),yes,no) bash test/run_tests.sh
 
@@ -161,5 +173,5 @@ bench: train_cpu train_cpu_fp32
 	bash dev/bench.sh
 
 clean:
-	rm -f train train_gpu train_cpu train_cpu_fp32 test/test_bf16 test/test_fp32 test/test_gpu test/test_emu test/test_emu_fp32 test/fuzz
+	rm -f train train_gpu train_cpu train_cpu_fp32 test/test_bf16 test/test_fp32 test/test_gpu test/test_emu test/test_emu_fp32 test/fuzz test/test_sanitize
 	rm -rf build/emu
