@@ -1,6 +1,92 @@
-// test/test_checkpoint.h — the checkpoint protocol (checkpoint.h): CRC32C, one history under
-// roll-backs and failed saves, files of another save or corrupted files refused, the directory
-// lock. Each case runs this binary as the trainer on a very small model (a few seconds a run).
+// test/test_checkpoint.h — reliability (issue 10): the checkpoint protocol (checkpoint.h: CRC32C,
+// one history under roll-backs and failed saves, files of another save or corrupted files refused,
+// the directory lock, -save-model, -io-timeout, leftovers, crash points), exit codes, and input
+// validated every time it is read. The process-level cases run this binary as the trainer on a
+// very small model (a few seconds a run), in test_bf16 only.
+
+// CRC32C: the standard check value, the hardware and portable paths agree, chaining works.
+TEST(ckpt_crc32c) {
+    CHECK(crc32c_update(0, "123456789", 9) == 0xE3069283u); // RFC 3720's check value
+    CHECK(crc32c_update(0, "", 0) == 0);
+    uint64_t key = rng_key(5, 0x435243, 0);
+    char buf[4099];
+    for (int i = 0; i < (int)sizeof(buf); i++) buf[i] = (char)(rng_u64(key, (uint64_t)i) & 0xff);
+    for (int n = 0; n < (int)sizeof(buf); n += 37) {
+        uint32_t hw = crc32c_update_hw(0, buf, n, 1), sw = crc32c_update_hw(0, buf, n, 0);
+        CHECKF(hw == sw, "length %d: hardware %08x, portable %08x", n, hw, sw);
+        uint32_t chained = crc32c_update(crc32c_update(0, buf, n / 3), buf + n / 3, n - n / 3);
+        CHECKF(chained == hw, "length %d: chained %08x, whole %08x", n, chained, hw);
+    }
+    // the cost, for README.md (printed, not checked): GB/s of each path over 64 MiB
+    size_t big = (size_t)64 << 20;
+    char* mem = (char*)malloc(big);
+    for (size_t i = 0; i < big; i++) mem[i] = (char)(i * 131 + (i >> 13));
+    double gbs[2];
+    for (int hw = 1; hw >= 0; hw--) {
+        double t0 = test_now_s();
+        volatile uint32_t c = crc32c_update_hw(0, mem, big, hw);
+        (void)c;
+        gbs[hw] = big / (test_now_s() - t0) / 1e9;
+    }
+    printf("    CRC32C: %.2f GB/s (SSE4.2 crc32 instruction%s), %.2f GB/s (portable slicing-by-8)\n", gbs[1],
+#if defined(__SSE4_2__)
+           "",
+#else
+           ": not in this build, portable path",
+#endif
+           gbs[0]);
+    free(mem);
+}
+
+// A shard rewritten in place or truncated while the trainer runs: the next batch that touches it
+// is an error naming the shard (an out-of-range id never reaches the model; no SIGBUS).
+TEST(data_changed_mid_run) {
+    char path[PATH_MAX], err[512];
+    snprintf(path, sizeof(path), "%s/ck_mid_run.bin", test_tmpdir());
+    uint16_t toks[200];
+    for (int i = 0; i < 200; i++) toks[i] = (uint16_t)(i * 7 % 1000);
+    CHECK(write_token_shard(path, toks, 200, err, sizeof(err)) == 0);
+    DataLoader dl;
+    CHECKF(dataloader_init(&dl, path, 2, 8, 1000, 0, 0, err, sizeof(err)) == 0, "%s", err);
+    if (!dl.inputs) return;
+    CHECK(dataloader_load(&dl, 0) == 0 && dl.inputs[3] == toks[3]);
+    int fd = open(path, O_WRONLY);
+    uint16_t bad = 60000;
+    CHECK(fd >= 0 && pwrite(fd, &bad, 2, SHARD_HEADER_BYTES + 2 * 3) == 2); // token 3, in place
+    CHECK(dataloader_load(&dl, 0) == -1);
+    CHECKF(strstr(dl.err, path) && strstr(dl.err, "token id 60000 at index 3 is out of range"), "%s", dl.err);
+    CHECK(ftruncate(fd, SHARD_HEADER_BYTES + 2 * 40) == 0); // 40 of 200 tokens left
+    close(fd);
+    CHECK(dataloader_load(&dl, 10) == -1); // samples 20, 21: tokens 160..176
+    CHECKF(strstr(dl.err, path) && strstr(dl.err, "shorter than at start-up"), "%s", dl.err);
+    dataloader_free(&dl);
+}
+
+// A shard too short for one sample (what -tokenize writes last when little text is left) is
+// skipped, not refused; only when no shard holds a sample is that an error.
+TEST(data_short_shard_skipped) {
+    char dir[PATH_MAX], path[PATH_MAX], pattern[PATH_MAX], err[512];
+    snprintf(dir, sizeof(dir), "%s/ck_short", test_tmpdir());
+    mkdir(dir, 0755);
+    uint16_t toks[100];
+    for (int i = 0; i < 100; i++) toks[i] = (uint16_t)i;
+    snprintf(path, sizeof(path), "%s/s_000000.bin", dir);
+    CHECK(write_token_shard(path, toks, 100, err, sizeof(err)) == 0);
+    snprintf(path, sizeof(path), "%s/s_000001.bin", dir);
+    CHECK(write_token_shard(path, toks, 3, err, sizeof(err)) == 0);
+    snprintf(pattern, sizeof(pattern), "%s/s_*.bin", dir);
+    DataLoader dl;
+    CHECKF(dataloader_init(&dl, pattern, 1, 8, 1000, 1, 1, err, sizeof(err)) == 0, "%s", err);
+    CHECK(dl.total_samples == 12 && dataloader_short_shards(&dl) == 1);
+    for (int u = 0; u < 30 && dl.inputs; u++) CHECK(dataloader_load(&dl, u) == 0);
+    dataloader_free(&dl);
+    snprintf(pattern, sizeof(pattern), "%s/s_000001.bin", dir); // alone: nothing to train on
+    CHECK(dataloader_init(&dl, pattern, 1, 8, 1000, 1, 1, err, sizeof(err)) == -1 && strstr(err, "too few tokens"));
+}
+
+// ---- The trainer as a process. Precision does not enter these cases, so they run once, in
+// test_bf16 (test_fp32 skips them).
+#ifndef ENABLE_FP32
 
 #define CK_SMALL "-e tiny -layers 1 -channels 32 -heads 2 -b 2 -t 16 -v 0 -s 0 -blas 0"
 
@@ -46,40 +132,6 @@ static char* ck_slurp(const char* path, size_t* n) {
 static void ck_spit(const char* path, const char* s, size_t n) {
     FILE* f = fopen(path, "wb");
     if (f) { fwrite(s, 1, n, f); fclose(f); }
-}
-
-// CRC32C: the standard check value, the hardware and portable paths agree, chaining works.
-TEST(ckpt_crc32c) {
-    CHECK(crc32c_update(0, "123456789", 9) == 0xE3069283u); // RFC 3720's check value
-    CHECK(crc32c_update(0, "", 0) == 0);
-    uint64_t key = rng_key(5, 0x435243, 0);
-    char buf[4099];
-    for (int i = 0; i < (int)sizeof(buf); i++) buf[i] = (char)(rng_u64(key, (uint64_t)i) & 0xff);
-    for (int n = 0; n < (int)sizeof(buf); n += 37) {
-        uint32_t hw = crc32c_update_hw(0, buf, n, 1), sw = crc32c_update_hw(0, buf, n, 0);
-        CHECKF(hw == sw, "length %d: hardware %08x, portable %08x", n, hw, sw);
-        uint32_t chained = crc32c_update(crc32c_update(0, buf, n / 3), buf + n / 3, n - n / 3);
-        CHECKF(chained == hw, "length %d: chained %08x, whole %08x", n, chained, hw);
-    }
-    // the cost, for README.md (printed, not checked): GB/s of each path over 64 MiB
-    size_t big = (size_t)64 << 20;
-    char* mem = (char*)malloc(big);
-    for (size_t i = 0; i < big; i++) mem[i] = (char)(i * 131 + (i >> 13));
-    double gbs[2];
-    for (int hw = 1; hw >= 0; hw--) {
-        double t0 = test_now_s();
-        volatile uint32_t c = crc32c_update_hw(0, mem, big, hw);
-        (void)c;
-        gbs[hw] = big / (test_now_s() - t0) / 1e9;
-    }
-    printf("    CRC32C: %.2f GB/s (SSE4.2 crc32 instruction%s), %.2f GB/s (portable slicing-by-8)\n", gbs[1],
-#if defined(__SSE4_2__)
-           "",
-#else
-           ": not in this build, portable path",
-#endif
-           gbs[0]);
-    free(mem);
 }
 
 // One history. A roll-back (-resume-step) moves the later checkpoints aside and says so; with -nk
@@ -255,52 +307,6 @@ TEST(exit_nonfinite_refused) {
 
 // ---- Validate what is read, every time it is read.
 
-// A shard rewritten in place or truncated while the trainer runs: the next batch that touches it
-// is an error naming the shard (an out-of-range id never reaches the model; no SIGBUS).
-TEST(data_changed_mid_run) {
-    char path[PATH_MAX], err[512];
-    snprintf(path, sizeof(path), "%s/ck_mid_run.bin", test_tmpdir());
-    uint16_t toks[200];
-    for (int i = 0; i < 200; i++) toks[i] = (uint16_t)(i * 7 % 1000);
-    CHECK(write_token_shard(path, toks, 200, err, sizeof(err)) == 0);
-    DataLoader dl;
-    CHECKF(dataloader_init(&dl, path, 2, 8, 1000, 0, 0, err, sizeof(err)) == 0, "%s", err);
-    if (!dl.inputs) return;
-    CHECK(dataloader_load(&dl, 0) == 0 && dl.inputs[3] == toks[3]);
-    int fd = open(path, O_WRONLY);
-    uint16_t bad = 60000;
-    CHECK(fd >= 0 && pwrite(fd, &bad, 2, SHARD_HEADER_BYTES + 2 * 3) == 2); // token 3, in place
-    CHECK(dataloader_load(&dl, 0) == -1);
-    CHECKF(strstr(dl.err, path) && strstr(dl.err, "token id 60000 at index 3 is out of range"), "%s", dl.err);
-    CHECK(ftruncate(fd, SHARD_HEADER_BYTES + 2 * 40) == 0); // 40 of 200 tokens left
-    close(fd);
-    CHECK(dataloader_load(&dl, 10) == -1); // samples 20, 21: tokens 160..176
-    CHECKF(strstr(dl.err, path) && strstr(dl.err, "shorter than at start-up"), "%s", dl.err);
-    dataloader_free(&dl);
-}
-
-// A shard too short for one sample (what -tokenize writes last when little text is left) is
-// skipped, not refused; only when no shard holds a sample is that an error.
-TEST(data_short_shard_skipped) {
-    char dir[PATH_MAX], path[PATH_MAX], pattern[PATH_MAX], err[512];
-    snprintf(dir, sizeof(dir), "%s/ck_short", test_tmpdir());
-    mkdir(dir, 0755);
-    uint16_t toks[100];
-    for (int i = 0; i < 100; i++) toks[i] = (uint16_t)i;
-    snprintf(path, sizeof(path), "%s/s_000000.bin", dir);
-    CHECK(write_token_shard(path, toks, 100, err, sizeof(err)) == 0);
-    snprintf(path, sizeof(path), "%s/s_000001.bin", dir);
-    CHECK(write_token_shard(path, toks, 3, err, sizeof(err)) == 0);
-    snprintf(pattern, sizeof(pattern), "%s/s_*.bin", dir);
-    DataLoader dl;
-    CHECKF(dataloader_init(&dl, pattern, 1, 8, 1000, 1, 1, err, sizeof(err)) == 0, "%s", err);
-    CHECK(dl.total_samples == 12 && dataloader_short_shards(&dl) == 1);
-    for (int u = 0; u < 30 && dl.inputs; u++) CHECK(dataloader_load(&dl, u) == 0);
-    dataloader_free(&dl);
-    snprintf(pattern, sizeof(pattern), "%s/s_000001.bin", dir); // alone: nothing to train on
-    CHECK(dataloader_init(&dl, pattern, 1, 8, 1000, 1, 1, err, sizeof(err)) == -1 && strstr(err, "too few tokens"));
-}
-
 // Flag values and model files beyond what the program can address are refused at start-up
 // (exit 2, the flag or file named), not a crash: -g 2147483647 (int overflow in sampling), a
 // huge -layers, and an llm.c header whose size computation overflowed 32 bits (3 * C) so that a
@@ -468,3 +474,5 @@ TEST(ckpt_crash_points) {
     ck_crash_and_resume(launch, "crash:before-rename:rank1:step4", ref, "crash_rank1");
 #endif
 }
+
+#endif // ENABLE_FP32
