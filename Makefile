@@ -104,7 +104,7 @@ GPU_LIBS       := -lcublasLt -lcublas -lgomp -Xcompiler -static-libstdc++ -Xcomp
 SOURCES := train_gpt.cu device.cuh zero.h model.h checkpoint.h adamw.cuh dataloader.h tokenizer.h unicode_tables.h rng.h $(wildcard ops/*.cuh)
 TEST_SOURCES := $(wildcard test/*.cpp test/*.h)
 
-.PHONY: all train test test-binaries nvcc-check test-gpu gpu-binaries bench clean print-%
+.PHONY: all train test test-binaries nvcc-check test-gpu gpu-binaries bench clean print-% fuzz test-sanitize
 all: train
 
 train: $(SOURCES)
@@ -130,7 +130,35 @@ test/test_bf16: $(SOURCES) $(TEST_SOURCES)
 test/test_fp32: $(SOURCES) $(TEST_SOURCES)
 	$(CXX_HOST) $(TEST_FLAGS) $(filter-out -DENABLE_FP32,$(DEFS)) -DENABLE_FP32 $(MPI_CFLAGS) test/test_main.cpp -o $@ $(MPI_LIBS)
 
-test-binaries: test/test_bf16 test/test_fp32 test/test_emu test/test_emu_fp32
+# libFuzzer harnesses (test/fuzz.cpp: model, shard, state, tokenizer, bpe), built with clang when it
+# is installed (Debian: clang, libclang-rt-14-dev). make test replays test/fuzz_corpus/ and runs a
+# fixed number of seeded inputs per harness; make fuzz runs each for FUZZ_SECONDS into build/fuzz/.
+CLANGXX    ?= $(shell command -v clang++ 2>/dev/null)
+FUZZ_FLAGS := -x c++ -std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -Wall -Wextra -Werror -Wno-unused-parameter -Wno-unused-function
+FUZZ_BIN   := $(if $(CLANGXX),test/fuzz)
+test/fuzz: $(SOURCES) test/fuzz.cpp
+	$(CLANGXX) $(FUZZ_FLAGS) test/fuzz.cpp -o $@
+FUZZ_SECONDS ?= 60
+fuzz: test/fuzz
+	for h in model shard state tokenizer bpe; do mkdir -p build/fuzz/$$h; \
+	  ASAN_OPTIONS=detect_leaks=0 test/fuzz $$h -max_total_time=$(FUZZ_SECONDS) -max_len=16384 -print_final_stats=1 \
+	    build/fuzz/$$h test/fuzz_corpus/$$h > build/fuzz/$$h.log 2>&1; rc=$$?; \
+	  echo "$$h: $$(grep -E 'stat::number_of_executed_units' build/fuzz/$$h.log)"; \
+	  [ $$rc -eq 0 ] || { grep -E 'ERROR|SUMMARY' build/fuzz/$$h.log; echo "fuzz $$h failed: build/fuzz/$$h.log"; exit 1; }; done
+
+test-binaries: test/test_bf16 test/test_fp32 test/test_emu test/test_emu_fp32 $(FUZZ_BIN)
+
+# The sanitizer subset (.ci/run runs it after make test): the test program built with ASan + UBSan
+# (g++), running the cases that feed the readers bad and changing input, and the trainer processes
+# they start (the same binary, so sanitized too).
+SANITIZE_CASES ?= ckpt_mixed ckpt_leftovers exit_ data_ cli_bad_input cli_bounds
+test/test_sanitize: $(SOURCES) $(TEST_SOURCES)
+	$(CXX_HOST) $(filter-out -O2,$(TEST_FLAGS)) -O1 -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer \
+	  $(filter-out -DENABLE_FP32 -DUSE_BLAS,$(DEFS)) $(MPI_CFLAGS) test/test_main.cpp -o $@ $(filter-out -lopenblas,$(MPI_LIBS))
+test-sanitize: test/test_sanitize
+	@fail=0; for c in $(SANITIZE_CASES); do ASAN_OPTIONS=detect_leaks=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+	  test/test_sanitize $$c > build/sanitize_$$c.log 2>&1 || fail=1; tail -n 1 build/sanitize_$$c.log; \
+	  if grep -q "runtime error\|AddressSanitizer" build/sanitize_$$c.log; then fail=1; grep -m 3 "runtime error\|AddressSanitizer" build/sanitize_$$c.log; fi; done; exit $$fail
 
 test: test-binaries
 	NVCC_CHECK=$(if $(and $(NVCC),$(if $(NO_CUDA),,yes)),yes,no) bash test/run_tests.sh
@@ -178,5 +206,5 @@ print-%:
 	@echo '$($*)'
 
 clean:
-	rm -f train train_gpu train_gpu_fp32 train_cpu train_cpu_fp32 test/test_bf16 test/test_fp32 test/test_gpu test/test_emu test/test_emu_fp32
+	rm -f train train_gpu train_gpu_fp32 train_cpu train_cpu_fp32 test/test_bf16 test/test_fp32 test/test_gpu test/test_emu test/test_emu_fp32 test/fuzz test/test_sanitize
 	rm -rf build/emu

@@ -41,6 +41,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -124,12 +125,45 @@ static uint32_t crc32c_update_hw(uint32_t crc, const void* buf, size_t n, int hw
 }
 static uint32_t crc32c_update(uint32_t crc, const void* buf, size_t n) { return crc32c_update_hw(crc, buf, n, 1); }
 
+// Fault injection for the tests (test/test_checkpoint.h), read from the environment once:
+//   ZT_FAULT=enospc:SUBSTR   every checkpoint write to a file whose path contains SUBSTR fails
+//                            as a full disk would (ENOSPC), e.g. enospc:state_00000006_00001
+//   ZT_FAULT=slow:SUBSTR     writing such a file takes 3 s longer (slow storage)
+//   ZT_FAULT=crash:POINT[:rankN][:stepS]  the process dies (SIGKILL) at a point of a save:
+//                            before-write (the temporary file is created, nothing written),
+//                            before-fsync, before-rename, before-done (rank 0, every file renamed)
+static void ckpt_crash_point(const char* point, int rank, int step) {
+    const char* f = getenv("ZT_FAULT");
+    size_t k = strlen(point);
+    if (!f || strncmp(f, "crash:", 6) || strncmp(f + 6, point, k) || (f[6 + k] != 0 && f[6 + k] != ':')) return;
+    const char* r = strstr(f, ":rank");
+    const char* s = strstr(f, ":step");
+    if (r && atoi(r + 5) != rank) return;
+    if (s && atoi(s + 5) != step) return;
+    fflush(stdout);
+    fflush(stderr);
+    raise(SIGKILL);
+}
+
+static int ckpt_fault(const char* kind, const char* path) {
+    const char* f = getenv("ZT_FAULT");
+    size_t k = strlen(kind);
+    if (!f || strncmp(f, kind, k) || f[k] != ':' || !strstr(path, f + k + 1)) return 0;
+    if (!strcmp(kind, "enospc")) errno = ENOSPC;
+    if (!strcmp(kind, "slow")) sleep(3);
+    return 1;
+}
+
 // ---- Files: every write is whole, every read is whole, a file is published by rename.
 
 // Write-to-temp, fsync, rename, fsync the directory. Returns 0 on success.
+static int g_ckpt_step = -1; // the step being saved (-1: none), for ZT_FAULT's crash points
+
 static int file_commit(int fd, const char* tmp, const char* path) {
+    if (g_ckpt_step >= 0) ckpt_crash_point("before-fsync", g_rank, g_ckpt_step);
     if (fsync(fd) != 0) { close(fd); unlink(tmp); return -1; }
     if (close(fd) != 0) { unlink(tmp); return -1; }
+    if (g_ckpt_step >= 0) ckpt_crash_point("before-rename", g_rank, g_ckpt_step);
     if (rename(tmp, path) != 0) { unlink(tmp); return -1; }
     char dir[PATH_MAX];
     snprintf(dir, sizeof(dir), "%s", path);
@@ -184,19 +218,6 @@ static int file_crc32c(const char* path, uint32_t* crc, int64_t* bytes) {
     close(fd);
     *crc = c; *bytes = total;
     return 0;
-}
-
-// Fault injection for the tests (test/test_checkpoint.h), read from the environment once:
-//   ZT_FAULT=enospc:SUBSTR   every checkpoint write to a file whose path contains SUBSTR fails
-//                            as a full disk would (ENOSPC), e.g. enospc:state_00000006_00001
-//   ZT_FAULT=slow:SUBSTR     writing such a file takes 3 s longer (slow storage)
-static int ckpt_fault(const char* kind, const char* path) {
-    const char* f = getenv("ZT_FAULT");
-    size_t k = strlen(kind);
-    if (!f || strncmp(f, kind, k) || f[k] != ':' || !strstr(path, f + k + 1)) return 0;
-    if (!strcmp(kind, "enospc")) errno = ENOSPC;
-    if (!strcmp(kind, "slow")) sleep(3);
-    return 1;
 }
 
 // A small text file (markers) written atomically. Returns 0 on success.
@@ -367,6 +388,7 @@ static int write_state_file(Zero* z, const GPTConfig* c, const CkptMeta* meta, u
     char tmp[PATH_MAX + 32];
     snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
     int fd = ckpt_fault("enospc", path) ? -1 : open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ckpt_crash_point("before-write", z->r, meta->step);
     int ok = fd >= 0;
     PayloadWriter w = {fd, data_off, crcs, 0, 0, 0};
     float* arrays[3] = {z->master, z->m, z->v};
@@ -514,6 +536,34 @@ static int ckpt_set_aside(const char* dir, int after, uint64_t nonce, const char
     return moved;
 }
 
+// Rank 0, at start-up (the directory is locked): remove what a crash left behind — temporary
+// files of checkpoint writes (NAME.tmp.PID) and files of steps that have no DONE marker (a save
+// that never completed: nothing vouches for them, no resume can use them). Says what it removed.
+static void ckpt_clean_leftovers(const char* dir) {
+    DIR* d = opendir(dir);
+    if (!d) return;
+    int* done;
+    int ndone = list_done_steps(dir, &done), tmps = 0, orphans = 0;
+    char path[PATH_MAX];
+    struct dirent* e;
+    while ((e = readdir(d))) {
+        const char* name = e->d_name;
+        const char* t = strstr(name, ".tmp.");
+        char base[256];
+        snprintf(base, sizeof(base), "%.*s", t ? (int)(t - name) : 0, name);
+        int is_tmp = t && (ckpt_file_step(base) >= 0 || !strcmp(base, "LATEST"));
+        int s = ckpt_file_step(name), orphan = s >= 0;
+        for (int i = 0; i < ndone && orphan; i++) orphan = done[i] != s;
+        if (!is_tmp && !orphan) continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, name);
+        if (unlink(path) == 0) { tmps += is_tmp; orphans += orphan; }
+    }
+    closedir(d);
+    free(done);
+    if (tmps || orphans)
+        printf("checkpoints: removed %d temporary file(s) and %d file(s) of incomplete checkpoints (no DONE marker) from %s\n", tmps, orphans, dir);
+}
+
 // Rank 0 draws 64 random bits, every rank gets them.
 static uint64_t ckpt_nonce(Comm* comm) {
     uint64_t nonce = 0;
@@ -589,6 +639,7 @@ static int ckpt_save(Zero* z, const GPTConfig* c, const char* dir, const CkptMet
     }
     if (check[0] != 0.0) return CKPT_FAILED;
     Marker mk = {meta->step, nonce, z->R, -1, 0};
+    g_ckpt_step = meta->step;
     snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, meta->step);
     if (with_model && write_model_file(z, c, path, &mk.model_crc, &mk.model_bytes) != 0) err += 1.0;
     snprintf(path, sizeof(path), "%s/state_%08d_%05d.bin", dir, meta->step, z->r);
@@ -597,6 +648,7 @@ static int ckpt_save(Zero* z, const GPTConfig* c, const char* dir, const CkptMet
     int ok = err == 0.0;
     if (!ok) printf0("checkpoint at step %d is incomplete (%d file(s) failed): no DONE marker; the previous one stays\n", meta->step, (int)err);
     if (ok && z->r == 0) {
+        ckpt_crash_point("before-done", z->r, meta->step);
         snprintf(path, sizeof(path), "%s/DONE_%08d", dir, meta->step);
         Marker latest = mk;
         if (marker_write(path, &mk) != 0) { fprintf(stderr, "error: writing %s failed: %s\n", path, strerror(errno)); ok = 0; }
@@ -612,6 +664,7 @@ static int ckpt_save(Zero* z, const GPTConfig* c, const char* dir, const CkptMet
             free(steps);
         }
     }
+    g_ckpt_step = -1;
     comm_broadcast(comm, &ok, sizeof(ok), 0);
     return ok ? 0 : CKPT_FAILED;
 }

@@ -1479,6 +1479,31 @@ static uint64_t data_hash(const DataLoader* train, const DataLoader* val) {
     return h;
 }
 
+// Resuming at `step`: log.jsonl keeps its records up to that step (and the records without a
+// step), so the steps trained again are not logged twice. Rewritten atomically.
+static void log_truncate_after(const char* path, int step) {
+    FILE* in = fopen(path, "r");
+    if (!in) return;
+    char tmp[PATH_MAX + 32];
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
+    FILE* out = fopen(tmp, "w");
+    if (!out) die(1, "cannot write %s: %s", tmp, strerror(errno));
+    size_t cap = 1 << 16;
+    char* line = (char*)malloc(cap);
+    int dropped = 0;
+    ssize_t n;
+    while ((n = getline(&line, &cap, in)) > 0) {
+        int s;
+        if (sscanf(line, "{\"step\": %d", &s) == 1 && s > step) { dropped++; continue; }
+        fwrite(line, 1, (size_t)n, out);
+    }
+    free(line);
+    fclose(in);
+    if (fflush(out) != 0 || fsync(fileno(out)) != 0 || fclose(out) != 0 || rename(tmp, path) != 0)
+        die(1, "rewriting %s failed: %s. HINT: check free disk space", path, strerror(errno));
+    if (dropped) printf("resume: %d record(s) of log.jsonl after step %d removed (those steps are trained again)\n", dropped, step);
+}
+
 // Everything before the first step. Bad input ends here with exit code 2, before allocation.
 // Returns 1 when there is nothing to train (-plan printed its table, -tokenize wrote shards).
 static int trainer_setup(Trainer* tr, int argc, char** argv) {
@@ -1544,7 +1569,10 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     tr->has_tok = f->sample_every > 0 && tokenizer_init(&tr->tok, f->tokenizer, err, sizeof(err)) == 0;
     if (f->sample_every > 0 && !tr->has_tok) printf0("warning: -tokenizer: %s; samples print token ids\n", err);
     if (f->out_dir[0]) mkdir_p(f->out_dir);
-    if (f->out_dir[0] && tr->r == 0) ckpt_lock_dir(f->out_dir); // two trainers never share one
+    if (f->out_dir[0] && tr->r == 0) {
+        ckpt_lock_dir(f->out_dir);        // two trainers never share one
+        ckpt_clean_leftovers(f->out_dir); // what a crash left: .tmp files, steps without DONE
+    }
     if (f->out_dir[0] && !f->resume && f->ckpt_every > 0) { // a new run: an older run's checkpoints would mix with ours
         uint64_t nonce = ckpt_nonce(&tr->comm);
         if (tr->r == 0) ckpt_set_aside(f->out_dir, -1, nonce, "a new run (no -y 1) in this directory");
@@ -1608,6 +1636,7 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     if (tr->r == 0 && f->out_dir[0]) {
         char path[PATH_MAX];
         snprintf(path, sizeof(path), "%s/log.jsonl", f->out_dir);
+        if (tr->step > 0) log_truncate_after(path, tr->step); // the steps about to be trained again
         tr->log = fopen(path, tr->step > 0 ? "a" : "w");
         if (!tr->log) die_user("-o: cannot write %s: %s", path, strerror(errno));
     }

@@ -98,6 +98,32 @@ else
     echo "SKIP gpu_binaries: nvcc not found"; skipped=$((skipped + 1))
 fi
 
+echo "=== nvcc build (warnings are errors)"
+if [ "${NVCC_CHECK:-no}" = yes ]; then
+    if make -s nvcc-check; then echo "PASS nvcc_build"; passed=$((passed + 1))
+    else echo "FAIL nvcc_build"; failed=$((failed + 1)); fi
+else
+    echo "SKIP nvcc_build: nvcc not found"; skipped=$((skipped + 1))
+fi
+
+echo "=== fuzz harnesses: the committed corpus, then a fixed number of seeded inputs each"
+if [ -x test/fuzz ]; then
+    for h in model:1000 shard:300 state:1000 tokenizer:300 bpe:3000; do
+        name=${h%%:*}; runs=${h##*:}
+        rm -rf build/fuzz_replay/$name && mkdir -p build/fuzz_replay/$name # new inputs go here, not into the corpus
+        if ASAN_OPTIONS=detect_leaks=0 test/fuzz $name -runs=$runs -seed=1 -max_len=16384 \
+               build/fuzz_replay/$name test/fuzz_corpus/$name > build/fuzz_replay/$name.log 2>&1; then
+            echo "PASS fuzz_$name ($runs inputs, seed 1)"; passed=$((passed + 1))
+        else
+            echo "FAIL fuzz_$name: see build/fuzz_replay/$name.log"; grep -E 'ERROR|SUMMARY' build/fuzz_replay/$name.log | head -5
+            failed=$((failed + 1))
+        fi
+    done
+else
+    echo "SKIP fuzz: clang++ not found (apt-get install clang libclang-rt-14-dev)"; skipped=$((skipped + 1))
+fi
+
+
 echo "=== PyTorch fixtures regenerated and compared"
 if /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null; then
     if /usr/bin/python3 dev/reference.py --check test/fixtures; then

@@ -1,6 +1,92 @@
-// test/test_checkpoint.h — the checkpoint protocol (checkpoint.h): CRC32C, one history under
-// roll-backs and failed saves, files of another save or corrupted files refused, the directory
-// lock. Each case runs this binary as the trainer on a very small model (a few seconds a run).
+// test/test_checkpoint.h — reliability (issue 10): the checkpoint protocol (checkpoint.h: CRC32C,
+// one history under roll-backs and failed saves, files of another save or corrupted files refused,
+// the directory lock, -save-model, -io-timeout, leftovers, crash points), exit codes, and input
+// validated every time it is read. The process-level cases run this binary as the trainer on a
+// very small model (a few seconds a run), in test_bf16 only.
+
+// CRC32C: the standard check value, the hardware and portable paths agree, chaining works.
+TEST(ckpt_crc32c) {
+    CHECK(crc32c_update(0, "123456789", 9) == 0xE3069283u); // RFC 3720's check value
+    CHECK(crc32c_update(0, "", 0) == 0);
+    uint64_t key = rng_key(5, 0x435243, 0);
+    char buf[4099];
+    for (int i = 0; i < (int)sizeof(buf); i++) buf[i] = (char)(rng_u64(key, (uint64_t)i) & 0xff);
+    for (int n = 0; n < (int)sizeof(buf); n += 37) {
+        uint32_t hw = crc32c_update_hw(0, buf, n, 1), sw = crc32c_update_hw(0, buf, n, 0);
+        CHECKF(hw == sw, "length %d: hardware %08x, portable %08x", n, hw, sw);
+        uint32_t chained = crc32c_update(crc32c_update(0, buf, n / 3), buf + n / 3, n - n / 3);
+        CHECKF(chained == hw, "length %d: chained %08x, whole %08x", n, chained, hw);
+    }
+    // the cost, for README.md (printed, not checked): GB/s of each path over 64 MiB
+    size_t big = (size_t)64 << 20;
+    char* mem = (char*)malloc(big);
+    for (size_t i = 0; i < big; i++) mem[i] = (char)(i * 131 + (i >> 13));
+    double gbs[2];
+    for (int hw = 1; hw >= 0; hw--) {
+        double t0 = test_now_s();
+        volatile uint32_t c = crc32c_update_hw(0, mem, big, hw);
+        (void)c;
+        gbs[hw] = big / (test_now_s() - t0) / 1e9;
+    }
+    printf("    CRC32C: %.2f GB/s (SSE4.2 crc32 instruction%s), %.2f GB/s (portable slicing-by-8)\n", gbs[1],
+#if defined(__SSE4_2__)
+           "",
+#else
+           ": not in this build, portable path",
+#endif
+           gbs[0]);
+    free(mem);
+}
+
+// A shard rewritten in place or truncated while the trainer runs: the next batch that touches it
+// is an error naming the shard (an out-of-range id never reaches the model; no SIGBUS).
+TEST(data_changed_mid_run) {
+    char path[PATH_MAX], err[512];
+    snprintf(path, sizeof(path), "%s/ck_mid_run.bin", test_tmpdir());
+    uint16_t toks[200];
+    for (int i = 0; i < 200; i++) toks[i] = (uint16_t)(i * 7 % 1000);
+    CHECK(write_token_shard(path, toks, 200, err, sizeof(err)) == 0);
+    DataLoader dl;
+    CHECKF(dataloader_init(&dl, path, 2, 8, 1000, 0, 0, err, sizeof(err)) == 0, "%s", err);
+    if (!dl.inputs) return;
+    CHECK(dataloader_load(&dl, 0) == 0 && dl.inputs[3] == toks[3]);
+    int fd = open(path, O_WRONLY);
+    uint16_t bad = 60000;
+    CHECK(fd >= 0 && pwrite(fd, &bad, 2, SHARD_HEADER_BYTES + 2 * 3) == 2); // token 3, in place
+    CHECK(dataloader_load(&dl, 0) == -1);
+    CHECKF(strstr(dl.err, path) && strstr(dl.err, "token id 60000 at index 3 is out of range"), "%s", dl.err);
+    CHECK(ftruncate(fd, SHARD_HEADER_BYTES + 2 * 40) == 0); // 40 of 200 tokens left
+    close(fd);
+    CHECK(dataloader_load(&dl, 10) == -1); // samples 20, 21: tokens 160..176
+    CHECKF(strstr(dl.err, path) && strstr(dl.err, "shorter than at start-up"), "%s", dl.err);
+    dataloader_free(&dl);
+}
+
+// A shard too short for one sample (what -tokenize writes last when little text is left) is
+// skipped, not refused; only when no shard holds a sample is that an error.
+TEST(data_short_shard_skipped) {
+    char dir[PATH_MAX], path[PATH_MAX], pattern[PATH_MAX], err[512];
+    snprintf(dir, sizeof(dir), "%s/ck_short", test_tmpdir());
+    mkdir(dir, 0755);
+    uint16_t toks[100];
+    for (int i = 0; i < 100; i++) toks[i] = (uint16_t)i;
+    snprintf(path, sizeof(path), "%s/s_000000.bin", dir);
+    CHECK(write_token_shard(path, toks, 100, err, sizeof(err)) == 0);
+    snprintf(path, sizeof(path), "%s/s_000001.bin", dir);
+    CHECK(write_token_shard(path, toks, 3, err, sizeof(err)) == 0);
+    snprintf(pattern, sizeof(pattern), "%s/s_*.bin", dir);
+    DataLoader dl;
+    CHECKF(dataloader_init(&dl, pattern, 1, 8, 1000, 1, 1, err, sizeof(err)) == 0, "%s", err);
+    CHECK(dl.total_samples == 12 && dataloader_short_shards(&dl) == 1);
+    for (int u = 0; u < 30 && dl.inputs; u++) CHECK(dataloader_load(&dl, u) == 0);
+    dataloader_free(&dl);
+    snprintf(pattern, sizeof(pattern), "%s/s_000001.bin", dir); // alone: nothing to train on
+    CHECK(dataloader_init(&dl, pattern, 1, 8, 1000, 1, 1, err, sizeof(err)) == -1 && strstr(err, "too few tokens"));
+}
+
+// ---- The trainer as a process. Precision does not enter these cases, so they run once, in
+// test_bf16 (test_fp32 skips them).
+#ifndef ENABLE_FP32
 
 #define CK_SMALL "-e tiny -layers 1 -channels 32 -heads 2 -b 2 -t 16 -v 0 -s 0 -blas 0"
 
@@ -46,40 +132,6 @@ static char* ck_slurp(const char* path, size_t* n) {
 static void ck_spit(const char* path, const char* s, size_t n) {
     FILE* f = fopen(path, "wb");
     if (f) { fwrite(s, 1, n, f); fclose(f); }
-}
-
-// CRC32C: the standard check value, the hardware and portable paths agree, chaining works.
-TEST(ckpt_crc32c) {
-    CHECK(crc32c_update(0, "123456789", 9) == 0xE3069283u); // RFC 3720's check value
-    CHECK(crc32c_update(0, "", 0) == 0);
-    uint64_t key = rng_key(5, 0x435243, 0);
-    char buf[4099];
-    for (int i = 0; i < (int)sizeof(buf); i++) buf[i] = (char)(rng_u64(key, (uint64_t)i) & 0xff);
-    for (int n = 0; n < (int)sizeof(buf); n += 37) {
-        uint32_t hw = crc32c_update_hw(0, buf, n, 1), sw = crc32c_update_hw(0, buf, n, 0);
-        CHECKF(hw == sw, "length %d: hardware %08x, portable %08x", n, hw, sw);
-        uint32_t chained = crc32c_update(crc32c_update(0, buf, n / 3), buf + n / 3, n - n / 3);
-        CHECKF(chained == hw, "length %d: chained %08x, whole %08x", n, chained, hw);
-    }
-    // the cost, for README.md (printed, not checked): GB/s of each path over 64 MiB
-    size_t big = (size_t)64 << 20;
-    char* mem = (char*)malloc(big);
-    for (size_t i = 0; i < big; i++) mem[i] = (char)(i * 131 + (i >> 13));
-    double gbs[2];
-    for (int hw = 1; hw >= 0; hw--) {
-        double t0 = test_now_s();
-        volatile uint32_t c = crc32c_update_hw(0, mem, big, hw);
-        (void)c;
-        gbs[hw] = big / (test_now_s() - t0) / 1e9;
-    }
-    printf("    CRC32C: %.2f GB/s (SSE4.2 crc32 instruction%s), %.2f GB/s (portable slicing-by-8)\n", gbs[1],
-#if defined(__SSE4_2__)
-           "",
-#else
-           ": not in this build, portable path",
-#endif
-           gbs[0]);
-    free(mem);
 }
 
 // One history. A roll-back (-resume-step) moves the later checkpoints aside and says so; with -nk
@@ -255,52 +307,6 @@ TEST(exit_nonfinite_refused) {
 
 // ---- Validate what is read, every time it is read.
 
-// A shard rewritten in place or truncated while the trainer runs: the next batch that touches it
-// is an error naming the shard (an out-of-range id never reaches the model; no SIGBUS).
-TEST(data_changed_mid_run) {
-    char path[PATH_MAX], err[512];
-    snprintf(path, sizeof(path), "%s/ck_mid_run.bin", test_tmpdir());
-    uint16_t toks[200];
-    for (int i = 0; i < 200; i++) toks[i] = (uint16_t)(i * 7 % 1000);
-    CHECK(write_token_shard(path, toks, 200, err, sizeof(err)) == 0);
-    DataLoader dl;
-    CHECKF(dataloader_init(&dl, path, 2, 8, 1000, 0, 0, err, sizeof(err)) == 0, "%s", err);
-    if (!dl.inputs) return;
-    CHECK(dataloader_load(&dl, 0) == 0 && dl.inputs[3] == toks[3]);
-    int fd = open(path, O_WRONLY);
-    uint16_t bad = 60000;
-    CHECK(fd >= 0 && pwrite(fd, &bad, 2, SHARD_HEADER_BYTES + 2 * 3) == 2); // token 3, in place
-    CHECK(dataloader_load(&dl, 0) == -1);
-    CHECKF(strstr(dl.err, path) && strstr(dl.err, "token id 60000 at index 3 is out of range"), "%s", dl.err);
-    CHECK(ftruncate(fd, SHARD_HEADER_BYTES + 2 * 40) == 0); // 40 of 200 tokens left
-    close(fd);
-    CHECK(dataloader_load(&dl, 10) == -1); // samples 20, 21: tokens 160..176
-    CHECKF(strstr(dl.err, path) && strstr(dl.err, "shorter than at start-up"), "%s", dl.err);
-    dataloader_free(&dl);
-}
-
-// A shard too short for one sample (what -tokenize writes last when little text is left) is
-// skipped, not refused; only when no shard holds a sample is that an error.
-TEST(data_short_shard_skipped) {
-    char dir[PATH_MAX], path[PATH_MAX], pattern[PATH_MAX], err[512];
-    snprintf(dir, sizeof(dir), "%s/ck_short", test_tmpdir());
-    mkdir(dir, 0755);
-    uint16_t toks[100];
-    for (int i = 0; i < 100; i++) toks[i] = (uint16_t)i;
-    snprintf(path, sizeof(path), "%s/s_000000.bin", dir);
-    CHECK(write_token_shard(path, toks, 100, err, sizeof(err)) == 0);
-    snprintf(path, sizeof(path), "%s/s_000001.bin", dir);
-    CHECK(write_token_shard(path, toks, 3, err, sizeof(err)) == 0);
-    snprintf(pattern, sizeof(pattern), "%s/s_*.bin", dir);
-    DataLoader dl;
-    CHECKF(dataloader_init(&dl, pattern, 1, 8, 1000, 1, 1, err, sizeof(err)) == 0, "%s", err);
-    CHECK(dl.total_samples == 12 && dataloader_short_shards(&dl) == 1);
-    for (int u = 0; u < 30 && dl.inputs; u++) CHECK(dataloader_load(&dl, u) == 0);
-    dataloader_free(&dl);
-    snprintf(pattern, sizeof(pattern), "%s/s_000001.bin", dir); // alone: nothing to train on
-    CHECK(dataloader_init(&dl, pattern, 1, 8, 1000, 1, 1, err, sizeof(err)) == -1 && strstr(err, "too few tokens"));
-}
-
 // Flag values and model files beyond what the program can address are refused at start-up
 // (exit 2, the flag or file named), not a crash: -g 2147483647 (int overflow in sampling), a
 // huge -layers, and an llm.c header whose size computation overflowed 32 bits (3 * C) so that a
@@ -385,3 +391,88 @@ TEST(ckpt_io_timeout) {
     CHECKF(rc == 3 && strstr(ck_out, "raise -io-timeout") && strstr(ck_out, "at step 2 "), "-io-timeout 1 (%d):\n%s", rc, ck_out);
 #endif
 }
+
+// After a crash: temporary files and the files of a step without DONE are removed at start-up
+// (and said so); a resumed run's log.jsonl has each step once (the steps trained again replace
+// the old records instead of being appended twice).
+TEST(ckpt_leftovers_and_log) {
+    const char* dir = ck_dir("leftovers");
+    char flags[4096], path[PATH_MAX];
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 4 -n 2 -o %s", dir);
+    int rc = ck_run("", flags);
+    CHECKF(rc == 0, "first run (%d):\n%s", rc, ck_out);
+    snprintf(path, sizeof(path), "%s/DONE_00000004", dir);
+    CHECK(unlink(path) == 0); // as if the run died before DONE
+    snprintf(path, sizeof(path), "%s/state_00000004_00001.bin.tmp.999", dir);
+    FILE* f = fopen(path, "w");
+    if (f) { fputs("half", f); fclose(f); }
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 4 -n 2 -o %s -y 1", dir);
+    rc = ck_run("", flags);
+    CHECKF(rc == 0 && strstr(ck_out, "removed 1 temporary file(s) and 2 file(s) of incomplete checkpoints") && strstr(ck_out, "resume: step 2 "),
+           "resume after a crash (%d):\n%s", rc, ck_out);
+    CHECK(!ck_exists(dir, "state_00000004_00001.bin.tmp.999") && ck_exists(dir, "DONE_00000004"));
+    snprintf(path, sizeof(path), "%s/log.jsonl", dir);
+    f = fopen(path, "r");
+    int count[5] = {0};
+    char line[8192];
+    while (f && fgets(line, sizeof(line), f)) {
+        int s;
+        if (sscanf(line, "{\"step\": %d,", &s) == 1 && strstr(line, "\"loss\"") && s >= 1 && s <= 4) count[s]++;
+    }
+    if (f) fclose(f);
+    CHECKF(count[1] == 1 && count[2] == 1 && count[3] == 1 && count[4] == 1, "log.jsonl records per step 1..4: %d %d %d %d",
+           count[1], count[2], count[3], count[4]);
+}
+
+// ---- Faults at fixed points of a save (ZT_FAULT=crash:POINT:stepS, SIGKILL), deterministic:
+// each run dies while saving step 4, a new process resumes (from step 2: no DONE for step 4) and
+// ends bitwise where the uninterrupted run ends, with no temporary file left behind.
+static int ck_tmp_files(const char* dir) {
+    char cmd[PATH_MAX + 64], out[64];
+    snprintf(cmd, sizeof(cmd), "ls %s | grep -c '\\.tmp\\.'", dir);
+    test_run_cmd(cmd, out, sizeof(out));
+    return atoi(out);
+}
+
+static void ck_crash_and_resume(const char* launch, const char* fault, const char* ref_hash, const char* name) {
+    const char* dir = ck_dir(name);
+    char cmd[8192], hash[512];
+    snprintf(cmd, sizeof(cmd), "export ZT_FAULT=%s; %s " CK_SMALL " -x 4 -n 2 -o %s", fault, launch, dir);
+    int rc = test_run_cmd(cmd, ck_out, sizeof(ck_out));
+    CHECKF(rc != 0 && strstr(ck_out, "checkpoint: step 2 written") && !strstr(ck_out, "checkpoint: step 4 written"),
+           "%s: the fault did not end the run at step 4 (exit %d):\n%s", fault, rc, ck_out);
+    snprintf(cmd, sizeof(cmd), "export ZT_FAULT=; %s " CK_SMALL " -x 4 -n 2 -o %s -y 1 -log-hash 1", launch, dir);
+    rc = test_run_cmd(cmd, ck_out, sizeof(ck_out));
+    cli_hash_line(ck_out, hash, sizeof(hash));
+    CHECKF(rc == 0 && strstr(ck_out, "resume: step 2 "), "%s: resume (exit %d):\n%s", fault, rc, ck_out);
+    CHECKF(hash[0] && !strcmp(hash, ref_hash), "%s: not bitwise the uninterrupted run:\n  %s\n  %s", fault, ref_hash, hash);
+    CHECKF(ck_tmp_files(dir) == 0 && ck_exists(dir, "DONE_00000004"), "%s: temporary files left, or step 4 not saved", fault);
+}
+
+TEST(ckpt_crash_points) {
+    char launch[1024], ref[512], cmd[8192];
+    snprintf(launch, sizeof(launch), "OMP_NUM_THREADS=1 %s --train", g_test_self);
+    snprintf(cmd, sizeof(cmd), "%s " CK_SMALL " -x 4 -log-hash 1", launch);
+    int rc = test_run_cmd(cmd, ck_out, sizeof(ck_out));
+    cli_hash_line(ck_out, ref, sizeof(ref));
+    CHECKF(rc == 0 && ref[0], "reference run (%d):\n%s", rc, ck_out);
+    const char* faults[] = {"crash:before-write:step4", "crash:before-fsync:step4", "crash:before-rename:step4", "crash:before-done:step4"};
+    for (int i = 0; i < 4; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "crash%d", i);
+        ck_crash_and_resume(launch, faults[i], ref, name);
+    }
+#ifdef USE_MPI
+    // two ranks: rank 1 dies between its temporary file and its rename, rank 0 has renamed its files
+    snprintf(launch, sizeof(launch),
+             "for v in $(env | grep -oE '^(OMPI|PMIX|OPAL)_[A-Za-z0-9_]*'); do unset $v; done; OMP_NUM_THREADS=1 "
+             "mpirun -np 2 --oversubscribe --allow-run-as-root --mca mpi_yield_when_idle 1 -x ZT_FAULT %s --train -threads 1", g_test_self);
+    snprintf(cmd, sizeof(cmd), "export ZT_FAULT=; %s " CK_SMALL " -x 4 -log-hash 1", launch);
+    rc = test_run_cmd(cmd, ck_out, sizeof(ck_out));
+    cli_hash_line(ck_out, ref, sizeof(ref));
+    CHECKF(rc == 0 && ref[0], "reference run at R = 2 (%d):\n%s", rc, ck_out);
+    ck_crash_and_resume(launch, "crash:before-rename:rank1:step4", ref, "crash_rank1");
+#endif
+}
+
+#endif // ENABLE_FP32

@@ -1,0 +1,52 @@
+#!/usr/bin/env python3
+"""dev/fuzz_seeds.py — write the seed corpus of test/fuzz (test/fuzz_corpus/<harness>/): one small
+valid input per reader, so the fuzzer starts from files that get past the magic numbers.
+Run from the repository root: python3 dev/fuzz_seeds.py"""
+import os, struct
+
+def crc32c(data, crc=0):
+    crc ^= 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+    return crc ^ 0xFFFFFFFF
+
+def put(harness, name, data):
+    d = os.path.join("test", "fuzz_corpus", harness)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+def model_params(L, C, V, Vp, maxT):
+    return (Vp + maxT) * C + L * (12 * C * C + 13 * C) + 2 * C
+
+# model: llm.c v3 (FP32) and v5 (BF16), L 1, C 4, NH 1, V 3 (Vp 4), maxT 2
+for version, esize in ((3, 4), (5, 2)):
+    n = model_params(1, 4, 3, 4, 2)
+    header = struct.pack("<256i", 20240326, version, 2, 3, 1, 1, 4, 4, *([0] * 248))
+    body = b"".join(struct.pack("<f", 0.01 * (i % 7)) if esize == 4 else struct.pack("<H", 0x3c00) for i in range(n))
+    put("model", "v%d.bin" % version, header + body)
+
+# shard: 20 tokens
+put("shard", "small.bin", struct.pack("<256i", 20240520, 1, 20, *([0] * 253)) + struct.pack("<20H", *range(100, 120)))
+
+# state: the harness's model (L 1, C 8, NH 2, V 10, Vp 16, maxT 4) at R = 1 as one piece
+L, C, NH, V, Vp, maxT = 1, 8, 2, 10, 16, 4
+total = model_params(L, C, V, Vp, maxT)
+payload = b"".join(struct.pack("<f", 0.001 * i) for i in range(total)) + b"\0" * (8 * total)
+chunks = [payload[i:i + (1 << 20)] for i in range(0, len(payload), 1 << 20)]
+h = [0] * 32
+h[:22] = [20261129, 2, 1, 0, 1, 1, 1, 1337, 1, total, L, C, NH, V, Vp, maxT, 64, 1000, 0x1234567890abcdef, 1 << 20, len(chunks), 0]
+table = struct.pack("<2q", 0, total)
+crcs = b"".join(struct.pack("<I", crc32c(c)) for c in chunks)
+h[21] = crc32c(crcs, crc32c(table, crc32c(struct.pack("<32q", *h))))
+put("state", "one_piece.bin", struct.pack("<32q", *h) + table + crcs + payload)
+
+# tokenizer: llm.c version 2, 4 tokens, EOT = 3
+toks = [b"a", b"bc", b"\xe2\x82", b"<|endoftext|>"]
+put("tokenizer", "v2.bin", struct.pack("<256I", 20240328, 2, len(toks), 3, *([0] * 252)) + b"".join(bytes([len(t)]) + t for t in toks))
+
+# bpe: text, with malformed UTF-8 and the end-of-text marker
+put("bpe", "text.txt", "In the beginning God created the heaven and the earth.\n\nIt's 2026 — don't panic!".encode())
+put("bpe", "bytes.bin", b"\xff\xfe caf\xc3\xa9 \xe2\x82 <|endoftext|>\r\n  \t\t12345")
