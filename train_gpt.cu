@@ -1814,6 +1814,22 @@ static void run_tokenize(const Flags* f) {
     tokenizer_free(&tok);
 }
 
+// Every rank's value of h combined with the build's name, compared with rank 0's over the host
+// communicator (MPI), so that no rank goes on alone. Ends every rank with a message naming `what`.
+static void ranks_agree(Trainer* tr, uint64_t h, const char* what) {
+    char build[128];
+    snprintf(build, sizeof(build), "zerotrain %s %s built %s %s", ZT_VERSION, PRECISION_NAME, __DATE__, __TIME__);
+    h = fnv1a(h, build, strlen(build));
+    uint64_t* hs = (uint64_t*)malloc(sizeof(uint64_t) * tr->R);
+    comm_allgather_u64(&tr->comm, h, hs);
+    for (int r = 1; r < tr->R; r++)
+        if (hs[r] != hs[0])
+            die_user("rank %d was started with %s than rank 0 (hash %016llx vs %016llx). HINT: start every rank "
+                     "with the same command line, the same ./train and the same -device", r, what,
+                     (unsigned long long)hs[r], (unsigned long long)hs[0]);
+    free(hs);
+}
+
 // Everything before the first step. Bad input ends here with exit code 2, before allocation.
 // Returns 1 when there is nothing to train (-plan printed its table, -tokenize wrote shards).
 static int trainer_setup(Trainer* tr, int argc, char** argv) {
@@ -1824,6 +1840,9 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     tr->r = tr->comm.r;
     flags_parse(f, argc, argv);
     g_device = pick_device(f->device_str);
+    // every rank must run the same flags on the same device with the same build, and know it
+    // before any communicator is made: a rank on another device would wait in NCCL's init forever
+    ranks_agree(tr, flags_hash(f) ^ (uint64_t)g_device, "different flags, another device or a different build");
     if (g_device == DEV_CUDA) comm_init_device(&tr->comm, &tr->launch); // GPU, streams, NCCL
 #ifdef __CUDACC__
     if (g_device == DEV_CUDA) { // the baseline the planner's prediction is compared with
@@ -1841,18 +1860,7 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     if (T_auto && f->T > c.maxT) { f->T = c.maxT; snprintf(f->T_str, sizeof(f->T_str), "%d", f->T); } // "at most the model's"
     int R_plan = f->plan && f->world > 0 ? f->world : tr->R; // -plan -world R plans another world size
     check_flags(f, &c, R_plan);
-    // every rank must run the same flags and the same build
-    char build[128];
-    snprintf(build, sizeof(build), "zerotrain %s %s built %s %s", ZT_VERSION, PRECISION_NAME, __DATE__, __TIME__);
-    uint64_t h = fnv1a(flags_hash(f), build, strlen(build));
-    uint64_t* hs = (uint64_t*)malloc(sizeof(uint64_t) * tr->R);
-    comm_allgather_u64(&tr->comm, h, hs);
-    for (int r = 1; r < tr->R; r++)
-        if (hs[r] != hs[0])
-            die_user("rank %d was started with different flags or a different build than rank 0 (hash %016llx vs %016llx). "
-                     "HINT: start every rank with the same command line and the same ./train", r,
-                     (unsigned long long)hs[r], (unsigned long long)hs[0]);
-    free(hs);
+    ranks_agree(tr, flags_hash(f), "different flags once defaults were resolved (another model file?)");
     setup_threads(f, &tr->launch);
     if (f->tokenize[0]) {
         if (tr->r == 0) run_tokenize(f);
