@@ -584,7 +584,7 @@ static void gpt_forward(Model* m, int B, int T, int with_targets, float dloss, i
     // logits (B,T,Vp) = lnf @ wte^T; losses; dlogits in place when training
     op_lm_head_forward(A->logits, A->losses, A->lnf, io.t[T_wte], with_targets ? A->targets : NULL, dloss,
                        dloss != 0.0f, BT, C, c->V, c->Vp);
-    if (!backward_follows) zero_after_forward_only(z);
+    zero_after_head(z, backward_follows);
 }
 
 // Backward of the micro-batch gpt_forward just ran (with dloss != 0). Adds every parameter's
@@ -1246,7 +1246,9 @@ static void plan_config(const GPTConfig* c, int B, int T, int R, int GA, int sta
     }
     case 3:
         p->coll_count[COLL_REDUCE_SCATTER] = GA * (L + 1); p->coll_bytes[COLL_REDUCE_SCATTER] = GA * 4 * total;
-        p->coll_count[COLL_ALL_GATHER] = GA * (2 * L + 1); p->coll_bytes[COLL_ALL_GATHER] = GA * X * (2 * Pio + (2 * L - 1) * Pl);
+        // per micro-step: the io block once (embedding .. LM-head backward), L layers in forward,
+        // L-1 again in backward (the last layer stays from the forward)
+        p->coll_count[COLL_ALL_GATHER] = GA * 2 * L; p->coll_bytes[COLL_ALL_GATHER] = GA * X * (Pio + (2 * L - 1) * Pl);
         p->traffic = ring * (p->coll_bytes[COLL_REDUCE_SCATTER] + p->coll_bytes[COLL_ALL_GATHER]);
         break;
     }

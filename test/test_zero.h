@@ -235,13 +235,38 @@ TEST(zero_peak_memory_falls) {
     CHECKF(fabs(drop - expected) < 0.1 * state0, "peak fell by %.1f MiB, expected %.1f MiB", drop / 1048576, expected / 1048576);
 }
 
+// The collectives of one training step on one rank, by kind (count and bytes, each collective's
+// full buffer as the log counts them), from the hook table: the schedule of stage z.
+static void zt_comm_closed_form(int R, int z, int GA, int64_t want_n[COLL_KINDS], int64_t want_b[COLL_KINDS]) {
+    int64_t Pio, Pl, logical;
+    zt_blocks(R, &Pio, &Pl, &logical);
+    double total = Pio + ZT_L * Pl, X = sizeof(floatX);
+    int nb = ZT_L + 1;
+    for (int k = 0; k < COLL_KINDS; k++) want_n[k] = want_b[k] = 0;
+    switch (z) {
+    case 0: want_n[COLL_ALL_REDUCE] = nb; want_b[COLL_ALL_REDUCE] = (int64_t)(4 * total); break;
+    case 1:
+        want_n[COLL_REDUCE_SCATTER] = nb; want_b[COLL_REDUCE_SCATTER] = (int64_t)(4 * total);
+        want_n[COLL_ALL_GATHER] = nb; want_b[COLL_ALL_GATHER] = (int64_t)(X * total);
+        break;
+    case 2:
+        want_n[COLL_REDUCE_SCATTER] = GA * nb; want_b[COLL_REDUCE_SCATTER] = (int64_t)(GA * 4 * total);
+        want_n[COLL_ALL_GATHER] = nb; want_b[COLL_ALL_GATHER] = (int64_t)(X * total);
+        break;
+    case 3: // per micro-step: io once (embedding .. LM-head backward), L layers; backward layers L-1..1 again
+        want_n[COLL_REDUCE_SCATTER] = GA * nb; want_b[COLL_REDUCE_SCATTER] = (int64_t)(GA * 4 * total);
+        want_n[COLL_ALL_GATHER] = GA * 2 * ZT_L;
+        want_b[COLL_ALL_GATHER] = (int64_t)(GA * X * (Pio + (2 * ZT_L - 1) * Pl));
+        break;
+    }
+    want_n[COLL_SCALARS] = 1; // loss and the norm's sum of squares, together
+    want_b[COLL_SCALARS] = 2 * 8 * R;
+}
+
 // Communication: the collectives of a step, by kind and bytes, are the schedule of the stage,
 // with and without accumulation.
 TEST(zero_comm_schedule) {
     const int R = 3;
-    int64_t Pio, Pl, logical;
-    zt_blocks(R, &Pio, &Pl, &logical);
-    double total = Pio + ZT_L * Pl, X = sizeof(floatX);
     for (int z = 0; z <= 3; z++)
         for (int GA = 1; GA <= 3; GA += 2) {
             char name[64], flags[2048];
@@ -252,31 +277,93 @@ TEST(zero_comm_schedule) {
             CHECKF(rc == 0, "%s failed:\n%s", name, zt_out);
             ZtLog lg;
             zt_read_log(dir, &lg);
-            int nb = ZT_L + 1;
-            int64_t want_n[COLL_KINDS] = {0}, want_b[COLL_KINDS] = {0};
-            switch (z) {
-            case 0: want_n[COLL_ALL_REDUCE] = nb; want_b[COLL_ALL_REDUCE] = (int64_t)(4 * total); break;
-            case 1:
-                want_n[COLL_REDUCE_SCATTER] = nb; want_b[COLL_REDUCE_SCATTER] = (int64_t)(4 * total);
-                want_n[COLL_ALL_GATHER] = nb; want_b[COLL_ALL_GATHER] = (int64_t)(X * total);
-                break;
-            case 2:
-                want_n[COLL_REDUCE_SCATTER] = GA * nb; want_b[COLL_REDUCE_SCATTER] = (int64_t)(GA * 4 * total);
-                want_n[COLL_ALL_GATHER] = nb; want_b[COLL_ALL_GATHER] = (int64_t)(X * total);
-                break;
-            case 3: // per micro-step: forward io, L layers, io again; backward layers L-1..1 again
-                want_n[COLL_REDUCE_SCATTER] = GA * nb; want_b[COLL_REDUCE_SCATTER] = (int64_t)(GA * 4 * total);
-                want_n[COLL_ALL_GATHER] = GA * (2 * ZT_L + 1);
-                want_b[COLL_ALL_GATHER] = (int64_t)(GA * X * (2 * Pio + (2 * ZT_L - 1) * Pl));
-                break;
-            }
-            want_n[COLL_SCALARS] = 1; // loss and the norm's sum of squares, together
-            want_b[COLL_SCALARS] = 2 * 8 * R;
+            int64_t want_n[COLL_KINDS], want_b[COLL_KINDS];
+            zt_comm_closed_form(R, z, GA, want_n, want_b);
             for (int s = 0; s < 2; s++)
                 for (int k = 0; k < COLL_KINDS; k++)
                     CHECKF(lg.count[s][k] == want_n[k] && lg.bytes[s][k] == want_b[k], "%s step %d %s: %lld collectives, %lld bytes; schedule %lld, %lld",
                            name, s + 1, coll_name[k], (long long)lg.count[s][k], (long long)lg.bytes[s][k], (long long)want_n[k], (long long)want_b[k]);
         }
+}
+
+// ZeRO-3 buffer states: the hooks called in the model's order pass; each out-of-order call ends
+// the process with a message naming the block and the buffer's state. Each sequence runs in a
+// child process (die() exits) on one rank of the CPU device.
+static int zt_hooks_child(int scenario, char* msg, size_t cap) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/hooks_%d.err", test_tmpdir(), scenario);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (!freopen(path, "w", stderr)) _exit(99);
+        g_abort_hook = NULL; g_finalize_hook = NULL; g_world = 1; g_device = DEV_CPU;
+        GPTConfig c = {ZT_L, ZT_C, ZT_NH, ZT_V, 128, ZT_MAXT};
+        ModelDesc d;
+        model_describe(&d, &c);
+        BlockLayout lay;
+        model_layout(&d, &lay, 1, 0);
+        static Comm comm;
+        memset(&comm, 0, sizeof(comm));
+        comm.R = 1;
+        Zero z;
+        zero_init(&z, &lay, 3, &comm, 1);
+        float* g;
+        switch (scenario) {
+        case 0: // the model's order: forward (backward follows), backward, then an eval forward
+            for (int pass = 0; pass < 2; pass++) {
+                int follows = pass == 0;
+                zero_before_embedding(&z); zero_after_embedding(&z);
+                for (int b = 1; b <= ZT_L; b++) { zero_before_block_forward(&z, b); zero_after_block_forward(&z, b, follows); }
+                zero_before_head(&z); zero_after_head(&z, follows);
+                if (!follows) break;
+                zero_before_head_backward(&z, &g); zero_after_head_backward(&z);
+                for (int b = ZT_L; b >= 1; b--) { zero_before_block_backward(&z, b, &g); zero_after_block_backward(&z, b, 0, 1); }
+                zero_after_embedding_backward(&z, 0, 1);
+            }
+            break;
+        case 1: // layer 3 (buffer 1) before layer 1, which holds buffer 1, is done
+            zero_before_embedding(&z); zero_after_embedding(&z);
+            zero_before_block_forward(&z, 1);
+            zero_before_block_forward(&z, 3);
+            break;
+        case 2: // a block released twice
+            zero_before_embedding(&z); zero_after_embedding(&z);
+            zero_before_block_forward(&z, 1); zero_after_block_forward(&z, 1, 1); zero_after_block_forward(&z, 1, 1);
+            break;
+        case 3: // the LM-head backward's release without any forward
+            zero_after_head_backward(&z);
+            break;
+        case 4: // the embedding's hook twice (the io block handed out while in use)
+            zero_before_embedding(&z); zero_before_embedding(&z);
+            break;
+        }
+        fflush(stderr);
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    char* s = zt_read_file(path);
+    snprintf(msg, cap, "%s", s ? s : "");
+    free(s);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+TEST(zero3_hooks_out_of_order_die) {
+    char msg[4096];
+    int rc = zt_hooks_child(0, msg, sizeof(msg));
+    CHECKF(rc == 0, "the hooks in the model's order failed (%d): %s", rc, msg);
+    struct { int scenario; const char* want; } bad[] = {
+        {1, "gathering block 3, but its buffer 1 holds block 1 (in use)"},
+        {2, "releasing block 1, but its buffer 1 holds block 1 (released)"},
+        {3, "releasing block 0, but its buffer 0 holds block -1 (free)"},
+        {4, "handing out block 0, but its buffer 0 holds block 0 (in use)"},
+    };
+    for (int i = 0; i < 4; i++) {
+        rc = zt_hooks_child(bad[i].scenario, msg, sizeof(msg));
+        CHECKF(rc == 1 && strstr(msg, "ZeRO-3 hook out of order") && strstr(msg, bad[i].want),
+               "scenario %d: exit %d, expected 1 and \"%s\":\n%s", bad[i].scenario, rc, bad[i].want, msg);
+        printf("    %s", msg);
+    }
 }
 
 // Checkpoints across world sizes and stages. Global batch 12 sequences: B = 12 / R.
