@@ -1845,7 +1845,9 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     // every rank must run the same flags on the same device with the same build, and know it
     // before any communicator is made: a rank on another device would wait in NCCL's init forever
     ranks_agree(tr, flags_hash(f) ^ (uint64_t)g_device, "different flags, another device or a different build");
-    if (g_device == DEV_CUDA) comm_init_device(&tr->comm, &tr->launch); // GPU, streams, NCCL
+    float comm_timeout = 300.0f; // -comm-timeout bounds NCCL's initialisation too (checked again with the other flags)
+    if (parse_float(f->comm_timeout_str, &comm_timeout) || comm_timeout < 0) comm_timeout = 300.0f;
+    if (g_device == DEV_CUDA) comm_init_device(&tr->comm, &tr->launch, comm_timeout); // GPU, streams, NCCL, watchdog
 #ifdef __CUDACC__
     if (g_device == DEV_CUDA) { // the baseline the planner's prediction is compared with
         size_t free_b, total_b;

@@ -69,6 +69,7 @@
 #include <mpi.h>
 #endif
 #if defined(__CUDACC__) && defined(USE_NCCL)
+#include <pthread.h>
 #include <nccl.h>
 #define ncclCheck(expr)                                                                          \
     do {                                                                                         \
@@ -325,6 +326,9 @@ typedef struct {
 #ifdef __CUDACC__
     cudaEvent_t ready; // [CUDA] recorded on the compute stream when the collective is started
     cudaEvent_t done;  // [CUDA] recorded on the comm stream when it has finished
+    // [CUDA] for the watchdog (under Comm.mu): the collective is issued and its `done` not yet seen
+    int pending, recorded, step;
+    double t_issued;
 #endif
 } CommSlot;
 
@@ -350,6 +354,9 @@ typedef struct {
     cudaStream_t stream;  // [CUDA] the communication stream
 #ifdef USE_NCCL
     ncclComm_t nccl;
+    pthread_t watchdog;   // [NCCL] polls the collectives in flight and NCCL's async error
+    pthread_mutex_t mu;   // [NCCL] guards the slots' watchdog fields
+    volatile int watchdog_stop, watchdog_on;
 #endif
 #endif
 } Comm;
@@ -419,8 +426,76 @@ __global__ static void comm_delay_kernel(int64_t ns) {
     while ((int64_t)clock64() - t0 < cycles) {}
 }
 
+#ifdef USE_NCCL
+// [NCCL] A non-blocking communicator may answer ncclInProgress: the call goes on in the background
+// until ncclCommGetAsyncError says otherwise. Wait for that (at most the timeout) and end the run with
+// a message naming `what` on any error.
+static void nccl_settle(Comm* c, ncclResult_t r, const char* what, double timeout_s) {
+    double t0 = wall_s();
+    while (r == ncclInProgress) {
+        if (timeout_s > 0 && wall_s() - t0 > timeout_s) {
+            ncclCommAbort(c->nccl);
+            die(3, "%s did not complete within %.0f s: another rank never arrived or stopped responding. HINT: check "
+                   "the other ranks' logs; raise -comm-timeout if they are only slow", what, timeout_s);
+        }
+        usleep(1000);
+        ncclResult_t q = ncclCommGetAsyncError(c->nccl, &r);
+        if (q != ncclSuccess) r = q;
+    }
+    if (r != ncclSuccess)
+        die(1, "NCCL error in %s at step %d: %s. HINT: %s", what, c->step, ncclGetErrorString(r),
+            r == ncclRemoteError ? "another rank failed or was aborted: its log says why"
+                                 : "NCCL_DEBUG=INFO shows why; NCCL before 2.30 refuses two ranks on one GPU");
+}
+#define ncclIssue(c, expr, what) nccl_settle((c), (expr), (what), (c)->timeout_s)
+
+// [NCCL] The watchdog: a thread that looks at the collectives in flight every 50 ms. One that has not
+// finished -comm-timeout seconds after it was issued (a rank stopped, died or diverged: a collective on
+// NCCL has no timeout of its own), or an asynchronous NCCL error, aborts the communicator and ends
+// the run with a message naming the collective, its block and the step.
+static void* comm_watchdog(void* arg) {
+    Comm* c = (Comm*)arg;
+    while (!c->watchdog_stop) {
+        usleep(50000);
+        char why[512] = "";
+        pthread_mutex_lock(&c->mu);
+        for (int i = 0; i < COMM_MAX_INFLIGHT && !why[0]; i++) {
+            CommSlot* s = &c->slots[i];
+            if (!s->pending) continue;
+            cudaError_t q = s->recorded ? cudaEventQuery(s->done) : cudaErrorNotReady;
+            if (q == cudaSuccess) { s->pending = 0; continue; }
+            if (q != cudaErrorNotReady)
+                snprintf(why, sizeof(why), "%s of block %d at step %d failed on the GPU: %s", coll_name[s->op.kind],
+                         s->op.block, s->step, cudaGetErrorString(q));
+            else if (c->timeout_s > 0 && wall_s() - s->t_issued > c->timeout_s)
+                snprintf(why, sizeof(why), "collective %s of block %d at step %d did not complete within %.0f s", coll_name[s->op.kind],
+                         s->op.block, s->step, c->timeout_s);
+        }
+        ncclResult_t err = ncclSuccess;
+        if (!why[0] && ncclCommGetAsyncError(c->nccl, &err) == ncclSuccess && err != ncclSuccess && err != ncclInProgress)
+            snprintf(why, sizeof(why), "NCCL reports an error at step %d: %s", c->step, ncclGetErrorString(err));
+        pthread_mutex_unlock(&c->mu);
+        if (why[0]) {
+            ncclCommAbort(c->nccl); // a collective waiting in NCCL now ends instead of hanging
+            die(3, "NCCL watchdog: %s: another rank stopped responding (crashed, stopped or much slower). HINT: check "
+                   "the other ranks' logs; raise -comm-timeout if they are only slow", why);
+        }
+    }
+    return NULL;
+}
+#else
+#define ncclIssue(c, expr, what) (void)0
+#endif
+
 static void comm_start_cuda(Comm* c, CommSlot* s) {
     CollOp* op = &s->op;
+#ifdef USE_NCCL
+    if (c->watchdog_on) {
+        pthread_mutex_lock(&c->mu);
+        s->pending = 1; s->recorded = 0; s->step = c->step; s->t_issued = wall_s();
+        pthread_mutex_unlock(&c->mu);
+    }
+#endif
     cudaCheck(cudaEventRecord(s->ready, g_stream));
     cudaCheck(cudaStreamWaitEvent(c->stream, s->ready, 0));
     if (c->delay_ms > 0) { comm_delay_kernel<<<1, 1, 0, c->stream>>>((int64_t)c->delay_ms * 1000000); cudaCheck(cudaGetLastError()); }
@@ -440,19 +515,22 @@ static void comm_start_cuda(Comm* c, CommSlot* s) {
         ncclDataType_t xt = sizeof(floatX) == 2 ? ncclBfloat16 : ncclFloat;
         switch (op->kind) {
         case COLL_ALL_GATHER: // in place when shard == full + r*S, which NCCL supports
-            ncclCheck(ncclAllGather(op->shard, op->full, (size_t)S, xt, c->nccl, c->stream));
+            ncclIssue(c, ncclAllGather(op->shard, op->full, (size_t)S, xt, c->nccl, c->stream), "ncclAllGather");
             break;
         case COLL_REDUCE_SCATTER:
             if (!op->accumulate) {
-                ncclCheck(ncclReduceScatter(op->full, op->shard, (size_t)S, ncclFloat, ncclSum, c->nccl, c->stream));
+                ncclIssue(c, ncclReduceScatter(op->full, op->shard, (size_t)S, ncclFloat, ncclSum, c->nccl, c->stream), "ncclReduceScatter");
             } else { // reduce into this rank's slice of the (scratch) block buffer, then add to the shard
-                ncclCheck(ncclReduceScatter(op->full, mine_f, (size_t)S, ncclFloat, ncclSum, c->nccl, c->stream));
+                ncclIssue(c, ncclReduceScatter(op->full, mine_f, (size_t)S, ncclFloat, ncclSum, c->nccl, c->stream), "ncclReduceScatter");
                 comm_add_kernel<<<(unsigned)ceil_div(S, 256), 256, 0, c->stream>>>((float*)op->shard, mine_f, S);
                 cudaCheck(cudaGetLastError());
             }
             break;
-        case COLL_ALL_REDUCE:
-            ncclCheck(ncclAllReduce(op->full, op->full, (size_t)(S * c->R), ncclFloat, ncclSum, c->nccl, c->stream));
+        case COLL_ALL_REDUCE: // [ZeRO-0] as reduce-scatter + all-gather, both in place: then its sums are the
+            // reduce-scatter's, as at ZeRO-1/2/3, and the stages stay bit-identical at R >= 3 (NCCL's all-reduce may
+            // add in another order: a tree instead of the ring). Same bytes on the wire as a ring all-reduce.
+            ncclIssue(c, ncclReduceScatter(op->full, mine_f, (size_t)S, ncclFloat, ncclSum, c->nccl, c->stream), "ncclReduceScatter");
+            ncclIssue(c, ncclAllGather(mine_f, op->full, (size_t)S, ncclFloat, c->nccl, c->stream), "ncclAllGather");
             break;
         default: break;
         }
@@ -461,7 +539,13 @@ static void comm_start_cuda(Comm* c, CommSlot* s) {
 #endif
     }
     (void)mine_f;
+#ifdef USE_NCCL
+    if (c->watchdog_on) pthread_mutex_lock(&c->mu);
     cudaCheck(cudaEventRecord(s->done, c->stream));
+    if (c->watchdog_on) { s->recorded = 1; pthread_mutex_unlock(&c->mu); }
+#else
+    cudaCheck(cudaEventRecord(s->done, c->stream));
+#endif
 }
 #endif
 
@@ -683,8 +767,10 @@ static void comm_init(Comm* c, int* argc, char*** argv, Launch* L) {
 }
 
 // The CUDA device: pick this rank's GPU, create the streams, the events (once), and the NCCL
-// communicator (its unique id goes from rank 0 to every rank over MPI).
-static void comm_init_device(Comm* c, const Launch* L) {
+// communicator (its unique id goes from rank 0 to every rank over MPI): non-blocking, so that its
+// initialisation and every call can be given up after timeout_s (-comm-timeout), with the watchdog
+// thread (comm_watchdog) watching the collectives in flight.
+static void comm_init_device(Comm* c, const Launch* L, double timeout_s) {
 #ifdef __CUDACC__
     cuda_init(L->local_rank);
     c->device_side = 1;
@@ -698,7 +784,14 @@ static void comm_init_device(Comm* c, const Launch* L) {
         ncclUniqueId id;
         if (c->r == 0) ncclCheck(ncclGetUniqueId(&id));
         comm_broadcast(c, &id, sizeof(id), 0);
-        ncclCheck(ncclCommInitRank(&c->nccl, c->R, id, c->r));
+        ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+        config.blocking = 0;
+        nccl_settle(c, ncclCommInitRankConfig(&c->nccl, c->R, id, c->r, &config), "ncclCommInitRank", timeout_s);
+        c->timeout_s = timeout_s;
+        pthread_mutex_init(&c->mu, NULL);
+        c->watchdog_stop = 0;
+        if (pthread_create(&c->watchdog, NULL, comm_watchdog, c) != 0) die(1, "cannot start the NCCL watchdog thread");
+        c->watchdog_on = 1;
 #else
         die_user("%d ranks on the CUDA device need NCCL and MPI in the build (NCCL %s, MPI %s). HINT: install them and "
                  "rebuild (make clean train), or use -device cpu", c->R,
@@ -715,7 +808,7 @@ static void comm_init_device(Comm* c, const Launch* L) {
 #endif
     }
 #else
-    (void)c; (void)L;
+    (void)c; (void)L; (void)timeout_s;
     die_user("-device cuda: this build has no CUDA (built with g++)");
 #endif
 }
@@ -726,6 +819,12 @@ static void comm_free(Comm* c) {
 #if defined(__CUDACC__)
     if (c->device_side) {
 #ifdef USE_NCCL
+        if (c->watchdog_on) {
+            c->watchdog_stop = 1;
+            pthread_join(c->watchdog, NULL);
+            pthread_mutex_destroy(&c->mu);
+            c->watchdog_on = 0;
+        }
         if (c->R > 1) ncclCheck(ncclCommDestroy(c->nccl));
 #endif
         for (int i = 0; i < COMM_MAX_INFLIGHT; i++) {
