@@ -825,7 +825,10 @@ static void comm_free(Comm* c) {
             pthread_mutex_destroy(&c->mu);
             c->watchdog_on = 0;
         }
-        if (c->R > 1) ncclCheck(ncclCommDestroy(c->nccl));
+        if (c->R > 1) { // non-blocking: finalize (it flushes what is in flight) may be in progress; then free
+            nccl_settle(c, ncclCommFinalize(c->nccl), "ncclCommFinalize", c->timeout_s);
+            ncclCheck(ncclCommDestroy(c->nccl));
+        }
 #endif
         for (int i = 0; i < COMM_MAX_INFLIGHT; i++) {
             cudaCheck(cudaEventDestroy(c->slots[i].ready));

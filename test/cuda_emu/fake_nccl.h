@@ -7,7 +7,8 @@
 //   init returns ncclInProgress and completes in ncclCommGetAsyncError once every rank arrived),
 //   ncclAllGather, ncclReduceScatter, ncclAllReduce (sum, FP32 / BF16 / FP64 / int), ncclGroupStart
 //   and ncclGroupEnd (the calls between them are issued at ncclGroupEnd, in order),
-//   ncclCommGetAsyncError, ncclCommAbort, ncclCommDestroy, ncclGetErrorString, ncclGetVersion.
+//   ncclCommGetAsyncError, ncclCommAbort, ncclCommFinalize, ncclCommDestroy, ncclGetErrorString,
+//   ncclGetVersion.
 //   In-place forms as NCCL defines them: AllGather with sendbuff == recvbuff + rank*count,
 //   ReduceScatter with recvbuff == sendbuff + rank*recvcount, AllReduce with sendbuff == recvbuff;
 //   any other overlap of send and receive buffers stops the run (NCCL's result is undefined).
@@ -108,6 +109,7 @@ struct Op { int kind; const void* send; void* recv; size_t count; ncclDataType_t
 struct ncclComm {
     int rank, nranks, blocking;
     int ready;                    // init finished (every rank attached)
+    int finalized;                // ncclCommFinalize was called
     std::atomic<int> aborted;     // ncclCommAbort was called on this communicator
     ncclResult_t async_error;
     char path[96];
@@ -380,9 +382,16 @@ static ncclResult_t ncclCommAbort(ncclComm_t c) {
     c->sh->aborted.compare_exchange_strong(expected, 1 + c->rank);
     return ncclSuccess; // the memory stays mapped: another thread may still be inside a collective
 }
+// Every rank's collectives are done (they are, at issue); the ranks leave together. Then destroy.
+static ncclResult_t ncclCommFinalize(ncclComm_t c) {
+    if (!c) return ncclInvalidArgument;
+    if (c->finalized || c->aborted.load() || !c->ready || c->sh->aborted.load()) return ncclSuccess;
+    c->finalized = 1;
+    return fake_nccl::barrier(c, "ncclCommFinalize");
+}
 static ncclResult_t ncclCommDestroy(ncclComm_t c) {
     if (!c) return ncclSuccess;
-    if (!c->aborted.load() && c->ready && !c->sh->aborted.load()) {
+    if (!c->finalized && !c->aborted.load() && c->ready && !c->sh->aborted.load()) {
         ncclResult_t e = fake_nccl::barrier(c, "ncclCommDestroy"); // ranks leave together, as NCCL's destroy does
         (void)e;
     }
