@@ -4,6 +4,8 @@
 #   make test             the whole suite: test binaries (BF16 and FP32, g++), the GPU test program on
 #                         the CPU emulator (test/cuda_emu/), the nvcc compile check, the PyTorch
 #                         fixture check; ends with "N passed, N failed"
+#   make test-long        the longer matrices `make test` samples (several ranks on the emulated CUDA
+#                         device at R = 2 and 3 in both precisions); CI runs it after make test
 #   make bench            CPU benchmarks (tokens/s, ratios side by side)
 #   make PRECISION=FP32   FP32 storage instead of BF16 (for train and test binaries)
 #   make NO_MPI=1         build without MPI even if mpicxx is installed (one process only)
@@ -104,7 +106,7 @@ GPU_LIBS       := -lcublasLt -lcublas -lgomp -Xcompiler -static-libstdc++ -Xcomp
 SOURCES := train_gpt.cu device.cuh zero.h model.h checkpoint.h adamw.cuh dataloader.h tokenizer.h unicode_tables.h rng.h $(wildcard ops/*.cuh)
 TEST_SOURCES := $(wildcard test/*.cpp test/*.h)
 
-.PHONY: all train test test-binaries nvcc-check test-gpu gpu-binaries bench clean print-% fuzz test-sanitize
+.PHONY: all train test test-long test-binaries nvcc-check test-gpu gpu-binaries bench clean print-% fuzz test-sanitize
 all: train
 
 train: $(SOURCES)
@@ -163,6 +165,11 @@ test-sanitize: test/test_sanitize
 test: test-binaries
 	NVCC_CHECK=$(if $(and $(NVCC),$(if $(NO_CUDA),,yes)),yes,no) bash test/run_tests.sh
 
+# The cases whose full matrix is too long for make test (ZT_TEST_LONG=1 widens them), in both
+# precisions on the emulator; each binary ends with "N passed, N failed" and fails the target.
+test-long: test/test_emu test/test_emu_fp32
+	ZT_TEST_LONG=1 test/test_emu multirank && ZT_TEST_LONG=1 test/test_emu_fp32 multirank
+
 # The nvcc build of ./train for several GPUs (MPI and NCCL, every architecture), compiled without
 # linking; not part of make test (make test compile-checks the carried binaries: gpu-binaries).
 nvcc-check:
@@ -170,12 +177,12 @@ nvcc-check:
 
 # The GPU test program on the CPU (test/cuda_emu/): emulate.py (python3) copies the sources into
 # build/emu/ (kernel launches and __shared__ rewritten, nothing else), g++ compiles test/test_gpu.cu
-# from there against test/cuda_emu/include/ (the CUDA subset we use, a fake cuBLASLt and CUB), in
+# from there against test/cuda_emu/include/ (the CUDA subset we use, a fake cuBLASLt, CUB and NCCL), in
 # BF16 and FP32. Kernels get nvcc's FMA contraction (per function; the param undoes the Zen tuning
 # that would skip it), host code none; two warnings nvcc does not give for device code are off.
 EMU_SOURCES := $(wildcard test/cuda_emu/*.h test/cuda_emu/*.py test/cuda_emu/include/*.h test/cuda_emu/include/cub/device/*)
 EMU_COPY    := $(SOURCES) test/test_gpu.cu $(wildcard test/*.h)
-EMU_FLAGS   := $(TEST_FLAGS) -Wno-sign-compare -Wno-unused-function --param=avoid-fma-max-bits=0 -DZT_CUDA_EMU -Itest/cuda_emu/include
+EMU_FLAGS   := $(TEST_FLAGS) -Wno-sign-compare -Wno-unused-function --param=avoid-fma-max-bits=0 -DZT_CUDA_EMU -DUSE_NCCL -Itest/cuda_emu/include
 build/emu/.copied: $(EMU_COPY) test/cuda_emu/emulate.py
 	python3 test/cuda_emu/emulate.py build/emu $(EMU_COPY) && touch $@
 test/test_emu: build/emu/.copied $(EMU_SOURCES)

@@ -514,7 +514,7 @@ static void gpt_forward(Model* m, int B, int T, int with_targets, float dloss, i
     // logits (B,T,Vp) = lnf @ wte^T; losses; dlogits in place when training
     op_lm_head_forward(A->logits, A->losses, A->lnf, io.t[T_wte], with_targets ? A->targets : NULL, dloss,
                        dloss != 0.0f, BT, C, c->V, c->Vp);
-    if (!backward_follows) zero_after_forward_only(z);
+    zero_after_head(z, backward_follows);
 }
 
 // Backward of the micro-batch gpt_forward just ran (with dloss != 0). Adds every parameter's
@@ -843,7 +843,9 @@ static void plan_config(const GPTConfig* c, int B, int T, int R, int GA, int sta
     }
     case 3:
         p->coll_count[COLL_REDUCE_SCATTER] = GA * (L + 1); p->coll_bytes[COLL_REDUCE_SCATTER] = GA * 4 * total;
-        p->coll_count[COLL_ALL_GATHER] = GA * (2 * L + 1); p->coll_bytes[COLL_ALL_GATHER] = GA * X * (2 * Pio + (2 * L - 1) * Pl);
+        // per micro-step: the io block once (embedding .. LM-head backward), L layers in forward,
+        // L-1 again in backward (the last layer stays from the forward)
+        p->coll_count[COLL_ALL_GATHER] = GA * 2 * L; p->coll_bytes[COLL_ALL_GATHER] = GA * X * (Pio + (2 * L - 1) * Pl);
         p->traffic = ring * (p->coll_bytes[COLL_REDUCE_SCATTER] + p->coll_bytes[COLL_ALL_GATHER]);
         break;
     }
@@ -1456,14 +1458,19 @@ static void run_tokenize(const Flags* f) {
     tokenizer_free(&tok);
 }
 
-// Stop at start-up (exit 2) when a rank's value differs from rank 0's.
-static void same_on_every_rank(Trainer* tr, uint64_t h, const char* what) {
+// Every rank's value of h combined with the build's name, compared with rank 0's over the host
+// communicator (MPI), so that no rank goes on alone. Ends every rank (exit 2) with a message naming
+// `what` and a hint.
+static void ranks_agree(Trainer* tr, uint64_t h, const char* what, const char* hint) {
+    char build[128];
+    snprintf(build, sizeof(build), "zerotrain %s %s built %s %s", ZT_VERSION, PRECISION_NAME, __DATE__, __TIME__);
+    h = fnv1a(h, build, strlen(build));
     uint64_t* hs = (uint64_t*)malloc(sizeof(uint64_t) * tr->R);
     comm_allgather_u64(&tr->comm, h, hs);
     for (int r = 1; r < tr->R; r++)
         if (hs[r] != hs[0])
-            die_user("rank %d sees other %s than rank 0 (hash %016llx vs %016llx). HINT: every rank must read the same files", r, what,
-                     (unsigned long long)hs[r], (unsigned long long)hs[0]);
+            die_user("rank %d was started with %s than rank 0 (hash %016llx vs %016llx). HINT: %s", r, what,
+                     (unsigned long long)hs[r], (unsigned long long)hs[0], hint);
     free(hs);
 }
 
@@ -1514,7 +1521,12 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     tr->r = tr->comm.r;
     flags_parse(f, argc, argv);
     g_device = pick_device(f->device_str);
-    if (g_device == DEV_CUDA) comm_init_device(&tr->comm, &tr->launch); // GPU, streams, NCCL
+    // every rank must run the same flags on the same device with the same build, and know it
+    // before any communicator is made: a rank on another device would wait in NCCL's init forever
+    ranks_agree(tr, flags_hash(f) ^ (uint64_t)g_device, "different flags, another device or a different build", "start every rank with the same command line, the same ./train and the same -device");
+    float comm_timeout = 300.0f; // -comm-timeout bounds NCCL's initialisation too (checked again with the other flags)
+    if (parse_float(f->comm_timeout_str, &comm_timeout) || comm_timeout < 0) comm_timeout = 300.0f;
+    if (g_device == DEV_CUDA) comm_init_device(&tr->comm, &tr->launch, comm_timeout); // GPU, streams, NCCL, watchdog
 #ifdef __CUDACC__
     if (g_device == DEV_CUDA) { // the baseline the planner's prediction is compared with
         size_t free_b, total_b;
@@ -1531,18 +1543,7 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     if (T_auto && f->T > c.maxT) { f->T = c.maxT; snprintf(f->T_str, sizeof(f->T_str), "%d", f->T); } // "at most the model's"
     int R_plan = f->plan && f->world > 0 ? f->world : tr->R; // -plan -world R plans another world size
     check_flags(f, &c, R_plan);
-    // every rank must run the same flags and the same build
-    char build[128];
-    snprintf(build, sizeof(build), "zerotrain %s %s built %s %s", ZT_VERSION, PRECISION_NAME, __DATE__, __TIME__);
-    uint64_t h = fnv1a(flags_hash(f), build, strlen(build));
-    uint64_t* hs = (uint64_t*)malloc(sizeof(uint64_t) * tr->R);
-    comm_allgather_u64(&tr->comm, h, hs);
-    for (int r = 1; r < tr->R; r++)
-        if (hs[r] != hs[0])
-            die_user("rank %d was started with different flags or a different build than rank 0 (hash %016llx vs %016llx). "
-                     "HINT: start every rank with the same command line and the same ./train", r,
-                     (unsigned long long)hs[r], (unsigned long long)hs[0]);
-    free(hs);
+    ranks_agree(tr, flags_hash(f), "different flags once defaults were resolved (another model file?)", "start every rank with the same command line, the same ./train and the same -device");
     setup_threads(f, &tr->launch);
     if (f->tokenize[0]) {
         if (tr->r == 0) run_tokenize(f);
@@ -1565,7 +1566,8 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
         int n_short = dataloader_short_shards(k ? &tr->val : &tr->train);
         if (n_short) printf0("note: %s: %d shard(s) hold fewer than T+1 = %d tokens: skipped\n", k ? "-j" : "-i", n_short, f->T + 1);
     }
-    same_on_every_rank(tr, data_hash(&tr->train, tr->has_val ? &tr->val : NULL), "the shards of -i / -j (their count or sizes)");
+    ranks_agree(tr, data_hash(&tr->train, tr->has_val ? &tr->val : NULL), "other shards of -i / -j (their count or sizes)",
+                "every rank must read the same files");
     tr->has_tok = f->sample_every > 0 && tokenizer_init(&tr->tok, f->tokenizer, err, sizeof(err)) == 0;
     if (f->sample_every > 0 && !tr->has_tok) printf0("warning: -tokenizer: %s; samples print token ids\n", err);
     if (f->out_dir[0]) mkdir_p(f->out_dir);

@@ -30,6 +30,8 @@
 //   ---------------------------+--------------------+--------------------+-----------------------+------------------------------
 //   before block b forward     | -                  | -                  | -                     | wait gather b; start gather b+1
 //   after block b forward      | -                  | -                  | -                     | release b (not the last layer)
+//   io block (embedding, head) | -                  | -                  | -                     | gathered once per micro-step:
+//                              |                    |                    |                       |   embedding .. LM-head backward
 //   before block b backward    | -                  | -                  | grad buffer free+zero | wait gather b; start gather b-1; grad buffer
 //   after block b backward     | last micro-step:   | last micro-step:   | reduce-scatter b into | same, then release b
 //                              |   all-reduce b     |   reduce-scatter b |   the FP32 shard      |
@@ -67,6 +69,7 @@
 #include <mpi.h>
 #endif
 #if defined(__CUDACC__) && defined(USE_NCCL)
+#include <pthread.h>
 #include <nccl.h>
 #define ncclCheck(expr)                                                                          \
     do {                                                                                         \
@@ -323,6 +326,9 @@ typedef struct {
 #ifdef __CUDACC__
     cudaEvent_t ready; // [CUDA] recorded on the compute stream when the collective is started
     cudaEvent_t done;  // [CUDA] recorded on the comm stream when it has finished
+    // [CUDA] for the watchdog (under Comm.mu): the collective is issued and its `done` not yet seen
+    int pending, recorded, step;
+    double t_issued;
 #endif
 } CommSlot;
 
@@ -349,6 +355,9 @@ typedef struct {
     cudaStream_t stream;  // [CUDA] the communication stream
 #ifdef USE_NCCL
     ncclComm_t nccl;
+    pthread_t watchdog;   // [NCCL] polls the collectives in flight and NCCL's async error
+    pthread_mutex_t mu;   // [NCCL] guards the slots' watchdog fields
+    volatile int watchdog_stop, watchdog_on;
 #endif
 #endif
 } Comm;
@@ -419,8 +428,76 @@ __global__ static void comm_delay_kernel(int64_t ns) {
     while ((int64_t)clock64() - t0 < cycles) {}
 }
 
+#ifdef USE_NCCL
+// [NCCL] A non-blocking communicator may answer ncclInProgress: the call goes on in the background
+// until ncclCommGetAsyncError says otherwise. Wait for that (at most the timeout) and end the run with
+// a message naming `what` on any error.
+static void nccl_settle(Comm* c, ncclResult_t r, const char* what, double timeout_s) {
+    double t0 = wall_s();
+    while (r == ncclInProgress) {
+        if (timeout_s > 0 && wall_s() - t0 > timeout_s) {
+            ncclCommAbort(c->nccl);
+            die(3, "%s did not complete within %.0f s: another rank never arrived or stopped responding. HINT: check "
+                   "the other ranks' logs; raise -comm-timeout if they are only slow", what, timeout_s);
+        }
+        usleep(1000);
+        ncclResult_t q = ncclCommGetAsyncError(c->nccl, &r);
+        if (q != ncclSuccess) r = q;
+    }
+    if (r != ncclSuccess)
+        die(1, "NCCL error in %s at step %d: %s. HINT: %s", what, c->step, ncclGetErrorString(r),
+            r == ncclRemoteError ? "another rank failed or was aborted: its log says why"
+                                 : "NCCL_DEBUG=INFO shows why; NCCL before 2.30 refuses two ranks on one GPU");
+}
+#define ncclIssue(c, expr, what) nccl_settle((c), (expr), (what), (c)->timeout_s)
+
+// [NCCL] The watchdog: a thread that looks at the collectives in flight every 50 ms. One that has not
+// finished -comm-timeout seconds after it was issued (a rank stopped, died or diverged: a collective on
+// NCCL has no timeout of its own), or an asynchronous NCCL error, aborts the communicator and ends
+// the run with a message naming the collective, its block and the step.
+static void* comm_watchdog(void* arg) {
+    Comm* c = (Comm*)arg;
+    while (!c->watchdog_stop) {
+        usleep(50000);
+        char why[512] = "";
+        pthread_mutex_lock(&c->mu);
+        for (int i = 0; i < COMM_MAX_INFLIGHT && !why[0]; i++) {
+            CommSlot* s = &c->slots[i];
+            if (!s->pending) continue;
+            cudaError_t q = s->recorded ? cudaEventQuery(s->done) : cudaErrorNotReady;
+            if (q == cudaSuccess) { s->pending = 0; continue; }
+            if (q != cudaErrorNotReady)
+                snprintf(why, sizeof(why), "%s of block %d at step %d failed on the GPU: %s", coll_name[s->op.kind],
+                         s->op.block, s->step, cudaGetErrorString(q));
+            else if (c->timeout_s > 0 && wall_s() - s->t_issued > c->timeout_s)
+                snprintf(why, sizeof(why), "collective %s of block %d at step %d did not complete within %.0f s", coll_name[s->op.kind],
+                         s->op.block, s->step, c->timeout_s);
+        }
+        ncclResult_t err = ncclSuccess;
+        if (!why[0] && ncclCommGetAsyncError(c->nccl, &err) == ncclSuccess && err != ncclSuccess && err != ncclInProgress)
+            snprintf(why, sizeof(why), "NCCL reports an error at step %d: %s", c->step, ncclGetErrorString(err));
+        pthread_mutex_unlock(&c->mu);
+        if (why[0]) {
+            ncclCommAbort(c->nccl); // a collective waiting in NCCL now ends instead of hanging
+            die(3, "NCCL watchdog: %s: another rank stopped responding (crashed, stopped or much slower). HINT: check "
+                   "the other ranks' logs; raise -comm-timeout if they are only slow", why);
+        }
+    }
+    return NULL;
+}
+#else
+#define ncclIssue(c, expr, what) (void)0
+#endif
+
 static void comm_start_cuda(Comm* c, CommSlot* s) {
     CollOp* op = &s->op;
+#ifdef USE_NCCL
+    if (c->watchdog_on) {
+        pthread_mutex_lock(&c->mu);
+        s->pending = 1; s->recorded = 0; s->step = c->step; s->t_issued = wall_s();
+        pthread_mutex_unlock(&c->mu);
+    }
+#endif
     cudaCheck(cudaEventRecord(s->ready, g_stream));
     cudaCheck(cudaStreamWaitEvent(c->stream, s->ready, 0));
     if (c->delay_ms > 0) { comm_delay_kernel<<<1, 1, 0, c->stream>>>((int64_t)c->delay_ms * 1000000); cudaCheck(cudaGetLastError()); }
@@ -440,19 +517,22 @@ static void comm_start_cuda(Comm* c, CommSlot* s) {
         float* mine_f = (float*)op->full + (int64_t)c->r * S; // this rank's slice of a full FP32 block
         switch (op->kind) {
         case COLL_ALL_GATHER: // in place when shard == full + r*S, which NCCL supports
-            ncclCheck(ncclAllGather(op->shard, op->full, (size_t)S, xt, c->nccl, c->stream));
+            ncclIssue(c, ncclAllGather(op->shard, op->full, (size_t)S, xt, c->nccl, c->stream), "ncclAllGather");
             break;
         case COLL_REDUCE_SCATTER:
             if (!op->accumulate) {
-                ncclCheck(ncclReduceScatter(op->full, op->shard, (size_t)S, ncclFloat, ncclSum, c->nccl, c->stream));
+                ncclIssue(c, ncclReduceScatter(op->full, op->shard, (size_t)S, ncclFloat, ncclSum, c->nccl, c->stream), "ncclReduceScatter");
             } else { // reduce into this rank's slice of the (scratch) block buffer, then add to the shard
-                ncclCheck(ncclReduceScatter(op->full, mine_f, (size_t)S, ncclFloat, ncclSum, c->nccl, c->stream));
+                ncclIssue(c, ncclReduceScatter(op->full, mine_f, (size_t)S, ncclFloat, ncclSum, c->nccl, c->stream), "ncclReduceScatter");
                 comm_add_kernel<<<(unsigned)ceil_div(S, 256), 256, 0, c->stream>>>((float*)op->shard, mine_f, S);
                 cudaCheck(cudaGetLastError());
             }
             break;
-        case COLL_ALL_REDUCE:
-            ncclCheck(ncclAllReduce(op->full, op->full, (size_t)(S * c->R), ncclFloat, ncclSum, c->nccl, c->stream));
+        case COLL_ALL_REDUCE: // [ZeRO-0] as reduce-scatter + all-gather, both in place: then its sums are the
+            // reduce-scatter's, as at ZeRO-1/2/3, and the stages stay bit-identical at R >= 3 (NCCL's all-reduce may
+            // add in another order: a tree instead of the ring). Same bytes on the wire as a ring all-reduce.
+            ncclIssue(c, ncclReduceScatter(op->full, mine_f, (size_t)S, ncclFloat, ncclSum, c->nccl, c->stream), "ncclReduceScatter");
+            ncclIssue(c, ncclAllGather(mine_f, op->full, (size_t)S, ncclFloat, c->nccl, c->stream), "ncclAllGather");
             break;
         default: break;
         }
@@ -460,7 +540,13 @@ static void comm_start_cuda(Comm* c, CommSlot* s) {
         die(1, "the CUDA device with %d ranks needs NCCL: this build has none (internal error: comm_init_device checks)", c->R);
 #endif
     }
+#ifdef USE_NCCL
+    if (c->watchdog_on) pthread_mutex_lock(&c->mu);
     cudaCheck(cudaEventRecord(s->done, c->stream));
+    if (c->watchdog_on) { s->recorded = 1; pthread_mutex_unlock(&c->mu); }
+#else
+    cudaCheck(cudaEventRecord(s->done, c->stream));
+#endif
 }
 #endif
 
@@ -686,8 +772,10 @@ static void comm_init(Comm* c, int* argc, char*** argv, Launch* L) {
 }
 
 // The CUDA device: pick this rank's GPU, create the streams, the events (once), and the NCCL
-// communicator (its unique id goes from rank 0 to every rank over MPI).
-static void comm_init_device(Comm* c, const Launch* L) {
+// communicator (its unique id goes from rank 0 to every rank over MPI): non-blocking, so that its
+// initialisation and every call can be given up after timeout_s (-comm-timeout), with the watchdog
+// thread (comm_watchdog) watching the collectives in flight.
+static void comm_init_device(Comm* c, const Launch* L, double timeout_s) {
 #ifdef __CUDACC__
     cuda_init(L->local_rank);
     c->device_side = 1;
@@ -701,7 +789,14 @@ static void comm_init_device(Comm* c, const Launch* L) {
         ncclUniqueId id;
         if (c->r == 0) ncclCheck(ncclGetUniqueId(&id));
         comm_broadcast(c, &id, sizeof(id), 0);
-        ncclCheck(ncclCommInitRank(&c->nccl, c->R, id, c->r));
+        ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+        config.blocking = 0;
+        nccl_settle(c, ncclCommInitRankConfig(&c->nccl, c->R, id, c->r, &config), "ncclCommInitRank", timeout_s);
+        c->timeout_s = timeout_s;
+        pthread_mutex_init(&c->mu, NULL);
+        c->watchdog_stop = 0;
+        if (pthread_create(&c->watchdog, NULL, comm_watchdog, c) != 0) die(1, "cannot start the NCCL watchdog thread");
+        c->watchdog_on = 1;
 #else
         die_user("%d ranks on the CUDA device need NCCL and MPI in the build (NCCL %s, MPI %s). HINT: install them and "
                  "rebuild (make clean train), or use -device cpu", c->R,
@@ -718,7 +813,7 @@ static void comm_init_device(Comm* c, const Launch* L) {
 #endif
     }
 #else
-    (void)c; (void)L;
+    (void)c; (void)L; (void)timeout_s;
     die_user("-device cuda: this build has no CUDA (built with g++)");
 #endif
 }
@@ -729,7 +824,16 @@ static void comm_free(Comm* c) {
 #if defined(__CUDACC__)
     if (c->device_side) {
 #ifdef USE_NCCL
-        if (c->R > 1) ncclCheck(ncclCommDestroy(c->nccl));
+        if (c->watchdog_on) {
+            c->watchdog_stop = 1;
+            pthread_join(c->watchdog, NULL);
+            pthread_mutex_destroy(&c->mu);
+            c->watchdog_on = 0;
+        }
+        if (c->R > 1) { // non-blocking: finalize (it flushes what is in flight) may be in progress; then free
+            nccl_settle(c, ncclCommFinalize(c->nccl), "ncclCommFinalize", c->timeout_s);
+            ncclCheck(ncclCommDestroy(c->nccl));
+        }
 #endif
         for (int i = 0; i < COMM_MAX_INFLIGHT; i++) {
             cudaCheck(cudaEventDestroy(c->slots[i].ready));
@@ -750,6 +854,17 @@ static void comm_free(Comm* c) {
 // ----------------------------------------------------------------------------
 // The ZeRO state: per-stage buffers (full_ / shard_), where each block's parameters and
 // gradients are right now, and the collectives in flight.
+//
+// [ZeRO-3] Each gathered-parameter buffer goes through these states; every transition is checked,
+// so a hook called out of order (a gather into a buffer a kernel still reads, a release of a block
+// that was never handed out) ends the run with a message instead of computing with wrong weights:
+//
+//   FREE or RELEASED --gather_start--> GATHERING --gather_wait--> READY --acquire--> IN_USE
+//   IN_USE --keep--> READY (gathered, kept for a later hook: the io block between the embedding
+//   and the LM head, the last layer between forward and backward)
+//   IN_USE --release--> RELEASED (poisoned with NaN under -poison 1; a gather may overwrite it)
+typedef enum { BUF_FREE, BUF_GATHERING, BUF_READY, BUF_IN_USE, BUF_RELEASED } BufState;
+static const char* buf_state_name[] = {"free", "gathering", "ready", "in use", "released"};
 
 typedef struct {
     int stage, R, r, L;
@@ -762,6 +877,7 @@ typedef struct {
     floatX* shard_params;    // [Z3]     (lay.shard_total)
     floatX* param_buf[3];    // [Z3]     [0] io block (P_0), [1], [2] layer blocks (P_1)
     int resident[3];         // [Z3]     block held by each param_buf, -1 none
+    BufState buf_state[3];   // [Z3]     where each param_buf is in its life (BUF_FREE ... BUF_RELEASED)
     int gather_h[3];         // [Z3]     gather in flight into each param_buf, -1 none
     // gradients (FP32)
     float* full_grads;       // [Z0,1]   (lay.total)
@@ -807,7 +923,7 @@ static void zero_init(Zero* z, BlockLayout* lay, int stage, Comm* comm, int pois
         comm->chunk = zero_comm_chunk(lay);
         comm->stage_buf = (float*)dev_alloc(TAG_COMM, z->sz.comm * 4);
     }
-    for (int i = 0; i < 3; i++) { z->resident[i] = -1; z->gather_h[i] = -1; z->reduce_h[i] = -1; }
+    for (int i = 0; i < 3; i++) { z->resident[i] = -1; z->buf_state[i] = BUF_FREE; z->gather_h[i] = -1; z->reduce_h[i] = -1; }
 }
 
 static void zero_free(Zero* z) {
@@ -864,73 +980,104 @@ static void zero_poison(Zero* z, floatX* p, int64_t n) {
 #endif
 }
 
-// [ZeRO-3] Start gathering block b into its buffer (no-op if it is there or on its way).
+// [ZeRO-3] A hook was called out of order: end the run naming the block, the buffer and its state.
+static void zero_order_error(const Zero* z, const char* what, int b) {
+    int slot = zero_slot(b);
+    die(1, "ZeRO-3 hook out of order: %s block %d, but its buffer %d holds block %d (%s). HINT: this is a bug in "
+           "the order of the zero_* hook calls (see the hook table in zero.h)", what, b, slot, z->resident[slot],
+        buf_state_name[z->buf_state[slot]]);
+}
+
+// [ZeRO-3] Start gathering block b into its buffer (no-op if it is there or on its way). The buffer
+// must be free or released: a gather never overwrites parameters a hook still holds.
 static void zero_gather_start(Zero* z, int b) {
     int slot = zero_slot(b);
-    if (z->resident[slot] == b || b < 0) return;
+    if (z->resident[slot] == b && z->buf_state[slot] != BUF_RELEASED) return;
+    if (z->buf_state[slot] != BUF_FREE && z->buf_state[slot] != BUF_RELEASED) zero_order_error(z, "gathering", b);
     CollOp op = {COLL_ALL_GATHER, b, z->param_buf[slot], z->shard_params + z->lay.shard_off[b], z->lay.S[b], 0};
     z->gather_h[slot] = comm_start(z->comm, &op);
     z->resident[slot] = b;
+    z->buf_state[slot] = BUF_GATHERING;
 }
 
-// [ZeRO-3] Block b's full parameters, gathering (and waiting) if needed.
-static floatX* zero_gather_wait(Zero* z, int b) {
+// [ZeRO-3] Block b's full parameters for the hook's computation (gathering and waiting if needed):
+// READY -> IN_USE. Handing out a block that is already in use is an ordering bug.
+static floatX* zero_acquire(Zero* z, int b) {
     int slot = zero_slot(b);
     zero_gather_start(z, b);
-    comm_wait(z->comm, z->gather_h[slot]);
-    z->gather_h[slot] = -1;
+    if (z->buf_state[slot] == BUF_GATHERING) {
+        comm_wait(z->comm, z->gather_h[slot]);
+        z->gather_h[slot] = -1;
+        z->buf_state[slot] = BUF_READY;
+    }
+    if (z->buf_state[slot] != BUF_READY) zero_order_error(z, "handing out", b);
+    z->buf_state[slot] = BUF_IN_USE;
     return z->param_buf[slot];
 }
 
-// [ZeRO-3] Block b's buffer may be reused.
-static void zero_release(Zero* z, int b) {
+// [ZeRO-3] Block b stays gathered for a later hook: IN_USE -> READY.
+static void zero_keep(Zero* z, int b) {
     int slot = zero_slot(b);
-    if (z->resident[slot] != b) return;
-    comm_wait(z->comm, z->gather_h[slot]);
-    z->gather_h[slot] = -1;
-    z->resident[slot] = -1;
+    if (z->resident[slot] != b || z->buf_state[slot] != BUF_IN_USE) zero_order_error(z, "keeping", b);
+    z->buf_state[slot] = BUF_READY;
+}
+
+// [ZeRO-3] Block b's computation is done and its buffer may be reused: IN_USE -> RELEASED.
+static void zero_release_block(Zero* z, int b) {
+    int slot = zero_slot(b);
+    if (z->resident[slot] != b || z->buf_state[slot] != BUF_IN_USE) zero_order_error(z, "releasing", b);
+    z->buf_state[slot] = BUF_RELEASED;
     zero_poison(z, z->param_buf[slot], slot == 0 ? z->lay.P[0] : z->lay.P[1]);
 }
 
-// Block b's parameters when they are known to be present (stages 0-2 always).
+// Block b's parameters for a computation (stages 0-2: always present; [ZeRO-3] acquired), and the
+// matching release when it is done (nothing to do at stages 0-2).
 static inline floatX* zero_params(Zero* z, int b) {
     if (z->stage <= 2) return z->full_params + z->lay.off[b];
-    return zero_gather_wait(z, b);
+    return zero_acquire(z, b);
+}
+static inline void zero_release(Zero* z, int b) {
+    if (z->stage == 3) zero_release_block(z, b);
 }
 
 // ----------------------------------------------------------------------------
 // The hooks (see the table at the top). b is a block: 0 = io, 1..L = layers.
+// [ZeRO-3] The io block is gathered once per micro-step: for the embedding, kept (its buffer is its
+// own, so keeping it costs no memory) through the LM head and, when backward follows, the LM-head
+// backward; then released.
 
 // Forward, io block, before the embedding. [ZeRO-3] gather io, prefetch layer 1.
 static floatX* zero_before_embedding(Zero* z) {
     floatX* p = zero_params(z, 0);
-    if (z->stage == 3) zero_gather_start(z, 1);
+    if (z->stage == 3 && z->L >= 1) zero_gather_start(z, 1);
     return p;
 }
-// [ZeRO-3] The embedding is done: release the io block until the LM head needs it.
+// [ZeRO-3] The embedding is done: keep the io block for the LM head.
 static void zero_after_embedding(Zero* z) {
-    if (z->stage == 3) zero_release(z, 0);
+    if (z->stage == 3) zero_keep(z, 0);
 }
 
-// Before layer block b's forward. [ZeRO-3] wait for b, start gathering the next block
-// (layer b+1, or the io block again for the final layernorm and LM head).
+// Before layer block b's forward. [ZeRO-3] wait for b, start gathering the next layer.
 static floatX* zero_before_block_forward(Zero* z, int b) {
     floatX* p = zero_params(z, b);
-    if (z->stage == 3) zero_gather_start(z, b < z->L ? b + 1 : 0);
+    if (z->stage == 3 && b < z->L) zero_gather_start(z, b + 1);
     return p;
 }
 // [ZeRO-3] release b, except the last layer when backward comes next (it needs it first).
 static void zero_after_block_forward(Zero* z, int b, int backward_follows) {
-    if (z->stage == 3 && !(b == z->L && backward_follows)) zero_release(z, b);
+    if (z->stage != 3) return;
+    if (b == z->L && backward_follows) zero_keep(z, b);
+    else zero_release_block(z, b);
 }
 
-// Forward, io block, before the final layernorm and LM head: its parameters stay until the
-// LM-head backward is done (zero_after_head_backward).
+// Forward, io block, before the final layernorm and LM head. [ZeRO-3] still there since the embedding.
 static floatX* zero_before_head(Zero* z) { return zero_params(z, 0); }
-
-// Forward without backward (eval, sampling) ends here. [ZeRO-3] release what is held.
-static void zero_after_forward_only(Zero* z) {
-    if (z->stage == 3) { zero_release(z, 0); zero_release(z, z->L); }
+// [ZeRO-3] After the LM head: keep the io block for the LM-head backward, or release it (eval,
+// sampling: forward without backward ends here).
+static void zero_after_head(Zero* z, int backward_follows) {
+    if (z->stage != 3) return;
+    if (backward_follows) zero_keep(z, 0);
+    else zero_release_block(z, 0);
 }
 
 // The gradient buffer block b accumulates into this micro-step. [ZeRO-2/3] the per-block buffer,
@@ -946,14 +1093,17 @@ static float* zero_grad_buffer(Zero* z, int b) {
 
 // Backward, io block, before the LM-head backward: its parameters are still here from the
 // forward; its gradient buffer lives until the embedding backward (zero_after_embedding_backward).
+// [ZeRO-3] start gathering layer L-1 (the last layer is still here) while the LM head runs.
 static floatX* zero_before_head_backward(Zero* z, float** grads) {
     *grads = zero_grad_buffer(z, 0);
-    return zero_params(z, 0);
+    floatX* p = zero_params(z, 0);
+    if (z->stage == 3 && z->L > 1) zero_gather_start(z, z->L - 1);
+    return p;
 }
 // [ZeRO-3] The LM head and final layernorm are done with wte and lnf: release the io block's
 // parameters. Its gradient stays: the embedding backward adds to dwte without reading wte.
 static void zero_after_head_backward(Zero* z) {
-    if (z->stage == 3) zero_release(z, 0);
+    if (z->stage == 3) zero_release_block(z, 0);
 }
 
 // Before layer block b's backward. [ZeRO-3] wait for b, start gathering b-1 (before any
@@ -986,7 +1136,7 @@ static void zero_reduce_block(Zero* z, int b, int micro, int last_micro) {
 // After layer block b's backward: reduce; [ZeRO-3] release b.
 static void zero_after_block_backward(Zero* z, int b, int micro, int last_micro) {
     zero_reduce_block(z, b, micro, last_micro);
-    if (z->stage == 3) zero_release(z, b);
+    zero_release(z, b);
 }
 
 // After the embedding backward: the io block's gradient is complete; reduce it.

@@ -6,7 +6,10 @@
 // ZeRO-0 over ZeRO-1 with several ranks.
 
 // The rows of a -plan run's plan.jsonl: bytes per tag for (stage, recompute), and the totals.
-typedef struct { double bytes[4][4][TAG_COUNT]; double total[4][4]; int fits[4][4]; int rec_z, rec_r; } PlanOut;
+typedef struct {
+    double bytes[4][4][TAG_COUNT]; double total[4][4]; int fits[4][4]; int rec_z, rec_r;
+    long long coll_n[4][COLL_KINDS], coll_b[4][COLL_KINDS]; // collectives per step by stage (recompute 0)
+} PlanOut;
 
 // A deeper model for the -z auto cases: sharding must save more than ZeRO-2/3's buffers cost
 // (L > 4 + P_io/P_layer at R = 2) for the stages' needs to fall in order.
@@ -35,6 +38,13 @@ static int tp_plan(int R, const char* extra, PlanOut* po) {
         po->total[z][r] = atof(strstr(line, "\"total\": ") + 9);
         po->fits[z][r] = atoi(strstr(line, "\"fits\": ") + 8);
         if (atoi(strstr(line, "\"recommended\": ") + 15)) { po->rec_z = z; po->rec_r = r; }
+        for (int k = 0; k < COLL_KINDS && r == 0; k++) {
+            char key[64];
+            snprintf(key, sizeof(key), "\"%s\": [", coll_name[k]);
+            const char* p = strstr(line, key);
+            if (p) sscanf(p + strlen(key), "%lld, %lld", &po->coll_n[z][k], &po->coll_b[z][k]);
+            else po->coll_n[z][k] = po->coll_b[z][k] = -1;
+        }
     }
     free(s);
     return 0;
@@ -163,4 +173,23 @@ TEST(mfu_llmc_flop_count) {
     printf("    d12, T 1024: %.0f FLOP per token (llm.c: %.0f)\n", mfu_flops_per_token(&c, 1024), want);
     CHECK(mfu_flops_per_token(&c, 1024) == want);
     CHECK(plan_flops_per_token(&c, 1024, 1) > want); // the planner's PaLM count is the larger one
+}
+
+// The plan's collectives per step, by kind and bytes, equal the schedule's closed form (which
+// zero_comm_schedule checks against what the runs log), without and with accumulation.
+TEST(plan_collectives_equal_closed_form) {
+    const int R = 3;
+    for (int GA = 1; GA <= 3; GA += 2) {
+        PlanOut po;
+        char extra[64];
+        snprintf(extra, sizeof(extra), "-d %d", 2 * ZT_T * R * GA);
+        CHECK(tp_plan(R, extra, &po) == 0);
+        for (int z = 0; z <= 3; z++) {
+            int64_t want_n[COLL_KINDS], want_b[COLL_KINDS];
+            zt_comm_closed_form(R, z, GA, want_n, want_b);
+            for (int k = 0; k < COLL_KINDS; k++)
+                CHECKF(po.coll_n[z][k] == want_n[k] && po.coll_b[z][k] == want_b[k], "GA=%d z=%d %s: plan %lld, %lld; schedule %lld, %lld", GA, z,
+                       coll_name[k], po.coll_n[z][k], po.coll_b[z][k], (long long)want_n[k], (long long)want_b[k]);
+        }
+    }
 }

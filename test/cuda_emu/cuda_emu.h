@@ -25,7 +25,12 @@
 //   streams   synchronous: a launch, copy or memset runs to completion when it is issued, so stream
 //             order, events and cross-stream waits are respected trivially; what is checked is
 //             that nothing relies on the legacy default stream and a non-blocking stream waiting
-//             for each other (see "Streams and events" below).
+//             for each other, and, with vector clocks through events, that no stream touches a
+//             range a collective or copy on another stream may still be writing, and that no
+//             collective overwrites a buffer another stream may still use (see "Streams and
+//             events" below).
+//   NCCL      fake_nccl.h: the collectives between emulated ranks that are real processes (mpirun),
+//             through shared memory; a collective runs when its stream reaches it (at issue).
 //   numerics  kernels (__global__, __device__) are compiled with FMA contraction on, as nvcc does
 //             (--fmad=true), host code with it off, as the Makefile asks; the IEEE intrinsics
 //             (__fadd_rn, __fmul_rn, ...) are correctly rounded host operations that are never
@@ -48,16 +53,17 @@
 //     reverse) before the host waited for the write.
 //
 // WHAT IT CANNOT CHECK (the GPU session still has to):
-//   - real concurrency: streams never overlap here, so a missing event between two non-blocking
-//     streams (a compute kernel reading a buffer a collective on the comm stream is still writing,
-//     a gather overwriting a buffer a kernel still reads) is invisible; races between blocks
+//   - real concurrency: streams never overlap here; a missing event between two non-blocking
+//     streams is caught for collectives and copies (their ranges are known) and for kernel pointer
+//     arguments inside such a range, not for two kernels on different streams; races between blocks
 //     writing the same element show only as differing bits when an op runs twice; warps never
 //     interleave inside a phase, so only the two orders above are tried;
 //   - the GPU's own expf/logf/tanhf (within a few ulp of the host's), and which product nvcc chooses
 //     to fuse into an FMA (g++ may choose another); ZT_HD functions (GELU, ...) are compiled once,
 //     as host code, without contraction, where nvcc may contract their device copy;
 //   - cuBLASLt's real algorithms, their summation orders, alignment rules and heuristic failures
-//     (fake_cublaslt.h), CUB's real temporary-storage size (fake_cub.h), NCCL (one rank only);
+//     (fake_cublaslt.h), CUB's real temporary-storage size (fake_cub.h), NCCL's real transports,
+//     algorithms and summation orders (fake_nccl.h follows its documentation: a ring, a tree);
 //   - performance, occupancy, register limits, bank conflicts, memory coalescing; out-of-bounds
 //     accesses smaller than a buffer's 256-byte rounding, or between two live shared arrays.
 //
@@ -133,6 +139,7 @@ typedef enum cudaError {
     cudaErrorInvalidMemcpyDirection = 21,
     cudaErrorInvalidDevice = 101,
     cudaErrorInvalidResourceHandle = 400,
+    cudaErrorNotReady = 600,
     cudaErrorLaunchOutOfResources = 701,
 } cudaError_t;
 
@@ -170,6 +177,7 @@ static const char* cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorNotReady: return "device not ready";
     case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
     }
     return "unknown error";
@@ -327,11 +335,25 @@ static bool host_range(const void* p, size_t bytes, const char* call, const char
 // cudaFree (it synchronizes the device). A host-to-device cudaMemcpy from pageable memory drains
 // the legacy stream first but may return before its own DMA lands; cudaMemset of device memory
 // returns at once. Tracked per allocation (for kernels: const pointer arguments are reads, others
-// writes). Ordering between two non-blocking streams (events) is not checked.
+// writes).
+//
+// Ordering between streams through events is checked with vector clocks: every operation on a
+// stream counts (Clock::seq); an event carries its stream's clock when recorded; a stream that
+// waits for an event, and the host when it synchronizes a stream, learn that clock (Clock::known).
+// Collectives (fake_nccl.h) and copies/memsets on a non-blocking stream register the byte range
+// they write as pending; any later access to that range from another stream that has not learned,
+// through events or the host, that the write is done, stops the run ("a kernel reading a buffer a
+// collective on another stream has not finished writing"). A collective also checks that the
+// stream it runs on has learned of every earlier use of the allocation it writes by other streams
+// (a gather overwriting a buffer a kernel may still read). Kernels' own writes are tracked only
+// by allocation and pointer (a kernel argument inside a pending range), since their extent is not
+// known.
 
-struct Stream { int flags; };
-struct Event { int flags; bool recorded; };
+struct Clock { long seq = 0; std::map<const void*, long> known; }; // known: stream -> seq learned
+struct Stream { int flags; Clock clock; };
+struct Event { int flags; bool recorded; const void* stream; std::map<const void*, long> clock; };
 static std::set<const void*> g_streams, g_events;
+static Clock g_legacy_clock, g_host_clock; // the legacy default stream's; what the host has waited for
 
 static bool stream_ok(cudaStream_t s, const char* call) {
     if (s == nullptr || g_streams.count((const void*)s)) return true;
@@ -339,6 +361,69 @@ static bool stream_ok(cudaStream_t s, const char* call) {
     return false;
 }
 static bool legacy(cudaStream_t s) { return s == nullptr || !(((Stream*)s)->flags & 0x01 /* non-blocking */); }
+
+// ---- vector clocks between streams
+static Clock& clock_of(cudaStream_t s) { return s == nullptr ? g_legacy_clock : ((Stream*)s)->clock; }
+static void clock_merge(std::map<const void*, long>& into, const std::map<const void*, long>& from) {
+    for (auto& kv : from) if (into[kv.first] < kv.second) into[kv.first] = kv.second;
+}
+// Stream s (or the host, when s is the host's clock) knows that operation `seq` of stream `of` is done.
+static bool host_knows(const void* of, long seq) {
+    auto h = g_host_clock.known.find(of);
+    return h != g_host_clock.known.end() && h->second >= seq;
+}
+static bool ordered_after(cudaStream_t s, const void* of, long seq) {
+    if (of == (const void*)s) return true;
+    Clock& c = clock_of(s);
+    auto k = c.known.find(of);
+    return (k != c.known.end() && k->second >= seq) || host_knows(of, seq);
+}
+// One more operation issued on s; returns its number.
+static long stream_tick(cudaStream_t s) { return ++clock_of(s).seq; }
+// The host waited for everything issued on s so far (and so for everything s had waited for).
+static void host_learns(cudaStream_t s) {
+    Clock& c = clock_of(s);
+    clock_merge(g_host_clock.known, c.known);
+    if (g_host_clock.known[(const void*)s] < c.seq) g_host_clock.known[(const void*)s] = c.seq;
+}
+static void host_learns_all() {
+    host_learns(nullptr);
+    for (const void* s : g_streams) host_learns((cudaStream_t)s);
+}
+
+struct PendingWrite { const void* stream; long seq; uintptr_t lo, hi; std::string what; };
+static std::vector<PendingWrite> g_pending;                                  // writes with a known range
+static std::map<uintptr_t, std::map<const void*, std::pair<long, const char*>>> g_uses; // allocation base -> stream -> last use
+
+// An access by stream s (operation seq) to [p, p + bytes) (bytes 0: the pointer only, for kernels).
+static void cross_stream_check(cudaStream_t s, const void* p, size_t bytes, bool write, const char* what) {
+    uintptr_t lo = (uintptr_t)p, hi = lo + (bytes ? bytes : 1);
+    for (const PendingWrite& w : g_pending)
+        if (lo < w.hi && w.lo < hi && !ordered_after(s, w.stream, w.seq))
+            fail("%s on stream %p %s [%p, +%zu bytes) while %s on stream %p may not have finished writing it: no "
+                 "event orders the two streams. HINT: record an event on the writer's stream after it and "
+                 "cudaStreamWaitEvent on it before this (comm_wait does this for collectives)",
+                 what, (void*)s, write ? "writes" : "reads", p, bytes, w.what.c_str(), w.stream);
+    const Alloc* a = find_alloc(p);
+    if (a) g_uses[a->base][(const void*)s] = std::make_pair(clock_of(s).seq, what);
+}
+// Stream s is about to write [p, p + bytes) (a collective, a copy): every other stream's earlier use of
+// the allocation must be known to s; then the range is pending until other streams learn it is done.
+static void cross_stream_write(cudaStream_t s, const void* p, size_t bytes, const char* what) {
+    cross_stream_check(s, p, bytes, true, what);
+    const Alloc* a = find_alloc(p);
+    if (a)
+        for (auto& kv : g_uses[a->base])
+            if (kv.first != (const void*)s && !ordered_after(s, kv.first, kv.second.first))
+                fail("%s on stream %p overwrites allocation #%ld [%p, +%zu bytes) that %s on stream %p may still be "
+                     "using: no event orders the two streams. HINT: record an event after that use and "
+                     "cudaStreamWaitEvent on it before this", what, (void*)s, a->id, (void*)a->base, a->size,
+                     kv.second.second, kv.first);
+    // forget what every stream and the host already know is done
+    g_pending.erase(std::remove_if(g_pending.begin(), g_pending.end(), [](const PendingWrite& w) {
+                        return host_knows(w.stream, w.seq); }), g_pending.end());
+    g_pending.push_back({(const void*)s, clock_of(s).seq, (uintptr_t)p, (uintptr_t)p + bytes, what});
+}
 
 // An operation `what` on stream s reads or writes [p, p+bytes): check, then record.
 static void stream_access(cudaStream_t s, const void* p, bool write, const char* what) {
@@ -658,6 +743,7 @@ template <class T> static void check_pointer_arg(const char* kernel, cudaStream_
                  find_mapping((const void*)v) ? "points outside its device allocation"
                                               : "is not device memory (a host pointer, or freed)");
         if (v) stream_access(s, (const void*)v, !std::is_const<typename std::remove_pointer<T>::type>::value, kernel);
+        if (v) cross_stream_check(s, (const void*)v, 0, !std::is_const<typename std::remove_pointer<T>::type>::value, kernel);
     }
 }
 
@@ -804,6 +890,7 @@ static void launch(const char* name, void (*kernel)(P...), int bound, dim3 grid,
                  props().sharedMemPerBlockOptin);
     if (e != cudaSuccess) { g_last_error = e; return; }
     KernelCall<P...> call{kernel, std::tuple<P...>(std::forward<A>(args)...)};
+    stream_tick(stream);
     {
         int i = 0;
         std::apply([&](const auto&... v) { (check_pointer_arg(name, stream, i++, v), ...); }, call.params);
@@ -947,6 +1034,8 @@ static cudaError_t cudaFree(void* p) {
         return emu::note(cudaErrorInvalidValue, "cudaFree(%p): not the start of a live allocation", p);
     emu::g_mem_used -= it->second.size;
     emu::host_waited(nullptr, true); // cudaFree synchronizes the device
+    emu::host_learns_all();
+    emu::g_uses.erase(it->first);
     munmap(it->second.map, it->second.map_size); // later uses fault until the address is reused
     emu::g_allocs.erase(it);
     return cudaSuccess;
@@ -968,12 +1057,18 @@ static cudaError_t emu_memcpy(void* dst, const void* src, size_t n, cudaMemcpyKi
     if (!ok) return cudaErrorInvalidValue;
     if ((const char*)dst < (const char*)src + n && (const char*)src < (const char*)dst + n)
         return emu::note(cudaErrorInvalidValue, "%s: source and destination overlap", call);
-    if (sync && kind == cudaMemcpyHostToDevice) emu::host_waited(nullptr); // drains the legacy stream first
+    if (sync && kind == cudaMemcpyHostToDevice) { emu::host_waited(nullptr); emu::host_learns(nullptr); } // drains the legacy stream first
     if (kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice) emu::stream_access(stream, src, false, call);
     if (kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice) emu::stream_access(stream, dst, true, call);
+    emu::stream_tick(stream);
+    if (kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice) emu::cross_stream_check(stream, src, n, false, call);
+    if (kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice) {
+        if (emu::legacy(stream)) emu::cross_stream_check(stream, dst, n, true, call);
+        else emu::cross_stream_write(stream, dst, n, call);
+    }
     emu::DeviceMode dm;
     memcpy(dst, src, n);
-    if (sync && kind == cudaMemcpyDeviceToHost) emu::host_waited(nullptr); // returns when the copy is done
+    if (sync && kind == cudaMemcpyDeviceToHost) { emu::host_waited(nullptr); emu::host_learns(nullptr); } // returns when the copy is done
     return cudaSuccess;
 }
 static cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
@@ -987,6 +1082,9 @@ static cudaError_t emu_memset(void* p, int value, size_t n, cudaStream_t s, cons
     if (!emu::stream_ok(s, call)) return cudaErrorInvalidResourceHandle;
     if (!emu::device_range(p, n, call, "destination")) return cudaErrorInvalidValue;
     if (n) emu::stream_access(s, p, true, call);
+    emu::stream_tick(s);
+    if (n && emu::legacy(s)) emu::cross_stream_check(s, p, n, true, call);
+    if (n && !emu::legacy(s)) emu::cross_stream_write(s, p, n, call);
     emu::DeviceMode dm;
     memset(p, value, n);
     return cudaSuccess;
@@ -998,7 +1096,7 @@ static cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t s 
 static cudaError_t cudaMemset(void* p, int value, size_t n) { return emu_memset(p, value, n, nullptr, "cudaMemset"); }
 
 static cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
-    *s = (cudaStream_t) new emu::Stream{(int)flags};
+    *s = (cudaStream_t) new emu::Stream{(int)flags, {}};
     emu::g_streams.insert((const void*)*s);
     return cudaSuccess;
 }
@@ -1011,10 +1109,11 @@ static cudaError_t cudaStreamDestroy(cudaStream_t s) {
 static cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     if (!emu::stream_ok(s, "cudaStreamSynchronize")) return cudaErrorInvalidResourceHandle;
     emu::host_waited(s);
+    emu::host_learns(s);
     return cudaSuccess;
 }
 static cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
-    *e = (cudaEvent_t) new emu::Event{(int)flags, false};
+    *e = (cudaEvent_t) new emu::Event{(int)flags, false, nullptr, {}};
     emu::g_events.insert((const void*)*e);
     return cudaSuccess;
 }
@@ -1028,7 +1127,17 @@ static cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr) {
     if (!e || !emu::g_events.count((const void*)e))
         return emu::note(cudaErrorInvalidResourceHandle, "cudaEventRecord(%p): not a live event", (void*)e);
     if (!emu::stream_ok(s, "cudaEventRecord")) return cudaErrorInvalidResourceHandle;
-    ((emu::Event*)e)->recorded = true;
+    emu::Event* ev = (emu::Event*)e;
+    ev->recorded = true;
+    ev->stream = (const void*)s; // the event carries its stream's clock
+    ev->clock = emu::clock_of(s).known;
+    ev->clock[(const void*)s] = emu::clock_of(s).seq;
+    return cudaSuccess;
+}
+// Work completes when it is issued: an event is always reached (as CUDA says for one never recorded).
+static cudaError_t cudaEventQuery(cudaEvent_t e) {
+    if (!e || !emu::g_events.count((const void*)e))
+        return emu::note(cudaErrorInvalidResourceHandle, "cudaEventQuery(%p): not a live event", (void*)e);
     return cudaSuccess;
 }
 // Waiting on an event never recorded succeeds at once on a GPU (it orders nothing): here it stops.
@@ -1038,6 +1147,7 @@ static cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned f
         return emu::note(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent: event %p is not a live event", (void*)e);
     if (!emu::stream_ok(s, "cudaStreamWaitEvent")) return cudaErrorInvalidResourceHandle;
     if (!((emu::Event*)e)->recorded) emu::fail("cudaStreamWaitEvent: event %p was never recorded: the wait orders nothing", (void*)e);
+    emu::clock_merge(emu::clock_of(s).known, ((emu::Event*)e)->clock);
     return cudaSuccess;
 }
 

@@ -110,6 +110,14 @@ MUTANTS = {
         'zero.h',
         '    cudaCheck(cudaEventRecord(s->ready, g_stream));\n', '',
         'zero_stages', 'a stream waits on an event nobody recorded (it orders nothing)'),
+    'comm_wait_no_event': (
+        'zero.h',
+        '        cudaCheck(cudaStreamWaitEvent(g_stream, s->done, 0));\n', '',
+        'multirank_cuda', 'the compute stream reads gathered parameters without waiting for the collective'),
+    'comm_start_no_event': (
+        'zero.h',
+        '    cudaCheck(cudaStreamWaitEvent(c->stream, s->ready, 0));\n', '',
+        'multirank_cuda', 'a collective overwrites a buffer before the compute stream is done with it'),
 }
 
 

@@ -1,0 +1,210 @@
+// test/gpu_multirank.h — the CUDA device with several ranks (included by test/test_gpu.cu): each
+// case starts this binary as the trainer under mpirun, one process per rank.
+#include "zero_runs.h" // defines: ZT_MODEL, zt_data, zt_mpirun, zt_dir, ZtLog, zt_read_log
+
+// One rank on the CPU device, one on the CUDA device: the flag/build check runs before any
+// communicator is made, so both ranks stop with the message (a rank in NCCL's init would wait for
+// its partner forever), and no rank reaches the device's communicator set-up.
+TEST(multirank_device_mismatch_stops_before_nccl) {
+    char cmd[8192], out[1 << 16];
+    snprintf(cmd, sizeof(cmd),
+             ZT_CLEAN_ENV "OMP_NUM_THREADS=1 timeout 60 mpirun --oversubscribe --allow-run-as-root -np 1 %s --train -threads 1 -i %s "
+             ZT_MODEL " -b 2 -x 1 -device cpu : -np 1 %s --train -threads 1 -i %s " ZT_MODEL " -b 2 -x 1 -device cuda",
+             g_test_self, zt_data(0), g_test_self, zt_data(0));
+    double t0 = test_now_s();
+    int rc = test_run_cmd(cmd, out, sizeof(out));
+    CHECKF(rc != 0 && rc != 124, "mismatched devices: exit %d (124: hung until the timeout)\n%s", rc, out);
+    CHECKF(strstr(out, "rank 1 was started with different flags, another device") != NULL, "no message:\n%s", out);
+    CHECKF(strstr(out, "NCCL") == NULL && strstr(out, "step ") == NULL, "a rank went past the check:\n%s", out);
+    printf("    both ranks stopped in %.1f s\n", test_now_s() - t0);
+}
+
+// Run R ranks of this binary as the trainer on the tiny ZeRO model; fills the log and the hashes.
+static int mr_run(int R, const char* device, int z, const char* name, const char* extra, ZtLog* lg, char* hash, char* out, size_t cap) {
+    char flags[2048];
+    const char* dir = zt_dir(name);
+    snprintf(flags, sizeof(flags), ZT_MODEL " -device %s -b 3 -x 2 -l 1e-3 -v 2 -m 1 -s 0 -z %d -o %s -log-hash 1 %s", device, z, dir, extra);
+    int rc = zt_mpirun(R, flags, out, cap);
+    zt_hash_line(out, hash, 512);
+    zt_read_log(dir, lg);
+    return rc;
+}
+
+// The CUDA device at R = 2 and 3 through the real comm_start_cuda and the emulator's NCCL (real
+// processes, shared memory): ZeRO-0..3 bit-identical among themselves (losses, norms, val losses,
+// hashes of parameters, master, m, v: ZeRO-0's all-reduce is a reduce-scatter + all-gather on NCCL,
+// so every stage sums in the reduce-scatter's order), and within tolerance of the CPU device.
+// make test runs R = 2 in the BF16 build and R = 3 in the FP32 build (its tolerance against the CPU
+// device is tight); make test-long (ZT_TEST_LONG=1) runs both in both.
+static int mr_long(void) { const char* e = getenv("ZT_TEST_LONG"); return e && atoi(e) > 0; }
+#ifdef ENABLE_FP32
+#define MR_R_FIRST 3
+#else
+#define MR_R_FIRST 2
+#endif
+
+TEST(multirank_cuda_zero_stages) {
+    static char out[1 << 20];
+    for (int R = mr_long() ? 2 : MR_R_FIRST; R <= (mr_long() ? 3 : MR_R_FIRST); R++) {
+        ZtLog cpu, ref, lg;
+        char name[64], hash[512], ref_hash[512] = "";
+        snprintf(name, sizeof(name), "mr_cpu_R%d", R);
+        int rc = mr_run(R, "cpu", 0, name, "", &cpu, hash, out, sizeof(out));
+        CHECKF(rc == 0 && cpu.n == 2, "R=%d CPU device failed (%d):\n%s", R, rc, out);
+        for (int z = 0; z <= 3; z++) {
+            snprintf(name, sizeof(name), "mr_cuda_R%d_z%d", R, z);
+            rc = mr_run(R, "cuda", z, name, "", &lg, hash, out, sizeof(out));
+            CHECKF(rc == 0 && lg.n == 2 && lg.nval == 2, "R=%d ZeRO-%d on the CUDA device failed (%d):\n%s", R, z, rc, out);
+            if (rc) continue;
+            double worst = 0.0;
+            for (int s = 0; s < 2; s++) worst = fmax(worst, fabs(lg.loss[s] - cpu.loss[s]) / cpu.loss[s]);
+            for (int v = 0; v < 2; v++) worst = fmax(worst, fabs(lg.val[v] - cpu.val[v]) / cpu.val[v]);
+            CHECKF(worst < TOL_TRAJ_LOSS, "R=%d ZeRO-%d: CUDA losses differ from the CPU device's by %.3g", R, z, worst);
+            if (z == 0) { ref = lg; snprintf(ref_hash, sizeof(ref_hash), "%s", hash); printf("    R=%d: CUDA vs CPU device, worst relative loss difference %.2e\n", R, worst); continue; }
+            int same_log = !memcmp(lg.loss, ref.loss, sizeof(lg.loss)) && !memcmp(lg.norm, ref.norm, sizeof(lg.norm)) &&
+                           !memcmp(lg.val, ref.val, sizeof(lg.val));
+            int same_hash = hash[0] && !strcmp(hash, ref_hash);
+            CHECKF(same_log, "R=%d: CUDA ZeRO-%d losses, norms or val losses differ from ZeRO-0", R, z);
+            CHECKF(same_hash, "R=%d: CUDA ZeRO-%d hashes differ:\n  %s\n  %s", R, z, hash, ref_hash);
+            if (same_log && same_hash) printf("    R=%d: CUDA ZeRO-%d identical to ZeRO-0 (%s)\n", R, z, hash);
+        }
+    }
+}
+
+// The emulator's cross-stream check (test/cuda_emu/cuda_emu.h), through the emulated NCCL at one
+// rank: a kernel on the compute stream that reads what an all-gather on the comm stream writes,
+// without an event between them, stops the run; so does an all-gather overwriting a buffer a
+// kernel on the compute stream used, without an event; with the events, both run. Each case runs
+// in a child process (the emulator aborts), with one-block kernels (no OpenMP after fork).
+static int mr_stream_child(int scenario, char* msg, size_t cap) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/streams_%d.err", test_tmpdir(), scenario);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (!freopen(path, "w", stderr)) _exit(99);
+        const int n = 64;
+        cudaStream_t cs;
+        cudaEvent_t ev;
+        ncclUniqueId id;
+        ncclComm_t nc;
+        cudaCheck(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+        cudaCheck(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+        ncclCheck(ncclGetUniqueId(&id));
+        ncclCheck(ncclCommInitRank(&nc, 1, id, 0));
+        float *shard = (float*)gpu_zeros(n * 4), *full = (float*)gpu_zeros(n * 4), *acc = (float*)gpu_zeros(n * 4);
+        int wait = scenario == 0 || scenario == 2;
+        if (scenario <= 1) { // read after the collective's write
+            ncclCheck(ncclAllGather(shard, full, n, ncclFloat, nc, cs));
+            cudaCheck(cudaEventRecord(ev, cs));
+            if (wait) cudaCheck(cudaStreamWaitEvent(g_stream, ev, 0));
+            comm_add_kernel<<<1, n, 0, g_stream>>>(acc, full, n); // reads full
+        } else {             // the collective's write after a kernel's read
+            comm_add_kernel<<<1, n, 0, g_stream>>>(acc, full, n);
+            cudaCheck(cudaEventRecord(ev, g_stream));
+            if (wait) cudaCheck(cudaStreamWaitEvent(cs, ev, 0));
+            ncclCheck(ncclAllGather(shard, full, n, ncclFloat, nc, cs));
+        }
+        cudaCheck(cudaGetLastError());
+        fflush(stderr);
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    FILE* f = fopen(path, "r");
+    size_t got = f ? fread(msg, 1, cap - 1, f) : 0;
+    msg[got] = 0;
+    if (f) fclose(f);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+TEST(emu_cross_stream_order_checked) {
+    char msg[4096];
+    int rc = mr_stream_child(0, msg, sizeof(msg));
+    CHECKF(rc == 0, "gather, event, kernel: failed (%d):\n%s", rc, msg);
+    rc = mr_stream_child(1, msg, sizeof(msg));
+    CHECKF(rc != 0 && strstr(msg, "comm_add_kernel on stream") && strstr(msg, "may not have finished writing it") &&
+           strstr(msg, "ncclAllGather"), "a kernel reading an all-gather's output without an event ran (%d):\n%s", rc, msg);
+    printf("    %s", msg);
+    rc = mr_stream_child(2, msg, sizeof(msg));
+    CHECKF(rc == 0, "kernel, event, gather: failed (%d):\n%s", rc, msg);
+    rc = mr_stream_child(3, msg, sizeof(msg));
+    CHECKF(rc != 0 && strstr(msg, "ncclAllGather on stream") && strstr(msg, "may still be using"),
+           "an all-gather overwriting what a kernel used, without an event, ran (%d):\n%s", rc, msg);
+    printf("    %s", msg);
+}
+
+// Start R ranks in the background with their output in `log`; returns mpirun's pid.
+static pid_t mr_spawn(int R, const char* env, const char* flags, const char* log) {
+    char cmd[8192];
+    snprintf(cmd, sizeof(cmd),
+             ZT_CLEAN_ENV "OMP_NUM_THREADS=1 exec mpirun -np %d --oversubscribe --allow-run-as-root --mca mpi_yield_when_idle 1 %s "
+             "%s --train -threads 1 -i %s " ZT_MODEL " %s > %s 2>&1", R, env, g_test_self, zt_data(0), flags, log);
+    pid_t child = fork();
+    if (child == 0) { execl("/bin/sh", "sh", "-c", cmd, (char*)NULL); _exit(127); }
+    return child;
+}
+// Wait at most limit_s for the job; returns 1 when it ended (status filled), else kills it.
+static int mr_reap(pid_t child, double limit_s, int* status) {
+    double t0 = test_now_s();
+    while (test_now_s() - t0 < limit_s) {
+        if (waitpid(child, status, WNOHANG) == child) return 1;
+        usleep(100000);
+    }
+    kill(child, SIGKILL);
+    waitpid(child, status, 0);
+    return 0;
+}
+
+// The NCCL watchdog (zero.h, comm_watchdog) on the emulated CUDA device, R = 2, -comm-timeout 3:
+// (1) rank 1's 30th collective hangs (ZT_EMU_NCCL_STALL, as a kernel waiting for a peer): the job
+// ends within the timeout with the watchdog's message naming the collective, block and step;
+// (2) rank 1 is stopped (SIGSTOP) after 2 steps: rank 0 ends the job within the timeout, naming
+// what it waited for (a collective on NCCL, or the step's scalar sum over MPI, whichever came first).
+TEST(multirank_nccl_watchdog) {
+#ifdef ENABLE_FP32
+    if (!mr_long()) TEST_SKIP("runs in the BF16 emulator build (test/test_emu); make test-long runs it in both");
+#endif
+    char log[PATH_MAX];
+    snprintf(log, sizeof(log), "%s/watchdog.log", test_tmpdir());
+    const char* flags = "-device cuda -b 2 -x 100000 -v 0 -s 0 -z 3 -comm-timeout 3";
+    int status = 0;
+    double t0 = test_now_s();
+    pid_t child = mr_spawn(2, "-x ZT_EMU_NCCL_STALL=1:30", flags, log);
+    int done = mr_reap(child, 120, &status);
+    double took = test_now_s() - t0;
+    char* s = zt_read_file(log);
+    CHECKF(done && WIFEXITED(status) && WEXITSTATUS(status) != 0, "a stalled collective: the job did not end with an error within 120 s");
+    CHECKF(s && strstr(s, "NCCL watchdog: collective") && strstr(s, "did not complete within 3 s") && strstr(s, "at step"),
+           "no watchdog message:\n%s", s ? s : "(no log)");
+    const char* line = s ? strstr(s, "NCCL watchdog") : NULL;
+    if (line) printf("    stalled collective: job ended after %.1f s: %.*s\n", took, (int)strcspn(line, "\n"), line);
+    free(s);
+    // (2) SIGSTOP
+    child = mr_spawn(2, "", flags, log);
+    int victim = -1;
+    t0 = test_now_s();
+    while (test_now_s() - t0 < 90 && victim < 0) {
+        usleep(200000);
+        s = zt_read_file(log);
+        if (s && strstr(s, "step     2/")) {
+            char* p = strstr(s, "[launch] rank 1 of 2: pid ");
+            if (p) victim = atoi(p + strlen("[launch] rank 1 of 2: pid "));
+        }
+        free(s);
+    }
+    CHECKF(victim > 0, "rank 1 never reported its pid and trained 2 steps");
+    double t_stop = test_now_s();
+    if (victim > 0) kill(victim, SIGSTOP);
+    done = mr_reap(child, 60, &status);
+    took = test_now_s() - t_stop;
+    if (victim > 0) { kill(victim, SIGCONT); kill(victim, SIGKILL); }
+    s = zt_read_file(log);
+    CHECKF(done && took < 3 + 30, "the job did not end within 33 s of stopping rank 1 (%.1f s)", took);
+    CHECKF(WIFEXITED(status) && WEXITSTATUS(status) != 0, "mpirun exited with status 0");
+    CHECKF(s && strstr(s, "did not complete within 3 s"), "no timeout message:\n%s", s ? s : "(no log)");
+    line = s ? strstr(s, "did not complete within 3 s") : NULL;
+    while (line && line > s && line[-1] != '\n') line--;
+    if (line) printf("    stopped rank: job ended %.1f s after SIGSTOP: %.*s\n", took, (int)strcspn(line, "\n"), line);
+    free(s);
+}
