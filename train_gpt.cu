@@ -1448,7 +1448,7 @@ static void same_on_every_rank(Trainer* tr, uint64_t h, const char* what) {
     comm_allgather_u64(&tr->comm, h, hs);
     for (int r = 1; r < tr->R; r++)
         if (hs[r] != hs[0])
-            die_user("rank %d sees other %s than rank 0 (hash %016llx vs %016llx). HINT: every rank must read the same files", r, what,
+            die_user("rank %d reads different %s from rank 0 (hash %016llx vs %016llx). HINT: every rank must read the same files", r, what,
                      (unsigned long long)hs[r], (unsigned long long)hs[0]);
     free(hs);
 }
@@ -1551,7 +1551,7 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
         int n_short = dataloader_short_shards(k ? &tr->val : &tr->train);
         if (n_short) printf0("note: %s: %d shard(s) hold fewer than T+1 = %d tokens: skipped\n", k ? "-j" : "-i", n_short, f->T + 1);
     }
-    same_on_every_rank(tr, data_hash(&tr->train, tr->has_val ? &tr->val : NULL), "the shards of -i / -j (their count or sizes)");
+    same_on_every_rank(tr, data_hash(&tr->train, tr->has_val ? &tr->val : NULL), "shards (-i / -j: their count or sizes)");
     tr->has_tok = f->sample_every > 0 && tokenizer_init(&tr->tok, f->tokenizer, err, sizeof(err)) == 0;
     if (f->sample_every > 0 && !tr->has_tok) printf0("warning: -tokenizer: %s; samples print token ids\n", err);
     if (f->out_dir[0]) mkdir_p(f->out_dir);
