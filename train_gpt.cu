@@ -1469,7 +1469,7 @@ static void ranks_agree(Trainer* tr, uint64_t h, const char* what, const char* h
     comm_allgather_u64(&tr->comm, h, hs);
     for (int r = 1; r < tr->R; r++)
         if (hs[r] != hs[0])
-            die_user("rank %d was started with %s than rank 0 (hash %016llx vs %016llx). HINT: %s", r, what,
+            die_user("rank %d %s than rank 0 (hash %016llx vs %016llx). HINT: %s", r, what,
                      (unsigned long long)hs[r], (unsigned long long)hs[0], hint);
     free(hs);
 }
@@ -1523,7 +1523,7 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     g_device = pick_device(f->device_str);
     // every rank must run the same flags on the same device with the same build, and know it
     // before any communicator is made: a rank on another device would wait in NCCL's init forever
-    ranks_agree(tr, flags_hash(f) ^ (uint64_t)g_device, "different flags, another device or a different build", "start every rank with the same command line, the same ./train and the same -device");
+    ranks_agree(tr, flags_hash(f) ^ (uint64_t)g_device, "was started with different flags, another device or a different build", "start every rank with the same command line, the same ./train and the same -device");
     float comm_timeout = 300.0f; // -comm-timeout bounds NCCL's initialisation too (checked again with the other flags)
     if (parse_float(f->comm_timeout_str, &comm_timeout) || comm_timeout < 0) comm_timeout = 300.0f;
     if (g_device == DEV_CUDA) comm_init_device(&tr->comm, &tr->launch, comm_timeout); // GPU, streams, NCCL, watchdog
@@ -1543,7 +1543,7 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     if (T_auto && f->T > c.maxT) { f->T = c.maxT; snprintf(f->T_str, sizeof(f->T_str), "%d", f->T); } // "at most the model's"
     int R_plan = f->plan && f->world > 0 ? f->world : tr->R; // -plan -world R plans another world size
     check_flags(f, &c, R_plan);
-    ranks_agree(tr, flags_hash(f), "different flags once defaults were resolved (another model file?)", "start every rank with the same command line, the same ./train and the same -device");
+    ranks_agree(tr, flags_hash(f), "was started with different flags once defaults were resolved (another model file?)", "start every rank with the same command line, the same ./train and the same -device");
     setup_threads(f, &tr->launch);
     if (f->tokenize[0]) {
         if (tr->r == 0) run_tokenize(f);
@@ -1566,7 +1566,7 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
         int n_short = dataloader_short_shards(k ? &tr->val : &tr->train);
         if (n_short) printf0("note: %s: %d shard(s) hold fewer than T+1 = %d tokens: skipped\n", k ? "-j" : "-i", n_short, f->T + 1);
     }
-    ranks_agree(tr, data_hash(&tr->train, tr->has_val ? &tr->val : NULL), "other shards of -i / -j (their count or sizes)",
+    ranks_agree(tr, data_hash(&tr->train, tr->has_val ? &tr->val : NULL), "reads different shards (-i / -j: their count or sizes)",
                 "every rank must read the same files");
     tr->has_tok = f->sample_every > 0 && tokenizer_init(&tr->tok, f->tokenizer, err, sizeof(err)) == 0;
     if (f->sample_every > 0 && !tr->has_tok) printf0("warning: -tokenizer: %s; samples print token ids\n", err);

@@ -349,6 +349,33 @@ TEST(cli_mpirun_help) {
 #endif
 }
 
+// Ranks that read different shards under the same flags (the same relative -i in two working
+// directories) stop at start-up, exit 2, instead of training on different data.
+TEST(cli_ranks_different_data) {
+#ifndef USE_MPI
+    TEST_SKIP("built without MPI");
+#else
+    char a[PATH_MAX], b[PATH_MAX], path[PATH_MAX], err[512], cmd[8192];
+    snprintf(a, sizeof(a), "%s/ck_data_a", test_tmpdir());
+    snprintf(b, sizeof(b), "%s/ck_data_b", test_tmpdir());
+    mkdir(a, 0755);
+    mkdir(b, 0755);
+    uint16_t toks[400];
+    for (int i = 0; i < 400; i++) toks[i] = (uint16_t)(i % 500);
+    snprintf(path, sizeof(path), "%s/train.bin", a);
+    CHECK(write_token_shard(path, toks, 400, err, sizeof(err)) == 0);
+    snprintf(path, sizeof(path), "%s/train.bin", b);
+    CHECK(write_token_shard(path, toks, 300, err, sizeof(err)) == 0);
+    const char* flags = CK_SMALL " -threads 1 -x 1 -i train.bin -j \"\"";
+    snprintf(cmd, sizeof(cmd),
+             "for v in $(env | grep -oE '^(OMPI|PMIX|OPAL)_[A-Za-z0-9_]*'); do unset $v; done; OMP_NUM_THREADS=1 "
+             "mpirun --oversubscribe --allow-run-as-root -np 1 -wdir %s %s --train %s : -np 1 -wdir %s %s --train %s",
+             a, g_test_self, flags, b, g_test_self, flags);
+    int rc = test_run_cmd(cmd, ck_out, sizeof(ck_out));
+    CHECKF(rc == 2 && strstr(ck_out, "rank 1 reads different shards (-i / -j"), "exit %d:\n%s", rc, ck_out);
+#endif
+}
+
 // -save-model last: only the final checkpoint carries the llm.c model file; the others resume
 // from their state files alone. -save-model 0: none does.
 TEST(ckpt_save_model_flag) {
