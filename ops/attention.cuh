@@ -403,11 +403,15 @@ __device__ static inline void fa_load_vec(float* s, const float* x) {
 // accumulator fragment of columns 8n .. 8n + 7.
 template <int HS> __device__ static inline void fa_mma_ABt(float S[FA_TILE / 8][4], const bf16_t* A, const bf16_t* B) {
     const int ld = HS + FA_PAD, lane = threadIdx.x % 32;
+    #pragma unroll
     for (int n = 0; n < FA_TILE / 8; n++)
+        #pragma unroll
         for (int i = 0; i < 4; i++) S[n][i] = 0.0f;
+    #pragma unroll
     for (int k0 = 0; k0 < HS; k0 += 16) {
         uint32_t a[4], b[4];
         tc_ldmatrix_x4(a, A + (lane % 16) * ld + k0 + 8 * (lane / 16));
+        #pragma unroll
         for (int n0 = 0; n0 < FA_TILE; n0 += 16) {
             tc_ldmatrix_x4(b, B + (n0 + lane % 8 + 8 * (lane / 16)) * ld + k0 + 8 * ((lane / 8) % 2));
             tc_mma_bf16(S[n0 / 8], a, b, S[n0 / 8]);
@@ -421,9 +425,11 @@ template <int HS> __device__ static inline void fa_mma_ABt(float S[FA_TILE / 8][
 template <int HS>
 __device__ static inline void fa_mma_PV(float O[HS / 8][4], const float P[FA_TILE / 8][4], const bf16_t* V) {
     const int ld = HS + FA_PAD, lane = threadIdx.x % 32;
+    #pragma unroll
     for (int kk = 0; kk < FA_TILE / 16; kk++) { // k = rows 16 kk .. 16 kk + 15 of V
         uint32_t a[4] = {tc_pack_bf16(P[2 * kk][0], P[2 * kk][1]), tc_pack_bf16(P[2 * kk][2], P[2 * kk][3]),
                          tc_pack_bf16(P[2 * kk + 1][0], P[2 * kk + 1][1]), tc_pack_bf16(P[2 * kk + 1][2], P[2 * kk + 1][3])};
+        #pragma unroll
         for (int n0 = 0; n0 < HS; n0 += 16) {
             uint32_t b[4];
             tc_ldmatrix_x4_trans(b, V + (16 * kk + lane % 8 + 8 * ((lane / 8) % 2)) * ld + n0 + 8 * (lane / 16));
@@ -461,7 +467,9 @@ attention_forward_tc_kernel(floatX* out, float* lse, const floatX* qkv, int T, i
     tc_cp_async_commit();
     // line 5: O_i = 0, l_i = 0, m_i = -inf; this lane's rows: r = 0 -> row g, r = 1 -> row g + 8
     float O[HS / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    #pragma unroll
     for (int n = 0; n < HS / 8; n++)
+        #pragma unroll
         for (int i = 0; i < 4; i++) O[n][i] = 0.0f;
     for (int j = 0; j <= qt; j++) { // line 6; causal: key tiles past the query tile are skipped whole
         bf16_t* Kj = Ks + (j % 2) * FA_TILE * ld;
@@ -478,20 +486,26 @@ attention_forward_tc_kernel(floatX* out, float* lse, const floatX* qkv, int T, i
         // line 8: S_ij = scale Q_i K_j^T (this warp's 16 rows); on the diagonal tile -inf where key > query
         float S[FA_TILE / 8][4];
         fa_mma_ABt<HS>(S, Qs + 16 * warp * ld, Kj);
+        #pragma unroll
         for (int n = 0; n < FA_TILE / 8; n++)
+            #pragma unroll
             for (int i = 0; i < 4; i++) {
                 int row = 16 * warp + g + 8 * (i / 2), col = 8 * n + 2 * t + (i % 2);
                 S[n][i] = (j == qt && col > row) ? -INFINITY : S[n][i] * scale;
             }
         // line 9: m_new = max(m, rowmax S); P~ = exp(S - m_new); l = exp(m - m_new) l + rowsum P~.
         // m_new is finite: every row sees key 0 in tile 0, and its own key on the diagonal.
+        #pragma unroll
         for (int r = 0; r < 2; r++) {
             float mx = m[r];
+            #pragma unroll
             for (int n = 0; n < FA_TILE / 8; n++) mx = fmaxf(mx, fmaxf(S[n][2 * r], S[n][2 * r + 1]));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1)); // the 4 lanes of a row: t = 0..3
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
             float corr = expf(m[r] - mx), sum = 0.0f; // corr = 0 on the first tile (m = -inf)
+            #pragma unroll
             for (int n = 0; n < FA_TILE / 8; n++)
+                #pragma unroll
                 for (int e = 2 * r; e < 2 * r + 2; e++) {
                     S[n][e] = expf(S[n][e] - mx); // masked: exp(-inf) = 0
                     sum += S[n][e];
@@ -500,6 +514,7 @@ attention_forward_tc_kernel(floatX* out, float* lse, const floatX* qkv, int T, i
             sum += __shfl_xor_sync(0xffffffffu, sum, 2);
             l[r] = corr * l[r] + sum;
             m[r] = mx;
+            #pragma unroll
             for (int n = 0; n < HS / 8; n++) { O[n][2 * r] *= corr; O[n][2 * r + 1] *= corr; }
         }
         // line 10: O_i = diag(exp(m_old - m_new)) O_i + P~_ij V_j (the rescale is just above)
@@ -507,9 +522,11 @@ attention_forward_tc_kernel(floatX* out, float* lse, const floatX* qkv, int T, i
         __syncthreads(); // every warp is done with K_j, V_j before the next prefetch overwrites them
     }
     // lines 12, 14: out_i = O_i / l_i, rounded once; lines 13, 15: L_i = m_i + log(l_i)
+    #pragma unroll
     for (int r = 0; r < 2; r++) {
         int i = q0 + 16 * warp + g + 8 * r;
         floatX* orow = out + ((int64_t)b * T + i) * C + h * HS;
+        #pragma unroll
         for (int n = 0; n < HS / 8; n++) fa_store2(orow + 8 * n + 2 * t, O[n][2 * r] / l[r], O[n][2 * r + 1] / l[r]);
         if (t == 0) lse[(int64_t)bh * T + i] = m[r] + logf(l[r]);
     }
@@ -551,7 +568,9 @@ attention_backward_dkdv_tc_kernel(floatX* dqkv, const floatX* dout, const floatX
     tc_cp_async_commit();
     // line 7: dK_j = 0, dV_j = 0 (this warp's 16 keys; this lane's rows g and g + 8 of them)
     float dK[HS / 8][4], dV[HS / 8][4];
+    #pragma unroll
     for (int n = 0; n < HS / 8; n++)
+        #pragma unroll
         for (int i = 0; i < 4; i++) dK[n][i] = dV[n][i] = 0.0f;
     for (int it = kt; it < nq; it++) { // line 8; causal: query tiles before the key tile are skipped whole
         int buf = (it - kt) % 2, nbuf = 1 - buf;
@@ -577,7 +596,9 @@ attention_backward_dkdv_tc_kernel(floatX* dqkv, const floatX* dout, const floatX
         // line 13: dP^T = V_j dO_i^T
         fa_mma_ABt<HS>(dS, Vs + 16 * warp * ld, dOi);
         // line 14: dS^T = P^T o (dP^T - D_i)   (columns are queries: L and D are indexed by column)
+        #pragma unroll
         for (int n = 0; n < FA_TILE / 8; n++)
+            #pragma unroll
             for (int i = 0; i < 4; i++) {
                 int key = 16 * warp + g + 8 * (i / 2), col = 8 * n + 2 * t + (i % 2);
                 float p = (it == kt && col < key) ? 0.0f : expf(P[n][i] * scale - Li[col]);
@@ -590,9 +611,11 @@ attention_backward_dkdv_tc_kernel(floatX* dqkv, const floatX* dout, const floatX
         __syncthreads(); // every warp is done with Q_i, dO_i, L_i, D_i before the next prefetch overwrites them
     }
     // line 18: write dK_j = scale * dK_j and dV_j, rounded once
+    #pragma unroll
     for (int r = 0; r < 2; r++) {
         int j = k0 + 16 * warp + g + 8 * r;
         floatX* dk = dqkv + ((int64_t)b * T + j) * 3 * C + C + h * HS; // (HS) row j of dK, head h
+        #pragma unroll
         for (int n = 0; n < HS / 8; n++) {
             fa_store2(dk + 8 * n + 2 * t, dK[n][2 * r] * scale, dK[n][2 * r + 1] * scale);
             fa_store2(dk + C + 8 * n + 2 * t, dV[n][2 * r], dV[n][2 * r + 1]); // the v third: C channels later
@@ -634,7 +657,9 @@ attention_backward_dq_tc_kernel(floatX* dqkv, const floatX* dout, const floatX* 
     fa_load_tile<HS>(Vs, v, 3 * C, 0);
     tc_cp_async_commit();
     float dQ[HS / 8][4];
+    #pragma unroll
     for (int n = 0; n < HS / 8; n++)
+        #pragma unroll
         for (int i = 0; i < 4; i++) dQ[n][i] = 0.0f;
     for (int j = 0; j <= qt; j++) { // causal: key tiles past the query tile are skipped whole
         bf16_t* Kj = Ks + (j % 2) * FA_TILE * ld;
@@ -653,7 +678,9 @@ attention_backward_dq_tc_kernel(floatX* dqkv, const floatX* dout, const floatX* 
         fa_mma_ABt<HS>(P, Qs + 16 * warp * ld, Kj);
         fa_mma_ABt<HS>(dS, dOs + 16 * warp * ld, Vj);
         // line 14: dS = P o (dP - D_i)   (rows are queries: L and D are indexed by row)
+        #pragma unroll
         for (int n = 0; n < FA_TILE / 8; n++)
+            #pragma unroll
             for (int i = 0; i < 4; i++) {
                 int row = 16 * warp + g + 8 * (i / 2), col = 8 * n + 2 * t + (i % 2);
                 float p = (j == qt && col > row) ? 0.0f : expf(P[n][i] * scale - Ls[row]);
@@ -664,9 +691,11 @@ attention_backward_dq_tc_kernel(floatX* dqkv, const floatX* dout, const floatX* 
         __syncthreads(); // every warp is done with K_j, V_j before the next prefetch overwrites them
     }
     // write dQ_i = scale * dQ_i, rounded once
+    #pragma unroll
     for (int r = 0; r < 2; r++) {
         int i = q0 + 16 * warp + g + 8 * r;
         floatX* dq = dqkv + ((int64_t)b * T + i) * 3 * C + h * HS;
+        #pragma unroll
         for (int n = 0; n < HS / 8; n++) fa_store2(dq + 8 * n + 2 * t, dQ[n][2 * r] * scale, dQ[n][2 * r + 1] * scale);
     }
 }
