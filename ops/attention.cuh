@@ -17,7 +17,11 @@
 // Two passes instead of atomics: every gradient row is one sum in a fixed order, so the result
 // does not depend on the thread count, exactly as the GPU kernel will do it.
 //
-// defines: op_attention_forward, op_attention_backward, ATT_BK, ATT_MAX_HS
+// On CUDA two sets of kernels implement this: on tensor cores (mma.sync, for HS 64 and 128 with T a
+// multiple of 64 in the BF16 build) and scalar FP32 ones for every other shape (attention_uses_tc
+// decides; README.md "Attention on tensor cores" lists both and what to expect of them).
+//
+// defines: op_attention_forward, op_attention_backward, attention_uses_tc, ATT_BK, ATT_MAX_HS
 #ifndef ZT_OPS_ATTENTION_CUH
 #define ZT_OPS_ATTENTION_CUH
 
@@ -30,7 +34,8 @@
 #ifdef __CUDACC__
 // ---- CUDA kernels: FlashAttention-2 (Dao 2023) Alg. 1 (forward) and Alg. 2 (backward)
 //
-// Plain FP32 scalar code (no tensor cores yet: correct first). A thread block owns a tile of rows
+// Plain FP32 scalar code, for the shapes the tensor-core kernels below do not take (head sizes
+// other than 64 and 128, T not a multiple of 64, the FP32 build). A thread block owns a tile of rows
 // of one (b, h) and walks the tiles of the other side; every tile it reads is copied to shared
 // memory as FP32, one row per tile row with an odd row stride W = HS | 1, so that the 32 lanes of
 // a warp reading one column of 32 different rows hit 32 different banks.
@@ -52,7 +57,7 @@
 // Masks: key j > query i, and rows past T (tiles are zero-filled there and masked out).
 // Shared memory at HS = 256: ~133 KiB per block (forward, and both backward kernels), under the
 // 163 KiB a block may use on A100 (sm_80) and the 227 KiB of H100/H200 (sm_90).
-// Limits: FP32 FMAs from shared memory, far from what tensor cores give; never run on a GPU yet.
+// Limits: FP32 FMAs from shared memory, 20-40x slower than the tensor-core kernels; never run on a GPU yet.
 
 #define ATT_THREADS 256     // threads per block (8 warps)
 #define ATT_FWD_BR 32       // forward: query rows a block owns (B_r)

@@ -5,7 +5,10 @@
 // backward of both devices reads the CPU forward's out and lse, so a forward error cannot hide in
 // it. GPU outputs start as NaN (all bits set), so an element a kernel forgets to write fails.
 // Shapes: T of one row, T not a multiple of any tile (the tiles are 16 and 32 rows), odd head
-// sizes, GPT-2's, and the largest head sizes the kernels' shared memory is sized for.
+// sizes, and the largest head sizes the scalar kernels' shared memory is sized for (all on the
+// scalar kernels); full 64-row tiles at T = 256 with HS 64 and 128 and GPT-2's T = 1024 (on the
+// tensor-core kernels: each case says which kernels it must take). Before them, the tensor-core
+// instructions alone against the PTX ISA; after them, the planted missing cp.async wait.
 
 // ---- The tensor-core instructions (ops/tensor_core.cuh) against the PTX ISA's documented layouts.
 // The kernels below build and read fragments with the ISA's formulas written out here (not with

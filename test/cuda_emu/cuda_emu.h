@@ -61,6 +61,9 @@
 //     as host code, without contraction, where nvcc may contract their device copy;
 //   - cuBLASLt's real algorithms, their summation orders, alignment rules and heuristic failures
 //     (fake_cublaslt.h), CUB's real temporary-storage size (fake_cub.h), NCCL (one rank only);
+//   - a tensor core's own summation order inside mma (the emulator's is a documented model: see
+//     "THE ACCUMULATION ORDER IS A MODEL"), and a cp.async that lands between its issue and its
+//     wait (here it lands exactly at the wait: reads before it see NaN, never a half-landed tile);
 //   - performance, occupancy, register limits, bank conflicts, memory coalescing; out-of-bounds
 //     accesses smaller than a buffer's 256-byte rounding, or between two live shared arrays.
 //
