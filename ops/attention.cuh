@@ -17,11 +17,16 @@
 // Two passes instead of atomics: every gradient row is one sum in a fixed order, so the result
 // does not depend on the thread count, exactly as the GPU kernel will do it.
 //
-// defines: op_attention_forward, op_attention_backward, ATT_BK, ATT_MAX_HS
+// On CUDA two sets of kernels implement this: on tensor cores (mma.sync, for HS 64 and 128 with T a
+// multiple of 64 in the BF16 build) and scalar FP32 ones for every other shape (attention_uses_tc
+// decides; README.md "Attention on tensor cores" lists both and what to expect of them).
+//
+// defines: op_attention_forward, op_attention_backward, attention_uses_tc, ATT_BK, ATT_MAX_HS
 #ifndef ZT_OPS_ATTENTION_CUH
 #define ZT_OPS_ATTENTION_CUH
 
-#include "../device.cuh" // defines: floatX, ld, rn
+#include "../device.cuh"      // defines: floatX, ld, rn
+#include "tensor_core.cuh"      // defines: tc_mma_bf16, tc_ldmatrix_*, tc_cp_async_* (mma.sync, ldmatrix, cp.async)
 
 #define ATT_BK 64       // key tile (columns of S processed per online-softmax update)
 #define ATT_MAX_HS 256  // largest head size (C / NH); checked when the model is configured
@@ -29,7 +34,8 @@
 #ifdef __CUDACC__
 // ---- CUDA kernels: FlashAttention-2 (Dao 2023) Alg. 1 (forward) and Alg. 2 (backward)
 //
-// Plain FP32 scalar code (no tensor cores yet: correct first). A thread block owns a tile of rows
+// Plain FP32 scalar code, for the shapes the tensor-core kernels below do not take (head sizes
+// other than 64 and 128, T not a multiple of 64, the FP32 build). A thread block owns a tile of rows
 // of one (b, h) and walks the tiles of the other side; every tile it reads is copied to shared
 // memory as FP32, one row per tile row with an odd row stride W = HS | 1, so that the 32 lanes of
 // a warp reading one column of 32 different rows hit 32 different banks.
@@ -51,7 +57,7 @@
 // Masks: key j > query i, and rows past T (tiles are zero-filled there and masked out).
 // Shared memory at HS = 256: ~133 KiB per block (forward, and both backward kernels), under the
 // 163 KiB a block may use on A100 (sm_80) and the 227 KiB of H100/H200 (sm_90).
-// Limits: FP32 FMAs from shared memory, far from what tensor cores give; never run on a GPU yet.
+// Limits: FP32 FMAs from shared memory, 20-40x slower than the tensor-core kernels; never run on a GPU yet.
 
 #define ATT_THREADS 256     // threads per block (8 warps)
 #define ATT_FWD_BR 32       // forward: query rows a block owns (B_r)
@@ -352,6 +358,354 @@ attention_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv
     }
 }
 
+// ---- CUDA kernels on tensor cores: FlashAttention-2 (Dao 2023) Alg. 1 and 2 with mma.sync
+//
+// Taken when HS is 64 or 128, T is a multiple of FA_TILE (64) and the storage is BF16 (with 16-byte
+// aligned tensors); the scalar kernels above take everything else (other head sizes, T not a
+// multiple of 64, the FP32 build). A block of 4 warps owns FA_TILE rows (each warp 16 of them:
+// the M of m16n8k16) and walks tiles of FA_TILE rows of the other side; all products are BF16
+// mma.sync m16n8k16 with FP32 accumulators (ops/tensor_core.cuh draws the fragment layouts):
+//   S = Q K^T           A = Q rows (ldmatrix), B = K rows (ldmatrix: K is "n x k" row-major)
+//   O += P V            A = P from S's accumulators (rounded to BF16), B = V (ldmatrix.trans)
+// Tiles reach shared memory by cp.async, double-buffered: the next tile's copy is in flight while
+// the warps compute on this one. Shared rows are HS + 8 elements long, so the 8 row addresses of
+// one ldmatrix fall in 8 different 16-byte bank groups. Causal: tiles wholly above the diagonal
+// are skipped; the diagonal tile is masked element by element (query tile == key tile, so
+// key > query is col > row within the tile). The online softmax runs in FP32 in registers: each
+// lane holds rows g and g + 8 of its warp's 16 (g = lane / 4); a row's 4 lanes combine by shuffles.
+// Backward: as the scalar kernels, three passes without atomics: D (the scalar kernel), dK/dV
+// with a block per key tile (Alg. 2 lines 5-19 without 15), dQ with a block per query tile.
+// Performance expectations are in README.md ("Attention on tensor cores"); never run on a GPU yet.
+#ifndef ENABLE_FP32
+#define FA_TILE 64                   // rows a block owns = rows of each tile it walks (B_r = B_c)
+#define FA_WARPS 4                   // 16 of the owned rows each
+#define FA_THREADS (32 * FA_WARPS)
+#define FA_PAD 8                     // shared rows are HS + FA_PAD elements (16 bytes more)
+static_assert(FA_TILE == 16 * FA_WARPS, "each warp owns the 16 rows of one m16n8k16 A operand");
+
+// Shared memory of each kernel in bytes: 5 (forward: Q, 2 K, 2 V) or 6 (backward: the owned side's
+// 2, the walked side's 2 x 2) tiles of (FA_TILE, HS + FA_PAD) BF16, plus L and D (2 x 2 x FA_TILE FP32).
+static size_t fa_smem_bytes(int HS, int backward) {
+    return (size_t)(backward ? 6 : 5) * FA_TILE * (HS + FA_PAD) * sizeof(bf16_t) + (backward ? 4 * FA_TILE * sizeof(float) : 0);
+}
+
+// Rows [row0, row0 + FA_TILE) x HS of x (row stride xs elements) into the shared tile s (row stride
+// HS + FA_PAD) by cp.async, 16 bytes per copy, every thread of the block; the caller commits.
+template <int HS> __device__ static inline void fa_load_tile(bf16_t* s, const floatX* x, int64_t xs, int row0) {
+    const int chunks = HS / 8; // 16-byte pieces per row
+    for (int e = threadIdx.x; e < FA_TILE * chunks; e += FA_THREADS) {
+        int r = e / chunks, c = (e % chunks) * 8;
+        tc_cp_async_16(s + r * (HS + FA_PAD) + c, x + (int64_t)(row0 + r) * xs + c);
+    }
+}
+// FA_TILE floats of x (a row of L or D) into s by cp.async (the first FA_TILE / 4 threads).
+__device__ static inline void fa_load_vec(float* s, const float* x) {
+    if (threadIdx.x < FA_TILE / 4) tc_cp_async_16(s + 4 * threadIdx.x, x + 4 * threadIdx.x);
+}
+
+// S (16 x FA_TILE) = A B^T over k = 0..HS: A is this warp's 16 rows of a shared tile (row-major,
+// k along the row), B all FA_TILE rows of another (row-major, k along the row). S[n] is the
+// accumulator fragment of columns 8n .. 8n + 7.
+template <int HS> __device__ static inline void fa_mma_ABt(float S[FA_TILE / 8][4], const bf16_t* A, const bf16_t* B) {
+    const int ld = HS + FA_PAD, lane = threadIdx.x % 32;
+    #pragma unroll
+    for (int n = 0; n < FA_TILE / 8; n++)
+        #pragma unroll
+        for (int i = 0; i < 4; i++) S[n][i] = 0.0f;
+    #pragma unroll
+    for (int k0 = 0; k0 < HS; k0 += 16) {
+        uint32_t a[4], b[4];
+        tc_ldmatrix_x4(a, A + (lane % 16) * ld + k0 + 8 * (lane / 16));
+        #pragma unroll
+        for (int n0 = 0; n0 < FA_TILE; n0 += 16) {
+            tc_ldmatrix_x4(b, B + (n0 + lane % 8 + 8 * (lane / 16)) * ld + k0 + 8 * ((lane / 8) % 2));
+            tc_mma_bf16(S[n0 / 8], a, b, S[n0 / 8]);
+            tc_mma_bf16(S[n0 / 8 + 1], a, b + 2, S[n0 / 8 + 1]);
+        }
+    }
+}
+
+// O (16 x HS) += P V: P (16 x FA_TILE) in accumulator fragments (rounded to BF16 here), V all
+// FA_TILE rows of a shared tile (row-major: k = its rows, n along the row). O[n] holds columns 8n ...
+template <int HS>
+__device__ static inline void fa_mma_PV(float O[HS / 8][4], const float P[FA_TILE / 8][4], const bf16_t* V) {
+    const int ld = HS + FA_PAD, lane = threadIdx.x % 32;
+    #pragma unroll
+    for (int kk = 0; kk < FA_TILE / 16; kk++) { // k = rows 16 kk .. 16 kk + 15 of V
+        uint32_t a[4] = {tc_pack_bf16(P[2 * kk][0], P[2 * kk][1]), tc_pack_bf16(P[2 * kk][2], P[2 * kk][3]),
+                         tc_pack_bf16(P[2 * kk + 1][0], P[2 * kk + 1][1]), tc_pack_bf16(P[2 * kk + 1][2], P[2 * kk + 1][3])};
+        #pragma unroll
+        for (int n0 = 0; n0 < HS; n0 += 16) {
+            uint32_t b[4];
+            tc_ldmatrix_x4_trans(b, V + (16 * kk + lane % 8 + 8 * ((lane / 8) % 2)) * ld + n0 + 8 * (lane / 16));
+            tc_mma_bf16(O[n0 / 8], a, b, O[n0 / 8]);
+            tc_mma_bf16(O[n0 / 8 + 1], a, b + 2, O[n0 / 8 + 1]);
+        }
+    }
+}
+
+// Row (b, i) of an HS-wide head slice, two neighbouring columns from one accumulator: x[2 cols] = rn(v0), rn(v1).
+__device__ static inline void fa_store2(floatX* x, float v0, float v1) { *(uint32_t*)x = tc_pack_bf16(v0, v1); }
+
+// Alg. 1. Block (bh = b*NH + h, query tile) computes out rows [q0, q0 + FA_TILE) of head h and lse.
+// out (B, T, C) [=], lse (B, NH, T) [=], qkv (B, T, 3C).
+template <int HS>
+__global__ static void __launch_bounds__(FA_THREADS)
+attention_forward_tc_kernel(floatX* out, float* lse, const floatX* qkv, int T, int C, int NH) {
+    const int ld = HS + FA_PAD;
+    int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    int qt = gridDim.y - 1 - blockIdx.y, q0 = qt * FA_TILE; // the last tiles (most keys) are scheduled first
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+    float scale = 1.0f / sqrtf((float)HS);
+    const floatX* q = qkv + (int64_t)b * T * 3 * C + h * HS; // (T, HS), row stride 3C
+    const floatX* k = q + C;
+    const floatX* v = q + 2 * C;
+    extern __shared__ float fa_smem[];
+    bf16_t* Qs = (bf16_t*)fa_smem;        // (FA_TILE, ld) Q_i
+    bf16_t* Ks = Qs + FA_TILE * ld;       // 2 x (FA_TILE, ld) K_j, double-buffered
+    bf16_t* Vs = Ks + 2 * FA_TILE * ld;   // 2 x (FA_TILE, ld) V_j
+
+    // line 4: load Q_i; line 7 of the first key tile: K_0, V_0 (one cp.async group)
+    fa_load_tile<HS>(Qs, q, 3 * C, q0);
+    fa_load_tile<HS>(Ks, k, 3 * C, 0);
+    fa_load_tile<HS>(Vs, v, 3 * C, 0);
+    tc_cp_async_commit();
+    // line 5: O_i = 0, l_i = 0, m_i = -inf; this lane's rows: r = 0 -> row g, r = 1 -> row g + 8
+    float O[HS / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    #pragma unroll
+    for (int n = 0; n < HS / 8; n++)
+        #pragma unroll
+        for (int i = 0; i < 4; i++) O[n][i] = 0.0f;
+    for (int j = 0; j <= qt; j++) { // line 6; causal: key tiles past the query tile are skipped whole
+        bf16_t* Kj = Ks + (j % 2) * FA_TILE * ld;
+        bf16_t* Vj = Vs + (j % 2) * FA_TILE * ld;
+        if (j < qt) { // line 7 of the next tile, into the other buffer, while this one is used
+            fa_load_tile<HS>(Ks + ((j + 1) % 2) * FA_TILE * ld, k, 3 * C, (j + 1) * FA_TILE);
+            fa_load_tile<HS>(Vs + ((j + 1) % 2) * FA_TILE * ld, v, 3 * C, (j + 1) * FA_TILE);
+            tc_cp_async_commit();
+            tc_cp_async_wait<1>(); // all but that newest group have landed: Q_i, K_j, V_j
+        } else {
+            tc_cp_async_wait<0>();
+        }
+        __syncthreads(); // every thread's copies of K_j, V_j (and Q_i) are visible to every warp
+        // line 8: S_ij = scale Q_i K_j^T (this warp's 16 rows); on the diagonal tile -inf where key > query
+        float S[FA_TILE / 8][4];
+        fa_mma_ABt<HS>(S, Qs + 16 * warp * ld, Kj);
+        #pragma unroll
+        for (int n = 0; n < FA_TILE / 8; n++)
+            #pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int row = 16 * warp + g + 8 * (i / 2), col = 8 * n + 2 * t + (i % 2);
+                S[n][i] = (j == qt && col > row) ? -INFINITY : S[n][i] * scale;
+            }
+        // line 9: m_new = max(m, rowmax S); P~ = exp(S - m_new); l = exp(m - m_new) l + rowsum P~.
+        // m_new is finite: every row sees key 0 in tile 0, and its own key on the diagonal.
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float mx = m[r];
+            #pragma unroll
+            for (int n = 0; n < FA_TILE / 8; n++) mx = fmaxf(mx, fmaxf(S[n][2 * r], S[n][2 * r + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1)); // the 4 lanes of a row: t = 0..3
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            float corr = expf(m[r] - mx), sum = 0.0f; // corr = 0 on the first tile (m = -inf)
+            #pragma unroll
+            for (int n = 0; n < FA_TILE / 8; n++)
+                #pragma unroll
+                for (int e = 2 * r; e < 2 * r + 2; e++) {
+                    S[n][e] = expf(S[n][e] - mx); // masked: exp(-inf) = 0
+                    sum += S[n][e];
+                }
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            l[r] = corr * l[r] + sum;
+            m[r] = mx;
+            #pragma unroll
+            for (int n = 0; n < HS / 8; n++) { O[n][2 * r] *= corr; O[n][2 * r + 1] *= corr; }
+        }
+        // line 10: O_i = diag(exp(m_old - m_new)) O_i + P~_ij V_j (the rescale is just above)
+        fa_mma_PV<HS>(O, S, Vj);
+        __syncthreads(); // every warp is done with K_j, V_j before the next prefetch overwrites them
+    }
+    // lines 12, 14: out_i = O_i / l_i, rounded once; lines 13, 15: L_i = m_i + log(l_i)
+    #pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int i = q0 + 16 * warp + g + 8 * r;
+        floatX* orow = out + ((int64_t)b * T + i) * C + h * HS;
+        #pragma unroll
+        for (int n = 0; n < HS / 8; n++) fa_store2(orow + 8 * n + 2 * t, O[n][2 * r] / l[r], O[n][2 * r + 1] / l[r]);
+        if (t == 0) lse[(int64_t)bh * T + i] = m[r] + logf(l[r]);
+    }
+}
+
+// Alg. 2 lines 5-19 without line 15, transposed so that the block's own rows are the M side: block
+// (bh, key tile) owns keys [k0, k0 + FA_TILE) and walks the query tiles at or after it. Each warp
+// computes, for its 16 keys, S^T = K_j Q_i^T, P^T, dP^T = V_j dO_i^T and dS^T, then
+// dV_j += P^T dO_i and dK_j += dS^T Q_i, all in registers.
+// dqkv (B, T, 3C): the k and v thirds [=]; dout (B, T, C), qkv (B, T, 3C), lse, D (B, NH, T).
+template <int HS>
+__global__ static void __launch_bounds__(FA_THREADS)
+attention_backward_dkdv_tc_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
+                                  const float* D, int T, int C, int NH) {
+    const int ld = HS + FA_PAD;
+    int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    int kt = blockIdx.y, k0 = kt * FA_TILE, nq = T / FA_TILE; // the first keys (most queries) first
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+    float scale = 1.0f / sqrtf((float)HS);
+    const floatX* q = qkv + (int64_t)b * T * 3 * C + h * HS; // (T, HS), row stride 3C
+    const floatX* k = q + C;
+    const floatX* v = q + 2 * C;
+    const floatX* dO = dout + (int64_t)b * T * C + h * HS;  // (T, HS), row stride C
+    extern __shared__ float fa_smem[];
+    bf16_t* Ks = (bf16_t*)fa_smem;        // (FA_TILE, ld) K_j
+    bf16_t* Vs = Ks + FA_TILE * ld;       // (FA_TILE, ld) V_j
+    bf16_t* Qs = Vs + FA_TILE * ld;       // 2 x (FA_TILE, ld) Q_i, double-buffered
+    bf16_t* dOs = Qs + 2 * FA_TILE * ld;  // 2 x (FA_TILE, ld) dO_i
+    float* Ls = (float*)(dOs + 2 * FA_TILE * ld); // 2 x (FA_TILE) L_i
+    float* Ds = Ls + 2 * FA_TILE;                 // 2 x (FA_TILE) D_i
+
+    // line 6: load K_j, V_j; line 9 of the first query tile (the diagonal one): Q_i, dO_i, L_i, D_i
+    fa_load_tile<HS>(Ks, k, 3 * C, k0);
+    fa_load_tile<HS>(Vs, v, 3 * C, k0);
+    fa_load_tile<HS>(Qs, q, 3 * C, k0);
+    fa_load_tile<HS>(dOs, dO, C, k0);
+    fa_load_vec(Ls, lse + (int64_t)bh * T + k0);
+    fa_load_vec(Ds, D + (int64_t)bh * T + k0);
+    tc_cp_async_commit();
+    // line 7: dK_j = 0, dV_j = 0 (this warp's 16 keys; this lane's rows g and g + 8 of them)
+    float dK[HS / 8][4], dV[HS / 8][4];
+    #pragma unroll
+    for (int n = 0; n < HS / 8; n++)
+        #pragma unroll
+        for (int i = 0; i < 4; i++) dK[n][i] = dV[n][i] = 0.0f;
+    for (int it = kt; it < nq; it++) { // line 8; causal: query tiles before the key tile are skipped whole
+        int buf = (it - kt) % 2, nbuf = 1 - buf;
+        bf16_t* Qi = Qs + buf * FA_TILE * ld;
+        bf16_t* dOi = dOs + buf * FA_TILE * ld;
+        const float* Li = Ls + buf * FA_TILE;
+        const float* Di = Ds + buf * FA_TILE;
+        if (it + 1 < nq) { // line 9 of the next tile, into the other buffer, while this one is used
+            int n0 = (it + 1) * FA_TILE;
+            fa_load_tile<HS>(Qs + nbuf * FA_TILE * ld, q, 3 * C, n0);
+            fa_load_tile<HS>(dOs + nbuf * FA_TILE * ld, dO, C, n0);
+            fa_load_vec(Ls + nbuf * FA_TILE, lse + (int64_t)bh * T + n0);
+            fa_load_vec(Ds + nbuf * FA_TILE, D + (int64_t)bh * T + n0);
+            tc_cp_async_commit();
+            tc_cp_async_wait<1>(); // all but that newest group have landed
+        } else {
+            tc_cp_async_wait<0>();
+        }
+        __syncthreads(); // every thread's copies of Q_i, dO_i, L_i, D_i (and K_j, V_j) are visible
+        // line 10: S^T = scale K_j Q_i^T; line 11: P^T = exp(S^T - L_i), 0 where query < key (diagonal tile)
+        float P[FA_TILE / 8][4], dS[FA_TILE / 8][4];
+        fa_mma_ABt<HS>(P, Ks + 16 * warp * ld, Qi);
+        // line 13: dP^T = V_j dO_i^T
+        fa_mma_ABt<HS>(dS, Vs + 16 * warp * ld, dOi);
+        // line 14: dS^T = P^T o (dP^T - D_i)   (columns are queries: L and D are indexed by column)
+        #pragma unroll
+        for (int n = 0; n < FA_TILE / 8; n++)
+            #pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int key = 16 * warp + g + 8 * (i / 2), col = 8 * n + 2 * t + (i % 2);
+                float p = (it == kt && col < key) ? 0.0f : expf(P[n][i] * scale - Li[col]);
+                P[n][i] = p;
+                dS[n][i] = p * (dS[n][i] - Di[col]);
+            }
+        // line 12: dV_j += P^T dO_i;  line 16: dK_j += dS^T Q_i (times scale at line 18)
+        fa_mma_PV<HS>(dV, P, dOi);
+        fa_mma_PV<HS>(dK, dS, Qi);
+        __syncthreads(); // every warp is done with Q_i, dO_i, L_i, D_i before the next prefetch overwrites them
+    }
+    // line 18: write dK_j = scale * dK_j and dV_j, rounded once
+    #pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int j = k0 + 16 * warp + g + 8 * r;
+        floatX* dk = dqkv + ((int64_t)b * T + j) * 3 * C + C + h * HS; // (HS) row j of dK, head h
+        #pragma unroll
+        for (int n = 0; n < HS / 8; n++) {
+            fa_store2(dk + 8 * n + 2 * t, dK[n][2 * r] * scale, dK[n][2 * r + 1] * scale);
+            fa_store2(dk + C + 8 * n + 2 * t, dV[n][2 * r], dV[n][2 * r + 1]); // the v third: C channels later
+        }
+    }
+}
+
+// Alg. 2 line 15 as its own pass: block (bh, query tile) owns queries [q0, q0 + FA_TILE) and walks
+// the key tiles up to its own; each warp, for its 16 queries: S = Q_i K_j^T, P, dP = dO_i V_j^T,
+// dS, dQ_i += dS K_j.
+// dqkv (B, T, 3C): the q third [=]; dout (B, T, C), qkv (B, T, 3C), lse, D (B, NH, T).
+template <int HS>
+__global__ static void __launch_bounds__(FA_THREADS)
+attention_backward_dq_tc_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
+                                const float* D, int T, int C, int NH) {
+    const int ld = HS + FA_PAD;
+    int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    int qt = gridDim.y - 1 - blockIdx.y, q0 = qt * FA_TILE; // the last queries (most keys) first
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+    float scale = 1.0f / sqrtf((float)HS);
+    const floatX* q = qkv + (int64_t)b * T * 3 * C + h * HS; // (T, HS), row stride 3C
+    const floatX* k = q + C;
+    const floatX* v = q + 2 * C;
+    const floatX* dO = dout + (int64_t)b * T * C + h * HS;  // (T, HS), row stride C
+    extern __shared__ float fa_smem[];
+    bf16_t* Qs = (bf16_t*)fa_smem;        // (FA_TILE, ld) Q_i
+    bf16_t* dOs = Qs + FA_TILE * ld;      // (FA_TILE, ld) dO_i
+    bf16_t* Ks = dOs + FA_TILE * ld;      // 2 x (FA_TILE, ld) K_j, double-buffered
+    bf16_t* Vs = Ks + 2 * FA_TILE * ld;   // 2 x (FA_TILE, ld) V_j
+    float* Ls = (float*)(Vs + 2 * FA_TILE * ld); // (FA_TILE) L_i
+    float* Ds = Ls + FA_TILE;                    // (FA_TILE) D_i
+
+    // line 9 (the query side, once): Q_i, dO_i, L_i, D_i; line 6 of the first key tile: K_0, V_0
+    fa_load_tile<HS>(Qs, q, 3 * C, q0);
+    fa_load_tile<HS>(dOs, dO, C, q0);
+    fa_load_vec(Ls, lse + (int64_t)bh * T + q0);
+    fa_load_vec(Ds, D + (int64_t)bh * T + q0);
+    fa_load_tile<HS>(Ks, k, 3 * C, 0);
+    fa_load_tile<HS>(Vs, v, 3 * C, 0);
+    tc_cp_async_commit();
+    float dQ[HS / 8][4];
+    #pragma unroll
+    for (int n = 0; n < HS / 8; n++)
+        #pragma unroll
+        for (int i = 0; i < 4; i++) dQ[n][i] = 0.0f;
+    for (int j = 0; j <= qt; j++) { // causal: key tiles past the query tile are skipped whole
+        bf16_t* Kj = Ks + (j % 2) * FA_TILE * ld;
+        bf16_t* Vj = Vs + (j % 2) * FA_TILE * ld;
+        if (j < qt) { // line 6 of the next tile, into the other buffer, while this one is used
+            fa_load_tile<HS>(Ks + ((j + 1) % 2) * FA_TILE * ld, k, 3 * C, (j + 1) * FA_TILE);
+            fa_load_tile<HS>(Vs + ((j + 1) % 2) * FA_TILE * ld, v, 3 * C, (j + 1) * FA_TILE);
+            tc_cp_async_commit();
+            tc_cp_async_wait<1>(); // all but that newest group have landed
+        } else {
+            tc_cp_async_wait<0>();
+        }
+        __syncthreads(); // every thread's copies of K_j, V_j (and Q_i, dO_i, L_i, D_i) are visible
+        // lines 10, 11: P = exp(scale Q_i K_j^T - L_i), 0 where key > query; line 13: dP = dO_i V_j^T
+        float P[FA_TILE / 8][4], dS[FA_TILE / 8][4];
+        fa_mma_ABt<HS>(P, Qs + 16 * warp * ld, Kj);
+        fa_mma_ABt<HS>(dS, dOs + 16 * warp * ld, Vj);
+        // line 14: dS = P o (dP - D_i)   (rows are queries: L and D are indexed by row)
+        #pragma unroll
+        for (int n = 0; n < FA_TILE / 8; n++)
+            #pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int row = 16 * warp + g + 8 * (i / 2), col = 8 * n + 2 * t + (i % 2);
+                float p = (j == qt && col > row) ? 0.0f : expf(P[n][i] * scale - Ls[row]);
+                dS[n][i] = p * (dS[n][i] - Ds[row]);
+            }
+        // line 15: dQ_i += dS K_j (times scale at the end)
+        fa_mma_PV<HS>(dQ, dS, Kj);
+        __syncthreads(); // every warp is done with K_j, V_j before the next prefetch overwrites them
+    }
+    // write dQ_i = scale * dQ_i, rounded once
+    #pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int i = q0 + 16 * warp + g + 8 * r;
+        floatX* dq = dqkv + ((int64_t)b * T + i) * 3 * C + h * HS;
+        #pragma unroll
+        for (int n = 0; n < HS / 8; n++) fa_store2(dq + 8 * n + 2 * t, dQ[n][2 * r] * scale, dQ[n][2 * r + 1] * scale);
+    }
+}
+#endif // !ENABLE_FP32
+
 // Check the head size; once per process, allow the kernels the dynamic shared memory the largest
 // head size needs (over the default 48 KiB), after checking that this GPU has it.
 static void attention_cuda_setup(int C, int NH) {
@@ -369,7 +723,31 @@ static void attention_cuda_setup(int C, int NH) {
     cudaCheck(cudaFuncSetAttribute(attention_forward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fwd));
     cudaCheck(cudaFuncSetAttribute(attention_backward_dkdv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd));
     cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd));
+#ifndef ENABLE_FP32
+    // the tensor-core kernels: ~85 KiB (forward) and ~103 KiB (backward) at HS = 128
+    int tc_fwd = (int)fa_smem_bytes(128, 0), tc_bwd = (int)fa_smem_bytes(128, 1);
+    cudaCheck(cudaFuncSetAttribute(attention_forward_tc_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, tc_fwd));
+    cudaCheck(cudaFuncSetAttribute(attention_forward_tc_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, tc_fwd));
+    cudaCheck(cudaFuncSetAttribute(attention_backward_dkdv_tc_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, tc_bwd));
+    cudaCheck(cudaFuncSetAttribute(attention_backward_dkdv_tc_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, tc_bwd));
+    cudaCheck(cudaFuncSetAttribute(attention_backward_dq_tc_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, tc_bwd));
+    cudaCheck(cudaFuncSetAttribute(attention_backward_dq_tc_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, tc_bwd));
+#endif
     done = 1;
+}
+
+// Which kernels a shape takes: the tensor-core ones (1) or the scalar ones (0). The tensor-core
+// kernels need BF16 storage, HS = 64 or 128, T a multiple of FA_TILE, and 16-byte aligned rows
+// (cp.async copies 16 bytes).
+static int attention_uses_tc(int T, int C, int NH, const void* p0, const void* p1, const void* p2, const void* p3) {
+#ifdef ENABLE_FP32
+    (void)T; (void)C; (void)NH; (void)p0; (void)p1; (void)p2; (void)p3;
+    return 0;
+#else
+    int HS = C / NH;
+    uintptr_t any = (uintptr_t)p0 | (uintptr_t)p1 | (uintptr_t)p2 | (uintptr_t)p3;
+    return (HS == 64 || HS == 128) && T % FA_TILE == 0 && any % 16 == 0;
+#endif
 }
 
 // Tiles of `rows` rows over T, as the grid's y dimension (at most 65535).
@@ -382,6 +760,17 @@ static unsigned att_tiles(int T, int rows) {
 static void attention_forward_cuda(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH) {
     if (B <= 0 || T <= 0) return;
     attention_cuda_setup(C, NH);
+#ifndef ENABLE_FP32
+    if (attention_uses_tc(T, C, NH, out, lse, qkv, NULL)) {
+        int HS = C / NH;
+        void (*fwd_tc)(floatX*, float*, const floatX*, int, int, int) =
+            HS == 64 ? attention_forward_tc_kernel<64> : attention_forward_tc_kernel<128>;
+        dim3 tc_grid((unsigned)(B * NH), att_tiles(T, FA_TILE));
+        fwd_tc<<<tc_grid, FA_THREADS, fa_smem_bytes(HS, 0), g_stream>>>(out, lse, qkv, T, C, NH);
+        cudaCheck(cudaGetLastError());
+        return;
+    }
+#endif
     dim3 grid((unsigned)(B * NH), att_tiles(T, ATT_FWD_BR));
     size_t smem = att_fwd_smem_floats(C / NH) * sizeof(float);
     attention_forward_kernel<<<grid, ATT_THREADS, smem, g_stream>>>(out, lse, qkv, T, C, NH);
@@ -399,6 +788,21 @@ static void attention_backward_cuda(floatX* dqkv, const floatX* dout, const floa
     float* D = g_work;
     attention_backward_d_kernel<<<(unsigned)ceil_div((int64_t)rows, ATT_THREADS / 32), ATT_THREADS, 0, g_stream>>>(D, dout, out, B, T, C, NH);
     cudaCheck(cudaGetLastError());
+#ifndef ENABLE_FP32
+    if (attention_uses_tc(T, C, NH, dqkv, dout, qkv, lse) && (uintptr_t)D % 16 == 0) {
+        int HS = C / NH;
+        void (*dkdv_tc)(floatX*, const floatX*, const floatX*, const float*, const float*, int, int, int) =
+            HS == 64 ? attention_backward_dkdv_tc_kernel<64> : attention_backward_dkdv_tc_kernel<128>;
+        void (*dq_tc)(floatX*, const floatX*, const floatX*, const float*, const float*, int, int, int) =
+            HS == 64 ? attention_backward_dq_tc_kernel<64> : attention_backward_dq_tc_kernel<128>;
+        dim3 tc_grid((unsigned)(B * NH), att_tiles(T, FA_TILE));
+        dkdv_tc<<<tc_grid, FA_THREADS, fa_smem_bytes(HS, 1), g_stream>>>(dqkv, dout, qkv, lse, D, T, C, NH);
+        cudaCheck(cudaGetLastError());
+        dq_tc<<<tc_grid, FA_THREADS, fa_smem_bytes(HS, 1), g_stream>>>(dqkv, dout, qkv, lse, D, T, C, NH);
+        cudaCheck(cudaGetLastError());
+        return;
+    }
+#endif
     dim3 grid((unsigned)(B * NH), att_tiles(T, ATT_BWD_OWN));
     size_t smem = att_bwd_smem_floats(C / NH) * sizeof(float);
     attention_backward_dkdv_kernel<<<grid, ATT_THREADS, smem, g_stream>>>(dqkv, dout, qkv, lse, D, T, C, NH);

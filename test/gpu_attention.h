@@ -5,7 +5,187 @@
 // backward of both devices reads the CPU forward's out and lse, so a forward error cannot hide in
 // it. GPU outputs start as NaN (all bits set), so an element a kernel forgets to write fails.
 // Shapes: T of one row, T not a multiple of any tile (the tiles are 16 and 32 rows), odd head
-// sizes, GPT-2's, and the largest head sizes the kernels' shared memory is sized for.
+// sizes, and the largest head sizes the scalar kernels' shared memory is sized for (all on the
+// scalar kernels); full 64-row tiles at T = 256 with HS 64 and 128 and GPT-2's T = 1024 (on the
+// tensor-core kernels: each case says which kernels it must take). Before them, the tensor-core
+// instructions alone against the PTX ISA; after them, the planted missing cp.async wait.
+
+// ---- The tensor-core instructions (ops/tensor_core.cuh) against the PTX ISA's documented layouts.
+// The kernels below build and read fragments with the ISA's formulas written out here (not with
+// the attention kernels' helpers), so a wrong layout in the emulator, or in the wrappers, fails.
+// g = lane >> 2 (groupID), t = lane % 4 (threadID_in_group). Under the emulator these are the
+// proof that it implements the documented semantics; on a GPU they check the wrappers' PTX.
+#ifndef ENABLE_FP32
+static __device__ inline float tct_f(bf16_t x) { return bf16_to_f32(x); }
+static __device__ inline uint32_t tct_pair(bf16_t lo, bf16_t hi) { return (uint32_t)lo.bits | (uint32_t)hi.bits << 16; }
+
+// One warp: D (16x8) = A (16x16, row-major) B (16x8, k x n, row-major here) + C (16x8), each lane
+// assembling its fragments from global memory by PTX ISA 9.7.14.5.8 (m16n8k16, .bf16):
+//   a_i: row g (i in 0,1,4,5) or g + 8, col 2t + (i & 1) (+ 8 for i >= 4); register i / 2
+//   b_i: row (k) 2t + (i & 1) (+ 8 for i >= 2), col (n) g; register i / 2
+//   c_i: row g (i < 2) or g + 8, col 2t + (i & 1)
+__global__ static void tct_mma_kernel(float* D, const bf16_t* A, const bf16_t* B, const float* Cm) {
+    int lane = threadIdx.x, g = lane >> 2, t = lane % 4;
+    uint32_t a[4], b[2];
+    float c[4], d[4];
+    for (int r = 0; r < 4; r++) { // register r holds a_{2r}, a_{2r+1}
+        int i = 2 * r, row = (i < 2 || (i >= 4 && i < 6)) ? g : g + 8, col = 2 * t + (i >= 4 ? 8 : 0);
+        a[r] = tct_pair(A[row * 16 + col], A[row * 16 + col + 1]);
+    }
+    for (int r = 0; r < 2; r++) { // register r holds b_{2r}, b_{2r+1}
+        int k = 2 * t + (r ? 8 : 0);
+        b[r] = tct_pair(B[k * 8 + g], B[(k + 1) * 8 + g]);
+    }
+    for (int i = 0; i < 4; i++) c[i] = Cm[(i < 2 ? g : g + 8) * 8 + 2 * t + (i & 1)];
+    tc_mma_bf16(d, a, b, c);
+    for (int i = 0; i < 4; i++) D[(i < 2 ? g : g + 8) * 8 + 2 * t + (i & 1)] = d[i];
+}
+
+// The products are small integers times powers of two: every sum is exact, the result is unique.
+TEST(gpu_tc_mma_layout) {
+    bf16_t A[256], B[128];
+    float Cm[128], D[128];
+    for (int i = 0; i < 256; i++) A[i] = f32_to_bf16((float)((i * 7) % 23 - 11) * 0.25f);
+    for (int i = 0; i < 128; i++) B[i] = f32_to_bf16((float)((i * 5) % 19 - 9) * 0.5f);
+    for (int i = 0; i < 128; i++) Cm[i] = (float)(i % 13) - 6.0f;
+    bf16_t* dA = (bf16_t*)gpu_copy_of(A, sizeof(A));
+    bf16_t* dB = (bf16_t*)gpu_copy_of(B, sizeof(B));
+    float* dC = (float*)gpu_copy_of(Cm, sizeof(Cm));
+    float* dD = (float*)gpu_zeros(sizeof(D));
+    int bad = 0;
+    for (int run = 0; run < 2; run++) { // the emulator alternates the lanes' order between launches
+        gpu_fill(dD, 0xFF, sizeof(D));
+        tct_mma_kernel<<<1, 32, 0, g_stream>>>(dD, dA, dB, dC);
+        cudaCheck(cudaGetLastError());
+        cudaCheck(cudaStreamSynchronize(g_stream));
+        gpu_to_host(D, dD, sizeof(D));
+        for (int m = 0; m < 16; m++)
+            for (int n = 0; n < 8; n++) {
+                double ref = Cm[m * 8 + n];
+                for (int k = 0; k < 16; k++) ref += (double)bf16_to_f32(A[m * 16 + k]) * bf16_to_f32(B[k * 8 + n]);
+                bad += D[m * 8 + n] != (float)ref;
+            }
+    }
+    CHECKF(bad == 0, "%d of 256 elements of D differ from A B + C", bad);
+    printf("    mma.m16n8k16 bf16: D = A B + C exactly, %s\n", bad ? "NO" : "yes");
+    cudaCheck(cudaFree(dA)); cudaCheck(cudaFree(dB)); cudaCheck(cudaFree(dC)); cudaCheck(cudaFree(dD));
+}
+
+#ifdef ZT_CUDA_EMU
+// The emulator's accumulation model (cuda_emu.h, "THE ACCUMULATION ORDER IS A MODEL"): d = c, then
+// k = 0..15, each addition rounded to FP32. With c = 2^24 and sixteen products of 1, every addition
+// of 1 to 2^24 rounds back to 2^24 (ties to even): 2^24, where adding the products first gives
+// 2^24 + 16. A GPU need not agree, so this case runs under the emulator only.
+TEST(gpu_tc_mma_accumulation_model) {
+    bf16_t A[256], B[128];
+    float Cm[128], D[128];
+    for (int i = 0; i < 256; i++) A[i] = f32_to_bf16(1.0f);
+    for (int i = 0; i < 128; i++) { B[i] = f32_to_bf16(1.0f); Cm[i] = 16777216.0f; }
+    bf16_t* dA = (bf16_t*)gpu_copy_of(A, sizeof(A));
+    bf16_t* dB = (bf16_t*)gpu_copy_of(B, sizeof(B));
+    float* dC = (float*)gpu_copy_of(Cm, sizeof(Cm));
+    float* dD = (float*)gpu_zeros(sizeof(D));
+    tct_mma_kernel<<<1, 32, 0, g_stream>>>(dD, dA, dB, dC);
+    cudaCheck(cudaStreamSynchronize(g_stream));
+    gpu_to_host(D, dD, sizeof(D));
+    CHECKF(D[0] == 16777216.0f && D[127] == 16777216.0f, "2^24 + 16 x 1 gave %.1f (model: 16777216)", D[0]);
+    cudaCheck(cudaFree(dA)); cudaCheck(cudaFree(dB)); cudaCheck(cudaFree(dC)); cudaCheck(cudaFree(dD));
+}
+#endif
+
+// One warp, a 16x16 tile of BF16 values v(r, c) = 16 r + c in shared memory (rows 16-byte aligned).
+// Lane l gives the address of row l % 16 at column 8 (l / 16), so 8x8 matrix m (lanes 8m..8m+7)
+// is the tile's block (rows 8 (m % 2) .., cols 8 (m / 2) ..). Variant x = 0..5: x1, x2, x4, then
+// the same .trans. out (6, 32 lanes, 4 registers) [=], unused registers 0.
+__global__ static void tct_ldmatrix_kernel(uint32_t* out) {
+    __shared__ bf16_t tile[16 * 16];
+    int lane = threadIdx.x;
+    for (int e = lane; e < 256; e += 32) tile[e] = f32_to_bf16((float)e);
+    __syncwarp();
+    const bf16_t* row = tile + (lane % 16) * 16 + 8 * (lane / 16);
+    uint32_t r[6][4] = {};
+    tc_ldmatrix_x1(r[0], row);
+    tc_ldmatrix_x2(r[1], row);
+    tc_ldmatrix_x4(r[2], row);
+    tc_ldmatrix_x1_trans(r[3], row);
+    tc_ldmatrix_x2_trans(r[4], row);
+    tc_ldmatrix_x4_trans(r[5], row);
+    for (int x = 0; x < 6; x++)
+        for (int k = 0; k < 4; k++) out[(x * 32 + lane) * 4 + k] = r[x][k];
+}
+
+// PTX ISA "ldmatrix": register m of lane l holds (row l / 4, cols 2 (l % 4), + 1) of matrix m, or
+// with .trans (rows 2 (l % 4), + 1, col l / 4); the lower element in the low half.
+TEST(gpu_tc_ldmatrix_layout) {
+    uint32_t out[6 * 32 * 4];
+    uint32_t* d = (uint32_t*)gpu_zeros(sizeof(out));
+    tct_ldmatrix_kernel<<<1, 32, 0, g_stream>>>(d);
+    cudaCheck(cudaGetLastError());
+    cudaCheck(cudaStreamSynchronize(g_stream));
+    gpu_to_host(out, d, sizeof(out));
+    int bad = 0;
+    for (int x = 0; x < 6; x++) {
+        int nmat = 1 << (x % 3), trans = x >= 3;
+        for (int lane = 0; lane < 32; lane++)
+            for (int m = 0; m < 4; m++) {
+                uint32_t want = 0;
+                if (m < nmat)
+                    for (int half = 0; half < 2; half++) {
+                        int r = trans ? 2 * (lane % 4) + half : lane / 4, c = trans ? lane / 4 : 2 * (lane % 4) + half;
+                        int v = (8 * (m % 2) + r) * 16 + 8 * (m / 2) + c;
+                        want |= (uint32_t)f32_to_bf16((float)v).bits << (16 * half);
+                    }
+                bad += out[(x * 32 + lane) * 4 + m] != want;
+            }
+    }
+    CHECKF(bad == 0, "%d registers differ from the documented ldmatrix layout", bad);
+    printf("    ldmatrix x1/x2/x4 and .trans: %s\n", bad ? "WRONG" : "as documented");
+    cudaCheck(cudaFree(d));
+}
+
+// 32 threads, two groups of 16-byte copies: before any wait, after wait_group 1 (the older group
+// only), after wait_group 0 (both); the last read is of another thread's copy after a barrier.
+// obs (32 threads, 4 observations): the first 4 bytes of the destination each time, as seen.
+__global__ static void tct_cp_async_kernel(uint32_t* obs, const uint32_t* src) {
+    __shared__ uint32_t dst[2][32 * 4];
+    int t = threadIdx.x;
+    tc_cp_async_16(&dst[0][4 * t], src + 4 * t); // group 1
+    tc_cp_async_commit();
+    tc_cp_async_16(&dst[1][4 * t], src + 128 + 4 * t); // group 2
+    tc_cp_async_commit();
+    obs[t * 4 + 0] = dst[0][4 * t];     // not landed: NaN bytes under the emulator (a GPU may differ)
+    tc_cp_async_wait<1>();
+    obs[t * 4 + 1] = dst[0][4 * t] ^ (dst[1][4 * t] == 0xFFFFFFFFu ? 0 : 0x80000000u); // group 1 landed, 2 not
+    tc_cp_async_wait<0>();
+    __syncthreads(); // every thread's copies are visible to every thread
+    obs[t * 4 + 2] = dst[1][4 * t];
+    obs[t * 4 + 3] = dst[1][4 * ((t + 1) % 32)];
+}
+
+TEST(gpu_tc_cp_async_groups) {
+    uint32_t src[256], obs[128];
+    for (int i = 0; i < 256; i++) src[i] = 1000 + i;
+    uint32_t* dsrc = (uint32_t*)gpu_copy_of(src, sizeof(src));
+    uint32_t* dobs = (uint32_t*)gpu_zeros(sizeof(obs));
+    tct_cp_async_kernel<<<1, 32, 0, g_stream>>>(dobs, dsrc);
+    cudaCheck(cudaGetLastError());
+    cudaCheck(cudaStreamSynchronize(g_stream));
+    gpu_to_host(obs, dobs, sizeof(obs));
+    int bad = 0;
+    for (int t = 0; t < 32; t++) {
+#ifdef ZT_CUDA_EMU
+        bad += obs[t * 4 + 0] != 0xFFFFFFFFu;                 // nothing lands before a wait
+        bad += obs[t * 4 + 1] != src[4 * t];                  // wait_group 1: group 1 only
+#else
+        bad += (obs[t * 4 + 1] & 0x7FFFFFFFu) != src[4 * t];  // a GPU may land group 2 early
+#endif
+        bad += obs[t * 4 + 2] != src[128 + 4 * t];
+        bad += obs[t * 4 + 3] != src[128 + 4 * ((t + 1) % 32)];
+    }
+    CHECKF(bad == 0, "%d observations differ from cp.async's commit/wait semantics", bad);
+    cudaCheck(cudaFree(dsrc)); cudaCheck(cudaFree(dobs));
+}
+#endif // !ENABLE_FP32
 
 // ||a - b|| / ||b|| over one third (0: q, 1: k, 2: v) of (N, 3C) tensors.
 static double att_relerr_third(const floatX* a, const floatX* b, int64_t N, int C, int third) {
@@ -21,8 +201,9 @@ static double att_relerr_third(const floatX* a, const floatX* b, int64_t N, int 
     return e;
 }
 
-// One shape: forward and backward on both devices, compared.
-static void gpu_attention_case(int B, int T, int NH, int HS, uint64_t seed) {
+// One shape: forward and backward on both devices, compared. want_tc: the tensor-core kernels must
+// (1) or must not (0) take this shape, so a case cannot silently test the other path.
+static void gpu_attention_case(int B, int T, int NH, int HS, uint64_t seed, int want_tc = 0) {
     int C = NH * HS;
     int64_t nqkv = (int64_t)B * T * 3 * C, nout = (int64_t)B * T * C, nlse = (int64_t)B * NH * T;
     size_t bqkv = nqkv * sizeof(floatX), bout = nout * sizeof(floatX), blse = nlse * sizeof(float);
@@ -47,6 +228,9 @@ static void gpu_attention_case(int B, int T, int NH, int HS, uint64_t seed) {
     float* d_lse = (float*)gpu_zeros(blse);
     gpu_fill(d_out, 0xFF, bout); // NaN: unwritten elements fail
     gpu_fill(d_lse, 0xFF, blse);
+    int tc = attention_uses_tc(T, C, NH, d_out, d_lse, d_qkv, NULL);
+    printf("    kernels: %s\n", tc ? "tensor cores (mma.sync)" : "scalar FP32");
+    CHECKF(tc == want_tc, "expected the %s kernels", want_tc ? "tensor-core" : "scalar");
     ON_GPU(op_attention_forward(d_out, d_lse, d_qkv, B, T, C, NH));
     gpu_to_host(g_out, d_out, bout);
     gpu_to_host(g_lse, d_lse, blse);
@@ -81,15 +265,32 @@ TEST(gpu_attention_hs3) { gpu_attention_case(1, 65, 2, 3, 32); }
 TEST(gpu_attention_hs7) { gpu_attention_case(3, 33, 1, 7, 33); }
 // Head size 12, T = 200 (6.25 tiles of 32, 12.5 of 16).
 TEST(gpu_attention_hs12) { gpu_attention_case(2, 200, 3, 12, 34); }
-// GPT-2 small's attention: 12 heads of 64, T = 1024 (emulated: one sequence of 2 heads).
-TEST(gpu_attention_gpt2) { gpu_attention_case(GPU_BIG(2, 1), 1024, GPU_BIG(12, 2), 64, 35); }
-// The largest head sizes (the shared-memory layouts are sized for HS = 256).
+#ifdef ENABLE_FP32
+#define ATT_TC 0 // the FP32 build has no tensor-core path
+#else
+#define ATT_TC 1
+#endif
+// GPT-2 small's attention: 12 heads of 64, T = 1024 (emulated: one sequence of one head).
+TEST(gpu_attention_gpt2) { gpu_attention_case(GPU_BIG(2, 1), 1024, GPU_BIG(12, 1), 64, 35, ATT_TC); }
+// Full tiles on tensor cores: 4 query tiles x 4 key tiles (double buffering, skipped tiles, the
+// diagonal's mask), both head sizes.
+// (The FP32 build would run the scalar kernels on them, which the other cases cover.)
+#ifdef ENABLE_FP32
+#define ATT_TC_ONLY() TEST_SKIP("the FP32 build has no tensor-core attention")
+#else
+#define ATT_TC_ONLY() do {} while (0)
+#endif
+TEST(gpu_attention_tc_hs64) { ATT_TC_ONLY(); gpu_attention_case(2, 256, 2, 64, 38, ATT_TC); }
+TEST(gpu_attention_tc_hs128) { ATT_TC_ONLY(); gpu_attention_case(1, 256, 2, 128, 39, ATT_TC); }
+// The largest head sizes (the shared-memory layouts are sized for HS = 256); HS 128 with T not a
+// multiple of 64 takes the scalar kernels.
 TEST(gpu_attention_hs128) { gpu_attention_case(1, 100, 2, 128, 36); }
 TEST(gpu_attention_hs256) { gpu_attention_case(2, 77, 2, 256, 37); }
 
-// Deterministic: the same inputs give the same bits, forward and backward (no atomics).
-TEST(gpu_attention_deterministic) {
-    const int B = 2, T = 300, NH = 4, HS = 64, C = NH * HS;
+// Deterministic: the same inputs give the same bits, forward and backward (no atomics), on the
+// scalar kernels (T = 300) and on the tensor-core ones (T = 256).
+static void gpu_attention_deterministic_case(int B, int T, int NH, int HS) {
+    int C = NH * HS;
     int64_t nqkv = (int64_t)B * T * 3 * C, nout = (int64_t)B * T * C, nlse = (int64_t)B * NH * T;
     size_t bqkv = nqkv * sizeof(floatX), bout = nout * sizeof(floatX), blse = nlse * sizeof(float);
     floatX* qkv = (floatX*)malloc(bqkv);
@@ -120,4 +321,44 @@ TEST(gpu_attention_deterministic) {
     free(qkv); free(dout); free(out1); free(out2); free(lse1); free(lse2); free(dq1); free(dq2);
     cudaCheck(cudaFree(d_qkv)); cudaCheck(cudaFree(d_dout)); cudaCheck(cudaFree(d_out));
     cudaCheck(cudaFree(d_lse)); cudaCheck(cudaFree(d_dqkv));
+}
+TEST(gpu_attention_deterministic) { gpu_attention_deterministic_case(2, 300, 4, 64); }
+TEST(gpu_attention_tc_deterministic) { ATT_TC_ONLY(); gpu_attention_deterministic_case(1, 256, 2, 64); }
+
+// Strictness, planted: the emulator drops every cp.async.wait_group (emu_cp_async_skip_waits), as
+// if the kernel had forgotten them; the copies then never land, the tiles read NaN, and the same
+// comparison gpu_attention_tc_hs64 passes must fail. (test/cuda_emu/mutants.py plants the other
+// bugs in the source: a wrong fragment index, a wrong wait count, a missing barrier, ...)
+TEST(gpu_attention_tc_planted_missing_wait) {
+#ifndef ZT_CUDA_EMU
+    TEST_SKIP("a fault planted in the emulator");
+#else
+    ATT_TC_ONLY();
+    const int B = 1, T = 128, NH = 1, HS = 64, C = NH * HS;
+    int64_t nqkv = (int64_t)B * T * 3 * C, nout = (int64_t)B * T * C, nlse = (int64_t)B * NH * T;
+    floatX* qkv = (floatX*)malloc(nqkv * sizeof(floatX));
+    floatX* out = (floatX*)malloc(nout * sizeof(floatX));
+    floatX* g_out = (floatX*)malloc(nout * sizeof(floatX));
+    float* lse = (float*)malloc(nlse * sizeof(float));
+    rand_x(qkv, nqkv, 1.0, 40);
+    ON_CPU(op_attention_forward(out, lse, qkv, B, T, C, NH));
+    floatX* d_qkv = (floatX*)gpu_copy_of(qkv, nqkv * sizeof(floatX));
+    floatX* d_out = (floatX*)gpu_zeros(nout * sizeof(floatX));
+    float* d_lse = (float*)gpu_zeros(nlse * sizeof(float));
+    CHECK(attention_uses_tc(T, C, NH, d_out, d_lse, d_qkv, NULL));
+    double err[2];
+    for (int planted = 0; planted < 2; planted++) {
+        emu_cp_async_skip_waits = planted;
+        gpu_fill(d_out, 0xFF, nout * sizeof(floatX));
+        ON_GPU(op_attention_forward(d_out, d_lse, d_qkv, B, T, C, NH));
+        emu_cp_async_skip_waits = 0;
+        gpu_to_host(g_out, d_out, nout * sizeof(floatX));
+        err[planted] = relerr_x(g_out, out, nout);
+    }
+    printf("    forward out rel err: %.3e as written, %.3e without the cp.async waits\n", err[0], err[1]);
+    CHECKF(err[0] < TOL_GPU_FWD, "the kernel as written fails: %.3e", err[0]);
+    CHECKF(!(err[1] < TOL_GPU_FWD), "the missing wait went unnoticed: %.3e", err[1]);
+    free(qkv); free(out); free(g_out); free(lse);
+    cudaCheck(cudaFree(d_qkv)); cudaCheck(cudaFree(d_out)); cudaCheck(cudaFree(d_lse));
+#endif
 }

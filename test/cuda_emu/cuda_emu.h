@@ -52,6 +52,9 @@
 //   - a buffer written on the legacy default stream and used on a non-blocking stream (or the
 //     reverse) before the host waited for the write.
 //
+//   - tensor-core instructions (mma.sync m16n8k16 BF16, ldmatrix x1/x2/x4 [.trans]) computed from
+//     the PTX ISA's fragment layouts, with every lane of the warp required; cp.async copies land
+//     only at the cp.async.wait_group that covers them (NaN until then).
 // WHAT IT CANNOT CHECK (the GPU session still has to):
 //   - real concurrency: streams never overlap here; a missing event between two non-blocking
 //     streams is caught for collectives and copies (their ranges are known) and for kernel pointer
@@ -64,6 +67,9 @@
 //   - cuBLASLt's real algorithms, their summation orders, alignment rules and heuristic failures
 //     (fake_cublaslt.h), CUB's real temporary-storage size (fake_cub.h), NCCL's real transports,
 //     algorithms and summation orders (fake_nccl.h follows its documentation: a ring, a tree);
+//   - a tensor core's own summation order inside mma (the emulator's is a documented model: see
+//     "THE ACCUMULATION ORDER IS A MODEL"), and a cp.async that lands between its issue and its
+//     wait (here it lands exactly at the wait: reads before it see NaN, never a half-landed tile);
 //   - performance, occupancy, register limits, bank conflicts, memory coalescing; out-of-bounds
 //     accesses smaller than a buffer's 256-byte rounding, or between two live shared arrays.
 //
@@ -74,7 +80,8 @@
 //
 // defines: the CUDA runtime subset (cudaMalloc ... cudaGetErrorString), dim3, threadIdx, blockIdx,
 //          blockDim, gridDim, __syncthreads, __syncwarp, __shfl_*_sync, the _rn intrinsics, clock64,
-//          __nanosleep, min/max, __nv_bfloat16; for emulate.py's rewrites: emu::launch, EMU_SHARED,
+//          __nanosleep, min/max, __nv_bfloat16, emu_mma_m16n8k16_bf16, emu_ldmatrix, emu_cp_async(_commit,
+//          _wait) (for ops/tensor_core.cuh); for emulate.py's rewrites: emu::launch, EMU_SHARED,
 //          emu_dynamic_shared
 #ifndef ZT_CUDA_EMU_H
 #define ZT_CUDA_EMU_H
@@ -468,8 +475,15 @@ __asm__(".text\n"
 #endif
 
 enum State { RUNNING, AT_BARRIER, AT_WARP_OP, DONE };
-enum WarpOp { SHFL_XOR, SHFL_DOWN, SHFL_UP, SHFL_IDX, SYNCWARP };
-static const char* warp_op_name[] = {"__shfl_xor_sync", "__shfl_down_sync", "__shfl_up_sync", "__shfl_sync", "__syncwarp"};
+enum WarpOp { SHFL_XOR, SHFL_DOWN, SHFL_UP, SHFL_IDX, SYNCWARP, MMA_BF16, LDMATRIX };
+static const char* warp_op_name[] = {"__shfl_xor_sync", "__shfl_down_sync", "__shfl_up_sync", "__shfl_sync", "__syncwarp",
+                                     "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "ldmatrix.sync.aligned.m8n8"};
+
+// cp.async (see "Asynchronous copies" below): a copy issued by a thread and not yet landed. The
+// source bytes are taken at issue; the destination holds 0xFF (NaN) until the thread's wait_group
+// that covers the copy's commit group.
+struct CpAsync { void* dst; unsigned char data[16]; int bytes; long group; };
+static const int kMaxCpAsync = 64; // copies in flight per thread (a GPU's limit is larger; ours is a check)
 
 struct Fiber {
 #if defined(EMU_FIBERS_ASM)
@@ -488,6 +502,11 @@ struct Fiber {
     int arg, width;
     size_t size;
     uint64_t value, result;
+    const void* in;       // warp-collective instructions (mma, ldmatrix): this lane's operands
+    void* out;            // and where its results go (both on the lane's own stack)
+    int cp_n;             // cp.async copies in flight (cp[0 .. cp_n))
+    long cp_committed;    // commit_group calls so far: a copy issued now joins group cp_committed + 1
+    CpAsync cp[kMaxCpAsync];
 };
 
 static const size_t kStackBytes = 128 << 10;
@@ -576,6 +595,8 @@ static void fiber_start(Fiber* f) {
     makecontext(&f->ctx, fiber_main, 0);
 #endif
     f->state = RUNNING;
+    f->cp_n = 0;
+    f->cp_committed = 0;
 }
 
 static void fiber_resume(Worker* w, Fiber* f) {
@@ -605,6 +626,84 @@ static void describe_fiber(const Fiber& f, char* buf, size_t n) {
     }
 }
 
+// ---- tensor-core instructions (PTX ISA 9.7.14, "Warp-level matrix instructions"), from the
+// documented fragment layouts; every lane of the warp must be there (.sync.aligned).
+//   groupID = lane >> 2, threadID_in_group = lane % 4 (g and t below); a .b32 register holds two
+//   16-bit elements, the lower-numbered one in the low half.
+//   mma.m16n8k16 .bf16 (9.7.14.5.8): D (16x8) = A (16x16, .row) * B (16x8, .col) + C, FP32 C and D
+//     A: a0..a7 in 4 registers: row = g for a0,a1,a4,a5, g + 8 for a2,a3,a6,a7;
+//        col = 2t + (i & 1) for i < 4, 2t + (i & 1) + 8 for i >= 4
+//     B: b0..b3 in 2 registers: row (k) = 2t + (i & 1) for i < 2, 2t + (i & 1) + 8 for i >= 2; col (n) = g
+//     C, D: c0..c3 (FP32): row = g for c0,c1, g + 8 for c2,c3; col = 2t + (i & 1)
+//   ldmatrix.m8n8.x1/x2/x4[.trans].b16 (9.7.14.4.x "ldmatrix"): matrix m (0..x-1) has its 8 row
+//     addresses in lanes 8m .. 8m+7 (16-byte aligned rows of 8 elements in shared memory); lane l
+//     receives in register m the elements (row l/4, cols 2(l%4), 2(l%4)+1) of matrix m, or with
+//     .trans the elements (rows 2(l%4), 2(l%4)+1, col l/4).
+// THE ACCUMULATION ORDER IS A MODEL. A tensor core's internal order and intermediate precision are
+// not documented. The emulator computes each element of D as d = c, then for k = 0, 1, ..., 15:
+// d = d + a_k * b_k, the product exact (two BF16 significands fit in FP32's) and each addition
+// rounded to nearest FP32. Real hardware adds the products in another order (and, by published
+// measurements, with truncation inside the adder tree), so emulated and GPU results of the
+// tensor-core kernels differ in the last bits: compare them with the CPU op within a tolerance,
+// never bitwise across devices. (Run-to-run on one GPU, the instruction is deterministic.)
+
+struct MmaIn { uint32_t a[4], b[2]; float c[4]; }; // one lane's operands of mma m16n8k16
+
+static float bf16_bits(uint32_t reg, int half) {
+    uint32_t u = (half ? reg >> 16 : reg & 0xffffu) << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static void resolve_mma(Worker* w, int lo) {
+    float A[16][16], B[16][8], C[16][8];
+    for (int lane = 0; lane < 32; lane++) {
+        const MmaIn* in = (const MmaIn*)w->fibers[lo + lane].in;
+        int g = lane >> 2, t = lane % 4;
+        for (int i = 0; i < 8; i++) { // a_i: register i / 2, half i % 2
+            int row = (i < 2 || (i >= 4 && i < 6)) ? g : g + 8;
+            int col = 2 * t + (i & 1) + (i >= 4 ? 8 : 0);
+            A[row][col] = bf16_bits(in->a[i / 2], i % 2);
+        }
+        for (int i = 0; i < 4; i++) B[2 * t + (i & 1) + (i >= 2 ? 8 : 0)][g] = bf16_bits(in->b[i / 2], i % 2);
+        for (int i = 0; i < 4; i++) C[i < 2 ? g : g + 8][2 * t + (i & 1)] = in->c[i];
+    }
+    for (int lane = 0; lane < 32; lane++) {
+        float* d = (float*)w->fibers[lo + lane].out;
+        int g = lane >> 2, t = lane % 4;
+        for (int i = 0; i < 4; i++) {
+            int row = i < 2 ? g : g + 8, col = 2 * t + (i & 1);
+            float acc = C[row][col];
+            for (int k = 0; k < 16; k++) acc += A[row][k] * B[k][col]; // the model above (host code: never contracted)
+            d[i] = acc;
+        }
+    }
+}
+
+static void resolve_ldmatrix(Worker* w, int lo, int x, int trans) {
+    const char* addr[32];
+    for (int lane = 0; lane < 8 * x; lane++) {
+        const Fiber& f = w->fibers[lo + lane];
+        addr[lane] = (const char*)f.in;
+        if (addr[lane] < w->smem || addr[lane] + 16 > w->smem + kSmemBytes)
+            fail("ldmatrix at %s:%d: lane %d's row address %p is not in shared memory", f.file, f.line, lane, f.in);
+        if ((uintptr_t)addr[lane] % 16)
+            fail("ldmatrix at %s:%d: lane %d's row address %p is not 16-byte aligned", f.file, f.line, lane, f.in);
+    }
+    for (int lane = 0; lane < 32; lane++) {
+        uint32_t* r = (uint32_t*)w->fibers[lo + lane].out;
+        for (int m = 0; m < x; m++) {
+            uint16_t e[2];
+            for (int h = 0; h < 2; h++) {
+                int row = trans ? 2 * (lane % 4) + h : lane / 4, col = trans ? lane / 4 : 2 * (lane % 4) + h;
+                memcpy(&e[h], addr[8 * m + row] + 2 * col, 2);
+            }
+            r[m] = (uint32_t)e[0] | (uint32_t)e[1] << 16;
+        }
+    }
+}
+
 // Every lane of warp wi waits at a warp op: check they agree, compute the results. Returns false
 // when the warp has no lane at a warp op.
 static bool resolve_warp(Worker* w, int wi, int nthreads) {
@@ -626,8 +725,14 @@ static bool resolve_warp(Worker* w, int wi, int nthreads) {
         if (f.state != AT_WARP_OP || !same_site(f, f0) || f.op != f0.op)
             fail("%s at %s:%d (warp %d, mask 0x%08x): lane %d is %s", warp_op_name[f0.op], f0.file, f0.line, wi,
                  f0.mask, lane, why);
-        if (f.mask != f0.mask || f.width != f0.width || f.size != f0.size)
+        if (f.mask != f0.mask || f.width != f0.width || f.size != f0.size || (f.op >= MMA_BF16 && f.arg != f0.arg))
             fail("%s at %s:%d (warp %d): lanes disagree on the mask, width or type", warp_op_name[f0.op], f0.file, f0.line, wi);
+    }
+    if (f0.op == MMA_BF16 || f0.op == LDMATRIX) {
+        if (f0.op == MMA_BF16) resolve_mma(w, lo);
+        else resolve_ldmatrix(w, lo, f0.arg & 7, f0.arg >> 4);
+        for (int lane = 0; lane < 32; lane++) w->fibers[lo + lane].state = RUNNING;
+        return true;
     }
     for (int lane = 0; lane < 32; lane++) {
         if (!(f0.mask >> lane & 1u)) continue;
@@ -638,7 +743,7 @@ static bool resolve_warp(Worker* w, int wi, int nthreads) {
         case SHFL_DOWN: src = lane + f.arg < 32 ? lane + f.arg : lane; break;
         case SHFL_UP: src = lane - f.arg >= 0 ? lane - f.arg : lane; break;
         case SHFL_IDX: src = f.arg & 31; break;
-        case SYNCWARP: break;
+        case SYNCWARP: case MMA_BF16: case LDMATRIX: break; // (the collectives returned above)
         }
         if (f.op != SYNCWARP && (src < 0 || src >= 32 || !(f0.mask >> src & 1u)))
             fail("%s at %s:%d: lane %d reads lane %d, outside the mask 0x%08x (undefined)", warp_op_name[f.op], f.file,
@@ -827,6 +932,79 @@ template <class T> static inline T __shfl_sync(unsigned mask, T v, int src_lane,
 }
 static inline void __syncwarp(unsigned mask = 0xffffffffu, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
     emu::warp_op(emu::SYNCWARP, mask, 0, 0, 32, file, line);
+}
+
+// ---- Tensor-core instructions and asynchronous copies, as ops/tensor_core.cuh calls them under
+// the emulator (its nvcc side is the inline PTX). The layouts are in resolve_mma / resolve_ldmatrix.
+namespace emu {
+static inline void warp_collective(WarpOp op, const void* in, void* out, int arg, const char* file, int line) {
+    Fiber* f = tl_worker->cur;
+    f->op = op; f->mask = 0xffffffffu; f->arg = arg; f->width = 32; f->size = 0; f->file = file; f->line = line;
+    f->in = in; f->out = out;
+    to_scheduler(AT_WARP_OP);
+}
+} // namespace emu
+
+// d = A b + c for one m16n8k16 tile (a[4], b[2] BF16 pairs, c[4], d[4] FP32: this lane's fragments).
+static inline void emu_mma_m16n8k16_bf16(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4],
+                                         const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    emu::MmaIn in;
+    memcpy(in.a, a, sizeof(in.a));
+    memcpy(in.b, b, sizeof(in.b));
+    memcpy(in.c, c, sizeof(in.c));
+    float res[4];
+    emu::warp_collective(emu::MMA_BF16, &in, res, 0, file, line);
+    memcpy(d, res, sizeof(res));
+}
+// r[0 .. x) = ldmatrix.m8n8.x{x}[.trans].b16 with this lane's row address `row`.
+static inline void emu_ldmatrix(uint32_t* r, int x, int trans, const void* row, const char* file = __builtin_FILE(),
+                                int line = __builtin_LINE()) {
+    uint32_t res[4];
+    emu::warp_collective(emu::LDMATRIX, row, res, x | trans << 4, file, line);
+    memcpy(r, res, (size_t)x * 4);
+}
+
+// cp.async.{ca,cg}.shared.global [dst], [src], bytes (4, 8 or 16; cg: 16) and its groups. A copy
+// lands (its bytes appear at dst) only when this thread's cp.async.wait_group covers its group;
+// until then dst reads 0xFF (NaN), so reading it without the wait fails, and so does a copy issued
+// over data other warps still read. (Other threads see landed data after a barrier, as on a GPU.)
+static inline void emu_cp_async(void* dst, const void* src, int bytes, const char* file = __builtin_FILE(),
+                                int line = __builtin_LINE()) {
+    emu::Worker* w = emu::tl_worker;
+    emu::Fiber* f = w->cur;
+    if (bytes != 4 && bytes != 8 && bytes != 16) emu::fail("cp.async at %s:%d: %d bytes (4, 8 or 16)", file, line, bytes);
+    if ((char*)dst < w->smem || (char*)dst + bytes > w->smem + emu::kSmemBytes)
+        emu::fail("cp.async at %s:%d: destination %p is not shared memory", file, line, dst);
+    if ((uintptr_t)dst % bytes || (uintptr_t)src % bytes)
+        emu::fail("cp.async at %s:%d: %d-byte copy from %p to %p: both must be %d-byte aligned", file, line, bytes, src,
+                  dst, bytes);
+    if (!emu::find_alloc(src, (size_t)bytes))
+        emu::fail("cp.async at %s:%d: source [%p, +%d) is not inside a device allocation", file, line, src, bytes);
+    if (f->cp_n == emu::kMaxCpAsync)
+        emu::fail("cp.async at %s:%d: more than %d copies in flight in one thread (a missing wait_group?)", file, line,
+                  emu::kMaxCpAsync);
+    emu::CpAsync& c = f->cp[f->cp_n++];
+    c.dst = dst;
+    c.bytes = bytes;
+    c.group = f->cp_committed + 1;
+    memcpy(c.data, src, (size_t)bytes);
+    memset(dst, 0xFF, (size_t)bytes);
+}
+static inline void emu_cp_async_commit() { emu::tl_worker->cur->cp_committed++; }
+// cp.async.wait_group n: every committed group but the n most recent has landed.
+// emu_cp_async_skip_waits = 1 turns every wait into nothing: the "missing wait" a test plants to
+// show that the attention test catches it (test/gpu_attention.h).
+static int emu_cp_async_skip_waits = 0;
+static inline void emu_cp_async_wait(int n) {
+    emu::Fiber* f = emu::tl_worker->cur;
+    if (emu_cp_async_skip_waits) return;
+    int keep = 0;
+    for (int i = 0; i < f->cp_n; i++) {
+        emu::CpAsync& c = f->cp[i];
+        if (c.group <= f->cp_committed - n) memcpy(c.dst, c.data, (size_t)c.bytes);
+        else f->cp[keep++] = c;
+    }
+    f->cp_n = keep;
 }
 
 namespace emu {

@@ -70,6 +70,57 @@ MUTANTS = {
         'ops/matmul.cuh',
         'int32_t bias_type = CUDA_R_FLOATX;', 'int32_t bias_type = CUDA_R_32F;',
         'gpu_matmul_gpt2', 'a bias type cuBLASLt does not accept with a BF16 D (the GEMM falls back or fails)'),
+    # tensor-core attention (ops/attention.cuh, ops/tensor_core.cuh): the issue's strictness cases
+    'tc_wrong_fragment_index': (
+        'ops/attention.cuh',
+        'uint32_t a[4] = {tc_pack_bf16(P[2 * kk][0], P[2 * kk][1]), tc_pack_bf16(P[2 * kk][2], P[2 * kk][3]),',
+        'uint32_t a[4] = {tc_pack_bf16(P[2 * kk][0], P[2 * kk][1]), tc_pack_bf16(P[2 * kk + 1][0], P[2 * kk + 1][1]),',
+        'gpu_attention_tc_hs64', 'P as an A fragment: register 1 taken from the next n-tile (rows g / g+8 confused with cols)'),
+    'tc_wrong_ldmatrix_row': (
+        'ops/attention.cuh',
+        'tc_ldmatrix_x4(b, B + (n0 + lane % 8 + 8 * (lane / 16)) * ld + k0 + 8 * ((lane / 8) % 2));',
+        'tc_ldmatrix_x4(b, B + (n0 + lane % 8 + 8 * ((lane / 8) % 2)) * ld + k0 + 8 * (lane / 16));',
+        'gpu_attention_tc_hs64', 'K as a B operand: the lanes\' row addresses of the two n-tiles and k-halves swapped'),
+    'tc_missing_wait': (
+        'ops/attention.cuh',
+        '            tc_cp_async_wait<1>(); // all but that newest group have landed: Q_i, K_j, V_j\n', '',
+        'gpu_attention_tc_hs64', 'forward: the next tile\'s copy issued, this tile\'s never waited for'),
+    'tc_wait_too_few': (
+        'ops/attention.cuh',
+        '            tc_cp_async_wait<1>(); // all but that newest group have landed\n        } else {\n            tc_cp_async_wait<0>();\n        }\n        __syncthreads(); // every thread\'s copies of Q_i',
+        '            tc_cp_async_wait<2>(); // all but that newest group have landed\n        } else {\n            tc_cp_async_wait<0>();\n        }\n        __syncthreads(); // every thread\'s copies of Q_i',
+        'gpu_attention_tc_hs64', 'dK/dV: wait_group 2 where 1 is needed (the current tile may still be in flight)'),
+    'tc_missing_barrier_before_prefetch': (
+        'ops/attention.cuh',
+        '        __syncthreads(); // every warp is done with K_j, V_j before the next prefetch overwrites them\n    }\n    // lines 12, 14',
+        '    }\n    // lines 12, 14',
+        'gpu_attention_tc_hs64', 'forward: the prefetch overwrites K_j, V_j while other warps still read them'),
+    'tc_mask_off_by_one': (
+        'ops/attention.cuh',
+        'S[n][i] = (j == qt && col > row) ? -INFINITY : S[n][i] * scale;',
+        'S[n][i] = (j == qt && col >= row) ? -INFINITY : S[n][i] * scale;',
+        'gpu_attention_tc_hs64', 'forward: the causal mask hides the diagonal (each query\'s own key)'),
+    'tc_dq_skips_diagonal': (
+        'ops/attention.cuh',
+        '    for (int j = 0; j <= qt; j++) { // causal: key tiles past the query tile are skipped whole\n        bf16_t* Kj = Ks + (j % 2) * FA_TILE * ld;\n        bf16_t* Vj = Vs + (j % 2) * FA_TILE * ld;\n        if (j < qt) { // line 6',
+        '    for (int j = 0; j < qt; j++) { // causal: key tiles past the query tile are skipped whole\n        bf16_t* Kj = Ks + (j % 2) * FA_TILE * ld;\n        bf16_t* Vj = Vs + (j % 2) * FA_TILE * ld;\n        if (j < qt) { // line 6',
+        'gpu_attention_tc_hs64', 'dQ: the diagonal key tile skipped along with those above it'),
+    # the emulator's instructions themselves: a wrong layout must fail the instruction tests
+    'emu_mma_b_layout': (
+        'test/cuda_emu/cuda_emu.h',
+        'for (int i = 0; i < 4; i++) B[2 * t + (i & 1) + (i >= 2 ? 8 : 0)][g] = bf16_bits(in->b[i / 2], i % 2);',
+        'for (int i = 0; i < 4; i++) B[2 * t + (i >> 1) + (i & 1 ? 8 : 0)][g] = bf16_bits(in->b[i / 2], i % 2);',
+        'gpu_tc_mma_layout', 'mma: B fragment rows k = 2t + i&1 (+8) read as 2t + i/2 (+8 for odd i)'),
+    'emu_ldmatrix_trans': (
+        'test/cuda_emu/cuda_emu.h',
+        'int row = trans ? 2 * (lane % 4) + h : lane / 4, col = trans ? lane / 4 : 2 * (lane % 4) + h;',
+        'int row = trans ? lane / 4 : lane / 4, col = trans ? 2 * (lane % 4) + h : 2 * (lane % 4) + h;',
+        'gpu_tc_ldmatrix_layout', 'ldmatrix: .trans ignored'),
+    'emu_cp_async_lands_early': (
+        'test/cuda_emu/cuda_emu.h',
+        '    memcpy(c.data, src, (size_t)bytes);\n    memset(dst, 0xFF, (size_t)bytes);\n',
+        '    memcpy(c.data, src, (size_t)bytes);\n    memcpy(dst, src, (size_t)bytes);\n',
+        'gpu_tc_cp_async_groups', 'cp.async: the copy lands at issue (a missing wait could never show)'),
     'attention_no_smem_attribute': (
         'ops/attention.cuh',
         '    cudaCheck(cudaFuncSetAttribute(attention_forward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fwd));\n',
