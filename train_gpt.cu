@@ -39,6 +39,7 @@
 #include "zero.h"              // defines: BlockLayout, Zero, Comm, the zero_* hooks, comm_*
 #include "dataloader.h"        // defines: DataLoader, dataloader_init, dataloader_load
 #include "tokenizer.h"         // defines: Tokenizer, tokenizer_init, tokenizer_print
+#include "hf.h"                // defines: HFCheckpoint, hf_open, hf_bind, hf_fill, HFWriter (Hugging Face GPT-2 in/out)
 
 // ----------------------------------------------------------------------------
 // 1. Flags. One row per flag: llm.c's single letters where the meaning is the same, descriptive
@@ -50,7 +51,7 @@ typedef enum { F_INT, F_FLOAT, F_STR, F_SWITCH } FlagType; // F_SWITCH: present 
 // X(flag, field, type, default, help)
 #define FLAG_TABLE(X)                                                                                   \
     X("-device",        device,          F_STR,   "auto",   "cpu | cuda | auto (cuda when a GPU is present)")                    \
-    X("-e",             model,           F_STR,   "auto",   "model: dN (d6 d12 d24 d36 d48 d60 d72 d84), tiny, or an llm.c .bin file; auto: d12 on cuda, tiny on cpu") \
+    X("-e",             model,           F_STR,   "auto",   "model: dN (d6 d12 d24 d36 d48 d60 d72 d84), tiny, an llm.c .bin file, or a Hugging Face GPT-2 (a directory with config.json + model.safetensors or its index, or a .safetensors file); auto: d12 on cuda, tiny on cpu") \
     X("-layers",        layers,          F_INT,   "0",      "override L, the number of layers (0: from -e)")                   \
     X("-channels",      channels,        F_INT,   "0",      "override C, the width (0: from -e)")                               \
     X("-heads",         heads,           F_INT,   "0",      "override NH, the attention heads (0: from -e)")                    \
@@ -102,7 +103,9 @@ typedef enum { F_INT, F_FLOAT, F_STR, F_SWITCH } FlagType; // F_SWITCH: present 
     X("-world",         world,           F_INT,   "0",      "with -plan: plan for this many ranks (0: the ranks this run has)")   \
     X("-gpu-mem",       gpu_mem,         F_STR,   "",       "memory per rank for -plan and -z auto, e.g. 80GiB, 40GB, 512MiB (\"\": the device's free memory)") \
     X("-link-gbps",     link_gbps,       F_FLOAT, "auto",   "link bandwidth per rank for -plan, Gbit/s per direction (auto: 3600 NVLink-class on cuda, 80 on cpu)") \
-    X("-tflops",        tflops,          F_FLOAT, "auto",   "compute rate per rank for -plan, TFLOP/s (auto: measured matmul on cpu, peak table x 0.5 on cuda)")
+    X("-tflops",        tflops,          F_FLOAT, "auto",   "compute rate per rank for -plan, TFLOP/s (auto: measured matmul on cpu, peak table x 0.5 on cuda)") \
+    X("-export-hf",     export_hf,       F_STR,   "",       "when training ends, write the model as a Hugging Face GPT-2 checkpoint into this directory (config.json + model.safetensors)") \
+    X("-export-dtype",  export_dtype,    F_STR,   "auto",   "dtype of -export / -export-hf: fp32 (from the FP32 master weights), bf16 (the parameters as trained), fp16 (-export-hf only); auto: -export the parameters' dtype, -export-hf fp32")
 
 // How each type is declared and converted from its text.
 #define FLAG_FIELD_F_INT(field) int field;
@@ -775,12 +778,40 @@ static int pread_all(int fd, void* buf, size_t n, off_t off) {
     return 0;
 }
 
-// The model in llm.c's format. Every rank must call it (under ZeRO-3 each block is gathered);
-// rank 0 writes. Returns 0 on success (on rank 0; other ranks return 0).
-static int write_model_file(Model* m, const char* path) {
+// Block b's values as FP32 in host[0, P[b]) on rank 0 (the block layout, padding included):
+// the parameters (master = 0; [ZeRO-3] a gather) or the FP32 master weights (master = 1: each
+// rank's shard broadcast in turn [ZeRO-1/2/3]; every rank has them all under ZeRO-0). Every rank
+// must call it; host needs P[b] floats on every rank.
+static void block_values(Zero* z, int b, int master, float* host) {
+    int64_t P = z->lay.P[b];
+    if (!master) {
+        floatX* p = zero_params(z, b); // [ZeRO-3] a gather every rank takes part in
+        if (g_rank == 0) {
+            floatX* tmp = (floatX*)malloc(P * sizeof(floatX));
+            dev_to_host(tmp, p, P * sizeof(floatX));
+            for (int64_t i = 0; i < P; i++) host[i] = ld(tmp[i]);
+            free(tmp);
+        }
+        zero_release(z, b);
+    } else if (z->stage == 0) {
+        if (g_rank == 0) dev_to_host(host, z->master + zero_opt_off(z, b), P * sizeof(float));
+    } else { // [ZeRO-1/2/3] rank q holds [q*S, (q+1)*S) of the block
+        int64_t S = z->lay.S[b];
+        for (int q = 0; q < z->R; q++) {
+            if (q == z->r) dev_to_host(host + q * S, z->master + zero_opt_off(z, b), S * sizeof(float));
+            if (q != 0) comm_broadcast(z->comm, host + q * S, S * (int64_t)sizeof(float), q);
+        }
+    }
+}
+
+// The model in llm.c's format: version 5 (BF16) from the parameters, or with fp32 = 1 version 3
+// from the FP32 master weights (in the FP32 build the two are the same values). Every rank must
+// call it (blocks are gathered); rank 0 writes. Returns 0 on success (other ranks return 0).
+static int write_model_file(Model* m, const char* path, int fp32) {
     const GPTConfig* c = &m->cfg;
     Zero* z = &m->z;
     int fd = -1, ok = 1;
+    size_t es = fp32 ? 4 : 2;
     char tmp[PATH_MAX + 32];
     snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
     if (g_rank == 0) {
@@ -788,25 +819,27 @@ static int write_model_file(Model* m, const char* path) {
         if (fd < 0) { fprintf(stderr, "error: cannot create %s: %s\n", tmp, strerror(errno)); ok = 0; }
         int header[256] = {0};
         header[0] = MODEL_MAGIC;
-        header[1] = sizeof(floatX) == 2 ? 5 : 3;
+        header[1] = fp32 ? 3 : 5;
         header[2] = c->maxT; header[3] = c->V; header[4] = c->L; header[5] = c->NH; header[6] = c->C; header[7] = c->Vp;
         if (ok && pwrite_all(fd, header, sizeof(header), 0) != 0) ok = 0;
     }
     size_t maxP = 0;
     for (int b = 0; b < z->lay.nblocks; b++) maxP = (size_t)z->lay.P[b] > maxP ? (size_t)z->lay.P[b] : maxP;
-    floatX* host = g_rank == 0 ? (floatX*)malloc(maxP * sizeof(floatX)) : NULL;
+    float* host = (float*)malloc(maxP * sizeof(float));
+    bf16_t* half = g_rank == 0 && !fp32 ? (bf16_t*)malloc(maxP * sizeof(bf16_t)) : NULL;
     for (int b = 0; b < z->lay.nblocks; b++) {
-        floatX* p = zero_params(z, b); // [ZeRO-3] a gather every rank takes part in
+        block_values(z, b, fp32, host);
         if (g_rank == 0 && ok) {
-            dev_to_host(host, p, z->lay.P[b] * sizeof(floatX));
+            if (half) for (int64_t i = 0; i < z->lay.P[b]; i++) half[i] = f32_to_bf16(host[i]);
+            const char* src = half ? (const char*)half : (const char*)host;
             for (int k = 0; k < z->lay.ntensors[b] && ok; k++) {
                 const BlockTensor* t = &z->lay.tensors[b][k];
-                if (pwrite_all(fd, host + t->off, t->len * sizeof(floatX), 1024 + t->logical * (off_t)sizeof(floatX)) != 0) ok = 0;
+                if (pwrite_all(fd, src + t->off * es, t->len * es, 1024 + t->logical * (off_t)es) != 0) ok = 0;
             }
         }
-        zero_release(z, b);
     }
     free(host);
+    free(half);
     if (g_rank != 0) return 0;
     if (!ok || file_commit(fd, tmp, path) != 0) {
         fprintf(stderr, "error: writing %s failed: %s. HINT: check free disk space and permissions\n", path, strerror(errno));
@@ -814,6 +847,37 @@ static int write_model_file(Model* m, const char* path) {
         return -1;
     }
     return 0;
+}
+
+// The model as a Hugging Face GPT-2 checkpoint (hf.h): config.json + model.safetensors in dir, in
+// `dtype`, from the master weights (F32, F16) or the parameters (BF16). Every rank must call it;
+// rank 0 writes. On failure nothing is left in dir. Returns 0 on success.
+static int write_hf_checkpoint(Model* m, const char* dir, StDtype dtype) {
+    const GPTConfig* c = &m->cfg;
+    Zero* z = &m->z;
+    HFConfig hc = {c->L, c->C, c->NH, c->V, c->maxT};
+    HFWriter w;
+    char err[1024] = "";
+    int ok = 1;
+    if (g_rank == 0) {
+        if (hf_writer_open(&w, dir, &hc, dtype, err, sizeof(err))) ok = 0;
+    }
+    size_t maxP = 0;
+    for (int b = 0; b < z->lay.nblocks; b++) maxP = (size_t)z->lay.P[b] > maxP ? (size_t)z->lay.P[b] : maxP;
+    float* host = (float*)malloc(maxP * sizeof(float));
+    for (int b = 0; b < z->lay.nblocks; b++) {
+        block_values(z, b, dtype != ST_BF16, host);
+        for (int k = 0; g_rank == 0 && ok && k < z->lay.ntensors[b]; k++) {
+            const BlockTensor* t = &z->lay.tensors[b][k];
+            if (hf_writer_put(&w, m->d.t[t->tensor].name, b == 0 ? 0 : b - 1, host + t->off, err, sizeof(err))) ok = 0;
+        }
+    }
+    free(host);
+    if (g_rank != 0) return 0;
+    if (ok && hf_writer_commit(&w, err, sizeof(err)) == 0) return 0;
+    if (!ok) hf_writer_abort(&w); // (a failed commit has cleaned up already)
+    fprintf(stderr, "error: -export-hf %s: %s. HINT: check free disk space and permissions\n", dir, err);
+    return -1;
 }
 
 // Reading an llm.c model file: check its header (exit 2 with the reason on anything wrong).
@@ -971,7 +1035,7 @@ static void save_checkpoint(Trainer* tr) {
     char path[PATH_MAX];
     double err = 0.0;
     snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, tr->step);
-    if (write_model_file(&tr->model, path) != 0) err += 1.0;
+    if (write_model_file(&tr->model, path, sizeof(floatX) == 4) != 0) err += 1.0;
     snprintf(path, sizeof(path), "%s/state_%08d_%05d.bin", dir, tr->step, tr->r);
     if (write_state_file(tr, path) != 0) err += 1.0;
     comm_sum_doubles(&tr->comm, &err, 1); // every rank learns whether all files are safe
@@ -1586,10 +1650,19 @@ static void model_config(const Flags* f, GPTConfig* c, int* from_file) {
         struct stat st;
         if (stat(f->model, &st) != 0)
             die_user("-e %s: neither a model descriptor (tiny, d6, d12, d24, d36, d48, d60, d72, d84) nor a readable file: %s", f->model, strerror(errno));
-        ModelFile mf;
-        model_file_open(&mf, f->model, c);
-        close(mf.fd);
-        *from_file = 1;
+        if (hf_is_checkpoint_path(f->model)) { // a Hugging Face GPT-2 (hf.h)
+            HFCheckpoint ck;
+            char err[2048];
+            if (hf_open(&ck, f->model, err, sizeof(err))) die_user("-e %s", err);
+            c->L = ck.cfg.L; c->C = ck.cfg.C; c->NH = ck.cfg.NH; c->V = ck.cfg.V; c->maxT = ck.cfg.maxT;
+            hf_close(&ck);
+            *from_file = 2;
+        } else {
+            ModelFile mf;
+            model_file_open(&mf, f->model, c);
+            close(mf.fd);
+            *from_file = 1;
+        }
         if (f->layers || f->channels || f->heads || f->max_seq || f->vocab)
             die_user("-e %s is a model file: its shape is fixed, so -layers/-channels/-heads/-max-seq/-vocab cannot change it", f->model);
     }
@@ -1598,7 +1671,7 @@ static void model_config(const Flags* f, GPTConfig* c, int* from_file) {
     if (f->heads) c->NH = f->heads;
     if (f->max_seq) c->maxT = f->max_seq;
     if (f->vocab) c->V = f->vocab;
-    if (!*from_file) c->Vp = (int)round_up(c->V, 128);
+    if (*from_file != 1) c->Vp = (int)round_up(c->V, 128); // an llm.c file says its Vp
     if (c->L < 1 || c->C < 1 || c->NH < 1 || c->maxT < 1 || c->V < 2)
         die_user("model: L %d, C %d, NH %d, max-seq %d, V %d: every size must be positive (V at least 2)", c->L, c->C, c->NH, c->maxT, c->V);
     if (c->C % c->NH != 0) die_user("model: C = %d is not divisible by NH = %d. HINT: pick -channels a multiple of -heads", c->C, c->NH);
@@ -1618,6 +1691,10 @@ static void check_flags(const Flags* f, const GPTConfig* c, int R) {
     if (f->world < 0) die_user("flag -world: %d ranks", f->world);
     if (f->world > 0 && !f->plan) die_user("flag -world plans for another world size: it needs -plan");
     if (f->link_gbps < 0 || f->tflops < 0) die_user("flags -link-gbps / -tflops must be positive");
+    const char* ed = f->export_dtype;
+    if (strcmp(ed, "auto") && strcmp(ed, "fp32") && strcmp(ed, "bf16") && strcmp(ed, "fp16"))
+        die_user("flag -export-dtype: '%s' is not auto, fp32, bf16 or fp16", ed);
+    if (!strcmp(ed, "fp16") && f->export_path[0]) die_user("flag -export-dtype fp16: llm.c model files have no FP16 version (use it with -export-hf only)");
     if (f->max_steps < -1) die_user("flag -x: %d steps: use a count, 0 (evaluate only) or -1 (one epoch)", f->max_steps);
     if (f->lr < 0) die_user("flag -l: learning rate %g is negative", f->lr);
     if (f->warmup < -1) die_user("flag -u: warmup %d is negative", f->warmup);
@@ -1911,7 +1988,16 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
 #endif
     // parameters: a checkpoint, a model file, or initialisation
     if (!(f->resume && resume_checkpoint(tr))) {
-        if (from_file) {
+        if (from_file == 2) { // Hugging Face: the same logical ranges, from the safetensors files
+            HFCheckpoint ck;
+            char err[2048];
+            if (hf_open(&ck, f->model, err, sizeof(err))) die_user("-e %s", err);
+            HFLlmcTensor lt[NUM_TENSORS];
+            for (int k = 0; k < NUM_TENSORS; k++) lt[k] = (HFLlmcTensor){m->d.t[k].name, m->d.t[k].logical, m->d.t[k].n, !m->d.t[k].io};
+            if (hf_bind(&ck, lt, NUM_TENSORS, c.Vp, err, sizeof(err))) die(1, "-e %s: %s", f->model, err);
+            zero_fill_opt(&m->z, m->z.master, hf_fill, &ck);
+            hf_close(&ck);
+        } else if (from_file) {
             ModelFile mf;
             GPTConfig fc;
             model_file_open(&mf, f->model, &fc);
@@ -2038,6 +2124,23 @@ static void trainer_free(Trainer* tr) {
     if (tr->has_tok) tokenizer_free(&tr->tok);
 }
 
+// -export and -export-hf at the end of training (every rank takes part: blocks are gathered).
+static void export_model(Trainer* tr) {
+    const Flags* f = &tr->f;
+    const char* dt = f->export_dtype;
+    if (f->export_path[0]) {
+        int fp32 = !strcmp(dt, "fp32") || (!strcmp(dt, "auto") && sizeof(floatX) == 4);
+        if (write_model_file(&tr->model, f->export_path, fp32) != 0) die(1, "-export %s failed", f->export_path);
+        printf0("exported the model at step %d to %s (llm.c, %s)\n", tr->step, f->export_path, fp32 ? "FP32 from the master weights" : "BF16 parameters");
+    }
+    if (f->export_hf[0]) {
+        StDtype hd = !strcmp(dt, "bf16") ? ST_BF16 : !strcmp(dt, "fp16") ? ST_F16 : ST_F32;
+        if (write_hf_checkpoint(&tr->model, f->export_hf, hd) != 0) die(1, "-export-hf %s failed", f->export_hf);
+        printf0("exported the model at step %d to %s (Hugging Face GPT-2, %s)\n", tr->step, f->export_hf,
+                hd == ST_F32 ? "F32 from the master weights" : hd == ST_F16 ? "F16 from the master weights" : "BF16 parameters");
+    }
+}
+
 static int train_main(int argc, char** argv) {
     Trainer* tr = (Trainer*)calloc(1, sizeof(Trainer));
     if (trainer_setup(tr, argc, argv)) { // -plan: nothing allocated, nothing to free
@@ -2049,10 +2152,7 @@ static int train_main(int argc, char** argv) {
     print_setup(tr);
     log_memory(tr, "start");
     train_loop(tr);
-    if (tr->f.export_path[0]) { // every rank takes part (ZeRO-3 gathers); rank 0 writes
-        if (write_model_file(&tr->model, tr->f.export_path) != 0) die(1, "-export %s failed", tr->f.export_path);
-        printf0("exported the model at step %d to %s\n", tr->step, tr->f.export_path);
-    }
+    export_model(tr);
     if (tr->f.log_hash) log_hashes(tr);
     log_memory(tr, "end");
     trainer_free(tr);
