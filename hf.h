@@ -70,8 +70,9 @@ static void hf_rows(const HFConfig* c, HFTensorRow* rows) {
 #undef X
 }
 
-static void hf_name(const HFTensorRow* r, int layer, char* out, size_t cap) {
-    if (r->per_layer) snprintf(out, cap, r->hf, layer); else snprintf(out, cap, "%s", r->hf);
+static void hf_name(const HFTensorRow* r, int layer, char* out, size_t cap) { // cap >= 64: the names are short
+    int n = r->per_layer ? snprintf(out, cap, r->hf, layer) : snprintf(out, cap, "%s", r->hf);
+    if (n < 0 || (size_t)n >= cap) out[0] = 0;
 }
 
 // ----------------------------------------------------------------------------
@@ -171,7 +172,7 @@ typedef struct { const char* name; int64_t logical, n; int per_layer; } HFLlmcTe
 
 typedef struct {
     HFConfig cfg;
-    char config_path[PATH_MAX];
+    char config_path[PATH_MAX + 64];
     StFile* files;
     int nfiles;
     const StTensor** src; // (HF_NT * L): the tensor of row k, layer l (io rows use l = 0)
@@ -223,8 +224,8 @@ static int hf_open_index(HFCheckpoint* ck, const char* dir, const char* index_pa
         int seen = 0;
         for (int i = 0; i < ck->nfiles; i++) if (!strcmp(names[i], nd->str)) seen = 1;
         if (seen) continue;
-        char p[PATH_MAX];
-        snprintf(p, sizeof(p), "%s/%s", dir, nd->str);
+        char p[2 * PATH_MAX];
+        snprintf(p, sizeof(p), "%s/%.*s", dir, PATH_MAX - 1, nd->str);
         names[ck->nfiles] = nd->str;
         if (st_open(&ck->files[ck->nfiles++], p, err, errlen)) rc = -1;
     }
@@ -249,7 +250,7 @@ static int hf_open_index(HFCheckpoint* ck, const char* dir, const char* index_pa
 // and check every tensor. Returns 0, or -1 with err naming the file and tensor.
 static int hf_open(HFCheckpoint* ck, const char* path, char* err, size_t errlen) {
     memset(ck, 0, sizeof(*ck));
-    char dir[PATH_MAX], single[PATH_MAX] = "", index[PATH_MAX] = "";
+    char dir[PATH_MAX], single[PATH_MAX + 64] = "", index[PATH_MAX + 64] = "";
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
         snprintf(dir, sizeof(dir), "%s", path);
@@ -258,7 +259,7 @@ static int hf_open(HFCheckpoint* ck, const char* path, char* err, size_t errlen)
         if (hf_exists(single)) index[0] = 0;
         else if (hf_exists(index)) single[0] = 0;
         else {
-            char bin[PATH_MAX];
+            char bin[PATH_MAX + 64];
             snprintf(bin, sizeof(bin), "%s/pytorch_model.bin", dir);
             if (hf_exists(bin))
                 return st_err(err, errlen, "%s holds pytorch_model.bin (a pickle) but no model.safetensors: not supported. HINT: convert it with "
@@ -413,7 +414,7 @@ static void hf_fill(void* ctx, float* dst, int64_t logical, int64_t len) {
 typedef struct {
     HFConfig cfg;
     StDtype dtype;
-    char dir[PATH_MAX], tmp[PATH_MAX + 32], path[PATH_MAX + 32];
+    char dir[PATH_MAX], tmp[PATH_MAX + 64], path[PATH_MAX + 32];
     int fd;
     HFTensorRow rows[HF_NT];
     int64_t data_start;
