@@ -75,7 +75,7 @@ else
   TRAIN_WITH := g++
 endif
 
-SOURCES := train_gpt.cu device.cuh zero.h adamw.cuh dataloader.h tokenizer.h unicode_tables.h rng.h safetensors.h hf.h $(wildcard ops/*.cuh)
+SOURCES := train_gpt.cu device.cuh zero.h adamw.cuh dataloader.h tokenizer.h unicode_tables.h rng.h safetensors.h hf.h prompts.h $(wildcard ops/*.cuh)
 TEST_SOURCES := $(wildcard test/*.cpp test/*.h)
 
 .PHONY: all train test test-binaries nvcc-check test-gpu gpu-binaries bench clean

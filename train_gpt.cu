@@ -40,6 +40,7 @@
 #include "dataloader.h"        // defines: DataLoader, dataloader_init, dataloader_load
 #include "tokenizer.h"         // defines: Tokenizer, tokenizer_init, tokenizer_print
 #include "hf.h"                // defines: HFCheckpoint, hf_open, hf_bind, hf_fill, HFWriter (Hugging Face GPT-2 in/out)
+#include "prompts.h"           // defines: tokenize_prompts_to_shards (prompt/completion JSONL -> shards + loss masks)
 
 // ----------------------------------------------------------------------------
 // 1. Flags. One row per flag: llm.c's single letters where the meaning is the same, descriptive
@@ -60,7 +61,7 @@ typedef enum { F_INT, F_FLOAT, F_STR, F_SWITCH } FlagType; // F_SWITCH: present 
     X("-i",             train_data,      F_STR,   "data/kjv_train.bin", "train data: glob of llm.c token shards")              \
     X("-j",             val_data,        F_STR,   "data/kjv_val.bin",   "val data: glob of llm.c token shards (\"\": none)")     \
     X("-tokenizer",     tokenizer,       F_STR,   "data/gpt2_tokenizer.bin", "llm.c tokenizer file for decoding samples")       \
-    X("-tokenize",      tokenize,        F_STR,   "",       "encode this text file with GPT-2's BPE into llm.c shards named by -o (a prefix), then exit; documents are separated by lines that are exactly <|endoftext|>") \
+    X("-tokenize",      tokenize,        F_STR,   "",       "encode this text file with GPT-2's BPE into llm.c shards named by -o (a prefix), then exit; documents are separated by lines that are exactly <|endoftext|>. A .jsonl file of {\"prompt\", \"completion\"} lines is packed for -t with a loss mask (completion + EOT count)") \
     X("-merges",        merges,          F_STR,   "data/gpt2_merges.bin", "GPT-2 merge list for -tokenize")                         \
     X("-val-every",     val_every_doc,   F_INT,   "20",     "with -tokenize: every N-th document goes to the val shards (0: none)") \
     X("-shard-tokens",  shard_tokens,    F_INT,   "100000000", "with -tokenize: tokens per shard at most")                          \
@@ -658,7 +659,7 @@ static float lr_at(const Flags* f, int step, int max_steps) {
     return (float)(lo + 0.5 * (1.0 + cos(M_PI * ratio)) * (peak - lo)); // cosine
 }
 
-typedef struct { float loss, norm, lr; int skipped; } StepResult;
+typedef struct { float loss, norm, lr; int skipped; } StepResult; // skipped: 1 non-finite norm, 2 no counted target
 
 // Copy a loader's micro-batch into the model's token buffers.
 static void load_tokens(Model* m, const DataLoader* dl, int with_targets) {
@@ -689,6 +690,17 @@ static void trace_batch(const Trainer* tr, int micro) {
     printf("\n");
 }
 
+// [masked loss] The targets that count in step `step`'s global batch (all ranks, all micro-steps):
+// R*GA*B*T without loss masks. Every rank counts the whole batch from the data itself (the batch
+// order does not depend on R), so the loss's scale is known before the first backward, with no
+// communication, and every rank agrees.
+static int64_t step_counted_targets(Trainer* tr, int step) {
+    int64_t n = 0;
+    for (int micro = 0; micro < tr->GA; micro++)
+        for (int q = 0; q < tr->R; q++) n += dataloader_count_targets(&tr->train, ((int64_t)step * tr->GA + micro) * tr->R + q);
+    return n;
+}
+
 static StepResult train_step(Trainer* tr) {
     Model* m = &tr->model;
     Zero* z = &m->z;
@@ -696,7 +708,15 @@ static StepResult train_step(Trainer* tr) {
     int B = m->B, T = m->T, BT = B * T;
     StepResult res;
     memset(&res, 0, sizeof(res));
-    float dloss = 1.0f / ((float)tr->R * tr->GA * BT);
+    // the loss is the mean over the counted targets: dloss = 1/count (= 1/(R*GA*B*T) without masks)
+    int64_t counted = step_counted_targets(tr, tr->step);
+    if (counted == 0) { // [masked loss] nothing to learn from: skip the step (every rank agrees)
+        res.lr = lr_at(f, tr->step, tr->max_steps);
+        res.skipped = 2;
+        tr->step++;
+        return res;
+    }
+    float dloss = 1.0f / (float)counted;
     double loss_sum = 0.0;
     for (int micro = 0; micro < tr->GA; micro++) {
         int64_t unit = ((int64_t)tr->step * tr->GA + micro) * tr->R + tr->r;
@@ -710,7 +730,7 @@ static StepResult train_step(Trainer* tr) {
     // one scalar reduction carries the loss and the gradient norm's sum of squares
     double sums[2] = {loss_sum, 0.0};
     res.norm = zero_grad_norm(z, sums, 2);
-    res.loss = (float)(sums[0] / ((double)tr->R * tr->GA * BT));
+    res.loss = (float)(sums[0] / (double)counted);
     res.lr = lr_at(f, tr->step, tr->max_steps);
     if (!isfinite(res.norm)) {
         res.skipped = 1; // every rank sees the same norm, so every rank skips
@@ -1196,14 +1216,16 @@ static float evaluate(Trainer* tr) {
     int nb = tr->f.val_steps < 0 || tr->f.val_steps > units ? (int)units : tr->f.val_steps;
     if (nb < 1) nb = 1;
     double sum = 0.0;
+    int64_t counted = 0; // [masked loss] every rank counts every rank's targets itself
     for (int s = 0; s < nb; s++) {
+        for (int q = 0; q < tr->R; q++) counted += dataloader_count_targets(&tr->val, (int64_t)s * tr->R + q);
         dataloader_load(&tr->val, (int64_t)s * tr->R + tr->r);
         load_tokens(m, &tr->val, 1);
         gpt_forward(m, B, T, 1, 0.0f, 0);
         sum += sum_losses(m, B * T);
     }
     comm_sum_doubles(&tr->comm, &sum, 1);
-    return (float)(sum / ((double)nb * tr->R * B * T));
+    return counted > 0 ? (float)(sum / (double)counted) : NAN;
 }
 
 // Generate gen_tokens tokens after an end-of-text token, sampling from the softmax at
@@ -1881,8 +1903,20 @@ static void run_tokenize(const Flags* f) {
     char err[1024];
     if (tokenizer_init(&tok, f->tokenizer, err, sizeof(err))) die_user("-tokenizer: %s", err);
     if (tokenizer_load_merges(&tok, f->merges, err, sizeof(err))) die_user("-merges: %s", err);
-    TokenizeStats st;
     double t0 = wall_s();
+    size_t n = strlen(f->tokenize);
+    if (n >= 6 && !strcmp(f->tokenize + n - 6, ".jsonl")) { // prompt/completion pairs (prompts.h)
+        PromptStats ps;
+        if (tokenize_prompts_to_shards(&tok, f->tokenize, f->out_dir, f->T, f->val_every_doc, f->shard_tokens, &ps, err, sizeof(err)))
+            die_user("-tokenize: %s", err);
+        printf("tokenized %s in %.2f s, packed for T = %d: train %lld examples, %lld tokens (%lld counted targets) in %d shard(s); "
+               "val %lld examples, %lld tokens (%lld counted) in %d shard(s); %lld prompt(s) cut at the start; prefix %s (each shard with a .mask)\n",
+               f->tokenize, wall_s() - t0, f->T, (long long)ps.examples[0], (long long)ps.tokens[0], (long long)ps.counted[0], ps.shards[0],
+               (long long)ps.examples[1], (long long)ps.tokens[1], (long long)ps.counted[1], ps.shards[1], (long long)ps.cut, f->out_dir);
+        tokenizer_free(&tok);
+        return;
+    }
+    TokenizeStats st;
     if (tokenize_file_to_shards_ex(&tok, f->tokenize, f->out_dir, f->val_every_doc, f->shard_tokens, TOKENIZE_CHUNK_BYTES, &st, err, sizeof(err)))
         die_user("-tokenize: %s", err);
     printf("tokenized %s (%lld bytes) in %.2f s: train %lld documents, %lld tokens in %d shard(s); val %lld documents, %lld tokens in %d shard(s); prefix %s\n",
@@ -2095,7 +2129,7 @@ static void train_loop(Trainer* tr) {
             else snprintf(mfu, sizeof(mfu), " | mfu n/a");
         }
         printf0("step %5d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s%s%s\n", step + 1, tr->max_steps,
-                s.loss, s.lr, s.norm, ms, tok_s, mfu, s.skipped ? " | SKIPPED: non-finite gradient norm" : "");
+                s.loss, s.lr, s.norm, ms, tok_s, mfu, s.skipped == 2 ? " | SKIPPED: no counted target in the batch (loss mask)" : s.skipped ? " | SKIPPED: non-finite gradient norm" : "");
         if (tr->log) {
             fprintf(tr->log, "{\"step\": %d", step + 1);
             json_num(tr->log, "loss", s.loss);

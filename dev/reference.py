@@ -378,6 +378,32 @@ def hf_logits_of(model_dir, tokens_path, out_path):
     print(f"logits ({b}, {t}, {V}) of {model_dir} written to {out_path}")
 
 
+def masked_grads_of(model_path, tokens_path, out_path):
+    """--masked-grads: the loss over the *counted* targets only and every parameter's gradient, of an
+    llm.c model file of the reference's shape. tokens: int32 file B, T, then B*T inputs and B*T
+    targets, a target < 0 not counting (F.cross_entropy's ignore_index): the loss is the mean over
+    the counted targets. Writes an archive: "loss" (1), "grad.<name>" for the 16 tensors."""
+    header, tensors = read_model(model_path)
+    if list(header[2:8]) != [maxT, V, L, NH, C, Vp]:
+        raise ValueError(f"{model_path}: model {list(header[2:8])} is not the reference's")
+    raw = np.fromfile(tokens_path, dtype="<i4")
+    b, t = int(raw[0]), int(raw[1])
+    idx = torch.from_numpy(raw[2:2 + b * t].astype(np.int64)).reshape(b, t)
+    tgt = torch.from_numpy(raw[2 + b * t:2 + 2 * b * t].astype(np.int64)).reshape(b, t)
+    model = build_model({k: torch.from_numpy(np.array(v)) for k, v in tensors.items()})
+    pos = torch.arange(t, dtype=torch.long)
+    x = model.wte(idx) + model.wpe(pos)
+    for block in model.h:
+        x = block(x)
+    logits = F.linear(model.ln_f(x), model.wte.weight[:V])
+    loss = F.cross_entropy(logits.reshape(-1, V), tgt.reshape(-1), ignore_index=-1)
+    loss.backward()
+    entries = [("loss", np.array([loss.item()]))]
+    entries += [("grad." + name, llmc_tensor(model, path, grad=True).numpy()) for name, path, *_ in PARAMS]
+    write_archive(out_path, entries)
+    print(f"masked loss {loss.item():.6f} over {(tgt >= 0).sum().item()} of {b * t} targets written to {out_path}")
+
+
 def write_archive(path, entries):
     """entries: list of (name, numpy array); float arrays are stored as float32, ints as int32."""
     with open(path, "wb") as f:
@@ -541,6 +567,8 @@ def main():
     mode.add_argument("--fdcheck", action="store_true", help="finite differences vs autograd")
     mode.add_argument("--logits", nargs=3, metavar=("MODEL", "TOKENS", "OUT"),
                       help="logits of an llm.c model file of the reference's shape on int32 tokens")
+    mode.add_argument("--masked-grads", nargs=3, metavar=("MODEL", "TOKENS", "OUT"),
+                      help="loss over the counted targets (target < 0: not counted) and every gradient")
     mode.add_argument("--hf-logits", nargs=3, metavar=("DIR", "TOKENS", "OUT"),
                       help="the same for a Hugging Face checkpoint (needs the safetensors package)")
     args = ap.parse_args()   # exits 2 on usage errors
@@ -559,6 +587,9 @@ def main():
         status = check(args.check)
     elif args.logits:
         logits_of(*args.logits)
+        status = 0
+    elif args.masked_grads:
+        masked_grads_of(*args.masked_grads)
         status = 0
     elif args.hf_logits:
         hf_logits_of(*args.hf_logits)
