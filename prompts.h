@@ -65,7 +65,7 @@ static int prompt_push(PromptSplit* s, uint16_t t, uint8_t m) {
 
 // Write the mask of a shard atomically (temporary name, fsync, rename).
 static int write_mask_file(const char* path, const uint8_t* mask, int64_t n, int T, char* err, size_t errlen) {
-    char tmp[4200];
+    char tmp[4400];
     snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
     FILE* f = fopen(tmp, "wb");
     if (!f) return st_err(err, errlen, "mask %s: cannot create: %s", tmp, strerror(errno));

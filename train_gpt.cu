@@ -106,6 +106,7 @@ typedef enum { F_INT, F_FLOAT, F_STR, F_SWITCH } FlagType; // F_SWITCH: present 
     X("-link-gbps",     link_gbps,       F_FLOAT, "auto",   "link bandwidth per rank for -plan, Gbit/s per direction (auto: 3600 NVLink-class on cuda, 80 on cpu)") \
     X("-tflops",        tflops,          F_FLOAT, "auto",   "compute rate per rank for -plan, TFLOP/s (auto: measured matmul on cpu, peak table x 0.5 on cuda)") \
     X("-export-hf",     export_hf,       F_STR,   "",       "when training ends, write the model as a Hugging Face GPT-2 checkpoint into this directory (config.json + model.safetensors)") \
+    X("-prompt",        prompt,          F_STR,   "",       "generate from this prompt (or from each line of @FILE) at the sample steps and at the end, up to -g tokens or an EOT (encoded with -merges)") \
     X("-export-dtype",  export_dtype,    F_STR,   "auto",   "dtype of -export / -export-hf: fp32 (from the FP32 master weights), bf16 (the parameters as trained), fp16 (-export-hf only); auto: -export the parameters' dtype, -export-hf fp32")
 
 // How each type is declared and converted from its text.
@@ -636,6 +637,9 @@ typedef struct {
     int has_val;
     Tokenizer tok;
     int has_tok;
+    int nprompts;      // -prompt: the prompts as token ids, each after an EOT
+    int** prompt_ids;
+    int* prompt_len;
     int R, r, GA;
     int max_steps;
     int step;          // optimizer steps done
@@ -1231,16 +1235,26 @@ static float evaluate(Trainer* tr) {
 // Generate gen_tokens tokens after an end-of-text token, sampling from the softmax at
 // temperature 1 with the counter-based RNG keyed by (seed, step, position): the same text on
 // every rank, and on a rerun or a resume.
-static void sample_text(Trainer* tr) {
+// With -prompt: the context is each prompt (after an EOT), printed before its continuation, and a
+// sampled EOT ends it (a fine-tuned model has learned where a completion stops).
+static void sample_one(Trainer* tr, const int* ctx, int nctx, int prompt) {
     Model* m = &tr->model;
     const GPTConfig* c = &m->cfg;
     int n = tr->f.gen_tokens, T = m->T;
-    int* gen = (int*)malloc(sizeof(int) * (n + 1));
+    int* gen = (int*)malloc(sizeof(int) * (nctx + n));
     floatX* row = (floatX*)malloc(sizeof(floatX) * c->Vp);
-    gen[0] = tr->has_tok && tr->tok.eot_token >= 0 && tr->tok.eot_token < c->V ? tr->tok.eot_token : 0;
-    uint64_t key = rng_key((uint64_t)tr->f.seed, 0x53414D504C45ull /* "SAMPLE" */, (uint64_t)tr->step);
-    printf0("sample at step %d:\n---\n", tr->step);
-    for (int t = 1; t <= n; t++) {
+    memcpy(gen, ctx, sizeof(int) * nctx);
+    int eot = tr->has_tok && tr->tok.eot_token >= 0 && tr->tok.eot_token < c->V ? tr->tok.eot_token : -1;
+    uint64_t key = prompt < 0 ? rng_key((uint64_t)tr->f.seed, 0x53414D504C45ull /* "SAMPLE" */, (uint64_t)tr->step)
+                              : rng_key((uint64_t)tr->f.seed ^ ((uint64_t)(prompt + 1) << 40), 0x50524F4D5054ull /* "PROMPT" */, (uint64_t)tr->step);
+    if (prompt >= 0) printf0("sample at step %d, prompt %d:\n---\n", tr->step, prompt + 1);
+    else printf0("sample at step %d:\n---\n", tr->step);
+    for (int i = 1; i < nctx && g_rank == 0; i++) { // the prompt (after its EOT)
+        if (tr->has_tok) tokenizer_print(&tr->tok, (uint32_t)ctx[i], stdout);
+        else printf("%d ", ctx[i]);
+    }
+    if (prompt >= 0) printf0(" ->");
+    for (int t = nctx; t < nctx + n; t++) {
         int len = t < T ? t : T; // the last T tokens are the context
         dev_from_host(m->a.inputs, gen + t - len, sizeof(int) * len);
         gpt_forward(m, 1, len, 0, 0.0f, 0);
@@ -1255,6 +1269,7 @@ static void sample_text(Trainer* tr) {
             if (u <= cdf) { next = j; break; }
         }
         gen[t] = next;
+        if (prompt >= 0 && next == eot) break; // every rank samples the same token: every rank stops
         if (g_rank == 0) {
             if (tr->has_tok) tokenizer_print(&tr->tok, (uint32_t)next, stdout);
             else printf("%d ", next);
@@ -1264,6 +1279,63 @@ static void sample_text(Trainer* tr) {
     printf0("\n---\n");
     free(gen);
     free(row);
+}
+
+static void sample_text(Trainer* tr) {
+    if (tr->nprompts == 0) {
+        const GPTConfig* c = &tr->model.cfg;
+        int start = tr->has_tok && tr->tok.eot_token >= 0 && tr->tok.eot_token < c->V ? tr->tok.eot_token : 0;
+        sample_one(tr, &start, 1, -1);
+    }
+    for (int p = 0; p < tr->nprompts; p++) sample_one(tr, tr->prompt_ids[p], tr->prompt_len[p], p);
+}
+
+// -prompt "text" or -prompt @FILE (one prompt per non-empty line): each encoded with our GPT-2 BPE
+// after an EOT.
+static void load_prompts(Trainer* tr, int V) {
+    const Flags* f = &tr->f;
+    char err[1024];
+    if (!tr->has_tok && tokenizer_init(&tr->tok, f->tokenizer, err, sizeof(err))) die_user("-prompt needs the tokenizer: -tokenizer: %s", err);
+    tr->has_tok = 1;
+    if (tokenizer_load_merges(&tr->tok, f->merges, err, sizeof(err))) die_user("-prompt needs the merges to encode: -merges: %s", err);
+    char* text = NULL;
+    size_t len = 0;
+    if (f->prompt[0] == '@') {
+        FILE* pf = fopen(f->prompt + 1, "rb");
+        if (!pf) die_user("-prompt %s: cannot open: %s", f->prompt, strerror(errno));
+        fseek(pf, 0, SEEK_END);
+        long n = ftell(pf);
+        fseek(pf, 0, SEEK_SET);
+        text = (char*)malloc((size_t)n + 1);
+        len = fread(text, 1, (size_t)n, pf);
+        fclose(pf);
+    } else {
+        text = strdup(f->prompt);
+        len = strlen(text);
+    }
+    text[len] = 0;
+    int eot = tr->tok.eot_token >= 0 && tr->tok.eot_token < V ? tr->tok.eot_token : 0;
+    for (char *line = text, *next; line && *line; line = next) {
+        next = f->prompt[0] == '@' ? strchr(line, '\n') : NULL;
+        if (next) *next++ = 0;
+        if (!*line) continue;
+        uint16_t* ids = NULL;
+        size_t nids = 0, cap = 0;
+        if (tokenizer_encode(&tr->tok, (const unsigned char*)line, strlen(line), &ids, &nids, &cap)) die(1, "-prompt: out of memory");
+        tr->prompt_ids = (int**)realloc(tr->prompt_ids, sizeof(int*) * (tr->nprompts + 1));
+        tr->prompt_len = (int*)realloc(tr->prompt_len, sizeof(int) * (tr->nprompts + 1));
+        int* p = (int*)malloc(sizeof(int) * (nids + 1));
+        p[0] = eot;
+        for (size_t i = 0; i < nids; i++) {
+            if (ids[i] >= V) die_user("-prompt: '%s' encodes to token %u, outside the model's vocabulary (V = %d)", line, (unsigned)ids[i], V);
+            p[i + 1] = ids[i];
+        }
+        tr->prompt_ids[tr->nprompts] = p;
+        tr->prompt_len[tr->nprompts++] = (int)nids + 1;
+        free(ids);
+    }
+    free(text);
+    if (tr->nprompts == 0) die_user("-prompt %s: no prompt in it", f->prompt);
 }
 
 // ----------------------------------------------------------------------------
@@ -1984,6 +2056,7 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
         die_user("-j: %s", err);
     tr->has_tok = f->sample_every > 0 && tokenizer_init(&tr->tok, f->tokenizer, err, sizeof(err)) == 0;
     if (f->sample_every > 0 && !tr->has_tok) printf0("warning: -tokenizer: %s; samples print token ids\n", err);
+    if (f->prompt[0]) load_prompts(tr, c.V);
     if (f->out_dir[0]) mkdir_p(f->out_dir);
     // steps
     int64_t step_tokens = (int64_t)f->B * f->T * tr->R;
@@ -2113,7 +2186,7 @@ static void train_loop(Trainer* tr) {
             printf0("step %5d | val loss %.6f\n", step, vl);
             if (tr->log) { fprintf(tr->log, "{\"step\": %d", step); json_num(tr->log, "val_loss", vl); fprintf(tr->log, "}\n"); fflush(tr->log); }
         }
-        if (f->sample_every > 0 && (step % f->sample_every == 0 || last) && step > 0) sample_text(tr);
+        if ((f->sample_every > 0 && (step % f->sample_every == 0 || last) && step > 0) || (last && tr->nprompts > 0)) sample_text(tr); // -prompt: also at the end
         if (f->ckpt_every > 0 && step > start && (step % f->ckpt_every == 0 || last)) save_checkpoint(tr);
         if (last) break;
         tr->comm.step = step;
@@ -2156,6 +2229,9 @@ static void trainer_free(Trainer* tr) {
     dataloader_free(&tr->train);
     if (tr->has_val) dataloader_free(&tr->val);
     if (tr->has_tok) tokenizer_free(&tr->tok);
+    for (int p = 0; p < tr->nprompts; p++) free(tr->prompt_ids[p]);
+    free(tr->prompt_ids);
+    free(tr->prompt_len);
 }
 
 // -export and -export-hf at the end of training (every rank takes part: blocks are gathered).

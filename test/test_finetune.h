@@ -241,6 +241,28 @@ TEST(ft_tokenize_jsonl_packing) {
     tokenizer_free(&tok);
 }
 
+// -prompt @FILE: a sample per prompt at the end (even with -s 0), the prompt echoed, the same text
+// on a rerun; a missing file is exit 2.
+TEST(ft_prompt_samples) {
+    char pf[PATH_MAX], cmd[2 * PATH_MAX], out[2][16384];
+    snprintf(pf, sizeof(pf), "%s/prompts.txt", test_tmpdir());
+    FILE* f = fopen(pf, "w");
+    fprintf(f, "In the beginning\n\nAnd God said\n");
+    fclose(f);
+    for (int run = 0; run < 2; run++) {
+        snprintf(cmd, sizeof(cmd), "%s --train -device cpu -e tiny -layers 1 -channels 32 -heads 2 -b 1 -t 16 -x 0 -v 0 -s 0 -g 6 -prompt @%s", g_test_self, pf);
+        int rc = test_run_cmd(cmd, out[run], sizeof(out[run]));
+        CHECKF(rc == 0, "-prompt run failed:\n%s", out[run]);
+    }
+    const char* p1 = strstr(out[0], "prompt 1:");
+    const char* p2 = strstr(out[0], "prompt 2:");
+    CHECKF(p1 && p2 && strstr(p1, "In the beginning ->") && strstr(p2, "And God said ->") && !strstr(out[0], "prompt 3:"), "samples:\n%s", out[0]);
+    CHECKF(p1 && strstr(out[1], "prompt 1:") && !strcmp(p1, strstr(out[1], "prompt 1:")), "two runs sample different text");
+    snprintf(cmd, sizeof(cmd), "%s --train -device cpu -e tiny -layers 1 -channels 32 -heads 2 -t 16 -x 0 -v 0 -s 0 -prompt @%s/none.txt", g_test_self, test_tmpdir());
+    int rc = test_run_cmd(cmd, out[0], sizeof(out[0]));
+    CHECKF(rc == 2 && strstr(out[0], "-prompt @"), "a missing prompt file: rc %d\n%s", rc, out[0]);
+}
+
 #ifndef ENABLE_FP32 // (processes under mpirun: the BF16 binary only, as in test_hf.h)
 // The stage identities with a loss mask at R = 3: ZeRO-0..3 bit-identical at GA = 1; z0 = z1 and
 // z2 = z3 at GA = 2 (every rank counts the global batch's targets itself).
