@@ -260,7 +260,7 @@ TEST(ft_prompt_samples) {
     CHECKF(p1 && p2 && strstr(p1, "In the beginning ->") && strstr(p2, "And God said ->") && !strstr(out[0], "prompt 3:"), "samples:\n%s", out[0]);
     for (int run = 0; run < 2; run++) { // keep the samples only (timings and memory follow them)
         char* q = strstr(out[run], "prompt 2:");
-        char* end = q ? strstr(q, "\n---\n") : NULL;
+        char* end = q ? strstr(q + strlen("prompt 2:\n---\n"), "\n---\n") : NULL; // the end of prompt 2's sample
         if (end) end[5] = 0;
     }
     CHECKF(p1 && strstr(out[1], "prompt 1:") && !strcmp(p1, strstr(out[1], "prompt 1:")), "two runs sample different text");
