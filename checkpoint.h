@@ -232,11 +232,39 @@ static int write_text_file(const char* path, const char* text) {
 
 // ---- The model in llm.c's format.
 
-// Every rank must call it (under ZeRO-3 each block is gathered); rank 0 writes. Returns 0 on
-// success (on rank 0; other ranks return 0). crc/bytes (may be NULL): the written file's CRC32C
-// and size, read back before the rename.
-static int write_model_file(Zero* z, const GPTConfig* c, const char* path, uint32_t* crc, int64_t* bytes) {
+// Block b's values as FP32 in host[0, P[b]) on rank 0 (the block layout, padding included):
+// the parameters (master = 0; [ZeRO-3] a gather) or the FP32 master weights (master = 1: each
+// rank's shard broadcast in turn [ZeRO-1/2/3]; every rank has them all under ZeRO-0). Every rank
+// must call it; host needs P[b] floats on every rank.
+static void block_values(Zero* z, int b, int master, float* host) {
+    int64_t P = z->lay.P[b];
+    if (!master) {
+        floatX* p = zero_params(z, b); // [ZeRO-3] a gather every rank takes part in
+        if (z->r == 0) {
+            floatX* tmp = (floatX*)malloc(P * sizeof(floatX));
+            dev_to_host(tmp, p, P * sizeof(floatX));
+            for (int64_t i = 0; i < P; i++) host[i] = ld(tmp[i]);
+            free(tmp);
+        }
+        zero_release(z, b);
+    } else if (z->stage == 0) {
+        if (z->r == 0) dev_to_host(host, z->master + zero_opt_off(z, b), P * sizeof(float));
+    } else { // [ZeRO-1/2/3] rank q holds [q*S, (q+1)*S) of the block
+        int64_t S = z->lay.S[b];
+        for (int q = 0; q < z->R; q++) {
+            if (q == z->r) dev_to_host(host + q * S, z->master + zero_opt_off(z, b), S * sizeof(float));
+            if (q != 0) comm_broadcast(z->comm, host + q * S, S * (int64_t)sizeof(float), q);
+        }
+    }
+}
+
+// The model in llm.c's format: version 5 (BF16) from the parameters, or with fp32 = 1 version 3
+// from the FP32 master weights (in the FP32 build the two are the same values). Every rank must
+// call it (blocks are gathered); rank 0 writes. Returns 0 on success (other ranks return 0).
+// crc/bytes (may be NULL): the written file's CRC32C and size, read back before the rename.
+static int write_model_file(Zero* z, const GPTConfig* c, const char* path, int fp32, uint32_t* crc, int64_t* bytes) {
     int fd = -1, ok = 1, r0 = z->r == 0;
+    size_t es = fp32 ? 4 : 2;
     char tmp[PATH_MAX + 32];
     snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
     if (r0) {
@@ -245,25 +273,27 @@ static int write_model_file(Zero* z, const GPTConfig* c, const char* path, uint3
         if (fd < 0) { fprintf(stderr, "error: cannot create %s: %s\n", tmp, strerror(errno)); ok = 0; }
         int header[256] = {0};
         header[0] = MODEL_MAGIC;
-        header[1] = sizeof(floatX) == 2 ? 5 : 3;
+        header[1] = fp32 ? 3 : 5;
         header[2] = c->maxT; header[3] = c->V; header[4] = c->L; header[5] = c->NH; header[6] = c->C; header[7] = c->Vp;
         if (ok && pwrite_all(fd, header, sizeof(header), 0) != 0) ok = 0;
     }
     size_t maxP = 0;
     for (int b = 0; b < z->lay.nblocks; b++) maxP = (size_t)z->lay.P[b] > maxP ? (size_t)z->lay.P[b] : maxP;
-    floatX* host = r0 ? (floatX*)malloc(maxP * sizeof(floatX)) : NULL;
+    float* host = (float*)malloc(maxP * sizeof(float));
+    bf16_t* half = r0 && !fp32 ? (bf16_t*)malloc(maxP * sizeof(bf16_t)) : NULL;
     for (int b = 0; b < z->lay.nblocks; b++) {
-        floatX* p = zero_params(z, b); // [ZeRO-3] a gather every rank takes part in
+        block_values(z, b, fp32, host);
         if (r0 && ok) {
-            dev_to_host(host, p, z->lay.P[b] * sizeof(floatX));
+            if (half) for (int64_t i = 0; i < z->lay.P[b]; i++) half[i] = f32_to_bf16(host[i]);
+            const char* src = half ? (const char*)half : (const char*)host;
             for (int k = 0; k < z->lay.ntensors[b] && ok; k++) {
                 const BlockTensor* t = &z->lay.tensors[b][k];
-                if (pwrite_all(fd, host + t->off, t->len * sizeof(floatX), 1024 + t->logical * (off_t)sizeof(floatX)) != 0) ok = 0;
+                if (pwrite_all(fd, src + t->off * es, t->len * es, 1024 + t->logical * (off_t)es) != 0) ok = 0;
             }
         }
-        zero_release(z, b);
     }
     free(host);
+    free(half);
     if (!r0) return 0;
     if (ok && (crc || bytes)) { // the file as written, read back in order (from the page cache)
         uint32_t cs = 0;
@@ -641,7 +671,7 @@ static int ckpt_save(Zero* z, const GPTConfig* c, const char* dir, const CkptMet
     Marker mk = {meta->step, nonce, z->R, -1, 0};
     g_ckpt_step = meta->step;
     snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, meta->step);
-    if (with_model && write_model_file(z, c, path, &mk.model_crc, &mk.model_bytes) != 0) err += 1.0;
+    if (with_model && write_model_file(z, c, path, sizeof(floatX) == 4, &mk.model_crc, &mk.model_bytes) != 0) err += 1.0;
     snprintf(path, sizeof(path), "%s/state_%08d_%05d.bin", dir, meta->step, z->r);
     if (write_state_file(z, c, meta, nonce, path) != 0) err += 1.0;
     comm_sum_doubles(comm, &err, 1); // every rank learns whether all files are safe

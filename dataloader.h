@@ -22,6 +22,16 @@
 // With shuffle off and one shard, unit k is tokens [k*B*T, k*B*T + B*T + 1), llm.c's unshuffled
 // order. (llm.c's own shuffled order is different: it permutes shards and samples per process.)
 //
+// Loss masks (prompt/completion fine-tuning, written by -tokenize of a .jsonl file): beside shard
+// PATH an optional mask file PATH.mask (the suffix keeps it out of a "*.bin" glob):
+//   header   256 little-endian int32: [0] = 20261201 (magic), [1] = 1 (version), [2] = N tokens
+//            (the shard's), [3] = T the examples were packed for
+//   mask     N uint8: mask[i] = 1 when token i counts as a target (predicting it from the tokens
+//            before it enters the loss), 0 when not (prompt, padding)
+// With masks, a masked target is loaded as -1 (the classifier's "does not count"); the T a mask was
+// packed for must be the T of the run (packing keeps every example inside one sample of T+1
+// tokens, which only holds for that T). Either every shard of a pattern has a mask or none.
+//
 // Every shard is checked at init, each problem a one-line error naming the file: header, magic,
 // version, file size against the header's count, at least T+1 tokens, and every token id below
 // the vocabulary size (that scan reads all the data once, about a second per GB from page cache).
@@ -37,7 +47,7 @@
 // Header-only, all functions static: include it in one translation unit. POSIX (glob, mmap);
 // compiles as C, as C++ and under nvcc (host code only).
 // defines: DataLoader, DataShard, dataloader_init, dataloader_load, dataloader_total_tokens,
-//          dataloader_free, write_token_shard
+//          dataloader_count_targets, dataloader_free, write_token_shard, MASK_MAGIC
 #ifndef ZT_DATALOADER_H
 #define ZT_DATALOADER_H
 
@@ -77,6 +87,9 @@ typedef struct {
     int64_t ntok;           // N_i, from the header, checked against the file size
     int64_t nsamples;       // n_i = (N_i - 1) / T
     int64_t first_sample;   // global number of this shard's sample 0 (sum of n over earlier shards)
+    void* mask_map;         // PATH.mask, mmapped read-only (NULL: no mask file)
+    size_t mask_bytes;
+    const uint8_t* mask;    // (ntok) 1: token i is a counted target
 } DataShard;
 
 typedef struct {
@@ -90,9 +103,10 @@ typedef struct {
     int64_t* perm;          // (S) perm_e of epoch perm_epoch (shuffle only, else NULL)
     int64_t perm_epoch;     // the epoch perm holds, -1: none yet
     int* inputs;            // (B, T) = sample tokens [0, T), written by dataloader_load
-    int* targets;           // (B, T) = sample tokens [1, T+1), written by dataloader_load
+    int* targets;           // (B, T) = sample tokens [1, T+1), written by dataloader_load; -1 where masked
     uint16_t* sample_buf;   // (T+1) one sample as read from its shard
     char err[1024];         // dataloader_load's error, when it returns -1
+    int has_mask;           // every shard has a loss mask (PATH.mask)
 } DataLoader;
 
 // Unmap and free everything; safe on a zeroed, half-built or already freed loader.
@@ -100,6 +114,7 @@ static inline void dataloader_free(DataLoader* dl) {
     for (int i = 0; dl->shards && i < dl->nshards; i++) {
         if (dl->shards[i].map) munmap(dl->shards[i].map, dl->shards[i].map_bytes);
         if (dl->shards[i].fd >= 0) close(dl->shards[i].fd);
+        if (dl->shards[i].mask_map) munmap(dl->shards[i].mask_map, dl->shards[i].mask_bytes);
         free(dl->shards[i].path);
     }
     free(dl->shards);
@@ -121,6 +136,43 @@ static inline int dataloader_error(char* err, size_t errlen, const char* fmt, ..
         va_end(ap);
     }
     return -1;
+}
+
+#define MASK_MAGIC 20261201
+#define MASK_VERSION 1
+
+// The shard's loss mask PATH.mask, if there is one: mapped and checked (header, N, T, size, 0/1).
+static inline int dataloader_open_mask(DataShard* sh, int T, char* err, size_t errlen) {
+    char mpath[4096];
+    if (snprintf(mpath, sizeof(mpath), "%s.mask", sh->path) >= (int)sizeof(mpath)) return dataloader_error(err, errlen, "shard %s: path too long", sh->path);
+    int fd = open(mpath, O_RDONLY);
+    if (fd < 0) {
+        if (errno == ENOENT) return 0; // no mask: every target counts
+        return dataloader_error(err, errlen, "mask %s: cannot open: %s", mpath, strerror(errno));
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || st.st_size != SHARD_HEADER_BYTES + sh->ntok) {
+        close(fd);
+        return dataloader_error(err, errlen, "mask %s: %lld bytes, expected %lld (header + one byte per token of %s)", mpath,
+                                (long long)st.st_size, (long long)(SHARD_HEADER_BYTES + sh->ntok), sh->path);
+    }
+    void* map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) return dataloader_error(err, errlen, "mask %s: cannot mmap: %s", mpath, strerror(errno));
+    sh->mask_map = map;
+    sh->mask_bytes = (size_t)st.st_size;
+    int32_t h[4];
+    memcpy(h, map, sizeof(h));
+    if (h[0] != MASK_MAGIC || h[1] != MASK_VERSION)
+        return dataloader_error(err, errlen, "mask %s: wrong magic/version %d/%d (expected %d/%d)", mpath, h[0], h[1], MASK_MAGIC, MASK_VERSION);
+    if (h[2] != sh->ntok) return dataloader_error(err, errlen, "mask %s: counts %d tokens, its shard %lld", mpath, h[2], (long long)sh->ntok);
+    if (h[3] != T)
+        return dataloader_error(err, errlen, "mask %s: the examples were packed for T = %d, this run has T = %d. HINT: train with -t %d, "
+                                "or tokenize again with -t %d", mpath, h[3], T, h[3], T);
+    sh->mask = (const uint8_t*)map + SHARD_HEADER_BYTES;
+    for (int64_t i = 0; i < sh->ntok; i++)
+        if (sh->mask[i] > 1) return dataloader_error(err, errlen, "mask %s: value %u at index %lld is not 0 or 1", mpath, sh->mask[i], (long long)i);
+    return 0;
 }
 
 // Map and check one shard; sh->path is set. On error sh->map may be left mapped: the caller's
@@ -178,7 +230,7 @@ static inline int dataloader_open_shard(DataShard* sh, int T, int vocab_size, ch
                                     path, (unsigned)sh->tokens[i], (long long)i, vocab_size);
         }
     }
-    return 0;
+    return dataloader_open_mask(sh, T, err, errlen);
 }
 
 // Open every shard matching `pattern` (glob(3), sorted) for units of B samples of T+1 tokens.
@@ -232,6 +284,7 @@ static inline int dataloader_init(DataLoader* dl, const char* pattern, int B, in
         }
         dl->shards[i].first_sample = dl->total_samples;
         dl->total_samples += dl->shards[i].nsamples;
+        if (dl->shards[i].mask) dl->has_mask = 1;
     }
     if (dl->total_samples == 0) { // every shard too short: name the first
         const DataShard* sh = &dl->shards[0];
@@ -240,6 +293,13 @@ static inline int dataloader_init(DataLoader* dl, const char* pattern, int B, in
         dataloader_free(dl);
         return -1;
     }
+    for (int i = 0; dl->has_mask && i < dl->nshards; i++)
+        if (!dl->shards[i].mask) {
+            char e[512];
+            snprintf(e, sizeof(e), "shard %s: no loss mask (%s.mask) while other shards of '%s' have one", dl->shards[i].path, dl->shards[i].path, pattern);
+            dataloader_free(dl);
+            return dataloader_error(err, errlen, "%s", e);
+        }
 
     // --- buffers: everything dataloader_load touches is allocated here
     size_t BT = (size_t)B * (size_t)T;
@@ -306,26 +366,48 @@ static inline int dataloader_read_sample(DataLoader* dl, int64_t sample) {
     return 0;
 }
 
+// The loss mask of global sample `sample` (its T+1 bytes), or NULL when its shard has none.
+static inline const uint8_t* dataloader_sample_mask(const DataLoader* dl, int64_t sample) {
+    const DataShard* sh = dataloader_sample_shard(dl, sample);
+    return sh->mask ? sh->mask + (sample - sh->first_sample) * dl->T : NULL;
+}
+
+// The sample at stream position p (its epoch's permutation when shuffling).
+static inline int64_t dataloader_position_sample(DataLoader* dl, int64_t p) {
+    int64_t S = dl->total_samples;
+    int64_t e = p / S, k = p % S;
+    if (!dl->shuffle) return k;
+    dataloader_shuffle_epoch(dl, e);
+    return dl->perm[k];
+}
+
+// Targets that count in unit `unit` (B*T without masks). Reads no more than the masks: every rank
+// can count the whole global batch itself before its first backward.
+static inline int64_t dataloader_count_targets(DataLoader* dl, int64_t unit) {
+    int B = dl->B, T = dl->T;
+    if (!dl->has_mask) return (int64_t)B * T;
+    int64_t n = 0;
+    for (int b = 0; b < B; b++) {
+        const uint8_t* m = dataloader_sample_mask(dl, dataloader_position_sample(dl, unit * B + b));
+        for (int t = 1; t <= T; t++) n += m[t];
+    }
+    return n;
+}
+
 // Fill dl->inputs and dl->targets, (B, T) each, with unit `unit`: positions unit*B + b,
 // b = 0..B-1, of the sample stream. A unit may straddle epochs; each position uses its own.
 // Returns 0, or -1 with a one-line message in dl->err naming the shard.
 static inline int dataloader_load(DataLoader* dl, int64_t unit) {
     if (unit < 0) return dataloader_error(dl->err, sizeof(dl->err), "dataloader: unit %lld is negative", (long long)unit);
     int B = dl->B, T = dl->T;
-    int64_t S = dl->total_samples;
     for (int b = 0; b < B; b++) {
-        int64_t p = unit * B + b;
-        int64_t e = p / S, k = p % S;
-        int64_t sample = k;
-        if (dl->shuffle) {
-            dataloader_shuffle_epoch(dl, e);
-            sample = dl->perm[k];
-        }
+        int64_t sample = dataloader_position_sample(dl, unit * B + b);
         if (dataloader_read_sample(dl, sample) != 0) return -1;
         const uint16_t* tok = dl->sample_buf;
+        const uint8_t* m = dataloader_sample_mask(dl, sample);
         for (int t = 0; t < T; t++) {
             dl->inputs[b * T + t] = tok[t];
-            dl->targets[b * T + t] = tok[t + 1];
+            dl->targets[b * T + t] = !m || m[t + 1] ? tok[t + 1] : -1; // -1: masked (does not count)
         }
     }
     return 0;

@@ -42,6 +42,8 @@
 #include "tokenizer.h"         // defines: Tokenizer, tokenizer_init, tokenizer_print
 #include "model.h"             // defines: GPTConfig, GPT2_TENSORS, ModelDesc, model_describe, model_layout
 #include "checkpoint.h"        // defines: ckpt_save, ckpt_resume, write_model_file, ModelFile, state_pieces
+#include "hf.h"                // defines: HFCheckpoint, hf_open, hf_bind, hf_fill, HFWriter (Hugging Face GPT-2 in/out)
+#include "prompts.h"           // defines: tokenize_prompts_to_shards (prompt/completion JSONL -> shards + loss masks)
 
 // ----------------------------------------------------------------------------
 // 1. Flags. One row per flag: llm.c's single letters where the meaning is the same, descriptive
@@ -53,7 +55,7 @@ typedef enum { F_INT, F_FLOAT, F_STR, F_SWITCH } FlagType; // F_SWITCH: present 
 // X(flag, field, type, default, help)
 #define FLAG_TABLE(X)                                                                                   \
     X("-device",        device,          F_STR,   "auto",   "cpu | cuda | auto (cuda when a GPU is present)")                    \
-    X("-e",             model,           F_STR,   "auto",   "model: dN (d6 d12 d24 d36 d48 d60 d72 d84), tiny, or an llm.c .bin file; auto: d12 on cuda, tiny on cpu") \
+    X("-e",             model,           F_STR,   "auto",   "model: dN (d6 d12 d24 d36 d48 d60 d72 d84), tiny, an llm.c .bin file, or a Hugging Face GPT-2 (a directory with config.json + model.safetensors or its index, or a .safetensors file); auto: d12 on cuda, tiny on cpu") \
     X("-layers",        layers,          F_INT,   "0",      "override L, the number of layers (0: from -e)")                   \
     X("-channels",      channels,        F_INT,   "0",      "override C, the width (0: from -e)")                               \
     X("-heads",         heads,           F_INT,   "0",      "override NH, the attention heads (0: from -e)")                    \
@@ -62,7 +64,7 @@ typedef enum { F_INT, F_FLOAT, F_STR, F_SWITCH } FlagType; // F_SWITCH: present 
     X("-i",             train_data,      F_STR,   "data/kjv_train.bin", "train data: glob of llm.c token shards")              \
     X("-j",             val_data,        F_STR,   "data/kjv_val.bin",   "val data: glob of llm.c token shards (\"\": none)")     \
     X("-tokenizer",     tokenizer,       F_STR,   "data/gpt2_tokenizer.bin", "llm.c tokenizer file for decoding samples")       \
-    X("-tokenize",      tokenize,        F_STR,   "",       "encode this text file with GPT-2's BPE into llm.c shards named by -o (a prefix), then exit; documents are separated by lines that are exactly <|endoftext|>") \
+    X("-tokenize",      tokenize,        F_STR,   "",       "encode this text file with GPT-2's BPE into llm.c shards named by -o (a prefix), then exit; documents are separated by lines that are exactly <|endoftext|>. A .jsonl file of {\"prompt\", \"completion\"} lines is packed for -t with a loss mask (completion + EOT count)") \
     X("-merges",        merges,          F_STR,   "data/gpt2_merges.bin", "GPT-2 merge list for -tokenize")                         \
     X("-val-every",     val_every_doc,   F_INT,   "20",     "with -tokenize: every N-th document goes to the val shards (0: none)") \
     X("-shard-tokens",  shard_tokens,    F_INT,   "100000000", "with -tokenize: tokens per shard at most")                          \
@@ -108,7 +110,10 @@ typedef enum { F_INT, F_FLOAT, F_STR, F_SWITCH } FlagType; // F_SWITCH: present 
     X("-tflops",        tflops,          F_FLOAT, "auto",   "compute rate per rank for -plan, TFLOP/s (auto: measured matmul on cpu, peak table x 0.5 on cuda)") \
     X("-max-skips",     max_skips,       F_INT,   "10",     "end the run with exit code 4 after this many consecutive skipped steps (non-finite gradient norm; 0: never)") \
     X("-save-model",    save_model,      F_STR,   "1",      "llm.c model file in each checkpoint: 1 every one, last only the final one, 0 none (resume needs only the state files)") \
-    X("-io-timeout",    io_timeout,      F_FLOAT, "auto",   "seconds the other ranks wait for rank 0's checkpoint or -export writes (auto: bytes rank 0 writes at 50 MB/s, at least 600; 0: forever)")
+    X("-io-timeout",    io_timeout,      F_FLOAT, "auto",   "seconds the other ranks wait for rank 0's checkpoint or -export writes (auto: bytes rank 0 writes at 50 MB/s, at least 600; 0: forever)") \
+    X("-export-hf",     export_hf,       F_STR,   "",       "when training ends, write the model as a Hugging Face GPT-2 checkpoint into this directory (config.json + model.safetensors)") \
+    X("-prompt",        prompt,          F_STR,   "",       "generate from this prompt (or from each line of @FILE) at the sample steps and at the end, up to -g tokens or an EOT (encoded with -merges)") \
+    X("-export-dtype",  export_dtype,    F_STR,   "auto",   "dtype of -export / -export-hf: fp32 (from the FP32 master weights), bf16 (the parameters as trained), fp16 (-export-hf only); auto: -export the parameters' dtype, -export-hf fp32")
 
 // How each type is declared and converted from its text.
 #define FLAG_FIELD_F_INT(field) int field;
@@ -562,6 +567,9 @@ typedef struct {
     int has_val;
     Tokenizer tok;
     int has_tok;
+    int nprompts;      // -prompt: the prompts as token ids, each after an EOT
+    int** prompt_ids;
+    int* prompt_len;
     int R, r, GA;
     int max_steps;
     int step;          // optimizer steps done
@@ -586,7 +594,7 @@ static float lr_at(const Flags* f, int step, int max_steps) {
     return (float)(lo + 0.5 * (1.0 + cos(M_PI * ratio)) * (peak - lo)); // cosine
 }
 
-typedef struct { float loss, norm, lr; int skipped; } StepResult;
+typedef struct { float loss, norm, lr; int skipped; } StepResult; // skipped: 1 non-finite norm, 2 no counted target
 
 // Copy a loader's micro-batch into the model's token buffers.
 static void load_tokens(Model* m, const DataLoader* dl, int with_targets) {
@@ -617,6 +625,17 @@ static void trace_batch(const Trainer* tr, int micro) {
     printf("\n");
 }
 
+// [masked loss] The targets that count in step `step`'s global batch (all ranks, all micro-steps):
+// R*GA*B*T without loss masks. Every rank counts the whole batch from the data itself (the batch
+// order does not depend on R), so the loss's scale is known before the first backward, with no
+// communication, and every rank agrees.
+static int64_t step_counted_targets(Trainer* tr, int step) {
+    int64_t n = 0;
+    for (int micro = 0; micro < tr->GA; micro++)
+        for (int q = 0; q < tr->R; q++) n += dataloader_count_targets(&tr->train, ((int64_t)step * tr->GA + micro) * tr->R + q);
+    return n;
+}
+
 static StepResult train_step(Trainer* tr) {
     Model* m = &tr->model;
     Zero* z = &m->z;
@@ -624,7 +643,15 @@ static StepResult train_step(Trainer* tr) {
     int B = m->B, T = m->T, BT = B * T;
     StepResult res;
     memset(&res, 0, sizeof(res));
-    float dloss = 1.0f / ((float)tr->R * tr->GA * BT);
+    // the loss is the mean over the counted targets: dloss = 1/count (= 1/(R*GA*B*T) without masks)
+    int64_t counted = step_counted_targets(tr, tr->step);
+    if (counted == 0) { // [masked loss] nothing to learn from: skip the step (every rank agrees)
+        res.lr = lr_at(f, tr->step, tr->max_steps);
+        res.skipped = 2;
+        tr->step++;
+        return res;
+    }
+    float dloss = 1.0f / (float)counted;
     double loss_sum = 0.0;
     for (int micro = 0; micro < tr->GA; micro++) {
         int64_t unit = ((int64_t)tr->step * tr->GA + micro) * tr->R + tr->r;
@@ -638,7 +665,7 @@ static StepResult train_step(Trainer* tr) {
     // one scalar reduction carries the loss and the gradient norm's sum of squares
     double sums[2] = {loss_sum, 0.0};
     res.norm = zero_grad_norm(z, sums, 2);
-    res.loss = (float)(sums[0] / ((double)tr->R * tr->GA * BT));
+    res.loss = (float)(sums[0] / (double)counted);
     res.lr = lr_at(f, tr->step, tr->max_steps);
     if (!isfinite(res.norm)) {
         res.skipped = 1; // every rank sees the same norm, so every rank skips
@@ -702,6 +729,37 @@ static int save_checkpoint(Trainer* tr, int last) {
     return rc;
 }
 
+// The model as a Hugging Face GPT-2 checkpoint (hf.h): config.json + model.safetensors in dir, in
+// `dtype`, from the master weights (F32, F16) or the parameters (BF16). Every rank must call it;
+// rank 0 writes. On failure nothing is left in dir. Returns 0 on success.
+static int write_hf_checkpoint(Model* m, const char* dir, StDtype dtype) {
+    const GPTConfig* c = &m->cfg;
+    Zero* z = &m->z;
+    HFConfig hc = {c->L, c->C, c->NH, c->V, c->maxT};
+    HFWriter w;
+    char err[1024] = "";
+    int ok = 1;
+    if (g_rank == 0) {
+        if (hf_writer_open(&w, dir, &hc, dtype, err, sizeof(err))) ok = 0;
+    }
+    size_t maxP = 0;
+    for (int b = 0; b < z->lay.nblocks; b++) maxP = (size_t)z->lay.P[b] > maxP ? (size_t)z->lay.P[b] : maxP;
+    float* host = (float*)malloc(maxP * sizeof(float));
+    for (int b = 0; b < z->lay.nblocks; b++) {
+        block_values(z, b, dtype != ST_BF16, host);
+        for (int k = 0; g_rank == 0 && ok && k < z->lay.ntensors[b]; k++) {
+            const BlockTensor* t = &z->lay.tensors[b][k];
+            if (hf_writer_put(&w, m->d.t[t->tensor].name, b == 0 ? 0 : b - 1, host + t->off, err, sizeof(err))) ok = 0;
+        }
+    }
+    free(host);
+    if (g_rank != 0) return 0;
+    if (ok && hf_writer_commit(&w, err, sizeof(err)) == 0) return 0;
+    if (!ok) hf_writer_abort(&w); // (a failed commit has cleaned up already)
+    fprintf(stderr, "error: -export-hf %s: %s. HINT: check free disk space and permissions\n", dir, err);
+    return -1;
+}
+
 // Resume from the checkpoint LATEST names (or -resume-step). Returns 1 if one was loaded.
 static int resume_checkpoint(Trainer* tr) {
     CkptMeta got, want = trainer_ckpt_meta(tr);
@@ -729,29 +787,41 @@ static float evaluate(Trainer* tr) {
     int nb = tr->f.val_steps < 0 || tr->f.val_steps > units ? (int)units : tr->f.val_steps;
     if (nb < 1) nb = 1;
     double sum = 0.0;
+    int64_t counted = 0; // [masked loss] every rank counts every rank's targets itself
     for (int s = 0; s < nb; s++) {
+        for (int q = 0; q < tr->R; q++) counted += dataloader_count_targets(&tr->val, (int64_t)s * tr->R + q);
         if (dataloader_load(&tr->val, (int64_t)s * tr->R + tr->r) != 0) die_user("-j: %s", tr->val.err);
         load_tokens(m, &tr->val, 1);
         gpt_forward(m, B, T, 1, 0.0f, 0);
         sum += sum_losses(m, B * T);
     }
     comm_sum_doubles(&tr->comm, &sum, 1);
-    return (float)(sum / ((double)nb * tr->R * B * T));
+    return counted > 0 ? (float)(sum / (double)counted) : NAN;
 }
 
 // Generate gen_tokens tokens after an end-of-text token, sampling from the softmax at
 // temperature 1 with the counter-based RNG keyed by (seed, step, position): the same text on
 // every rank, and on a rerun or a resume.
-static void sample_text(Trainer* tr) {
+// With -prompt: the context is each prompt (after an EOT), printed before its continuation, and a
+// sampled EOT ends it (a fine-tuned model has learned where a completion stops).
+static void sample_one(Trainer* tr, const int* ctx, int nctx, int prompt) {
     Model* m = &tr->model;
     const GPTConfig* c = &m->cfg;
     int n = tr->f.gen_tokens, T = m->T;
-    int* gen = (int*)malloc(sizeof(int) * (n + 1));
+    int* gen = (int*)malloc(sizeof(int) * (nctx + n));
     floatX* row = (floatX*)malloc(sizeof(floatX) * c->Vp);
-    gen[0] = tr->has_tok && tr->tok.eot_token >= 0 && tr->tok.eot_token < c->V ? tr->tok.eot_token : 0;
-    uint64_t key = rng_key((uint64_t)tr->f.seed, 0x53414D504C45ull /* "SAMPLE" */, (uint64_t)tr->step);
-    printf0("sample at step %d:\n---\n", tr->step);
-    for (int t = 1; t <= n; t++) {
+    memcpy(gen, ctx, sizeof(int) * nctx);
+    int eot = tr->has_tok && tr->tok.eot_token >= 0 && tr->tok.eot_token < c->V ? tr->tok.eot_token : -1;
+    uint64_t key = prompt < 0 ? rng_key((uint64_t)tr->f.seed, 0x53414D504C45ull /* "SAMPLE" */, (uint64_t)tr->step)
+                              : rng_key((uint64_t)tr->f.seed ^ ((uint64_t)(prompt + 1) << 40), 0x50524F4D5054ull /* "PROMPT" */, (uint64_t)tr->step);
+    if (prompt >= 0) printf0("sample at step %d, prompt %d:\n---\n", tr->step, prompt + 1);
+    else printf0("sample at step %d:\n---\n", tr->step);
+    for (int i = 1; i < nctx && g_rank == 0; i++) { // the prompt (after its EOT)
+        if (tr->has_tok) tokenizer_print(&tr->tok, (uint32_t)ctx[i], stdout);
+        else printf("%d ", ctx[i]);
+    }
+    if (prompt >= 0) printf0(" ->");
+    for (int t = nctx; t < nctx + n; t++) {
         int len = t < T ? t : T; // the last T tokens are the context
         dev_from_host(m->a.inputs, gen + t - len, sizeof(int) * len);
         gpt_forward(m, 1, len, 0, 0.0f, 0);
@@ -766,6 +836,7 @@ static void sample_text(Trainer* tr) {
             if (u <= cdf) { next = j; break; }
         }
         gen[t] = next;
+        if (prompt >= 0 && next == eot) break; // every rank samples the same token: every rank stops
         if (g_rank == 0) {
             if (tr->has_tok) tokenizer_print(&tr->tok, (uint32_t)next, stdout);
             else printf("%d ", next);
@@ -775,6 +846,63 @@ static void sample_text(Trainer* tr) {
     printf0("\n---\n");
     free(gen);
     free(row);
+}
+
+static void sample_text(Trainer* tr) {
+    if (tr->nprompts == 0) {
+        const GPTConfig* c = &tr->model.cfg;
+        int start = tr->has_tok && tr->tok.eot_token >= 0 && tr->tok.eot_token < c->V ? tr->tok.eot_token : 0;
+        sample_one(tr, &start, 1, -1);
+    }
+    for (int p = 0; p < tr->nprompts; p++) sample_one(tr, tr->prompt_ids[p], tr->prompt_len[p], p);
+}
+
+// -prompt "text" or -prompt @FILE (one prompt per non-empty line): each encoded with our GPT-2 BPE
+// after an EOT.
+static void load_prompts(Trainer* tr, int V) {
+    const Flags* f = &tr->f;
+    char err[1024];
+    if (!tr->has_tok && tokenizer_init(&tr->tok, f->tokenizer, err, sizeof(err))) die_user("-prompt needs the tokenizer: -tokenizer: %s", err);
+    tr->has_tok = 1;
+    if (tokenizer_load_merges(&tr->tok, f->merges, err, sizeof(err))) die_user("-prompt needs the merges to encode: -merges: %s", err);
+    char* text = NULL;
+    size_t len = 0;
+    if (f->prompt[0] == '@') {
+        FILE* pf = fopen(f->prompt + 1, "rb");
+        if (!pf) die_user("-prompt %s: cannot open: %s", f->prompt, strerror(errno));
+        fseek(pf, 0, SEEK_END);
+        long n = ftell(pf);
+        fseek(pf, 0, SEEK_SET);
+        text = (char*)malloc((size_t)n + 1);
+        len = fread(text, 1, (size_t)n, pf);
+        fclose(pf);
+    } else {
+        text = strdup(f->prompt);
+        len = strlen(text);
+    }
+    text[len] = 0;
+    int eot = tr->tok.eot_token >= 0 && tr->tok.eot_token < V ? tr->tok.eot_token : 0;
+    for (char *line = text, *next; line && *line; line = next) {
+        next = f->prompt[0] == '@' ? strchr(line, '\n') : NULL;
+        if (next) *next++ = 0;
+        if (!*line) continue;
+        uint16_t* ids = NULL;
+        size_t nids = 0, cap = 0;
+        if (tokenizer_encode(&tr->tok, (const unsigned char*)line, strlen(line), &ids, &nids, &cap)) die(1, "-prompt: out of memory");
+        tr->prompt_ids = (int**)realloc(tr->prompt_ids, sizeof(int*) * (tr->nprompts + 1));
+        tr->prompt_len = (int*)realloc(tr->prompt_len, sizeof(int) * (tr->nprompts + 1));
+        int* p = (int*)malloc(sizeof(int) * (nids + 1));
+        p[0] = eot;
+        for (size_t i = 0; i < nids; i++) {
+            if (ids[i] >= V) die_user("-prompt: '%s' encodes to token %u, outside the model's vocabulary (V = %d)", line, (unsigned)ids[i], V);
+            p[i + 1] = ids[i];
+        }
+        tr->prompt_ids[tr->nprompts] = p;
+        tr->prompt_len[tr->nprompts++] = (int)nids + 1;
+        free(ids);
+    }
+    free(text);
+    if (tr->nprompts == 0) die_user("-prompt %s: no prompt in it", f->prompt);
 }
 
 // ----------------------------------------------------------------------------
@@ -1206,10 +1334,19 @@ static void model_config(const Flags* f, GPTConfig* c, int* from_file) {
         struct stat st;
         if (stat(f->model, &st) != 0)
             die_user("-e %s: neither a model descriptor (tiny, d6, d12, d24, d36, d48, d60, d72, d84) nor a readable file: %s", f->model, strerror(errno));
-        ModelFile mf;
-        model_file_open(&mf, f->model, c);
-        close(mf.fd);
-        *from_file = 1;
+        if (hf_is_checkpoint_path(f->model)) { // a Hugging Face GPT-2 (hf.h)
+            HFCheckpoint ck;
+            char err[2048];
+            if (hf_open(&ck, f->model, err, sizeof(err))) die_user("-e %s", err);
+            c->L = ck.cfg.L; c->C = ck.cfg.C; c->NH = ck.cfg.NH; c->V = ck.cfg.V; c->maxT = ck.cfg.maxT;
+            hf_close(&ck);
+            *from_file = 2;
+        } else {
+            ModelFile mf;
+            model_file_open(&mf, f->model, c);
+            close(mf.fd);
+            *from_file = 1;
+        }
         if (f->layers || f->channels || f->heads || f->max_seq || f->vocab)
             die_user("-e %s is a model file: its shape is fixed, so -layers/-channels/-heads/-max-seq/-vocab cannot change it", f->model);
     }
@@ -1218,7 +1355,7 @@ static void model_config(const Flags* f, GPTConfig* c, int* from_file) {
     if (f->heads) c->NH = f->heads;
     if (f->max_seq) c->maxT = f->max_seq;
     if (f->vocab) c->V = f->vocab;
-    if (!*from_file) c->Vp = (int)round_up(c->V, 128);
+    if (*from_file != 1) c->Vp = (int)round_up(c->V, 128); // an llm.c file says its Vp
     if (c->L < 1 || c->C < 1 || c->NH < 1 || c->maxT < 1 || c->V < 2)
         die_user("model: L %d, C %d, NH %d, max-seq %d, V %d: every size must be positive (V at least 2)", c->L, c->C, c->NH, c->maxT, c->V);
     // bounds that keep every size and index in range (a model file's header is data too)
@@ -1249,6 +1386,10 @@ static void check_flags(const Flags* f, const GPTConfig* c, int R) {
     if (f->world < 0) die_user("flag -world: %d ranks", f->world);
     if (f->world > 0 && !f->plan) die_user("flag -world plans for another world size: it needs -plan");
     if (f->link_gbps < 0 || f->tflops < 0) die_user("flags -link-gbps / -tflops must be positive");
+    const char* ed = f->export_dtype;
+    if (strcmp(ed, "auto") && strcmp(ed, "fp32") && strcmp(ed, "bf16") && strcmp(ed, "fp16"))
+        die_user("flag -export-dtype: '%s' is not auto, fp32, bf16 or fp16", ed);
+    if (!strcmp(ed, "fp16") && f->export_path[0]) die_user("flag -export-dtype fp16: llm.c model files have no FP16 version (use it with -export-hf only)");
     if (f->max_steps < -1) die_user("flag -x: %d steps: use a count, 0 (evaluate only) or -1 (one epoch)", f->max_steps);
     if (f->lr < 0) die_user("flag -l: learning rate %g is negative", f->lr);
     if (f->warmup < -1) die_user("flag -u: warmup %d is negative", f->warmup);
@@ -1448,8 +1589,20 @@ static void run_tokenize(const Flags* f) {
     char err[1024];
     if (tokenizer_init(&tok, f->tokenizer, err, sizeof(err))) die_user("-tokenizer: %s", err);
     if (tokenizer_load_merges(&tok, f->merges, err, sizeof(err))) die_user("-merges: %s", err);
-    TokenizeStats st;
     double t0 = wall_s();
+    size_t n = strlen(f->tokenize);
+    if (n >= 6 && !strcmp(f->tokenize + n - 6, ".jsonl")) { // prompt/completion pairs (prompts.h)
+        PromptStats ps;
+        if (tokenize_prompts_to_shards(&tok, f->tokenize, f->out_dir, f->T, f->val_every_doc, f->shard_tokens, &ps, err, sizeof(err)))
+            die_user("-tokenize: %s", err);
+        printf("tokenized %s in %.2f s, packed for T = %d: train %lld examples, %lld tokens (%lld counted targets) in %d shard(s); "
+               "val %lld examples, %lld tokens (%lld counted) in %d shard(s); %lld prompt(s) cut at the start; prefix %s (each shard with a .mask)\n",
+               f->tokenize, wall_s() - t0, f->T, (long long)ps.examples[0], (long long)ps.tokens[0], (long long)ps.counted[0], ps.shards[0],
+               (long long)ps.examples[1], (long long)ps.tokens[1], (long long)ps.counted[1], ps.shards[1], (long long)ps.cut, f->out_dir);
+        tokenizer_free(&tok);
+        return;
+    }
+    TokenizeStats st;
     if (tokenize_file_to_shards_ex(&tok, f->tokenize, f->out_dir, f->val_every_doc, f->shard_tokens, TOKENIZE_CHUNK_BYTES, &st, err, sizeof(err)))
         die_user("-tokenize: %s", err);
     printf("tokenized %s (%lld bytes) in %.2f s: train %lld documents, %lld tokens in %d shard(s); val %lld documents, %lld tokens in %d shard(s); prefix %s\n",
@@ -1570,6 +1723,7 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
                 "every rank must read the same files");
     tr->has_tok = f->sample_every > 0 && tokenizer_init(&tr->tok, f->tokenizer, err, sizeof(err)) == 0;
     if (f->sample_every > 0 && !tr->has_tok) printf0("warning: -tokenizer: %s; samples print token ids\n", err);
+    if (f->prompt[0]) load_prompts(tr, c.V);
     if (f->out_dir[0]) mkdir_p(f->out_dir);
     if (f->out_dir[0] && tr->r == 0) {
         ckpt_lock_dir(f->out_dir);        // two trainers never share one
@@ -1619,7 +1773,16 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
 #endif
     // parameters: a checkpoint, a model file, or initialisation
     if (!(f->resume && resume_checkpoint(tr))) {
-        if (from_file) {
+        if (from_file == 2) { // Hugging Face: the same logical ranges, from the safetensors files
+            HFCheckpoint ck;
+            char err[2048];
+            if (hf_open(&ck, f->model, err, sizeof(err))) die_user("-e %s", err);
+            HFLlmcTensor lt[NUM_TENSORS];
+            for (int k = 0; k < NUM_TENSORS; k++) lt[k] = (HFLlmcTensor){m->d.t[k].name, m->d.t[k].logical, m->d.t[k].n, !m->d.t[k].io};
+            if (hf_bind(&ck, lt, NUM_TENSORS, c.Vp, err, sizeof(err))) die(1, "-e %s: %s", f->model, err);
+            zero_fill_opt(&m->z, m->z.master, hf_fill, &ck);
+            hf_close(&ck);
+        } else if (from_file) {
             ModelFile mf;
             GPTConfig fc;
             model_file_open(&mf, f->model, &fc);
@@ -1712,7 +1875,7 @@ static int train_loop(Trainer* tr) {
             printf0("step %5d | val loss %.6f\n", step, vl);
             if (tr->log) { fprintf(tr->log, "{\"step\": %d", step); json_num(tr->log, "val_loss", vl); fprintf(tr->log, "}\n"); log_flush(tr); }
         }
-        if (f->sample_every > 0 && (step % f->sample_every == 0 || last) && step > 0) sample_text(tr);
+        if ((f->sample_every > 0 && (step % f->sample_every == 0 || last) && step > 0) || (last && tr->nprompts > 0)) sample_text(tr); // -prompt: also at the end
         if (f->ckpt_every > 0 && step > start && (step % f->ckpt_every == 0 || last)) {
             int rc = save_checkpoint(tr, last);
             if (rc == CKPT_NONFINITE) return ZT_EXIT_DIVERGED;
@@ -1732,7 +1895,7 @@ static int train_loop(Trainer* tr) {
             else snprintf(mfu, sizeof(mfu), " | mfu n/a");
         }
         printf0("step %5d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s%s%s\n", step + 1, tr->max_steps,
-                s.loss, s.lr, s.norm, ms, tok_s, mfu, s.skipped ? " | SKIPPED: non-finite gradient norm" : "");
+                s.loss, s.lr, s.norm, ms, tok_s, mfu, s.skipped == 2 ? " | SKIPPED: no counted target in the batch (loss mask)" : s.skipped ? " | SKIPPED: non-finite gradient norm" : "");
         if (!isfinite(s.lr)) die(1, "internal error: step %d: learning rate %g is not finite (the flags were checked)", step + 1, s.lr);
         if (tr->log) {
             fprintf(tr->log, "{\"step\": %d", step + 1);
@@ -1746,7 +1909,7 @@ static int train_loop(Trainer* tr) {
             fprintf(tr->log, "}\n");
             log_flush(tr);
         }
-        skips = s.skipped ? skips + 1 : 0; // every rank sees the same norm, so every rank counts the same
+        skips = s.skipped == 1 ? skips + 1 : 0; // (non-finite norms only) every rank sees the same norm, so every rank counts the same
         if (f->max_skips > 0 && skips >= f->max_skips) {
             printf0("error: %d consecutive steps skipped (non-finite gradient norm): the run has diverged (-max-skips %d). "
                     "HINT: lower -l, or resume from an earlier checkpoint with -y 1 -resume-step\n", skips, f->max_skips);
@@ -1768,6 +1931,30 @@ static void trainer_free(Trainer* tr) {
     dataloader_free(&tr->train);
     if (tr->has_val) dataloader_free(&tr->val);
     if (tr->has_tok) tokenizer_free(&tr->tok);
+    for (int p = 0; p < tr->nprompts; p++) free(tr->prompt_ids[p]);
+    free(tr->prompt_ids);
+    free(tr->prompt_len);
+}
+
+// -export and -export-hf at the end of training (every rank takes part: blocks are gathered).
+static void export_model(Trainer* tr) {
+    const Flags* f = &tr->f;
+    const char* dt = f->export_dtype;
+    if (f->export_path[0]) {
+        int fp32 = !strcmp(dt, "fp32") || (!strcmp(dt, "auto") && sizeof(floatX) == 4);
+        double saved = io_wait_begin(tr);
+        if (write_model_file(&tr->model.z, &tr->model.cfg, f->export_path, fp32, NULL, NULL) != 0) die(1, "-export %s failed", f->export_path);
+        io_wait_end(tr, saved);
+        printf0("exported the model at step %d to %s (llm.c, %s)\n", tr->step, f->export_path, fp32 ? "FP32 from the master weights" : "BF16 parameters");
+    }
+    if (f->export_hf[0]) {
+        StDtype hd = !strcmp(dt, "bf16") ? ST_BF16 : !strcmp(dt, "fp16") ? ST_F16 : ST_F32;
+        double saved = io_wait_begin(tr);
+        if (write_hf_checkpoint(&tr->model, f->export_hf, hd) != 0) die(1, "-export-hf %s failed", f->export_hf);
+        io_wait_end(tr, saved);
+        printf0("exported the model at step %d to %s (Hugging Face GPT-2, %s)\n", tr->step, f->export_hf,
+                hd == ST_F32 ? "F32 from the master weights" : hd == ST_F16 ? "F16 from the master weights" : "BF16 parameters");
+    }
 }
 
 static int train_main(int argc, char** argv) {
@@ -1781,12 +1968,7 @@ static int train_main(int argc, char** argv) {
     print_setup(tr);
     log_memory(tr, "start");
     int rc = train_loop(tr);
-    if (rc == ZT_EXIT_OK && tr->f.export_path[0]) { // every rank takes part (ZeRO-3 gathers); rank 0 writes
-        double saved = io_wait_begin(tr);
-        if (write_model_file(&tr->model.z, &tr->model.cfg, tr->f.export_path, NULL, NULL) != 0) die(1, "-export %s failed", tr->f.export_path);
-        io_wait_end(tr, saved);
-        printf0("exported the model at step %d to %s\n", tr->step, tr->f.export_path);
-    }
+    if (rc == ZT_EXIT_OK) export_model(tr);
     if (rc == ZT_EXIT_OK && tr->f.log_hash) log_hashes(tr);
     log_memory(tr, "end");
     int log_failed = tr->log_failed; // rank 0's; every rank ends with the same code

@@ -22,6 +22,8 @@ Usage:
   /usr/bin/python3 dev/reference.py --out test/fixtures     # write the fixtures
   /usr/bin/python3 dev/reference.py --check test/fixtures   # regenerate, compare; exit 0/1
   /usr/bin/python3 dev/reference.py --fdcheck               # finite differences vs autograd
+  python dev/reference.py --hf-logits DIR TOKENS OUT         # logits of a -export-hf checkpoint
+                                                             # (needs the safetensors package)
 Exit status: 0 ok, 1 mismatch, 2 usage error.
 
 Limits: CPU only, single thread, float64 — about a second for this tiny config, far too slow for
@@ -337,6 +339,71 @@ def logits_of(model_path, tokens_path, out_path):
     print(f"logits ({b}, {t}, {V}) of {model_path} written to {out_path}")
 
 
+def hf_logits_of(model_dir, tokens_path, out_path):
+    """--hf-logits: as --logits, for a Hugging Face checkpoint written by ./train -export-hf (F32 or
+    F16): config.json + model.safetensors read with the safetensors package and numpy (no
+    transformers), Conv1D weights (stored (in, out)) transposed into nn.Linear's (out, in)."""
+    import json
+    from safetensors import safe_open
+    cfg = json.load(open(os.path.join(model_dir, "config.json")))
+    got = [cfg["n_positions"], cfg["vocab_size"], cfg["n_layer"], cfg["n_head"], cfg["n_embd"]]
+    if got != [maxT, V, L, NH, C] or cfg.get("model_type") != "gpt2" or not cfg.get("tie_word_embeddings", True):
+        raise ValueError(f"{model_dir}: config {got} is not the reference's GPT-2 {[maxT, V, L, NH, C]}")
+    with safe_open(os.path.join(model_dir, "model.safetensors"), framework="numpy") as f:
+        if f.metadata() != {"format": "pt"}:
+            raise ValueError(f"{model_dir}: metadata {f.metadata()}, transformers needs {{'format': 'pt'}}")
+        hf = {k: f.get_tensor(k).astype(np.float32) for k in f.keys()}
+    if "lm_head.weight" in hf:
+        raise ValueError("lm_head.weight is stored: the tied head should be omitted")
+    conv1d = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+    shapes, tensors = llmc_shapes(), {}
+    for name, path, *_ in PARAMS:
+        keys = [path.format(l=l) for l in range(L)] if "{l}" in path else [path]
+        ts = [hf.pop(k).T if k.endswith(conv1d) else hf.pop(k) for k in keys]
+        t = np.stack(ts) if "{l}" in path else ts[0]
+        if name == "wte":   # V rows stored; the padded rows are zero
+            t = np.concatenate([t, np.zeros((Vp - V, C), dtype=np.float32)])
+        if t.shape != shapes[name]:
+            raise ValueError(f"{model_dir}: {name} has shape {t.shape}, expected {shapes[name]}")
+        tensors[name] = t
+    if hf:
+        raise ValueError(f"{model_dir}: unexpected tensors {sorted(hf)}")
+    raw = np.fromfile(tokens_path, dtype="<i4")
+    b, t = int(raw[0]), int(raw[1])
+    idx = torch.from_numpy(raw[2:2 + b * t].astype(np.int64)).reshape(b, t)
+    model = build_model({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in tensors.items()})
+    with torch.no_grad():
+        logits, _ = model(idx, idx)
+    logits.float().numpy().astype("<f4").tofile(out_path)
+    print(f"logits ({b}, {t}, {V}) of {model_dir} written to {out_path}")
+
+
+def masked_grads_of(model_path, tokens_path, out_path):
+    """--masked-grads: the loss over the *counted* targets only and every parameter's gradient, of an
+    llm.c model file of the reference's shape. tokens: int32 file B, T, then B*T inputs and B*T
+    targets, a target < 0 not counting (F.cross_entropy's ignore_index): the loss is the mean over
+    the counted targets. Writes an archive: "loss" (1), "grad.<name>" for the 16 tensors."""
+    header, tensors = read_model(model_path)
+    if list(header[2:8]) != [maxT, V, L, NH, C, Vp]:
+        raise ValueError(f"{model_path}: model {list(header[2:8])} is not the reference's")
+    raw = np.fromfile(tokens_path, dtype="<i4")
+    b, t = int(raw[0]), int(raw[1])
+    idx = torch.from_numpy(raw[2:2 + b * t].astype(np.int64)).reshape(b, t)
+    tgt = torch.from_numpy(raw[2 + b * t:2 + 2 * b * t].astype(np.int64)).reshape(b, t)
+    model = build_model({k: torch.from_numpy(np.array(v)) for k, v in tensors.items()})
+    pos = torch.arange(t, dtype=torch.long)
+    x = model.wte(idx) + model.wpe(pos)
+    for block in model.h:
+        x = block(x)
+    logits = F.linear(model.ln_f(x), model.wte.weight[:V])
+    loss = F.cross_entropy(logits.reshape(-1, V), tgt.reshape(-1), ignore_index=-1)
+    loss.backward()
+    entries = [("loss", np.array([loss.item()]))]
+    entries += [("grad." + name, llmc_tensor(model, path, grad=True).numpy()) for name, path, *_ in PARAMS]
+    write_archive(out_path, entries)
+    print(f"masked loss {loss.item():.6f} over {(tgt >= 0).sum().item()} of {b * t} targets written to {out_path}")
+
+
 def write_archive(path, entries):
     """entries: list of (name, numpy array); float arrays are stored as float32, ints as int32."""
     with open(path, "wb") as f:
@@ -500,6 +567,10 @@ def main():
     mode.add_argument("--fdcheck", action="store_true", help="finite differences vs autograd")
     mode.add_argument("--logits", nargs=3, metavar=("MODEL", "TOKENS", "OUT"),
                       help="logits of an llm.c model file of the reference's shape on int32 tokens")
+    mode.add_argument("--masked-grads", nargs=3, metavar=("MODEL", "TOKENS", "OUT"),
+                      help="loss over the counted targets (target < 0: not counted) and every gradient")
+    mode.add_argument("--hf-logits", nargs=3, metavar=("DIR", "TOKENS", "OUT"),
+                      help="the same for a Hugging Face checkpoint (needs the safetensors package)")
     args = ap.parse_args()   # exits 2 on usage errors
 
     torch.set_num_threads(1)
@@ -516,6 +587,12 @@ def main():
         status = check(args.check)
     elif args.logits:
         logits_of(*args.logits)
+        status = 0
+    elif args.masked_grads:
+        masked_grads_of(*args.masked_grads)
+        status = 0
+    elif args.hf_logits:
+        hf_logits_of(*args.hf_logits)
         status = 0
     else:
         status = fdcheck()

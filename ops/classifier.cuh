@@ -4,6 +4,9 @@
 //   losses (N)     = logsumexp(logits[n, :V]) - logits[n, target[n]]         [FP32, =]
 //   with dloss:    logits[n, j] <- (softmax(logits[n, :V])_j - [j == target[n]]) * dloss   for j < V
 //                  logits[n, j] <- 0 for the padded columns V <= j < Vp       [floatX, in place]
+// The loss mask: a negative target[n] (-1, like PyTorch's ignore_index) is a position that does
+// not count: losses[n] = 0 and, with dloss, its whole logits row becomes 0 (no gradient). dloss is
+// then 1 / (counted targets of the global batch). With every target >= 0 nothing changes.
 // The padded vocabulary columns (wte rows V..Vp-1 are zero) never enter the softmax and get a
 // zero gradient. dloss is the loss gradient's pre-scale, 1 / (R * GA * B * T) in training, so
 // that every later reduction is a plain SUM (zero.h). Without targets the logits are left as
@@ -56,6 +59,11 @@ classifier_kernel(floatX* logits, float* losses, const int* targets, float dloss
     int64_t n = blockIdx.x;
     floatX* row = logits + n * Vp;
     int t = targets[n];
+    if (t < 0) { // masked: no loss, no gradient (the whole block takes this branch together)
+        if (threadIdx.x == 0) losses[n] = 0.0f;
+        if (write_dlogits) for (int j = threadIdx.x; j < Vp; j += blockDim.x) row[j] = rn(0.0f);
+        return;
+    }
     // read before any thread writes the row (the reductions' __syncthreads order the writes after it)
     float logit_t = ld(row[t]);
     float maxv = -INFINITY;
@@ -92,12 +100,17 @@ static void op_lm_head_forward(floatX* logits, float* losses, const floatX* x, c
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < N; n++) {
         floatX* row = logits + n * Vp;
+        int t = targets[n];
+        if (t < 0) { // masked: no loss, no gradient
+            losses[n] = 0.0f;
+            if (write_dlogits) for (int j = 0; j < Vp; j++) row[j] = rn(0.0f);
+            continue;
+        }
         float maxv = -INFINITY;
         for (int j = 0; j < V; j++) { float v = ld(row[j]); maxv = v > maxv ? v : maxv; }
         float sum = 0.0f;
         for (int j = 0; j < V; j++) sum += expf(ld(row[j]) - maxv);
         float lse = maxv + logf(sum);
-        int t = targets[n];
         losses[n] = lse - ld(row[t]);
         if (!write_dlogits) continue;
         for (int j = 0; j < V; j++) {

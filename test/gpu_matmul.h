@@ -237,9 +237,10 @@ TEST(gpu_gelu_forward) {
 // x's rows are one-hot (row n has a 1 in channel n % C), so logits[n, j] = wte[j, n % C] exactly on
 // both devices whatever the GEMM's summation order: the classifier kernel is compared on identical
 // logits. wte's padded rows V..Vp-1 are zero, as in the model.
-static void check_classifier(int N, int C, int V, int Vp, int write_dlogits) {
+// mask_every > 0: every mask_every-th target is -1 (the loss mask: no loss, a zero logits row).
+static void check_classifier(int N, int C, int V, int Vp, int write_dlogits, int mask_every = 0) {
     char what[160];
-    printf("    classifier N=%d V=%d Vp=%d%s\n", N, V, Vp, write_dlogits ? ", dlogits" : ", losses only");
+    printf("    classifier N=%d V=%d Vp=%d%s%s\n", N, V, Vp, write_dlogits ? ", dlogits" : ", losses only", mask_every ? ", masked targets" : "");
     size_t nl = (size_t)N * Vp;
     floatX* x = (floatX*)malloc(sizeof(floatX) * N * C);
     floatX* wte = (floatX*)malloc(sizeof(floatX) * Vp * C);
@@ -249,7 +250,7 @@ static void check_classifier(int N, int C, int V, int Vp, int write_dlogits) {
     rand_x(wte, (int64_t)Vp * C, 2.0, 31);
     for (int64_t i = (int64_t)V * C; i < (int64_t)Vp * C; i++) wte[i] = rn(0.0f);
     uint64_t key = rng_key(32, 0x544752ull, (uint64_t)N);
-    for (int n = 0; n < N; n++) targets[n] = (int)(rng_u64(key, (uint64_t)n) % (uint64_t)V);
+    for (int n = 0; n < N; n++) targets[n] = mask_every && n % mask_every == 0 ? -1 : (int)(rng_u64(key, (uint64_t)n) % (uint64_t)V);
     float dloss = 1.0f / N;
     floatX* logits_cpu = (floatX*)malloc(sizeof(floatX) * nl);
     floatX* logits_gpu = (floatX*)malloc(sizeof(floatX) * nl);
@@ -281,6 +282,14 @@ static void check_classifier(int N, int C, int V, int Vp, int write_dlogits) {
         for (size_t i = 0; i < sizeof(floatX) * (Vp - V); i++) nonzero_pad += b[i] != 0;
     }
     CHECKF(nonzero_pad == 0, "V=%d: %lld nonzero bytes in the padded columns", V, (long long)nonzero_pad);
+    int64_t masked_nonzero = 0; // masked rows: loss exactly 0, with dlogits a row of +0
+    for (int n = 0; n < N; n++) {
+        if (targets[n] >= 0) continue;
+        masked_nonzero += losses_gpu[n] != 0.0f;
+        const unsigned char* b = (const unsigned char*)(logits_gpu + (int64_t)n * Vp);
+        for (size_t i = 0; write_dlogits && i < sizeof(floatX) * Vp; i++) masked_nonzero += b[i] != 0;
+    }
+    CHECKF(masked_nonzero == 0, "V=%d: masked rows have %lld nonzero values", V, (long long)masked_nonzero);
     int same = !memcmp(logits_gpu, logits_again, sizeof(floatX) * nl) && !memcmp(losses_gpu, losses_again, sizeof(float) * N);
     printf("    V=%d deterministic: %s\n", V, same ? "ok" : "FAIL");
     CHECKF(same, "V=%d: two GPU runs differ", V);
@@ -293,6 +302,8 @@ static void check_classifier(int N, int C, int V, int Vp, int write_dlogits) {
 TEST(gpu_classifier_small) {
     check_classifier(37, 16, 13, 16, 1);
     check_classifier(37, 16, 13, 16, 0);
+    check_classifier(37, 16, 13, 16, 1, 3);
+    check_classifier(37, 16, 13, 16, 0, 3);
 }
 
 // B*T*Vp past 2^31 elements (GPT-2's Vp, 42,700 rows: 4.3 GB of BF16 logits): every index into the

@@ -7,7 +7,8 @@
 #   4. NCCL's probe; the binaries carried to a GPU box (make gpu-binaries: nvcc, sm_90, no MPI,
 #      warnings as errors) and what they link (skipped, and said so, when nvcc is missing)
 #   5. the PyTorch fixtures regenerated and compared with the committed ones (skipped, and said
-#      so, when python3-torch is missing; CI installs it)
+#      so, when python3-torch is missing; CI installs it); the same for the BPE fixture (tiktoken)
+#      and the Hugging Face fixtures (transformers, in $ZT_HF_PYTHON)
 # Prints every case and ends with one line "N passed, N failed" over all of them.
 set -u
 cd "$(dirname "$0")/.."
@@ -145,6 +146,18 @@ if "$TIKTOKEN_PY" -c 'import tiktoken, regex' 2>/dev/null; then
     fi
 else
     echo "SKIP bpe_fixture_regenerate: $TIKTOKEN_PY has no tiktoken (pip install tiktoken==0.14.0; .ci/run makes a venv)"; skipped=$((skipped + 1))
+fi
+
+echo "=== Hugging Face fixtures regenerated with transformers and compared"
+HF_PY=${ZT_HF_PYTHON:-python3}
+if "$HF_PY" -c 'import transformers, safetensors, torch' 2>/dev/null; then
+    if "$HF_PY" dev/hf_fixtures.py --check test/fixtures/hf; then
+        echo "PASS hf_fixtures_regenerate"; passed=$((passed + 1))
+    else
+        echo "FAIL hf_fixtures_regenerate"; failed=$((failed + 1))
+    fi
+else
+    echo "SKIP hf_fixtures_regenerate: $HF_PY has no transformers (pip install transformers==4.38.2 safetensors==0.4.5; .ci/run makes a venv)"; skipped=$((skipped + 1))
 fi
 
 [ "$skipped" -gt 0 ] && echo "($skipped skipped: see SKIP lines above)"

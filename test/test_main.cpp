@@ -17,6 +17,8 @@
 #include "test_checkpoint.h" // tests: the checkpoint protocol: CRC32C, one history, mixed/corrupt files, lock
 #include "test_zero.h"       // tests: ZeRO-0..3 over MPI on N processes
 #include "test_plan.h"       // tests: -plan and -z auto
+#include "test_hf.h"         // tests: Hugging Face checkpoints in and out, JSON, safetensors
+#include "test_finetune.h"   // tests: loss masks, prompt/completion -tokenize
 
 int main(int argc, char** argv) {
     if (argc > 1 && !strcmp(argv[1], "--train")) return train_main(argc - 1, argv + 1);
