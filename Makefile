@@ -131,13 +131,13 @@ test/test_emu_fp32: build/emu/.copied $(EMU_SOURCES)
 	$(CXX_HOST) $(EMU_FLAGS) $(filter-out -DENABLE_FP32,$(DEFS)) -DENABLE_FP32 $(MPI_CFLAGS) build/emu/test/test_gpu.cu -o $@ $(MPI_LIBS)
 
 # The GPU test program (GPU against CPU, op by op); dev/gpu_check.sh builds and runs it on a GPU.
-test/test_gpu: $(SOURCES) test/test_gpu.cu test/gpu_ops.h test/gpu_misc.h test/gpu_matmul.h test/gpu_attention.h test/gpu_packed.h test/tolerances.h test/test.h
+test/test_gpu: $(SOURCES) test/test_gpu.cu test/gpu_ops.h test/gpu_misc.h test/gpu_matmul.h test/gpu_attention.h test/gpu_packed.h test/gpu_bench.h test/tolerances.h test/test.h
 	$(NVCC) $(NVCC_FLAGS) -Xcompiler -Wno-format-truncation $(DEFS) $(NVCC_DEFS) $(MPI_CFLAGS) test/test_gpu.cu -o $@ $(MPI_LIBS) $(CUDA_LIBS)
 test-gpu: test/test_gpu
 
 # Binaries to carry to a GPU machine that has CUDA 13 but neither MPI nor OpenBLAS (dev/gpu_check.sh):
 # one process per GPU; NCCL from NCCL_HOME (the toolkit's or a Python wheel's).
-gpu-binaries: $(SOURCES) test/test_gpu.cu test/gpu_ops.h test/gpu_misc.h test/gpu_matmul.h test/gpu_attention.h test/gpu_packed.h
+gpu-binaries: $(SOURCES) test/test_gpu.cu test/gpu_ops.h test/gpu_misc.h test/gpu_matmul.h test/gpu_attention.h test/gpu_packed.h test/gpu_bench.h
 	$(MAKE) -B NO_MPI=1 NO_BLAS=1 train && mv train train_gpu
 	$(MAKE) -B NO_MPI=1 NO_BLAS=1 test/test_gpu
 

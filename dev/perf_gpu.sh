@@ -8,10 +8,13 @@
 #
 # The runs, in this order (T = 1024, BF16, one GPU, the KJV shards for ./train, random tokens for
 # PyTorch: token values do not change a dense model's speed):
-#   1. d12 B 16 and d12 B 64: ./train, then dev/bench_torch_gpu.py with torch.compile;
+#   0. `test/test_gpu --bench`: each memory-bound kernel on its 16-byte and its element path, time
+#      and bandwidth against README's predictions (test/gpu_bench.h), ~20 s;
+#   1. d12 B 16: ./train, then dev/bench_torch_gpu.py with torch.compile;
 #   2. d48 at the planner's B: the largest B in 16, 8, 4, 2, 1 for which `./train -plan` on this GPU
 #      recommends a (-z, -r) row, run with that row; PyTorch with torch.compile if d12 B 16's first
-#      step (compilation) took under 90 s, else eager + SDPA (the table says which).
+#      step (compilation) took under 90 s, else eager + SDPA (the table says which);
+#   3. d12 B 64, as 1.
 # Each run has a time limit, cut to what is left of the 6 minutes, so the script ends in time; a
 # run cut off or failed shows as such in the table, and its log is kept ($PERF_LOGS, and $OUT).
 #
@@ -24,13 +27,15 @@
 # ./train's device memory in use beyond the CUDA context (every buffer is allocated at start-up;
 # a step allocates nothing), PyTorch's torch.cuda.max_memory_allocated; neither counts the context.
 #
-# Environment: ZT_TRAIN (the trainer command, default ./train_gpu), ZT_TORCH_PYTHON (default python3),
+# Environment: ZT_TRAIN (the trainer command, default ./train_gpu), ZT_TEST_GPU (default ./test/test_gpu),
+# ZT_TORCH_PYTHON (default python3),
 # PERF_BUDGET_S (default 360), PERF_LOGS (default /tmp/perf_gpu).
 set -u
 cd "$(dirname "$0")/.."
 DRY=0
 [ "${1:-}" = "--dry-run" ] && DRY=1
 TRAIN=${ZT_TRAIN:-./train_gpu}
+TEST_GPU=${ZT_TEST_GPU:-./test/test_gpu}
 PY=${ZT_TORCH_PYTHON:-python3}
 BUDGET=${PERF_BUDGET_S:-360}
 LOGS=${PERF_LOGS:-/tmp/perf_gpu}
@@ -90,14 +95,17 @@ GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
 say "GPU: ${GPU:-none found}; budget ${BUDGET}s; MFU: 6N + 6LCT per token at ${PEAK_TFLOPS} TFLOP/s"
 COMMON="-device cuda -t 1024 -u 2 -v 0 -s 0"
 
-# ---- d12 at B = 16 and 64
-COMPILE_S=""
-for b in 16 64; do
-    run "ours_d12_b$b" 90 $TRAIN $COMMON -x $STEPS -e d12 -b $b; ORC=$RC
-    run "torch_d12_b$b" 150 $PY dev/bench_torch_gpu.py --depth 12 -B $b -T 1024 --steps 10 --warmup 3; TRC=$RC
-    [ $b -eq 16 ] && COMPILE_S=$(torch_field "$LOGS/torch_d12_b16.log" first_step_s)
-    row "d12" 12 $b "$LOGS/ours_d12_b$b.log" $ORC "$LOGS/torch_d12_b$b.log" $TRC "torch.compile"
-done
+# ---- the kernels alone
+run kernels 60 $TEST_GPU --bench
+
+# ---- d12 at B = 16 (then d48, then d12 at B = 64: the order of importance, should time run short)
+d12_pair() { # B
+    run "ours_d12_b$1" 90 $TRAIN $COMMON -x $STEPS -e d12 -b $1; ORC=$RC
+    run "torch_d12_b$1" 150 $PY dev/bench_torch_gpu.py --depth 12 -B $1 -T 1024 --steps 10 --warmup 3; TRC=$RC
+    row "d12" 12 $1 "$LOGS/ours_d12_b$1.log" $ORC "$LOGS/torch_d12_b$1.log" $TRC "torch.compile"
+}
+d12_pair 16
+COMPILE_S=$(torch_field "$LOGS/torch_d12_b16.log" first_step_s)
 
 # ---- d48 at the planner's B (its recommended -z, -r)
 B48=""; ZR=""
@@ -118,6 +126,7 @@ else
     run "torch_d48" 150 $PY dev/bench_torch_gpu.py --depth 48 -B $B48 -T 1024 --steps 6 --warmup 2 $nc; TRC=$RC
     row "d48 ($ZR)" 48 $B48 "$LOGS/ours_d48.log" $ORC "$LOGS/torch_d48.log" $TRC "$mode"
 fi
+d12_pair 64
 
 if [ "$DRY" -eq 1 ]; then # the table from sample lines, as the real logs print them
     printf 'device memory: 2345.6 MiB in use beyond the context and communicator, the planner says 2300.0 MiB (within 5%% or 256 MiB)\n' > "$LOGS/sample_ours.log"
@@ -127,6 +136,8 @@ if [ "$DRY" -eq 1 ]; then # the table from sample lines, as the real logs print 
     row "d12 (sample lines)" 12 16 "$LOGS/sample_ours.log" 0 "$LOGS/sample_torch.log" 0 "torch.compile"
 fi
 
+echo
+grep -E '^(memory-bound|  bench )' "$LOGS/kernels.log" 2>/dev/null
 echo
 echo "$(date -u +%Y-%m-%d), ${GPU:-no GPU}, T = 1024, BF16; MFU = llm.c's 6N + 6LCT per token over ${PEAK_TFLOPS} TFLOP/s BF16 dense"
 echo
