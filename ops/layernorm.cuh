@@ -17,12 +17,12 @@
 // CUDA: one warp per row (forward, and the dinp part of backward): each lane walks the row in packs
 // of 8 elements (BF16; 4 in FP32) with stride 32 packs, with one 16-byte access per pack when the
 // row allows it (ops/packed.cuh); the row sums are combined by a xor-butterfly of shuffles (fixed
-// order; every lane ends with the same bits, since a+b == b+a in IEEE). The elementwise outputs use explicit _rn
-// intrinsics in the CPU's operation order, so nvcc cannot contract them into FMAs: only the row
-// sums' order differs from the CPU. dweight/dbias: a two-level column sum without atomics,
-// partial sums per (chunk of rows, column) into g_work, then one thread per column adds the
-// chunks in order. Every launch shape is a function of N and C only, so results are bitwise
-// reproducible on any GPU.
+// order; every lane ends with the same bits, since a+b == b+a in IEEE). The elementwise outputs use
+// explicit _rn intrinsics in the CPU's operation order, so nvcc cannot contract them into FMAs:
+// only the row sums' order differs from the CPU. dweight/dbias: a two-level column sum without
+// atomics, partial sums per (chunk of rows, column) into g_work, then one thread per column adds
+// the chunks in order. Every order of summation is a function of N and C only (not of the 16-byte
+// or element path, nor of the GPU), so results are bitwise reproducible.
 //
 // defines: op_residual_layernorm_forward, op_layernorm_backward
 #ifndef ZT_OPS_LAYERNORM_CUH
@@ -37,9 +37,10 @@
 // ---- CUDA kernels
 
 #define LN_WARPS_PER_BLOCK 8        // forward and dinp: one warp per row, 8 rows per block
-#define LN_BWD_MAX_CHUNKS 64        // dweight/dbias: at most 64 row chunks ...
-#define LN_BWD_MIN_CHUNK_ROWS 32    // ... of at least 32 rows; scratch 2 * chunks * C floats <= 128 C
-#define LN_BWD_COLS_PER_BLOCK 256   // dweight/dbias: columns per block (PACK_X or 1 per thread)
+#define LN_BWD_MAX_CHUNKS 128       // dweight/dbias: at most 128 row chunks ...
+#define LN_BWD_MIN_CHUNK_ROWS 32    // ... of at least 32 rows; scratch 2 * chunks * C floats <= 256 C
+#define LN_BWD_COLS 32              // dweight/dbias: threads across columns (PACK_X or 1 column each) ...
+#define LN_BWD_LANES 8              // ... times rows summed side by side: 256 threads a block
 
 // Sum of v over the 32 lanes of a warp, the same bits in every lane (butterfly: lane i adds lane
 // i^o's value; both partners compute the same sum because IEEE addition is commutative).
@@ -163,38 +164,53 @@ __global__ static void layernorm_backward_dinp_kernel(floatX* dinp, const floatX
     }
 }
 
-// Level 1 of dweight/dbias: thread (columns c0.., chunk k) sums rows [k*rows, (k+1)*rows) in order,
-// PACK_X consecutive columns per thread (one 16-byte load per row) when vec, else one column.
-// part_w, part_b (nchunks, C) FP32 [=], in g_work.
-__global__ static void layernorm_backward_partial_kernel(float* part_w, float* part_b, const floatX* dout,
-                                                         const floatX* x, const float* mean,
-                                                         const float* rstd, int N, int C, int rows, int vec) {
-    int width = vec ? PACK_X : 1;
-    int c0 = (blockIdx.x * blockDim.x + threadIdx.x) * width;
+// Level 1 of dweight/dbias: block (column block x, chunk k) sums rows [k*rows, (k+1)*rows). Thread
+// (tx, ty) owns W columns c0 = (x * LN_BWD_COLS + tx) * W (W = PACK_X with vec: one 16-byte load of
+// dout and of x per row; else 1) and sums rows lo+ty, lo+ty+LANES, ... in order; the LANES sums of a
+// column are then added in ty order. part_w, part_b (nchunks, C) FP32 [=], in g_work. The same order
+// for both widths: the bits do not depend on vec.
+__global__ static void __launch_bounds__(LN_BWD_COLS * LN_BWD_LANES)
+layernorm_backward_partial_kernel(float* part_w, float* part_b, const floatX* dout, const floatX* x,
+                                  const float* mean, const float* rstd, int N, int C, int rows, int vec) {
+    __shared__ float lane_w[LN_BWD_LANES][LN_BWD_COLS * PACK_X];
+    __shared__ float lane_b[LN_BWD_LANES][LN_BWD_COLS * PACK_X];
+    int W = vec ? PACK_X : 1;
+    int c0 = (blockIdx.x * LN_BWD_COLS + threadIdx.x) * W;
     int k = blockIdx.y;
-    if (c0 >= C) return;
     int64_t lo = (int64_t)k * rows, hi = lo + rows < N ? lo + rows : N;
     float aw[PACK_X], ab[PACK_X], fd[PACK_X], fx[PACK_X];
     for (int j = 0; j < PACK_X; j++) aw[j] = ab[j] = 0.0f;
-    for (int64_t i = lo; i < hi; i++) { // the warp reads consecutive columns of row i: coalesced
-        float mi = mean[i], si = rstd[i];
-        if (vec) {
-            ln_load(fd, dout + i * C, c0, C, 1);
-            ln_load(fx, x + i * C, c0, C, 1);
-        } else {
-            fd[0] = ld(dout[i * C + c0]);
-            fx[0] = ld(x[i * C + c0]);
+    if (c0 < C)
+        for (int64_t i = lo + threadIdx.y; i < hi; i += LN_BWD_LANES) { // a warp reads consecutive columns of row i
+            float mi = mean[i], si = rstd[i];
+            if (vec) {
+                ln_load(fd, dout + i * C, c0, C, 1);
+                ln_load(fx, x + i * C, c0, C, 1);
+            } else {
+                fd[0] = ld(dout[i * C + c0]);
+                fx[0] = ld(x[i * C + c0]);
+            }
+            for (int j = 0; j < W; j++) {
+                float xhat = __fmul_rn(__fsub_rn(fx[j], mi), si);
+                aw[j] += fd[j] * xhat;
+                ab[j] += fd[j];
+            }
         }
-        for (int j = 0; j < width; j++) {
-            float xhat = __fmul_rn(__fsub_rn(fx[j], mi), si);
-            aw[j] += fd[j] * xhat;
-            ab[j] += fd[j];
+    for (int j = 0; j < W; j++) {
+        lane_w[threadIdx.y][threadIdx.x * W + j] = aw[j];
+        lane_b[threadIdx.y][threadIdx.x * W + j] = ab[j];
+    }
+    __syncthreads(); // every lane's sums are in shared memory
+    if (threadIdx.y == 0 && c0 < C)
+        for (int j = 0; j < W; j++) {
+            float sw = 0.0f, sb = 0.0f;
+            for (int y = 0; y < LN_BWD_LANES; y++) {
+                sw += lane_w[y][threadIdx.x * W + j];
+                sb += lane_b[y][threadIdx.x * W + j];
+            }
+            part_w[(int64_t)k * C + c0 + j] = sw;
+            part_b[(int64_t)k * C + c0 + j] = sb;
         }
-    }
-    for (int j = 0; j < width; j++) {
-        part_w[(int64_t)k * C + c0 + j] = aw[j];
-        part_b[(int64_t)k * C + c0 + j] = ab[j];
-    }
 }
 
 // Level 2: one thread per column adds the chunks' partial sums in chunk order, then += into the
@@ -225,8 +241,9 @@ static void residual_layernorm_forward_cuda(floatX* residual, floatX* out, float
 }
 
 // Scratch in g_work: part_w and part_b, (nchunks, C) floats each; nchunks <= LN_BWD_MAX_CHUNKS so
-// at most 128*C floats, which ops_workspace_floats covers through its GEMM term (>= 4C * GEMM_NR
-// = 128C); checked here anyway.
+// at most 256*C floats, which ops_workspace_floats covers through cuBLASLt's 32 MiB (8M floats:
+// C up to 32768); checked here anyway. Up to 128 chunks x 256 threads x C / (32 W) column blocks:
+// at d12 (N = 16384) 384 blocks, 98K threads with two 16-byte loads each in flight.
 static void layernorm_backward_cuda(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
                                     const floatX* x, const floatX* weight, const float* mean,
                                     const float* rstd, int N, int C) {
@@ -245,10 +262,10 @@ static void layernorm_backward_cuda(floatX* dinp, float* dweight, float* dbias, 
             g_work_floats, (size_t)2 * nchunks * C);
     float* part_w = g_work;
     float* part_b = g_work + (size_t)nchunks * C;
-    int width = vec ? PACK_X : 1;
-    dim3 pgrid((unsigned)ceil_div(C, LN_BWD_COLS_PER_BLOCK), (unsigned)nchunks);
-    layernorm_backward_partial_kernel<<<pgrid, LN_BWD_COLS_PER_BLOCK / width, 0, g_stream>>>(
-        part_w, part_b, dout, x, mean, rstd, N, C, rows, vec);
+    dim3 pgrid((unsigned)ceil_div(C, LN_BWD_COLS * (vec ? PACK_X : 1)), (unsigned)nchunks);
+    dim3 pblock(LN_BWD_COLS, LN_BWD_LANES);
+    layernorm_backward_partial_kernel<<<pgrid, pblock, 0, g_stream>>>(part_w, part_b, dout, x, mean, rstd, N, C,
+                                                                     rows, vec);
     cudaCheck(cudaGetLastError());
     layernorm_backward_sum_kernel<<<(unsigned)ceil_div(C, 256), 256, 0, g_stream>>>(dweight, dbias, part_w,
                                                                                   part_b, C, nchunks);

@@ -95,6 +95,10 @@ MUTANTS = {
         'ops/layernorm.cuh',
         '    int vec = C % PACK_X == 0 && aligned16(dinp)', '    int vec = aligned16(dinp)',
         'gpu_layernorm_backward', 'the 16-byte path on rows whose length is not a multiple of the pack (rows misaligned)'),
+    'layernorm_bwd_missing_barrier': (
+        'ops/layernorm.cuh',
+        "    __syncthreads(); // every lane's sums are in shared memory\n", '',
+        'gpu_layernorm_backward', 'dweight/dbias: lane 0 adds the other lanes\' column sums before they are written'),
     'encoder_pieces_order': (
         'ops/encoder.cuh',
         'for (int h = g + 1; h <= last; h++) acc = __fadd_rn(acc, pieces[(int64_t)(2 * h) * C + c]);',
