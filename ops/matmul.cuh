@@ -284,7 +284,9 @@ static void cpu_bias_grad(float* dbias, const floatX* dout, int64_t N, int64_t O
 // dbias += column sums of dout is two deterministic kernels: partial sums over fixed chunks of
 // BIASGRAD_ROWS rows into g_work, then the partials of each column added in chunk order. No atomics.
 
+#ifndef MATMUL_WORKSPACE_BYTES // (a GPU session may build with -DMATMUL_WORKSPACE_BYTES='((size_t)16<<20)' to compare)
 #define MATMUL_WORKSPACE_BYTES ((size_t)32 << 20) // cuBLASLt's workspace: 32 MiB of g_work (both devices count it)
+#endif
 
 #ifdef __CUDACC__
 
