@@ -116,12 +116,21 @@ __global__ static void encoder_iota_kernel(int* pos, int N) {
 }
 
 // acc[0..W) = sum over sorted indices k in [lo, hi) of dout[pos[k], c0..c0+W), in k order from 0.
-// W = PACK_X with vec (one 16-byte load per row), else 1.
+// W = PACK_X with vec (one 16-byte load per row, four rows loaded before they are added, in order:
+// four loads in flight per thread), else 1.
 __device__ static inline void enc_piece_sum(float* acc, const floatX* dout, const int* pos, int lo, int hi,
                                             int c0, int C, int vec) {
     int W = vec ? PACK_X : 1;
     for (int j = 0; j < W; j++) acc[j] = 0.0f;
-    for (int k = lo; k < hi; k++) {
+    int k = lo;
+    if (vec)
+        for (; k + 4 <= hi; k += 4) {
+            Packed128<floatX> x[4];
+            for (int u = 0; u < 4; u++) x[u] = load128(dout + (int64_t)pos[k + u] * C + c0);
+            for (int u = 0; u < 4; u++)
+                for (int j = 0; j < PACK_X; j++) acc[j] = __fadd_rn(acc[j], ld(x[u][j]));
+        }
+    for (; k < hi; k++) {
         const floatX* d = dout + (int64_t)pos[k] * C + c0;
         if (vec) {
             Packed128<floatX> x = load128(d);

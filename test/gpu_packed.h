@@ -146,41 +146,45 @@ TEST(gpu_vector_paths_bitwise) {
 
 #ifdef ZT_CUDA_EMU
 #include <sys/wait.h>
-// A planted bug: the GELU kernel told to take its 16-byte path on a pointer one element off. A GPU
-// stops such a kernel ("misaligned address"); the emulator must too, or the vector paths' alignment
-// conditions above are untested. Run in a child process (it ends in abort), stderr read back.
+// Planted bugs: the GELU kernel told to take its 16-byte path with the input (a load) or the output
+// (a store) one element off. A GPU stops such a kernel ("misaligned address"); the emulator must
+// too, or the vector paths' alignment conditions above are untested. Each runs in a child process
+// (it ends in abort), its stderr read back.
 TEST(gpu_vector_misaligned_stops) {
     const int64_t n = 64;
     floatX* pre = (floatX*)calloc(n + 8, sizeof(floatX));
     floatX* dpre = (floatX*)gpu_copy_of(pre, sizeof(floatX) * (n + 8));
     floatX* dout = (floatX*)gpu_zeros(sizeof(floatX) * (n + 8));
-    int fds[2];
-    CHECK(pipe(fds) == 0);
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fds[1], 2);
+    for (int store = 0; store < 2; store++) {
+        int fds[2];
+        CHECK(pipe(fds) == 0);
+        fflush(stdout);
+        fflush(stderr);
+        pid_t pid = fork();
+        if (pid == 0) {
+            dup2(fds[1], 2);
+            close(fds[0]);
+            // one block: the emulator runs it on this thread, no OpenMP team after fork
+            gelu_forward_kernel<<<1, 32, 0, g_stream>>>(dout + store, dpre + (1 - store), n, 1);
+            cudaStreamSynchronize(g_stream);
+            _exit(0); // not reached when the check works
+        }
+        close(fds[1]);
+        char buf[4096];
+        size_t got = 0;
+        ssize_t r;
+        while (got < sizeof(buf) - 1 && (r = read(fds[0], buf + got, sizeof(buf) - 1 - got)) > 0) got += (size_t)r;
+        buf[got] = 0;
         close(fds[0]);
-        // one block: the emulator runs it on this thread, no OpenMP team after fork
-        gelu_forward_kernel<<<1, 32, 0, g_stream>>>(dout, dpre + 1, n, 1);
-        cudaStreamSynchronize(g_stream);
-        _exit(0); // not reached when the check works
+        int status = 0;
+        waitpid(pid, &status, 0);
+        const char* want = store ? "misaligned 16-byte store" : "misaligned 16-byte load";
+        int stopped = WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
+        int named = strstr(buf, want) != NULL && strstr(buf, "gelu_forward_kernel") != NULL;
+        printf("    %s in gelu_forward_kernel: %s%s\n", want, stopped && named ? "stopped: " : "NOT STOPPED ",
+               stopped && named ? strtok(buf, "\n") : "");
+        CHECKF(stopped && named, "the emulator did not stop a %s (status %d, stderr: %.300s)", want, status, buf);
     }
-    close(fds[1]);
-    char buf[4096];
-    size_t got = 0;
-    ssize_t r;
-    while (got < sizeof(buf) - 1 && (r = read(fds[0], buf + got, sizeof(buf) - 1 - got)) > 0) got += (size_t)r;
-    buf[got] = 0;
-    close(fds[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    int stopped = WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
-    int named = strstr(buf, "misaligned 16-byte load") != NULL && strstr(buf, "gelu_forward_kernel") != NULL;
-    printf("    misaligned 16-byte load in gelu_forward_kernel: %s%s\n", stopped && named ? "stopped: " : "NOT STOPPED ",
-           stopped && named ? strtok(buf, "\n") : "");
-    CHECKF(stopped && named, "the emulator did not stop a misaligned 16-byte access (status %d, stderr: %.300s)", status, buf);
     free(pre);
     cudaCheck(cudaFree(dpre));
     cudaCheck(cudaFree(dout));
