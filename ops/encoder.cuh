@@ -96,17 +96,17 @@ __global__ static void encoder_backward_dwpe_kernel(float* dwpe, const floatX* d
     int n = C - c0 < PACK_X ? C - c0 : PACK_X;
     float acc[PACK_X];
     float* dp = dwpe + t * C + c0;
-    for (int k = 0; k < n; k++) acc[k] = dp[k];
+    for (int k = 0; k < PACK_X; k++) if (k < n) acc[k] = dp[k];
     for (int b = 0; b < B; b++) {
         const floatX* d = dout + ((int64_t)b * T + t) * C + c0;
         if (vec) {
             Packed128<floatX> x = load128(d);
             for (int k = 0; k < PACK_X; k++) acc[k] = __fadd_rn(acc[k], ld(x[k]));
         } else {
-            for (int k = 0; k < n; k++) acc[k] = __fadd_rn(acc[k], ld(d[k]));
+            for (int k = 0; k < PACK_X; k++) if (k < n) acc[k] = __fadd_rn(acc[k], ld(d[k]));
         }
     }
-    for (int k = 0; k < n; k++) dp[k] = acc[k];
+    for (int k = 0; k < PACK_X; k++) if (k < n) dp[k] = acc[k];
 }
 
 // pos[i] = i: the values the sort carries along with the tokens.
@@ -121,7 +121,7 @@ __global__ static void encoder_iota_kernel(int* pos, int N) {
 __device__ static inline void enc_piece_sum(float* acc, const floatX* dout, const int* pos, int lo, int hi,
                                             int c0, int C, int vec) {
     int W = vec ? PACK_X : 1;
-    for (int j = 0; j < W; j++) acc[j] = 0.0f;
+    for (int j = 0; j < PACK_X; j++) if (j < W) acc[j] = 0.0f;
     int k = lo;
     if (vec)
         for (; k + 4 <= hi; k += 4) {
@@ -157,8 +157,8 @@ __global__ static void encoder_backward_dwte_chunk_kernel(float* dwte, float* pi
         float* dst = before || after ? pieces + (int64_t)(2 * blockIdx.x + (ps == lo ? 0 : 1)) * C : dwte + (int64_t)v * C;
         for (int c0 = threadIdx.x * W; c0 < C; c0 += blockDim.x * W) {
             enc_piece_sum(acc, dout, pos, ps, pe, c0, C, vec);
-            if (before || after) { for (int j = 0; j < W; j++) dst[c0 + j] = acc[j]; }
-            else { for (int j = 0; j < W; j++) dst[c0 + j] = __fadd_rn(dst[c0 + j], acc[j]); } // dw[v] + sum
+            if (before || after) { for (int j = 0; j < PACK_X; j++) if (j < W) dst[c0 + j] = acc[j]; }
+            else { for (int j = 0; j < PACK_X; j++) if (j < W) dst[c0 + j] = __fadd_rn(dst[c0 + j], acc[j]); } // dw[v] + sum
         }
     }
 }

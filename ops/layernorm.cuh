@@ -61,7 +61,7 @@ __device__ static inline int ln_load(float* f, const floatX* row, int c0, int C,
         return PACK_X;
     }
     int n = C - c0 < PACK_X ? C - c0 : PACK_X;
-    for (int k = 0; k < n; k++) f[k] = ld(row[c0 + k]);
+    for (int k = 0; k < PACK_X; k++) if (k < n) f[k] = ld(row[c0 + k]);
     return n;
 }
 // ln_store: row[c0 + k] = x[k] for the pack's n elements (already rounded).
@@ -72,7 +72,7 @@ __device__ static inline void ln_store(floatX* row, int c0, int n, const floatX*
         store128(row + c0, p);
         return;
     }
-    for (int k = 0; k < n; k++) row[c0 + k] = x[k];
+    for (int k = 0; k < PACK_X; k++) if (k < n) row[c0 + k] = x[k];
 }
 
 // One warp per row i: residual = rn(a + b), then mean/rstd from the rounded residual, then out.
@@ -92,7 +92,7 @@ __global__ static void residual_layernorm_forward_kernel(floatX* residual, float
         for (int c0 = lane * PACK_X; c0 < C; c0 += 32 * PACK_X) {
             int n = ln_load(f, x, c0, C, vec);
             ln_load(g, b, c0, C, vec);
-            for (int k = 0; k < n; k++) r[k] = rn(__fadd_rn(f[k], g[k]));
+            for (int k = 0; k < PACK_X; k++) if (k < n) r[k] = rn(__fadd_rn(f[k], g[k]));
             ln_store(res, c0, n, r, vec);
         }
         x = res; // read back below by the same lane that wrote it: program order suffices
@@ -100,13 +100,13 @@ __global__ static void residual_layernorm_forward_kernel(floatX* residual, float
     float sum = 0.0f;
     for (int c0 = lane * PACK_X; c0 < C; c0 += 32 * PACK_X) {
         int n = ln_load(f, x, c0, C, vec);
-        for (int k = 0; k < n; k++) sum += f[k];
+        for (int k = 0; k < PACK_X; k++) if (k < n) sum += f[k];
     }
     float m = ln_warp_sum(sum) / C;
     float sq = 0.0f;
     for (int c0 = lane * PACK_X; c0 < C; c0 += 32 * PACK_X) {
         int n = ln_load(f, x, c0, C, vec);
-        for (int k = 0; k < n; k++) { float d = f[k] - m; sq += d * d; }
+        for (int k = 0; k < PACK_X; k++) if (k < n) { float d = f[k] - m; sq += d * d; }
     }
     float v = ln_warp_sum(sq) / C;
     float s = 1.0f / sqrtf(v + LN_EPS); // IEEE division and square root (no fast-math)
@@ -116,7 +116,7 @@ __global__ static void residual_layernorm_forward_kernel(floatX* residual, float
         int n = ln_load(f, x, c0, C, vec);
         ln_load(w, weight, c0, C, vec);
         ln_load(bb, bias, c0, C, vec);
-        for (int k = 0; k < n; k++) r[k] = rn(__fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(f[k], m), s), w[k]), bb[k]));
+        for (int k = 0; k < PACK_X; k++) if (k < n) r[k] = rn(__fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(f[k], m), s), w[k]), bb[k]));
         ln_store(o, c0, n, r, vec);
     }
     if (lane == 0) { mean[i] = m; rstd[i] = s; }
@@ -139,7 +139,7 @@ __global__ static void layernorm_backward_dinp_kernel(floatX* dinp, const floatX
         int n = ln_load(fx, xi, c0, C, vec);
         ln_load(fd, d, c0, C, vec);
         ln_load(fw, weight, c0, C, vec);
-        for (int k = 0; k < n; k++) {
+        for (int k = 0; k < PACK_X; k++) if (k < n) {
             float xhat = __fmul_rn(__fsub_rn(fx[k], m), s);
             float g = __fmul_rn(fw[k], fd[k]);
             gsum += g;
@@ -154,7 +154,7 @@ __global__ static void layernorm_backward_dinp_kernel(floatX* dinp, const floatX
         ln_load(fd, d, c0, C, vec);
         ln_load(fw, weight, c0, C, vec);
         ln_load(fi, di, c0, C, vec);
-        for (int k = 0; k < n; k++) {
+        for (int k = 0; k < PACK_X; k++) if (k < n) {
             float xhat = __fmul_rn(__fsub_rn(fx[k], m), s);
             float g = __fmul_rn(fw[k], fd[k]);
             float dx = __fmul_rn(__fsub_rn(__fsub_rn(g, gmean), __fmul_rn(xhat, gxmean)), s);
@@ -190,19 +190,19 @@ layernorm_backward_partial_kernel(float* part_w, float* part_b, const floatX* do
                 fd[0] = ld(dout[i * C + c0]);
                 fx[0] = ld(x[i * C + c0]);
             }
-            for (int j = 0; j < W; j++) {
+            for (int j = 0; j < PACK_X; j++) if (j < W) {
                 float xhat = __fmul_rn(__fsub_rn(fx[j], mi), si);
                 aw[j] += fd[j] * xhat;
                 ab[j] += fd[j];
             }
         }
-    for (int j = 0; j < W; j++) {
+    for (int j = 0; j < PACK_X; j++) if (j < W) {
         lane_w[threadIdx.y][threadIdx.x * W + j] = aw[j];
         lane_b[threadIdx.y][threadIdx.x * W + j] = ab[j];
     }
     __syncthreads(); // every lane's sums are in shared memory
     if (threadIdx.y == 0 && c0 < C)
-        for (int j = 0; j < W; j++) {
+        for (int j = 0; j < PACK_X; j++) if (j < W) {
             float sw = 0.0f, sb = 0.0f;
             for (int y = 0; y < LN_BWD_LANES; y++) {
                 sw += lane_w[y][threadIdx.x * W + j];

@@ -569,10 +569,10 @@ bias_grad_partial_kernel(float* partial, const floatX* dout, int N, int OC, int 
                 acc[0] += ld(dout[(int64_t)r * OC + c0]);
             }
         }
-    for (int j = 0; j < W; j++) lane_sum[threadIdx.y][threadIdx.x * W + j] = acc[j];
+    for (int j = 0; j < PACK_X; j++) if (j < W) lane_sum[threadIdx.y][threadIdx.x * W + j] = acc[j];
     __syncthreads(); // lane_sum is complete
     if (threadIdx.y == 0 && c0 < OC)
-        for (int j = 0; j < W; j++) {
+        for (int j = 0; j < PACK_X; j++) if (j < W) {
             float sum = 0.0f;
             for (int y = 0; y < BIASGRAD_LANES; y++) sum += lane_sum[y][threadIdx.x * W + j];
             partial[(int64_t)blockIdx.y * OC + c0 + j] = sum;

@@ -14,7 +14,9 @@
 // code one element at a time. Elementwise kernels do the whole packs with vectors and the last
 // n % PACK_X elements (the tail) one at a time. Where a kernel sums, it assigns elements to threads
 // and orders its sums by pack (element c belongs to pack c / PACK_X) on both paths, so its bits do
-// not depend on which path ran.
+// not depend on which path ran. Loops over a pack's elements run to the constant PACK_X with a
+// guard (`if (k < n)`), never to a run-time bound, so that nvcc unrolls them and a pack's arrays
+// stay in registers (an array indexed at run time goes to local memory).
 //
 // defines: PACK_X, Packed128, load128, store128, aligned16
 #ifndef ZT_OPS_PACKED_CUH
