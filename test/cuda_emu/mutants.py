@@ -38,13 +38,13 @@ MUTANTS = {
         'gpu_sumsq', 'tree reduction without a barrier between levels'),
     'biasgrad_missing_barrier': (
         'ops/matmul.cuh',
-        '    for (int j = 0; j < W; j++) lane_sum[threadIdx.y][threadIdx.x * W + j] = acc[j];\n    __syncthreads(); // lane_sum is complete\n',
-        '    for (int j = 0; j < W; j++) lane_sum[threadIdx.y][threadIdx.x * W + j] = acc[j];\n',
+        '    for (int j = 0; j < PACK_X; j++) if (j < W) lane_sum[threadIdx.y][threadIdx.x * W + j] = acc[j];\n    __syncthreads(); // lane_sum is complete\n',
+        '    for (int j = 0; j < PACK_X; j++) if (j < W) lane_sum[threadIdx.y][threadIdx.x * W + j] = acc[j];\n',
         'gpu_matmul_odd', 'bias gradient: row 0 adds the other rows\' sums before they are written'),
     'biasgrad_divergent_barrier': (
         'ops/matmul.cuh',
-        '    for (int j = 0; j < W; j++) lane_sum[threadIdx.y][threadIdx.x * W + j] = acc[j];\n    __syncthreads(); // lane_sum is complete\n',
-        '    for (int j = 0; j < W; j++) lane_sum[threadIdx.y][threadIdx.x * W + j] = acc[j];\n    if (c0 < OC) __syncthreads(); // lane_sum is complete\n',
+        '    for (int j = 0; j < PACK_X; j++) if (j < W) lane_sum[threadIdx.y][threadIdx.x * W + j] = acc[j];\n    __syncthreads(); // lane_sum is complete\n',
+        '    for (int j = 0; j < PACK_X; j++) if (j < W) lane_sum[threadIdx.y][threadIdx.x * W + j] = acc[j];\n    if (c0 < OC) __syncthreads(); // lane_sum is complete\n',
         'gpu_matmul_odd', '__syncthreads inside a condition that differs across the block'),
     'layernorm_partial_warp_exit': (
         'ops/layernorm.cuh',
