@@ -405,17 +405,19 @@ static LayerActs layer_acts(const Acts* a, int l) {
     return v;
 }
 
-// The ops' fixed workspace in floats: the GEMM's packed panel (at least K*NR for the largest K),
-// attention backward's row sums, the embedding backward's buckets, the norm's chunk sums.
+// The ops' fixed workspace in floats: cuBLASLt's 32 MiB, the GEMM's packed panel (at least K*NR for
+// the largest K), attention backward's row sums, the embedding backward's buckets and pieces, the
+// norm's chunk sums.
 static size_t ops_workspace_floats(const GPTConfig* c, int B, int T, int64_t opt_elems) {
     int64_t BT = (int64_t)B * T;
     int64_t maxK = 4 * (int64_t)c->C;
     if (c->Vp > maxK) maxK = c->Vp;
     if (BT > maxK) maxK = BT;
     size_t ws = GEMM_PANEL_FLOATS;
+    if (MATMUL_WORKSPACE_BYTES / sizeof(float) > ws) ws = MATMUL_WORKSPACE_BYTES / sizeof(float);
     if ((size_t)maxK * GEMM_NR > ws) ws = (size_t)maxK * GEMM_NR;
     size_t att = (size_t)BT * c->NH;
-    size_t enc = encoder_workspace_ints(B, T, c->V);
+    size_t enc = encoder_workspace_ints(B, T, c->C, c->V);
     size_t norm = 2 * ((size_t)ceil_div(opt_elems, NORM_CHUNK) + (size_t)MAX_BLOCK_TENSORS * (c->L + 1)); // a partial chunk per segment
     if (att > ws) ws = att;
     if (enc > ws) ws = enc;

@@ -5,10 +5,12 @@ GPT-2 as llm.c defines it (dN: depth N, llm.c's widths), vocabulary padded to 50
 random tokens the way a strong PyTorch baseline would: BF16 autocast, scaled_dot_product_attention
 (flash), torch.compile, fused AdamW, TF32 off. Prints one line:
 
-    torch_gpu model d12 B 16 T 1024 tok_s 123456 mfu 0.45 peak_mib 12345
+    torch_gpu model d12 B 16 T 1024 tok_s 123456 mfu 0.45 peak_mib 12345 first_step_s 61.2
 
 tokens/s is the median over the steps after the warm-up (compilation) steps; MFU uses the same
-FLOPs per token as ./train (llm.c's 6N + 12 L C T) and the same peak table (BF16 dense, by GPU name).
+FLOPs per token as ./train (6N + 12 L C T) and the same peak table (BF16 dense, by GPU name);
+first_step_s is the first step's wall time, torch.compile's compilation included (dev/perf_gpu.sh
+decides from it whether d48 is compiled too).
 """
 import argparse
 import math
@@ -75,6 +77,7 @@ def main():
     opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, fused=True)
     step_fn = model if a.no_compile else torch.compile(model)
     times = []
+    first_step_s = None
     torch.cuda.reset_peak_memory_stats()
     for s in range(a.warmup + a.steps):
         idx = torch.randint(0, 50257, (a.B, a.T), device=dev)
@@ -88,6 +91,8 @@ def main():
         opt.step()
         opt.zero_grad(set_to_none=True)
         torch.cuda.synchronize()
+        if s == 0:
+            first_step_s = time.perf_counter() - t0
         if s >= a.warmup:
             times.append(time.perf_counter() - t0)
     tok_s = a.B * a.T / statistics.median(times)
@@ -95,7 +100,8 @@ def main():
     peak = next((p for k, p in PEAKS if k in name), 0) * 1e12
     mfu = f"{flops_per_token * tok_s / peak:.3f}" if peak else "n/a"
     print(f"torch_gpu model d{a.depth} B {a.B} T {a.T} tok_s {tok_s:.0f} mfu {mfu} "
-          f"peak_mib {torch.cuda.max_memory_allocated() / 2**20:.0f} ({name}, torch {torch.__version__})")
+          f"peak_mib {torch.cuda.max_memory_allocated() / 2**20:.0f} first_step_s {first_step_s:.1f} "
+          f"({name}, torch {torch.__version__})")
 
 
 if __name__ == "__main__":

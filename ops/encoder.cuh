@@ -6,68 +6,107 @@
 // The backward needs no parameter values, which is why under ZeRO-3 the io block's parameters
 // can be released before it runs while its gradient buffer stays alive (see zero.h).
 //
-// CPU backward is deterministic without atomics: positions are bucketed by token with a stable
-// counting sort (so each bucket lists its positions in increasing order), then each token's row
-// of dwte is the sum over its positions in that order; tokens run in parallel.
+// The dwte order of summation (both devices, the same bits): positions are bucketed by token with a
+// stable sort, so the sorted array lists each token's positions in increasing order. That array is
+// cut into chunks of ENC_CHUNK positions. The piece of a token's run that lies in one chunk is summed
+// in order, starting from 0; then the token's row adds its pieces in chunk order:
+//   dw[v] = ((dw[v] + piece_0) + piece_1) + ...       (a run inside one chunk: dw[v] + its sum)
+// A token that fills most positions is then ~N / ENC_CHUNK independent piece sums plus one short
+// sum of pieces, not N sequential row additions (on the KJV one token had 1,375 rows of a batch).
+//
+// CPU: a stable counting sort, then tokens in parallel; each token walks its run once per block of
+// 64 columns, cutting pieces at multiples of ENC_CHUNK. No result depends on the thread count.
 //
 // CUDA: the same algorithm, and the same bits as the CPU (every output element is the same
 // sequence of FP32 additions onto the same starting value; no FMA is possible in a sum):
-//   forward  one thread per output element;
-//   dwpe     one thread per (t, c), adding b = 0..B-1 in order;
-//   dwte     CUB's radix sort of the pairs (token, position), which is stable, so each token's
-//            positions come out in increasing order; then one block per sorted position: the block
-//            at the first position of a token's run adds that run's rows in order (a thread per
-//            column), every other block returns at once. No atomics. A token repeated k times is
-//            k sequential row additions in one block: correct, slow only for huge k.
+//   forward  one thread per PACK_X elements of a row (16-byte accesses when C % PACK_X == 0 and the
+//            pointers are aligned, else per element);
+//   dwpe     one thread per (t, pack of columns), adding b = 0..B-1 in order;
+//   dwte     CUB's radix sort of the pairs (token, position), which is stable (the CPU's array);
+//            then (1) one block per chunk: for each run piece in the chunk, the block sums its rows
+//            (a thread per PACK_X columns); a run wholly inside the chunk is added to dwte at once
+//            (its only writer), the piece of a run that crosses the chunk's edge goes to a slot of
+//            g_work (slot 0: the piece that starts the chunk, slot 1: the one that ends it);
+//            (2) one block per chunk where a crossing run starts adds that run's pieces to its dwte
+//            row in chunk order. No atomics; every sum has a fixed order.
 //
-// defines: op_encoder_forward, op_encoder_backward, encoder_workspace_ints
+// defines: op_encoder_forward, op_encoder_backward, encoder_workspace_ints, ENC_CHUNK
 #ifndef ZT_OPS_ENCODER_CUH
 #define ZT_OPS_ENCODER_CUH
 
 #include "../device.cuh" // defines: floatX, ld, rn, g_work
+#include "packed.cuh"    // defines: PACK_X, Packed128, load128, store128, aligned16
 
 #ifdef __CUDACC__
 #include <cub/device/device_radix_sort.cuh> // cub::DeviceRadixSort (ships with the CUDA toolkit)
 #endif
 
+#define ENC_CHUNK 64 // dwte: positions of the sorted array per chunk (one CUDA block each)
+
 // Scratch ints the backward needs in g_work (a closed form of the shapes: ops_workspace_floats
 // takes the largest op's need; the device does not enter into it, so -plan is the same for both).
 //   CPU:  bucket starts (V+1) and positions (N = B*T).
-//   CUDA: positions 0..N-1, sorted tokens, sorted positions (N each, each start 256-byte aligned:
+//   CUDA: the run pieces that cross a chunk's edge, 2 per chunk, (2 * ceil(N / ENC_CHUNK), C) FP32;
+//         positions 0..N-1, sorted tokens, sorted positions (N each, each start 256-byte aligned:
 //         +64 ints), then CUB's radix-sort temp storage. CUB (onesweep, CUDA 12/13) asks for two
 //         N-element alternate buffers (2N), a lookback table of 256 ints per tile of >= 6528 items
 //         (< N/4 with a large margin), histograms and counters of a few KiB plus 256-byte
 //         alignment of each part (inside the 65536-int margin). encoder_backward_cuda asks CUB
 //         for the exact number every call and stops with a message if it does not fit.
-static inline size_t encoder_workspace_ints(int B, int T, int V) {
+static inline size_t encoder_workspace_ints(int B, int T, int C, int V) {
     size_t N = (size_t)B * T;
     size_t cpu = (size_t)V + 1 + N;
-    size_t cuda = 3 * (N + 64) + (2 * N + N / 4 + 65536);
+    size_t pieces = (size_t)round_up(2 * (int64_t)ceil_div((int64_t)N, ENC_CHUNK) * C, 64);
+    size_t cuda = pieces + 3 * (N + 64) + (2 * N + N / 4 + 65536);
     return cpu > cuda ? cpu : cuda;
 }
 
 #ifdef __CUDACC__
 // ---- CUDA kernels
 
-// out[bt, c] = rn(wte[tokens[bt], c] + wpe[t, c]), one thread per element.
+// out[bt, c0..c0+PACK_X) = rn(wte[tokens[bt], c] + wpe[t, c]), one thread per pack of a row (vec:
+// one 16-byte access each; else per element, the row's last pack possibly short).
 __global__ static void encoder_forward_kernel(floatX* out, const int* tokens, const floatX* wte,
-                                              const floatX* wpe, int64_t N, int T, int C) {
+                                              const floatX* wpe, int64_t N, int T, int C, int vec) {
+    int64_t packs_per_row = ceil_div(C, PACK_X);
     int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= N * C) return;
-    int64_t bt = idx / C;
-    int c = (int)(idx % C);
+    if (idx >= N * packs_per_row) return;
+    int64_t bt = idx / packs_per_row;
+    int c0 = (int)(idx % packs_per_row) * PACK_X;
     int t = (int)(bt % T);
-    out[idx] = rn(__fadd_rn(ld(wte[(int64_t)tokens[bt] * C + c]), ld(wpe[(int64_t)t * C + c])));
+    floatX* o = out + bt * C + c0;
+    const floatX* we = wte + (int64_t)tokens[bt] * C + c0;
+    const floatX* pe = wpe + (int64_t)t * C + c0;
+    if (vec) {
+        Packed128<floatX> a = load128(we), b = load128(pe), r;
+        for (int k = 0; k < PACK_X; k++) r[k] = rn(__fadd_rn(ld(a[k]), ld(b[k])));
+        store128(o, r);
+        return;
+    }
+    for (int k = 0; k < PACK_X && c0 + k < C; k++) o[k] = rn(__fadd_rn(ld(we[k]), ld(pe[k])));
 }
 
-// dwpe[t, c] += dout[b, t, c] for b = 0..B-1 in order, one thread per (t, c).
-__global__ static void encoder_backward_dwpe_kernel(float* dwpe, const floatX* dout, int B, int T, int C) {
+// dwpe[t, c] += dout[b, t, c] for b = 0..B-1 in order, one thread per (t, pack of columns).
+__global__ static void encoder_backward_dwpe_kernel(float* dwpe, const floatX* dout, int B, int T, int C, int vec) {
+    int64_t packs_per_row = ceil_div(C, PACK_X);
     int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (int64_t)T * C) return;
-    int64_t t = idx / C, c = idx % C;
-    float acc = dwpe[idx];
-    for (int b = 0; b < B; b++) acc = __fadd_rn(acc, ld(dout[((int64_t)b * T + t) * C + c]));
-    dwpe[idx] = acc;
+    if (idx >= (int64_t)T * packs_per_row) return;
+    int64_t t = idx / packs_per_row;
+    int c0 = (int)(idx % packs_per_row) * PACK_X;
+    int n = C - c0 < PACK_X ? C - c0 : PACK_X;
+    float acc[PACK_X];
+    float* dp = dwpe + t * C + c0;
+    for (int k = 0; k < PACK_X; k++) if (k < n) acc[k] = dp[k];
+    for (int b = 0; b < B; b++) {
+        const floatX* d = dout + ((int64_t)b * T + t) * C + c0;
+        if (vec) {
+            Packed128<floatX> x = load128(d);
+            for (int k = 0; k < PACK_X; k++) acc[k] = __fadd_rn(acc[k], ld(x[k]));
+        } else {
+            for (int k = 0; k < PACK_X; k++) if (k < n) acc[k] = __fadd_rn(acc[k], ld(d[k]));
+        }
+    }
+    for (int k = 0; k < PACK_X; k++) if (k < n) dp[k] = acc[k];
 }
 
 // pos[i] = i: the values the sort carries along with the tokens.
@@ -76,51 +115,110 @@ __global__ static void encoder_iota_kernel(int* pos, int N) {
     if (i < N) pos[i] = i;
 }
 
-// Block i: if sorted position i starts a run of equal tokens v (i == 0 or key[i-1] != v), add the
-// run's rows of dout to dwte[v] in sorted (= position) order; otherwise do nothing. Each token
-// has exactly one run, so each dwte row has one writer.
-__global__ static void encoder_backward_dwte_kernel(float* dwte, const floatX* dout, const unsigned* key,
-                                                    const int* pos, int N, int C) {
-    int i = blockIdx.x;
-    unsigned v = key[i];
-    if (i > 0 && key[i - 1] == v) return; // the whole block: not the head of a run
+// acc[0..W) = sum over sorted indices k in [lo, hi) of dout[pos[k], c0..c0+W), in k order from 0.
+// W = PACK_X with vec (one 16-byte load per row, four rows loaded before they are added, in order:
+// four loads in flight per thread), else 1.
+__device__ static inline void enc_piece_sum(float* acc, const floatX* dout, const int* pos, int lo, int hi,
+                                            int c0, int C, int vec) {
+    int W = vec ? PACK_X : 1;
+    for (int j = 0; j < PACK_X; j++) if (j < W) acc[j] = 0.0f;
+    int k = lo;
+    if (vec)
+        for (; k + 4 <= hi; k += 4) {
+            Packed128<floatX> x[4];
+            for (int u = 0; u < 4; u++) x[u] = load128(dout + (int64_t)pos[k + u] * C + c0);
+            for (int u = 0; u < 4; u++)
+                for (int j = 0; j < PACK_X; j++) acc[j] = __fadd_rn(acc[j], ld(x[u][j]));
+        }
+    for (; k < hi; k++) {
+        const floatX* d = dout + (int64_t)pos[k] * C + c0;
+        if (vec) {
+            Packed128<floatX> x = load128(d);
+            for (int j = 0; j < PACK_X; j++) acc[j] = __fadd_rn(acc[j], ld(x[j]));
+        } else {
+            acc[0] = __fadd_rn(acc[0], ld(d[0]));
+        }
+    }
+}
+
+// Step (1), block g = chunk [g*ENC_CHUNK, min((g+1)*ENC_CHUNK, N)) of the sorted array, a thread per
+// W columns. pieces (2 * nchunks, C) FP32: row 2g is the piece that starts the chunk, row 2g+1 the
+// piece that ends it, each written only when its run crosses that edge.
+__global__ static void encoder_backward_dwte_chunk_kernel(float* dwte, float* pieces, const floatX* dout,
+                                                          const unsigned* key, const int* pos, int N, int C, int vec) {
+    int W = vec ? PACK_X : 1;
+    int lo = blockIdx.x * ENC_CHUNK, hi = min(lo + ENC_CHUNK, N);
+    float acc[PACK_X];
+    for (int ps = lo, pe; ps < hi; ps = pe) { // the pieces of the chunk, one run each
+        unsigned v = key[ps];
+        for (pe = ps + 1; pe < hi && key[pe] == v; pe++) {}
+        int before = ps == lo && lo > 0 && key[lo - 1] == v; // the run began in an earlier chunk
+        int after = pe == hi && hi < N && key[hi] == v;      // and/or goes on in a later one
+        float* dst = before || after ? pieces + (int64_t)(2 * blockIdx.x + (ps == lo ? 0 : 1)) * C : dwte + (int64_t)v * C;
+        for (int c0 = threadIdx.x * W; c0 < C; c0 += blockDim.x * W) {
+            enc_piece_sum(acc, dout, pos, ps, pe, c0, C, vec);
+            if (before || after) { for (int j = 0; j < PACK_X; j++) if (j < W) dst[c0 + j] = acc[j]; }
+            else { for (int j = 0; j < PACK_X; j++) if (j < W) dst[c0 + j] = __fadd_rn(dst[c0 + j], acc[j]); } // dw[v] + sum
+        }
+    }
+}
+
+// Step (2), block g: if the chunk's last piece starts a run that crosses into chunk g+1, add that
+// run's pieces (slot of chunk g, then slot 0 of each later chunk it reaches) to its dwte row in order.
+__global__ static void encoder_backward_dwte_spans_kernel(float* dwte, const float* pieces, const unsigned* key,
+                                                          int N, int C) {
+    int g = blockIdx.x;
+    int lo = g * ENC_CHUNK, hi = min(lo + ENC_CHUNK, N);
+    unsigned v = key[hi - 1];
+    if (hi == N || key[hi] != v) return;                 // the last run of the chunk ends in it
+    int s = hi - 1;
+    while (s > lo && key[s - 1] == v) s--;
+    if (s == lo && lo > 0 && key[lo - 1] == v) return;   // began in an earlier chunk: that block adds it
+    int slot = s == lo ? 0 : 1;
+    int last = g + 1;                                    // the chunk where the run ends
+    while ((last + 1) * ENC_CHUNK < N && key[(last + 1) * ENC_CHUNK] == v) last++;
     float* dw = dwte + (int64_t)v * C;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float acc = dw[c];
-        for (int k = i; k < N && key[k] == v; k++) acc = __fadd_rn(acc, ld(dout[(int64_t)pos[k] * C + c]));
+        float acc = __fadd_rn(dw[c], pieces[(int64_t)(2 * g + slot) * C + c]);
+        for (int h = g + 1; h <= last; h++) acc = __fadd_rn(acc, pieces[(int64_t)(2 * h) * C + c]);
         dw[c] = acc;
     }
 }
 
 static void encoder_forward_cuda(floatX* out, const int* tokens, const floatX* wte, const floatX* wpe,
                                  int B, int T, int C) {
-    int64_t n = (int64_t)B * T * C;
+    int64_t n = (int64_t)B * T * ceil_div(C, PACK_X);
     if (n <= 0) return;
+    int vec = C % PACK_X == 0 && aligned16(out) && aligned16(wte) && aligned16(wpe);
     encoder_forward_kernel<<<(unsigned)ceil_div(n, 256), 256, 0, g_stream>>>(out, tokens, wte, wpe,
-                                                                           (int64_t)B * T, T, C);
+                                                                           (int64_t)B * T, T, C, vec);
     cudaCheck(cudaGetLastError());
 }
 
-// Scratch (g_work, as ints; see encoder_workspace_ints): pos_in, key_out, pos_out (N each, 64-int
-// aligned), then CUB's temp storage.
+// Scratch (g_work, as ints; see encoder_workspace_ints): the crossing pieces (2 * nchunks, C) FP32,
+// then pos_in, key_out, pos_out (N each, 64-int aligned), then CUB's temp storage.
 static void encoder_backward_cuda(float* dwte, float* dwpe, const floatX* dout, const int* tokens,
                                   int B, int T, int C, int V) {
     int N = B * T;
     if (N <= 0 || C <= 0) return;
-    encoder_backward_dwpe_kernel<<<(unsigned)ceil_div((int64_t)T * C, 256), 256, 0, g_stream>>>(dwpe, dout, B, T, C);
+    int vec_x = C % PACK_X == 0 && aligned16(dout);
+    int64_t dwpe_threads = (int64_t)T * ceil_div(C, PACK_X);
+    encoder_backward_dwpe_kernel<<<(unsigned)ceil_div(dwpe_threads, 256), 256, 0, g_stream>>>(dwpe, dout, B, T, C, vec_x);
     cudaCheck(cudaGetLastError());
     // sort (token, position) pairs by token; tokens are in [0, V), so only the low bits matter
     int end_bit = 1;
     while (end_bit < 32 && ((int64_t)1 << end_bit) < V) end_bit++;
+    int nchunks = (int)ceil_div(N, ENC_CHUNK);
     size_t Na = (size_t)round_up(N, 64);
-    int* pos_in = (int*)g_work;
+    float* pieces = g_work;
+    int* pos_in = (int*)g_work + round_up(2 * (int64_t)nchunks * C, 64);
     unsigned* key_out = (unsigned*)(pos_in + Na);
     int* pos_out = (int*)(key_out + Na);
     void* temp = (void*)(pos_out + Na);
     size_t temp_bytes = 0;
     cudaCheck(cub::DeviceRadixSort::SortPairs(NULL, temp_bytes, (const unsigned*)tokens, key_out, pos_in,
                                               pos_out, N, 0, end_bit, g_stream)); // size query only
-    size_t need_ints = 3 * Na + ceil_div((int64_t)temp_bytes, 4);
+    size_t need_ints = (size_t)((int*)temp - (int*)g_work) + ceil_div((int64_t)temp_bytes, 4);
     if (need_ints > g_work_floats)
         die(1, "encoder backward: workspace too small (%zu ints, needs %zu: CUB asks %zu bytes for N=%d) "
                "(internal error: enlarge encoder_workspace_ints)", g_work_floats, need_ints, temp_bytes, N);
@@ -129,8 +227,15 @@ static void encoder_backward_cuda(float* dwte, float* dwpe, const floatX* dout, 
     cudaCheck(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, (const unsigned*)tokens, key_out, pos_in,
                                               pos_out, N, 0, end_bit, g_stream));
     cudaCheck(cudaGetLastError());
-    int threads = C < 256 ? (int)round_up(C, 32) : 256;
-    encoder_backward_dwte_kernel<<<(unsigned)N, threads, 0, g_stream>>>(dwte, dout, key_out, pos_out, N, C);
+    // pieces and dwte rows are read in packs when every row of both starts 16-byte aligned
+    int vec = vec_x && aligned16(dwte) && aligned16(pieces);
+    int per_thread = vec ? PACK_X : 1;
+    int threads = (int)round_up(ceil_div(C, per_thread), 32);
+    if (threads > 256) threads = 256;
+    encoder_backward_dwte_chunk_kernel<<<(unsigned)nchunks, threads, 0, g_stream>>>(dwte, pieces, dout, key_out,
+                                                                                    pos_out, N, C, vec);
+    cudaCheck(cudaGetLastError());
+    encoder_backward_dwte_spans_kernel<<<(unsigned)nchunks, 256, 0, g_stream>>>(dwte, pieces, key_out, N, C);
     cudaCheck(cudaGetLastError());
 }
 #endif
@@ -163,7 +268,7 @@ static void op_encoder_backward(float* dwte, float* dwpe, const floatX* dout, co
             float* dp = dwpe + (int64_t)t * C;
             for (int c = 0; c < C; c++) dp[c] += ld(d[c]);
         }
-    // dwte: stable counting sort of positions by token, then one task per token
+    // dwte: stable counting sort of positions by token, then one task per token (see the top)
     int N = B * T;
     int* start = (int*)g_work; // (V + 1)
     int* pos = start + V + 1;  // (N)
@@ -175,9 +280,17 @@ static void op_encoder_backward(float* dwte, float* dwpe, const floatX* dout, co
     for (int v = 0; v < V; v++) {
         int begin = v == 0 ? 0 : start[v - 1], end = start[v];
         float* dw = dwte + (int64_t)v * C;
-        for (int k = begin; k < end; k++) {
-            const floatX* d = dout + (int64_t)pos[k] * C;
-            for (int c = 0; c < C; c++) dw[c] += ld(d[c]);
+        for (int c0 = 0; c0 < C && begin < end; c0 += 64) { // 64 columns at a time: acc, piece on the stack
+            int cn = C - c0 < 64 ? C - c0 : 64;
+            float acc[64], piece[64];
+            for (int c = 0; c < cn; c++) { acc[c] = dw[c0 + c]; piece[c] = 0.0f; }
+            for (int k = begin; k < end; k++) {
+                if (k > begin && k % ENC_CHUNK == 0) // a chunk edge: the piece so far joins the row
+                    for (int c = 0; c < cn; c++) { acc[c] += piece[c]; piece[c] = 0.0f; }
+                const floatX* d = dout + (int64_t)pos[k] * C + c0;
+                for (int c = 0; c < cn; c++) piece[c] += ld(d[c]);
+            }
+            for (int c = 0; c < cn; c++) dw[c0 + c] = acc[c] + piece[c];
         }
     }
 }

@@ -28,6 +28,7 @@
 #define ZT_OPS_MATMUL_CUH
 
 #include "../device.cuh" // defines: floatX, ld, rn, g_work, FAULT
+#include "packed.cuh"    // defines: PACK_X, Packed128, load128, store128, aligned16
 #ifdef USE_BLAS
 #include <cblas.h>       // OpenBLAS (Debian: libopenblas-dev): cblas_sgemm, openblas_set_num_threads
 #endif
@@ -273,8 +274,13 @@ static void cpu_bias_grad(float* dbias, const floatX* dout, int64_t N, int64_t O
 // pointer's alignment: it is shown a stand-in pointer of exactly the key's alignment (g_work +
 // align_bias), and the real bias pointer is set on the descriptor at every call.
 //
-// Workspace: a fixed MATMUL_WORKSPACE_BYTES at the start of g_work (256-byte aligned), whatever
-// g_work's size, so the algorithm choice does not depend on the model's workspace.
+// Workspace: a fixed MATMUL_WORKSPACE_BYTES (32 MiB) at the start of g_work (256-byte aligned),
+// whatever g_work's size, so the algorithm choice does not depend on the model's workspace. 32 MiB
+// is the size the cuBLAS documentation recommends for Hopper (cublasSetWorkspace; 4 MiB before it;
+// PyTorch uses the same): it lets the heuristic offer the split-K kernels that reduce in FP32 in the
+// workspace. ops_workspace_floats counts it on both devices, so the planner's workspace row is the
+// allocation. The heuristic is deterministic (no timing), runs once per plan key, and the plan keeps
+// its algorithm for the run: every rank and every run gets the same algorithm for the same shape.
 //
 // When cuBLASLt has no algorithm for a shape (the heuristic fails, e.g. NOT_SUPPORTED, or finds
 // none: unusual sizes or alignments), matmul_simple_kernel does the product instead: one thread per output element, an
@@ -284,6 +290,10 @@ static void cpu_bias_grad(float* dbias, const floatX* dout, int64_t N, int64_t O
 // dbias += column sums of dout is two deterministic kernels: partial sums over fixed chunks of
 // BIASGRAD_ROWS rows into g_work, then the partials of each column added in chunk order. No atomics.
 
+#ifndef MATMUL_WORKSPACE_BYTES // (a GPU session may build with -DMATMUL_WORKSPACE_BYTES='((size_t)16<<20)' to compare)
+#define MATMUL_WORKSPACE_BYTES ((size_t)32 << 20) // cuBLASLt's workspace: 32 MiB of g_work (both devices count it)
+#endif
+
 #ifdef __CUDACC__
 
 #ifdef ENABLE_FP32
@@ -291,8 +301,7 @@ static void cpu_bias_grad(float* dbias, const floatX* dout, int64_t N, int64_t O
 #else
 #define CUDA_R_FLOATX CUDA_R_16BF
 #endif
-#define MATMUL_WORKSPACE_BYTES ((size_t)16 << 20) // cuBLASLt's workspace: 16 MiB of g_work
-#define BIASGRAD_COLS 32                          // columns per block (one warp wide)
+#define BIASGRAD_COLS 32                          // threads per block across columns (one warp wide)
 #define BIASGRAD_LANES 8                          // rows summed side by side in a block
 #define BIASGRAD_ROWS 256                         // rows per chunk (one partial sum per chunk)
 
@@ -504,43 +513,85 @@ static void cuda_gemm(int transa, int transb, int64_t m, int64_t n, int64_t k, c
                                    D, p->layout_d, &p->algo, g_work, MATMUL_WORKSPACE_BYTES, g_stream), p);
 }
 
+// The elementwise kernels below: with vec (every pointer 16-byte aligned) the first n / PACK_X
+// whole packs move with 16-byte accesses, then the tail (n % PACK_X elements, or all n without vec)
+// one element at a time; grid-stride loops over packs, then over the tail. The arithmetic per
+// element is the CPU's, so both paths give the same bits.
+
 // out = rn(gelu(ld(pre))), elementwise (the forward's GELU and its recompute: the same bits).
-__global__ static void gelu_forward_kernel(floatX* out, const floatX* pre, int64_t n) {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        out[i] = rn(gelu_fwd(ld(pre[i])));
+__global__ static void gelu_forward_kernel(floatX* out, const floatX* pre, int64_t n, int vec) {
+    int64_t first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
+    int64_t packs = vec ? n / PACK_X : 0;
+    for (int64_t p = first; p < packs; p += stride) {
+        Packed128<floatX> x = load128(pre + p * PACK_X), y;
+        for (int k = 0; k < PACK_X; k++) y[k] = rn(gelu_fwd(ld(x[k])));
+        store128(out + p * PACK_X, y);
+    }
+    for (int64_t i = packs * PACK_X + first; i < n; i += stride) out[i] = rn(gelu_fwd(ld(pre[i])));
 }
 
 // dinp = rn(ld(dinp) * gelu'(ld(pre))), in place: dinp holds rn(acc) from the GEMM.
-__global__ static void gelu_backward_inplace_kernel(floatX* dinp, const floatX* pre, int64_t n) {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        dinp[i] = rn(ld(dinp[i]) * gelu_bwd(ld(pre[i])));
+__global__ static void gelu_backward_inplace_kernel(floatX* dinp, const floatX* pre, int64_t n, int vec) {
+    int64_t first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
+    int64_t packs = vec ? n / PACK_X : 0;
+    for (int64_t p = first; p < packs; p += stride) {
+        Packed128<floatX> d = load128(dinp + p * PACK_X), x = load128(pre + p * PACK_X);
+        for (int k = 0; k < PACK_X; k++) d[k] = rn(ld(d[k]) * gelu_bwd(ld(x[k])));
+        store128(dinp + p * PACK_X, d);
+    }
+    for (int64_t i = packs * PACK_X + first; i < n; i += stride) dinp[i] = rn(ld(dinp[i]) * gelu_bwd(ld(pre[i])));
+}
+
+// Threads for an elementwise kernel over n elements: one per pack (vec) or per element.
+static unsigned elementwise_vec_blocks(int64_t n, int vec) {
+    return elementwise_blocks(vec ? ceil_div(n, PACK_X) : n, 256);
 }
 
 static void cuda_gelu_forward(floatX* out, const floatX* pre, int64_t n) {
     if (n == 0) return;
-    gelu_forward_kernel<<<elementwise_blocks(n, 256), 256, 0, g_stream>>>(out, pre, n);
+    int vec = aligned16(out) && aligned16(pre);
+    gelu_forward_kernel<<<elementwise_vec_blocks(n, vec), 256, 0, g_stream>>>(out, pre, n, vec);
+    cudaCheck(cudaGetLastError());
+}
+
+static void cuda_gelu_backward_inplace(floatX* dinp, const floatX* pre, int64_t n) {
+    if (n == 0) return;
+    int vec = aligned16(dinp) && aligned16(pre);
+    gelu_backward_inplace_kernel<<<elementwise_vec_blocks(n, vec), 256, 0, g_stream>>>(dinp, pre, n, vec);
     cudaCheck(cudaGetLastError());
 }
 
 // Block (x: column block, y: row chunk): partial[y][c] = sum of dout[r][c] over the chunk's rows.
-// Thread (tx, ty) sums rows r0+ty, r0+ty+LANES, ... of column c in order; the LANES sums are then
-// added in ty order. Every sum has a fixed order: the result does not depend on the scheduling.
+// Thread (tx, ty) owns W columns c0 = (block column + tx) * W ... (W = PACK_X with vec: one 16-byte
+// load per row, OC % PACK_X == 0 and dout aligned; else W = 1) and sums rows r0+ty, r0+ty+LANES, ...
+// of each in order; the LANES sums are then added in ty order. Every sum has a fixed order, the
+// same for both widths: the result depends neither on the scheduling nor on vec.
 __global__ static void __launch_bounds__(BIASGRAD_COLS * BIASGRAD_LANES)
-bias_grad_partial_kernel(float* partial, const floatX* dout, int N, int OC) {
-    __shared__ float lane_sum[BIASGRAD_LANES][BIASGRAD_COLS];
-    int c = blockIdx.x * BIASGRAD_COLS + threadIdx.x;
+bias_grad_partial_kernel(float* partial, const floatX* dout, int N, int OC, int vec) {
+    __shared__ float lane_sum[BIASGRAD_LANES][BIASGRAD_COLS * PACK_X];
+    int W = vec ? PACK_X : 1;
+    int c0 = (blockIdx.x * BIASGRAD_COLS + threadIdx.x) * W;
     int r0 = blockIdx.y * BIASGRAD_ROWS;
     int r1 = min(r0 + BIASGRAD_ROWS, N);
-    float acc = 0.0f;
-    if (c < OC)
-        for (int r = r0 + threadIdx.y; r < r1; r += BIASGRAD_LANES) acc += ld(dout[(int64_t)r * OC + c]);
-    lane_sum[threadIdx.y][threadIdx.x] = acc;
+    float acc[PACK_X];
+    for (int j = 0; j < PACK_X; j++) acc[j] = 0.0f;
+    if (c0 < OC)
+        for (int r = r0 + threadIdx.y; r < r1; r += BIASGRAD_LANES) {
+            if (vec) {
+                Packed128<floatX> d = load128(dout + (int64_t)r * OC + c0);
+                for (int j = 0; j < PACK_X; j++) acc[j] += ld(d[j]);
+            } else {
+                acc[0] += ld(dout[(int64_t)r * OC + c0]);
+            }
+        }
+    for (int j = 0; j < PACK_X; j++) if (j < W) lane_sum[threadIdx.y][threadIdx.x * W + j] = acc[j];
     __syncthreads(); // lane_sum is complete
-    if (threadIdx.y == 0 && c < OC) {
-        float sum = 0.0f;
-        for (int y = 0; y < BIASGRAD_LANES; y++) sum += lane_sum[y][threadIdx.x];
-        partial[(int64_t)blockIdx.y * OC + c] = sum;
-    }
+    if (threadIdx.y == 0 && c0 < OC)
+        for (int j = 0; j < PACK_X; j++) if (j < W) {
+            float sum = 0.0f;
+            for (int y = 0; y < BIASGRAD_LANES; y++) sum += lane_sum[y][threadIdx.x * W + j];
+            partial[(int64_t)blockIdx.y * OC + c0 + j] = sum;
+        }
 }
 
 // dbias[c] += sum over chunks (in order) of partial[chunk][c].
@@ -559,9 +610,10 @@ static void cuda_bias_grad(float* dbias, const floatX* dout, int N, int OC) {
     if ((size_t)nchunks * OC > g_work_floats)
         die(1, "bias gradient: workspace too small for N=%d OC=%d (internal error)", N, OC);
     float* partial = g_work;
-    dim3 grid((unsigned)ceil_div(OC, BIASGRAD_COLS), (unsigned)nchunks);
+    int vec = OC % PACK_X == 0 && aligned16(dout);
+    dim3 grid((unsigned)ceil_div(OC, BIASGRAD_COLS * (vec ? PACK_X : 1)), (unsigned)nchunks);
     dim3 block(BIASGRAD_COLS, BIASGRAD_LANES);
-    bias_grad_partial_kernel<<<grid, block, 0, g_stream>>>(partial, dout, N, OC);
+    bias_grad_partial_kernel<<<grid, block, 0, g_stream>>>(partial, dout, N, OC, vec);
     cudaCheck(cudaGetLastError());
     bias_grad_finish_kernel<<<(unsigned)ceil_div(OC, 256), 256, 0, g_stream>>>(dbias, partial, nchunks, OC);
     cudaCheck(cudaGetLastError());
@@ -580,11 +632,7 @@ static void cuda_matmul_backward(floatX* dinp, float* dweight, float* dbias, con
                                  int N, int C, int OC) {
     if (dinp) { // dinp^T (C, N) = W^T (C, OC) @ dout^T (OC, N), then dinp *= gelu'(pre_inp)
         cuda_gemm(0, 0, C, N, OC, weight, C, dout, OC, dinp, C, NULL, 0);
-        if (pre_inp) {
-            int64_t n = (int64_t)N * C;
-            gelu_backward_inplace_kernel<<<elementwise_blocks(n, 256), 256, 0, g_stream>>>(dinp, pre_inp, n);
-            cudaCheck(cudaGetLastError());
-        }
+        if (pre_inp) cuda_gelu_backward_inplace(dinp, pre_inp, (int64_t)N * C);
     }
     // dweight^T (C, OC) += inp^T (C, N) @ dout (N, OC)
     cuda_gemm(0, 1, C, OC, N, inp, C, dout, OC, dweight, C, NULL, 1);

@@ -206,14 +206,17 @@ TEST(gpu_layernorm_backward) {
 
 // Tokens with many repeats (3 in 4 drawn from the 50 smallest ids), the rest spread over the
 // whole vocabulary; the first is 0 and the last V-1 (the sort's extreme keys). kind 1: all equal
-// (one run of B*T positions: the longest segment).
+// (one run of B*T positions: the longest segment). kind 2: skewed, token 7 in 9 positions of 10
+// (its run crosses many ENC_CHUNK edges, the others are short runs between them).
 static void gm_tokens(int* tok, int N, int V, int kind, uint64_t seed) {
     uint64_t key = rng_key(seed, 0x544f4bull, (uint64_t)N);
     for (int i = 0; i < N; i++) {
         uint64_t u = rng_u64(key, (uint64_t)i);
-        tok[i] = kind == 1 ? V - 1 : (u % 4 == 0 ? (int)((u >> 8) % (uint64_t)V) : (int)((u >> 8) % 50));
+        if (kind == 1) tok[i] = V - 1;
+        else if (kind == 2) tok[i] = u % 10 != 0 ? 7 : (int)((u >> 8) % (uint64_t)V);
+        else tok[i] = u % 4 == 0 ? (int)((u >> 8) % (uint64_t)V) : (int)((u >> 8) % 50);
     }
-    if (kind == 0) { tok[0] = 0; tok[N - 1] = V - 1; }
+    if (kind != 1) { tok[0] = 0; tok[N - 1] = V - 1; }
 }
 
 TEST(gpu_encoder) {
@@ -222,12 +225,15 @@ TEST(gpu_encoder) {
         {3, 17, 19, 50257, 0},   // odd C
         {2, 33, 28, 50257, 1},   // every position the same token
         {4, 1024, 768, 50257, 0}, // GPT-2 small's C, T and V
+        {3, 333, 40, 50257, 2},   // skewed, C % 8 == 0 (16-byte path), N = 999 not a multiple of ENC_CHUNK
+        {5, 77, 19, 1000, 2},     // skewed, odd C (element path)
     };
     for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
         int B = cases[ci].B, T = cases[ci].T, C = cases[ci].C, V = cases[ci].V, N = B * T;
         int64_t VC = (int64_t)V * C, TC = (int64_t)T * C, NC = (int64_t)N * C;
         if (VC <= 0 || TC <= 0 || NC <= 0) { CHECK(0); continue; } // (tells g++ -O3 the mallocs below are small)
-        printf("  B %d T %d C %d V %d%s\n", B, T, C, V, cases[ci].kind == 1 ? ", one token everywhere" : "");
+        printf("  B %d T %d C %d V %d%s\n", B, T, C, V,
+               cases[ci].kind == 1 ? ", one token everywhere" : cases[ci].kind == 2 ? ", one token in 90% of positions" : "");
         int* tok = (int*)malloc(sizeof(int) * N);
         gm_tokens(tok, N, V, cases[ci].kind, 1200 + ci);
         floatX* wte = (floatX*)malloc(sizeof(floatX) * VC);

@@ -2,3 +2,5 @@
 #include "gpu_misc.h"      // encoder, layernorm, GELU, AdamW, parameter rounding, sum of squares
 #include "gpu_matmul.h"    // matmul + bias (+ GELU) through cuBLASLt, bias gradients, LM head + cross-entropy
 #include "gpu_attention.h" // FlashAttention-2 style forward and backward
+#include "gpu_packed.h"    // the 16-byte paths of the memory-bound kernels against their element paths
+#include "gpu_bench.h"     // `test/test_gpu --bench`: the memory-bound kernels timed, both paths

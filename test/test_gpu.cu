@@ -1,5 +1,6 @@
 // test/test_gpu.cu — the CUDA device against the CPU device, op by op, and then the whole model.
-// Built with nvcc (make test-gpu); run on a machine with a GPU by dev/gpu_check.sh. `make test`
+// Built with nvcc (make test-gpu); run on a machine with a GPU by dev/gpu_check.sh; `test/test_gpu
+// --bench` times the memory-bound kernels instead (test/gpu_bench.h; dev/perf_gpu.sh runs it). `make test`
 // checks that it compiles with nvcc, and runs it on the CPU as test/test_emu: the same sources,
 // compiled by g++ with -DZT_CUDA_EMU against a CPU emulation of the CUDA subset they use
 // (test/cuda_emu/), with the big shapes reduced (GPU_BIG below).
@@ -136,7 +137,8 @@ static int gpu_main(int argc, char** argv) {
     g_work_floats = GPU_WORK_FLOATS;
     g_device = DEV_CUDA;
     g_work = g_work_gpu;
-    int rc = test_run_all(argc > 1 ? argv[1] : NULL);
+    int rc = argc > 1 && !strcmp(argv[1], "--bench") ? (gpu_bench(GPU_BIG(16384, 64), 50257, GPU_BIG(20, 1)) != 0)
+                                                      : test_run_all(argc > 1 ? argv[1] : NULL);
     comm_finalize();
     return rc;
 }

@@ -42,6 +42,8 @@
 //   - launch configurations: block and grid limits, __launch_bounds__, dynamic shared memory above
 //     48 KiB without cudaFuncSetAttribute, shared memory above the device's limit;
 //   - kernel arguments that point outside device memory (host pointers, freed buffers);
+//   - 16-byte vector accesses (uint4, int4, float4 copied from or into memory) at addresses that are
+//     not 16-byte aligned;
 //   - accesses past a device buffer by more than its 256-byte rounding, past dynamic shared memory,
 //     of freed device memory (until the address is reused), of device memory from host code;
 //   - __syncthreads reached by some threads of a block while others returned or wait at another
@@ -80,6 +82,7 @@
 //
 // defines: the CUDA runtime subset (cudaMalloc ... cudaGetErrorString), dim3, threadIdx, blockIdx,
 //          blockDim, gridDim, __syncthreads, __syncwarp, __shfl_*_sync, the _rn intrinsics, clock64,
+//          uint4/int4/float4 (alignment-checked) and make_uint4/make_int4/make_float4,
 //          __nanosleep, min/max, __nv_bfloat16, emu_mma_m16n8k16_bf16, emu_ldmatrix, emu_cp_async(_commit,
 //          _wait) (for ops/tensor_core.cuh); for emulate.py's rewrites: emu::launch, EMU_SHARED,
 //          emu_dynamic_shared
@@ -1133,6 +1136,38 @@ static inline void __nanosleep(unsigned ns) {
 // CUDA's integer min/max (the float ones are fminf/fmaxf from libm).
 static inline int min(int a, int b) { return a < b ? a : b; }
 static inline int max(int a, int b) { return a > b ? a : b; }
+
+// 16-byte vector types (vector_types.h): uint4, int4, float4. A GPU loads or stores one in a single
+// 16-byte access (ld.global.v4 / st.global.v4, what `*(const uint4*)p` compiles to), and that address
+// must be 16-byte aligned: otherwise the kernel stops with "misaligned address". Here copying one out
+// of memory or into memory checks the address, so a kernel that takes the vector path on a pointer
+// that is not 16-byte aligned (a row of odd length, a sub-buffer at an odd offset) stops with a
+// message naming the kernel, block and thread; x86 would do the access silently.
+namespace emu {
+static inline void check_align16(const void* p, const char* what) {
+    if ((uintptr_t)p % 16)
+        fail("misaligned 16-byte %s at %p (address %% 16 = %u): on a GPU the kernel stops with 'misaligned "
+             "address'. HINT: take the 16-byte path only when the pointer is 16-byte aligned (and a row's length "
+             "keeps every row aligned)", what, p, (unsigned)((uintptr_t)p % 16));
+}
+} // namespace emu
+#define EMU_VECTOR4(name, T)                                                                               \
+    struct alignas(16) name {                                                                              \
+        T x, y, z, w;                                                                                      \
+        name() = default;                                                                                  \
+        name(const name& o) { emu::check_align16(&o, "load (" #name ")"); x = o.x; y = o.y; z = o.z; w = o.w; } \
+        name& operator=(const name& o) {                                                                   \
+            emu::check_align16(this, "store (" #name ")");                                                 \
+            emu::check_align16(&o, "load (" #name ")");                                                    \
+            x = o.x; y = o.y; z = o.z; w = o.w;                                                            \
+            return *this;                                                                                  \
+        }                                                                                                  \
+    };                                                                                                     \
+    static inline name make_##name(T a, T b, T c, T d) { name v; v.x = a; v.y = b; v.z = c; v.w = d; return v; }
+EMU_VECTOR4(uint4, unsigned int)
+EMU_VECTOR4(int4, int)
+EMU_VECTOR4(float4, float)
+#undef EMU_VECTOR4
 
 // BF16 (cuda_bf16.h): the storage type and its conversions, round to nearest even, NaN kept NaN.
 struct __nv_bfloat16 { unsigned short x; };

@@ -38,13 +38,13 @@ MUTANTS = {
         'gpu_sumsq', 'tree reduction without a barrier between levels'),
     'biasgrad_missing_barrier': (
         'ops/matmul.cuh',
-        '    lane_sum[threadIdx.y][threadIdx.x] = acc;\n    __syncthreads(); // lane_sum is complete\n',
-        '    lane_sum[threadIdx.y][threadIdx.x] = acc;\n',
+        '    for (int j = 0; j < PACK_X; j++) if (j < W) lane_sum[threadIdx.y][threadIdx.x * W + j] = acc[j];\n    __syncthreads(); // lane_sum is complete\n',
+        '    for (int j = 0; j < PACK_X; j++) if (j < W) lane_sum[threadIdx.y][threadIdx.x * W + j] = acc[j];\n',
         'gpu_matmul_odd', 'bias gradient: row 0 adds the other rows\' sums before they are written'),
     'biasgrad_divergent_barrier': (
         'ops/matmul.cuh',
-        '    lane_sum[threadIdx.y][threadIdx.x] = acc;\n    __syncthreads(); // lane_sum is complete\n',
-        '    lane_sum[threadIdx.y][threadIdx.x] = acc;\n    if (c < OC) __syncthreads(); // lane_sum is complete\n',
+        '    for (int j = 0; j < PACK_X; j++) if (j < W) lane_sum[threadIdx.y][threadIdx.x * W + j] = acc[j];\n    __syncthreads(); // lane_sum is complete\n',
+        '    for (int j = 0; j < PACK_X; j++) if (j < W) lane_sum[threadIdx.y][threadIdx.x * W + j] = acc[j];\n    if (c0 < OC) __syncthreads(); // lane_sum is complete\n',
         'gpu_matmul_odd', '__syncthreads inside a condition that differs across the block'),
     'layernorm_partial_warp_exit': (
         'ops/layernorm.cuh',
@@ -136,8 +136,29 @@ MUTANTS = {
         'gpu_encoder', 'less temporary storage than CUB asked for'),
     'encoder_out_of_bounds': (
         'ops/encoder.cuh',
-        '    if (idx >= N * C) return;\n    int64_t bt', '    if (idx > N * C + 200) return;\n    int64_t bt',
+        '    if (idx >= N * packs_per_row) return;\n    int64_t bt', '    if (idx > N * packs_per_row + 200) return;\n    int64_t bt',
         'gpu_encoder', 'a bounds check that lets threads past the end write'),
+    'gelu_vector_unaligned': (
+        'ops/matmul.cuh',
+        '    int vec = aligned16(out) && aligned16(pre);\n    gelu_forward_kernel', '    int vec = 1;\n    gelu_forward_kernel',
+        'gpu_vector_paths', 'the 16-byte path taken without checking the pointers\' alignment'),
+    'layernorm_vector_odd_rows': (
+        'ops/layernorm.cuh',
+        '    int vec = C % PACK_X == 0 && aligned16(dinp)', '    int vec = aligned16(dinp)',
+        'gpu_layernorm_backward', 'the 16-byte path on rows whose length is not a multiple of the pack (rows misaligned)'),
+    'layernorm_bwd_missing_barrier': (
+        'ops/layernorm.cuh',
+        "    __syncthreads(); // every lane's sums are in shared memory\n", '',
+        'gpu_layernorm_backward', 'dweight/dbias: lane 0 adds the other lanes\' column sums before they are written'),
+    'encoder_pieces_order': (
+        'ops/encoder.cuh',
+        'for (int h = g + 1; h <= last; h++) acc = __fadd_rn(acc, pieces[(int64_t)(2 * h) * C + c]);',
+        'for (int h = last; h > g; h--) acc = __fadd_rn(acc, pieces[(int64_t)(2 * h) * C + c]);',
+        'gpu_encoder', 'a frequent token\'s pieces added in another order than the CPU\'s (not bitwise)'),
+    'encoder_piece_lost': (
+        'ops/encoder.cuh',
+        '    while ((last + 1) * ENC_CHUNK < N && key[(last + 1) * ENC_CHUNK] == v) last++;\n', '',
+        'gpu_encoder', 'a run crossing several chunk edges adds only its first two pieces'),
     'adamw_contracted': (
         'adamw.cuh',
         'float vi = __fmaf_rn(beta2, __fsub_rn(*v, gg), gg);', 'float vi = __fmaf_rn(beta2, *v - g * g, gg);',
