@@ -5,6 +5,7 @@
 #                         the CPU emulator (test/cuda_emu/), the nvcc compile check, the PyTorch
 #                         fixture check; ends with "N passed, N failed"
 #   make bench            CPU benchmarks (tokens/s, ratios side by side)
+#   make plot             out/log.jsonl (of ./train -o out) -> out/loss.png (dev/plot.py; LOGS=, PLOT=)
 #   make PRECISION=FP32   FP32 storage instead of BF16 (for train and test binaries)
 #   make NO_MPI=1         build without MPI even if mpicxx is installed (one process only)
 #   make NO_CUDA=1        build ./train with g++ even if nvcc is installed
@@ -78,7 +79,7 @@ endif
 SOURCES := train_gpt.cu device.cuh zero.h adamw.cuh dataloader.h tokenizer.h unicode_tables.h rng.h $(wildcard ops/*.cuh)
 TEST_SOURCES := $(wildcard test/*.cpp test/*.h)
 
-.PHONY: all train test test-binaries nvcc-check test-gpu gpu-binaries bench clean
+.PHONY: all train test test-binaries nvcc-check test-gpu gpu-binaries bench plot clean
 all: train
 
 train: $(SOURCES)
@@ -143,6 +144,16 @@ gpu-binaries: $(SOURCES) test/test_gpu.cu test/gpu_ops.h test/gpu_misc.h test/gp
 
 bench: train_cpu train_cpu_fp32
 	bash dev/bench.sh
+
+# Loss, validation loss, tokens/s, memory and communication wait of runs, overlaid, as a PNG:
+#   ./train -o out && make plot                       -> out/loss.png
+#   make plot LOGS="z0/log.jsonl:ZeRO-0 z3/log.jsonl:ZeRO-3" PLOT=z.png
+# matplotlib for /usr/bin/python3: apt-get install python3-matplotlib
+PYTHON ?= $(firstword $(wildcard /usr/bin/python3) python3)
+LOGS   ?= out/log.jsonl
+PLOT   ?= $(dir $(firstword $(LOGS)))loss.png
+plot:
+	$(PYTHON) dev/plot.py $(LOGS) -o $(PLOT)
 
 clean:
 	rm -f train train_gpu train_cpu train_cpu_fp32 test/test_bf16 test/test_fp32 test/test_gpu test/test_emu test/test_emu_fp32

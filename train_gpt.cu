@@ -117,8 +117,10 @@ typedef enum { F_INT, F_FLOAT, F_STR, F_SWITCH } FlagType; // F_SWITCH: present 
 #define FLAG_CONV_F_STR(flag, field, help) snprintf(f->field, sizeof(f->field), "%s", f->field##_str);
 #define FLAG_CONV_F_SWITCH(flag, field, help) f->field = atoi(f->field##_str);
 
+// Per flag: its text as given or defaulted (_given, kept for the settings table), its text as
+// resolved ("auto" and sentinels replaced by what the run uses: _str, hashed across ranks), and its value.
 typedef struct {
-#define X(flag, field, type, def, help) char field##_str[1024]; FLAG_FIELD_##type(field)
+#define X(flag, field, type, def, help) char field##_given[1024]; char field##_str[1024]; FLAG_FIELD_##type(field)
     FLAG_TABLE(X)
 #undef X
 } Flags;
@@ -178,7 +180,14 @@ static void flags_parse(Flags* f, int argc, char** argv) {
 #undef X
         if (!known) die_user("unknown flag '%s'. HINT: ./train -help lists the flags", a);
     }
+#define X(flag, field, type, def, help) snprintf(f->field##_given, sizeof(f->field##_given), "%s", f->field##_str);
+    FLAG_TABLE(X)
+#undef X
 }
+
+// Record what a flag resolved to, for the settings table (after the ranks compared their hashes:
+// these texts are for people, e.g. "unused: ..." where nothing needed the value).
+#define FLAG_SHOW(f, field, ...) snprintf((f)->field##_str, sizeof((f)->field##_str), __VA_ARGS__)
 
 // Convert every flag's text (after "auto" has been replaced) to its value.
 static void flags_convert(Flags* f) {
@@ -187,14 +196,29 @@ static void flags_convert(Flags* f) {
 #undef X
 }
 
+// One row of the settings table: the value as given, and "given → resolved" when the run resolved
+// it ("auto → 15", "-1 → 4096"), padded by characters, not bytes ("→" is three bytes of UTF-8).
+static void flags_print_row(const char* flag, const char* given, const char* str) {
+    char v[160];
+    if (strcmp(given, str)) snprintf(v, sizeof(v), "%s \u2192 %s", given[0] ? given : "\"\"", str);
+    else snprintf(v, sizeof(v), "%s", str);
+    int w = 0, cut = 0;
+    for (int i = 0; v[i]; i++) {
+        if (((unsigned char)v[i] & 0xC0) != 0x80) w++; // count characters: skip UTF-8 continuation bytes
+        if (w > 70) { cut = i; break; }
+    }
+    if (cut) { v[cut] = 0; w = 70; }
+    printf0("| %-14s | %s%*s |\n", flag, v, 70 - w, "");
+}
+
 static void flags_print_table(const Flags* f) {
-    printf0("+----------------+------------------------------------------------------------+\n");
-    printf0("| flag           | value                                                      |\n");
-    printf0("+----------------+------------------------------------------------------------+\n");
-#define X(flag, field, type, def, help) printf0("| %-14s | %-58.58s |\n", flag, f->field##_str);
+    printf0("+----------------+------------------------------------------------------------------------+\n");
+    printf0("| flag           | value (as given \u2192 as resolved)                                         |\n");
+    printf0("+----------------+------------------------------------------------------------------------+\n");
+#define X(flag, field, type, def, help) flags_print_row(flag, f->field##_given, f->field##_str);
     FLAG_TABLE(X)
 #undef X
-    printf0("+----------------+------------------------------------------------------------+\n");
+    printf0("+----------------+------------------------------------------------------------------------+\n");
 }
 
 // A hash of every flag's final text: ranks compare it at start-up.
@@ -1593,6 +1617,9 @@ static void choose_config(Flags* f, const GPTConfig* c, int R, const Launch* L, 
         PlanRow rows[20];
         int n = plan_rows(c, f->B, f->T, R, GA, L->local_world, &e, rows);
         int best = plan_choose(rows, n, R, f->zero_stage, f->recompute);
+        if (f->tflops == 0) FLAG_SHOW(f, tflops, "%.3g (%s)", e.flops / 1e12, g_device == DEV_CPU ? "measured" : "assumed");
+        if (f->link_gbps == 0) FLAG_SHOW(f, link_gbps, "%.0f", e.link * 8 / 1e9);
+        if (!f->gpu_mem[0]) FLAG_SHOW(f, gpu_mem, "%s (%s)", fmt_bytes(e.mem).s, e.mem_src);
         if (best < 0) {
             plan_explain_misfit(c, f->B, f->T, R, GA, &e, why, sizeof(why));
             choice[0] = -2;
@@ -1637,12 +1664,10 @@ static void resolve_defaults(Flags* f, Device dev) {
 #else
     AUTO(poison, "0", "0");
 #endif
+    AUTO(warmup, "-1", "-1");     // 5% of the steps, once their number is known (trainer_setup)
 #undef AUTO
     if (!strcmp(f->device_str, "auto")) snprintf(f->device_str, sizeof(f->device_str), "%s", cpu ? "cpu" : "cuda");
-    int warmup_auto = !strcmp(f->warmup_str, "auto");
-    if (warmup_auto) snprintf(f->warmup_str, sizeof(f->warmup_str), "0");
     flags_convert(f);
-    f->warmup = warmup_auto ? -1 : f->warmup; // resolved once the number of steps is known
 }
 
 // Which device: -device, or a GPU when one is present. -plan may plan for cuda without a GPU (or
@@ -1832,8 +1857,9 @@ static void print_memory_table(Trainer* tr) {
         {R > 1 ? "4 * R * chunk" : "-", 4.0 * s->comm},
         {"ops_workspace_floats * 4", 4.0 * g_work_floats},
     };
-    printf0("memory per rank (MiB) by tag, ZeRO-%d, R = %d; Psi' = %lld padded parameters, P_io = %lld, P_layer = %lld, X = %d:\n",
-            st, R, (long long)z->lay.total, (long long)z->lay.P[0], (long long)(z->lay.nblocks > 1 ? z->lay.P[1] : 0), (int)X);
+    printf0("memory per rank (MiB) by tag, ZeRO-%d, R = %d; Psi' = %lld (Psi = %lld plus the 8-element and 8R-block padding), "
+            "P_io = %lld, P_layer = %lld, X = %d:\n", st, R, (long long)z->lay.total, (long long)z->lay.logical_total, (long long)z->lay.P[0],
+            (long long)(z->lay.nblocks > 1 ? z->lay.P[1] : 0), (int)X);
     printf0("| %-11s |", "tag");
     for (int r = 0; r < R && r < 8; r++) printf0(" rank %-4d|", r);
     if (R > 8) printf0(" ...      |");
@@ -1851,7 +1877,7 @@ static void print_memory_table(Trainer* tr) {
     double paper[4] = {16 * psi, 4 * psi + 12 * psi / R, 2 * psi + 14 * psi / R, 16 * psi / R};
     const char* form[4] = {"16 Psi", "4 Psi + 12 Psi/R", "2 Psi + 14 Psi/R", "16 Psi/R"};
     const char* ourform[4] = {"(X + 16) Psi'", "(X + 4) Psi' + 12 Psi'/R", "X Psi' + 16 Psi'/R", "(X + 16) Psi'/R"};
-    printf0("model state per rank (params + grads + master + m + v), Psi = %lld parameters:\n", (long long)psi);
+    printf0("model state per rank (params + grads + master + m + v), Psi = %lld parameters (the model line's: padded vocabulary rows included):\n", (long long)psi);
     printf0("  ours:  %-26s = %9.2f MiB\n", ourform[st], ours / MiB);
     printf0("  paper: %-26s = %9.2f MiB   (ZeRO section 5: 16-bit gradients)\n", form[st], paper[st] / MiB);
     printf0("  ours keeps gradients in FP32 (+2 bytes per gradient element held), has X = %d-byte parameters,\n"
@@ -1878,8 +1904,10 @@ static void print_setup(Trainer* tr) {
     printf0("device %s | precision %s | ranks %d (%s, %d on this node) | threads %d per rank | ZeRO-%d | recompute -r %d\n",
             g_device == DEV_CPU ? "cpu" : "cuda", PRECISION_NAME, tr->R, tr->launch.source, tr->launch.local_world,
             num_threads(), tr->f.zero_stage, tr->f.recompute);
-    printf0("model: L %d, C %d, NH %d, V %d (padded %d), max T %d: %lld parameters (%lld with vocabulary padding)\n",
-            c->L, c->C, c->NH, c->V, c->Vp, c->maxT, (long long)tr->model.d.num_real, (long long)tr->model.d.num_params);
+    printf0("model: L %d, C %d, NH %d, V %d (padded %d), max T %d: Psi = %lld parameters, the padded vocabulary rows included "
+            "(%lld without them); memory below also counts Psi' = %lld, with every tensor padded to 8 elements and every block to 8R\n",
+            c->L, c->C, c->NH, c->V, c->Vp, c->maxT, (long long)tr->model.d.num_params, (long long)tr->model.d.num_real,
+            (long long)tr->model.z.lay.total);
     printf0("batch: B %d x T %d x R %d x GA %d = %lld tokens per step; %d steps; train %lld tokens, val %lld tokens\n",
             tr->model.B, tr->model.T, tr->R, tr->GA, (long long)tr->GA * tr->R * tr->model.B * tr->model.T, tr->max_steps,
             (long long)dataloader_total_tokens(&tr->train), tr->has_val ? (long long)dataloader_total_tokens(&tr->val) : 0LL);
@@ -1949,7 +1977,9 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
                      "HINT: start every rank with the same command line and the same ./train", r,
                      (unsigned long long)hs[r], (unsigned long long)hs[0]);
     free(hs);
-    setup_threads(f, &tr->launch);
+    int threads = setup_threads(f, &tr->launch);
+    if (f->threads == 0) FLAG_SHOW(f, threads, "%d", threads);
+    if (!strcmp(f->gpu, "auto")) FLAG_SHOW(f, gpu, "%s", g_device == DEV_CUDA ? gpu_model_name(f) : "unused: cpu device");
     if (f->tokenize[0]) {
         if (tr->r == 0) run_tokenize(f);
         return 1;
@@ -1960,6 +1990,10 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
         return 1;
     }
     if (f->zero_stage < 0 || f->recompute < 0) choose_config(f, &c, tr->R, &tr->launch, &tr->comm);
+    else { // the planner's inputs: nothing plans this run
+        if (f->tflops == 0) FLAG_SHOW(f, tflops, "unused: only -plan, -z auto and -r auto plan");
+        if (f->link_gbps == 0) FLAG_SHOW(f, link_gbps, "unused: only -plan, -z auto and -r auto plan");
+    }
     // data, tokenizer, output directory
     char err[1024];
     if (dataloader_init(&tr->train, f->train_data, f->B, f->T, c.V, f->shuffle, (uint64_t)f->seed, err, sizeof(err)))
@@ -1976,6 +2010,9 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     int64_t epoch_steps = dataloader_total_tokens(&tr->train) / (step_tokens * tr->GA);
     tr->max_steps = f->max_steps == -1 ? (int)(epoch_steps > 0 ? epoch_steps : 1) : f->max_steps;
     if (f->warmup == -1) f->warmup = tr->max_steps / 20;
+    FLAG_SHOW(f, max_steps, "%d", tr->max_steps);
+    FLAG_SHOW(f, warmup, "%d", f->warmup);
+    FLAG_SHOW(f, total_batch, "%lld", (long long)step_tokens * tr->GA);
     // the model: layout, ZeRO buffers, activations, workspace
     Model* m = &tr->model;
     m->cfg = c; m->B = f->B; m->T = f->T; m->recompute = f->recompute;
@@ -2005,8 +2042,11 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
                 used / 1048576.0, want / 1048576.0, close ? "within 5% or 256 MiB" : "NOT within 5% or 256 MiB: please report");
     }
 #endif
-    // parameters: a checkpoint, a model file, or initialisation
+    // parameters: a checkpoint, a model file, or initialisation (a line first: each can take seconds)
+    if (f->resume) printf0("resume: looking for the %s complete checkpoint in %s ...\n", f->resume_step ? "requested" : "newest", f->out_dir);
     if (!(f->resume && resume_checkpoint(tr))) {
+        if (from_file) printf0("loading %lld parameters from %s ...\n", (long long)m->d.num_params, f->model);
+        else printf0("initialising %lld parameters from seed %d ...\n", (long long)m->d.num_params, f->seed);
         if (from_file) {
             ModelFile mf;
             GPTConfig fc;
@@ -2078,13 +2118,25 @@ static void json_num(FILE* f, const char* key, double v) {
     else fprintf(f, ", \"%s\": null", key);
 }
 
+// "42s", "3m05s", "2h07m": the time left at the mean pace so far.
+static void fmt_duration(char* out, size_t cap, double s) {
+    if (!(s >= 0) || s > 1e8) snprintf(out, cap, "?");
+    else if (s < 60) snprintf(out, cap, "%.0fs", s);
+    else if (s < 3600) snprintf(out, cap, "%dm%02ds", (int)(s / 60), (int)fmod(s, 60));
+    else snprintf(out, cap, "%dh%02dm", (int)(s / 3600), (int)fmod(s / 60, 60));
+}
+
 static void train_loop(Trainer* tr) {
     const Flags* f = &tr->f;
     int64_t step_tokens = (int64_t)tr->GA * tr->R * tr->model.B * tr->model.T;
     int start = tr->step;
+    double t_first = 0.0, first_s = 0.0; // the ETA: pace since the first step of this run ended (warm-up excluded), evaluations included
     for (;;) {
         int step = tr->step, last = step >= tr->max_steps;
         if (tr->has_val && (step % f->val_every == 0 || last)) {
+            if (step == start) // the first evaluation can take seconds before any step line
+                printf0("step %5d | evaluating the val loss on %d batches of %d x %d tokens per rank ...\n", step,
+                        f->val_steps, tr->model.B, tr->model.T);
             float vl = evaluate(tr);
             printf0("step %5d | val loss %.6f\n", step, vl);
             if (tr->log) { fprintf(tr->log, "{\"step\": %d", step); json_num(tr->log, "val_loss", vl); fprintf(tr->log, "}\n"); fflush(tr->log); }
@@ -2098,20 +2150,27 @@ static void train_loop(Trainer* tr) {
         StepResult s = train_step(tr);
         double ms = (wall_s() - t0) * 1000.0;
         double tok_s = step_tokens / (ms / 1000.0);
+        int done = tr->step - start, left = tr->max_steps - tr->step;
+        if (done == 1) { t_first = wall_s(); first_s = ms / 1000.0; }
+        char eta[32];
+        fmt_duration(eta, sizeof(eta), left * (done > 1 ? (wall_s() - t_first) / (done - 1) : first_s));
         const Comm* cm = &tr->comm;
         char mfu[64] = "";
         if (g_device == DEV_CUDA) { // model FLOPs per second per GPU over the GPU's BF16 dense peak
             if (tr->peak_flops > 0) snprintf(mfu, sizeof(mfu), " | mfu %.1f%%", 100.0 * tr->flops_per_token * tok_s / tr->R / tr->peak_flops);
             else snprintf(mfu, sizeof(mfu), " | mfu n/a");
         }
-        printf0("step %5d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s%s%s\n", step + 1, tr->max_steps,
-                s.loss, s.lr, s.norm, ms, tok_s, mfu, s.skipped ? " | SKIPPED: non-finite gradient norm" : "");
+        printf0("step %5d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s%s | eta %s%s\n", step + 1, tr->max_steps,
+                s.loss, s.lr, s.norm, ms, tok_s, mfu, eta, s.skipped ? " | SKIPPED: non-finite gradient norm" : "");
         if (tr->log) {
             fprintf(tr->log, "{\"step\": %d", step + 1);
             json_num(tr->log, "loss", s.loss);
             json_num(tr->log, "lr", s.lr);
             json_num(tr->log, "norm", s.norm);
             fprintf(tr->log, ", \"ms\": %.3f, \"tok_s\": %.1f, \"skipped\": %d, \"comm_wait_ms\": %.3f", ms, tok_s, s.skipped, cm->wait_s * 1000.0);
+            size_t tagged = 0; // rank 0's memory: what the tagged allocator holds, and the process's peak RSS (dev/plot.py)
+            for (int t = 0; t < TAG_COUNT; t++) tagged += g_mem_bytes[t];
+            fprintf(tr->log, ", \"mem_tagged\": %zu, \"vmhwm\": %lld", tagged, (long long)peak_rss_bytes());
             if (g_device == DEV_CUDA) json_num(tr->log, "mfu", tr->peak_flops > 0 ? tr->flops_per_token * tok_s / tr->R / tr->peak_flops : NAN);
             for (int k = 0; k < COLL_KINDS; k++)
                 fprintf(tr->log, ", \"%s\": [%lld, %lld]", coll_name[k], (long long)cm->count[k], (long long)cm->bytes[k]);
@@ -2135,6 +2194,7 @@ static void trainer_free(Trainer* tr) {
 }
 
 static int train_main(int argc, char** argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0); // line-buffered even into a file or a pipe: a background run shows each line as it happens
     Trainer* tr = (Trainer*)calloc(1, sizeof(Trainer));
     if (trainer_setup(tr, argc, argv)) { // -plan: nothing allocated, nothing to free
         comm_free(&tr->comm);

@@ -16,6 +16,7 @@
 #include "test_cli.h"        // tests: the trainer as a process: bad input, checkpoints, resume
 #include "test_zero.h"       // tests: ZeRO-0..3 over MPI on N processes
 #include "test_plan.h"       // tests: -plan and -z auto
+#include "test_ux.h"         // tests: the settings table as resolved, one Psi, ETA, line-buffered stdout
 
 int main(int argc, char** argv) {
     if (argc > 1 && !strcmp(argv[1], "--train")) return train_main(argc - 1, argv + 1);
