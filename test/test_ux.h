@@ -8,7 +8,7 @@
 // settings table must show what 0 resolved to).
 static int ux_run(const char* flags, char* out, size_t cap) {
     char cmd[8192];
-    snprintf(cmd, sizeof(cmd), ZT_CLEAN_ENV "OMP_NUM_THREADS=2 %s --train -i %s -j %s " ZT_MODEL " -b 2 %s", g_test_self, zt_data(0),
+    snprintf(cmd, sizeof(cmd), ZT_CLEAN_ENV "OMP_NUM_THREADS=1 %s --train -i %s -j %s " ZT_MODEL " -b 2 %s", g_test_self, zt_data(0),
              zt_data(1), flags);
     return test_run_cmd(cmd, out, cap);
 }
@@ -53,7 +53,7 @@ TEST(ux_settings_table_resolved) {
     // the values themselves: 5% of 20 steps of warmup, the CPU device's defaults, the planner's inputs
     struct { const char* flag; const char* want; } exact[] = {
         {"-u", "auto \u2192 1"}, {"-device", "auto \u2192 cpu"}, {"-l", "auto \u2192 1e-3"}, {"-link-gbps", "auto \u2192 80"},
-        {"-d", "-1 \u2192 32"}, {"-threads", "0 \u2192 2"}, {"-x", "20"}, {"-gpu", "auto \u2192 unused: cpu device"},
+        {"-d", "-1 \u2192 32"}, {"-threads", "0 \u2192 1"}, {"-x", "20"}, {"-gpu", "auto \u2192 unused: cpu device"},
     };
     for (size_t i = 0; i < sizeof(exact) / sizeof(exact[0]); i++) {
         ux_table_value(zt_out, exact[i].flag, v, sizeof(v));
