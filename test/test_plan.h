@@ -202,25 +202,32 @@ TEST(plan_units_per_cell) {
     CHECKF(strstr(zt_out, want) && strstr(want, "KiB") && strstr(zt_out, "memory per rank 80.0 GiB"), "'%s' not in the table:\n%s", want, zt_out);
 }
 
+// One process of this binary as ./train, without mpirun (an MPI singleton: quicker to start).
+static int tp_run(const char* flags) {
+    char cmd[4096];
+    snprintf(cmd, sizeof(cmd), ZT_CLEAN_ENV "OMP_NUM_THREADS=1 %s --train %s", g_test_self, flags);
+    return test_run_cmd(cmd, zt_out, sizeof(zt_out));
+}
+
 // -plan -device cuda on a machine without a GPU (this test binary has no CUDA at all): sizes from
 // -gpu-mem, the rate from the -gpu's peak, for any -world; without -gpu-mem it says what to give.
 TEST(plan_cuda_without_gpu) {
     char flags[512];
     snprintf(flags, sizeof(flags), "-plan -device cuda -gpu-mem 80GiB -gpu h100 -world 8");
-    int rc = zt_mpirun(1, flags, zt_out, sizeof(zt_out));
+    int rc = tp_run(flags);
     CHECKF(rc == 0 && strstr(zt_out, "cuda, GPU h100") && strstr(zt_out, "memory per rank 80.0 GiB (-gpu-mem)") &&
            strstr(zt_out, "compute 494 TFLOP/s") && strstr(zt_out, "x R 8 x") && strstr(zt_out, "recommendation: -z"),
            "-plan -device cuda without a GPU:\n%s", zt_out);
     snprintf(flags, sizeof(flags), "-plan -device cuda -gpu-mem 40GiB -gpu a100 -world 64 -e d24");
-    rc = zt_mpirun(1, flags, zt_out, sizeof(zt_out));
+    rc = tp_run(flags);
     CHECKF(rc == 0 && strstr(zt_out, "156 TFLOP/s") && strstr(zt_out, "x R 64 x") && strstr(zt_out, "InfiniBand-class"), "-world 64:\n%s", zt_out);
     snprintf(flags, sizeof(flags), "-plan -device cuda -world 8");
-    rc = zt_mpirun(1, flags, zt_out, sizeof(zt_out));
+    rc = tp_run(flags);
     CHECKF(rc == 2 && strstr(zt_out, "-gpu-mem") && strstr(zt_out, "HINT"), "no -gpu-mem without a GPU: expected exit 2 and a hint:\n%s", zt_out);
     snprintf(flags, sizeof(flags), "-plan -device cuda -gpu-mem 16GiB -gpu v100");
-    rc = zt_mpirun(1, flags, zt_out, sizeof(zt_out));
+    rc = tp_run(flags);
     CHECKF(rc == 2 && strstr(zt_out, "flag -gpu: 'v100'"), "unknown -gpu accepted:\n%s", zt_out);
     snprintf(flags, sizeof(flags), "-device cuda -gpu-mem 80GiB -x 1"); // training still needs a GPU
-    rc = zt_mpirun(1, flags, zt_out, sizeof(zt_out));
+    rc = tp_run(flags);
     CHECKF(rc == 2, "-device cuda without a GPU trained?\n%s", zt_out);
 }
