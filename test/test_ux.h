@@ -28,28 +28,43 @@ static void ux_table_value(const char* out, const char* flag, char* v, size_t ca
     v[n] = 0;
 }
 
-// Every flag of the flag table whose default is "auto" reads "auto → V" with V what the run uses:
-// never "auto" itself, never the internal "decide later" sentinel -1, no 0 for a rate; integers are
-// counts (>= 0), rates positive (flags the command line gives keep their text). Sentinel defaults resolved at start-up show theirs too (-d, -threads).
-#define UX_FLAGS "-x 20 -v 10 -s 0 -z auto -r auto"
-TEST(ux_settings_table_resolved) {
-    int rc = ux_run(UX_FLAGS, zt_out, sizeof(zt_out));
-    const char* given = " " ZT_MODEL " -b 2 " UX_FLAGS " "; // flags given on the command line keep their text
-    CHECKF(rc == 0, "run failed:\n%s", zt_out);
+// Whether a flag is at auto in a run: given as "auto" on the command line, or not given and auto by default.
+static int ux_is_auto(const char* cmdline, const char* flag, const char* def) {
+    char key[64];
+    snprintf(key, sizeof(key), " %s ", flag);
+    const char* p = strstr(cmdline, key);
+    return p ? !strncmp(p + strlen(key), "auto ", 5) : !strcmp(def, "auto");
+}
+
+// Every flag of the flag table that is at auto (by default or given so: -z auto -r auto) reads
+// "auto → V" with V what the run uses: never "auto" itself, never the internal "decide later"
+// sentinel -1, no 0 for a rate; integers are counts (>= 0), rates positive. With unused_ok, a value
+// nothing needed may say "unused: why" instead (the planner's inputs when nothing plans). Returns how many.
+static int ux_check_autos(const char* out, const char* cmdline, int unused_ok) {
     char v[256];
     int autos = 0;
 #define X(flag, field, type, def, help)                                                                                 \
-    autos += !strcmp(def, "auto");                                                                                       \
-    if (!strcmp(def, "auto") && !strstr(given, " " flag " ")) {                                                         \
-        ux_table_value(zt_out, flag, v, sizeof(v));                                                                      \
+    if (ux_is_auto(cmdline, flag, def)) {                                                                                \
+        autos++;                                                                                                         \
+        ux_table_value(out, flag, v, sizeof(v));                                                                         \
         const char* r = strncmp(v, "auto \u2192 ", strlen("auto \u2192 ")) ? NULL : v + strlen("auto \u2192 ");          \
-        CHECKF(r && r[0] && strncmp(r, "auto", 4) && strncmp(r, "-1", 2), "%s: row reads '%s'", flag, v); \
+        CHECKF(r && r[0] && strncmp(r, "auto", 4) && strncmp(r, "-1", 2), "%s: row reads '%s'", flag, v);               \
+        if (r && unused_ok && !strncmp(r, "unused: ", 8)) r = NULL; /* said why nothing needed it */                    \
         if (r && type == F_FLOAT) CHECKF(atof(r) > 0, "%s: rate '%s' is not positive", flag, r);                        \
         if (r && type == F_INT) CHECKF(isdigit((unsigned char)r[0]), "%s: '%s' is not a count", flag, r);              \
     }
     FLAG_TABLE(X)
 #undef X
-    CHECKF(autos >= 12, "only %d auto flags in the flag table?", autos);
+    return autos;
+}
+
+#define UX_FLAGS "-x 20 -v 10 -s 0 -z auto -r auto"
+TEST(ux_settings_table_resolved) {
+    int rc = ux_run(UX_FLAGS, zt_out, sizeof(zt_out));
+    CHECKF(rc == 0, "run failed:\n%s", zt_out);
+    char v[256];
+    int autos = ux_check_autos(zt_out, " " ZT_MODEL " -b 2 " UX_FLAGS " ", 0);
+    CHECKF(autos == 8, "%d flags at auto, expected 8: -device -l -u -link-gbps -tflops -gpu by default, -z -r given", autos);
     // the values themselves: 5% of 20 steps of warmup, the CPU device's defaults, the planner's inputs
     struct { const char* flag; const char* want; } exact[] = {
         {"-u", "auto \u2192 1"}, {"-device", "auto \u2192 cpu"}, {"-l", "auto \u2192 1e-3"}, {"-link-gbps", "auto \u2192 80"},
@@ -89,6 +104,21 @@ TEST(ux_settings_table_resolved) {
             if (e && e < strchr(p + 1, '\n')) etas++;
         }
     CHECKF(steps == 20 && etas == 20, "%d step lines, %d with an ETA", steps, etas);
+    // -e, -b, -t and -poison at auto too (the model shrunk by overrides; -t auto is capped at -max-seq)
+    char cmd[8192];
+#define UX_FLAGS2 "-layers 1 -channels 32 -heads 2 -vocab 97 -max-seq 62 -x 1 -v 0 -s 0"
+    snprintf(cmd, sizeof(cmd), ZT_CLEAN_ENV "OMP_NUM_THREADS=1 %s --train -i %s " UX_FLAGS2, g_test_self, zt_data(0));
+    rc = test_run_cmd(cmd, zt_out, sizeof(zt_out));
+    CHECKF(rc == 0, "run failed:\n%s", zt_out);
+    autos = ux_check_autos(zt_out, " -i x " UX_FLAGS2 " ", 1);
+    CHECKF(autos == 10, "%d flags at auto, expected 10: -device -e -b -t -l -u -poison -link-gbps -tflops -gpu", autos);
+    struct { const char* flag; const char* want; } exact2[] = {
+        {"-e", "auto \u2192 tiny"}, {"-b", "auto \u2192 8"}, {"-t", "auto \u2192 62"}, {"-poison", "auto \u2192 0"},
+    };
+    for (size_t i = 0; i < sizeof(exact2) / sizeof(exact2[0]); i++) {
+        ux_table_value(zt_out, exact2[i].flag, v, sizeof(v));
+        CHECKF(!strcmp(v, exact2[i].want), "%s: '%s', expected '%s'", exact2[i].flag, v, exact2[i].want);
+    }
     // nothing plans a run with -z and -r given: the planner's rate and link say so, not 0
     rc = ux_run("-x 1 -v 0 -s 0 -z 1 -r 1", zt_out, sizeof(zt_out));
     CHECK(rc == 0);
