@@ -7,6 +7,7 @@
 #   make test-long        the longer matrices `make test` samples (several ranks on the emulated CUDA
 #                         device at R = 2 and 3 in both precisions); CI runs it after make test
 #   make bench            CPU benchmarks (tokens/s, ratios side by side)
+#   make plot             out/log.jsonl (of ./train -o out) -> out/loss.png (dev/plot.py; LOGS=, PLOT=)
 #   make PRECISION=FP32   FP32 storage instead of BF16 (for train and test binaries)
 #   make NO_MPI=1         build without MPI even if mpicxx is installed (one process only)
 #   make NO_CUDA=1        build ./train with g++ even if nvcc is installed
@@ -106,7 +107,7 @@ GPU_LIBS       := -lcublasLt -lcublas -lgomp -Xcompiler -static-libstdc++ -Xcomp
 SOURCES := train_gpt.cu device.cuh zero.h model.h checkpoint.h adamw.cuh dataloader.h tokenizer.h unicode_tables.h rng.h safetensors.h hf.h prompts.h $(wildcard ops/*.cuh)
 TEST_SOURCES := $(wildcard test/*.cpp test/*.h)
 
-.PHONY: all train test test-long test-binaries nvcc-check test-gpu gpu-binaries bench clean print-% fuzz test-sanitize
+.PHONY: all train test test-long test-binaries nvcc-check test-gpu gpu-binaries bench plot clean print-% fuzz test-sanitize
 all: train
 
 train: $(SOURCES)
@@ -211,6 +212,16 @@ bench: train_cpu train_cpu_fp32
 # make print-VAR: a variable's value (the tests read NCCL_HOME and the link line this way)
 print-%:
 	@echo '$($*)'
+
+# Loss, validation loss, tokens/s, memory and communication wait of runs, overlaid, as a PNG:
+#   ./train -o out && make plot                       -> out/loss.png
+#   make plot LOGS="z0/log.jsonl:ZeRO-0 z3/log.jsonl:ZeRO-3" PLOT=z.png
+# matplotlib for /usr/bin/python3: apt-get install python3-matplotlib
+PYTHON ?= $(firstword $(wildcard /usr/bin/python3) python3)
+LOGS   ?= out/log.jsonl
+PLOT   ?= $(dir $(firstword $(LOGS)))loss.png
+plot:
+	$(PYTHON) dev/plot.py $(LOGS) -o $(PLOT)
 
 clean:
 	rm -f train train_gpu train_gpu_fp32 train_cpu train_cpu_fp32 test/test_bf16 test/test_fp32 test/test_gpu test/test_emu test/test_emu_fp32 test/fuzz test/test_sanitize

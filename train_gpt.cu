@@ -106,14 +106,15 @@ typedef enum { F_INT, F_FLOAT, F_STR, F_SWITCH } FlagType; // F_SWITCH: present 
     X("-plan",          plan,            F_SWITCH, "0",     "print memory and time per rank for every ZeRO stage x recompute mode and a recommendation, then exit (allocates nothing)") \
     X("-world",         world,           F_INT,   "0",      "with -plan: plan for this many ranks (0: the ranks this run has)")   \
     X("-gpu-mem",       gpu_mem,         F_STR,   "",       "memory per rank for -plan and -z auto, e.g. 80GiB, 40GB, 512MiB (\"\": the device's free memory)") \
-    X("-link-gbps",     link_gbps,       F_FLOAT, "auto",   "link bandwidth per rank for -plan, Gbit/s per direction (auto: 3600 NVLink-class on cuda, 80 on cpu)") \
-    X("-tflops",        tflops,          F_FLOAT, "auto",   "compute rate per rank for -plan, TFLOP/s (auto: measured matmul on cpu, peak table x 0.5 on cuda)") \
+    X("-link-gbps",     link_gbps,       F_FLOAT, "auto",   "link bandwidth per rank for -plan, Gbit/s per direction (auto: on cuda 3600 NVLink-class up to 8 ranks, 400 InfiniBand-class beyond; 80 on cpu)") \
+    X("-tflops",        tflops,          F_FLOAT, "auto",   "compute rate per rank for -plan, TFLOP/s (auto: on cpu the median of 15 matmuls timed by CPU time, on cuda 50% of the -gpu's BF16 peak)") \
     X("-max-skips",     max_skips,       F_INT,   "10",     "end the run with exit code 4 after this many consecutive skipped steps (non-finite gradient norm; 0: never)") \
     X("-save-model",    save_model,      F_STR,   "1",      "llm.c model file in each checkpoint: 1 every one, last only the final one, 0 none (resume needs only the state files)") \
     X("-io-timeout",    io_timeout,      F_FLOAT, "auto",   "seconds the other ranks wait for rank 0's checkpoint or -export writes (auto: bytes rank 0 writes at 50 MB/s, at least 600; 0: forever)") \
     X("-export-hf",     export_hf,       F_STR,   "",       "when training ends, write the model as a Hugging Face GPT-2 checkpoint into this directory (config.json + model.safetensors)") \
     X("-prompt",        prompt,          F_STR,   "",       "generate from this prompt (or from each line of @FILE) at the sample steps and at the end, up to -g tokens or an EOT (encoded with -merges)") \
-    X("-export-dtype",  export_dtype,    F_STR,   "auto",   "dtype of -export / -export-hf: fp32 (from the FP32 master weights), bf16 (the parameters as trained), fp16 (-export-hf only); auto: -export the parameters' dtype, -export-hf fp32")
+    X("-export-dtype",  export_dtype,    F_STR,   "auto",   "dtype of -export / -export-hf: fp32 (from the FP32 master weights), bf16 (the parameters as trained), fp16 (-export-hf only); auto: -export the parameters' dtype, -export-hf fp32") \
+    X("-gpu",           gpu,             F_STR,   "auto",   "GPU model for -plan and MFU: h100, h200, a100, l40s, l4, a10, ... (auto: the GPU present; h100 when planning without one)")
 
 // How each type is declared and converted from its text.
 #define FLAG_FIELD_F_INT(field) int field;
@@ -128,8 +129,10 @@ typedef enum { F_INT, F_FLOAT, F_STR, F_SWITCH } FlagType; // F_SWITCH: present 
 #define FLAG_CONV_F_STR(flag, field, help) snprintf(f->field, sizeof(f->field), "%s", f->field##_str);
 #define FLAG_CONV_F_SWITCH(flag, field, help) f->field = atoi(f->field##_str);
 
+// Per flag: its text as given or defaulted (_given, kept for the settings table), its text as
+// resolved ("auto" and sentinels replaced by what the run uses: _str, hashed across ranks), and its value.
 typedef struct {
-#define X(flag, field, type, def, help) char field##_str[1024]; FLAG_FIELD_##type(field)
+#define X(flag, field, type, def, help) char field##_given[1024]; char field##_str[1024]; FLAG_FIELD_##type(field)
     FLAG_TABLE(X)
 #undef X
 } Flags;
@@ -191,7 +194,14 @@ static void flags_parse(Flags* f, int argc, char** argv) {
 #undef X
         if (!known) die_user("unknown flag '%s'. HINT: ./train -help lists the flags", a);
     }
+#define X(flag, field, type, def, help) snprintf(f->field##_given, sizeof(f->field##_given), "%s", f->field##_str);
+    FLAG_TABLE(X)
+#undef X
 }
+
+// Record what a flag resolved to, for the settings table (after the ranks compared their hashes:
+// these texts are for people, e.g. "unused: ..." where nothing needed the value).
+#define FLAG_SHOW(f, field, ...) snprintf((f)->field##_str, sizeof((f)->field##_str), __VA_ARGS__)
 
 // Convert every flag's text (after "auto" has been replaced) to its value.
 static void flags_convert(Flags* f) {
@@ -200,14 +210,29 @@ static void flags_convert(Flags* f) {
 #undef X
 }
 
+// One row of the settings table: the value as given, and "given → resolved" when the run resolved
+// it ("auto → 15", "-1 → 4096"), padded by characters, not bytes ("→" is three bytes of UTF-8).
+static void flags_print_row(const char* flag, const char* given, const char* str) {
+    char v[160];
+    if (strcmp(given, str)) snprintf(v, sizeof(v), "%s \u2192 %s", given[0] ? given : "\"\"", str);
+    else snprintf(v, sizeof(v), "%s", str);
+    int w = 0, cut = 0;
+    for (int i = 0; v[i]; i++) {
+        if (((unsigned char)v[i] & 0xC0) != 0x80) w++; // count characters: skip UTF-8 continuation bytes
+        if (w > 70) { cut = i; break; }
+    }
+    if (cut) { v[cut] = 0; w = 70; }
+    printf0("| %-14s | %s%*s |\n", flag, v, 70 - w, "");
+}
+
 static void flags_print_table(const Flags* f) {
-    printf0("+----------------+------------------------------------------------------------+\n");
-    printf0("| flag           | value                                                      |\n");
-    printf0("+----------------+------------------------------------------------------------+\n");
-#define X(flag, field, type, def, help) printf0("| %-14s | %-58.58s |\n", flag, f->field##_str);
+    printf0("+----------------+------------------------------------------------------------------------+\n");
+    printf0("| flag           | value (as given \u2192 as resolved)                                         |\n");
+    printf0("+----------------+------------------------------------------------------------------------+\n");
+#define X(flag, field, type, def, help) flags_print_row(flag, f->field##_given, f->field##_str);
     FLAG_TABLE(X)
 #undef X
-    printf0("+----------------+------------------------------------------------------------+\n");
+    printf0("+----------------+------------------------------------------------------------------------+\n");
 }
 
 // A hash of every flag's final text: ranks compare it at start-up.
@@ -921,17 +946,25 @@ typedef struct {
     int64_t coll_count[COLL_KINDS], coll_bytes[COLL_KINDS]; // per step, as the log counts them
     double traffic;                 // bytes a rank sends per step with ring algorithms
     double compute_s, comm_s, step_s;
-    int fits;
+    double free;                    // memory per rank minus total (negative: over by that much)
+    int fits;                       // 1: leaves at least the headroom free (plan_headroom); only these are chosen
 } PlanRow;
 
 typedef struct {
     double mem;          // bytes per rank
-    const char* mem_src;
+    char mem_src[96];
+    double headroom;     // bytes a row must leave free to fit (plan_headroom)
     double flops;        // FLOP/s per rank
-    char flops_src[128];
+    char flops_src[160];
     double link;         // bytes/s per rank and direction
     const char* link_src;
 } PlanEnv;
+
+// The headroom rule: a configuration fits only if it leaves max(5% of the memory, 1 GiB) free per
+// rank, for what no tag counts: the CUDA context, NCCL's and cuBLAS's buffers, allocator rounding
+// and fragmentation (on the CPU: the process, MPI's buffers, the page cache others need).
+#define PLAN_HEADROOM_TEXT "max(5%% of the memory, 1 GiB)" // a printf format
+static double plan_headroom(double mem) { return fmax(0.05 * mem, 1073741824.0); }
 
 // Bytes of every tag on one rank and the collectives of one step, for a configuration.
 static void plan_config(const GPTConfig* c, int B, int T, int R, int GA, int stage, int recompute, PlanRow* p) {
@@ -1009,15 +1042,20 @@ static double mfu_flops_per_token(const GPTConfig* c, int T) {
 }
 
 // BF16 dense peak of a GPU from its name (TFLOP/s, vendor datasheets), 0 when unknown: MFU then
-// prints "n/a". More specific names first (an "H100 PCIe" is also an "H100").
+// prints "n/a". The name is the device's ("NVIDIA H100 80GB HBM3") or a user's -gpu ("h100"):
+// matched case-insensitively, more specific names first (an "H100 PCIe" is also an "H100").
+static const struct { const char* part; double tflops; } g_gpu_peaks[] = {
+    {"H200 NVL", 835}, {"H100 NVL", 835}, {"H100 PCIe", 756}, {"H200", 989}, {"H100", 989},
+    {"GH200", 989}, {"A100", 312}, {"A800", 312}, {"L40S", 362}, {"L4", 121}, {"A10", 125},
+};
+static inline int gpu_peak_index(const char* name) {
+    for (size_t i = 0; i < sizeof(g_gpu_peaks) / sizeof(g_gpu_peaks[0]); i++)
+        if (strcasestr(name, g_gpu_peaks[i].part)) return (int)i;
+    return -1;
+}
 static inline double gpu_peak_tflops(const char* name) {
-    static const struct { const char* part; double tflops; } table[] = {
-        {"H200 NVL", 835}, {"H100 NVL", 835}, {"H100 PCIe", 756}, {"H200", 989}, {"H100", 989},
-        {"GH200", 989}, {"A100", 312}, {"A800", 312}, {"L40S", 362}, {"L4", 121}, {"A10", 125},
-    };
-    for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
-        if (strstr(name, table[i].part)) return table[i].tflops;
-    return 0.0;
+    int i = gpu_peak_index(name);
+    return i < 0 ? 0.0 : g_gpu_peaks[i].tflops;
 }
 
 // "80GiB", "40 GB", "512MiB", "1.5TiB", "123456789": bytes, or -1.
@@ -1036,9 +1074,18 @@ static double parse_size(const char* s) {
     return -1;
 }
 
-// Measured FP32 matmul rate of this process's CPU threads, FLOP/s (a 256 x 1024 x 256 product).
-static double measure_cpu_flops(void) {
-    const int M = 256, N = 1024, K = 256;
+// Measured matmul rate of this process's CPU threads, FLOP/s: the median of 15 timed 512 x 1024 x 256
+// products after one untimed (threads, caches, pages), with the slowest and fastest in lo / hi. Each
+// is timed by the process's CPU time over its threads, not by the wall clock: on a machine others
+// share, the wall clock measures their load (one timing moved 2x between identical runs), the CPU
+// time what our cores deliver while they run us. A busy machine's steps are slower than this.
+#define PLAN_FLOPS_REPS 15
+static int cmp_double(const void* a, const void* b) {
+    double x = *(const double*)a, y = *(const double*)b;
+    return x < y ? -1 : x > y;
+}
+static double measure_cpu_flops(double* lo, double* hi) {
+    const int M = 512, N = 1024, K = 256;
     floatX* a = (floatX*)calloc((size_t)M * K, sizeof(floatX));
     floatX* b = (floatX*)calloc((size_t)N * K, sizeof(floatX));
     floatX* o = (floatX*)calloc((size_t)M * N, sizeof(floatX));
@@ -1046,39 +1093,66 @@ static double measure_cpu_flops(void) {
     size_t saved_n = g_work_floats;
     g_work_floats = (size_t)K * N;
     g_work = (float*)malloc(sizeof(float) * g_work_floats);
-    double best = 0.0;
-    for (int rep = 0; rep < 4; rep++) {
-        double t0 = wall_s();
+    double rate[PLAN_FLOPS_REPS];
+    for (int rep = -1; rep < PLAN_FLOPS_REPS; rep++) {
+        struct timespec c0, c1;
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
         op_matmul_forward(o, NULL, a, b, NULL, M, K, N);
-        double dt = wall_s() - t0;
-        if (rep > 0 && dt > 0) best = fmax(best, 2.0 * M * N * K / dt);
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
+        double per_thread = ((c1.tv_sec - c0.tv_sec) + 1e-9 * (c1.tv_nsec - c0.tv_nsec)) / num_threads();
+        if (rep >= 0) rate[rep] = 2.0 * M * N * K / fmax(per_thread, 1e-9);
     }
+    qsort(rate, PLAN_FLOPS_REPS, sizeof(double), cmp_double);
+    *lo = rate[0];
+    *hi = rate[PLAN_FLOPS_REPS - 1];
     free(g_work);
     g_work = saved;
     g_work_floats = saved_n;
     free(a); free(b); free(o);
-    return best;
+    return rate[PLAN_FLOPS_REPS / 2];
 }
 
+// The GPU this process drives ("" when none: a -plan -device cuda run on a machine without one).
+static const char* gpu_present_name(void) {
+#ifdef __CUDACC__
+    return g_cuda_prop.name;
+#else
+    return "";
+#endif
+}
+
+// The GPU model the planner and MFU assume: -gpu, else the GPU present, else an H100 (said so).
+static const char* gpu_model_name(const Flags* f) {
+    if (strcmp(f->gpu, "auto")) return f->gpu;
+    return gpu_present_name()[0] ? gpu_present_name() : "H100 (assumed: no GPU here and no -gpu)";
+}
+
+// Link bandwidth per rank when -link-gbps is auto, Gbit/s per direction: on cuda NVLink-class while
+// the ranks fit one 8-GPU node, an InfiniBand NDR port per GPU beyond; on cpu, shared memory.
+static double plan_link_gbps_default(int R) { return g_device == DEV_CUDA ? (R <= 8 ? 3600.0 : 400.0) : 80.0; }
+
 // Where the planner's memory, compute rate and bandwidth come from (each printed with its source).
-static void plan_env(const Flags* f, const Launch* L, PlanEnv* e) {
+// R is the world being planned (-world, or this run's).
+static void plan_env(const Flags* f, const Launch* L, int R, PlanEnv* e) {
     memset(e, 0, sizeof(*e));
     const char* env = getenv("ZT_DEVICE_MEM"); // this process's memory, overriding detection (testing)
     if (f->gpu_mem[0]) {
         e->mem = parse_size(f->gpu_mem);
         if (e->mem <= 0) die_user("flag -gpu-mem: '%s' is not a memory size (examples: 80GiB, 40GB, 512MiB, 1073741824)", f->gpu_mem);
-        e->mem_src = "-gpu-mem";
+        snprintf(e->mem_src, sizeof(e->mem_src), "-gpu-mem");
     } else if (env && *env) {
         e->mem = parse_size(env);
         if (e->mem <= 0) die_user("ZT_DEVICE_MEM='%s' is not a memory size (examples: 80GiB, 512MiB)", env);
-        e->mem_src = "ZT_DEVICE_MEM";
+        snprintf(e->mem_src, sizeof(e->mem_src), "ZT_DEVICE_MEM");
     } else if (g_device == DEV_CUDA) {
+        if (!gpu_present_name()[0])
+            die_user("-device cuda without a GPU: the memory per GPU is unknown. HINT: give it, e.g. -plan -device cuda -gpu-mem 80GiB -gpu h100 -world 8");
 #ifdef __CUDACC__
         size_t free_b = 0, total_b = 0;
         cudaCheck(cudaMemGetInfo(&free_b, &total_b));
         e->mem = (double)free_b;
 #endif
-        e->mem_src = "free GPU memory";
+        snprintf(e->mem_src, sizeof(e->mem_src), "free GPU memory");
     } else {
         FILE* m = fopen("/proc/meminfo", "r");
         long long kb = 0;
@@ -1086,22 +1160,33 @@ static void plan_env(const Flags* f, const Launch* L, PlanEnv* e) {
         while (m && fgets(line, sizeof(line), m))
             if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
         if (m) fclose(m);
-        e->mem = (double)kb * 1024.0 / (L->local_world > 0 ? L->local_world : 1);
-        e->mem_src = "available host memory / ranks on this node";
+        int local = L->local_world > 0 ? L->local_world : 1;
+        e->mem = (double)kb * 1024.0 / local;
+        snprintf(e->mem_src, sizeof(e->mem_src), "available host memory / %d rank%s on this node", local, local > 1 ? "s" : "");
     }
+    e->headroom = plan_headroom(e->mem);
     if (f->tflops > 0) {
         e->flops = f->tflops * 1e12;
         snprintf(e->flops_src, sizeof(e->flops_src), "-tflops");
-    } else if (g_device == DEV_CUDA) {
-        e->flops = 0.5 * 989e12; // until kernels exist to measure: H100/H200 SXM BF16 dense peak x 0.5
-        snprintf(e->flops_src, sizeof(e->flops_src), "assumed: 50%% of an H100's 989 TFLOP/s");
+    } else if (g_device == DEV_CUDA) { // until our kernels are measured on each GPU: half its BF16 dense peak
+        const char* name = gpu_model_name(f);
+        int i = gpu_peak_index(name);
+        if (i < 0) die_user("-gpu %s: no BF16 peak known for this GPU. HINT: give the rate with -tflops, or -gpu h100|h200|a100|...", name);
+        e->flops = 0.5 * g_gpu_peaks[i].tflops * 1e12;
+        snprintf(e->flops_src, sizeof(e->flops_src), "assumed: 50%% of the %s's %.0f TFLOP/s BF16 dense peak (GPU: %s)", g_gpu_peaks[i].part,
+                 g_gpu_peaks[i].tflops, name);
     } else {
-        e->flops = measure_cpu_flops();
-        snprintf(e->flops_src, sizeof(e->flops_src), "measured matmul, %d threads", num_threads());
+        double lo, hi;
+        e->flops = measure_cpu_flops(&lo, &hi);
+        snprintf(e->flops_src, sizeof(e->flops_src), "measured: median of %d matmuls by CPU time, %.3g..%.3g, %d threads%s; -tflops fixes it",
+                 PLAN_FLOPS_REPS, lo / 1e12, hi / 1e12, num_threads(), g_use_blas ? ", -blas 1" : "");
     }
-    double gbps = f->link_gbps > 0 ? f->link_gbps : g_device == DEV_CUDA ? 3600.0 : 80.0;
+    double gbps = f->link_gbps > 0 ? f->link_gbps : plan_link_gbps_default(R);
     e->link = gbps * 1e9 / 8.0;
-    e->link_src = f->link_gbps > 0 ? "-link-gbps" : g_device == DEV_CUDA ? "default: NVLink-class" : "default: shared memory";
+    e->link_src = f->link_gbps > 0           ? "-link-gbps"
+                  : g_device == DEV_CPU      ? "default: shared memory"
+                  : R <= 8                   ? "default: NVLink-class, one node"
+                                             : "default: InfiniBand-class, across nodes";
 }
 
 // Every stage x recompute row (and one offload row per stage), with fit and time.
@@ -1114,7 +1199,8 @@ static int plan_rows(const GPTConfig* c, int B, int T, int R, int GA, int local_
             p->compute_s = plan_flops_per_token(c, T, r) * B * T * GA / e->flops;
             p->comm_s = p->traffic / e->link;
             p->step_s = p->compute_s + p->comm_s; // no overlap assumed
-            p->fits = p->total <= e->mem;
+            p->free = e->mem - (double)p->total;
+            p->fits = p->free >= e->headroom;
         }
         // offload: master, m, v on the host; what it would need (never recommended: not available yet)
         PlanRow* p = &rows[n++];
@@ -1123,12 +1209,13 @@ static int plan_rows(const GPTConfig* c, int B, int T, int R, int GA, int local_
         size_t opt = p->bytes[TAG_MASTER] + p->bytes[TAG_ADAM_M] + p->bytes[TAG_ADAM_V];
         p->total -= opt;
         p->host_per_node = opt * (size_t)local_ranks;
+        p->free = e->mem - (double)p->total;
         p->fits = 0;
     }
     return n;
 }
 
-// The recommendation: among the rows that fit (offload never), the lowest estimated step time;
+// The recommendation: among the rows that fit with the headroom (offload never), the lowest estimated step time;
 // ties (within 1%) go to the lower stage, then to less recompute, the order users are taught.
 // With R > 1 ZeRO-0 is never chosen: ZeRO-1 sends less (BF16 gather instead of FP32) in less memory.
 // stage / recompute >= 0 fix that choice. Returns the row index or -1.
@@ -1143,10 +1230,21 @@ static int plan_choose(const PlanRow* rows, int n, int R, int stage, int recompu
     return best;
 }
 
-static const char* plan_unit(double max_bytes, double* div) {
-    if (max_bytes >= 1073741824.0) { *div = 1073741824.0; return "GiB"; }
-    *div = 1048576.0;
-    return "MiB";
+// A byte count in its own unit, three significant digits: "812 KiB", "20.8 GiB", "-1.50 GiB".
+// Each cell of -plan picks its unit, so a 40 KiB row and an 80 GiB one are both readable.
+typedef struct { char s[24]; } Bytes;
+static Bytes fmt_bytes(double b) {
+    static const char* unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    Bytes r;
+    char* buf = r.s;
+    size_t cap = sizeof(r.s);
+    double v = fabs(b);
+    int u = 0;
+    while (v >= 1023.5 && u < 5) { v /= 1024.0; u++; } // 1023.5 MiB prints as 1.00 GiB, never 1024 MiB
+    const char* sign = b < 0 ? "-" : "";
+    if (u == 0) snprintf(buf, cap, "%s%.0f B", sign, v);
+    else snprintf(buf, cap, v >= 99.95 ? "%s%.0f %s" : v >= 9.995 ? "%s%.1f %s" : "%s%.2f %s", sign, v, unit[u]);
+    return r;
 }
 
 // Why nothing fits, and what would: more ranks, a smaller micro-batch, recompute, more memory.
@@ -1154,58 +1252,68 @@ static void plan_explain_misfit(const GPTConfig* c, int B, int T, int R, int GA,
     PlanRow p;
     plan_config(c, B, T, R, GA, 3, 3, &p);
     size_t fixed = p.bytes[TAG_ACTS] + p.bytes[TAG_LOGITS] + p.bytes[TAG_WORK] + p.bytes[TAG_PARAM_BUF] + p.bytes[TAG_GRAD_BUF];
-    double div;
-    const char* u = plan_unit(fmax((double)p.total, e->mem), &div);
-    int n = snprintf(out, cap, "nothing fits in %.2f %s per rank (%s): the smallest, ZeRO-3 with -r 3, needs %.2f %s at R = %d",
-                     e->mem / div, u, e->mem_src, p.total / div, u, R);
+    double usable = e->mem - e->headroom;
+    int n = snprintf(out, cap, "nothing fits in %s per rank (%s) less the headroom of %s (" PLAN_HEADROOM_TEXT "): the smallest, "
+                     "ZeRO-3 with -r 3, needs %s at R = %d", fmt_bytes(e->mem).s, e->mem_src, fmt_bytes(e->headroom).s,
+                     fmt_bytes((double)p.total).s, R);
     int Rfit = 0;
     for (int r2 = R + 1; r2 <= 65536 && !Rfit; r2 *= 2) {
         PlanRow q;
         plan_config(c, B, T, r2, GA, 3, 3, &q);
-        if (q.total <= e->mem) Rfit = r2;
+        if (q.total <= usable) Rfit = r2;
     }
     if (Rfit) n += snprintf(out + n, cap - n, "; with %d ranks it would fit", Rfit);
-    if (fixed > e->mem * 0.5)
-        n += snprintf(out + n, cap - n, "; activations, logits and buffers alone need %.2f %s: use a smaller micro-batch -b (and -d to keep the batch)",
-                      fixed / div, u);
+    if (fixed > usable * 0.5)
+        n += snprintf(out + n, cap - n, "; activations, logits and buffers alone need %s: use a smaller micro-batch -b (and -d to keep the batch)",
+                      fmt_bytes((double)fixed).s);
     snprintf(out + n, cap - n, ". HINT: more ranks, a smaller -b, -r 3, or more memory per rank");
 }
 
-// -plan: the table, the recommendation, and <out_dir>/plan.jsonl. Prints on rank 0.
+// The world -plan and -z auto plan for, its accumulation and ranks per node.
+static int plan_GA(const Flags* f, int R) { return f->total_batch == -1 ? 1 : (int)(f->total_batch / ((int64_t)f->B * f->T * R)); }
+
+// -plan: the table, the recommendation, and <out_dir>/plan.jsonl. Prints on rank 0. Every byte
+// cell carries its own unit; "free" is the memory per rank minus the row's total, and a row fits
+// only when that is at least the headroom (plan_headroom).
 static void run_plan(const Flags* f, const GPTConfig* c, int R, const Launch* L) {
-    int GA = f->total_batch == -1 ? 1 : (int)(f->total_batch / ((int64_t)f->B * f->T * R));
+    int GA = plan_GA(f, R);
     int local = L->local_world > 0 ? L->local_world : 1;
     if (f->world > 0) local = R < 8 ? R : 8; // planning another world: assume up to 8 ranks a node
     PlanEnv e;
-    plan_env(f, L, &e);
+    plan_env(f, L, R, &e);
     PlanRow rows[20];
     int n = plan_rows(c, f->B, f->T, R, GA, local, &e, rows);
     ModelDesc d;
     model_describe(&d, c);
-    double maxb = 0;
-    for (int i = 0; i < n; i++) maxb = fmax(maxb, (double)rows[i].total);
-    double div;
-    const char* u = plan_unit(fmax(maxb, e.mem), &div);
-    printf0("plan: L %d C %d NH %d V %d (%lld parameters), B %d x T %d x R %d x GA %d, %s %s\n", c->L, c->C, c->NH, c->V,
-            (long long)d.num_real, f->B, f->T, R, GA, g_device == DEV_CUDA ? "cuda" : "cpu", PRECISION_NAME);
-    printf0("  memory per rank %.2f %s (%s); compute %.3g TFLOP/s (%s); link %.0f Gbit/s (%s)\n", e.mem / div, u, e.mem_src,
-            e.flops / 1e12, e.flops_src, e.link * 8 / 1e9, e.link_src);
-    printf0("per-rank %s by tag (activations: one micro-batch; time: compute + communication, no overlap assumed):\n", u);
+    printf0("plan: L %d C %d NH %d V %d (padded %d): Psi = %lld parameters; B %d x T %d x R %d x GA %d; %s%s %s\n", c->L, c->C, c->NH,
+            c->V, c->Vp, (long long)d.num_params, f->B, f->T, R, GA, g_device == DEV_CUDA ? "cuda, GPU " : "cpu",
+            g_device == DEV_CUDA ? gpu_model_name(f) : "", PRECISION_NAME);
+    printf0("  memory per rank %s (%s); headroom %s, " PLAN_HEADROOM_TEXT ": a row fits only if it leaves that free\n",
+            fmt_bytes(e.mem).s, e.mem_src, fmt_bytes(e.headroom).s);
+    printf0("  compute %.3g TFLOP/s per rank (%s); link %.0f Gbit/s (%s)\n", e.flops / 1e12, e.flops_src, e.link * 8 / 1e9, e.link_src);
+    printf0("per rank, by tag (activations: one micro-batch; est s/step: compute + communication, no overlap assumed):\n");
+    int w[TAG_COUNT];
     printf0("| z | -r  |");
-    for (int t = 0; t < TAG_COUNT; t++) printf0(" %s |", mem_tag_name[t]);
-    printf0("   total | fits | comm/step %s | est s/step |\n", u);
+    for (int t = 0; t < TAG_COUNT; t++) {
+        w[t] = (int)strlen(mem_tag_name[t]) > 9 ? (int)strlen(mem_tag_name[t]) : 9;
+        printf0(" %*s |", w[t], mem_tag_name[t]);
+    }
+    printf0("     total |      free | fits  | comm/step | est s/step |\n");
     for (int i = 0; i < n; i++) {
         const PlanRow* p = &rows[i];
         if (p->offload) printf0("| %d | off |", p->stage);
         else printf0("| %d | %d   |", p->stage, p->recompute);
-        for (int t = 0; t < TAG_COUNT; t++) printf0(" %*.2f |", (int)strlen(mem_tag_name[t]), p->bytes[t] / div);
+        for (int t = 0; t < TAG_COUNT; t++) printf0(" %*s |", w[t], p->bytes[t] ? fmt_bytes((double)p->bytes[t]).s : "-");
         int64_t cb = 0;
         for (int k = 0; k < COLL_KINDS; k++) cb += p->coll_bytes[k];
         if (p->offload)
-            printf0(" %7.2f | not available yet: optimizer offload would need %.2f %s of host memory per node\n", p->total / div, p->host_per_node / div, u);
+            printf0(" %9s | %9s | not available yet: optimizer offload would need %s of host memory per node\n", fmt_bytes((double)p->total).s,
+                    fmt_bytes(p->free).s, fmt_bytes((double)p->host_per_node).s);
         else
-            printf0(" %7.2f | %-4s | %13.2f | %10.3g |\n", p->total / div, p->fits ? "yes" : "no", cb / div, p->step_s);
+            printf0(" %9s | %9s | %-5s | %9s | %10.3g |\n", fmt_bytes((double)p->total).s, fmt_bytes(p->free).s,
+                    p->fits ? "yes" : p->free >= 0 ? "tight" : "no", fmt_bytes((double)cb).s, p->step_s);
     }
+    printf0("fits: yes = leaves at least the headroom free; tight = fits in the memory but leaves less (never chosen); no = does not fit\n");
     int best = plan_choose(rows, n, R, -1, -1);
     if (best < 0) {
         char why[1024];
@@ -1213,9 +1321,10 @@ static void run_plan(const Flags* f, const GPTConfig* c, int R, const Launch* L)
         printf0("recommendation: none: %s\n", why);
     } else {
         const PlanRow* p = &rows[best];
-        printf0("recommendation: -z %d -r %d: fits (%.2f of %.2f %s) and has the lowest estimated step time, %.3g s "
-                "(compute %.3g s, communication %.3g s)%s\n", p->stage, p->recompute, p->total / div, e.mem / div, u,
-                p->step_s, p->compute_s, p->comm_s, R > 1 ? "; ZeRO-0 is never chosen with R > 1 (ZeRO-1 sends less in less memory)" : "");
+        printf0("recommendation: -z %d -r %d: uses %s of %s per rank, leaving %s (headroom %s), and has the lowest estimated step time, "
+                "%.3g s (compute %.3g s, communication %.3g s)%s\n", p->stage, p->recompute, fmt_bytes((double)p->total).s, fmt_bytes(e.mem).s,
+                fmt_bytes(p->free).s, fmt_bytes(e.headroom).s, p->step_s, p->compute_s, p->comm_s,
+                R > 1 ? "; ZeRO-0 is never chosen with R > 1 (ZeRO-1 sends less in less memory)" : "");
     }
     if (f->out_dir[0] && g_rank == 0) {
         char path[PATH_MAX];
@@ -1227,6 +1336,8 @@ static void run_plan(const Flags* f, const GPTConfig* c, int R, const Launch* L)
             fprintf(fp, "{\"stage\": %d, \"recompute\": %d, \"offload\": %d, \"R\": %d, \"GA\": %d", p->stage, p->recompute, p->offload, R, GA);
             for (int t = 0; t < TAG_COUNT; t++) fprintf(fp, ", \"%s\": %zu", mem_tag_name[t], p->bytes[t]);
             fprintf(fp, ", \"total\": %zu, \"fits\": %d, \"step_s\": %.6g, \"recommended\": %d", p->total, p->fits, p->step_s, i == best);
+            fprintf(fp, ", \"mem\": %.0f, \"free\": %.0f, \"headroom\": %.0f, \"compute_s\": %.6g, \"comm_s\": %.6g, \"flops\": %.6g",
+                    e.mem, p->free, e.headroom, p->compute_s, p->comm_s, e.flops);
             for (int k = 0; k < COLL_KINDS; k++) fprintf(fp, ", \"%s\": [%lld, %lld]", coll_name[k], (long long)p->coll_count[k], (long long)p->coll_bytes[k]);
             fprintf(fp, "}\n");
         }
@@ -1240,22 +1351,24 @@ static void choose_config(Flags* f, const GPTConfig* c, int R, const Launch* L, 
     int choice[2] = {f->zero_stage, f->recompute};
     char why[1024] = "";
     if (g_rank == 0) {
-        int GA = f->total_batch == -1 ? 1 : (int)(f->total_batch / ((int64_t)f->B * f->T * R));
+        int GA = plan_GA(f, R);
         PlanEnv e;
-        plan_env(f, L, &e);
+        plan_env(f, L, R, &e);
         PlanRow rows[20];
         int n = plan_rows(c, f->B, f->T, R, GA, L->local_world, &e, rows);
         int best = plan_choose(rows, n, R, f->zero_stage, f->recompute);
+        if (f->tflops == 0) FLAG_SHOW(f, tflops, "%.3g (%s)", e.flops / 1e12, g_device == DEV_CPU ? "measured" : "assumed");
+        if (f->link_gbps == 0) FLAG_SHOW(f, link_gbps, "%.0f", e.link * 8 / 1e9);
+        if (!f->gpu_mem[0]) FLAG_SHOW(f, gpu_mem, "%s (%s)", fmt_bytes(e.mem).s, e.mem_src);
         if (best < 0) {
             plan_explain_misfit(c, f->B, f->T, R, GA, &e, why, sizeof(why));
             choice[0] = -2;
         } else {
             choice[0] = rows[best].stage;
             choice[1] = rows[best].recompute;
-            double div;
-            const char* u = plan_unit(e.mem, &div);
-            snprintf(why, sizeof(why), "uses %.2f of %.2f %s per rank (%s), estimated %.3g s/step", rows[best].total / div, e.mem / div, u,
-                     e.mem_src, rows[best].step_s);
+            snprintf(why, sizeof(why), "uses %s of %s per rank (%s), leaving %s (headroom %s, " PLAN_HEADROOM_TEXT "), estimated %.3g s/step",
+                     fmt_bytes((double)rows[best].total).s, fmt_bytes(e.mem).s, e.mem_src, fmt_bytes(rows[best].free).s,
+                     fmt_bytes(e.headroom).s, rows[best].step_s);
         }
     }
     comm_broadcast(comm, choice, sizeof(choice), 0);
@@ -1292,16 +1405,15 @@ static void resolve_defaults(Flags* f, Device dev) {
 #else
     AUTO(poison, "0", "0");
 #endif
+    AUTO(warmup, "-1", "-1");     // 5% of the steps, once their number is known (trainer_setup)
 #undef AUTO
     if (!strcmp(f->device_str, "auto")) snprintf(f->device_str, sizeof(f->device_str), "%s", cpu ? "cpu" : "cuda");
-    int warmup_auto = !strcmp(f->warmup_str, "auto");
-    if (warmup_auto) snprintf(f->warmup_str, sizeof(f->warmup_str), "0");
     flags_convert(f);
-    f->warmup = warmup_auto ? -1 : f->warmup; // resolved once the number of steps is known
 }
 
-// Which device: -device, or a GPU when one is present.
-static Device pick_device(const char* want) {
+// Which device: -device, or a GPU when one is present. -plan may plan for cuda without a GPU (or
+// without CUDA in the build): it allocates nothing, and sizes come from -gpu-mem and -gpu.
+static Device pick_device(const char* want, int plan) {
     if (strcmp(want, "auto") && strcmp(want, "cpu") && strcmp(want, "cuda"))
         die_user("flag -device: '%s' is not cpu, cuda or auto", want);
     int gpus = 0;
@@ -1309,6 +1421,7 @@ static Device pick_device(const char* want) {
     if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
 #endif
     if (!strcmp(want, "cuda")) {
+        if (plan && gpus == 0) return DEV_CUDA;
 #ifndef __CUDACC__
         die_user("-device cuda: this build has no CUDA (built with g++). HINT: install the CUDA toolkit and rebuild with make train, or use -device cpu");
 #endif
@@ -1392,6 +1505,9 @@ static void check_flags(const Flags* f, const GPTConfig* c, int R) {
     if (strcmp(ed, "auto") && strcmp(ed, "fp32") && strcmp(ed, "bf16") && strcmp(ed, "fp16"))
         die_user("flag -export-dtype: '%s' is not auto, fp32, bf16 or fp16", ed);
     if (!strcmp(ed, "fp16") && f->export_path[0]) die_user("flag -export-dtype fp16: llm.c model files have no FP16 version (use it with -export-hf only)");
+    if (strcmp(f->gpu, "auto") && gpu_peak_index(f->gpu) < 0)
+        die_user("flag -gpu: '%s' is not a GPU this program knows (h100, h200, a100, a800, gh200, l40s, l4, a10; a device name such as "
+                 "'NVIDIA H100 PCIe' also works). HINT: for another GPU give its rate with -tflops", f->gpu);
     if (f->max_steps < -1) die_user("flag -x: %d steps: use a count, 0 (evaluate only) or -1 (one epoch)", f->max_steps);
     if (f->lr < 0) die_user("flag -l: learning rate %g is negative", f->lr);
     if (f->warmup < -1) die_user("flag -u: warmup %d is negative", f->warmup);
@@ -1528,8 +1644,9 @@ static void print_memory_table(Trainer* tr) {
         {R > 1 ? "4 * R * chunk" : "-", 4.0 * s->comm},
         {"ops_workspace_floats * 4", 4.0 * g_work_floats},
     };
-    printf0("memory per rank (MiB) by tag, ZeRO-%d, R = %d; Psi' = %lld padded parameters, P_io = %lld, P_layer = %lld, X = %d:\n",
-            st, R, (long long)z->lay.total, (long long)z->lay.P[0], (long long)(z->lay.nblocks > 1 ? z->lay.P[1] : 0), (int)X);
+    printf0("memory per rank (MiB) by tag, ZeRO-%d, R = %d; Psi' = %lld (Psi = %lld plus the 8-element and 8R-block padding), "
+            "P_io = %lld, P_layer = %lld, X = %d:\n", st, R, (long long)z->lay.total, (long long)z->lay.logical_total, (long long)z->lay.P[0],
+            (long long)(z->lay.nblocks > 1 ? z->lay.P[1] : 0), (int)X);
     printf0("| %-11s |", "tag");
     for (int r = 0; r < R && r < 8; r++) printf0(" rank %-4d|", r);
     if (R > 8) printf0(" ...      |");
@@ -1547,7 +1664,7 @@ static void print_memory_table(Trainer* tr) {
     double paper[4] = {16 * psi, 4 * psi + 12 * psi / R, 2 * psi + 14 * psi / R, 16 * psi / R};
     const char* form[4] = {"16 Psi", "4 Psi + 12 Psi/R", "2 Psi + 14 Psi/R", "16 Psi/R"};
     const char* ourform[4] = {"(X + 16) Psi'", "(X + 4) Psi' + 12 Psi'/R", "X Psi' + 16 Psi'/R", "(X + 16) Psi'/R"};
-    printf0("model state per rank (params + grads + master + m + v), Psi = %lld parameters:\n", (long long)psi);
+    printf0("model state per rank (params + grads + master + m + v), Psi = %lld parameters (the model line's: padded vocabulary rows included):\n", (long long)psi);
     printf0("  ours:  %-26s = %9.2f MiB\n", ourform[st], ours / MiB);
     printf0("  paper: %-26s = %9.2f MiB   (ZeRO section 5: 16-bit gradients)\n", form[st], paper[st] / MiB);
     printf0("  ours keeps gradients in FP32 (+2 bytes per gradient element held), has X = %d-byte parameters,\n"
@@ -1574,8 +1691,10 @@ static void print_setup(Trainer* tr) {
     printf0("device %s | precision %s | ranks %d (%s, %d on this node) | threads %d per rank | ZeRO-%d | recompute -r %d\n",
             g_device == DEV_CPU ? "cpu" : "cuda", PRECISION_NAME, tr->R, tr->launch.source, tr->launch.local_world,
             num_threads(), tr->f.zero_stage, tr->f.recompute);
-    printf0("model: L %d, C %d, NH %d, V %d (padded %d), max T %d: %lld parameters (%lld with vocabulary padding)\n",
-            c->L, c->C, c->NH, c->V, c->Vp, c->maxT, (long long)tr->model.d.num_real, (long long)tr->model.d.num_params);
+    printf0("model: L %d, C %d, NH %d, V %d (padded %d), max T %d: Psi = %lld parameters, the padded vocabulary rows included "
+            "(%lld without them); memory below also counts Psi' = %lld, with every tensor padded to 8 elements and every block to 8R\n",
+            c->L, c->C, c->NH, c->V, c->Vp, c->maxT, (long long)tr->model.d.num_params, (long long)tr->model.d.num_real,
+            (long long)tr->model.z.lay.total);
     printf0("batch: B %d x T %d x R %d x GA %d = %lld tokens per step; %d steps; train %lld tokens, val %lld tokens\n",
             tr->model.B, tr->model.T, tr->R, tr->GA, (long long)tr->GA * tr->R * tr->model.B * tr->model.T, tr->max_steps,
             (long long)dataloader_total_tokens(&tr->train), tr->has_val ? (long long)dataloader_total_tokens(&tr->val) : 0LL);
@@ -1675,19 +1794,23 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     tr->R = tr->comm.R;
     tr->r = tr->comm.r;
     flags_parse(f, argc, argv);
-    g_device = pick_device(f->device_str);
+    int plan_only = atoi(f->plan_str) == 1;
+    g_device = pick_device(f->device_str, plan_only);
     // every rank must run the same flags on the same device with the same build, and know it
     // before any communicator is made: a rank on another device would wait in NCCL's init forever
     ranks_agree(tr, flags_hash(f) ^ (uint64_t)g_device, "was started with different flags, another device or a different build", "start every rank with the same command line, the same ./train and the same -device");
     float comm_timeout = 300.0f; // -comm-timeout bounds NCCL's initialisation too (checked again with the other flags)
     if (parse_float(f->comm_timeout_str, &comm_timeout) || comm_timeout < 0) comm_timeout = 300.0f;
-    if (g_device == DEV_CUDA) comm_init_device(&tr->comm, &tr->launch, comm_timeout); // GPU, streams, NCCL, watchdog
+    int gpus = 0; // -plan -device cuda plans without a GPU
 #ifdef __CUDACC__
-    if (g_device == DEV_CUDA) { // the baseline the planner's prediction is compared with
+    if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
+#endif
+    if (g_device == DEV_CUDA && gpus > 0) comm_init_device(&tr->comm, &tr->launch, comm_timeout); // GPU, streams, NCCL, watchdog
+#ifdef __CUDACC__
+    if (g_device == DEV_CUDA && gpus > 0) { // the baseline the planner's prediction is compared with
         size_t free_b, total_b;
         cudaCheck(cudaMemGetInfo(&free_b, &total_b));
         tr->mem_baseline = total_b - free_b;
-        tr->peak_flops = gpu_peak_tflops(g_cuda_prop.name) * 1e12;
     }
 #endif
     int T_auto = !strcmp(f->T_str, "auto");
@@ -1699,7 +1822,10 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     int R_plan = f->plan && f->world > 0 ? f->world : tr->R; // -plan -world R plans another world size
     check_flags(f, &c, R_plan);
     ranks_agree(tr, flags_hash(f), "was started with different flags once defaults were resolved (another model file?)", "start every rank with the same command line, the same ./train and the same -device");
-    setup_threads(f, &tr->launch);
+    if (g_device == DEV_CUDA) tr->peak_flops = gpu_peak_tflops(gpu_model_name(f)) * 1e12; // MFU's denominator
+    int threads = setup_threads(f, &tr->launch);
+    if (f->threads == 0) FLAG_SHOW(f, threads, "%d", threads);
+    if (!strcmp(f->gpu, "auto")) FLAG_SHOW(f, gpu, "%s", g_device == DEV_CUDA ? gpu_model_name(f) : "unused: cpu device");
     if (f->tokenize[0]) {
         if (tr->r == 0) run_tokenize(f);
         return 1;
@@ -1710,6 +1836,10 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
         return 1;
     }
     if (f->zero_stage < 0 || f->recompute < 0) choose_config(f, &c, tr->R, &tr->launch, &tr->comm);
+    else { // the planner's inputs: nothing plans this run
+        if (f->tflops == 0) FLAG_SHOW(f, tflops, "unused: only -plan, -z auto and -r auto plan");
+        if (f->link_gbps == 0) FLAG_SHOW(f, link_gbps, "unused: only -plan, -z auto and -r auto plan");
+    }
     // data, tokenizer, output directory
     char err[1024];
     if (dataloader_init(&tr->train, f->train_data, f->B, f->T, c.V, f->shuffle, (uint64_t)f->seed, err, sizeof(err)))
@@ -1741,6 +1871,9 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     int64_t epoch_steps = dataloader_total_tokens(&tr->train) / (step_tokens * tr->GA);
     tr->max_steps = f->max_steps == -1 ? (int)(epoch_steps > 0 ? epoch_steps : 1) : f->max_steps;
     if (f->warmup == -1) f->warmup = tr->max_steps / 20;
+    FLAG_SHOW(f, max_steps, "%d", tr->max_steps);
+    FLAG_SHOW(f, warmup, "%d", f->warmup);
+    FLAG_SHOW(f, total_batch, "%lld", (long long)step_tokens * tr->GA);
     // the model: layout, ZeRO buffers, activations, workspace
     Model* m = &tr->model;
     m->cfg = c; m->B = f->B; m->T = f->T; m->recompute = f->recompute;
@@ -1773,8 +1906,11 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
                 used / 1048576.0, want / 1048576.0, close ? "within 5% or 256 MiB" : "NOT within 5% or 256 MiB: please report");
     }
 #endif
-    // parameters: a checkpoint, a model file, or initialisation
+    // parameters: a checkpoint, a model file, or initialisation (a line first: each can take seconds)
+    if (f->resume) printf0("resume: looking for the %s complete checkpoint in %s ...\n", f->resume_step ? "requested" : "newest", f->out_dir);
     if (!(f->resume && resume_checkpoint(tr))) {
+        if (from_file) printf0("loading %lld parameters from %s ...\n", (long long)m->d.num_params, f->model);
+        else printf0("initialising %lld parameters from seed %d ...\n", (long long)m->d.num_params, f->seed);
         if (from_file == 2) { // Hugging Face: the same logical ranges, from the safetensors files
             HFCheckpoint ck;
             char err[2048];
@@ -1864,15 +2000,27 @@ static void json_num(FILE* f, const char* key, double v) {
 // 3 is a collective past its timeout (comm_poll in zero.h).
 enum { ZT_EXIT_OK = 0, ZT_EXIT_RUNTIME = 1, ZT_EXIT_BAD_INPUT = 2, ZT_EXIT_DIVERGED = 4 };
 
+// "42s", "3m05s", "2h07m": the time left at the mean pace so far.
+static void fmt_duration(char* out, size_t cap, double s) {
+    if (!(s >= 0) || s > 1e8) snprintf(out, cap, "?");
+    else if (s < 60) snprintf(out, cap, "%.0fs", s);
+    else if (s < 3600) snprintf(out, cap, "%dm%02ds", (int)(s / 60), (int)fmod(s, 60));
+    else snprintf(out, cap, "%dh%02dm", (int)(s / 3600), (int)fmod(s / 60, 60));
+}
+
 // The training loop. Returns the exit code (the same on every rank).
 static int train_loop(Trainer* tr) {
     const Flags* f = &tr->f;
     int64_t step_tokens = (int64_t)tr->GA * tr->R * tr->model.B * tr->model.T;
     int start = tr->step, skips = 0, failed_ckpts = 0;
+    double t_first = 0.0, first_s = 0.0; // the ETA: pace since the first step of this run ended (warm-up excluded), evaluations included
     for (;;) {
         int step = tr->step, last = step >= tr->max_steps;
         tr->comm.step = step; // collectives' messages name the step being evaluated, saved or trained
         if (tr->has_val && (step % f->val_every == 0 || last)) {
+            if (step == start) // the first evaluation can take seconds before any step line
+                printf0("step %5d | evaluating the val loss on %d batches of %d x %d tokens per rank ...\n", step,
+                        f->val_steps, tr->model.B, tr->model.T);
             float vl = evaluate(tr);
             printf0("step %5d | val loss %.6f\n", step, vl);
             if (tr->log) { fprintf(tr->log, "{\"step\": %d", step); json_num(tr->log, "val_loss", vl); fprintf(tr->log, "}\n"); log_flush(tr); }
@@ -1890,14 +2038,18 @@ static int train_loop(Trainer* tr) {
         StepResult s = train_step(tr);
         double ms = (wall_s() - t0) * 1000.0;
         double tok_s = step_tokens / (ms / 1000.0);
+        int done = tr->step - start, left = tr->max_steps - tr->step;
+        if (done == 1) { t_first = wall_s(); first_s = ms / 1000.0; }
+        char eta[32];
+        fmt_duration(eta, sizeof(eta), left * (done > 1 ? (wall_s() - t_first) / (done - 1) : first_s));
         const Comm* cm = &tr->comm;
         char mfu[64] = "";
         if (g_device == DEV_CUDA) { // model FLOPs per second per GPU over the GPU's BF16 dense peak
             if (tr->peak_flops > 0) snprintf(mfu, sizeof(mfu), " | mfu %.1f%%", 100.0 * tr->flops_per_token * tok_s / tr->R / tr->peak_flops);
             else snprintf(mfu, sizeof(mfu), " | mfu n/a");
         }
-        printf0("step %5d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s%s%s\n", step + 1, tr->max_steps,
-                s.loss, s.lr, s.norm, ms, tok_s, mfu, s.skipped == 2 ? " | SKIPPED: no counted target in the batch (loss mask)" : s.skipped ? " | SKIPPED: non-finite gradient norm" : "");
+        printf0("step %5d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s%s | eta %s%s\n", step + 1, tr->max_steps,
+                s.loss, s.lr, s.norm, ms, tok_s, mfu, eta, s.skipped == 2 ? " | SKIPPED: no counted target in the batch (loss mask)" : s.skipped ? " | SKIPPED: non-finite gradient norm" : "");
         if (!isfinite(s.lr)) die(1, "internal error: step %d: learning rate %g is not finite (the flags were checked)", step + 1, s.lr);
         if (tr->log) {
             fprintf(tr->log, "{\"step\": %d", step + 1);
@@ -1905,6 +2057,9 @@ static int train_loop(Trainer* tr) {
             json_num(tr->log, "lr", s.lr);
             json_num(tr->log, "norm", s.norm);
             fprintf(tr->log, ", \"ms\": %.3f, \"tok_s\": %.1f, \"skipped\": %d, \"comm_wait_ms\": %.3f", ms, tok_s, s.skipped, cm->wait_s * 1000.0);
+            size_t tagged = 0; // rank 0's memory: what the tagged allocator holds, and the process's peak RSS (dev/plot.py)
+            for (int t = 0; t < TAG_COUNT; t++) tagged += g_mem_bytes[t];
+            fprintf(tr->log, ", \"mem_tagged\": %zu, \"vmhwm\": %lld", tagged, (long long)peak_rss_bytes());
             if (g_device == DEV_CUDA) json_num(tr->log, "mfu", tr->peak_flops > 0 ? tr->flops_per_token * tok_s / tr->R / tr->peak_flops : NAN);
             for (int k = 0; k < COLL_KINDS; k++)
                 fprintf(tr->log, ", \"%s\": [%lld, %lld]", coll_name[k], (long long)cm->count[k], (long long)cm->bytes[k]);
@@ -1960,6 +2115,7 @@ static void export_model(Trainer* tr) {
 }
 
 static int train_main(int argc, char** argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0); // line-buffered even into a file or a pipe: a background run shows each line as it happens
     Trainer* tr = (Trainer*)calloc(1, sizeof(Trainer));
     if (trainer_setup(tr, argc, argv)) { // -plan: nothing allocated, nothing to free
         comm_free(&tr->comm);

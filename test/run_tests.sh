@@ -9,6 +9,8 @@
 #   5. the PyTorch fixtures regenerated and compared with the committed ones (skipped, and said
 #      so, when python3-torch is missing; CI installs it); the same for the BPE fixture (tiktoken)
 #      and the Hugging Face fixtures (transformers, in $ZT_HF_PYTHON)
+#   6. dev/plot.py draws a PNG of the expected size from two committed logs (skipped, and said so,
+#      when python3-matplotlib is missing; CI installs it)
 # Prints every case and ends with one line "N passed, N failed" over all of them.
 set -u
 cd "$(dirname "$0")/.."
@@ -158,6 +160,23 @@ if "$HF_PY" -c 'import transformers, safetensors, torch' 2>/dev/null; then
     fi
 else
     echo "SKIP hf_fixtures_regenerate: $HF_PY has no transformers (pip install transformers==4.38.2 safetensors==0.4.5; .ci/run makes a venv)"; skipped=$((skipped + 1))
+fi
+
+echo "=== dev/plot.py renders a PNG from a committed log (two runs overlaid)"
+if /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then
+    png=$(mktemp --suffix=.png)
+    # the PNG signature, then the IHDR chunk: length 13, "IHDR", width 640, height 480 (big-endian)
+    want=89504e470d0a1a0a0000000d4948445200000280000001e0
+    if /usr/bin/python3 dev/plot.py test/fixtures/plot_log_z0.jsonl:ZeRO-0 test/fixtures/plot_log_z3.jsonl:ZeRO-3 -o "$png" --size 640x480 \
+        && [ "$(od -An -tx1 -N24 "$png" | tr -d ' \n')" = "$want" ] && [ "$(stat -c %s "$png")" -gt 20000 ] \
+        && ! /usr/bin/python3 dev/plot.py test/run_tests.sh -o "$png.bad" 2>/dev/null && [ ! -e "$png.bad" ]; then
+        echo "PASS plot_png"; passed=$((passed + 1))
+    else
+        echo "FAIL plot_png (not a 640x480 PNG of more than 20 kB, or a non-JSON log was accepted)"; failed=$((failed + 1))
+    fi
+    rm -f "$png" "$png.bad"
+else
+    echo "SKIP plot_png: /usr/bin/python3 has no matplotlib (apt-get install python3-matplotlib)"; skipped=$((skipped + 1))
 fi
 
 [ "$skipped" -gt 0 ] && echo "($skipped skipped: see SKIP lines above)"

@@ -72,14 +72,18 @@ TEST(plan_bytes_equal_closed_form) {
     }
 }
 
-// -z auto around each stage's need (R = 2, -r 1, GA = 1): with room for ZeRO-1 it is chosen (never
-// ZeRO-0, which needs more and sends more); just below ZeRO-1's need ZeRO-2; below ZeRO-2's, ZeRO-3;
-// below ZeRO-3's, nothing fits and the run stops with what would be needed.
+// The headroom every fitting row must leave below 20 GiB per rank: max(5%, 1 GiB) = 1 GiB.
+#define TP_HEADROOM 1073741824.0
+
+// -z auto around each stage's need plus the headroom (R = 2, -r 1, GA = 1): with room for ZeRO-1 it
+// is chosen (never ZeRO-0, which needs more and sends more); a byte short of ZeRO-1's need plus the
+// headroom, ZeRO-2; short of ZeRO-2's, ZeRO-3; short of ZeRO-3's, nothing fits and the run stops
+// with what would be needed.
 TEST(plan_z_auto_picks_by_memory) {
     PlanOut po;
     CHECK(tp_plan(2, TP_DEEP, &po) == 0);
     double need[4];
-    for (int z = 0; z <= 3; z++) need[z] = po.total[z][1];
+    for (int z = 0; z <= 3; z++) need[z] = po.total[z][1] + TP_HEADROOM;
     CHECKF(need[0] > need[1] && need[1] > need[2] && need[2] > need[3], "needs not decreasing: %.0f %.0f %.0f %.0f", need[0], need[1], need[2], need[3]);
     struct { double mem; int expect; } cases[] = {
         {need[0] + 1, 1}, {need[1], 1}, {need[1] - 1, 2}, {need[2], 2}, {need[2] - 1, 3}, {need[3], 3}, {need[3] - 1, -1},
@@ -108,7 +112,7 @@ TEST(plan_z_auto_picks_by_memory) {
     // at R = 1 with room, ZeRO-0 (every stage sends nothing; the lowest stage wins the tie)
     const char* dir = zt_dir("auto1");
     char flags[2048];
-    snprintf(flags, sizeof(flags), ZT_MODEL " -b 2 -x 1 -v 0 -s 0 -z auto -r 1 -gpu-mem 1GiB -o %s", dir);
+    snprintf(flags, sizeof(flags), ZT_MODEL " -b 2 -x 1 -v 0 -s 0 -z auto -r 1 -gpu-mem 2GiB -o %s", dir);
     CHECK(zt_mpirun(1, flags, zt_out, sizeof(zt_out)) == 0 && strstr(zt_out, "auto: -z 0 -r 1 chosen"));
 }
 
@@ -123,7 +127,7 @@ TEST(plan_z_auto_ranks_agree) {
              ZT_CLEAN_ENV "OMP_NUM_THREADS=1 mpirun --oversubscribe --allow-run-as-root -np 1 -x ZT_DEVICE_MEM=%.0f %s --train -threads 1 -i %s "
              ZT_MODEL " -b 2 -x 1 -v 0 -s 0 -z auto -r 1 -o %s : -np 1 -x ZT_DEVICE_MEM=%.0f %s --train -threads 1 -i %s " ZT_MODEL
              " -b 2 -x 1 -v 0 -s 0 -z auto -r 1 -o %s",
-             po.total[1][1] + 1, g_test_self, zt_data(0), dir, po.total[3][1] + 1, g_test_self, zt_data(0), dir);
+             po.total[1][1] + TP_HEADROOM + 1, g_test_self, zt_data(0), dir, po.total[3][1] + TP_HEADROOM + 1, g_test_self, zt_data(0), dir);
     int rc = test_run_cmd(cmd, zt_out, sizeof(zt_out));
     CHECKF(rc == 0 && strstr(zt_out, "auto: -z 1 -r 1 chosen"), "expected ZeRO-1 on both ranks:\n%s", zt_out);
     double mem[4][TAG_COUNT + 1], expect[TAG_COUNT];
@@ -135,9 +139,9 @@ TEST(plan_z_auto_ranks_agree) {
 // The recommendation of -plan: with R > 1 and room for both, ZeRO-1 rather than ZeRO-0; bad input.
 TEST(plan_recommendation_and_bad_input) {
     PlanOut po;
-    CHECK(tp_plan(4, "-gpu-mem 1GiB", &po) == 0);
+    CHECK(tp_plan(4, "-gpu-mem 2GiB", &po) == 0);
     CHECKF(po.rec_z == 1 && po.rec_r == 0, "recommended -z %d -r %d, expected -z 1 -r 0 (lowest stage and recompute at the same time)", po.rec_z, po.rec_r);
-    CHECK(tp_plan(1, "-gpu-mem 1GiB", &po) == 0);
+    CHECK(tp_plan(1, "-gpu-mem 2GiB", &po) == 0);
     CHECKF(po.rec_z == 0 && po.rec_r == 0, "R=1: recommended -z %d -r %d, expected -z 0 -r 0", po.rec_z, po.rec_r);
     // nothing fits: -plan says so and what would help
     CHECK(tp_plan(2, "-gpu-mem 64KiB", &po) == 0 && strstr(zt_out, "recommendation: none: nothing fits") && strstr(zt_out, "HINT"));
@@ -192,4 +196,79 @@ TEST(plan_collectives_equal_closed_form) {
                        coll_name[k], po.coll_n[z][k], po.coll_b[z][k], (long long)want_n[k], (long long)want_b[k]);
         }
     }
+}
+
+// The headroom rule: a row fits only when it leaves max(5% of the memory, 1 GiB) free. A row that
+// fits the memory but not the headroom is "tight" and never recommended (-z auto follows the same
+// rule: plan_z_auto_picks_by_memory). Planned, not run: a 300M-parameter model at R = 4, whose
+// stages differ by more than the headroom.
+#define TP_BIG "-layers 24 -channels 1024 -heads 16 -b 1 -tflops 0.02"
+TEST(plan_headroom_rule) {
+    PlanOut po;
+    CHECK(tp_plan(4, TP_BIG, &po) == 0);
+    // ZeRO-1 -r 0 with half a GiB spare (memory < 20 GiB: the 1 GiB floor) is tight
+    double mem = po.total[1][0] + TP_HEADROOM / 2;
+    char extra[256];
+    snprintf(extra, sizeof(extra), TP_BIG " -gpu-mem %.0f", mem);
+    CHECK(tp_plan(4, extra, &po) == 0);
+    CHECKF(!po.fits[1][0] && strstr(zt_out, "| tight |") && strstr(zt_out, "headroom 1.00 GiB, max(5% of the memory, 1 GiB)"),
+           "ZeRO-1 -r 0 leaves half a GiB, less than the headroom: not 'tight':\n%s", zt_out);
+    CHECKF(po.rec_z >= 2 && po.total[po.rec_z][po.rec_r] + TP_HEADROOM <= mem && po.fits[po.rec_z][po.rec_r],
+           "recommended -z %d -r %d: expected a row that leaves the headroom:\n%s", po.rec_z, po.rec_r, zt_out);
+    for (int z = 0; z <= 3; z++)
+        for (int r = 0; r <= 3; r++)
+            CHECKF(po.fits[z][r] == (po.total[z][r] + TP_HEADROOM <= mem), "z=%d r=%d: fits %d, total %.0f of %.0f", z, r, po.fits[z][r], po.total[z][r], mem);
+    // the 5% part: at 40 GiB the headroom is 2 GiB, printed and written beside every row of plan.jsonl
+    CHECK(tp_plan(2, "-tflops 0.02 -gpu-mem 40GiB", &po) == 0);
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/plan/plan.jsonl", test_tmpdir());
+    char* js = zt_read_file(path);
+    CHECKF(strstr(zt_out, "headroom 2.00 GiB") && js && strstr(js, "\"headroom\": 2147483648"), "40 GiB: expected a 2 GiB headroom:\n%s", zt_out);
+    free(js);
+}
+
+// Each byte cell carries its own unit, so a model of kilobytes reads on a machine of gigabytes.
+TEST(plan_units_per_cell) {
+    struct { double b; const char* s; } cases[] = {
+        {0, "0 B"}, {1023, "1023 B"}, {1024, "1.00 KiB"}, {1536, "1.50 KiB"}, {10.0 * 1048576, "10.0 MiB"}, {1023.9 * 1048576, "1.00 GiB"},
+        {20.84 * 1073741824.0, "20.8 GiB"}, {812 * 1024.0, "812 KiB"}, {-1.5 * 1073741824.0, "-1.50 GiB"}, {3.0 * 1099511627776.0, "3.00 TiB"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        CHECKF(!strcmp(fmt_bytes(cases[i].b).s, cases[i].s), "%.0f bytes: '%s', expected '%s'", cases[i].b, fmt_bytes(cases[i].b).s, cases[i].s);
+    PlanOut po;
+    CHECK(tp_plan(1, "-tflops 0.02 -gpu-mem 80GiB", &po) == 0);
+    CHECKF(!strstr(zt_out, " 0.00 |"), "a cell reads 0.00:\n%s", zt_out);
+    char want[64]; // the parameters' cell in its own unit (KiB here), though the memory is 80 GiB
+    snprintf(want, sizeof(want), "| %9s |", fmt_bytes(po.bytes[0][0][TAG_PARAMS]).s);
+    CHECKF(strstr(zt_out, want) && strstr(want, "KiB") && strstr(zt_out, "memory per rank 80.0 GiB"), "'%s' not in the table:\n%s", want, zt_out);
+}
+
+// One process of this binary as ./train, without mpirun (an MPI singleton: quicker to start).
+static int tp_run(const char* flags) {
+    char cmd[4096];
+    snprintf(cmd, sizeof(cmd), ZT_CLEAN_ENV "OMP_NUM_THREADS=1 %s --train %s", g_test_self, flags);
+    return test_run_cmd(cmd, zt_out, sizeof(zt_out));
+}
+
+// -plan -device cuda on a machine without a GPU (this test binary has no CUDA at all): sizes from
+// -gpu-mem, the rate from the -gpu's peak, for any -world; without -gpu-mem it says what to give.
+TEST(plan_cuda_without_gpu) {
+    char flags[512];
+    snprintf(flags, sizeof(flags), "-plan -device cuda -gpu-mem 80GiB -gpu h100 -world 8");
+    int rc = tp_run(flags);
+    CHECKF(rc == 0 && strstr(zt_out, "cuda, GPU h100") && strstr(zt_out, "memory per rank 80.0 GiB (-gpu-mem)") &&
+           strstr(zt_out, "compute 494 TFLOP/s") && strstr(zt_out, "x R 8 x") && strstr(zt_out, "recommendation: -z"),
+           "-plan -device cuda without a GPU:\n%s", zt_out);
+    snprintf(flags, sizeof(flags), "-plan -device cuda -gpu-mem 40GiB -gpu a100 -world 64 -e d24");
+    rc = tp_run(flags);
+    CHECKF(rc == 0 && strstr(zt_out, "156 TFLOP/s") && strstr(zt_out, "x R 64 x") && strstr(zt_out, "InfiniBand-class"), "-world 64:\n%s", zt_out);
+    snprintf(flags, sizeof(flags), "-plan -device cuda -world 8");
+    rc = tp_run(flags);
+    CHECKF(rc == 2 && strstr(zt_out, "-gpu-mem") && strstr(zt_out, "HINT"), "no -gpu-mem without a GPU: expected exit 2 and a hint:\n%s", zt_out);
+    snprintf(flags, sizeof(flags), "-plan -device cuda -gpu-mem 16GiB -gpu v100");
+    rc = tp_run(flags);
+    CHECKF(rc == 2 && strstr(zt_out, "flag -gpu: 'v100'"), "unknown -gpu accepted:\n%s", zt_out);
+    snprintf(flags, sizeof(flags), "-device cuda -gpu-mem 80GiB -x 1"); // training still needs a GPU
+    rc = tp_run(flags);
+    CHECKF(rc == 2, "-device cuda without a GPU trained?\n%s", zt_out);
 }
