@@ -475,6 +475,9 @@ static LayerActs layer_acts(const Acts* a, int l) {
 
 // The ops' fixed workspace in floats: the GEMM's packed panel (at least K*NR for the largest K),
 // attention backward's row sums, the embedding backward's buckets, the norm's chunk sums.
+// The ops' scratch, plus STEP_SCALARS_FLOATS at its end that are not scratch: the step's scalars
+// (StepScalars: loss, sum of squares, norm, clip scale, finite flag), which live across steps.
+#define STEP_SCALARS_FLOATS 64 // 256 bytes
 static size_t ops_workspace_floats(const GPTConfig* c, int B, int T, int64_t opt_elems) {
     int64_t BT = (int64_t)B * T;
     int64_t maxK = 4 * (int64_t)c->C;
@@ -488,7 +491,7 @@ static size_t ops_workspace_floats(const GPTConfig* c, int B, int T, int64_t opt
     if (att > ws) ws = att;
     if (enc > ws) ws = enc;
     if (norm > ws) ws = norm;
-    return ws;
+    return round_up((int64_t)ws, STEP_SCALARS_FLOATS) + STEP_SCALARS_FLOATS; // + the step's scalars (train_step)
 }
 
 // ----------------------------------------------------------------------------
@@ -626,6 +629,18 @@ static void gpt_backward(Model* m, int B, int T, int micro, int last_micro) {
 // again. The loss gradient is pre-scaled by 1/(R*GA*B*T) so that every reduction is a SUM and
 // the accumulated gradient is the mean over the global batch.
 
+// What a step reports once its numbers are read back. skipped: the norm was not finite and the
+// optimizer changed nothing (decided where the step ran).
+typedef struct {
+    int valid;         // 0: nothing to report (no step read back)
+    int step;          // 0-based
+    float loss, norm, lr;
+    int skipped;
+    double ms;         // from the previous read-back (or the step's start) to this one
+    int64_t count[COLL_KINDS], bytes[COLL_KINDS]; // the step's collectives
+    double comm_wait_s;
+} StepResult;
+
 typedef struct {
     Flags f;
     Launch launch;
@@ -641,6 +656,13 @@ typedef struct {
     int64_t adam_t;    // AdamW updates applied (a skipped step does not count)
     FILE* log;         // rank 0: <out_dir>/log.jsonl
     double flops_per_token; // for MFU: llm.c's 6N + 6LCT (mfu_flops_per_token)
+    // the step's numbers (see train_step): where the step runs, and read back to the host
+    StepScalars* scalars;      // the last STEP_SCALARS_FLOATS of g_work's allocation
+    StepScalars* scalars_host; // their read-back (page-locked on a GPU)
+    int readback_lag;          // 1 (one GPU): a step's numbers are read during the next step; 0: at once
+    int pending;               // a step's read-back is issued and not read yet
+    StepResult pending_res;    // that step's lr, step and collectives, until its numbers are read
+    double t_mark;             // when the last result was read (or the first step began)
     double peak_flops;      // [CUDA] the GPU's BF16 dense peak (0: unknown)
     size_t mem_baseline;    // [CUDA] device memory in use after the context and communicator exist
 } Trainer;
@@ -658,7 +680,6 @@ static float lr_at(const Flags* f, int step, int max_steps) {
     return (float)(lo + 0.5 * (1.0 + cos(M_PI * ratio)) * (peak - lo)); // cosine
 }
 
-typedef struct { float loss, norm, lr; int skipped; } StepResult;
 
 // Copy a loader's micro-batch into the model's token buffers.
 static void load_tokens(Model* m, const DataLoader* dl, int with_targets) {
@@ -689,42 +710,85 @@ static void trace_batch(const Trainer* tr, int micro) {
     printf("\n");
 }
 
+// Read the last issued step's numbers back (waiting for them on a GPU): its StepResult, and adam_t
+// counts it if it was finite. Invalid when nothing is pending.
+static StepResult step_read_back(Trainer* tr) {
+    StepResult r;
+    memset(&r, 0, sizeof(r));
+    if (!tr->pending) return r;
+    dev_read_wait();
+    const StepScalars* h = tr->scalars_host;
+    r = tr->pending_res;
+    r.valid = 1;
+    r.loss = (float)(h->loss_sum / ((double)tr->R * tr->GA * tr->model.B * tr->model.T));
+    r.norm = h->norm;
+    r.skipped = !h->finite;
+    if (h->finite) tr->adam_t++;
+    double now = wall_s();
+    r.ms = (now - tr->t_mark) * 1000.0;
+    tr->t_mark = now;
+    tr->pending = 0;
+    return r;
+}
+
+// One optimizer step. Its numbers (loss, sum of squares, then norm, clip scale and finite flag:
+// StepScalars) are computed where the step runs, and AdamW reads the clip scale and the finite flag
+// there: on a GPU the host never waits inside a step. The step's numbers are copied back
+// asynchronously at its end and read during the next step, just before that step's optimizer is
+// issued (the previous step is long finished by then), so adam_t counts exactly the updates applied
+// and the log is exact, one step late: train_step returns the *previous* step's result on one GPU
+// (readback_lag 1), this step's on the CPU device or with several ranks (lag 0: the numbers are on
+// the host already, and the host decides the skip as it always did). step_read_back flushes the last
+// one (train_loop: before evaluation, sampling, checkpoints and at the end).
+//   per micro-step: no host wait, no device-to-host copy (README: "Host synchronisations")
+//   per step:       one device-to-host copy (the scalars, into pinned memory) and one wait (the
+//                   previous step's copy); with R > 1 also the scalar sum over ranks
 static StepResult train_step(Trainer* tr) {
     Model* m = &tr->model;
     Zero* z = &m->z;
     const Flags* f = &tr->f;
     int B = m->B, T = m->T, BT = B * T;
-    StepResult res;
-    memset(&res, 0, sizeof(res));
+    StepScalars* sc = tr->scalars;
+    if (!tr->pending) tr->t_mark = wall_s(); // the step's time starts here (evaluation etc. excluded)
     float dloss = 1.0f / ((float)tr->R * tr->GA * BT);
-    double loss_sum = 0.0;
+    dev_zero(sc, sizeof(StepScalars));
     for (int micro = 0; micro < tr->GA; micro++) {
         int64_t unit = ((int64_t)tr->step * tr->GA + micro) * tr->R + tr->r;
         dataloader_load(&tr->train, unit);
         if (f->data_trace) trace_batch(tr, micro);
         load_tokens(m, &tr->train, 1);
         gpt_forward(m, B, T, 1, dloss, 1);
-        loss_sum += sum_losses(m, BT);
+        op_loss_add(sc, m->a.losses, BT); // the loss stays where it is computed
         gpt_backward(m, B, T, micro, micro == tr->GA - 1);
     }
-    // one scalar reduction carries the loss and the gradient norm's sum of squares
-    double sums[2] = {loss_sum, 0.0};
-    res.norm = zero_grad_norm(z, sums, 2);
-    res.loss = (float)(sums[0] / ((double)tr->R * tr->GA * BT));
-    res.lr = lr_at(f, tr->step, tr->max_steps);
-    if (!isfinite(res.norm)) {
-        res.skipped = 1; // every rank sees the same norm, so every rank skips
-    } else {
-        AdamWParams hp = {res.lr, f->beta1, f->beta2, f->eps, f->weight_decay, 1.0f, 0.0f, 0.0f};
-        if (f->grad_clip > 0.0f && res.norm > f->grad_clip) hp.grad_scale = f->grad_clip / res.norm;
-        tr->adam_t++;
-        adamw_bias_corrections(&hp, tr->adam_t);
-        zero_adamw(z, &hp);
+    zero_grad_sumsq(z, sc);            // the gradient's sum of squares (one launch), summed over ranks
+    op_step_scalars(sc, f->grad_clip); // norm, clip scale, finite flag
+    StepResult prev = step_read_back(tr); // [one GPU] the previous step: adam_t is exact from here
+    float lr = lr_at(f, tr->step, tr->max_steps);
+    AdamWParams hp = {lr, f->beta1, f->beta2, f->eps, f->weight_decay, 1.0f, 0.0f, 0.0f};
+    adamw_bias_corrections(&hp, tr->adam_t + 1); // this update's t, if it is applied
+    int apply = 1;
+    if (tr->readback_lag == 0) { // the numbers are on the host already: skip here, as every rank does
+        dev_to_host(tr->scalars_host, sc, sizeof(StepScalars));
+        apply = tr->scalars_host->finite; // (every rank has the same sums, so every rank agrees)
+    }
+    if (apply) {
+        zero_adamw(z, &hp, sc); // [one GPU] a non-finite step is skipped on the device
         zero_after_step(z);
     }
     zero_zero_grads(z);
+    // issue the read-back; keep what the log needs until it is read
+    StepResult* pr = &tr->pending_res;
+    memset(pr, 0, sizeof(*pr));
+    pr->step = tr->step;
+    pr->lr = lr;
+    memcpy(pr->count, tr->comm.count, sizeof(pr->count));
+    memcpy(pr->bytes, tr->comm.bytes, sizeof(pr->bytes));
+    pr->comm_wait_s = tr->comm.wait_s;
+    dev_to_host_async(tr->scalars_host, sc, sizeof(StepScalars));
+    tr->pending = 1;
     tr->step++;
-    return res;
+    return tr->readback_lag ? prev : step_read_back(tr);
 }
 
 // ----------------------------------------------------------------------------
@@ -1905,8 +1969,12 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     tr->comm.delay_ms = f->comm_delay;
     zero_init(&m->z, &lay, f->zero_stage, &tr->comm, f->poison);
     acts_alloc(&m->a, &c, f->B, f->T, f->recompute);
-    g_work_floats = ops_workspace_floats(&c, f->B, f->T, m->z.opt_total);
-    g_work = (float*)dev_alloc(TAG_WORK, g_work_floats * sizeof(float));
+    size_t work_floats = ops_workspace_floats(&c, f->B, f->T, m->z.opt_total);
+    g_work = (float*)dev_alloc(TAG_WORK, work_floats * sizeof(float));
+    g_work_floats = work_floats - STEP_SCALARS_FLOATS; // the ops' scratch; then the step's scalars
+    tr->scalars = (StepScalars*)(g_work + g_work_floats);
+    tr->scalars_host = (StepScalars*)host_pinned_alloc(sizeof(StepScalars));
+    tr->readback_lag = g_device == DEV_CUDA && tr->R == 1; // see train_step
     PlanRow plan; // what was allocated is exactly what the planner computes, tag by tag
     plan_config(&c, f->B, f->T, tr->R, tr->GA, f->zero_stage, f->recompute, &plan);
     for (int t = 0; t < TAG_COUNT; t++)
@@ -1999,53 +2067,69 @@ static void json_num(FILE* f, const char* key, double v) {
     else fprintf(f, ", \"%s\": null", key);
 }
 
+// One step's line on stdout and in log.jsonl.
+static void log_step(Trainer* tr, const StepResult* s) {
+    int64_t step_tokens = (int64_t)tr->GA * tr->R * tr->model.B * tr->model.T;
+    double tok_s = step_tokens / (s->ms / 1000.0);
+    char mfu[64] = "";
+    if (g_device == DEV_CUDA) { // model FLOPs per second per GPU over the GPU's BF16 dense peak
+        if (tr->peak_flops > 0) snprintf(mfu, sizeof(mfu), " | mfu %.1f%%", 100.0 * tr->flops_per_token * tok_s / tr->R / tr->peak_flops);
+        else snprintf(mfu, sizeof(mfu), " | mfu n/a");
+    }
+    printf0("step %5d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s%s%s\n", s->step + 1, tr->max_steps,
+            s->loss, s->lr, s->norm, s->ms, tok_s, mfu, s->skipped ? " | SKIPPED: non-finite gradient norm" : "");
+    if (tr->log) {
+        fprintf(tr->log, "{\"step\": %d", s->step + 1);
+        json_num(tr->log, "loss", s->loss);
+        json_num(tr->log, "lr", s->lr);
+        json_num(tr->log, "norm", s->norm);
+        fprintf(tr->log, ", \"ms\": %.3f, \"tok_s\": %.1f, \"skipped\": %d, \"comm_wait_ms\": %.3f", s->ms, tok_s, s->skipped,
+                s->comm_wait_s * 1000.0);
+        if (g_device == DEV_CUDA) json_num(tr->log, "mfu", tr->peak_flops > 0 ? tr->flops_per_token * tok_s / tr->R / tr->peak_flops : NAN);
+        for (int k = 0; k < COLL_KINDS; k++)
+            fprintf(tr->log, ", \"%s\": [%lld, %lld]", coll_name[k], (long long)s->count[k], (long long)s->bytes[k]);
+        fprintf(tr->log, "}\n");
+        fflush(tr->log);
+    }
+}
+
+// Read back and log the step still in flight (if any): the host waits for the device only here,
+// before an evaluation, a sample or a checkpoint, and after the last step.
+static void flush_step(Trainer* tr) {
+    StepResult p = step_read_back(tr);
+    if (p.valid) log_step(tr, &p);
+}
+
 static void train_loop(Trainer* tr) {
     const Flags* f = &tr->f;
-    int64_t step_tokens = (int64_t)tr->GA * tr->R * tr->model.B * tr->model.T;
     int start = tr->step;
     for (;;) {
         int step = tr->step, last = step >= tr->max_steps;
-        if (tr->has_val && (step % f->val_every == 0 || last)) {
+        int val = tr->has_val && (step % f->val_every == 0 || last);
+        int sample = f->sample_every > 0 && (step % f->sample_every == 0 || last) && step > 0;
+        int ckpt = f->ckpt_every > 0 && step > start && (step % f->ckpt_every == 0 || last);
+        if (val || sample || ckpt || last) flush_step(tr);
+        if (val) {
             float vl = evaluate(tr);
             printf0("step %5d | val loss %.6f\n", step, vl);
             if (tr->log) { fprintf(tr->log, "{\"step\": %d", step); json_num(tr->log, "val_loss", vl); fprintf(tr->log, "}\n"); fflush(tr->log); }
         }
-        if (f->sample_every > 0 && (step % f->sample_every == 0 || last) && step > 0) sample_text(tr);
-        if (f->ckpt_every > 0 && step > start && (step % f->ckpt_every == 0 || last)) save_checkpoint(tr);
+        if (sample) sample_text(tr);
+        if (ckpt) save_checkpoint(tr);
         if (last) break;
         tr->comm.step = step;
         comm_reset_stats(&tr->comm);
-        double t0 = wall_s();
-        StepResult s = train_step(tr);
-        double ms = (wall_s() - t0) * 1000.0;
-        double tok_s = step_tokens / (ms / 1000.0);
-        const Comm* cm = &tr->comm;
-        char mfu[64] = "";
-        if (g_device == DEV_CUDA) { // model FLOPs per second per GPU over the GPU's BF16 dense peak
-            if (tr->peak_flops > 0) snprintf(mfu, sizeof(mfu), " | mfu %.1f%%", 100.0 * tr->flops_per_token * tok_s / tr->R / tr->peak_flops);
-            else snprintf(mfu, sizeof(mfu), " | mfu n/a");
-        }
-        printf0("step %5d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s%s%s\n", step + 1, tr->max_steps,
-                s.loss, s.lr, s.norm, ms, tok_s, mfu, s.skipped ? " | SKIPPED: non-finite gradient norm" : "");
-        if (tr->log) {
-            fprintf(tr->log, "{\"step\": %d", step + 1);
-            json_num(tr->log, "loss", s.loss);
-            json_num(tr->log, "lr", s.lr);
-            json_num(tr->log, "norm", s.norm);
-            fprintf(tr->log, ", \"ms\": %.3f, \"tok_s\": %.1f, \"skipped\": %d, \"comm_wait_ms\": %.3f", ms, tok_s, s.skipped, cm->wait_s * 1000.0);
-            if (g_device == DEV_CUDA) json_num(tr->log, "mfu", tr->peak_flops > 0 ? tr->flops_per_token * tok_s / tr->R / tr->peak_flops : NAN);
-            for (int k = 0; k < COLL_KINDS; k++)
-                fprintf(tr->log, ", \"%s\": [%lld, %lld]", coll_name[k], (long long)cm->count[k], (long long)cm->bytes[k]);
-            fprintf(tr->log, "}\n");
-            fflush(tr->log);
-        }
+        StepResult s = train_step(tr); // on one GPU: the previous step's result
+        if (s.valid) log_step(tr, &s);
     }
 }
 
 static void trainer_free(Trainer* tr) {
     Model* m = &tr->model;
+    if (tr->scalars_host) host_pinned_free(tr->scalars_host);
+    tr->scalars_host = NULL;
     if (tr->log) fclose(tr->log);
-    dev_free(TAG_WORK, g_work, g_work_floats * sizeof(float));
+    dev_free(TAG_WORK, g_work, (g_work_floats + STEP_SCALARS_FLOATS) * sizeof(float)); // the ops' part and the step's scalars
     g_work = NULL;
     acts_free(&m->a, m->cfg.L);
     zero_free(&m->z);

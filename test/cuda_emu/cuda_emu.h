@@ -330,8 +330,13 @@ static bool host_range(const void* p, size_t bytes, const char* call, const char
 // writes). Ordering between two non-blocking streams (events) is not checked.
 
 struct Stream { int flags; };
-struct Event { int flags; bool recorded; };
+struct Event { int flags; bool recorded; cudaStream_t stream; };
 static std::set<const void*> g_streams, g_events;
+
+// Host synchronisations (the host waits for the device: cudaStreamSynchronize, cudaEventSynchronize,
+// cudaDeviceSynchronize, cudaMemcpy, cudaFree) and device-to-host copies (sync or async), counted
+// since the start: the tests read them around a training step (README: the step's budget).
+static long g_host_syncs = 0, g_d2h_copies = 0;
 
 static bool stream_ok(cudaStream_t s, const char* call) {
     if (s == nullptr || g_streams.count((const void*)s)) return true;
@@ -946,6 +951,7 @@ static cudaError_t cudaFree(void* p) {
     if (it == emu::g_allocs.end())
         return emu::note(cudaErrorInvalidValue, "cudaFree(%p): not the start of a live allocation", p);
     emu::g_mem_used -= it->second.size;
+    emu::g_host_syncs++;
     emu::host_waited(nullptr, true); // cudaFree synchronizes the device
     munmap(it->second.map, it->second.map_size); // later uses fault until the address is reused
     emu::g_allocs.erase(it);
@@ -966,6 +972,8 @@ static cudaError_t emu_memcpy(void* dst, const void* src, size_t n, cudaMemcpyKi
     default: return emu::note(cudaErrorInvalidMemcpyDirection, "%s: copy kind %d", call, (int)kind);
     }
     if (!ok) return cudaErrorInvalidValue;
+    if (kind == cudaMemcpyDeviceToHost) emu::g_d2h_copies++;
+    if (sync) emu::g_host_syncs++;
     if ((const char*)dst < (const char*)src + n && (const char*)src < (const char*)dst + n)
         return emu::note(cudaErrorInvalidValue, "%s: source and destination overlap", call);
     if (sync && kind == cudaMemcpyHostToDevice) emu::host_waited(nullptr); // drains the legacy stream first
@@ -1010,11 +1018,23 @@ static cudaError_t cudaStreamDestroy(cudaStream_t s) {
 }
 static cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     if (!emu::stream_ok(s, "cudaStreamSynchronize")) return cudaErrorInvalidResourceHandle;
+    emu::g_host_syncs++;
     emu::host_waited(s);
     return cudaSuccess;
 }
+static cudaError_t cudaDeviceSynchronize() {
+    emu::g_host_syncs++;
+    emu::host_waited(nullptr, true);
+    return cudaSuccess;
+}
+// Pinned host memory: plain host memory here (what matters is that it is host memory).
+static cudaError_t cudaMallocHost(void** p, size_t bytes) {
+    *p = calloc(1, bytes > 0 ? bytes : 1);
+    return *p ? cudaSuccess : emu::note(cudaErrorMemoryAllocation, "cudaMallocHost(%zu): out of host memory", bytes);
+}
+static cudaError_t cudaFreeHost(void* p) { free(p); return cudaSuccess; }
 static cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
-    *e = (cudaEvent_t) new emu::Event{(int)flags, false};
+    *e = (cudaEvent_t) new emu::Event{(int)flags, false, nullptr};
     emu::g_events.insert((const void*)*e);
     return cudaSuccess;
 }
@@ -1029,6 +1049,15 @@ static cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr) {
         return emu::note(cudaErrorInvalidResourceHandle, "cudaEventRecord(%p): not a live event", (void*)e);
     if (!emu::stream_ok(s, "cudaEventRecord")) return cudaErrorInvalidResourceHandle;
     ((emu::Event*)e)->recorded = true;
+    ((emu::Event*)e)->stream = s;
+    return cudaSuccess;
+}
+// The host waits for the work recorded before the event on its stream (a never-recorded event: at once).
+static cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    if (!e || !emu::g_events.count((const void*)e))
+        return emu::note(cudaErrorInvalidResourceHandle, "cudaEventSynchronize(%p): not a live event", (void*)e);
+    emu::g_host_syncs++;
+    if (((emu::Event*)e)->recorded) emu::host_waited(((emu::Event*)e)->stream);
     return cudaSuccess;
 }
 // Waiting on an event never recorded succeeds at once on a GPU (it orders nothing): here it stops.
