@@ -17,9 +17,11 @@
 // intrinsics (adamw_element_rn; why: see there), one launch per op_adamw call with the segment
 // table passed by value as a kernel argument (no copy to the device, no synchronisation).
 // op_sumsq sums fixed chunks with a fixed tree on the GPU: deterministic, within a few 1e-7 of
-// the CPU's sequential chunk sums, not bitwise equal to them (see op_sumsq).
+// the CPU's sequential chunk sums, not bitwise equal to them (see op_sumsq). The step's scalars
+// (StepScalars: loss, sum of squares, norm, clip scale, finite flag) stay where the step runs.
 //
-// defines: Segment, AdamWParams, adamw_bias_corrections, op_adamw, op_round_params, op_sumsq_many, op_sumsq
+// defines: Segment, AdamWParams, StepScalars, adamw_bias_corrections, op_adamw, op_adamw_scalars, op_round_params,
+//          op_sumsq_many_into, op_sumsq_many, op_sumsq, op_loss_add, op_step_scalars
 #ifndef ZT_ADAMW_CUH
 #define ZT_ADAMW_CUH
 
@@ -33,6 +35,28 @@ typedef struct {
     float grad_scale;  // min(1, clip / ||g||), 1 when clipping is off
     float bc1, bc2;    // bias corrections for this update's t (adamw_bias_corrections)
 } AdamWParams;
+
+// The step's scalars, where the step runs (device memory on a GPU): the loss and the gradient's sum
+// of squares as the step adds them up (op_loss_add, op_sumsq_many_into), then what op_step_scalars
+// derives from them: the global norm, the clipping scale and whether the step is finite. The AdamW
+// kernel reads grad_scale and finite from here, so on a GPU the host never waits for the norm; it
+// reads the whole struct back one step later (train_step), into pinned memory.
+typedef struct {
+    double loss_sum;  // sum of the per-token losses of every micro-step (summed over ranks when R > 1)
+    double sumsq;     // sum of squares of the gradient (likewise)
+    float norm;       // (float)sqrt(sumsq)
+    float grad_scale; // clip / norm when clipping applies, else 1
+    int finite;       // norm is finite: 0 skips the optimizer (op_adamw_scalars)
+    int pad;
+} StepScalars;
+
+// norm, grad_scale, finite from sumsq, the same operations on both devices (IEEE double sqrt,
+// rounding to float, float division: bit-identical).
+ZT_HD static inline void step_scalars_finish(StepScalars* s, float clip) {
+    s->norm = (float)sqrt(s->sumsq);
+    s->finite = isfinite(s->norm) ? 1 : 0;
+    s->grad_scale = clip > 0.0f && s->norm > clip ? clip / s->norm : 1.0f;
+}
 
 // bc1 = 1 - beta1^t, bc2 = 1 - beta2^t for update number t >= 1, computed in double.
 static void adamw_bias_corrections(AdamWParams* p, int64_t t) {
@@ -78,20 +102,24 @@ typedef struct {
 
 // grid (x: blocks striding over a segment, y: segment). Elementwise: the result does not depend
 // on the launch shape.
+// sc (may be NULL): the step's scalars on the device; when given, its grad_scale replaces p's and a
+// step whose norm is not finite changes nothing (every thread reads the same flag).
 __global__ static void adamw_kernel(floatX* params, float* master, float* m, float* v, const float* grads,
-                                    AdamWSegTable tab, AdamWParams p) {
+                                    AdamWSegTable tab, AdamWParams p, const StepScalars* sc) {
+    if (sc && !sc->finite) return;
+    float grad_scale = sc ? sc->grad_scale : p.grad_scale;
     int s = blockIdx.y;
     int64_t off = tab.off[s], len = tab.len[s];
     float wd = tab.wd[s];
     for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < len; k += (int64_t)gridDim.x * blockDim.x) {
         int64_t i = off + k;
         adamw_element_rn(&params[i], &master[i], &m[i], &v[i], grads[i], p.lr, p.beta1, p.beta2, p.eps, wd,
-                         p.grad_scale, p.bc1, p.bc2);
+                         grad_scale, p.bc1, p.bc2);
     }
 }
 
 static void adamw_cuda(floatX* params, float* master, float* m, float* v, const float* grads,
-                       const Segment* segs, int nseg, const AdamWParams* p) {
+                       const Segment* segs, int nseg, const AdamWParams* p, const StepScalars* sc) {
     for (int s0 = 0; s0 < nseg; s0 += ADAMW_MAX_SEGS) {
         AdamWSegTable tab;
         memset(&tab, 0, sizeof(tab));
@@ -108,7 +136,7 @@ static void adamw_cuda(floatX* params, float* master, float* m, float* v, const 
         if (n == 0) continue;
         int64_t bx = ceil_div(maxlen, ADAMW_THREADS);
         dim3 grid((unsigned)(bx < ADAMW_MAX_BLOCKS_X ? bx : ADAMW_MAX_BLOCKS_X), (unsigned)n);
-        adamw_kernel<<<grid, ADAMW_THREADS, 0, g_stream>>>(params, master, m, v, grads, tab, *p);
+        adamw_kernel<<<grid, ADAMW_THREADS, 0, g_stream>>>(params, master, m, v, grads, tab, *p, sc);
         cudaCheck(cudaGetLastError());
     }
 }
@@ -136,20 +164,28 @@ ZT_HD static inline void adamw_element(floatX* param, float* master, float* m, f
     *param = rn(w);
 }
 
-// Update every element of every segment. All arrays are indexed by the same local offsets.
-static void op_adamw(floatX* params, float* master, float* m, float* v, const float* grads,
-                     const Segment* segs, int nseg, const AdamWParams* p) {
+// Update every element of every segment. All arrays are indexed by the same local offsets. sc (may
+// be NULL): the step's scalars where the step runs; when given, its grad_scale is used and a step
+// that is not finite changes nothing — decided where the numbers are, so a GPU never waits for them.
+static void op_adamw_scalars(floatX* params, float* master, float* m, float* v, const float* grads,
+                             const Segment* segs, int nseg, const AdamWParams* p, const StepScalars* sc) {
 #ifdef __CUDACC__
-    if (g_device == DEV_CUDA) { adamw_cuda(params, master, m, v, grads, segs, nseg, p); return; }
+    if (g_device == DEV_CUDA) { adamw_cuda(params, master, m, v, grads, segs, nseg, p, sc); return; }
 #endif
+    if (sc && !sc->finite) return;
+    float grad_scale = sc ? sc->grad_scale : p->grad_scale;
     for (int s = 0; s < nseg; s++) {
         int64_t off = segs[s].off, len = segs[s].len;
         float wd = segs[s].decay ? p->weight_decay : 0.0f;
 #pragma omp parallel for schedule(static)
         for (int64_t i = off; i < off + len; i++)
             adamw_element(&params[i], &master[i], &m[i], &v[i], grads[i], p->lr, p->beta1, p->beta2,
-                          p->eps, wd, p->grad_scale, p->bc1, p->bc2);
+                          p->eps, wd, grad_scale, p->bc1, p->bc2);
     }
+}
+static inline void op_adamw(floatX* params, float* master, float* m, float* v, const float* grads,
+                     const Segment* segs, int nseg, const AdamWParams* p) {
+    op_adamw_scalars(params, master, m, v, grads, segs, nseg, p, NULL);
 }
 
 // params = round_to_nearest(master), elementwise (start-up and after loading a checkpoint).
@@ -172,14 +208,33 @@ static void op_round_params(floatX* params, const float* master, int64_t n) {
 // the number of threads. Uses g_work (free between ops) for the chunk sums.
 #define NORM_CHUNK 4096
 #ifdef __CUDACC__
-// Sum of squares, level 1: block c sums chunk c (NORM_CHUNK elements, as on the CPU): each of
-// SUMSQ_THREADS threads adds its NORM_CHUNK / SUMSQ_THREADS elements (stride SUMSQ_THREADS,
-// coalesced) in FP32, then a fixed shared-memory tree adds the threads' sums in FP32.
-// part (nchunks) double [=].
+// Sum of squares, level 1, one launch over a table of segments (passed by value: 12 KiB, nothing
+// copied to the device, nothing waited for): block c sums chunk c of all the segments' chunks
+// (each segment split into NORM_CHUNK elements as on the CPU; the segment found by binary search in
+// chunk0). Each of SUMSQ_THREADS threads adds its NORM_CHUNK / SUMSQ_THREADS elements (stride
+// SUMSQ_THREADS, coalesced) in FP32, then a fixed shared-memory tree adds the threads' sums in FP32.
+// part (chunks) double [=]. Up to SUMSQ_MAX_SEGS segments per launch (GPT-2 d48 has 580 per rank:
+// two launches; d36 and smaller one).
 #define SUMSQ_THREADS 256
-__global__ static void sumsq_chunks_kernel(const float* g, int64_t len, double* part) {
+#define SUMSQ_MAX_SEGS 512
+typedef struct {
+    const float* g[SUMSQ_MAX_SEGS];
+    int64_t len[SUMSQ_MAX_SEGS];
+    int64_t chunk0[SUMSQ_MAX_SEGS + 1]; // first chunk of each segment; chunk0[n] = all the chunks
+    int n;
+} SumsqSegTable;
+
+__global__ static void sumsq_chunks_kernel(SumsqSegTable tab, double* part) {
     __shared__ float buf[SUMSQ_THREADS];
-    int64_t lo = (int64_t)blockIdx.x * NORM_CHUNK;
+    int64_t c = blockIdx.x;
+    int lo_s = 0, hi_s = tab.n - 1; // the segment holding chunk c: the last with chunk0 <= c
+    while (lo_s < hi_s) {
+        int mid = (lo_s + hi_s + 1) / 2;
+        if (tab.chunk0[mid] <= c) lo_s = mid; else hi_s = mid - 1;
+    }
+    const float* g = tab.g[lo_s];
+    int64_t len = tab.len[lo_s];
+    int64_t lo = (c - tab.chunk0[lo_s]) * NORM_CHUNK;
     int64_t hi = lo + NORM_CHUNK < len ? lo + NORM_CHUNK : len;
     float s = 0.0f;
     for (int64_t i = lo + threadIdx.x; i < hi; i += SUMSQ_THREADS) s = __fmaf_rn(g[i], g[i], s); // s += g*g
@@ -189,59 +244,110 @@ __global__ static void sumsq_chunks_kernel(const float* g, int64_t len, double* 
         if (threadIdx.x < stride) buf[threadIdx.x] += buf[threadIdx.x + stride];
         __syncthreads(); // this level's sums are written before the next level reads them
     }
-    if (threadIdx.x == 0) part[blockIdx.x] = (double)buf[0];
+    if (threadIdx.x == 0) part[c] = (double)buf[0];
 }
 
 // Level 2, one block: thread j adds part[j], part[j + SUMSQ_TOTAL_THREADS], ... in double, then a
-// fixed tree in double; the total goes to part[0] (every read of part is done before the tree).
+// fixed tree in double; the total to *out (a device double).
 #define SUMSQ_TOTAL_THREADS 1024
-__global__ static void sumsq_total_kernel(double* part, int64_t nchunks) {
+__global__ static void sumsq_total_kernel(const double* part, int64_t nchunks, double* out) {
     __shared__ double buf[SUMSQ_TOTAL_THREADS];
     double s = 0.0;
     for (int64_t k = threadIdx.x; k < nchunks; k += SUMSQ_TOTAL_THREADS) s += part[k];
     buf[threadIdx.x] = s;
-    __syncthreads(); // every thread's sum is in buf, and every read of part is done
+    __syncthreads(); // every thread's sum is in buf
     for (int stride = SUMSQ_TOTAL_THREADS / 2; stride > 0; stride >>= 1) {
         if (threadIdx.x < stride) buf[threadIdx.x] += buf[threadIdx.x + stride];
         __syncthreads(); // this level's sums are written before the next level reads them
     }
-    if (threadIdx.x == 0) part[0] = buf[0];
+    if (threadIdx.x == 0) *out = buf[0];
 }
 
-// The CUDA side of op_sumsq_many. Not the CPU's bits: a chunk's FP32 sum in sequential order would
-// be one thread walking 4096 elements (slow), so the same chunks are summed by a fixed tree
-// instead (more accurate: relative error ~1e-7 against the CPU's ~1e-6 per chunk). Every order is
-// a function of the segment lengths only: the result is deterministic on any GPU. Scratch: one
-// double per chunk of every segment in g_work. The total goes to the host: one synchronisation of
-// the stream per call, i.e. per step (see README: reading it back a step late is left to do).
-static double sumsq_many_cuda(const float* const* g, const int64_t* len, int n) {
+// The CUDA side of op_sumsq_many_into. Not the CPU's bits: a chunk's FP32 sum in sequential order
+// would be one thread walking 4096 elements (slow), so the same chunks are summed by a fixed tree
+// instead (more accurate: relative error ~1e-7 against the CPU's ~1e-6 per chunk). Every order is a
+// function of the segment lengths only: the result is deterministic on any GPU. Scratch: one double
+// per chunk of every segment in g_work. The total stays on the device (*out): no read-back.
+static void sumsq_many_cuda(double* out, const float* const* g, const int64_t* len, int n) {
     int64_t total_chunks = 0;
     for (int i = 0; i < n; i++) total_chunks += ceil_div(len[i], NORM_CHUNK);
-    if (total_chunks == 0) return 0.0;
     if ((size_t)total_chunks * 2 > g_work_floats) die(1, "norm workspace too small (internal error)");
     double* part = (double*)g_work;
+    if (total_chunks == 0) { cudaCheck(cudaMemsetAsync(out, 0, sizeof(double), g_stream)); return; }
     int64_t at = 0;
-    for (int i = 0; i < n; i++) { // each segment's chunks into its own range of part
-        int64_t nchunks = ceil_div(len[i], NORM_CHUNK);
-        if (nchunks == 0) continue;
-        sumsq_chunks_kernel<<<(unsigned)nchunks, SUMSQ_THREADS, 0, g_stream>>>(g[i], len[i], part + at);
+    for (int s0 = 0; s0 < n; s0 += SUMSQ_MAX_SEGS) { // one launch per SUMSQ_MAX_SEGS segments
+        SumsqSegTable tab;
+        memset(&tab, 0, sizeof(tab));
+        int64_t chunks = 0;
+        for (int i = s0; i < n && i < s0 + SUMSQ_MAX_SEGS; i++) {
+            if (len[i] <= 0) continue;
+            tab.g[tab.n] = g[i];
+            tab.len[tab.n] = len[i];
+            tab.chunk0[tab.n] = chunks;
+            chunks += ceil_div(len[i], NORM_CHUNK);
+            tab.n++;
+        }
+        tab.chunk0[tab.n] = chunks;
+        if (chunks == 0) continue;
+        sumsq_chunks_kernel<<<(unsigned)chunks, SUMSQ_THREADS, 0, g_stream>>>(tab, part + at);
         cudaCheck(cudaGetLastError());
-        at += nchunks;
+        at += chunks;
     }
-    sumsq_total_kernel<<<1, SUMSQ_TOTAL_THREADS, 0, g_stream>>>(part, total_chunks);
+    sumsq_total_kernel<<<1, SUMSQ_TOTAL_THREADS, 0, g_stream>>>(part, total_chunks, out);
     cudaCheck(cudaGetLastError());
-    double total = 0.0;
-    dev_to_host(&total, part, sizeof(double)); // waits for g_stream
-    return total;
 }
+
+// The step's scalars: loss += sum of n per-token losses (one block, a fixed tree in double), and
+// norm, grad_scale, finite (step_scalars_finish) on the device.
+#define LOSS_THREADS 1024
+__global__ static void loss_add_kernel(StepScalars* sc, const float* losses, int64_t n) {
+    __shared__ double buf[LOSS_THREADS];
+    double s = 0.0;
+    for (int64_t i = threadIdx.x; i < n; i += LOSS_THREADS) s += (double)losses[i];
+    buf[threadIdx.x] = s;
+    __syncthreads(); // every thread's sum is in buf
+    for (int stride = LOSS_THREADS / 2; stride > 0; stride >>= 1) {
+        if (threadIdx.x < stride) buf[threadIdx.x] += buf[threadIdx.x + stride];
+        __syncthreads(); // this level's sums are written before the next level reads them
+    }
+    if (threadIdx.x == 0) sc->loss_sum += buf[0];
+}
+__global__ static void step_scalars_kernel(StepScalars* sc, float clip) { step_scalars_finish(sc, clip); }
 #endif
 
-// Sum of squares over n runs g[i][0..len[i]) (the rank's shard of the gradient, padding excluded):
-// on the CPU each run in fixed chunks (FP32 within, double across, in order), the runs added in
-// order in double; no result depends on the thread count.
-static double op_sumsq_many(const float* const* g, const int64_t* len, int n) {
+// sc->loss_sum += the sum of losses[0..n) (the CPU: in order, in double, as sum_losses did).
+static void op_loss_add(StepScalars* sc, const float* losses, int64_t n) {
 #ifdef __CUDACC__
-    if (g_device == DEV_CUDA) return sumsq_many_cuda(g, len, n);
+    if (g_device == DEV_CUDA) {
+        loss_add_kernel<<<1, LOSS_THREADS, 0, g_stream>>>(sc, losses, n);
+        cudaCheck(cudaGetLastError());
+        return;
+    }
+#endif
+    double s = 0.0;
+    for (int64_t i = 0; i < n; i++) s += losses[i];
+    sc->loss_sum += s;
+}
+
+// norm, grad_scale and finite from sc->sumsq, where the step runs.
+static void op_step_scalars(StepScalars* sc, float clip) {
+#ifdef __CUDACC__
+    if (g_device == DEV_CUDA) {
+        step_scalars_kernel<<<1, 1, 0, g_stream>>>(sc, clip);
+        cudaCheck(cudaGetLastError());
+        return;
+    }
+#endif
+    step_scalars_finish(sc, clip);
+}
+
+// Sum of squares over n runs g[i][0..len[i]) (the rank's shard of the gradient, padding excluded)
+// into *out, where the step runs (device memory on a GPU: nothing is read back). On the CPU each
+// run in fixed chunks (FP32 within, double across, in order), the runs added in order in double;
+// no result depends on the thread count.
+static void op_sumsq_many_into(double* out, const float* const* g, const int64_t* len, int n) {
+#ifdef __CUDACC__
+    if (g_device == DEV_CUDA) { sumsq_many_cuda(out, g, len, n); return; }
 #endif
     double total = 0.0;
     double* part = (double*)g_work;
@@ -259,6 +365,23 @@ static double op_sumsq_many(const float* const* g, const int64_t* len, int n) {
         for (int64_t c = 0; c < nchunks; c++) run += part[c];
         total += run;
     }
+    *out = total;
+}
+
+// The same, read back to the host (tests and tools; on a GPU it waits for the stream). The scratch
+// double for the total is the last one of g_work on the device.
+static double op_sumsq_many(const float* const* g, const int64_t* len, int n) {
+    double total = 0.0;
+#ifdef __CUDACC__
+    if (g_device == DEV_CUDA) {
+        double* out = (double*)g_work + (g_work_floats / 2 - 1);
+        sumsq_many_cuda(out, g, len, n);
+        cudaCheck(cudaMemcpyAsync(&total, out, sizeof(double), cudaMemcpyDeviceToHost, g_stream));
+        cudaCheck(cudaStreamSynchronize(g_stream));
+        return total;
+    }
+#endif
+    op_sumsq_many_into(&total, g, len, n);
     return total;
 }
 

@@ -163,6 +163,7 @@ static void cuda_not_yet(const char* op) {
 static cudaStream_t g_stream = 0;
 static cublasLtHandle_t g_cublaslt = NULL;
 static cudaDeviceProp g_cuda_prop;
+static cudaEvent_t g_readback = NULL; // recorded after a read-back copy (dev_to_host_async)
 
 // Pick this rank's GPU (local rank modulo the GPUs seen), create the stream and the cuBLASLt handle.
 static void cuda_init(int local_rank) {
@@ -172,6 +173,7 @@ static void cuda_init(int local_rank) {
     cudaCheck(cudaSetDevice(local_rank % n));
     cudaCheck(cudaGetDeviceProperties(&g_cuda_prop, local_rank % n));
     cudaCheck(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
+    cudaCheck(cudaEventCreateWithFlags(&g_readback, cudaEventDisableTiming));
     cublasCheck(cublasLtCreate(&g_cublaslt));
 }
 #endif
@@ -272,7 +274,7 @@ static void dev_fill_u16(void* p, uint16_t pattern, size_t count) {
 }
 
 // Device to host: waits for the stream first (the result is needed now). Not used inside a step on
-// the CUDA device except to read the loss and the norm (see README: what is left for the GPU).
+// one GPU (train_step reads its scalars back a step late: dev_to_host_async).
 static void dev_to_host(void* host, const void* dev, size_t bytes) {
 #ifdef __CUDACC__
     if (g_device == DEV_CUDA) {
@@ -290,6 +292,40 @@ static void dev_from_host(void* dev, const void* host, size_t bytes) {
     if (g_device == DEV_CUDA) { cudaCheck(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, g_stream)); return; }
 #endif
     memcpy(dev, host, bytes);
+}
+
+// Reading back without waiting: dev_to_host_async copies into page-locked host memory
+// (host_pinned_alloc) in stream order and records an event; dev_read_wait waits for the last such
+// copy (the host's one wait per step on a GPU). On the CPU device: a plain copy, nothing to wait for.
+static void* host_pinned_alloc(size_t bytes) {
+    void* p = NULL;
+#ifdef __CUDACC__
+    if (g_device == DEV_CUDA) { cudaCheck(cudaMallocHost(&p, bytes)); memset(p, 0, bytes); return p; }
+#endif
+    p = calloc(1, bytes);
+    if (!p) die(1, "out of host memory (%zu bytes)", bytes);
+    return p;
+}
+static void host_pinned_free(void* p) {
+#ifdef __CUDACC__
+    if (g_device == DEV_CUDA) { cudaCheck(cudaFreeHost(p)); return; }
+#endif
+    free(p);
+}
+static void dev_to_host_async(void* pinned, const void* dev, size_t bytes) {
+#ifdef __CUDACC__
+    if (g_device == DEV_CUDA) {
+        cudaCheck(cudaMemcpyAsync(pinned, dev, bytes, cudaMemcpyDeviceToHost, g_stream));
+        cudaCheck(cudaEventRecord(g_readback, g_stream));
+        return;
+    }
+#endif
+    memcpy(pinned, dev, bytes);
+}
+static void dev_read_wait(void) {
+#ifdef __CUDACC__
+    if (g_device == DEV_CUDA) cudaCheck(cudaEventSynchronize(g_readback));
+#endif
 }
 
 // The ops' fixed scratch space, allocated once at start-up (TAG_WORK) by ops_workspace_init();

@@ -432,7 +432,9 @@ static LayerActs layer_acts(const Acts* a, int l) {
 
 // The ops' fixed workspace in floats: cuBLASLt's 32 MiB, the GEMM's packed panel (at least K*NR for
 // the largest K), attention backward's row sums, the embedding backward's buckets and pieces, the
-// norm's chunk sums.
+// norm's chunk sums. Then STEP_SCALARS_FLOATS at its end that are not scratch: the step's scalars
+// (StepScalars: loss, sum of squares, norm, clip scale, finite flag), which live across steps.
+#define STEP_SCALARS_FLOATS 64 // 256 bytes
 static size_t ops_workspace_floats(const GPTConfig* c, int B, int T, int64_t opt_elems) {
     int64_t BT = (int64_t)B * T;
     int64_t maxK = 4 * (int64_t)c->C;
@@ -447,7 +449,7 @@ static size_t ops_workspace_floats(const GPTConfig* c, int B, int T, int64_t opt
     if (att > ws) ws = att;
     if (enc > ws) ws = enc;
     if (norm > ws) ws = norm;
-    return ws;
+    return round_up((int64_t)ws, STEP_SCALARS_FLOATS) + STEP_SCALARS_FLOATS; // + the step's scalars (train_step)
 }
 
 // ----------------------------------------------------------------------------
@@ -585,6 +587,19 @@ static void gpt_backward(Model* m, int B, int T, int micro, int last_micro) {
 // again. The loss gradient is pre-scaled by 1/(R*GA*B*T) so that every reduction is a SUM and
 // the accumulated gradient is the mean over the global batch.
 
+// What a step reports once its numbers are read back. skipped: the optimizer changed nothing
+// (decided where the step ran).
+typedef struct {
+    int valid;         // 0: nothing to report (no step read back)
+    int step;          // 0-based
+    float loss, norm, lr;
+    int skipped;       // 1: the norm was not finite; 2: no counted target in the batch (loss mask)
+    int64_t counted;   // [masked loss] targets that count in the step's global batch: the loss's divisor
+    double ms;         // from the previous read-back (or the step's start) to this one
+    int64_t count[COLL_KINDS], bytes[COLL_KINDS]; // the step's collectives
+    double comm_wait_s;
+} StepResult;
+
 typedef struct {
     Flags f;
     Launch launch;
@@ -604,6 +619,15 @@ typedef struct {
     FILE* log;         // rank 0: <out_dir>/log.jsonl
     int log_failed;    // rank 0: a write to the log failed (the run ends with exit code 1)
     double flops_per_token; // for MFU: llm.c's 6N + 6LCT (mfu_flops_per_token)
+    // the step's numbers (see train_step): where the step runs, and read back to the host
+    StepScalars* scalars;      // the last STEP_SCALARS_FLOATS of g_work's allocation
+    StepScalars* scalars_host; // their read-back (page-locked on a GPU)
+    int readback_lag;          // 1 (one GPU): a step's numbers are read during the next step; 0: at once
+    int pending;               // a step's read-back is issued and not read yet
+    StepResult pending_res;    // that step's lr, step and collectives, until its numbers are read
+    double t_mark;             // when the last result was read (or the first step began)
+    int start_step, skips;     // this run's first step; consecutive skipped steps (-max-skips)
+    double t_first, first_s;   // the ETA: when this run's first step was logged, and its time
     double peak_flops;      // [CUDA] the GPU's BF16 dense peak (0: unknown)
     size_t mem_baseline;    // [CUDA] device memory in use after the context and communicator exist
 } Trainer;
@@ -621,7 +645,6 @@ static float lr_at(const Flags* f, int step, int max_steps) {
     return (float)(lo + 0.5 * (1.0 + cos(M_PI * ratio)) * (peak - lo)); // cosine
 }
 
-typedef struct { float loss, norm, lr; int skipped; } StepResult; // skipped: 1 non-finite norm, 2 no counted target
 
 // Copy a loader's micro-batch into the model's token buffers.
 static void load_tokens(Model* m, const DataLoader* dl, int with_targets) {
@@ -663,50 +686,106 @@ static int64_t step_counted_targets(Trainer* tr, int step) {
     return n;
 }
 
+// Read the last issued step's numbers back (waiting for them on a GPU): its StepResult, and adam_t
+// counts it if it was finite. Invalid when nothing is pending.
+static StepResult step_read_back(Trainer* tr) {
+    StepResult r;
+    memset(&r, 0, sizeof(r));
+    if (!tr->pending) return r;
+    r = tr->pending_res;
+    r.valid = 1;
+    if (r.skipped != 2) { // (a step without counted targets ran nothing on the device)
+        dev_read_wait();
+        const StepScalars* h = tr->scalars_host;
+        r.loss = (float)(h->loss_sum / (double)r.counted);
+        r.norm = h->norm;
+        r.skipped = !h->finite;
+        if (h->finite) tr->adam_t++;
+    }
+    double now = wall_s();
+    r.ms = (now - tr->t_mark) * 1000.0;
+    tr->t_mark = now;
+    tr->pending = 0;
+    return r;
+}
+
+// [masked loss] A step whose global batch has no counted target: nothing runs, the step is logged
+// as skipped (2) in its turn, after the step before it (so the log keeps its order on one GPU).
+static StepResult step_without_targets(Trainer* tr) {
+    StepResult prev = step_read_back(tr);
+    StepResult* pr = &tr->pending_res;
+    memset(pr, 0, sizeof(*pr));
+    pr->step = tr->step;
+    pr->lr = lr_at(&tr->f, tr->step, tr->max_steps);
+    pr->skipped = 2;
+    tr->pending = 1;
+    tr->step++;
+    return tr->readback_lag ? prev : step_read_back(tr);
+}
+
+// One optimizer step. Its numbers (loss, sum of squares, then norm, clip scale and finite flag:
+// StepScalars) are computed where the step runs, and AdamW reads the clip scale and the finite flag
+// there: on a GPU the host never waits inside a step. The step's numbers are copied back
+// asynchronously at its end and read during the next step, just before that step's optimizer is
+// issued (the previous step is long finished by then), so adam_t counts exactly the updates applied
+// and the log is exact, one step late: train_step returns the *previous* step's result on one GPU
+// (readback_lag 1), this step's on the CPU device or with several ranks (lag 0: the numbers are on
+// the host already, and the host decides the skip as it always did). step_read_back flushes the last
+// one (train_loop: before evaluation, sampling, checkpoints and at the end).
+//   per micro-step: no host wait, no device-to-host copy (README: "Host synchronisations")
+//   per step:       one device-to-host copy (the scalars, into pinned memory) and one wait (the
+//                   previous step's copy); with R > 1 also the scalar sum over ranks
 static StepResult train_step(Trainer* tr) {
     Model* m = &tr->model;
     Zero* z = &m->z;
     const Flags* f = &tr->f;
     int B = m->B, T = m->T, BT = B * T;
-    StepResult res;
-    memset(&res, 0, sizeof(res));
-    // the loss is the mean over the counted targets: dloss = 1/count (= 1/(R*GA*B*T) without masks)
+    StepScalars* sc = tr->scalars;
+    if (!tr->pending) tr->t_mark = wall_s(); // the step's time starts here (evaluation etc. excluded)
+    // [masked loss] the loss is the mean over the counted targets: dloss = 1/count (= 1/(R*GA*B*T)
+    // without masks); a step with none is skipped whole (every rank agrees: every rank counts)
     int64_t counted = step_counted_targets(tr, tr->step);
-    if (counted == 0) { // [masked loss] nothing to learn from: skip the step (every rank agrees)
-        res.lr = lr_at(f, tr->step, tr->max_steps);
-        res.skipped = 2;
-        tr->step++;
-        return res;
-    }
+    if (counted == 0) return step_without_targets(tr);
     float dloss = 1.0f / (float)counted;
-    double loss_sum = 0.0;
+    dev_zero(sc, sizeof(StepScalars));
     for (int micro = 0; micro < tr->GA; micro++) {
         int64_t unit = ((int64_t)tr->step * tr->GA + micro) * tr->R + tr->r;
         if (dataloader_load(&tr->train, unit) != 0) die_user("-i: %s", tr->train.err);
         if (f->data_trace) trace_batch(tr, micro);
         load_tokens(m, &tr->train, 1);
         gpt_forward(m, B, T, 1, dloss, 1);
-        loss_sum += sum_losses(m, BT);
+        op_loss_add(sc, m->a.losses, BT); // the loss stays where it is computed
         gpt_backward(m, B, T, micro, micro == tr->GA - 1);
     }
-    // one scalar reduction carries the loss and the gradient norm's sum of squares
-    double sums[2] = {loss_sum, 0.0};
-    res.norm = zero_grad_norm(z, sums, 2);
-    res.loss = (float)(sums[0] / (double)counted);
-    res.lr = lr_at(f, tr->step, tr->max_steps);
-    if (!isfinite(res.norm)) {
-        res.skipped = 1; // every rank sees the same norm, so every rank skips
-    } else {
-        AdamWParams hp = {res.lr, f->beta1, f->beta2, f->eps, f->weight_decay, 1.0f, 0.0f, 0.0f};
-        if (f->grad_clip > 0.0f && res.norm > f->grad_clip) hp.grad_scale = f->grad_clip / res.norm;
-        tr->adam_t++;
-        adamw_bias_corrections(&hp, tr->adam_t);
-        zero_adamw(z, &hp);
+    zero_grad_sumsq(z, sc);            // the gradient's sum of squares (one launch), summed over ranks
+    op_step_scalars(sc, f->grad_clip); // norm, clip scale, finite flag
+    StepResult prev = step_read_back(tr); // [one GPU] the previous step: adam_t is exact from here
+    float lr = lr_at(f, tr->step, tr->max_steps);
+    AdamWParams hp = {lr, f->beta1, f->beta2, f->eps, f->weight_decay, 1.0f, 0.0f, 0.0f};
+    adamw_bias_corrections(&hp, tr->adam_t + 1); // this update's t, if it is applied
+    int apply = 1;
+    if (tr->readback_lag == 0) { // the numbers are on the host already: skip here, as every rank does
+        dev_to_host(tr->scalars_host, sc, sizeof(StepScalars));
+        apply = tr->scalars_host->finite; // (every rank has the same sums, so every rank agrees)
+    }
+    if (apply) {
+        zero_adamw(z, &hp, sc); // [one GPU] a non-finite step is skipped on the device
         zero_after_step(z);
     }
     zero_zero_grads(z);
+    // issue the read-back; keep what the log needs until it is read
+    StepResult* pr = &tr->pending_res;
+    memset(pr, 0, sizeof(*pr));
+    pr->step = tr->step;
+    pr->lr = lr;
+    pr->counted = counted;
+    memcpy(pr->count, tr->comm.count, sizeof(pr->count));
+    memcpy(pr->bytes, tr->comm.bytes, sizeof(pr->bytes));
+    pr->comm_wait_s = tr->comm.wait_s;
+    dev_to_host_async(tr->scalars_host, sc, sizeof(StepScalars));
+    tr->pending = 1;
     tr->step++;
-    return res;
+    return tr->readback_lag ? prev : step_read_back(tr);
 }
 
 // ----------------------------------------------------------------------------
@@ -1885,8 +1964,12 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     tr->comm.delay_ms = f->comm_delay;
     zero_init(&m->z, &lay, f->zero_stage, &tr->comm, f->poison);
     acts_alloc(&m->a, &c, f->B, f->T, f->recompute);
-    g_work_floats = ops_workspace_floats(&c, f->B, f->T, m->z.opt_total);
-    g_work = (float*)dev_alloc(TAG_WORK, g_work_floats * sizeof(float));
+    size_t work_floats = ops_workspace_floats(&c, f->B, f->T, m->z.opt_total);
+    g_work = (float*)dev_alloc(TAG_WORK, work_floats * sizeof(float));
+    g_work_floats = work_floats - STEP_SCALARS_FLOATS; // the ops' scratch; then the step's scalars
+    tr->scalars = (StepScalars*)(g_work + g_work_floats);
+    tr->scalars_host = (StepScalars*)host_pinned_alloc(sizeof(StepScalars));
+    tr->readback_lag = g_device == DEV_CUDA && tr->R == 1; // see train_step
     PlanRow plan; // what was allocated is exactly what the planner computes, tag by tag
     plan_config(&c, f->B, f->T, tr->R, tr->GA, f->zero_stage, f->recompute, &plan);
     for (int t = 0; t < TAG_COUNT; t++)
@@ -2008,16 +2091,73 @@ static void fmt_duration(char* out, size_t cap, double s) {
     else snprintf(out, cap, "%dh%02dm", (int)(s / 3600), (int)fmod(s / 60, 60));
 }
 
+// One step's line on stdout (with the ETA at the mean pace since this run's first step) and in
+// log.jsonl; counts consecutive skipped steps (non-finite norms only) for -max-skips.
+static void log_step(Trainer* tr, const StepResult* s) {
+    int64_t step_tokens = (int64_t)tr->GA * tr->R * tr->model.B * tr->model.T;
+    double tok_s = step_tokens / (s->ms / 1000.0);
+    int done = s->step + 1 - tr->start_step, left = tr->max_steps - (s->step + 1);
+    if (done == 1) { tr->t_first = wall_s(); tr->first_s = s->ms / 1000.0; }
+    char eta[32];
+    fmt_duration(eta, sizeof(eta), left * (done > 1 ? (wall_s() - tr->t_first) / (done - 1) : tr->first_s));
+    char mfu[64] = "";
+    if (g_device == DEV_CUDA) { // model FLOPs per second per GPU over the GPU's BF16 dense peak
+        if (tr->peak_flops > 0) snprintf(mfu, sizeof(mfu), " | mfu %.1f%%", 100.0 * tr->flops_per_token * tok_s / tr->R / tr->peak_flops);
+        else snprintf(mfu, sizeof(mfu), " | mfu n/a");
+    }
+    printf0("step %5d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s%s | eta %s%s\n", s->step + 1, tr->max_steps,
+            s->loss, s->lr, s->norm, s->ms, tok_s, mfu, eta,
+            s->skipped == 2 ? " | SKIPPED: no counted target in the batch (loss mask)" : s->skipped ? " | SKIPPED: non-finite gradient norm" : "");
+    if (!isfinite(s->lr)) die(1, "internal error: step %d: learning rate %g is not finite (the flags were checked)", s->step + 1, s->lr);
+    if (tr->log) {
+        fprintf(tr->log, "{\"step\": %d", s->step + 1);
+        json_num(tr->log, "loss", s->loss);
+        json_num(tr->log, "lr", s->lr);
+        json_num(tr->log, "norm", s->norm);
+        fprintf(tr->log, ", \"ms\": %.3f, \"tok_s\": %.1f, \"skipped\": %d, \"comm_wait_ms\": %.3f", s->ms, tok_s, s->skipped,
+                s->comm_wait_s * 1000.0);
+        size_t tagged = 0; // rank 0's memory: what the tagged allocator holds, and the process's peak RSS (dev/plot.py)
+        for (int t = 0; t < TAG_COUNT; t++) tagged += g_mem_bytes[t];
+        fprintf(tr->log, ", \"mem_tagged\": %zu, \"vmhwm\": %lld", tagged, (long long)peak_rss_bytes());
+        if (g_device == DEV_CUDA) json_num(tr->log, "mfu", tr->peak_flops > 0 ? tr->flops_per_token * tok_s / tr->R / tr->peak_flops : NAN);
+        for (int k = 0; k < COLL_KINDS; k++)
+            fprintf(tr->log, ", \"%s\": [%lld, %lld]", coll_name[k], (long long)s->count[k], (long long)s->bytes[k]);
+        fprintf(tr->log, "}\n");
+        log_flush(tr);
+    }
+    tr->skips = s->skipped == 1 ? tr->skips + 1 : 0; // every rank sees the same norm, so every rank counts the same
+}
+
+// Read back and log the step still in flight (if any): the host waits for the device only here,
+// before an evaluation, a sample or a checkpoint, and after the last step.
+static void flush_step(Trainer* tr) {
+    StepResult p = step_read_back(tr);
+    if (p.valid) log_step(tr, &p);
+}
+
+// -max-skips consecutive non-finite steps: the run has diverged.
+static int diverged(Trainer* tr) {
+    printf0("error: %d consecutive steps skipped (non-finite gradient norm): the run has diverged (-max-skips %d). "
+            "HINT: lower -l, or resume from an earlier checkpoint with -y 1 -resume-step\n", tr->skips, tr->f.max_skips);
+    return ZT_EXIT_DIVERGED;
+}
+
 // The training loop. Returns the exit code (the same on every rank).
 static int train_loop(Trainer* tr) {
     const Flags* f = &tr->f;
-    int64_t step_tokens = (int64_t)tr->GA * tr->R * tr->model.B * tr->model.T;
-    int start = tr->step, skips = 0, failed_ckpts = 0;
-    double t_first = 0.0, first_s = 0.0; // the ETA: pace since the first step of this run ended (warm-up excluded), evaluations included
+    int start = tr->step, failed_ckpts = 0;
+    tr->start_step = start;
     for (;;) {
         int step = tr->step, last = step >= tr->max_steps;
         tr->comm.step = step; // collectives' messages name the step being evaluated, saved or trained
-        if (tr->has_val && (step % f->val_every == 0 || last)) {
+        int val = tr->has_val && (step % f->val_every == 0 || last);
+        int sample = (f->sample_every > 0 && (step % f->sample_every == 0 || last) && step > 0) || (last && tr->nprompts > 0); // -prompt: also at the end
+        int ckpt = f->ckpt_every > 0 && step > start && (step % f->ckpt_every == 0 || last);
+        if (val || sample || ckpt || last) {
+            flush_step(tr);
+            if (f->max_skips > 0 && tr->skips >= f->max_skips) return diverged(tr);
+        }
+        if (val) {
             if (step == start) // the first evaluation can take seconds before any step line
                 printf0("step %5d | evaluating the val loss on %d batches of %d x %d tokens per rank ...\n", step,
                         f->val_steps, tr->model.B, tr->model.T);
@@ -2025,8 +2165,8 @@ static int train_loop(Trainer* tr) {
             printf0("step %5d | val loss %.6f\n", step, vl);
             if (tr->log) { fprintf(tr->log, "{\"step\": %d", step); json_num(tr->log, "val_loss", vl); fprintf(tr->log, "}\n"); log_flush(tr); }
         }
-        if ((f->sample_every > 0 && (step % f->sample_every == 0 || last) && step > 0) || (last && tr->nprompts > 0)) sample_text(tr); // -prompt: also at the end
-        if (f->ckpt_every > 0 && step > start && (step % f->ckpt_every == 0 || last)) {
+        if (sample) sample_text(tr);
+        if (ckpt) {
             int rc = save_checkpoint(tr, last);
             if (rc == CKPT_NONFINITE) return ZT_EXIT_DIVERGED;
             if (rc != 0 && last) { printf0("error: the final checkpoint (step %d) failed\n", step); return ZT_EXIT_RUNTIME; }
@@ -2034,44 +2174,9 @@ static int train_loop(Trainer* tr) {
         }
         if (last) break;
         comm_reset_stats(&tr->comm);
-        double t0 = wall_s();
-        StepResult s = train_step(tr);
-        double ms = (wall_s() - t0) * 1000.0;
-        double tok_s = step_tokens / (ms / 1000.0);
-        int done = tr->step - start, left = tr->max_steps - tr->step;
-        if (done == 1) { t_first = wall_s(); first_s = ms / 1000.0; }
-        char eta[32];
-        fmt_duration(eta, sizeof(eta), left * (done > 1 ? (wall_s() - t_first) / (done - 1) : first_s));
-        const Comm* cm = &tr->comm;
-        char mfu[64] = "";
-        if (g_device == DEV_CUDA) { // model FLOPs per second per GPU over the GPU's BF16 dense peak
-            if (tr->peak_flops > 0) snprintf(mfu, sizeof(mfu), " | mfu %.1f%%", 100.0 * tr->flops_per_token * tok_s / tr->R / tr->peak_flops);
-            else snprintf(mfu, sizeof(mfu), " | mfu n/a");
-        }
-        printf0("step %5d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s%s | eta %s%s\n", step + 1, tr->max_steps,
-                s.loss, s.lr, s.norm, ms, tok_s, mfu, eta, s.skipped == 2 ? " | SKIPPED: no counted target in the batch (loss mask)" : s.skipped ? " | SKIPPED: non-finite gradient norm" : "");
-        if (!isfinite(s.lr)) die(1, "internal error: step %d: learning rate %g is not finite (the flags were checked)", step + 1, s.lr);
-        if (tr->log) {
-            fprintf(tr->log, "{\"step\": %d", step + 1);
-            json_num(tr->log, "loss", s.loss);
-            json_num(tr->log, "lr", s.lr);
-            json_num(tr->log, "norm", s.norm);
-            fprintf(tr->log, ", \"ms\": %.3f, \"tok_s\": %.1f, \"skipped\": %d, \"comm_wait_ms\": %.3f", ms, tok_s, s.skipped, cm->wait_s * 1000.0);
-            size_t tagged = 0; // rank 0's memory: what the tagged allocator holds, and the process's peak RSS (dev/plot.py)
-            for (int t = 0; t < TAG_COUNT; t++) tagged += g_mem_bytes[t];
-            fprintf(tr->log, ", \"mem_tagged\": %zu, \"vmhwm\": %lld", tagged, (long long)peak_rss_bytes());
-            if (g_device == DEV_CUDA) json_num(tr->log, "mfu", tr->peak_flops > 0 ? tr->flops_per_token * tok_s / tr->R / tr->peak_flops : NAN);
-            for (int k = 0; k < COLL_KINDS; k++)
-                fprintf(tr->log, ", \"%s\": [%lld, %lld]", coll_name[k], (long long)cm->count[k], (long long)cm->bytes[k]);
-            fprintf(tr->log, "}\n");
-            log_flush(tr);
-        }
-        skips = s.skipped == 1 ? skips + 1 : 0; // (non-finite norms only) every rank sees the same norm, so every rank counts the same
-        if (f->max_skips > 0 && skips >= f->max_skips) {
-            printf0("error: %d consecutive steps skipped (non-finite gradient norm): the run has diverged (-max-skips %d). "
-                    "HINT: lower -l, or resume from an earlier checkpoint with -y 1 -resume-step\n", skips, f->max_skips);
-            return ZT_EXIT_DIVERGED;
-        }
+        StepResult s = train_step(tr); // on one GPU: the previous step's result
+        if (s.valid) log_step(tr, &s);
+        if (f->max_skips > 0 && tr->skips >= f->max_skips) return diverged(tr);
     }
     if (failed_ckpts) printf0("error: %d checkpoint(s) failed during the run (see above)\n", failed_ckpts);
     return failed_ckpts ? ZT_EXIT_RUNTIME : ZT_EXIT_OK;
@@ -2079,8 +2184,10 @@ static int train_loop(Trainer* tr) {
 
 static void trainer_free(Trainer* tr) {
     Model* m = &tr->model;
+    if (tr->scalars_host) host_pinned_free(tr->scalars_host);
+    tr->scalars_host = NULL;
     if (tr->log) fclose(tr->log);
-    dev_free(TAG_WORK, g_work, g_work_floats * sizeof(float));
+    dev_free(TAG_WORK, g_work, (g_work_floats + STEP_SCALARS_FLOATS) * sizeof(float)); // the ops' part and the step's scalars
     g_work = NULL;
     acts_free(&m->a, m->cfg.L);
     zero_free(&m->z);

@@ -798,6 +798,7 @@ static void comm_init_device(Comm* c, const Launch* L, double timeout_s) {
         if (pthread_create(&c->watchdog, NULL, comm_watchdog, c) != 0) die(1, "cannot start the NCCL watchdog thread");
         c->watchdog_on = 1;
 #else
+        (void)timeout_s;
         die_user("%d ranks on the CUDA device need NCCL and MPI in the build (NCCL %s, MPI %s). HINT: install them and "
                  "rebuild (make clean train), or use -device cpu", c->R,
 #ifdef USE_NCCL
@@ -1150,7 +1151,7 @@ static void zero_after_embedding_backward(Zero* z, int micro, int last_micro) {
 
 // Sum of squares of this rank's shard of the reduced gradient (all stages: the shard), every
 // segment of every block in one op (one read-back on the GPU).
-static double zero_local_sumsq(Zero* z) {
+static void zero_local_sumsq(Zero* z, double* out) {
     int cap = z->lay.nblocks * MAX_BLOCK_TENSORS, n = 0;
     const float** ptr = (const float**)malloc(sizeof(float*) * cap);
     int64_t* len = (int64_t*)malloc(sizeof(int64_t) * cap);
@@ -1160,30 +1161,32 @@ static double zero_local_sumsq(Zero* z) {
         const float* g = zero_shard_grads(z, b);
         for (int i = 0; i < k; i++, n++) { ptr[n] = g + seg[i].off; len[n] = seg[i].len; }
     }
-    double total = op_sumsq_many(ptr, len, n);
+    op_sumsq_many_into(out, ptr, len, n);
     free(ptr);
     free(len);
-    return total;
 }
 
-// Wait for every reduction of the step; return the global gradient norm (the same on every
-// rank). sums[0..n-1] are other per-rank scalars (the loss) summed in the same reduction;
-// sums[n-1] is used for the gradient's sum of squares.
-static float zero_grad_norm(Zero* z, double* sums, int n) {
+// Wait for every reduction of the step, then the gradient's sum of squares into sc->sumsq, where
+// the step runs; with R > 1, sc's loss and sum of squares are summed over ranks (read back for the
+// rank-ordered sum: one wait per step), so every rank has the same numbers. One scalar reduction
+// carries both (at R = 1 it is only counted).
+static void zero_grad_sumsq(Zero* z, StepScalars* sc) {
     comm_wait_all(z->comm);
     for (int i = 0; i < 3; i++) z->reduce_h[i] = -1;
-    sums[n - 1] = zero_local_sumsq(z);
-    comm_sum_doubles(z->comm, sums, n);
-    return (float)sqrt(sums[n - 1]);
+    zero_local_sumsq(z, &sc->sumsq);
+    double sums[2] = {0.0, 0.0};
+    if (z->comm->R > 1) dev_to_host(sums, &sc->loss_sum, sizeof(sums)); // loss_sum, sumsq: adjacent
+    comm_sum_doubles(z->comm, sums, 2);
+    if (z->comm->R > 1) dev_from_host(&sc->loss_sum, sums, sizeof(sums));
 }
 
-// AdamW over the optimizer range of every block.
-static void zero_adamw(Zero* z, const AdamWParams* hp) {
+// AdamW over the optimizer range of every block; sc: the step's scalars (clip scale, finite flag).
+static void zero_adamw(Zero* z, const AdamWParams* hp, const StepScalars* sc) {
     Segment seg[MAX_BLOCK_TENSORS];
     for (int b = 0; b < z->lay.nblocks; b++) {
         int n = layout_segments(&z->lay, b, zero_opt_lo(z, b), zero_opt_hi(z, b), seg);
         int64_t o = zero_opt_off(z, b);
-        op_adamw(zero_opt_params(z, b), z->master + o, z->m + o, z->v + o, zero_opt_grads(z, b), seg, n, hp);
+        op_adamw_scalars(zero_opt_params(z, b), z->master + o, z->m + o, z->v + o, zero_opt_grads(z, b), seg, n, hp, sc);
     }
 }
 

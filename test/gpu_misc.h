@@ -243,8 +243,8 @@ TEST(gpu_encoder) {
         rand_x(wpe, TC, 0.1, 1400 + ci);
         rand_x(dout, NC, 1.0, 1500 + ci);
         // starting gradients: nonzero (an earlier micro-step, or the LM head's share of dwte)
-        float* dwte0 = (float*)malloc(4 * VC);
-        float* dwpe0 = (float*)malloc(4 * TC);
+        float* dwte0 = (float*)malloc(sizeof(float) * (size_t)VC);
+        float* dwpe0 = (float*)malloc(sizeof(float) * (size_t)TC);
         for (int64_t i = 0; i < VC; i++) dwte0[i] = (float)((i * 7919) % 1001 - 500) * 1e-3f;
         for (int64_t i = 0; i < TC; i++) dwpe0[i] = (float)((i * 104729) % 1001 - 500) * 1e-3f;
         // CPU
@@ -460,4 +460,55 @@ TEST(gpu_sumsq_many_segments) {
     gm_bitwise("sumsq of 6 segments, run twice", &gpu2, &gpu, 1, 8);
     free(g);
     cudaCheck(cudaFree(dg));
+}
+
+// ---- The step's scalars on the device: norm, clip scale and finite flag from the sum of squares,
+// bitwise equal to the CPU's; AdamW reads them there: a clipped step equals the CPU's, a step whose
+// sum of squares is not finite (NaN, inf) changes nothing.
+TEST(gpu_step_scalars_clip_and_skip) {
+    const int64_t n = 3000;
+    Segment seg = {0, n, 1};
+    AdamWParams hp = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0.0f, 0.0f};
+    adamw_bias_corrections(&hp, 3);
+    float *w = (float*)malloc(sizeof(float) * n), *g = (float*)malloc(sizeof(float) * n);
+    float *m0 = (float*)malloc(sizeof(float) * n), *v0 = (float*)malloc(sizeof(float) * n);
+    rand_f(w, n, 0.02, 71); rand_f(g, n, 1.0, 72); rand_f(m0, n, 0.1, 73); rand_f(v0, n, 0.1, 74);
+    for (int64_t i = 0; i < n; i++) v0[i] = v0[i] * v0[i];
+    const double sumsqs[4] = {0.25, 16.0, NAN, INFINITY}; // unclipped, clipped (norm 4 > 1), two non-finite
+    for (int c = 0; c < 4; c++) {
+        StepScalars hs;
+        memset(&hs, 0, sizeof(hs));
+        hs.sumsq = sumsqs[c];
+        StepScalars cs = hs;
+        ON_CPU(op_step_scalars(&cs, 1.0f));
+        StepScalars* dsc = (StepScalars*)gpu_copy_of(&hs, sizeof(hs));
+        ON_GPU(op_step_scalars(dsc, 1.0f));
+        StepScalars gs;
+        gpu_to_host(&gs, dsc, sizeof(gs));
+        printf("    sumsq %g: norm %g, scale %g, finite %d (CPU %g, %g, %d)\n", sumsqs[c], gs.norm, gs.grad_scale, gs.finite,
+               cs.norm, cs.grad_scale, cs.finite);
+        CHECKF(!memcmp(&gs.norm, &cs.norm, 4) && gs.grad_scale == cs.grad_scale && gs.finite == cs.finite,
+               "sumsq %g: the device's scalars differ from the CPU's", sumsqs[c]);
+        CHECK(gs.finite == (c < 2) && (c >= 2 || gs.grad_scale == (c == 1 ? 0.25f : 1.0f))); // (unused when not finite)
+        // AdamW on both devices with these scalars
+        floatX* pc = (floatX*)calloc(n, sizeof(floatX));
+        float *mc = (float*)malloc(sizeof(float) * n), *vc = (float*)malloc(sizeof(float) * n), *wc = (float*)malloc(sizeof(float) * n);
+        memcpy(mc, m0, sizeof(float) * n); memcpy(vc, v0, sizeof(float) * n); memcpy(wc, w, sizeof(float) * n);
+        ON_CPU(op_adamw_scalars(pc, wc, mc, vc, g, &seg, 1, &hp, &cs));
+        floatX* dp = (floatX*)gpu_zeros(sizeof(floatX) * n);
+        float* dw = (float*)gpu_copy_of(w, sizeof(float) * n);
+        float* dm = (float*)gpu_copy_of(m0, sizeof(float) * n);
+        float* dv = (float*)gpu_copy_of(v0, sizeof(float) * n);
+        float* dg = (float*)gpu_copy_of(g, sizeof(float) * n);
+        ON_GPU(op_adamw_scalars(dp, dw, dm, dv, dg, &seg, 1, &hp, dsc));
+        float* wg = (float*)malloc(sizeof(float) * n);
+        gpu_to_host(wg, dw, sizeof(float) * n);
+        CHECKF(!memcmp(wg, wc, sizeof(float) * n), "sumsq %g: GPU and CPU masters differ", sumsqs[c]);
+        int unchanged = !memcmp(wc, w, sizeof(float) * n) && !memcmp(mc, m0, sizeof(float) * n);
+        CHECKF(unchanged == (c >= 2), "sumsq %g: the step %s", sumsqs[c], unchanged ? "changed nothing" : "was applied");
+        free(pc); free(mc); free(vc); free(wc); free(wg);
+        void* bufs[] = {dsc, dp, dw, dm, dv, dg};
+        for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) cudaCheck(cudaFree(bufs[i]));
+    }
+    free(w); free(g); free(m0); free(v0);
 }

@@ -35,6 +35,13 @@ static Trainer* tm_trainer(const char* flags) {
     trainer_setup(tr, argc, argv);
     return tr;
 }
+// One step and its result now: on one GPU train_step returns the previous step's result (its
+// numbers are read a step late), so read this one back too.
+static StepResult tm_step(Trainer* tr) {
+    StepResult r = train_step(tr);
+    StepResult now = step_read_back(tr);
+    return now.valid ? now : r;
+}
 static void tm_free(Trainer* tr) {
     trainer_free(tr);
     comm_free(&tr->comm);
@@ -170,7 +177,7 @@ TEST(model_adamw_trajectory_vs_pytorch) {
         const float* rlr = (const float*)fixture_get(&fx, "traj.lr")->data;
         double worst = 0.0;
         for (int s = 0; s < steps; s++) {
-            StepResult r = train_step(tr);
+            StepResult r = tm_step(tr);
             double e = fabs(r.loss - rl[s]) / fabs(rl[s]);
             worst = fmax(worst, e);
             CHECKF(e < TOL_TRAJ_LOSS, "ZeRO-%d step %d loss %.7f vs %.7f", stage, s, r.loss, rl[s]);
@@ -260,7 +267,7 @@ TEST(zero_stages_one_rank_bitwise) {
         snprintf(extra, sizeof(extra), "-r 1 -z %d -poison 1 -comm-delay %d", stage, stage == 3 ? 2 : 0);
         Trainer* tr = tm_trainer(tm_fixture_flags(&fx, extra));
         float loss[3];
-        for (int s = 0; s < 3; s++) loss[s] = train_step(tr).loss;
+        for (int s = 0; s < 3; s++) loss[s] = tm_step(tr).loss;
         Zero* z = &tr->model.z;
         uint64_t h = FNV_INIT;
         const float* state[3] = {z->master, z->m, z->v};
@@ -342,3 +349,56 @@ TEST(model_export_logits_vs_pytorch) {
     free(ref);
     fixture_free(&fx);
 }
+
+#ifdef ZT_CUDA_EMU
+// On one GPU a training step waits for the device and copies to the host only as README.md's table
+// "Host synchronisations" says: counted by the emulator (cudaStreamSynchronize, cudaEventSynchronize,
+// cudaDeviceSynchronize, cudaMemcpy, cudaFree; device-to-host copies) over steps of GA = 1 and GA = 2:
+// the difference is what the extra micro-steps cost, the rest is the step's. The budget is read from
+// README.md, so the documentation and the test cannot drift apart.
+static int tm_readme_budget(const char* row, long* syncs, long* d2h) {
+    FILE* f = fopen("README.md", "rb");
+    if (!f) return -1;
+    char line[512], want[64];
+    snprintf(want, sizeof(want), "| %s |", row);
+    int found = -1;
+    while (fgets(line, sizeof(line), f))
+        if (!strncmp(line, want, strlen(want)) && sscanf(line + strlen(want), " %ld | %ld |", syncs, d2h) == 2) { found = 0; break; }
+    fclose(f);
+    return found;
+}
+
+TEST(emu_host_syncs_per_step) {
+    long micro_syncs, micro_d2h, step_syncs, step_d2h;
+    CHECKF(tm_readme_budget("per micro-step", &micro_syncs, &micro_d2h) == 0 && tm_readme_budget("per step", &step_syncs, &step_d2h) == 0,
+           "README.md has no rows '| per micro-step | N | N |' and '| per step | N | N |'");
+    Fixture fx;
+    if (tm_load_fixture(&fx)) { CHECK(0); return; }
+    const int* cfg = (const int*)fixture_get(&fx, "config")->data;
+    long syncs[2], d2h[2];
+    for (int k = 0; k < 2; k++) { // GA = 1 (ZeRO-1), then GA = 2 (ZeRO-3): the same B, -d twice B*T
+        char extra[128];
+        snprintf(extra, sizeof(extra), "-r 1 -z %d -d %d", k ? 3 : 1, (k ? 2 : 1) * cfg[6] * cfg[7]);
+        Trainer* tr = tm_trainer(tm_fixture_flags(&fx, extra));
+        train_step(tr); // the first step plans its GEMMs and has no previous step to read
+        long s0 = emu::g_host_syncs, c0 = emu::g_d2h_copies;
+        StepResult r = train_step(tr);
+        syncs[k] = emu::g_host_syncs - s0;
+        d2h[k] = emu::g_d2h_copies - c0;
+        CHECKF(r.valid && r.step == 0, "train_step returned step %d (valid %d): the previous step's result expected", r.step, r.valid);
+        StepResult last = step_read_back(tr);
+        CHECKF(last.valid && last.step == 1 && tr->adam_t == 2, "the last step read back: step %d, adam_t %lld", last.step,
+               (long long)tr->adam_t);
+        printf("    GA %d (%s): a step waits %ld times and copies %ld times to the host\n", tr->GA, k ? "ZeRO-3" : "ZeRO-1", syncs[k], d2h[k]);
+        tm_free(tr);
+    }
+    long per_micro_syncs = syncs[1] - syncs[0], per_micro_d2h = d2h[1] - d2h[0];
+    printf("    per micro-step: %ld waits, %ld copies (README: %ld, %ld); per step besides: %ld, %ld (README: %ld, %ld)\n",
+           per_micro_syncs, per_micro_d2h, micro_syncs, micro_d2h, syncs[0] - per_micro_syncs, d2h[0] - per_micro_d2h,
+           step_syncs, step_d2h);
+    CHECK(per_micro_syncs <= micro_syncs && per_micro_d2h <= micro_d2h);
+    CHECK(syncs[0] - per_micro_syncs <= step_syncs && d2h[0] - per_micro_d2h <= step_d2h);
+    CHECK(syncs[1] - 2 * per_micro_syncs <= step_syncs && d2h[1] - 2 * per_micro_d2h <= step_d2h);
+    fixture_free(&fx);
+}
+#endif

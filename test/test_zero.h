@@ -177,7 +177,8 @@ static void zt_closed_form(int R, int z, int rc_mode, int B, double expect[TAG_C
     expect[TAG_LOGITS] = X * BT * Vp;
     int64_t maxS = (Pio > Pl ? Pio : Pl) / R, chunk = (1 << 20) / R / 8 * 8;
     expect[TAG_COMM] = R > 1 ? 4.0 * R * (maxS < chunk ? maxS : chunk) : 0;
-    expect[TAG_WORK] = 32.0 * (1 << 20); // cuBLASLt's 32 MiB (counted on both devices): the largest term at these sizes
+    expect[TAG_WORK] = 32.0 * (1 << 20) + 4.0 * 64; // cuBLASLt's 32 MiB (counted on both devices: the largest term at
+                                                    // these sizes) + the step's scalars
 }
 
 // Memory: every rank's tagged bytes equal the closed form, for every stage, R = 1, 2, 4,

@@ -365,6 +365,11 @@ struct Event { int flags; bool recorded; const void* stream; std::map<const void
 static std::set<const void*> g_streams, g_events;
 static Clock g_legacy_clock, g_host_clock; // the legacy default stream's; what the host has waited for
 
+// Host synchronisations (the host waits for the device: cudaStreamSynchronize, cudaEventSynchronize,
+// cudaDeviceSynchronize, cudaMemcpy, cudaFree) and device-to-host copies (sync or async), counted
+// since the start: the tests read them around a training step (README: the step's budget).
+static long g_host_syncs = 0, g_d2h_copies = 0;
+
 static bool stream_ok(cudaStream_t s, const char* call) {
     if (s == nullptr || g_streams.count((const void*)s)) return true;
     note(cudaErrorInvalidResourceHandle, "%s: stream %p was never created or is destroyed", call, (void*)s);
@@ -1246,6 +1251,7 @@ static cudaError_t cudaFree(void* p) {
     if (it == emu::g_allocs.end())
         return emu::note(cudaErrorInvalidValue, "cudaFree(%p): not the start of a live allocation", p);
     emu::g_mem_used -= it->second.size;
+    emu::g_host_syncs++;
     emu::host_waited(nullptr, true); // cudaFree synchronizes the device
     emu::host_learns_all();
     emu::g_uses.erase(it->first);
@@ -1268,6 +1274,8 @@ static cudaError_t emu_memcpy(void* dst, const void* src, size_t n, cudaMemcpyKi
     default: return emu::note(cudaErrorInvalidMemcpyDirection, "%s: copy kind %d", call, (int)kind);
     }
     if (!ok) return cudaErrorInvalidValue;
+    if (kind == cudaMemcpyDeviceToHost) emu::g_d2h_copies++;
+    if (sync) emu::g_host_syncs++;
     if ((const char*)dst < (const char*)src + n && (const char*)src < (const char*)dst + n)
         return emu::note(cudaErrorInvalidValue, "%s: source and destination overlap", call);
     if (sync && kind == cudaMemcpyHostToDevice) { emu::host_waited(nullptr); emu::host_learns(nullptr); } // drains the legacy stream first
@@ -1321,10 +1329,22 @@ static cudaError_t cudaStreamDestroy(cudaStream_t s) {
 }
 static cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     if (!emu::stream_ok(s, "cudaStreamSynchronize")) return cudaErrorInvalidResourceHandle;
+    emu::g_host_syncs++;
     emu::host_waited(s);
     emu::host_learns(s);
     return cudaSuccess;
 }
+static cudaError_t cudaDeviceSynchronize() {
+    emu::g_host_syncs++;
+    emu::host_waited(nullptr, true);
+    return cudaSuccess;
+}
+// Pinned host memory: plain host memory here (what matters is that it is host memory).
+static cudaError_t cudaMallocHost(void** p, size_t bytes) {
+    *p = calloc(1, bytes > 0 ? bytes : 1);
+    return *p ? cudaSuccess : emu::note(cudaErrorMemoryAllocation, "cudaMallocHost(%zu): out of host memory", bytes);
+}
+static cudaError_t cudaFreeHost(void* p) { free(p); return cudaSuccess; }
 static cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
     *e = (cudaEvent_t) new emu::Event{(int)flags, false, nullptr, {}};
     emu::g_events.insert((const void*)*e);
@@ -1351,6 +1371,19 @@ static cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr) {
 static cudaError_t cudaEventQuery(cudaEvent_t e) {
     if (!e || !emu::g_events.count((const void*)e))
         return emu::note(cudaErrorInvalidResourceHandle, "cudaEventQuery(%p): not a live event", (void*)e);
+    return cudaSuccess;
+}
+// The host waits for the work recorded before the event on its stream (a never-recorded event: at
+// once), and so learns the event's clock.
+static cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    if (!e || !emu::g_events.count((const void*)e))
+        return emu::note(cudaErrorInvalidResourceHandle, "cudaEventSynchronize(%p): not a live event", (void*)e);
+    emu::g_host_syncs++;
+    emu::Event* ev = (emu::Event*)e;
+    if (ev->recorded) {
+        emu::host_waited((cudaStream_t)ev->stream);
+        emu::clock_merge(emu::g_host_clock.known, ev->clock);
+    }
     return cudaSuccess;
 }
 // Waiting on an event never recorded succeeds at once on a GPU (it orders nothing): here it stops.
