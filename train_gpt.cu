@@ -1976,6 +1976,15 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
         if (g_mem_bytes[t] != plan.bytes[t])
             die(1, "internal error: %s: %zu bytes allocated, the planner says %zu", mem_tag_name[t], g_mem_bytes[t], plan.bytes[t]);
     tr->flops_per_token = mfu_flops_per_token(&c, f->T);
+    // the settings table shows what auto became for the flags resolved only now
+    if (f->io_timeout < 0) {
+        double io_s = io_timeout_s(tr);
+        if (io_s > 0) FLAG_SHOW(f, io_timeout, "%.0f", io_s);
+        else FLAG_SHOW(f, io_timeout, "0 (forever: -comm-timeout 0)");
+    }
+    if (!strcmp(f->export_dtype, "auto"))
+        FLAG_SHOW(f, export_dtype, "%s", f->export_hf[0] ? (f->export_path[0] && sizeof(floatX) == 2 ? "fp32 (-export-hf), bf16 (-export)" : "fp32")
+                                       : f->export_path[0] ? (sizeof(floatX) == 2 ? "bf16" : "fp32") : "unused: no -export or -export-hf");
     if (g_device == DEV_CUDA)
         printf0("MFU: llm.c's count, 6N + 6*L*C*T = %.3f GFLOP per token (recompute not counted), against %s\n",
                 tr->flops_per_token / 1e9, tr->peak_flops > 0 ? "the GPU's BF16 dense peak" : "no known peak for this GPU (n/a)");

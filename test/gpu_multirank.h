@@ -201,7 +201,8 @@ TEST(multirank_nccl_watchdog) {
     if (victim > 0) { kill(victim, SIGCONT); kill(victim, SIGKILL); }
     s = zt_read_file(log);
     CHECKF(done && took < 3 + 30, "the job did not end within 33 s of stopping rank 1 (%.1f s)", took);
-    CHECKF(WIFEXITED(status) && WEXITSTATUS(status) != 0, "mpirun exited with status 0");
+    CHECKF(WIFEXITED(status) && WEXITSTATUS(status) != 0, "mpirun did not fail: wait status 0x%x (exited %d, code %d, signal %d)", status,
+           WIFEXITED(status), WIFEXITED(status) ? WEXITSTATUS(status) : -1, WIFSIGNALED(status) ? WTERMSIG(status) : -1);
     CHECKF(s && strstr(s, "did not complete within 3 s"), "no timeout message:\n%s", s ? s : "(no log)");
     line = s ? strstr(s, "did not complete within 3 s") : NULL;
     while (line && line > s && line[-1] != '\n') line--;

@@ -329,7 +329,7 @@ TEST(hf_corrupt_checkpoints) {
         char cmd[4 * PATH_MAX];
         snprintf(cmd, sizeof(cmd), "rm -rf %s; %s --train -device cpu -e %s -i %s -j '' -b 1 -t 4 -x 1 -v 0 -s 0 -export-hf %s; echo rc=$?; ls %s 2>/dev/null | wc -l",
                  out, g_test_self, dir, shard, out, out);
-        char got[8192];
+        static char got[1 << 17]; // the whole output: the settings and memory tables come before "rc="
         test_run_cmd(cmd, got, sizeof(got));
         int valid = cases[i].expect[0] == NULL;
         if (valid) {
