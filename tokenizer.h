@@ -40,6 +40,17 @@
 // thread per Tokenizer. Limits: ids must fit uint16 (V <= 65536); a single piece must be under
 // 4 GiB (a file that is one such run of spaces or punctuation is refused with "out of memory").
 //
+// Memory per piece, not capped: BPE works on a whole piece (a run the pattern keeps together:
+// letters, digits, punctuation or spaces; a file that is 10 MB of "a" is one piece), and its work
+// arrays take 42 bytes per byte of the longest piece so far, its length rounded up to a power of
+// two (TOKENIZER_BPE_BYTES_PER_CAP: next and prev 4 + 4, part_id 2, up to 2n heap entries of 16).
+// That is 42 to 84 bytes per byte of address space; what is touched (resident) is 10 bytes per
+// byte plus 16 per heap entry in use: measured 26.6 bytes per byte for a 1 MB or 10 MB run of "a",
+// "1" or "!" (10 MB: 260 MB resident, 705 MB allocated) and 12.1 for a run of spaces, at most 42
+// in theory; the ids (2 bytes each) and the text come on top. The arrays only grow, and live until
+// tokenizer_free. No cap: splitting a long piece would change ids (tiktoken has no such split),
+// so text with megabyte runs needs memory to match (test/test_tokenizer.h: tok_bpe_memory_long_piece).
+//
 // Header-only, all functions static: include it in one translation unit. Compiles as C, as C++
 // and under nvcc (host code only; the nvcc build of this file has not been tried).
 // defines: Tokenizer, tokenizer_init, tokenizer_decode, tokenizer_print, tokenizer_free,
@@ -94,7 +105,7 @@ typedef struct {
     uint32_t* next;               // (work_cap) BPE parts: part at byte s is [s, next[s]); 0: absorbed
     uint32_t* prev;               // (work_cap) start of the part before the part at s
     uint16_t* part_id;            // (work_cap) token id of the part at s
-    TokenizerMerge* heap;         // (3 * work_cap) candidate merges, min-heap on (rank, left)
+    TokenizerMerge* heap;         // (2 * work_cap) candidate merges, min-heap on (rank, left)
     size_t work_cap;
 } TokenizerEncoder;
 
@@ -582,7 +593,14 @@ static inline TokenizerMerge tokenizer_heap_pop(TokenizerEncoder* e, size_t* nhe
     return top;
 }
 
-// Make the BPE work arrays hold pieces of n bytes. Returns 0 / -1 (out of memory).
+// The BPE work arrays' bytes per unit of work_cap: next, prev (uint32), part_id (uint16) and two
+// heap entries (TokenizerMerge, 16 bytes). See "Memory" at the top of this file.
+#define TOKENIZER_BPE_BYTES_PER_CAP (2 * sizeof(uint32_t) + sizeof(uint16_t) + 2 * sizeof(TokenizerMerge))
+
+static inline size_t tokenizer_bpe_work_bytes(const TokenizerEncoder* e) { return e->work_cap * TOKENIZER_BPE_BYTES_PER_CAP; }
+
+// Make the BPE work arrays hold pieces of n bytes (capacity: n rounded up to a power of two, at
+// least 64; they only grow). Returns 0 / -1 (out of memory).
 static inline int tokenizer_bpe_reserve(TokenizerEncoder* e, size_t n) {
     if (n <= e->work_cap) return 0;
     size_t c = 64;
@@ -593,7 +611,7 @@ static inline int tokenizer_bpe_reserve(TokenizerEncoder* e, size_t n) {
     if (prev) e->prev = prev;
     uint16_t* part_id = (uint16_t*)realloc(e->part_id, c * sizeof(uint16_t));
     if (part_id) e->part_id = part_id;
-    TokenizerMerge* heap = (TokenizerMerge*)realloc(e->heap, 3 * c * sizeof(TokenizerMerge));
+    TokenizerMerge* heap = (TokenizerMerge*)realloc(e->heap, 2 * c * sizeof(TokenizerMerge));
     if (heap) e->heap = heap;
     if (!next || !prev || !part_id || !heap) return -1;
     e->work_cap = c;
@@ -602,7 +620,9 @@ static inline int tokenizer_bpe_reserve(TokenizerEncoder* e, size_t n) {
 
 // BPE of one piece p[0..n) (n >= 1): append its ids. Returns 0 / -1 (out of memory).
 static inline int tokenizer_bpe(TokenizerEncoder* e, const unsigned char* p, uint32_t n, uint16_t** out, size_t* nout, size_t* cap) {
-    if (tokenizer_bpe_reserve(e, (size_t)n + 1) != 0) return -1;  // heap: n-1 pairs + 2 per merge < 3n
+    // The heap never holds more than 2n - 2 candidates: n - 1 first, then each merge pops one
+    // (itself) and pushes at most two, and there are at most n - 1 merges.
+    if (tokenizer_bpe_reserve(e, (size_t)n + 1) != 0) return -1;
     for (uint32_t i = 0; i < n; i++) {
         e->part_id[i] = e->byte_id[p[i]];
         e->next[i] = i + 1;

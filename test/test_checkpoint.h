@@ -502,4 +502,90 @@ TEST(ckpt_crash_points) {
 #endif
 }
 
+// ---- Wall-clock kills: the trainer (a checkpoint every step, -n 1) gets SIGKILL 0, 50 and 200 ms
+// after its first "checkpoint: step" line, wherever it then is (training, writing a state file,
+// between DONE and LATEST, removing old checkpoints for -nk). Whatever moment the kill lands, -y 1
+// resumes the step LATEST names (its DONE is there: the protocol writes LATEST after DONE), leaves
+// no temporary file and ends bitwise where the uninterrupted run ends. (If the run finished before
+// the kill, the resume starts at its last step and must still give the same hashes.)
+#define CK_WALLCLOCK CK_SMALL " -x 12 -n 1 -nk 2 -save-model 0"
+
+// Start `self --train flags` with stdout and stderr into out_path; the pid is the trainer's own.
+static pid_t ck_spawn(const char* flags, const char* out_path) {
+    char cmd[8192];
+    snprintf(cmd, sizeof(cmd), "exec %s --train %s > %s 2>&1", g_test_self, flags, out_path);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("OMP_NUM_THREADS", "1", 1);
+        unsetenv("ZT_FAULT");
+        execl("/bin/sh", "sh", "-c", cmd, (char*)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+// The step a marker file (DONE_* or LATEST) names, or -1.
+static int ck_marker_step(const char* dir, const char* name) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    size_t n;
+    char* s = ck_slurp(path, &n);
+    const char* p = s ? strstr(s, "\nstep ") : NULL;
+    int step = p ? atoi(p + 6) : -1;
+    free(s);
+    return step;
+}
+
+TEST(ckpt_wallclock_kills) {
+    char cmd[8192], ref[512], hash[512], flags[4096], out_path[PATH_MAX], name[64];
+    snprintf(cmd, sizeof(cmd), "OMP_NUM_THREADS=1 %s --train " CK_SMALL " -x 12 -log-hash 1", g_test_self);
+    int rc = test_run_cmd(cmd, ck_out, sizeof(ck_out));
+    cli_hash_line(ck_out, ref, sizeof(ref));
+    CHECKF(rc == 0 && ref[0], "reference run (%d):\n%s", rc, ck_out);
+    const int delays_ms[3] = {0, 50, 200};
+    for (int k = 0; k < 3; k++) {
+        snprintf(name, sizeof(name), "wallclock%d", k);
+        const char* dir = ck_dir(name);
+        snprintf(out_path, sizeof(out_path), "%s/ck_wallclock%d.out", test_tmpdir(), k);
+        snprintf(flags, sizeof(flags), CK_WALLCLOCK " -o %s", dir);
+        pid_t pid = ck_spawn(flags, out_path);
+        CHECK(pid > 0);
+        if (pid <= 0) return;
+        int status = 0, exited = 0, seen = 0;
+        for (int t = 0; t < 30000 && !seen && !exited; t++) { // poll every 1 ms, at most 30 s
+            size_t n;
+            char* s = ck_slurp(out_path, &n);
+            seen = s && strstr(s, "checkpoint: step ");
+            free(s);
+            if (!seen) {
+                exited = waitpid(pid, &status, WNOHANG) == pid;
+                usleep(1000);
+            }
+        }
+        if (!exited) {
+            usleep(1000 * delays_ms[k]);
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+        }
+        size_t n;
+        char* s = ck_slurp(out_path, &n);
+        CHECKF(seen, "kill %d: no checkpoint line before the run ended (status %d):\n%s", k, status, s ? s : "");
+        free(s);
+        int latest = ck_marker_step(dir, "LATEST");
+        char done[32];
+        snprintf(done, sizeof(done), "DONE_%08d", latest);
+        CHECKF(latest >= 1 && ck_marker_step(dir, done) == latest, "kill %d at +%d ms: LATEST (step %d) has no DONE", k, delays_ms[k], latest);
+        snprintf(flags, sizeof(flags), CK_WALLCLOCK " -o %s -y 1 -log-hash 1", dir);
+        rc = ck_run("", flags);
+        cli_hash_line(ck_out, hash, sizeof(hash));
+        char want[64];
+        snprintf(want, sizeof(want), "resume: step %d ", latest);
+        printf("    kill at +%d ms (%s): resumed from step %d\n", delays_ms[k], WIFSIGNALED(status) ? "killed" : "had ended", latest);
+        CHECKF(rc == 0 && strstr(ck_out, want), "kill %d at +%d ms: resume (exit %d, want \"%s\"):\n%s", k, delays_ms[k], rc, want, ck_out);
+        CHECKF(hash[0] && !strcmp(hash, ref), "kill %d at +%d ms: not bitwise the uninterrupted run:\n  %s\n  %s", k, delays_ms[k], ref, hash);
+        CHECKF(ck_tmp_files(dir) == 0 && ck_exists(dir, "DONE_00000012"), "kill %d: temporary files left, or step 12 not saved", k);
+    }
+}
+
 #endif // ENABLE_FP32

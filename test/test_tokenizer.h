@@ -19,6 +19,7 @@
 #include <dirent.h>
 #include <stdint.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define TOK_VOCAB "data/gpt2_tokenizer.bin"
@@ -461,6 +462,66 @@ TEST(tok_special_inputs) {
     CHECK(tokenizer_encode(tok, (const unsigned char*)" world", 6, &buf, &nbuf, &cap) == 0);
     CHECK(nbuf == 2 && buf[0] == 15496 && buf[1] == 995);
     free(buf);
+}
+
+// Memory of BPE on one long piece (tokenizer.h, "Memory per piece"): a run of 4 MiB - 1 letters
+// is one piece. Its work arrays are exactly TOKENIZER_BPE_BYTES_PER_CAP (42) bytes per byte of the
+// piece (the length + 1 is a power of two, so no rounding), and the resident growth while
+// encoding stays within the documented bound, 42 bytes per byte plus the ids. Measured in a forked
+// child with a tokenizer of its own, so nothing earlier in this process moves the figures: VmRSS
+// before encoding, VmHWM (the peak) after; both counts of pages, not times, so deterministic.
+static long tok_status_kb(const char* field) {
+    FILE* f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+    while (f && fgets(line, sizeof(line), f)) {
+        if (strncmp(line, field, strlen(field)) == 0) kb = atol(line + strlen(field));
+    }
+    if (f) fclose(f);
+    return kb;
+}
+
+TEST(tok_bpe_memory_long_piece) {
+    typedef struct { int rc; size_t nids, work_bytes; long rss_kb, hwm_kb; } Measured;
+    const size_t n = ((size_t)4 << 20) - 1;
+    int fd[2];
+    CHECK(pipe(fd) == 0);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        Measured m = {-1, 0, 0, -1, -1};
+        Tokenizer tok;
+        char err[512];
+        unsigned char* text = (unsigned char*)malloc(n);
+        if (text && tokenizer_init(&tok, TOK_VOCAB, err, sizeof(err)) == 0 &&
+            tokenizer_load_merges(&tok, TOK_MERGES, err, sizeof(err)) == 0) {
+            memset(text, 'a', n);
+            uint16_t* ids = NULL;
+            size_t cap = 0;
+            m.rss_kb = tok_status_kb("VmRSS:");
+            m.rc = tokenizer_encode(&tok, text, n, &ids, &m.nids, &cap);
+            m.hwm_kb = tok_status_kb("VmHWM:");
+            m.work_bytes = tokenizer_bpe_work_bytes(&tok.enc);
+        }
+        ssize_t w = write(fd[1], &m, sizeof(m));
+        _exit(w == (ssize_t)sizeof(m) ? 0 : 1);
+    }
+    close(fd[1]);
+    Measured m;
+    memset(&m, 0, sizeof(m));
+    ssize_t r = pid > 0 ? read(fd[0], &m, sizeof(m)) : -1;
+    close(fd[0]);
+    int status = 0;
+    if (pid > 0) waitpid(pid, &status, 0);
+    CHECKF(pid > 0 && r == (ssize_t)sizeof(m) && WIFEXITED(status) && WEXITSTATUS(status) == 0, "the measuring child failed");
+    CHECKF(m.rc == 0 && m.nids == (n + 1) / 4, "a run of %zu letters: rc %d, %zu ids (want %zu)", n, m.rc, m.nids, (n + 1) / 4);
+    CHECKF(m.work_bytes == TOKENIZER_BPE_BYTES_PER_CAP * (n + 1) && TOKENIZER_BPE_BYTES_PER_CAP == 42,
+           "BPE work arrays: %zu bytes for a piece of %zu (documented: 42 per byte)", m.work_bytes, n);
+    double resident = (double)(m.hwm_kb - m.rss_kb) * 1024.0;
+    double bound = 42.0 * n + 4.0 * m.nids + (1 << 20);  // ids: 2 bytes, 4 while realloc copies; 1 MiB of pages
+    printf("    BPE on one piece of %zu bytes: %.1f bytes/byte allocated, %.1f bytes/byte resident (bound %.1f)\n",
+           n, (double)m.work_bytes / n, resident / n, bound / n);
+    CHECKF(m.rss_kb > 0 && m.hwm_kb > 0 && resident <= bound, "resident growth %.0f bytes > documented bound %.0f", resident, bound);
 }
 
 // The whole KJV: every chapter of the committed shards (tiktoken's ids) decoded and encoded again
