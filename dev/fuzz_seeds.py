@@ -50,3 +50,47 @@ put("tokenizer", "v2.bin", struct.pack("<256I", 20240328, 2, len(toks), 3, *([0]
 # bpe: text, with malformed UTF-8 and the end-of-text marker
 put("bpe", "text.txt", "In the beginning God created the heaven and the earth.\n\nIt's 2026 — don't panic!".encode())
 put("bpe", "bytes.bin", b"\xff\xfe caf\xc3\xa9 \xe2\x82 <|endoftext|>\r\n  \t\t12345")
+
+# safetensors: a GPT-2 matching the harness's fixed config.json (L 1, C 8, NH 2, V 16, maxT 8), in
+# F32 and BF16; the BF16 one with the "transformer." prefix, the tied lm_head and a causal-mask buffer
+import json
+L, C, V, maxT = 1, 8, 16, 8
+gpt2 = [("wte.weight", [V, C]), ("wpe.weight", [maxT, C])]
+for l in range(L):
+    gpt2 += [("h.%d.ln_1.weight" % l, [C]), ("h.%d.ln_1.bias" % l, [C]), ("h.%d.attn.c_attn.weight" % l, [C, 3 * C]),
+             ("h.%d.attn.c_attn.bias" % l, [3 * C]), ("h.%d.attn.c_proj.weight" % l, [C, C]), ("h.%d.attn.c_proj.bias" % l, [C]),
+             ("h.%d.ln_2.weight" % l, [C]), ("h.%d.ln_2.bias" % l, [C]), ("h.%d.mlp.c_fc.weight" % l, [C, 4 * C]),
+             ("h.%d.mlp.c_fc.bias" % l, [4 * C]), ("h.%d.mlp.c_proj.weight" % l, [4 * C, C]), ("h.%d.mlp.c_proj.bias" % l, [C])]
+gpt2 += [("ln_f.weight", [C]), ("ln_f.bias", [C])]
+
+def safetensors(tensors, dtype):
+    header, body = {"__metadata__": {"format": "pt"}}, b""
+    for name, shape, values in tensors:
+        data = b"".join(struct.pack("<f", v) if dtype == "F32" else struct.pack("<f", v)[2:] for v in values)
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(body), len(body) + len(data)]}
+        body += data
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    return struct.pack("<Q", len(h)) + h + body
+
+def values(shape, k):
+    n = 1
+    for d in shape: n *= d
+    return [0.01 * ((i + k) % 13) - 0.06 for i in range(n)]
+
+plain = [(name, shape, values(shape, k)) for k, (name, shape) in enumerate(gpt2)]
+put("safetensors", "f32.safetensors", safetensors(plain, "F32"))
+prefixed = [("transformer." + name, shape, v) for name, shape, v in plain]
+prefixed += [("lm_head.weight", [V, C], plain[0][2]), ("transformer.h.0.attn.bias", [1, 1, maxT, maxT], [1.0] * maxT * maxT)]
+put("safetensors", "bf16_prefixed.safetensors", safetensors(prefixed, "BF16"))
+
+# jsonl: prompt/completion lines (escapes, unicode, a blank line, a long prompt cut at its start),
+# and one file whose third line is bad (refused: no shard may be left behind)
+lines = [{"prompt": "The capital of France is", "completion": " Paris."},
+         {"prompt": "Translate: caf\u00e9 \u2192 ", "completion": " coffee \U0001F600"},
+         {"prompt": "Q: 2+2?\nA:", "completion": " 4"},
+         {"prompt": "a very long prompt " * 6, "completion": " short"},
+         {"prompt": "", "completion": "<|endoftext|> \"quoted\" \\ tab\t"}]
+good = "\n".join(json.dumps(x, ensure_ascii=k % 2 == 0) for k, x in enumerate(lines)) + "\n\n"
+put("jsonl", "good.jsonl", good.encode())
+put("jsonl", "bad_line.jsonl", (json.dumps(lines[0]) + "\n" + json.dumps(lines[2]) + "\n" + '{"prompt": "x", "completion": 3}\n').encode())

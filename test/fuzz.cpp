@@ -7,6 +7,14 @@
 //   test/fuzz tokenizer ...                       llm.c's tokenizer file: tokenizer_init + decode
 //   test/fuzz bpe    ...                          the encoder: decode(encode(x)) == x, and the
 //                                                 text encoded in two parts == encoded whole
+//   test/fuzz safetensors ...                     model.safetensors beside a fixed config.json (L 1,
+//                                                 C 8, NH 2, V 16, maxT 8): hf_open + hf_bind (must
+//                                                 bind) + hf_fill whole == hf_fill in pieces; and
+//                                                 the strict JSON parser on the same bytes
+//   test/fuzz jsonl  ...                          prompt/completion JSONL: tokenize_prompts_to_shards
+//                                                 (T 16) either refuses and leaves no file, or every
+//                                                 shard + mask it wrote loads (dataloader_init, all
+//                                                 batches, masks present)
 //
 // (Modes that start child processes — -merge, -fork, -jobs — need the name in ZT_FUZZ_HARNESS.)
 // Built by `make test/fuzz` (clang, -fsanitize=fuzzer,address,undefined). `make test` replays the
@@ -20,6 +28,7 @@
 #define TESTING
 #endif
 #include <setjmp.h>
+#include <dirent.h>
 #include "../train_gpt.cu" // defines: the trainer's readers (checkpoint.h, dataloader.h, tokenizer.h)
 
 static jmp_buf g_fuzz_jmp;
@@ -118,17 +127,23 @@ static void fuzz_tokenizer(const uint8_t* data, size_t size) {
     tokenizer_free(&tok);
 }
 
-static void fuzz_bpe(const uint8_t* data, size_t size) {
+// GPT-2's tokenizer with its merges (bpe, jsonl), read once.
+static Tokenizer* fuzz_gpt2_tokenizer(void) {
     static Tokenizer tok;
     static int ready = 0;
     char err[1024];
     if (!ready) {
         if (tokenizer_init(&tok, "data/gpt2_tokenizer.bin", err, sizeof(err)) || tokenizer_load_merges(&tok, "data/gpt2_merges.bin", err, sizeof(err))) {
-            fprintf(stderr, "fuzz bpe: %s (run from the repository root)\n", err);
+            fprintf(stderr, "fuzz %s: %s (run from the repository root)\n", g_fuzz_harness, err);
             exit(1);
         }
         ready = 1;
     }
+    return &tok;
+}
+
+static void fuzz_bpe(const uint8_t* data, size_t size) {
+    Tokenizer& tok = *fuzz_gpt2_tokenizer();
     uint16_t* whole = NULL;
     size_t nwhole = 0, cap = 0;
     if (tokenizer_encode(&tok, data, size, &whole, &nwhole, &cap) != 0) abort();
@@ -154,6 +169,109 @@ static void fuzz_bpe(const uint8_t* data, size_t size) {
     free(parts);
 }
 
+// The scratch directory of a harness that writes several files (g_fuzz_path.d), emptied.
+static const char* fuzz_scratch_dir(void) {
+    static char dir[300];
+    snprintf(dir, sizeof(dir), "%s.d", g_fuzz_path);
+    mkdir(dir, 0755);
+    DIR* dp = opendir(dir);
+    if (!dp) abort();
+    char path[600];
+    for (struct dirent* e; (e = readdir(dp));)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strcmp(e->d_name, "config.json")) {
+            snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+            remove(path);
+        }
+    closedir(dp);
+    return dir;
+}
+
+static int fuzz_count_files(const char* dir) {
+    DIR* dp = opendir(dir);
+    if (!dp) abort();
+    int n = 0;
+    for (struct dirent* e; (e = readdir(dp));) n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(dp);
+    return n;
+}
+
+// A Hugging Face checkpoint: the input is model.safetensors, beside a fixed small config.json (the
+// seeds in dev/fuzz_seeds.py match it). Opened, it must bind to llm.c's layout (the config fixes
+// both), and filling all parameters at once must equal filling them in pieces. The same bytes also
+// go through the JSON parser directly (the header parser's input is usually the file's tail).
+static void fuzz_safetensors(const uint8_t* data, size_t size) {
+    static const char config[] = "{\"model_type\": \"gpt2\", \"n_layer\": 1, \"n_embd\": 8, \"n_head\": 2, \"vocab_size\": 16, \"n_positions\": 8}\n";
+    const char* dir = fuzz_scratch_dir();
+    char path[400], err[2048];
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    FILE* f = fopen(path, "wb");
+    if (!f || fwrite(config, 1, sizeof(config) - 1, f) != sizeof(config) - 1) abort();
+    fclose(f);
+    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+    f = fopen(path, "wb");
+    if (!f || (size && fwrite(data, 1, size, f) != size)) abort();
+    fclose(f);
+    Json j;
+    if (json_parse(&j, (const char*)data, size, err, sizeof(err)) == 0)
+        for (int k = 0; k < j.n; k++) // every node's links and strings stay inside what was parsed
+            if (j.nodes[k].first >= j.n || j.nodes[k].next >= j.n || (j.nodes[k].type == JSON_STRING && (j.nodes[k].len < 0 || (size_t)j.nodes[k].len > size))) abort();
+    json_free(&j);
+    HFCheckpoint ck;
+    if (hf_open(&ck, dir, err, sizeof(err))) { hf_close(&ck); return; }
+    GPTConfig c = {ck.cfg.L, ck.cfg.C, ck.cfg.NH, ck.cfg.V, (int)round_up(ck.cfg.V, 128), ck.cfg.maxT};
+    ModelDesc d;
+    model_describe(&d, &c);
+    HFLlmcTensor lt[NUM_TENSORS];
+    for (int k = 0; k < NUM_TENSORS; k++) lt[k] = (HFLlmcTensor){d.t[k].name, d.t[k].logical, d.t[k].n, !d.t[k].io};
+    if (hf_bind(&ck, lt, NUM_TENSORS, c.Vp, err, sizeof(err))) { fprintf(stderr, "hf_bind: %s\n", err); abort(); }
+    float* whole = (float*)malloc(sizeof(float) * (size_t)d.num_params);
+    float* parts = (float*)malloc(sizeof(float) * (size_t)d.num_params);
+    hf_fill(&ck, whole, 0, d.num_params);
+    int64_t piece = 1 + (size ? data[size - 1] : 0) % 97;
+    for (int64_t at = 0; at < d.num_params; at += piece)
+        hf_fill(&ck, parts + at, at, piece < d.num_params - at ? piece : d.num_params - at);
+    if (memcmp(whole, parts, sizeof(float) * (size_t)d.num_params)) abort(); // bitwise: NaNs included
+    free(whole);
+    free(parts);
+    hf_close(&ck);
+}
+
+// Prompt/completion JSONL through -tokenize's packer (T 16, every 3rd example to val, shards of at
+// most 40 tokens, so one input makes several): it either refuses the input and leaves no file, or
+// every shard it wrote loads with its mask, every batch of it.
+static void fuzz_jsonl(const uint8_t* data, size_t size) {
+    Tokenizer* tok = fuzz_gpt2_tokenizer();
+    const char* dir = fuzz_scratch_dir();
+    fuzz_write(data, size);
+    const int T = 16;
+    char prefix[400], pattern[500], err[2048];
+    snprintf(prefix, sizeof(prefix), "%s/p", dir);
+    PromptStats ps;
+    if (tokenize_prompts_to_shards(tok, g_fuzz_path, prefix, T, 3, 40, &ps, err, sizeof(err))) {
+        if (fuzz_count_files(dir)) { fprintf(stderr, "refused (%s) but left files behind\n", err); abort(); }
+        return;
+    }
+    if (fuzz_count_files(dir) != 2 * (ps.shards[0] + ps.shards[1])) abort(); // a shard and a mask each
+    static const char* splits[2] = {"train", "val"};
+    for (int k = 0; k < 2; k++) {
+        if (!ps.shards[k]) continue;
+        snprintf(pattern, sizeof(pattern), "%s_%s_*.bin", prefix, splits[k]);
+        DataLoader dl;
+        if (dataloader_init(&dl, pattern, 1, T, 50257, 1, 7, err, sizeof(err))) { fprintf(stderr, "dataloader_init: %s\n", err); abort(); }
+        if (!dl.has_mask || dl.nshards != ps.shards[k]) abort();
+        for (int64_t u = 0; u < dl.total_samples + 1; u++)
+            if (dataloader_load(&dl, u) != 0) abort();
+        dataloader_free(&dl);
+    }
+}
+
+// The harnesses, by name: this table drives the dispatch and the usage line.
+static const struct { const char* name; void (*fn)(const uint8_t*, size_t); } g_fuzz_harnesses[] = {
+    {"model", fuzz_model}, {"shard", fuzz_shard}, {"state", fuzz_state}, {"tokenizer", fuzz_tokenizer},
+    {"bpe", fuzz_bpe}, {"safetensors", fuzz_safetensors}, {"jsonl", fuzz_jsonl},
+};
+static void (*g_fuzz_fn)(const uint8_t*, size_t) = NULL;
+
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
     g_fuzz_harness = getenv("ZT_FUZZ_HARNESS");
     if (!g_fuzz_harness && *argc > 1 && (*argv)[1][0] != '-') { // the harness name, then libFuzzer's arguments
@@ -161,9 +279,12 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
         for (int i = 1; i < *argc - 1; i++) (*argv)[i] = (*argv)[i + 1];
         (*argc)--;
     }
-    if (!g_fuzz_harness || (strcmp(g_fuzz_harness, "model") && strcmp(g_fuzz_harness, "shard") && strcmp(g_fuzz_harness, "state") &&
-                            strcmp(g_fuzz_harness, "tokenizer") && strcmp(g_fuzz_harness, "bpe"))) {
-        fprintf(stderr, "usage: test/fuzz model|shard|state|tokenizer|bpe [libFuzzer flags] [corpus dirs]\n");
+    for (size_t k = 0; g_fuzz_harness && k < sizeof(g_fuzz_harnesses) / sizeof(g_fuzz_harnesses[0]); k++)
+        if (!strcmp(g_fuzz_harness, g_fuzz_harnesses[k].name)) g_fuzz_fn = g_fuzz_harnesses[k].fn;
+    if (!g_fuzz_fn) {
+        fprintf(stderr, "usage: test/fuzz ");
+        for (size_t k = 0; k < sizeof(g_fuzz_harnesses) / sizeof(g_fuzz_harnesses[0]); k++) fprintf(stderr, "%s%s", k ? "|" : "", g_fuzz_harnesses[k].name);
+        fprintf(stderr, " [libFuzzer flags] [corpus dirs]\n");
         exit(2);
     }
     const char* base = getenv("TMPDIR");
@@ -175,12 +296,7 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (setjmp(g_fuzz_jmp) == 0) {
-        switch (g_fuzz_harness[0]) {
-        case 'm': fuzz_model(data, size); break;
-        case 's': if (g_fuzz_harness[1] == 'h') fuzz_shard(data, size); else fuzz_state(data, size); break;
-        case 't': fuzz_tokenizer(data, size); break;
-        case 'b': fuzz_bpe(data, size); break;
-        }
+        g_fuzz_fn(data, size);
     } else {
         fuzz_close_new_fds(); // refused (die): what it left open
     }
