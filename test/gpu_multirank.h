@@ -1,5 +1,7 @@
 // test/gpu_multirank.h — the CUDA device with several ranks (included by test/test_gpu.cu): each
-// case starts this binary as the trainer under mpirun, one process per rank.
+// case starts this binary as the trainer under mpirun, one process per rank. Only in builds with
+// MPI and NCCL (the emulator's, and a multi-GPU build): the binary carried to a one-GPU box has neither.
+#if defined(USE_MPI) && defined(USE_NCCL)
 #include "zero_runs.h" // defines: ZT_MODEL, zt_data, zt_mpirun, zt_dir, ZtLog, zt_read_log
 
 // One rank on the CPU device, one on the CUDA device: the flag/build check runs before any
@@ -71,6 +73,7 @@ TEST(multirank_cuda_zero_stages) {
     }
 }
 
+#ifdef ZT_CUDA_EMU
 // The emulator's cross-stream check (test/cuda_emu/cuda_emu.h), through the emulated NCCL at one
 // rank: a kernel on the compute stream that reads what an all-gather on the comm stream writes,
 // without an event between them, stops the run; so does an all-gather overwriting a buffer a
@@ -133,6 +136,7 @@ TEST(emu_cross_stream_order_checked) {
            "an all-gather overwriting what a kernel used, without an event, ran (%d):\n%s", rc, msg);
     printf("    %s", msg);
 }
+#endif // ZT_CUDA_EMU
 
 // Start R ranks in the background with their output in `log`; returns mpirun's pid.
 static pid_t mr_spawn(int R, const char* env, const char* flags, const char* log) {
@@ -209,3 +213,4 @@ TEST(multirank_nccl_watchdog) {
     if (line) printf("    stopped rank: job ended %.1f s after SIGSTOP: %.*s\n", took, (int)strcspn(line, "\n"), line);
     free(s);
 }
+#endif // USE_MPI && USE_NCCL

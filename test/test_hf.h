@@ -415,9 +415,7 @@ static const char* hf_python(void) {
 static void hf_export_logits(const char* script_mode, const char* tag, const char* who) {
     Fixture fx;
     if (tm_load_fixture(&fx)) { CHECK(0); return; }
-    char dir[PATH_MAX], tokens[PATH_MAX], theirs[PATH_MAX], cmd[4 * PATH_MAX], out[8192];
-    snprintf(tokens, sizeof(tokens), "%s/hf_tokens.i32", test_tmpdir());
-    snprintf(theirs, sizeof(theirs), "%s/hf_logits_%s.f32", test_tmpdir(), tag);
+    char dir[PATH_MAX], cmd[4 * PATH_MAX], out[8192], py[PATH_MAX + 64];
     char flags[4096];
     static char made[PATH_MAX] = ""; // both cases read the same export: train and export once
     snprintf(dir, sizeof(dir), "%s/hf_exported", test_tmpdir());
@@ -429,42 +427,11 @@ static void hf_export_logits(const char* script_mode, const char* tag, const cha
         CHECKF(rc == 0, "training and -export-hf failed:\n%s", out);
         if (rc == 0) snprintf(made, sizeof(made), "%s", dir);
     }
-    // our logits from the exported directory, on batch 0
-    snprintf(flags, sizeof(flags), "%s -x 0", tm_fixture_flags(&fx, ""));
-    char* e = strstr(flags, "test/fixtures/ref_model.bin");
-    char rest[4096];
-    snprintf(rest, sizeof(rest), "%s", e + strlen("test/fixtures/ref_model.bin"));
-    snprintf(e, sizeof(flags) - (e - flags), "%s%s", dir, rest);
-    Trainer* tr = tm_trainer(flags);
-    Model* m = &tr->model;
-    int B = m->B, T = m->T, V = m->cfg.V;
-    dataloader_load(&tr->train, 0);
-    load_tokens(m, &tr->train, 0);
-    gpt_forward(m, B, T, 0, 0.0f, 0);
-    float* ours = (float*)malloc(sizeof(float) * B * T * V);
-    floatX* lx = (floatX*)tm_host(m->a.logits, sizeof(floatX) * B * T * m->cfg.Vp);
-    for (int i = 0; i < B * T; i++)
-        for (int j = 0; j < V; j++) ours[i * V + j] = ld(lx[(int64_t)i * m->cfg.Vp + j]);
-    free(lx);
-    FILE* f = fopen(tokens, "wb");
-    int hdr[2] = {B, T};
-    fwrite(hdr, sizeof(int), 2, f);
-    fwrite(tr->train.inputs, sizeof(int), (size_t)B * T, f);
-    fclose(f);
-    tm_free(tr);
-    snprintf(cmd, sizeof(cmd), "%s %s %s %s %s", hf_python(), script_mode, dir, tokens, theirs);
-    rc = test_run_cmd(cmd, out, sizeof(out));
-    CHECKF(rc == 0, "%s failed:\n%s", script_mode, out);
-    float* ref = (float*)malloc(sizeof(float) * B * T * V);
-    f = fopen(theirs, "rb");
-    size_t got = f ? fread(ref, sizeof(float), (size_t)B * T * V, f) : 0;
-    if (f) fclose(f);
-    CHECK(got == (size_t)B * T * V);
-    double err = got == (size_t)B * T * V ? tm_relerr_f(ours, ref, (int64_t)B * T * V) : 1.0;
+    // our logits from the exported directory, on batch 0, against theirs
+    snprintf(py, sizeof(py), "%s %s", hf_python(), script_mode);
+    double err = tm_logits_vs(&fx, dir, py, tag);
     CHECKF(err < TOL_MODEL_FWD, "logits of the -export-hf model: ours vs %s %.3g", who, err);
     printf("    -export-hf (F32 from the master): logits ours vs %s %.2e\n", who, err);
-    free(ours);
-    free(ref);
     fixture_free(&fx);
 }
 

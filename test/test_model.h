@@ -294,29 +294,18 @@ static const char* tm_torch_python(void) {
     return p && *p ? p : "/usr/bin/python3";
 }
 
-TEST(model_export_logits_vs_pytorch) {
-    char probe[PATH_MAX + 64];
-    snprintf(probe, sizeof(probe), "%s -c 'import torch, numpy'", tm_torch_python());
-    if (test_run_cmd(probe, NULL, 0) != 0)
-        TEST_SKIP("needs a python with torch and numpy: apt-get install python3-torch python3-numpy, or set ZT_TORCH_PYTHON");
-    Fixture fx;
-    if (tm_load_fixture(&fx)) { CHECK(0); return; }
-    char exported[PATH_MAX], tokens[PATH_MAX], theirs[PATH_MAX], cmd[4 * PATH_MAX], out[8192];
-    snprintf(exported, sizeof(exported), "%s/exported.bin", test_tmpdir());
-    snprintf(tokens, sizeof(tokens), "%s/tokens.i32", test_tmpdir());
-    snprintf(theirs, sizeof(theirs), "%s/logits_torch.f32", test_tmpdir());
-    // train 3 steps from the reference model, export at the end
-    char flags[4096];
-    snprintf(flags, sizeof(flags), "%s -export %s", tm_fixture_flags(&fx, "-x 3"), exported);
-    snprintf(cmd, sizeof(cmd), "OMP_NUM_THREADS=2 %s --train %s", g_test_self, flags);
-    int rc = test_run_cmd(cmd, out, sizeof(out));
-    CHECKF(rc == 0, "training and export failed:\n%s", out);
-    // our logits from the exported file, on batch 0
-    snprintf(flags, sizeof(flags), "%s -x 0", tm_fixture_flags(&fx, ""));
+// Our logits of `model` (an llm.c file or a Hugging Face directory, in place of the fixture's model)
+// on the fixture's batch 0, against the logits `python_cmd MODEL TOKENS OUT` writes for the same
+// tokens (TOKENS: int32 B, T, then the B*T ids; OUT: B*T*V float32). Returns the relative error (1
+// when anything failed: a CHECK says what).
+static double tm_logits_vs(const Fixture* fx, const char* model, const char* python_cmd, const char* tag) {
+    char tokens[PATH_MAX], theirs[PATH_MAX], cmd[4 * PATH_MAX], out[8192], flags[4096], rest[4096];
+    snprintf(tokens, sizeof(tokens), "%s/tokens_%s.i32", test_tmpdir(), tag);
+    snprintf(theirs, sizeof(theirs), "%s/logits_%s.f32", test_tmpdir(), tag);
+    snprintf(flags, sizeof(flags), "%s -x 0", tm_fixture_flags(fx, ""));
     char* e = strstr(flags, "test/fixtures/ref_model.bin");
-    char rest[4096];
     snprintf(rest, sizeof(rest), "%s", e + strlen("test/fixtures/ref_model.bin"));
-    snprintf(e, sizeof(flags) - (e - flags), "%s%s", exported, rest);
+    snprintf(e, sizeof(flags) - (e - flags), "%s%s", model, rest);
     Trainer* tr = tm_trainer(flags);
     Model* m = &tr->model;
     int B = m->B, T = m->T, V = m->cfg.V;
@@ -334,19 +323,40 @@ TEST(model_export_logits_vs_pytorch) {
     fwrite(tr->train.inputs, sizeof(int), (size_t)B * T, f);
     fclose(f);
     tm_free(tr);
-    snprintf(cmd, sizeof(cmd), "%s dev/reference.py --logits %s %s %s", tm_torch_python(), exported, tokens, theirs);
-    rc = test_run_cmd(cmd, out, sizeof(out));
-    CHECKF(rc == 0, "dev/reference.py --logits failed:\n%s", out);
+    snprintf(cmd, sizeof(cmd), "%s %s %s %s", python_cmd, model, tokens, theirs);
+    int rc = test_run_cmd(cmd, out, sizeof(out));
+    CHECKF(rc == 0, "%s failed:\n%s", python_cmd, out);
     float* ref = (float*)malloc(sizeof(float) * B * T * V);
     f = fopen(theirs, "rb");
     size_t got = f ? fread(ref, sizeof(float), (size_t)B * T * V, f) : 0;
     if (f) fclose(f);
     CHECK(got == (size_t)B * T * V);
     double err = got == (size_t)B * T * V ? tm_relerr_f(ours, ref, (int64_t)B * T * V) : 1.0;
-    CHECKF(err < TOL_MODEL_FWD, "logits of the exported model: ours vs PyTorch %.3g", err);
-    printf("    exported model (llm.c v%d): logits ours vs PyTorch %.2e\n", sizeof(floatX) == 2 ? 5 : 3, err);
     free(ours);
     free(ref);
+    return err;
+}
+
+TEST(model_export_logits_vs_pytorch) {
+    char probe[PATH_MAX + 64];
+    snprintf(probe, sizeof(probe), "%s -c 'import torch, numpy'", tm_torch_python());
+    if (test_run_cmd(probe, NULL, 0) != 0)
+        TEST_SKIP("needs a python with torch and numpy: apt-get install python3-torch python3-numpy, or set ZT_TORCH_PYTHON");
+    Fixture fx;
+    if (tm_load_fixture(&fx)) { CHECK(0); return; }
+    char exported[PATH_MAX], cmd[4 * PATH_MAX], out[8192], py[PATH_MAX + 64];
+    snprintf(exported, sizeof(exported), "%s/exported.bin", test_tmpdir());
+    // train 3 steps from the reference model, export at the end
+    char flags[4096];
+    snprintf(flags, sizeof(flags), "%s -export %s", tm_fixture_flags(&fx, "-x 3"), exported);
+    snprintf(cmd, sizeof(cmd), "OMP_NUM_THREADS=2 %s --train %s", g_test_self, flags);
+    int rc = test_run_cmd(cmd, out, sizeof(out));
+    CHECKF(rc == 0, "training and export failed:\n%s", out);
+    // our logits from the exported file, on batch 0, against the PyTorch program reading it
+    snprintf(py, sizeof(py), "%s dev/reference.py --logits", tm_torch_python());
+    double err = tm_logits_vs(&fx, exported, py, "llmc");
+    CHECKF(err < TOL_MODEL_FWD, "logits of the exported model: ours vs PyTorch %.3g", err);
+    printf("    exported model (llm.c v%d): logits ours vs PyTorch %.2e\n", sizeof(floatX) == 2 ? 5 : 3, err);
     fixture_free(&fx);
 }
 
