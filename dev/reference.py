@@ -323,20 +323,26 @@ def read_model(path):
     return header, tensors
 
 
+def write_logits(tensors, tokens_path, out_path, what):
+    """The (B, T, V) logits of the model made of `tensors` (llm.c names and shapes, numpy) on the
+    tokens of tokens_path (int32 file: B, T, then B*T ids), written to out_path as float32."""
+    raw = np.fromfile(tokens_path, dtype="<i4")
+    b, t = int(raw[0]), int(raw[1])
+    idx = torch.from_numpy(raw[2:2 + b * t].astype(np.int64)).reshape(b, t)
+    model = build_model({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in tensors.items()})
+    with torch.no_grad():
+        logits, _ = model(idx, idx)
+    logits.float().numpy().astype("<f4").tofile(out_path)
+    print(f"logits ({b}, {t}, {V}) of {what} written to {out_path}")
+
+
 def logits_of(model_path, tokens_path, out_path):
     """--logits: the float64 model loaded from an llm.c file (written by ./train -export, say)
     applied to tokens (int32 file: B, T, then B*T ids); writes the (B, T, V) logits as float32."""
     header, tensors = read_model(model_path)
     if list(header[2:8]) != [maxT, V, L, NH, C, Vp]:
         raise ValueError(f"{model_path}: model {list(header[2:8])} is not the reference's {[maxT, V, L, NH, C, Vp]}")
-    raw = np.fromfile(tokens_path, dtype="<i4")
-    b, t = int(raw[0]), int(raw[1])
-    idx = torch.from_numpy(raw[2:2 + b * t].astype(np.int64)).reshape(b, t)
-    model = build_model({k: torch.from_numpy(np.array(v)) for k, v in tensors.items()})
-    with torch.no_grad():
-        logits, _ = model(idx, idx)
-    logits.float().numpy().astype("<f4").tofile(out_path)
-    print(f"logits ({b}, {t}, {V}) of {model_path} written to {out_path}")
+    write_logits(tensors, tokens_path, out_path, model_path)
 
 
 def hf_logits_of(model_dir, tokens_path, out_path):
@@ -368,14 +374,7 @@ def hf_logits_of(model_dir, tokens_path, out_path):
         tensors[name] = t
     if hf:
         raise ValueError(f"{model_dir}: unexpected tensors {sorted(hf)}")
-    raw = np.fromfile(tokens_path, dtype="<i4")
-    b, t = int(raw[0]), int(raw[1])
-    idx = torch.from_numpy(raw[2:2 + b * t].astype(np.int64)).reshape(b, t)
-    model = build_model({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in tensors.items()})
-    with torch.no_grad():
-        logits, _ = model(idx, idx)
-    logits.float().numpy().astype("<f4").tofile(out_path)
-    print(f"logits ({b}, {t}, {V}) of {model_dir} written to {out_path}")
+    write_logits(tensors, tokens_path, out_path, model_dir)
 
 
 def masked_grads_of(model_path, tokens_path, out_path):
