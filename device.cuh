@@ -21,6 +21,8 @@
 #include <stdint.h>
 #include <string.h>
 #include <stdarg.h>
+#include <pthread.h>
+#include <unistd.h>
 #include <math.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -79,7 +81,18 @@ static int g_rank = 0, g_world = 1;         // set by the launcher (zero.h) befo
 static void (*g_abort_hook)(int code) = NULL; // ends every rank (MPI_Abort) when there are several
 static void (*g_finalize_hook)(void) = NULL;  // a single process's clean exit (MPI_Finalize)
 
+// One thread ends the process. Another that fails meanwhile (the main thread waiting in the
+// collective the NCCL watchdog just aborted) waits in zt_exit: two threads in MPI_Abort race, and
+// Open MPI's second call returns, which sent that thread on into MPI_Finalize and exit.
+static int g_exit_claimed = 0; // (the fuzzer, whose abort hook returns by longjmp, clears it)
+static pthread_t g_exiting;
+
 static void zt_exit(int code) {
+    if (__atomic_exchange_n(&g_exit_claimed, 1, __ATOMIC_SEQ_CST)) {
+        if (pthread_equal(g_exiting, pthread_self())) _exit(code); // failed inside its own exit path
+        for (;;) pause();
+    }
+    g_exiting = pthread_self();
     fflush(stdout);
     fflush(stderr);
     if (g_abort_hook) g_abort_hook(code);

@@ -358,6 +358,7 @@ typedef struct {
     pthread_t watchdog;   // [NCCL] polls the collectives in flight and NCCL's async error
     pthread_mutex_t mu;   // [NCCL] guards the slots' watchdog fields
     volatile int watchdog_stop, watchdog_on;
+    volatile int watchdog_fired; // it aborted the communicator and is ending the run
 #endif
 #endif
 } Comm;
@@ -444,6 +445,7 @@ static void nccl_settle(Comm* c, ncclResult_t r, const char* what, double timeou
         ncclResult_t q = ncclCommGetAsyncError(c->nccl, &r);
         if (q != ncclSuccess) r = q;
     }
+    if (r != ncclSuccess && c->watchdog_fired) for (;;) pause(); // the watchdog ends the run with its message
     if (r != ncclSuccess)
         die(1, "NCCL error in %s at step %d: %s. HINT: %s", what, c->step, ncclGetErrorString(r),
             r == ncclRemoteError ? "another rank failed or was aborted: its log says why"
@@ -478,6 +480,7 @@ static void* comm_watchdog(void* arg) {
             snprintf(why, sizeof(why), "NCCL reports an error at step %d: %s", c->step, ncclGetErrorString(err));
         pthread_mutex_unlock(&c->mu);
         if (why[0]) {
+            c->watchdog_fired = 1;
             ncclCommAbort(c->nccl); // a collective waiting in NCCL now ends instead of hanging
             die(3, "NCCL watchdog: %s: another rank stopped responding (crashed, stopped or much slower). HINT: check "
                    "the other ranks' logs; raise -comm-timeout if they are only slow", why);

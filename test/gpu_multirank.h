@@ -178,7 +178,9 @@ TEST(multirank_nccl_watchdog) {
     int done = mr_reap(child, 120, &status);
     double took = test_now_s() - t0;
     char* s = zt_read_file(log);
-    CHECKF(done && WIFEXITED(status) && WEXITSTATUS(status) != 0, "a stalled collective: the job did not end with an error within 120 s");
+    CHECKF(done && WIFEXITED(status) && WEXITSTATUS(status) != 0,
+           "a stalled collective: the job did not end with an error within 120 s (ended %d, %s %d):\n%s", done,
+           WIFEXITED(status) ? "exit status" : "signal", WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), s ? s : "(no log)");
     CHECKF(s && strstr(s, "NCCL watchdog: collective") && strstr(s, "did not complete within 3 s") && strstr(s, "at step"),
            "no watchdog message:\n%s", s ? s : "(no log)");
     const char* line = s ? strstr(s, "NCCL watchdog") : NULL;
