@@ -13,23 +13,34 @@
 // they are (sampling reads them).
 // The softmax reads the *rounded* logits, as the GPU does after its BF16 matmul.
 //
-// CUDA: the matmul through op_matmul_forward (cuBLASLt), the rest in classifier_kernel (one block
-// per row, deterministic block reductions).
+// CUDA: the matmul through op_matmul_forward (cuBLASLt), the rest in classifier_row_kernel (one
+// block per row, the row read from global memory once, deterministic block reductions).
 //
-// defines: op_lm_head_forward
+// defines: op_lm_head_forward, classifier_row_max
 #ifndef ZT_OPS_CLASSIFIER_CUH
 #define ZT_OPS_CLASSIFIER_CUH
 
 #include "../device.cuh" // defines: floatX, ld, rn
 #include "matmul.cuh"    // defines: op_matmul_forward
+#include "packed.cuh"    // defines: PACK_X, Packed128, load128, store128, aligned16
 
-// CUDA device: the classifier part is classifier_kernel, one thread block per row n, three passes
-// over the row as on the CPU: max, sum of exp(l - max), then losses[n] and (with write_dlogits)
-// dlogits written over the logits, p = exp(l - lse) from the rounded logits. The block-wide max and
-// sum combine each thread's strided partial (fixed order) by a warp butterfly and then the warps'
-// results in warp order: a fixed tree, so the result is the same every run (no atomics).
+// CUDA device: the classifier part. The softmax needs the row three times (its max, the sum of
+// exp(l - max), then p = exp(l - lse) for dlogits), as on the CPU. Read from global memory three
+// times, a GPT-2 row (Vp = 50304 BF16, 98 KiB) costs 3 reads + 1 write of HBM traffic: at d12,
+// B*T = 16K rows, 6.6 GB per micro-step. classifier_row_kernel reads the row once into shared
+// memory (with 16-byte loads when it can) and takes the max on the way; the sum and the dlogits
+// read the shared copy; the dlogits go out with 16-byte stores: 1 read + 1 write, half the traffic.
+// The row must fit one block's shared memory (98 KiB BF16 or 196 KiB FP32 at GPT-2's Vp, under the
+// 227 KiB a Hopper block may opt in to: two blocks of 1024 threads per SM in BF16). A longer row
+// takes classifier_kernel, the same arithmetic over global memory. The two are bitwise the same:
+// the max is exact in any order and both sum each thread's strided elements j = tid + k * blockDim
+// in the same order, then combine the threads by the same fixed tree (gpu_classifier_paths_bitwise).
 #ifdef __CUDACC__
 #define CLASSIFIER_THREADS 1024 // threads per row (32 warps)
+
+// Rows longer than this (bytes) take classifier_kernel even when they would fit shared memory: a
+// test lowers it to send GPT-2's rows down that path.
+static size_t classifier_row_max = SIZE_MAX;
 
 // Sum (is_max = 0) or max (is_max = 1) of v over the block; every thread gets the result.
 // scratch: 32 floats of shared memory, free on entry, free again on return.
@@ -51,8 +62,64 @@ __device__ static float classifier_block_reduce(float v, int is_max, float* scra
     return v;
 }
 
-// Row n of logits (N, Vp): losses[n] = lse - l[target]; with write_dlogits the row becomes
-// rn((p - onehot) * dloss) for j < V and 0 for V <= j < Vp.
+// Row n of logits (N, Vp), the row read once into shared memory (Vp floatX of dynamic shared
+// memory): losses[n] = lse - l[target]; with write_dlogits the row becomes rn((p - onehot) * dloss)
+// for j < V and 0 for V <= j < Vp. packed: every row is 16-byte aligned and Vp % PACK_X == 0.
+__global__ static void __launch_bounds__(CLASSIFIER_THREADS)
+classifier_row_kernel(floatX* logits, float* losses, const int* targets, float dloss, int write_dlogits, int V, int Vp,
+                      int packed) {
+    extern __shared__ float classifier_smem[]; // (Vp) floatX: the row
+    __shared__ float scratch[32];
+    floatX* srow = (floatX*)classifier_smem;
+    int64_t n = blockIdx.x;
+    floatX* row = logits + n * Vp;
+    int t = targets[n];
+    if (t < 0) { // masked: no loss, no gradient (the whole block takes this branch together)
+        if (threadIdx.x == 0) losses[n] = 0.0f;
+        if (write_dlogits) for (int j = threadIdx.x; j < Vp; j += blockDim.x) row[j] = rn(0.0f);
+        return;
+    }
+    // the one read of the row: into shared memory, the max on the way (exact in any order)
+    float maxv = -INFINITY;
+    if (packed) {
+        for (int k = threadIdx.x; k < Vp / PACK_X; k += blockDim.x) {
+            Packed128<floatX> v = load128(row + (int64_t)k * PACK_X);
+            store128(srow + k * PACK_X, v);
+            #pragma unroll
+            for (int e = 0; e < PACK_X; e++)
+                if (k * PACK_X + e < V) maxv = fmaxf(maxv, ld(v[e]));
+        }
+    } else {
+        for (int j = threadIdx.x; j < Vp; j += blockDim.x) {
+            srow[j] = row[j];
+            if (j < V) maxv = fmaxf(maxv, ld(srow[j]));
+        }
+    }
+    maxv = classifier_block_reduce(maxv, 1, scratch); // (its __syncthreads: the whole row is in srow)
+    float sum = 0.0f;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) sum += expf(ld(srow[j]) - maxv);
+    sum = classifier_block_reduce(sum, 0, scratch);
+    float lse = maxv + logf(sum);
+    if (threadIdx.x == 0) losses[n] = lse - ld(srow[t]);
+    if (!write_dlogits) return;
+    if (packed) {
+        for (int k = threadIdx.x; k < Vp / PACK_X; k += blockDim.x) {
+            Packed128<floatX> v = load128(srow + k * PACK_X);
+            #pragma unroll
+            for (int e = 0; e < PACK_X; e++) {
+                int j = k * PACK_X + e;
+                v[e] = j < V ? rn((expf(ld(v[e]) - lse) - (j == t ? 1.0f : 0.0f)) * dloss) : rn(0.0f);
+            }
+            store128(row + (int64_t)k * PACK_X, v);
+        }
+    } else {
+        for (int j = threadIdx.x; j < Vp; j += blockDim.x)
+            row[j] = j < V ? rn((expf(ld(srow[j]) - lse) - (j == t ? 1.0f : 0.0f)) * dloss) : rn(0.0f);
+    }
+}
+
+// Row n of logits (N, Vp), for rows longer than shared memory: as classifier_row_kernel, each pass
+// reading the row from global memory (3 reads + 1 write).
 __global__ static void __launch_bounds__(CLASSIFIER_THREADS)
 classifier_kernel(floatX* logits, float* losses, const int* targets, float dloss, int write_dlogits, int V, int Vp) {
     __shared__ float scratch[32];
@@ -91,8 +158,20 @@ static void op_lm_head_forward(floatX* logits, float* losses, const floatX* x, c
 #ifdef __CUDACC__
     if (g_device == DEV_CUDA) {
         if (N == 0) return;
-        classifier_kernel<<<(unsigned)N, CLASSIFIER_THREADS, 0, g_stream>>>(logits, losses, targets, dloss,
-                                                                          write_dlogits, V, Vp);
+        static size_t smem_max = 0; // once: allow the row kernel all the shared memory a block may have
+        if (smem_max == 0) {
+            smem_max = g_cuda_prop.sharedMemPerBlockOptin - 32 * sizeof(float); // less its scratch
+            cudaCheck(cudaFuncSetAttribute(classifier_row_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_max));
+        }
+        size_t row_bytes = (size_t)Vp * sizeof(floatX);
+        if (row_bytes <= smem_max && row_bytes <= classifier_row_max) {
+            int packed = Vp % PACK_X == 0 && aligned16(logits);
+            classifier_row_kernel<<<(unsigned)N, CLASSIFIER_THREADS, row_bytes, g_stream>>>(
+                logits, losses, targets, dloss, write_dlogits, V, Vp, packed);
+        } else {
+            classifier_kernel<<<(unsigned)N, CLASSIFIER_THREADS, 0, g_stream>>>(logits, losses, targets, dloss,
+                                                                              write_dlogits, V, Vp);
+        }
         cudaCheck(cudaGetLastError());
         return;
     }

@@ -300,6 +300,7 @@ static void check_classifier(int N, int C, int V, int Vp, int write_dlogits, int
 }
 
 TEST(gpu_classifier_small) {
+    check_classifier(37, 16, 13, 13, 1, 3); // Vp not a whole number of packs: the element path
     check_classifier(37, 16, 13, 16, 1);
     check_classifier(37, 16, 13, 16, 0);
     check_classifier(37, 16, 13, 16, 1, 3);
@@ -360,6 +361,55 @@ TEST(gpu_classifier_rows_past_2pow31) {
 TEST(gpu_classifier_gpt2) {
     check_classifier(GPU_BIG(1024, 64), 64, 50257, 50304, 1);
     check_classifier(GPU_BIG(256, 32), 64, 50257, 50304, 0);
+}
+
+// The classifier's two CUDA paths, the row in shared memory (read once) and the row read from
+// global memory three times (rows too long for shared memory), give the same bits: GPT-2's row,
+// a short row (tails in the last pack), an unpadded row (not a whole number of packs: the
+// element path), each with masked targets, losses only and dlogits.
+static void classifier_on_gpu(const floatX* x, const floatX* wte, const int* t, int write_dlogits, int N, int C, int V,
+                              int Vp, floatX* logits, float* losses) {
+    floatX* d_x = (floatX*)gpu_copy_of(x, sizeof(floatX) * N * C);
+    floatX* d_wte = (floatX*)gpu_copy_of(wte, sizeof(floatX) * Vp * C);
+    int* d_t = (int*)gpu_copy_of(t, sizeof(int) * N);
+    floatX* d_logits = (floatX*)gpu_nans(sizeof(floatX) * (size_t)N * Vp);
+    float* d_losses = (float*)gpu_nans(sizeof(float) * N);
+    ON_GPU(op_lm_head_forward(d_logits, d_losses, d_x, d_wte, d_t, 1.0f / N, write_dlogits, N, C, V, Vp));
+    gpu_to_host(logits, d_logits, sizeof(floatX) * (size_t)N * Vp);
+    gpu_to_host(losses, d_losses, sizeof(float) * N);
+    void* bufs[] = {d_x, d_wte, d_t, d_logits, d_losses};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) cudaCheck(cudaFree(bufs[i]));
+}
+TEST(gpu_classifier_paths_bitwise) {
+    const int shapes[][3] = {{GPU_BIG(64, 12), 50257, 50304}, {37, 13, 16}, {37, 13, 13}}; // N, V, Vp
+    const int C = 16;
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+        int N = shapes[si][0], V = shapes[si][1], Vp = shapes[si][2];
+        floatX* x = (floatX*)malloc(sizeof(floatX) * N * C);
+        floatX* wte = (floatX*)malloc(sizeof(floatX) * Vp * C);
+        int* t = (int*)malloc(sizeof(int) * N);
+        rand_x(x, (int64_t)N * C, 1.0, 51);
+        rand_x(wte, (int64_t)Vp * C, 2.0, 52);
+        for (int64_t i = (int64_t)V * C; i < (int64_t)Vp * C; i++) wte[i] = rn(0.0f);
+        uint64_t key = rng_key(53, 0x544752ull, (uint64_t)N);
+        for (int n = 0; n < N; n++) t[n] = n % 5 == 2 ? -1 : (int)(rng_u64(key, (uint64_t)n) % (uint64_t)V);
+        size_t nl = (size_t)N * Vp;
+        floatX* la = (floatX*)malloc(sizeof(floatX) * nl);
+        floatX* lb = (floatX*)malloc(sizeof(floatX) * nl);
+        float* sa = (float*)malloc(sizeof(float) * N);
+        float* sb = (float*)malloc(sizeof(float) * N);
+        for (int w = 0; w <= 1; w++) {
+            classifier_on_gpu(x, wte, t, w, N, C, V, Vp, la, sa); // shared memory
+            classifier_row_max = 0;                             // every row: from global memory
+            classifier_on_gpu(x, wte, t, w, N, C, V, Vp, lb, sb);
+            classifier_row_max = SIZE_MAX;
+            int same = !memcmp(la, lb, sizeof(floatX) * nl) && !memcmp(sa, sb, sizeof(float) * N);
+            printf("    N=%d V=%d Vp=%d %s: shared-memory row and global-memory row %s\n", N, V, Vp,
+                   w ? "dlogits" : "losses only", same ? "bitwise equal" : "DIFFER");
+            CHECKF(same, "N=%d V=%d Vp=%d write_dlogits=%d: the two classifier paths differ", N, V, Vp, w);
+        }
+        free(x); free(wte); free(t); free(la); free(lb); free(sa); free(sb);
+    }
 }
 
 // Without targets the classifier does not run: the logits are the matmul's, untouched.
