@@ -110,7 +110,7 @@ typedef enum { F_INT, F_FLOAT, F_STR, F_SWITCH } FlagType; // F_SWITCH: present 
     X("-tflops",        tflops,          F_FLOAT, "auto",   "compute rate per rank for -plan, TFLOP/s (auto: on cpu the median of 15 matmuls timed by CPU time, on cuda 50% of the -gpu's BF16 peak)") \
     X("-max-skips",     max_skips,       F_INT,   "10",     "end the run with exit code 4 after this many consecutive skipped steps (non-finite gradient norm or update; 0: never)") \
     X("-save-model",    save_model,      F_STR,   "1",      "llm.c model file in each checkpoint: 1 every one, last only the final one, 0 none (resume needs only the state files)") \
-    X("-io-timeout",    io_timeout,      F_FLOAT, "auto",   "seconds the other ranks wait for rank 0's checkpoint or -export writes (auto: bytes rank 0 writes at 50 MB/s, at least 600; 0: forever)") \
+    X("-io-timeout",    io_timeout,      F_FLOAT, "auto",   "seconds ranks wait for rank 0's checkpoint or -export writes and for each other's evaluation reads (auto: bytes rank 0 writes at 50 MB/s, at least 600; 0: forever)") \
     X("-export-hf",     export_hf,       F_STR,   "",       "when training ends, write the model as a Hugging Face GPT-2 checkpoint into this directory (config.json + model.safetensors)") \
     X("-prompt",        prompt,          F_STR,   "",       "generate from this prompt (or from each line of @FILE) at the sample steps and at the end, up to -g tokens or an EOT (encoded with -merges)") \
     X("-export-dtype",  export_dtype,    F_STR,   "auto",   "dtype of -export / -export-hf: fp32 (from the FP32 master weights), bf16 (the parameters as trained), fp16 (-export-hf only); auto: -export the parameters' dtype, -export-hf fp32") \
@@ -894,8 +894,11 @@ static int resume_checkpoint(Trainer* tr) {
 // 7. Evaluation and sampling. Every rank runs every forward (under ZeRO-3 each takes part in
 // every gather), so every rank computes the same numbers; rank 0 prints them.
 
-// Mean loss over val_steps micro-batches per rank of the val set (unit s*R + r of batch s).
+// Mean loss over val_steps micro-batches per rank of the val set (unit s*R + r of batch s). Each
+// rank reads its own val batches: a rank slow to read them (slow storage) makes the others wait in
+// the evaluation's collectives, so those waits use -io-timeout, not -comm-timeout.
 static float evaluate(Trainer* tr) {
+    double saved = io_wait_begin(tr);
     Model* m = &tr->model;
     int B = m->B, T = m->T;
     int64_t units = tr->val.total_samples / B / tr->R; // whole micro-batches per rank in the val set
@@ -911,6 +914,7 @@ static float evaluate(Trainer* tr) {
         sum += sum_losses(m, B * T);
     }
     comm_sum_doubles(&tr->comm, &sum, 1);
+    io_wait_end(tr, saved);
     return counted > 0 ? (float)(sum / (double)counted) : NAN;
 }
 

@@ -482,6 +482,29 @@ TEST(ckpt_io_timeout) {
 #endif
 }
 
+// Slow storage under the evaluation: rank 1 takes 3 s longer to read its val batch
+// (ZT_FAULT=slow-read:kjv_val, rank 1 only) while rank 0 waits in the evaluation's scalar sum. With
+// -comm-timeout 1 the run still succeeds (that wait uses -io-timeout, auto: at least 10 minutes);
+// with -io-timeout 1 it ends with exit code 3 and a message naming -io-timeout.
+TEST(eval_io_timeout) {
+#ifndef USE_MPI
+    TEST_SKIP("built without MPI");
+#else
+    char cmd[8192];
+    const char* flags = "-e tiny -layers 1 -channels 32 -heads 2 -b 2 -t 16 -s 0 -blas 0 -threads 1 -x 0 -v 1 -m 1";
+    for (int k = 0; k < 2; k++) {
+        snprintf(cmd, sizeof(cmd),
+                 "for v in $(env | grep -oE '^(OMPI|PMIX|OPAL)_[A-Za-z0-9_]*'); do unset $v; done; OMP_NUM_THREADS=1 "
+                 "mpirun --oversubscribe --allow-run-as-root --mca mpi_yield_when_idle 1 -np 1 %s --train %s %s : "
+                 "-np 1 env ZT_FAULT=slow-read:kjv_val %s --train %s %s",
+                 g_test_self, flags, k ? "-io-timeout 1" : "-comm-timeout 1", g_test_self, flags, k ? "-io-timeout 1" : "-comm-timeout 1");
+        int rc = test_run_cmd(cmd, ck_out, sizeof(ck_out));
+        if (k == 0) CHECKF(rc == 0 && strstr(ck_out, "val loss"), "a slow val read ended the run under -comm-timeout 1 (%d):\n%s", rc, ck_out);
+        else CHECKF(rc == 3 && strstr(ck_out, "raise -io-timeout"), "-io-timeout 1 (%d):\n%s", rc, ck_out);
+    }
+#endif
+}
+
 // After a crash: temporary files and the files of a step without DONE are removed at start-up
 // (and said so); a resumed run's log.jsonl has each step once (the steps trained again replace
 // the old records instead of being appended twice).
