@@ -71,10 +71,19 @@ ZT_HD static inline void step_scalars_finish(StepScalars* s, float clip) {
     s->grad_scale = clip > 0.0f && s->norm > clip ? clip / s->norm : 1.0f;
 }
 
-// An update's new values are all finite: m, v, the FP32 master w and its rounding to storage (a
-// finite w beyond BF16's largest value, ~3.39e38, rounds to infinity).
+// An update's new values are all finite: m, v, the FP32 master w and its rounding to storage.
+// Branch-free, so the check costs what the update costs: x - x is +0 for a finite x and NaN for an
+// infinity or a NaN (exact IEEE arithmetic, no fast-math on either side); the stored parameter
+// rn(w) is finite exactly when |w| < FLOATX_ROUNDS_TO_INF (false for an infinite or NaN w too),
+// which op_adamw_check_overflow checks against isfinite(ld(rn(w))) at the boundary.
+#ifdef ENABLE_FP32
+#define FLOATX_ROUNDS_TO_INF INFINITY
+#else
+#define FLOATX_ROUNDS_TO_INF 0x1.ffp+127f // 0x7f7f8000: halfway between BF16's largest (0x7f7f) and infinity; ties to even (0x7f80)
+#endif
 ZT_HD static inline int adamw_finite(float mi, float vi, float w) {
-    return isfinite(mi) && isfinite(vi) && isfinite(w) && isfinite(ld(rn(w)));
+    float z = (mi - mi) + (vi - vi);
+    return (z == z) & (fabsf(w) < FLOATX_ROUNDS_TO_INF);
 }
 
 // bc1 = 1 - beta1^t, bc2 = 1 - beta2^t for update number t >= 1, computed in double.

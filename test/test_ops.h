@@ -473,6 +473,16 @@ TEST(op_adamw) {
 // or w rounds to a BF16 infinity); one master at 3.4e38 (finite in FP32, infinite as BF16: flagged
 // in the BF16 build only); m - g overflowing in m; a step whose norm is not finite (not checked).
 TEST(op_adamw_check_overflow) {
+    // adamw_finite's test of the stored parameter equals isfinite(ld(rn(w))), at the boundary too
+    const uint32_t wbits[] = {0x7f7f7fffu, 0x7f7f8000u, 0x7f7f8001u, 0x7f7fffffu, 0x7f800000u, 0x7fc00000u, 0x3f800000u,
+                              0x00000001u, 0xff7f7fffu, 0xff7f8000u, 0xff800000u, 0x7f7f0000u};
+    for (size_t k = 0; k < sizeof(wbits) / sizeof(wbits[0]); k++) {
+        float w;
+        memcpy(&w, &wbits[k], 4);
+        int want = isfinite(w) && isfinite(ld(rn(w)));
+        CHECKF(adamw_finite(0.0f, 0.0f, w) == want, "w = %08x: adamw_finite %d, isfinite(ld(rn(w))) %d", wbits[k], adamw_finite(0.0f, 0.0f, w), want);
+    }
+    CHECK(!adamw_finite(INFINITY, 0.0f, 1.0f) && !adamw_finite(0.0f, NAN, 1.0f) && adamw_finite(FLT_MAX, FLT_MAX, 1.0f));
     const int n = 37;
     uint64_t key = rng_key(7, 8, 10);
     float master0[n], m0[n], v0[n], g[n];
