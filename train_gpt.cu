@@ -41,7 +41,7 @@
 #include "dataloader.h"        // defines: DataLoader, dataloader_init, dataloader_load
 #include "tokenizer.h"         // defines: Tokenizer, tokenizer_init, tokenizer_print
 #include "model.h"             // defines: GPTConfig, GPT2_TENSORS, ModelDesc, model_describe, model_layout
-#include "checkpoint.h"        // defines: ckpt_save, ckpt_resume, write_model_file, ModelFile, state_pieces
+#include "checkpoint.h"        // defines: ckpt_save, ckpt_resume, write_model_file, ModelFile, state_pieces, fault_at
 #include "hf.h"                // defines: HFCheckpoint, hf_open, hf_bind, hf_fill, HFWriter (Hugging Face GPT-2 in/out)
 #include "prompts.h"           // defines: tokenize_prompts_to_shards (prompt/completion JSONL -> shards + loss masks)
 
@@ -583,8 +583,8 @@ static void gpt_backward(Model* m, int B, int T, int micro, int last_micro) {
 
 // ----------------------------------------------------------------------------
 // 5. The step: GA micro-steps of forward + backward (the hooks reduce gradients as blocks
-// finish), then the global gradient norm, clipping, AdamW and whatever the stage must gather
-// again. The loss gradient is pre-scaled by 1/(R*GA*B*T) so that every reduction is a SUM and
+// finish), then the global gradient norm, clipping, the overflow check (the update computed and not
+// written), AdamW and whatever the stage must gather again. The loss gradient is pre-scaled by 1/(R*GA*B*T) so that every reduction is a SUM and
 // the accumulated gradient is the mean over the global batch.
 
 // What a step reports once its numbers are read back. skipped: the optimizer changed nothing
