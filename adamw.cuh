@@ -16,11 +16,23 @@
 // CUDA: adamw_kernel runs the same element update written with explicit IEEE round-to-nearest
 // intrinsics (adamw_element_rn; why: see there), one launch per op_adamw call with the segment
 // table passed by value as a kernel argument (no copy to the device, no synchronisation).
+//
+// A NON-FINITE UPDATE NEVER LANDS. Finite gradients, a finite norm and a finite clip scale can still
+// give a non-finite update: g*g overflows in v (a gradient spike of ~1e20 with clipping off), m/bc1
+// or lr*(u + wd*w) overflows (a huge learning rate), or w rounds to a BF16 infinity. So a step runs
+// AdamW twice over its range: op_adamw_check computes every new m, v, w and BF16 parameter exactly
+// as the update will and writes none of them, only a flag (StepScalars.overflow) when one is not
+// finite; the flag is summed over ranks (zero_adamw_check) and the update proper (op_adamw_scalars)
+// writes nothing when it is set, so the state is never written rather than restored. Why two passes
+// and not "write, then restore": restoring needs a copy of master, m and v (12 bytes per parameter)
+// and a copy pass every step; the check reads master, m, v and the gradient once more (16 of the
+// update's 30 bytes per parameter) and allocates nothing. The update itself is the same operations
+// in the same order, so normal runs are bitwise what they were.
 // op_sumsq sums fixed chunks with a fixed tree on the GPU: deterministic, within a few 1e-7 of
 // the CPU's sequential chunk sums, not bitwise equal to them (see op_sumsq). The step's scalars
 // (StepScalars: loss, sum of squares, norm, clip scale, finite flag) stay where the step runs.
 //
-// defines: Segment, AdamWParams, StepScalars, adamw_bias_corrections, op_adamw, op_adamw_scalars, op_round_params,
+// defines: Segment, AdamWParams, StepScalars, adamw_bias_corrections, op_adamw, op_adamw_scalars, op_adamw_check, op_round_params,
 //          op_sumsq_many_into, op_sumsq_many, op_sumsq, op_loss_add, op_step_scalars
 #ifndef ZT_ADAMW_CUH
 #define ZT_ADAMW_CUH
@@ -47,7 +59,8 @@ typedef struct {
     float norm;       // (float)sqrt(sumsq)
     float grad_scale; // clip / norm when clipping applies, else 1
     int finite;       // norm is finite: 0 skips the optimizer (op_adamw_scalars)
-    int pad;
+    int overflow;     // op_adamw_check: a new m, v, master or parameter would not be finite (on some
+                      // rank: zero_adamw_check sums it over ranks): 1 skips the optimizer too
 } StepScalars;
 
 // norm, grad_scale, finite from sumsq, the same operations on both devices (IEEE double sqrt,
@@ -56,6 +69,21 @@ ZT_HD static inline void step_scalars_finish(StepScalars* s, float clip) {
     s->norm = (float)sqrt(s->sumsq);
     s->finite = isfinite(s->norm) ? 1 : 0;
     s->grad_scale = clip > 0.0f && s->norm > clip ? clip / s->norm : 1.0f;
+}
+
+// An update's new values are all finite: m, v, the FP32 master w and its rounding to storage.
+// Branch-free, so the check costs what the update costs: x - x is +0 for a finite x and NaN for an
+// infinity or a NaN (exact IEEE arithmetic, no fast-math on either side); the stored parameter
+// rn(w) is finite exactly when |w| < FLOATX_ROUNDS_TO_INF (false for an infinite or NaN w too),
+// which op_adamw_check_overflow checks against isfinite(ld(rn(w))) at the boundary.
+#ifdef ENABLE_FP32
+#define FLOATX_ROUNDS_TO_INF INFINITY
+#else
+#define FLOATX_ROUNDS_TO_INF 0x1.ffp+127f // 0x7f7f8000: halfway between BF16's largest (0x7f7f) and infinity; ties to even (0x7f80)
+#endif
+ZT_HD static inline int adamw_finite(float mi, float vi, float w) {
+    float z = (mi - mi) + (vi - vi);
+    return (z == z) & (fabsf(w) < FLOATX_ROUNDS_TO_INF);
 }
 
 // bc1 = 1 - beta1^t, bc2 = 1 - beta2^t for update number t >= 1, computed in double.
@@ -74,15 +102,21 @@ static void adamw_bias_corrections(AdamWParams* p, int64_t t) {
 // the correctly rounded division and square root (what / and sqrtf are on the host), and subnormals
 // are kept on both sides (no -ftz, no fast-math). The final rounding to storage is rn(), the same
 // integer code on both sides.
+__device__ static inline void adamw_math_rn(float* mi, float* vi, float* w, float master, float m, float v, float grad,
+                                            float lr, float beta1, float beta2, float eps, float wd,
+                                            float grad_scale, float bc1, float bc2) {
+    float g = __fmul_rn(grad, grad_scale);                                                  // grad * grad_scale
+    float gg = __fmul_rn(g, g);                                                             // g * g
+    *mi = __fmaf_rn(beta1, __fsub_rn(m, g), g);                                             // fmaf(beta1, m - g, g)
+    *vi = __fmaf_rn(beta2, __fsub_rn(v, gg), gg);                                           // fmaf(beta2, v - gg, gg)
+    float u = __fdiv_rn(__fdiv_rn(*mi, bc1), __fadd_rn(__fsqrt_rn(__fdiv_rn(*vi, bc2)), eps)); // (mi/bc1) / (sqrtf(vi/bc2) + eps)
+    *w = __fmaf_rn(-lr, __fmaf_rn(wd, master, u), master);                                  // fmaf(-lr, fmaf(wd, w, u), w)
+}
 __device__ static inline void adamw_element_rn(floatX* param, float* master, float* m, float* v, float grad,
                                                float lr, float beta1, float beta2, float eps, float wd,
                                                float grad_scale, float bc1, float bc2) {
-    float g = __fmul_rn(grad, grad_scale);                                                   // grad * grad_scale
-    float gg = __fmul_rn(g, g);                                                              // g * g
-    float mi = __fmaf_rn(beta1, __fsub_rn(*m, g), g);                                        // fmaf(beta1, m - g, g)
-    float vi = __fmaf_rn(beta2, __fsub_rn(*v, gg), gg);                                      // fmaf(beta2, v - gg, gg)
-    float u = __fdiv_rn(__fdiv_rn(mi, bc1), __fadd_rn(__fsqrt_rn(__fdiv_rn(vi, bc2)), eps)); // (mi/bc1) / (sqrtf(vi/bc2) + eps)
-    float w = __fmaf_rn(-lr, __fmaf_rn(wd, *master, u), *master);                           // fmaf(-lr, fmaf(wd, w, u), w)
+    float mi, vi, w;
+    adamw_math_rn(&mi, &vi, &w, *master, *m, *v, grad, lr, beta1, beta2, eps, wd, grad_scale, bc1, bc2);
     *m = mi;
     *v = vi;
     *master = w;
@@ -103,10 +137,11 @@ typedef struct {
 // grid (x: blocks striding over a segment, y: segment). Elementwise: the result does not depend
 // on the launch shape.
 // sc (may be NULL): the step's scalars on the device; when given, its grad_scale replaces p's and a
-// step whose norm is not finite changes nothing (every thread reads the same flag).
+// step whose norm is not finite, or whose update would not be (overflow), changes nothing (every
+// thread reads the same flags).
 __global__ static void adamw_kernel(floatX* params, float* master, float* m, float* v, const float* grads,
                                     AdamWSegTable tab, AdamWParams p, const StepScalars* sc) {
-    if (sc && !sc->finite) return;
+    if (sc && (!sc->finite || sc->overflow)) return;
     float grad_scale = sc ? sc->grad_scale : p.grad_scale;
     int s = blockIdx.y;
     int64_t off = tab.off[s], len = tab.len[s];
@@ -118,8 +153,29 @@ __global__ static void adamw_kernel(floatX* params, float* master, float* m, flo
     }
 }
 
+// The check (op_adamw_check): the same arithmetic, nothing written but sc->overflow = 1 when a new
+// value would not be finite. Every thread that finds one stores the same 1 (no ordering needed: the
+// update is the next launch on the stream).
+__global__ static void adamw_check_kernel(const float* master, const float* m, const float* v, const float* grads,
+                                          AdamWSegTable tab, AdamWParams p, StepScalars* sc) {
+    if (!sc->finite) return; // skipped anyway
+    int s = blockIdx.y;
+    int64_t off = tab.off[s], len = tab.len[s];
+    float wd = tab.wd[s];
+    int bad = 0;
+    for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < len; k += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i = off + k;
+        float mi, vi, w;
+        adamw_math_rn(&mi, &vi, &w, master[i], m[i], v[i], grads[i], p.lr, p.beta1, p.beta2, p.eps, wd,
+                      sc->grad_scale, p.bc1, p.bc2);
+        bad |= !adamw_finite(mi, vi, w);
+    }
+    if (bad) sc->overflow = 1;
+}
+
+// check = 0: the update (adamw_kernel); 1: the check (adamw_check_kernel, sc required).
 static void adamw_cuda(floatX* params, float* master, float* m, float* v, const float* grads,
-                       const Segment* segs, int nseg, const AdamWParams* p, const StepScalars* sc) {
+                       const Segment* segs, int nseg, const AdamWParams* p, const StepScalars* sc, int check) {
     for (int s0 = 0; s0 < nseg; s0 += ADAMW_MAX_SEGS) {
         AdamWSegTable tab;
         memset(&tab, 0, sizeof(tab));
@@ -136,7 +192,8 @@ static void adamw_cuda(floatX* params, float* master, float* m, float* v, const 
         if (n == 0) continue;
         int64_t bx = ceil_div(maxlen, ADAMW_THREADS);
         dim3 grid((unsigned)(bx < ADAMW_MAX_BLOCKS_X ? bx : ADAMW_MAX_BLOCKS_X), (unsigned)n);
-        adamw_kernel<<<grid, ADAMW_THREADS, 0, g_stream>>>(params, master, m, v, grads, tab, *p, sc);
+        if (check) adamw_check_kernel<<<grid, ADAMW_THREADS, 0, g_stream>>>(master, m, v, grads, tab, *p, (StepScalars*)sc);
+        else adamw_kernel<<<grid, ADAMW_THREADS, 0, g_stream>>>(params, master, m, v, grads, tab, *p, sc);
         cudaCheck(cudaGetLastError());
     }
 }
@@ -149,15 +206,21 @@ __global__ static void round_params_kernel(floatX* params, const float* master, 
 
 #endif
 
+ZT_HD static inline void adamw_math(float* mi, float* vi, float* w, float master, float m, float v, float grad,
+                                    float lr, float beta1, float beta2, float eps, float wd,
+                                    float grad_scale, float bc1, float bc2) {
+    float g = grad * grad_scale;
+    float gg = g * g;
+    *mi = fmaf(beta1, m - g, g);
+    *vi = fmaf(beta2, v - gg, gg);
+    float u = (*mi / bc1) / (sqrtf(*vi / bc2) + eps);
+    *w = fmaf(-lr, fmaf(wd, master, u), master);
+}
 ZT_HD static inline void adamw_element(floatX* param, float* master, float* m, float* v, float grad,
                                        float lr, float beta1, float beta2, float eps, float wd,
                                        float grad_scale, float bc1, float bc2) {
-    float g = grad * grad_scale;
-    float gg = g * g;
-    float mi = fmaf(beta1, *m - g, g);
-    float vi = fmaf(beta2, *v - gg, gg);
-    float u = (mi / bc1) / (sqrtf(vi / bc2) + eps);
-    float w = fmaf(-lr, fmaf(wd, *master, u), *master);
+    float mi, vi, w;
+    adamw_math(&mi, &vi, &w, *master, *m, *v, grad, lr, beta1, beta2, eps, wd, grad_scale, bc1, bc2);
     *m = mi;
     *v = vi;
     *master = w;
@@ -166,13 +229,14 @@ ZT_HD static inline void adamw_element(floatX* param, float* master, float* m, f
 
 // Update every element of every segment. All arrays are indexed by the same local offsets. sc (may
 // be NULL): the step's scalars where the step runs; when given, its grad_scale is used and a step
-// that is not finite changes nothing — decided where the numbers are, so a GPU never waits for them.
+// that is not finite (norm) or would not be (overflow, op_adamw_check) changes nothing — decided
+// where the numbers are, so a GPU never waits for them.
 static void op_adamw_scalars(floatX* params, float* master, float* m, float* v, const float* grads,
                              const Segment* segs, int nseg, const AdamWParams* p, const StepScalars* sc) {
 #ifdef __CUDACC__
-    if (g_device == DEV_CUDA) { adamw_cuda(params, master, m, v, grads, segs, nseg, p, sc); return; }
+    if (g_device == DEV_CUDA) { adamw_cuda(params, master, m, v, grads, segs, nseg, p, sc, 0); return; }
 #endif
-    if (sc && !sc->finite) return;
+    if (sc && (!sc->finite || sc->overflow)) return;
     float grad_scale = sc ? sc->grad_scale : p->grad_scale;
     for (int s = 0; s < nseg; s++) {
         int64_t off = segs[s].off, len = segs[s].len;
@@ -186,6 +250,30 @@ static void op_adamw_scalars(floatX* params, float* master, float* m, float* v, 
 static inline void op_adamw(floatX* params, float* master, float* m, float* v, const float* grads,
                      const Segment* segs, int nseg, const AdamWParams* p) {
     op_adamw_scalars(params, master, m, v, grads, segs, nseg, p, NULL);
+}
+
+// The check before the update: sc->overflow = 1 when any new m, v, master or parameter of the
+// segments would not be finite (never cleared here: the step zeroes sc; several calls OR together).
+// Writes nothing else. A step whose norm is not finite is not checked (it is skipped anyway).
+static void op_adamw_check(const float* master, const float* m, const float* v, const float* grads,
+                           const Segment* segs, int nseg, const AdamWParams* p, StepScalars* sc) {
+#ifdef __CUDACC__
+    if (g_device == DEV_CUDA) { adamw_cuda(NULL, (float*)master, (float*)m, (float*)v, grads, segs, nseg, p, sc, 1); return; }
+#endif
+    if (!sc->finite) return;
+    int bad = 0;
+    for (int s = 0; s < nseg; s++) {
+        int64_t off = segs[s].off, len = segs[s].len;
+        float wd = segs[s].decay ? p->weight_decay : 0.0f;
+#pragma omp parallel for schedule(static) reduction(| : bad)
+        for (int64_t i = off; i < off + len; i++) {
+            float mi, vi, w;
+            adamw_math(&mi, &vi, &w, master[i], m[i], v[i], grads[i], p->lr, p->beta1, p->beta2, p->eps, wd,
+                       sc->grad_scale, p->bc1, p->bc2);
+            bad |= !adamw_finite(mi, vi, w);
+        }
+    }
+    if (bad) sc->overflow = 1;
 }
 
 // params = round_to_nearest(master), elementwise (start-up and after loading a checkpoint).

@@ -125,46 +125,82 @@ static uint32_t crc32c_update_hw(uint32_t crc, const void* buf, size_t n, int hw
 }
 static uint32_t crc32c_update(uint32_t crc, const void* buf, size_t n) { return crc32c_update_hw(crc, buf, n, 1); }
 
-// Fault injection for the tests (test/test_checkpoint.h), read from the environment once:
-//   ZT_FAULT=enospc:SUBSTR   every checkpoint write to a file whose path contains SUBSTR fails
-//                            as a full disk would (ENOSPC), e.g. enospc:state_00000006_00001
-//   ZT_FAULT=slow:SUBSTR     writing such a file takes 3 s longer (slow storage)
+// Fault injection for the tests (test/test_checkpoint.h), read from the environment:
+//   ZT_FAULT=enospc:SUBSTR        creating a checkpoint file whose path contains SUBSTR fails as a
+//                                 full disk would (ENOSPC), e.g. enospc:state_00000006_00001
+//                                 (these five take an optional :stepS: only while saving step S)
+//   ZT_FAULT=enospc-write:SUBSTR  the file is created, its first write fails with ENOSPC
+//   ZT_FAULT=eio-fsync:SUBSTR     everything is written, its fsync fails with EIO
+//   ZT_FAULT=eio-rename:SUBSTR    fsynced and closed, the rename to its final name fails with EIO
+//   ZT_FAULT=slow:SUBSTR          writing such a file takes 3 s longer (slow storage)
 //   ZT_FAULT=crash:POINT[:rankN][:stepS]  the process dies (SIGKILL) at a point of a save:
-//                            before-write (the temporary file is created, nothing written),
-//                            before-fsync, before-rename, before-done (rank 0, every file renamed)
-static void ckpt_crash_point(const char* point, int rank, int step) {
+//                                 before-write (the temporary file is created, nothing written),
+//                                 before-fsync, before-rename, before-done (rank 0, every file renamed)
+//   ZT_FAULT=lr-spike:stepS[:rankN]       step S's AdamW (1-based, as logged) runs with the learning
+//                                 rate FLT_MAX (train_step): finite, and its update overflows
+// Without :rankN a fault applies on every rank, without :stepS at every step.
+
+// ZT_FAULT names `kind` (then ':' or its end), and this rank and step unless it names others.
+static int fault_at(const char* kind, int rank, int step) {
     const char* f = getenv("ZT_FAULT");
-    size_t k = strlen(point);
-    if (!f || strncmp(f, "crash:", 6) || strncmp(f + 6, point, k) || (f[6 + k] != 0 && f[6 + k] != ':')) return;
+    size_t k = strlen(kind);
+    if (!f || strncmp(f, kind, k) || (f[k] != 0 && f[k] != ':')) return 0;
     const char* r = strstr(f, ":rank");
     const char* s = strstr(f, ":step");
-    if (r && atoi(r + 5) != rank) return;
-    if (s && atoi(s + 5) != step) return;
+    if (r && atoi(r + 5) != rank) return 0;
+    if (s && atoi(s + 5) != step) return 0;
+    return 1;
+}
+
+static void ckpt_crash_point(const char* point, int rank, int step) {
+    char kind[64];
+    snprintf(kind, sizeof(kind), "crash:%s", point);
+    if (!fault_at(kind, rank, step)) return;
     fflush(stdout);
     fflush(stderr);
     raise(SIGKILL);
 }
 
+static int g_ckpt_step = -1; // the step being saved (-1: none), for ZT_FAULT's crash points and :stepS
+
+// ZT_FAULT=kind:SUBSTR[:stepS] with SUBSTR in path (and S the step being saved): 1, with errno set
+// as that failure would (and the delay of "slow"), else 0.
 static int ckpt_fault(const char* kind, const char* path) {
     const char* f = getenv("ZT_FAULT");
     size_t k = strlen(kind);
-    if (!f || strncmp(f, kind, k) || f[k] != ':' || !strstr(path, f + k + 1)) return 0;
-    if (!strcmp(kind, "enospc")) errno = ENOSPC;
+    if (!f || strncmp(f, kind, k) || f[k] != ':') return 0;
+    const char* sub = f + k + 1;
+    char want[256];
+    snprintf(want, sizeof(want), "%.*s", (int)strcspn(sub, ":"), sub);
+    const char* st = strstr(sub, ":step");
+    if (!strstr(path, want) || (st && atoi(st + 5) != g_ckpt_step)) return 0;
+    if (!strncmp(kind, "enospc", 6)) errno = ENOSPC;
+    if (!strncmp(kind, "eio", 3)) errno = EIO;
     if (!strcmp(kind, "slow")) sleep(3);
     return 1;
 }
 
 // ---- Files: every write is whole, every read is whole, a file is published by rename.
 
-// Write-to-temp, fsync, rename, fsync the directory. Returns 0 on success.
-static int g_ckpt_step = -1; // the step being saved (-1: none), for ZT_FAULT's crash points
+static int g_fault_write_fd = -1;   // ZT_FAULT=enospc-write: the descriptor whose next write fails
 
+// Create the temporary file `tmp` for `path` (flags: O_WRONLY or O_RDWR). -1 with errno on failure.
+static int ckpt_create(const char* path, const char* tmp, int flags) {
+    if (ckpt_fault("enospc", path)) return -1;
+    int fd = open(tmp, flags | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0 && ckpt_fault("enospc-write", path)) g_fault_write_fd = fd;
+    return fd;
+}
+
+// fsync, close, rename tmp to path, fsync the directory. Returns 0 on success; on failure tmp is
+// removed and errno says why. fd is closed either way.
 static int file_commit(int fd, const char* tmp, const char* path) {
+    if (fd == g_fault_write_fd) g_fault_write_fd = -1;
     if (g_ckpt_step >= 0) ckpt_crash_point("before-fsync", g_rank, g_ckpt_step);
-    if (fsync(fd) != 0) { close(fd); unlink(tmp); return -1; }
-    if (close(fd) != 0) { unlink(tmp); return -1; }
+    if (ckpt_fault("eio-fsync", path) || fsync(fd) != 0) { int e = errno; close(fd); unlink(tmp); errno = e; return -1; }
+    if (close(fd) != 0) { int e = errno; unlink(tmp); errno = e; return -1; }
     if (g_ckpt_step >= 0) ckpt_crash_point("before-rename", g_rank, g_ckpt_step);
-    if (rename(tmp, path) != 0) { unlink(tmp); return -1; }
+    if (ckpt_fault("eio-rename", path) || rename(tmp, path) != 0) { int e = errno; unlink(tmp); errno = e; return -1; }
     char dir[PATH_MAX];
     snprintf(dir, sizeof(dir), "%s", path);
     char* slash = strrchr(dir, '/');
@@ -174,12 +210,21 @@ static int file_commit(int fd, const char* tmp, const char* path) {
     return 0;
 }
 
+// A write that failed before file_commit: close and remove the temporary file, keeping errno.
+static void file_abandon(int fd, const char* tmp) {
+    int e = errno;
+    if (fd == g_fault_write_fd) g_fault_write_fd = -1;
+    if (fd >= 0) { close(fd); unlink(tmp); }
+    errno = e;
+}
+
 static void fsync_dir(const char* dir) {
     int dfd = open(dir, O_RDONLY);
     if (dfd >= 0) { fsync(dfd); close(dfd); }
 }
 
 static int pwrite_all(int fd, const void* buf, size_t n, off_t off) {
+    if (fd == g_fault_write_fd) { g_fault_write_fd = -1; errno = ENOSPC; return -1; } // ZT_FAULT=enospc-write
     const char* p = (const char*)buf;
     while (n > 0) {
         ssize_t w = pwrite(fd, p, n, off);
@@ -224,9 +269,9 @@ static int file_crc32c(const char* path, uint32_t* crc, int64_t* bytes) {
 static int write_text_file(const char* path, const char* text) {
     char tmp[PATH_MAX + 32];
     snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
-    int fd = ckpt_fault("enospc", path) ? -1 : open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int fd = ckpt_create(path, tmp, O_WRONLY);
     if (fd < 0) return -1;
-    if (pwrite_all(fd, text, strlen(text), 0) != 0) { close(fd); unlink(tmp); return -1; }
+    if (pwrite_all(fd, text, strlen(text), 0) != 0) { file_abandon(fd, tmp); return -1; }
     return file_commit(fd, tmp, path);
 }
 
@@ -263,19 +308,19 @@ static void block_values(Zero* z, int b, int master, float* host) {
 // call it (blocks are gathered); rank 0 writes. Returns 0 on success (other ranks return 0).
 // crc/bytes (may be NULL): the written file's CRC32C and size, read back before the rename.
 static int write_model_file(Zero* z, const GPTConfig* c, const char* path, int fp32, uint32_t* crc, int64_t* bytes) {
-    int fd = -1, ok = 1, r0 = z->r == 0;
+    int fd = -1, ok = 1, r0 = z->r == 0, werr = 0; // werr: errno of the first failure
     size_t es = fp32 ? 4 : 2;
     char tmp[PATH_MAX + 32];
     snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
     if (r0) {
         ckpt_fault("slow", path);
-        fd = ckpt_fault("enospc", path) ? -1 : open(tmp, O_RDWR | O_CREAT | O_TRUNC, 0644);
-        if (fd < 0) { fprintf(stderr, "error: cannot create %s: %s\n", tmp, strerror(errno)); ok = 0; }
+        fd = ckpt_create(path, tmp, O_RDWR);
+        if (fd < 0) { werr = errno; fprintf(stderr, "error: cannot create %s: %s\n", tmp, strerror(errno)); ok = 0; }
         int header[256] = {0};
         header[0] = MODEL_MAGIC;
         header[1] = fp32 ? 3 : 5;
         header[2] = c->maxT; header[3] = c->V; header[4] = c->L; header[5] = c->NH; header[6] = c->C; header[7] = c->Vp;
-        if (ok && pwrite_all(fd, header, sizeof(header), 0) != 0) ok = 0;
+        if (ok && pwrite_all(fd, header, sizeof(header), 0) != 0) { werr = errno; ok = 0; }
     }
     size_t maxP = 0;
     for (int b = 0; b < z->lay.nblocks; b++) maxP = (size_t)z->lay.P[b] > maxP ? (size_t)z->lay.P[b] : maxP;
@@ -288,7 +333,7 @@ static int write_model_file(Zero* z, const GPTConfig* c, const char* path, int f
             const char* src = half ? (const char*)half : (const char*)host;
             for (int k = 0; k < z->lay.ntensors[b] && ok; k++) {
                 const BlockTensor* t = &z->lay.tensors[b][k];
-                if (pwrite_all(fd, src + t->off * es, t->len * es, 1024 + t->logical * (off_t)es) != 0) ok = 0;
+                if (pwrite_all(fd, src + t->off * es, t->len * es, 1024 + t->logical * (off_t)es) != 0) { werr = errno; ok = 0; }
             }
         }
     }
@@ -298,13 +343,14 @@ static int write_model_file(Zero* z, const GPTConfig* c, const char* path, int f
     if (ok && (crc || bytes)) { // the file as written, read back in order (from the page cache)
         uint32_t cs = 0;
         int64_t n = 0;
-        if (file_crc32c(tmp, &cs, &n) != 0) ok = 0;
+        if (file_crc32c(tmp, &cs, &n) != 0) { werr = errno; ok = 0; }
         if (crc) *crc = cs;
         if (bytes) *bytes = n;
     }
-    if (!ok || file_commit(fd, tmp, path) != 0) {
-        fprintf(stderr, "error: writing %s failed: %s. HINT: check free disk space and permissions\n", path, strerror(errno));
-        if (fd >= 0) { close(fd); unlink(tmp); }
+    if (!ok) file_abandon(fd, tmp);
+    else if (file_commit(fd, tmp, path) != 0) werr = errno, ok = 0; // (fd closed, tmp removed)
+    if (!ok) {
+        fprintf(stderr, "error: writing %s failed: %s. HINT: check free disk space and permissions\n", path, strerror(werr));
         return -1;
     }
     return 0;
@@ -417,7 +463,8 @@ static int write_state_file(Zero* z, const GPTConfig* c, const CkptMeta* meta, u
     off_t table_off = sizeof(h), crc_off = table_off + 16 * (off_t)n, data_off = crc_off + 4 * (off_t)nchunks;
     char tmp[PATH_MAX + 32];
     snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
-    int fd = ckpt_fault("enospc", path) ? -1 : open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int fd = ckpt_create(path, tmp, O_WRONLY);
+    int werr = fd >= 0 ? 0 : errno; // errno of the first failure
     ckpt_crash_point("before-write", z->r, meta->step);
     int ok = fd >= 0;
     PayloadWriter w = {fd, data_off, crcs, 0, 0, 0};
@@ -429,6 +476,7 @@ static int write_state_file(Zero* z, const GPTConfig* c, const CkptMeta* meta, u
         for (int i = 0; i < n && ok; i++) {
             dev_to_host(host, arrays[a] + pcs[i].opt_index, sizeof(float) * pcs[i].len);
             ok = payload_put(&w, host, sizeof(float) * pcs[i].len) == 0;
+            if (!ok) werr = errno;
         }
     if (ok && w.fill > 0) crcs[w.chunk++] = w.crc;
     uint32_t meta_crc = crc32c_update(0, h, sizeof(h)); // with STATE_H_META_CRC = 0
@@ -437,10 +485,12 @@ static int write_state_file(Zero* z, const GPTConfig* c, const CkptMeta* meta, u
     h[STATE_H_META_CRC] = meta_crc;
     if (ok) ok = pwrite_all(fd, h, sizeof(h), 0) == 0 && pwrite_all(fd, table, 16 * (size_t)n, table_off) == 0 &&
                  pwrite_all(fd, crcs, 4 * (size_t)nchunks, crc_off) == 0;
+    if (!ok && !werr) werr = errno;
     free(host); free(pcs); free(table); free(crcs);
-    if (!ok || file_commit(fd, tmp, path) != 0) {
-        fprintf(stderr, "[rank %d] error: writing %s failed: %s. HINT: check free disk space and permissions\n", z->r, path, strerror(errno));
-        if (fd >= 0) { close(fd); unlink(tmp); }
+    if (!ok) file_abandon(fd, tmp);
+    else if (file_commit(fd, tmp, path) != 0) werr = errno, ok = 0; // (fd closed, tmp removed)
+    if (!ok) {
+        fprintf(stderr, "[rank %d] error: writing %s failed: %s. HINT: check free disk space and permissions\n", z->r, path, strerror(werr));
         return -1;
     }
     return 0;

@@ -394,6 +394,13 @@ static inline int64_t dataloader_count_targets(DataLoader* dl, int64_t unit) {
     return n;
 }
 
+// ZT_FAULT=slow-read:SUBSTR (tests): a batch whose first sample is in a shard whose path contains
+// SUBSTR takes 3 s longer to load (slow storage).
+static inline void dataloader_fault_slow(const DataShard* sh) {
+    const char* f = getenv("ZT_FAULT");
+    if (f && !strncmp(f, "slow-read:", 10) && f[10] && strstr(sh->path, f + 10)) sleep(3);
+}
+
 // Fill dl->inputs and dl->targets, (B, T) each, with unit `unit`: positions unit*B + b,
 // b = 0..B-1, of the sample stream. A unit may straddle epochs; each position uses its own.
 // Returns 0, or -1 with a one-line message in dl->err naming the shard.
@@ -402,6 +409,7 @@ static inline int dataloader_load(DataLoader* dl, int64_t unit) {
     int B = dl->B, T = dl->T;
     for (int b = 0; b < B; b++) {
         int64_t sample = dataloader_position_sample(dl, unit * B + b);
+        if (b == 0) dataloader_fault_slow(dataloader_sample_shard(dl, sample));
         if (dataloader_read_sample(dl, sample) != 0) return -1;
         const uint16_t* tok = dl->sample_buf;
         const uint8_t* m = dataloader_sample_mask(dl, sample);

@@ -41,7 +41,7 @@
 #include "dataloader.h"        // defines: DataLoader, dataloader_init, dataloader_load
 #include "tokenizer.h"         // defines: Tokenizer, tokenizer_init, tokenizer_print
 #include "model.h"             // defines: GPTConfig, GPT2_TENSORS, ModelDesc, model_describe, model_layout
-#include "checkpoint.h"        // defines: ckpt_save, ckpt_resume, write_model_file, ModelFile, state_pieces
+#include "checkpoint.h"        // defines: ckpt_save, ckpt_resume, write_model_file, ModelFile, state_pieces, fault_at
 #include "hf.h"                // defines: HFCheckpoint, hf_open, hf_bind, hf_fill, HFWriter (Hugging Face GPT-2 in/out)
 #include "prompts.h"           // defines: tokenize_prompts_to_shards (prompt/completion JSONL -> shards + loss masks)
 
@@ -108,9 +108,9 @@ typedef enum { F_INT, F_FLOAT, F_STR, F_SWITCH } FlagType; // F_SWITCH: present 
     X("-gpu-mem",       gpu_mem,         F_STR,   "",       "memory per rank for -plan and -z auto, e.g. 80GiB, 40GB, 512MiB (\"\": the device's free memory)") \
     X("-link-gbps",     link_gbps,       F_FLOAT, "auto",   "link bandwidth per rank for -plan, Gbit/s per direction (auto: on cuda 3600 NVLink-class up to 8 ranks, 400 InfiniBand-class beyond; 80 on cpu)") \
     X("-tflops",        tflops,          F_FLOAT, "auto",   "compute rate per rank for -plan, TFLOP/s (auto: on cpu the median of 15 matmuls timed by CPU time, on cuda 50% of the -gpu's BF16 peak)") \
-    X("-max-skips",     max_skips,       F_INT,   "10",     "end the run with exit code 4 after this many consecutive skipped steps (non-finite gradient norm; 0: never)") \
+    X("-max-skips",     max_skips,       F_INT,   "10",     "end the run with exit code 4 after this many consecutive skipped steps (non-finite gradient norm or update; 0: never)") \
     X("-save-model",    save_model,      F_STR,   "1",      "llm.c model file in each checkpoint: 1 every one, last only the final one, 0 none (resume needs only the state files)") \
-    X("-io-timeout",    io_timeout,      F_FLOAT, "auto",   "seconds the other ranks wait for rank 0's checkpoint or -export writes (auto: bytes rank 0 writes at 50 MB/s, at least 600; 0: forever)") \
+    X("-io-timeout",    io_timeout,      F_FLOAT, "auto",   "seconds ranks wait for rank 0's checkpoint or -export writes and for each other's evaluation reads (auto: bytes rank 0 writes at 50 MB/s, at least 600; 0: forever)") \
     X("-export-hf",     export_hf,       F_STR,   "",       "when training ends, write the model as a Hugging Face GPT-2 checkpoint into this directory (config.json + model.safetensors)") \
     X("-prompt",        prompt,          F_STR,   "",       "generate from this prompt (or from each line of @FILE) at the sample steps and at the end, up to -g tokens or an EOT (encoded with -merges)") \
     X("-export-dtype",  export_dtype,    F_STR,   "auto",   "dtype of -export / -export-hf: fp32 (from the FP32 master weights), bf16 (the parameters as trained), fp16 (-export-hf only); auto: -export the parameters' dtype, -export-hf fp32") \
@@ -583,8 +583,8 @@ static void gpt_backward(Model* m, int B, int T, int micro, int last_micro) {
 
 // ----------------------------------------------------------------------------
 // 5. The step: GA micro-steps of forward + backward (the hooks reduce gradients as blocks
-// finish), then the global gradient norm, clipping, AdamW and whatever the stage must gather
-// again. The loss gradient is pre-scaled by 1/(R*GA*B*T) so that every reduction is a SUM and
+// finish), then the global gradient norm, clipping, the overflow check (the update computed and not
+// written), AdamW and whatever the stage must gather again. The loss gradient is pre-scaled by 1/(R*GA*B*T) so that every reduction is a SUM and
 // the accumulated gradient is the mean over the global batch.
 
 // What a step reports once its numbers are read back. skipped: the optimizer changed nothing
@@ -593,7 +593,8 @@ typedef struct {
     int valid;         // 0: nothing to report (no step read back)
     int step;          // 0-based
     float loss, norm, lr;
-    int skipped;       // 1: the norm was not finite; 2: no counted target in the batch (loss mask)
+    int skipped;       // 1: the norm was not finite; 2: no counted target in the batch (loss mask);
+                       // 3: the update would not be finite (op_adamw_check): the weights are unchanged
     int64_t counted;   // [masked loss] targets that count in the step's global batch: the loss's divisor
     double ms;         // from the previous read-back (or the step's start) to this one
     int64_t count[COLL_KINDS], bytes[COLL_KINDS]; // the step's collectives
@@ -699,8 +700,8 @@ static StepResult step_read_back(Trainer* tr) {
         const StepScalars* h = tr->scalars_host;
         r.loss = (float)(h->loss_sum / (double)r.counted);
         r.norm = h->norm;
-        r.skipped = !h->finite;
-        if (h->finite) tr->adam_t++;
+        r.skipped = !h->finite ? 1 : h->overflow ? 3 : 0;
+        if (r.skipped == 0) tr->adam_t++;
     }
     double now = wall_s();
     r.ms = (now - tr->t_mark) * 1000.0;
@@ -725,7 +726,9 @@ static StepResult step_without_targets(Trainer* tr) {
 
 // One optimizer step. Its numbers (loss, sum of squares, then norm, clip scale and finite flag:
 // StepScalars) are computed where the step runs, and AdamW reads the clip scale and the finite flag
-// there: on a GPU the host never waits inside a step. The step's numbers are copied back
+// there: on a GPU the host never waits inside a step. Before the update, a check pass computes the
+// update without writing it (zero_adamw_check: the overflow flag, agreed by every rank); an update
+// that would leave any value non-finite is not written at all, and the step counts as skipped. The step's numbers are copied back
 // asynchronously at its end and read during the next step, just before that step's optimizer is
 // issued (the previous step is long finished by then), so adam_t counts exactly the updates applied
 // and the log is exact, one step late: train_step returns the *previous* step's result on one GPU
@@ -734,7 +737,8 @@ static StepResult step_without_targets(Trainer* tr) {
 // one (train_loop: before evaluation, sampling, checkpoints and at the end).
 //   per micro-step: no host wait, no device-to-host copy (README: "Host synchronisations")
 //   per step:       one device-to-host copy (the scalars, into pinned memory) and one wait (the
-//                   previous step's copy); with R > 1 also the scalar sum over ranks
+//                   previous step's copy); with R > 1 also the scalar sums over ranks (the loss
+//                   and norm, then the overflow flag)
 static StepResult train_step(Trainer* tr) {
     Model* m = &tr->model;
     Zero* z = &m->z;
@@ -763,13 +767,18 @@ static StepResult train_step(Trainer* tr) {
     float lr = lr_at(f, tr->step, tr->max_steps);
     AdamWParams hp = {lr, f->beta1, f->beta2, f->eps, f->weight_decay, 1.0f, 0.0f, 0.0f};
     adamw_bias_corrections(&hp, tr->adam_t + 1); // this update's t, if it is applied
+    if (fault_at("lr-spike", tr->r, tr->step + 1)) { // ZT_FAULT (tests): a finite learning rate whose update overflows
+        hp.lr = FLT_MAX;
+        printf("[rank %d] ZT_FAULT: step %d's AdamW runs with lr %g\n", tr->r, tr->step + 1, (double)hp.lr);
+    }
+    zero_adamw_check(z, &hp, sc); // the overflow flag: would any new value not be finite? (every rank agrees)
     int apply = 1;
     if (tr->readback_lag == 0) { // the numbers are on the host already: skip here, as every rank does
         dev_to_host(tr->scalars_host, sc, sizeof(StepScalars));
-        apply = tr->scalars_host->finite; // (every rank has the same sums, so every rank agrees)
+        apply = tr->scalars_host->finite && !tr->scalars_host->overflow; // (the same sums and flag on every rank)
     }
     if (apply) {
-        zero_adamw(z, &hp, sc); // [one GPU] a non-finite step is skipped on the device
+        zero_adamw(z, &hp, sc); // [one GPU] a non-finite or overflowing step is skipped on the device
         zero_after_step(z);
     }
     zero_zero_grads(z);
@@ -885,8 +894,11 @@ static int resume_checkpoint(Trainer* tr) {
 // 7. Evaluation and sampling. Every rank runs every forward (under ZeRO-3 each takes part in
 // every gather), so every rank computes the same numbers; rank 0 prints them.
 
-// Mean loss over val_steps micro-batches per rank of the val set (unit s*R + r of batch s).
+// Mean loss over val_steps micro-batches per rank of the val set (unit s*R + r of batch s). Each
+// rank reads its own val batches: a rank slow to read them (slow storage) makes the others wait in
+// the evaluation's collectives, so those waits use -io-timeout, not -comm-timeout.
 static float evaluate(Trainer* tr) {
+    double saved = io_wait_begin(tr);
     Model* m = &tr->model;
     int B = m->B, T = m->T;
     int64_t units = tr->val.total_samples / B / tr->R; // whole micro-batches per rank in the val set
@@ -902,6 +914,7 @@ static float evaluate(Trainer* tr) {
         sum += sum_losses(m, B * T);
     }
     comm_sum_doubles(&tr->comm, &sum, 1);
+    io_wait_end(tr, saved);
     return counted > 0 ? (float)(sum / (double)counted) : NAN;
 }
 
@@ -1091,8 +1104,8 @@ static void plan_config(const GPTConfig* c, int B, int T, int R, int GA, int sta
         p->traffic = ring * (p->coll_bytes[COLL_REDUCE_SCATTER] + p->coll_bytes[COLL_ALL_GATHER]);
         break;
     }
-    p->coll_count[COLL_SCALARS] = 1;
-    p->coll_bytes[COLL_SCALARS] = 2 * 8 * R;
+    p->coll_count[COLL_SCALARS] = 2; // loss and sum of squares; the overflow flag (zero_adamw_check)
+    p->coll_bytes[COLL_SCALARS] = 3 * 8 * R;
     if (R == 1) p->traffic = 0;
     layout_free(&lay);
 }
@@ -2101,7 +2114,7 @@ static void fmt_duration(char* out, size_t cap, double s) {
 }
 
 // One step's line on stdout (with the ETA at the mean pace since this run's first step) and in
-// log.jsonl; counts consecutive skipped steps (non-finite norms only) for -max-skips.
+// log.jsonl; counts consecutive skipped steps (non-finite norms and updates) for -max-skips.
 static void log_step(Trainer* tr, const StepResult* s) {
     int64_t step_tokens = (int64_t)tr->GA * tr->R * tr->model.B * tr->model.T;
     double tok_s = step_tokens / (s->ms / 1000.0);
@@ -2116,7 +2129,9 @@ static void log_step(Trainer* tr, const StepResult* s) {
     }
     printf0("step %5d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s%s | eta %s%s\n", s->step + 1, tr->max_steps,
             s->loss, s->lr, s->norm, s->ms, tok_s, mfu, eta,
-            s->skipped == 2 ? " | SKIPPED: no counted target in the batch (loss mask)" : s->skipped ? " | SKIPPED: non-finite gradient norm" : "");
+            s->skipped == 2 ? " | SKIPPED: no counted target in the batch (loss mask)"
+            : s->skipped == 3 ? " | SKIPPED: non-finite update (AdamW would overflow; weights unchanged)"
+            : s->skipped     ? " | SKIPPED: non-finite gradient norm" : "");
     if (!isfinite(s->lr)) die(1, "internal error: step %d: learning rate %g is not finite (the flags were checked)", s->step + 1, s->lr);
     if (tr->log) {
         fprintf(tr->log, "{\"step\": %d", s->step + 1);
@@ -2134,7 +2149,7 @@ static void log_step(Trainer* tr, const StepResult* s) {
         fprintf(tr->log, "}\n");
         log_flush(tr);
     }
-    tr->skips = s->skipped == 1 ? tr->skips + 1 : 0; // every rank sees the same norm, so every rank counts the same
+    tr->skips = s->skipped == 1 || s->skipped == 3 ? tr->skips + 1 : 0; // every rank sees the same norm and flag: every rank counts the same
 }
 
 // Read back and log the step still in flight (if any): the host waits for the device only here,
@@ -2144,9 +2159,9 @@ static void flush_step(Trainer* tr) {
     if (p.valid) log_step(tr, &p);
 }
 
-// -max-skips consecutive non-finite steps: the run has diverged.
+// -max-skips consecutive non-finite steps (norm or update): the run has diverged.
 static int diverged(Trainer* tr) {
-    printf0("error: %d consecutive steps skipped (non-finite gradient norm): the run has diverged (-max-skips %d). "
+    printf0("error: %d consecutive steps skipped (non-finite gradient norm or update): the run has diverged (-max-skips %d). "
             "HINT: lower -l, or resume from an earlier checkpoint with -y 1 -resume-step\n", tr->skips, tr->f.max_skips);
     return ZT_EXIT_DIVERGED;
 }

@@ -1150,7 +1150,8 @@ static void zero_after_embedding_backward(Zero* z, int micro, int last_micro) {
 
 // ----------------------------------------------------------------------------
 // The step: global gradient norm over the shards (padding excluded) with one scalar reduction,
-// clipping, AdamW on the optimizer range, then the parameters everyone needs again.
+// clipping, the overflow check (one more scalar reduction), AdamW on the optimizer range, then the
+// parameters everyone needs again.
 
 // Sum of squares of this rank's shard of the reduced gradient (all stages: the shard), every
 // segment of every block in one op (one read-back on the GPU).
@@ -1183,7 +1184,8 @@ static void zero_grad_sumsq(Zero* z, StepScalars* sc) {
     if (z->comm->R > 1) dev_from_host(&sc->loss_sum, sums, sizeof(sums));
 }
 
-// AdamW over the optimizer range of every block; sc: the step's scalars (clip scale, finite flag).
+// AdamW over the optimizer range of every block; sc: the step's scalars (clip scale, finite and
+// overflow flags: either skips the update on every block).
 static void zero_adamw(Zero* z, const AdamWParams* hp, const StepScalars* sc) {
     Segment seg[MAX_BLOCK_TENSORS];
     for (int b = 0; b < z->lay.nblocks; b++) {
@@ -1191,6 +1193,25 @@ static void zero_adamw(Zero* z, const AdamWParams* hp, const StepScalars* sc) {
         int64_t o = zero_opt_off(z, b);
         op_adamw_scalars(zero_opt_params(z, b), z->master + o, z->m + o, z->v + o, zero_opt_grads(z, b), seg, n, hp, sc);
     }
+}
+
+// Before AdamW: would the update leave a non-finite value anywhere (op_adamw_check over every
+// block, nothing written)? The flag sc->overflow is summed over ranks (one scalar reduction, read
+// back for it: one wait per step at R > 1; at R = 1 it stays where the step runs and is only
+// counted), so every rank skips the update together and no shard moves while another stays.
+static void zero_adamw_check(Zero* z, const AdamWParams* hp, StepScalars* sc) {
+    Segment seg[MAX_BLOCK_TENSORS];
+    for (int b = 0; b < z->lay.nblocks; b++) {
+        int n = layout_segments(&z->lay, b, zero_opt_lo(z, b), zero_opt_hi(z, b), seg);
+        int64_t o = zero_opt_off(z, b);
+        op_adamw_check(z->master + o, z->m + o, z->v + o, zero_opt_grads(z, b), seg, n, hp, sc);
+    }
+    int flag = 0;
+    if (z->comm->R > 1) dev_to_host(&flag, &sc->overflow, sizeof(flag));
+    double any = flag;
+    comm_sum_doubles(z->comm, &any, 1);
+    flag = any > 0.0;
+    if (z->comm->R > 1) dev_from_host(&sc->overflow, &flag, sizeof(flag));
 }
 
 // After the optimizer: [ZeRO-1/2] all-gather every block's parameters in place.

@@ -512,3 +512,58 @@ TEST(gpu_step_scalars_clip_and_skip) {
     }
     free(w); free(g); free(m0); free(v0);
 }
+
+// ---- The overflow check (op_adamw_check) on the device: the same flag as the CPU's for a normal
+// step, the finite learning rate FLT_MAX, one master at 3.4e38 (infinite as BF16 only), an
+// overflowing m - g far into a long segment (the grid-stride loop), and a step whose norm is not
+// finite; the check writes nothing, and the update behind the flag changes nothing when it is set
+// (the normal step's update equals the CPU's bitwise).
+TEST(gpu_adamw_check_overflow) {
+    const int64_t n = 1500007 + 40;
+    Segment segs[2] = {{0, 20, 1}, {40, 1500007, 0}};
+    float *w = (float*)malloc(4 * n), *m = (float*)malloc(4 * n), *v = (float*)malloc(4 * n), *g = (float*)malloc(4 * n);
+    floatX* p = (floatX*)malloc(sizeof(floatX) * n);
+    rand_f(w, n, 0.5, 2101); rand_f(m, n, 0.01, 2102); rand_f(v, n, 1e-4, 2103); rand_f(g, n, 1.0, 2104);
+    for (int64_t i = 0; i < n; i++) { v[i] = fabsf(v[i]); p[i] = rn(w[i]); }
+    const char* names[5] = {"normal step", "lr FLT_MAX", "master 3.4e38", "m - g overflows", "norm not finite"};
+    float *w2 = (float*)malloc(4 * n), *m2 = (float*)malloc(4 * n), *v2 = (float*)malloc(4 * n), *g2 = (float*)malloc(4 * n);
+    floatX* p2 = (floatX*)malloc(sizeof(floatX) * n);
+    float *hw = (float*)malloc(4 * n), *hm = (float*)malloc(4 * n);
+    for (int c = 0; c < 5; c++) {
+        AdamWParams hp = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0, 0};
+        adamw_bias_corrections(&hp, 4);
+        memcpy(w2, w, 4 * n); memcpy(m2, m, 4 * n); memcpy(v2, v, 4 * n); memcpy(g2, g, 4 * n); memcpy(p2, p, sizeof(floatX) * n);
+        if (c == 1) hp.lr = FLT_MAX;
+        if (c == 2) w2[7] = 3.4e38f;
+        if (c == 3) { m2[1400000] = 3.4e38f; g2[1400000] = -3.4e38f; }
+        StepScalars hs;
+        memset(&hs, 0, sizeof(hs));
+        hs.finite = c != 4;
+        hs.grad_scale = 0.75f;
+        StepScalars cs = hs;
+        float *dw = (float*)GM_UP(w2, n), *dm = (float*)GM_UP(m2, n), *dv = (float*)GM_UP(v2, n), *dg = (float*)GM_UP(g2, n);
+        floatX* dp = (floatX*)GM_UP(p2, n);
+        StepScalars* dsc = (StepScalars*)gpu_copy_of(&hs, sizeof(hs));
+        ON_CPU(op_adamw_check(w2, m2, v2, g2, segs, 2, &hp, &cs));
+        ON_GPU(op_adamw_check(dw, dm, dv, dg, segs, 2, &hp, dsc));
+        StepScalars gs;
+        gpu_to_host(&gs, dsc, sizeof(gs));
+        int want = c == 1 || c == 3 || (c == 2 && sizeof(floatX) == 2);
+        printf("    %-16s overflow GPU %d, CPU %d (expected %d)\n", names[c], gs.overflow, cs.overflow, want);
+        CHECKF(gs.overflow == want && cs.overflow == want, "%s: overflow GPU %d, CPU %d, expected %d", names[c], gs.overflow, cs.overflow, want);
+        GM_DOWN(hw, dw, n);
+        GM_DOWN(hm, dm, n);
+        CHECKF(!memcmp(hw, w2, 4 * n) && !memcmp(hm, m2, 4 * n), "%s: the GPU's check wrote", names[c]);
+        ON_CPU(op_adamw_scalars(p2, w2, m2, v2, g2, segs, 2, &hp, &cs));
+        ON_GPU(op_adamw_scalars(dp, dw, dm, dv, dg, segs, 2, &hp, dsc));
+        GM_DOWN(hw, dw, n);
+        char what[96];
+        snprintf(what, sizeof(what), "adamw after the check: %s", names[c]);
+        gm_bitwise(what, hw, w2, n, 4);
+        int unchanged = !memcmp(hw, c == 2 ? w2 : w, 4 * n);
+        CHECKF(unchanged == (c != 0), "%s: the update %s", names[c], unchanged ? "changed nothing" : "was applied");
+        void* bufs[] = {dw, dm, dv, dg, dp, dsc};
+        for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) cudaCheck(cudaFree(bufs[i]));
+    }
+    free(w); free(m); free(v); free(g); free(p); free(w2); free(m2); free(v2); free(g2); free(p2); free(hw); free(hm);
+}

@@ -290,8 +290,9 @@ TEST(exit_max_skips) {
 }
 
 // Non-finite numbers never reach the weights or a checkpoint: -l 1e39 (infinite as a float) is
-// refused at start-up; a finite learning rate whose update overflows (3.4e38) leaves weights that
-// are never written: no DONE, exit code 4.
+// refused at start-up; a finite learning rate whose update overflows (3.4e38: every step's) is
+// refused by the step itself, so the weights stay finite and unchanged, each step is skipped and
+// -max-skips ends the run with exit code 4.
 TEST(exit_nonfinite_refused) {
     const char* dir = ck_dir("exit_nan");
     char flags[4096];
@@ -299,10 +300,72 @@ TEST(exit_nonfinite_refused) {
     int rc = ck_run("", flags);
     CHECKF(rc == 2 && strstr(ck_out, "flag -l: '1e39' is beyond a float's range"), "-l 1e39: exit %d:\n%s", rc, ck_out);
     CHECK(!ck_exists(dir, "DONE_00000001"));
-    snprintf(flags, sizeof(flags), CK_SMALL " -x 2 -n 1 -u 0 -k constant -l 3.4e38 -o %s", dir);
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 4 -n 1 -u 0 -k constant -l 3.4e38 -max-skips 2 -o %s", dir);
     rc = ck_run("", flags);
-    CHECKF(rc == 4 && strstr(ck_out, "non-finite value(s): no checkpoint written") && !ck_exists(dir, "DONE_00000001"),
+    CHECKF(rc == 4 && strstr(ck_out, "step     1/4") && strstr(ck_out, "SKIPPED: non-finite update") &&
+           strstr(ck_out, "2 consecutive steps skipped (non-finite gradient norm or update)") && !strstr(ck_out, "step     3/4"),
            "an overflowing update: exit %d:\n%s", rc, ck_out);
+    CHECKF(ck_exists(dir, "DONE_00000001") && !strstr(ck_out, "non-finite value(s)"), "the unchanged, finite weights of step 1 were not saved:\n%s", ck_out);
+}
+
+// ---- A non-finite update never lands (adamw.cuh: op_adamw_check before the update, the flag
+// summed over ranks). ZT_FAULT=lr-spike:step2[:rankN] runs step 2's AdamW with the learning rate
+// FLT_MAX (finite; the norm is finite too) on one rank or all: its update overflows. The step is
+// logged as skipped and said so, the run goes on (exit 0), and the checkpoints of steps 1 and 2 hold
+// the same master, m and v on every rank, byte for byte past the header (whose step and nonce
+// differ); step 2 counted no AdamW update (the checkpoint's count), steps 3 and 4 did.
+static char* ck_state(const char* dir, int step, int rank, size_t* n) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/state_%08d_%05d.bin", dir, step, rank);
+    return ck_slurp(path, n);
+}
+
+static void ck_check_update_refused(const char* dir, int R, const char* what) {
+    CHECKF(strstr(ck_out, "step     2/4") && strstr(strstr(ck_out, "step     2/4"), "SKIPPED: non-finite update (AdamW would overflow; weights unchanged)"),
+           "%s: step 2 not logged as skipped:\n%s", what, ck_out);
+    CHECKF(strstr(ck_out, "step     3/4") && !strstr(strstr(ck_out, "step     3/4"), "SKIPPED"), "%s: the run did not go on:\n%s", what, ck_out);
+    for (int r = 0; r < R; r++) {
+        size_t n1, n2, n4;
+        char *s1 = ck_state(dir, 1, r, &n1), *s2 = ck_state(dir, 2, r, &n2), *s4 = ck_state(dir, 4, r, &n4);
+        int ok = s1 && s2 && s4 && n1 == n2 && n1 > 8 * STATE_HEADER_INTS;
+        CHECKF(ok, "%s: rank %d: checkpoint files missing", what, r);
+        if (ok) {
+            size_t h = 8 * STATE_HEADER_INTS;
+            CHECKF(!memcmp(s1 + h, s2 + h, n1 - h), "%s: rank %d: step 2 changed the state (master, m or v)", what, r);
+            int64_t t2 = ((int64_t*)s2)[STATE_H_ADAM_T], t4 = ((int64_t*)s4)[STATE_H_ADAM_T];
+            CHECKF(t2 == 1 && t4 == 3, "%s: rank %d: AdamW updates counted at steps 2 and 4: %lld, %lld (expected 1, 3)", what, r, (long long)t2, (long long)t4);
+        }
+        free(s1); free(s2); free(s4);
+    }
+    char m1[PATH_MAX], m2[PATH_MAX];
+    snprintf(m1, sizeof(m1), "%s/model_00000001.bin", dir);
+    snprintf(m2, sizeof(m2), "%s/model_00000002.bin", dir);
+    size_t a, b;
+    char *x = ck_slurp(m1, &a), *y = ck_slurp(m2, &b);
+    CHECKF(x && y && a == b && !memcmp(x, y, a), "%s: the parameters of steps 1 and 2 differ", what);
+    free(x); free(y);
+}
+
+TEST(update_nonfinite_skipped) {
+    const char* dir = ck_dir("update_spike");
+    char flags[4096], cmd[8192];
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 4 -n 1 -o %s", dir);
+    int rc = ck_run("ZT_FAULT=lr-spike:step2", flags);
+    CHECKF(rc == 0, "R = 1: exit %d:\n%s", rc, ck_out);
+    ck_check_update_refused(dir, 1, "R = 1");
+#ifdef USE_MPI
+    // two ranks, ZeRO-2 (each rank updates its own shard): only rank 1's update overflows, both skip
+    dir = ck_dir("update_spike_R2");
+    snprintf(cmd, sizeof(cmd),
+             "for v in $(env | grep -oE '^(OMPI|PMIX|OPAL)_[A-Za-z0-9_]*'); do unset $v; done; OMP_NUM_THREADS=1 ZT_FAULT=lr-spike:step2:rank1 "
+             "mpirun -np 2 --oversubscribe --allow-run-as-root --mca mpi_yield_when_idle 1 -x ZT_FAULT %s --train -threads 1 " CK_SMALL " -z 2 -x 4 -n 1 -o %s",
+             g_test_self, dir);
+    rc = test_run_cmd(cmd, ck_out, sizeof(ck_out));
+    CHECKF(rc == 0 && strstr(ck_out, "[rank 1] ZT_FAULT") && !strstr(ck_out, "[rank 0] ZT_FAULT"), "R = 2: exit %d:\n%s", rc, ck_out);
+    ck_check_update_refused(dir, 2, "R = 2, ZeRO-2, rank 1's update");
+#else
+    (void)cmd;
+#endif
 }
 
 // ---- Validate what is read, every time it is read.
@@ -416,6 +479,29 @@ TEST(ckpt_io_timeout) {
     snprintf(cmd, sizeof(cmd), "%s %s --train " CK_SMALL " -threads 1 -x 2 -n 2 -io-timeout 1 -o %s", launch, g_test_self, dir);
     rc = test_run_cmd(cmd, ck_out, sizeof(ck_out));
     CHECKF(rc == 3 && strstr(ck_out, "raise -io-timeout") && strstr(ck_out, "at step 2 "), "-io-timeout 1 (%d):\n%s", rc, ck_out);
+#endif
+}
+
+// Slow storage under the evaluation: rank 1 takes 3 s longer to read its val batch
+// (ZT_FAULT=slow-read:kjv_val, rank 1 only) while rank 0 waits in the evaluation's scalar sum. With
+// -comm-timeout 1 the run still succeeds (that wait uses -io-timeout, auto: at least 10 minutes);
+// with -io-timeout 1 it ends with exit code 3 and a message naming -io-timeout.
+TEST(eval_io_timeout) {
+#ifndef USE_MPI
+    TEST_SKIP("built without MPI");
+#else
+    char cmd[8192];
+    const char* flags = "-e tiny -layers 1 -channels 32 -heads 2 -b 2 -t 16 -s 0 -blas 0 -threads 1 -x 0 -v 1 -m 1";
+    for (int k = 0; k < 2; k++) {
+        snprintf(cmd, sizeof(cmd),
+                 "for v in $(env | grep -oE '^(OMPI|PMIX|OPAL)_[A-Za-z0-9_]*'); do unset $v; done; OMP_NUM_THREADS=1 "
+                 "mpirun --oversubscribe --allow-run-as-root --mca mpi_yield_when_idle 1 -np 1 %s --train %s %s : "
+                 "-np 1 env ZT_FAULT=slow-read:kjv_val %s --train %s %s",
+                 g_test_self, flags, k ? "-io-timeout 1" : "-comm-timeout 1", g_test_self, flags, k ? "-io-timeout 1" : "-comm-timeout 1");
+        int rc = test_run_cmd(cmd, ck_out, sizeof(ck_out));
+        if (k == 0) CHECKF(rc == 0 && strstr(ck_out, "val loss"), "a slow val read ended the run under -comm-timeout 1 (%d):\n%s", rc, ck_out);
+        else CHECKF(rc == 3 && strstr(ck_out, "raise -io-timeout"), "-io-timeout 1 (%d):\n%s", rc, ck_out);
+    }
 #endif
 }
 
@@ -585,6 +671,37 @@ TEST(ckpt_wallclock_kills) {
         CHECKF(rc == 0 && strstr(ck_out, want), "kill %d at +%d ms: resume (exit %d, want \"%s\"):\n%s", k, delays_ms[k], rc, want, ck_out);
         CHECKF(hash[0] && !strcmp(hash, ref), "kill %d at +%d ms: not bitwise the uninterrupted run:\n  %s\n  %s", k, delays_ms[k], ref, hash);
         CHECKF(ck_tmp_files(dir) == 0 && ck_exists(dir, "DONE_00000012"), "kill %d: temporary files left, or step 12 not saved", k);
+    }
+}
+
+// A checkpoint write that fails past open(): a full disk at the first write, EIO from fsync, EIO
+// from the rename, for a state file, the model file, DONE and LATEST (ZT_FAULT, at the final save of
+// step 4). The run ends with exit code 1 and a message naming the file; no temporary file is left;
+// the previous checkpoint (step 2) stays intact: -y 1 resumes it (every chunk's CRC32C verified).
+TEST(ckpt_write_faults) {
+    struct { const char* fault; const char* file; const char* why; } cases[] = {
+        {"enospc-write:state_00000004", "state_00000004_00000.bin", "No space left on device"},
+        {"eio-fsync:model_00000004", "model_00000004.bin", "Input/output error"},
+        {"eio-rename:state_00000004", "state_00000004_00000.bin", "Input/output error"},
+        {"enospc-write:DONE_00000004", "DONE_00000004", "No space left on device"},
+        {"eio-rename:LATEST:step4", "LATEST", "Input/output error"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char name[32], env[128], flags[4096];
+        snprintf(name, sizeof(name), "wfault%d", (int)i);
+        const char* dir = ck_dir(name);
+        snprintf(env, sizeof(env), "ZT_FAULT=%s", cases[i].fault);
+        snprintf(flags, sizeof(flags), CK_SMALL " -x 4 -n 2 -o %s", dir);
+        int rc = ck_run(env, flags);
+        char want[256];
+        snprintf(want, sizeof(want), "%s failed: %s", cases[i].file, cases[i].why);
+        CHECKF(rc == 1 && strstr(ck_out, want) && strstr(ck_out, "the final checkpoint (step 4) failed") && strstr(ck_out, "checkpoint: step 2 written"),
+               "%s: exit %d, expected 1 and '%s':\n%s", cases[i].fault, rc, want, ck_out);
+        CHECKF(ck_tmp_files(dir) == 0, "%s: temporary files left", cases[i].fault);
+        CHECKF(ck_marker_step(dir, "LATEST") == 2, "%s: LATEST names step %d, not the previous checkpoint 2", cases[i].fault, ck_marker_step(dir, "LATEST"));
+        snprintf(flags, sizeof(flags), CK_SMALL " -x 4 -o %s -y 1", dir);
+        rc = ck_run("", flags);
+        CHECKF(rc == 0 && strstr(ck_out, "resume: step 2 "), "%s: the previous checkpoint does not resume (%d):\n%s", cases[i].fault, rc, ck_out);
     }
 }
 

@@ -466,6 +466,70 @@ TEST(op_adamw) {
     CHECKF(err < 1e-5, "max relative error %.3g", err);
 }
 
+// The overflow check before the update (op_adamw_check): it flags exactly the updates that would
+// leave a non-finite m, v, master or stored parameter, writes nothing, and the update reading the
+// flag (op_adamw_scalars) changes nothing when it is set; a normal update through the flagged path
+// is bitwise op_adamw's. Cases: a normal step; the finite learning rate FLT_MAX (lr * u overflows,
+// or w rounds to a BF16 infinity); one master at 3.4e38 (finite in FP32, infinite as BF16: flagged
+// in the BF16 build only); m - g overflowing in m; a step whose norm is not finite (not checked).
+TEST(op_adamw_check_overflow) {
+    // adamw_finite's test of the stored parameter equals isfinite(ld(rn(w))), at the boundary too
+    const uint32_t wbits[] = {0x7f7f7fffu, 0x7f7f8000u, 0x7f7f8001u, 0x7f7fffffu, 0x7f800000u, 0x7fc00000u, 0x3f800000u,
+                              0x00000001u, 0xff7f7fffu, 0xff7f8000u, 0xff800000u, 0x7f7f0000u};
+    for (size_t k = 0; k < sizeof(wbits) / sizeof(wbits[0]); k++) {
+        float w;
+        memcpy(&w, &wbits[k], 4);
+        int want = isfinite(w) && isfinite(ld(rn(w)));
+        CHECKF(adamw_finite(0.0f, 0.0f, w) == want, "w = %08x: adamw_finite %d, isfinite(ld(rn(w))) %d", wbits[k], adamw_finite(0.0f, 0.0f, w), want);
+    }
+    CHECK(!adamw_finite(INFINITY, 0.0f, 1.0f) && !adamw_finite(0.0f, NAN, 1.0f) && adamw_finite(FLT_MAX, FLT_MAX, 1.0f));
+    const int n = 37;
+    uint64_t key = rng_key(7, 8, 10);
+    float master0[n], m0[n], v0[n], g[n];
+    floatX p0[n];
+    for (int i = 0; i < n; i++) {
+        master0[i] = (float)rng_normal(key, 4 * i);
+        m0[i] = (float)(0.1 * rng_normal(key, 4 * i + 1));
+        v0[i] = (float)fabs(0.01 * rng_normal(key, 4 * i + 2));
+        g[i] = (float)rng_normal(key, 4 * i + 3);
+        p0[i] = rn(master0[i]);
+    }
+    Segment segs[2] = {{0, 20, 1}, {24, 13, 0}};
+    const char* names[5] = {"normal step", "lr FLT_MAX", "master 3.4e38", "m - g overflows", "norm not finite"};
+    for (int c = 0; c < 5; c++) {
+        AdamWParams hp = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0, 0};
+        adamw_bias_corrections(&hp, 3);
+        float master[n], m[n], v[n], gc[n];
+        floatX p[n];
+        memcpy(master, master0, sizeof(master)); memcpy(m, m0, sizeof(m)); memcpy(v, v0, sizeof(v)); memcpy(p, p0, sizeof(p));
+        memcpy(gc, g, sizeof(gc));
+        if (c == 1) hp.lr = FLT_MAX;
+        if (c == 2) master[5] = 3.4e38f;
+        if (c == 3) { m[30] = 3.4e38f; gc[30] = -3.4e38f; }
+        StepScalars sc;
+        memset(&sc, 0, sizeof(sc));
+        sc.finite = c != 4;
+        sc.grad_scale = 1.0f;
+        float mb[n], vb[n], wb[n];
+        memcpy(mb, m, sizeof(mb)); memcpy(vb, v, sizeof(vb)); memcpy(wb, master, sizeof(wb));
+        op_adamw_check(master, m, v, gc, segs, 2, &hp, &sc);
+        int want = c == 1 || c == 3 || (c == 2 && sizeof(floatX) == 2);
+        printf("    %-16s overflow %d (expected %d)\n", names[c], sc.overflow, want);
+        CHECKF(sc.overflow == want, "%s: overflow %d, expected %d", names[c], sc.overflow, want);
+        CHECKF(!memcmp(mb, m, sizeof(m)) && !memcmp(vb, v, sizeof(v)) && !memcmp(wb, master, sizeof(master)), "%s: the check wrote", names[c]);
+        // the update behind the flags, against op_adamw on a copy
+        float m2[n], v2[n], w2[n];
+        floatX p2[n];
+        memcpy(m2, m, sizeof(m)); memcpy(v2, v, sizeof(v)); memcpy(w2, master, sizeof(master)); memcpy(p2, p, sizeof(p));
+        op_adamw(p2, w2, m2, v2, gc, segs, 2, &hp);
+        op_adamw_scalars(p, master, m, v, gc, segs, 2, &hp, &sc);
+        int unchanged = !memcmp(mb, m, sizeof(m)) && !memcmp(vb, v, sizeof(v)) && !memcmp(wb, master, sizeof(master)) && !memcmp(p, p0, sizeof(p));
+        if (c == 0) CHECKF(!memcmp(w2, master, sizeof(w2)) && !memcmp(m2, m, sizeof(m2)) && !memcmp(v2, v, sizeof(v2)) && !memcmp(p2, p, sizeof(p2)),
+                           "normal step: not bitwise op_adamw");
+        else CHECKF(unchanged == (sc.overflow || !sc.finite), "%s: the update %s", names[c], unchanged ? "changed nothing" : "was applied");
+    }
+}
+
 // Initialisation runs on every OpenMP thread and gives the same bits for any thread count: the
 // whole logical vector of a small model filled with 1 and with 2 threads (and from two halves),
 // compared bitwise; the time per parameter is printed.

@@ -260,8 +260,8 @@ static void zt_comm_closed_form(int R, int z, int GA, int64_t want_n[COLL_KINDS]
         want_b[COLL_ALL_GATHER] = (int64_t)(GA * X * (Pio + (2 * ZT_L - 1) * Pl));
         break;
     }
-    want_n[COLL_SCALARS] = 1; // loss and the norm's sum of squares, together
-    want_b[COLL_SCALARS] = 2 * 8 * R;
+    want_n[COLL_SCALARS] = 2; // loss and the norm's sum of squares, together; the overflow flag
+    want_b[COLL_SCALARS] = 3 * 8 * R;
 }
 
 // Communication: the collectives of a step, by kind and bytes, are the schedule of the stage,
