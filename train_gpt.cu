@@ -1882,6 +1882,12 @@ static void log_truncate_after(const char* path, int step) {
     if (dropped) printf("resume: %d record(s) of log.jsonl after step %d removed (those steps are trained again)\n", dropped, step);
 }
 
+// A number for log.jsonl and tune.jsonl: JSON has no NaN or infinity, so those are written as null.
+static void json_num(FILE* f, const char* key, double v) {
+    if (isfinite(v)) fprintf(f, ", \"%s\": %.9g", key, v);
+    else fprintf(f, ", \"%s\": null", key);
+}
+
 // The model for (stage, recompute): layout, ZeRO buffers, activations, workspace and the step's
 // scalars, every tag checked against the planner (plan: its row). -tune builds and frees one per
 // candidate with this; the run builds its own with it afterwards, from nothing, the same way.
@@ -1964,7 +1970,7 @@ static void tune_text(const Flags* f, char* out, size_t cap) {
 // The value of `flag` in a choice's text ("-z 2 -r 1"); -1 when absent or malformed.
 static int tune_text_value(const char* text, const char* flag, int max) {
     size_t n = strlen(flag);
-    for (const char* p = text; (p = strstr(p, flag)); p += n) {
+    for (const char* p = text; (p = strstr(p, flag)) != NULL; p += n) {
         if ((p != text && p[-1] != ' ') || p[n] != ' ') continue;
         char* end;
         long v = strtol(p + n + 1, &end, 10);
@@ -2066,6 +2072,19 @@ static int tune_reuse(Trainer* tr) {
     return 1;
 }
 
+// A resume without -tune of a checkpoint whose run tuned: its flags are this command line's (the
+// defaults where not given), and one line says what the record holds and how to reuse it.
+static void tune_note_record(Trainer* tr) {
+    Flags* f = &tr->f;
+    char rec[128] = "", mine[128];
+    if (tr->r == 0 && ckpt_peek_tune(f->out_dir, f->resume_step, rec, sizeof(rec)) >= 0 && rec[0]) {
+        tune_text(f, mine, sizeof(mine));
+        if (strcmp(rec, mine))
+            printf0("note: the checkpoint records -tune's choice %s; this run has %s (without -tune a resume uses the flags as given). "
+                    "HINT: add -tune to reuse the choice\n", rec, mine);
+    }
+}
+
 // -tune: choose every flag at auto by measuring (see the banner above). Every rank takes part;
 // rank 0 plans, decides and broadcasts.
 static void tune_config(Trainer* tr, const GPTConfig* c) {
@@ -2158,9 +2177,10 @@ static void tune_config(Trainer* tr, const GPTConfig* c) {
             double secs = 0, wait = 0;
             for (int r = 0; r < tr->R; r++) { secs = fmax(secs, all[r * TM_COLS + TM_SECONDS]); wait = fmax(wait, all[r * TM_COLS + TM_WAIT]); }
             fprintf(fp, "{\"stage\": %d, \"recompute\": %d, \"R\": %d, \"GA\": %d, \"steps\": %d, \"est_step_s\": %.6g, \"est_tok_s\": %.6g, "
-                    "\"planned_bytes\": %zu, \"tok_s\": %.6g, \"step_ms\": %.6g, \"comm_wait_ms\": %.6g",
+                    "\"planned_bytes\": %zu, \"tok_s\": %.6g, \"step_ms\": %.6g",
                     p->stage, p->recompute, tr->R, tr->GA, f->tune_steps, p->step_s, (double)step_tokens / p->step_s, p->total, tok_s[i],
-                    1000.0 * secs / f->tune_steps, g_device == DEV_CUDA ? 0.0 : 1000.0 * wait / f->tune_steps);
+                    1000.0 * secs / f->tune_steps);
+            json_num(fp, "comm_wait_ms", g_device == DEV_CUDA ? NAN : 1000.0 * wait / f->tune_steps); // [CUDA] the host never waits: null
             const char* keys[3] = {"tagged_peak", "process_peak", "rss_before"};
             const int cols[3] = {TM_TAGGED, TM_PROCESS, TM_BASE};
             for (int k = 0; k < 3; k++) {
@@ -2283,6 +2303,7 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     tr->comm.timeout_s = f->comm_timeout;
     tr->comm.delay_ms = f->comm_delay;
     if (f->tune) tune_config(tr, &c); // the flags left at auto: measured, or a resume's recorded choice
+    else if (f->resume) tune_note_record(tr);
     // the model: layout, ZeRO buffers, activations, workspace
     PlanRow plan;
     trainer_build_model(tr, &c, f->zero_stage, f->recompute, &plan);
@@ -2392,12 +2413,6 @@ static void log_hashes(Trainer* tr) {
     printf0("hashes: params %016llx master %016llx m %016llx v %016llx\n", (unsigned long long)out[0],
             (unsigned long long)out[1], (unsigned long long)out[2], (unsigned long long)out[3]);
     free(all); free(buf); free(xbuf); free(pcs);
-}
-
-// A number for log.jsonl: JSON has no NaN or infinity, so those are written as null.
-static void json_num(FILE* f, const char* key, double v) {
-    if (isfinite(v)) fprintf(f, ", \"%s\": %.9g", key, v);
-    else fprintf(f, ", \"%s\": null", key);
 }
 
 // Exit codes (README "Exit codes"). die() uses 1 and 2 as well.

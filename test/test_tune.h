@@ -122,7 +122,8 @@ TEST(tune_chooses_among_rows_that_fit) {
 // The run after tuning has the bits of a run started with the chosen flags (the tuning steps ran on
 // scratch state: were the trainer not rebuilt, its weights would have moved 2 x 3 steps), allocates
 // what the closed form says for them, and records the choice in its checkpoints; a resume with -tune
-// reuses that choice, says so and measures nothing, also with another memory; an explicit flag wins.
+// reuses that choice, says so and measures nothing, also with another memory; an explicit flag wins;
+// a resume without -tune keeps its own flags and says what the record holds.
 TEST(tune_run_bitwise_and_resume_reuses) {
     const char* dir = zt_dir("tune_run");
     char dir_t[PATH_MAX], flags[2048], hash_t[512], hash_g[512];
@@ -166,6 +167,11 @@ TEST(tune_run_bitwise_and_resume_reuses) {
            "resume with -tune: expected '%s', no measuring, hashes %s:\n%s", said, hash_t, zt_out);
     snprintf(want, sizeof(want), "| ZeRO-%d | recompute -r %d", z, r);
     CHECKF(strstr(zt_out, want), "the resumed run does not use the recorded choice ('%s')", want);
+    // without -tune a resume runs its flags as given, and says what the record holds
+    snprintf(flags, sizeof(flags), ZT_MODEL " -b 2 -x 4 -v 0 -s 0 -o %s -y 1 -resume-step 2", dir_t);
+    rc = zt_mpirun(2, flags, zt_out, sizeof(zt_out));
+    snprintf(said, sizeof(said), "note: the checkpoint records -tune's choice -z %d -r %d; this run has -z 0 -r 1", z, r);
+    CHECKF(rc == 0 && strstr(zt_out, said) && strstr(zt_out, "| ZeRO-0 |"), "resume without -tune: expected '%s':\n%s", said, zt_out);
     // an explicit flag wins over the record, and the run says so
     snprintf(flags, sizeof(flags), ZT_MODEL " -b 2 -x 4 -v 0 -s 0 -o %s -y 1 -resume-step 2 -z 3 -tune", dir_t);
     rc = zt_mpirun(2, flags, zt_out, sizeof(zt_out));
