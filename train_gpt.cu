@@ -1075,33 +1075,12 @@ static void plan_config(const GPTConfig* c, int B, int T, int R, int GA, int sta
     p->bytes[TAG_COMM] = 4 * s.comm;
     p->bytes[TAG_WORK] = 4 * ops_workspace_floats(c, B, T, s.opt);
     for (int t = 0; t < TAG_COUNT; t++) p->total += p->bytes[t];
-    // the schedule of the hook table, per step (what the log counts: each collective's full buffer)
-    int64_t L = c->L, total = lay.total, Pio = lay.P[0], Pl = lay.P[1];
-    double ring = (double)(R - 1) / R; // share of a buffer a rank sends in a ring reduce-scatter or all-gather
-    switch (stage) {
-    case 0:
-        p->coll_count[COLL_ALL_REDUCE] = L + 1; p->coll_bytes[COLL_ALL_REDUCE] = 4 * total;
-        p->traffic = 2 * ring * 4 * total;
-        break;
-    case 1:
-    case 2: {
-        int64_t rs = stage == 1 ? 1 : GA; // ZeRO-1 reduces once per step, ZeRO-2 every micro-step
-        p->coll_count[COLL_REDUCE_SCATTER] = rs * (L + 1); p->coll_bytes[COLL_REDUCE_SCATTER] = rs * 4 * total;
-        p->coll_count[COLL_ALL_GATHER] = L + 1; p->coll_bytes[COLL_ALL_GATHER] = X * total;
-        p->traffic = ring * (rs * 4.0 * total + X * total);
-        break;
-    }
-    case 3:
-        p->coll_count[COLL_REDUCE_SCATTER] = GA * (L + 1); p->coll_bytes[COLL_REDUCE_SCATTER] = GA * 4 * total;
-        // per micro-step: the io block once (embedding .. LM-head backward), L layers in forward,
-        // L-1 again in backward (the last layer stays from the forward)
-        p->coll_count[COLL_ALL_GATHER] = GA * 2 * L; p->coll_bytes[COLL_ALL_GATHER] = GA * X * (Pio + (2 * L - 1) * Pl);
-        p->traffic = ring * (p->coll_bytes[COLL_REDUCE_SCATTER] + p->coll_bytes[COLL_ALL_GATHER]);
-        break;
-    }
-    p->coll_count[COLL_SCALARS] = 1;
-    p->coll_bytes[COLL_SCALARS] = 2 * 8 * R;
-    if (R == 1) p->traffic = 0;
+    // the schedule per step (what the log counts: each collective's full buffer), from the hooks
+    // themselves run in counting mode (zero_count_step), and what a rank sends of it with ring
+    // algorithms: (R-1)/R of each all-gather and reduce-scatter, twice that of an all-reduce
+    zero_count_step(&lay, stage, GA, p->coll_count, p->coll_bytes);
+    double ring = (double)(R - 1) / R;
+    p->traffic = ring * ((double)p->coll_bytes[COLL_ALL_GATHER] + (double)p->coll_bytes[COLL_REDUCE_SCATTER] + 2.0 * (double)p->coll_bytes[COLL_ALL_REDUCE]);
     layout_free(&lay);
 }
 
