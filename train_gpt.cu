@@ -1922,12 +1922,20 @@ static void trainer_free_model(Trainer* tr) {
 // waits for one, so the column reads n/a).
 
 // The flags -tune chooses, one row each: the flag, its Flags field (an int, -1 while auto), the
-// PlanRow field holding a row's value, and the largest value. [offload] -offload becomes one more
-// row here once it exists (its PlanRow field: offload).
+// PlanRow field holding a row's value, and the largest value. The candidates, the choice, the
+// checkpoint's record and the resume follow this table. [offload] -offload becomes one more row here
+// once it exists (its PlanRow field: offload; then also an argument of trainer_build_model, and a
+// column of the printed table and tune.jsonl).
 #define TUNE_DIMS(X)                    \
     X("-z", zero_stage, stage, 3)       \
     X("-r", recompute, recompute, 3)
 #define TUNE_MAX_ROWS 16
+enum {
+#define X(flag, field, row, max) TD_##field,
+    TUNE_DIMS(X)
+#undef X
+    TUNE_NDIMS
+};
 
 // With -tune, each tuned flag not given on the command line is auto (-z 0, -r 1 are defaults, not choices).
 static void tune_mark_auto(Flags* f) {
@@ -1963,7 +1971,7 @@ static int tune_text_value(const char* text, const char* flag, int max) {
 enum { TM_SECONDS, TM_WAIT, TM_TAGGED, TM_PROCESS, TM_BASE, TM_RESET, TM_COLS };
 
 // Build the candidate, run it on scratch state, measure, free it. mine: this rank's TM_COLS values.
-static void tune_measure(Trainer* tr, const GPTConfig* c, int stage, int recompute, double* mine) {
+static void tune_measure(Trainer* tr, const GPTConfig* c, const int v[TUNE_NDIMS], double* mine) {
     Flags* f = &tr->f;
     int fd = open("/proc/self/clear_refs", O_WRONLY); // VmHWM := VmRSS (Linux >= 4.0)
     int reset = fd >= 0 && write(fd, "5", 1) == 1;
@@ -1971,7 +1979,7 @@ static void tune_measure(Trainer* tr, const GPTConfig* c, int stage, int recompu
     mine[TM_BASE] = (double)proc_status_bytes("VmRSS");
     mem_peak_reset();
     PlanRow plan;
-    trainer_build_model(tr, c, stage, recompute, &plan);
+    trainer_build_model(tr, c, v[TD_zero_stage], v[TD_recompute], &plan);
     InitCtx ic = {&tr->model.d, (uint64_t)f->seed}; // scratch: initialised as a new run would be, thrown away
     zero_fill_opt(&tr->model.z, tr->model.z.master, init_fill, &ic);
     zero_params_from_master(&tr->model.z);
@@ -2087,14 +2095,18 @@ static void tune_config(Trainer* tr, const GPTConfig* c) {
     PlanEnv e;
     PlanRow rows[20];
     int idx[TUNE_MAX_ROWS], n = 0, nrows = 0;
-    int cand[TUNE_MAX_ROWS][2];
+    int cand[TUNE_MAX_ROWS][TUNE_NDIMS]; // each candidate's value of every tuned flag
     char why[1024] = "";
     if (tr->r == 0) {
         plan_env(f, &tr->launch, tr->R, &e);
         plan_env_show(f, &e);
         nrows = plan_rows(c, f->B, f->T, tr->R, tr->GA, tr->launch.local_world, &e, rows);
         n = tune_candidates(rows, nrows, f, tr->R, f->tune_rows, idx);
-        for (int i = 0; i < n; i++) { cand[i][0] = rows[idx[i]].stage; cand[i][1] = rows[idx[i]].recompute; }
+        for (int i = 0; i < n; i++) {
+#define X(flag, field, row, max) cand[i][TD_##field] = rows[idx[i]].row;
+            TUNE_DIMS(X)
+#undef X
+        }
         if (n == 0) plan_explain_misfit(c, f->B, f->T, tr->R, tr->GA, &e, why, sizeof(why));
     }
     comm_broadcast(&tr->comm, &n, sizeof(n), 0);
@@ -2112,7 +2124,7 @@ static void tune_config(Trainer* tr, const GPTConfig* c) {
     const char* process_kind = g_device == DEV_CUDA ? "device" : "vmhwm";
     for (int i = 0; i < n; i++) {
         double* all = meas + (size_t)i * tr->R * TM_COLS;
-        tune_measure(tr, c, cand[i][0], cand[i][1], all + tr->r * TM_COLS);
+        tune_measure(tr, c, cand[i], all + tr->r * TM_COLS);
         comm_sum_doubles(&tr->comm, all, tr->R * TM_COLS);
         double secs = 0, wait = 0, tagged = 0, process = 0;
         foot[i] = 0;
@@ -2144,7 +2156,7 @@ static void tune_config(Trainer* tr, const GPTConfig* c) {
                            : !strcmp(process_kind, "vmhwm") ? "VmHWM, reset per candidate (/proc/self/clear_refs)"
                                                             : "VmHWM since start (clear_refs failed: only the tagged peak counts)");
     // rank 0 decides; tune.jsonl (-o) keeps every candidate's numbers
-    int choice[3] = {best, best >= 0 ? cand[best][0] : -1, best >= 0 ? cand[best][1] : -1};
+    comm_broadcast(&tr->comm, &best, sizeof(best), 0);
     if (tr->r == 0 && f->out_dir[0]) {
         char path[PATH_MAX];
         snprintf(path, sizeof(path), "%s/tune.jsonl", f->out_dir);
@@ -2173,11 +2185,10 @@ static void tune_config(Trainer* tr, const GPTConfig* c) {
         if (fclose(fp) != 0) die_user("-o: writing %s failed: %s", path, strerror(errno));
     }
     free(meas);
-    comm_broadcast(&tr->comm, choice, sizeof(choice), 0);
-    if (choice[0] < 0) die_user("-tune: none of the %d candidate(s) leaves the headroom once measured (see the table). HINT: -plan, a smaller -b, or more ranks", n);
-    f->zero_stage = choice[1];
-    f->recompute = choice[2];
-#define X(flag, field, row, max) if (!strcmp(f->field##_given, "auto")) FLAG_SHOW(f, field, "%d (-tune: the fastest measured)", f->field);
+    if (best < 0) die_user("-tune: none of the %d candidate(s) leaves the headroom once measured (see the table). HINT: -plan, a smaller -b, or more ranks", n);
+#define X(flag, field, row, max)                                                                             \
+    f->field = cand[best][TD_##field];                                                                      \
+    if (!strcmp(f->field##_given, "auto")) FLAG_SHOW(f, field, "%d (-tune: the fastest measured)", f->field);
     TUNE_DIMS(X)
 #undef X
     tune_text(f, tr->tune_choice, sizeof(tr->tune_choice));
