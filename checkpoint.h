@@ -16,7 +16,10 @@
 //                         rank count or stage reads exactly the pieces it needs, from whichever
 //                         files hold them, and verifies every chunk it touches.
 //   DONE_%08d             written by rank 0 once every rank reported success: step, nonce, ranks,
-//                         and the model file's size and CRC32C (llm.c's header has no room for it)
+//                         and the model file's size and CRC32C (llm.c's header has no room for it);
+//                         a run that chose its flags with -tune adds a line "tune -z 2 -r 1" (the
+//                         choice as flags), which a resume reuses (older readers ignore the line,
+//                         and a marker without it reads as "not tuned": both directions compatible)
 //   LATEST                written after DONE: the step and nonce a resume follows
 //
 // THE PROTOCOL of one save (every rank calls ckpt_save):
@@ -73,6 +76,7 @@ typedef struct {
     int64_t step_tokens;     // tokens per optimizer step
     int64_t train_tokens;    // tokens in the training shards
     int writer_R;            // resume: ranks that wrote the checkpoint
+    char tune[128];          // -tune's choice as flags ("-z 2 -r 1"), "" when the run did not tune: kept in DONE
 } CkptMeta;
 
 // ---- CRC32C (Castagnoli): SSE4.2's crc32 instruction where the build has it, else slicing-by-8.
@@ -503,12 +507,14 @@ typedef struct {
     int ranks;
     int64_t model_bytes;    // -1: no model file in this checkpoint
     uint32_t model_crc;
+    char tune[128];         // -tune's choice as flags, "" none (an optional last line)
 } Marker;
 
 static int marker_write(const char* path, const Marker* mk) {
     char text[512];
-    snprintf(text, sizeof(text), "zerotrain checkpoint\nstep %d\nnonce %016llx\nranks %d\nmodel_bytes %lld\nmodel_crc32c %08x\n",
-             mk->step, (unsigned long long)mk->nonce, mk->ranks, (long long)mk->model_bytes, mk->model_crc);
+    int n = snprintf(text, sizeof(text), "zerotrain checkpoint\nstep %d\nnonce %016llx\nranks %d\nmodel_bytes %lld\nmodel_crc32c %08x\n",
+                     mk->step, (unsigned long long)mk->nonce, mk->ranks, (long long)mk->model_bytes, mk->model_crc);
+    if (mk->tune[0]) snprintf(text + n, sizeof(text) - n, "tune %s\n", mk->tune);
     return write_text_file(path, text);
 }
 
@@ -528,6 +534,8 @@ static int marker_read(const char* path, Marker* mk) {
                &mk->step, &nonce, &mk->ranks, &bytes, &crc) != 5)
         return -1;
     mk->nonce = nonce; mk->model_bytes = bytes; mk->model_crc = crc;
+    const char* t = strstr(text, "\ntune "); // optional: the -tune choice (markers without it: not tuned)
+    if (t) snprintf(mk->tune, sizeof(mk->tune), "%.*s", (int)strcspn(t + 6, "\n"), t + 6);
     return mk->step >= 0 && mk->ranks >= 1 && mk->ranks <= ZT_MAX_RANKS ? 0 : -1;
 }
 
@@ -718,7 +726,8 @@ static int ckpt_save(Zero* z, const GPTConfig* c, const char* dir, const CkptMet
         return CKPT_NONFINITE;
     }
     if (check[0] != 0.0) return CKPT_FAILED;
-    Marker mk = {meta->step, nonce, z->R, -1, 0};
+    Marker mk = {meta->step, nonce, z->R, -1, 0, ""};
+    snprintf(mk.tune, sizeof(mk.tune), "%s", meta->tune);
     g_ckpt_step = meta->step;
     snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, meta->step);
     if (with_model && write_model_file(z, c, path, sizeof(floatX) == 4, &mk.model_crc, &mk.model_bytes) != 0) err += 1.0;
@@ -899,7 +908,7 @@ static void old_state_close(OldState* os) {
 }
 
 // Rank 0: which checkpoint to resume (-1: none). Follows LATEST; resume_step > 0 picks that step.
-static int ckpt_choose(const char* dir, int resume_step, Marker* mk) {
+static int ckpt_choose(const char* dir, int resume_step, Marker* mk, int quiet) {
     char path[PATH_MAX];
     Marker latest;
     snprintf(path, sizeof(path), "%s/LATEST", dir);
@@ -916,16 +925,30 @@ static int ckpt_choose(const char* dir, int resume_step, Marker* mk) {
         for (int i = n - 1; i >= 0 && chosen < 0; i--) {
             if (steps[i] > limit) continue; // after LATEST: not part of the history a resume follows
             snprintf(path, sizeof(path), "%s/DONE_%08d", dir, steps[i]);
-            if (marker_read(path, mk) != 0 || mk->step != steps[i]) { printf("resume: %s is not a complete marker: skipped\n", path); continue; }
+            if (marker_read(path, mk) != 0 || mk->step != steps[i]) {
+                if (!quiet) printf("resume: %s is not a complete marker: skipped\n", path);
+                continue;
+            }
             if (has_latest && steps[i] == latest.step && mk->nonce != latest.nonce) continue; // a save whose LATEST never came
             chosen = steps[i];
         }
-        if (has_latest && chosen != latest.step)
+        if (has_latest && chosen != latest.step && !quiet)
             printf("resume: LATEST names step %d, which is not complete: taking the newest complete checkpoint before it%s\n", latest.step, chosen < 0 ? " (there is none)" : "");
-        if (!has_latest && chosen >= 0) printf("resume: no LATEST file in %s: taking the newest complete checkpoint\n", dir);
+        if (!has_latest && chosen >= 0 && !quiet) printf("resume: no LATEST file in %s: taking the newest complete checkpoint\n", dir);
     }
     free(steps);
     return chosen;
+}
+
+// Rank 0, before anything is allocated: the step a resume will take (-1: none) and the -tune choice
+// its DONE marker records into tune ("" when none). Reads the markers only (quietly: ckpt_resume
+// says what it chose, and checks every file, when it loads).
+static int ckpt_peek_tune(const char* dir, int resume_step, char* tune, size_t cap) {
+    Marker mk;
+    memset(&mk, 0, sizeof(mk));
+    int step = ckpt_choose(dir, resume_step, &mk, 1);
+    snprintf(tune, cap, "%s", step >= 0 ? mk.tune : "");
+    return step;
 }
 
 // Resume from the checkpoint LATEST names (rank 0 chooses, every rank follows; see the top).
@@ -935,7 +958,7 @@ static int ckpt_resume(Zero* z, const GPTConfig* c, const char* dir, int resume_
     memset(&mk, 0, sizeof(mk));
     int step = -1;
     if (z->r == 0) {
-        step = ckpt_choose(dir, resume_step, &mk);
+        step = ckpt_choose(dir, resume_step, &mk, 0);
         if (step >= 0) { // one history: later steps are set aside, LATEST names this one
             char why[128];
             if (resume_step > 0) snprintf(why, sizeof(why), "rolled back to step %d", step);
@@ -960,6 +983,7 @@ static int ckpt_resume(Zero* z, const GPTConfig* c, const char* dir, int resume_
     comm_broadcast(z->comm, &mk, sizeof(mk), 0);
     OldState os;
     old_state_open(&os, z, c, dir, &mk, meta);
+    snprintf(meta->tune, sizeof(meta->tune), "%s", mk.tune);
     float* arrays[3] = {z->master, z->m, z->v};
     for (int a = 0; a < 3; a++) {
         os.which = a;

@@ -221,6 +221,14 @@ static const char* mem_tag_name[TAG_COUNT] = {
 };
 
 static size_t g_mem_bytes[TAG_COUNT]; // live bytes per tag
+static size_t g_mem_peak;             // the most bytes live at once, all tags together, since start or mem_peak_reset (-tune)
+
+static void mem_peak_note(void) {
+    size_t live = 0;
+    for (int t = 0; t < TAG_COUNT; t++) live += g_mem_bytes[t];
+    if (live > g_mem_peak) g_mem_peak = live;
+}
+static void mem_peak_reset(void) { g_mem_peak = 0; mem_peak_note(); }
 
 #define DEV_ALIGN 256
 
@@ -238,6 +246,7 @@ static void* dev_alloc(MemTag tag, size_t bytes) {
         cudaCheck(cudaMemsetAsync(p, 0, rounded, g_stream));
         cudaCheck(cudaStreamSynchronize(g_stream));
         g_mem_bytes[tag] += bytes;
+        mem_peak_note();
         return p;
     }
 #endif
@@ -247,6 +256,7 @@ static void* dev_alloc(MemTag tag, size_t bytes) {
                "flags, then raise -z, lower -b or use -r", bytes / 1048576.0, mem_tag_name[tag]);
     memset(p, 0, rounded);
     g_mem_bytes[tag] += bytes;
+    mem_peak_note();
     return p;
 }
 

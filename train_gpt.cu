@@ -114,7 +114,10 @@ typedef enum { F_INT, F_FLOAT, F_STR, F_SWITCH } FlagType; // F_SWITCH: present 
     X("-export-hf",     export_hf,       F_STR,   "",       "when training ends, write the model as a Hugging Face GPT-2 checkpoint into this directory (config.json + model.safetensors)") \
     X("-prompt",        prompt,          F_STR,   "",       "generate from this prompt (or from each line of @FILE) at the sample steps and at the end, up to -g tokens or an EOT (encoded with -merges)") \
     X("-export-dtype",  export_dtype,    F_STR,   "auto",   "dtype of -export / -export-hf: fp32 (from the FP32 master weights), bf16 (the parameters as trained), fp16 (-export-hf only); auto: -export the parameters' dtype, -export-hf fp32") \
-    X("-gpu",           gpu,             F_STR,   "auto",   "GPU model for -plan and MFU: h100, h200, a100, l40s, l4, a10, ... (auto: the GPU present; h100 when planning without one)")
+    X("-gpu",           gpu,             F_STR,   "auto",   "GPU model for -plan and MFU: h100, h200, a100, l40s, l4, a10, ... (auto: the GPU present; h100 when planning without one)") \
+    X("-tune",          tune,            F_SWITCH, "0",     "measure before training: every flag left at auto (-z, -r; with -tune, those not given count as auto) is chosen by running -tune-steps steps of each of the planner's fastest -tune-rows rows that fit, on scratch state; the fastest that fits wins, and the run starts from its source with it (as if given; written into checkpoints, a resume reuses it)") \
+    X("-tune-steps",    tune_steps,      F_INT,   "5",      "with -tune: timed steps per candidate, after one warm-up step") \
+    X("-tune-rows",     tune_rows,       F_INT,   "4",      "with -tune: candidates at most, the planner's fastest rows that fit (1..16)")
 
 // How each type is declared and converted from its text.
 #define FLAG_FIELD_F_INT(field) int field;
@@ -130,9 +133,10 @@ typedef enum { F_INT, F_FLOAT, F_STR, F_SWITCH } FlagType; // F_SWITCH: present 
 #define FLAG_CONV_F_SWITCH(flag, field, help) f->field = atoi(f->field##_str);
 
 // Per flag: its text as given or defaulted (_given, kept for the settings table), its text as
-// resolved ("auto" and sentinels replaced by what the run uses: _str, hashed across ranks), and its value.
+// resolved ("auto" and sentinels replaced by what the run uses: _str, hashed across ranks), its value,
+// and whether the command line gave it (_set: -tune tunes only what was not given).
 typedef struct {
-#define X(flag, field, type, def, help) char field##_given[1024]; char field##_str[1024]; FLAG_FIELD_##type(field)
+#define X(flag, field, type, def, help) char field##_given[1024]; char field##_str[1024]; char field##_set; FLAG_FIELD_##type(field)
     FLAG_TABLE(X)
 #undef X
 } Flags;
@@ -182,10 +186,12 @@ static void flags_parse(Flags* f, int argc, char** argv) {
 #define X(flag, field, type, def, help)                                                                      \
         if (!known && !strcmp(a, flag) && type == F_SWITCH) {                                               \
             known = 1;                                                                                       \
+            f->field##_set = 1;                                                                              \
             snprintf(f->field##_str, sizeof(f->field##_str), "1");                                          \
         }                                                                                                    \
         if (!known && !strcmp(a, flag)) {                                                                    \
             known = 1;                                                                                       \
+            f->field##_set = 1;                                                                              \
             if (i + 1 >= argc) die_user("flag %s needs a value (%s). HINT: ./train -help", flag, help);      \
             if (strlen(argv[i + 1]) >= sizeof(f->field##_str)) die_user("flag %s: value too long", flag);    \
             snprintf(f->field##_str, sizeof(f->field##_str), "%s", argv[++i]);                             \
@@ -631,6 +637,7 @@ typedef struct {
     double t_first, first_s;   // the ETA: when this run's first step was logged, and its time
     double peak_flops;      // [CUDA] the GPU's BF16 dense peak (0: unknown)
     size_t mem_baseline;    // [CUDA] device memory in use after the context and communicator exist
+    char tune_choice[128];  // -tune's choice as flags ("-z 2 -r 1"; "" without -tune): into every checkpoint
 } Trainer;
 
 // Learning rate at `step` (0-based): linear warmup over `warmup` steps, then the schedule down
@@ -811,6 +818,7 @@ static CkptMeta trainer_ckpt_meta(const Trainer* tr) {
     m.step_tokens = (int64_t)tr->GA * tr->R * tr->model.B * tr->model.T;
     m.train_tokens = dataloader_total_tokens(&tr->train);
     m.writer_R = tr->R;
+    snprintf(m.tune, sizeof(m.tune), "%s", tr->tune_choice);
     return m;
 }
 
@@ -1080,33 +1088,12 @@ static void plan_config(const GPTConfig* c, int B, int T, int R, int GA, int sta
     p->bytes[TAG_COMM] = 4 * s.comm;
     p->bytes[TAG_WORK] = 4 * ops_workspace_floats(c, B, T, s.opt);
     for (int t = 0; t < TAG_COUNT; t++) p->total += p->bytes[t];
-    // the schedule of the hook table, per step (what the log counts: each collective's full buffer)
-    int64_t L = c->L, total = lay.total, Pio = lay.P[0], Pl = lay.P[1];
-    double ring = (double)(R - 1) / R; // share of a buffer a rank sends in a ring reduce-scatter or all-gather
-    switch (stage) {
-    case 0:
-        p->coll_count[COLL_ALL_REDUCE] = L + 1; p->coll_bytes[COLL_ALL_REDUCE] = 4 * total;
-        p->traffic = 2 * ring * 4 * total;
-        break;
-    case 1:
-    case 2: {
-        int64_t rs = stage == 1 ? 1 : GA; // ZeRO-1 reduces once per step, ZeRO-2 every micro-step
-        p->coll_count[COLL_REDUCE_SCATTER] = rs * (L + 1); p->coll_bytes[COLL_REDUCE_SCATTER] = rs * 4 * total;
-        p->coll_count[COLL_ALL_GATHER] = L + 1; p->coll_bytes[COLL_ALL_GATHER] = X * total;
-        p->traffic = ring * (rs * 4.0 * total + X * total);
-        break;
-    }
-    case 3:
-        p->coll_count[COLL_REDUCE_SCATTER] = GA * (L + 1); p->coll_bytes[COLL_REDUCE_SCATTER] = GA * 4 * total;
-        // per micro-step: the io block once (embedding .. LM-head backward), L layers in forward,
-        // L-1 again in backward (the last layer stays from the forward)
-        p->coll_count[COLL_ALL_GATHER] = GA * 2 * L; p->coll_bytes[COLL_ALL_GATHER] = GA * X * (Pio + (2 * L - 1) * Pl);
-        p->traffic = ring * (p->coll_bytes[COLL_REDUCE_SCATTER] + p->coll_bytes[COLL_ALL_GATHER]);
-        break;
-    }
-    p->coll_count[COLL_SCALARS] = 2; // loss and sum of squares; the overflow flag (zero_adamw_check)
-    p->coll_bytes[COLL_SCALARS] = 3 * 8 * R;
-    if (R == 1) p->traffic = 0;
+    // the schedule per step (what the log counts: each collective's full buffer), from the hooks
+    // themselves run in counting mode (zero_count_step), and what a rank sends of it with ring
+    // algorithms: (R-1)/R of each all-gather and reduce-scatter, twice that of an all-reduce
+    zero_count_step(&lay, stage, GA, p->coll_count, p->coll_bytes);
+    double ring = (double)(R - 1) / R;
+    p->traffic = ring * ((double)p->coll_bytes[COLL_ALL_GATHER] + (double)p->coll_bytes[COLL_REDUCE_SCATTER] + 2.0 * (double)p->coll_bytes[COLL_ALL_REDUCE]);
     layout_free(&lay);
 }
 
@@ -1437,6 +1424,13 @@ static void run_plan(const Flags* f, const GPTConfig* c, int R, const Launch* L)
     }
 }
 
+// The settings table shows the planner's inputs as resolved (rank 0, which plans, prints it).
+static void plan_env_show(Flags* f, const PlanEnv* e) {
+    if (f->tflops == 0) FLAG_SHOW(f, tflops, "%.3g (%s)", e->flops / 1e12, g_device == DEV_CPU ? "measured" : "assumed");
+    if (f->link_gbps == 0) FLAG_SHOW(f, link_gbps, "%.0f", e->link * 8 / 1e9);
+    if (!f->gpu_mem[0]) FLAG_SHOW(f, gpu_mem, "%s (%s)", fmt_bytes(e->mem).s, e->mem_src);
+}
+
 // -z auto / -r auto: rank 0 plans with its own view of the memory and broadcasts the choice, so
 // ranks that see different free memory never choose differently. One line says what and why.
 static void choose_config(Flags* f, const GPTConfig* c, int R, const Launch* L, Comm* comm) {
@@ -1449,9 +1443,7 @@ static void choose_config(Flags* f, const GPTConfig* c, int R, const Launch* L, 
         PlanRow rows[20];
         int n = plan_rows(c, f->B, f->T, R, GA, L->local_world, &e, rows);
         int best = plan_choose(rows, n, R, f->zero_stage, f->recompute);
-        if (f->tflops == 0) FLAG_SHOW(f, tflops, "%.3g (%s)", e.flops / 1e12, g_device == DEV_CPU ? "measured" : "assumed");
-        if (f->link_gbps == 0) FLAG_SHOW(f, link_gbps, "%.0f", e.link * 8 / 1e9);
-        if (!f->gpu_mem[0]) FLAG_SHOW(f, gpu_mem, "%s (%s)", fmt_bytes(e.mem).s, e.mem_src);
+        plan_env_show(f, &e);
         if (best < 0) {
             plan_explain_misfit(c, f->B, f->T, R, GA, &e, why, sizeof(why));
             choice[0] = -2;
@@ -1628,6 +1620,8 @@ static void check_flags(const Flags* f, const GPTConfig* c, int R) {
     if (strcmp(f->save_model, "0") && strcmp(f->save_model, "1") && strcmp(f->save_model, "last"))
         die_user("flag -save-model: '%s' is not 0, 1 or last", f->save_model);
     if (f->io_timeout < 0 && f->io_timeout != -1) die_user("flag -io-timeout: %g is negative", f->io_timeout);
+    if (f->tune_steps < 1) die_user("flag -tune-steps: %d timed steps per candidate: at least 1", f->tune_steps);
+    if (f->tune_rows < 1 || f->tune_rows > 16) die_user("flag -tune-rows: %d candidates: 1..16", f->tune_rows);
 }
 
 // Threads for the CPU ops: -threads, else OMP_NUM_THREADS, else this node's cores shared
@@ -1659,17 +1653,20 @@ static void mkdir_p(const char* dir) {
     if (access(tmp, W_OK) != 0) die_user("-o %s: the directory is not writable", dir);
 }
 
-// This process's peak resident memory (VmHWM) in bytes, 0 if unknown.
-static int64_t peak_rss_bytes(void) {
+// A "Name: N kB" line of /proc/self/status in bytes (VmHWM: peak resident memory, VmRSS: resident
+// now), 0 if unknown.
+static int64_t proc_status_bytes(const char* name) {
     FILE* f = fopen("/proc/self/status", "r");
     if (!f) return 0;
-    char line[256];
+    char line[256], fmt[64];
+    snprintf(fmt, sizeof(fmt), "%s: %%lld kB", name);
     long long kb = 0;
     while (fgets(line, sizeof(line), f))
-        if (sscanf(line, "VmHWM: %lld kB", &kb) == 1) break;
+        if (sscanf(line, fmt, &kb) == 1) break;
     fclose(f);
     return (int64_t)kb * 1024;
 }
+static int64_t peak_rss_bytes(void) { return proc_status_bytes("VmHWM"); }
 
 // Every rank's live bytes per tag and its peak RSS: row r (TAG_COUNT + 1 values) is rank r's.
 // A collective: each rank fills its own row of a zeroed matrix and the rows are summed.
@@ -1877,6 +1874,344 @@ static void log_truncate_after(const char* path, int step) {
     if (dropped) printf("resume: %d record(s) of log.jsonl after step %d removed (those steps are trained again)\n", dropped, step);
 }
 
+// A number for log.jsonl and tune.jsonl: JSON has no NaN or infinity, so those are written as null.
+static void json_num(FILE* f, const char* key, double v) {
+    if (isfinite(v)) fprintf(f, ", \"%s\": %.9g", key, v);
+    else fprintf(f, ", \"%s\": null", key);
+}
+
+// The model for (stage, recompute): layout, ZeRO buffers, activations, workspace and the step's
+// scalars, every tag checked against the planner (plan: its row). -tune builds and frees one per
+// candidate with this; the run builds its own with it afterwards, from nothing, the same way.
+static void trainer_build_model(Trainer* tr, const GPTConfig* c, int stage, int recompute, PlanRow* plan) {
+    const Flags* f = &tr->f;
+    Model* m = &tr->model;
+    m->cfg = *c; m->B = f->B; m->T = f->T; m->recompute = recompute;
+    model_describe(&m->d, c);
+    BlockLayout lay;
+    model_layout(&m->d, &lay, tr->R, tr->r);
+    zero_init(&m->z, &lay, stage, &tr->comm, f->poison);
+    acts_alloc(&m->a, c, f->B, f->T, recompute);
+    size_t work_floats = ops_workspace_floats(c, f->B, f->T, m->z.opt_total);
+    g_work = (float*)dev_alloc(TAG_WORK, work_floats * sizeof(float));
+    g_work_floats = work_floats - STEP_SCALARS_FLOATS; // the ops' scratch; then the step's scalars
+    tr->scalars = (StepScalars*)(g_work + g_work_floats);
+    tr->scalars_host = (StepScalars*)host_pinned_alloc(sizeof(StepScalars));
+    tr->readback_lag = g_device == DEV_CUDA && tr->R == 1; // see train_step
+    // what was allocated is exactly what the planner computes, tag by tag
+    plan_config(c, f->B, f->T, tr->R, tr->GA, stage, recompute, plan);
+    for (int t = 0; t < TAG_COUNT; t++)
+        if (g_mem_bytes[t] != plan->bytes[t])
+            die(1, "internal error: %s: %zu bytes allocated, the planner says %zu", mem_tag_name[t], g_mem_bytes[t], plan->bytes[t]);
+}
+
+static void trainer_free_model(Trainer* tr) {
+    Model* m = &tr->model;
+    if (tr->scalars_host) host_pinned_free(tr->scalars_host);
+    tr->scalars_host = NULL;
+    dev_free(TAG_WORK, g_work, (g_work_floats + STEP_SCALARS_FLOATS) * sizeof(float)); // the ops' part and the step's scalars
+    g_work = NULL;
+    acts_free(&m->a, m->cfg.L);
+    zero_free(&m->z);
+    layout_free(&m->z.lay);
+}
+
+// ----------------------------------------------------------------------------
+// -tune: measure instead of estimate. The planner ranks the rows that fit with its headroom; the
+// fastest -tune-rows of them that keep every flag given explicitly are each built, initialised from
+// -seed, and run for one warm-up step and -tune-steps timed steps on the training data: scratch
+// state, freed afterwards. Rank 0 picks the highest measured tokens/s among the candidates whose
+// measured memory also leaves the headroom, and broadcasts it. The run is then built by the same
+// code (trainer_build_model) from its own source (seed, -e file or checkpoint), exactly as if the
+// chosen flags had been given: the same bits. The choice goes into every checkpoint's DONE marker
+// as flags ("-z 2 -r 1"); a resume with -tune reuses it and never tunes again.
+//
+// Memory per candidate and rank: the tagged allocator's peak (g_mem_peak, reset before each build),
+// and the process's: on the CPU device VmHWM, reset before each build by writing "5" to
+// /proc/self/clear_refs (Linux sets VmHWM to VmRSS), so VmHWM minus the VmRSS of that moment is the
+// candidate's growth; on CUDA the device memory in use after the steps beyond the context
+// (cudaMemGetInfo: nothing is allocated inside a step, so that is the candidate's peak).
+// Communication: the time the host waited in collectives (Comm.wait_s; on CUDA the host never
+// waits for one, so the column reads n/a).
+
+// The flags -tune chooses, one row each: the flag, its Flags field (an int, -1 while auto), the
+// PlanRow field holding a row's value, and the largest value. The candidates, the choice, the
+// checkpoint's record and the resume follow this table. [offload] -offload becomes one more row here
+// once it exists (its PlanRow field: offload; then also an argument of trainer_build_model, and a
+// column of the printed table and tune.jsonl).
+#define TUNE_DIMS(X)                    \
+    X("-z", zero_stage, stage, 3)       \
+    X("-r", recompute, recompute, 3)
+#define TUNE_MAX_ROWS 16
+enum {
+#define X(flag, field, row, max) TD_##field,
+    TUNE_DIMS(X)
+#undef X
+    TUNE_NDIMS
+};
+
+// With -tune, each tuned flag not given on the command line is auto (-z 0, -r 1 are defaults, not choices).
+static void tune_mark_auto(Flags* f) {
+#define X(flag, field, row, max) \
+    if (!f->field##_set) { f->field = -1; snprintf(f->field##_given, sizeof(f->field##_given), "auto"); }
+    TUNE_DIMS(X)
+#undef X
+}
+
+// A choice as flags: "-z 2 -r 1".
+static void tune_text(const Flags* f, char* out, size_t cap) {
+    int n = 0;
+    out[0] = 0;
+#define X(flag, field, row, max) n += snprintf(out + n, cap - n, "%s%s %d", n ? " " : "", flag, f->field);
+    TUNE_DIMS(X)
+#undef X
+}
+
+// The value of `flag` in a choice's text ("-z 2 -r 1"); -1 when absent or malformed.
+static int tune_text_value(const char* text, const char* flag, int max) {
+    size_t n = strlen(flag);
+    for (const char* p = text; (p = strstr(p, flag)) != NULL; p += n) {
+        if ((p != text && p[-1] != ' ') || p[n] != ' ') continue;
+        char* end;
+        long v = strtol(p + n + 1, &end, 10);
+        if (end == p + n + 1 || (*end && *end != ' ')) return -1;
+        return v >= 0 && v <= max ? (int)v : -1;
+    }
+    return -1;
+}
+
+// What every rank measures of one candidate (summed over ranks into an R x TM_COLS matrix).
+enum { TM_SECONDS, TM_WAIT, TM_TAGGED, TM_PROCESS, TM_BASE, TM_RESET, TM_COLS };
+
+// Build the candidate, run it on scratch state, measure, free it. mine: this rank's TM_COLS values.
+static void tune_measure(Trainer* tr, const GPTConfig* c, const int v[TUNE_NDIMS], double* mine) {
+    Flags* f = &tr->f;
+    int fd = open("/proc/self/clear_refs", O_WRONLY); // VmHWM := VmRSS (Linux >= 4.0)
+    int reset = fd >= 0 && write(fd, "5", 1) == 1;
+    if (fd >= 0) close(fd);
+    mine[TM_BASE] = (double)proc_status_bytes("VmRSS");
+    mem_peak_reset();
+    PlanRow plan;
+    trainer_build_model(tr, c, v[TD_zero_stage], v[TD_recompute], &plan);
+    InitCtx ic = {&tr->model.d, (uint64_t)f->seed}; // scratch: initialised as a new run would be, thrown away
+    zero_fill_opt(&tr->model.z, tr->model.z.master, init_fill, &ic);
+    zero_params_from_master(&tr->model.z);
+    tr->step = 0; tr->adam_t = 0; tr->pending = 0;
+    train_step(tr); // warm-up: first touches, threads, cuBLASLt's choices
+    step_read_back(tr);
+    comm_reset_stats(&tr->comm);
+    double t0 = wall_s();
+    for (int i = 0; i < f->tune_steps; i++) train_step(tr);
+    step_read_back(tr); // [one GPU] waits for the last step
+    mine[TM_SECONDS] = wall_s() - t0;
+    mine[TM_WAIT] = tr->comm.wait_s;
+    mine[TM_TAGGED] = (double)g_mem_peak;
+    mine[TM_PROCESS] = (double)peak_rss_bytes();
+    mine[TM_RESET] = reset;
+#ifdef __CUDACC__
+    if (g_device == DEV_CUDA) {
+        size_t free_b, total_b;
+        cudaCheck(cudaMemGetInfo(&free_b, &total_b));
+        mine[TM_PROCESS] = (double)(total_b - free_b) - (double)tr->mem_baseline;
+        mine[TM_BASE] = 0;
+        mine[TM_RESET] = 1;
+    }
+#endif
+    trainer_free_model(tr);
+    tr->step = 0; tr->adam_t = 0; tr->pending = 0;
+    comm_reset_stats(&tr->comm);
+}
+
+// The planner's fastest rows that fit (its headroom rule, and its rule against ZeRO-0 with R > 1)
+// and keep every flag not at auto: up to k row indices into idx, fastest first (ties: table order).
+static int tune_candidates(const PlanRow* rows, int n, const Flags* f, int R, int k, int* idx) {
+    int got = 0;
+    while (got < k) {
+        int best = -1;
+        for (int i = 0; i < n; i++) {
+            const PlanRow* p = &rows[i];
+            int keep = !p->offload && p->fits && !(R > 1 && p->stage == 0 && f->zero_stage != 0);
+#define X(flag, field, row, max) if (f->field >= 0 && p->row != f->field) keep = 0;
+            TUNE_DIMS(X)
+#undef X
+            for (int j = 0; j < got; j++) keep = keep && idx[j] != i;
+            if (keep && (best < 0 || p->step_s < rows[best].step_s)) best = i;
+        }
+        if (best < 0) break;
+        idx[got++] = best;
+    }
+    return got;
+}
+
+// A resume with -tune: the choice its checkpoint records, for every flag still at auto. Returns 1
+// when there was one (nothing is measured then).
+static int tune_reuse(Trainer* tr) {
+    Flags* f = &tr->f;
+    char rec[128] = "";
+    int step = -1;
+    if (tr->r == 0) step = ckpt_peek_tune(f->out_dir, f->resume_step, rec, sizeof(rec));
+    comm_broadcast(&tr->comm, &step, sizeof(step), 0);
+    comm_broadcast(&tr->comm, rec, sizeof(rec), 0);
+    if (step < 0) return 0; // nothing to resume: a new run, tuned
+    if (!rec[0]) {
+        printf0("tune: the checkpoint of step %d records no -tune choice (its run did not tune, or an older build wrote it): tuning now\n", step);
+        return 0;
+    }
+#define X(flag, field, row, max)                                                                                              \
+    {                                                                                                                         \
+        int v = tune_text_value(rec, flag, max);                                                                              \
+        if (v < 0) die_user("resume: DONE_%08d in %s records the -tune choice '%s', which has no valid %s. HINT: give the flags yourself, or -resume-step another checkpoint", \
+                            step, f->out_dir, rec, flag);                                                                     \
+        if (f->field < 0) { f->field = v; FLAG_SHOW(f, field, "%d (-tune: the checkpoint's choice)", v); }                    \
+        else if (f->field != v) printf0("tune: %s %d given: kept (the checkpoint's choice was %s %d)\n", flag, f->field, flag, v); \
+    }
+    TUNE_DIMS(X)
+#undef X
+    tune_text(f, tr->tune_choice, sizeof(tr->tune_choice));
+    printf0("tune: resuming step %d, whose checkpoint records -tune's choice %s: reused, not tuned again (running %s)\n", step, rec, tr->tune_choice);
+    return 1;
+}
+
+// A resume without -tune of a checkpoint whose run tuned: its flags are this command line's (the
+// defaults where not given), and one line says what the record holds and how to reuse it.
+static void tune_note_record(Trainer* tr) {
+    Flags* f = &tr->f;
+    char rec[128] = "", mine[128];
+    if (tr->r == 0 && ckpt_peek_tune(f->out_dir, f->resume_step, rec, sizeof(rec)) >= 0 && rec[0]) {
+        tune_text(f, mine, sizeof(mine));
+        if (strcmp(rec, mine))
+            printf0("note: the checkpoint records -tune's choice %s; this run has %s (without -tune a resume uses the flags as given). "
+                    "HINT: add -tune to reuse the choice\n", rec, mine);
+    }
+}
+
+// -tune: choose every flag at auto by measuring (see the banner above). Every rank takes part;
+// rank 0 plans, decides and broadcasts.
+static void tune_config(Trainer* tr, const GPTConfig* c) {
+    Flags* f = &tr->f;
+    int autos = 0;
+#define X(flag, field, row, max) autos += f->field < 0;
+    TUNE_DIMS(X)
+#undef X
+    if (autos == 0) {
+        printf0("tune: every flag -tune chooses was given (-z, -r): nothing to tune\n");
+        FLAG_SHOW(f, tune, "unused: -z and -r were given");
+    }
+    if (autos == 0 || (f->resume && tune_reuse(tr))) { // the planner's inputs: nothing plans this run
+        const char* why = autos ? "unused: -tune reused the checkpoint's choice" : "unused: -tune had nothing to choose";
+        if (f->tflops == 0) FLAG_SHOW(f, tflops, "%s", why);
+        if (f->link_gbps == 0) FLAG_SHOW(f, link_gbps, "%s", why);
+        return;
+    }
+    // the candidates: rank 0 plans (its memory, as -z auto) and broadcasts them
+    int64_t step_tokens = (int64_t)tr->GA * tr->R * f->B * f->T;
+    PlanEnv e;
+    PlanRow rows[20];
+    int idx[TUNE_MAX_ROWS], n = 0, nrows = 0;
+    int cand[TUNE_MAX_ROWS][TUNE_NDIMS]; // each candidate's value of every tuned flag
+    char why[1024] = "";
+    if (tr->r == 0) {
+        plan_env(f, &tr->launch, tr->R, &e);
+        plan_env_show(f, &e);
+        nrows = plan_rows(c, f->B, f->T, tr->R, tr->GA, tr->launch.local_world, &e, rows);
+        n = tune_candidates(rows, nrows, f, tr->R, f->tune_rows, idx);
+        for (int i = 0; i < n; i++) {
+#define X(flag, field, row, max) cand[i][TD_##field] = rows[idx[i]].row;
+            TUNE_DIMS(X)
+#undef X
+        }
+        if (n == 0) plan_explain_misfit(c, f->B, f->T, tr->R, tr->GA, &e, why, sizeof(why));
+    }
+    comm_broadcast(&tr->comm, &n, sizeof(n), 0);
+    comm_broadcast(&tr->comm, cand, sizeof(cand), 0);
+    if (n == 0) die_user("-tune: %s", tr->r == 0 ? why : "rank 0 found no configuration that fits (see its message)");
+    printf0("tune: measuring %d candidate(s), the planner's fastest rows that fit %s per rank with the headroom %s: 1 warm-up + %d timed "
+            "step(s) each, on scratch state (initialised from -seed, freed afterwards) ...\n", n, tr->r == 0 ? fmt_bytes(e.mem).s : "",
+            tr->r == 0 ? fmt_bytes(e.headroom).s : "", f->tune_steps);
+    printf0("tune: | -z | -r | est s/step | est tok/s |     tok/s |  ms/step | comm wait ms/step | tagged peak | process peak | fits |\n");
+    int trace = tr->comm.trace, data_trace = f->data_trace;
+    tr->comm.trace = 0; f->data_trace = 0; // the tuning steps' collectives and batches are not the run's
+    double* meas = (double*)calloc((size_t)n * tr->R * TM_COLS, sizeof(double));
+    double tok_s[TUNE_MAX_ROWS], foot[TUNE_MAX_ROWS];
+    int fits[TUNE_MAX_ROWS], best = -1;
+    const char* process_kind = g_device == DEV_CUDA ? "device" : "vmhwm";
+    for (int i = 0; i < n; i++) {
+        double* all = meas + (size_t)i * tr->R * TM_COLS;
+        tune_measure(tr, c, cand[i], all + tr->r * TM_COLS);
+        comm_sum_doubles(&tr->comm, all, tr->R * TM_COLS);
+        double secs = 0, wait = 0, tagged = 0, process = 0;
+        foot[i] = 0;
+        for (int r = 0; r < tr->R; r++) { // the slowest rank, the largest footprint
+            const double* v = all + r * TM_COLS;
+            double grow = v[TM_RESET] ? v[TM_PROCESS] - v[TM_BASE] : 0; // VmHWM not reset: only the tagged bytes count
+            secs = fmax(secs, v[TM_SECONDS]); wait = fmax(wait, v[TM_WAIT]);
+            tagged = fmax(tagged, v[TM_TAGGED]); process = fmax(process, v[TM_PROCESS]);
+            foot[i] = fmax(foot[i], fmax(v[TM_TAGGED], grow));
+            if (!v[TM_RESET]) process_kind = "vmhwm_since_start";
+        }
+        tok_s[i] = (double)step_tokens * f->tune_steps / fmax(secs, 1e-9);
+        if (tr->r == 0) {
+            const PlanRow* p = &rows[idx[i]];
+            fits[i] = foot[i] + e.headroom <= e.mem;
+            char waitc[32];
+            if (g_device == DEV_CUDA) snprintf(waitc, sizeof(waitc), "n/a");
+            else snprintf(waitc, sizeof(waitc), "%.2f", 1000.0 * wait / f->tune_steps);
+            printf0("tune: | %2d | %2d | %10.3g | %9.0f | %9.0f | %8.2f | %17s | %11s | %12s | %-4s |\n", p->stage, p->recompute, p->step_s,
+                    (double)step_tokens / p->step_s, tok_s[i], 1000.0 * secs / f->tune_steps, waitc, fmt_bytes(tagged).s, fmt_bytes(process).s,
+                    fits[i] ? "yes" : "no");
+            if (fits[i] && (best < 0 || tok_s[i] > tok_s[best])) best = i;
+        }
+    }
+    tr->comm.trace = trace; f->data_trace = data_trace;
+    printf0("tune: est: the planner's estimate; tok/s, ms/step: the slowest rank; comm wait: the host's time in collectives; tagged peak: "
+            "the allocator's; process peak: %s; fits: the larger of the tagged peak and the process's growth, plus the headroom, within "
+            "the memory\n", g_device == DEV_CUDA ? "device memory in use beyond the context (cudaMemGetInfo)"
+                           : !strcmp(process_kind, "vmhwm") ? "VmHWM, reset per candidate (/proc/self/clear_refs)"
+                                                            : "VmHWM since start (clear_refs failed: only the tagged peak counts)");
+    // rank 0 decides; tune.jsonl (-o) keeps every candidate's numbers
+    comm_broadcast(&tr->comm, &best, sizeof(best), 0);
+    if (tr->r == 0 && f->out_dir[0]) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof(path), "%s/tune.jsonl", f->out_dir);
+        FILE* fp = fopen(path, "w");
+        if (!fp) die_user("-o: cannot write %s: %s", path, strerror(errno));
+        for (int i = 0; i < n; i++) {
+            const PlanRow* p = &rows[idx[i]];
+            const double* all = meas + (size_t)i * tr->R * TM_COLS;
+            double secs = 0, wait = 0;
+            for (int r = 0; r < tr->R; r++) { secs = fmax(secs, all[r * TM_COLS + TM_SECONDS]); wait = fmax(wait, all[r * TM_COLS + TM_WAIT]); }
+            fprintf(fp, "{\"stage\": %d, \"recompute\": %d, \"R\": %d, \"GA\": %d, \"steps\": %d, \"est_step_s\": %.6g, \"est_tok_s\": %.6g, "
+                    "\"planned_bytes\": %zu, \"tok_s\": %.6g, \"step_ms\": %.6g",
+                    p->stage, p->recompute, tr->R, tr->GA, f->tune_steps, p->step_s, (double)step_tokens / p->step_s, p->total, tok_s[i],
+                    1000.0 * secs / f->tune_steps);
+            json_num(fp, "comm_wait_ms", g_device == DEV_CUDA ? NAN : 1000.0 * wait / f->tune_steps); // [CUDA] the host never waits: null
+            const char* keys[3] = {"tagged_peak", "process_peak", "rss_before"};
+            const int cols[3] = {TM_TAGGED, TM_PROCESS, TM_BASE};
+            for (int k = 0; k < 3; k++) {
+                fprintf(fp, ", \"%s\": [", keys[k]);
+                for (int r = 0; r < tr->R; r++) fprintf(fp, "%s%.0f", r ? ", " : "", all[r * TM_COLS + cols[k]]);
+                fprintf(fp, "]");
+            }
+            fprintf(fp, ", \"process_kind\": \"%s\", \"footprint\": %.0f, \"mem\": %.0f, \"headroom\": %.0f, \"fits\": %d, \"chosen\": %d}\n",
+                    process_kind, foot[i], e.mem, e.headroom, fits[i], i == best);
+        }
+        if (fclose(fp) != 0) die_user("-o: writing %s failed: %s", path, strerror(errno));
+    }
+    free(meas);
+    if (best < 0) die_user("-tune: none of the %d candidate(s) leaves the headroom once measured (see the table). HINT: -plan, a smaller -b, or more ranks", n);
+#define X(flag, field, row, max)                                                                             \
+    f->field = cand[best][TD_##field];                                                                      \
+    if (!strcmp(f->field##_given, "auto")) FLAG_SHOW(f, field, "%d (-tune: the fastest measured)", f->field);
+    TUNE_DIMS(X)
+#undef X
+    tune_text(f, tr->tune_choice, sizeof(tr->tune_choice));
+    if (tr->r == 0) {
+        const PlanRow* p = &rows[idx[best]];
+        printf0("tune: chose %s: %.0f tok/s measured, the fastest of the %d candidate(s) that fit (the planner estimated %.0f tok/s); "
+                "the run starts from its source as if started with %s\n", tr->tune_choice, tok_s[best], n, (double)step_tokens / p->step_s, tr->tune_choice);
+    }
+}
+
 // Everything before the first step. Bad input ends here with exit code 2, before allocation.
 // Returns 1 when there is nothing to train (-plan printed its table, -tokenize wrote shards).
 static int trainer_setup(Trainer* tr, int argc, char** argv) {
@@ -1927,7 +2262,8 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
         run_plan(f, &c, R_plan, &tr->launch);
         return 1;
     }
-    if (f->zero_stage < 0 || f->recompute < 0) choose_config(f, &c, tr->R, &tr->launch, &tr->comm);
+    if (f->tune) tune_mark_auto(f); // chosen by measuring, once the data is open (tune_config)
+    else if (f->zero_stage < 0 || f->recompute < 0) choose_config(f, &c, tr->R, &tr->launch, &tr->comm);
     else { // the planner's inputs: nothing plans this run
         if (f->tflops == 0) FLAG_SHOW(f, tflops, "unused: only -plan, -z auto and -r auto plan");
         if (f->link_gbps == 0) FLAG_SHOW(f, link_gbps, "unused: only -plan, -z auto and -r auto plan");
@@ -1966,28 +2302,15 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     FLAG_SHOW(f, max_steps, "%d", tr->max_steps);
     FLAG_SHOW(f, warmup, "%d", f->warmup);
     FLAG_SHOW(f, total_batch, "%lld", (long long)step_tokens * tr->GA);
-    // the model: layout, ZeRO buffers, activations, workspace
-    Model* m = &tr->model;
-    m->cfg = c; m->B = f->B; m->T = f->T; m->recompute = f->recompute;
-    model_describe(&m->d, &c);
-    BlockLayout lay;
-    model_layout(&m->d, &lay, tr->R, tr->r);
     tr->comm.trace = f->comm_trace;
     tr->comm.timeout_s = f->comm_timeout;
     tr->comm.delay_ms = f->comm_delay;
-    zero_init(&m->z, &lay, f->zero_stage, &tr->comm, f->poison);
-    acts_alloc(&m->a, &c, f->B, f->T, f->recompute);
-    size_t work_floats = ops_workspace_floats(&c, f->B, f->T, m->z.opt_total);
-    g_work = (float*)dev_alloc(TAG_WORK, work_floats * sizeof(float));
-    g_work_floats = work_floats - STEP_SCALARS_FLOATS; // the ops' scratch; then the step's scalars
-    tr->scalars = (StepScalars*)(g_work + g_work_floats);
-    tr->scalars_host = (StepScalars*)host_pinned_alloc(sizeof(StepScalars));
-    tr->readback_lag = g_device == DEV_CUDA && tr->R == 1; // see train_step
-    PlanRow plan; // what was allocated is exactly what the planner computes, tag by tag
-    plan_config(&c, f->B, f->T, tr->R, tr->GA, f->zero_stage, f->recompute, &plan);
-    for (int t = 0; t < TAG_COUNT; t++)
-        if (g_mem_bytes[t] != plan.bytes[t])
-            die(1, "internal error: %s: %zu bytes allocated, the planner says %zu", mem_tag_name[t], g_mem_bytes[t], plan.bytes[t]);
+    if (f->tune) tune_config(tr, &c); // the flags left at auto: measured, or a resume's recorded choice
+    else if (f->resume) tune_note_record(tr);
+    // the model: layout, ZeRO buffers, activations, workspace
+    PlanRow plan;
+    trainer_build_model(tr, &c, f->zero_stage, f->recompute, &plan);
+    Model* m = &tr->model;
     tr->flops_per_token = mfu_flops_per_token(&c, f->T);
     // the settings table shows what auto became for the flags resolved only now
     if (f->io_timeout < 0) {
@@ -2093,12 +2416,6 @@ static void log_hashes(Trainer* tr) {
     printf0("hashes: params %016llx master %016llx m %016llx v %016llx\n", (unsigned long long)out[0],
             (unsigned long long)out[1], (unsigned long long)out[2], (unsigned long long)out[3]);
     free(all); free(buf); free(xbuf); free(pcs);
-}
-
-// A number for log.jsonl: JSON has no NaN or infinity, so those are written as null.
-static void json_num(FILE* f, const char* key, double v) {
-    if (isfinite(v)) fprintf(f, ", \"%s\": %.9g", key, v);
-    else fprintf(f, ", \"%s\": null", key);
 }
 
 // Exit codes (README "Exit codes"). die() uses 1 and 2 as well.
@@ -2207,15 +2524,8 @@ static int train_loop(Trainer* tr) {
 }
 
 static void trainer_free(Trainer* tr) {
-    Model* m = &tr->model;
-    if (tr->scalars_host) host_pinned_free(tr->scalars_host);
-    tr->scalars_host = NULL;
     if (tr->log) fclose(tr->log);
-    dev_free(TAG_WORK, g_work, (g_work_floats + STEP_SCALARS_FLOATS) * sizeof(float)); // the ops' part and the step's scalars
-    g_work = NULL;
-    acts_free(&m->a, m->cfg.L);
-    zero_free(&m->z);
-    layout_free(&m->z.lay);
+    trainer_free_model(tr);
     dataloader_free(&tr->train);
     if (tr->has_val) dataloader_free(&tr->val);
     if (tr->has_tok) tokenizer_free(&tr->tok);

@@ -56,7 +56,7 @@
 // and -comm-delay delays every collective: together they expose a missing wait.
 //
 // defines: Launch, launch_from_env, BlockTensor, BlockLayout, layout_*, ZeroSizes, zero_sizes,
-//          Comm, CollOp, comm_*, Zero, zero_* hooks
+//          Comm, CollOp, comm_*, Zero, zero_* hooks, zero_count_step (the schedule, counted)
 #ifndef ZT_ZERO_H
 #define ZT_ZERO_H
 
@@ -351,6 +351,7 @@ typedef struct {
     int a2a_counts[ZT_MAX_RANKS], a2a_sdispl[ZT_MAX_RANKS], a2a_rdispl[ZT_MAX_RANKS]; // live while in flight
 #endif
     int device_side;      // the block buffers are GPU memory: collectives go through NCCL (comm_start_cuda)
+    int count_only;       // counting mode (zero_count_step): collectives are counted, nothing is moved or waited for
 #ifdef __CUDACC__
     cudaStream_t stream;  // [CUDA] the communication stream
 #ifdef USE_NCCL
@@ -578,13 +579,14 @@ static int comm_start(Comm* c, const CollOp* op) {
     s->seq = c->next_seq++;
     int64_t xbytes = (int64_t)sizeof(floatX);
     int64_t full_n = op->S * c->R;
-    if (full_n > 2147483647LL) die(1, "block %d has %lld elements, more than one collective can move (2^31)", op->block, (long long)full_n);
     switch (op->kind) {
     case COLL_ALL_GATHER: comm_account(c, op, full_n * xbytes); break;
     case COLL_REDUCE_SCATTER: comm_account(c, op, full_n * 4); break;
     case COLL_ALL_REDUCE: comm_account(c, op, full_n * 4); break;
     default: die(1, "comm_start: unsupported kind (internal error)");
     }
+    if (c->count_only) { s->active = 0; return h; } // counted; there is nothing to move
+    if (full_n > 2147483647LL) die(1, "block %d has %lld elements, more than one collective can move (2^31)", op->block, (long long)full_n);
 #ifdef __CUDACC__
     if (c->device_side) { comm_start_cuda(c, s); return h; }
 #endif
@@ -670,7 +672,7 @@ static void comm_sum_doubles(Comm* c, double* v, int n) {
     c->count[COLL_SCALARS]++;
     c->bytes[COLL_SCALARS] += (int64_t)n * 8 * c->R;
     if (c->trace) printf("[comm] rank %d step %d: %-14s %d value(s)\n", c->r, c->step, "scalars", n);
-    if (c->R == 1) return;
+    if (c->R == 1 || c->count_only) return;
 #ifdef USE_MPI
     double* all = (double*)malloc(sizeof(double) * n * c->R);
     MPI_Request req;
@@ -1177,11 +1179,12 @@ static void zero_local_sumsq(Zero* z, double* out) {
 static void zero_grad_sumsq(Zero* z, StepScalars* sc) {
     comm_wait_all(z->comm);
     for (int i = 0; i < 3; i++) z->reduce_h[i] = -1;
-    zero_local_sumsq(z, &sc->sumsq);
+    int data = !z->comm->count_only; // counting mode: no data, only the scalar sum is issued
+    if (data) zero_local_sumsq(z, &sc->sumsq);
     double sums[2] = {0.0, 0.0};
-    if (z->comm->R > 1) dev_to_host(sums, &sc->loss_sum, sizeof(sums)); // loss_sum, sumsq: adjacent
+    if (data && z->comm->R > 1) dev_to_host(sums, &sc->loss_sum, sizeof(sums)); // loss_sum, sumsq: adjacent
     comm_sum_doubles(z->comm, sums, 2);
-    if (z->comm->R > 1) dev_from_host(&sc->loss_sum, sums, sizeof(sums));
+    if (data && z->comm->R > 1) dev_from_host(&sc->loss_sum, sums, sizeof(sums));
 }
 
 // AdamW over the optimizer range of every block; sc: the step's scalars (clip scale, finite and
@@ -1201,17 +1204,18 @@ static void zero_adamw(Zero* z, const AdamWParams* hp, const StepScalars* sc) {
 // counted), so every rank skips the update together and no shard moves while another stays.
 static void zero_adamw_check(Zero* z, const AdamWParams* hp, StepScalars* sc) {
     Segment seg[MAX_BLOCK_TENSORS];
-    for (int b = 0; b < z->lay.nblocks; b++) {
+    int data = !z->comm->count_only; // counting mode: only the scalar sum is issued
+    for (int b = 0; data && b < z->lay.nblocks; b++) {
         int n = layout_segments(&z->lay, b, zero_opt_lo(z, b), zero_opt_hi(z, b), seg);
         int64_t o = zero_opt_off(z, b);
         op_adamw_check(z->master + o, z->m + o, z->v + o, zero_opt_grads(z, b), seg, n, hp, sc);
     }
     int flag = 0;
-    if (z->comm->R > 1) dev_to_host(&flag, &sc->overflow, sizeof(flag));
+    if (data && z->comm->R > 1) dev_to_host(&flag, &sc->overflow, sizeof(flag));
     double any = flag;
     comm_sum_doubles(z->comm, &any, 1);
     flag = any > 0.0;
-    if (z->comm->R > 1) dev_from_host(&sc->overflow, &flag, sizeof(flag));
+    if (data && z->comm->R > 1) dev_from_host(&sc->overflow, &flag, sizeof(flag));
 }
 
 // After the optimizer: [ZeRO-1/2] all-gather every block's parameters in place.
@@ -1230,6 +1234,53 @@ static void zero_after_step(Zero* z) {
 // [ZeRO-2/3] the shard is written (=) by the first micro-step's reduce-scatter, so nothing to do.
 static void zero_zero_grads(Zero* z) {
     if (z->stage <= 1) dev_zero(z->full_grads, z->lay.total * 4);
+}
+
+// ----------------------------------------------------------------------------
+// The schedule, counted. The collectives one optimizer step issues, by kind and bytes, from the hooks
+// themselves: a Zero that holds no buffers, over a Comm in counting mode (comm_start counts and moves
+// nothing), is walked through the hooks in the order the model calls them -- gpt_forward (embedding,
+// layers, head), gpt_backward (head, layers in reverse, embedding) for each of GA micro-steps, then
+// the step (zero_grad_sumsq, AdamW, zero_after_step) -- so the planner's counts are the schedule, not
+// a second description of it. No data is read or written (every buffer pointer stays NULL: dev_zero
+// and the poisoning skip NULL, the compute that reads them is not called). The tests keep closed
+// forms of their own (test/test_zero.h: zt_comm_closed_form).
+static void zero_count_step(const BlockLayout* lay, int stage, int GA, int64_t count[COLL_KINDS], int64_t bytes[COLL_KINDS]) {
+    Comm c;
+    memset(&c, 0, sizeof(c));
+    c.R = lay->R;
+    c.count_only = 1;
+    Zero z;
+    memset(&z, 0, sizeof(z));
+    z.stage = stage; z.R = lay->R; z.r = 0; z.L = lay->nblocks - 1;
+    z.lay = *lay;
+    z.sz = zero_sizes(lay, stage);
+    z.comm = &c;
+    for (int i = 0; i < 3; i++) { z.resident[i] = -1; z.buf_state[i] = BUF_FREE; z.gather_h[i] = -1; z.reduce_h[i] = -1; }
+    float* grads;
+    for (int micro = 0; micro < GA; micro++) {
+        int last = micro == GA - 1;
+        zero_before_embedding(&z); // gpt_forward, backward_follows = 1
+        zero_after_embedding(&z);
+        for (int b = 1; b <= z.L; b++) {
+            zero_before_block_forward(&z, b);
+            zero_after_block_forward(&z, b, 1);
+        }
+        zero_before_head(&z);
+        zero_after_head(&z, 1);
+        zero_before_head_backward(&z, &grads); // gpt_backward
+        zero_after_head_backward(&z);
+        for (int b = z.L; b >= 1; b--) {
+            zero_before_block_backward(&z, b, &grads);
+            zero_after_block_backward(&z, b, micro, last);
+        }
+        zero_after_embedding_backward(&z, micro, last);
+    }
+    zero_grad_sumsq(&z, NULL);        // train_step: the norm's scalar sum,
+    zero_adamw_check(&z, NULL, NULL); // the overflow flag's, then the optimizer's gathers
+    zero_after_step(&z);
+    memcpy(count, c.count, sizeof(c.count));
+    memcpy(bytes, c.bytes, sizeof(c.bytes));
 }
 
 // ----------------------------------------------------------------------------

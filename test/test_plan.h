@@ -272,3 +272,35 @@ TEST(plan_cuda_without_gpu) {
     rc = tp_run(flags);
     CHECKF(rc == 2, "-device cuda without a GPU trained?\n%s", zt_out);
 }
+
+// The planner's schedule is the hooks' own: zero_count_step walks them over a counting Comm (no
+// data), and its counts and bytes equal the test's closed form for every stage, R = 1..4 and
+// GA = 1..3 (the closed form the runs' logs are checked against: zero_comm_schedule). In process.
+TEST(plan_schedule_counted_from_hooks) {
+    GPTConfig c;
+    memset(&c, 0, sizeof(c));
+    c.L = ZT_L; c.C = ZT_C; c.NH = ZT_NH; c.V = ZT_V; c.Vp = 128; c.maxT = ZT_MAXT;
+    ModelDesc d;
+    model_describe(&d, &c);
+    for (int R = 1; R <= 4; R++) {
+        BlockLayout lay;
+        model_layout(&d, &lay, R, 0);
+        for (int z = 0; z <= 3; z++)
+            for (int GA = 1; GA <= 3; GA++) {
+                int64_t n[COLL_KINDS], b[COLL_KINDS], want_n[COLL_KINDS], want_b[COLL_KINDS];
+                zero_count_step(&lay, z, GA, n, b);
+                zt_comm_closed_form(R, z, GA, want_n, want_b);
+                for (int k = 0; k < COLL_KINDS; k++)
+                    CHECKF(n[k] == want_n[k] && b[k] == want_b[k], "R=%d z=%d GA=%d %s: counted %lld, %lld; closed form %lld, %lld", R, z, GA,
+                           coll_name[k], (long long)n[k], (long long)b[k], (long long)want_n[k], (long long)want_b[k]);
+            }
+        layout_free(&lay);
+    }
+    // a hook that issued one more collective would be counted: the counting Comm is the real comm_start
+    Comm cc;
+    memset(&cc, 0, sizeof(cc));
+    cc.R = 2; cc.count_only = 1;
+    CollOp op = {COLL_ALL_GATHER, 0, NULL, NULL, 8, 0};
+    comm_wait(&cc, comm_start(&cc, &op));
+    CHECK(cc.count[COLL_ALL_GATHER] == 1 && cc.bytes[COLL_ALL_GATHER] == 16 * (int64_t)sizeof(floatX));
+}

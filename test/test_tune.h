@@ -1,0 +1,180 @@
+// test/test_tune.h — -tune: measured choice of the flags left at auto, on the CPU device at R = 2.
+//
+// No assertion on which candidate is fastest (the machine is shared: timings move). What must hold
+// whatever the timings: the candidates are rows the planner says fit, every fitting row is measured
+// when -tune-rows allows it, the choice is one of them; the run after tuning has the bits of a run
+// started with the chosen flags (tuning ran on scratch state and the trainer was rebuilt) and
+// allocates what the plan says for them; a resume reuses the checkpoint's recorded choice and
+// measures nothing. -tune is the last flag of every command line here: Open MPI's mpirun reads the
+// word after any "-tune" as its own parameter file (README: -tune).
+
+// The candidates a run's tune table lists (-z, -r of each row) and the choice; returns the count.
+static int tt_table(const char* out, int cand[][2], int cap, int* z, int* r) {
+    int n = 0;
+    *z = *r = -1;
+    for (const char* p = out; (p = strstr(p, "tune: |")); p++) {
+        int a, b;
+        if (sscanf(p, "tune: | %d | %d |", &a, &b) == 2 && n < cap) { cand[n][0] = a; cand[n][1] = b; n++; }
+    }
+    const char* c = strstr(out, "tune: chose -z ");
+    if (c) sscanf(c, "tune: chose -z %d -r %d", z, r);
+    return n;
+}
+
+// The tune line a choice leaves in DONE markers, and the parse of a recorded choice.
+TEST(tune_marker_and_choice_text) {
+    char dir[PATH_MAX], path[PATH_MAX + 16];
+    snprintf(dir, sizeof(dir), "%s/tune_marker", test_tmpdir());
+    mkdir(dir, 0755);
+    snprintf(path, sizeof(path), "%s/DONE_00000003", dir);
+    Marker mk = {3, 0x1234, 2, -1, 0, "-z 2 -r 1"}, back;
+    CHECK(marker_write(path, &mk) == 0 && marker_read(path, &back) == 0 && back.step == 3 && !strcmp(back.tune, "-z 2 -r 1"));
+    char* text = zt_read_file(path);
+    CHECKF(text && strstr(text, "\nmodel_crc32c 00000000\ntune -z 2 -r 1\n"), "marker:\n%s", text ? text : "(none)");
+    free(text);
+    // a marker as older builds wrote it (no tune line) reads as "not tuned"; the other fields are unchanged
+    Marker old = {3, 0x1234, 2, -1, 0, ""};
+    CHECK(marker_write(path, &old) == 0 && marker_read(path, &back) == 0 && back.ranks == 2 && back.tune[0] == 0);
+    text = zt_read_file(path);
+    CHECKF(text && !strstr(text, "tune"), "an untuned marker has a tune line:\n%s", text ? text : "(none)");
+    free(text);
+    CHECK(tune_text_value("-z 2 -r 1", "-z", 3) == 2 && tune_text_value("-z 2 -r 1", "-r", 3) == 1);
+    CHECK(tune_text_value("-r 3 -z 0", "-z", 3) == 0);
+    CHECK(tune_text_value("-z 7 -r 1", "-z", 3) == -1 && tune_text_value("-z x -r 1", "-z", 3) == -1 && tune_text_value("-r 1", "-z", 3) == -1);
+    CHECK(tune_text_value("-zz 1 -z 2", "-z", 3) == 2);
+}
+
+// The candidates are the planner's fastest -tune-rows rows that fit (the same memory, headroom and
+// fixed rates, so its estimates are deterministic), in its order; the choice is one of them that also
+// fits as measured (the larger of the tagged peak and the process's VmHWM growth, plus the headroom);
+// tune.jsonl holds the same rows, one chosen; explicit flags are kept. The memory splits the rows:
+// 0.5 MiB above ZeRO-2 -r 1's need, so every -r 0 row (~0.9 MiB more activations) does not fit.
+#define TT_SHAPE TP_DEEP " -b 8 -t 31 -tflops 0.01 -link-gbps 80"
+TEST(tune_chooses_among_rows_that_fit) {
+    PlanOut po;
+    CHECK(tp_plan(2, TT_SHAPE, &po) == 0);
+    double mem = po.total[2][1] + TP_HEADROOM + 0.5 * 1048576;
+    char extra[256];
+    snprintf(extra, sizeof(extra), TT_SHAPE " -gpu-mem %.0f", mem);
+    CHECK(tp_plan(2, extra, &po) == 0);
+    // the planner's rows that fit, fastest first (ties: table order); ZeRO-0 never with R > 1
+    int order[16][2], nfit = 0, misfits = 0;
+    double est[16];
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/plan/plan.jsonl", test_tmpdir());
+    char* pj = zt_read_file(path);
+    for (char* line = pj ? strtok(pj, "\n") : NULL; line; line = strtok(NULL, "\n")) {
+        int z, r, off;
+        if (sscanf(line, "{\"stage\": %d, \"recompute\": %d, \"offload\": %d", &z, &r, &off) != 3 || off || z == 0) continue;
+        if (!po.fits[z][r]) { misfits++; continue; }
+        double e = atof(strstr(line, "\"step_s\": ") + 10);
+        int at = nfit++;
+        while (at > 0 && est[at - 1] > e) { est[at] = est[at - 1]; order[at][0] = order[at - 1][0]; order[at][1] = order[at - 1][1]; at--; }
+        est[at] = e; order[at][0] = z; order[at][1] = r;
+    }
+    free(pj);
+    CHECKF(nfit >= 6 && misfits >= 3, "the memory should split the rows: %d fit, %d do not", nfit, misfits);
+    const char* dir = zt_dir("tune_fit");
+    char flags[2048];
+    snprintf(flags, sizeof(flags), ZT_MODEL " " TT_SHAPE " -x 1 -v 0 -s 0 -gpu-mem %.0f -o %s -tune-rows 4 -tune-steps 1 -tune", mem, dir);
+    int rc = zt_mpirun(2, flags, zt_out, sizeof(zt_out));
+    CHECKF(rc == 0, "-tune run failed (%d):\n%s", rc, zt_out);
+    int cand[16][2], z, r;
+    int n = tt_table(zt_out, cand, 16, &z, &r);
+    CHECKF(n == 4, "%d candidates measured, expected -tune-rows 4:\n%s", n, zt_out);
+    int chosen_listed = 0;
+    for (int i = 0; i < n; i++) {
+        CHECKF(po.fits[cand[i][0]][cand[i][1]] && cand[i][0] == order[i][0] && cand[i][1] == order[i][1],
+               "candidate %d: -z %d -r %d, the planner's %d-th fastest that fits is -z %d -r %d", i, cand[i][0], cand[i][1], i + 1, order[i][0], order[i][1]);
+        chosen_listed += cand[i][0] == z && cand[i][1] == r;
+    }
+    CHECKF(chosen_listed == 1 && po.fits[z][r], "chose -z %d -r %d: not one fitting candidate:\n%s", z, r, zt_out);
+    char want[64];
+    snprintf(want, sizeof(want), "| ZeRO-%d | recompute -r %d", z, r);
+    CHECKF(strstr(zt_out, want), "the run does not use the choice ('%s'):\n%s", want, zt_out);
+    snprintf(path, sizeof(path), "%s/tune.jsonl", dir);
+    char* js = zt_read_file(path);
+    int rows = 0, chosen = 0;
+    for (char* line = js ? strtok(js, "\n") : NULL; line; line = strtok(NULL, "\n")) {
+        int a = 0, b = 0;
+        rows++;
+        CHECK(sscanf(line, "{\"stage\": %d, \"recompute\": %d", &a, &b) == 2 && po.fits[a][b]);
+        CHECK(strstr(line, "\"tagged_peak\": [") && strstr(line, "\"process_peak\": [") && strstr(line, "\"comm_wait_ms\": "));
+        const char* fp = strstr(line, "\"footprint\": ");
+        const char* ft = strstr(line, "\"fits\": ");
+        double foot = fp ? atof(fp + strlen("\"footprint\": ")) : 0;
+        int fits = ft ? atoi(ft + strlen("\"fits\": ")) : -1;
+        CHECKF(fits == (foot + TP_HEADROOM <= mem) && foot >= po.total[a][b], "-z %d -r %d: measured fit %d, footprint %.0f, planned %.0f", a, b,
+               fits, foot, po.total[a][b]);
+        if (strstr(line, "\"chosen\": 1")) { chosen++; CHECK(a == z && b == r && fits == 1); }
+    }
+    free(js);
+    CHECKF(rows == n && chosen == 1, "tune.jsonl: %d rows, %d chosen; %d candidates", rows, chosen, n);
+    // explicit flags are kept: -z 3 given, only -r is measured (ZeRO-3's fastest rows that fit)
+    snprintf(flags, sizeof(flags), ZT_MODEL " " TT_SHAPE " -x 1 -v 0 -s 0 -gpu-mem %.0f -z 3 -tune-rows 2 -tune-steps 1 -tune", mem);
+    rc = zt_mpirun(2, flags, zt_out, sizeof(zt_out));
+    n = tt_table(zt_out, cand, 16, &z, &r);
+    int all3 = n == 2;
+    for (int i = 0; i < n; i++) all3 = all3 && cand[i][0] == 3 && po.fits[3][cand[i][1]];
+    CHECKF(rc == 0 && all3 && z == 3, "-z 3 -tune: expected two fitting -r rows of ZeRO-3 only:\n%s", zt_out);
+}
+
+// The run after tuning has the bits of a run started with the chosen flags (the tuning steps ran on
+// scratch state: were the trainer not rebuilt, its weights would have moved 2 x 3 steps), allocates
+// what the closed form says for them, and records the choice in its checkpoints; a resume with -tune
+// reuses that choice, says so and measures nothing, also with another memory; an explicit flag wins;
+// a resume without -tune keeps its own flags and says what the record holds.
+TEST(tune_run_bitwise_and_resume_reuses) {
+    const char* dir = zt_dir("tune_run");
+    char dir_t[PATH_MAX], flags[2048], hash_t[512], hash_g[512];
+    snprintf(dir_t, sizeof(dir_t), "%s", dir);
+    snprintf(flags, sizeof(flags), ZT_MODEL " -b 2 -x 4 -v 0 -s 0 -n 2 -log-hash 1 -gpu-mem 4GiB -o %s -tune-rows 3 -tune-steps 2 -tune", dir_t);
+    int rc = zt_mpirun(2, flags, zt_out, sizeof(zt_out));
+    CHECKF(rc == 0, "-tune run failed (%d):\n%s", rc, zt_out);
+    int cand[16][2], z, r;
+    int n = tt_table(zt_out, cand, 16, &z, &r);
+    CHECKF(n == 3 && z >= 1 && r >= 0, "expected 3 candidates and a choice:\n%s", zt_out);
+    zt_hash_line(zt_out, hash_t, sizeof(hash_t));
+    ZtLog lt, lg;
+    CHECK(zt_read_log(dir_t, &lt) == 0 && lt.n == 4);
+    double mem[4][TAG_COUNT + 1], expect[TAG_COUNT];
+    zt_closed_form(2, z, r, 2, expect);
+    CHECK(zt_read_memory(dir_t, "start", mem, 2) == 0);
+    for (int k = 0; k < 2; k++)
+        for (int t = 0; t < TAG_COUNT; t++)
+            CHECKF(mem[k][t] == expect[t], "rank %d %s: %.0f bytes, -z %d -r %d needs %.0f", k, mem_tag_name[t], mem[k][t], z, r, expect[t]);
+    char path[PATH_MAX], want[64];
+    snprintf(path, sizeof(path), "%s/DONE_00000004", dir_t);
+    char* done = zt_read_file(path);
+    snprintf(want, sizeof(want), "\ntune -z %d -r %d\n", z, r);
+    CHECKF(done && strstr(done, want), "DONE_00000004 lacks '%s':\n%s", want + 1, done ? done : "(none)");
+    free(done);
+    // the same run started with the chosen flags
+    const char* dir2 = zt_dir("tune_given");
+    snprintf(flags, sizeof(flags), ZT_MODEL " -b 2 -x 4 -v 0 -s 0 -log-hash 1 -o %s -z %d -r %d", dir2, z, r);
+    rc = zt_mpirun(2, flags, zt_out, sizeof(zt_out));
+    zt_hash_line(zt_out, hash_g, sizeof(hash_g));
+    CHECKF(rc == 0 && hash_t[0] && !strcmp(hash_t, hash_g), "after -tune: '%s'\nstarted with -z %d -r %d: '%s'", hash_t, z, r, hash_g);
+    CHECK(zt_read_log(dir2, &lg) == 0 && lg.n == 4);
+    for (int s = 0; s < 4; s++) CHECKF(lt.loss[s] == lg.loss[s] && lt.norm[s] == lg.norm[s], "step %d: loss %.9g vs %.9g", s + 1, lt.loss[s], lg.loss[s]);
+    // resume from step 2 with -tune and another memory: the recorded choice, no measuring, the same bits
+    snprintf(flags, sizeof(flags), ZT_MODEL " -b 2 -x 4 -v 0 -s 0 -log-hash 1 -gpu-mem 3GiB -o %s -y 1 -resume-step 2 -tune-steps 1 -tune", dir_t);
+    rc = zt_mpirun(2, flags, zt_out, sizeof(zt_out));
+    char said[160], hash_y[512];
+    snprintf(said, sizeof(said), "tune: resuming step 2, whose checkpoint records -tune's choice -z %d -r %d: reused, not tuned again", z, r);
+    zt_hash_line(zt_out, hash_y, sizeof(hash_y));
+    CHECKF(rc == 0 && strstr(zt_out, said) && !strstr(zt_out, "tune: measuring") && !strcmp(hash_y, hash_t),
+           "resume with -tune: expected '%s', no measuring, hashes %s:\n%s", said, hash_t, zt_out);
+    snprintf(want, sizeof(want), "| ZeRO-%d | recompute -r %d", z, r);
+    CHECKF(strstr(zt_out, want), "the resumed run does not use the recorded choice ('%s')", want);
+    // without -tune a resume runs its flags as given, and says what the record holds
+    snprintf(flags, sizeof(flags), ZT_MODEL " -b 2 -x 4 -v 0 -s 0 -o %s -y 1 -resume-step 2", dir_t);
+    rc = zt_mpirun(2, flags, zt_out, sizeof(zt_out));
+    snprintf(said, sizeof(said), "note: the checkpoint records -tune's choice -z %d -r %d; this run has -z 0 -r 1", z, r);
+    CHECKF(rc == 0 && strstr(zt_out, said) && strstr(zt_out, "| ZeRO-0 |"), "resume without -tune: expected '%s':\n%s", said, zt_out);
+    // an explicit flag wins over the record, and the run says so
+    snprintf(flags, sizeof(flags), ZT_MODEL " -b 2 -x 4 -v 0 -s 0 -o %s -y 1 -resume-step 2 -z 3 -tune", dir_t);
+    rc = zt_mpirun(2, flags, zt_out, sizeof(zt_out));
+    CHECKF(rc == 0 && strstr(zt_out, "tune: -z 3 given: kept") && strstr(zt_out, "| ZeRO-3 |") && !strstr(zt_out, "tune: measuring"),
+           "resume with -z 3 -tune:\n%s", zt_out);
+}
