@@ -22,6 +22,7 @@
 #include <string.h>
 #include <stdarg.h>
 #include <math.h>
+#include <unistd.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -79,7 +80,23 @@ static int g_rank = 0, g_world = 1;         // set by the launcher (zero.h) befo
 static void (*g_abort_hook)(int code) = NULL; // ends every rank (MPI_Abort) when there are several
 static void (*g_finalize_hook)(void) = NULL;  // a single process's clean exit (MPI_Finalize)
 
+static char g_die_msg[512];                   // the last die() message (the rendezvous sends it to the other ranks)
+
+// Once per process: a second thread that fails while the first is ending the process (the NCCL
+// watchdog and the main thread both see the same dead peer) waits for that exit instead of racing
+// it (two exit() calls at once are undefined, and the exit code would be whichever came last), and
+// prints nothing: one message per rank.
+static void zt_exit_claim(void) {
+    static int exiting = 0;
+    static __thread int this_thread_exits = 0; // (the fuzzer's hook longjmps back: then this thread comes again)
+    if (this_thread_exits) return;
+    if (__atomic_exchange_n(&exiting, 1, __ATOMIC_SEQ_CST))
+        for (;;) pause(); // another thread is ending the process
+    this_thread_exits = 1;
+}
+
 static void zt_exit(int code) {
+    zt_exit_claim();
     fflush(stdout);
     fflush(stderr);
     if (g_abort_hook) g_abort_hook(code);
@@ -88,10 +105,15 @@ static void zt_exit(int code) {
 }
 
 __attribute__((format(printf, 2, 3))) static void die(int code, const char* fmt, ...) {
+    zt_exit_claim();
     va_list ap;
     va_start(ap, fmt);
     if (g_world > 1) fprintf(stderr, "[rank %d] ", g_rank);
     fprintf(stderr, "error: ");
+    va_list ap2;
+    va_copy(ap2, ap);
+    vsnprintf(g_die_msg, sizeof(g_die_msg), fmt, ap2);
+    va_end(ap2);
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n");
     va_end(ap);
