@@ -106,17 +106,14 @@ static void zt_exit(int code) {
 
 __attribute__((format(printf, 2, 3))) static void die(int code, const char* fmt, ...) {
     zt_exit_claim();
+    char line[8192]; // one write: ranks sharing a terminal do not interleave their lines
+    int n = g_world > 1 ? snprintf(line, sizeof(line), "[rank %d] error: ", g_rank) : snprintf(line, sizeof(line), "error: ");
     va_list ap;
     va_start(ap, fmt);
-    if (g_world > 1) fprintf(stderr, "[rank %d] ", g_rank);
-    fprintf(stderr, "error: ");
-    va_list ap2;
-    va_copy(ap2, ap);
-    vsnprintf(g_die_msg, sizeof(g_die_msg), fmt, ap2);
-    va_end(ap2);
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
+    vsnprintf(line + n, sizeof(line) - n, fmt, ap);
     va_end(ap);
+    snprintf(g_die_msg, sizeof(g_die_msg), "%s", line + n);
+    fprintf(stderr, "%s\n", line);
     zt_exit(code);
 }
 #define die_user(...) die(2, __VA_ARGS__)

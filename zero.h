@@ -1006,7 +1006,11 @@ static void rdv_join(Comm* c, const char* addr, const char* port, double timeout
     }
     c->rdv_fd[0] = fd;
     rdv_send(c, 0, RDV_HELLO, 0, NULL, 0, what, dl);
-    rdv_expect(c, fd, 0, rdv_peer(c, 0), RDV_WELCOME, 0, 0, what, dl);
+    // rank 0 (listening since before this connection) decides who is missing by its own deadline,
+    // at most timeout_s from now, and tells every rank: wait for that a little longer than it does
+    double dl_welcome = timeout_s > 0 ? wall_s() + timeout_s + 10.0 : 0;
+    c->timeout_s = timeout_s + 10.0; // (for the message, should rank 0 not answer)
+    rdv_expect(c, fd, 0, rdv_peer(c, 0), RDV_WELCOME, 0, 0, what, dl_welcome);
 }
 
 // The abort hook (g_abort_hook) without MPI: send this rank's last message to the others (rank 0:
