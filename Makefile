@@ -5,7 +5,8 @@
 #                         the CPU emulator (test/cuda_emu/), the nvcc compile check, the PyTorch
 #                         fixture check; ends with "N passed, N failed"
 #   make test-long        the longer matrices `make test` samples (several ranks on the emulated CUDA
-#                         device at R = 2 and 3 in both precisions); CI runs it after make test
+#                         device at R = 2 and 3 in both precisions, under mpirun and without MPI);
+#                         CI runs it after make test
 #   make bench            CPU benchmarks (tokens/s, ratios side by side)
 #   make plot             out/log.jsonl (of ./train -o out) -> out/loss.png (dev/plot.py; LOGS=, PLOT=)
 #   make PRECISION=FP32   FP32 storage instead of BF16 (for train and test binaries)
@@ -167,8 +168,9 @@ test: test-binaries
 
 # The cases whose full matrix is too long for make test (ZT_TEST_LONG=1 widens them), in both
 # precisions on the emulator; each binary ends with "N passed, N failed" and fails the target.
-test-long: test/test_emu test/test_emu_fp32
-	ZT_TEST_LONG=1 test/test_emu multirank && ZT_TEST_LONG=1 test/test_emu_fp32 multirank
+test-long: test/test_emu test/test_emu_fp32 test/test_emu_nompi
+	ZT_TEST_LONG=1 test/test_emu multirank && ZT_TEST_LONG=1 test/test_emu_fp32 multirank && \
+	  ZT_TEST_LONG=1 test/test_emu nompi && ZT_TEST_LONG=1 test/test_emu_fp32 nompi
 
 # The nvcc build of ./train for several GPUs (MPI and NCCL, every architecture), compiled without
 # linking; not part of make test (make test compile-checks the carried binaries: gpu-binaries).

@@ -458,8 +458,11 @@ __global__ static void comm_delay_kernel(int64_t ns) {
 
 #ifdef USE_NCCL
 // [NCCL] A non-blocking communicator may answer ncclInProgress: the call goes on in the background
-// until ncclCommGetAsyncError says otherwise. Wait for that (at most the timeout) and end the run with
-// a message naming `what` on any error.
+// until ncclCommGetAsyncError says otherwise, and no NCCL call (nor a kernel on its stream) may come
+// before. Wait for that (at most the timeout) and end the run with a message naming `what` on any
+// error. Every call on the communicator goes through here (ncclIssue), except ncclCommDestroy (after
+// it there is no handle to poll) and ncclCommAbort (the run ends right after it); the emulator's NCCL
+// answers ncclInProgress to every call and stops a run that calls again too early.
 static void nccl_settle(Comm* c, ncclResult_t r, const char* what, double timeout_s) {
     double t0 = wall_s();
     while (r == ncclInProgress) {
@@ -1249,7 +1252,8 @@ static void comm_free(Comm* c) {
         }
         if (c->R > 1) { // non-blocking: finalize (it flushes what is in flight) may be in progress; then free
             nccl_settle(c, ncclCommFinalize(c->nccl), "ncclCommFinalize", c->timeout_s);
-            ncclCheck(ncclCommDestroy(c->nccl));
+            ncclResult_t r = ncclCommDestroy(c->nccl); // (its handle is gone afterwards: nothing to poll)
+            if (r != ncclSuccess && r != ncclInProgress) die(1, "NCCL error in ncclCommDestroy: %s", ncclGetErrorString(r));
         }
 #endif
         for (int i = 0; i < COMM_MAX_INFLIGHT; i++) {
