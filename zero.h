@@ -372,7 +372,7 @@ typedef struct {
     int rdv_fd[ZT_MAX_RANKS]; // [rdv] rank 0: one socket per rank (index 0 unused); rank r > 0: [0], to rank 0
     int64_t rdv_seq;      // [rdv] host collectives so far (every frame carries the number)
     pthread_mutex_t rdv_mu; // [rdv] one frame at a time (the abort hook may run on the NCCL watchdog's thread)
-    char rdv_where[320];  // [rdv] MASTER_ADDR:MASTER_PORT, for messages
+    char rdv_where[320];  // [rdv] MASTER_ADDR:port (rdv_port), for messages
 #ifdef USE_MPI
     MPI_Comm comm;
     MPI_Datatype x_type;  // floatX as an MPI type (16- or 32-bit)
@@ -696,8 +696,8 @@ static void comm_wait_all(Comm* c) {
 
 // ----------------------------------------------------------------------------
 // The TCP rendezvous: several ranks without MPI (torchrun, or Slurm's srun without an MPI
-// plug-in). Rank 0 listens on MASTER_PORT; every other rank connects to MASTER_ADDR:MASTER_PORT,
-// retrying until -comm-timeout, and says who it is (HELLO: rank, world size, protocol version);
+// plug-in). Rank 0 listens on MASTER_PORT (+ 1 under torchrun's agent store: rdv_port); every other
+// rank connects to MASTER_ADDR at that port, retrying until -comm-timeout, and says who it is (HELLO: rank, world size, protocol version);
 // when all have arrived rank 0 answers each (WELCOME). Afterwards the same sockets carry the host
 // side of the Comm layer (comm_sum_doubles, comm_allgather_u64, comm_broadcast: the flag/build
 // hash, NCCL's unique id, scalar sums, the checkpoint's error flag and barriers) as a star through
@@ -914,8 +914,8 @@ static void rdv_listen(Comm* c, int port, double timeout_s, double dl) {
     if (lfd < 0) die(3, "%s: cannot make a socket: %s", what, strerror(errno));
     setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (bind(lfd, (struct sockaddr*)&sa, salen) != 0 || listen(lfd, 128) != 0)
-        die(3, "%s: rank 0 cannot listen on port %d: %s. HINT: another run or program uses MASTER_PORT: choose a free one",
-            what, port, strerror(errno));
+        die(3, "%s: rank 0 cannot listen on port %d: %s. HINT: another run or program uses it: choose another MASTER_PORT "
+               "(under torchrun's agent store the rendezvous takes MASTER_PORT + 1)", what, port, strerror(errno));
     rdv_socket_options(lfd);
     // accepted connections that have not said who they are yet, with their addresses
     int pend_fd[ZT_MAX_RANKS + 1], npend = 0, arrived = 0;
@@ -1033,19 +1033,29 @@ static void comm_rdv_abort(int code) {
     }
 }
 
-// Start the rendezvous (rank 0 listens, the others join) within timeout_s (0: wait forever).
-static void rdv_connect(Comm* c, double timeout_s) {
-    const char* addr = getenv("MASTER_ADDR");
+// The rendezvous's port: MASTER_PORT, or MASTER_PORT + 1 under torchrun when its agent holds
+// MASTER_PORT itself (TORCHELASTIC_USE_AGENT_STORE=True: its TCPStore listens there, as with the
+// default static rendezvous). Exit code 2 when MASTER_PORT is not a port.
+static int rdv_port(void) {
     const char* port = getenv("MASTER_PORT");
+    const char* agent = getenv("TORCHELASTIC_USE_AGENT_STORE");
     char* end = NULL;
     long p = port ? strtol(port, &end, 10) : 0;
-    if (!port || !*port || *end || p < 1 || p > 65535)
-        die_user("MASTER_PORT=%s is not a TCP port (1..65535)", port ? port : "(unset)");
+    int shift = agent && !strcmp(agent, "True");
+    if (!port || !*port || *end || p < 1 || p + shift > 65535)
+        die_user("MASTER_PORT=%s is not a TCP port (1..%d)", port ? port : "(unset)", 65535 - shift);
+    return (int)p + shift;
+}
+
+// Start the rendezvous (rank 0 listens, the others join) within timeout_s (0: wait forever).
+static void rdv_connect(Comm* c, double timeout_s) {
+    char port[16];
+    snprintf(port, sizeof(port), "%d", rdv_port());
     double saved = c->timeout_s;
     c->timeout_s = timeout_s;
     double dl = timeout_s > 0 ? wall_s() + timeout_s : 0;
-    if (c->r == 0) rdv_listen(c, (int)p, timeout_s, dl);
-    else rdv_join(c, addr, port, timeout_s, dl);
+    if (c->r == 0) rdv_listen(c, atoi(port), timeout_s, dl);
+    else rdv_join(c, getenv("MASTER_ADDR"), port, timeout_s, dl);
     c->timeout_s = saved;
 }
 
@@ -1138,7 +1148,7 @@ static void comm_init(Comm* c, int* argc, char*** argv, Launch* L) {
         c->R = L->world; c->r = L->rank;
         for (int k = 0; k < ZT_MAX_RANKS; k++) c->rdv_fd[k] = -1;
         pthread_mutex_init(&c->rdv_mu, NULL);
-        snprintf(c->rdv_where, sizeof(c->rdv_where), "%s:%s", addr, port);
+        snprintf(c->rdv_where, sizeof(c->rdv_where), "%s:%d", addr, rdv_port());
         L->source = !strcmp(L->source, "Slurm") ? "Slurm, TCP rendezvous" : "torchrun, TCP rendezvous";
         g_rdv_comm = c;
         g_abort_hook = comm_rdv_abort;

@@ -270,18 +270,30 @@ TEST(nompi_rank_killed) {
 
 // The CPU device without MPI at R > 1: its ZeRO collectives are MPI's, so every rank refuses with
 // exit code 2 and says what to do (after meeting over the rendezvous: the message is the same on all).
+// Run as under torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE=True) while this test holds
+// MASTER_PORT as torchrun's agent would: the ranks must meet on MASTER_PORT + 1 (else rank 0 could
+// not listen: exit code 3).
 TEST(nompi_cpu_device_refused) {
 #ifdef ENABLE_FP32
     if (!mr_long()) TEST_SKIP("runs in the BF16 emulator build (test/test_emu); make test-long runs it in both");
 #endif
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    socklen_t l = sizeof(a);
+    CHECK(bind(lfd, (struct sockaddr*)&a, sizeof(a)) == 0 && listen(lfd, 4) == 0 && getsockname(lfd, (struct sockaddr*)&a, &l) == 0);
     char cmd[4096], out[1 << 16];
-    snprintf(cmd, sizeof(cmd), ZT_CLEAN_ENV "MASTER_PORT=%d timeout 60 dev/launch.sh 2 %s --train -threads 1 -i %s " ZT_MODEL " -device cpu -x 2",
-             nl_free_port(), g_test_self, zt_data(0));
+    snprintf(cmd, sizeof(cmd), ZT_CLEAN_ENV "TORCHELASTIC_USE_AGENT_STORE=True MASTER_PORT=%d timeout 60 dev/launch.sh 2 %s --train -threads 1 -i %s "
+             ZT_MODEL " -device cpu -x 2", ntohs(a.sin_port), g_test_self, zt_data(0));
     int rc = test_run_cmd(cmd, out, sizeof(out));
+    close(lfd);
     CHECKF(rc == 2 && strstr(out, "[rank 0] error: -device cpu with 2 ranks needs MPI") && strstr(out, "[rank 1] error: -device cpu with 2 ranks needs MPI"),
            "exit %d (want 2 and the message from both ranks):\n%s", rc, out);
     printf("    %.*s\n", (int)strcspn(out, "\n"), out);
 }
+
 // The emulator's check of NCCL's non-blocking rule (test/cuda_emu/fake_nccl.h): two collectives on a
 // non-blocking communicator with no poll of ncclCommGetAsyncError between them stop the run; with
 // nccl_settle between them (what zero.h's ncclIssue does for every call), they run. One rank, in a
