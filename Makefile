@@ -5,11 +5,13 @@
 #                         the CPU emulator (test/cuda_emu/), the nvcc compile check, the PyTorch
 #                         fixture check; ends with "N passed, N failed"
 #   make test-long        the longer matrices `make test` samples (several ranks on the emulated CUDA
-#                         device at R = 2 and 3 in both precisions); CI runs it after make test
+#                         device at R = 2 and 3 in both precisions, under mpirun and without MPI);
+#                         CI runs it after make test
 #   make bench            CPU benchmarks (tokens/s, ratios side by side)
 #   make plot             out/log.jsonl (of ./train -o out) -> out/loss.png (dev/plot.py; LOGS=, PLOT=)
 #   make PRECISION=FP32   FP32 storage instead of BF16 (for train and test binaries)
-#   make NO_MPI=1         build without MPI even if mpicxx is installed (one process only)
+#   make NO_MPI=1         build without MPI even if mpicxx is installed (several ranks on the CUDA
+#                         device still run: dev/launch.sh or torchrun, over the TCP rendezvous)
 #   make NO_CUDA=1        build ./train with g++ even if nvcc is installed
 #   make NO_BLAS=1        build without OpenBLAS even if it is installed
 #   make gpu-binaries     ./train_gpu, ./train_gpu_fp32, ./test/test_gpu to carry to a GPU box (see below)
@@ -62,17 +64,15 @@ endif
 NVCC_ARCH  := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
 NVCC_FLAGS := -O3 -std=c++17 -x cu $(NVCC_ARCH) -Werror all-warnings -Xcompiler "$(HOST_FLAGS) -Werror"
 CUDA_LIBS  := -lcublasLt -lcublas -lgomp
-# NCCL, for several ranks on the CUDA device, only in a build with MPI: the ranks exchange NCCL's
-# unique id over MPI, so a build without MPI runs one rank and links no NCCL it could never
-# initialise. Found in the CUDA toolkit's folders (NCCL_SEARCH), else in NCCL_HOME, else in Python's
-# nvidia-nccl wheel (dev/nccl_home.py), which ships lib/libnccl.so.2 only: linked by that name,
-# with its folder as the run path.
+# NCCL, for several ranks on the CUDA device (their unique id goes over MPI, or over the TCP
+# rendezvous when they are launched without MPI: with or without MPI in the build). Found in the
+# CUDA toolkit's folders (NCCL_SEARCH), else in NCCL_HOME, else in Python's nvidia-nccl wheel
+# (dev/nccl_home.py), which ships lib/libnccl.so.2 only: linked by that name, with its folder as
+# the run path.
 NCCL_SEARCH ?= /usr/local/cuda /usr/local /usr
-ifneq ($(MPICXX),)
-  NCCL_HOME ?= $(firstword $(patsubst %/include/nccl.h,%,$(wildcard $(addsuffix /include/nccl.h,$(NCCL_SEARCH)))))
-  ifeq ($(NCCL_HOME),)
-    NCCL_HOME := $(shell python3 dev/nccl_home.py 2>/dev/null)
-  endif
+NCCL_HOME ?= $(firstword $(patsubst %/include/nccl.h,%,$(wildcard $(addsuffix /include/nccl.h,$(NCCL_SEARCH)))))
+ifeq ($(NCCL_HOME),)
+  NCCL_HOME := $(shell python3 dev/nccl_home.py 2>/dev/null)
 endif
 ifneq ($(NCCL_HOME),)
   NCCL_LIBDIR := $(firstword $(dir $(wildcard $(NCCL_HOME)/lib/libnccl.so.2 $(NCCL_HOME)/lib64/libnccl.so.2)))
@@ -82,7 +82,7 @@ ifneq ($(NCCL_HOME),)
 endif
 ifneq ($(and $(NVCC),$(if $(NO_CUDA),,yes)),)
   $(info ✓ nvcc: $(NVCC))
-  $(if $(NCCL_FOUND),$(info ✓ NCCL: $(NCCL_FOUND)),$(info ✗ NCCL: $(if $(MPICXX),not found (set NCCL_HOME, or pip install nvidia-nccl-cu13),not used without MPI): the CUDA device runs one rank only))
+  $(if $(NCCL_FOUND),$(info ✓ NCCL: $(NCCL_FOUND)),$(info ✗ NCCL: not found (set NCCL_HOME, or pip install nvidia-nccl-cu13): the CUDA device runs one rank only))
   TRAIN_WITH := nvcc
 else
   $(info ✗ nvcc: not found (or NO_CUDA=1): ./train is the CPU device only)
@@ -149,7 +149,7 @@ fuzz: test/fuzz
 	  echo "$$h: $$(grep -E 'stat::number_of_executed_units' build/fuzz/$$h.log)"; \
 	  [ $$rc -eq 0 ] || { grep -E 'ERROR|SUMMARY' build/fuzz/$$h.log; echo "fuzz $$h failed: build/fuzz/$$h.log"; exit 1; }; done
 
-test-binaries: test/test_bf16 test/test_fp32 test/test_emu test/test_emu_fp32 $(FUZZ_BIN)
+test-binaries: test/test_bf16 test/test_fp32 test/test_emu test/test_emu_fp32 test/test_emu_nompi $(FUZZ_BIN)
 
 # The sanitizer subset (.ci/run runs it after make test): the test program built with ASan + UBSan
 # (g++), running the cases that feed the readers bad and changing input, and the trainer processes
@@ -168,8 +168,9 @@ test: test-binaries
 
 # The cases whose full matrix is too long for make test (ZT_TEST_LONG=1 widens them), in both
 # precisions on the emulator; each binary ends with "N passed, N failed" and fails the target.
-test-long: test/test_emu test/test_emu_fp32
-	ZT_TEST_LONG=1 test/test_emu multirank && ZT_TEST_LONG=1 test/test_emu_fp32 multirank
+test-long: test/test_emu test/test_emu_fp32 test/test_emu_nompi
+	ZT_TEST_LONG=1 test/test_emu multirank && ZT_TEST_LONG=1 test/test_emu_fp32 multirank && \
+	  ZT_TEST_LONG=1 test/test_emu nompi && ZT_TEST_LONG=1 test/test_emu_fp32 nompi
 
 # The nvcc build of ./train for several GPUs (MPI and NCCL, every architecture), compiled without
 # linking; not part of make test (make test compile-checks the carried binaries: gpu-binaries).
@@ -190,6 +191,11 @@ test/test_emu: build/emu/.copied $(EMU_SOURCES)
 	$(CXX_HOST) $(EMU_FLAGS) $(filter-out -DENABLE_FP32,$(DEFS)) $(MPI_CFLAGS) build/emu/test/test_gpu.cu -o $@ $(MPI_LIBS)
 test/test_emu_fp32: build/emu/.copied $(EMU_SOURCES)
 	$(CXX_HOST) $(EMU_FLAGS) $(filter-out -DENABLE_FP32,$(DEFS)) -DENABLE_FP32 $(MPI_CFLAGS) build/emu/test/test_gpu.cu -o $@ $(MPI_LIBS)
+# The same BF16 program built without MPI, as make NO_MPI=1 builds: the launch tests (test/gpu_launch.h)
+# start it as the ranks of a run without MPI (dev/launch.sh) and compare with test/test_emu under mpirun.
+NOMPI_DEFS := $(filter-out -DENABLE_FP32 -DUSE_MPI -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX,$(DEFS))
+test/test_emu_nompi: build/emu/.copied $(EMU_SOURCES)
+	$(CXX_HOST) $(EMU_FLAGS) $(NOMPI_DEFS) $(BLAS_CFLAGS) build/emu/test/test_gpu.cu -o $@ $(BLAS_LIBS)
 
 # The GPU test program (GPU against CPU, op by op) and the trainer, as carried to the GPU box (see
 # GPU_ARCH above): one nvcc call compiles both, then each is linked. dev/gpu_check.sh runs them.
@@ -224,5 +230,5 @@ plot:
 	$(PYTHON) dev/plot.py $(LOGS) -o $(PLOT)
 
 clean:
-	rm -f train train_gpu train_gpu_fp32 train_cpu train_cpu_fp32 test/test_bf16 test/test_fp32 test/test_gpu test/test_emu test/test_emu_fp32 test/fuzz test/test_sanitize
+	rm -f train train_gpu train_gpu_fp32 train_cpu train_cpu_fp32 test/test_bf16 test/test_fp32 test/test_gpu test/test_emu test/test_emu_fp32 test/test_emu_nompi test/fuzz test/test_sanitize
 	rm -rf build/emu

@@ -81,18 +81,23 @@ static int g_rank = 0, g_world = 1;         // set by the launcher (zero.h) befo
 static void (*g_abort_hook)(int code) = NULL; // ends every rank (MPI_Abort) when there are several
 static void (*g_finalize_hook)(void) = NULL;  // a single process's clean exit (MPI_Finalize)
 
-// One thread ends the process. Another that fails meanwhile (the main thread waiting in the
-// collective the NCCL watchdog just aborted) waits in zt_exit: two threads in MPI_Abort race, and
-// Open MPI's second call returns, which sent that thread on into MPI_Finalize and exit.
-static int g_exit_claimed = 0; // (the fuzzer, whose abort hook returns by longjmp, clears it)
-static pthread_t g_exiting;
+static char g_die_msg[512];                   // the last die() message (the rendezvous sends it to the other ranks)
+
+// Once per process: a second thread that fails while the first is ending the process (the NCCL
+// watchdog and the main thread both see the same dead peer) waits for that exit instead of racing
+// it (two exit() calls at once are undefined, and the exit code would be whichever came last), and
+// prints nothing: one message per rank.
+static void zt_exit_claim(void) {
+    static int exiting = 0;
+    static __thread int this_thread_exits = 0; // (the fuzzer's hook longjmps back: then this thread comes again)
+    if (this_thread_exits) return;
+    if (__atomic_exchange_n(&exiting, 1, __ATOMIC_SEQ_CST))
+        for (;;) pause(); // another thread is ending the process
+    this_thread_exits = 1;
+}
 
 static void zt_exit(int code) {
-    if (__atomic_exchange_n(&g_exit_claimed, 1, __ATOMIC_SEQ_CST)) {
-        if (pthread_equal(g_exiting, pthread_self())) _exit(code); // failed inside its own exit path
-        for (;;) pause();
-    }
-    g_exiting = pthread_self();
+    zt_exit_claim();
     fflush(stdout);
     fflush(stderr);
     if (g_abort_hook) g_abort_hook(code);
@@ -101,13 +106,15 @@ static void zt_exit(int code) {
 }
 
 __attribute__((format(printf, 2, 3))) static void die(int code, const char* fmt, ...) {
+    zt_exit_claim();
+    char line[8192]; // one write: ranks sharing a terminal do not interleave their lines
+    int n = g_world > 1 ? snprintf(line, sizeof(line), "[rank %d] error: ", g_rank) : snprintf(line, sizeof(line), "error: ");
     va_list ap;
     va_start(ap, fmt);
-    if (g_world > 1) fprintf(stderr, "[rank %d] ", g_rank);
-    fprintf(stderr, "error: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
+    vsnprintf(line + n, sizeof(line) - n, fmt, ap);
     va_end(ap);
+    snprintf(g_die_msg, sizeof(g_die_msg), "%s", line + n);
+    fprintf(stderr, "%s\n", line);
     zt_exit(code);
 }
 #define die_user(...) die(2, __VA_ARGS__)

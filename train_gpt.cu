@@ -1822,7 +1822,7 @@ static void run_tokenize(const Flags* f) {
 }
 
 // Every rank's value of h combined with the build's name, compared with rank 0's over the host
-// communicator (MPI), so that no rank goes on alone. Ends every rank (exit 2) with a message naming
+// communicator (MPI, or the TCP rendezvous), so that no rank goes on alone. Ends every rank (exit 2) with a message naming
 // `what` and a hint.
 static void ranks_agree(Trainer* tr, uint64_t h, const char* what, const char* hint) {
     char build[128];
@@ -2221,18 +2221,20 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     tr->R = tr->comm.R;
     tr->r = tr->comm.r;
     flags_parse(f, argc, argv);
+    float comm_timeout = 300.0f; // -comm-timeout bounds the rendezvous and NCCL's initialisation too (checked again with the other flags)
+    if (parse_float(f->comm_timeout_str, &comm_timeout) || comm_timeout < 0) comm_timeout = 300.0f;
+    comm_connect(&tr->comm, comm_timeout); // launched without MPI: the ranks meet at MASTER_ADDR:MASTER_PORT
     int plan_only = atoi(f->plan_str) == 1;
     g_device = pick_device(f->device_str, plan_only);
     // every rank must run the same flags on the same device with the same build, and know it
     // before any communicator is made: a rank on another device would wait in NCCL's init forever
     ranks_agree(tr, flags_hash(f) ^ (uint64_t)g_device, "was started with different flags, another device or a different build", "start every rank with the same command line, the same ./train and the same -device");
-    float comm_timeout = 300.0f; // -comm-timeout bounds NCCL's initialisation too (checked again with the other flags)
-    if (parse_float(f->comm_timeout_str, &comm_timeout) || comm_timeout < 0) comm_timeout = 300.0f;
     int gpus = 0; // -plan -device cuda plans without a GPU
 #ifdef __CUDACC__
     if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
 #endif
     if (g_device == DEV_CUDA && gpus > 0) comm_init_device(&tr->comm, &tr->launch, comm_timeout); // GPU, streams, NCCL, watchdog
+    if (g_device == DEV_CPU && !plan_only) comm_check_cpu_device(&tr->comm); // its collectives are MPI's
 #ifdef __CUDACC__
     if (g_device == DEV_CUDA && gpus > 0) { // the baseline the planner's prediction is compared with
         size_t free_b, total_b;
@@ -2419,7 +2421,9 @@ static void log_hashes(Trainer* tr) {
 }
 
 // Exit codes (README "Exit codes"). die() uses 1 and 2 as well.
-// 3 is a collective past its timeout (comm_poll in zero.h).
+// 3 is a collective past its timeout (comm_poll, the NCCL watchdog in zero.h), a rank lost (NCCL's
+// remote error, a closed rendezvous connection), or a rendezvous that failed (a peer that never
+// arrived or sent garbage).
 enum { ZT_EXIT_OK = 0, ZT_EXIT_RUNTIME = 1, ZT_EXIT_BAD_INPUT = 2, ZT_EXIT_DIVERGED = 4 };
 
 // "42s", "3m05s", "2h07m": the time left at the mean pace so far.

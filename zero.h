@@ -55,12 +55,20 @@
 // Released buffers are filled with NaN when poisoning is on (-poison 1, always in the tests),
 // and -comm-delay delays every collective: together they expose a missing wait.
 //
-// defines: Launch, launch_from_env, BlockTensor, BlockLayout, layout_*, ZeroSizes, zero_sizes,
-//          Comm, CollOp, comm_*, Zero, zero_* hooks, zero_count_step (the schedule, counted)
+// defines: Launch, launch_from_env, launch_needs_rendezvous, BlockTensor, BlockLayout, layout_*, ZeroSizes,
+//          zero_sizes, Comm, CollOp, comm_*, Zero, zero_* hooks, zero_count_step (the schedule, counted)
 #ifndef ZT_ZERO_H
 #define ZT_ZERO_H
 
 #include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <arpa/inet.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 #include "device.cuh" // defines: floatX, dev_alloc, TAG_*, die, g_rank, g_world
@@ -69,7 +77,6 @@
 #include <mpi.h>
 #endif
 #if defined(__CUDACC__) && defined(USE_NCCL)
-#include <pthread.h>
 #include <nccl.h>
 #define ncclCheck(expr)                                                                          \
     do {                                                                                         \
@@ -86,7 +93,9 @@
 // ----------------------------------------------------------------------------
 // Launch: which rank am I, of how many, and how many share my node. mpirun (Open MPI or
 // MPICH), Slurm's srun and torchrun each say it in their own environment variables; the first
-// complete set wins. With MPI the library's answer is checked against it (zero_comm_init).
+// complete set wins. With MPI the library's answer is checked against it (comm_init). Started by
+// torchrun or Slurm without MPI (launch_needs_rendezvous), the ranks meet over a TCP rendezvous
+// at MASTER_ADDR:MASTER_PORT instead (comm_connect, below).
 
 typedef struct {
     int rank, world;             // this process and the world size R
@@ -154,6 +163,19 @@ static int launch_from_env(Launch* L, char* err, size_t errlen) {
         return 0;
     }
     return 0;
+}
+
+// Several ranks started by torchrun (RANK, WORLD_SIZE) or by Slurm (SLURM_PROCID, SLURM_NTASKS)
+// and not through MPI (mpirun, or srun with an MPI plug-in, sets OMPI_COMM_WORLD_RANK, PMI_RANK or
+// PMIX_RANK): they meet over the TCP rendezvous. A build without MPI always does.
+static int launch_needs_rendezvous(const Launch* L) {
+    if (L->world < 2 || (strcmp(L->source, "torchrun") && strcmp(L->source, "Slurm"))) return 0;
+#ifdef USE_MPI
+    static const char* mpi_vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"};
+    for (size_t i = 0; i < sizeof(mpi_vars) / sizeof(mpi_vars[0]); i++)
+        if (getenv(mpi_vars[i]) && *getenv(mpi_vars[i])) return 0;
+#endif
+    return 1;
 }
 
 // ----------------------------------------------------------------------------
@@ -345,6 +367,12 @@ typedef struct {
     int64_t next_seq;
     int64_t count[COLL_KINDS], bytes[COLL_KINDS]; // this step's traffic
     double wait_s;        // time spent waiting in collectives this step
+    int mpi;              // the host side goes over MPI (MPI_Init was called here)
+    int rdv;              // [rdv] launched without MPI: the host side goes over the rendezvous's sockets
+    int rdv_fd[ZT_MAX_RANKS]; // [rdv] rank 0: one socket per rank (index 0 unused); rank r > 0: [0], to rank 0
+    int64_t rdv_seq;      // [rdv] host collectives so far (every frame carries the number)
+    pthread_mutex_t rdv_mu; // [rdv] one frame at a time (the abort hook may run on the NCCL watchdog's thread)
+    char rdv_where[320];  // [rdv] MASTER_ADDR:port (rdv_port), for messages
 #ifdef USE_MPI
     MPI_Comm comm;
     MPI_Datatype x_type;  // floatX as an MPI type (16- or 32-bit)
@@ -432,8 +460,11 @@ __global__ static void comm_delay_kernel(int64_t ns) {
 
 #ifdef USE_NCCL
 // [NCCL] A non-blocking communicator may answer ncclInProgress: the call goes on in the background
-// until ncclCommGetAsyncError says otherwise. Wait for that (at most the timeout) and end the run with
-// a message naming `what` on any error.
+// until ncclCommGetAsyncError says otherwise, and no NCCL call (nor a kernel on its stream) may come
+// before. Wait for that (at most the timeout) and end the run with a message naming `what` on any
+// error. Every call on the communicator goes through here (ncclIssue), except ncclCommDestroy (after
+// it there is no handle to poll) and ncclCommAbort (the run ends right after it); the emulator's NCCL
+// answers ncclInProgress to every call and stops a run that calls again too early.
 static void nccl_settle(Comm* c, ncclResult_t r, const char* what, double timeout_s) {
     double t0 = wall_s();
     while (r == ncclInProgress) {
@@ -447,8 +478,8 @@ static void nccl_settle(Comm* c, ncclResult_t r, const char* what, double timeou
         if (q != ncclSuccess) r = q;
     }
     if (r != ncclSuccess && c->watchdog_fired) for (;;) pause(); // the watchdog ends the run with its message
-    if (r != ncclSuccess)
-        die(1, "NCCL error in %s at step %d: %s. HINT: %s", what, c->step, ncclGetErrorString(r),
+    if (r != ncclSuccess) // a remote error: another rank failed or aborted the communicator (exit code 3, as a timeout)
+        die(r == ncclRemoteError ? 3 : 1, "NCCL error in %s at step %d: %s. HINT: %s", what, c->step, ncclGetErrorString(r),
             r == ncclRemoteError ? "another rank failed or was aborted: its log says why"
                                  : "NCCL_DEBUG=INFO shows why; NCCL before 2.30 refuses two ranks on one GPU");
 }
@@ -590,6 +621,7 @@ static int comm_start(Comm* c, const CollOp* op) {
 #ifdef __CUDACC__
     if (c->device_side) { comm_start_cuda(c, s); return h; }
 #endif
+    if (c->R > 1 && !c->mpi) die(1, "comm_start: the CPU device with %d ranks and no MPI (internal error: comm_check_cpu_device)", c->R);
 #ifdef USE_MPI
     if (c->R > 1) {
         if (op->kind == COLL_ALL_GATHER) {
@@ -667,32 +699,399 @@ static void comm_wait_all(Comm* c) {
     for (int h; (h = comm_oldest(c)) >= 0;) comm_wait(c, h);
 }
 
+// ----------------------------------------------------------------------------
+// The TCP rendezvous: several ranks without MPI (torchrun, or Slurm's srun without an MPI
+// plug-in). Rank 0 listens on MASTER_PORT (+ 1 under torchrun's agent store: rdv_port); every other
+// rank connects to MASTER_ADDR at that port, retrying until -comm-timeout, and says who it is (HELLO: rank, world size, protocol version);
+// when all have arrived rank 0 answers each (WELCOME). Afterwards the same sockets carry the host
+// side of the Comm layer (comm_sum_doubles, comm_allgather_u64, comm_broadcast: the flag/build
+// hash, NCCL's unique id, scalar sums, the checkpoint's error flag and barriers) as a star through
+// rank 0: each rank sends its bytes to rank 0, which answers with all of them in rank order, so
+// the callers sum in rank order exactly as over MPI (the same bits). The CUDA device's block
+// collectives go over NCCL, as under mpirun.
+//
+// Every frame starts with a checked header (magic, version, kind, sender's rank and world size,
+// the host collective's number, payload size). Whatever does not fit (a peer that never arrives,
+// another program on the port, a rank of another run or build, ranks issuing different host
+// collectives) ends the rank that sees it with a message naming the peer (exit code 3), and the
+// abort hook sends that message to the others (ABORT frame: they end with the same code and say
+// who ended the run). A rank that dies closes its sockets: its peers see it at their next host
+// collective; one waiting in NCCL is ended by the watchdog (comm_watchdog) after -comm-timeout.
+
+#define RDV_MAGIC 0x5652545au // the bytes "ZTRV"
+#define RDV_VERSION 1
+#define RDV_MAX_TEXT 1024     // an ABORT frame's message
+enum { RDV_HELLO = 1, RDV_WELCOME = 2, RDV_DATA = 3, RDV_ABORT = 4 };
+typedef struct {
+    uint32_t magic;
+    uint16_t version, kind;
+    int32_t rank, world; // the sender's
+    int64_t seq;         // DATA: the host collective's number; ABORT: the sender's exit code
+    int64_t bytes;       // payload after the header
+} RdvHdr;                // 32 bytes (every rank runs the same build: host byte order)
+
+static Comm* g_rdv_comm = NULL; // for the abort hook (comm_rdv_abort)
+enum { RDV_OK = 0, RDV_TIMEOUT = -1, RDV_EOF = -2, RDV_ERR = -3 };
+
+// Milliseconds to wait in poll before the deadline (0: none), or -1 when it has passed.
+static int rdv_poll_ms(double deadline) {
+    if (deadline <= 0) return 1000;
+    double left = deadline - wall_s();
+    return left <= 0 ? -1 : left > 1.0 ? 1000 : (int)(left * 1000) + 1;
+}
+
+// Send or receive exactly n bytes on a non-blocking socket before the deadline.
+static int rdv_io(int fd, void* p, size_t n, int sending, double deadline) {
+    size_t done = 0;
+    while (done < n) {
+        int ms = rdv_poll_ms(deadline);
+        if (ms < 0) return RDV_TIMEOUT;
+        struct pollfd pf = {fd, (short)(sending ? POLLOUT : POLLIN), 0};
+        int k = poll(&pf, 1, ms);
+        if (k < 0 && errno != EINTR) return RDV_ERR;
+        if (k <= 0) continue;
+        ssize_t m = sending ? send(fd, (char*)p + done, n - done, MSG_NOSIGNAL) : recv(fd, (char*)p + done, n - done, 0);
+        if (m < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+        if (m < 0) return RDV_ERR;
+        if (m == 0) return RDV_EOF;
+        done += (size_t)m;
+    }
+    return RDV_OK;
+}
+
+// "rank 2", or "rank 0 (MASTER_ADDR:MASTER_PORT)" seen from the other ranks.
+static const char* rdv_peer(const Comm* c, int k) {
+    static char name[400];
+    if (k == 0) snprintf(name, sizeof(name), "rank 0 (%s)", c->rdv_where);
+    else snprintf(name, sizeof(name), "rank %d", k);
+    return name;
+}
+
+// The connection to rank k failed with e during `what`: end this rank (exit code 3).
+static void rdv_lost(const Comm* c, int k, int e, const char* what) {
+    const char* flag = c->timeout_flag ? c->timeout_flag : "-comm-timeout";
+    if (e == RDV_TIMEOUT)
+        die(3, "%s: %s sent nothing within %.0f s: it stopped responding (crashed, stopped or much slower). HINT: check "
+               "its log; raise %s if it is only slow", what, rdv_peer(c, k), c->timeout_s, flag);
+    if (e == RDV_EOF)
+        die(3, "%s: %s closed its connection: it ended (crashed, was killed or failed). HINT: its log says why", what, rdv_peer(c, k));
+    die(3, "%s: the connection to %s failed: %s. HINT: check its log and the network", what, rdv_peer(c, k), strerror(errno));
+}
+
+// One frame to rank k (its socket: fd), whole, before the deadline.
+static void rdv_send(Comm* c, int k, int kind, int64_t seq, const void* p, int64_t bytes, const char* what, double deadline) {
+    RdvHdr h = {RDV_MAGIC, RDV_VERSION, (uint16_t)kind, c->r, c->R, seq, bytes};
+    int fd = c->rdv_fd[c->r == 0 ? k : 0];
+    pthread_mutex_lock(&c->rdv_mu);
+    int e = rdv_io(fd, &h, sizeof(h), 1, deadline);
+    if (e == RDV_OK && bytes > 0) e = rdv_io(fd, (void*)p, (size_t)bytes, 1, deadline);
+    pthread_mutex_unlock(&c->rdv_mu);
+    if (e != RDV_OK) rdv_lost(c, k, e, what);
+}
+
+// Read the next frame's header from rank k and check it: `kind` from rank k of this world, with
+// this seq and payload size (-1: any). An ABORT frame ends this rank as its sender ended;
+// anything else that does not fit is garbage. `who` names the peer ("rank 2", or an address
+// before HELLO has said which rank it is).
+static RdvHdr rdv_expect(Comm* c, int fd, int k, const char* who, int kind, int64_t seq, int64_t bytes, const char* what, double deadline) {
+    RdvHdr h;
+    memset(&h, 0, sizeof(h));
+    int e = rdv_io(fd, &h, sizeof(h), 0, deadline);
+    if (e != RDV_OK) {
+        if (k >= 0) rdv_lost(c, k, e, what);
+        die(3, "%s: %s %s", what, who, e == RDV_TIMEOUT ? "connected but sent nothing (not a rank of this run?)" :
+                e == RDV_EOF ? "connected and closed the connection before saying which rank it is: not a rank of this run" : strerror(errno));
+    }
+    if (h.magic != RDV_MAGIC || h.version != RDV_VERSION)
+        die(3, "%s: %s sent garbage (magic %08x version %u, expected %08x version %d): not a rank of this build of train. "
+               "HINT: another program on MASTER_PORT, or a rank started from another build", what, who, h.magic, h.version, RDV_MAGIC, RDV_VERSION);
+    if (h.kind == RDV_ABORT && h.bytes >= 0 && h.bytes <= RDV_MAX_TEXT) {
+        char text[RDV_MAX_TEXT + 1] = "";
+        if (rdv_io(fd, text, (size_t)h.bytes, 0, wall_s() + 5.0) != RDV_OK) snprintf(text, sizeof(text), "(its message was lost)");
+        text[h.bytes] = 0;
+        int code = h.seq >= 1 && h.seq <= 255 ? (int)h.seq : 3;
+        die(code, "rank %d ended the run (exit code %d): %s", h.rank, code, text);
+    }
+    if (h.kind == RDV_HELLO && kind == RDV_HELLO && h.world != c->R)
+        die(3, "%s: %s says it is rank %d of %d, but rank 0 has a world of %d. HINT: start every rank with the same WORLD_SIZE "
+               "(or SLURM_NTASKS)", what, who, h.rank, h.world, c->R);
+    if (h.kind != kind || (k >= 0 && h.rank != k) || h.world != c->R || (seq >= 0 && h.seq != seq) || (bytes >= 0 && h.bytes != bytes))
+        die(3, "%s: %s sent an unexpected frame (kind %u from rank %d of %d, host collective #%lld of %lld bytes; expected kind %d "
+               "from rank %d of %d, #%lld of %lld bytes). HINT: every rank must be started with the same WORLD_SIZE and command line",
+            what, who, h.kind, h.rank, h.world, (long long)h.seq, (long long)h.bytes, kind, k, c->R, (long long)seq, (long long)bytes);
+    return h;
+}
+
+// A frame's payload (its header was checked) from rank k.
+static void rdv_recv_payload(Comm* c, int k, void* p, int64_t bytes, const char* what, double deadline) {
+    int e = rdv_io(c->rdv_fd[c->r == 0 ? k : 0], p, (size_t)bytes, 0, deadline);
+    if (e != RDV_OK) rdv_lost(c, k, e, what);
+}
+
+static double rdv_deadline(const Comm* c) { return c->timeout_s > 0 ? wall_s() + c->timeout_s : 0; }
+
+// Every rank's n bytes (mine), in rank order, into all (R*n bytes) on every rank.
+static void rdv_allgather(Comm* c, const void* mine, void* all, int64_t n, const char* name) {
+    int64_t seq = ++c->rdv_seq;
+    double dl = rdv_deadline(c);
+    char what[160];
+    snprintf(what, sizeof(what), "host collective %s (#%lld) at step %d", name, (long long)seq, c->step);
+    memmove((char*)all + (int64_t)c->r * n, mine, (size_t)n);
+    if (c->r != 0) {
+        rdv_send(c, 0, RDV_DATA, seq, mine, n, what, dl);
+        rdv_expect(c, c->rdv_fd[0], 0, rdv_peer(c, 0), RDV_DATA, seq, n * c->R, what, dl);
+        rdv_recv_payload(c, 0, all, n * c->R, what, dl);
+        return;
+    }
+    // rank 0: take the frames as they come (an ABORT from any rank is seen at once), then answer
+    int left = c->R - 1;
+    char* got = (char*)calloc(c->R, 1);
+    struct pollfd* pf = (struct pollfd*)malloc(sizeof(struct pollfd) * c->R);
+    int* who = (int*)malloc(sizeof(int) * c->R);
+    while (left > 0) {
+        int np = 0;
+        for (int k = 1; k < c->R; k++)
+            if (!got[k]) { pf[np].fd = c->rdv_fd[k]; pf[np].events = POLLIN; pf[np].revents = 0; who[np++] = k; }
+        int ms = rdv_poll_ms(dl);
+        if (ms < 0) rdv_lost(c, who[0], RDV_TIMEOUT, what); // the first rank still missing
+        int ready = poll(pf, (nfds_t)np, ms);
+        if (ready < 0 && errno != EINTR) die(3, "%s: poll failed: %s", what, strerror(errno));
+        for (int i = 0; i < np && ready > 0; i++) {
+            if (!pf[i].revents) continue;
+            int k = who[i];
+            rdv_expect(c, c->rdv_fd[k], k, rdv_peer(c, k), RDV_DATA, seq, n, what, dl);
+            rdv_recv_payload(c, k, (char*)all + (int64_t)k * n, n, what, dl);
+            got[k] = 1;
+            left--;
+        }
+    }
+    free(got); free(pf); free(who);
+    for (int k = 1; k < c->R; k++) rdv_send(c, k, RDV_DATA, seq, all, n * c->R, what, dl);
+}
+
+// Rank root's n bytes to every rank (through rank 0 when root is another rank).
+static void rdv_broadcast(Comm* c, void* buf, int64_t n, int root) {
+    int64_t seq = ++c->rdv_seq;
+    double dl = rdv_deadline(c);
+    char what[160];
+    snprintf(what, sizeof(what), "host collective broadcast from rank %d (#%lld) at step %d", root, (long long)seq, c->step);
+    if (root != 0 && c->r == root) rdv_send(c, 0, RDV_DATA, seq, buf, n, what, dl);
+    if (root != 0 && c->r == 0) {
+        rdv_expect(c, c->rdv_fd[root], root, rdv_peer(c, root), RDV_DATA, seq, n, what, dl);
+        rdv_recv_payload(c, root, buf, n, what, dl);
+    }
+    if (c->r == 0) {
+        for (int k = 1; k < c->R; k++)
+            if (k != root) rdv_send(c, k, RDV_DATA, seq, buf, n, what, dl);
+    } else if (c->r != root) {
+        rdv_expect(c, c->rdv_fd[0], 0, rdv_peer(c, 0), RDV_DATA, seq, n, what, dl);
+        rdv_recv_payload(c, 0, buf, n, what, dl);
+    }
+}
+
+static void rdv_socket_options(int fd) {
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)); // small frames, sent at once
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    fcntl(fd, F_SETFD, FD_CLOEXEC);
+}
+
+// Rank 0: listen on MASTER_PORT (every interface), take one HELLO per rank until all are there or
+// the deadline passes, then WELCOME each.
+static void rdv_listen(Comm* c, int port, double timeout_s, double dl) {
+    char what[400];
+    snprintf(what, sizeof(what), "rendezvous at %s", c->rdv_where);
+    int lfd = socket(AF_INET6, SOCK_STREAM, 0), one = 1, zero = 0;
+    struct sockaddr_storage sa;
+    memset(&sa, 0, sizeof(sa));
+    socklen_t salen;
+    if (lfd >= 0) { // IPv6 and IPv4 on one socket
+        setsockopt(lfd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+        struct sockaddr_in6* a = (struct sockaddr_in6*)&sa;
+        a->sin6_family = AF_INET6; a->sin6_addr = in6addr_any; a->sin6_port = htons((uint16_t)port);
+        salen = sizeof(*a);
+    } else {
+        lfd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in* a = (struct sockaddr_in*)&sa;
+        a->sin_family = AF_INET; a->sin_addr.s_addr = htonl(INADDR_ANY); a->sin_port = htons((uint16_t)port);
+        salen = sizeof(*a);
+    }
+    if (lfd < 0) die(3, "%s: cannot make a socket: %s", what, strerror(errno));
+    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(lfd, (struct sockaddr*)&sa, salen) != 0 || listen(lfd, 128) != 0)
+        die(3, "%s: rank 0 cannot listen on port %d: %s. HINT: another run or program uses it: choose another MASTER_PORT "
+               "(under torchrun's agent store the rendezvous takes MASTER_PORT + 1)", what, port, strerror(errno));
+    rdv_socket_options(lfd);
+    // accepted connections that have not said who they are yet, with their addresses
+    int pend_fd[ZT_MAX_RANKS + 1], npend = 0, arrived = 0;
+    char pend_addr[ZT_MAX_RANKS + 1][80];
+    char addrs[ZT_MAX_RANKS][80];
+    while (arrived < c->R - 1) {
+        int ms = rdv_poll_ms(dl);
+        if (ms < 0) {
+            char missing[256] = "";
+            int nm = 0;
+            for (int k = 1; k < c->R; k++)
+                if (c->rdv_fd[k] < 0 && nm++ < 8) snprintf(missing + strlen(missing), sizeof(missing) - strlen(missing), "%s%d", nm > 1 ? ", " : "", k);
+            die(3, "%s: rank%s %s%s never arrived within %.0f s (%d of %d ranks did). HINT: start every rank with the same "
+                   "MASTER_ADDR, MASTER_PORT and WORLD_SIZE (dev/launch.sh does); raise -comm-timeout if they start slowly",
+                what, nm > 1 ? "s" : "", missing, nm > 8 ? ", ..." : "", timeout_s, arrived + 1, c->R);
+        }
+        struct pollfd pf[ZT_MAX_RANKS + 2];
+        pf[0].fd = lfd; pf[0].events = POLLIN; pf[0].revents = 0;
+        for (int i = 0; i < npend; i++) { pf[1 + i].fd = pend_fd[i]; pf[1 + i].events = POLLIN; pf[1 + i].revents = 0; }
+        if (poll(pf, (nfds_t)(1 + npend), ms) <= 0) continue;
+        for (int i = npend - 1; i >= 0; i--) {
+            if (!pf[1 + i].revents) continue;
+            int fd = pend_fd[i];
+            char who[128];
+            snprintf(who, sizeof(who), "a connection from %s", pend_addr[i]);
+            RdvHdr h = rdv_expect(c, fd, -1, who, RDV_HELLO, 0, 0, what, wall_s() + 5.0);
+            if (h.rank < 1 || h.rank >= c->R)
+                die(3, "%s: %s says it is rank %d of %d: not a rank of this run", what, who, h.rank, h.world);
+            if (c->rdv_fd[h.rank] >= 0)
+                die(3, "%s: rank %d arrived twice (from %s and %s). HINT: every rank needs its own RANK (or SLURM_PROCID)",
+                    what, h.rank, addrs[h.rank], pend_addr[i]);
+            c->rdv_fd[h.rank] = fd;
+            snprintf(addrs[h.rank], sizeof(addrs[h.rank]), "%s", pend_addr[i]);
+            arrived++;
+            pend_fd[i] = pend_fd[npend - 1];
+            memcpy(pend_addr[i], pend_addr[npend - 1], sizeof(pend_addr[i]));
+            npend--;
+        }
+        if (pf[0].revents && npend <= ZT_MAX_RANKS) {
+            struct sockaddr_storage from;
+            socklen_t fl = sizeof(from);
+            int fd = accept(lfd, (struct sockaddr*)&from, &fl);
+            if (fd < 0) continue;
+            rdv_socket_options(fd);
+            char host[64] = "?", serv[16] = "?";
+            getnameinfo((struct sockaddr*)&from, fl, host, sizeof(host), serv, sizeof(serv), NI_NUMERICHOST | NI_NUMERICSERV);
+            snprintf(pend_addr[npend], sizeof(pend_addr[npend]), "%s port %s", strncmp(host, "::ffff:", 7) ? host : host + 7, serv);
+            pend_fd[npend++] = fd;
+        }
+    }
+    close(lfd);
+    for (int i = 0; i < npend; i++) close(pend_fd[i]); // (none: a stray connection was garbage)
+    for (int k = 1; k < c->R; k++) rdv_send(c, k, RDV_WELCOME, 0, NULL, 0, what, dl);
+}
+
+// Rank r > 0: connect to MASTER_ADDR:MASTER_PORT (retrying while rank 0 is not listening yet),
+// say HELLO, wait for the WELCOME.
+static void rdv_join(Comm* c, const char* addr, const char* port, double timeout_s, double dl) {
+    char what[400], last[256] = "no attempt";
+    snprintf(what, sizeof(what), "rendezvous at %s", c->rdv_where);
+    int fd = -1;
+    while (fd < 0) {
+        if (rdv_poll_ms(dl) < 0)
+            die(3, "%s: rank 0 never listened there within %.0f s (last attempt: %s). HINT: start rank 0 too, with the same "
+                   "MASTER_ADDR and MASTER_PORT; raise -comm-timeout if it starts slowly", what, timeout_s, last);
+        struct addrinfo hints, *res = NULL;
+        memset(&hints, 0, sizeof(hints));
+        hints.ai_family = AF_UNSPEC;
+        hints.ai_socktype = SOCK_STREAM;
+        int g = getaddrinfo(addr, port, &hints, &res);
+        if (g != 0) snprintf(last, sizeof(last), "MASTER_ADDR %s: %s", addr, gai_strerror(g));
+        for (struct addrinfo* a = res; a && fd < 0; a = a->ai_next) {
+            int s = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+            if (s < 0) continue;
+            rdv_socket_options(s);
+            int e = connect(s, a->ai_addr, a->ai_addrlen) == 0 ? 0 : errno;
+            if (e == EINPROGRESS) { // wait for the connection, at most a second at a time
+                struct pollfd pf = {s, POLLOUT, 0};
+                int ms = rdv_poll_ms(dl);
+                e = ETIMEDOUT;
+                if (ms > 0 && poll(&pf, 1, ms) == 1) {
+                    socklen_t el = sizeof(e);
+                    getsockopt(s, SOL_SOCKET, SO_ERROR, &e, &el);
+                }
+            }
+            if (e == 0) fd = s;
+            else { snprintf(last, sizeof(last), "connect: %s", strerror(e)); close(s); }
+        }
+        if (res) freeaddrinfo(res);
+        if (fd < 0) usleep(100000);
+    }
+    c->rdv_fd[0] = fd;
+    rdv_send(c, 0, RDV_HELLO, 0, NULL, 0, what, dl);
+    // rank 0 (listening since before this connection) decides who is missing by its own deadline,
+    // at most timeout_s from now, and tells every rank: wait for that a little longer than it does
+    double dl_welcome = timeout_s > 0 ? wall_s() + timeout_s + 10.0 : 0;
+    c->timeout_s = timeout_s + 10.0; // (for the message, should rank 0 not answer)
+    rdv_expect(c, fd, 0, rdv_peer(c, 0), RDV_WELCOME, 0, 0, what, dl_welcome);
+}
+
+// The abort hook (g_abort_hook) without MPI: send this rank's last message to the others (rank 0:
+// every rank; another rank: rank 0, which passes it on as it ends), then close the sockets cleanly.
+static void comm_rdv_abort(int code) {
+    Comm* c = g_rdv_comm;
+    if (!c || !c->rdv || pthread_mutex_trylock(&c->rdv_mu) != 0) return; // mid-frame on another thread: they see the close
+    size_t n = strnlen(g_die_msg, RDV_MAX_TEXT);
+    RdvHdr h = {RDV_MAGIC, RDV_VERSION, RDV_ABORT, c->r, c->R, code, (int64_t)n};
+    for (int k = 0; k < c->R; k++) {
+        int fd = c->rdv_fd[k];
+        if (fd < 0) continue;
+        if (send(fd, &h, sizeof(h), MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)sizeof(h)) send(fd, g_die_msg, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        shutdown(fd, SHUT_WR);
+        char sink[4096]; // read what is pending, so that the close sends no reset that could lose the frame
+        while (recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0) {}
+    }
+}
+
+// The rendezvous's port: MASTER_PORT, or MASTER_PORT + 1 under torchrun when its agent holds
+// MASTER_PORT itself (TORCHELASTIC_USE_AGENT_STORE=True: its TCPStore listens there, as with the
+// default static rendezvous). Exit code 2 when MASTER_PORT is not a port.
+static int rdv_port(void) {
+    const char* port = getenv("MASTER_PORT");
+    const char* agent = getenv("TORCHELASTIC_USE_AGENT_STORE");
+    char* end = NULL;
+    long p = port ? strtol(port, &end, 10) : 0;
+    int shift = agent && !strcmp(agent, "True");
+    if (!port || !*port || *end || p < 1 || p + shift > 65535)
+        die_user("MASTER_PORT=%s is not a TCP port (1..%d)", port ? port : "(unset)", 65535 - shift);
+    return (int)p + shift;
+}
+
+// Start the rendezvous (rank 0 listens, the others join) within timeout_s (0: wait forever).
+static void rdv_connect(Comm* c, double timeout_s) {
+    char port[16];
+    snprintf(port, sizeof(port), "%d", rdv_port());
+    double saved = c->timeout_s;
+    c->timeout_s = timeout_s;
+    double dl = timeout_s > 0 ? wall_s() + timeout_s : 0;
+    if (c->r == 0) rdv_listen(c, atoi(port), timeout_s, dl);
+    else rdv_join(c, getenv("MASTER_ADDR"), port, timeout_s, dl);
+    c->timeout_s = saved;
+}
+
 // Sum n doubles over ranks, identically on every rank: all-gather, then add in rank order.
 static void comm_sum_doubles(Comm* c, double* v, int n) {
     c->count[COLL_SCALARS]++;
     c->bytes[COLL_SCALARS] += (int64_t)n * 8 * c->R;
     if (c->trace) printf("[comm] rank %d step %d: %-14s %d value(s)\n", c->r, c->step, "scalars", n);
     if (c->R == 1 || c->count_only) return;
-#ifdef USE_MPI
     double* all = (double*)malloc(sizeof(double) * n * c->R);
-    MPI_Request req;
-    MPI_Iallgather(v, n, MPI_DOUBLE, all, n, MPI_DOUBLE, c->comm, &req);
-    comm_poll(c, &req, "scalar sum", -1);
+    if (c->rdv) rdv_allgather(c, v, all, (int64_t)n * 8, "scalar sum");
+#ifdef USE_MPI
+    else {
+        MPI_Request req;
+        MPI_Iallgather(v, n, MPI_DOUBLE, all, n, MPI_DOUBLE, c->comm, &req);
+        comm_poll(c, &req, "scalar sum", -1);
+    }
+#endif
     for (int i = 0; i < n; i++) {
         double s = 0.0;
         for (int j = 0; j < c->R; j++) s += all[j * n + i];
         v[i] = s;
     }
     free(all);
-#else
-    (void)v; // one process (c->R == 1 above): the sum is v itself
-#endif
 }
 
 // Every rank's 64-bit value, in rank order (out has R entries).
 static void comm_allgather_u64(Comm* c, uint64_t v, uint64_t* out) {
     out[0] = v;
     if (c->R == 1) return;
+    if (c->rdv) { rdv_allgather(c, &v, out, 8, "all-gather (start-up check)"); return; }
 #ifdef USE_MPI
     MPI_Request req;
     MPI_Iallgather(&v, 1, MPI_UINT64_T, out, 1, MPI_UINT64_T, c->comm, &req);
@@ -705,12 +1104,11 @@ static void comm_broadcast(Comm* c, void* buf, int64_t bytes, int root) {
     c->count[COLL_BROADCAST]++;
     c->bytes[COLL_BROADCAST] += bytes;
     if (c->R == 1) return;
+    if (c->rdv) { rdv_broadcast(c, buf, bytes, root); return; }
 #ifdef USE_MPI
     MPI_Request req;
     MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, c->comm, &req);
     comm_poll(c, &req, "broadcast", -1);
-#else
-    (void)buf; (void)root; // one process (c->R == 1 above): nothing to send
 #endif
 }
 
@@ -734,13 +1132,38 @@ static void comm_finalize(void) {
 #endif
 }
 
-// Start the communication layer: MPI when built with it (its rank and size are checked against
-// the launcher's variables), a single process otherwise. Sets g_rank and g_world.
+// Start the communication layer: the TCP rendezvous when torchrun or Slurm started several ranks
+// without MPI (launch_needs_rendezvous; the sockets are connected later, by comm_connect, once
+// -comm-timeout is known), else MPI when built with it (its rank and size are checked against the
+// launcher's variables), else a single process. Sets g_rank and g_world.
 static void comm_init(Comm* c, int* argc, char*** argv, Launch* L) {
     memset(c, 0, sizeof(*c));
     char err[512];
     if (launch_from_env(L, err, sizeof(err)) != 0) die_user("%s", err);
+    if (launch_needs_rendezvous(L)) {
+        (void)argc; (void)argv;
+        const char* addr = getenv("MASTER_ADDR");
+        const char* port = getenv("MASTER_PORT");
+        if (!addr || !*addr || !port || !*port)
+            die_user("%s started rank %d of %d without MPI, but MASTER_ADDR and MASTER_PORT (where rank 0 listens) are %s. "
+                     "HINT: torchrun sets them; under Slurm export MASTER_ADDR=$(scontrol show hostnames $SLURM_JOB_NODELIST | "
+                     "head -n 1) MASTER_PORT=29500; or use mpirun / srun --mpi=pmix with an MPI build", L->source, L->rank, L->world,
+                     !addr || !*addr ? (!port || !*port ? "not set" : "not both set (MASTER_ADDR missing)") : "not both set (MASTER_PORT missing)");
+        c->rdv = 1;
+        c->R = L->world; c->r = L->rank;
+        for (int k = 0; k < ZT_MAX_RANKS; k++) c->rdv_fd[k] = -1;
+        pthread_mutex_init(&c->rdv_mu, NULL);
+        snprintf(c->rdv_where, sizeof(c->rdv_where), "%s:%d", addr, rdv_port());
+        L->source = !strcmp(L->source, "Slurm") ? "Slurm, TCP rendezvous" : "torchrun, TCP rendezvous";
+        g_rdv_comm = c;
+        g_abort_hook = comm_rdv_abort;
+        if (c->R > ZT_MAX_RANKS) die_user("%d ranks: at most %d are supported", c->R, ZT_MAX_RANKS);
+        g_rank = c->r;
+        g_world = c->R;
+        return;
+    }
 #ifdef USE_MPI
+    c->mpi = 1;
     int initialized = 0, provided;
     MPI_Initialized(&initialized);
     if (!initialized) MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided); // once per process
@@ -768,7 +1191,8 @@ static void comm_init(Comm* c, int* argc, char*** argv, Launch* L) {
     (void)argc; (void)argv;
     if (L->world > 1)
         die_user("launched as rank %d of %d (%s) but this build has no MPI. HINT: install libopenmpi-dev "
-                 "and rebuild (make clean train), or run a single process", L->rank, L->world, L->source);
+                 "and rebuild (make clean train), or launch without MPI: dev/launch.sh N ./train ... or torchrun "
+                 "--no-python (the CUDA device only)", L->rank, L->world, L->source);
     c->R = 1; c->r = 0;
 #endif
     if (c->R > ZT_MAX_RANKS) die_user("%d ranks: at most %d are supported", c->R, ZT_MAX_RANKS);
@@ -776,8 +1200,23 @@ static void comm_init(Comm* c, int* argc, char*** argv, Launch* L) {
     g_world = c->R;
 }
 
+// Launched without MPI: meet the other ranks at MASTER_ADDR:MASTER_PORT within timeout_s
+// (-comm-timeout; 0: forever). Nothing to do under MPI or alone.
+static void comm_connect(Comm* c, double timeout_s) {
+    if (c->rdv) rdv_connect(c, timeout_s);
+}
+
+// The CPU device's collectives are MPI's (comm_start, comm_wait): launched without MPI it runs one
+// rank only. (Over the rendezvous they would move every block through rank 0's sockets: not built.)
+static void comm_check_cpu_device(const Comm* c) {
+    if (c->R > 1 && !c->mpi)
+        die_user("-device cpu with %d ranks needs MPI, and this run was launched without it (%s): only the CUDA "
+                 "device runs several ranks that way. HINT: mpirun -np %d ./train -device cpu ... (a build with MPI), "
+                 "or -device cuda", c->R, c->rdv ? "TCP rendezvous" : "no MPI", c->R);
+}
+
 // The CUDA device: pick this rank's GPU, create the streams, the events (once), and the NCCL
-// communicator (its unique id goes from rank 0 to every rank over MPI): non-blocking, so that its
+// communicator (its unique id goes from rank 0 to every rank over MPI or the rendezvous): non-blocking, so that its
 // initialisation and every call can be given up after timeout_s (-comm-timeout), with the watchdog
 // thread (comm_watchdog) watching the collectives in flight.
 static void comm_init_device(Comm* c, const Launch* L, double timeout_s) {
@@ -790,7 +1229,7 @@ static void comm_init_device(Comm* c, const Launch* L, double timeout_s) {
         cudaCheck(cudaEventCreateWithFlags(&c->slots[i].done, cudaEventDisableTiming));
     }
     if (c->R > 1) {
-#if defined(USE_NCCL) && defined(USE_MPI)
+#ifdef USE_NCCL
         ncclUniqueId id;
         if (c->r == 0) ncclCheck(ncclGetUniqueId(&id));
         comm_broadcast(c, &id, sizeof(id), 0);
@@ -804,18 +1243,8 @@ static void comm_init_device(Comm* c, const Launch* L, double timeout_s) {
         c->watchdog_on = 1;
 #else
         (void)timeout_s;
-        die_user("%d ranks on the CUDA device need NCCL and MPI in the build (NCCL %s, MPI %s). HINT: install them and "
-                 "rebuild (make clean train), or use -device cpu", c->R,
-#ifdef USE_NCCL
-                 "found",
-#else
-                 "missing",
-#endif
-#ifdef USE_MPI
-                 "found");
-#else
-                 "missing");
-#endif
+        die_user("%d ranks on the CUDA device need NCCL in the build. HINT: install it (or pip install nvidia-nccl-cu13, or "
+                 "set NCCL_HOME) and rebuild (make clean train)", c->R);
 #endif
     }
 #else
@@ -838,7 +1267,8 @@ static void comm_free(Comm* c) {
         }
         if (c->R > 1) { // non-blocking: finalize (it flushes what is in flight) may be in progress; then free
             nccl_settle(c, ncclCommFinalize(c->nccl), "ncclCommFinalize", c->timeout_s);
-            ncclCheck(ncclCommDestroy(c->nccl));
+            ncclResult_t r = ncclCommDestroy(c->nccl); // (its handle is gone afterwards: nothing to poll)
+            if (r != ncclSuccess && r != ncclInProgress) die(1, "NCCL error in ncclCommDestroy: %s", ncclGetErrorString(r));
         }
 #endif
         for (int i = 0; i < COMM_MAX_INFLIGHT; i++) {
@@ -849,10 +1279,21 @@ static void comm_free(Comm* c) {
         c->device_side = 0;
     }
 #endif
+    if (c->rdv) {
+        g_abort_hook = NULL;
+        g_rdv_comm = NULL;
+        for (int k = 0; k < c->R; k++)
+            if (c->rdv_fd[k] >= 0) { close(c->rdv_fd[k]); c->rdv_fd[k] = -1; }
+        pthread_mutex_destroy(&c->rdv_mu);
+        c->rdv = 0;
+    }
 #ifdef USE_MPI
-    g_abort_hook = NULL;
-    MPI_Type_free(&c->x_type);
-    MPI_Comm_free(&c->comm);
+    if (c->mpi) {
+        g_abort_hook = NULL;
+        MPI_Type_free(&c->x_type);
+        MPI_Comm_free(&c->comm);
+        c->mpi = 0;
+    }
 #endif
 }
 

@@ -4,7 +4,7 @@
 #   2. test/test_emu and test/test_emu_fp32: the GPU test program (test/test_gpu.cu: every CUDA op
 #      against the CPU op, the model on -device cuda) run on the CPU emulator (test/cuda_emu/)
 #   3. dev/gpu_check.sh --emu (the GPU check's stages on the emulator; GPU-only ones SKIP)
-#   4. NCCL's probe; the binaries carried to a GPU box (make gpu-binaries: nvcc, sm_90, no MPI,
+#   4. NCCL's probe (with and without MPI); the binaries carried to a GPU box (make gpu-binaries: nvcc, sm_90, no MPI,
 #      warnings as errors) and what they link (skipped, and said so, when nvcc is missing)
 #   5. the PyTorch fixtures regenerated and compared with the committed ones (skipped, and said
 #      so, when python3-torch is missing; CI installs it); the same for the BPE fixture (tiktoken)
@@ -61,21 +61,20 @@ if ! wanted gpu_check_emu; then :
 elif gpu_check_emu; then echo "PASS gpu_check_emu"; passed=$((passed + 1)); else echo "FAIL gpu_check_emu"; failed=$((failed + 1)); fi
 
 echo "=== the binaries carried to the GPU box: make gpu-binaries (nvcc, sm_90, no MPI, warnings are errors)"
-# NCCL's probe: a build without MPI links no NCCL; with MPI, the Python wheel (a namespace package
-# holding lib/libnccl.so.2 only) is found when the toolkit has none. Needs no nvcc.
+# NCCL's probe: the Python wheel (a namespace package holding lib/libnccl.so.2 only) is found when
+# the toolkit has none, in a build with MPI and in one without (its ranks meet over the TCP
+# rendezvous and still need NCCL). Needs no nvcc.
 nccl_probe() {
-    local tmp home libs defs; tmp=$(mktemp -d)
+    local tmp home libs nompi; tmp=$(mktemp -d)
     mkdir -p "$tmp/nvidia/nccl/include" "$tmp/nvidia/nccl/lib"
     touch "$tmp/nvidia/nccl/include/nccl.h" "$tmp/nvidia/nccl/lib/libnccl.so.2"
-    defs=$(make -s NO_MPI=1 print-NVCC_DEFS 2>/dev/null | tail -n 1)
-    [ -z "$defs" ] || { echo "NO_MPI=1 build has NCCL flags: '$defs'"; rm -rf "$tmp"; return 1; }
-    if command -v mpicxx >/dev/null; then
-        home=$(PYTHONPATH=$tmp NCCL_HOME= make -s NCCL_SEARCH=/nonexistent print-NCCL_HOME 2>/dev/null | tail -n 1)
-        libs=$(PYTHONPATH=$tmp NCCL_HOME= make -s NCCL_SEARCH=/nonexistent print-CUDA_LIBS 2>/dev/null | tail -n 1)
-        [ "$home" = "$tmp/nvidia/nccl" ] || { echo "wheel not found: NCCL_HOME='$home'"; rm -rf "$tmp"; return 1; }
-        case "$libs" in *"-L$tmp/nvidia/nccl/lib/ -l:libnccl.so.2"*) ;; *) echo "link line: $libs"; rm -rf "$tmp"; return 1;; esac
-        echo "wheel found at $home; links: $libs"
-    fi
+    for nompi in "" 1; do
+        home=$(PYTHONPATH=$tmp NCCL_HOME= make -s NO_MPI=$nompi NCCL_SEARCH=/nonexistent print-NCCL_HOME 2>/dev/null | tail -n 1)
+        libs=$(PYTHONPATH=$tmp NCCL_HOME= make -s NO_MPI=$nompi NCCL_SEARCH=/nonexistent print-CUDA_LIBS 2>/dev/null | tail -n 1)
+        [ "$home" = "$tmp/nvidia/nccl" ] || { echo "NO_MPI=$nompi: wheel not found: NCCL_HOME='$home'"; rm -rf "$tmp"; return 1; }
+        case "$libs" in *"-L$tmp/nvidia/nccl/lib/ -l:libnccl.so.2"*) ;; *) echo "NO_MPI=$nompi: link line: $libs"; rm -rf "$tmp"; return 1;; esac
+        echo "NO_MPI=$nompi: wheel found at $home; links: $libs"
+    done
     rm -rf "$tmp"
 }
 if ! wanted nccl_probe; then :

@@ -119,6 +119,7 @@ static inline double relerr_f(const float* a, const float* b, int64_t n) {
 #include "test_model.h" // cases: the whole model on the GPU against PyTorch, recompute and ZeRO-0..3
                         // bitwise at one rank (poisoned, delayed collectives), export
 #include "gpu_multirank.h" // cases: several ranks on the CUDA device (mpirun, the emulator's NCCL)
+#include "gpu_launch.h"    // cases: several ranks without MPI (dev/launch.sh, the TCP rendezvous)
 #include "gpu_attention_model.h" // cases: the tensor-core attention through the model, -r 0..3 and -z 0..3 bitwise
 
 static int gpu_main(int argc, char** argv) {

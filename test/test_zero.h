@@ -495,10 +495,10 @@ TEST(zero_stopped_rank_times_out) {
 TEST(zero_launch_variables) {
     const char* vars[] = {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
                           "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
-                          "SLURM_NTASKS_PER_NODE", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"};
-    char saved[16][64];
-    int had[16];
-    for (int i = 0; i < 16; i++) {
+                          "SLURM_NTASKS_PER_NODE", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "PMIX_RANK"};
+    char saved[17][64];
+    int had[17];
+    for (int i = 0; i < 17; i++) {
         const char* v = getenv(vars[i]);
         had[i] = v != NULL;
         snprintf(saved[i], sizeof(saved[i]), "%s", v ? v : "");
@@ -510,6 +510,12 @@ TEST(zero_launch_variables) {
     // Slurm: 8 tasks, 4 per node; this is task 6 = local 2 on the second node
     setenv("SLURM_PROCID", "6", 1); setenv("SLURM_NTASKS", "8", 1); setenv("SLURM_LOCALID", "2", 1); setenv("SLURM_NTASKS_PER_NODE", "4(x2)", 1);
     CHECK(launch_from_env(&L, err, sizeof(err)) == 0 && L.rank == 6 && L.world == 8 && L.local_rank == 2 && L.local_world == 4 && !strcmp(L.source, "Slurm"));
+    CHECK(launch_needs_rendezvous(&L)); // srun without an MPI plug-in: the TCP rendezvous
+#ifdef USE_MPI
+    setenv("PMIX_RANK", "6", 1);        // srun --mpi=pmix: MPI, in a build with it
+    CHECK(!launch_needs_rendezvous(&L));
+    unsetenv("PMIX_RANK");
+#endif
     setenv("SLURM_PROCID", "8", 1); // out of range
     CHECK(launch_from_env(&L, err, sizeof(err)) != 0 && strstr(err, "rank 8 is not in a world of size 8"));
     setenv("SLURM_PROCID", "x", 1);
@@ -518,6 +524,7 @@ TEST(zero_launch_variables) {
     // torchrun: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE
     setenv("RANK", "3", 1); setenv("WORLD_SIZE", "4", 1); setenv("LOCAL_RANK", "1", 1); setenv("LOCAL_WORLD_SIZE", "2", 1);
     CHECK(launch_from_env(&L, err, sizeof(err)) == 0 && L.rank == 3 && L.world == 4 && L.local_rank == 1 && L.local_world == 2 && !strcmp(L.source, "torchrun"));
+    CHECK(launch_needs_rendezvous(&L));
     setenv("LOCAL_RANK", "2", 1); // local rank beyond the node's ranks
     CHECK(launch_from_env(&L, err, sizeof(err)) != 0 && strstr(err, "local rank 2 of 2"));
     unsetenv("WORLD_SIZE");
@@ -527,7 +534,11 @@ TEST(zero_launch_variables) {
     setenv("OMPI_COMM_WORLD_RANK", "1", 1); setenv("OMPI_COMM_WORLD_SIZE", "2", 1); setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1", 1);
     setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2", 1); setenv("RANK", "0", 1); setenv("WORLD_SIZE", "1", 1);
     CHECK(launch_from_env(&L, err, sizeof(err)) == 0 && L.rank == 1 && L.world == 2 && !strcmp(L.source, "Open MPI"));
-    for (int i = 0; i < 16; i++) {
+    CHECK(!launch_needs_rendezvous(&L)); // mpirun: MPI
+    unsetenv("OMPI_COMM_WORLD_RANK"); unsetenv("OMPI_COMM_WORLD_SIZE"); unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    CHECK(launch_from_env(&L, err, sizeof(err)) == 0 && L.world == 1 && !launch_needs_rendezvous(&L)); // one rank: alone
+    for (int i = 0; i < 17; i++) {
         if (had[i]) setenv(vars[i], saved[i], 1);
         else unsetenv(vars[i]);
     }

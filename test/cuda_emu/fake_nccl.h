@@ -30,6 +30,12 @@
 // a barrier, every rank reads what it needs, a barrier. Ranks that call different collectives (or
 // counts, or types) at the same point stop with a message naming both (real NCCL would hang or
 // corrupt memory). A rank that waits longer than ZT_EMU_NCCL_TIMEOUT seconds (default 600) stops.
+// NON-BLOCKING COMMUNICATORS. NCCL's rule: when a call on a non-blocking communicator returns
+// ncclInProgress, poll ncclCommGetAsyncError until it says ncclSuccess before calling NCCL again (or
+// launching on its streams). Here every collective and ncclCommFinalize on a non-blocking
+// communicator returns ncclInProgress (NCCL may, whenever it likes), the state stays in progress for
+// two polls, and a call made before the state is ncclSuccess stops the run naming it: so every
+// NCCL call of the program is proven to wait (zero.h: nccl_settle).
 // ncclCommAbort (by a watchdog thread while the main thread waits in a collective) makes that wait
 // return ncclRemoteError, in every rank (a flag in the file), as an aborted kernel would end.
 // Fault injection: ZT_EMU_NCCL_STALL=rank:n hangs that rank's n-th collective until an abort.
@@ -118,6 +124,8 @@ struct ncclComm {
     size_t map_bytes;
     long seq;                     // collectives issued
     long gen;                     // barrier generations passed
+    std::atomic<int> in_progress; // non-blocking: polls of ncclCommGetAsyncError left before ncclSuccess
+    const char* in_progress_call; // the call that returned ncclInProgress
 };
 typedef struct ncclComm* ncclComm_t;
 
@@ -278,13 +286,28 @@ static ncclResult_t run(ncclComm_t c, const Op& op) {
     return ncclSuccess;
 }
 
+// A call on a non-blocking communicator whose last call is still in progress: NCCL's usage error.
+static void check_settled(ncclComm_t c, const char* what) {
+    if (c->in_progress.load() > 0)
+        emu::fail("fake NCCL: %s on rank %d while %s is still in progress: after ncclInProgress, poll ncclCommGetAsyncError "
+                  "until it returns ncclSuccess before calling NCCL again", what, c->rank, c->in_progress_call);
+}
+// A successful call on a non-blocking communicator answers ncclInProgress (for two polls).
+static ncclResult_t answer(ncclComm_t c, ncclResult_t e, const char* what) {
+    if (e != ncclSuccess || c->blocking) return e;
+    c->in_progress_call = what;
+    c->in_progress.store(2);
+    return ncclInProgress;
+}
+
 static ncclResult_t issue(ncclComm_t c, const Op& op) {
     if (!c) return ncclInvalidArgument;
     if (!emu::stream_ok(op.stream, kind_name(op.kind))) return ncclInvalidArgument;
+    check_settled(c, kind_name(op.kind));
     if (g_group_depth > 0) { g_group_ops.push_back({c, op}); return ncclSuccess; }
     ncclResult_t e = run(c, op);
     if (e != ncclSuccess) c->async_error = e;
-    return e;
+    return answer(c, e, kind_name(op.kind));
 }
 
 // Attach to the file: the last rank to arrive completes everyone's init.
@@ -332,6 +355,7 @@ static ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUni
     c->rank = rank; c->nranks = nranks;
     c->blocking = !(config && config->blocking == 0);
     c->aborted.store(0);
+    c->in_progress.store(0);
     c->async_error = ncclSuccess;
     snprintf(c->path, sizeof(c->path), "/dev/shm/%.80s", id.internal);
     c->map_bytes = (sizeof(Shared) + 4095) / 4096 * 4096 + (size_t)nranks * kSlotBytes;
@@ -367,8 +391,10 @@ static ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId 
 static ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t* err) {
     if (!c) return ncclInvalidArgument;
     fake_nccl::try_finish_init(c);
+    int left = c->in_progress.load();
     if (!c->ready) *err = ncclInProgress;
     else if (c->aborted.load() || c->sh->aborted.load()) *err = ncclRemoteError;
+    else if (left > 0 && c->in_progress.compare_exchange_strong(left, left - 1)) *err = ncclInProgress;
     else *err = c->async_error;
     return ncclSuccess;
 }
@@ -386,11 +412,13 @@ static ncclResult_t ncclCommAbort(ncclComm_t c) {
 static ncclResult_t ncclCommFinalize(ncclComm_t c) {
     if (!c) return ncclInvalidArgument;
     if (c->finalized || c->aborted.load() || !c->ready || c->sh->aborted.load()) return ncclSuccess;
+    fake_nccl::check_settled(c, "ncclCommFinalize");
     c->finalized = 1;
-    return fake_nccl::barrier(c, "ncclCommFinalize");
+    return fake_nccl::answer(c, fake_nccl::barrier(c, "ncclCommFinalize"), "ncclCommFinalize");
 }
 static ncclResult_t ncclCommDestroy(ncclComm_t c) {
     if (!c) return ncclSuccess;
+    if (!c->aborted.load() && !c->sh->aborted.load()) fake_nccl::check_settled(c, "ncclCommDestroy");
     if (!c->finalized && !c->aborted.load() && c->ready && !c->sh->aborted.load()) {
         ncclResult_t e = fake_nccl::barrier(c, "ncclCommDestroy"); // ranks leave together, as NCCL's destroy does
         (void)e;
@@ -413,7 +441,7 @@ static ncclResult_t ncclGroupEnd() {
         ncclResult_t e = run(co.first, co.second);
         if (e != ncclSuccess) { co.first->async_error = e; if (first == ncclSuccess) first = e; }
     }
-    return first;
+    return ops.empty() ? first : answer(ops[0].first, first, "ncclGroupEnd");
 }
 
 static ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# dev/launch.sh — start N ranks of a trainer on this machine without MPI, as torchrun would:
+#
+#   dev/launch.sh N ./train [flags...]
+#
+# Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT, and
+# the ranks meet over train's TCP rendezvous (zero.h: rank 0 listens on MASTER_PORT). Their output
+# goes to this terminal as it comes (each line of rank r > 0 is prefixed by the trainer itself where
+# it matters: "[rank r] error: ..."). MASTER_ADDR (default 127.0.0.1) and MASTER_PORT (default 29500,
+# torchrun's) may be set by the caller; run two jobs at once on different ports.
+#
+# The exit code is the first failing rank's (the others end on their own within -comm-timeout:
+# the rendezvous tells them, or the NCCL watchdog does); 0 when every rank ends with 0. Ctrl-C (or
+# SIGTERM to this script) ends every rank. The same with torchrun:
+#   torchrun --nproc-per-node N --no-python ./train [flags...]
+set -u
+if [ $# -lt 2 ] || ! [[ "$1" =~ ^[1-9][0-9]*$ ]]; then
+    echo "usage: dev/launch.sh N ./train [flags...]   (N ranks on this machine, no MPI)" >&2
+    exit 2
+fi
+N=$1; shift
+export MASTER_ADDR=${MASTER_ADDR:-127.0.0.1} MASTER_PORT=${MASTER_PORT:-29500}
+export WORLD_SIZE=$N LOCAL_WORLD_SIZE=$N
+# this shell may sit inside an mpirun or srun job: its variables would make the ranks look MPI-launched
+for v in $(env | grep -oE '^(OMPI|PMIX|PMI|OPAL|SLURM)_[A-Za-z0-9_]*'); do unset "$v"; done
+
+pids=()
+for ((r = 0; r < N; r++)); do
+    RANK=$r LOCAL_RANK=$r "$@" &
+    pids+=($!)
+done
+trap 'kill "${pids[@]}" 2>/dev/null; wait; exit 130' INT TERM
+
+# wait for every rank, in the order they end; remember the first that failed
+rc=0
+left=("${pids[@]}")
+while [ ${#left[@]} -gt 0 ]; do
+    ended=
+    wait -n -p ended "${left[@]}"
+    code=$?
+    [ -n "$ended" ] || break # (no child left to wait for)
+    if [ $code -ne 0 ] && [ $rc -eq 0 ]; then rc=$code; fi
+    rest=()
+    for p in "${left[@]}"; do [ "$p" = "$ended" ] || rest+=("$p"); done
+    left=("${rest[@]}")
+done
+exit $rc
