@@ -20,7 +20,7 @@
 // the CPU's sequential chunk sums, not bitwise equal to them (see op_sumsq). The step's scalars
 // (StepScalars: loss, sum of squares, norm, clip scale, finite flag) stay where the step runs.
 //
-// defines: Segment, AdamWParams, StepScalars, adamw_bias_corrections, op_adamw, op_adamw_scalars, op_round_params,
+// defines: Segment, AdamWParams, StepScalars, adamw_bias_corrections, adamw_host, op_adamw, op_adamw_scalars, op_round_params,
 //          op_sumsq_many_into, op_sumsq_many, op_sumsq, op_loss_add, op_step_scalars
 #ifndef ZT_ADAMW_CUH
 #define ZT_ADAMW_CUH
@@ -164,14 +164,11 @@ ZT_HD static inline void adamw_element(floatX* param, float* master, float* m, f
     *param = rn(w);
 }
 
-// Update every element of every segment. All arrays are indexed by the same local offsets. sc (may
-// be NULL): the step's scalars where the step runs; when given, its grad_scale is used and a step
-// that is not finite changes nothing — decided where the numbers are, so a GPU never waits for them.
-static void op_adamw_scalars(floatX* params, float* master, float* m, float* v, const float* grads,
-                             const Segment* segs, int nseg, const AdamWParams* p, const StepScalars* sc) {
-#ifdef __CUDACC__
-    if (g_device == DEV_CUDA) { adamw_cuda(params, master, m, v, grads, segs, nseg, p, sc); return; }
-#endif
+// The CPU loop, on host memory whatever the device (the CPU device's AdamW, and -offload's host
+// AdamW on both devices: offload.h). Threads split each segment; elementwise, so the result does not
+// depend on their number.
+static void adamw_host(floatX* params, float* master, float* m, float* v, const float* grads,
+                       const Segment* segs, int nseg, const AdamWParams* p, const StepScalars* sc) {
     if (sc && !sc->finite) return;
     float grad_scale = sc ? sc->grad_scale : p->grad_scale;
     for (int s = 0; s < nseg; s++) {
@@ -182,6 +179,17 @@ static void op_adamw_scalars(floatX* params, float* master, float* m, float* v, 
             adamw_element(&params[i], &master[i], &m[i], &v[i], grads[i], p->lr, p->beta1, p->beta2,
                           p->eps, wd, grad_scale, p->bc1, p->bc2);
     }
+}
+
+// Update every element of every segment. All arrays are indexed by the same local offsets. sc (may
+// be NULL): the step's scalars where the step runs; when given, its grad_scale is used and a step
+// that is not finite changes nothing — decided where the numbers are, so a GPU never waits for them.
+static void op_adamw_scalars(floatX* params, float* master, float* m, float* v, const float* grads,
+                             const Segment* segs, int nseg, const AdamWParams* p, const StepScalars* sc) {
+#ifdef __CUDACC__
+    if (g_device == DEV_CUDA) { adamw_cuda(params, master, m, v, grads, segs, nseg, p, sc); return; }
+#endif
+    adamw_host(params, master, m, v, grads, segs, nseg, p, sc);
 }
 static inline void op_adamw(floatX* params, float* master, float* m, float* v, const float* grads,
                      const Segment* segs, int nseg, const AdamWParams* p) {
