@@ -5,8 +5,8 @@
 #                         the CPU emulator (test/cuda_emu/), the nvcc compile check, the PyTorch
 #                         fixture check; ends with "N passed, N failed"
 #   make test-long        the longer matrices `make test` samples (several ranks on the emulated CUDA
-#                         device at R = 2 and 3 in both precisions, under mpirun and without MPI);
-#                         CI runs it after make test
+#                         device at R = 2 and 3 in both precisions, under mpirun and without MPI;
+#                         -offload z x R x GA); CI runs it after make test
 #   make bench            CPU benchmarks (tokens/s, ratios side by side)
 #   make plot             out/log.jsonl (of ./train -o out) -> out/loss.png (dev/plot.py; LOGS=, PLOT=)
 #   make PRECISION=FP32   FP32 storage instead of BF16 (for train and test binaries)
@@ -104,7 +104,7 @@ GPU_DEFS       := $(filter -DENABLE_FP32 -DZT_DEBUG,$(DEFS))
 GPU_NVCC_FLAGS := -O3 -std=c++17 $(GPU_ARCH) -Werror all-warnings -Xcompiler "$(GPU_HOST_FLAGS) -Werror -Wno-format-truncation"
 GPU_LIBS       := -lcublasLt -lcublas -lgomp -Xcompiler -static-libstdc++ -Xcompiler -static-libgcc
 
-SOURCES := train_gpt.cu device.cuh zero.h model.h checkpoint.h adamw.cuh dataloader.h tokenizer.h unicode_tables.h rng.h safetensors.h hf.h prompts.h $(wildcard ops/*.cuh)
+SOURCES := train_gpt.cu device.cuh zero.h offload.h model.h checkpoint.h adamw.cuh dataloader.h tokenizer.h unicode_tables.h rng.h safetensors.h hf.h prompts.h $(wildcard ops/*.cuh)
 TEST_SOURCES := $(wildcard test/*.cpp test/*.h)
 
 .PHONY: all train test test-long test-binaries nvcc-check test-gpu gpu-binaries bench plot clean print-% fuzz test-sanitize
@@ -168,9 +168,10 @@ test: test-binaries
 
 # The cases whose full matrix is too long for make test (ZT_TEST_LONG=1 widens them), in both
 # precisions on the emulator; each binary ends with "N passed, N failed" and fails the target.
-test-long: test/test_emu test/test_emu_fp32 test/test_emu_nompi
+test-long: test/test_emu test/test_emu_fp32 test/test_emu_nompi test/test_bf16
 	ZT_TEST_LONG=1 test/test_emu multirank && ZT_TEST_LONG=1 test/test_emu_fp32 multirank && \
-	  ZT_TEST_LONG=1 test/test_emu nompi && ZT_TEST_LONG=1 test/test_emu_fp32 nompi
+	  ZT_TEST_LONG=1 test/test_emu nompi && ZT_TEST_LONG=1 test/test_emu_fp32 nompi && \
+	  ZT_TEST_LONG=1 test/test_bf16 offload_bitwise && ZT_TEST_LONG=1 test/test_emu offload
 
 # The nvcc build of ./train for several GPUs (MPI and NCCL, every architecture), compiled without
 # linking; not part of make test (make test compile-checks the carried binaries: gpu-binaries).

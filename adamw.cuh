@@ -32,7 +32,8 @@
 // the CPU's sequential chunk sums, not bitwise equal to them (see op_sumsq). The step's scalars
 // (StepScalars: loss, sum of squares, norm, clip scale, finite flag) stay where the step runs.
 //
-// defines: Segment, AdamWParams, StepScalars, adamw_bias_corrections, op_adamw, op_adamw_scalars, op_adamw_check, op_round_params,
+// defines: Segment, AdamWParams, StepScalars, adamw_bias_corrections, adamw_host, adamw_check_host, op_adamw,
+//          op_adamw_scalars, op_adamw_check, op_round_params,
 //          op_sumsq_many_into, op_sumsq_many, op_sumsq, op_loss_add, op_step_scalars
 #ifndef ZT_ADAMW_CUH
 #define ZT_ADAMW_CUH
@@ -227,15 +228,11 @@ ZT_HD static inline void adamw_element(floatX* param, float* master, float* m, f
     *param = rn(w);
 }
 
-// Update every element of every segment. All arrays are indexed by the same local offsets. sc (may
-// be NULL): the step's scalars where the step runs; when given, its grad_scale is used and a step
-// that is not finite (norm) or would not be (overflow, op_adamw_check) changes nothing — decided
-// where the numbers are, so a GPU never waits for them.
-static void op_adamw_scalars(floatX* params, float* master, float* m, float* v, const float* grads,
-                             const Segment* segs, int nseg, const AdamWParams* p, const StepScalars* sc) {
-#ifdef __CUDACC__
-    if (g_device == DEV_CUDA) { adamw_cuda(params, master, m, v, grads, segs, nseg, p, sc, 0); return; }
-#endif
+// The CPU loop, on host memory whatever the device (the CPU device's AdamW, and -offload's host
+// AdamW on both devices: offload.h). Threads split each segment; elementwise, so the result does not
+// depend on their number.
+static void adamw_host(floatX* params, float* master, float* m, float* v, const float* grads,
+                       const Segment* segs, int nseg, const AdamWParams* p, const StepScalars* sc) {
     if (sc && (!sc->finite || sc->overflow)) return;
     float grad_scale = sc ? sc->grad_scale : p->grad_scale;
     for (int s = 0; s < nseg; s++) {
@@ -247,6 +244,18 @@ static void op_adamw_scalars(floatX* params, float* master, float* m, float* v, 
                           p->eps, wd, grad_scale, p->bc1, p->bc2);
     }
 }
+
+// Update every element of every segment. All arrays are indexed by the same local offsets. sc (may
+// be NULL): the step's scalars where the step runs; when given, its grad_scale is used and a step
+// that is not finite (norm) or would not be (overflow, op_adamw_check) changes nothing — decided
+// where the numbers are, so a GPU never waits for them.
+static void op_adamw_scalars(floatX* params, float* master, float* m, float* v, const float* grads,
+                             const Segment* segs, int nseg, const AdamWParams* p, const StepScalars* sc) {
+#ifdef __CUDACC__
+    if (g_device == DEV_CUDA) { adamw_cuda(params, master, m, v, grads, segs, nseg, p, sc, 0); return; }
+#endif
+    adamw_host(params, master, m, v, grads, segs, nseg, p, sc);
+}
 static inline void op_adamw(floatX* params, float* master, float* m, float* v, const float* grads,
                      const Segment* segs, int nseg, const AdamWParams* p) {
     op_adamw_scalars(params, master, m, v, grads, segs, nseg, p, NULL);
@@ -255,11 +264,9 @@ static inline void op_adamw(floatX* params, float* master, float* m, float* v, c
 // The check before the update: sc->overflow = 1 when any new m, v, master or parameter of the
 // segments would not be finite (never cleared here: the step zeroes sc; several calls OR together).
 // Writes nothing else. A step whose norm is not finite is not checked (it is skipped anyway).
-static void op_adamw_check(const float* master, const float* m, const float* v, const float* grads,
-                           const Segment* segs, int nseg, const AdamWParams* p, StepScalars* sc) {
-#ifdef __CUDACC__
-    if (g_device == DEV_CUDA) { adamw_cuda(NULL, (float*)master, (float*)m, (float*)v, grads, segs, nseg, p, sc, 1); return; }
-#endif
+// adamw_check_host: the CPU loop, on host memory whatever the device (also -offload's check).
+static void adamw_check_host(const float* master, const float* m, const float* v, const float* grads,
+                             const Segment* segs, int nseg, const AdamWParams* p, StepScalars* sc) {
     if (!sc->finite) return;
     int bad = 0;
     for (int s = 0; s < nseg; s++) {
@@ -274,6 +281,13 @@ static void op_adamw_check(const float* master, const float* m, const float* v, 
         }
     }
     if (bad) sc->overflow = 1;
+}
+static void op_adamw_check(const float* master, const float* m, const float* v, const float* grads,
+                           const Segment* segs, int nseg, const AdamWParams* p, StepScalars* sc) {
+#ifdef __CUDACC__
+    if (g_device == DEV_CUDA) { adamw_cuda(NULL, (float*)master, (float*)m, (float*)v, grads, segs, nseg, p, sc, 1); return; }
+#endif
+    adamw_check_host(master, m, v, grads, segs, nseg, p, sc);
 }
 
 // params = round_to_nearest(master), elementwise (start-up and after loading a checkpoint).

@@ -297,11 +297,11 @@ static void block_values(Zero* z, int b, int master, float* host) {
         }
         zero_release(z, b);
     } else if (z->stage == 0) {
-        if (z->r == 0) dev_to_host(host, z->master + zero_opt_off(z, b), P * sizeof(float));
+        if (z->r == 0) zero_state_get(z, 0, zero_opt_off(z, b), host, P);
     } else { // [ZeRO-1/2/3] rank q holds [q*S, (q+1)*S) of the block
         int64_t S = z->lay.S[b];
         for (int q = 0; q < z->R; q++) {
-            if (q == z->r) dev_to_host(host + q * S, z->master + zero_opt_off(z, b), S * sizeof(float));
+            if (q == z->r) zero_state_get(z, 0, zero_opt_off(z, b), host + q * S, S);
             if (q != 0) comm_broadcast(z->comm, host + q * S, S * (int64_t)sizeof(float), q);
         }
     }
@@ -472,13 +472,12 @@ static int write_state_file(Zero* z, const GPTConfig* c, const CkptMeta* meta, u
     ckpt_crash_point("before-write", z->r, meta->step);
     int ok = fd >= 0;
     PayloadWriter w = {fd, data_off, crcs, 0, 0, 0};
-    float* arrays[3] = {z->master, z->m, z->v};
     int64_t maxlen = 1;
     for (int i = 0; i < n; i++) maxlen = pcs[i].len > maxlen ? pcs[i].len : maxlen;
     float* host = (float*)malloc(sizeof(float) * maxlen); // one piece at a time
     for (int a = 0; a < 3 && ok; a++)
         for (int i = 0; i < n && ok; i++) {
-            dev_to_host(host, arrays[a] + pcs[i].opt_index, sizeof(float) * pcs[i].len);
+            zero_state_get(z, a, pcs[i].opt_index, host, pcs[i].len);
             ok = payload_put(&w, host, sizeof(float) * pcs[i].len) == 0;
             if (!ok) werr = errno;
         }
@@ -683,13 +682,13 @@ static void ckpt_lock_dir(const char* dir) {
 }
 
 // Non-finite values in this rank's master weights (0 when all are finite). One pass, no collective.
-static int64_t master_nonfinite(const Zero* z) {
+static int64_t master_nonfinite(Zero* z) {
     const int64_t chunk = 1 << 20;
     float* host = (float*)malloc(sizeof(float) * chunk);
     int64_t bad = 0;
     for (int64_t i = 0; i < z->opt_total; i += chunk) {
         int64_t n = z->opt_total - i < chunk ? z->opt_total - i : chunk;
-        dev_to_host(host, z->master + i, sizeof(float) * n);
+        zero_state_get(z, 0, i, host, n);
         for (int64_t j = 0; j < n; j++) bad += !isfinite(host[j]);
     }
     free(host);
@@ -984,10 +983,9 @@ static int ckpt_resume(Zero* z, const GPTConfig* c, const char* dir, int resume_
     OldState os;
     old_state_open(&os, z, c, dir, &mk, meta);
     snprintf(meta->tune, sizeof(meta->tune), "%s", mk.tune);
-    float* arrays[3] = {z->master, z->m, z->v};
     for (int a = 0; a < 3; a++) {
         os.which = a;
-        zero_fill_opt(z, arrays[a], old_state_fill, &os);
+        zero_fill_opt(z, a, old_state_fill, &os);
     }
     old_state_close(&os);
     zero_params_from_master(z);

@@ -38,6 +38,7 @@
 #include "ops/classifier.cuh"  // defines: op_lm_head_forward
 #include "adamw.cuh"           // defines: AdamWParams, op_adamw, op_sumsq_many
 #include "zero.h"              // defines: BlockLayout, Zero, Comm, the zero_* hooks, comm_*
+#include "offload.h"           // defines: offload_init, offload_adamw (-offload cpu: master, m, v on the host)
 #include "dataloader.h"        // defines: DataLoader, dataloader_init, dataloader_load
 #include "tokenizer.h"         // defines: Tokenizer, tokenizer_init, tokenizer_print
 #include "model.h"             // defines: GPTConfig, GPT2_TENSORS, ModelDesc, model_describe, model_layout
@@ -117,7 +118,8 @@ typedef enum { F_INT, F_FLOAT, F_STR, F_SWITCH } FlagType; // F_SWITCH: present 
     X("-gpu",           gpu,             F_STR,   "auto",   "GPU model for -plan and MFU: h100, h200, a100, l40s, l4, a10, ... (auto: the GPU present; h100 when planning without one)") \
     X("-tune",          tune,            F_SWITCH, "0",     "measure before training: every flag left at auto (-z, -r; with -tune, those not given count as auto) is chosen by running -tune-steps steps of each of the planner's fastest -tune-rows rows that fit, on scratch state; the fastest that fits wins, and the run starts from its source with it (as if given; written into checkpoints, a resume reuses it)") \
     X("-tune-steps",    tune_steps,      F_INT,   "5",      "with -tune: timed steps per candidate, after one warm-up step") \
-    X("-tune-rows",     tune_rows,       F_INT,   "4",      "with -tune: candidates at most, the planner's fastest rows that fit (1..16)")
+    X("-tune-rows",     tune_rows,       F_INT,   "4",      "with -tune: candidates at most, the planner's fastest rows that fit (1..16)") \
+    X("-offload",       offload,         F_STR,   "none",   "where each rank's shard of the optimizer state (master, m, v) lives: none (the device) | cpu (host memory; AdamW runs on the host, bit-identical to none); needs -z 1, 2 or 3")
 
 // How each type is declared and converted from its text.
 #define FLAG_FIELD_F_INT(field) int field;
@@ -778,14 +780,22 @@ static StepResult train_step(Trainer* tr) {
         hp.lr = FLT_MAX;
         printf("[rank %d] ZT_FAULT: step %d's AdamW runs with lr %g\n", tr->r, tr->step + 1, (double)hp.lr);
     }
-    zero_adamw_check(z, &hp, sc); // the overflow flag: would any new value not be finite? (every rank agrees)
     int apply = 1;
-    if (tr->readback_lag == 0) { // the numbers are on the host already: skip here, as every rank does
+    if (z->offload) { // [offload] the scalars to the host, the overflow check on the host's state, the flag back
         dev_to_host(tr->scalars_host, sc, sizeof(StepScalars));
-        apply = tr->scalars_host->finite && !tr->scalars_host->overflow; // (the same sums and flag on every rank)
+        offload_adamw_check(z, &hp, tr->scalars_host); // (every rank agrees)
+        dev_from_host(&sc->overflow, &tr->scalars_host->overflow, sizeof(sc->overflow));
+        apply = tr->scalars_host->finite && !tr->scalars_host->overflow;
+    } else {
+        zero_adamw_check(z, &hp, sc); // the overflow flag: would any new value not be finite? (every rank agrees)
+        if (tr->readback_lag == 0) { // the numbers are on the host already: skip here, as every rank does
+            dev_to_host(tr->scalars_host, sc, sizeof(StepScalars));
+            apply = tr->scalars_host->finite && !tr->scalars_host->overflow; // (the same sums and flag on every rank)
+        }
     }
     if (apply) {
-        zero_adamw(z, &hp, sc); // [one GPU] a non-finite or overflowing step is skipped on the device
+        if (z->offload) offload_adamw(z, &hp, tr->scalars_host); // [offload] on the host, block by block
+        else zero_adamw(z, &hp, sc); // [one GPU] a non-finite or overflowing step is skipped on the device
         zero_after_step(z);
     }
     zero_zero_grads(z);
@@ -1043,6 +1053,7 @@ typedef struct {
     size_t bytes[TAG_COUNT];        // per rank
     size_t total;                   // on the device (offload rows: without the optimizer state)
     size_t host_per_node;           // offload rows: host bytes per node for the optimizer state
+    size_t host_bytes;              // [offload] per rank: optimizer state + pinned staging (offload_host_bytes)
     int64_t coll_count[COLL_KINDS], coll_bytes[COLL_KINDS]; // per step, as the log counts them
     double traffic;                 // bytes a rank sends per step with ring algorithms
     double compute_s, comm_s, step_s;
@@ -1067,10 +1078,11 @@ typedef struct {
 static double plan_headroom(double mem) { return fmax(0.05 * mem, 1073741824.0); }
 
 // Bytes of every tag on one rank and the collectives of one step, for a configuration.
-static void plan_config(const GPTConfig* c, int B, int T, int R, int GA, int stage, int recompute, PlanRow* p) {
+static void plan_config(const GPTConfig* c, int B, int T, int R, int GA, int stage, int recompute, Offload offload, PlanRow* p) {
     memset(p, 0, sizeof(*p));
     p->stage = stage;
     p->recompute = recompute;
+    p->offload = offload;
     ModelDesc d;
     model_describe(&d, c);
     BlockLayout lay;
@@ -1082,7 +1094,8 @@ static void plan_config(const GPTConfig* c, int B, int T, int R, int GA, int sta
     p->bytes[TAG_PARAM_BUF] = X * s.param_bufs;
     p->bytes[TAG_GRADS] = 4 * (s.full_grads + s.shard_grads);
     p->bytes[TAG_GRAD_BUF] = 4 * s.grad_bufs;
-    p->bytes[TAG_MASTER] = p->bytes[TAG_ADAM_M] = p->bytes[TAG_ADAM_V] = 4 * s.opt;
+    p->bytes[TAG_MASTER] = p->bytes[TAG_ADAM_M] = p->bytes[TAG_ADAM_V] = offload ? 0 : 4 * s.opt; // [offload] on the host
+    p->host_bytes = offload_host_bytes(&lay, offload);
     p->bytes[TAG_ACTS] = acts;
     p->bytes[TAG_LOGITS] = logits;
     p->bytes[TAG_COMM] = 4 * s.comm;
@@ -1274,7 +1287,7 @@ static int plan_rows(const GPTConfig* c, int B, int T, int R, int GA, int local_
     for (int z = 0; z <= 3; z++) {
         for (int r = 0; r <= 3; r++) {
             PlanRow* p = &rows[n++];
-            plan_config(c, B, T, R, GA, z, r, p);
+            plan_config(c, B, T, R, GA, z, r, OFFLOAD_NONE, p);
             p->compute_s = plan_flops_per_token(c, T, r) * B * T * GA / e->flops;
             p->comm_s = p->traffic / e->link;
             p->step_s = p->compute_s + p->comm_s; // no overlap assumed
@@ -1329,7 +1342,7 @@ static Bytes fmt_bytes(double b) {
 // Why nothing fits, and what would: more ranks, a smaller micro-batch, recompute, more memory.
 static void plan_explain_misfit(const GPTConfig* c, int B, int T, int R, int GA, const PlanEnv* e, char* out, size_t cap) {
     PlanRow p;
-    plan_config(c, B, T, R, GA, 3, 3, &p);
+    plan_config(c, B, T, R, GA, 3, 3, OFFLOAD_NONE, &p);
     size_t fixed = p.bytes[TAG_ACTS] + p.bytes[TAG_LOGITS] + p.bytes[TAG_WORK] + p.bytes[TAG_PARAM_BUF] + p.bytes[TAG_GRAD_BUF];
     double usable = e->mem - e->headroom;
     int n = snprintf(out, cap, "nothing fits in %s per rank (%s) less the headroom of %s (" PLAN_HEADROOM_TEXT "): the smallest, "
@@ -1338,7 +1351,7 @@ static void plan_explain_misfit(const GPTConfig* c, int B, int T, int R, int GA,
     int Rfit = 0;
     for (int r2 = R + 1; r2 <= 65536 && !Rfit; r2 *= 2) {
         PlanRow q;
-        plan_config(c, B, T, r2, GA, 3, 3, &q);
+        plan_config(c, B, T, r2, GA, 3, 3, OFFLOAD_NONE, &q);
         if (q.total <= usable) Rfit = r2;
     }
     if (Rfit) n += snprintf(out + n, cap - n, "; with %d ranks it would fit", Rfit);
@@ -1583,6 +1596,17 @@ static void check_flags(const Flags* f, const GPTConfig* c, int R) {
     if (f->zero_stage < -1 || f->zero_stage > 3) die_user("flag -z: ZeRO stage %d is not 0, 1, 2, 3 or auto", f->zero_stage);
     if (f->recompute < -1 || f->recompute > 3) die_user("flag -r: recompute mode %d is not 0, 1, 2, 3 or auto", f->recompute);
     if (f->world < 0) die_user("flag -world: %d ranks", f->world);
+    int off = offload_parse(f->offload);
+    if (off < 0) die_user("flag -offload: '%s' is not none or cpu (nvme is not implemented in this version)", f->offload);
+    if (off != OFFLOAD_NONE && f->zero_stage == 0)
+        die_user("flag -offload %s needs -z 1, 2 or 3: under ZeRO-0 every rank holds the whole optimizer state, so offloading "
+                 "it would put R copies of it into host memory and copy the full gradient to the host on every rank. HINT: "
+                 "-z 1 shards the state first (and sends less than -z 0)", f->offload);
+    if (off != OFFLOAD_NONE && f->zero_stage < 0)
+        die_user("flag -offload %s needs a fixed -z 1, 2 or 3 (with -z auto the planner decides about offload)", f->offload);
+    if (off != OFFLOAD_NONE && f->tune)
+        die_user("flag -tune does not measure -offload %s yet: its candidates keep the optimizer state on the device. "
+                 "HINT: tune without -offload, or give -z and -r with -offload", f->offload);
     if (f->world > 0 && !f->plan) die_user("flag -world plans for another world size: it needs -plan");
     if (f->link_gbps < 0 || f->tflops < 0) die_user("flags -link-gbps / -tflops must be positive");
     const char* ed = f->export_dtype;
@@ -1883,14 +1907,15 @@ static void json_num(FILE* f, const char* key, double v) {
 // The model for (stage, recompute): layout, ZeRO buffers, activations, workspace and the step's
 // scalars, every tag checked against the planner (plan: its row). -tune builds and frees one per
 // candidate with this; the run builds its own with it afterwards, from nothing, the same way.
-static void trainer_build_model(Trainer* tr, const GPTConfig* c, int stage, int recompute, PlanRow* plan) {
+static void trainer_build_model(Trainer* tr, const GPTConfig* c, int stage, int recompute, Offload offload, PlanRow* plan) {
     const Flags* f = &tr->f;
     Model* m = &tr->model;
     m->cfg = *c; m->B = f->B; m->T = f->T; m->recompute = recompute;
     model_describe(&m->d, c);
     BlockLayout lay;
     model_layout(&m->d, &lay, tr->R, tr->r);
-    zero_init(&m->z, &lay, stage, &tr->comm, f->poison);
+    zero_init(&m->z, &lay, stage, &tr->comm, f->poison, offload);
+    offload_init(&m->z); // [offload] master, m, v in host memory
     acts_alloc(&m->a, c, f->B, f->T, recompute);
     size_t work_floats = ops_workspace_floats(c, f->B, f->T, m->z.opt_total);
     g_work = (float*)dev_alloc(TAG_WORK, work_floats * sizeof(float));
@@ -1899,10 +1924,16 @@ static void trainer_build_model(Trainer* tr, const GPTConfig* c, int stage, int 
     tr->scalars_host = (StepScalars*)host_pinned_alloc(sizeof(StepScalars));
     tr->readback_lag = g_device == DEV_CUDA && tr->R == 1; // see train_step
     // what was allocated is exactly what the planner computes, tag by tag
-    plan_config(c, f->B, f->T, tr->R, tr->GA, stage, recompute, plan);
+    plan_config(c, f->B, f->T, tr->R, tr->GA, stage, recompute, offload, plan);
     for (int t = 0; t < TAG_COUNT; t++)
         if (g_mem_bytes[t] != plan->bytes[t])
             die(1, "internal error: %s: %zu bytes allocated, the planner says %zu", mem_tag_name[t], g_mem_bytes[t], plan->bytes[t]);
+    size_t host_bytes = m->z.offload_ctx ? ((OffloadState*)m->z.offload_ctx)->host_bytes : 0;
+    if (host_bytes != plan->host_bytes)
+        die(1, "internal error: offload host memory: %zu bytes allocated, the planner says %zu", host_bytes, plan->host_bytes);
+    if (offload != OFFLOAD_NONE)
+        printf0("offload %s: master, m, v and the pinned staging in host memory, %s per rank%s\n", offload_name(offload),
+                fmt_bytes((double)host_bytes).s, g_device == DEV_CPU ? " (on the CPU device the same RAM: a code path, not a saving)" : "");
 }
 
 static void trainer_free_model(Trainer* tr) {
@@ -1912,6 +1943,7 @@ static void trainer_free_model(Trainer* tr) {
     dev_free(TAG_WORK, g_work, (g_work_floats + STEP_SCALARS_FLOATS) * sizeof(float)); // the ops' part and the step's scalars
     g_work = NULL;
     acts_free(&m->a, m->cfg.L);
+    offload_free(&m->z);
     zero_free(&m->z);
     layout_free(&m->z.lay);
 }
@@ -1992,7 +2024,7 @@ static void tune_measure(Trainer* tr, const GPTConfig* c, const int v[TUNE_NDIMS
     mine[TM_BASE] = (double)proc_status_bytes("VmRSS");
     mem_peak_reset();
     PlanRow plan;
-    trainer_build_model(tr, c, v[TD_zero_stage], v[TD_recompute], &plan);
+    trainer_build_model(tr, c, v[TD_zero_stage], v[TD_recompute], OFFLOAD_NONE, &plan); // (check_flags: -tune without -offload)
     InitCtx ic = {&tr->model.d, (uint64_t)f->seed}; // scratch: initialised as a new run would be, thrown away
     zero_fill_opt(&tr->model.z, tr->model.z.master, init_fill, &ic);
     zero_params_from_master(&tr->model.z);
@@ -2311,7 +2343,7 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     else if (f->resume) tune_note_record(tr);
     // the model: layout, ZeRO buffers, activations, workspace
     PlanRow plan;
-    trainer_build_model(tr, &c, f->zero_stage, f->recompute, &plan);
+    trainer_build_model(tr, &c, f->zero_stage, f->recompute, (Offload)offload_parse(f->offload), &plan);
     Model* m = &tr->model;
     tr->flops_per_token = mfu_flops_per_token(&c, f->T);
     // the settings table shows what auto became for the flags resolved only now
@@ -2348,17 +2380,17 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
             HFLlmcTensor lt[NUM_TENSORS];
             for (int k = 0; k < NUM_TENSORS; k++) lt[k] = (HFLlmcTensor){m->d.t[k].name, m->d.t[k].logical, m->d.t[k].n, !m->d.t[k].io};
             if (hf_bind(&ck, lt, NUM_TENSORS, c.Vp, err, sizeof(err))) die(1, "-e %s: %s", f->model, err);
-            zero_fill_opt(&m->z, m->z.master, hf_fill, &ck);
+            zero_fill_opt(&m->z, 0, hf_fill, &ck);
             hf_close(&ck);
         } else if (from_file) {
             ModelFile mf;
             GPTConfig fc;
             model_file_open(&mf, f->model, &fc);
-            zero_fill_opt(&m->z, m->z.master, model_file_fill, &mf);
+            zero_fill_opt(&m->z, 0, model_file_fill, &mf);
             close(mf.fd);
         } else {
             InitCtx ic = {&m->d, (uint64_t)f->seed};
-            zero_fill_opt(&m->z, m->z.master, init_fill, &ic);
+            zero_fill_opt(&m->z, 0, init_fill, &ic);
         }
         zero_params_from_master(&m->z);
     }
@@ -2397,11 +2429,11 @@ static void log_hashes(Trainer* tr) {
     }
     for (int i = 0; i < n; i++) {
         buf = (float*)realloc(buf, sizeof(float) * pcs[i].len);
-        dev_to_host(buf, z->master + pcs[i].opt_index, sizeof(float) * pcs[i].len);
+        zero_state_get(z, 0, pcs[i].opt_index, buf, pcs[i].len);
         hm = fnv1a(hm, buf, sizeof(float) * pcs[i].len);
-        dev_to_host(buf, z->m + pcs[i].opt_index, sizeof(float) * pcs[i].len);
+        zero_state_get(z, 1, pcs[i].opt_index, buf, pcs[i].len);
         h1 = fnv1a(h1, buf, sizeof(float) * pcs[i].len);
-        dev_to_host(buf, z->v + pcs[i].opt_index, sizeof(float) * pcs[i].len);
+        zero_state_get(z, 2, pcs[i].opt_index, buf, pcs[i].len);
         h2 = fnv1a(h2, buf, sizeof(float) * pcs[i].len);
     }
     // combine the ranks' hashes in rank order (the same value on every rank)

@@ -1313,7 +1313,11 @@ static void comm_free(Comm* c) {
 typedef enum { BUF_FREE, BUF_GATHERING, BUF_READY, BUF_IN_USE, BUF_RELEASED } BufState;
 static const char* buf_state_name[] = {"free", "gathering", "ready", "in use", "released"};
 
-typedef struct {
+// Where the optimizer state (master, m, v) lives: on the device, in host memory, or in one file per
+// rank (-offload; offload.h does the last two).
+typedef enum { OFFLOAD_NONE, OFFLOAD_CPU, OFFLOAD_NVME } Offload;
+
+typedef struct Zero {
     int stage, R, r, L;
     int poison;              // fill released buffers with NaN
     BlockLayout lay;
@@ -1332,15 +1336,23 @@ typedef struct {
     float* grad_buf[3];      // [Z2,3]   [0] io block, [1], [2] layer blocks
     int reduce_h[3];         // [Z2,3]   reduce-scatter in flight from each grad_buf
     // optimizer state (FP32): everything under ZeRO-0, this rank's shard otherwise
-    float *master, *m, *v;
+    float *master, *m, *v;   // device memory; [offload] host memory (cpu) or NULL (a file: nvme)
     int64_t opt_total;
+    // [offload] where master, m, v live when not on the device (-offload, offload.h): state_io moves
+    // n floats of array a (0 master, 1 m, 2 v) at offset off to (write 0) or from (write 1) the host
+    Offload offload;
+    void (*state_io)(struct Zero* z, int a, int64_t off, float* host, int64_t n, int write);
+    void* offload_ctx;
 } Zero;
 
 // Which param/grad buffer slot a block uses under ZeRO-2/3: io -> 0, layers alternate 1, 2.
 static inline int zero_slot(int b) { return b == 0 ? 0 : 1 + (b - 1) % 2; }
 
-static void zero_init(Zero* z, BlockLayout* lay, int stage, Comm* comm, int poison) {
+// offload: OFFLOAD_NONE allocates master, m, v on the device; otherwise offload_init (offload.h)
+// places them, after this.
+static void zero_init(Zero* z, BlockLayout* lay, int stage, Comm* comm, int poison, Offload offload) {
     memset(z, 0, sizeof(*z));
+    z->offload = offload;
     z->stage = stage; z->R = lay->R; z->r = lay->r; z->L = lay->nblocks - 1;
     z->lay = *lay;
     z->comm = comm;
@@ -1363,9 +1375,11 @@ static void zero_init(Zero* z, BlockLayout* lay, int stage, Comm* comm, int pois
         z->grad_buf[2] = (float*)dev_alloc(TAG_GRAD_BUF, P_layer * 4);
     }
     z->opt_total = z->sz.opt;
-    z->master = (float*)dev_alloc(TAG_MASTER, z->opt_total * 4);
-    z->m = (float*)dev_alloc(TAG_ADAM_M, z->opt_total * 4);
-    z->v = (float*)dev_alloc(TAG_ADAM_V, z->opt_total * 4);
+    if (offload == OFFLOAD_NONE) {
+        z->master = (float*)dev_alloc(TAG_MASTER, z->opt_total * 4);
+        z->m = (float*)dev_alloc(TAG_ADAM_M, z->opt_total * 4);
+        z->v = (float*)dev_alloc(TAG_ADAM_V, z->opt_total * 4);
+    }
     if (lay->R > 1) {
         comm->chunk = zero_comm_chunk(lay);
         comm->stage_buf = (float*)dev_alloc(TAG_COMM, z->sz.comm * 4);
@@ -1385,9 +1399,11 @@ static void zero_free(Zero* z) {
     }
     dev_free(TAG_GRADS, z->full_grads, z->sz.full_grads * 4);
     dev_free(TAG_GRADS, z->shard_grads, z->sz.shard_grads * 4);
-    dev_free(TAG_MASTER, z->master, z->opt_total * 4);
-    dev_free(TAG_ADAM_M, z->m, z->opt_total * 4);
-    dev_free(TAG_ADAM_V, z->v, z->opt_total * 4);
+    if (z->offload == OFFLOAD_NONE) { // [offload] offload_free frees them
+        dev_free(TAG_MASTER, z->master, z->opt_total * 4);
+        dev_free(TAG_ADAM_M, z->m, z->opt_total * 4);
+        dev_free(TAG_ADAM_V, z->v, z->opt_total * 4);
+    }
     if (z->comm->stage_buf) dev_free(TAG_COMM, z->comm->stage_buf, z->sz.comm * 4);
     z->comm->stage_buf = NULL;
 }
@@ -1728,13 +1744,26 @@ static void zero_count_step(const BlockLayout* lay, int stage, int GA, int64_t c
 // Filling the optimizer range from a logical source (init, a model file, a checkpoint), and
 // deriving the parameters from the master weights.
 
+// n floats of the optimizer state a (0 master, 1 m, 2 v) at offset off (laid out like master: the
+// optimizer range of every block) to the host, or from it: wherever the state lives.
+static void zero_state_get(Zero* z, int a, int64_t off, float* host, int64_t n) {
+    if (z->state_io) { z->state_io(z, a, off, host, n, 0); return; } // [offload]
+    float* arr = a == 0 ? z->master : a == 1 ? z->m : z->v;
+    dev_to_host(host, arr + off, sizeof(float) * n);
+}
+static void zero_state_put(Zero* z, int a, int64_t off, const float* host, int64_t n) {
+    if (z->state_io) { z->state_io(z, a, off, (float*)host, n, 1); return; } // [offload]
+    float* arr = a == 0 ? z->master : a == 1 ? z->m : z->v;
+    dev_from_host(arr + off, host, sizeof(float) * n);
+}
+
 // fill(ctx, dst, logical, len): write the len logical parameters starting at `logical` to dst.
 typedef void (*LogicalFill)(void* ctx, float* dst, int64_t logical, int64_t len);
 
-// Fill the device array `dst` (laid out like master: the optimizer range of every block) piece
-// by piece from a logical source, one block at a time through a host buffer of one block's range
-// (padding stays 0), so that no full-size host copy is ever made.
-static void zero_fill_opt(Zero* z, float* dst, LogicalFill fill, void* ctx) {
+// Fill the optimizer state a (0 master, 1 m, 2 v) piece by piece from a logical source, one block
+// at a time through a host buffer of one block's range (padding stays 0), so that no full-size
+// host copy is ever made.
+static void zero_fill_opt(Zero* z, int a, LogicalFill fill, void* ctx) {
     int64_t maxn = 0;
     for (int b = 0; b < z->lay.nblocks; b++) {
         int64_t n = zero_opt_hi(z, b) - zero_opt_lo(z, b);
@@ -1747,7 +1776,7 @@ static void zero_fill_opt(Zero* z, float* dst, LogicalFill fill, void* ctx) {
         memset(host, 0, sizeof(float) * n);
         int k = layout_pieces(&z->lay, b, zero_opt_lo(z, b), zero_opt_hi(z, b), pc);
         for (int i = 0; i < k; i++) fill(ctx, host + pc[i].local, pc[i].logical, pc[i].len);
-        dev_from_host(dst + zero_opt_off(z, b), host, sizeof(float) * n);
+        zero_state_put(z, a, zero_opt_off(z, b), host, n);
     }
     free(host);
 }
@@ -1756,7 +1785,16 @@ static void zero_fill_opt(Zero* z, float* dst, LogicalFill fill, void* ctx) {
 static void zero_params_from_master(Zero* z) {
     for (int b = 0; b < z->lay.nblocks; b++) {
         // the whole range, padding included: master is 0 there, and so the parameter
-        op_round_params(zero_opt_params(z, b), z->master + zero_opt_off(z, b), zero_opt_hi(z, b) - zero_opt_lo(z, b));
+        int64_t n = zero_opt_hi(z, b) - zero_opt_lo(z, b);
+        if (z->offload == OFFLOAD_NONE) { op_round_params(zero_opt_params(z, b), z->master + zero_opt_off(z, b), n); continue; }
+        // [offload] rounded on the host (rn, as the kernel), then copied to the device
+        float* host = (float*)malloc(sizeof(float) * (n > 0 ? n : 1));
+        floatX* px = (floatX*)malloc(sizeof(floatX) * (n > 0 ? n : 1));
+        zero_state_get(z, 0, zero_opt_off(z, b), host, n);
+        for (int64_t i = 0; i < n; i++) px[i] = rn(host[i]);
+        dev_from_host(zero_opt_params(z, b), px, sizeof(floatX) * n);
+        free(host);
+        free(px);
     }
     zero_after_step(z);
 }

@@ -68,7 +68,7 @@ static void fuzz_state(const uint8_t* data, size_t size) {
         model_layout(&d, &lay, 1, 0);
         memset(&comm, 0, sizeof(comm));
         comm.R = 1;
-        zero_init(&z, &lay, 1, &comm, 0);
+        zero_init(&z, &lay, 1, &comm, 0, OFFLOAD_NONE);
         ready = 1;
     }
     char dir[300], path[400];
@@ -85,10 +85,9 @@ static void fuzz_state(const uint8_t* data, size_t size) {
     OldState os;
     memset(&os, 0, sizeof(os));
     old_state_open(&os, &z, &c, dir, &mk, &meta);
-    float* arrays[3] = {z.master, z.m, z.v};
     for (int a = 0; a < 3; a++) {
         os.which = a;
-        zero_fill_opt(&z, arrays[a], old_state_fill, &os);
+        zero_fill_opt(&z, a, old_state_fill, &os);
     }
     old_state_close(&os);
 }

@@ -120,6 +120,9 @@ static inline double relerr_f(const float* a, const float* b, int64_t n) {
                         // bitwise at one rank (poisoned, delayed collectives), export
 #include "gpu_multirank.h" // cases: several ranks on the CUDA device (mpirun, the emulator's NCCL)
 #include "gpu_launch.h"    // cases: several ranks without MPI (dev/launch.sh, the TCP rendezvous)
+#if defined(USE_MPI) && defined(USE_NCCL)
+#include "test_offload.h"  // cases: -offload cpu on the CUDA device bit-identical to none (copies on their own stream)
+#endif
 #include "gpu_attention_model.h" // cases: the tensor-core attention through the model, -r 0..3 and -z 0..3 bitwise
 
 static int gpu_main(int argc, char** argv) {

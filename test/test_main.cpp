@@ -22,6 +22,7 @@
 #include "test_perf.h"       // tests: dev/perf_gpu.sh (the GPU benchmark) syntax and dry run
 #include "test_ux.h"         // tests: the settings table as resolved, one Psi, ETA, line-buffered stdout
 #include "test_tune.h"       // tests: -tune: candidates that fit, the run bitwise as if started with the choice, resume reuses it
+#include "test_offload.h"    // tests: -offload cpu bit-identical to none, checkpoints across offload, refusals
 
 int main(int argc, char** argv) {
     if (argc > 1 && !strcmp(argv[1], "--train")) return train_main(argc - 1, argv + 1);
