@@ -2026,7 +2026,7 @@ static void tune_measure(Trainer* tr, const GPTConfig* c, const int v[TUNE_NDIMS
     PlanRow plan;
     trainer_build_model(tr, c, v[TD_zero_stage], v[TD_recompute], OFFLOAD_NONE, &plan); // (check_flags: -tune without -offload)
     InitCtx ic = {&tr->model.d, (uint64_t)f->seed}; // scratch: initialised as a new run would be, thrown away
-    zero_fill_opt(&tr->model.z, tr->model.z.master, init_fill, &ic);
+    zero_fill_opt(&tr->model.z, 0, init_fill, &ic); // (0: master)
     zero_params_from_master(&tr->model.z);
     tr->step = 0; tr->adam_t = 0; tr->pending = 0;
     train_step(tr); // warm-up: first touches, threads, cuBLASLt's choices

@@ -76,22 +76,25 @@ TEST(multirank_cuda_zero_stages) {
 // A non-finite update never lands on the CUDA device: step 2's AdamW runs with the finite learning
 // rate FLT_MAX (ZT_FAULT=lr-spike:step2), at R = 1 (the step without host waits: the check kernel's
 // flag is read by the update kernel on the device) and at R = 2 with only rank 1's update
-// overflowing (the flag summed over ranks). Step 2 is logged as skipped, the run goes on, and each
-// rank's checkpoints of steps 1 and 2 hold the same master, m and v past the header; step 3's
-// checkpoint counts 2 AdamW updates. (BF16 build only.)
+// overflowing (the flag summed over ranks), and at R = 1 with -offload cpu (the check on the host's
+// state, offload_adamw_check). Step 2 is logged as skipped, the run goes on, and each rank's
+// checkpoints of steps 1 and 2 hold the same master, m and v past the header; step 3's checkpoint
+// counts 2 AdamW updates. (BF16 build only.)
 TEST(multirank_cuda_update_overflow_skipped) {
 #ifdef ENABLE_FP32
     TEST_SKIP("precision does not enter it: run in the BF16 build");
 #endif
     static char out[1 << 20];
-    for (int R = 1; R <= 2; R++) {
+    for (int run = 0; run < 3; run++) {
+        int R = run == 1 ? 2 : 1, offload = run == 2;
         char name[64], cmd[8192];
-        snprintf(name, sizeof(name), "mr_overflow_R%d", R);
+        snprintf(name, sizeof(name), "mr_overflow_R%d%s", R, offload ? "_offload" : "");
         const char* dir = zt_dir(name);
         snprintf(cmd, sizeof(cmd),
                  ZT_CLEAN_ENV "OMP_NUM_THREADS=1 ZT_FAULT=lr-spike:step2%s mpirun -np %d --oversubscribe --allow-run-as-root --mca mpi_yield_when_idle 1 "
-                 "-x ZT_FAULT %s --train -threads 1 -i %s " ZT_MODEL " -device cuda -b 3 -x 3 -n 1 -v 0 -s 0 -z %d -o %s",
-                 R == 2 ? ":rank1" : "", R, g_test_self, zt_data(0), R == 2 ? 1 : 0, dir);
+                 "-x ZT_FAULT %s --train -threads 1 -i %s " ZT_MODEL " -device cuda -b 3 -x 3 -n 1 -v 0 -s 0 -z %d%s -o %s",
+                 R == 2 ? ":rank1" : "", R, g_test_self, zt_data(0), R == 2 || offload ? 1 : 0,
+                 offload ? " -offload cpu" : "", dir);
         int rc = test_run_cmd(cmd, out, sizeof(out));
         const char* s2 = strstr(out, "step     2/3");
         const char* s3 = strstr(out, "step     3/3");
@@ -122,7 +125,8 @@ TEST(multirank_cuda_update_overflow_skipped) {
             }
             for (int k = 0; k < 3; k++) free(st[k]);
         }
-        printf("    R=%d: step 2 skipped (non-finite update), state unchanged on every rank, the run went on\n", R);
+        printf("    R=%d%s: step 2 skipped (non-finite update), state unchanged on every rank, the run went on\n", R,
+               offload ? " -offload cpu" : "");
     }
 }
 

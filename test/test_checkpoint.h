@@ -353,6 +353,12 @@ TEST(update_nonfinite_skipped) {
     int rc = ck_run("ZT_FAULT=lr-spike:step2", flags);
     CHECKF(rc == 0, "R = 1: exit %d:\n%s", rc, ck_out);
     ck_check_update_refused(dir, 1, "R = 1");
+    // -offload cpu: the check runs on the host's copy of the state (offload_adamw_check)
+    dir = ck_dir("update_spike_offload");
+    snprintf(flags, sizeof(flags), CK_SMALL " -z 1 -offload cpu -x 4 -n 1 -o %s", dir);
+    rc = ck_run("ZT_FAULT=lr-spike:step2", flags);
+    CHECKF(rc == 0, "R = 1, -offload cpu: exit %d:\n%s", rc, ck_out);
+    ck_check_update_refused(dir, 1, "R = 1, -offload cpu");
 #ifdef USE_MPI
     // two ranks, ZeRO-2 (each rank updates its own shard): only rank 1's update overflows, both skip
     dir = ck_dir("update_spike_R2");
