@@ -18,8 +18,9 @@
 // table passed by value as a kernel argument (no copy to the device, no synchronisation).
 //
 // A NON-FINITE UPDATE NEVER LANDS. Finite gradients, a finite norm and a finite clip scale can still
-// give a non-finite update: g*g overflows in v (a gradient spike of ~1e20 with clipping off), m/bc1
-// or lr*(u + wd*w) overflows (a huge learning rate), or w rounds to a BF16 infinity. So a step runs
+// give a non-finite update: lr*(u + wd*w) overflows (a huge learning rate), m - g overflows in m,
+// or w lands beyond BF16's largest value and rounds to infinity. (A gradient whose square overflows
+// makes the norm's FP32 chunk sum infinite first: that step is skipped by the norm.) So a step runs
 // AdamW twice over its range: op_adamw_check computes every new m, v, w and BF16 parameter exactly
 // as the update will and writes none of them, only a flag (StepScalars.overflow) when one is not
 // finite; the flag is summed over ranks (zero_adamw_check) and the update proper (op_adamw_scalars)

@@ -591,9 +591,10 @@ static void gpt_backward(Model* m, int B, int T, int micro, int last_micro) {
 
 // ----------------------------------------------------------------------------
 // 5. The step: GA micro-steps of forward + backward (the hooks reduce gradients as blocks
-// finish), then the global gradient norm, clipping, the overflow check (the update computed and not
-// written), AdamW and whatever the stage must gather again. The loss gradient is pre-scaled by 1/(R*GA*B*T) so that every reduction is a SUM and
-// the accumulated gradient is the mean over the global batch.
+// finish), then the global gradient norm, clipping, the overflow check (the update computed and
+// not written), AdamW and whatever the stage must gather again. The loss gradient is pre-scaled by
+// 1/(R*GA*B*T) so that every reduction is a SUM and the accumulated gradient is the mean over the
+// global batch.
 
 // What a step reports once its numbers are read back. skipped: the optimizer changed nothing
 // (decided where the step ran).
@@ -737,10 +738,10 @@ static StepResult step_without_targets(Trainer* tr) {
 // StepScalars) are computed where the step runs, and AdamW reads the clip scale and the finite flag
 // there: on a GPU the host never waits inside a step. Before the update, a check pass computes the
 // update without writing it (zero_adamw_check: the overflow flag, agreed by every rank); an update
-// that would leave any value non-finite is not written at all, and the step counts as skipped. The step's numbers are copied back
-// asynchronously at its end and read during the next step, just before that step's optimizer is
-// issued (the previous step is long finished by then), so adam_t counts exactly the updates applied
-// and the log is exact, one step late: train_step returns the *previous* step's result on one GPU
+// that would leave any value non-finite is not written at all, and the step counts as skipped.
+// The step's numbers are copied back asynchronously at its end and read during the next step,
+// just before that step's optimizer is issued (the previous step is long finished by then), so
+// adam_t counts exactly the updates applied and the log is exact, one step late: train_step returns the *previous* step's result on one GPU
 // (readback_lag 1), this step's on the CPU device or with several ranks (lag 0: the numbers are on
 // the host already, and the host decides the skip as it always did). step_read_back flushes the last
 // one (train_loop: before evaluation, sampling, checkpoints and at the end).
