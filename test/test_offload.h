@@ -274,13 +274,32 @@ TEST(offload_plan_rows) {
     if (!g_test_failed) printf("    offload rows = closed form = allocation; -z auto offloads at %.0f bytes, not at %.0f\n", need - 1, need);
 }
 
-// -offload nvme keeps the process's memory bounded: on a ~22 M parameter model whose optimizer state
-// (265 MB) is 16x -offload-buffer (16 MiB), the peak (VmHWM) stays within the bytes of every device
+// -export from the FP32 master weights (block_values reads them wherever they live) and a
+// -save-model checkpoint give the same bytes with -offload none, cpu and nvme.
+TEST(offload_export_same_bytes) {
+    char f[3][PATH_MAX];
+    const char* offs[3] = {"none", "cpu", off_nvme()};
+    for (int i = 0; i < 3; i++) {
+        char name[64], extra[PATH_MAX + 64];
+        snprintf(name, sizeof(name), "offexp_%d", i);
+        const char* dir = zt_dir(name);
+        snprintf(f[i], sizeof(f[i]), "%s.bin", dir);
+        snprintf(extra, sizeof(extra), "-export %s -export-dtype fp32", f[i]);
+        int rc = off_run("", 2, 3, 1, 2, offs[i], dir, extra, NULL, NULL);
+        CHECKF(rc == 0, "-offload %s -export failed (%d):\n%s", offs[i], rc, off_out);
+    }
+    char cmd[3 * PATH_MAX + 64];
+    snprintf(cmd, sizeof(cmd), "cmp %s %s && cmp %s %s", f[0], f[1], f[0], f[2]);
+    CHECKF(test_run_cmd(cmd, off_out, sizeof(off_out)) == 0, "exported files differ:\n%s", off_out);
+}
+
+// -offload nvme keeps the process's memory bounded: on a ~11.5 M parameter model whose optimizer state
+// (138 MB) is 8x -offload-buffer (16 MiB), the peak (VmHWM) stays within the bytes of every device
 // tag (the planner's non-optimizer bytes: params, grads, activations, logits, workspace) plus the
 // offload buffers plus 64 MiB of slack for the process itself (MPI, the binary, the data loader;
 // measured ~30 MiB), while the same run without offload holds at least those tags plus the state.
 TEST(offload_nvme_memory_bounded) {
-    const char* model = "-e tiny -layers 12 -channels 384 -heads 6 -vocab 2048 -max-seq 64 -t 16 -b 1 -x 1 -v 0 -s 0 -z 1";
+    const char* model = "-e tiny -layers 6 -channels 384 -heads 6 -vocab 2048 -max-seq 64 -t 16 -b 1 -x 1 -v 0 -s 0 -z 1";
     double peak[2] = {0, 0}, tags[2] = {0, 0}, host = 0;
     for (int i = 0; i < 2; i++) {
         char flags[2048], dir[PATH_MAX];
