@@ -39,7 +39,7 @@
 // ordered by an event (a, c); its streams are synchronous, so it cannot show that the copies really
 // overlap the host's AdamW, nor catch a missing host wait (b): a GPU run has to.
 //
-// NOT HERE (yet): planner rows for nvme (disk bytes, -disk-gbps); copying each
+// NOT HERE (yet): copying each
 // block's gradient shard to the host as its reduction completes, overlapped with the backward of the
 // next blocks (the copies start at the step, after the norm).
 //

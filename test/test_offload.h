@@ -109,7 +109,9 @@ TEST(offload_flag_refusals) {
     static const struct { const char* flags; const char* want; } bad[] = {
         {"-z 0 -offload cpu", "-offload cpu needs -z 1, 2 or 3: under ZeRO-0 every rank holds the whole optimizer state"},
         {"-z 1 -offload disk", "flag -offload: 'disk' is not none, cpu, nvme or auto"},
-        {"-z 1 -pcie-gbps -5", "-pcie-gbps must be positive"},
+        {"-z 1 -pcie-gbps -5", "-pcie-gbps / -disk-gbps must be positive"},
+        {"-z 1 -disk-gbps -5", "-pcie-gbps / -disk-gbps must be positive"},
+        {"-z 1 -offload-dir /tmp", "-offload-dir is for -offload nvme (or -offload auto with -z auto / -r auto)"},
         {"-z 1 -offload nvme", "-offload nvme needs -offload-dir DIR"},
         {"-z 1 -offload cpu -offload-dir /tmp", "-offload-dir is for -offload nvme"},
         {"-z 1 -offload nvme -offload-dir /nonexistent/dir", "-offload-dir /nonexistent/dir: cannot create /nonexistent/dir/zt_offload_"},
@@ -176,7 +178,7 @@ TEST(offload_checkpoint_resume) {
     if (!g_test_failed) printf("    offload -> none (R 3), R 3 -> 1 with and without, none -> offload: identical (%s)\n", h);
 }
 // A -plan run's plan.jsonl: total (device bytes), host_bytes and the per-tag bytes of row (z, r, offload).
-typedef struct { double total[4][4][2], host[4][4][2], bytes[4][4][2][TAG_COUNT]; } OffPlan;
+typedef struct { double total[4][4][3], host[4][4][3], disk[4][4][3], bytes[4][4][3][TAG_COUNT]; } OffPlan;
 static int off_plan(const char* extra, OffPlan* po, char* out, size_t cap) {
     const char* dir = zt_dir("offplan");
     char cmd[8192];
@@ -194,6 +196,7 @@ static int off_plan(const char* extra, OffPlan* po, char* out, size_t cap) {
         if (sscanf(line, "{\"stage\": %d, \"recompute\": %d, \"offload\": %d", &z, &r, &off) != 3) continue;
         po->total[z][r][off] = atof(strstr(line, "\"total\": ") + 9);
         po->host[z][r][off] = atof(strstr(line, "\"host_bytes\": ") + 14);
+        po->disk[z][r][off] = atof(strstr(line, "\"disk_per_node\": ") + 17);
         for (int t = 0; t < TAG_COUNT; t++) {
             char key[64];
             snprintf(key, sizeof(key), "\"%s\": ", mem_tag_name[t]);
@@ -220,9 +223,16 @@ TEST(offload_plan_rows) {
     zt_blocks(2, &Pio, &Pl, &logical);
     double shard = (Pio + ZT_L * Pl) / 2.0, maxS = (Pio > Pl ? Pio : Pl) / 2.0;
     double host = 12.0 * shard + 2.0 * (4 + sizeof(floatX)) * maxS;
+    double host_nvme = (36.0 + 2.0 * (4 + sizeof(floatX))) * maxS; // 256 MiB holds a whole block shard here: unit = maxS
     for (int z = 1; z <= 3; z++)
         for (int r = 0; r <= 3; r++) {
             CHECKF(po.host[z][r][1] == host && po.host[z][r][0] == 0, "z%d r%d: host bytes %.0f, closed form %.0f", z, r, po.host[z][r][1], host);
+            CHECKF(po.host[z][r][2] == host_nvme && po.disk[z][r][2] == 2 * 12.0 * shard && po.disk[z][r][1] == 0,
+                   "z%d r%d nvme: host %.0f (closed form %.0f), disk per node %.0f (%.0f)", z, r, po.host[z][r][2], host_nvme, po.disk[z][r][2],
+                   2 * 12.0 * shard);
+            for (int t = 0; t < TAG_COUNT; t++)
+                CHECKF(po.bytes[z][r][2][t] == po.bytes[z][r][1][t], "z%d r%d %s: nvme row %.0f, cpu row %.0f", z, r, mem_tag_name[t],
+                       po.bytes[z][r][2][t], po.bytes[z][r][1][t]);
             double opt = 0;
             for (int t = 0; t < TAG_COUNT; t++) {
                 int state = t == TAG_MASTER || t == TAG_ADAM_M || t == TAG_ADAM_V;
@@ -266,10 +276,20 @@ TEST(offload_plan_rows) {
         CHECKF(i == 0 ? !has && strstr(out, "recommendation: -z") : has, "-plan %s: %s '%s':\n%s", extra, i == 0 ? "unexpected" : "expected",
                cases[i].want, out);
     }
-    setenv("ZT_HOST_MEM", "64MiB", 1); // the host too small for the offloaded state: nothing fits
+    setenv("ZT_HOST_MEM", "64MiB", 1); // the host too small for the offloaded state: nothing fits, or nvme with -offload-dir
     char extra[256];
     snprintf(extra, sizeof(extra), "-device cuda -gpu h100 -gpu-mem %.0f", need - 1);
     CHECKF(off_plan(extra, &pc, out, sizeof(out)) == 0 && strstr(out, "recommendation: none"), "host too small:\n%s", out);
+    // host memory between what nvme and cpu need per node (2 ranks) above the host headroom (1 GiB):
+    // cpu does not fit, nvme does when -offload-dir says where
+    char hm[64];
+    snprintf(hm, sizeof(hm), "%.0f", 1073741824.0 + host + host_nvme);
+    setenv("ZT_HOST_MEM", hm, 1);
+    snprintf(extra, sizeof(extra), "-device cuda -gpu h100 -gpu-mem %.0f", need - 1);
+    CHECKF(off_plan(extra, &pc, out, sizeof(out)) == 0 && strstr(out, "recommendation: none"), "cpu does not fit, no -offload-dir:\n%s", out);
+    snprintf(extra, sizeof(extra), "-device cuda -gpu h100 -gpu-mem %.0f -offload-dir /tmp", need - 1);
+    CHECKF(off_plan(extra, &pc, out, sizeof(out)) == 0 && strstr(out, "-offload nvme: nothing fits without offload"),
+           "cpu does not fit, -offload-dir given: expected nvme:\n%s", out);
     unsetenv("ZT_HOST_MEM");
     if (!g_test_failed) printf("    offload rows = closed form = allocation; -z auto offloads at %.0f bytes, not at %.0f\n", need - 1, need);
 }
@@ -382,7 +402,7 @@ TEST(offload_emu_z_auto) {
     GPTConfig c = {ZT_L, ZT_C, ZT_NH, ZT_V, 128, ZT_MAXT};
     double need = 1e300;
     for (int z = 0; z <= 3; z++) { // (-r 1 is the default, fixed: only -z is chosen)
-        plan_config(&c, 2, ZT_T, 1, 1, z, 1, OFFLOAD_NONE, &best);
+        plan_config(&c, 2, ZT_T, 1, 1, z, 1, OFFLOAD_NONE, 0, &best);
         need = fmin(need, (double)best.total);
     }
     need += 1073741824.0;
