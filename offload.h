@@ -35,13 +35,15 @@
 //   c. the compute stream waits for the last H2D (event `done_ev`) before the all-gather, the next
 //      step's gradient zeroing and its forward.
 // The CUDA emulator (make test: test/test_emu offload) runs this path with host and device memory
-// kept apart (a missing copy reads NaN or stops the run) and checks that every cross-stream use is
-// ordered by an event (a, c); its streams are synchronous, so it cannot show that the copies really
-// overlap the host's AdamW, nor catch a missing host wait (b): a GPU run has to.
+// kept apart (a missing copy reads NaN or stops the run) and checks cross-stream order through events:
+// without (c) it stops the run (tried: a kernel reads parameters the copy stream may still be
+// writing). (a) is implied today by train_step's read-back of the scalars (the host has waited for the
+// compute stream before it issues any copy): without (a) the emulator runs on, correctly; it is kept
+// so that the order does not hang on that read-back. Its streams are synchronous, so it cannot show
+// that the copies overlap the host's AdamW, nor catch a missing host wait (b): a GPU run has to.
 //
-// NOT HERE (yet): copying each
-// block's gradient shard to the host as its reduction completes, overlapped with the backward of the
-// next blocks (the copies start at the step, after the norm).
+// NOT HERE (yet): copying each block's gradient shard to the host as its reduction completes,
+// overlapped with the backward of the next blocks (the copies start at the step, after the norm).
 //
 // defines: OffloadState, offload_parse, offload_name, offload_host_bytes, offload_init, offload_free,
 //          offload_adamw
