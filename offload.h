@@ -1,91 +1,266 @@
 // offload.h — the optimizer state off the device: -offload cpu keeps each rank's shard of master, m
-// and v in host memory, and the optimizer runs there (ZeRO-Offload: Ren et al., "ZeRO-Offload:
-// Democratizing Billion-Scale Model Training", USENIX ATC 2021), with exact semantics: an offloaded
-// run is bit-identical to the same run without offload, at every stage and world size.
+// and v in host memory, -offload nvme in one file per rank, and the optimizer runs on the host
+// (ZeRO-Offload: Ren et al., USENIX ATC 2021; ZeRO-Infinity: Rajbhandari et al., SC 2021), with exact
+// semantics: an offloaded run is bit-identical to the same run without offload, at every stage and R.
 //
 // WHAT LIVES WHERE (per rank). The device keeps the parameters and the gradients as the ZeRO stage
 // says (zero.h); master, m and v of the rank's optimizer range (its shard: offload needs -z 1, 2 or
 // 3) live in host memory, plain pageable memory. Pinned (page-locked) are only the staging buffers:
 // two for gradient shards (FP32) and two for parameters (floatX), each one block's shard.
 // On the CPU device "device" memory is the same RAM: -offload cpu is a code path there, not a saving.
+// NVME: the file holds master at [0, S), m at [S, 2S), v at [2S, 3S) floats (S: the rank's optimizer
+// range); the host holds three slots of one UNIT (K elements of master, m, v) and the staging of one
+// unit, K from -offload-buffer: a block's shard longer than K is updated in several units. One I/O
+// thread (pread/pwrite, requests in order) reads unit u+1 while u is updated and u-1 is written; the
+// page cache is dropped after each unit (posix_fadvise DONTNEED, after sync_file_range for writes).
 //
 // THE STEP (train_step), the same numbers as without offload, bit for bit:
 //   1. the gradient's sum of squares, norm, clip scale and finite flag are computed where they are
 //      without offload: on the device, from the shards (zero_grad_sumsq, op_step_scalars; the GPU's
 //      sum is deterministic but not the CPU's bitwise), then read back (one wait per step);
-//   2. the overflow check (offload_adamw_check): a first pass over the gradient shards, the update's
-//      arithmetic on the host without writing; one flag summed over ranks skips the step everywhere;
-//   3. block by block: the block's gradient shard goes to the host (block b+1's copy is issued
-//      before block b is updated), AdamW runs on the host (adamw_host: adamw.cuh's CPU loop, the
+//   2. unit by unit (cpu: a unit is a block's shard): its gradient goes to the host (unit u+1's copy
+//      is issued before u is updated), AdamW runs on the host (adamw_host: adamw.cuh's CPU loop, the
 //      same operation order as the kernel, which spells every IEEE operation out; no fast-math, no
 //      FTZ/DAZ in either build), the parameters are rounded to nearest by the same rn() into a
 //      staging buffer and copied back segment by segment (padding is never written, as on the
 //      device) while the next block is updated;
-//   4. the stage's all-gather (zero_after_step), after the last copy.
+//   3. the stage's all-gather (zero_after_step), after the last copy.
+// Before 2, the overflow check (offload_adamw_check): a first pass over the units with the update's
+// arithmetic and nothing written (adamw_check_host), the flag summed over ranks, so a step whose
+// update would not be finite is skipped by every rank before any unit changes. It costs one more
+// gradient copy to the host per step, and with nvme one more read of the state (a step reads
+// 24 bytes per element instead of 12 and writes 12).
 // Threads: the host AdamW uses the rank's OpenMP threads (-threads: cores / ranks on the node).
 //
 // CUDA ORDER (the copies run on g_offload_stream, a stream of their own):
 //   a. g_offload_stream waits for the compute stream (event `start`) before the first D2H: the
 //      gradients are final (zero_grad_sumsq waited for every reduction);
-//   b. the host waits for block b's D2H (d2h[b % 2]) before updating it, and for block b-2's H2D
-//      (h2d[b % 2]) before rounding into that staging buffer again;
-//   c. the compute stream waits for the last H2D (event `done`) before the all-gather, the next
+//   b. the host waits for unit u's D2H (d2h[u % 2]) before updating it, and for unit u-2's H2D
+//      (h2d[u % 2]) before rounding into that staging buffer again;
+//   c. the compute stream waits for the last H2D (event `done_ev`) before the all-gather, the next
 //      step's gradient zeroing and its forward.
 // The CUDA emulator (make test: test/test_emu offload) runs this path with host and device memory
-// kept apart (a missing copy reads NaN or stops the run) and checks that every cross-stream use is
-// ordered by an event (a, c); its streams are synchronous, so it cannot show that the copies really
-// overlap the host's AdamW, nor catch a missing host wait (b): a GPU run has to.
+// kept apart (a missing copy reads NaN or stops the run) and checks cross-stream order through events:
+// without (c) it stops the run (tried: a kernel reads parameters the copy stream may still be
+// writing). (a) is implied today by train_step's read-back of the scalars (the host has waited for the
+// compute stream before it issues any copy): without (a) the emulator runs on, correctly; it is kept
+// so that the order does not hang on that read-back. Its streams are synchronous, so it cannot show
+// that the copies overlap the host's AdamW, nor catch a missing host wait (b): a GPU run has to.
 //
-// NOT HERE (yet): -offload nvme (a file per rank streamed through bounded buffers); copying each
-// block's gradient shard to the host as its reduction completes, overlapped with the backward of the
-// next blocks (the copies start at the step, after the norm).
+// NOT HERE (yet): copying each block's gradient shard to the host as its reduction completes,
+// overlapped with the backward of the next blocks (the copies start at the step, after the norm).
 //
 // defines: OffloadState, offload_parse, offload_name, offload_host_bytes, offload_init, offload_free,
 //          offload_adamw_check, offload_adamw
 #ifndef ZT_OFFLOAD_H
 #define ZT_OFFLOAD_H
 
-#include "zero.h"   // defines: Zero, Offload, zero_opt_*, zero_state_get/put, layout_segments
+#include <fcntl.h>
+#include <pthread.h>
+#include <unistd.h>
+#include "zero.h"    // defines: Zero, Offload, zero_opt_*, zero_state_get/put, layout_segments
 #include "adamw.cuh" // defines: adamw_host, adamw_check_host, AdamWParams, StepScalars
 
-// "none" | "cpu" -> OFFLOAD_*; -1 for anything else.
+// "none" | "cpu" | "nvme" -> OFFLOAD_*; -1 for anything else.
 static int offload_parse(const char* s) {
     if (!strcmp(s, "none")) return OFFLOAD_NONE;
     if (!strcmp(s, "cpu")) return OFFLOAD_CPU;
+    if (!strcmp(s, "nvme")) return OFFLOAD_NVME;
     return -1;
 }
 static const char* offload_name(Offload k) { return k == OFFLOAD_CPU ? "cpu" : k == OFFLOAD_NVME ? "nvme" : "none"; }
 
-// The largest shard of one block: the staging buffers' length (elements).
+// The largest shard of one block: the staging buffers' length (elements) under -offload cpu.
 static int64_t offload_max_shard(const BlockLayout* lay) {
     int64_t maxS = 0;
     for (int b = 0; b < lay->nblocks; b++) maxS = lay->S[b] > maxS ? lay->S[b] : maxS;
     return maxS;
 }
 
-// Host bytes one rank holds for -offload cpu at a sharded stage: master, m, v of its shard (FP32)
-// and the pinned staging, two gradient and two parameter buffers of the largest block shard. THE
-// closed form: offload_init allocates exactly this, the planner prints it.
-static size_t offload_host_bytes(const BlockLayout* lay, Offload k) {
-    if (k == OFFLOAD_NONE) return 0;
-    return 3 * 4 * (size_t)lay->shard_total + 2 * (4 + sizeof(floatX)) * (size_t)offload_max_shard(lay);
+// [nvme] Elements per unit of work for a host buffer budget of `buffer` bytes: three state slots
+// (master, m, v: 12 bytes an element each) and the staging (two FP32 gradient and two floatX
+// parameter buffers), a multiple of 64 elements. 0 when the budget is below 64 elements' worth.
+#define OFFLOAD_NVME_BYTES_PER_ELEM (3 * 12 + 2 * (4 + (int64_t)sizeof(floatX)))
+static int64_t offload_nvme_unit(double buffer) { return (int64_t)(buffer / OFFLOAD_NVME_BYTES_PER_ELEM) / 64 * 64; }
+
+// Elements per unit of work: a whole block's shard (cpu), or what the buffer budget allows (nvme).
+static int64_t offload_unit(const BlockLayout* lay, Offload k, double buffer) {
+    int64_t maxS = offload_max_shard(lay);
+    if (k != OFFLOAD_NVME) return maxS;
+    int64_t K = offload_nvme_unit(buffer);
+    return K < maxS ? K : maxS;
 }
 
+// Host bytes one rank holds: cpu: master, m, v of its shard (FP32) and the pinned staging, two
+// gradient and two parameter buffers of the largest block shard; nvme: three state slots of one unit
+// and the staging of one unit (what -offload-buffer bounds). THE closed form: offload_init allocates
+// exactly this, the planner prints it.
+static size_t offload_host_bytes(const BlockLayout* lay, Offload k, double buffer) {
+    if (k == OFFLOAD_NONE) return 0;
+    size_t K = (size_t)offload_unit(lay, k, buffer), staging = 2 * (4 + sizeof(floatX)) * K;
+    return k == OFFLOAD_CPU ? 3 * 4 * (size_t)lay->shard_total + staging : 3 * 12 * K + staging;
+}
+
+// A unit of work: elements [lo, lo + n) of block b's optimizer range (lo relative to its start).
+typedef struct { int b; int64_t lo, n; } OffloadUnit;
+
+// [nvme] One request to the I/O thread: read (0) or write (1) unit u's master, m, v to / from slot s.
+typedef struct { int write, u, s; } OffloadIO;
+#define OFFLOAD_QUEUE 8
+
 typedef struct {
-    int64_t maxS;         // elements of each staging buffer
-    float* gbuf[2];       // pinned, (maxS) FP32: block b's gradient shard in gbuf[b % 2] [=]
-    floatX* pbuf[2];      // pinned, (maxS) floatX: block b's parameters rounded from master [=]
+    Offload kind;
+    int64_t K;            // elements per unit (offload_unit)
+    int nunits;
+    OffloadUnit* units;   // every block's range in pieces of at most K, block order
+    float* gbuf[2];       // pinned, (K) FP32: unit u's gradient in gbuf[u % 2] [=]
+    floatX* pbuf[2];      // pinned, (K) floatX: unit u's parameters rounded from master [=]
     int h2d_pending[2];   // an H2D from pbuf[k] was issued (the host waits for it before refilling)
     size_t host_bytes;    // what this rank allocated on the host (offload_host_bytes)
+    // [nvme] the file and the I/O thread
+    int fd;
+    char path[4096];
+    float* slot[3];       // (3K): master | m | v of one unit; unit u in slot[u % 3]
+    pthread_t io;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    OffloadIO queue[OFFLOAD_QUEUE];
+    int64_t issued, done; // requests issued / completed (in order: one thread, FIFO)
+    int stop, io_err;     // io_err: errno of the first failure (0: none), io_what: what failed
+    char io_what[256];
+    int64_t writes, reads; // units written / read by steps so far (fault injection: ZT_FAULT)
 #ifdef __CUDACC__
     cudaStream_t stream;  // g_offload_stream: the copies
-    cudaEvent_t start, done, d2h[2], h2d[2];
+    cudaEvent_t start, done_ev, d2h[2], h2d[2];
 #endif
 } OffloadState;
 
 #ifdef __CUDACC__
 static cudaStream_t g_offload_stream = 0;
 #endif
+
+// Fault injection for the tests (test/test_offload.h), from the environment:
+//   ZT_FAULT=offload-skip-copy:B   block B's updated parameters never go back to the device
+//                                  (proves that the bitwise comparison sees a missing copy)
+//   ZT_FAULT=offload-enospc:N      [nvme] the N-th unit written by a step fails as a full disk would
+//   ZT_FAULT=offload-eio:N         [nvme] the N-th unit read by a step fails with an I/O error
+// Never set outside the tests.
+static int offload_fault(const char* kind, int64_t n) {
+    const char* f = getenv("ZT_FAULT");
+    size_t k = strlen(kind);
+    return f && !strncmp(f, kind, k) && f[k] == ':' && atoll(f + k + 1) == n;
+}
+
+// ---- [nvme] the file: master at [0, S), m at [S, 2S), v at [2S, 3S) (S = opt_total floats)
+
+// Whole reads and writes; 0, or -1 with errno set (a short read at the end of the file: EIO).
+static int offload_pread(int fd, void* buf, size_t n, off_t off) {
+    char* p = (char*)buf;
+    while (n > 0) {
+        ssize_t r = pread(fd, p, n, off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return -1;
+        if (r == 0) { errno = EIO; return -1; } // (the file was sized at start: a short read is an error)
+        p += r; n -= (size_t)r; off += r;
+    }
+    return 0;
+}
+static int offload_pwrite(int fd, const void* buf, size_t n, off_t off) {
+    const char* p = (const char*)buf;
+    while (n > 0) {
+        ssize_t r = pwrite(fd, p, n, off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return -1;
+        if (r == 0) { errno = ENOSPC; return -1; }
+        p += r; n -= (size_t)r; off += r;
+    }
+    return 0;
+}
+
+// The page cache stays bounded: written ranges are flushed (sync_file_range) and then dropped with
+// posix_fadvise(DONTNEED), read ranges dropped at once. (Not O_DIRECT: units start at any element.)
+static void offload_drop_cache(int fd, off_t off, size_t n, int written) {
+#ifdef SYNC_FILE_RANGE_WRITE
+    if (written) sync_file_range(fd, off, (off_t)n, SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+#else
+    if (written) fdatasync(fd);
+#endif
+    posix_fadvise(fd, off, (off_t)n, POSIX_FADV_DONTNEED);
+}
+
+// n floats of array a at element off: read into (write 0) or written from (write 1) host.
+// Returns 0, or -1 with errno and what in `what`.
+static int offload_file_io(OffloadState* o, int64_t S, int a, int64_t off, float* host, int64_t n, int write, char* what, size_t cap) {
+    off_t at = (off_t)(((int64_t)a * S + off) * 4);
+    size_t bytes = 4 * (size_t)n;
+    int rc = write ? offload_pwrite(o->fd, host, bytes, at) : offload_pread(o->fd, host, bytes, at);
+    if (rc) snprintf(what, cap, "%s of %zu bytes at offset %lld", write ? "write" : "read", bytes, (long long)at);
+    else offload_drop_cache(o->fd, at, bytes, write);
+    return rc;
+}
+
+static void offload_die(OffloadState* o, int err, const char* what) {
+    die(1, "-offload nvme: %s: %s failed (%s). HINT: free space under -offload-dir (the file needs 12 bytes per element of the "
+           "rank's shard) or check the device; the last checkpoint is intact: resume with -y 1", o->path, what, strerror(err));
+}
+
+// [-offload nvme] the optimizer state's reads and writes outside the step (checkpoints, hashes, loading).
+static void offload_nvme_io(Zero* z, int a, int64_t off, float* host, int64_t n, int write) {
+    OffloadState* o = (OffloadState*)z->offload_ctx;
+    char what[256];
+    if (offload_file_io(o, z->opt_total, a, off, host, n, write, what, sizeof(what))) offload_die(o, errno, what);
+}
+
+// The I/O thread: requests in order; a request after a failure is skipped (the step ends the run).
+typedef struct { OffloadState* o; Zero* z; } OffloadThreadArg;
+static OffloadThreadArg g_offload_arg;
+static void* offload_io_thread(void* arg) {
+    OffloadState* o = ((OffloadThreadArg*)arg)->o;
+    Zero* z = ((OffloadThreadArg*)arg)->z;
+    pthread_mutex_lock(&o->mu);
+    for (;;) {
+        while (!o->stop && o->done == o->issued) pthread_cond_wait(&o->cv, &o->mu);
+        if (o->done == o->issued && o->stop) break;
+        OffloadIO rq = o->queue[o->done % OFFLOAD_QUEUE];
+        int failed = o->io_err != 0;
+        pthread_mutex_unlock(&o->mu);
+        int err = 0;
+        char what[256] = "";
+        if (!failed) {
+            const OffloadUnit* u = &o->units[rq.u];
+            int64_t at = zero_opt_off(z, u->b) + u->lo;
+            int64_t count = rq.write ? ++o->writes : ++o->reads;
+            if (offload_fault(rq.write ? "offload-enospc" : "offload-eio", count)) {
+                err = rq.write ? ENOSPC : EIO;
+                snprintf(what, sizeof(what), "%s of unit %d (injected)", rq.write ? "write" : "read", rq.u);
+            }
+            for (int a = 0; a < 3 && !err; a++)
+                if (offload_file_io(o, z->opt_total, a, at, o->slot[rq.s] + a * o->K, u->n, rq.write, what, sizeof(what))) err = errno;
+        }
+        pthread_mutex_lock(&o->mu);
+        if (err && !o->io_err) { o->io_err = err; snprintf(o->io_what, sizeof(o->io_what), "%s", what); }
+        o->done++;
+        pthread_cond_broadcast(&o->cv);
+    }
+    pthread_mutex_unlock(&o->mu);
+    return NULL;
+}
+static void offload_io_issue(OffloadState* o, int write, int u) {
+    pthread_mutex_lock(&o->mu);
+    while (o->issued - o->done >= OFFLOAD_QUEUE) pthread_cond_wait(&o->cv, &o->mu);
+    o->queue[o->issued % OFFLOAD_QUEUE] = (OffloadIO){write, u, u % 3};
+    o->issued++;
+    pthread_cond_broadcast(&o->cv);
+    pthread_mutex_unlock(&o->mu);
+}
+// Wait until request number `seq` (0-based, in issue order) is done; a failure ends the run.
+static void offload_io_wait(OffloadState* o, int64_t seq) {
+    pthread_mutex_lock(&o->mu);
+    while (o->done <= seq) pthread_cond_wait(&o->cv, &o->mu);
+    int err = o->io_err;
+    pthread_mutex_unlock(&o->mu);
+    if (err) offload_die(o, err, o->io_what);
+}
 
 // [-offload cpu] the optimizer state's reads and writes (checkpoints, hashes, loading): host memory.
 static void offload_cpu_io(Zero* z, int a, int64_t off, float* host, int64_t n, int write) {
@@ -94,38 +269,70 @@ static void offload_cpu_io(Zero* z, int a, int64_t off, float* host, int64_t n, 
     else memcpy(host, arr + off, sizeof(float) * n);
 }
 
-// Place master, m, v (zero_init left them unallocated) and the staging buffers. Every element is
-// zeroed (the state starts at 0; padding stays 0 forever).
-static void offload_init(Zero* z) {
+static void* offload_host_alloc(size_t bytes) {
+    size_t rounded = (size_t)round_up((int64_t)(bytes > 0 ? bytes : 1), 4096);
+    void* p = aligned_alloc(4096, rounded);
+    if (!p)
+        die(1, "out of host memory allocating %.1f MiB for -offload. HINT: ./train -plan shows the host bytes per node of each "
+               "offload row", rounded / 1048576.0);
+    memset(p, 0, rounded);
+    return p;
+}
+
+// Place master, m, v (zero_init left them unallocated) and the staging buffers. cpu: host arrays,
+// zeroed; nvme: dir/zt_offload_<pid>_r<rank>.bin, sized (posix_fallocate: a full disk says so now)
+// and unlinked at once (nothing is left behind, whatever ends the run), and three unit slots.
+// buffer: -offload-buffer's bytes (nvme).
+static void offload_init(Zero* z, const char* dir, double buffer) {
     if (z->offload == OFFLOAD_NONE) return;
     if (z->stage == 0) die(1, "internal error: -offload with ZeRO-0 (check_flags refuses it)");
     OffloadState* o = (OffloadState*)calloc(1, sizeof(OffloadState));
     if (!o) die(1, "out of host memory for the offload state");
-    size_t bytes = sizeof(float) * (size_t)z->opt_total, rounded = round_up((int64_t)bytes > 0 ? (int64_t)bytes : 1, 64);
-    float** arr[3] = {&z->master, &z->m, &z->v};
-    for (int a = 0; a < 3; a++) {
-        *arr[a] = (float*)aligned_alloc(64, rounded);
-        if (!*arr[a])
-            die(1, "out of host memory allocating %.1f MiB of optimizer state for -offload cpu. HINT: ./train -plan shows the "
-                   "host bytes per node of each offload row", rounded / 1048576.0);
-        memset(*arr[a], 0, rounded);
+    o->kind = z->offload;
+    o->K = offload_unit(&z->lay, z->offload, buffer);
+    if (o->K <= 0) die_user("flag -offload-buffer: %.0f bytes hold no unit of work (%lld bytes per element: at least %lld bytes)", buffer,
+                            (long long)OFFLOAD_NVME_BYTES_PER_ELEM, 64LL * OFFLOAD_NVME_BYTES_PER_ELEM);
+    for (int b = 0; b < z->lay.nblocks; b++) o->nunits += (int)ceil_div(zero_opt_hi(z, b) - zero_opt_lo(z, b), o->K);
+    o->units = (OffloadUnit*)malloc(sizeof(OffloadUnit) * (o->nunits > 0 ? o->nunits : 1));
+    for (int b = 0, u = 0; b < z->lay.nblocks; b++)
+        for (int64_t lo = 0, L = zero_opt_hi(z, b) - zero_opt_lo(z, b); lo < L; lo += o->K, u++)
+            o->units[u] = (OffloadUnit){b, lo, L - lo < o->K ? L - lo : o->K};
+    size_t state = 0;
+    if (o->kind == OFFLOAD_CPU) {
+        float** arr[3] = {&z->master, &z->m, &z->v};
+        for (int a = 0; a < 3; a++) *arr[a] = (float*)offload_host_alloc(sizeof(float) * (size_t)z->opt_total);
+        state = 3 * sizeof(float) * (size_t)z->opt_total;
+        z->state_io = offload_cpu_io;
+    } else {
+        for (int k = 0; k < 3; k++) o->slot[k] = (float*)offload_host_alloc(3 * sizeof(float) * (size_t)o->K);
+        state = 3 * 3 * sizeof(float) * (size_t)o->K;
+        snprintf(o->path, sizeof(o->path), "%s/zt_offload_%d_r%05d.bin", dir, (int)getpid(), z->r);
+        o->fd = open(o->path, O_RDWR | O_CREAT | O_EXCL, 0600);
+        if (o->fd < 0) die_user("-offload-dir %s: cannot create %s: %s", dir, o->path, strerror(errno));
+        unlink(o->path); // the file lives while the process does
+        off_t bytes = (off_t)(12 * z->opt_total);
+        int e = posix_fallocate(o->fd, 0, bytes > 0 ? bytes : 1);
+        if (e) { char what[64]; snprintf(what, sizeof(what), "reserving %lld bytes", (long long)bytes); offload_die(o, e, what); }
+        pthread_mutex_init(&o->mu, NULL);
+        pthread_cond_init(&o->cv, NULL);
+        g_offload_arg = (OffloadThreadArg){o, z};
+        if (pthread_create(&o->io, NULL, offload_io_thread, &g_offload_arg)) die(1, "-offload nvme: cannot start the I/O thread");
+        z->state_io = offload_nvme_io;
     }
-    o->maxS = offload_max_shard(&z->lay);
     for (int k = 0; k < 2; k++) {
-        o->gbuf[k] = (float*)host_pinned_alloc(sizeof(float) * o->maxS);
-        o->pbuf[k] = (floatX*)host_pinned_alloc(sizeof(floatX) * o->maxS);
+        o->gbuf[k] = (float*)host_pinned_alloc(sizeof(float) * o->K);
+        o->pbuf[k] = (floatX*)host_pinned_alloc(sizeof(floatX) * o->K);
     }
-    o->host_bytes = 3 * bytes + 2 * (sizeof(float) + sizeof(floatX)) * (size_t)o->maxS;
+    o->host_bytes = state + 2 * (sizeof(float) + sizeof(floatX)) * (size_t)o->K;
 #ifdef __CUDACC__
     if (g_device == DEV_CUDA) {
         cudaCheck(cudaStreamCreateWithFlags(&o->stream, cudaStreamNonBlocking));
         g_offload_stream = o->stream;
-        cudaEvent_t* evs[6] = {&o->start, &o->done, &o->d2h[0], &o->d2h[1], &o->h2d[0], &o->h2d[1]};
+        cudaEvent_t* evs[6] = {&o->start, &o->done_ev, &o->d2h[0], &o->d2h[1], &o->h2d[0], &o->h2d[1]};
         for (int i = 0; i < 6; i++) cudaCheck(cudaEventCreateWithFlags(evs[i], cudaEventDisableTiming));
     }
 #endif
     z->offload_ctx = o;
-    z->state_io = offload_cpu_io;
 }
 
 static void offload_free(Zero* z) {
@@ -134,15 +341,25 @@ static void offload_free(Zero* z) {
 #ifdef __CUDACC__
     if (g_device == DEV_CUDA) {
         cudaCheck(cudaStreamSynchronize(o->stream));
-        cudaEvent_t evs[6] = {o->start, o->done, o->d2h[0], o->d2h[1], o->h2d[0], o->h2d[1]};
+        cudaEvent_t evs[6] = {o->start, o->done_ev, o->d2h[0], o->d2h[1], o->h2d[0], o->h2d[1]};
         for (int i = 0; i < 6; i++) cudaCheck(cudaEventDestroy(evs[i]));
         cudaCheck(cudaStreamDestroy(o->stream));
         g_offload_stream = 0;
     }
 #endif
+    if (o->kind == OFFLOAD_NVME) {
+        pthread_mutex_lock(&o->mu);
+        o->stop = 1;
+        pthread_cond_broadcast(&o->cv);
+        pthread_mutex_unlock(&o->mu);
+        pthread_join(o->io, NULL);
+        close(o->fd);
+        for (int k = 0; k < 3; k++) free(o->slot[k]);
+    }
     for (int k = 0; k < 2; k++) { host_pinned_free(o->gbuf[k]); host_pinned_free(o->pbuf[k]); }
     free(z->master); free(z->m); free(z->v);
     z->master = z->m = z->v = NULL;
+    free(o->units);
     free(o);
     z->offload_ctx = NULL;
     z->state_io = NULL;
@@ -165,24 +382,27 @@ static void offload_h2d(OffloadState* o, void* dev, const void* host, size_t byt
     memcpy(dev, host, bytes);
 }
 
-// Fault injection for the tests (test/test_offload.h), from the environment:
-//   ZT_FAULT=offload-skip-copy:B   block B's updated parameters never go back to the device
-// (proves that the bitwise comparison sees a missing copy). Never set outside the tests.
-static int offload_fault_skip_copy(int b) {
-    const char* f = getenv("ZT_FAULT");
-    return f && !strncmp(f, "offload-skip-copy:", 18) && atoi(f + 18) == b;
-}
-
-// Block b's gradient shard into gbuf[b % 2] (issued; offload_adamw waits for it with d2h[b % 2]).
-static void offload_fetch_grads(Zero* z, OffloadState* o, int b) {
-    int k = b % 2;
-    offload_d2h(o, o->gbuf[k], zero_opt_grads(z, b), sizeof(float) * (size_t)(zero_opt_hi(z, b) - zero_opt_lo(z, b)));
+// Unit u's gradient into gbuf[u % 2] (issued; offload_adamw waits for it with d2h[u % 2]).
+static void offload_fetch_grads(Zero* z, OffloadState* o, int u) {
+    const OffloadUnit* un = &o->units[u];
+    offload_d2h(o, o->gbuf[u % 2], zero_opt_grads(z, un->b) + un->lo, sizeof(float) * (size_t)un->n);
 #ifdef __CUDACC__
-    if (g_device == DEV_CUDA) cudaCheck(cudaEventRecord(o->d2h[k], o->stream));
+    if (g_device == DEV_CUDA) cudaCheck(cudaEventRecord(o->d2h[u % 2], o->stream));
 #endif
 }
 
-// The copies of a pass over the gradient shards start after everything the compute stream did (a).
+// The segments of block b's optimizer range inside [lo, lo + n), relative to lo.
+static int offload_unit_segments(Zero* z, const OffloadUnit* u, Segment* out) {
+    Segment seg[MAX_BLOCK_TENSORS];
+    int n = layout_segments(&z->lay, u->b, zero_opt_lo(z, u->b), zero_opt_hi(z, u->b), seg), k = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t a = seg[i].off > u->lo ? seg[i].off : u->lo, e = seg[i].off + seg[i].len < u->lo + u->n ? seg[i].off + seg[i].len : u->lo + u->n;
+        if (e > a) out[k++] = (Segment){a - u->lo, e - a, seg[i].decay};
+    }
+    return k;
+}
+
+// The copies of a pass over the units start after everything the compute stream did (a).
 static void offload_copies_after_compute(OffloadState* o) {
 #ifdef __CUDACC__
     if (g_device == DEV_CUDA) {
@@ -194,72 +414,98 @@ static void offload_copies_after_compute(OffloadState* o) {
 #endif
 }
 
-// The overflow check before the update (zero_adamw_check's, where the state is: on the host): block
-// by block the gradient shard comes through the staging buffers and adamw_check_host runs the
-// update's arithmetic without writing; the flag is summed over ranks, so every rank skips together.
-// offload_adamw then fetches the gradients again: one more device-to-host pass of the gradient
-// shard per step, the price of never writing an update that is not finite. sc: on the host.
+// The overflow check before the update (zero_adamw_check's, where the state is: on the host or in
+// the file): unit by unit the gradient comes through the staging buffers ([nvme] and the state
+// through the slots, read ahead as in offload_adamw, never written) and adamw_check_host runs the
+// update's arithmetic without writing; the flag is summed over ranks. sc: on the host.
 static void offload_adamw_check(Zero* z, const AdamWParams* hp, StepScalars* sc) {
     OffloadState* o = (OffloadState*)z->offload_ctx;
-    int nb = z->lay.nblocks;
-    if (sc->finite) { // (a step that is not finite is skipped anyway)
+    int nu = o->nunits, nvme = o->kind == OFFLOAD_NVME;
+    if (sc->finite && nu > 0) { // (a step that is not finite is skipped anyway)
         AdamWParams p = *hp;
         p.grad_scale = sc->grad_scale;
-        offload_copies_after_compute(o);
+        int64_t* read_seq = nvme ? (int64_t*)malloc(sizeof(int64_t) * nu) : NULL;
+        offload_copies_after_compute(o); // (a)
         offload_fetch_grads(z, o, 0);
+        if (nvme) { read_seq[0] = o->issued; offload_io_issue(o, 0, 0); }
         Segment seg[MAX_BLOCK_TENSORS];
-        for (int b = 0; b < nb; b++) {
-            int k = b % 2;
-            if (b + 1 < nb) offload_fetch_grads(z, o, b + 1); // gbuf[(b+1) % 2]: block b-1's, checked
+        for (int u = 0; u < nu; u++) {
+            int k = u % 2;
+            const OffloadUnit* un = &o->units[u];
+            if (u + 1 < nu) offload_fetch_grads(z, o, u + 1); // gbuf[(u+1) % 2]: unit u-1's, checked
+            if (nvme && u + 1 < nu) { read_seq[u + 1] = o->issued; offload_io_issue(o, 0, u + 1); }
 #ifdef __CUDACC__
-            if (g_device == DEV_CUDA) cudaCheck(cudaEventSynchronize(o->d2h[k])); // block b's gradients are here
+            if (g_device == DEV_CUDA) cudaCheck(cudaEventSynchronize(o->d2h[k])); // unit u's gradients are here
 #endif
-            int n = layout_segments(&z->lay, b, zero_opt_lo(z, b), zero_opt_hi(z, b), seg);
-            int64_t at = zero_opt_off(z, b);
-            adamw_check_host(z->master + at, z->m + at, z->v + at, o->gbuf[k], seg, n, &p, sc);
+            const float *master, *m, *v;
+            if (nvme) {
+                offload_io_wait(o, read_seq[u]);
+                master = o->slot[u % 3]; m = master + o->K; v = m + o->K;
+            } else {
+                int64_t at = zero_opt_off(z, un->b) + un->lo;
+                master = z->master + at; m = z->m + at; v = z->v + at;
+            }
+            int n = offload_unit_segments(z, un, seg);
+            adamw_check_host(master, m, v, o->gbuf[k], seg, n, &p, sc);
         }
+        free(read_seq);
     }
     double any = sc->overflow;
     comm_sum_doubles(z->comm, &any, 1);
     sc->overflow = any > 0.0;
 }
 
-// The optimizer step on the host, block by block (see THE STEP above). sc: the step's scalars,
+// The optimizer step on the host, unit by unit (see THE STEP above). sc: the step's scalars,
 // already on the host (train_step reads them back when offloading); a step that is not finite, or
-// whose update would not be (offload_adamw_check), changes nothing, as on the device.
+// whose update would not be (offload_adamw_check), changes nothing, as on the device. [nvme] unit
+// u+1's state is read while u is updated and u-1 written (one I/O thread, requests in order: a slot
+// is read again only after its write).
 static void offload_adamw(Zero* z, const AdamWParams* hp, const StepScalars* sc) {
     OffloadState* o = (OffloadState*)z->offload_ctx;
     if (!sc->finite || sc->overflow) return;
     AdamWParams p = *hp;
     p.grad_scale = sc->grad_scale; // computed on the device (op_step_scalars)
-    int nb = z->lay.nblocks;
+    int nu = o->nunits, nvme = o->kind == OFFLOAD_NVME;
+    int64_t* read_seq = nvme ? (int64_t*)malloc(sizeof(int64_t) * (nu > 0 ? nu : 1)) : NULL;
     offload_copies_after_compute(o); // (a)
-    offload_fetch_grads(z, o, 0);
+    if (nu > 0) offload_fetch_grads(z, o, 0);
+    if (nvme && nu > 0) { read_seq[0] = o->issued; offload_io_issue(o, 0, 0); }
     Segment seg[MAX_BLOCK_TENSORS];
-    for (int b = 0; b < nb; b++) {
-        int k = b % 2;
-        if (b + 1 < nb) offload_fetch_grads(z, o, b + 1); // gbuf[(b+1) % 2] was block b-1's: done with
+    for (int u = 0; u < nu; u++) {
+        int k = u % 2;
+        const OffloadUnit* un = &o->units[u];
+        if (u + 1 < nu) offload_fetch_grads(z, o, u + 1); // gbuf[(u+1) % 2] was unit u-1's: done with
+        if (nvme && u + 1 < nu) { read_seq[u + 1] = o->issued; offload_io_issue(o, 0, u + 1); }
 #ifdef __CUDACC__
-        if (g_device == DEV_CUDA) { // (b) block b's gradients are here; block b-2's parameters have left pbuf[k]
+        if (g_device == DEV_CUDA) { // (b) unit u's gradients are here; unit u-2's parameters have left pbuf[k]
             cudaCheck(cudaEventSynchronize(o->d2h[k]));
             if (o->h2d_pending[k]) cudaCheck(cudaEventSynchronize(o->h2d[k]));
         }
 #endif
-        int n = layout_segments(&z->lay, b, zero_opt_lo(z, b), zero_opt_hi(z, b), seg);
-        int64_t at = zero_opt_off(z, b);
-        adamw_host(o->pbuf[k], z->master + at, z->m + at, z->v + at, o->gbuf[k], seg, n, &p, NULL);
-        floatX* dst = zero_opt_params(z, b);
-        for (int i = 0; i < n && !offload_fault_skip_copy(b); i++)
+        float *master, *m, *v;
+        if (nvme) {
+            offload_io_wait(o, read_seq[u]);
+            master = o->slot[u % 3]; m = master + o->K; v = m + o->K;
+        } else {
+            int64_t at = zero_opt_off(z, un->b) + un->lo;
+            master = z->master + at; m = z->m + at; v = z->v + at;
+        }
+        int n = offload_unit_segments(z, un, seg);
+        adamw_host(o->pbuf[k], master, m, v, o->gbuf[k], seg, n, &p, NULL);
+        if (nvme) offload_io_issue(o, 1, u);
+        floatX* dst = zero_opt_params(z, un->b) + un->lo;
+        for (int i = 0; i < n && !offload_fault("offload-skip-copy", un->b); i++)
             if (seg[i].len > 0) offload_h2d(o, dst + seg[i].off, o->pbuf[k] + seg[i].off, sizeof(floatX) * (size_t)seg[i].len);
 #ifdef __CUDACC__
         if (g_device == DEV_CUDA) cudaCheck(cudaEventRecord(o->h2d[k], o->stream));
 #endif
         o->h2d_pending[k] = 1;
     }
+    if (nvme) { offload_io_wait(o, o->issued - 1); free(read_seq); } // every write is on the disk's side
 #ifdef __CUDACC__
     if (g_device == DEV_CUDA) { // (c) the compute stream goes on after the last parameters arrived
-        cudaCheck(cudaEventRecord(o->done, o->stream));
-        cudaCheck(cudaStreamWaitEvent(g_stream, o->done, 0));
+        cudaCheck(cudaEventRecord(o->done_ev, o->stream));
+        cudaCheck(cudaStreamWaitEvent(g_stream, o->done_ev, 0));
     }
 #endif
 }

@@ -119,7 +119,11 @@ typedef enum { F_INT, F_FLOAT, F_STR, F_SWITCH } FlagType; // F_SWITCH: present 
     X("-tune",          tune,            F_SWITCH, "0",     "measure before training: every flag left at auto (-z, -r; with -tune, those not given count as auto) is chosen by running -tune-steps steps of each of the planner's fastest -tune-rows rows that fit, on scratch state; the fastest that fits wins, and the run starts from its source with it (as if given; written into checkpoints, a resume reuses it)") \
     X("-tune-steps",    tune_steps,      F_INT,   "5",      "with -tune: timed steps per candidate, after one warm-up step") \
     X("-tune-rows",     tune_rows,       F_INT,   "4",      "with -tune: candidates at most, the planner's fastest rows that fit (1..16)") \
-    X("-offload",       offload,         F_STR,   "none",   "where each rank's shard of the optimizer state (master, m, v) lives: none (the device) | cpu (host memory; AdamW runs on the host, bit-identical to none); needs -z 1, 2 or 3")
+    X("-offload",       offload,         F_STR,   "auto",   "where each rank's shard of the optimizer state (master, m, v) lives: none (the device) | cpu (host memory; AdamW runs on the host, bit-identical to none; needs -z 1, 2 or 3) | nvme (a file per rank under -offload-dir, streamed through -offload-buffer; likewise bit-identical) | auto (with -z auto or -r auto: cpu only when nothing fits without it; otherwise none)") \
+    X("-pcie-gbps",     pcie_gbps,       F_FLOAT, "auto",   "host<->device bandwidth per rank for -plan's offload rows, Gbit/s per direction (auto: 200, PCIe 4.0 x16-class)") \
+    X("-offload-dir",   offload_dir,     F_STR,   "",       "with -offload nvme: the directory of each rank's optimizer-state file (12 bytes per element of its shard; removed at exit)") \
+    X("-offload-buffer", offload_buffer, F_STR,   "256MiB", "with -offload nvme: host memory per rank for streaming the state (three units of master, m, v plus the gradient and parameter staging), e.g. 256MiB") \
+    X("-disk-gbps",     disk_gbps,       F_FLOAT, "auto",   "disk bandwidth per node for -plan's nvme offload rows, Gbit/s per direction, shared by the node's ranks (auto: 16, one NVMe SSD-class)")
 
 // How each type is declared and converted from its text.
 #define FLAG_FIELD_F_INT(field) int field;
@@ -1050,11 +1054,15 @@ static void load_prompts(Trainer* tr, int V) {
 // Nothing here allocates the model.
 
 typedef struct {
-    int stage, recompute, offload;  // offload: the optimizer state would live on the host (not available yet)
+    int stage, recompute, offload;  // offload: the optimizer state lives on the host (-offload cpu)
     size_t bytes[TAG_COUNT];        // per rank
     size_t total;                   // on the device (offload rows: without the optimizer state)
-    size_t host_per_node;           // offload rows: host bytes per node for the optimizer state
-    size_t host_bytes;              // [offload] per rank: optimizer state + pinned staging (offload_host_bytes)
+    size_t host_per_node;           // offload rows: host bytes per node (host_bytes x ranks on a node)
+    double pcie_bytes;              // offload rows: bytes over host<->device per step and rank (gradient shard D2H, parameters H2D)
+    double pcie_s, host_s;          // offload rows: their time, and the host AdamW's
+    size_t host_bytes;              // [offload] per rank: optimizer state (cpu) or its buffers (nvme) + staging (offload_host_bytes)
+    size_t disk_per_node;           // [nvme] the offload files of the node's ranks (12 bytes per element of each shard)
+    double disk_s;                  // [nvme] reading and writing the state once per step at the node's disk bandwidth
     int64_t coll_count[COLL_KINDS], coll_bytes[COLL_KINDS]; // per step, as the log counts them
     double traffic;                 // bytes a rank sends per step with ring algorithms
     double compute_s, comm_s, step_s;
@@ -1070,7 +1078,19 @@ typedef struct {
     char flops_src[160];
     double link;         // bytes/s per rank and direction
     const char* link_src;
+    double pcie;         // [offload] host<->device bytes/s per rank and direction
+    const char* pcie_src;
+    double host_mem;     // [offload] host memory per node (on the CPU device: unused, it is the device memory)
+    char host_src[96];
+    double disk;         // [nvme] bytes/s per node and direction
+    const char* disk_src;
+    double offload_buffer; // [nvme] -offload-buffer's bytes
+    int nvme_ok;         // [nvme] -offload-dir was given: -z auto may choose nvme
 } PlanEnv;
+
+// [offload] The host AdamW's rate, bytes of state moved per second per rank (per element: the
+// gradient read, master, m, v read and written, the parameter written): an assumption, printed.
+#define PLAN_HOST_ADAMW_GBS 4.0
 
 // The headroom rule: a configuration fits only if it leaves max(5% of the memory, 1 GiB) free per
 // rank, for what no tag counts: the CUDA context, NCCL's and cuBLAS's buffers, allocator rounding
@@ -1079,7 +1099,8 @@ typedef struct {
 static double plan_headroom(double mem) { return fmax(0.05 * mem, 1073741824.0); }
 
 // Bytes of every tag on one rank and the collectives of one step, for a configuration.
-static void plan_config(const GPTConfig* c, int B, int T, int R, int GA, int stage, int recompute, Offload offload, PlanRow* p) {
+static void plan_config(const GPTConfig* c, int B, int T, int R, int GA, int stage, int recompute, Offload offload, double offload_buffer,
+                        PlanRow* p) {
     memset(p, 0, sizeof(*p));
     p->stage = stage;
     p->recompute = recompute;
@@ -1096,7 +1117,8 @@ static void plan_config(const GPTConfig* c, int B, int T, int R, int GA, int sta
     p->bytes[TAG_GRADS] = 4 * (s.full_grads + s.shard_grads);
     p->bytes[TAG_GRAD_BUF] = 4 * s.grad_bufs;
     p->bytes[TAG_MASTER] = p->bytes[TAG_ADAM_M] = p->bytes[TAG_ADAM_V] = offload ? 0 : 4 * s.opt; // [offload] on the host
-    p->host_bytes = offload_host_bytes(&lay, offload);
+    p->host_bytes = offload_host_bytes(&lay, offload, offload_buffer);
+    p->pcie_bytes = offload ? (double)(4 + X) * s.opt : 0.0; // [offload] FP32 gradient shard down, floatX parameters up
     p->bytes[TAG_ACTS] = acts;
     p->bytes[TAG_LOGITS] = logits;
     p->bytes[TAG_COMM] = 4 * s.comm;
@@ -1280,6 +1302,27 @@ static void plan_env(const Flags* f, const Launch* L, int R, PlanEnv* e) {
                   : g_device == DEV_CPU      ? "default: shared memory"
                   : R <= 8                   ? "default: NVLink-class, one node"
                                              : "default: InfiniBand-class, across nodes";
+    e->pcie = (f->pcie_gbps > 0 ? f->pcie_gbps : 200.0) * 1e9 / 8.0;
+    e->pcie_src = f->pcie_gbps > 0 ? "-pcie-gbps" : "default: PCIe 4.0 x16-class";
+    e->disk = (f->disk_gbps > 0 ? f->disk_gbps : 16.0) * 1e9 / 8.0;
+    e->disk_src = f->disk_gbps > 0 ? "-disk-gbps" : "default: one NVMe SSD-class";
+    e->offload_buffer = parse_size(f->offload_buffer);
+    e->nvme_ok = f->offload_dir[0] != 0;
+    const char* hm = getenv("ZT_HOST_MEM"); // the node's host memory, overriding detection (testing)
+    if (hm && *hm) {
+        e->host_mem = parse_size(hm);
+        if (e->host_mem <= 0) die_user("ZT_HOST_MEM='%s' is not a memory size (examples: 512GiB, 64MiB)", hm);
+        snprintf(e->host_src, sizeof(e->host_src), "ZT_HOST_MEM");
+    } else {
+        FILE* m = fopen("/proc/meminfo", "r");
+        long long kb = 0;
+        char line[256];
+        while (m && fgets(line, sizeof(line), m))
+            if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+        if (m) fclose(m);
+        e->host_mem = (double)kb * 1024.0;
+        snprintf(e->host_src, sizeof(e->host_src), "available host memory on this node");
+    }
 }
 
 // Every stage x recompute row (and one offload row per stage), with fit and time.
@@ -1288,39 +1331,67 @@ static int plan_rows(const GPTConfig* c, int B, int T, int R, int GA, int local_
     for (int z = 0; z <= 3; z++) {
         for (int r = 0; r <= 3; r++) {
             PlanRow* p = &rows[n++];
-            plan_config(c, B, T, R, GA, z, r, OFFLOAD_NONE, p);
+            plan_config(c, B, T, R, GA, z, r, OFFLOAD_NONE, 0, p);
             p->compute_s = plan_flops_per_token(c, T, r) * B * T * GA / e->flops;
             p->comm_s = p->traffic / e->link;
             p->step_s = p->compute_s + p->comm_s; // no overlap assumed
             p->free = e->mem - (double)p->total;
             p->fits = p->free >= e->headroom;
         }
-        // offload: master, m, v on the host; what it would need (never recommended: not available yet)
-        PlanRow* p = &rows[n++];
-        *p = rows[n - 4]; // the -r 1 row of this stage (the default)
-        p->offload = 1;
-        size_t opt = p->bytes[TAG_MASTER] + p->bytes[TAG_ADAM_M] + p->bytes[TAG_ADAM_V];
-        p->total -= opt;
-        p->host_per_node = opt * (size_t)local_ranks;
-        p->free = e->mem - (double)p->total;
-        p->fits = 0;
     }
+    // [offload] master, m, v and the pinned staging on the host (ZeRO-1..3; -z 0 refuses offload):
+    // the device holds the rest; the step adds the copies and the host AdamW (no overlap assumed).
+    // On the CPU device the host is the device: the host bytes count against the same memory.
+    // [nvme] the same with the state in a file per rank: the host holds -offload-buffer; the step also
+    // reads and writes the state once at the node's disk bandwidth, shared by its ranks.
+    for (int k = OFFLOAD_CPU; k <= OFFLOAD_NVME; k++)
+    for (int z = 1; z <= 3; z++)
+        for (int r = 0; r <= 3; r++) {
+            PlanRow* p = &rows[n++];
+            plan_config(c, B, T, R, GA, z, r, (Offload)k, e->offload_buffer, p);
+            double state = 3.0 * p->pcie_bytes / (4 + sizeof(floatX)) * 4; // master, m, v of the shard: 12 bytes an element
+            p->compute_s = plan_flops_per_token(c, T, r) * B * T * GA / e->flops;
+            p->comm_s = p->traffic / e->link;
+            p->pcie_s = p->pcie_bytes / e->pcie;
+            p->host_s = state / (PLAN_HOST_ADAMW_GBS * 1e9); // the state's bytes, each read and written once
+            p->disk_per_node = k == OFFLOAD_NVME ? (size_t)state * (size_t)local_ranks : 0;
+            p->disk_s = k == OFFLOAD_NVME ? 2.0 * (double)p->disk_per_node / e->disk : 0.0;
+            p->step_s = p->compute_s + p->comm_s + p->pcie_s + p->host_s + p->disk_s;
+            p->host_per_node = p->host_bytes * (size_t)local_ranks;
+            if (g_device == DEV_CPU) {
+                p->free = e->mem - (double)p->total - (double)p->host_bytes;
+                p->fits = p->free >= e->headroom;
+            } else {
+                p->free = e->mem - (double)p->total;
+                p->fits = p->free >= e->headroom && e->host_mem - (double)p->host_per_node >= plan_headroom(e->host_mem);
+            }
+        }
     return n;
 }
 
-// The recommendation: among the rows that fit with the headroom (offload never), the lowest estimated step time;
+// The recommendation: among the rows that fit with the headroom, the lowest estimated step time;
 // ties (within 1%) go to the lower stage, then to less recompute, the order users are taught.
 // With R > 1 ZeRO-0 is never chosen: ZeRO-1 sends less (BF16 gather instead of FP32) in less memory.
-// stage / recompute >= 0 fix that choice. Returns the row index or -1.
-static int plan_choose(const PlanRow* rows, int n, int R, int stage, int recompute) {
+// stage / recompute >= 0 fix that choice. kinds: a mask of the offload kinds allowed (1 << OFFLOAD_*),
+// tried in order: none, then cpu only when no row without offload fits, then nvme only when no cpu
+// row fits either. Returns the row index or -1.
+static int plan_choose(const PlanRow* rows, int n, int R, int stage, int recompute, int kinds) {
     int best = -1;
-    for (int i = 0; i < n; i++) {
-        const PlanRow* p = &rows[i];
-        if (p->offload || !p->fits || (R > 1 && p->stage == 0 && stage != 0)) continue;
-        if ((stage >= 0 && p->stage != stage) || (recompute >= 0 && p->recompute != recompute)) continue;
-        if (best < 0 || p->step_s < rows[best].step_s * 0.99) best = i; // rows come in (stage, recompute) order
+    for (int pass = OFFLOAD_NONE; pass <= OFFLOAD_NVME && best < 0; pass++) {
+        if (!(kinds & (1 << pass))) continue;
+        for (int i = 0; i < n; i++) {
+            const PlanRow* p = &rows[i];
+            if (p->offload != pass || !p->fits || (R > 1 && p->stage == 0 && stage != 0)) continue;
+            if ((stage >= 0 && p->stage != stage) || (recompute >= 0 && p->recompute != recompute)) continue;
+            if (best < 0 || p->step_s < rows[best].step_s * 0.99) best = i; // rows come in (stage, recompute) order
+        }
     }
     return best;
+}
+// -offload as plan_choose's mask: auto: none, cpu, and nvme when -offload-dir says where; else that kind.
+static int plan_offload_arg(const Flags* f) {
+    if (strcmp(f->offload, "auto")) return 1 << offload_parse(f->offload);
+    return 1 << OFFLOAD_NONE | 1 << OFFLOAD_CPU | (f->offload_dir[0] ? 1 << OFFLOAD_NVME : 0);
 }
 
 // A byte count in its own unit, three significant digits: "812 KiB", "20.8 GiB", "-1.50 GiB".
@@ -1343,7 +1414,7 @@ static Bytes fmt_bytes(double b) {
 // Why nothing fits, and what would: more ranks, a smaller micro-batch, recompute, more memory.
 static void plan_explain_misfit(const GPTConfig* c, int B, int T, int R, int GA, const PlanEnv* e, char* out, size_t cap) {
     PlanRow p;
-    plan_config(c, B, T, R, GA, 3, 3, OFFLOAD_NONE, &p);
+    plan_config(c, B, T, R, GA, 3, 3, OFFLOAD_NONE, 0, &p);
     size_t fixed = p.bytes[TAG_ACTS] + p.bytes[TAG_LOGITS] + p.bytes[TAG_WORK] + p.bytes[TAG_PARAM_BUF] + p.bytes[TAG_GRAD_BUF];
     double usable = e->mem - e->headroom;
     int n = snprintf(out, cap, "nothing fits in %s per rank (%s) less the headroom of %s (" PLAN_HEADROOM_TEXT "): the smallest, "
@@ -1352,7 +1423,7 @@ static void plan_explain_misfit(const GPTConfig* c, int B, int T, int R, int GA,
     int Rfit = 0;
     for (int r2 = R + 1; r2 <= 65536 && !Rfit; r2 *= 2) {
         PlanRow q;
-        plan_config(c, B, T, r2, GA, 3, 3, OFFLOAD_NONE, &q);
+        plan_config(c, B, T, r2, GA, 3, 3, OFFLOAD_NONE, 0, &q);
         if (q.total <= usable) Rfit = r2;
     }
     if (Rfit) n += snprintf(out + n, cap - n, "; with %d ranks it would fit", Rfit);
@@ -1374,7 +1445,7 @@ static void run_plan(const Flags* f, const GPTConfig* c, int R, const Launch* L)
     if (f->world > 0) local = R < 8 ? R : 8; // planning another world: assume up to 8 ranks a node
     PlanEnv e;
     plan_env(f, L, R, &e);
-    PlanRow rows[20];
+    PlanRow rows[48];
     int n = plan_rows(c, f->B, f->T, R, GA, local, &e, rows);
     ModelDesc d;
     model_describe(&d, c);
@@ -1384,6 +1455,14 @@ static void run_plan(const Flags* f, const GPTConfig* c, int R, const Launch* L)
     printf0("  memory per rank %s (%s); headroom %s, " PLAN_HEADROOM_TEXT ": a row fits only if it leaves that free\n",
             fmt_bytes(e.mem).s, e.mem_src, fmt_bytes(e.headroom).s);
     printf0("  compute %.3g TFLOP/s per rank (%s); link %.0f Gbit/s (%s)\n", e.flops / 1e12, e.flops_src, e.link * 8 / 1e9, e.link_src);
+    if (g_device == DEV_CPU)
+        printf0("  offload rows (-r N o): master, m, v on the host, which on the CPU device is the same memory (a code path, not a saving); "
+                "host<->device copies at %.0f Gbit/s (%s), host AdamW at %.3g GB/s of state per rank (assumed)\n",
+                e.pcie * 8 / 1e9, e.pcie_src, PLAN_HOST_ADAMW_GBS);
+    else
+        printf0("  offload rows (-r N o): master, m, v on the host, %s per node (%s) less the headroom; host<->device %.0f Gbit/s per rank (%s), "
+                "host AdamW at %.3g GB/s of state per rank (assumed)\n",
+                fmt_bytes(e.host_mem).s, e.host_src, e.pcie * 8 / 1e9, e.pcie_src, PLAN_HOST_ADAMW_GBS);
     printf0("per rank, by tag (activations: one micro-batch; est s/step: compute + communication, no overlap assumed):\n");
     int w[TAG_COUNT];
     printf0("| z | -r  |");
@@ -1391,32 +1470,36 @@ static void run_plan(const Flags* f, const GPTConfig* c, int R, const Launch* L)
         w[t] = (int)strlen(mem_tag_name[t]) > 9 ? (int)strlen(mem_tag_name[t]) : 9;
         printf0(" %*s |", w[t], mem_tag_name[t]);
     }
-    printf0("     total |      free | fits  | comm/step | est s/step |\n");
+    printf0("     total |      free | fits  | comm/step | est s/step | host/node | disk/node |\n");
     for (int i = 0; i < n; i++) {
         const PlanRow* p = &rows[i];
-        if (p->offload) printf0("| %d | off |", p->stage);
+        if (p->offload) printf0("| %d | %d %c |", p->stage, p->recompute, p->offload == OFFLOAD_NVME ? 'n' : 'o');
         else printf0("| %d | %d   |", p->stage, p->recompute);
         for (int t = 0; t < TAG_COUNT; t++) printf0(" %*s |", w[t], p->bytes[t] ? fmt_bytes((double)p->bytes[t]).s : "-");
         int64_t cb = 0;
         for (int k = 0; k < COLL_KINDS; k++) cb += p->coll_bytes[k];
-        if (p->offload)
-            printf0(" %9s | %9s | not available yet: optimizer offload would need %s of host memory per node\n", fmt_bytes((double)p->total).s,
-                    fmt_bytes(p->free).s, fmt_bytes((double)p->host_per_node).s);
-        else
-            printf0(" %9s | %9s | %-5s | %9s | %10.3g |\n", fmt_bytes((double)p->total).s, fmt_bytes(p->free).s,
-                    p->fits ? "yes" : p->free >= 0 ? "tight" : "no", fmt_bytes((double)cb).s, p->step_s);
+        printf0(" %9s | %9s | %-5s | %9s | %10.3g | %9s | %9s |\n", fmt_bytes((double)p->total).s, fmt_bytes(p->free).s,
+                p->fits ? "yes" : p->free >= 0 ? "tight" : "no", fmt_bytes((double)cb).s, p->step_s,
+                p->offload ? fmt_bytes((double)p->host_per_node).s : "-", p->disk_per_node ? fmt_bytes((double)p->disk_per_node).s : "-");
     }
     printf0("fits: yes = leaves at least the headroom free; tight = fits in the memory but leaves less (never chosen); no = does not fit\n");
-    int best = plan_choose(rows, n, R, -1, -1);
+    printf0("-r N o: -offload cpu (master, m, v and pinned staging on the host: host/node; total is on the device%s); est s/step adds the "
+            "copies and the host AdamW; chosen only when no row without offload fits\n", g_device == DEV_CPU ? ", free counts the host bytes too" : "");
+    printf0("-r N n: -offload nvme (the state in a file per rank: disk/node, not counting checkpoints; the host holds -offload-buffer %s per rank "
+            "and the staging); est s/step also reads and writes the state at %.0f Gbit/s per node (%s); chosen only when no cpu row fits, "
+            "and with -z auto only when -offload-dir is given\n", fmt_bytes(e.offload_buffer).s, e.disk * 8 / 1e9, e.disk_src);
+    int best = plan_choose(rows, n, R, -1, -1, plan_offload_arg(f));
     if (best < 0) {
         char why[1024];
         plan_explain_misfit(c, f->B, f->T, R, GA, &e, why, sizeof(why));
         printf0("recommendation: none: %s\n", why);
     } else {
         const PlanRow* p = &rows[best];
-        printf0("recommendation: -z %d -r %d: uses %s of %s per rank, leaving %s (headroom %s), and has the lowest estimated step time, "
-                "%.3g s (compute %.3g s, communication %.3g s)%s\n", p->stage, p->recompute, fmt_bytes((double)p->total).s, fmt_bytes(e.mem).s,
-                fmt_bytes(p->free).s, fmt_bytes(e.headroom).s, p->step_s, p->compute_s, p->comm_s,
+        printf0("recommendation: -z %d -r %d%s%s: %suses %s of %s per rank, leaving %s (headroom %s), and has the lowest estimated step time, "
+                "%.3g s (compute %.3g s, communication %.3g s%s)%s\n", p->stage, p->recompute, p->offload ? " -offload " : "",
+                p->offload ? offload_name((Offload)p->offload) : "",
+                p->offload ? "nothing fits without offload; " : "", fmt_bytes((double)p->total).s, fmt_bytes(e.mem).s,
+                fmt_bytes(p->free).s, fmt_bytes(e.headroom).s, p->step_s, p->compute_s, p->comm_s, p->offload ? ", host copies and AdamW" : "",
                 R > 1 ? "; ZeRO-0 is never chosen with R > 1 (ZeRO-1 sends less in less memory)" : "");
     }
     if (f->out_dir[0] && g_rank == 0) {
@@ -1431,6 +1514,9 @@ static void run_plan(const Flags* f, const GPTConfig* c, int R, const Launch* L)
             fprintf(fp, ", \"total\": %zu, \"fits\": %d, \"step_s\": %.6g, \"recommended\": %d", p->total, p->fits, p->step_s, i == best);
             fprintf(fp, ", \"mem\": %.0f, \"free\": %.0f, \"headroom\": %.0f, \"compute_s\": %.6g, \"comm_s\": %.6g, \"flops\": %.6g",
                     e.mem, p->free, e.headroom, p->compute_s, p->comm_s, e.flops);
+            fprintf(fp, ", \"host_bytes\": %zu, \"host_per_node\": %zu, \"pcie_bytes\": %.0f, \"pcie_s\": %.6g, \"host_s\": %.6g",
+                    p->host_bytes, p->host_per_node, p->pcie_bytes, p->pcie_s, p->host_s);
+            fprintf(fp, ", \"disk_per_node\": %zu, \"disk_s\": %.6g", p->disk_per_node, p->disk_s);
             for (int k = 0; k < COLL_KINDS; k++) fprintf(fp, ", \"%s\": [%lld, %lld]", coll_name[k], (long long)p->coll_count[k], (long long)p->coll_bytes[k]);
             fprintf(fp, "}\n");
         }
@@ -1442,21 +1528,23 @@ static void run_plan(const Flags* f, const GPTConfig* c, int R, const Launch* L)
 static void plan_env_show(Flags* f, const PlanEnv* e) {
     if (f->tflops == 0) FLAG_SHOW(f, tflops, "%.3g (%s)", e->flops / 1e12, g_device == DEV_CPU ? "measured" : "assumed");
     if (f->link_gbps == 0) FLAG_SHOW(f, link_gbps, "%.0f", e->link * 8 / 1e9);
+    if (f->pcie_gbps == 0) FLAG_SHOW(f, pcie_gbps, "%.0f (%s)", e->pcie * 8 / 1e9, e->pcie_src);
+    if (f->disk_gbps == 0) FLAG_SHOW(f, disk_gbps, "%.0f (%s)", e->disk * 8 / 1e9, e->disk_src);
     if (!f->gpu_mem[0]) FLAG_SHOW(f, gpu_mem, "%s (%s)", fmt_bytes(e->mem).s, e->mem_src);
 }
 
 // -z auto / -r auto: rank 0 plans with its own view of the memory and broadcasts the choice, so
 // ranks that see different free memory never choose differently. One line says what and why.
 static void choose_config(Flags* f, const GPTConfig* c, int R, const Launch* L, Comm* comm) {
-    int choice[2] = {f->zero_stage, f->recompute};
+    int choice[3] = {f->zero_stage, f->recompute, 0};
     char why[1024] = "";
     if (g_rank == 0) {
         int GA = plan_GA(f, R);
         PlanEnv e;
         plan_env(f, L, R, &e);
-        PlanRow rows[20];
+        PlanRow rows[48];
         int n = plan_rows(c, f->B, f->T, R, GA, L->local_world, &e, rows);
-        int best = plan_choose(rows, n, R, f->zero_stage, f->recompute);
+        int best = plan_choose(rows, n, R, f->zero_stage, f->recompute, plan_offload_arg(f));
         plan_env_show(f, &e);
         if (best < 0) {
             plan_explain_misfit(c, f->B, f->T, R, GA, &e, why, sizeof(why));
@@ -1464,14 +1552,18 @@ static void choose_config(Flags* f, const GPTConfig* c, int R, const Launch* L, 
         } else {
             choice[0] = rows[best].stage;
             choice[1] = rows[best].recompute;
-            snprintf(why, sizeof(why), "uses %s of %s per rank (%s), leaving %s (headroom %s, " PLAN_HEADROOM_TEXT "), estimated %.3g s/step",
+            choice[2] = rows[best].offload;
+            snprintf(why, sizeof(why), "%suses %s of %s per rank (%s), leaving %s (headroom %s, " PLAN_HEADROOM_TEXT "), estimated %.3g s/step",
+                     rows[best].offload == OFFLOAD_CPU && !strcmp(f->offload, "auto") ? "nothing fits without offload, so the optimizer state goes to the host; "
+                     : rows[best].offload == OFFLOAD_NVME && !strcmp(f->offload, "auto") ? "nothing fits without offload nor with it in host memory, so the optimizer state goes to -offload-dir; " : "",
                      fmt_bytes((double)rows[best].total).s, fmt_bytes(e.mem).s, e.mem_src, fmt_bytes(rows[best].free).s,
                      fmt_bytes(e.headroom).s, rows[best].step_s);
         }
     }
     comm_broadcast(comm, choice, sizeof(choice), 0);
     if (choice[0] == -2) die_user("-z auto: %s", g_rank == 0 ? why : "rank 0 found no configuration that fits (see its message)");
-    printf0("auto: -z %d -r %d chosen: %s\n", choice[0], choice[1], why);
+    printf0("auto: -z %d -r %d%s%s chosen: %s\n", choice[0], choice[1], choice[2] ? " -offload " : "", choice[2] ? offload_name((Offload)choice[2]) : "", why);
+    if (!strcmp(f->offload, "auto")) snprintf(f->offload, sizeof(f->offload), "%s", offload_name((Offload)choice[2]));
     f->zero_stage = choice[0];
     f->recompute = choice[1];
     snprintf(f->zero_stage_str, sizeof(f->zero_stage_str), "%d", choice[0]);
@@ -1497,6 +1589,8 @@ static void resolve_defaults(Flags* f, Device dev) {
     AUTO(recompute, "-1", "-1");
     AUTO(link_gbps, "0", "0");    // 0: the device's default, resolved by plan_env
     AUTO(tflops, "0", "0");
+    AUTO(pcie_gbps, "0", "0");    // 0: plan_env's default
+    AUTO(disk_gbps, "0", "0");
     AUTO(io_timeout, "-1", "-1"); // -1: from the bytes rank 0 writes (io_timeout_s)
 #ifdef ZT_DEBUG
     AUTO(poison, "1", "1");
@@ -1597,19 +1691,20 @@ static void check_flags(const Flags* f, const GPTConfig* c, int R) {
     if (f->zero_stage < -1 || f->zero_stage > 3) die_user("flag -z: ZeRO stage %d is not 0, 1, 2, 3 or auto", f->zero_stage);
     if (f->recompute < -1 || f->recompute > 3) die_user("flag -r: recompute mode %d is not 0, 1, 2, 3 or auto", f->recompute);
     if (f->world < 0) die_user("flag -world: %d ranks", f->world);
-    int off = offload_parse(f->offload);
-    if (off < 0) die_user("flag -offload: '%s' is not none or cpu (nvme is not implemented in this version)", f->offload);
-    if (off != OFFLOAD_NONE && f->zero_stage == 0)
+    int off = strcmp(f->offload, "auto") ? offload_parse(f->offload) : OFFLOAD_NONE;
+    if (off < 0) die_user("flag -offload: '%s' is not none, cpu, nvme or auto", f->offload);
+    if (off != OFFLOAD_NVME && f->offload_dir[0] && strcmp(f->offload, "auto")) die_user("flag -offload-dir is for -offload nvme (this run: -offload %s)", f->offload);
+    if (off == OFFLOAD_NVME && !f->offload_dir[0]) die_user("flag -offload nvme needs -offload-dir DIR (a directory on the disk that holds the state)");
+    if (parse_size(f->offload_buffer) <= 0) die_user("flag -offload-buffer: '%s' is not a size (examples: 256MiB, 1GiB)", f->offload_buffer);
+    if (off != OFFLOAD_NONE && f->zero_stage == 0 && !f->plan) // (-plan plans every stage)
         die_user("flag -offload %s needs -z 1, 2 or 3: under ZeRO-0 every rank holds the whole optimizer state, so offloading "
                  "it would put R copies of it into host memory and copy the full gradient to the host on every rank. HINT: "
                  "-z 1 shards the state first (and sends less than -z 0)", f->offload);
-    if (off != OFFLOAD_NONE && f->zero_stage < 0)
-        die_user("flag -offload %s needs a fixed -z 1, 2 or 3 (with -z auto the planner decides about offload)", f->offload);
     if (off != OFFLOAD_NONE && f->tune)
         die_user("flag -tune does not measure -offload %s yet: its candidates keep the optimizer state on the device. "
                  "HINT: tune without -offload, or give -z and -r with -offload", f->offload);
     if (f->world > 0 && !f->plan) die_user("flag -world plans for another world size: it needs -plan");
-    if (f->link_gbps < 0 || f->tflops < 0) die_user("flags -link-gbps / -tflops must be positive");
+    if (f->link_gbps < 0 || f->tflops < 0 || f->pcie_gbps < 0 || f->disk_gbps < 0) die_user("flags -link-gbps / -tflops / -pcie-gbps / -disk-gbps must be positive");
     const char* ed = f->export_dtype;
     if (strcmp(ed, "auto") && strcmp(ed, "fp32") && strcmp(ed, "bf16") && strcmp(ed, "fp16"))
         die_user("flag -export-dtype: '%s' is not auto, fp32, bf16 or fp16", ed);
@@ -1916,7 +2011,7 @@ static void trainer_build_model(Trainer* tr, const GPTConfig* c, int stage, int 
     BlockLayout lay;
     model_layout(&m->d, &lay, tr->R, tr->r);
     zero_init(&m->z, &lay, stage, &tr->comm, f->poison, offload);
-    offload_init(&m->z); // [offload] master, m, v in host memory
+    offload_init(&m->z, f->offload_dir, parse_size(f->offload_buffer)); // [offload] master, m, v in host memory or a file
     acts_alloc(&m->a, c, f->B, f->T, recompute);
     size_t work_floats = ops_workspace_floats(c, f->B, f->T, m->z.opt_total);
     g_work = (float*)dev_alloc(TAG_WORK, work_floats * sizeof(float));
@@ -1925,7 +2020,7 @@ static void trainer_build_model(Trainer* tr, const GPTConfig* c, int stage, int 
     tr->scalars_host = (StepScalars*)host_pinned_alloc(sizeof(StepScalars));
     tr->readback_lag = g_device == DEV_CUDA && tr->R == 1; // see train_step
     // what was allocated is exactly what the planner computes, tag by tag
-    plan_config(c, f->B, f->T, tr->R, tr->GA, stage, recompute, offload, plan);
+    plan_config(c, f->B, f->T, tr->R, tr->GA, stage, recompute, offload, parse_size(f->offload_buffer), plan);
     for (int t = 0; t < TAG_COUNT; t++)
         if (g_mem_bytes[t] != plan->bytes[t])
             die(1, "internal error: %s: %zu bytes allocated, the planner says %zu", mem_tag_name[t], g_mem_bytes[t], plan->bytes[t]);
@@ -1933,8 +2028,9 @@ static void trainer_build_model(Trainer* tr, const GPTConfig* c, int stage, int 
     if (host_bytes != plan->host_bytes)
         die(1, "internal error: offload host memory: %zu bytes allocated, the planner says %zu", host_bytes, plan->host_bytes);
     if (offload != OFFLOAD_NONE)
-        printf0("offload %s: master, m, v and the pinned staging in host memory, %s per rank%s\n", offload_name(offload),
-                fmt_bytes((double)host_bytes).s, g_device == DEV_CPU ? " (on the CPU device the same RAM: a code path, not a saving)" : "");
+        printf0("offload %s: %s, %s of host memory per rank%s\n", offload_name(offload),
+                offload == OFFLOAD_CPU ? "master, m, v and the pinned staging in host memory" : "master, m, v in a file per rank under -offload-dir, streamed through",
+                fmt_bytes((double)host_bytes).s, g_device == DEV_CPU && offload == OFFLOAD_CPU ? " (on the CPU device the same RAM: a code path, not a saving)" : "");
 }
 
 static void trainer_free_model(Trainer* tr) {
@@ -2297,12 +2393,20 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
         run_plan(f, &c, R_plan, &tr->launch);
         return 1;
     }
-    if (f->tune) tune_mark_auto(f); // chosen by measuring, once the data is open (tune_config)
-    else if (f->zero_stage < 0 || f->recompute < 0) choose_config(f, &c, tr->R, &tr->launch, &tr->comm);
+    if (f->tune) { // chosen by measuring, once the data is open (tune_config); -tune keeps the state on the device
+        tune_mark_auto(f);
+        if (!strcmp(f->offload, "auto") && f->offload_dir[0]) die_user("flag -offload-dir is for -offload nvme (-tune keeps the optimizer state on the device)");
+        if (!strcmp(f->offload, "auto")) snprintf(f->offload, sizeof(f->offload), "none");
+    } else if (f->zero_stage < 0 || f->recompute < 0) choose_config(f, &c, tr->R, &tr->launch, &tr->comm);
     else { // the planner's inputs: nothing plans this run
         if (f->tflops == 0) FLAG_SHOW(f, tflops, "unused: only -plan, -z auto and -r auto plan");
         if (f->link_gbps == 0) FLAG_SHOW(f, link_gbps, "unused: only -plan, -z auto and -r auto plan");
+        if (f->pcie_gbps == 0) FLAG_SHOW(f, pcie_gbps, "unused: only -plan, -z auto and -r auto plan");
+        if (f->disk_gbps == 0) FLAG_SHOW(f, disk_gbps, "unused: only -plan, -z auto and -r auto plan");
+        if (!strcmp(f->offload, "auto") && f->offload_dir[0]) die_user("flag -offload-dir is for -offload nvme (or -offload auto with -z auto / -r auto)");
+        if (!strcmp(f->offload, "auto")) snprintf(f->offload, sizeof(f->offload), "none"); // nothing plans: none
     }
+    if (strcmp(f->offload_str, f->offload)) FLAG_SHOW(f, offload, "%s", f->offload);
     // data, tokenizer, output directory
     char err[1024];
     if (dataloader_init(&tr->train, f->train_data, f->B, f->T, c.V, f->shuffle, (uint64_t)f->seed, err, sizeof(err)))

@@ -6,6 +6,7 @@
 #   with it) and ./train_cpu (BF16) beside dev/bench_torch.py, as ratios. Goal: >= 0.5x.
 #   ZeRO stages: tokens/s at -np 2 and -np 4 for each stage as a ratio to ZeRO-0 at the same R,
 #   and the share of the step spent waiting in collectives (from log.jsonl's comm_wait_ms).
+#   Offload: tokens/s with -offload none / cpu / nvme (-z 1, the model of 1.), as ratios to none.
 #
 # Numbers are medians over the steps after the first two (warm-up). Timings on a shared or
 # oversubscribed machine are noisy: compare ratios within one run, not across machines.
@@ -68,4 +69,15 @@ for R in 2 4; do
         [ -z "$base" ] && base=$tok
         awk -v R="$R" -v z="$z" -v t="$tok" -v b="$base" -v s="$share" 'BEGIN {printf "   %-4s %-7s %12.0f %13.2fx %15.1f%%\n", R, "ZeRO-" z, t, t / b, s * 100}'
     done
+done
+echo
+echo "3. optimizer offload (-z 1, one process, $THREADS threads, the model of 1.): step time against the state in memory"
+echo "   (on the CPU device -offload cpu is the same RAM: the cost of the code path; nvme: a file under $tmp, 16 MiB of buffers)"
+mkdir -p "$tmp/offload"
+printf "   %-44s %10s %12s\n" "run" "tokens/s" "vs none"
+base=""
+for off in none cpu "nvme -offload-dir $tmp/offload -offload-buffer 16MiB"; do
+    tok=$(single ./train_cpu "-blas 0 -z 1 -offload $off")
+    [ -z "$base" ] && base=$tok
+    awk -v n="-offload ${off%% *}" -v t="$tok" -v b="$base" 'BEGIN {printf "   %-44s %10.0f %11.2fx\n", n, t, t / b}'
 done

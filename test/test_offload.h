@@ -5,7 +5,8 @@
 // missing copy shows; its streams are synchronous, see offload.h for what it cannot check).
 //
 //   make test:       offload_bitwise samples the matrix z {1, 3} x R {1, 3} x GA {1, 3} (every value of
-//                    each, 4 of the 8 cells); the emulator R = 1, z 1 and z 3
+//                    each, 4 of the 8 cells; 2 in the FP32 build), each cell none / cpu / nvme; the
+//                    emulator R = 1 at z 1 (none / cpu / nvme) and z 3 (none / cpu; FP32: z 1 only)
 //   make test-long:  ZT_TEST_LONG=1 runs all 8 cells (and R = 3 on the emulator)
 #ifndef ZT_TEST_OFFLOAD_H
 #define ZT_TEST_OFFLOAD_H
@@ -19,13 +20,14 @@
 static int off_long(void) { const char* e = getenv("ZT_TEST_LONG"); return e && atoi(e) > 0; }
 static char off_out[1 << 20];
 
-// One run of the tiny model: R ranks, ZeRO stage z, accumulation GA (B = 2), `steps` steps; fault: the
+// One run of the tiny model: R ranks, ZeRO stage z (< 0: auto), accumulation GA (B = 2), `steps` steps; fault: the
 // value of ZT_FAULT ("" none). Fills the log and the hash line; returns the exit code.
 static int off_run(const char* env, int R, int z, int GA, int steps, const char* offload, const char* dir, const char* extra,
                    ZtLog* lg, char* hash) {
-    char flags[2048];
-    snprintf(flags, sizeof(flags), ZT_MODEL " -device " OFF_DEVICE " -b 2 -d %d -x %d -l 1e-3 -v 0 -s 0 -z %d -offload %s -o %s -log-hash 1 %s",
-             2 * ZT_T * R * GA, steps, z, offload, dir, extra);
+    char flags[2048], zs[16];
+    snprintf(zs, sizeof(zs), z < 0 ? "auto" : "%d", z); // z < 0: -z auto
+    snprintf(flags, sizeof(flags), ZT_MODEL " -device " OFF_DEVICE " -b 2 -d %d -x %d -l 1e-3 -v 0 -s 0 -z %s -offload %s -o %s -log-hash 1 %s",
+             2 * ZT_T * R * GA, steps, zs, offload, dir, extra);
     if (env[0]) setenv("ZT_FAULT", env, 1); // mpirun's ranks on this node inherit the environment
     int rc = zt_mpirun(R, flags, off_out, sizeof(off_out));
     if (env[0]) unsetenv("ZT_FAULT");
@@ -38,9 +40,20 @@ static int off_same_log(const ZtLog* a, const ZtLog* b) {
     return a->n == b->n && !memcmp(a->loss, b->loss, sizeof(a->loss)) && !memcmp(a->norm, b->norm, sizeof(a->norm));
 }
 
-// One cell: the run without offload and with -offload cpu; losses, norms and the hashes of the
-// parameters, master, m and v must be identical.
-static void off_cell(int z, int R, int GA) {
+// -offload nvme with its file under the scratch directory and a 64 KiB buffer: units of 1344
+// elements, so every block but the tiny layers' shards streams in several units.
+static const char* off_nvme(void) {
+    static char flags[PATH_MAX + 64];
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s/offload_files", test_tmpdir());
+    mkdir(dir, 0755);
+    snprintf(flags, sizeof(flags), "nvme -offload-dir %s -offload-buffer 64KiB", dir);
+    return flags;
+}
+
+// One cell: the run without offload, with -offload cpu and (nvme 1) with -offload nvme; losses,
+// norms and the hashes of the parameters, master, m and v must be identical.
+static void off_cell_nvme(int z, int R, int GA, int nvme) {
     ZtLog ref, lg;
     char href[512] = "", h[512] = "", name[64];
     snprintf(name, sizeof(name), "off_none_z%d_R%d_GA%d", z, R, GA);
@@ -53,16 +66,31 @@ static void off_cell(int z, int R, int GA) {
     CHECKF(off_same_log(&lg, &ref), "z%d R%d GA%d: losses or norms differ with -offload cpu (step 3: %.9g vs %.9g)", z, R, GA,
            lg.loss[2], ref.loss[2]);
     CHECKF(href[0] && !strcmp(h, href), "z%d R%d GA%d: hashes differ with -offload cpu:\n  %s\n  %s", z, R, GA, h, href);
-    if (!g_test_failed) printf("    " OFF_DEVICE " device z%d R%d GA%d: -offload cpu identical (%s)\n", z, R, GA, h);
+    if (nvme) {
+        snprintf(name, sizeof(name), "off_nvme_z%d_R%d_GA%d", z, R, GA);
+        rc = off_run("", R, z, GA, 3, off_nvme(), zt_dir(name), "", &lg, h);
+        CHECKF(rc == 0 && lg.n == 3 && strstr(off_out, "offload nvme: "), "z%d R%d GA%d -offload nvme failed (%d):\n%s", z, R, GA, rc, off_out);
+        CHECKF(off_same_log(&lg, &ref), "z%d R%d GA%d: losses or norms differ with -offload nvme", z, R, GA);
+        CHECKF(href[0] && !strcmp(h, href), "z%d R%d GA%d: hashes differ with -offload nvme:\n  %s\n  %s", z, R, GA, h, href);
+    }
+    if (!g_test_failed) printf("    " OFF_DEVICE " device z%d R%d GA%d: -offload cpu%s identical (%s)\n", z, R, GA, nvme ? " and nvme" : "", h);
 }
+static void off_cell(int z, int R, int GA) { off_cell_nvme(z, R, GA, 1); }
 
 #ifndef ZT_CUDA_EMU
+// (The FP32 build runs 2 cells: the offload path does not depend on the storage type beyond the
+// staging's element size; the cases after this one only in the BF16 build, the one users run.)
 TEST(offload_bitwise) {
     static const int cells[8][3] = {{1, 1, 3}, {3, 3, 1}, {1, 3, 3}, {3, 1, 3}, {1, 1, 1}, {3, 1, 1}, {1, 3, 1}, {3, 3, 3}};
+#ifdef ENABLE_FP32
+    int n = off_long() ? 8 : 2;
+#else
     int n = off_long() ? 8 : 4;
+#endif
     for (int i = 0; i < n; i++) off_cell(cells[i][0], cells[i][1], cells[i][2]);
 }
 
+#ifndef ENABLE_FP32
 // The comparison can fail: a block whose updated parameters never reach the device (a fault that
 // skips the copy of block 2) changes the parameters' hash and the losses after it.
 TEST(offload_missing_copy_detected) {
@@ -76,12 +104,18 @@ TEST(offload_missing_copy_detected) {
     printf("    skipped copy of block 2 seen: %s\n", h);
 }
 
-// -offload refused: with -z 0 (exit 2, saying why), with -z auto, an unknown value.
+// -offload refused: with -z 0 (exit 2, saying why), an unknown value; a negative -pcie-gbps.
 TEST(offload_flag_refusals) {
     static const struct { const char* flags; const char* want; } bad[] = {
         {"-z 0 -offload cpu", "-offload cpu needs -z 1, 2 or 3: under ZeRO-0 every rank holds the whole optimizer state"},
-        {"-z auto -offload cpu", "needs a fixed -z 1, 2 or 3"},
-        {"-z 1 -offload disk", "flag -offload: 'disk' is not none or cpu"},
+        {"-z 1 -offload disk", "flag -offload: 'disk' is not none, cpu, nvme or auto"},
+        {"-z 1 -pcie-gbps -5", "-pcie-gbps / -disk-gbps must be positive"},
+        {"-z 1 -disk-gbps -5", "-pcie-gbps / -disk-gbps must be positive"},
+        {"-z 1 -offload-dir /tmp", "-offload-dir is for -offload nvme (or -offload auto with -z auto / -r auto)"},
+        {"-z 1 -offload nvme", "-offload nvme needs -offload-dir DIR"},
+        {"-z 1 -offload cpu -offload-dir /tmp", "-offload-dir is for -offload nvme"},
+        {"-z 1 -offload nvme -offload-dir /nonexistent/dir", "-offload-dir /nonexistent/dir: cannot create /nonexistent/dir/zt_offload_"},
+        {"-z 1 -offload nvme -offload-dir /tmp -offload-buffer 1KiB", "-offload-buffer: 1024 bytes hold no unit of work"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char cmd[8192];
@@ -143,13 +177,244 @@ TEST(offload_checkpoint_resume) {
     CHECKF(h[0] && !strcmp(h, h2) && off_same_log(&lg, &ref), "none -> cpu differs from none -> none:\n  %s\n  %s", h, h2);
     if (!g_test_failed) printf("    offload -> none (R 3), R 3 -> 1 with and without, none -> offload: identical (%s)\n", h);
 }
+// A -plan run's plan.jsonl: total (device bytes), host_bytes and the per-tag bytes of row (z, r, offload).
+typedef struct { double total[4][4][3], host[4][4][3], disk[4][4][3], bytes[4][4][3][TAG_COUNT]; } OffPlan;
+static int off_plan(const char* extra, OffPlan* po, char* out, size_t cap) {
+    const char* dir = zt_dir("offplan");
+    char cmd[8192];
+    snprintf(cmd, sizeof(cmd), "OMP_NUM_THREADS=1 %s --train -threads 1 -i %s " ZT_MODEL " -b 2 -v 0 -s 0 -plan -world 2 -tflops 1 -o %s %s",
+             g_test_self, zt_data(0), dir, extra);
+    int rc = test_run_cmd(cmd, out, cap);
+    if (rc) return rc;
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/plan.jsonl", dir);
+    char* s = zt_read_file(path);
+    if (!s) return -1;
+    memset(po, 0, sizeof(*po));
+    for (char* line = strtok(s, "\n"); line; line = strtok(NULL, "\n")) {
+        int z, r, off;
+        if (sscanf(line, "{\"stage\": %d, \"recompute\": %d, \"offload\": %d", &z, &r, &off) != 3) continue;
+        po->total[z][r][off] = atof(strstr(line, "\"total\": ") + 9);
+        po->host[z][r][off] = atof(strstr(line, "\"host_bytes\": ") + 14);
+        po->disk[z][r][off] = atof(strstr(line, "\"disk_per_node\": ") + 17);
+        for (int t = 0; t < TAG_COUNT; t++) {
+            char key[64];
+            snprintf(key, sizeof(key), "\"%s\": ", mem_tag_name[t]);
+            po->bytes[z][r][off][t] = atof(strstr(line, key) + strlen(key));
+        }
+    }
+    free(s);
+    return 0;
+}
+
+// The planner's offload rows: the device holds every tag but master, m, v (the same bytes as the
+// stage's row without offload); the host holds 12 bytes per element of the shard plus the pinned
+// staging (two FP32 and two floatX buffers of the largest block shard), written here from the block
+// sizes (zt_blocks). That the allocation equals the plan, tag by tag and on the host, every offloaded
+// run checks as it starts (trainer_setup); here one run at R = 2 per stage and the memory record.
+// -z auto (planned for the CUDA device: on the CPU device the host is the device memory, so offload
+// never makes anything fit): with the memory the smallest row without offload needs plus the headroom,
+// no offload; a byte less, -offload cpu; then not with -offload none, nor when the host is too small.
+TEST(offload_plan_rows) {
+    static char out[1 << 20];
+    OffPlan po;
+    CHECKF(off_plan("", &po, out, sizeof(out)) == 0, "-plan failed:\n%s", out);
+    int64_t Pio, Pl, logical;
+    zt_blocks(2, &Pio, &Pl, &logical);
+    double shard = (Pio + ZT_L * Pl) / 2.0, maxS = (Pio > Pl ? Pio : Pl) / 2.0;
+    double host = 12.0 * shard + 2.0 * (4 + sizeof(floatX)) * maxS;
+    double host_nvme = (36.0 + 2.0 * (4 + sizeof(floatX))) * maxS; // 256 MiB holds a whole block shard here: unit = maxS
+    for (int z = 1; z <= 3; z++)
+        for (int r = 0; r <= 3; r++) {
+            CHECKF(po.host[z][r][1] == host && po.host[z][r][0] == 0, "z%d r%d: host bytes %.0f, closed form %.0f", z, r, po.host[z][r][1], host);
+            CHECKF(po.host[z][r][2] == host_nvme && po.disk[z][r][2] == 2 * 12.0 * shard && po.disk[z][r][1] == 0,
+                   "z%d r%d nvme: host %.0f (closed form %.0f), disk per node %.0f (%.0f)", z, r, po.host[z][r][2], host_nvme, po.disk[z][r][2],
+                   2 * 12.0 * shard);
+            for (int t = 0; t < TAG_COUNT; t++)
+                CHECKF(po.bytes[z][r][2][t] == po.bytes[z][r][1][t], "z%d r%d %s: nvme row %.0f, cpu row %.0f", z, r, mem_tag_name[t],
+                       po.bytes[z][r][2][t], po.bytes[z][r][1][t]);
+            double opt = 0;
+            for (int t = 0; t < TAG_COUNT; t++) {
+                int state = t == TAG_MASTER || t == TAG_ADAM_M || t == TAG_ADAM_V;
+                if (state) opt += po.bytes[z][r][0][t];
+                CHECKF(po.bytes[z][r][1][t] == (state ? 0 : po.bytes[z][r][0][t]), "z%d r%d %s: offload row %.0f", z, r, mem_tag_name[t],
+                       po.bytes[z][r][1][t]);
+            }
+            CHECKF(po.total[z][r][1] == po.total[z][r][0] - opt, "z%d r%d: offload total %.0f", z, r, po.total[z][r][1]);
+        }
+    for (int z = 1; z <= 3; z += 2) { // the allocation: the memory record of a run against the plan's row
+        char name[64];
+        snprintf(name, sizeof(name), "offplan_run_z%d", z);
+        const char* dir = zt_dir(name);
+        int rc = off_run("", 2, z, 1, 1, "cpu", dir, "", NULL, NULL);
+        CHECKF(rc == 0, "z%d R2 -offload cpu failed (%d):\n%s", z, rc, off_out);
+        double mem[2][TAG_COUNT + 1];
+        CHECK(zt_read_memory(dir, "start", mem, 2) == 0);
+        for (int q = 0; q < 2; q++)
+            for (int t = 0; t < TAG_COUNT; t++)
+                CHECKF(mem[q][t] == po.bytes[z][1][1][t], "z%d rank %d %s: %.0f allocated, the plan says %.0f", z, q, mem_tag_name[t], mem[q][t],
+                       po.bytes[z][1][1][t]);
+    }
+    // -z auto on the CUDA device (planned: -plan allocates nothing)
+    OffPlan pc;
+    CHECKF(off_plan("-device cuda -gpu h100 -gpu-mem 2GiB", &pc, out, sizeof(out)) == 0, "-plan -device cuda failed:\n%s", out);
+    double need = 1e300;
+    for (int z = 1; z <= 3; z++)
+        for (int r = 0; r <= 3; r++) need = fmin(need, pc.total[z][r][0]);
+    need += 1073741824.0; // the headroom at these sizes: 1 GiB
+    struct { double mem; const char* extra; const char* want; } cases[] = {
+        {need, "", "-offload cpu: nothing fits without offload"},                    // (must NOT appear)
+        {need - 1, "", "-offload cpu: nothing fits without offload"},
+        {need - 1, "-offload none", "recommendation: none: nothing fits"},
+        {need - 1, "-offload cpu", "-offload cpu: nothing fits without offload"},
+    };
+    for (int i = 0; i < 4; i++) {
+        char extra[256];
+        snprintf(extra, sizeof(extra), "-device cuda -gpu h100 -gpu-mem %.0f %s", cases[i].mem, cases[i].extra);
+        CHECKF(off_plan(extra, &pc, out, sizeof(out)) == 0, "-plan %s failed:\n%s", extra, out);
+        int has = strstr(out, cases[i].want) != NULL;
+        CHECKF(i == 0 ? !has && strstr(out, "recommendation: -z") : has, "-plan %s: %s '%s':\n%s", extra, i == 0 ? "unexpected" : "expected",
+               cases[i].want, out);
+    }
+    setenv("ZT_HOST_MEM", "64MiB", 1); // the host too small for the offloaded state: nothing fits, or nvme with -offload-dir
+    char extra[256];
+    snprintf(extra, sizeof(extra), "-device cuda -gpu h100 -gpu-mem %.0f", need - 1);
+    CHECKF(off_plan(extra, &pc, out, sizeof(out)) == 0 && strstr(out, "recommendation: none"), "host too small:\n%s", out);
+    // host memory between what nvme and cpu need per node (2 ranks) above the host headroom (1 GiB):
+    // cpu does not fit, nvme does when -offload-dir says where
+    char hm[64];
+    snprintf(hm, sizeof(hm), "%.0f", 1073741824.0 + host + host_nvme);
+    setenv("ZT_HOST_MEM", hm, 1);
+    snprintf(extra, sizeof(extra), "-device cuda -gpu h100 -gpu-mem %.0f", need - 1);
+    CHECKF(off_plan(extra, &pc, out, sizeof(out)) == 0 && strstr(out, "recommendation: none"), "cpu does not fit, no -offload-dir:\n%s", out);
+    snprintf(extra, sizeof(extra), "-device cuda -gpu h100 -gpu-mem %.0f -offload-dir /tmp", need - 1);
+    CHECKF(off_plan(extra, &pc, out, sizeof(out)) == 0 && strstr(out, "-offload nvme: nothing fits without offload"),
+           "cpu does not fit, -offload-dir given: expected nvme:\n%s", out);
+    unsetenv("ZT_HOST_MEM");
+    if (!g_test_failed) printf("    offload rows = closed form = allocation; -z auto offloads at %.0f bytes, not at %.0f\n", need - 1, need);
+}
+
+// -export from the FP32 master weights (block_values reads them wherever they live) and a
+// -save-model checkpoint give the same bytes with -offload none, cpu and nvme.
+TEST(offload_export_same_bytes) {
+    char f[3][PATH_MAX];
+    const char* offs[3] = {"none", "cpu", off_nvme()};
+    for (int i = 0; i < 3; i++) {
+        char name[64], extra[PATH_MAX + 64];
+        snprintf(name, sizeof(name), "offexp_%d", i);
+        const char* dir = zt_dir(name);
+        snprintf(f[i], sizeof(f[i]), "%s.bin", dir);
+        snprintf(extra, sizeof(extra), "-export %s -export-dtype fp32", f[i]);
+        int rc = off_run("", 2, 3, 1, 2, offs[i], dir, extra, NULL, NULL);
+        CHECKF(rc == 0, "-offload %s -export failed (%d):\n%s", offs[i], rc, off_out);
+    }
+    char cmd[3 * PATH_MAX + 64];
+    snprintf(cmd, sizeof(cmd), "cmp %s %s && cmp %s %s", f[0], f[1], f[0], f[2]);
+    CHECKF(test_run_cmd(cmd, off_out, sizeof(off_out)) == 0, "exported files differ:\n%s", off_out);
+}
+
+// -offload nvme keeps the process's memory bounded: on a ~11.5 M parameter model whose optimizer state
+// (138 MB) is 8x -offload-buffer (16 MiB), the peak (VmHWM) stays within the bytes of every device
+// tag (the planner's non-optimizer bytes: params, grads, activations, logits, workspace) plus the
+// offload buffers plus 64 MiB of slack for the process itself (MPI, the binary, the data loader;
+// measured ~30 MiB), while the same run without offload holds at least those tags plus the state.
+TEST(offload_nvme_memory_bounded) {
+    const char* model = "-e tiny -layers 6 -channels 384 -heads 6 -vocab 2048 -max-seq 64 -t 16 -b 1 -x 1 -v 0 -s 0 -z 1";
+    double peak[2] = {0, 0}, tags[2] = {0, 0}, host = 0;
+    for (int i = 0; i < 2; i++) {
+        char flags[2048], dir[PATH_MAX];
+        snprintf(dir, sizeof(dir), "%s", zt_dir(i ? "offmem_nvme" : "offmem_none"));
+        snprintf(flags, sizeof(flags), "%s -offload %s -o %s", model,
+                 i ? "nvme -offload-dir /tmp -offload-buffer 16MiB" : "none", dir);
+        int rc = zt_mpirun(1, flags, off_out, sizeof(off_out));
+        CHECKF(rc == 0, "run failed (%d):\n%s", rc, off_out);
+        double mem[1][TAG_COUNT + 1];
+        CHECK(zt_read_memory(dir, "end", mem, 1) == 0);
+        for (int t = 0; t < TAG_COUNT; t++) tags[i] += mem[0][t];
+        peak[i] = mem[0][TAG_COUNT];
+        if (i) {
+            const char* p = strstr(off_out, "streamed through, ");
+            CHECK(p != NULL);
+            host = p ? atof(p + 18) * 1048576.0 : 0; // "16.0 MiB of host memory per rank"
+        }
+    }
+    double state = tags[0] - tags[1], slack = 64.0 * 1048576.0;
+    CHECKF(state >= 4 * 16.0 * 1048576.0, "the optimizer state (%.0f bytes) is not 4x the buffer", state);
+    CHECKF(host == 16.0 * 1048576.0, "host memory of the offload: %.0f bytes", host);
+    CHECKF(peak[1] <= tags[1] + host + slack, "nvme: VmHWM %.1f MiB > tags %.1f + buffers %.1f + slack 64 MiB", peak[1] / 1048576.0,
+           tags[1] / 1048576.0, host / 1048576.0);
+    CHECKF(peak[0] >= tags[1] + state, "none: VmHWM %.1f MiB < tags %.1f + state %.1f MiB", peak[0] / 1048576.0, tags[1] / 1048576.0,
+           state / 1048576.0);
+    printf("    VmHWM: nvme %.1f MiB (bound %.1f = tags %.1f + buffers %.1f + 64 slack), none %.1f MiB (state %.1f MiB)\n",
+           peak[1] / 1048576.0, (tags[1] + host + slack) / 1048576.0, tags[1] / 1048576.0, host / 1048576.0, peak[0] / 1048576.0,
+           state / 1048576.0);
+}
+
+// Disk failures under -offload nvme: a full disk (ENOSPC, injected) while step 3 writes its first
+// unit, and an I/O error (EIO, injected) reading step 3's second unit, each end the run with exit 1 and
+// a message naming the file; the checkpoint of step 2 is intact: -y 1 continues from it
+// bit-identically to an uninterrupted run (4 steps, checkpoints every 2). With the default buffer
+// every block is one unit: 4 units a step on this model.
+TEST(offload_nvme_faults) {
+    ZtLog ref, lg;
+    char href[512] = "", h[512] = "";
+    char nv[PATH_MAX];
+    snprintf(nv, sizeof(nv), "nvme -offload-dir %s/offload_files", test_tmpdir());
+    off_nvme(); // (creates the directory)
+    int rc = off_run("", 1, 1, 1, 4, "none", zt_dir("offf_ref"), "-n 2", &ref, href);
+    CHECKF(rc == 0 && ref.n == 4, "reference failed (%d):\n%s", rc, off_out);
+    static const struct { const char* fault; const char* want; } faults[] = {
+        {"offload-enospc:9", "No space left on device"}, {"offload-eio:10", "Input/output error"},
+    };
+    for (int i = 0; i < 2; i++) {
+        char name[64];
+        snprintf(name, sizeof(name), "offf_%d", i);
+        char dir[PATH_MAX];
+        snprintf(dir, sizeof(dir), "%s", zt_dir(name));
+        rc = off_run(faults[i].fault, 1, 1, 1, 4, nv, dir, "-n 2", NULL, NULL);
+        CHECKF(rc == 1 && strstr(off_out, "-offload nvme: ") && strstr(off_out, "/zt_offload_") && strstr(off_out, faults[i].want),
+               "%s: exit %d, expected 1 and a message naming the file with '%s':\n%s", faults[i].fault, rc, faults[i].want, off_out);
+        CHECKF(strstr(off_out, "step     3/4") == NULL, "%s: step 3 was logged as done:\n%s", faults[i].fault, off_out);
+        rc = off_run("", 1, 1, 1, 4, nv, dir, "-n 2 -y 1", &lg, h);
+        CHECKF(rc == 0 && strstr(off_out, "resum"), "%s: resume failed (%d):\n%s", faults[i].fault, rc, off_out);
+        CHECKF(!strcmp(h, href) && lg.loss[3] == ref.loss[3], "%s: the resumed run differs:\n  %s\n  %s", faults[i].fault, h, href);
+    }
+    if (!g_test_failed) printf("    ENOSPC and EIO end the run naming the file; -y 1 continues bit-identically (%s)\n", h);
+}
+#endif // ENABLE_FP32
 #else
 // The emulated CUDA device: copies on their own stream, host and device memory apart.
 TEST(offload_emu_bitwise) {
     off_cell(1, 1, 1);
-    off_cell(3, 1, 3);
-    if (off_long()) { off_cell(1, 3, 3); off_cell(3, 3, 1); }
+#ifndef ENABLE_FP32
+    off_cell_nvme(3, 1, 3, 0);
+#endif
+    if (off_long()) { off_cell(3, 1, 3); off_cell(1, 3, 3); off_cell(3, 3, 1); }
 }
+
+#ifndef ENABLE_FP32
+// -z auto on the (emulated) CUDA device with a byte less than the smallest row without offload
+// needs: it chooses -offload cpu, says so, and the run allocates what that row says (trainer_setup
+// checks every tag and the host bytes).
+TEST(offload_emu_z_auto) {
+    PlanRow best;
+    memset(&best, 0, sizeof(best));
+    GPTConfig c = {ZT_L, ZT_C, ZT_NH, ZT_V, 128, ZT_MAXT};
+    double need = 1e300;
+    for (int z = 0; z <= 3; z++) { // (-r 1 is the default, fixed: only -z is chosen)
+        plan_config(&c, 2, ZT_T, 1, 1, z, 1, OFFLOAD_NONE, 0, &best);
+        need = fmin(need, (double)best.total);
+    }
+    need += 1073741824.0;
+    char extra[256];
+    snprintf(extra, sizeof(extra), "-gpu-mem %.0f", need - 1);
+    int rc = off_run("", 1, -1, 1, 2, "auto", zt_dir("off_emu_auto"), extra, NULL, NULL);
+    CHECKF(rc == 0 && strstr(off_out, "-offload cpu chosen: nothing fits without offload"), "expected -offload cpu chosen (%d):\n%s", rc, off_out);
+    snprintf(extra, sizeof(extra), "-gpu-mem %.0f", need);
+    rc = off_run("", 1, -1, 1, 2, "auto", zt_dir("off_emu_auto2"), extra, NULL, NULL);
+    CHECKF(rc == 0 && strstr(off_out, "chosen") && !strstr(off_out, "-offload cpu chosen"), "expected no offload (%d):\n%s", rc, off_out);
+}
+#endif
 #endif
 
 #endif // ZT_TEST_OFFLOAD_H
