@@ -1325,7 +1325,8 @@ static void plan_env(const Flags* f, const Launch* L, int R, PlanEnv* e) {
     }
 }
 
-// Every stage x recompute row (and one offload row per stage), with fit and time.
+// Every stage x recompute row (and the offload rows), with fit and time: at most PLAN_MAX_ROWS.
+#define PLAN_MAX_ROWS 48 // 4 stages x 4 recompute modes x 3 places of the optimizer state
 static int plan_rows(const GPTConfig* c, int B, int T, int R, int GA, int local_ranks, const PlanEnv* e, PlanRow* rows) {
     int n = 0;
     for (int z = 0; z <= 3; z++) {
@@ -1445,7 +1446,7 @@ static void run_plan(const Flags* f, const GPTConfig* c, int R, const Launch* L)
     if (f->world > 0) local = R < 8 ? R : 8; // planning another world: assume up to 8 ranks a node
     PlanEnv e;
     plan_env(f, L, R, &e);
-    PlanRow rows[48];
+    PlanRow rows[PLAN_MAX_ROWS];
     int n = plan_rows(c, f->B, f->T, R, GA, local, &e, rows);
     ModelDesc d;
     model_describe(&d, c);
@@ -1542,7 +1543,7 @@ static void choose_config(Flags* f, const GPTConfig* c, int R, const Launch* L, 
         int GA = plan_GA(f, R);
         PlanEnv e;
         plan_env(f, L, R, &e);
-        PlanRow rows[48];
+        PlanRow rows[PLAN_MAX_ROWS];
         int n = plan_rows(c, f->B, f->T, R, GA, L->local_world, &e, rows);
         int best = plan_choose(rows, n, R, f->zero_stage, f->recompute, plan_offload_arg(f));
         plan_env_show(f, &e);
@@ -2235,7 +2236,7 @@ static void tune_config(Trainer* tr, const GPTConfig* c) {
     // the candidates: rank 0 plans (its memory, as -z auto) and broadcasts them
     int64_t step_tokens = (int64_t)tr->GA * tr->R * f->B * f->T;
     PlanEnv e;
-    PlanRow rows[20];
+    PlanRow rows[PLAN_MAX_ROWS];
     int idx[TUNE_MAX_ROWS], n = 0, nrows = 0;
     int cand[TUNE_MAX_ROWS][TUNE_NDIMS]; // each candidate's value of every tuned flag
     char why[1024] = "";
