@@ -406,6 +406,25 @@ static void comm_account(Comm* c, const CollOp* op, int64_t bytes) {
                op->block, (long long)bytes);
 }
 
+// [rdv] The peers whose rendezvous connection is closed (they ended: crashed, were killed or failed),
+// seen without reading the sockets: "rank 1", "ranks 1, 3", or "" (none, or not launched that way).
+// Rank 0 sees every rank, another rank only rank 0. For the NCCL watchdog's message: NCCL itself
+// cannot say which rank is gone.
+static inline void rdv_gone(const Comm* c, char* out, size_t cap) {
+    char list[128] = "";
+    int n = 0;
+    for (int k = 0; c->rdv && k < c->R; k++) {
+        if (c->rdv_fd[k] < 0) continue;
+        struct pollfd pf = {c->rdv_fd[k], POLLRDHUP, 0};
+        if (poll(&pf, 1, 0) == 1 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR)) && n++ < 8) {
+            size_t l = strlen(list);
+            snprintf(list + l, sizeof(list) - l, "%s%d", n > 1 ? ", " : "", k);
+        }
+    }
+    if (n) snprintf(out, cap, "rank%s %s%s", n > 1 ? "s" : "", list, n > 8 ? ", ..." : "");
+    else out[0] = 0;
+}
+
 #ifdef USE_MPI
 // Wait for one MPI request, yielding the core while waiting (ranks may share cores), and end the
 // whole job with a message naming the collective if it takes longer than the timeout.
@@ -478,8 +497,11 @@ static void nccl_settle(Comm* c, ncclResult_t r, const char* what, double timeou
         if (q != ncclSuccess) r = q;
     }
     if (r != ncclSuccess && c->watchdog_fired) for (;;) pause(); // the watchdog ends the run with its message
+    char gone[160];
+    rdv_gone(c, gone, sizeof(gone));
     if (r != ncclSuccess) // a remote error: another rank failed or aborted the communicator (exit code 3, as a timeout)
-        die(r == ncclRemoteError ? 3 : 1, "NCCL error in %s at step %d: %s. HINT: %s", what, c->step, ncclGetErrorString(r),
+        die(r == ncclRemoteError ? 3 : 1, "NCCL error in %s at step %d: %s%s%s. HINT: %s", what, c->step, ncclGetErrorString(r),
+            gone[0] ? "; ended: " : "", gone,
             r == ncclRemoteError ? "another rank failed or was aborted: its log says why"
                                  : "NCCL_DEBUG=INFO shows why; NCCL before 2.30 refuses two ranks on one GPU");
 }
@@ -514,6 +536,11 @@ static void* comm_watchdog(void* arg) {
         if (why[0]) {
             c->watchdog_fired = 1;
             ncclCommAbort(c->nccl); // a collective waiting in NCCL now ends instead of hanging
+            char gone[160];
+            rdv_gone(c, gone, sizeof(gone)); // launched without MPI: who closed its connection
+            if (gone[0])
+                die(3, "NCCL watchdog: %s: %s ended (its connection to this rank closed: crashed, killed or failed). HINT: "
+                       "its log says why", why, gone);
             die(3, "NCCL watchdog: %s: another rank stopped responding (crashed, stopped or much slower). HINT: check "
                    "the other ranks' logs; raise -comm-timeout if they are only slow", why);
         }

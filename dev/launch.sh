@@ -18,6 +18,10 @@ if [ $# -lt 2 ] || ! [[ "$1" =~ ^[1-9][0-9]*$ ]]; then
     echo "usage: dev/launch.sh N ./train [flags...]   (N ranks on this machine, no MPI)" >&2
     exit 2
 fi
+if (( BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] < 501 )); then
+    echo "dev/launch.sh needs bash 5.1 or later (wait -n -p); this is $BASH_VERSION" >&2
+    exit 2
+fi
 N=$1; shift
 export MASTER_ADDR=${MASTER_ADDR:-127.0.0.1} MASTER_PORT=${MASTER_PORT:-29500}
 export WORLD_SIZE=$N LOCAL_WORLD_SIZE=$N

@@ -232,7 +232,8 @@ TEST(nompi_garbage_on_port) {
 // our own machinery must): R = 3, -comm-timeout 3, rank 1 killed after step 2. Ranks 0 and 2 end
 // with exit code 3 within the timeout and a message: the NCCL watchdog's (a collective that did not
 // complete), NCCL's remote error (the communicator aborted by another rank's watchdog), a closed
-// rendezvous connection, or rank 0's message passed on.
+// rendezvous connection, or rank 0's message passed on; rank 0's names rank 1 (its rendezvous
+// connection closed: rdv_gone).
 TEST(nompi_rank_killed) {
 #ifdef ENABLE_FP32
     if (!mr_long()) TEST_SKIP("runs in the BF16 emulator build (test/test_emu); make test-long runs it in both");
@@ -263,6 +264,10 @@ TEST(nompi_rank_killed) {
         CHECKF(WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == 3, "rank %d: wait status 0x%x (want exit 3)\n%s", r, status[r], s ? s : "");
         CHECKF(strstr(line, "did not complete within 3 s") || strstr(line, "NCCL error") || strstr(line, "closed its connection") ||
                strstr(line, "ended the run"), "rank %d: no message naming what failed: %s", r, line);
+        // rank 0 sees every rank's connection: its message names the dead rank
+        // (rank 2 may have ended by then too, after its own watchdog: "ranks 1, 2")
+        CHECKF(r != 0 || strstr(line, "ended: rank 1") || strstr(line, "ended: ranks 1,") || strstr(line, "rank 1 ended") ||
+               strstr(line, "ranks 1, 2 ended"), "rank 0 did not name rank 1: %s", line);
         printf("    rank %d ended %.1f s after the kill: %.200s...\n", r, took, line);
         free(s);
     }

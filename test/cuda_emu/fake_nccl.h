@@ -1,5 +1,5 @@
 // test/cuda_emu/fake_nccl.h — the NCCL calls zerotrain makes, emulated between emulated ranks that
-// are real processes (mpirun starts them), through a shared-memory file in /dev/shm named by the
+// are real processes (mpirun or dev/launch.sh starts them), through a shared-memory file in /dev/shm named by the
 // unique id. Included through test/cuda_emu/include/nccl.h; only the emulator build sees it.
 //
 // WHAT IS EMULATED (NCCL 2.28's documented behaviour, values from its nccl.h):
