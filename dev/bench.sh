@@ -6,7 +6,9 @@
 #   with it) and ./train_cpu (BF16) beside dev/bench_torch.py, as ratios. Goal: >= 0.5x.
 #   ZeRO stages: tokens/s at -np 2 and -np 4 for each stage as a ratio to ZeRO-0 at the same R,
 #   and the share of the step spent waiting in collectives (from log.jsonl's comm_wait_ms).
-#   Offload: tokens/s with -offload none / cpu / nvme (-z 1, the model of 1.), as ratios to none.
+#   Offload: tokens/s with -offload none / cpu / nvme (-z 1, the model of 1.), as ratios to none;
+#   the host AdamW -offload runs (test/test_bf16 --bench-adamw) in bytes moved per second against
+#   memcpy moving as many bytes (goal >= 50%), and per element beside PyTorch's CPU AdamW.
 #
 # Numbers are medians over the steps after the first two (warm-up). Timings on a shared or
 # oversubscribed machine are noisy: compare ratios within one run, not across machines.
@@ -81,3 +83,15 @@ for off in none cpu "nvme -offload-dir $tmp/offload -offload-buffer 16MiB"; do
     [ -z "$base" ] && base=$tok
     awk -v n="-offload ${off%% *}" -v t="$tok" -v b="$base" 'BEGIN {printf "   %-44s %10.0f %11.2fx\n", n, t, t / b}'
 done
+echo
+N=$((1 << 25))
+echo "4. the host AdamW of -offload (adamw.cuh's CPU loop), $N elements, $THREADS threads: bytes of state moved per second"
+test/test_bf16 --bench-adamw "$N" "$THREADS"
+if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+    ours=$(test/test_bf16 --bench-adamw "$N" "$THREADS" | awk '/adamw_host/ {print $(NF-2)}')
+    echo "   beside PyTorch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)')'s CPU AdamW (FP32 parameters; ours stores BF16 parameters beside the FP32 master):"
+    printf "   %-44s %9s %10s %12s\n" "optimizer" "ns/elem" "GB/s" "time vs ours"
+    /usr/bin/python3 dev/bench_adamw_torch.py --elements "$N" --threads "$THREADS" | while read -r _ variant ns gbs; do
+        awk -v n="PyTorch AdamW ($variant)" -v t="$ns" -v g="$gbs" -v o="$ours" 'BEGIN {printf "   %-44s %9.2f %10.2f %11.2fx\n", n, t, g, t / o}'
+    done
+fi

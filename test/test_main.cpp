@@ -2,6 +2,7 @@
 //
 //   test/test_bf16 [filter]          run the tests whose name contains filter (all by default)
 //   test/test_bf16 --train [flags]   be the trainer (./train), e.g. under mpirun for ZeRO tests
+//   test/test_bf16 --bench-adamw     make bench's host AdamW against memcpy (test/bench_adamw.h)
 // Built twice by the Makefile: test_bf16 (BF16 storage) and test_fp32 (FP32, tight tolerances).
 #ifndef TESTING
 #define TESTING
@@ -23,9 +24,11 @@
 #include "test_ux.h"         // tests: the settings table as resolved, one Psi, ETA, line-buffered stdout
 #include "test_tune.h"       // tests: -tune: candidates that fit, the run bitwise as if started with the choice, resume reuses it
 #include "test_offload.h"    // tests: -offload cpu bit-identical to none, checkpoints across offload, refusals
+#include "bench_adamw.h"     // make bench: the host AdamW against memcpy
 
 int main(int argc, char** argv) {
     if (argc > 1 && !strcmp(argv[1], "--train")) return train_main(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "--bench-adamw")) return adamw_bench_main(argc - 1, argv + 1);
     ssize_t n = readlink("/proc/self/exe", g_test_self, sizeof(g_test_self) - 1);
     if (n > 0) g_test_self[n] = 0;
     int rc = test_run_all(argc > 1 ? argv[1] : NULL);
