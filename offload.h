@@ -402,6 +402,21 @@ static int offload_unit_segments(Zero* z, const OffloadUnit* u, Segment* out) {
     return k;
 }
 
+// Where unit u's master, m and v are for this pass: [nvme] its slot, once the read issued as
+// request read_seq[u] is done; [cpu] the host arrays at the unit's offset.
+static void offload_unit_state(Zero* z, OffloadState* o, int u, const int64_t* read_seq, float** master, float** m,
+                               float** v) {
+    if (o->kind == OFFLOAD_NVME) {
+        offload_io_wait(o, read_seq[u]);
+        *master = o->slot[u % 3];
+        *m = *master + o->K;
+        *v = *m + o->K;
+    } else {
+        int64_t at = zero_opt_off(z, o->units[u].b) + o->units[u].lo;
+        *master = z->master + at; *m = z->m + at; *v = z->v + at;
+    }
+}
+
 // The copies of a pass over the units start after everything the compute stream did (a).
 static void offload_copies_after_compute(OffloadState* o) {
 #ifdef __CUDACC__
@@ -437,14 +452,8 @@ static void offload_adamw_check(Zero* z, const AdamWParams* hp, StepScalars* sc)
 #ifdef __CUDACC__
             if (g_device == DEV_CUDA) cudaCheck(cudaEventSynchronize(o->d2h[k])); // unit u's gradients are here
 #endif
-            const float *master, *m, *v;
-            if (nvme) {
-                offload_io_wait(o, read_seq[u]);
-                master = o->slot[u % 3]; m = master + o->K; v = m + o->K;
-            } else {
-                int64_t at = zero_opt_off(z, un->b) + un->lo;
-                master = z->master + at; m = z->m + at; v = z->v + at;
-            }
+            float *master, *m, *v;
+            offload_unit_state(z, o, u, read_seq, &master, &m, &v);
             int n = offload_unit_segments(z, un, seg);
             adamw_check_host(master, m, v, o->gbuf[k], seg, n, &p, sc);
         }
@@ -483,13 +492,7 @@ static void offload_adamw(Zero* z, const AdamWParams* hp, const StepScalars* sc)
         }
 #endif
         float *master, *m, *v;
-        if (nvme) {
-            offload_io_wait(o, read_seq[u]);
-            master = o->slot[u % 3]; m = master + o->K; v = m + o->K;
-        } else {
-            int64_t at = zero_opt_off(z, un->b) + un->lo;
-            master = z->master + at; m = z->m + at; v = z->v + at;
-        }
+        offload_unit_state(z, o, u, read_seq, &master, &m, &v);
         int n = offload_unit_segments(z, un, seg);
         adamw_host(o->pbuf[k], master, m, v, o->gbuf[k], seg, n, &p, NULL);
         if (nvme) offload_io_issue(o, 1, u);

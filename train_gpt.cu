@@ -1246,6 +1246,17 @@ static const char* gpu_model_name(const Flags* f) {
 // the ranks fit one 8-GPU node, an InfiniBand NDR port per GPU beyond; on cpu, shared memory.
 static double plan_link_gbps_default(int R) { return g_device == DEV_CUDA ? (R <= 8 ? 3600.0 : 400.0) : 80.0; }
 
+// The host memory the kernel says is available to new work (MemAvailable), bytes; 0 if unknown.
+static double mem_available_bytes(void) {
+    FILE* m = fopen("/proc/meminfo", "r");
+    long long kb = 0;
+    char line[256];
+    while (m && fgets(line, sizeof(line), m))
+        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+    if (m) fclose(m);
+    return (double)kb * 1024.0;
+}
+
 // Where the planner's memory, compute rate and bandwidth come from (each printed with its source).
 // R is the world being planned (-world, or this run's).
 static void plan_env(const Flags* f, const Launch* L, int R, PlanEnv* e) {
@@ -1269,14 +1280,8 @@ static void plan_env(const Flags* f, const Launch* L, int R, PlanEnv* e) {
 #endif
         snprintf(e->mem_src, sizeof(e->mem_src), "free GPU memory");
     } else {
-        FILE* m = fopen("/proc/meminfo", "r");
-        long long kb = 0;
-        char line[256];
-        while (m && fgets(line, sizeof(line), m))
-            if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
-        if (m) fclose(m);
         int local = L->local_world > 0 ? L->local_world : 1;
-        e->mem = (double)kb * 1024.0 / local;
+        e->mem = mem_available_bytes() / local;
         snprintf(e->mem_src, sizeof(e->mem_src), "available host memory / %d rank%s on this node", local, local > 1 ? "s" : "");
     }
     e->headroom = plan_headroom(e->mem);
@@ -1314,13 +1319,7 @@ static void plan_env(const Flags* f, const Launch* L, int R, PlanEnv* e) {
         if (e->host_mem <= 0) die_user("ZT_HOST_MEM='%s' is not a memory size (examples: 512GiB, 64MiB)", hm);
         snprintf(e->host_src, sizeof(e->host_src), "ZT_HOST_MEM");
     } else {
-        FILE* m = fopen("/proc/meminfo", "r");
-        long long kb = 0;
-        char line[256];
-        while (m && fgets(line, sizeof(line), m))
-            if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
-        if (m) fclose(m);
-        e->host_mem = (double)kb * 1024.0;
+        e->host_mem = mem_available_bytes();
         snprintf(e->host_src, sizeof(e->host_src), "available host memory on this node");
     }
 }
