@@ -62,6 +62,15 @@ __device__ static float classifier_block_reduce(float v, int is_max, float* scra
     return v;
 }
 
+// A masked row (target < 0: no loss, no gradient): losses[n] = 0 and, with write_dlogits, a row of
+// zeros; returns 1. The whole block takes this branch together (t is the block's row's).
+__device__ static int classifier_masked_row(floatX* row, float* losses, int64_t n, int t, int write_dlogits, int Vp) {
+    if (t >= 0) return 0;
+    if (threadIdx.x == 0) losses[n] = 0.0f;
+    if (write_dlogits) for (int j = threadIdx.x; j < Vp; j += blockDim.x) row[j] = rn(0.0f);
+    return 1;
+}
+
 // Row n of logits (N, Vp), the row read once into shared memory (Vp floatX of dynamic shared
 // memory): losses[n] = lse - l[target]; with write_dlogits the row becomes rn((p - onehot) * dloss)
 // for j < V and 0 for V <= j < Vp. packed: every row is 16-byte aligned and Vp % PACK_X == 0.
@@ -74,11 +83,7 @@ classifier_row_kernel(floatX* logits, float* losses, const int* targets, float d
     int64_t n = blockIdx.x;
     floatX* row = logits + n * Vp;
     int t = targets[n];
-    if (t < 0) { // masked: no loss, no gradient (the whole block takes this branch together)
-        if (threadIdx.x == 0) losses[n] = 0.0f;
-        if (write_dlogits) for (int j = threadIdx.x; j < Vp; j += blockDim.x) row[j] = rn(0.0f);
-        return;
-    }
+    if (classifier_masked_row(row, losses, n, t, write_dlogits, Vp)) return;
     // the one read of the row: into shared memory, the max on the way (exact in any order)
     float maxv = -INFINITY;
     if (packed) {
@@ -126,11 +131,7 @@ classifier_kernel(floatX* logits, float* losses, const int* targets, float dloss
     int64_t n = blockIdx.x;
     floatX* row = logits + n * Vp;
     int t = targets[n];
-    if (t < 0) { // masked: no loss, no gradient (the whole block takes this branch together)
-        if (threadIdx.x == 0) losses[n] = 0.0f;
-        if (write_dlogits) for (int j = threadIdx.x; j < Vp; j += blockDim.x) row[j] = rn(0.0f);
-        return;
-    }
+    if (classifier_masked_row(row, losses, n, t, write_dlogits, Vp)) return;
     // read before any thread writes the row (the reductions' __syncthreads order the writes after it)
     float logit_t = ld(row[t]);
     float maxv = -INFINITY;
