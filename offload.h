@@ -113,6 +113,7 @@ typedef struct {
     int64_t K;            // elements per unit (offload_unit)
     int nunits;
     OffloadUnit* units;   // every block's range in pieces of at most K, block order
+    int64_t* read_seq;    // [nvme] (nunits): the request number of unit u's read in this pass
     float* gbuf[2];       // pinned, (K) FP32: unit u's gradient in gbuf[u % 2] [=]
     floatX* pbuf[2];      // pinned, (K) floatX: unit u's parameters rounded from master [=]
     int h2d_pending[2];   // an H2D from pbuf[k] was issued (the host waits for it before refilling)
@@ -294,6 +295,8 @@ static void offload_init(Zero* z, const char* dir, double buffer) {
                             (long long)OFFLOAD_NVME_BYTES_PER_ELEM, 64LL * OFFLOAD_NVME_BYTES_PER_ELEM);
     for (int b = 0; b < z->lay.nblocks; b++) o->nunits += (int)ceil_div(zero_opt_hi(z, b) - zero_opt_lo(z, b), o->K);
     o->units = (OffloadUnit*)malloc(sizeof(OffloadUnit) * (o->nunits > 0 ? o->nunits : 1));
+    o->read_seq = (int64_t*)malloc(sizeof(int64_t) * (o->nunits > 0 ? o->nunits : 1));
+    if (!o->units || !o->read_seq) die(1, "out of host memory for the offload state");
     for (int b = 0, u = 0; b < z->lay.nblocks; b++)
         for (int64_t lo = 0, L = zero_opt_hi(z, b) - zero_opt_lo(z, b); lo < L; lo += o->K, u++)
             o->units[u] = (OffloadUnit){b, lo, L - lo < o->K ? L - lo : o->K};
@@ -360,6 +363,7 @@ static void offload_free(Zero* z) {
     free(z->master); free(z->m); free(z->v);
     z->master = z->m = z->v = NULL;
     free(o->units);
+    free(o->read_seq);
     free(o);
     z->offload_ctx = NULL;
     z->state_io = NULL;
@@ -402,12 +406,18 @@ static int offload_unit_segments(Zero* z, const OffloadUnit* u, Segment* out) {
     return k;
 }
 
-// Where unit u's master, m and v are for this pass: [nvme] its slot, once the read issued as
-// request read_seq[u] is done; [cpu] the host arrays at the unit's offset.
-static void offload_unit_state(Zero* z, OffloadState* o, int u, const int64_t* read_seq, float** master, float** m,
-                               float** v) {
+// [nvme] Issue the read of unit u's master, m, v into its slot (a no-op for cpu or past the last unit).
+static void offload_read_ahead(OffloadState* o, int u) {
+    if (o->kind != OFFLOAD_NVME || u >= o->nunits) return;
+    o->read_seq[u] = o->issued;
+    offload_io_issue(o, 0, u);
+}
+
+// Where unit u's master, m and v are for this pass: [nvme] its slot, once its read
+// (offload_read_ahead) is done; [cpu] the host arrays at the unit's offset.
+static void offload_unit_state(Zero* z, OffloadState* o, int u, float** master, float** m, float** v) {
     if (o->kind == OFFLOAD_NVME) {
-        offload_io_wait(o, read_seq[u]);
+        offload_io_wait(o, o->read_seq[u]);
         *master = o->slot[u % 3];
         *m = *master + o->K;
         *v = *m + o->K;
@@ -435,29 +445,27 @@ static void offload_copies_after_compute(OffloadState* o) {
 // update's arithmetic without writing; the flag is summed over ranks. sc: on the host.
 static void offload_adamw_check(Zero* z, const AdamWParams* hp, StepScalars* sc) {
     OffloadState* o = (OffloadState*)z->offload_ctx;
-    int nu = o->nunits, nvme = o->kind == OFFLOAD_NVME;
+    int nu = o->nunits;
     if (sc->finite && nu > 0) { // (a step that is not finite is skipped anyway)
         AdamWParams p = *hp;
         p.grad_scale = sc->grad_scale;
-        int64_t* read_seq = nvme ? (int64_t*)malloc(sizeof(int64_t) * nu) : NULL;
         offload_copies_after_compute(o); // (a)
         offload_fetch_grads(z, o, 0);
-        if (nvme) { read_seq[0] = o->issued; offload_io_issue(o, 0, 0); }
+        offload_read_ahead(o, 0);
         Segment seg[MAX_BLOCK_TENSORS];
         for (int u = 0; u < nu; u++) {
             int k = u % 2;
             const OffloadUnit* un = &o->units[u];
             if (u + 1 < nu) offload_fetch_grads(z, o, u + 1); // gbuf[(u+1) % 2]: unit u-1's, checked
-            if (nvme && u + 1 < nu) { read_seq[u + 1] = o->issued; offload_io_issue(o, 0, u + 1); }
+            offload_read_ahead(o, u + 1);
 #ifdef __CUDACC__
             if (g_device == DEV_CUDA) cudaCheck(cudaEventSynchronize(o->d2h[k])); // unit u's gradients are here
 #endif
             float *master, *m, *v;
-            offload_unit_state(z, o, u, read_seq, &master, &m, &v);
+            offload_unit_state(z, o, u, &master, &m, &v);
             int n = offload_unit_segments(z, un, seg);
             adamw_check_host(master, m, v, o->gbuf[k], seg, n, &p, sc);
         }
-        free(read_seq);
     }
     double any = sc->overflow;
     comm_sum_doubles(z->comm, &any, 1);
@@ -475,16 +483,15 @@ static void offload_adamw(Zero* z, const AdamWParams* hp, const StepScalars* sc)
     AdamWParams p = *hp;
     p.grad_scale = sc->grad_scale; // computed on the device (op_step_scalars)
     int nu = o->nunits, nvme = o->kind == OFFLOAD_NVME;
-    int64_t* read_seq = nvme ? (int64_t*)malloc(sizeof(int64_t) * (nu > 0 ? nu : 1)) : NULL;
     offload_copies_after_compute(o); // (a)
     if (nu > 0) offload_fetch_grads(z, o, 0);
-    if (nvme && nu > 0) { read_seq[0] = o->issued; offload_io_issue(o, 0, 0); }
+    offload_read_ahead(o, 0);
     Segment seg[MAX_BLOCK_TENSORS];
     for (int u = 0; u < nu; u++) {
         int k = u % 2;
         const OffloadUnit* un = &o->units[u];
         if (u + 1 < nu) offload_fetch_grads(z, o, u + 1); // gbuf[(u+1) % 2] was unit u-1's: done with
-        if (nvme && u + 1 < nu) { read_seq[u + 1] = o->issued; offload_io_issue(o, 0, u + 1); }
+        offload_read_ahead(o, u + 1);
 #ifdef __CUDACC__
         if (g_device == DEV_CUDA) { // (b) unit u's gradients are here; unit u-2's parameters have left pbuf[k]
             cudaCheck(cudaEventSynchronize(o->d2h[k]));
@@ -492,7 +499,7 @@ static void offload_adamw(Zero* z, const AdamWParams* hp, const StepScalars* sc)
         }
 #endif
         float *master, *m, *v;
-        offload_unit_state(z, o, u, read_seq, &master, &m, &v);
+        offload_unit_state(z, o, u, &master, &m, &v);
         int n = offload_unit_segments(z, un, seg);
         adamw_host(o->pbuf[k], master, m, v, o->gbuf[k], seg, n, &p, NULL);
         if (nvme) offload_io_issue(o, 1, u);
@@ -504,7 +511,7 @@ static void offload_adamw(Zero* z, const AdamWParams* hp, const StepScalars* sc)
 #endif
         o->h2d_pending[k] = 1;
     }
-    if (nvme) { offload_io_wait(o, o->issued - 1); free(read_seq); } // every write is on the disk's side
+    if (nvme) offload_io_wait(o, o->issued - 1); // every write is on the disk's side
 #ifdef __CUDACC__
     if (g_device == DEV_CUDA) { // (c) the compute stream goes on after the last parameters arrived
         cudaCheck(cudaEventRecord(o->done_ev, o->stream));
