@@ -234,17 +234,17 @@ static void flags_print_row(const char* flag, const char* given, const char* str
         if (w > 70) { cut = i; break; }
     }
     if (cut) { v[cut] = 0; w = 70; }
-    printf0("| %-14s | %s%*s |\n", flag, v, 70 - w, "");
+    printf0("| %-15s | %s%*s |\n", flag, v, 70 - w, ""); // (15: -offload-buffer, the longest flag)
 }
 
 static void flags_print_table(const Flags* f) {
-    printf0("+----------------+------------------------------------------------------------------------+\n");
-    printf0("| flag           | value (as given \u2192 as resolved)                                         |\n");
-    printf0("+----------------+------------------------------------------------------------------------+\n");
+    printf0("+-----------------+------------------------------------------------------------------------+\n");
+    printf0("| flag            | value (as given \u2192 as resolved)                                         |\n");
+    printf0("+-----------------+------------------------------------------------------------------------+\n");
 #define X(flag, field, type, def, help) flags_print_row(flag, f->field##_given, f->field##_str);
     FLAG_TABLE(X)
 #undef X
-    printf0("+----------------+------------------------------------------------------------------------+\n");
+    printf0("+-----------------+------------------------------------------------------------------------+\n");
 }
 
 // A hash of every flag's final text: ranks compare it at start-up.
@@ -1842,12 +1842,15 @@ static void print_memory_table(Trainer* tr) {
     const char* f_params = st <= 2 ? "X * Psi'" : "X * Psi' / R";
     const char* f_grads = st <= 1 ? "4 * Psi'" : "4 * Psi' / R";
     const char* f_opt = st == 0 ? "4 * Psi'" : "4 * Psi' / R";
+    int off = z->offload != OFFLOAD_NONE; // [offload] master, m, v are not on the device: 0 here
+    double opt_dev = off ? 0.0 : 4.0 * s->opt;
+    if (off) f_opt = z->offload == OFFLOAD_CPU ? "- (-offload cpu: host)" : "- (-offload nvme: file)";
     struct { const char* formula; double bytes; } closed[TAG_COUNT] = {
         {f_params, X * (s->full_params + s->shard_params)},
         {st == 3 ? "X * (P_io + 2 P_layer)" : "-", X * s->param_bufs},
         {f_grads, 4.0 * (s->full_grads + s->shard_grads)},
         {st >= 2 ? "4 * (P_io + 2 P_layer)" : "-", 4.0 * s->grad_bufs},
-        {f_opt, 4.0 * s->opt}, {f_opt, 4.0 * s->opt}, {f_opt, 4.0 * s->opt},
+        {f_opt, opt_dev}, {f_opt, opt_dev}, {f_opt, opt_dev},
         {"acts(B, T, -r)", (double)acts},
         {"X * B * T * Vp", (double)logits},
         {R > 1 ? "4 * R * chunk" : "-", 4.0 * s->comm},
@@ -1875,6 +1878,9 @@ static void print_memory_table(Trainer* tr) {
     const char* ourform[4] = {"(X + 16) Psi'", "(X + 4) Psi' + 12 Psi'/R", "X Psi' + 16 Psi'/R", "(X + 16) Psi'/R"};
     printf0("model state per rank (params + grads + master + m + v), Psi = %lld parameters (the model line's: padded vocabulary rows included):\n", (long long)psi);
     printf0("  ours:  %-26s = %9.2f MiB\n", ourform[st], ours / MiB);
+    if (off) // [offload] the device holds the parameters and gradients only
+        printf0("         of which 12 Psi'/R = %.2f MiB (master, m, v) %s, %.2f MiB on the device\n", 12.0 * s->opt / MiB,
+                z->offload == OFFLOAD_CPU ? "in host memory (-offload cpu)" : "in the -offload-dir file (-offload nvme)", (ours - 12.0 * s->opt) / MiB);
     printf0("  paper: %-26s = %9.2f MiB   (ZeRO section 5: 16-bit gradients)\n", form[st], paper[st] / MiB);
     printf0("  ours keeps gradients in FP32 (+2 bytes per gradient element held), has X = %d-byte parameters,\n"
             "  and pads tensors to 8 elements and blocks to 8R (Psi' - Psi = %lld); the io/layer buffers of\n"

@@ -16,7 +16,7 @@ static int ux_run(const char* flags, char* out, size_t cap) {
 // The value column of a flag's row in the settings table, without the padding ("" if no row).
 static void ux_table_value(const char* out, const char* flag, char* v, size_t cap) {
     char key[64];
-    snprintf(key, sizeof(key), "| %-14s | ", flag);
+    snprintf(key, sizeof(key), "| %-15s | ", flag);
     const char* p = strstr(out, key);
     v[0] = 0;
     if (!p) return;
