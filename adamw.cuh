@@ -33,7 +33,8 @@
 // the CPU's sequential chunk sums, not bitwise equal to them (see op_sumsq). The step's scalars
 // (StepScalars: loss, sum of squares, norm, clip scale, finite flag) stay where the step runs.
 //
-// defines: Segment, AdamWParams, StepScalars, adamw_bias_corrections, adamw_host, adamw_check_host, op_adamw,
+// defines: Segment, AdamWParams, StepScalars, AdamWMax, adamw_bias_corrections, adamw_host, adamw_host_max,
+//          adamw_check_host, adamw_bound_finite, op_adamw,
 //          op_adamw_scalars, op_adamw_check, op_round_params,
 //          op_sumsq_many_into, op_sumsq_many, op_sumsq, op_loss_add, op_step_scalars
 #ifndef ZT_ADAMW_CUH
@@ -283,6 +284,63 @@ static void adamw_check_host(const float* master, const float* m, const float* v
     }
     if (bad) sc->overflow = 1;
 }
+// ---- The check proved instead of run (used by -offload, where the check's pass reads the whole
+// state once more: with nvme, from the disk). After an update, adamw_host_max has the largest |m|, v
+// and |w| it left (and whether every value is finite and v >= 0). With those and the gradient's norm
+// every new value of the next update is bounded, element by element, without reading the state:
+//     |g| <= G = 2 sqrt(sumsq) grad_scale   (one element's square is at most the sum; the factor 2
+//                                            covers the sum's FP32 rounding, at most 4096 * 2^-24)
+//     |m - g| <= M + G,  |m'| <= b1 (M + G) + G,  v' <= b2 (V + G^2) + G^2,
+//     |u| <= (|m'| / bc1) / eps  (sqrt(v'/bc2) >= 0),  |w'| <= W + lr (|u| + wd W).
+// When each bound, with a factor 4 for the rounding of the few operations behind it, stays below the
+// largest value that rounds finite in storage, no new m, v, w or parameter can be infinite or NaN:
+// the check's pass would find nothing, so skipping it changes no bit. Otherwise -- maxima unknown
+// (start, a loaded checkpoint), eps < 1e-30, beta outside [0, 1 - 1e-6], a huge learning rate or
+// gradient -- the pass runs (adamw_check_host). A step that overflows is never proved finite: the
+// bound is sound, not tight (test: op_adamw_bound_sound).
+typedef struct { float m, v, w; int known; } AdamWMax; // largest |m|, v, |w|; known: valid and every value finite, v >= 0
+
+// adamw_host, also folding the largest new |m|, v, |w| of the segments into mx (the caller starts a
+// pass from {0, 0, 0, 1}). The update's arithmetic is adamw_element's: the same bits as adamw_host.
+static void adamw_host_max(floatX* params, float* master, float* m, float* v, const float* grads,
+                           const Segment* segs, int nseg, const AdamWParams* p, AdamWMax* mx) {
+    float am = mx->m, av = mx->v, aw = mx->w;
+    int bad = 0;
+    for (int s = 0; s < nseg; s++) {
+        int64_t off = segs[s].off, len = segs[s].len;
+        float wd = segs[s].decay ? p->weight_decay : 0.0f;
+#pragma omp parallel for schedule(static) reduction(max : am, av, aw) reduction(| : bad)
+        for (int64_t i = off; i < off + len; i++) {
+            adamw_element(&params[i], &master[i], &m[i], &v[i], grads[i], p->lr, p->beta1, p->beta2,
+                          p->eps, wd, p->grad_scale, p->bc1, p->bc2);
+            float mi = fabsf(m[i]), vi = v[i], wi = fabsf(master[i]);
+            bad |= !adamw_finite(mi, vi, wi) | !(vi >= 0.0f);
+            am = mi > am ? mi : am; // (a NaN is caught by bad)
+            av = vi > av ? vi : av;
+            aw = wi > aw ? wi : aw;
+        }
+    }
+    mx->m = am; mx->v = av; mx->w = aw;
+    if (bad) mx->known = 0;
+}
+
+// 1 when the bounds above prove that this update leaves every value finite (sc: the step's scalars
+// on the host: sumsq and grad_scale; p: the update's hyperparameters; mx: the state's maxima).
+static int adamw_bound_finite(const AdamWParams* p, const StepScalars* sc, const AdamWMax* mx) {
+    if (!mx->known || !(p->eps >= 1e-30f) || !(p->bc1 > 0.0f) || !(p->bc2 > 0.0f)) return 0;
+    if (!(p->beta1 >= 0.0f && p->beta1 <= 1.0f - 1e-6f && p->beta2 >= 0.0f && p->beta2 <= 1.0f - 1e-6f)) return 0;
+    double top = fmin((double)FLOATX_ROUNDS_TO_INF, (double)FLT_MAX) / 4.0;
+    double lr = fabs((double)p->lr), wd = fabs((double)p->weight_decay);
+    double G = 2.0 * sqrt(sc->sumsq) * fabs((double)sc->grad_scale), GG = G * G;
+    double dm = (double)mx->m + G, m1 = p->beta1 * dm + G;
+    double dv = (double)mx->v + GG, v1 = p->beta2 * dv + GG;
+    double mh = m1 / p->bc1, u = mh / p->eps, dec = wd * mx->w, upd = lr * (u + dec), w1 = (double)mx->w + upd;
+    double b[] = {G, GG, dm, m1, dv, v1, v1 / p->bc2, mh, u, dec, u + dec, upd, w1};
+    for (size_t i = 0; i < sizeof(b) / sizeof(b[0]); i++)
+        if (!(b[i] < top)) return 0; // (NaN and infinity fail too)
+    return 1;
+}
+
 static void op_adamw_check(const float* master, const float* m, const float* v, const float* grads,
                            const Segment* segs, int nseg, const AdamWParams* p, StepScalars* sc) {
 #ifdef __CUDACC__

@@ -51,7 +51,7 @@
 // overlapped with the backward of the next blocks (the copies start at the step, after the norm).
 //
 // defines: OffloadState, offload_parse, offload_name, offload_host_bytes, offload_init, offload_free,
-//          offload_adamw_check, offload_adamw
+//          offload_adamw_check, offload_adamw, offload_report
 #ifndef ZT_OFFLOAD_H
 #define ZT_OFFLOAD_H
 
@@ -130,6 +130,8 @@ typedef struct {
     int stop, io_err;     // io_err: errno of the first failure (0: none), io_what: what failed
     char io_what[256];
     int64_t writes, reads; // units written / read by steps so far (fault injection: ZT_FAULT)
+    AdamWMax max;         // the state's largest |m|, v, |w| after the last update (adamw_host_max); unknown after a put
+    int64_t checks_run, checks_proved; // steps whose overflow check read the state / was proved by the bound
 #ifdef __CUDACC__
     cudaStream_t stream;  // g_offload_stream: the copies
     cudaEvent_t start, done_ev, d2h[2], h2d[2];
@@ -208,6 +210,7 @@ static void offload_die(OffloadState* o, int err, const char* what) {
 // [-offload nvme] the optimizer state's reads and writes outside the step (checkpoints, hashes, loading).
 static void offload_nvme_io(Zero* z, int a, int64_t off, float* host, int64_t n, int write) {
     OffloadState* o = (OffloadState*)z->offload_ctx;
+    if (write) o->max.known = 0; // (a loaded or initialised state: its maxima are not known)
     char what[256];
     if (offload_file_io(o, z->opt_total, a, off, host, n, write, what, sizeof(what))) offload_die(o, errno, what);
 }
@@ -266,6 +269,7 @@ static void offload_io_wait(OffloadState* o, int64_t seq) {
 // [-offload cpu] the optimizer state's reads and writes (checkpoints, hashes, loading): host memory.
 static void offload_cpu_io(Zero* z, int a, int64_t off, float* host, int64_t n, int write) {
     float* arr = a == 0 ? z->master : a == 1 ? z->m : z->v;
+    if (write) ((OffloadState*)z->offload_ctx)->max.known = 0; // (as offload_nvme_io)
     if (write) memcpy(arr + off, host, sizeof(float) * n);
     else memcpy(host, arr + off, sizeof(float) * n);
 }
@@ -440,15 +444,20 @@ static void offload_copies_after_compute(OffloadState* o) {
 }
 
 // The overflow check before the update (zero_adamw_check's, where the state is: on the host or in
-// the file): unit by unit the gradient comes through the staging buffers ([nvme] and the state
+// the file). First the bound (adamw_bound_finite, from the norm and the maxima the last update left):
+// when it proves the update finite, nothing is read (with nvme: a step reads the state once, not
+// twice). Otherwise unit by unit the gradient comes through the staging buffers ([nvme] and the state
 // through the slots, read ahead as in offload_adamw, never written) and adamw_check_host runs the
-// update's arithmetic without writing; the flag is summed over ranks. sc: on the host.
+// update's arithmetic without writing. Either way the flag is summed over ranks. sc: on the host.
 static void offload_adamw_check(Zero* z, const AdamWParams* hp, StepScalars* sc) {
     OffloadState* o = (OffloadState*)z->offload_ctx;
     int nu = o->nunits;
-    if (sc->finite && nu > 0) { // (a step that is not finite is skipped anyway)
-        AdamWParams p = *hp;
-        p.grad_scale = sc->grad_scale;
+    AdamWParams p = *hp;
+    p.grad_scale = sc->grad_scale;
+    int proved = sc->finite && nu > 0 && adamw_bound_finite(&p, sc, &o->max); // no pass: see adamw_bound_finite
+    if (proved) o->checks_proved++;
+    else if (sc->finite && nu > 0) { // (a step that is not finite is skipped anyway)
+        o->checks_run++;
         offload_copies_after_compute(o); // (a)
         offload_fetch_grads(z, o, 0);
         offload_read_ahead(o, 0);
@@ -472,6 +481,15 @@ static void offload_adamw_check(Zero* z, const AdamWParams* hp, StepScalars* sc)
     sc->overflow = any > 0.0;
 }
 
+// How often the check was proved rather than run (rank 0's, at the end of a run).
+static void offload_report(const Zero* z) {
+    const OffloadState* o = (const OffloadState*)z->offload_ctx;
+    if (o && z->r == 0)
+        printf("offload %s: the overflow check was proved by its bound on %lld step(s) (nothing read) and read the state on %lld "
+               "(the first after a start or a load, or when the bound was too loose)\n",
+               offload_name(o->kind), (long long)o->checks_proved, (long long)o->checks_run);
+}
+
 // The optimizer step on the host, unit by unit (see THE STEP above). sc: the step's scalars,
 // already on the host (train_step reads them back when offloading); a step that is not finite, or
 // whose update would not be (offload_adamw_check), changes nothing, as on the device. [nvme] unit
@@ -487,6 +505,7 @@ static void offload_adamw(Zero* z, const AdamWParams* hp, const StepScalars* sc)
     if (nu > 0) offload_fetch_grads(z, o, 0);
     offload_read_ahead(o, 0);
     Segment seg[MAX_BLOCK_TENSORS];
+    AdamWMax mx = {0.0f, 0.0f, 0.0f, 1}; // the new state's maxima, for the next step's check
     for (int u = 0; u < nu; u++) {
         int k = u % 2;
         const OffloadUnit* un = &o->units[u];
@@ -501,7 +520,7 @@ static void offload_adamw(Zero* z, const AdamWParams* hp, const StepScalars* sc)
         float *master, *m, *v;
         offload_unit_state(z, o, u, &master, &m, &v);
         int n = offload_unit_segments(z, un, seg);
-        adamw_host(o->pbuf[k], master, m, v, o->gbuf[k], seg, n, &p, NULL);
+        adamw_host_max(o->pbuf[k], master, m, v, o->gbuf[k], seg, n, &p, &mx);
         if (nvme) offload_io_issue(o, 1, u);
         floatX* dst = zero_opt_params(z, un->b) + un->lo;
         for (int i = 0; i < n && !offload_fault("offload-skip-copy", un->b); i++)
@@ -512,6 +531,7 @@ static void offload_adamw(Zero* z, const AdamWParams* hp, const StepScalars* sc)
         o->h2d_pending[k] = 1;
     }
     if (nvme) offload_io_wait(o, o->issued - 1); // every write is on the disk's side
+    o->max = mx;
 #ifdef __CUDACC__
     if (g_device == DEV_CUDA) { // (c) the compute stream goes on after the last parameters arrived
         cudaCheck(cudaEventRecord(o->done_ev, o->stream));

@@ -2717,6 +2717,7 @@ static int train_main(int argc, char** argv) {
     if (rc == ZT_EXIT_OK) export_model(tr);
     if (rc == ZT_EXIT_OK && tr->f.log_hash) log_hashes(tr);
     log_memory(tr, "end");
+    offload_report(&tr->model.z); // [offload] how often the overflow check read the state
     int log_failed = tr->log_failed; // rank 0's; every rank ends with the same code
     comm_broadcast(&tr->comm, &log_failed, sizeof(log_failed), 0);
     if (log_failed) printf0("error: writes to %s/log.jsonl failed (see above)\n", tr->f.out_dir);

@@ -88,7 +88,7 @@ N=$((1 << 25))
 echo "4. the host AdamW of -offload (adamw.cuh's CPU loop), $N elements, $THREADS threads: bytes of state moved per second"
 test/test_bf16 --bench-adamw "$N" "$THREADS"
 if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
-    ours=$(test/test_bf16 --bench-adamw "$N" "$THREADS" | awk '/adamw_host/ {print $(NF-2)}')
+    ours=$(test/test_bf16 --bench-adamw "$N" "$THREADS" | awk '/adamw_host_max/ {print $(NF-2)}')
     echo "   beside PyTorch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)')'s CPU AdamW (FP32 parameters; ours stores BF16 parameters beside the FP32 master):"
     printf "   %-44s %9s %10s %12s\n" "optimizer" "ns/elem" "GB/s" "time vs ours"
     /usr/bin/python3 dev/bench_adamw_torch.py --elements "$N" --threads "$THREADS" | while read -r _ variant ns gbs; do

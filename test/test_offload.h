@@ -63,6 +63,9 @@ static void off_cell_nvme(int z, int R, int GA, int nvme) {
     rc = off_run("", R, z, GA, 3, "cpu", zt_dir(name), "", &lg, h);
     CHECKF(rc == 0 && lg.n == 3, "z%d R%d GA%d -offload cpu failed (%d):\n%s", z, R, GA, rc, off_out);
     CHECKF(strstr(off_out, "offload cpu: master, m, v") != NULL, "no offload line in the output:\n%s", off_out);
+    // the overflow check: a pass over the state on step 1 (maxima unknown), proved by the bound after
+    CHECKF(strstr(off_out, "check was proved by its bound on 2 step(s) (nothing read) and read the state on 1 ") != NULL,
+           "z%d R%d GA%d -offload cpu: the overflow check was not proved on steps 2 and 3:\n%s", z, R, GA, off_out);
     CHECKF(off_same_log(&lg, &ref), "z%d R%d GA%d: losses or norms differ with -offload cpu (step 3: %.9g vs %.9g)", z, R, GA,
            lg.loss[2], ref.loss[2]);
     CHECKF(href[0] && !strcmp(h, href), "z%d R%d GA%d: hashes differ with -offload cpu:\n  %s\n  %s", z, R, GA, h, href);
@@ -70,6 +73,8 @@ static void off_cell_nvme(int z, int R, int GA, int nvme) {
         snprintf(name, sizeof(name), "off_nvme_z%d_R%d_GA%d", z, R, GA);
         rc = off_run("", R, z, GA, 3, off_nvme(), zt_dir(name), "", &lg, h);
         CHECKF(rc == 0 && lg.n == 3 && strstr(off_out, "offload nvme: "), "z%d R%d GA%d -offload nvme failed (%d):\n%s", z, R, GA, rc, off_out);
+        CHECKF(strstr(off_out, "check was proved by its bound on 2 step(s) (nothing read) and read the state on 1 ") != NULL,
+               "z%d R%d GA%d -offload nvme: the overflow check was not proved on steps 2 and 3:\n%s", z, R, GA, off_out);
         CHECKF(off_same_log(&lg, &ref), "z%d R%d GA%d: losses or norms differ with -offload nvme", z, R, GA);
         CHECKF(href[0] && !strcmp(h, href), "z%d R%d GA%d: hashes differ with -offload nvme:\n  %s\n  %s", z, R, GA, h, href);
     }

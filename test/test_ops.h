@@ -530,6 +530,84 @@ TEST(op_adamw_check_overflow) {
     }
 }
 
+// The check proved instead of run (adamw_bound_finite, used by -offload): over 6000 random updates
+// whose state, gradient, learning rate, eps, betas and step span the float range, no update the
+// bound proves finite overflows (adamw_check_host finds nothing), and adamw_host_max updates bitwise
+// as adamw_host and reports the new state's maxima exactly. Not vacuous: many updates are proved and
+// many overflow; a typical training update is proved; unknown maxima and eps = 0 are never proved.
+static uint64_t bound_rng_state = 0x9E3779B97F4A7C15ull;
+static double bound_u01(void) { // xorshift64*: uniform in [0, 1)
+    bound_rng_state ^= bound_rng_state >> 12; bound_rng_state ^= bound_rng_state << 25; bound_rng_state ^= bound_rng_state >> 27;
+    return (double)((bound_rng_state * 2685821657736338717ull) >> 11) / 9007199254740992.0;
+}
+static double bound_pow10(double lo, double hi) { return pow(10.0, lo + (hi - lo) * bound_u01()); }
+
+TEST(op_adamw_bound_sound) {
+    enum { N = 16, TRIALS = 6000 };
+    int proved = 0, overflowed = 0, unsound = 0, differ = 0;
+    const float eps_c[] = {1e-8f, 1e-3f, 1e-30f, 1e-31f, 0.0f}, b2_c[] = {0.95f, 0.999f, 0.9999999f}, b1_c[] = {0.9f, 0.0f};
+    const int t_c[] = {1, 10, 1000};
+    for (int trial = 0; trial < TRIALS; trial++) {
+        double M = bound_pow10(-6, 38.5), V = bound_pow10(-12, 38.5), W = bound_pow10(-3, 38.5), Gs = bound_pow10(-6, 38.5);
+        float master[N], m[N], v[N], g[N];
+        for (int i = 0; i < N; i++) {
+            double s = i == 0 ? 1.0 : bound_u01(), sign = bound_u01() < 0.5 ? -1.0 : 1.0; // element 0 holds the maxima
+            m[i] = (float)fmin(sign * s * M, FLT_MAX); v[i] = (float)fmin(bound_u01() * V, FLT_MAX);
+            master[i] = (float)fmin(-sign * s * W, FLT_MAX); g[i] = (float)fmin((2 * bound_u01() - 1) * Gs, FLT_MAX);
+        }
+        v[0] = (float)fmin(V, FLT_MAX);
+        if (bound_u01() < 0.5) g[1] = (float)fmin(Gs, FLT_MAX);
+        AdamWParams hp = {(float)fmin(bound_pow10(-8, 38.5), FLT_MAX), b1_c[trial % 2], b2_c[(trial / 2) % 3], eps_c[(trial / 6) % 5],
+                          bound_u01() < 0.5 ? 0.1f : 0.0f, 1.0f, 0, 0};
+        adamw_bias_corrections(&hp, t_c[(trial / 30) % 3]);
+        StepScalars sc;
+        memset(&sc, 0, sizeof(sc));
+        sc.finite = 1;
+        for (int i = 0; i < N; i++) sc.sumsq += (double)g[i] * g[i];
+        sc.grad_scale = bound_u01() < 0.5 ? 1.0f : (float)fmin(1.0, 1.0 / sqrt(sc.sumsq));
+        hp.grad_scale = sc.grad_scale;
+        AdamWMax mx = {0.0f, 0.0f, 0.0f, 1};
+        for (int i = 0; i < N; i++) { mx.m = fmaxf(mx.m, fabsf(m[i])); mx.v = fmaxf(mx.v, v[i]); mx.w = fmaxf(mx.w, fabsf(master[i])); }
+        Segment seg = {0, N, 1};
+        int ok = adamw_bound_finite(&hp, &sc, &mx);
+        adamw_check_host(master, m, v, g, &seg, 1, &hp, &sc);
+        proved += ok; overflowed += sc.overflow; unsound += ok && sc.overflow;
+        if (ok && unsound == 1 && sc.overflow)
+            printf("    unsound: M %g V %g W %g G %g lr %g eps %g b1 %g b2 %g\n", M, V, W, Gs, (double)hp.lr, (double)hp.eps, (double)hp.beta1, (double)hp.beta2);
+        if (!sc.overflow) { // the update with maxima: bitwise adamw_host's, maxima exact
+            float w1[N], m1[N], v1[N], w2[N], m2[N], v2[N];
+            floatX p1[N], p2[N];
+            memcpy(w1, master, sizeof(w1)); memcpy(m1, m, sizeof(m1)); memcpy(v1, v, sizeof(v1));
+            memcpy(w2, master, sizeof(w2)); memcpy(m2, m, sizeof(m2)); memcpy(v2, v, sizeof(v2));
+            adamw_host(p1, w1, m1, v1, g, &seg, 1, &hp, NULL);
+            AdamWMax after = {0.0f, 0.0f, 0.0f, 1};
+            adamw_host_max(p2, w2, m2, v2, g, &seg, 1, &hp, &after);
+            float em = 0, ev = 0, ew = 0;
+            for (int i = 0; i < N; i++) { em = fmaxf(em, fabsf(m1[i])); ev = fmaxf(ev, v1[i]); ew = fmaxf(ew, fabsf(w1[i])); }
+            differ += memcmp(w1, w2, sizeof(w1)) || memcmp(m1, m2, sizeof(m1)) || memcmp(v1, v2, sizeof(v1)) || memcmp(p1, p2, sizeof(p1)) ||
+                      after.m != em || after.v != ev || after.w != ew || !after.known;
+        }
+    }
+    printf("    %d updates: %d proved finite by the bound, %d overflow (checked), %d both\n", TRIALS, proved, overflowed, unsound);
+    CHECKF(unsound == 0, "%d updates proved finite overflowed", unsound);
+    CHECKF(differ == 0, "%d updates: adamw_host_max differs from adamw_host or reports other maxima", differ);
+    CHECKF(proved >= TRIALS / 10 && overflowed >= TRIALS / 20, "the random cases do not exercise both sides: %d proved, %d overflow", proved, overflowed);
+    // a typical training update is proved; unknown maxima, eps 0 and beta2 too close to 1 are not
+    AdamWParams hp = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0, 0};
+    adamw_bias_corrections(&hp, 1);
+    StepScalars sc;
+    memset(&sc, 0, sizeof(sc));
+    sc.finite = 1; sc.sumsq = 100.0; sc.grad_scale = 0.1f;
+    AdamWMax mx = {1e-2f, 1e-4f, 2.0f, 1};
+    CHECK(adamw_bound_finite(&hp, &sc, &mx));
+    mx.known = 0;
+    CHECK(!adamw_bound_finite(&hp, &sc, &mx));
+    mx.known = 1; hp.eps = 0.0f;
+    CHECK(!adamw_bound_finite(&hp, &sc, &mx));
+    hp.eps = 1e-8f; hp.beta2 = 0.9999999f;
+    CHECK(!adamw_bound_finite(&hp, &sc, &mx));
+}
+
 // Initialisation runs on every OpenMP thread and gives the same bits for any thread count: the
 // whole logical vector of a small model filled with 1 and with 2 threads (and from two halves),
 // compared bitwise; the time per parameter is printed.
