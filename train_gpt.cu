@@ -1058,7 +1058,10 @@ typedef struct {
     size_t bytes[TAG_COUNT];        // per rank
     size_t total;                   // on the device (offload rows: without the optimizer state)
     size_t host_per_node;           // offload rows: host bytes per node (host_bytes x ranks on a node)
-    double pcie_bytes;              // offload rows: bytes over host<->device per step and rank (gradient shard D2H, parameters H2D)
+    double pcie_bytes;              // offload rows: bytes over host<->device per step and rank (gradient shard D2H: once with cpu,
+                                    // twice with nvme, the check's and the update's; parameters H2D once)
+    double pcie_d2h_hidden;         // [cpu] of those, the gradient bytes copied during the backward (all blocks but the last reduced)
+    double state_bytes;             // offload rows: master, m, v of the rank's shard (12 bytes an element)
     double pcie_s, host_s;          // offload rows: their time, and the host AdamW's
     size_t host_bytes;              // [offload] per rank: optimizer state (cpu) or its buffers (nvme) + staging (offload_host_bytes)
     size_t disk_per_node;           // [nvme] the offload files of the node's ranks (12 bytes per element of each shard)
@@ -1118,7 +1121,11 @@ static void plan_config(const GPTConfig* c, int B, int T, int R, int GA, int sta
     p->bytes[TAG_GRAD_BUF] = 4 * s.grad_bufs;
     p->bytes[TAG_MASTER] = p->bytes[TAG_ADAM_M] = p->bytes[TAG_ADAM_V] = offload ? 0 : 4 * s.opt; // [offload] on the host
     p->host_bytes = offload_host_bytes(&lay, offload, offload_buffer);
-    p->pcie_bytes = offload ? (double)(4 + X) * s.opt : 0.0; // [offload] FP32 gradient shard down, floatX parameters up
+    // [offload] the FP32 gradient shard down (cpu: block by block during the backward, the io block,
+    // reduced last, after it; nvme: at the step, twice) and the floatX parameters up
+    p->pcie_bytes = offload ? (double)((offload == OFFLOAD_NVME ? 8 : 4) + X) * s.opt : 0.0;
+    p->pcie_d2h_hidden = offload == OFFLOAD_CPU ? 4.0 * (double)(s.opt - lay.S[0]) : 0.0;
+    p->state_bytes = offload ? 12.0 * (double)s.opt : 0.0;
     p->bytes[TAG_ACTS] = acts;
     p->bytes[TAG_LOGITS] = logits;
     p->bytes[TAG_COMM] = 4 * s.comm;
@@ -1340,7 +1347,9 @@ static int plan_rows(const GPTConfig* c, int B, int T, int R, int GA, int local_
         }
     }
     // [offload] master, m, v and the pinned staging on the host (ZeRO-1..3; -z 0 refuses offload):
-    // the device holds the rest; the step adds the copies and the host AdamW (no overlap assumed).
+    // the device holds the rest; the step adds the copies and the host AdamW (no overlap assumed),
+    // but with cpu the gradient copies of all blocks but the last reduced run during the backward
+    // (2/3 of the compute): only what exceeds it counts.
     // On the CPU device the host is the device: the host bytes count against the same memory.
     // [nvme] the same with the state in a file per rank: the host holds -offload-buffer; the step also
     // reads and writes the state once at the node's disk bandwidth, shared by its ranks.
@@ -1349,10 +1358,11 @@ static int plan_rows(const GPTConfig* c, int B, int T, int R, int GA, int local_
         for (int r = 0; r <= 3; r++) {
             PlanRow* p = &rows[n++];
             plan_config(c, B, T, R, GA, z, r, (Offload)k, e->offload_buffer, p);
-            double state = 3.0 * p->pcie_bytes / (4 + sizeof(floatX)) * 4; // master, m, v of the shard: 12 bytes an element
+            double state = p->state_bytes; // master, m, v of the shard: 12 bytes an element
             p->compute_s = plan_flops_per_token(c, T, r) * B * T * GA / e->flops;
             p->comm_s = p->traffic / e->link;
-            p->pcie_s = p->pcie_bytes / e->pcie;
+            double hidden = p->pcie_d2h_hidden / e->pcie; // [cpu] the copies under the backward
+            p->pcie_s = (p->pcie_bytes - p->pcie_d2h_hidden) / e->pcie + fmax(0.0, hidden - 2.0 / 3.0 * p->compute_s);
             p->host_s = state / (PLAN_HOST_ADAMW_GBS * 1e9); // the state's bytes, each read and written once
             p->disk_per_node = k == OFFLOAD_NVME ? (size_t)state * (size_t)local_ranks : 0;
             p->disk_s = k == OFFLOAD_NVME ? 2.0 * (double)p->disk_per_node / e->disk : 0.0;
@@ -1484,7 +1494,7 @@ static void run_plan(const Flags* f, const GPTConfig* c, int R, const Launch* L)
     }
     printf0("fits: yes = leaves at least the headroom free; tight = fits in the memory but leaves less (never chosen); no = does not fit\n");
     printf0("-r N o: -offload cpu (master, m, v and pinned staging on the host: host/node; total is on the device%s); est s/step adds the "
-            "copies and the host AdamW; chosen only when no row without offload fits\n", g_device == DEV_CPU ? ", free counts the host bytes too" : "");
+            "copies (the gradient's run during the backward: only what exceeds it counts) and the host AdamW; chosen only when no row without offload fits\n", g_device == DEV_CPU ? ", free counts the host bytes too" : "");
     printf0("-r N n: -offload nvme (the state in a file per rank: disk/node, not counting checkpoints; the host holds -offload-buffer %s per rank "
             "and the staging); est s/step also reads and writes the state at %.0f Gbit/s per node (%s); chosen only when no cpu row fits, "
             "and with -z auto only when -offload-dir is given\n", fmt_bytes(e.offload_buffer).s, e.disk * 8 / 1e9, e.disk_src);
