@@ -367,6 +367,67 @@ TEST(offload_plan_rows) {
     if (!g_test_failed) printf("    offload rows = closed form = allocation; -z auto offloads at %.0f bytes, not at %.0f\n", need - 1, need);
 }
 
+// The planner's disk per node counts the checkpoints kept. A run at R = 2 (ZeRO-1) with -x 5 -n 2
+// -nk 2 writes checkpoints at steps 2, 4 and 5 and keeps the newest 2: the files of one of them
+// (model_*.bin + both ranks' state_*.bin, by stat) equal the closed form (checkpoint.h:
+// ckpt_model_file_bytes, ckpt_state_file_bytes, from the layout alone); -plan with the same flags
+// (-world 2: both ranks on one node) counts 3 of them at the peak (-nk 2 writes the next before it
+// removes the oldest) in every row, on top of the nvme rows' offload files; -save-model last: one
+// model file; -nk 0: all 3; -n 0: none; -x -1 with -nk 0: not counted, and says so.
+TEST(offload_plan_counts_checkpoints) {
+    static char out[1 << 20];
+    const char* dir = zt_dir("offplan_ckpt_run");
+    int rc = off_run("", 2, 1, 1, 5, "none", dir, "-n 2 -nk 2", NULL, NULL);
+    CHECKF(rc == 0, "run failed (%d):\n%s", rc, off_out);
+    double files = 0;
+    const char* names[3] = {"model_00000005.bin", "state_00000005_00000.bin", "state_00000005_00001.bin"};
+    for (int i = 0; i < 3; i++) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+        struct stat st;
+        CHECKF(stat(path, &st) == 0, "%s: missing", path);
+        files += (double)st.st_size;
+    }
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/model_00000002.bin", dir);
+    CHECKF(access(path, F_OK) != 0, "-nk 2: step 2's checkpoint is still there");
+    GPTConfig c = {ZT_L, ZT_C, ZT_NH, ZT_V, 128, ZT_MAXT};
+    ModelDesc d;
+    model_describe(&d, &c);
+    BlockLayout lay;
+    model_layout(&d, &lay, 2, 0);
+    double model = (double)ckpt_model_file_bytes(&lay), one = model + (double)(ckpt_state_file_bytes(&lay, 0) + ckpt_state_file_bytes(&lay, 1));
+    int64_t Pio, Pl, logical;
+    zt_blocks(2, &Pio, &Pl, &logical);
+    double shard = (Pio + ZT_L * Pl) / 2.0;
+    layout_free(&lay);
+    CHECKF(files == one && model == 1024.0 + sizeof(floatX) * (double)logical, "one checkpoint: %.0f bytes written, closed form %.0f (model %.0f)",
+           files, one, model);
+    static const struct { const char* flags; double count, models; } cases[] = {
+        {"-x 5 -n 2 -nk 2", 3, 3}, {"-x 5 -n 2 -nk 2 -save-model last", 3, 1}, {"-x 5 -n 2", 3, 3}, {"-x 9 -n 2 -nk 1", 2, 2},
+        {"-x 5 -n 0", 0, 0}, {"-x -1 -n 2", 0, 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        OffPlan po;
+        char extra[256];
+        snprintf(extra, sizeof(extra), "%s -offload-dir /tmp", cases[i].flags);
+        CHECKF(off_plan(extra, &po, out, sizeof(out)) == 0, "-plan %s failed:\n%s", extra, out);
+        double ckpt = cases[i].count * (one - model) + cases[i].models * model;
+        for (int z = 0; z <= 3; z++)
+            for (int r = 0; r <= 3; r++)
+                for (int k = z ? 0 : 0; k < (z ? 3 : 1); k++) {
+                    double want = ckpt + (k == 2 ? 2 * 12.0 * shard : 0.0);
+                    CHECKF(po.disk[z][r][k] == want, "-plan %s: z%d r%d offload %d: disk per node %.0f, closed form %.0f", cases[i].flags, z, r, k,
+                           po.disk[z][r][k], want);
+                }
+        if (strstr(cases[i].flags, "-x -1"))
+            CHECKF(strstr(out, "disk/node: checkpoints not counted: -x -1"), "-plan %s: no word on the checkpoints:\n%s", cases[i].flags, out);
+        else if (cases[i].count > 0)
+            CHECKF(strstr(out, "checkpoints on disk at once"), "-plan %s: no checkpoint line:\n%s", cases[i].flags, out);
+    }
+    if (!g_test_failed) printf("    one checkpoint at R 2 = %.0f bytes = closed form; -plan counts the kept ones at the peak\n", one);
+}
+
 // -export from the FP32 master weights (block_values reads them wherever they live) and a
 // -save-model checkpoint give the same bytes with -offload none, cpu and nvme.
 TEST(offload_export_same_bytes) {
