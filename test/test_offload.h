@@ -81,18 +81,18 @@ static void off_cell(int z, int R, int GA) { off_cell_nvme(z, R, GA, 1); }
 
 #ifndef ENABLE_FP32
 // -offload cpu copies each block's gradient shard to the host as its last reduction completes
-// (offload.h, THE STEP 1). Each fault below breaks that for block 2 at ZeRO-3, R = 1 (the tests run
-// with -poison 1: the host copy is NaN at the start of every step) and must be seen:
+// (offload.h, THE STEP 0). Each fault below breaks that for block 2 at ZeRO-3, R = 1, GA = 3 (the
+// tests run with -poison 1: the host copy is NaN at the start of every step) and must be seen:
 //   offload-grad-skip:2    the copy never happens: the host reads NaN, the update is skipped -> the
 //                          hashes and losses differ from the run without offload
-//   offload-grad-early:2   (GA = 3) the copy after the first micro-step's reduction, not the last: a
+//   offload-grad-early:2   the copy after the first micro-step's reduction, not the last: a
 //                          partial sum -> the hashes differ
-//   offload-grad-every:2   (GA = 3) a copy after every micro-step's reduction: the same numbers (the
+//   offload-grad-every:2   a copy after every micro-step's reduction: the same numbers (the
 //                          last one wins), but the step's exactly-once check ends the run (exit 1)
-//   offload-grad-nowait:2  the copy as soon as the reduction is issued: [CPU device] (GA = 3) before
-//                          the last micro-step's sum is added -> the hashes differ; [emulator] (GA = 1)
-//                          the copy stream reads the shard the communication stream's copy may still
-//                          be writing: the emulator stops the run (exit != 0, "cuda_emu")
+//   offload-grad-nowait:2  the copy as soon as the reduction is issued: [CPU device] before the last
+//                          micro-step's sum is added -> the hashes differ; [emulator] (GA = 1: the
+//                          reduction is a copy there) the copy stream reads the shard the communication
+//                          stream's copy may still be writing: the emulator stops the run ("cuda_emu")
 // And the same runs without a fault are identical to the reference (the faults are the only change).
 static void off_grad_fault(const char* fault, int GA, const ZtLog* ref, const char* href) {
     ZtLog lg;
@@ -118,28 +118,20 @@ static void off_grad_fault(const char* fault, int GA, const ZtLog* ref, const ch
     if (!g_test_failed) printf("    %s at GA %d seen (exit %d)\n", fault, GA, rc);
 }
 static void off_grad_faults(int emu) {
-    ZtLog ref[2];
-    char href[2][512] = {"", ""};
-    for (int i = 0; i < (emu ? 1 : 2); i++) { // GA 1 (and 3): without offload, and with it and no fault: identical
-        ZtLog lg;
-        char h[512] = "", name[64];
-        int GA = i ? 3 : 1;
-        snprintf(name, sizeof(name), "offgrad_none_GA%d", GA);
-        int rc = off_run("", 1, 3, GA, 3, "none", zt_dir(name), "", &ref[i], href[i]);
-        CHECKF(rc == 0, "reference failed (%d):\n%s", rc, off_out);
-        snprintf(name, sizeof(name), "offgrad_cpu_GA%d", GA);
-        rc = off_run("", 1, 3, GA, 3, "cpu", zt_dir(name), "", &lg, h);
-        CHECKF(rc == 0 && !strcmp(h, href[i]) && off_same_log(&lg, &ref[i]), "no fault, GA %d: differs (%d):\n  %s\n  %s\n%s", GA, rc, h,
-               href[i], off_out);
-    }
-    off_grad_fault("offload-grad-skip:2", 1, &ref[0], href[0]);
-    if (emu) { // (the host-side faults, early and every, are the same code on both devices: the CPU suite runs them)
-        off_grad_fault("offload-grad-nowait:2", 1, &ref[0], href[0]);
-        return;
-    }
-    off_grad_fault("offload-grad-early:2", 3, &ref[1], href[1]);
-    off_grad_fault("offload-grad-every:2", 3, &ref[1], href[1]);
-    off_grad_fault("offload-grad-nowait:2", 3, &ref[1], href[1]);
+    ZtLog ref, lg;
+    char href[512] = "", h[512] = "", name[64];
+    int GA = emu ? 1 : 3; // the emulator: GA 1, where the reduction it must wait for is a copy it tracks
+    snprintf(name, sizeof(name), "offgrad_none_GA%d", GA); // without offload, and with it and no fault: identical
+    int rc = off_run("", 1, 3, GA, 3, "none", zt_dir(name), "", &ref, href);
+    CHECKF(rc == 0, "reference failed (%d):\n%s", rc, off_out);
+    snprintf(name, sizeof(name), "offgrad_cpu_GA%d", GA);
+    rc = off_run("", 1, 3, GA, 3, "cpu", zt_dir(name), "", &lg, h);
+    CHECKF(rc == 0 && !strcmp(h, href) && off_same_log(&lg, &ref), "no fault, GA %d: differs (%d):\n  %s\n  %s\n%s", GA, rc, h, href, off_out);
+    off_grad_fault("offload-grad-nowait:2", GA, &ref, href);
+    if (emu) return; // (skip, early and every are host code, the same on both devices: the CPU suite runs them)
+    off_grad_fault("offload-grad-skip:2", GA, &ref, href);
+    off_grad_fault("offload-grad-early:2", GA, &ref, href);
+    off_grad_fault("offload-grad-every:2", GA, &ref, href);
 }
 #endif // ENABLE_FP32
 
