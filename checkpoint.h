@@ -425,6 +425,25 @@ static int state_pieces(const Zero* z, StatePiece* out) {
     return n;
 }
 
+// The bytes of a checkpoint's files from the layout alone (the planner counts the checkpoints a run
+// keeps with them; test/test_offload.h compares them with the files a run writes): rank q's state
+// file as write_state_file lays it out (header, piece table, chunk checksums, payload: master, m, v
+// of the logical elements of q's shard of every block; the same at every stage), and the model file
+// as write_model_file does (llm.c's 1 KiB header, every logical parameter in floatX). The markers
+// (DONE, LATEST: a few hundred bytes) are not counted.
+static int64_t ckpt_state_file_bytes(const BlockLayout* lay, int q) {
+    int64_t n = 0, total = 0;
+    Piece pc[MAX_BLOCK_TENSORS];
+    for (int b = 0; b < lay->nblocks; b++) {
+        int k = layout_pieces(lay, b, q * lay->S[b], (q + 1) * lay->S[b], pc);
+        for (int i = 0; i < k; i++) total += pc[i].len;
+        n += k;
+    }
+    int64_t payload = 12 * total, nchunks = (payload + CKPT_CHUNK - 1) / CKPT_CHUNK;
+    return 8 * STATE_HEADER_INTS + 16 * n + 4 * nchunks + payload;
+}
+static int64_t ckpt_model_file_bytes(const BlockLayout* lay) { return 1024 + lay->logical_total * (int64_t)sizeof(floatX); }
+
 // The payload streamed through CRC32C, one chunk at a time (chunks span pieces and arrays).
 typedef struct {
     int fd;

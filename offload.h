@@ -6,7 +6,9 @@
 // WHAT LIVES WHERE (per rank). The device keeps the parameters and the gradients as the ZeRO stage
 // says (zero.h); master, m and v of the rank's optimizer range (its shard: offload needs -z 1, 2 or
 // 3) live in host memory, plain pageable memory. Pinned (page-locked) are only the staging buffers:
-// two for gradient shards (FP32) and two for parameters (floatX), each one block's shard.
+// cpu: the FP32 copy of the rank's whole gradient shard (4 bytes an element: the gradients' staging,
+// written by the D2H copies during the backward and read by the check and the update) and two
+// parameter buffers of one block's shard; nvme: two FP32 gradient and two parameter buffers of a unit.
 // On the CPU device "device" memory is the same RAM: -offload cpu is a code path there, not a saving.
 // NVME: the file holds master at [0, S), m at [S, 2S), v at [2S, 3S) floats (S: the rank's optimizer
 // range); the host holds three slots of one UNIT (K elements of master, m, v) and the staging of one
@@ -15,40 +17,69 @@
 // page cache is dropped after each unit (posix_fadvise DONTNEED, after sync_file_range for writes).
 //
 // THE STEP (train_step), the same numbers as without offload, bit for bit:
+//   0. [cpu] during the backward: when block b's reduction of the step's last micro-step is issued
+//      (zero_reduce_block; ZeRO-1: its reduce-scatter, ZeRO-2/3: the one that adds the last
+//      micro-step into the shard), the hook offload_grad_reduced copies b's shard to the host copy
+//      once that reduction is complete, while the backward of the next blocks runs (CUDA: on the
+//      offload stream, after the collective's `done` event; CPU device: when comm_wait has finished
+//      it, checked at the next hook and at the step). The io block, reduced last, is the only copy
+//      nothing overlaps. Under -poison the host copy is NaN-filled at the step's first hook;
 //   1. the gradient's sum of squares, norm, clip scale and finite flag are computed where they are
 //      without offload: on the device, from the shards (zero_grad_sumsq, op_step_scalars; the GPU's
 //      sum is deterministic but not the CPU's bitwise), then read back (one wait per step);
-//   2. unit by unit (cpu: a unit is a block's shard): its gradient goes to the host (unit u+1's copy
-//      is issued before u is updated), AdamW runs on the host (adamw_host: adamw.cuh's CPU loop, the
-//      same operation order as the kernel, which spells every IEEE operation out; no fast-math, no
-//      FTZ/DAZ in either build), the parameters are rounded to nearest by the same rn() into a
-//      staging buffer and copied back segment by segment (padding is never written, as on the
-//      device) while the next block is updated;
-//   3. the stage's all-gather (zero_after_step), after the last copy.
-// Before 2, the overflow check (offload_adamw_check): a first pass over the units with the update's
-// arithmetic and nothing written (adamw_check_host), the flag summed over ranks, so a step whose
-// update would not be finite is skipped by every rank before any unit changes. It costs one more
-// gradient copy to the host per step, and with nvme one more read of the state (a step reads
+//   2. the host waits once for the last gradient copy (offload_grads_arrived: every step, also one
+//      that is skipped; each block copied exactly once, or an internal error ends the run);
+//   3. unit by unit (cpu: a unit is a block's shard, its gradient read from the host copy; nvme: its
+//      gradient goes to the host now, unit u+1's copy issued before u is updated), AdamW runs on
+//      the host (adamw_host: adamw.cuh's CPU loop, the same operation order as the kernel, which
+//      spells every IEEE operation out; no fast-math, no FTZ/DAZ in either build), the parameters
+//      are rounded to nearest by the same rn() into a staging buffer and copied back segment by
+//      segment (padding is never written, as on the device) while the next block is updated;
+//   4. the stage's all-gather (zero_after_step), after the last copy.
+// Before 3, the overflow check (offload_adamw_check), so a step whose update would not be finite is
+// skipped by every rank before any unit changes: usually proved by a bound (adamw_bound_finite, from
+// the norm and the state's maxima that the last update kept: adamw_host_max), reading nothing;
+// otherwise (the first step after a start or a load, a bound too loose) a first pass over the units
+// with the update's arithmetic and nothing written (adamw_check_host), the flag summed over ranks.
+// With cpu the pass reads the same host copy as the update: one gradient copy per step. With nvme
+// the pass costs one more gradient copy to the host and one more read of the state (that step reads
 // 24 bytes per element instead of 12 and writes 12).
+// NVME keeps the copies at the step, unit by unit (not during the backward): its host memory is
+// bounded by -offload-buffer, which cannot hold the whole gradient shard, and a bounded window
+// filled during the backward would have to stall the backward (or fall back to the step) whenever
+// the shard exceeds it, which is nvme's whole use case. The cost: the gradient crosses PCIe after
+// the backward, not overlapped with it (once per step when the check is proved, twice when its pass
+// runs; -plan counts the steady state: 4 bytes an element down, for nvme as for cpu).
 // Threads: the host AdamW uses the rank's OpenMP threads (-threads: cores / ranks on the node).
 //
-// CUDA ORDER (the copies run on g_offload_stream, a stream of their own):
-//   a. g_offload_stream waits for the compute stream (event `start`) before the first D2H: the
-//      gradients are final (zero_grad_sumsq waited for every reduction);
-//   b. the host waits for unit u's D2H (d2h[u % 2]) before updating it, and for unit u-2's H2D
-//      (h2d[u % 2]) before rounding into that staging buffer again;
+// CUDA ORDER (the copies run on g_offload_stream, a stream of their own; events created once at
+// init, no allocation in a step):
+//   g. [cpu] block b's gradient D2H waits on the offload stream for its reduction's completion
+//      event (the comm slot's `done`, recorded by comm_start_cuda), then event grads_ev is recorded;
+//      at the step the host waits for grads_ev (cudaEventSynchronize) before the check reads the
+//      host copy, and the compute stream waits for it too (cudaStreamWaitEvent), so the next writer
+//      of the shard ([ZeRO-2/3] the next step's first reduce-scatter, which starts behind the
+//      compute stream; [ZeRO-1] zero_zero_grads into full_grads) comes after the copy -- on every
+//      step, also a skipped one;
+//   a. g_offload_stream waits for the compute stream (event `start`) before the step's first copy
+//      ([nvme] D2H, [cpu] the first H2D): the gradients are final, the parameters read;
+//   b. the host waits for unit u's D2H (d2h[u % 2], nvme) before updating it, and for unit u-2's
+//      H2D (h2d[u % 2]) before rounding into that staging buffer again;
 //   c. the compute stream waits for the last H2D (event `done_ev`) before the all-gather, the next
 //      step's gradient zeroing and its forward.
 // The CUDA emulator (make test: test/test_emu offload) runs this path with host and device memory
 // kept apart (a missing copy reads NaN or stops the run) and checks cross-stream order through events:
 // without (c) it stops the run (tried: a kernel reads parameters the copy stream may still be
-// writing). (a) is implied today by train_step's read-back of the scalars (the host has waited for the
+// writing); without (g)'s wait for `done` it stops the run where the reduction is a copy or a
+// collective (R = 1 at GA = 1 under ZeRO-2/3, any R > 1: offload_emu_grad_copy_faults), not where it
+// is only a kernel (R = 1 accumulating micro-steps: the emulator tracks kernels' writes by pointer,
+// not by range, and ZeRO-1 at R = 1 issues nothing); a missing compute-stream wait for grads_ev is
+// covered there by the host's wait (the emulator counts the host's knowledge, as a GPU does).
+// (a) is implied today by train_step's read-back of the scalars (the host has waited for the
 // compute stream before it issues any copy): without (a) the emulator runs on, correctly; it is kept
 // so that the order does not hang on that read-back. Its streams are synchronous, so it cannot show
-// that the copies overlap the host's AdamW, nor catch a missing host wait (b): a GPU run has to.
-//
-// NOT HERE (yet): copying each block's gradient shard to the host as its reduction completes,
-// overlapped with the backward of the next blocks (the copies start at the step, after the norm).
+// that the copies overlap the backward or the host's AdamW, nor catch a missing host wait (b, or g's
+// cudaEventSynchronize: the copy has landed when it is issued): a GPU run has to.
 //
 // defines: OffloadState, offload_parse, offload_name, offload_host_bytes, offload_init, offload_free,
 //          offload_adamw_check, offload_adamw, offload_report
@@ -91,18 +122,23 @@ static int64_t offload_unit(const BlockLayout* lay, Offload k, double buffer) {
     return K < maxS ? K : maxS;
 }
 
-// Host bytes one rank holds: cpu: master, m, v of its shard (FP32) and the pinned staging, two
-// gradient and two parameter buffers of the largest block shard; nvme: three state slots of one unit
-// and the staging of one unit (what -offload-buffer bounds). THE closed form: offload_init allocates
-// exactly this, the planner prints it.
+// Host bytes one rank holds: cpu: master, m, v of its shard (FP32), the pinned FP32 copy of its
+// gradient shard (the gradients' staging: 4 bytes an element) and two pinned parameter buffers of
+// the largest block shard; nvme: three state slots of one unit and the staging of one unit (two
+// gradient and two parameter buffers: what -offload-buffer bounds). THE closed form: offload_init
+// allocates exactly this, the planner prints it.
 static size_t offload_host_bytes(const BlockLayout* lay, Offload k, double buffer) {
     if (k == OFFLOAD_NONE) return 0;
-    size_t K = (size_t)offload_unit(lay, k, buffer), staging = 2 * (4 + sizeof(floatX)) * K;
-    return k == OFFLOAD_CPU ? 3 * 4 * (size_t)lay->shard_total + staging : 3 * 12 * K + staging;
+    size_t K = (size_t)offload_unit(lay, k, buffer), S = (size_t)lay->shard_total;
+    if (k == OFFLOAD_CPU) return 3 * 4 * S + 4 * S + 2 * sizeof(floatX) * K;
+    return 3 * 12 * K + 2 * (4 + sizeof(floatX)) * K;
 }
 
 // A unit of work: elements [lo, lo + n) of block b's optimizer range (lo relative to its start).
 typedef struct { int b; int64_t lo, n; } OffloadUnit;
+
+// [cpu, CPU device] A gradient copy waiting for reduction h (the slot's issue number seq) to finish.
+typedef struct { int b, h; int64_t seq; } OffloadPending;
 
 // [nvme] One request to the I/O thread: read (0) or write (1) unit u's master, m, v to / from slot s.
 typedef struct { int write, u, s; } OffloadIO;
@@ -114,7 +150,14 @@ typedef struct {
     int nunits;
     OffloadUnit* units;   // every block's range in pieces of at most K, block order
     int64_t* read_seq;    // [nvme] (nunits): the request number of unit u's read in this pass
-    float* gbuf[2];       // pinned, (K) FP32: unit u's gradient in gbuf[u % 2] [=]
+    float* gbuf[2];       // [nvme] pinned, (K) FP32: unit u's gradient in gbuf[u % 2] [=]
+    float* ghost;         // [cpu] pinned, (opt_total) FP32: the rank's whole gradient shard, each block
+                          //   copied as its last reduction completes (offload_grad_reduced) [=]
+    int* copied;          // [cpu] (nblocks): copies of block b's shard issued this step (1 at the check)
+    OffloadPending pend[COMM_MAX_INFLIGHT]; // [cpu, CPU device] copies waiting for their reduction
+    int npend;
+    int step_open;        // [cpu] a copy hook of this step ran (under -poison the host copy was NaN-filled)
+    int grads_issued;     // [cpu, CUDA] a D2H of this step was issued (grads_ev recorded)
     floatX* pbuf[2];      // pinned, (K) floatX: unit u's parameters rounded from master [=]
     int h2d_pending[2];   // an H2D from pbuf[k] was issued (the host waits for it before refilling)
     size_t host_bytes;    // what this rank allocated on the host (offload_host_bytes)
@@ -135,6 +178,7 @@ typedef struct {
 #ifdef __CUDACC__
     cudaStream_t stream;  // g_offload_stream: the copies
     cudaEvent_t start, done_ev, d2h[2], h2d[2];
+    cudaEvent_t grads_ev; // [cpu] recorded after each block's gradient D2H (the last one: every block's)
 #endif
 } OffloadState;
 
@@ -145,6 +189,13 @@ static cudaStream_t g_offload_stream = 0;
 // Fault injection for the tests (test/test_offload.h), from the environment:
 //   ZT_FAULT=offload-skip-copy:B   block B's updated parameters never go back to the device
 //                                  (proves that the bitwise comparison sees a missing copy)
+//   ZT_FAULT=offload-grad-skip:B   [cpu] block B's gradient shard is counted as copied to the host but
+//                                  never copied (the host copy keeps its -poison NaN)
+//   ZT_FAULT=offload-grad-early:B  [cpu] block B's shard is copied after its first micro-step's
+//                                  reduction instead of its last (a partial sum when GA > 1, ZeRO-2/3)
+//   ZT_FAULT=offload-grad-every:B  [cpu] block B's shard is copied after every micro-step's reduction
+//   ZT_FAULT=offload-grad-nowait:B [cpu] block B's shard is copied as soon as its reduction is issued,
+//                                  not when it is complete (CUDA: no wait for the collective's event)
 //   ZT_FAULT=offload-enospc:N      [nvme] the N-th unit written by a step fails as a full disk would
 //   ZT_FAULT=offload-eio:N         [nvme] the N-th unit read by a step fails with an I/O error
 // Never set outside the tests.
@@ -284,6 +335,8 @@ static void* offload_host_alloc(size_t bytes) {
     return p;
 }
 
+static void offload_grad_reduced(Zero* z, int b, int h, int micro, int last_micro); // (below: the copies)
+
 // Place master, m, v (zero_init left them unallocated) and the staging buffers. cpu: host arrays,
 // zeroed; nvme: dir/zt_offload_<pid>_r<rank>.bin, sized (posix_fallocate: a full disk says so now)
 // and unlinked at once (nothing is left behind, whatever ends the run), and three unit slots.
@@ -326,17 +379,26 @@ static void offload_init(Zero* z, const char* dir, double buffer) {
         if (pthread_create(&o->io, NULL, offload_io_thread, &g_offload_arg)) die(1, "-offload nvme: cannot start the I/O thread");
         z->state_io = offload_nvme_io;
     }
+    size_t staging = 0;
     for (int k = 0; k < 2; k++) {
-        o->gbuf[k] = (float*)host_pinned_alloc(sizeof(float) * o->K);
+        if (o->kind == OFFLOAD_NVME) o->gbuf[k] = (float*)host_pinned_alloc(sizeof(float) * o->K);
         o->pbuf[k] = (floatX*)host_pinned_alloc(sizeof(floatX) * o->K);
+        staging += (o->kind == OFFLOAD_NVME ? sizeof(float) : 0) * (size_t)o->K + sizeof(floatX) * (size_t)o->K;
     }
-    o->host_bytes = state + 2 * (sizeof(float) + sizeof(floatX)) * (size_t)o->K;
+    if (o->kind == OFFLOAD_CPU) { // the gradient shard's staging: copied block by block during the backward
+        o->ghost = (float*)host_pinned_alloc(sizeof(float) * (size_t)(z->opt_total > 0 ? z->opt_total : 1));
+        staging += sizeof(float) * (size_t)z->opt_total;
+        o->copied = (int*)calloc((size_t)z->lay.nblocks, sizeof(int));
+        if (!o->copied) die(1, "out of host memory for the offload state");
+        z->grad_reduced = offload_grad_reduced;
+    }
+    o->host_bytes = state + staging;
 #ifdef __CUDACC__
     if (g_device == DEV_CUDA) {
         cudaCheck(cudaStreamCreateWithFlags(&o->stream, cudaStreamNonBlocking));
         g_offload_stream = o->stream;
-        cudaEvent_t* evs[6] = {&o->start, &o->done_ev, &o->d2h[0], &o->d2h[1], &o->h2d[0], &o->h2d[1]};
-        for (int i = 0; i < 6; i++) cudaCheck(cudaEventCreateWithFlags(evs[i], cudaEventDisableTiming));
+        cudaEvent_t* evs[7] = {&o->start, &o->done_ev, &o->d2h[0], &o->d2h[1], &o->h2d[0], &o->h2d[1], &o->grads_ev};
+        for (int i = 0; i < 7; i++) cudaCheck(cudaEventCreateWithFlags(evs[i], cudaEventDisableTiming));
     }
 #endif
     z->offload_ctx = o;
@@ -348,8 +410,8 @@ static void offload_free(Zero* z) {
 #ifdef __CUDACC__
     if (g_device == DEV_CUDA) {
         cudaCheck(cudaStreamSynchronize(o->stream));
-        cudaEvent_t evs[6] = {o->start, o->done_ev, o->d2h[0], o->d2h[1], o->h2d[0], o->h2d[1]};
-        for (int i = 0; i < 6; i++) cudaCheck(cudaEventDestroy(evs[i]));
+        cudaEvent_t evs[7] = {o->start, o->done_ev, o->d2h[0], o->d2h[1], o->h2d[0], o->h2d[1], o->grads_ev};
+        for (int i = 0; i < 7; i++) cudaCheck(cudaEventDestroy(evs[i]));
         cudaCheck(cudaStreamDestroy(o->stream));
         g_offload_stream = 0;
     }
@@ -363,7 +425,10 @@ static void offload_free(Zero* z) {
         close(o->fd);
         for (int k = 0; k < 3; k++) free(o->slot[k]);
     }
-    for (int k = 0; k < 2; k++) { host_pinned_free(o->gbuf[k]); host_pinned_free(o->pbuf[k]); }
+    for (int k = 0; k < 2; k++) { if (o->gbuf[k]) host_pinned_free(o->gbuf[k]); host_pinned_free(o->pbuf[k]); }
+    if (o->ghost) host_pinned_free(o->ghost);
+    free(o->copied);
+    z->grad_reduced = NULL;
     free(z->master); free(z->m); free(z->v);
     z->master = z->m = z->v = NULL;
     free(o->units);
@@ -390,8 +455,93 @@ static void offload_h2d(OffloadState* o, void* dev, const void* host, size_t byt
     memcpy(dev, host, bytes);
 }
 
-// Unit u's gradient into gbuf[u % 2] (issued; offload_adamw waits for it with d2h[u % 2]).
+// ---- [cpu] the gradient shard to the host as each block's reduction completes (THE STEP, 1)
+
+// Block b's gradient shard into the host copy: its last reduction is complete (CPU device) or
+// ordered before this copy on the offload stream (CUDA).
+static void offload_grad_copy(Zero* z, OffloadState* o, int b) {
+    int64_t n = zero_opt_hi(z, b) - zero_opt_lo(z, b);
+    if (n > 0 && !offload_fault("offload-grad-skip", b)) offload_d2h(o, o->ghost + zero_opt_off(z, b), zero_opt_grads(z, b), sizeof(float) * (size_t)n);
+    o->copied[b]++;
+}
+
+// [CPU device] The copies whose reduction has finished by now (a slot no longer active, or reused);
+// all: every one, which must have finished (zero_grad_sumsq waited for every reduction).
+static void offload_grad_flush(Zero* z, OffloadState* o, int all) {
+    int k = 0;
+    for (int i = 0; i < o->npend; i++) {
+        const CommSlot* s = &z->comm->slots[o->pend[i].h];
+        int done = !s->active || s->seq != o->pend[i].seq;
+        if (!done && all) die(1, "internal error: block %d's reduction is not done at the optimizer step", o->pend[i].b);
+        if (done) offload_grad_copy(z, o, o->pend[i].b);
+        else o->pend[k++] = o->pend[i];
+    }
+    o->npend = k;
+}
+
+// The hook (Zero.grad_reduced, called by zero_reduce_block after it issued block b's reduction h of
+// micro-step `micro`): on the step's last one, the block's shard goes to the host once h is done.
+// CUDA: the offload stream waits for h's completion event (the comm slot's `done`) and copies, while
+// the compute stream goes on with the backward of the next blocks. CPU device: a reduction finishes
+// inside comm_wait (MPI rounds; the local sum at R = 1), which the backward calls when it needs the
+// staging or the buffer again; the copy waits in `pend` until then (checked at each hook and at the
+// step), so the MPI reductions stay overlapped as without offload. Under -poison the host copy is
+// NaN at the start of every step (the first hook): a block whose copy is missing reads NaN.
+static void offload_grad_reduced(Zero* z, int b, int h, int micro, int last_micro) {
+    OffloadState* o = (OffloadState*)z->offload_ctx;
+    if (!o->step_open) { // the previous step's host reads are over (offload_adamw, synchronous)
+        o->step_open = 1;
+        if (z->poison) memset(o->ghost, 0xFF, sizeof(float) * (size_t)z->opt_total); // NaN
+    }
+    int when = offload_fault("offload-grad-early", b) ? micro == 0 : offload_fault("offload-grad-every", b) ? 1 : last_micro;
+    if (!when) return;
+    int nowait = offload_fault("offload-grad-nowait", b);
+#ifdef __CUDACC__
+    if (g_device == DEV_CUDA) {
+        if (!nowait) cudaCheck(cudaStreamWaitEvent(o->stream, z->comm->slots[h].done, 0)); // the reduction is done
+        offload_grad_copy(z, o, b);
+        cudaCheck(cudaEventRecord(o->grads_ev, o->stream));
+        o->grads_issued = 1;
+        return;
+    }
+#endif
+    offload_grad_flush(z, o, 0); // the earlier blocks whose reduction finished meanwhile
+    if (nowait) { offload_grad_copy(z, o, b); return; }
+    o->pend[o->npend++] = (OffloadPending){b, h, z->comm->slots[h].seq}; // (at most one per slot in flight)
+}
+
+// At the step, before the host reads the gradient (every step, also one that is skipped): the
+// copies still waiting are done [CPU device]; the host waits once for the last D2H, and the compute
+// stream too, so the next writer of the shard (the next step's reduce-scatter, or [ZeRO-1]
+// zero_zero_grads into full_grads) comes after it [CUDA]; every block went to the host exactly once.
+static void offload_grads_arrived(Zero* z, OffloadState* o) {
+    if (o->kind != OFFLOAD_CPU) return;
+    offload_grad_flush(z, o, 1);
+#ifdef __CUDACC__
+    if (g_device == DEV_CUDA && o->grads_issued) {
+        cudaCheck(cudaEventSynchronize(o->grads_ev));
+        cudaCheck(cudaStreamWaitEvent(g_stream, o->grads_ev, 0));
+        o->grads_issued = 0;
+    }
+#endif
+    for (int b = 0; b < z->lay.nblocks; b++)
+        if (o->copied[b] != 1)
+            die(1, "internal error: block %d's gradient shard went to the host %d times this step (once expected: after its "
+                   "last reduction). HINT: a bug in the zero_reduce_block -> offload_grad_reduced hook", b, o->copied[b]);
+    memset(o->copied, 0, sizeof(int) * (size_t)z->lay.nblocks);
+    o->step_open = 0;
+}
+
+// Unit u's gradient on the host: [cpu] in the host copy of the shard; [nvme] in gbuf[u % 2].
+static float* offload_unit_grads(Zero* z, OffloadState* o, int u) {
+    if (o->kind == OFFLOAD_CPU) return o->ghost + zero_opt_off(z, o->units[u].b) + o->units[u].lo;
+    return o->gbuf[u % 2];
+}
+
+// [nvme] Unit u's gradient into gbuf[u % 2] (issued; offload_adamw waits for it with d2h[u % 2]);
+// [cpu] nothing: it is on the host already.
 static void offload_fetch_grads(Zero* z, OffloadState* o, int u) {
+    if (o->kind == OFFLOAD_CPU) return;
     const OffloadUnit* un = &o->units[u];
     offload_d2h(o, o->gbuf[u % 2], zero_opt_grads(z, un->b) + un->lo, sizeof(float) * (size_t)un->n);
 #ifdef __CUDACC__
@@ -446,34 +596,36 @@ static void offload_copies_after_compute(OffloadState* o) {
 // The overflow check before the update (zero_adamw_check's, where the state is: on the host or in
 // the file). First the bound (adamw_bound_finite, from the norm and the maxima the last update left):
 // when it proves the update finite, nothing is read (with nvme: a step reads the state once, not
-// twice). Otherwise unit by unit the gradient comes through the staging buffers ([nvme] and the state
-// through the slots, read ahead as in offload_adamw, never written) and adamw_check_host runs the
-// update's arithmetic without writing. Either way the flag is summed over ranks. sc: on the host.
+// twice, and copies the gradient once). Otherwise unit by unit, the gradient from the host copy of
+// the shard ([cpu], every block's there once offload_grads_arrived returns) or through the staging
+// buffers ([nvme], and the state through the slots, read ahead as in offload_adamw, never written)
+// and adamw_check_host runs the update's arithmetic without writing. Either way the flag is summed
+// over ranks. sc: on the host.
 static void offload_adamw_check(Zero* z, const AdamWParams* hp, StepScalars* sc) {
     OffloadState* o = (OffloadState*)z->offload_ctx;
-    int nu = o->nunits;
+    int nu = o->nunits, nvme = o->kind == OFFLOAD_NVME;
+    offload_grads_arrived(z, o); // [cpu] every step: the host copy of the gradient is complete
     AdamWParams p = *hp;
     p.grad_scale = sc->grad_scale;
     int proved = sc->finite && nu > 0 && adamw_bound_finite(&p, sc, &o->max); // no pass: see adamw_bound_finite
     if (proved) o->checks_proved++;
     else if (sc->finite && nu > 0) { // (a step that is not finite is skipped anyway)
         o->checks_run++;
-        offload_copies_after_compute(o); // (a)
+        if (nvme) offload_copies_after_compute(o); // (a)
         offload_fetch_grads(z, o, 0);
         offload_read_ahead(o, 0);
         Segment seg[MAX_BLOCK_TENSORS];
         for (int u = 0; u < nu; u++) {
-            int k = u % 2;
             const OffloadUnit* un = &o->units[u];
             if (u + 1 < nu) offload_fetch_grads(z, o, u + 1); // gbuf[(u+1) % 2]: unit u-1's, checked
             offload_read_ahead(o, u + 1);
 #ifdef __CUDACC__
-            if (g_device == DEV_CUDA) cudaCheck(cudaEventSynchronize(o->d2h[k])); // unit u's gradients are here
+            if (g_device == DEV_CUDA && nvme) cudaCheck(cudaEventSynchronize(o->d2h[u % 2])); // unit u's gradients are here
 #endif
             float *master, *m, *v;
             offload_unit_state(z, o, u, &master, &m, &v);
             int n = offload_unit_segments(z, un, seg);
-            adamw_check_host(master, m, v, o->gbuf[k], seg, n, &p, sc);
+            adamw_check_host(master, m, v, offload_unit_grads(z, o, u), seg, n, &p, sc);
         }
     }
     double any = sc->overflow;
@@ -512,15 +664,15 @@ static void offload_adamw(Zero* z, const AdamWParams* hp, const StepScalars* sc)
         if (u + 1 < nu) offload_fetch_grads(z, o, u + 1); // gbuf[(u+1) % 2] was unit u-1's: done with
         offload_read_ahead(o, u + 1);
 #ifdef __CUDACC__
-        if (g_device == DEV_CUDA) { // (b) unit u's gradients are here; unit u-2's parameters have left pbuf[k]
-            cudaCheck(cudaEventSynchronize(o->d2h[k]));
+        if (g_device == DEV_CUDA) { // (b) [nvme] unit u's gradients are here; unit u-2's parameters have left pbuf[k]
+            if (nvme) cudaCheck(cudaEventSynchronize(o->d2h[k]));
             if (o->h2d_pending[k]) cudaCheck(cudaEventSynchronize(o->h2d[k]));
         }
 #endif
         float *master, *m, *v;
         offload_unit_state(z, o, u, &master, &m, &v);
         int n = offload_unit_segments(z, un, seg);
-        adamw_host_max(o->pbuf[k], master, m, v, o->gbuf[k], seg, n, &p, &mx);
+        adamw_host_max(o->pbuf[k], master, m, v, offload_unit_grads(z, o, u), seg, n, &p, &mx);
         if (nvme) offload_io_issue(o, 1, u);
         floatX* dst = zero_opt_params(z, un->b) + un->lo;
         for (int i = 0; i < n && !offload_fault("offload-skip-copy", un->b); i++)

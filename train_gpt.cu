@@ -1058,10 +1058,15 @@ typedef struct {
     size_t bytes[TAG_COUNT];        // per rank
     size_t total;                   // on the device (offload rows: without the optimizer state)
     size_t host_per_node;           // offload rows: host bytes per node (host_bytes x ranks on a node)
-    double pcie_bytes;              // offload rows: bytes over host<->device per step and rank (gradient shard D2H, parameters H2D)
+    double pcie_bytes;              // offload rows: bytes over host<->device per step and rank (gradient shard D2H once: the
+                                    // overflow check is proved by its bound in the steady state; parameters H2D once)
+    double pcie_d2h_hidden;         // [cpu] of those, the gradient bytes copied during the backward (all blocks but the last reduced)
+    double state_bytes;             // offload rows: master, m, v of the rank's shard (12 bytes an element)
     double pcie_s, host_s;          // offload rows: their time, and the host AdamW's
     size_t host_bytes;              // [offload] per rank: optimizer state (cpu) or its buffers (nvme) + staging (offload_host_bytes)
-    size_t disk_per_node;           // [nvme] the offload files of the node's ranks (12 bytes per element of each shard)
+    size_t disk_per_node;           // [nvme] the offload files of the node's ranks (12 bytes per element of each shard), plus
+                                    // the checkpoints on disk at once (ckpt_per_node), every row
+    size_t ckpt_per_node;           // the checkpoints kept at the peak: model files (rank 0's node) + the node's ranks' state files
     double disk_s;                  // [nvme] reading and writing the state once per step at the node's disk bandwidth
     int64_t coll_count[COLL_KINDS], coll_bytes[COLL_KINDS]; // per step, as the log counts them
     double traffic;                 // bytes a rank sends per step with ring algorithms
@@ -1086,6 +1091,8 @@ typedef struct {
     const char* disk_src;
     double offload_buffer; // [nvme] -offload-buffer's bytes
     int nvme_ok;         // [nvme] -offload-dir was given: -z auto may choose nvme
+    int ckpt_kept;       // checkpoints on disk at once at the peak (-n, -nk, -x); -1: not known (-x -1 without -nk)
+    int ckpt_models;     // how many of them hold a model file (-save-model)
 } PlanEnv;
 
 // [offload] The host AdamW's rate, bytes of state moved per second per rank (per element: the
@@ -1118,7 +1125,12 @@ static void plan_config(const GPTConfig* c, int B, int T, int R, int GA, int sta
     p->bytes[TAG_GRAD_BUF] = 4 * s.grad_bufs;
     p->bytes[TAG_MASTER] = p->bytes[TAG_ADAM_M] = p->bytes[TAG_ADAM_V] = offload ? 0 : 4 * s.opt; // [offload] on the host
     p->host_bytes = offload_host_bytes(&lay, offload, offload_buffer);
-    p->pcie_bytes = offload ? (double)(4 + X) * s.opt : 0.0; // [offload] FP32 gradient shard down, floatX parameters up
+    // [offload] the FP32 gradient shard down (cpu: block by block during the backward, the io block,
+    // reduced last, after it; nvme: at the step, once while the overflow check is proved by its bound,
+    // the steady state: adamw_bound_finite) and the floatX parameters up
+    p->pcie_bytes = offload ? (double)(4 + X) * s.opt : 0.0;
+    p->pcie_d2h_hidden = offload == OFFLOAD_CPU ? 4.0 * (double)(s.opt - lay.S[0]) : 0.0;
+    p->state_bytes = offload ? 12.0 * (double)s.opt : 0.0;
     p->bytes[TAG_ACTS] = acts;
     p->bytes[TAG_LOGITS] = logits;
     p->bytes[TAG_COMM] = 4 * s.comm;
@@ -1313,6 +1325,15 @@ static void plan_env(const Flags* f, const Launch* L, int R, PlanEnv* e) {
     e->disk_src = f->disk_gbps > 0 ? "-disk-gbps" : "default: one NVMe SSD-class";
     e->offload_buffer = parse_size(f->offload_buffer);
     e->nvme_ok = f->offload_dir[0] != 0;
+    // the checkpoints on disk at once: a run of -x steps writes one every -n steps and one at the
+    // end; -nk N keeps N and writes the next before it removes the oldest, so N + 1 at the peak
+    // (checkpoint.h, ckpt_save); -save-model 1 puts a model file in each, last only in the final one
+    if (f->ckpt_every > 0 && f->out_dir[0]) {
+        int written = f->max_steps > 0 ? f->max_steps / f->ckpt_every + (f->max_steps % f->ckpt_every != 0) : f->max_steps == 0 ? 0 : -1;
+        int peak = f->ckpt_keep + 1;
+        e->ckpt_kept = f->ckpt_keep > 0 ? (written >= 0 && written < peak ? written : peak) : written;
+        e->ckpt_models = e->ckpt_kept <= 0 ? 0 : !strcmp(f->save_model, "1") ? e->ckpt_kept : !strcmp(f->save_model, "last") ? 1 : 0;
+    }
     const char* hm = getenv("ZT_HOST_MEM"); // the node's host memory, overriding detection (testing)
     if (hm && *hm) {
         e->host_mem = parse_size(hm);
@@ -1328,6 +1349,19 @@ static void plan_env(const Flags* f, const Launch* L, int R, PlanEnv* e) {
 #define PLAN_MAX_ROWS 48 // 4 stages x 4 recompute modes x 3 places of the optimizer state
 static int plan_rows(const GPTConfig* c, int B, int T, int R, int GA, int local_ranks, const PlanEnv* e, PlanRow* rows) {
     int n = 0;
+    // the checkpoints kept, on the node of rank 0 (the model files and ranks 0 .. local_ranks-1's
+    // state files, the largest share: the same for every row, the files are stage-independent)
+    size_t ckpt = 0;
+    if (e->ckpt_kept > 0) {
+        ModelDesc d;
+        model_describe(&d, c);
+        BlockLayout lay;
+        model_layout(&d, &lay, R, 0);
+        int64_t states = 0;
+        for (int q = 0; q < local_ranks && q < R; q++) states += ckpt_state_file_bytes(&lay, q);
+        ckpt = (size_t)e->ckpt_kept * (size_t)states + (size_t)e->ckpt_models * (size_t)ckpt_model_file_bytes(&lay);
+        layout_free(&lay);
+    }
     for (int z = 0; z <= 3; z++) {
         for (int r = 0; r <= 3; r++) {
             PlanRow* p = &rows[n++];
@@ -1335,12 +1369,15 @@ static int plan_rows(const GPTConfig* c, int B, int T, int R, int GA, int local_
             p->compute_s = plan_flops_per_token(c, T, r) * B * T * GA / e->flops;
             p->comm_s = p->traffic / e->link;
             p->step_s = p->compute_s + p->comm_s; // no overlap assumed
+            p->ckpt_per_node = p->disk_per_node = ckpt;
             p->free = e->mem - (double)p->total;
             p->fits = p->free >= e->headroom;
         }
     }
     // [offload] master, m, v and the pinned staging on the host (ZeRO-1..3; -z 0 refuses offload):
-    // the device holds the rest; the step adds the copies and the host AdamW (no overlap assumed).
+    // the device holds the rest; the step adds the copies and the host AdamW (no overlap assumed),
+    // but with cpu the gradient copies of all blocks but the last reduced run during the backward
+    // (2/3 of the compute): only what exceeds it counts.
     // On the CPU device the host is the device: the host bytes count against the same memory.
     // [nvme] the same with the state in a file per rank: the host holds -offload-buffer; the step also
     // reads and writes the state once at the node's disk bandwidth, shared by its ranks.
@@ -1349,13 +1386,16 @@ static int plan_rows(const GPTConfig* c, int B, int T, int R, int GA, int local_
         for (int r = 0; r <= 3; r++) {
             PlanRow* p = &rows[n++];
             plan_config(c, B, T, R, GA, z, r, (Offload)k, e->offload_buffer, p);
-            double state = 3.0 * p->pcie_bytes / (4 + sizeof(floatX)) * 4; // master, m, v of the shard: 12 bytes an element
+            double state = p->state_bytes; // master, m, v of the shard: 12 bytes an element
             p->compute_s = plan_flops_per_token(c, T, r) * B * T * GA / e->flops;
             p->comm_s = p->traffic / e->link;
-            p->pcie_s = p->pcie_bytes / e->pcie;
+            double hidden = p->pcie_d2h_hidden / e->pcie; // [cpu] the copies under the backward
+            p->pcie_s = (p->pcie_bytes - p->pcie_d2h_hidden) / e->pcie + fmax(0.0, hidden - 2.0 / 3.0 * p->compute_s);
             p->host_s = state / (PLAN_HOST_ADAMW_GBS * 1e9); // the state's bytes, each read and written once
-            p->disk_per_node = k == OFFLOAD_NVME ? (size_t)state * (size_t)local_ranks : 0;
-            p->disk_s = k == OFFLOAD_NVME ? 2.0 * (double)p->disk_per_node / e->disk : 0.0;
+            double files = k == OFFLOAD_NVME ? state * local_ranks : 0.0; // [nvme] the offload files
+            p->disk_s = 2.0 * files / e->disk;
+            p->ckpt_per_node = ckpt;
+            p->disk_per_node = (size_t)files + ckpt;
             p->step_s = p->compute_s + p->comm_s + p->pcie_s + p->host_s + p->disk_s;
             p->host_per_node = p->host_bytes * (size_t)local_ranks;
             if (g_device == DEV_CPU) {
@@ -1484,10 +1524,17 @@ static void run_plan(const Flags* f, const GPTConfig* c, int R, const Launch* L)
     }
     printf0("fits: yes = leaves at least the headroom free; tight = fits in the memory but leaves less (never chosen); no = does not fit\n");
     printf0("-r N o: -offload cpu (master, m, v and pinned staging on the host: host/node; total is on the device%s); est s/step adds the "
-            "copies and the host AdamW; chosen only when no row without offload fits\n", g_device == DEV_CPU ? ", free counts the host bytes too" : "");
-    printf0("-r N n: -offload nvme (the state in a file per rank: disk/node, not counting checkpoints; the host holds -offload-buffer %s per rank "
+            "copies (the gradient's run during the backward: only what exceeds it counts) and the host AdamW; chosen only when no row without offload fits\n", g_device == DEV_CPU ? ", free counts the host bytes too" : "");
+    printf0("-r N n: -offload nvme (the state in a file per rank: disk/node, with the checkpoints kept; the host holds -offload-buffer %s per rank "
             "and the staging); est s/step also reads and writes the state at %.0f Gbit/s per node (%s); chosen only when no cpu row fits, "
             "and with -z auto only when -offload-dir is given\n", fmt_bytes(e.offload_buffer).s, e.disk * 8 / 1e9, e.disk_src);
+    if (e.ckpt_kept > 0)
+        printf0("disk/node: %d checkpoint%s on disk at once (-n %d, -nk %d, -x %d, -save-model %s: %d with a model file), %s on the node of "
+                "rank 0 (its %d rank%s' state files and the model files; markers not counted)\n", e.ckpt_kept, e.ckpt_kept > 1 ? "s" : "",
+                f->ckpt_every, f->ckpt_keep, f->max_steps, f->save_model, e.ckpt_models, fmt_bytes((double)rows[0].ckpt_per_node).s,
+                local < R ? local : R, (local < R ? local : R) > 1 ? "s" : "");
+    else if (e.ckpt_kept < 0)
+        printf0("disk/node: checkpoints not counted: -x -1 (one epoch) with -nk 0 keeps every one, how many the data decides. HINT: -nk N\n");
     int best = plan_choose(rows, n, R, -1, -1, plan_offload_arg(f));
     if (best < 0) {
         char why[1024];
@@ -1516,7 +1563,7 @@ static void run_plan(const Flags* f, const GPTConfig* c, int R, const Launch* L)
                     e.mem, p->free, e.headroom, p->compute_s, p->comm_s, e.flops);
             fprintf(fp, ", \"host_bytes\": %zu, \"host_per_node\": %zu, \"pcie_bytes\": %.0f, \"pcie_s\": %.6g, \"host_s\": %.6g",
                     p->host_bytes, p->host_per_node, p->pcie_bytes, p->pcie_s, p->host_s);
-            fprintf(fp, ", \"disk_per_node\": %zu, \"disk_s\": %.6g", p->disk_per_node, p->disk_s);
+            fprintf(fp, ", \"disk_per_node\": %zu, \"ckpt_per_node\": %zu, \"disk_s\": %.6g", p->disk_per_node, p->ckpt_per_node, p->disk_s);
             for (int k = 0; k < COLL_KINDS; k++) fprintf(fp, ", \"%s\": [%lld, %lld]", coll_name[k], (long long)p->coll_count[k], (long long)p->coll_bytes[k]);
             fprintf(fp, "}\n");
         }

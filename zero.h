@@ -1369,6 +1369,9 @@ typedef struct Zero {
     // n floats of array a (0 master, 1 m, 2 v) at offset off to (write 0) or from (write 1) the host
     Offload offload;
     void (*state_io)(struct Zero* z, int a, int64_t off, float* host, int64_t n, int write);
+    // [offload] block b's reduction h of this micro-step was issued (zero_reduce_block): -offload cpu
+    // copies the block's gradient shard to the host once the step's last one is done (offload.h)
+    void (*grad_reduced)(struct Zero* z, int b, int h, int micro, int last_micro);
     void* offload_ctx;
 } Zero;
 
@@ -1615,12 +1618,14 @@ static void zero_reduce_block(Zero* z, int b, int micro, int last_micro) {
         float* full = z->full_grads + lay->off[b];
         CollOp op = {z->stage == 0 ? COLL_ALL_REDUCE : COLL_REDUCE_SCATTER, b, full,
                      full + z->r * lay->S[b], lay->S[b], 0};
-        comm_start(z->comm, &op); // waited for in zero_step
+        int h = comm_start(z->comm, &op); // waited for in zero_step
+        if (z->grad_reduced) z->grad_reduced(z, b, h, micro, 1); // [offload] the shard to the host once reduced
         return;
     }
     int slot = zero_slot(b);
     CollOp op = {COLL_REDUCE_SCATTER, b, z->grad_buf[slot], z->shard_grads + lay->shard_off[b], lay->S[b], micro > 0};
     z->reduce_h[slot] = comm_start(z->comm, &op);
+    if (z->grad_reduced) z->grad_reduced(z, b, z->reduce_h[slot], micro, last_micro); // [offload] the shard to the host once reduced
 }
 
 // After layer block b's backward: reduce; [ZeRO-3] release b.

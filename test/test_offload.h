@@ -6,7 +6,9 @@
 //
 //   make test:       offload_bitwise samples the matrix z {1, 3} x R {1, 3} x GA {1, 3} (every value of
 //                    each, 4 of the 8 cells; 2 in the FP32 build), each cell none / cpu / nvme; the
-//                    emulator R = 1 at z 1 (none / cpu / nvme) and z 3 (none / cpu; FP32: z 1 only)
+//                    emulator R = 1 at z 1 GA 3 (none / cpu / nvme) and z 3 GA 3 (none / cpu; FP32:
+//                    z 1 only), and z 3 GA 1 (offload_emu_grad_copy_faults); the gradient copy's
+//                    faults (offload_grad_copy_faults, offload_emu_grad_copy_faults)
 //   make test-long:  ZT_TEST_LONG=1 runs all 8 cells (and R = 3 on the emulator)
 #ifndef ZT_TEST_OFFLOAD_H
 #define ZT_TEST_OFFLOAD_H
@@ -82,6 +84,62 @@ static void off_cell_nvme(int z, int R, int GA, int nvme) {
 }
 static void off_cell(int z, int R, int GA) { off_cell_nvme(z, R, GA, 1); }
 
+#ifndef ENABLE_FP32
+// -offload cpu copies each block's gradient shard to the host as its last reduction completes
+// (offload.h, THE STEP 0). Each fault below breaks that for block 2 at ZeRO-3, R = 1, GA = 3 (the
+// tests run with -poison 1: the host copy is NaN at the start of every step) and must be seen:
+//   offload-grad-skip:2    the copy never happens: the host reads NaN, the update is skipped -> the
+//                          hashes and losses differ from the run without offload
+//   offload-grad-early:2   the copy after the first micro-step's reduction, not the last: a
+//                          partial sum -> the hashes differ
+//   offload-grad-every:2   a copy after every micro-step's reduction: the same numbers (the
+//                          last one wins), but the step's exactly-once check ends the run (exit 1)
+//   offload-grad-nowait:2  the copy as soon as the reduction is issued: [CPU device] before the last
+//                          micro-step's sum is added -> the hashes differ; [emulator] (GA = 1: the
+//                          reduction is a copy there) the copy stream reads the shard the communication
+//                          stream's copy may still be writing: the emulator stops the run ("cuda_emu")
+// And the same runs without a fault are identical to the reference (the faults are the only change).
+static void off_grad_fault(const char* fault, int GA, const ZtLog* ref, const char* href) {
+    ZtLog lg;
+    char h[512] = "", name[64];
+    snprintf(name, sizeof(name), "offgrad_%.20s_GA%d", fault + 12, GA);
+    for (char* c = name; *c; c++) if (*c == ':') *c = '_';
+    int rc = off_run(fault, 1, 3, GA, 3, "cpu", zt_dir(name), "", &lg, h);
+    int emu_nowait = 0;
+#ifdef ZT_CUDA_EMU
+    emu_nowait = strstr(fault, "nowait") != NULL;
+#endif
+    if (strstr(fault, "every")) {
+        CHECKF(rc == 1 && strstr(off_out, "internal error: block 2's gradient shard went to the host 3 times this step"),
+               "%s: exit %d, expected 1 and the exactly-once message:\n%s", fault, rc, off_out);
+    } else if (emu_nowait) {
+        CHECKF(rc != 0 && strstr(off_out, "cuda_emu") && strstr(off_out, "may not have finished writing"),
+               "%s: exit %d, expected the emulator to stop an unordered copy:\n%s", fault, rc, off_out);
+    } else {
+        CHECKF(rc == 0 && h[0] && strcmp(h, href) != 0, "%s (GA %d): a broken gradient copy went unnoticed (exit %d):\n  %s\n  %s\n%s", fault, GA,
+               rc, h, href, off_out);
+        if (strstr(fault, "skip")) CHECKF(!off_same_log(&lg, ref), "%s: the same losses", fault);
+    }
+    if (!g_test_failed) printf("    %s at GA %d seen (exit %d)\n", fault, GA, rc);
+}
+static void off_grad_faults(int emu) {
+    ZtLog ref, lg;
+    char href[512] = "", h[512] = "", name[64];
+    int GA = emu ? 1 : 3; // the emulator: GA 1, where the reduction it must wait for is a copy it tracks
+    snprintf(name, sizeof(name), "offgrad_none_GA%d", GA); // without offload, and with it and no fault: identical
+    int rc = off_run("", 1, 3, GA, 3, "none", zt_dir(name), "", &ref, href);
+    CHECKF(rc == 0, "reference failed (%d):\n%s", rc, off_out);
+    snprintf(name, sizeof(name), "offgrad_cpu_GA%d", GA);
+    rc = off_run("", 1, 3, GA, 3, "cpu", zt_dir(name), "", &lg, h);
+    CHECKF(rc == 0 && !strcmp(h, href) && off_same_log(&lg, &ref), "no fault, GA %d: differs (%d):\n  %s\n  %s\n%s", GA, rc, h, href, off_out);
+    off_grad_fault("offload-grad-nowait:2", GA, &ref, href);
+    if (emu) return; // (skip, early and every are host code, the same on both devices: the CPU suite runs them)
+    off_grad_fault("offload-grad-skip:2", GA, &ref, href);
+    off_grad_fault("offload-grad-early:2", GA, &ref, href);
+    off_grad_fault("offload-grad-every:2", GA, &ref, href);
+}
+#endif // ENABLE_FP32
+
 #ifndef ZT_CUDA_EMU
 // (The FP32 build runs 2 cells: the offload path does not depend on the storage type beyond the
 // staging's element size; the cases after this one only in the BF16 build, the one users run.)
@@ -96,6 +154,8 @@ TEST(offload_bitwise) {
 }
 
 #ifndef ENABLE_FP32
+TEST(offload_grad_copy_faults) { off_grad_faults(0); }
+
 // The comparison can fail: a block whose updated parameters never reach the device (a fault that
 // skips the copy of block 2) changes the parameters' hash and the losses after it.
 TEST(offload_missing_copy_detected) {
@@ -183,7 +243,7 @@ TEST(offload_checkpoint_resume) {
     if (!g_test_failed) printf("    offload -> none (R 3), R 3 -> 1 with and without, none -> offload: identical (%s)\n", h);
 }
 // A -plan run's plan.jsonl: total (device bytes), host_bytes and the per-tag bytes of row (z, r, offload).
-typedef struct { double total[4][4][3], host[4][4][3], disk[4][4][3], bytes[4][4][3][TAG_COUNT]; } OffPlan;
+typedef struct { double total[4][4][3], host[4][4][3], disk[4][4][3], pcie[4][4][3], bytes[4][4][3][TAG_COUNT]; } OffPlan;
 static int off_plan(const char* extra, OffPlan* po, char* out, size_t cap) {
     const char* dir = zt_dir("offplan");
     char cmd[8192];
@@ -202,6 +262,7 @@ static int off_plan(const char* extra, OffPlan* po, char* out, size_t cap) {
         po->total[z][r][off] = atof(strstr(line, "\"total\": ") + 9);
         po->host[z][r][off] = atof(strstr(line, "\"host_bytes\": ") + 14);
         po->disk[z][r][off] = atof(strstr(line, "\"disk_per_node\": ") + 17);
+        po->pcie[z][r][off] = atof(strstr(line, "\"pcie_bytes\": ") + 14);
         for (int t = 0; t < TAG_COUNT; t++) {
             char key[64];
             snprintf(key, sizeof(key), "\"%s\": ", mem_tag_name[t]);
@@ -214,8 +275,10 @@ static int off_plan(const char* extra, OffPlan* po, char* out, size_t cap) {
 
 // The planner's offload rows: the device holds every tag but master, m, v (the same bytes as the
 // stage's row without offload); the host holds 12 bytes per element of the shard plus the pinned
-// staging (two FP32 and two floatX buffers of the largest block shard), written here from the block
-// sizes (zt_blocks). That the allocation equals the plan, tag by tag and on the host, every offloaded
+// staging (cpu: the FP32 copy of the whole gradient shard and two floatX buffers of the largest block
+// shard; nvme: two FP32 and two floatX buffers of a unit), written here from the block sizes
+// (zt_blocks); host<->device bytes per step: the gradient shard down once (cpu) or twice (nvme: the
+// check's and the update's copies), the parameters up once. That the allocation equals the plan, tag by tag and on the host, every offloaded
 // run checks as it starts (trainer_setup); here one run at R = 2 per stage and the memory record.
 // -z auto (planned for the CUDA device: on the CPU device the host is the device memory, so offload
 // never makes anything fit): with the memory the smallest row without offload needs plus the headroom,
@@ -227,11 +290,13 @@ TEST(offload_plan_rows) {
     int64_t Pio, Pl, logical;
     zt_blocks(2, &Pio, &Pl, &logical);
     double shard = (Pio + ZT_L * Pl) / 2.0, maxS = (Pio > Pl ? Pio : Pl) / 2.0;
-    double host = 12.0 * shard + 2.0 * (4 + sizeof(floatX)) * maxS;
+    double host = 12.0 * shard + 4.0 * shard + 2.0 * sizeof(floatX) * maxS;
     double host_nvme = (36.0 + 2.0 * (4 + sizeof(floatX))) * maxS; // 256 MiB holds a whole block shard here: unit = maxS
     for (int z = 1; z <= 3; z++)
         for (int r = 0; r <= 3; r++) {
             CHECKF(po.host[z][r][1] == host && po.host[z][r][0] == 0, "z%d r%d: host bytes %.0f, closed form %.0f", z, r, po.host[z][r][1], host);
+            CHECKF(po.pcie[z][r][1] == (4.0 + sizeof(floatX)) * shard && po.pcie[z][r][2] == (4.0 + sizeof(floatX)) * shard && po.pcie[z][r][0] == 0,
+                   "z%d r%d: pcie bytes cpu %.0f nvme %.0f, shard %.0f", z, r, po.pcie[z][r][1], po.pcie[z][r][2], shard);
             CHECKF(po.host[z][r][2] == host_nvme && po.disk[z][r][2] == 2 * 12.0 * shard && po.disk[z][r][1] == 0,
                    "z%d r%d nvme: host %.0f (closed form %.0f), disk per node %.0f (%.0f)", z, r, po.host[z][r][2], host_nvme, po.disk[z][r][2],
                    2 * 12.0 * shard);
@@ -297,6 +362,67 @@ TEST(offload_plan_rows) {
            "cpu does not fit, -offload-dir given: expected nvme:\n%s", out);
     unsetenv("ZT_HOST_MEM");
     if (!g_test_failed) printf("    offload rows = closed form = allocation; -z auto offloads at %.0f bytes, not at %.0f\n", need - 1, need);
+}
+
+// The planner's disk per node counts the checkpoints kept. A run at R = 2 (ZeRO-1) with -x 5 -n 2
+// -nk 2 writes checkpoints at steps 2, 4 and 5 and keeps the newest 2: the files of one of them
+// (model_*.bin + both ranks' state_*.bin, by stat) equal the closed form (checkpoint.h:
+// ckpt_model_file_bytes, ckpt_state_file_bytes, from the layout alone); -plan with the same flags
+// (-world 2: both ranks on one node) counts 3 of them at the peak (-nk 2 writes the next before it
+// removes the oldest) in every row, on top of the nvme rows' offload files; -save-model last: one
+// model file; -nk 0: all 3; -n 0: none; -x -1 with -nk 0: not counted, and says so.
+TEST(offload_plan_counts_checkpoints) {
+    static char out[1 << 20];
+    const char* dir = zt_dir("offplan_ckpt_run");
+    int rc = off_run("", 2, 1, 1, 5, "none", dir, "-n 2 -nk 2", NULL, NULL);
+    CHECKF(rc == 0, "run failed (%d):\n%s", rc, off_out);
+    double files = 0;
+    const char* names[3] = {"model_00000005.bin", "state_00000005_00000.bin", "state_00000005_00001.bin"};
+    for (int i = 0; i < 3; i++) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+        struct stat st;
+        CHECKF(stat(path, &st) == 0, "%s: missing", path);
+        files += (double)st.st_size;
+    }
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/model_00000002.bin", dir);
+    CHECKF(access(path, F_OK) != 0, "-nk 2: step 2's checkpoint is still there");
+    GPTConfig c = {ZT_L, ZT_C, ZT_NH, ZT_V, 128, ZT_MAXT};
+    ModelDesc d;
+    model_describe(&d, &c);
+    BlockLayout lay;
+    model_layout(&d, &lay, 2, 0);
+    double model = (double)ckpt_model_file_bytes(&lay), one = model + (double)(ckpt_state_file_bytes(&lay, 0) + ckpt_state_file_bytes(&lay, 1));
+    int64_t Pio, Pl, logical;
+    zt_blocks(2, &Pio, &Pl, &logical);
+    double shard = (Pio + ZT_L * Pl) / 2.0;
+    layout_free(&lay);
+    CHECKF(files == one && model == 1024.0 + sizeof(floatX) * (double)logical, "one checkpoint: %.0f bytes written, closed form %.0f (model %.0f)",
+           files, one, model);
+    static const struct { const char* flags; double count, models; } cases[] = {
+        {"-x 5 -n 2 -nk 2", 3, 3}, {"-x 5 -n 2 -nk 2 -save-model last", 3, 1}, {"-x 5 -n 2", 3, 3}, {"-x 9 -n 2 -nk 1", 2, 2},
+        {"-x 5 -n 0", 0, 0}, {"-x -1 -n 2", 0, 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        OffPlan po;
+        char extra[256];
+        snprintf(extra, sizeof(extra), "%s -offload-dir /tmp", cases[i].flags);
+        CHECKF(off_plan(extra, &po, out, sizeof(out)) == 0, "-plan %s failed:\n%s", extra, out);
+        double ckpt = cases[i].count * (one - model) + cases[i].models * model;
+        for (int z = 0; z <= 3; z++)
+            for (int r = 0; r <= 3; r++)
+                for (int k = z ? 0 : 0; k < (z ? 3 : 1); k++) {
+                    double want = ckpt + (k == 2 ? 2 * 12.0 * shard : 0.0);
+                    CHECKF(po.disk[z][r][k] == want, "-plan %s: z%d r%d offload %d: disk per node %.0f, closed form %.0f", cases[i].flags, z, r, k,
+                           po.disk[z][r][k], want);
+                }
+        if (strstr(cases[i].flags, "-x -1"))
+            CHECKF(strstr(out, "disk/node: checkpoints not counted: -x -1"), "-plan %s: no word on the checkpoints:\n%s", cases[i].flags, out);
+        else if (cases[i].count > 0)
+            CHECKF(strstr(out, "checkpoints on disk at once"), "-plan %s: no checkpoint line:\n%s", cases[i].flags, out);
+    }
+    if (!g_test_failed) printf("    one checkpoint at R 2 = %.0f bytes = closed form; -plan counts the kept ones at the peak\n", one);
 }
 
 // -export from the FP32 master weights (block_values reads them wherever they live) and a
@@ -390,7 +516,7 @@ TEST(offload_nvme_faults) {
 #else
 // The emulated CUDA device: copies on their own stream, host and device memory apart.
 TEST(offload_emu_bitwise) {
-    off_cell(1, 1, 1);
+    off_cell(1, 1, 3);
 #ifndef ENABLE_FP32
     off_cell_nvme(3, 1, 3, 0);
 #endif
@@ -398,6 +524,8 @@ TEST(offload_emu_bitwise) {
 }
 
 #ifndef ENABLE_FP32
+TEST(offload_emu_grad_copy_faults) { off_grad_faults(1); }
+
 // -z auto on the (emulated) CUDA device with a byte less than the smallest row without offload
 // needs: it chooses -offload cpu, says so, and the run allocates what that row says (trainer_setup
 // checks every tag and the host bytes).

@@ -27,8 +27,8 @@
 //             that nothing relies on the legacy default stream and a non-blocking stream waiting
 //             for each other, and, with vector clocks through events, that no stream touches a
 //             range a collective or copy on another stream may still be writing, and that no
-//             collective overwrites a buffer another stream may still use (see "Streams and
-//             events" below).
+//             collective or copy overwrites a range another stream may still use (a kernel's use:
+//             its whole allocation) (see "Streams and events" below).
 //   NCCL      fake_nccl.h: the collectives between emulated ranks that are real processes (mpirun),
 //             through shared memory; a collective runs when its stream reaches it (at issue).
 //   numerics  kernels (__global__, __device__) are compiled with FMA contraction on, as nvcc does
@@ -355,7 +355,9 @@ static bool host_range(const void* p, size_t bytes, const char* call, const char
 // through events or the host, that the write is done, stops the run ("a kernel reading a buffer a
 // collective on another stream has not finished writing"). A collective also checks that the
 // stream it runs on has learned of every earlier use of the allocation it writes by other streams
-// (a gather overwriting a buffer a kernel may still read). Kernels' own writes are tracked only
+// (a gather overwriting a buffer a kernel may still read): uses by copies and collectives by their
+// range (a copy of one block's shard on another stream does not order a collective writing the next
+// block's), uses by kernels by their whole allocation. Kernels' own writes are tracked only
 // by allocation and pointer (a kernel argument inside a pending range), since their extent is not
 // known.
 
@@ -408,7 +410,10 @@ static void host_learns_all() {
 
 struct PendingWrite { const void* stream; long seq; uintptr_t lo, hi; std::string what; };
 static std::vector<PendingWrite> g_pending;                                  // writes with a known range
-static std::map<uintptr_t, std::map<const void*, std::pair<long, const char*>>> g_uses; // allocation base -> stream -> last use
+// A stream's use of [lo, hi) of an allocation (a copy's or collective's range; a kernel's: the whole
+// allocation, its extent is not known) by operation seq.
+struct Use { long seq; uintptr_t lo, hi; const char* what; };
+static std::map<uintptr_t, std::map<const void*, std::vector<Use>>> g_uses; // allocation base -> stream -> uses not yet known done
 
 // An access by stream s (operation seq) to [p, p + bytes) (bytes 0: the pointer only, for kernels).
 static void cross_stream_check(cudaStream_t s, const void* p, size_t bytes, bool write, const char* what) {
@@ -420,20 +425,27 @@ static void cross_stream_check(cudaStream_t s, const void* p, size_t bytes, bool
                  "cudaStreamWaitEvent on it before this (comm_wait does this for collectives)",
                  what, (void*)s, write ? "writes" : "reads", p, bytes, w.what.c_str(), w.stream);
     const Alloc* a = find_alloc(p);
-    if (a) g_uses[a->base][(const void*)s] = std::make_pair(clock_of(s).seq, what);
+    if (!a) return;
+    if (!bytes) { lo = a->base; hi = a->base + a->size; } // a kernel: anywhere in the allocation
+    std::vector<Use>& u = g_uses[a->base][(const void*)s];
+    // a later use of a range covers the earlier ones inside it (a stream's operations finish in order)
+    u.erase(std::remove_if(u.begin(), u.end(), [&](const Use& e) { return (lo <= e.lo && e.hi <= hi) || host_knows(s, e.seq); }), u.end());
+    u.push_back({clock_of(s).seq, lo, hi, what});
 }
 // Stream s is about to write [p, p + bytes) (a collective, a copy): every other stream's earlier use of
 // the allocation must be known to s; then the range is pending until other streams learn it is done.
 static void cross_stream_write(cudaStream_t s, const void* p, size_t bytes, const char* what) {
     cross_stream_check(s, p, bytes, true, what);
     const Alloc* a = find_alloc(p);
+    uintptr_t lo = (uintptr_t)p, hi = lo + bytes;
     if (a)
         for (auto& kv : g_uses[a->base])
-            if (kv.first != (const void*)s && !ordered_after(s, kv.first, kv.second.first))
-                fail("%s on stream %p overwrites allocation #%ld [%p, +%zu bytes) that %s on stream %p may still be "
-                     "using: no event orders the two streams. HINT: record an event after that use and "
-                     "cudaStreamWaitEvent on it before this", what, (void*)s, a->id, (void*)a->base, a->size,
-                     kv.second.second, kv.first);
+            for (const Use& e : kv.second)
+                if (kv.first != (const void*)s && e.lo < hi && lo < e.hi && !ordered_after(s, kv.first, e.seq))
+                    fail("%s on stream %p overwrites [%p, +%zu bytes) of allocation #%ld [%p, +%zu bytes) that %s on stream %p "
+                         "may still be using: no event orders the two streams. HINT: record an event after that use and "
+                         "cudaStreamWaitEvent on it before this", what, (void*)s, p, bytes, a->id, (void*)a->base, a->size,
+                         e.what, kv.first);
     // forget what every stream and the host already know is done
     g_pending.erase(std::remove_if(g_pending.begin(), g_pending.end(), [](const PendingWrite& w) {
                         return host_knows(w.stream, w.seq); }), g_pending.end());

@@ -190,6 +190,10 @@ MUTANTS = {
         'zero.h',
         '    cudaCheck(cudaStreamWaitEvent(c->stream, s->ready, 0));\n', '',
         'multirank_cuda', 'a collective overwrites a buffer before the compute stream is done with it'),
+    'offload_grad_no_event': (
+        'offload.h',
+        '        if (!nowait) cudaCheck(cudaStreamWaitEvent(o->stream, z->comm->slots[h].done, 0)); // the reduction is done\n', '',
+        'offload_emu_grad_copy_faults', 'a gradient shard is copied to the host before its reduce-scatter finished'),
 }
 
 
