@@ -8,16 +8,18 @@
 // measures nothing. -tune is the last flag of every command line here: Open MPI's mpirun reads the
 // word after any "-tune" as its own parameter file (README: -tune).
 
-// The candidates a run's tune table lists (-z, -r of each row) and the choice; returns the count.
-static int tt_table(const char* out, int cand[][2], int cap, int* z, int* r) {
+// The candidates a run's tune table lists (-z, -r, -offload of each row) and the choice; returns the count.
+static int tt_table(const char* out, int cand[][3], int cap, int* z, int* r, int* off) {
     int n = 0;
-    *z = *r = -1;
+    *z = *r = *off = -1;
     for (const char* p = out; (p = strstr(p, "tune: |")); p++) {
         int a, b;
-        if (sscanf(p, "tune: | %d | %d |", &a, &b) == 2 && n < cap) { cand[n][0] = a; cand[n][1] = b; n++; }
+        char o[16];
+        if (sscanf(p, "tune: | %d | %d | %15s |", &a, &b, o) == 3 && n < cap) { cand[n][0] = a; cand[n][1] = b; cand[n][2] = offload_parse(o); n++; }
     }
     const char* c = strstr(out, "tune: chose -z ");
-    if (c) sscanf(c, "tune: chose -z %d -r %d", z, r);
+    char o[16];
+    if (c && sscanf(c, "tune: chose -z %d -r %d -offload %15[a-z]", z, r, o) == 3) *off = offload_parse(o);
     return n;
 }
 
@@ -27,10 +29,10 @@ TEST(tune_marker_and_choice_text) {
     snprintf(dir, sizeof(dir), "%s/tune_marker", test_tmpdir());
     mkdir(dir, 0755);
     snprintf(path, sizeof(path), "%s/DONE_00000003", dir);
-    Marker mk = {3, 0x1234, 2, -1, 0, "-z 2 -r 1"}, back;
-    CHECK(marker_write(path, &mk) == 0 && marker_read(path, &back) == 0 && back.step == 3 && !strcmp(back.tune, "-z 2 -r 1"));
+    Marker mk = {3, 0x1234, 2, -1, 0, "-z 2 -r 1 -offload cpu"}, back;
+    CHECK(marker_write(path, &mk) == 0 && marker_read(path, &back) == 0 && back.step == 3 && !strcmp(back.tune, "-z 2 -r 1 -offload cpu"));
     char* text = zt_read_file(path);
-    CHECKF(text && strstr(text, "\nmodel_crc32c 00000000\ntune -z 2 -r 1\n"), "marker:\n%s", text ? text : "(none)");
+    CHECKF(text && strstr(text, "\nmodel_crc32c 00000000\ntune -z 2 -r 1 -offload cpu\n"), "marker:\n%s", text ? text : "(none)");
     free(text);
     // a marker as older builds wrote it (no tune line) reads as "not tuned"; the other fields are unchanged
     Marker old = {3, 0x1234, 2, -1, 0, ""};
@@ -38,10 +40,30 @@ TEST(tune_marker_and_choice_text) {
     text = zt_read_file(path);
     CHECKF(text && !strstr(text, "tune"), "an untuned marker has a tune line:\n%s", text ? text : "(none)");
     free(text);
-    CHECK(tune_text_value("-z 2 -r 1", "-z", 3) == 2 && tune_text_value("-z 2 -r 1", "-r", 3) == 1);
-    CHECK(tune_text_value("-r 3 -z 0", "-z", 3) == 0);
-    CHECK(tune_text_value("-z 7 -r 1", "-z", 3) == -1 && tune_text_value("-z x -r 1", "-z", 3) == -1 && tune_text_value("-r 1", "-z", 3) == -1);
-    CHECK(tune_text_value("-zz 1 -z 2", "-z", 3) == 2);
+    // a recorded choice: every flag's value; a record without -offload (before -offload was tuned) means none
+    int v[TUNE_NDIMS];
+    CHECK(tune_record_values("-z 2 -r 1 -offload cpu", v) == NULL && v[TD_zero_stage] == 2 && v[TD_recompute] == 1 && v[TD_offload] == OFFLOAD_CPU);
+    CHECK(tune_record_values("-offload nvme -r 3 -z 0", v) == NULL && v[TD_zero_stage] == 0 && v[TD_recompute] == 3 && v[TD_offload] == OFFLOAD_NVME);
+    CHECK(tune_record_values("-z 2 -r 1", v) == NULL && v[TD_offload] == OFFLOAD_NONE);
+    CHECK(tune_record_values("-zz 1 -z 2 -r 0", v) == NULL && v[TD_zero_stage] == 2);
+    const char* bad = tune_record_values("-z 7 -r 1", v);
+    CHECK(bad && !strcmp(bad, "-z"));
+    bad = tune_record_values("-z x -r 1", v);
+    CHECK(bad && !strcmp(bad, "-z"));
+    bad = tune_record_values("-r 1 -offload cpu", v);
+    CHECK(bad && !strcmp(bad, "-z"));
+    bad = tune_record_values("-z 1 -r 1 -offload disk", v);
+    CHECK(bad && !strcmp(bad, "-offload"));
+    bad = tune_record_values("-z 1 -r 1 -offload auto", v);
+    CHECK(bad && !strcmp(bad, "-offload"));
+    // and the text of a choice, the flags in the table's order
+    Flags f;
+    memset(&f, 0, sizeof(f));
+    f.zero_stage = 3; f.recompute = 0;
+    snprintf(f.offload, sizeof(f.offload), "nvme");
+    char choice[128];
+    tune_text(&f, choice, sizeof(choice));
+    CHECKF(!strcmp(choice, "-z 3 -r 0 -offload nvme"), "tune_text: '%s'", choice);
 }
 
 // The candidates are the planner's fastest -tune-rows rows that fit (the same memory, headroom and
@@ -79,16 +101,16 @@ TEST(tune_chooses_among_rows_that_fit) {
     snprintf(flags, sizeof(flags), ZT_MODEL " " TT_SHAPE " -x 1 -v 0 -s 0 -gpu-mem %.0f -o %s -tune-rows 4 -tune-steps 1 -tune", mem, dir);
     int rc = zt_mpirun(2, flags, zt_out, sizeof(zt_out));
     CHECKF(rc == 0, "-tune run failed (%d):\n%s", rc, zt_out);
-    int cand[16][2], z, r;
-    int n = tt_table(zt_out, cand, 16, &z, &r);
+    int cand[16][3], z, r, off;
+    int n = tt_table(zt_out, cand, 16, &z, &r, &off);
     CHECKF(n == 4, "%d candidates measured, expected -tune-rows 4:\n%s", n, zt_out);
     int chosen_listed = 0;
     for (int i = 0; i < n; i++) {
-        CHECKF(po.fits[cand[i][0]][cand[i][1]] && cand[i][0] == order[i][0] && cand[i][1] == order[i][1],
+        CHECKF(po.fits[cand[i][0]][cand[i][1]] && cand[i][0] == order[i][0] && cand[i][1] == order[i][1] && cand[i][2] == OFFLOAD_NONE,
                "candidate %d: -z %d -r %d, the planner's %d-th fastest that fits is -z %d -r %d", i, cand[i][0], cand[i][1], i + 1, order[i][0], order[i][1]);
         chosen_listed += cand[i][0] == z && cand[i][1] == r;
     }
-    CHECKF(chosen_listed == 1 && po.fits[z][r], "chose -z %d -r %d: not one fitting candidate:\n%s", z, r, zt_out);
+    CHECKF(chosen_listed == 1 && po.fits[z][r] && off == OFFLOAD_NONE, "chose -z %d -r %d: not one fitting candidate:\n%s", z, r, zt_out);
     char want[64];
     snprintf(want, sizeof(want), "| ZeRO-%d | recompute -r %d", z, r);
     CHECKF(strstr(zt_out, want), "the run does not use the choice ('%s'):\n%s", want, zt_out);
@@ -113,7 +135,7 @@ TEST(tune_chooses_among_rows_that_fit) {
     // explicit flags are kept: -z 3 given, only -r is measured (ZeRO-3's fastest rows that fit)
     snprintf(flags, sizeof(flags), ZT_MODEL " " TT_SHAPE " -x 1 -v 0 -s 0 -gpu-mem %.0f -z 3 -tune-rows 2 -tune-steps 1 -tune", mem);
     rc = zt_mpirun(2, flags, zt_out, sizeof(zt_out));
-    n = tt_table(zt_out, cand, 16, &z, &r);
+    n = tt_table(zt_out, cand, 16, &z, &r, &off);
     int all3 = n == 2;
     for (int i = 0; i < n; i++) all3 = all3 && cand[i][0] == 3 && po.fits[3][cand[i][1]];
     CHECKF(rc == 0 && all3 && z == 3, "-z 3 -tune: expected two fitting -r rows of ZeRO-3 only:\n%s", zt_out);
@@ -131,9 +153,9 @@ TEST(tune_run_bitwise_and_resume_reuses) {
     snprintf(flags, sizeof(flags), ZT_MODEL " -b 2 -x 4 -v 0 -s 0 -n 2 -log-hash 1 -gpu-mem 4GiB -o %s -tune-rows 3 -tune-steps 2 -tune", dir_t);
     int rc = zt_mpirun(2, flags, zt_out, sizeof(zt_out));
     CHECKF(rc == 0, "-tune run failed (%d):\n%s", rc, zt_out);
-    int cand[16][2], z, r;
-    int n = tt_table(zt_out, cand, 16, &z, &r);
-    CHECKF(n == 3 && z >= 1 && r >= 0, "expected 3 candidates and a choice:\n%s", zt_out);
+    int cand[16][3], z, r, off;
+    int n = tt_table(zt_out, cand, 16, &z, &r, &off);
+    CHECKF(n == 3 && z >= 1 && r >= 0 && off == OFFLOAD_NONE, "expected 3 candidates and a choice without offload:\n%s", zt_out);
     zt_hash_line(zt_out, hash_t, sizeof(hash_t));
     ZtLog lt, lg;
     CHECK(zt_read_log(dir_t, &lt) == 0 && lt.n == 4);
@@ -146,7 +168,7 @@ TEST(tune_run_bitwise_and_resume_reuses) {
     char path[PATH_MAX], want[64];
     snprintf(path, sizeof(path), "%s/DONE_00000004", dir_t);
     char* done = zt_read_file(path);
-    snprintf(want, sizeof(want), "\ntune -z %d -r %d\n", z, r);
+    snprintf(want, sizeof(want), "\ntune -z %d -r %d -offload none\n", z, r);
     CHECKF(done && strstr(done, want), "DONE_00000004 lacks '%s':\n%s", want + 1, done ? done : "(none)");
     free(done);
     // the same run started with the chosen flags
@@ -161,7 +183,7 @@ TEST(tune_run_bitwise_and_resume_reuses) {
     snprintf(flags, sizeof(flags), ZT_MODEL " -b 2 -x 4 -v 0 -s 0 -log-hash 1 -gpu-mem 3GiB -o %s -y 1 -resume-step 2 -tune-steps 1 -tune", dir_t);
     rc = zt_mpirun(2, flags, zt_out, sizeof(zt_out));
     char said[160], hash_y[512];
-    snprintf(said, sizeof(said), "tune: resuming step 2, whose checkpoint records -tune's choice -z %d -r %d: reused, not tuned again", z, r);
+    snprintf(said, sizeof(said), "tune: resuming step 2, whose checkpoint records -tune's choice -z %d -r %d -offload none: reused, not tuned again", z, r);
     zt_hash_line(zt_out, hash_y, sizeof(hash_y));
     CHECKF(rc == 0 && strstr(zt_out, said) && !strstr(zt_out, "tune: measuring") && !strcmp(hash_y, hash_t),
            "resume with -tune: expected '%s', no measuring, hashes %s:\n%s", said, hash_t, zt_out);
@@ -170,11 +192,169 @@ TEST(tune_run_bitwise_and_resume_reuses) {
     // without -tune a resume runs its flags as given, and says what the record holds
     snprintf(flags, sizeof(flags), ZT_MODEL " -b 2 -x 4 -v 0 -s 0 -o %s -y 1 -resume-step 2", dir_t);
     rc = zt_mpirun(2, flags, zt_out, sizeof(zt_out));
-    snprintf(said, sizeof(said), "note: the checkpoint records -tune's choice -z %d -r %d; this run has -z 0 -r 1", z, r);
+    snprintf(said, sizeof(said), "note: the checkpoint records -tune's choice -z %d -r %d -offload none; this run has -z 0 -r 1 -offload none", z, r);
     CHECKF(rc == 0 && strstr(zt_out, said) && strstr(zt_out, "| ZeRO-0 |"), "resume without -tune: expected '%s':\n%s", said, zt_out);
     // an explicit flag wins over the record, and the run says so
     snprintf(flags, sizeof(flags), ZT_MODEL " -b 2 -x 4 -v 0 -s 0 -o %s -y 1 -resume-step 2 -z 3 -tune", dir_t);
     rc = zt_mpirun(2, flags, zt_out, sizeof(zt_out));
     CHECKF(rc == 0 && strstr(zt_out, "tune: -z 3 given: kept") && strstr(zt_out, "| ZeRO-3 |") && !strstr(zt_out, "tune: measuring"),
            "resume with -z 3 -tune:\n%s", zt_out);
+}
+
+// How often `what` occurs in out.
+static int tt_count(const char* out, const char* what) {
+    int n = 0;
+    for (const char* p = out; (p = strstr(p, what)); p++) n++;
+    return n;
+}
+
+// [offload] The plan's rows with their place of the optimizer state: fit, total and host bytes by
+// (stage, recompute, offload). Returns 0 when -plan ran.
+typedef struct { int fits[4][4][3]; double total[4][4][3], host[4][4][3]; } TtPlan;
+static int tt_plan(const char* extra, TtPlan* tp) {
+    PlanOut po;
+    memset(tp, 0, sizeof(*tp));
+    if (tp_plan(2, extra, &po)) return -1;
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/plan/plan.jsonl", test_tmpdir());
+    char* pj = zt_read_file(path);
+    for (char* line = pj ? strtok(pj, "\n") : NULL; line; line = strtok(NULL, "\n")) {
+        int z, r, o;
+        if (sscanf(line, "{\"stage\": %d, \"recompute\": %d, \"offload\": %d", &z, &r, &o) != 3) continue;
+        tp->fits[z][r][o] = atoi(strstr(line, "\"fits\": ") + 8);
+        tp->total[z][r][o] = atof(strstr(line, "\"total\": ") + 9);
+        tp->host[z][r][o] = atof(strstr(line, "\"host_bytes\": ") + 14);
+    }
+    int ok = pj != NULL;
+    free(pj);
+    return ok ? 0 : -1;
+}
+
+// -offload at auto is tuned by the planner's order: with a byte less than the smallest row without
+// offload needs (plus the headroom), on the CPU device (where the host is the same memory, so no
+// -offload cpu row fits either: it needs the state and its staging) only -offload nvme rows fit
+// with -offload-dir. -tune measures those, says why, chooses one; the run has the bits of one
+// started with the choice; DONE records "-offload nvme"; a resume with -tune reuses it.
+TEST(tune_offload_rows_when_nothing_else_fits) {
+    char odir[PATH_MAX], shape[PATH_MAX + 256], extra[PATH_MAX + 512], flags[4096];
+    snprintf(odir, sizeof(odir), "%s/tune_offload_files", test_tmpdir());
+    mkdir(odir, 0755);
+    snprintf(shape, sizeof(shape), TT_SHAPE " -offload-dir %s -offload-buffer 64KiB", odir);
+    TtPlan tp;
+    CHECK(tt_plan(shape, &tp) == 0);
+    double need = 1e300;
+    for (int z = 0; z <= 3; z++)
+        for (int r = 0; r <= 3; r++) need = fmin(need, tp.total[z][r][OFFLOAD_NONE]);
+    double mem = need + TP_HEADROOM - 1;
+    snprintf(extra, sizeof(extra), "%s -gpu-mem %.0f", shape, mem);
+    CHECK(tt_plan(extra, &tp) == 0);
+    int nfit[3] = {0, 0, 0};
+    for (int z = 0; z <= 3; z++)
+        for (int r = 0; r <= 3; r++)
+            for (int o = 0; o < 3; o++) nfit[o] += tp.fits[z][r][o];
+    CHECKF(nfit[OFFLOAD_NONE] == 0 && nfit[OFFLOAD_CPU] == 0 && nfit[OFFLOAD_NVME] >= 2, "the memory should leave only nvme rows: %d / %d / %d fit",
+           nfit[0], nfit[1], nfit[2]);
+    const char* dir = zt_dir("tune_offload");
+    char dir_t[PATH_MAX];
+    snprintf(dir_t, sizeof(dir_t), "%s", dir);
+    snprintf(flags, sizeof(flags), ZT_MODEL " %s -x 2 -v 0 -s 0 -n 1 -log-hash 1 -o %s -tune-rows 3 -tune-steps 1 -tune", extra, dir_t);
+    int rc = zt_mpirun(2, flags, zt_out, sizeof(zt_out));
+    CHECKF(rc == 0, "-tune run failed (%d):\n%s", rc, zt_out);
+    int cand[16][3], z, r, off;
+    int n = tt_table(zt_out, cand, 16, &z, &r, &off);
+    int ok = n == (nfit[OFFLOAD_NVME] < 3 ? nfit[OFFLOAD_NVME] : 3), chosen = 0;
+    for (int i = 0; i < n; i++) {
+        ok = ok && cand[i][2] == OFFLOAD_NVME && tp.fits[cand[i][0]][cand[i][1]][OFFLOAD_NVME];
+        chosen += cand[i][0] == z && cand[i][1] == r && cand[i][2] == off;
+    }
+    CHECKF(ok && chosen == 1 && off == OFFLOAD_NVME, "expected fitting nvme candidates only, one chosen:\n%s", zt_out);
+    CHECKF(strstr(zt_out, "tune: nothing fits without offload nor with the state in host memory: the candidates are -offload nvme rows"),
+           "no line says why the candidates offload:\n%s", zt_out);
+    CHECKF(tt_count(zt_out, "offload nvme: master, m, v in a file") == n + 1, "every candidate and the run build with -offload nvme:\n%s", zt_out);
+    char path[PATH_MAX], want[128];
+    snprintf(path, sizeof(path), "%s/DONE_00000002", dir_t);
+    char* done = zt_read_file(path);
+    snprintf(want, sizeof(want), "\ntune -z %d -r %d -offload nvme\n", z, r);
+    CHECKF(done && strstr(done, want), "DONE_00000002 lacks '%s':\n%s", want + 1, done ? done : "(none)");
+    free(done);
+    snprintf(path, sizeof(path), "%s/tune.jsonl", dir_t);
+    char* js = zt_read_file(path);
+    int rows = 0;
+    for (char* line = js ? strtok(js, "\n") : NULL; line; line = strtok(NULL, "\n")) rows += strstr(line, "\"offload\": 2, ") != NULL;
+    free(js);
+    CHECKF(rows == n, "tune.jsonl: %d rows with offload 2 (nvme), %d candidates", rows, n);
+    char hash_t[512], hash_g[512], hash_y[512];
+    zt_hash_line(zt_out, hash_t, sizeof(hash_t));
+    ZtLog lt, lg;
+    CHECK(zt_read_log(dir_t, &lt) == 0 && lt.n == 2);
+    // the same run started with the chosen flags
+    const char* dir2 = zt_dir("tune_offload_given");
+    snprintf(flags, sizeof(flags), ZT_MODEL " " TT_SHAPE " -x 2 -v 0 -s 0 -log-hash 1 -o %s -z %d -r %d -offload nvme -offload-dir %s -offload-buffer 64KiB",
+             dir2, z, r, odir);
+    rc = zt_mpirun(2, flags, zt_out, sizeof(zt_out));
+    zt_hash_line(zt_out, hash_g, sizeof(hash_g));
+    CHECKF(rc == 0 && hash_t[0] && !strcmp(hash_t, hash_g), "after -tune: '%s'\nstarted with -z %d -r %d -offload nvme: '%s'\n%s", hash_t, z, r, hash_g, zt_out);
+    CHECK(zt_read_log(dir2, &lg) == 0 && lg.n == 2);
+    for (int s = 0; s < 2; s++) CHECKF(lt.loss[s] == lg.loss[s] && lt.norm[s] == lg.norm[s], "step %d: loss %.9g vs %.9g", s + 1, lt.loss[s], lg.loss[s]);
+    // a resume with -tune reuses the recorded choice, offload included: no measuring, the same bits
+    snprintf(flags, sizeof(flags), ZT_MODEL " %s -x 2 -v 0 -s 0 -log-hash 1 -o %s -y 1 -resume-step 1 -tune", extra, dir_t);
+    rc = zt_mpirun(2, flags, zt_out, sizeof(zt_out));
+    char said[192];
+    snprintf(said, sizeof(said), "tune: resuming step 1, whose checkpoint records -tune's choice -z %d -r %d -offload nvme: reused", z, r);
+    zt_hash_line(zt_out, hash_y, sizeof(hash_y));
+    CHECKF(rc == 0 && strstr(zt_out, said) && !strstr(zt_out, "tune: measuring") && strstr(zt_out, "offload nvme: ") && !strcmp(hash_y, hash_t),
+           "resume with -tune: expected '%s', -offload nvme, no measuring, hashes %s:\n%s", said, hash_t, zt_out);
+}
+
+// -tune -offload cpu: -offload is kept, -z and -r are measured among the -offload cpu rows (never
+// -z 0, which refuses offload); the run has the bits of one started with the choice; DONE records
+// "-offload cpu". A record as builds before -offload was tuned wrote it ("-z Z -r R") means -offload
+// none: a resume with -tune reuses it (offload does not change the bits), and with -offload cpu
+// given keeps cpu and says so.
+TEST(tune_offload_cpu_given) {
+    const char* dir = zt_dir("tune_cpu");
+    char dir_t[PATH_MAX], flags[2048], hash_t[512], hash_g[512], hash_y[512];
+    snprintf(dir_t, sizeof(dir_t), "%s", dir);
+    snprintf(flags, sizeof(flags), ZT_MODEL " -b 2 -x 2 -v 0 -s 0 -n 1 -log-hash 1 -gpu-mem 4GiB -o %s -offload cpu -tune-rows 3 -tune-steps 1 -tune", dir_t);
+    int rc = zt_mpirun(2, flags, zt_out, sizeof(zt_out));
+    CHECKF(rc == 0, "-tune -offload cpu failed (%d):\n%s", rc, zt_out);
+    int cand[16][3], z, r, off;
+    int n = tt_table(zt_out, cand, 16, &z, &r, &off);
+    int ok = n == 3, chosen = 0;
+    for (int i = 0; i < n; i++) {
+        ok = ok && cand[i][0] >= 1 && cand[i][2] == OFFLOAD_CPU;
+        chosen += cand[i][0] == z && cand[i][1] == r;
+    }
+    CHECKF(ok && chosen == 1 && off == OFFLOAD_CPU && !strstr(zt_out, "tune: nothing fits without offload"),
+           "expected 3 -offload cpu candidates (-z 1..3), one chosen:\n%s", zt_out);
+    CHECKF(tt_count(zt_out, "offload cpu: master, m, v") == n + 1, "every candidate and the run build with -offload cpu:\n%s", zt_out);
+    zt_hash_line(zt_out, hash_t, sizeof(hash_t));
+    char path[PATH_MAX], want[128];
+    snprintf(path, sizeof(path), "%s/DONE_00000002", dir_t);
+    char* done = zt_read_file(path);
+    snprintf(want, sizeof(want), "\ntune -z %d -r %d -offload cpu\n", z, r);
+    CHECKF(done && strstr(done, want), "DONE_00000002 lacks '%s':\n%s", want + 1, done ? done : "(none)");
+    free(done);
+    snprintf(flags, sizeof(flags), ZT_MODEL " -b 2 -x 2 -v 0 -s 0 -log-hash 1 -o %s -z %d -r %d -offload cpu", zt_dir("tune_cpu_given"), z, r);
+    rc = zt_mpirun(2, flags, zt_out, sizeof(zt_out));
+    zt_hash_line(zt_out, hash_g, sizeof(hash_g));
+    CHECKF(rc == 0 && hash_t[0] && !strcmp(hash_t, hash_g), "after -tune: '%s'\nstarted with -z %d -r %d -offload cpu: '%s'", hash_t, z, r, hash_g);
+    // step 1's record as an older build wrote it: without -offload
+    Marker mk;
+    snprintf(path, sizeof(path), "%s/DONE_00000001", dir_t);
+    CHECK(marker_read(path, &mk) == 0);
+    snprintf(mk.tune, sizeof(mk.tune), "-z %d -r %d", z, r);
+    CHECK(marker_write(path, &mk) == 0);
+    snprintf(flags, sizeof(flags), ZT_MODEL " -b 2 -x 2 -v 0 -s 0 -log-hash 1 -o %s -y 1 -resume-step 1 -tune", dir_t);
+    rc = zt_mpirun(2, flags, zt_out, sizeof(zt_out));
+    char said[192];
+    snprintf(said, sizeof(said), "whose checkpoint records -tune's choice -z %d -r %d: reused, not tuned again (running -z %d -r %d -offload none)", z, r, z, r);
+    zt_hash_line(zt_out, hash_y, sizeof(hash_y));
+    CHECKF(rc == 0 && strstr(zt_out, said) && !strstr(zt_out, "offload cpu: ") && !strcmp(hash_y, hash_t),
+           "resume of an old record: expected '%s', no offload, hashes %s:\n%s", said, hash_t, zt_out);
+    snprintf(flags, sizeof(flags), ZT_MODEL " -b 2 -x 2 -v 0 -s 0 -log-hash 1 -o %s -y 1 -resume-step 1 -offload cpu -tune", dir_t);
+    rc = zt_mpirun(2, flags, zt_out, sizeof(zt_out));
+    zt_hash_line(zt_out, hash_y, sizeof(hash_y));
+    CHECKF(rc == 0 && strstr(zt_out, "tune: -offload cpu given: kept (the checkpoint's choice was -offload none)") && strstr(zt_out, "offload cpu: ") &&
+           !strcmp(hash_y, hash_t), "resume with -offload cpu -tune:\n%s", zt_out);
 }
