@@ -2057,8 +2057,12 @@ static void trainer_free_model(Trainer* tr) {
 // /proc/self/clear_refs (Linux sets VmHWM to VmRSS), so VmHWM minus the VmRSS of that moment is the
 // candidate's growth; on CUDA the device memory in use after the steps beyond the context
 // (cudaMemGetInfo: nothing is allocated inside a step, so that is the candidate's peak).
-// Communication: the time the host waited in collectives (Comm.wait_s; on CUDA the host never
-// waits for one, so the column reads n/a).
+// Communication: on the CPU device the time the host waited in collectives (Comm.wait_s); on CUDA
+// the host never waits for one, the compute stream does: while measuring (Comm.time_waits) comm_wait
+// records an event on the compute stream just before and just after its cudaStreamWaitEvent on a
+// collective (a ring of events created once with the communicator: nothing is allocated in a step),
+// and the time between each pair, summed once the steps are done, is how long the stream stalled
+// (plus, as on the CPU device, the host's waits in the scalar collectives: loss, norm, overflow).
 //
 // [offload] -offload is tuned like -z and -r, by the planner's rule (plan_choose): the candidates
 // are the rows without offload that fit; only when none fits, the -offload cpu rows; only when none
@@ -2146,7 +2150,7 @@ static const char* tune_record_values(const char* rec, int v[TUNE_NDIMS]) {
 }
 
 // What every rank measures of one candidate (summed over ranks into an R x TM_COLS matrix).
-enum { TM_SECONDS, TM_WAIT, TM_TAGGED, TM_HOST, TM_PROCESS, TM_BASE, TM_RESET, TM_COLS };
+enum { TM_SECONDS, TM_WAIT, TM_WAITS, TM_COLLS, TM_TAGGED, TM_HOST, TM_PROCESS, TM_BASE, TM_RESET, TM_COLS };
 
 // Build the candidate, run it on scratch state, measure, free it. mine: this rank's TM_COLS values.
 static void tune_measure(Trainer* tr, const GPTConfig* c, const int v[TUNE_NDIMS], double* mine) {
@@ -2165,11 +2169,16 @@ static void tune_measure(Trainer* tr, const GPTConfig* c, const int v[TUNE_NDIMS
     train_step(tr); // warm-up: first touches, threads, cuBLASLt's choices
     step_read_back(tr);
     comm_reset_stats(&tr->comm);
+    tr->comm.time_waits = 1; // [CUDA] the compute stream's stalls on collectives, timed by events (comm_wait)
     double t0 = wall_s();
     for (int i = 0; i < f->tune_steps; i++) train_step(tr);
     step_read_back(tr); // [one GPU] waits for the last step
     mine[TM_SECONDS] = wall_s() - t0;
+    comm_collect_waits(&tr->comm); // [CUDA] the timed waits' events, summed
+    tr->comm.time_waits = 0;
     mine[TM_WAIT] = tr->comm.wait_s;
+    mine[TM_WAITS] = (double)tr->comm.waits;
+    mine[TM_COLLS] = (double)(tr->comm.count[COLL_ALL_GATHER] + tr->comm.count[COLL_REDUCE_SCATTER] + tr->comm.count[COLL_ALL_REDUCE]);
     mine[TM_TAGGED] = (double)g_mem_peak;
     mine[TM_HOST] = (double)plan.host_bytes; // [offload] what offload_init allocated (trainer_build_model checked)
     mine[TM_PROCESS] = (double)peak_rss_bytes();
@@ -2344,8 +2353,7 @@ static void tune_config(Trainer* tr, const GPTConfig* c) {
             const PlanRow* p = &rows[idx[i]];
             fits[i] = foot[i] + e.headroom <= e.mem;
             char waitc[32];
-            if (g_device == DEV_CUDA) snprintf(waitc, sizeof(waitc), "n/a");
-            else snprintf(waitc, sizeof(waitc), "%.2f", 1000.0 * wait / f->tune_steps);
+            snprintf(waitc, sizeof(waitc), "%.2f", 1000.0 * wait / f->tune_steps);
             printf0("tune: | %2d | %2d | %-8s | %10.3g | %9.0f | %9.0f | %8.2f | %17s | %11s | %12s | %-4s |\n", p->stage, p->recompute,
                     offload_name((Offload)p->offload), p->step_s,
                     (double)step_tokens / p->step_s, tok_s[i], 1000.0 * secs / f->tune_steps, waitc, fmt_bytes(tagged).s, fmt_bytes(process).s,
@@ -2354,9 +2362,11 @@ static void tune_config(Trainer* tr, const GPTConfig* c) {
         }
     }
     tr->comm.trace = trace; f->data_trace = data_trace;
-    printf0("tune: est: the planner's estimate; tok/s, ms/step: the slowest rank; comm wait: the host's time in collectives; tagged peak: "
+    printf0("tune: est: the planner's estimate; tok/s, ms/step: the slowest rank; comm wait: %s; tagged peak: "
             "the allocator's; process peak: %s; fits: the larger of the tagged peak%s and the process's growth, plus the headroom, within "
-            "the memory\n", g_device == DEV_CUDA ? "device memory in use beyond the context (cudaMemGetInfo)"
+            "the memory\n", g_device == DEV_CUDA ? "the compute stream's stalls on block collectives (events around each wait) and the host's waits in scalar ones, the largest rank's"
+                                                  : "the host's time in collectives, the largest rank's",
+            g_device == DEV_CUDA ? "device memory in use beyond the context (cudaMemGetInfo)"
                            : !strcmp(process_kind, "vmhwm") ? "VmHWM, reset per candidate (/proc/self/clear_refs)"
                                                             : "VmHWM since start (clear_refs failed: only the tagged peak counts)",
             g_device == DEV_CPU ? " (plus an offload row's host bytes: on the CPU device the same memory)" : "");
@@ -2376,10 +2386,10 @@ static void tune_config(Trainer* tr, const GPTConfig* c) {
                     "\"est_tok_s\": %.6g, \"planned_bytes\": %zu, \"planned_host_bytes\": %zu, \"tok_s\": %.6g, \"step_ms\": %.6g",
                     p->stage, p->recompute, p->offload, tr->R, tr->GA, f->tune_steps, p->step_s, (double)step_tokens / p->step_s, p->total,
                     p->host_bytes, tok_s[i], 1000.0 * secs / f->tune_steps);
-            json_num(fp, "comm_wait_ms", g_device == DEV_CUDA ? NAN : 1000.0 * wait / f->tune_steps); // [CUDA] the host never waits: null
-            const char* keys[3] = {"tagged_peak", "process_peak", "rss_before"};
-            const int cols[3] = {TM_TAGGED, TM_PROCESS, TM_BASE};
-            for (int k = 0; k < 3; k++) {
+            json_num(fp, "comm_wait_ms", 1000.0 * wait / f->tune_steps); // [CUDA] the compute stream's stalls
+            const char* keys[5] = {"comm_waits", "block_collectives", "tagged_peak", "process_peak", "rss_before"}; // per rank
+            const int cols[5] = {TM_WAITS, TM_COLLS, TM_TAGGED, TM_PROCESS, TM_BASE};
+            for (int k = 0; k < 5; k++) {
                 fprintf(fp, ", \"%s\": [", keys[k]);
                 for (int r = 0; r < tr->R; r++) fprintf(fp, "%s%.0f", r ? ", " : "", all[r * TM_COLS + cols[k]]);
                 fprintf(fp, "]");

@@ -23,6 +23,21 @@ static int tt_table(const char* out, int cand[][3], int cap, int* z, int* r, int
     return n;
 }
 
+// The comm_waits and block_collectives of one tune.jsonl line, per rank (R = 2): every block
+// collective started in the timed steps was waited for once, and its wait is in comm_wait_ms (on
+// CUDA: timed by the events around the compute stream's wait). Returns 1 when they agree on both
+// ranks and there were some.
+static int tt_waits_match(const char* line, long long* waits, long long* colls) {
+    const char* w = strstr(line, "\"comm_waits\": [");
+    const char* c = strstr(line, "\"block_collectives\": [");
+    long long w1 = -1, c1 = -2;
+    *waits = *colls = -1;
+    if (!w || !c || sscanf(w, "\"comm_waits\": [%lld, %lld]", waits, &w1) != 2 ||
+        sscanf(c, "\"block_collectives\": [%lld, %lld]", colls, &c1) != 2) return 0;
+    return *waits > 0 && *waits == *colls && w1 == c1;
+}
+
+#ifndef ZT_CUDA_EMU
 // The tune line a choice leaves in DONE markers, and the parse of a recorded choice.
 TEST(tune_marker_and_choice_text) {
     char dir[PATH_MAX], path[PATH_MAX + 16];
@@ -121,7 +136,9 @@ TEST(tune_chooses_among_rows_that_fit) {
         int a = 0, b = 0;
         rows++;
         CHECK(sscanf(line, "{\"stage\": %d, \"recompute\": %d", &a, &b) == 2 && po.fits[a][b]);
-        CHECK(strstr(line, "\"tagged_peak\": [") && strstr(line, "\"process_peak\": [") && strstr(line, "\"comm_wait_ms\": "));
+        CHECK(strstr(line, "\"tagged_peak\": [") && strstr(line, "\"process_peak\": [") && strstr(line, "\"comm_wait_ms\": ") && !strstr(line, "null"));
+        long long waits, colls;
+        CHECKF(tt_waits_match(line, &waits, &colls), "-z %d -r %d: %lld waits for %lld collectives:\n%s", a, b, waits, colls, line);
         const char* fp = strstr(line, "\"footprint\": ");
         const char* ft = strstr(line, "\"fits\": ");
         double foot = fp ? atof(fp + strlen("\"footprint\": ")) : 0;
@@ -257,12 +274,12 @@ TEST(tune_offload_rows_when_nothing_else_fits) {
     const char* dir = zt_dir("tune_offload");
     char dir_t[PATH_MAX];
     snprintf(dir_t, sizeof(dir_t), "%s", dir);
-    snprintf(flags, sizeof(flags), ZT_MODEL " %s -x 2 -v 0 -s 0 -n 1 -log-hash 1 -o %s -tune-rows 3 -tune-steps 1 -tune", extra, dir_t);
+    snprintf(flags, sizeof(flags), ZT_MODEL " %s -x 2 -v 0 -s 0 -n 1 -log-hash 1 -o %s -tune-rows 2 -tune-steps 1 -tune", extra, dir_t);
     int rc = zt_mpirun(2, flags, zt_out, sizeof(zt_out));
     CHECKF(rc == 0, "-tune run failed (%d):\n%s", rc, zt_out);
     int cand[16][3], z, r, off;
     int n = tt_table(zt_out, cand, 16, &z, &r, &off);
-    int ok = n == (nfit[OFFLOAD_NVME] < 3 ? nfit[OFFLOAD_NVME] : 3), chosen = 0;
+    int ok = n == 2, chosen = 0;
     for (int i = 0; i < n; i++) {
         ok = ok && cand[i][2] == OFFLOAD_NVME && tp.fits[cand[i][0]][cand[i][1]][OFFLOAD_NVME];
         chosen += cand[i][0] == z && cand[i][1] == r && cand[i][2] == off;
@@ -358,3 +375,95 @@ TEST(tune_offload_cpu_given) {
     CHECKF(rc == 0 && strstr(zt_out, "tune: -offload cpu given: kept (the checkpoint's choice was -offload none)") && strstr(zt_out, "offload cpu: ") &&
            !strcmp(hash_y, hash_t), "resume with -offload cpu -tune:\n%s", zt_out);
 }
+#else
+// [CUDA] The communication-wait column on the (emulated) CUDA device, R = 2 through the emulator's
+// NCCL: every candidate's comm wait is a number (events recorded on the compute stream around each
+// cudaStreamWaitEvent on a collective, summed after the steps), and every block collective of the
+// timed steps was timed: comm_waits equals block_collectives on each rank. What the emulator cannot
+// show is a real stall: its work runs when it is issued (a collective at its issue, once both ranks
+// reach it), so the time between the two events is the host's between the two records, not the
+// stream's wait. Real stall times need a GPU.
+TEST(tune_emu_comm_wait_column) {
+    static char out[1 << 20];
+    const char* dir = zt_dir("tune_emu");
+    char dir_t[PATH_MAX], flags[2048];
+    snprintf(dir_t, sizeof(dir_t), "%s", dir);
+    snprintf(flags, sizeof(flags), ZT_MODEL " -device cuda -b 2 -x 1 -v 0 -s 0 -gpu-mem 4GiB -tflops 1 -o %s -offload none "
+             "-tune-rows 2 -tune-steps 1 -tune", dir_t);
+    int rc = zt_mpirun(2, flags, out, sizeof(out));
+    CHECKF(rc == 0, "-tune on the CUDA device failed (%d):\n%s", rc, out);
+    int rows = 0;
+    for (const char* p = out; (p = strstr(p, "tune: |")); p++) {
+        int z, r;
+        char off[16], cell[32] = "";
+        double est, est_tok, tok, ms;
+        if (sscanf(p, "tune: | %d | %d | %15s | %lf | %lf | %lf | %lf | %31[^|]|", &z, &r, off, &est, &est_tok, &tok, &ms, cell) != 8) continue;
+        char* end;
+        double w = strtod(cell, &end);
+        rows++;
+        CHECKF(end != cell && w >= 0 && !strstr(cell, "n/a"), "-z %d -r %d: comm wait cell '%s' is not a time", z, r, cell);
+    }
+    CHECKF(rows == 2, "%d measured rows, expected 2:\n%s", rows, out);
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/tune.jsonl", dir_t);
+    char* js = zt_read_file(path);
+    int lines = 0;
+    for (char* line = js ? strtok(js, "\n") : NULL; line; line = strtok(NULL, "\n")) {
+        long long waits, colls;
+        const char* cw = strstr(line, "\"comm_wait_ms\": ");
+        lines++;
+        CHECKF(cw && atof(cw + strlen("\"comm_wait_ms\": ")) >= 0 && strncmp(cw + strlen("\"comm_wait_ms\": "), "null", 4), "comm_wait_ms not a time:\n%s", line);
+        CHECKF(tt_waits_match(line, &waits, &colls), "%lld timed waits for %lld block collectives:\n%s", waits, colls, line);
+        if (!g_test_failed && lines == 1) printf("    %lld block collectives timed in 1 step; comm wait %.*s ms/step\n", colls, (int)strcspn(cw + 16, ","), cw + 16);
+    }
+    free(js);
+    CHECKF(lines == 2, "tune.jsonl: %d lines", lines);
+}
+
+// [CUDA] The timed waits in one process (R = 1, the compute stream waiting on the communication
+// stream): more waits than the ring of events holds (COMM_WAIT_EVENTS), so the host sums the older
+// half on the way; afterwards every wait is summed once (waits), the time is a sum of event pairs
+// (> 0: here the host's time between each pair's records), nothing is left pending; without
+// time_waits nothing is timed. And the emulator's cudaEventElapsedTime refuses, as a GPU does, an
+// event never recorded or created with cudaEventDisableTiming.
+TEST(tune_emu_timed_waits_ring) {
+    Comm c;
+    memset(&c, 0, sizeof(c));
+    c.R = 1;
+    Launch L;
+    memset(&L, 0, sizeof(L));
+    comm_init_device(&c, &L, 10);
+    int64_t n = 64;
+    floatX* full = (floatX*)gpu_zeros(n * sizeof(floatX));
+    floatX* shard = (floatX*)gpu_zeros(n * sizeof(floatX));
+    CollOp op = {COLL_ALL_GATHER, 0, full, shard, n, 0};
+    for (int i = 0; i < 10; i++) comm_wait(&c, comm_start(&c, &op)); // not timed: the host never waits, nothing to count
+    comm_collect_waits(&c);
+    CHECKF(c.waits == 0 && c.wait_s == 0.0 && c.wait_pending == 0, "untimed: %lld waits, %g s", (long long)c.waits, c.wait_s);
+    comm_reset_stats(&c);
+    c.time_waits = 1;
+    int total = COMM_WAIT_EVENTS + COMM_WAIT_EVENTS / 2 + 7;
+    for (int i = 0; i < total; i++) comm_wait(&c, comm_start(&c, &op));
+    CHECKF(c.waits >= COMM_WAIT_EVENTS / 2 && c.waits % (COMM_WAIT_EVENTS / 2) == 0 && c.wait_pending <= COMM_WAIT_EVENTS &&
+           c.waits + c.wait_pending == total, "before collecting: %lld summed (older halves of the ring), %d pending", (long long)c.waits, c.wait_pending);
+    comm_collect_waits(&c);
+    c.time_waits = 0;
+    CHECKF(c.waits == total && c.wait_pending == 0 && c.wait_s > 0.0, "%lld of %d waits summed, %d pending, %g s",
+           (long long)c.waits, total, c.wait_pending, c.wait_s);
+    cudaEvent_t plain, untimed;
+    cudaCheck(cudaEventCreateWithFlags(&plain, cudaEventDefault));
+    cudaCheck(cudaEventCreateWithFlags(&untimed, cudaEventDisableTiming));
+    float ms = 0.0f;
+    CHECK(cudaEventElapsedTime(&ms, plain, c.wait_ev[0][1]) == cudaErrorInvalidResourceHandle); // never recorded
+    cudaCheck(cudaEventRecord(plain, g_stream));
+    cudaCheck(cudaEventRecord(untimed, g_stream));
+    CHECK(cudaEventElapsedTime(&ms, plain, untimed) == cudaErrorInvalidResourceHandle);
+    CHECK(cudaEventElapsedTime(&ms, c.wait_ev[0][0], plain) == cudaSuccess && ms >= 0.0f);
+    cudaGetLastError();
+    cudaCheck(cudaEventDestroy(plain));
+    cudaCheck(cudaEventDestroy(untimed));
+    cudaCheck(cudaFree(full));
+    cudaCheck(cudaFree(shard));
+    comm_free(&c);
+}
+#endif
