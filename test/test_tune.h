@@ -1,4 +1,6 @@
-// test/test_tune.h — -tune: measured choice of the flags left at auto, on the CPU device at R = 2.
+// test/test_tune.h — -tune: measured choice of the flags left at auto (-z, -r, -offload), on the CPU
+// device at R = 2 (test/test_main.cpp); on the CUDA emulator (test/test_gpu.cu) the offload rows
+// where only they fit and the communication-wait column (events around the compute stream's waits).
 //
 // No assertion on which candidate is fastest (the machine is shared: timings move). What must hold
 // whatever the timings: the candidates are rows the planner says fit, every fitting row is measured
@@ -256,7 +258,7 @@ TEST(tune_offload_rows_when_nothing_else_fits) {
     char odir[PATH_MAX], shape[PATH_MAX + 256], extra[PATH_MAX + 512], flags[4096];
     snprintf(odir, sizeof(odir), "%s/tune_offload_files", test_tmpdir());
     mkdir(odir, 0755);
-    snprintf(shape, sizeof(shape), TT_SHAPE " -offload-dir %s -offload-buffer 64KiB", odir);
+    snprintf(shape, sizeof(shape), TT_SHAPE " -offload-dir %s -offload-buffer 512KiB", odir);
     TtPlan tp;
     CHECK(tt_plan(shape, &tp) == 0);
     double need = 1e300;
@@ -306,7 +308,7 @@ TEST(tune_offload_rows_when_nothing_else_fits) {
     CHECK(zt_read_log(dir_t, &lt) == 0 && lt.n == 2);
     // the same run started with the chosen flags
     const char* dir2 = zt_dir("tune_offload_given");
-    snprintf(flags, sizeof(flags), ZT_MODEL " " TT_SHAPE " -x 2 -v 0 -s 0 -log-hash 1 -o %s -z %d -r %d -offload nvme -offload-dir %s -offload-buffer 64KiB",
+    snprintf(flags, sizeof(flags), ZT_MODEL " " TT_SHAPE " -x 2 -v 0 -s 0 -log-hash 1 -o %s -z %d -r %d -offload nvme -offload-dir %s -offload-buffer 512KiB",
              dir2, z, r, odir);
     rc = zt_mpirun(2, flags, zt_out, sizeof(zt_out));
     zt_hash_line(zt_out, hash_g, sizeof(hash_g));
