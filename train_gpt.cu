@@ -116,10 +116,10 @@ typedef enum { F_INT, F_FLOAT, F_STR, F_SWITCH } FlagType; // F_SWITCH: present 
     X("-prompt",        prompt,          F_STR,   "",       "generate from this prompt (or from each line of @FILE) at the sample steps and at the end, up to -g tokens or an EOT (encoded with -merges)") \
     X("-export-dtype",  export_dtype,    F_STR,   "auto",   "dtype of -export / -export-hf: fp32 (from the FP32 master weights), bf16 (the parameters as trained), fp16 (-export-hf only); auto: -export the parameters' dtype, -export-hf fp32") \
     X("-gpu",           gpu,             F_STR,   "auto",   "GPU model for -plan and MFU: h100, h200, a100, l40s, l4, a10, ... (auto: the GPU present; h100 when planning without one)") \
-    X("-tune",          tune,            F_SWITCH, "0",     "measure before training: every flag left at auto (-z, -r; with -tune, those not given count as auto) is chosen by running -tune-steps steps of each of the planner's fastest -tune-rows rows that fit, on scratch state; the fastest that fits wins, and the run starts from its source with it (as if given; written into checkpoints, a resume reuses it)") \
+    X("-tune",          tune,            F_SWITCH, "0",     "measure before training: every flag left at auto (-z, -r, -offload; with -tune, those not given count as auto) is chosen by running -tune-steps steps of each of the planner's fastest -tune-rows rows that fit (offload rows only where -z auto would offload: nothing fits without), on scratch state; the fastest that fits wins, and the run starts from its source with it (as if given; written into checkpoints, a resume reuses it)") \
     X("-tune-steps",    tune_steps,      F_INT,   "5",      "with -tune: timed steps per candidate, after one warm-up step") \
     X("-tune-rows",     tune_rows,       F_INT,   "4",      "with -tune: candidates at most, the planner's fastest rows that fit (1..16)") \
-    X("-offload",       offload,         F_STR,   "auto",   "where each rank's shard of the optimizer state (master, m, v) lives: none (the device) | cpu (host memory; AdamW runs on the host, bit-identical to none; needs -z 1, 2 or 3) | nvme (a file per rank under -offload-dir, streamed through -offload-buffer; likewise bit-identical) | auto (with -z auto or -r auto: cpu only when nothing fits without it; otherwise none)") \
+    X("-offload",       offload,         F_STR,   "auto",   "where each rank's shard of the optimizer state (master, m, v) lives: none (the device) | cpu (host memory; AdamW runs on the host, bit-identical to none; needs -z 1, 2 or 3) | nvme (a file per rank under -offload-dir, streamed through -offload-buffer; likewise bit-identical) | auto (with -z auto, -r auto or -tune: cpu only when nothing fits without it, nvme only when -offload-dir is given and nothing fits in host memory either; otherwise none)") \
     X("-pcie-gbps",     pcie_gbps,       F_FLOAT, "auto",   "host<->device bandwidth per rank for -plan's offload rows, Gbit/s per direction (auto: 200, PCIe 4.0 x16-class)") \
     X("-offload-dir",   offload_dir,     F_STR,   "",       "with -offload nvme: the directory of each rank's optimizer-state file (12 bytes per element of its shard; removed at exit)") \
     X("-offload-buffer", offload_buffer, F_STR,   "256MiB", "with -offload nvme: host memory per rank for streaming the state (three units of master, m, v plus the gradient and parameter staging), e.g. 256MiB") \
@@ -1743,13 +1743,10 @@ static void check_flags(const Flags* f, const GPTConfig* c, int R) {
     if (off != OFFLOAD_NVME && f->offload_dir[0] && strcmp(f->offload, "auto")) die_user("flag -offload-dir is for -offload nvme (this run: -offload %s)", f->offload);
     if (off == OFFLOAD_NVME && !f->offload_dir[0]) die_user("flag -offload nvme needs -offload-dir DIR (a directory on the disk that holds the state)");
     if (parse_size(f->offload_buffer) <= 0) die_user("flag -offload-buffer: '%s' is not a size (examples: 256MiB, 1GiB)", f->offload_buffer);
-    if (off != OFFLOAD_NONE && f->zero_stage == 0 && !f->plan) // (-plan plans every stage)
+    if (off != OFFLOAD_NONE && f->zero_stage == 0 && !f->plan && !(f->tune && !f->zero_stage_set)) // (-plan plans every stage; -tune chooses -z)
         die_user("flag -offload %s needs -z 1, 2 or 3: under ZeRO-0 every rank holds the whole optimizer state, so offloading "
                  "it would put R copies of it into host memory and copy the full gradient to the host on every rank. HINT: "
                  "-z 1 shards the state first (and sends less than -z 0)", f->offload);
-    if (off != OFFLOAD_NONE && f->tune)
-        die_user("flag -tune does not measure -offload %s yet: its candidates keep the optimizer state on the device. "
-                 "HINT: tune without -offload, or give -z and -r with -offload", f->offload);
     if (f->world > 0 && !f->plan) die_user("flag -world plans for another world size: it needs -plan");
     if (f->link_gbps < 0 || f->tflops < 0 || f->pcie_gbps < 0 || f->disk_gbps < 0) die_user("flags -link-gbps / -tflops / -pcie-gbps / -disk-gbps must be positive");
     const char* ed = f->export_dtype;
@@ -2113,57 +2110,100 @@ static void trainer_free_model(Trainer* tr) {
 // /proc/self/clear_refs (Linux sets VmHWM to VmRSS), so VmHWM minus the VmRSS of that moment is the
 // candidate's growth; on CUDA the device memory in use after the steps beyond the context
 // (cudaMemGetInfo: nothing is allocated inside a step, so that is the candidate's peak).
-// Communication: the time the host waited in collectives (Comm.wait_s; on CUDA the host never
-// waits for one, so the column reads n/a).
+// Communication: on the CPU device the time the host waited in collectives (Comm.wait_s); on CUDA
+// the host never waits for one, the compute stream does: while measuring (Comm.time_waits) comm_wait
+// records an event on the compute stream just before and just after its cudaStreamWaitEvent on a
+// collective (a ring of events created once with the communicator: nothing is allocated in a step),
+// and the time between each pair, summed once the steps are done, is how long the stream stalled
+// (plus, as on the CPU device, the host's waits in the scalar collectives: loss, norm, overflow).
+//
+// [offload] -offload is tuned like -z and -r, by the planner's rule (plan_choose): the candidates
+// are the rows without offload that fit; only when none fits, the -offload cpu rows; only when none
+// of those fits either (and -offload-dir is given), the nvme rows. Offload rows are not measured
+// beside rows without offload that fit: on one device per rank an offload row runs the same
+// kernels plus the copies and the host's AdamW, so it is slower by construction (its memory saving
+// is what the headroom rule already granted the others), and measuring it would only let noise
+// choose the run that also holds the optimizer state on the host. `-tune -offload cpu` measures the
+// -z and -r of the offload rows for whoever wants the numbers.
 
-// The flags -tune chooses, one row each: the flag, its Flags field (an int, -1 while auto), the
-// PlanRow field holding a row's value, and the largest value. The candidates, the choice, the
-// checkpoint's record and the resume follow this table. [offload] -offload becomes one more row here
-// once it exists (its PlanRow field: offload; then also an argument of trainer_build_model, and a
-// column of the printed table and tune.jsonl).
-#define TUNE_DIMS(X)                    \
-    X("-z", zero_stage, stage, 3)       \
-    X("-r", recompute, recompute, 3)
+// The flags -tune chooses, one row each: the flag, its Flags field, the PlanRow field holding a
+// row's value, the largest value, how the Flags field holds it (TUNE_*_INT: the value itself, -1
+// while auto; TUNE_*_OFFLOAD: its name, "auto" while auto), and the value of a recorded choice
+// that lacks the flag (-1: such a record is invalid; -offload: records from before it was tuned
+// mean none). While -tune works every value is an int, as in PlanRow; -1: auto. The candidates, the
+// choice, the table, tune.jsonl, the checkpoint's record and the resume follow this table.
+#define TUNE_DIMS(X)                                               \
+    X("-z", zero_stage, stage, 3, INT, -1)                         \
+    X("-r", recompute, recompute, 3, INT, -1)                      \
+    X("-offload", offload, offload, OFFLOAD_NVME, OFFLOAD, OFFLOAD_NONE)
+#define TUNE_GET_INT(f, field) ((f)->field)
+#define TUNE_SET_INT(f, field, v) ((f)->field = (v))
+#define TUNE_WORD_INT(v, buf) (snprintf(buf, sizeof(buf), "%d", v), buf)
+#define TUNE_PARSE_INT(word, max) tune_parse_count(word, max)
+#define TUNE_GET_OFFLOAD(f, field) (strcmp((f)->field, "auto") ? offload_parse((f)->field) : -1)
+#define TUNE_SET_OFFLOAD(f, field, v) snprintf((f)->field, sizeof((f)->field), "%s", (v) < 0 ? "auto" : offload_name((Offload)(v)))
+#define TUNE_WORD_OFFLOAD(v, buf) offload_name((Offload)(v))
+#define TUNE_PARSE_OFFLOAD(word, max) offload_parse(word)
 #define TUNE_MAX_ROWS 16
 enum {
-#define X(flag, field, row, max) TD_##field,
+#define X(flag, field, row, max, kind, old) TD_##field,
     TUNE_DIMS(X)
 #undef X
     TUNE_NDIMS
 };
 
+// "0".."max" -> its value; -1 for anything else.
+static int tune_parse_count(const char* word, int max) {
+    int v;
+    return parse_int(word, &v) == 0 && v >= 0 && v <= max ? v : -1;
+}
+
 // With -tune, each tuned flag not given on the command line is auto (-z 0, -r 1 are defaults, not choices).
 static void tune_mark_auto(Flags* f) {
-#define X(flag, field, row, max) \
-    if (!f->field##_set) { f->field = -1; snprintf(f->field##_given, sizeof(f->field##_given), "auto"); }
+#define X(flag, field, row, max, kind, old) \
+    if (!f->field##_set) { TUNE_SET_##kind(f, field, -1); snprintf(f->field##_given, sizeof(f->field##_given), "auto"); }
     TUNE_DIMS(X)
 #undef X
 }
 
-// A choice as flags: "-z 2 -r 1".
+// A choice as flags: "-z 2 -r 1 -offload none".
 static void tune_text(const Flags* f, char* out, size_t cap) {
     int n = 0;
+    char buf[16];
     out[0] = 0;
-#define X(flag, field, row, max) n += snprintf(out + n, cap - n, "%s%s %d", n ? " " : "", flag, f->field);
+#define X(flag, field, row, max, kind, old) \
+    n += snprintf(out + n, cap - n, "%s%s %s", n ? " " : "", flag, TUNE_WORD_##kind(TUNE_GET_##kind(f, field), buf));
     TUNE_DIMS(X)
 #undef X
+    (void)buf;
 }
 
-// The value of `flag` in a choice's text ("-z 2 -r 1"); -1 when absent or malformed.
-static int tune_text_value(const char* text, const char* flag, int max) {
+// The word after `flag` in a choice's text ("-z 2 -r 1 -offload cpu") into word; -1 when absent.
+static int tune_text_word(const char* text, const char* flag, char* word, size_t cap) {
     size_t n = strlen(flag);
     for (const char* p = text; (p = strstr(p, flag)) != NULL; p += n) {
         if ((p != text && p[-1] != ' ') || p[n] != ' ') continue;
-        char* end;
-        long v = strtol(p + n + 1, &end, 10);
-        if (end == p + n + 1 || (*end && *end != ' ')) return -1;
-        return v >= 0 && v <= max ? (int)v : -1;
+        size_t len = strcspn(p + n + 1, " ");
+        snprintf(word, cap, "%.*s", (int)(len < cap ? len : cap - 1), p + n + 1);
+        return 0;
     }
     return -1;
 }
 
+// Every tuned flag's value in a recorded choice (v[TD_*]); a flag the record lacks takes the
+// table's `old`. Returns the first flag that is invalid or missing, NULL when all are valid.
+static const char* tune_record_values(const char* rec, int v[TUNE_NDIMS]) {
+    char word[64];
+#define X(flag, field, row, max, kind, old)                                                   \
+    v[TD_##field] = tune_text_word(rec, flag, word, sizeof(word)) ? (old) : TUNE_PARSE_##kind(word, max); \
+    if (v[TD_##field] < 0) return flag;
+    TUNE_DIMS(X)
+#undef X
+    return NULL;
+}
+
 // What every rank measures of one candidate (summed over ranks into an R x TM_COLS matrix).
-enum { TM_SECONDS, TM_WAIT, TM_TAGGED, TM_PROCESS, TM_BASE, TM_RESET, TM_COLS };
+enum { TM_SECONDS, TM_WAIT, TM_WAITS, TM_COLLS, TM_TAGGED, TM_HOST, TM_PROCESS, TM_BASE, TM_RESET, TM_COLS };
 
 // Build the candidate, run it on scratch state, measure, free it. mine: this rank's TM_COLS values.
 static void tune_measure(Trainer* tr, const GPTConfig* c, const int v[TUNE_NDIMS], double* mine) {
@@ -2174,7 +2214,7 @@ static void tune_measure(Trainer* tr, const GPTConfig* c, const int v[TUNE_NDIMS
     mine[TM_BASE] = (double)proc_status_bytes("VmRSS");
     mem_peak_reset();
     PlanRow plan;
-    trainer_build_model(tr, c, v[TD_zero_stage], v[TD_recompute], OFFLOAD_NONE, &plan); // (check_flags: -tune without -offload)
+    trainer_build_model(tr, c, v[TD_zero_stage], v[TD_recompute], (Offload)v[TD_offload], &plan);
     InitCtx ic = {&tr->model.d, (uint64_t)f->seed}; // scratch: initialised as a new run would be, thrown away
     zero_fill_opt(&tr->model.z, 0, init_fill, &ic); // (0: master)
     zero_params_from_master(&tr->model.z);
@@ -2182,12 +2222,18 @@ static void tune_measure(Trainer* tr, const GPTConfig* c, const int v[TUNE_NDIMS
     train_step(tr); // warm-up: first touches, threads, cuBLASLt's choices
     step_read_back(tr);
     comm_reset_stats(&tr->comm);
+    tr->comm.time_waits = 1; // [CUDA] the compute stream's stalls on collectives, timed by events (comm_wait)
     double t0 = wall_s();
     for (int i = 0; i < f->tune_steps; i++) train_step(tr);
     step_read_back(tr); // [one GPU] waits for the last step
     mine[TM_SECONDS] = wall_s() - t0;
+    comm_collect_waits(&tr->comm); // [CUDA] the timed waits' events, summed
+    tr->comm.time_waits = 0;
     mine[TM_WAIT] = tr->comm.wait_s;
+    mine[TM_WAITS] = (double)tr->comm.waits;
+    mine[TM_COLLS] = (double)(tr->comm.count[COLL_ALL_GATHER] + tr->comm.count[COLL_REDUCE_SCATTER] + tr->comm.count[COLL_ALL_REDUCE]);
     mine[TM_TAGGED] = (double)g_mem_peak;
+    mine[TM_HOST] = (double)plan.host_bytes; // [offload] what offload_init allocated (trainer_build_model checked)
     mine[TM_PROCESS] = (double)peak_rss_bytes();
     mine[TM_RESET] = reset;
 #ifdef __CUDACC__
@@ -2204,23 +2250,28 @@ static void tune_measure(Trainer* tr, const GPTConfig* c, const int v[TUNE_NDIMS
     comm_reset_stats(&tr->comm);
 }
 
-// The planner's fastest rows that fit (its headroom rule, and its rule against ZeRO-0 with R > 1)
-// and keep every flag not at auto: up to k row indices into idx, fastest first (ties: table order).
+// The planner's fastest rows that fit (its headroom rule, its rule against ZeRO-0 with R > 1, and
+// its order of the places of the optimizer state: the first of none, cpu, nvme that -offload allows
+// and that has a row that fits) and keep every flag not at auto: up to k row indices into idx,
+// fastest first (ties: table order).
 static int tune_candidates(const PlanRow* rows, int n, const Flags* f, int R, int k, int* idx) {
-    int got = 0;
-    while (got < k) {
-        int best = -1;
-        for (int i = 0; i < n; i++) {
-            const PlanRow* p = &rows[i];
-            int keep = !p->offload && p->fits && !(R > 1 && p->stage == 0 && f->zero_stage != 0);
-#define X(flag, field, row, max) if (f->field >= 0 && p->row != f->field) keep = 0;
-            TUNE_DIMS(X)
+    int got = 0, kinds = plan_offload_arg(f);
+    for (int pass = OFFLOAD_NONE; pass <= OFFLOAD_NVME && got == 0; pass++) {
+        if (!(kinds & (1 << pass))) continue;
+        while (got < k) {
+            int best = -1;
+            for (int i = 0; i < n; i++) {
+                const PlanRow* p = &rows[i];
+                int keep = p->offload == pass && p->fits && !(R > 1 && p->stage == 0 && f->zero_stage != 0);
+#define X(flag, field, row, max, kind, old) if (TUNE_GET_##kind(f, field) >= 0 && p->row != TUNE_GET_##kind(f, field)) keep = 0;
+                TUNE_DIMS(X)
 #undef X
-            for (int j = 0; j < got; j++) keep = keep && idx[j] != i;
-            if (keep && (best < 0 || p->step_s < rows[best].step_s)) best = i;
+                for (int j = 0; j < got; j++) keep = keep && idx[j] != i;
+                if (keep && (best < 0 || p->step_s < rows[best].step_s)) best = i;
+            }
+            if (best < 0) break;
+            idx[got++] = best;
         }
-        if (best < 0) break;
-        idx[got++] = best;
     }
     return got;
 }
@@ -2239,16 +2290,24 @@ static int tune_reuse(Trainer* tr) {
         printf0("tune: the checkpoint of step %d records no -tune choice (its run did not tune, or an older build wrote it): tuning now\n", step);
         return 0;
     }
-#define X(flag, field, row, max)                                                                                              \
-    {                                                                                                                         \
-        int v = tune_text_value(rec, flag, max);                                                                              \
-        if (v < 0) die_user("resume: DONE_%08d in %s records the -tune choice '%s', which has no valid %s. HINT: give the flags yourself, or -resume-step another checkpoint", \
-                            step, f->out_dir, rec, flag);                                                                     \
-        if (f->field < 0) { f->field = v; FLAG_SHOW(f, field, "%d (-tune: the checkpoint's choice)", v); }                    \
-        else if (f->field != v) printf0("tune: %s %d given: kept (the checkpoint's choice was %s %d)\n", flag, f->field, flag, v); \
-    }
+    int v[TUNE_NDIMS];
+    const char* bad = tune_record_values(rec, v);
+    if (bad) die_user("resume: DONE_%08d in %s records the -tune choice '%s', which has no valid %s. HINT: give the flags yourself, or -resume-step another checkpoint",
+                      step, f->out_dir, rec, bad);
+    char b1[16], b2[16];
+#define X(flag, field, row, max, kind, old)                                                                                   \
+    if (TUNE_GET_##kind(f, field) < 0) {                                                                                      \
+        TUNE_SET_##kind(f, field, v[TD_##field]);                                                                            \
+        FLAG_SHOW(f, field, "%s (-tune: the checkpoint's choice)", TUNE_WORD_##kind(v[TD_##field], b1));                      \
+    } else if (TUNE_GET_##kind(f, field) != v[TD_##field])                                                                    \
+        printf0("tune: %s %s given: kept (the checkpoint's choice was %s %s)\n", flag, TUNE_WORD_##kind(TUNE_GET_##kind(f, field), b1), \
+                flag, TUNE_WORD_##kind(v[TD_##field], b2));
     TUNE_DIMS(X)
 #undef X
+    (void)b1; (void)b2;
+    if (offload_parse(f->offload) == OFFLOAD_NVME && !f->offload_dir[0])
+        die_user("resume: the checkpoint's -tune choice is -offload nvme, which needs -offload-dir DIR (where the state's files go). "
+                 "HINT: add -offload-dir, or give -offload cpu or none");
     tune_text(f, tr->tune_choice, sizeof(tr->tune_choice));
     printf0("tune: resuming step %d, whose checkpoint records -tune's choice %s: reused, not tuned again (running %s)\n", step, rec, tr->tune_choice);
     return 1;
@@ -2261,7 +2320,11 @@ static void tune_note_record(Trainer* tr) {
     char rec[128] = "", mine[128];
     if (tr->r == 0 && ckpt_peek_tune(f->out_dir, f->resume_step, rec, sizeof(rec)) >= 0 && rec[0]) {
         tune_text(f, mine, sizeof(mine));
-        if (strcmp(rec, mine))
+        int v[TUNE_NDIMS], same = tune_record_values(rec, v) == NULL; // (a record without -offload: none)
+#define X(flag, field, row, max, kind, old) same = same && TUNE_GET_##kind(f, field) == v[TD_##field];
+        TUNE_DIMS(X)
+#undef X
+        if (!same)
             printf0("note: the checkpoint records -tune's choice %s; this run has %s (without -tune a resume uses the flags as given). "
                     "HINT: add -tune to reuse the choice\n", rec, mine);
     }
@@ -2272,12 +2335,15 @@ static void tune_note_record(Trainer* tr) {
 static void tune_config(Trainer* tr, const GPTConfig* c) {
     Flags* f = &tr->f;
     int autos = 0;
-#define X(flag, field, row, max) autos += f->field < 0;
+    char names[64] = "";
+#define X(flag, field, row, max, kind, old) \
+    autos += TUNE_GET_##kind(f, field) < 0; \
+    snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", names[0] ? ", " : "", flag);
     TUNE_DIMS(X)
 #undef X
     if (autos == 0) {
-        printf0("tune: every flag -tune chooses was given (-z, -r): nothing to tune\n");
-        FLAG_SHOW(f, tune, "unused: -z and -r were given");
+        printf0("tune: every flag -tune chooses was given (%s): nothing to tune\n", names);
+        FLAG_SHOW(f, tune, "unused: %s were given", names);
     }
     if (autos == 0 || (f->resume && tune_reuse(tr))) { // the planner's inputs: nothing plans this run
         const char* why = autos ? "unused: -tune reused the checkpoint's choice" : "unused: -tune had nothing to choose";
@@ -2298,7 +2364,7 @@ static void tune_config(Trainer* tr, const GPTConfig* c) {
         nrows = plan_rows(c, f->B, f->T, tr->R, tr->GA, tr->launch.local_world, &e, rows);
         n = tune_candidates(rows, nrows, f, tr->R, f->tune_rows, idx);
         for (int i = 0; i < n; i++) {
-#define X(flag, field, row, max) cand[i][TD_##field] = rows[idx[i]].row;
+#define X(flag, field, row, max, kind, old) cand[i][TD_##field] = rows[idx[i]].row;
             TUNE_DIMS(X)
 #undef X
         }
@@ -2307,10 +2373,13 @@ static void tune_config(Trainer* tr, const GPTConfig* c) {
     comm_broadcast(&tr->comm, &n, sizeof(n), 0);
     comm_broadcast(&tr->comm, cand, sizeof(cand), 0);
     if (n == 0) die_user("-tune: %s", tr->r == 0 ? why : "rank 0 found no configuration that fits (see its message)");
+    if (cand[0][TD_offload] != OFFLOAD_NONE && !strcmp(f->offload_given, "auto")) // [offload] the planner's order (see the banner)
+        printf0("tune: nothing fits without offload%s: the candidates are -offload %s rows\n",
+                cand[0][TD_offload] == OFFLOAD_NVME ? " nor with the state in host memory" : "", offload_name((Offload)cand[0][TD_offload]));
     printf0("tune: measuring %d candidate(s), the planner's fastest rows that fit %s per rank with the headroom %s: 1 warm-up + %d timed "
             "step(s) each, on scratch state (initialised from -seed, freed afterwards) ...\n", n, tr->r == 0 ? fmt_bytes(e.mem).s : "",
             tr->r == 0 ? fmt_bytes(e.headroom).s : "", f->tune_steps);
-    printf0("tune: | -z | -r | est s/step | est tok/s |     tok/s |  ms/step | comm wait ms/step | tagged peak | process peak | fits |\n");
+    printf0("tune: | -z | -r | -offload | est s/step | est tok/s |     tok/s |  ms/step | comm wait ms/step | tagged peak | process peak | fits |\n");
     int trace = tr->comm.trace, data_trace = f->data_trace;
     tr->comm.trace = 0; f->data_trace = 0; // the tuning steps' collectives and batches are not the run's
     double* meas = (double*)calloc((size_t)n * tr->R * TM_COLS, sizeof(double));
@@ -2326,9 +2395,10 @@ static void tune_config(Trainer* tr, const GPTConfig* c) {
         for (int r = 0; r < tr->R; r++) { // the slowest rank, the largest footprint
             const double* v = all + r * TM_COLS;
             double grow = v[TM_RESET] ? v[TM_PROCESS] - v[TM_BASE] : 0; // VmHWM not reset: only the tagged bytes count
+            double host = g_device == DEV_CPU ? v[TM_HOST] : 0;         // [offload] on the CPU device the host is the same memory
             secs = fmax(secs, v[TM_SECONDS]); wait = fmax(wait, v[TM_WAIT]);
             tagged = fmax(tagged, v[TM_TAGGED]); process = fmax(process, v[TM_PROCESS]);
-            foot[i] = fmax(foot[i], fmax(v[TM_TAGGED], grow));
+            foot[i] = fmax(foot[i], fmax(v[TM_TAGGED] + host, grow));
             if (!v[TM_RESET]) process_kind = "vmhwm_since_start";
         }
         tok_s[i] = (double)step_tokens * f->tune_steps / fmax(secs, 1e-9);
@@ -2336,20 +2406,23 @@ static void tune_config(Trainer* tr, const GPTConfig* c) {
             const PlanRow* p = &rows[idx[i]];
             fits[i] = foot[i] + e.headroom <= e.mem;
             char waitc[32];
-            if (g_device == DEV_CUDA) snprintf(waitc, sizeof(waitc), "n/a");
-            else snprintf(waitc, sizeof(waitc), "%.2f", 1000.0 * wait / f->tune_steps);
-            printf0("tune: | %2d | %2d | %10.3g | %9.0f | %9.0f | %8.2f | %17s | %11s | %12s | %-4s |\n", p->stage, p->recompute, p->step_s,
+            snprintf(waitc, sizeof(waitc), "%.2f", 1000.0 * wait / f->tune_steps);
+            printf0("tune: | %2d | %2d | %-8s | %10.3g | %9.0f | %9.0f | %8.2f | %17s | %11s | %12s | %-4s |\n", p->stage, p->recompute,
+                    offload_name((Offload)p->offload), p->step_s,
                     (double)step_tokens / p->step_s, tok_s[i], 1000.0 * secs / f->tune_steps, waitc, fmt_bytes(tagged).s, fmt_bytes(process).s,
                     fits[i] ? "yes" : "no");
             if (fits[i] && (best < 0 || tok_s[i] > tok_s[best])) best = i;
         }
     }
     tr->comm.trace = trace; f->data_trace = data_trace;
-    printf0("tune: est: the planner's estimate; tok/s, ms/step: the slowest rank; comm wait: the host's time in collectives; tagged peak: "
-            "the allocator's; process peak: %s; fits: the larger of the tagged peak and the process's growth, plus the headroom, within "
-            "the memory\n", g_device == DEV_CUDA ? "device memory in use beyond the context (cudaMemGetInfo)"
+    printf0("tune: est: the planner's estimate; tok/s, ms/step: the slowest rank; comm wait: %s; tagged peak: "
+            "the allocator's; process peak: %s; fits: the larger of the tagged peak%s and the process's growth, plus the headroom, within "
+            "the memory\n", g_device == DEV_CUDA ? "the compute stream's stalls on block collectives (events around each wait) and the host's waits in scalar ones, the largest rank's"
+                                                  : "the host's time in collectives, the largest rank's",
+            g_device == DEV_CUDA ? "device memory in use beyond the context (cudaMemGetInfo)"
                            : !strcmp(process_kind, "vmhwm") ? "VmHWM, reset per candidate (/proc/self/clear_refs)"
-                                                            : "VmHWM since start (clear_refs failed: only the tagged peak counts)");
+                                                            : "VmHWM since start (clear_refs failed: only the tagged peak counts)",
+            g_device == DEV_CPU ? " (plus an offload row's host bytes: on the CPU device the same memory)" : "");
     // rank 0 decides; tune.jsonl (-o) keeps every candidate's numbers
     comm_broadcast(&tr->comm, &best, sizeof(best), 0);
     if (tr->r == 0 && f->out_dir[0]) {
@@ -2362,14 +2435,14 @@ static void tune_config(Trainer* tr, const GPTConfig* c) {
             const double* all = meas + (size_t)i * tr->R * TM_COLS;
             double secs = 0, wait = 0;
             for (int r = 0; r < tr->R; r++) { secs = fmax(secs, all[r * TM_COLS + TM_SECONDS]); wait = fmax(wait, all[r * TM_COLS + TM_WAIT]); }
-            fprintf(fp, "{\"stage\": %d, \"recompute\": %d, \"R\": %d, \"GA\": %d, \"steps\": %d, \"est_step_s\": %.6g, \"est_tok_s\": %.6g, "
-                    "\"planned_bytes\": %zu, \"tok_s\": %.6g, \"step_ms\": %.6g",
-                    p->stage, p->recompute, tr->R, tr->GA, f->tune_steps, p->step_s, (double)step_tokens / p->step_s, p->total, tok_s[i],
-                    1000.0 * secs / f->tune_steps);
-            json_num(fp, "comm_wait_ms", g_device == DEV_CUDA ? NAN : 1000.0 * wait / f->tune_steps); // [CUDA] the host never waits: null
-            const char* keys[3] = {"tagged_peak", "process_peak", "rss_before"};
-            const int cols[3] = {TM_TAGGED, TM_PROCESS, TM_BASE};
-            for (int k = 0; k < 3; k++) {
+            fprintf(fp, "{\"stage\": %d, \"recompute\": %d, \"offload\": %d, \"R\": %d, \"GA\": %d, \"steps\": %d, \"est_step_s\": %.6g, "
+                    "\"est_tok_s\": %.6g, \"planned_bytes\": %zu, \"planned_host_bytes\": %zu, \"tok_s\": %.6g, \"step_ms\": %.6g",
+                    p->stage, p->recompute, p->offload, tr->R, tr->GA, f->tune_steps, p->step_s, (double)step_tokens / p->step_s, p->total,
+                    p->host_bytes, tok_s[i], 1000.0 * secs / f->tune_steps);
+            json_num(fp, "comm_wait_ms", 1000.0 * wait / f->tune_steps); // [CUDA] the compute stream's stalls
+            const char* keys[5] = {"comm_waits", "block_collectives", "tagged_peak", "process_peak", "rss_before"}; // per rank
+            const int cols[5] = {TM_WAITS, TM_COLLS, TM_TAGGED, TM_PROCESS, TM_BASE};
+            for (int k = 0; k < 5; k++) {
                 fprintf(fp, ", \"%s\": [", keys[k]);
                 for (int r = 0; r < tr->R; r++) fprintf(fp, "%s%.0f", r ? ", " : "", all[r * TM_COLS + cols[k]]);
                 fprintf(fp, "]");
@@ -2381,11 +2454,13 @@ static void tune_config(Trainer* tr, const GPTConfig* c) {
     }
     free(meas);
     if (best < 0) die_user("-tune: none of the %d candidate(s) leaves the headroom once measured (see the table). HINT: -plan, a smaller -b, or more ranks", n);
-#define X(flag, field, row, max)                                                                             \
-    f->field = cand[best][TD_##field];                                                                      \
-    if (!strcmp(f->field##_given, "auto")) FLAG_SHOW(f, field, "%d (-tune: the fastest measured)", f->field);
+    char word[16];
+#define X(flag, field, row, max, kind, old)                                                                  \
+    TUNE_SET_##kind(f, field, cand[best][TD_##field]);                                                      \
+    if (!strcmp(f->field##_given, "auto")) FLAG_SHOW(f, field, "%s (-tune: the fastest measured)", TUNE_WORD_##kind(cand[best][TD_##field], word));
     TUNE_DIMS(X)
 #undef X
+    (void)word;
     tune_text(f, tr->tune_choice, sizeof(tr->tune_choice));
     if (tr->r == 0) {
         const PlanRow* p = &rows[idx[best]];
@@ -2446,11 +2521,8 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
         run_plan(f, &c, R_plan, &tr->launch);
         return 1;
     }
-    if (f->tune) { // chosen by measuring, once the data is open (tune_config); -tune keeps the state on the device
-        tune_mark_auto(f);
-        if (!strcmp(f->offload, "auto") && f->offload_dir[0]) die_user("flag -offload-dir is for -offload nvme (-tune keeps the optimizer state on the device)");
-        if (!strcmp(f->offload, "auto")) snprintf(f->offload, sizeof(f->offload), "none");
-    } else if (f->zero_stage < 0 || f->recompute < 0) choose_config(f, &c, tr->R, &tr->launch, &tr->comm);
+    if (f->tune) tune_mark_auto(f); // chosen by measuring, once the data is open (tune_config)
+    else if (f->zero_stage < 0 || f->recompute < 0) choose_config(f, &c, tr->R, &tr->launch, &tr->comm);
     else { // the planner's inputs: nothing plans this run
         if (f->tflops == 0) FLAG_SHOW(f, tflops, "unused: only -plan, -z auto and -r auto plan");
         if (f->link_gbps == 0) FLAG_SHOW(f, link_gbps, "unused: only -plan, -z auto and -r auto plan");

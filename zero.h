@@ -336,6 +336,7 @@ typedef struct {
 } CollOp;
 
 #define COMM_MAX_INFLIGHT 8
+#define COMM_WAIT_EVENTS 256 // [CUDA] timed waits in flight before the host sums the older half (-tune only)
 
 typedef struct {
     CollOp op;
@@ -366,7 +367,9 @@ typedef struct {
     CommSlot slots[COMM_MAX_INFLIGHT];
     int64_t next_seq;
     int64_t count[COLL_KINDS], bytes[COLL_KINDS]; // this step's traffic
-    double wait_s;        // time spent waiting in collectives this step
+    double wait_s;        // time spent waiting in collectives this step ([CUDA] while time_waits: the compute stream's stalls)
+    int64_t waits;        // block collectives waited for (comm_wait; [CUDA] while time_waits: those timed and summed into wait_s)
+    int time_waits;       // [CUDA] -tune sets it while measuring: comm_wait times the compute stream's stall on each collective
     int mpi;              // the host side goes over MPI (MPI_Init was called here)
     int rdv;              // [rdv] launched without MPI: the host side goes over the rendezvous's sockets
     int rdv_fd[ZT_MAX_RANKS]; // [rdv] rank 0: one socket per rank (index 0 unused); rank r > 0: [0], to rank 0
@@ -382,6 +385,8 @@ typedef struct {
     int count_only;       // counting mode (zero_count_step): collectives are counted, nothing is moved or waited for
 #ifdef __CUDACC__
     cudaStream_t stream;  // [CUDA] the communication stream
+    cudaEvent_t wait_ev[COMM_WAIT_EVENTS][2]; // [CUDA] time_waits: a ring of (before, after) events around a wait, created once
+    int wait_head, wait_pending; // [CUDA] the next pair of the ring; pairs recorded and not yet summed into wait_s
 #ifdef USE_NCCL
     ncclComm_t nccl;
     pthread_t watchdog;   // [NCCL] polls the collectives in flight and NCCL's async error
@@ -667,6 +672,36 @@ static int comm_start(Comm* c, const CollOp* op) {
     return h; // one rank: all the work happens in comm_wait
 }
 
+#ifdef __CUDACC__
+// [CUDA] time_waits: sum the oldest n timed waits of the ring into wait_s. The host waits for the
+// last of them (and so for the earlier ones: one stream); each is the time between an event
+// recorded on the compute stream just before its cudaStreamWaitEvent and one just after: how long
+// the stream stalled there for the collective.
+static void comm_sum_waits(Comm* c, int n) {
+    if (n <= 0) return;
+    int first = (c->wait_head - c->wait_pending + COMM_WAIT_EVENTS) % COMM_WAIT_EVENTS;
+    cudaCheck(cudaEventSynchronize(c->wait_ev[(first + n - 1) % COMM_WAIT_EVENTS][1]));
+    for (int i = 0; i < n; i++) {
+        cudaEvent_t* pair = c->wait_ev[(first + i) % COMM_WAIT_EVENTS];
+        float ms = 0.0f;
+        cudaCheck(cudaEventElapsedTime(&ms, pair[0], pair[1]));
+        c->wait_s += ms / 1000.0;
+        c->waits++;
+    }
+    c->wait_pending -= n;
+}
+#endif
+
+// Everything comm_wait timed is in wait_s and waits ([CUDA] time_waits: the host waits for the
+// compute stream to pass the last wait; elsewhere there is nothing to collect).
+static void comm_collect_waits(Comm* c) {
+#ifdef __CUDACC__
+    if (c->device_side) comm_sum_waits(c, c->wait_pending);
+#else
+    (void)c;
+#endif
+}
+
 static void comm_wait(Comm* c, int h) {
     if (h < 0) return;
     CommSlot* s = &c->slots[h];
@@ -674,11 +709,23 @@ static void comm_wait(Comm* c, int h) {
     CollOp* op = &s->op;
 #ifdef __CUDACC__
     if (c->device_side) { // the compute stream waits on the GPU; the host goes on
+        cudaEvent_t* pair = NULL; // time_waits: events around the wait (the ring full: the older half summed first)
+        if (c->time_waits) {
+            if (c->wait_pending == COMM_WAIT_EVENTS) comm_sum_waits(c, COMM_WAIT_EVENTS / 2);
+            pair = c->wait_ev[c->wait_head];
+            cudaCheck(cudaEventRecord(pair[0], g_stream));
+        }
         cudaCheck(cudaStreamWaitEvent(g_stream, s->done, 0));
+        if (pair) {
+            cudaCheck(cudaEventRecord(pair[1], g_stream));
+            c->wait_head = (c->wait_head + 1) % COMM_WAIT_EVENTS;
+            c->wait_pending++;
+        }
         s->active = 0;
         return;
     }
 #endif
+    c->waits++;
     if (c->R == 1) {
         if (op->kind == COLL_ALL_GATHER && op->shard != op->full)
             memcpy(op->full, op->shard, op->S * sizeof(floatX));
@@ -1143,6 +1190,10 @@ static void comm_reset_stats(Comm* c) {
     memset(c->count, 0, sizeof(c->count));
     memset(c->bytes, 0, sizeof(c->bytes));
     c->wait_s = 0.0;
+    c->waits = 0;
+#ifdef __CUDACC__
+    c->wait_pending = 0; // timed waits not summed are dropped (their events are recorded again later)
+#endif
 }
 
 #ifdef USE_MPI
@@ -1255,6 +1306,8 @@ static void comm_init_device(Comm* c, const Launch* L, double timeout_s) {
         cudaCheck(cudaEventCreateWithFlags(&c->slots[i].ready, cudaEventDisableTiming));
         cudaCheck(cudaEventCreateWithFlags(&c->slots[i].done, cudaEventDisableTiming));
     }
+    for (int i = 0; i < COMM_WAIT_EVENTS; i++) // -tune's timed waits (comm_wait): with timing
+        for (int k = 0; k < 2; k++) cudaCheck(cudaEventCreateWithFlags(&c->wait_ev[i][k], cudaEventDefault));
     if (c->R > 1) {
 #ifdef USE_NCCL
         ncclUniqueId id;
@@ -1302,6 +1355,8 @@ static void comm_free(Comm* c) {
             cudaCheck(cudaEventDestroy(c->slots[i].ready));
             cudaCheck(cudaEventDestroy(c->slots[i].done));
         }
+        for (int i = 0; i < COMM_WAIT_EVENTS; i++)
+            for (int k = 0; k < 2; k++) cudaCheck(cudaEventDestroy(c->wait_ev[i][k]));
         cudaCheck(cudaStreamDestroy(c->stream));
         c->device_side = 0;
     }

@@ -122,6 +122,7 @@ static inline double relerr_f(const float* a, const float* b, int64_t n) {
 #include "gpu_launch.h"    // cases: several ranks without MPI (dev/launch.sh, the TCP rendezvous)
 #if defined(USE_MPI) && defined(USE_NCCL)
 #include "test_offload.h"  // cases: -offload cpu on the CUDA device bit-identical to none (copies on their own stream)
+#include "test_tune.h"     // cases: -tune's communication-wait column on the CUDA device (events around each wait)
 #endif
 #include "gpu_attention_model.h" // cases: the tensor-core attention through the model, -r 0..3 and -z 0..3 bitwise
 

@@ -58,6 +58,8 @@
 //     the PTX ISA's fragment layouts, with every lane of the warp required; cp.async copies land
 //     only at the cp.async.wait_group that covers them (NaN until then).
 // WHAT IT CANNOT CHECK (the GPU session still has to):
+//   - time on the device: cudaEventElapsedTime gives the host's time between the two records
+//     (work runs when it is issued), so a stream's stall on another (cudaStreamWaitEvent) is ~0;
 //   - real concurrency: streams never overlap here; a missing event between two non-blocking
 //     streams is caught for collectives and copies (their ranges are known) and for kernel pointer
 //     arguments inside such a range, not for two kernels on different streams; races between blocks
@@ -160,6 +162,7 @@ typedef enum cudaMemcpyKind {
 
 typedef enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 } cudaFuncAttribute;
 #define cudaStreamNonBlocking 0x01
+#define cudaEventDefault 0x00
 #define cudaEventDisableTiming 0x02
 
 struct EmuStream;
@@ -363,7 +366,7 @@ static bool host_range(const void* p, size_t bytes, const char* call, const char
 
 struct Clock { long seq = 0; std::map<const void*, long> known; }; // known: stream -> seq learned
 struct Stream { int flags; Clock clock; };
-struct Event { int flags; bool recorded; const void* stream; std::map<const void*, long> clock; };
+struct Event { int flags; bool recorded; const void* stream; std::map<const void*, long> clock; double t = 0; }; // t: the host's clock at the record
 static std::set<const void*> g_streams, g_events;
 static Clock g_legacy_clock, g_host_clock; // the legacy default stream's; what the host has waited for
 
@@ -1377,6 +1380,25 @@ static cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr) {
     ev->stream = (const void*)s; // the event carries its stream's clock
     ev->clock = emu::clock_of(s).known;
     ev->clock[(const void*)s] = emu::clock_of(s).seq;
+    struct timespec ts; // work completes when it is issued: the stream reaches the event now
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ev->t = ts.tv_sec + 1e-9 * ts.tv_nsec;
+    return cudaSuccess;
+}
+// Milliseconds between two recorded events: here the host's time between the two records (the
+// work between them ran as it was issued); on a GPU, when the stream reached each. As on a GPU,
+// an event never recorded, or created with cudaEventDisableTiming, is an error.
+static cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
+    emu::Event* ev[2] = {(emu::Event*)a, (emu::Event*)b};
+    for (int k = 0; k < 2; k++) {
+        if (!ev[k] || !emu::g_events.count((const void*)ev[k]))
+            return emu::note(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: event %p is not a live event", (void*)ev[k]);
+        if (!ev[k]->recorded)
+            return emu::note(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: event %p was never recorded", (void*)ev[k]);
+        if (ev[k]->flags & cudaEventDisableTiming)
+            return emu::note(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: event %p was created with cudaEventDisableTiming", (void*)ev[k]);
+    }
+    *ms = (float)((ev[1]->t - ev[0]->t) * 1e3);
     return cudaSuccess;
 }
 // Work completes when it is issued: an event is always reached (as CUDA says for one never recorded).
