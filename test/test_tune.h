@@ -39,6 +39,35 @@ static int tt_waits_match(const char* line, long long* waits, long long* colls) 
     return *waits > 0 && *waits == *colls && w1 == c1;
 }
 
+// A -tune run (its output `out`, its directory dir_t) that measured n -offload cpu candidates, all
+// -z >= 1: one is chosen (*z, *r), DONE_00000002 records it, and a run started with the choice (R
+// ranks, `device` flags, in `given_dir`) has the same bits (hash_t: the tuned run's hashes). why:
+// the line that must say why the candidates are offload rows, or NULL when it must not be there.
+static void tt_check_cpu_choice(const char* out, int n_want, const char* why, const char* dir_t, int R, const char* device,
+                                const char* given_dir, int* z, int* r, char* hash_t, size_t cap) {
+    static char run_out[1 << 20];
+    int cand[16][3], off;
+    int n = tt_table(out, cand, 16, z, r, &off), ok = n == n_want, chosen = 0;
+    for (int i = 0; i < n; i++) {
+        ok = ok && cand[i][0] >= 1 && cand[i][2] == OFFLOAD_CPU;
+        chosen += cand[i][0] == *z && cand[i][1] == *r;
+    }
+    int said = why ? strstr(out, why) != NULL : strstr(out, "tune: nothing fits without offload") == NULL;
+    CHECKF(ok && chosen == 1 && off == OFFLOAD_CPU && said, "expected %d -offload cpu candidates (-z >= 1), one chosen%s%s:\n%s", n_want,
+           why ? ", and " : "", why ? why : "", out);
+    zt_hash_line(out, hash_t, cap);
+    char path[PATH_MAX], want[128], flags[2048], hash_g[512];
+    snprintf(path, sizeof(path), "%s/DONE_00000002", dir_t);
+    char* done = zt_read_file(path);
+    snprintf(want, sizeof(want), "\ntune -z %d -r %d -offload cpu\n", *z, *r);
+    CHECKF(done && strstr(done, want), "DONE_00000002 lacks '%s':\n%s", want + 1, done ? done : "(none)");
+    free(done);
+    snprintf(flags, sizeof(flags), ZT_MODEL " %s -b 2 -x 2 -v 0 -s 0 -log-hash 1 -o %s -z %d -r %d -offload cpu", device, given_dir, *z, *r);
+    int rc = zt_mpirun(R, flags, run_out, sizeof(run_out));
+    zt_hash_line(run_out, hash_g, sizeof(hash_g));
+    CHECKF(rc == 0 && hash_t[0] && !strcmp(hash_t, hash_g), "after -tune: '%s'\nstarted with -z %d -r %d -offload cpu: '%s'", hash_t, *z, *r, hash_g);
+}
+
 #ifndef __CUDACC__ // the CPU suite (test/test_main.cpp); below, the CUDA one (test/test_gpu.cu: the emulator, or a GPU)
 // The tune line a choice leaves in DONE markers, and the parse of a recorded choice.
 TEST(tune_marker_and_choice_text) {
@@ -332,32 +361,15 @@ TEST(tune_offload_rows_when_nothing_else_fits) {
 // given keeps cpu and says so.
 TEST(tune_offload_cpu_given) {
     const char* dir = zt_dir("tune_cpu");
-    char dir_t[PATH_MAX], flags[2048], hash_t[512], hash_g[512], hash_y[512];
+    char dir_t[PATH_MAX], flags[2048], hash_t[512], hash_y[512];
     snprintf(dir_t, sizeof(dir_t), "%s", dir);
     snprintf(flags, sizeof(flags), ZT_MODEL " -b 2 -x 2 -v 0 -s 0 -n 1 -log-hash 1 -gpu-mem 4GiB -o %s -offload cpu -tune-rows 3 -tune-steps 1 -tune", dir_t);
     int rc = zt_mpirun(2, flags, zt_out, sizeof(zt_out));
     CHECKF(rc == 0, "-tune -offload cpu failed (%d):\n%s", rc, zt_out);
-    int cand[16][3], z, r, off;
-    int n = tt_table(zt_out, cand, 16, &z, &r, &off);
-    int ok = n == 3, chosen = 0;
-    for (int i = 0; i < n; i++) {
-        ok = ok && cand[i][0] >= 1 && cand[i][2] == OFFLOAD_CPU;
-        chosen += cand[i][0] == z && cand[i][1] == r;
-    }
-    CHECKF(ok && chosen == 1 && off == OFFLOAD_CPU && !strstr(zt_out, "tune: nothing fits without offload"),
-           "expected 3 -offload cpu candidates (-z 1..3), one chosen:\n%s", zt_out);
-    CHECKF(tt_count(zt_out, "offload cpu: master, m, v") == n + 1, "every candidate and the run build with -offload cpu:\n%s", zt_out);
-    zt_hash_line(zt_out, hash_t, sizeof(hash_t));
-    char path[PATH_MAX], want[128];
-    snprintf(path, sizeof(path), "%s/DONE_00000002", dir_t);
-    char* done = zt_read_file(path);
-    snprintf(want, sizeof(want), "\ntune -z %d -r %d -offload cpu\n", z, r);
-    CHECKF(done && strstr(done, want), "DONE_00000002 lacks '%s':\n%s", want + 1, done ? done : "(none)");
-    free(done);
-    snprintf(flags, sizeof(flags), ZT_MODEL " -b 2 -x 2 -v 0 -s 0 -log-hash 1 -o %s -z %d -r %d -offload cpu", zt_dir("tune_cpu_given"), z, r);
-    rc = zt_mpirun(2, flags, zt_out, sizeof(zt_out));
-    zt_hash_line(zt_out, hash_g, sizeof(hash_g));
-    CHECKF(rc == 0 && hash_t[0] && !strcmp(hash_t, hash_g), "after -tune: '%s'\nstarted with -z %d -r %d -offload cpu: '%s'", hash_t, z, r, hash_g);
+    int z, r;
+    CHECKF(tt_count(zt_out, "offload cpu: master, m, v") == 3 + 1, "every candidate and the run build with -offload cpu:\n%s", zt_out);
+    tt_check_cpu_choice(zt_out, 3, NULL, dir_t, 2, "", zt_dir("tune_cpu_given"), &z, &r, hash_t, sizeof(hash_t));
+    char path[PATH_MAX];
     // step 1's record as an older build wrote it: without -offload
     Marker mk;
     snprintf(path, sizeof(path), "%s/DONE_00000001", dir_t);
@@ -439,31 +451,15 @@ TEST(tune_emu_offload_cpu_when_nothing_else_fits) {
         }
     need += 1073741824.0; // the headroom: max(5%, 1 GiB)
     const char* dir = zt_dir("tune_emu_cpu");
-    char dir_t[PATH_MAX], flags[2048], hash_t[512], hash_g[512], hash_y[512];
+    char dir_t[PATH_MAX], flags[2048], hash_t[512], hash_y[512];
     snprintf(dir_t, sizeof(dir_t), "%s", dir);
     snprintf(flags, sizeof(flags), ZT_MODEL " -device cuda -b 2 -x 2 -v 0 -s 0 -n 1 -log-hash 1 -gpu-mem %.0f -tflops 1 -o %s -tune-rows 2 "
              "-tune-steps 1 -tune", need - 1, dir_t);
     int rc = zt_mpirun(1, flags, out, sizeof(out));
     CHECKF(rc == 0, "-tune failed (%d):\n%s", rc, out);
-    int cand[16][3], z, r, off;
-    int n = tt_table(out, cand, 16, &z, &r, &off), ok = n == 2, chosen = 0;
-    for (int i = 0; i < n; i++) {
-        ok = ok && cand[i][0] >= 1 && cand[i][2] == OFFLOAD_CPU;
-        chosen += cand[i][0] == z && cand[i][1] == r;
-    }
-    CHECKF(ok && chosen == 1 && off == OFFLOAD_CPU && strstr(out, "tune: nothing fits without offload: the candidates are -offload cpu rows"),
-           "expected two -offload cpu candidates, one chosen, and why:\n%s", out);
-    zt_hash_line(out, hash_t, sizeof(hash_t));
-    char path[PATH_MAX], want[128];
-    snprintf(path, sizeof(path), "%s/DONE_00000002", dir_t);
-    char* done = zt_read_file(path);
-    snprintf(want, sizeof(want), "\ntune -z %d -r %d -offload cpu\n", z, r);
-    CHECKF(done && strstr(done, want), "DONE_00000002 lacks '%s':\n%s", want + 1, done ? done : "(none)");
-    free(done);
-    snprintf(flags, sizeof(flags), ZT_MODEL " -device cuda -b 2 -x 2 -v 0 -s 0 -log-hash 1 -o %s -z %d -r %d -offload cpu", zt_dir("tune_emu_cpu_given"), z, r);
-    rc = zt_mpirun(1, flags, out, sizeof(out));
-    zt_hash_line(out, hash_g, sizeof(hash_g));
-    CHECKF(rc == 0 && hash_t[0] && !strcmp(hash_t, hash_g), "after -tune: '%s'\nstarted with -z %d -r %d -offload cpu: '%s'", hash_t, z, r, hash_g);
+    int z, r;
+    tt_check_cpu_choice(out, 2, "tune: nothing fits without offload: the candidates are -offload cpu rows", dir_t, 1, "-device cuda",
+                        zt_dir("tune_emu_cpu_given"), &z, &r, hash_t, sizeof(hash_t));
     snprintf(flags, sizeof(flags), ZT_MODEL " -device cuda -b 2 -x 2 -v 0 -s 0 -log-hash 1 -gpu-mem %.0f -o %s -y 1 -resume-step 1 -tune", need - 1, dir_t);
     rc = zt_mpirun(1, flags, out, sizeof(out));
     char said[192];
