@@ -32,6 +32,7 @@
 #   model_vs_pytorch          20    180  logits, loss, every gradient and 10 AdamW steps against the PyTorch fixture
 #   recompute_bitwise         16    120  -r 0..3: the same hashes of parameters, master, m, v
 #   zero_bitwise              18    120  -z 0..3 (poisoned, delayed collectives): the same hashes
+#   offload_bitwise           12    120  -offload cpu (-z 1, -z 3) and nvme (-z 1, a 1 MiB buffer): the hashes of -z 1 without
 #   grad_accumulation         10    120  GA 2 = GA 1 at the same global batch (losses within 1e-2); -z 3 = -z 0 at GA 2 (1e-3)
 #   checkpoint_resume         12    120  4 steps = 2 steps, checkpoint, resume, 2 steps (bitwise)
 #   val_and_sampling           6    120  validation losses finite; a sample printed
@@ -42,7 +43,7 @@
 #   perf_d48                  25    240  d48, B 4, T 1024: tokens/s and MFU
 #   no_cublaslt_fallback       0     10  no log says "cuBLASLt has no algorithm"
 #   torch_perf (--torch)     120    300  PyTorch tokens/s for d12 and d48 on the same GPU
-#   total                   ~265         (~355 with a build on the box)
+#   total                   ~277         (~367 with a build on the box)
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -233,6 +234,16 @@ same_hashes() {
 export -f same_hashes
 stage recompute_bitwise 16 120 'same_hashes "-r 0" "-r 1" "-r 2" "-r 3"'
 stage zero_bitwise 18 120 'same_hashes "-z 0 -poison 1 -comm-delay 5" "-z 1 -poison 1 -comm-delay 5" "-z 2 -poison 1 -comm-delay 5" "-z 3 -poison 1 -comm-delay 5"'
+
+# -offload (the host AdamW, the copies on their own stream, each block's gradient copied as its
+# reduction completes, nvme streaming through a small buffer): the same hashes as without offload
+st_offload() {
+    mkdir -p "$WORK/offload"
+    same_hashes "-z 1 -poison 1" "-z 1 -poison 1 -offload cpu" "-z 3 -poison 1 -offload cpu" \
+        "-z 1 -poison 1 -offload nvme -offload-dir $WORK/offload -offload-buffer 1MiB"
+}
+export -f st_offload
+stage offload_bitwise 12 120 st_offload
 
 # step_losses LOG: the loss of every step, one a line
 step_losses() { grep -E '^step +[0-9]+/' "$1" | grep -v 'val loss' | sed -E 's/.*\| loss ([0-9.naif-]+) .*/\1/'; }
