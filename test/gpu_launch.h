@@ -329,13 +329,7 @@ static int nl_in_progress_child(int settle, char* msg, size_t cap) {
         fflush(stderr);
         _exit(0);
     }
-    int status = 0;
-    waitpid(pid, &status, 0);
-    FILE* f = fopen(path, "r");
-    size_t got = f ? fread(msg, 1, cap - 1, f) : 0;
-    msg[got] = 0;
-    if (f) fclose(f);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    return test_child_result(pid, path, msg, cap);
 }
 
 TEST(nompi_emu_nccl_in_progress_checked) {

@@ -169,13 +169,7 @@ static int mr_stream_child(int scenario, char* msg, size_t cap) {
         fflush(stderr);
         _exit(0);
     }
-    int status = 0;
-    waitpid(pid, &status, 0);
-    FILE* f = fopen(path, "r");
-    size_t got = f ? fread(msg, 1, cap - 1, f) : 0;
-    msg[got] = 0;
-    if (f) fclose(f);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    return test_child_result(pid, path, msg, cap);
 }
 
 TEST(emu_cross_stream_order_checked) {

@@ -75,6 +75,18 @@ static inline int test_run_cmd(const char* cmd, char* out, size_t cap) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+// A forked child's end: wait for it, read what it wrote to `path` (its stderr) into msg, and return
+// its exit code (128 + the signal when one ended it).
+static inline int test_child_result(pid_t pid, const char* path, char* msg, size_t cap) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    FILE* f = fopen(path, "r");
+    size_t got = f ? fread(msg, 1, cap - 1, f) : 0;
+    msg[got] = 0;
+    if (f) fclose(f);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
 // A fresh scratch directory for this test process (created once, under $TMPDIR or /tmp).
 static int g_tmpdir_made = 0;
 static inline const char* test_tmpdir(void) {
