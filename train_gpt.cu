@@ -52,78 +52,87 @@
 // at start-up. "auto" defaults are resolved per device in resolve_defaults().
 
 typedef enum { F_INT, F_FLOAT, F_STR, F_SWITCH } FlagType; // F_SWITCH: present = 1, takes no value
+// FLAG_RUN: the flag defines the run (model, data, T, batch, optimizer, schedule, seed, data order):
+// checkpoints record it, a resume takes it when not given and refuses another value unless
+// -resume-change names it (see "The run's record" below). FLAG_KEEP: recorded and taken the same
+// way, but a resume may change it freely (-x, -n, -nk, -v, -m, -s, ...: how the run goes on, not
+// what it is). FLAG_FREE: not recorded (-threads, -z, -r, logging, actions such as -export, ...).
+typedef enum { FLAG_FREE, FLAG_RUN, FLAG_KEEP } FlagKind;
 
-// X(flag, field, type, default, help)
+// X(flag, field, type, default, run, help)
 #define FLAG_TABLE(X)                                                                                   \
-    X("-device",        device,          F_STR,   "auto",   "cpu | cuda | auto (cuda when a GPU is present)")                    \
-    X("-e",             model,           F_STR,   "auto",   "model: dN (d6 d12 d24 d36 d48 d60 d72 d84), tiny, an llm.c .bin file, or a Hugging Face GPT-2 (a directory with config.json + model.safetensors or its index, or a .safetensors file); auto: d12 on cuda, tiny on cpu") \
-    X("-layers",        layers,          F_INT,   "0",      "override L, the number of layers (0: from -e)")                   \
-    X("-channels",      channels,        F_INT,   "0",      "override C, the width (0: from -e)")                               \
-    X("-heads",         heads,           F_INT,   "0",      "override NH, the attention heads (0: from -e)")                    \
-    X("-max-seq",       max_seq,         F_INT,   "0",      "override the model's maximum sequence length (0: from -e)")       \
-    X("-vocab",         vocab,           F_INT,   "0",      "override V, the vocabulary size (0: from -e); padded to 128")     \
-    X("-i",             train_data,      F_STR,   "data/kjv_train.bin", "train data: glob of llm.c token shards")              \
-    X("-j",             val_data,        F_STR,   "data/kjv_val.bin",   "val data: glob of llm.c token shards (\"\": none)")     \
-    X("-tokenizer",     tokenizer,       F_STR,   "data/gpt2_tokenizer.bin", "llm.c tokenizer file for decoding samples")       \
-    X("-tokenize",      tokenize,        F_STR,   "",       "encode this text file with GPT-2's BPE into llm.c shards named by -o (a prefix), then exit; documents are separated by lines that are exactly <|endoftext|>. A .jsonl file of {\"prompt\", \"completion\"} lines is packed for -t with a loss mask (completion + EOT count)") \
-    X("-merges",        merges,          F_STR,   "data/gpt2_merges.bin", "GPT-2 merge list for -tokenize")                         \
-    X("-val-every",     val_every_doc,   F_INT,   "20",     "with -tokenize: every N-th document goes to the val shards (0: none)") \
-    X("-shard-tokens",  shard_tokens,    F_INT,   "100000000", "with -tokenize: tokens per shard at most")                          \
-    X("-o",             out_dir,         F_STR,   "",       "output directory: log.jsonl and checkpoints (\"\": none)")        \
-    X("-b",             B,               F_INT,   "auto",   "micro-batch size per rank (auto: 8 on cpu, 16 on cuda)")           \
-    X("-t",             T,               F_INT,   "auto",   "sequence length (auto: 64 on cpu, 1024 on cuda, at most the model's)") \
-    X("-d",             total_batch,     F_INT,   "-1",     "total batch per step in tokens; a multiple of B*T*R gives accumulation (-1: B*T*R)") \
-    X("-x",             max_steps,       F_INT,   "auto",   "steps to train (auto: 300 on cpu, one epoch on cuda; -1: one epoch)") \
-    X("-l",             lr,              F_FLOAT, "auto",   "peak learning rate (auto: 1e-3 on cpu, 6e-4 on cuda)")             \
-    X("-u",             warmup,          F_INT,   "auto",   "learning-rate warmup steps (auto: 5% of the steps)")               \
-    X("-q",             lr_final,        F_FLOAT, "0.1",    "final learning rate as a fraction of the peak")                    \
-    X("-k",             lr_schedule,     F_STR,   "cosine", "learning-rate schedule after warmup: cosine | linear | constant")  \
-    X("-c",             weight_decay,    F_FLOAT, "0.1",    "AdamW weight decay (matrices only)")                               \
-    X("-beta1",         beta1,           F_FLOAT, "0.9",    "AdamW beta1")                                                      \
-    X("-beta2",         beta2,           F_FLOAT, "0.95",   "AdamW beta2")                                                      \
-    X("-eps",           eps,             F_FLOAT, "1e-8",   "AdamW epsilon")                                                    \
-    X("-grad-clip",     grad_clip,       F_FLOAT, "1.0",    "clip the global gradient norm to this (0: off)")                   \
-    X("-seed",          seed,            F_INT,   "1337",   "seed of initialisation, data order and sampling")                  \
-    X("-shuffle",       shuffle,         F_INT,   "1",      "1: shuffle samples every epoch; 0: llm.c's sequential order")      \
-    X("-v",             val_every,       F_INT,   "auto",   "validation loss every N steps (auto: 25 on cpu, 250 on cuda; 0: never)") \
-    X("-m",             val_steps,       F_INT,   "20",     "validation batches per evaluation (-1: the whole val set)")       \
-    X("-s",             sample_every,    F_INT,   "auto",   "sample text every N steps (auto: 100 on cpu, 500 on cuda; 0: never)") \
-    X("-g",             gen_tokens,      F_INT,   "64",     "tokens to generate per sample")                                    \
-    X("-n",             ckpt_every,      F_INT,   "0",      "checkpoint every N steps and at the end (0: never; needs -o)")     \
-    X("-nk",            ckpt_keep,       F_INT,   "0",      "keep only the newest N checkpoints (0: keep all)")                 \
-    X("-y",             resume,          F_INT,   "0",      "1: resume from the newest complete checkpoint in -o")              \
-    X("-r",             recompute,       F_INT,   "1",      "recompute in backward: 0 none, 1 GELU, 2 GELU+layernorms, 3 whole blocks; auto: with -z auto, the planner's choice") \
-    X("-z",             zero_stage,      F_INT,   "0",      "ZeRO stage: 0 replicate, 1 shard optimizer, 2 +gradients, 3 +parameters; auto: the lowest-time stage that fits (see -plan)") \
-    X("-threads",       threads,         F_INT,   "0",      "CPU threads per rank (0: cores / ranks on this node, or OMP_NUM_THREADS)") \
-    X("-blas",          blas,            F_INT,   "0",      "1: CPU matmuls through OpenBLAS when built with it (machine-dependent sums; see README for when it is faster); 0: the plain loop") \
-    X("-comm-trace",    comm_trace,      F_INT,   "0",      "1: print every collective (kind, block, bytes)")                   \
-    X("-comm-timeout",  comm_timeout,    F_FLOAT, "300",    "seconds a collective may take before the run ends with an error (0: forever)") \
-    X("-comm-delay",    comm_delay,      F_INT,   "0",      "debug: delay every collective by N ms (exposes missing waits)")   \
-    X("-poison",        poison,          F_INT,   "auto",   "debug: fill released ZeRO buffers with NaN (auto: 1 in DEBUG=1 builds, else 0)")                       \
-    X("-data-trace",    data_trace,      F_INT,   "0",      "debug: log a hash of every rank's micro-batch")                    \
-    X("-log-hash",      log_hash,        F_INT,   "0",      "log hashes of parameters, m and v at the end (reproducibility checks)") \
-    X("-resume-step",   resume_step,     F_INT,   "0",      "with -y 1: resume from this checkpoint step instead of the newest")     \
-    X("-export",        export_path,     F_STR,   "",       "when training ends, write the model to this llm.c file (with -y 1 -x 0: consolidates a sharded checkpoint)") \
-    X("-plan",          plan,            F_SWITCH, "0",     "print memory and time per rank for every ZeRO stage x recompute mode and a recommendation, then exit (allocates nothing)") \
-    X("-world",         world,           F_INT,   "0",      "with -plan: plan for this many ranks (0: the ranks this run has)")   \
-    X("-gpu-mem",       gpu_mem,         F_STR,   "",       "memory per rank for -plan and -z auto, e.g. 80GiB, 40GB, 512MiB (\"\": the device's free memory)") \
-    X("-link-gbps",     link_gbps,       F_FLOAT, "auto",   "link bandwidth per rank for -plan, Gbit/s per direction (auto: on cuda 3600 NVLink-class up to 8 ranks, 400 InfiniBand-class beyond; 80 on cpu)") \
-    X("-tflops",        tflops,          F_FLOAT, "auto",   "compute rate per rank for -plan, TFLOP/s (auto: on cpu the median of 15 matmuls timed by CPU time, on cuda 50% of the -gpu's BF16 peak)") \
-    X("-max-skips",     max_skips,       F_INT,   "10",     "end the run with exit code 4 after this many consecutive skipped steps (non-finite gradient norm or update; 0: never)") \
-    X("-save-model",    save_model,      F_STR,   "1",      "llm.c model file in each checkpoint: 1 every one, last only the final one, 0 none (resume needs only the state files)") \
-    X("-io-timeout",    io_timeout,      F_FLOAT, "auto",   "seconds ranks wait for rank 0's checkpoint or -export writes and for each other's evaluation reads (auto: bytes rank 0 writes at 50 MB/s, at least 600; 0: forever)") \
-    X("-export-hf",     export_hf,       F_STR,   "",       "when training ends, write the model as a Hugging Face GPT-2 checkpoint into this directory (config.json + model.safetensors)") \
-    X("-prompt",        prompt,          F_STR,   "",       "generate from this prompt (or from each line of @FILE) at the sample steps and at the end, up to -g tokens or an EOT (encoded with -merges)") \
-    X("-export-dtype",  export_dtype,    F_STR,   "auto",   "dtype of -export / -export-hf: fp32 (from the FP32 master weights), bf16 (the parameters as trained), fp16 (-export-hf only); auto: -export the parameters' dtype, -export-hf fp32") \
-    X("-gpu",           gpu,             F_STR,   "auto",   "GPU model for -plan and MFU: h100, h200, a100, l40s, l4, a10, ... (auto: the GPU present; h100 when planning without one)") \
-    X("-tune",          tune,            F_SWITCH, "0",     "measure before training: every flag left at auto (-z, -r, -offload; with -tune, those not given count as auto) is chosen by running -tune-steps steps of each of the planner's fastest -tune-rows rows that fit (offload rows only where -z auto would offload: nothing fits without), on scratch state; the fastest that fits wins, and the run starts from its source with it (as if given; written into checkpoints, a resume reuses it)") \
-    X("-tune-steps",    tune_steps,      F_INT,   "5",      "with -tune: timed steps per candidate, after one warm-up step") \
-    X("-tune-rows",     tune_rows,       F_INT,   "4",      "with -tune: candidates at most, the planner's fastest rows that fit (1..16)") \
-    X("-offload",       offload,         F_STR,   "auto",   "where each rank's shard of the optimizer state (master, m, v) lives: none (the device) | cpu (host memory; AdamW runs on the host, bit-identical to none; needs -z 1, 2 or 3) | nvme (a file per rank under -offload-dir, streamed through -offload-buffer; likewise bit-identical) | auto (with -z auto, -r auto or -tune: cpu only when nothing fits without it, nvme only when -offload-dir is given and nothing fits in host memory either; otherwise none)") \
-    X("-pcie-gbps",     pcie_gbps,       F_FLOAT, "auto",   "host<->device bandwidth per rank for -plan's offload rows, Gbit/s per direction (auto: 200, PCIe 4.0 x16-class)") \
-    X("-offload-dir",   offload_dir,     F_STR,   "",       "with -offload nvme: the directory of each rank's optimizer-state file (12 bytes per element of its shard; removed at exit)") \
-    X("-offload-buffer", offload_buffer, F_STR,   "256MiB", "with -offload nvme: host memory per rank for streaming the state (three units of master, m, v plus the gradient and parameter staging), e.g. 256MiB") \
-    X("-disk-gbps",     disk_gbps,       F_FLOAT, "auto",   "disk bandwidth per node for -plan's nvme offload rows, Gbit/s per direction, shared by the node's ranks (auto: 16, one NVMe SSD-class)")
+    X("-device",        device,          F_STR,   "auto",   FLAG_FREE, "cpu | cuda | auto (cuda when a GPU is present)")                    \
+    X("-e",             model,           F_STR,   "auto",   FLAG_RUN,  "model: dN (d6 d12 d24 d36 d48 d60 d72 d84), tiny, an llm.c .bin file, or a Hugging Face GPT-2 (a directory with config.json + model.safetensors or its index, or a .safetensors file); auto: d12 on cuda, tiny on cpu") \
+    X("-layers",        layers,          F_INT,   "0",      FLAG_RUN,  "override L, the number of layers (0: from -e)")                   \
+    X("-channels",      channels,        F_INT,   "0",      FLAG_RUN,  "override C, the width (0: from -e)")                               \
+    X("-heads",         heads,           F_INT,   "0",      FLAG_RUN,  "override NH, the attention heads (0: from -e)")                    \
+    X("-max-seq",       max_seq,         F_INT,   "0",      FLAG_RUN,  "override the model's maximum sequence length (0: from -e)")       \
+    X("-vocab",         vocab,           F_INT,   "0",      FLAG_RUN,  "override V, the vocabulary size (0: from -e); padded to 128")     \
+    X("-i",             train_data,      F_STR,   "data/kjv_train.bin", FLAG_RUN,  "train data: glob of llm.c token shards")              \
+    X("-j",             val_data,        F_STR,   "data/kjv_val.bin",   FLAG_RUN,  "val data: glob of llm.c token shards (\"\": none)")     \
+    X("-tokenizer",     tokenizer,       F_STR,   "data/gpt2_tokenizer.bin", FLAG_FREE, "llm.c tokenizer file for decoding samples")       \
+    X("-tokenize",      tokenize,        F_STR,   "",       FLAG_FREE, "encode this text file with GPT-2's BPE into llm.c shards named by -o (a prefix), then exit; documents are separated by lines that are exactly <|endoftext|>. A .jsonl file of {\"prompt\", \"completion\"} lines is packed for -t with a loss mask (completion + EOT count)") \
+    X("-merges",        merges,          F_STR,   "data/gpt2_merges.bin", FLAG_FREE, "GPT-2 merge list for -tokenize")                         \
+    X("-val-every",     val_every_doc,   F_INT,   "20",     FLAG_FREE, "with -tokenize: every N-th document goes to the val shards (0: none)") \
+    X("-shard-tokens",  shard_tokens,    F_INT,   "100000000", FLAG_FREE, "with -tokenize: tokens per shard at most")                          \
+    X("-o",             out_dir,         F_STR,   "",       FLAG_FREE, "output directory: log.jsonl and checkpoints (\"\": none)")        \
+    X("-b",             B,               F_INT,   "auto",   FLAG_RUN,  "micro-batch size per rank (auto: 8 on cpu, 16 on cuda)")           \
+    X("-t",             T,               F_INT,   "auto",   FLAG_RUN,  "sequence length (auto: 64 on cpu, 1024 on cuda, at most the model's)") \
+    X("-d",             total_batch,     F_INT,   "-1",     FLAG_RUN,  "total batch per step in tokens; a multiple of B*T*R gives accumulation (-1: B*T*R)") \
+    X("-x",             max_steps,       F_INT,   "auto",   FLAG_KEEP, "steps to train (auto: 300 on cpu, one epoch on cuda; -1: one epoch)") \
+    X("-l",             lr,              F_FLOAT, "auto",   FLAG_RUN,  "peak learning rate (auto: 1e-3 on cpu, 6e-4 on cuda)")             \
+    X("-u",             warmup,          F_INT,   "auto",   FLAG_RUN,  "learning-rate warmup steps (auto: 5% of the steps)")               \
+    X("-q",             lr_final,        F_FLOAT, "0.1",    FLAG_RUN,  "final learning rate as a fraction of the peak")                    \
+    X("-k",             lr_schedule,     F_STR,   "cosine", FLAG_RUN,  "learning-rate schedule after warmup: cosine | linear | constant")  \
+    X("-c",             weight_decay,    F_FLOAT, "0.1",    FLAG_RUN,  "AdamW weight decay (matrices only)")                               \
+    X("-beta1",         beta1,           F_FLOAT, "0.9",    FLAG_RUN,  "AdamW beta1")                                                      \
+    X("-beta2",         beta2,           F_FLOAT, "0.95",   FLAG_RUN,  "AdamW beta2")                                                      \
+    X("-eps",           eps,             F_FLOAT, "1e-8",   FLAG_RUN,  "AdamW epsilon")                                                    \
+    X("-grad-clip",     grad_clip,       F_FLOAT, "1.0",    FLAG_RUN,  "clip the global gradient norm to this (0: off)")                   \
+    X("-seed",          seed,            F_INT,   "1337",   FLAG_RUN,  "seed of initialisation, data order and sampling")                  \
+    X("-shuffle",       shuffle,         F_INT,   "1",      FLAG_RUN,  "1: shuffle samples every epoch; 0: llm.c's sequential order")      \
+    X("-v",             val_every,       F_INT,   "auto",   FLAG_KEEP, "validation loss every N steps (auto: 25 on cpu, 250 on cuda; 0: never)") \
+    X("-m",             val_steps,       F_INT,   "20",     FLAG_KEEP, "validation batches per evaluation (-1: the whole val set)")       \
+    X("-s",             sample_every,    F_INT,   "auto",   FLAG_KEEP, "sample text every N steps (auto: 100 on cpu, 500 on cuda; 0: never)") \
+    X("-g",             gen_tokens,      F_INT,   "64",     FLAG_KEEP, "tokens to generate per sample")                                    \
+    X("-temperature",   temperature,     F_FLOAT, "1.0",    FLAG_FREE, "sampling temperature of the samples and -prompt (0: greedy, always the most likely token)") \
+    X("-top-k",         top_k,           F_INT,   "0",      FLAG_FREE, "sample from the K most likely tokens only (0: all)")               \
+    X("-n",             ckpt_every,      F_INT,   "0",      FLAG_KEEP, "checkpoint every N steps and at the end (0: never; needs -o)")     \
+    X("-nk",            ckpt_keep,       F_INT,   "0",      FLAG_KEEP, "keep only the newest N checkpoints (0: keep all)")                 \
+    X("-y",             resume,          F_INT,   "0",      FLAG_FREE, "1: resume from the newest complete checkpoint in -o; the flags it records (the run's: -e, -i, -j, -b, -t, -d, the optimizer's, the schedule's, -seed; and -x, -n, -nk, -v, -m, -s, -g, -save-model, -max-skips) are taken from it when not given")              \
+    X("-resume-change", resume_change,   F_STR,   "",       FLAG_FREE, "with -y 1: the run-defining flags this resume changes on purpose, e.g. -i or -i,-l (a given value that differs from the checkpoint's is refused otherwise)") \
+    X("-r",             recompute,       F_INT,   "1",      FLAG_FREE, "recompute in backward: 0 none, 1 GELU, 2 GELU+layernorms, 3 whole blocks; auto: with -z auto, the planner's choice") \
+    X("-z",             zero_stage,      F_INT,   "0",      FLAG_FREE, "ZeRO stage: 0 replicate, 1 shard optimizer, 2 +gradients, 3 +parameters; auto: the lowest-time stage that fits (see -plan)") \
+    X("-threads",       threads,         F_INT,   "0",      FLAG_FREE, "CPU threads per rank (0: cores / ranks on this node, or OMP_NUM_THREADS)") \
+    X("-blas",          blas,            F_INT,   "0",      FLAG_FREE, "1: CPU matmuls through OpenBLAS when built with it (machine-dependent sums; see README for when it is faster); 0: the plain loop") \
+    X("-comm-trace",    comm_trace,      F_INT,   "0",      FLAG_FREE, "1: print every collective (kind, block, bytes)")                   \
+    X("-comm-timeout",  comm_timeout,    F_FLOAT, "300",    FLAG_FREE, "seconds a collective may take before the run ends with an error (0: forever)") \
+    X("-comm-delay",    comm_delay,      F_INT,   "0",      FLAG_FREE, "debug: delay every collective by N ms (exposes missing waits)")   \
+    X("-poison",        poison,          F_INT,   "auto",   FLAG_FREE, "debug: fill released ZeRO buffers with NaN (auto: 1 in DEBUG=1 builds, else 0)")                       \
+    X("-data-trace",    data_trace,      F_INT,   "0",      FLAG_FREE, "debug: log a hash of every rank's micro-batch")                    \
+    X("-log-hash",      log_hash,        F_INT,   "0",      FLAG_FREE, "log hashes of parameters, m and v at the end (reproducibility checks)") \
+    X("-resume-step",   resume_step,     F_INT,   "0",      FLAG_FREE, "with -y 1: resume from this checkpoint step instead of the newest")     \
+    X("-export",        export_path,     F_STR,   "",       FLAG_FREE, "when training ends, write the model to this llm.c file (with -y 1 -x 0: consolidates a sharded checkpoint)") \
+    X("-plan",          plan,            F_SWITCH, "0",     FLAG_FREE, "print memory and time per rank for every ZeRO stage x recompute mode and a recommendation, then exit (allocates nothing)") \
+    X("-world",         world,           F_INT,   "0",      FLAG_FREE, "with -plan: plan for this many ranks (0: the ranks this run has)")   \
+    X("-gpu-mem",       gpu_mem,         F_STR,   "",       FLAG_FREE, "memory per rank for -plan and -z auto, e.g. 80GiB, 40GB, 512MiB (\"\": the device's free memory)") \
+    X("-link-gbps",     link_gbps,       F_FLOAT, "auto",   FLAG_FREE, "link bandwidth per rank for -plan, Gbit/s per direction (auto: on cuda 3600 NVLink-class up to 8 ranks, 400 InfiniBand-class beyond; 80 on cpu)") \
+    X("-tflops",        tflops,          F_FLOAT, "auto",   FLAG_FREE, "compute rate per rank for -plan, TFLOP/s (auto: on cpu the median of 15 matmuls timed by CPU time, on cuda 50% of the -gpu's BF16 peak)") \
+    X("-max-skips",     max_skips,       F_INT,   "10",     FLAG_KEEP, "end the run with exit code 4 after this many consecutive skipped steps (non-finite gradient norm or update; 0: never)") \
+    X("-save-model",    save_model,      F_STR,   "1",      FLAG_KEEP, "llm.c model file in each checkpoint: 1 every one, last only the final one, 0 none (resume needs only the state files)") \
+    X("-io-timeout",    io_timeout,      F_FLOAT, "auto",   FLAG_FREE, "seconds ranks wait for rank 0's checkpoint or -export writes and for each other's evaluation reads (auto: bytes rank 0 writes at 50 MB/s, at least 600; 0: forever)") \
+    X("-export-hf",     export_hf,       F_STR,   "",       FLAG_FREE, "when training ends, write the model as a Hugging Face GPT-2 checkpoint into this directory (config.json + model.safetensors)") \
+    X("-prompt",        prompt,          F_STR,   "",       FLAG_FREE, "generate from this prompt (or from each line of @FILE; @FILE.jsonl: one JSON string per line, so a prompt may hold newlines) at the sample steps and at the end, up to -g tokens or an EOT (encoded with -merges)") \
+    X("-export-dtype",  export_dtype,    F_STR,   "auto",   FLAG_FREE, "dtype of -export / -export-hf: fp32 (from the FP32 master weights), bf16 (the parameters as trained), fp16 (-export-hf only); auto: -export the parameters' dtype, -export-hf fp32") \
+    X("-gpu",           gpu,             F_STR,   "auto",   FLAG_FREE, "GPU model for -plan and MFU: h100, h200, a100, l40s, l4, a10, ... (auto: the GPU present; h100 when planning without one)") \
+    X("-tune",          tune,            F_SWITCH, "0",     FLAG_FREE, "measure before training: every flag left at auto (-z, -r, -offload; with -tune, those not given count as auto) is chosen by running -tune-steps steps of each of the planner's fastest -tune-rows rows that fit (offload rows only where -z auto would offload: nothing fits without), on scratch state; the fastest that fits wins, and the run starts from its source with it (as if given; written into checkpoints, a resume reuses it)") \
+    X("-tune-steps",    tune_steps,      F_INT,   "5",      FLAG_FREE, "with -tune: timed steps per candidate, after one warm-up step") \
+    X("-tune-rows",     tune_rows,       F_INT,   "4",      FLAG_FREE, "with -tune: candidates at most, the planner's fastest rows that fit (1..16)") \
+    X("-offload",       offload,         F_STR,   "auto",   FLAG_FREE, "where each rank's shard of the optimizer state (master, m, v) lives: none (the device) | cpu (host memory; AdamW runs on the host, bit-identical to none; needs -z 1, 2 or 3) | nvme (a file per rank under -offload-dir, streamed through -offload-buffer; likewise bit-identical) | auto (with -z auto, -r auto or -tune: cpu only when nothing fits without it, nvme only when -offload-dir is given and nothing fits in host memory either; otherwise none)") \
+    X("-pcie-gbps",     pcie_gbps,       F_FLOAT, "auto",   FLAG_FREE, "host<->device bandwidth per rank for -plan's offload rows, Gbit/s per direction (auto: 200, PCIe 4.0 x16-class)") \
+    X("-offload-dir",   offload_dir,     F_STR,   "",       FLAG_FREE, "with -offload nvme: the directory of each rank's optimizer-state file (12 bytes per element of its shard; removed at exit)") \
+    X("-offload-buffer", offload_buffer, F_STR,   "256MiB", FLAG_FREE, "with -offload nvme: host memory per rank for streaming the state (three units of master, m, v plus the gradient and parameter staging), e.g. 256MiB") \
+    X("-disk-gbps",     disk_gbps,       F_FLOAT, "auto",   FLAG_FREE, "disk bandwidth per node for -plan's nvme offload rows, Gbit/s per direction, shared by the node's ranks (auto: 16, one NVMe SSD-class)")
 
 // How each type is declared and converted from its text.
 #define FLAG_FIELD_F_INT(field) int field;
@@ -142,14 +151,14 @@ typedef enum { F_INT, F_FLOAT, F_STR, F_SWITCH } FlagType; // F_SWITCH: present 
 // resolved ("auto" and sentinels replaced by what the run uses: _str, hashed across ranks), its value,
 // and whether the command line gave it (_set: -tune tunes only what was not given).
 typedef struct {
-#define X(flag, field, type, def, help) char field##_given[1024]; char field##_str[1024]; char field##_set; FLAG_FIELD_##type(field)
+#define X(flag, field, type, def, run, help) char field##_given[1024]; char field##_str[1024]; char field##_set; FLAG_FIELD_##type(field)
     FLAG_TABLE(X)
 #undef X
 } Flags;
 
 static void flags_print_help(FILE* f) {
     fprintf(f, "usage: ./train [flags]      (mpirun -np R ./train [flags] for R processes)\n\n");
-#define X(flag, field, type, def, help) \
+#define X(flag, field, type, def, run, help) \
     fprintf(f, "  %-14s %s (%s)\n", flag, help, type == F_SWITCH ? "a switch: no value" : def[0] ? "default: " def : "default: \"\"");
     FLAG_TABLE(X)
 #undef X
@@ -177,7 +186,7 @@ static int parse_float(const char* s, float* out) {
 // resolve_defaults. Bad input: one line naming the flag, exit 2.
 static void flags_parse(Flags* f, int argc, char** argv) {
     memset(f, 0, sizeof(*f));
-#define X(flag, field, type, def, help) snprintf(f->field##_str, sizeof(f->field##_str), "%s", def);
+#define X(flag, field, type, def, run, help) snprintf(f->field##_str, sizeof(f->field##_str), "%s", def);
     FLAG_TABLE(X)
 #undef X
     for (int i = 1; i < argc; i++) {
@@ -189,7 +198,7 @@ static void flags_parse(Flags* f, int argc, char** argv) {
             exit(0);
         }
         int known = 0;
-#define X(flag, field, type, def, help)                                                                      \
+#define X(flag, field, type, def, run, help)                                                                      \
         if (!known && !strcmp(a, flag) && type == F_SWITCH) {                                               \
             known = 1;                                                                                       \
             f->field##_set = 1;                                                                              \
@@ -206,7 +215,7 @@ static void flags_parse(Flags* f, int argc, char** argv) {
 #undef X
         if (!known) die_user("unknown flag '%s'. HINT: ./train -help lists the flags", a);
     }
-#define X(flag, field, type, def, help) snprintf(f->field##_given, sizeof(f->field##_given), "%s", f->field##_str);
+#define X(flag, field, type, def, run, help) snprintf(f->field##_given, sizeof(f->field##_given), "%s", f->field##_str);
     FLAG_TABLE(X)
 #undef X
 }
@@ -217,7 +226,7 @@ static void flags_parse(Flags* f, int argc, char** argv) {
 
 // Convert every flag's text (after "auto" has been replaced) to its value.
 static void flags_convert(Flags* f) {
-#define X(flag, field, type, def, help) FLAG_CONV_##type(flag, field, help)
+#define X(flag, field, type, def, run, help) FLAG_CONV_##type(flag, field, help)
     FLAG_TABLE(X)
 #undef X
 }
@@ -241,7 +250,7 @@ static void flags_print_table(const Flags* f) {
     printf0("+-----------------+------------------------------------------------------------------------+\n");
     printf0("| flag            | value (as given \u2192 as resolved)                                         |\n");
     printf0("+-----------------+------------------------------------------------------------------------+\n");
-#define X(flag, field, type, def, help) flags_print_row(flag, f->field##_given, f->field##_str);
+#define X(flag, field, type, def, run, help) flags_print_row(flag, f->field##_given, f->field##_str);
     FLAG_TABLE(X)
 #undef X
     printf0("+-----------------+------------------------------------------------------------------------+\n");
@@ -250,10 +259,101 @@ static void flags_print_table(const Flags* f) {
 // A hash of every flag's final text: ranks compare it at start-up.
 static uint64_t flags_hash(const Flags* f) {
     uint64_t h = FNV_INIT;
-#define X(flag, field, type, def, help) h = fnv1a(h, flag, strlen(flag)); h = fnv1a(h, f->field##_str, strlen(f->field##_str) + 1);
+#define X(flag, field, type, def, run, help) h = fnv1a(h, flag, strlen(flag)); h = fnv1a(h, f->field##_str, strlen(f->field##_str) + 1);
     FLAG_TABLE(X)
 #undef X
     return h;
+}
+
+// ---- The run's record. Every checkpoint records the resolved value of each FLAG_RUN flag (DONE's
+// "run" lines: checkpoint.h keeps them as text) and a hash of each data glob's shard list
+// ("shards-i", "shards-j": the files, their token counts, their masks). A resume (-y 1) takes every
+// FLAG_RUN flag not given from the checkpoint it resumes — the settings table says
+// "(from checkpoint)" — and refuses one given with another value, or data whose shard list changed,
+// naming the flag and both values, unless -resume-change names that flag. A checkpoint written
+// before the record existed records nothing: nothing is taken or checked (said).
+
+// Is `flag` in a list like "-i,-l" or "-i -l"?
+static int flag_listed(const char* list, const char* flag) {
+    size_t n = strlen(flag);
+    for (const char* p = list; *p;) {
+        p += strspn(p, ", ");
+        size_t k = strcspn(p, ", ");
+        if (k == n && !strncmp(p, flag, n)) return 1;
+        p += k;
+    }
+    return 0;
+}
+
+// Two texts of a flag's value the same? Numbers as numbers ("1e-3" = "0.001").
+static int flag_values_equal(FlagType type, const char* a, const char* b) {
+    if (!strcmp(a, b)) return 1;
+    float x, y;
+    if (type == F_FLOAT && !parse_float(a, &x) && !parse_float(b, &y)) return x == y;
+    int i, j;
+    if (type == F_INT && !parse_int(a, &i) && !parse_int(b, &j)) return i == j;
+    return 0;
+}
+
+// -resume-change names FLAG_RUN flags only (the others change freely anyway).
+static void flags_check_resume_change(const Flags* f) {
+    for (const char* p = f->resume_change_str; *p;) {
+        p += strspn(p, ", ");
+        size_t k = strcspn(p, ", ");
+        if (!k) break;
+        int run = -1;
+#define X(flag, field, type, def, kind, help) if (k == strlen(flag) && !strncmp(p, flag, k)) run = kind == FLAG_RUN;
+        FLAG_TABLE(X)
+#undef X
+        if (run < 0) die_user("flag -resume-change: '%.*s' is not a flag. HINT: ./train -help", (int)k, p);
+        if (!run) die_user("flag -resume-change: %.*s does not define the run (a resume may change it freely): leave it out", (int)k, p);
+        p += k;
+    }
+    if (f->resume_change_str[0] && strcmp(f->resume_str, "1")) die_user("flag -resume-change is for a resume: it needs -y 1");
+}
+
+// Before defaults are resolved: every FLAG_RUN and FLAG_KEEP flag not given takes the value `run`
+// records (the checkpoint of `step`).
+static void flags_take_recorded(Flags* f, const char* run, int step) {
+    char v[1024], taken[512] = "";
+    int n = 0;
+#define X(flag, field, type, def, kind, help)                                                            \
+    if (kind != FLAG_FREE && !f->field##_set && ckpt_run_find(run, flag, v, sizeof(v))) {               \
+        snprintf(f->field##_str, sizeof(f->field##_str), "%s", v);                                       \
+        snprintf(f->field##_given, sizeof(f->field##_given), "(from checkpoint)");                       \
+        size_t t = strlen(taken);                                                                         \
+        if (t + strlen(flag) + 3 < sizeof(taken)) snprintf(taken + t, sizeof(taken) - t, "%s%s", n ? " " : "", flag); \
+        n++;                                                                                              \
+    }
+    FLAG_TABLE(X)
+#undef X
+    if (!run[0]) printf0("resume: the checkpoint of step %d records no run flags (written by an older build): nothing is taken from it or checked against it\n", step);
+    else if (n) printf0("resume: %d flag(s) not given taken from the checkpoint of step %d: %s (the settings table says \"(from checkpoint)\")\n", n, step, taken);
+}
+
+// Once every flag is resolved: a given FLAG_RUN flag whose value differs from the record is refused
+// (exit 2) unless -resume-change names it; said when it does.
+static void flags_check_recorded(const Flags* f, const char* run, int step) {
+    char v[1024];
+#define X(flag, field, type, def, kind, help)                                                                          \
+    if (kind == FLAG_RUN && f->field##_set && ckpt_run_find(run, flag, v, sizeof(v)) && !flag_values_equal(type, f->field##_str, v)) { \
+        if (!flag_listed(f->resume_change, flag))                                                                       \
+            die_user("flag %s: this run gives '%s', the checkpoint of step %d was trained with '%s'. HINT: leave %s out to take the " \
+                     "checkpoint's value, or name the change: -resume-change %s", flag, f->field##_str, step, v, flag, flag); \
+        printf0("resume: %s changed on purpose (-resume-change): '%s', the checkpoint of step %d: '%s'\n", flag, f->field##_str, step, v); \
+    }
+    FLAG_TABLE(X)
+#undef X
+}
+
+// The record of this run: every FLAG_RUN and FLAG_KEEP flag's resolved value. -1 when it does not fit.
+static int flags_run_record(const Flags* f, char* out, size_t cap) {
+    out[0] = 0;
+    int bad = 0;
+#define X(flag, field, type, def, kind, help) if (kind != FLAG_FREE) bad |= ckpt_run_add(out, cap, flag, f->field##_str);
+    FLAG_TABLE(X)
+#undef X
+    return bad ? -1 : 0;
 }
 
 // ----------------------------------------------------------------------------
@@ -645,6 +745,14 @@ typedef struct {
     double peak_flops;      // [CUDA] the GPU's BF16 dense peak (0: unknown)
     size_t mem_baseline;    // [CUDA] device memory in use after the context and communicator exist
     char tune_choice[128];  // -tune's choice as flags ("-z 2 -r 1"; "" without -tune): into every checkpoint
+    Marker* resumed;        // the checkpoint this run resumed (its DONE marker), NULL: none
+    char* recorded_run;     // -y 1: the run's record in the checkpoint it resumes (flags_take_recorded), NULL: none
+    int recorded_step;      // that checkpoint's step
+    char* run_record;       // this run's record, into every checkpoint (flags_run_record + the shard lists)
+    int reading;            // 1: a resumed run that trains no step (-x at or below the step: export, evaluate): it changes nothing in -o
+    int committed;          // 1: the run has committed to -o (commit_out_dir)
+    char* log_mem;          // rank 0, before the commit: log.jsonl's records so far (tr->log is a memory stream)
+    size_t log_mem_len;
 } Trainer;
 
 // Learning rate at `step` (0-based): linear warmup over `warmup` steps, then the schedule down
@@ -697,7 +805,11 @@ static void trace_batch(const Trainer* tr, int micro) {
 static int64_t step_counted_targets(Trainer* tr, int step) {
     int64_t n = 0;
     for (int micro = 0; micro < tr->GA; micro++)
-        for (int q = 0; q < tr->R; q++) n += dataloader_count_targets(&tr->train, ((int64_t)step * tr->GA + micro) * tr->R + q);
+        for (int q = 0; q < tr->R; q++) {
+            int64_t k = dataloader_count_targets(&tr->train, ((int64_t)step * tr->GA + micro) * tr->R + q);
+            if (k < 0) die_user("-i: %s", tr->train.err); // a mask changed since start-up
+            n += k;
+        }
     return n;
 }
 
@@ -783,7 +895,8 @@ static StepResult train_step(Trainer* tr) {
     adamw_bias_corrections(&hp, tr->adam_t + 1); // this update's t, if it is applied
     if (fault_at("lr-spike", tr->r, tr->step + 1)) { // ZT_FAULT (tests): a finite learning rate whose update overflows
         hp.lr = FLT_MAX;
-        printf("[rank %d] ZT_FAULT: step %d's AdamW runs with lr %g\n", tr->r, tr->step + 1, (double)hp.lr);
+        if (tr->R > 1) printf("[rank %d] ", tr->r);
+        printf("ZT_FAULT: step %d's AdamW runs with lr %g\n", tr->step + 1, (double)hp.lr);
     }
     int apply = 1;
     if (z->offload) { // [offload] the scalars to the host, the overflow check on the host's state, the flag back
@@ -834,6 +947,7 @@ static CkptMeta trainer_ckpt_meta(const Trainer* tr) {
     m.train_tokens = dataloader_total_tokens(&tr->train);
     m.writer_R = tr->R;
     snprintf(m.tune, sizeof(m.tune), "%s", tr->tune_choice);
+    m.run = tr->run_record;
     return m;
 }
 
@@ -901,7 +1015,12 @@ static int write_hf_checkpoint(Model* m, const char* dir, StDtype dtype) {
 // Resume from the checkpoint LATEST names (or -resume-step). Returns 1 if one was loaded.
 static int resume_checkpoint(Trainer* tr) {
     CkptMeta got, want = trainer_ckpt_meta(tr);
-    if (!ckpt_resume(&tr->model.z, &tr->model.cfg, tr->f.out_dir, tr->f.resume_step, &got)) return 0;
+    tr->resumed = (Marker*)malloc(sizeof(Marker));
+    if (!ckpt_resume(&tr->model.z, &tr->model.cfg, tr->f.out_dir, tr->f.resume_step, &got, tr->resumed)) {
+        free(tr->resumed);
+        tr->resumed = NULL;
+        return 0;
+    }
     if (got.seed != want.seed)
         printf0("warning: the checkpoint was trained with -seed %lld, this run has -seed %lld: the data order changes\n", (long long)got.seed, (long long)want.seed);
     if (got.step_tokens != want.step_tokens)
@@ -920,17 +1039,28 @@ static int resume_checkpoint(Trainer* tr) {
 // Mean loss over val_steps micro-batches per rank of the val set (unit s*R + r of batch s). Each
 // rank reads its own val batches: a rank slow to read them (slow storage) makes the others wait in
 // the evaluation's collectives, so those waits use -io-timeout, not -comm-timeout.
+// Val batches per rank per evaluation: -m, at most the whole micro-batches per rank the val set holds
+// (at least 1). *whole: -m asked for more than there are (or -1).
+static int eval_batches(const Trainer* tr, int* whole) {
+    int64_t units = tr->val.total_samples / tr->model.B / tr->R; // whole micro-batches per rank in the val set
+    *whole = tr->f.val_steps < 0 || tr->f.val_steps >= units;
+    int nb = *whole ? (int)units : tr->f.val_steps;
+    return nb < 1 ? 1 : nb;
+}
+
 static float evaluate(Trainer* tr) {
     double saved = io_wait_begin(tr);
     Model* m = &tr->model;
-    int B = m->B, T = m->T;
-    int64_t units = tr->val.total_samples / B / tr->R; // whole micro-batches per rank in the val set
-    int nb = tr->f.val_steps < 0 || tr->f.val_steps > units ? (int)units : tr->f.val_steps;
-    if (nb < 1) nb = 1;
+    int B = m->B, T = m->T, whole;
+    int nb = eval_batches(tr, &whole);
     double sum = 0.0;
     int64_t counted = 0; // [masked loss] every rank counts every rank's targets itself
     for (int s = 0; s < nb; s++) {
-        for (int q = 0; q < tr->R; q++) counted += dataloader_count_targets(&tr->val, (int64_t)s * tr->R + q);
+        for (int q = 0; q < tr->R; q++) {
+            int64_t k = dataloader_count_targets(&tr->val, (int64_t)s * tr->R + q);
+            if (k < 0) die_user("-j: %s", tr->val.err);
+            counted += k;
+        }
         if (dataloader_load(&tr->val, (int64_t)s * tr->R + tr->r) != 0) die_user("-j: %s", tr->val.err);
         load_tokens(m, &tr->val, 1);
         gpt_forward(m, B, T, 1, 0.0f, 0);
@@ -941,9 +1071,9 @@ static float evaluate(Trainer* tr) {
     return counted > 0 ? (float)(sum / (double)counted) : NAN;
 }
 
-// Generate gen_tokens tokens after an end-of-text token, sampling from the softmax at
-// temperature 1 with the counter-based RNG keyed by (seed, step, position): the same text on
-// every rank, and on a rerun or a resume.
+// Generate gen_tokens tokens after an end-of-text token, each drawn by sample_token (prompts.h:
+// -temperature, -top-k; -temperature 0 is greedy) with the counter-based RNG keyed by (seed, step,
+// position): the same text on every rank, and on a rerun or a resume.
 // With -prompt: the context is each prompt (after an EOT), printed before its continuation, and a
 // sampled EOT ends it (a fine-tuned model has learned where a completion stops).
 static void sample_one(Trainer* tr, const int* ctx, int nctx, int prompt) {
@@ -952,6 +1082,8 @@ static void sample_one(Trainer* tr, const int* ctx, int nctx, int prompt) {
     int n = tr->f.gen_tokens, T = m->T;
     int* gen = (int*)malloc(sizeof(int) * (nctx + n));
     floatX* row = (floatX*)malloc(sizeof(floatX) * c->Vp);
+    float* logits = (float*)malloc(sizeof(float) * c->V * 2); // the row as floats, then sample_token's scratch
+    unsigned char* keep = (unsigned char*)malloc(c->V);
     memcpy(gen, ctx, sizeof(int) * nctx);
     int eot = tr->has_tok && tr->tok.eot_token >= 0 && tr->tok.eot_token < c->V ? tr->tok.eot_token : -1;
     uint64_t key = prompt < 0 ? rng_key((uint64_t)tr->f.seed, 0x53414D504C45ull /* "SAMPLE" */, (uint64_t)tr->step)
@@ -968,15 +1100,8 @@ static void sample_one(Trainer* tr, const int* ctx, int nctx, int prompt) {
         dev_from_host(m->a.inputs, gen + t - len, sizeof(int) * len);
         gpt_forward(m, 1, len, 0, 0.0f, 0);
         dev_to_host(row, m->a.logits + (size_t)(len - 1) * c->Vp, sizeof(floatX) * c->Vp);
-        double maxv = -INFINITY, sum = 0.0;
-        for (int j = 0; j < c->V; j++) maxv = fmax(maxv, ld(row[j]));
-        for (int j = 0; j < c->V; j++) sum += exp(ld(row[j]) - maxv);
-        double u = rng_uniform(key, (uint64_t)t) * sum, cdf = 0.0;
-        int next = c->V - 1;
-        for (int j = 0; j < c->V; j++) {
-            cdf += exp(ld(row[j]) - maxv);
-            if (u <= cdf) { next = j; break; }
-        }
+        for (int j = 0; j < c->V; j++) logits[j] = ld(row[j]);
+        int next = sample_token(logits, c->V, tr->f.temperature, tr->f.top_k, rng_uniform(key, (uint64_t)t), logits + c->V, keep);
         gen[t] = next;
         if (prompt >= 0 && next == eot) break; // every rank samples the same token: every rank stops
         if (g_rank == 0) {
@@ -988,6 +1113,8 @@ static void sample_one(Trainer* tr, const int* ctx, int nctx, int prompt) {
     printf0("\n---\n");
     free(gen);
     free(row);
+    free(logits);
+    free(keep);
 }
 
 static void sample_text(Trainer* tr) {
@@ -999,51 +1126,46 @@ static void sample_text(Trainer* tr) {
     for (int p = 0; p < tr->nprompts; p++) sample_one(tr, tr->prompt_ids[p], tr->prompt_len[p], p);
 }
 
-// -prompt "text" or -prompt @FILE (one prompt per non-empty line): each encoded with our GPT-2 BPE
-// after an EOT.
+// -prompt "text", -prompt @FILE (one prompt per non-empty line; a pipe, /dev/stdin or <(...) too)
+// or -prompt @FILE.jsonl (one JSON string per line: prompts with newlines), read and split by
+// prompts.h: each encoded with our GPT-2 BPE after an EOT.
 static void load_prompts(Trainer* tr, int V) {
     const Flags* f = &tr->f;
     char err[1024];
     if (!tr->has_tok && tokenizer_init(&tr->tok, f->tokenizer, err, sizeof(err))) die_user("-prompt needs the tokenizer: -tokenizer: %s", err);
     tr->has_tok = 1;
     if (tokenizer_load_merges(&tr->tok, f->merges, err, sizeof(err))) die_user("-prompt needs the merges to encode: -merges: %s", err);
-    char* text = NULL;
-    size_t len = 0;
+    PromptList pl;
     if (f->prompt[0] == '@') {
-        FILE* pf = fopen(f->prompt + 1, "rb");
-        if (!pf) die_user("-prompt %s: cannot open: %s", f->prompt, strerror(errno));
-        fseek(pf, 0, SEEK_END);
-        long n = ftell(pf);
-        fseek(pf, 0, SEEK_SET);
-        text = (char*)malloc((size_t)n + 1);
-        len = fread(text, 1, (size_t)n, pf);
-        fclose(pf);
+        const char* path = f->prompt + 1;
+        size_t n = strlen(path), len;
+        char* text;
+        if (prompt_file_read(path, &text, &len, err, sizeof(err))) die_user("-prompt @%s", err);
+        int rc = prompt_split(path, text, len, n >= 6 && !strcmp(path + n - 6, ".jsonl"), &pl, err, sizeof(err));
+        free(text);
+        if (rc) die_user("-prompt @%s", err);
     } else {
-        text = strdup(f->prompt);
-        len = strlen(text);
+        memset(&pl, 0, sizeof(pl));
+        if (prompt_list_add(&pl, f->prompt, strlen(f->prompt))) die(1, "-prompt: out of memory");
     }
-    text[len] = 0;
     int eot = tr->tok.eot_token >= 0 && tr->tok.eot_token < V ? tr->tok.eot_token : 0;
-    for (char *line = text, *next; line && *line; line = next) {
-        next = f->prompt[0] == '@' ? strchr(line, '\n') : NULL;
-        if (next) *next++ = 0;
-        if (!*line) continue;
+    tr->prompt_ids = (int**)calloc(pl.n > 0 ? pl.n : 1, sizeof(int*));
+    tr->prompt_len = (int*)calloc(pl.n > 0 ? pl.n : 1, sizeof(int));
+    for (int k = 0; k < pl.n; k++) {
         uint16_t* ids = NULL;
         size_t nids = 0, cap = 0;
-        if (tokenizer_encode(&tr->tok, (const unsigned char*)line, strlen(line), &ids, &nids, &cap)) die(1, "-prompt: out of memory");
-        tr->prompt_ids = (int**)realloc(tr->prompt_ids, sizeof(int*) * (tr->nprompts + 1));
-        tr->prompt_len = (int*)realloc(tr->prompt_len, sizeof(int) * (tr->nprompts + 1));
+        if (tokenizer_encode(&tr->tok, (const unsigned char*)pl.text[k], pl.len[k], &ids, &nids, &cap)) die(1, "-prompt: out of memory");
         int* p = (int*)malloc(sizeof(int) * (nids + 1));
         p[0] = eot;
         for (size_t i = 0; i < nids; i++) {
-            if (ids[i] >= V) die_user("-prompt: '%s' encodes to token %u, outside the model's vocabulary (V = %d)", line, (unsigned)ids[i], V);
+            if (ids[i] >= V) die_user("-prompt: prompt %d encodes to token %u, outside the model's vocabulary (V = %d)", k + 1, (unsigned)ids[i], V);
             p[i + 1] = ids[i];
         }
         tr->prompt_ids[tr->nprompts] = p;
         tr->prompt_len[tr->nprompts++] = (int)nids + 1;
         free(ids);
     }
-    free(text);
+    prompt_list_free(&pl);
     if (tr->nprompts == 0) die_user("-prompt %s: no prompt in it", f->prompt);
 }
 
@@ -1723,7 +1845,12 @@ static void model_config(const Flags* f, GPTConfig* c, int* from_file) {
     double params = ((double)c->Vp + c->maxT) * c->C + (double)c->L * (12.0 * c->C * c->C + 13.0 * c->C);
     if (params > MODEL_MAX_PARAMS)
         die_user("model: %.3g parameters (L %d, C %d) is above %.3g, the most this program supports. HINT: check -layers / -channels", params, c->L, c->C, MODEL_MAX_PARAMS);
+    const char* said = *from_file == 2 ? "its config.json's n_embd / n_head" : "its header's C / NH"; // (a file's shape takes no override flags)
+    if (c->C % c->NH != 0 && *from_file)
+        die_user("-e %s: %s, %d / %d, is not a whole number: not a GPT-2 this program can train (a corrupt or foreign file?)", f->model, said, c->C, c->NH);
     if (c->C % c->NH != 0) die_user("model: C = %d is not divisible by NH = %d. HINT: pick -channels a multiple of -heads", c->C, c->NH);
+    if (c->C / c->NH > ATT_MAX_HS && *from_file)
+        die_user("-e %s: %s, %d / %d, gives a head size above %d, the most the attention kernels support", f->model, said, c->C, c->NH, ATT_MAX_HS);
     if (c->C / c->NH > ATT_MAX_HS) die_user("model: head size C/NH = %d is above %d. HINT: use more -heads", c->C / c->NH, ATT_MAX_HS);
 }
 
@@ -1769,6 +1896,9 @@ static void check_flags(const Flags* f, const GPTConfig* c, int R) {
     if (f->shuffle != 0 && f->shuffle != 1) die_user("flag -shuffle: %d is not 0 or 1", f->shuffle);
     if (f->val_every < 0 || f->sample_every < 0 || f->ckpt_every < 0 || f->ckpt_keep < 0)
         die_user("flags -v, -s, -n, -nk: counts must not be negative");
+    if (f->val_steps < -1 || f->val_steps == 0) die_user("flag -m: %d validation batches: use a count >= 1, or -1 for the whole val set", f->val_steps);
+    if (f->temperature < 0) die_user("flag -temperature: %g is negative (0: greedy)", f->temperature);
+    if (f->top_k < 0) die_user("flag -top-k: %d is negative (0: every token)", f->top_k);
     if (f->gen_tokens < 1 || f->gen_tokens > GEN_MAX_TOKENS) die_user("flag -g: %d tokens to generate: must be 1..%d", f->gen_tokens, GEN_MAX_TOKENS);
     if ((int64_t)f->B * f->T > (1 << 24)) die_user("flags -b x -t: %lld tokens per micro-batch: at most %d", (long long)f->B * f->T, 1 << 24);
     if (f->resume != 0 && f->resume != 1) die_user("flag -y: %d is not 0 or 1", f->resume);
@@ -2019,29 +2149,44 @@ static uint64_t data_hash(const DataLoader* train, const DataLoader* val) {
     return h;
 }
 
-// Resuming at `step`: log.jsonl keeps its records up to that step (and the records without a
-// step), so the steps trained again are not logged twice. Rewritten atomically.
-static void log_truncate_after(const char* path, int step) {
-    FILE* in = fopen(path, "r");
-    if (!in) return;
-    char tmp[PATH_MAX + 32];
-    snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
-    FILE* out = fopen(tmp, "w");
-    if (!out) die(1, "cannot write %s: %s", tmp, strerror(errno));
-    size_t cap = 1 << 16;
-    char* line = (char*)malloc(cap);
-    int dropped = 0;
-    ssize_t n;
-    while ((n = getline(&line, &cap, in)) > 0) {
-        int s;
-        if (sscanf(line, "{\"step\": %d", &s) == 1 && s > step) { dropped++; continue; }
-        fwrite(line, 1, (size_t)n, out);
+// What a data glob matched, for the run's record: the shards (paths, token counts, masks) hashed.
+static void shards_text(const DataLoader* dl, char* out, size_t cap) {
+    uint64_t h = FNV_INIT;
+    for (int i = 0; i < dl->nshards; i++) {
+        const DataShard* sh = &dl->shards[i];
+        int mask = sh->mask_fd >= 0;
+        h = fnv1a(h, sh->path, strlen(sh->path) + 1);
+        h = fnv1a(h, &sh->ntok, sizeof(sh->ntok));
+        h = fnv1a(h, &mask, sizeof(mask));
+        h = fnv1a(h, &sh->mask_counted, sizeof(sh->mask_counted));
     }
-    free(line);
-    fclose(in);
-    if (fflush(out) != 0 || fsync(fileno(out)) != 0 || fclose(out) != 0 || rename(tmp, path) != 0)
-        die(1, "rewriting %s failed: %s. HINT: check free disk space", path, strerror(errno));
-    if (dropped) printf("resume: %d record(s) of log.jsonl after step %d removed (those steps are trained again)\n", dropped, step);
+    snprintf(out, cap, "%d shard(s), %lld tokens, %s, fnv1a %016llx", dl->nshards, (long long)dataloader_total_tokens(dl),
+             dl->has_mask ? "loss masks" : "no masks", (unsigned long long)h);
+}
+
+// This run's record (every checkpoint gets it), and on a resume the check of the flags given and of
+// the data against the checkpoint's record (exit 2 on a difference not named by -resume-change).
+static void run_record_check(Trainer* tr) {
+    const Flags* f = &tr->f;
+    char now[2][256], then[256];
+    shards_text(&tr->train, now[0], sizeof(now[0]));
+    if (tr->has_val) shards_text(&tr->val, now[1], sizeof(now[1]));
+    tr->run_record = (char*)malloc(CKPT_RUN_MAX);
+    if (flags_run_record(f, tr->run_record, CKPT_RUN_MAX) || ckpt_run_add(tr->run_record, CKPT_RUN_MAX, "shards-i", now[0]) ||
+        (tr->has_val && ckpt_run_add(tr->run_record, CKPT_RUN_MAX, "shards-j", now[1]))) {
+        printf0("warning: the run's flags are longer than a checkpoint records (%d bytes): its checkpoints record none\n", CKPT_RUN_MAX);
+        tr->run_record[0] = 0;
+    }
+    if (!tr->recorded_run) return;
+    flags_check_recorded(f, tr->recorded_run, tr->recorded_step);
+    for (int k = 0; k < 1 + tr->has_val; k++) {
+        const char* flag = k ? "-j" : "-i";
+        if (!ckpt_run_find(tr->recorded_run, k ? "shards-j" : "shards-i", then, sizeof(then)) || !strcmp(then, now[k])) continue;
+        if (!flag_listed(f->resume_change, flag))
+            die_user("flag %s '%s': its files differ from those the checkpoint of step %d was trained on (then: %s; now: %s). HINT: "
+                     "restore the data, or name the change: -resume-change %s", flag, k ? f->val_data : f->train_data, tr->recorded_step, then, now[k], flag);
+        printf0("resume: %s's files changed on purpose (-resume-change): then %s; now %s\n", flag, then, now[k]);
+    }
 }
 
 // A number for log.jsonl and tune.jsonl: JSON has no NaN or infinity, so those are written as null.
@@ -2482,6 +2627,21 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     if (parse_float(f->comm_timeout_str, &comm_timeout) || comm_timeout < 0) comm_timeout = 300.0f;
     comm_connect(&tr->comm, comm_timeout); // launched without MPI: the ranks meet at MASTER_ADDR:MASTER_PORT
     int plan_only = atoi(f->plan_str) == 1;
+    if (!strcmp(f->resume_str, "1") && f->out_dir_str[0] && !plan_only && !f->tokenize_str[0]) { // a resume keeps its run's flags
+        Marker* mk = (Marker*)calloc(1, sizeof(Marker));
+        int rs = 0, step = -1;
+        if (parse_int(f->resume_step_str, &rs) || rs < 0) rs = 0; // (check_flags says what is wrong with it)
+        if (tr->r == 0) step = ckpt_peek(f->out_dir_str, rs, mk);
+        comm_broadcast(&tr->comm, &step, sizeof(step), 0);
+        if (step >= 0) {
+            comm_broadcast(&tr->comm, mk->run, sizeof(mk->run), 0);
+            tr->recorded_run = strdup(mk->run);
+            tr->recorded_step = step;
+            flags_take_recorded(f, mk->run, step);
+        }
+        free(mk);
+    }
+    flags_check_resume_change(f);
     g_device = pick_device(f->device_str, plan_only);
     // every rank must run the same flags on the same device with the same build, and know it
     // before any communicator is made: a rank on another device would wait in NCCL's init forever
@@ -2545,17 +2705,28 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     }
     ranks_agree(tr, data_hash(&tr->train, tr->has_val ? &tr->val : NULL), "reads different shards (-i / -j: their count or sizes)",
                 "every rank must read the same files");
+    for (int k = 0; k < 1 + tr->has_val; k++) { // [masked loss] said, with how many targets count
+        const DataLoader* dl = k ? &tr->val : &tr->train;
+        if (!dl->has_mask) continue;
+        int64_t all = dl->total_samples * (int64_t)f->T;
+        if (dl->mask_counted == 0)
+            die_user("%s: every target is masked: the .mask files beside its %d shard(s) count none of its %lld targets, so there is nothing to %s. "
+                     "HINT: check the completions of the .jsonl it was tokenized from", k ? "-j" : "-i", dl->nshards, (long long)all, k ? "evaluate" : "learn");
+        printf0("loss mask: on for %s (.mask files beside its shards): %lld of %lld targets count (%.1f%%); the loss is the mean over the counted targets\n",
+                k ? "-j" : "-i", (long long)dl->mask_counted, (long long)all, 100.0 * dl->mask_counted / (double)all);
+    }
     tr->has_tok = f->sample_every > 0 && tokenizer_init(&tr->tok, f->tokenizer, err, sizeof(err)) == 0;
     if (f->sample_every > 0 && !tr->has_tok) printf0("warning: -tokenizer: %s; samples print token ids\n", err);
     if (f->prompt[0]) load_prompts(tr, c.V);
+    if (tr->has_tok && tr->tok.eot_token < 0)
+        printf0("warning: -tokenizer %s is a version-1 file: it does not say which token is <|endoftext|>, so samples%s start after token 0%s. "
+                "HINT: a version-2 file (dev/prepare_data.py writes one) names it\n", f->tokenizer, f->prompt[0] ? " and prompts" : "",
+                f->prompt[0] ? " and a sampled end of text cannot end a completion" : "");
     if (f->out_dir[0]) mkdir_p(f->out_dir);
     if (f->out_dir[0] && tr->r == 0) {
-        ckpt_lock_dir(f->out_dir);        // two trainers never share one
-        ckpt_clean_leftovers(f->out_dir); // what a crash left: .tmp files, steps without DONE
-    }
-    if (f->out_dir[0] && !f->resume && f->ckpt_every > 0) { // a new run: an older run's checkpoints would mix with ours
-        uint64_t nonce = ckpt_nonce(&tr->comm);
-        if (tr->r == 0) ckpt_set_aside(f->out_dir, -1, nonce, "a new run (no -y 1) in this directory");
+        ckpt_lock_dir(f->out_dir); // two trainers never share one; nothing in it changes before commit_out_dir
+        if (access(f->out_dir, W_OK) != 0) die_user("-o %s: cannot write into the directory: %s", f->out_dir, strerror(errno));
+        ckpt_note_set_asides(f->out_dir);
     }
     // steps
     int64_t step_tokens = (int64_t)f->B * f->T * tr->R;
@@ -2566,6 +2737,7 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     FLAG_SHOW(f, max_steps, "%d", tr->max_steps);
     FLAG_SHOW(f, warmup, "%d", f->warmup);
     FLAG_SHOW(f, total_batch, "%lld", (long long)step_tokens * tr->GA);
+    run_record_check(tr); // a resume: the flags given and the data against the checkpoint's record
     tr->comm.trace = f->comm_trace;
     tr->comm.timeout_s = f->comm_timeout;
     tr->comm.delay_ms = f->comm_delay;
@@ -2628,14 +2800,46 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     if (bad != 0.0)
         die_user("%s: the loaded weights hold %.0f non-finite value(s). HINT: %s", tr->step > 0 ? "resume" : f->model, bad,
                  tr->step > 0 ? "-resume-step an earlier checkpoint" : "the model file is corrupt or its training diverged");
-    if (tr->r == 0 && f->out_dir[0]) {
-        char path[PATH_MAX];
-        snprintf(path, sizeof(path), "%s/log.jsonl", f->out_dir);
-        if (tr->step > 0) log_truncate_after(path, tr->step); // the steps about to be trained again
-        tr->log = fopen(path, tr->step > 0 ? "a" : "w");
-        if (!tr->log) die_user("-o: cannot write %s: %s", path, strerror(errno));
+    // reading is not resuming: a resumed run that trains no step changes nothing in -o (no set-aside,
+    // no LATEST, no log record removed or added) and samples only when asked (-s or -prompt given)
+    tr->reading = tr->resumed && tr->max_steps <= tr->step;
+    if (tr->reading && !f->sample_every_set && f->sample_every > 0) {
+        f->sample_every = 0;
+        FLAG_SHOW(f, sample_every, "0 (reading checkpoint %d: no step to train, -s not given)", tr->step);
+    }
+    if (tr->reading && f->out_dir[0]) printf0("resume: reading step %d only (-x %d trains no step): nothing in %s changes\n", tr->step, tr->max_steps, f->out_dir);
+    if (tr->r == 0 && f->out_dir[0]) { // log.jsonl's records wait in memory until the run commits to -o
+        tr->log = open_memstream(&tr->log_mem, &tr->log_mem_len);
+        if (!tr->log) die(1, "open_memstream: %s", strerror(errno));
     }
     return 0;
+}
+
+// The run commits to its output directory: called before its first step (or at the end of a fresh
+// run that trains none; never for a run that only reads a checkpoint). Until here a run changes
+// nothing in -o but its lock, so one that fails before its first step — a corrupt step S, a
+// refused flag, a bad batch in the first evaluation — leaves the directory as it found it. Rank 0:
+// the leftovers of a crash are removed, the steps after the one resumed (or, for a new run with
+// -n, an older run's checkpoints) are set aside with the log records after it, LATEST names the
+// step resumed, and log.jsonl is opened with the records held so far. -e's file is never touched.
+static void commit_out_dir(Trainer* tr) {
+    const Flags* f = &tr->f;
+    if (tr->committed) return;
+    tr->committed = 1;
+    if (tr->r != 0 || !f->out_dir[0]) return;
+    ckpt_clean_leftovers(f->out_dir, f->model);
+    char path[PATH_MAX], sub[PATH_MAX];
+    if (tr->resumed) ckpt_commit_resume(f->out_dir, tr->resumed, f->resume_step > 0, f->model);
+    else if (f->ckpt_every > 0) // a new run: an older run's checkpoints would mix with ours
+        ckpt_set_aside(f->out_dir, -1, ckpt_nonce_local(), "a new run (no -y 1) in this directory", f->model, sub, sizeof(sub));
+    fclose(tr->log); // the memory stream: its records are in log_mem
+    snprintf(path, sizeof(path), "%s/log.jsonl", f->out_dir);
+    tr->log = fopen(path, tr->resumed ? "a" : "w");
+    if (!tr->log) die(1, "-o: cannot write %s: %s", path, strerror(errno));
+    fwrite(tr->log_mem, 1, tr->log_mem_len, tr->log);
+    free(tr->log_mem);
+    tr->log_mem = NULL;
+    log_flush(tr);
 }
 
 // Hashes of this rank's parameters, master, m and v (over its shard): reproducibility checks.
@@ -2765,9 +2969,11 @@ static int train_loop(Trainer* tr) {
             if (f->max_skips > 0 && tr->skips >= f->max_skips) return diverged(tr);
         }
         if (val) {
-            if (step == start) // the first evaluation can take seconds before any step line
-                printf0("step %5d | evaluating the val loss on %d batches of %d x %d tokens per rank ...\n", step,
-                        f->val_steps, tr->model.B, tr->model.T);
+            if (step == start) { // the first evaluation can take seconds before any step line
+                int whole, nb = eval_batches(tr, &whole);
+                printf0("step %5d | evaluating the val loss on %d batch(es) of %d x %d tokens per rank%s ...\n", step, nb, tr->model.B, tr->model.T,
+                        whole ? " (the whole val set)" : "");
+            }
             float vl = evaluate(tr);
             printf0("step %5d | val loss %.6f\n", step, vl);
             if (tr->log) { fprintf(tr->log, "{\"step\": %d", step); json_num(tr->log, "val_loss", vl); fprintf(tr->log, "}\n"); log_flush(tr); }
@@ -2780,17 +2986,23 @@ static int train_loop(Trainer* tr) {
             if (rc != 0) failed_ckpts++; // training goes on; the run ends with exit code 1
         }
         if (last) break;
+        if (!tr->committed) commit_out_dir(tr); // (the first step: -o changes from here on)
         comm_reset_stats(&tr->comm);
         StepResult s = train_step(tr); // on one GPU: the previous step's result
         if (s.valid) log_step(tr, &s);
         if (f->max_skips > 0 && tr->skips >= f->max_skips) return diverged(tr);
     }
+    if (!tr->reading) commit_out_dir(tr); // a fresh run that trained no step (-x 0) still starts its log
     if (failed_ckpts) printf0("error: %d checkpoint(s) failed during the run (see above)\n", failed_ckpts);
     return failed_ckpts ? ZT_EXIT_RUNTIME : ZT_EXIT_OK;
 }
 
 static void trainer_free(Trainer* tr) {
     if (tr->log) fclose(tr->log);
+    free(tr->log_mem); // (a run that only read a checkpoint: its records are dropped)
+    free(tr->resumed);
+    free(tr->recorded_run);
+    free(tr->run_record);
     trainer_free_model(tr);
     dataloader_free(&tr->train);
     if (tr->has_val) dataloader_free(&tr->val);
