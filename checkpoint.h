@@ -33,11 +33,16 @@
 // (-save-model 0 or last: a checkpoint may have no model file; its DONE says model_bytes -1.)
 // RESUME (ckpt_resume): rank 0 follows LATEST (not the largest step number: a roll-back's
 // abandoned branch never wins); if LATEST's step is incomplete, the newest complete step before it.
-// -resume-step N picks N. Every checkpoint file of a later step is then moved into a folder
-// set_aside_<step>_<nonce>/ (said on stdout, never deleted), and LATEST names the step resumed,
-// so the directory holds one history. A fresh run (no -y) that will write checkpoints moves an
-// earlier run's checkpoints aside the same way. Rank 0 holds an flock on the directory for the
-// whole run: two trainers cannot share one.
+// -resume-step N picks N. Loading only READS: every file is checked and nothing in the directory
+// changes. Once the run is about to train (the trainer's commit_out_dir), ckpt_commit_resume moves
+// every checkpoint file of a later step into a folder set_aside_<step>_<nonce>/ (said on stdout,
+// never deleted) with the log.jsonl records after the step (ckpt_log_truncate), and LATEST names
+// the step resumed, so the directory holds one history; a run that fails before, or trains no
+// step (reading a checkpoint to export it), leaves the directory as it found it. A fresh run (no
+// -y) that will write checkpoints moves an earlier run's checkpoints aside the same way, at the
+// same point. The -e file is never moved or removed (same_file). DONE and LATEST also carry the
+// run's record ("run" lines, see Marker): the trainer's flags that define the run. Rank 0 holds an
+// flock on the directory for the whole run: two trainers cannot share one.
 #ifndef ZT_CHECKPOINT_H
 #define ZT_CHECKPOINT_H
 #include <dirent.h>
