@@ -43,6 +43,9 @@
 // same point. The -e file is never moved or removed (same_file). DONE and LATEST also carry the
 // run's record ("run" lines, see Marker): the trainer's flags that define the run. Rank 0 holds an
 // flock on the directory for the whole run: two trainers cannot share one.
+//
+// May call: model.h (the tensor table) and zero.h (the Zero state, its gathers and the host
+// communicator's broadcasts and sums).
 #ifndef ZT_CHECKPOINT_H
 #define ZT_CHECKPOINT_H
 #include <dirent.h>

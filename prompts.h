@@ -29,6 +29,8 @@
 //
 // defines: PromptStats, tokenize_prompts_to_shards, PromptList, prompt_file_read, prompt_split,
 //          prompt_list_free, sample_token
+//
+// May call: safetensors.h (the JSON parser), tokenizer.h and dataloader.h.
 #ifndef ZT_PROMPTS_H
 #define ZT_PROMPTS_H
 
