@@ -80,6 +80,7 @@ typedef enum { FLAG_FREE, FLAG_RUN, FLAG_KEEP } FlagKind;
     X("-plan",          plan,            F_SWITCH, "0",     FLAG_FREE, "print memory and time per rank for every ZeRO stage x recompute mode and a recommendation, then exit (allocates nothing)") \
     X("-world",         world,           F_INT,   "0",      FLAG_FREE, "with -plan: plan for this many ranks (0: the ranks this run has)")   \
     X("-gpu-mem",       gpu_mem,         F_STR,   "",       FLAG_FREE, "memory per rank for -plan and -z auto, e.g. 80GiB, 40GB, 512MiB (\"\": the device's free memory)") \
+    X("-host-mem",      host_mem,        F_STR,   "",       FLAG_FREE, "host memory per node for -plan's and -z auto's offload rows on cuda, e.g. 2TiB (\"\": this machine's available memory, said in the output)") \
     X("-link-gbps",     link_gbps,       F_FLOAT, "auto",   FLAG_FREE, "link bandwidth per rank for -plan, Gbit/s per direction (auto: on cuda 3600 NVLink-class up to 8 ranks, 400 InfiniBand-class beyond; 80 on cpu)") \
     X("-tflops",        tflops,          F_FLOAT, "auto",   FLAG_FREE, "compute rate per rank for -plan, TFLOP/s (auto: on cpu the median of 15 matmuls timed by CPU time, on cuda 50% of the -gpu's BF16 peak)") \
     X("-max-skips",     max_skips,       F_INT,   "10",     FLAG_KEEP, "end the run with exit code 4 after this many consecutive skipped steps (non-finite gradient norm or update; 0: never)") \

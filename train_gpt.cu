@@ -1023,6 +1023,7 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
         if (f->link_gbps == 0) FLAG_SHOW(f, link_gbps, "unused: only -plan, -z auto and -r auto plan");
         if (f->pcie_gbps == 0) FLAG_SHOW(f, pcie_gbps, "unused: only -plan, -z auto and -r auto plan");
         if (f->disk_gbps == 0) FLAG_SHOW(f, disk_gbps, "unused: only -plan, -z auto and -r auto plan");
+        if (!f->host_mem[0]) FLAG_SHOW(f, host_mem, "unused: only -plan, -z auto and -r auto plan");
         if (!strcmp(f->offload, "auto") && f->offload_dir[0]) die_user("flag -offload-dir is for -offload nvme (or -offload auto with -z auto / -r auto)");
         if (!strcmp(f->offload, "auto")) snprintf(f->offload, sizeof(f->offload), "none"); // nothing plans: none
     }

@@ -322,4 +322,19 @@ TEST(cli_messages_true) {
     rc = test_run_cmd(flags, rs_out, sizeof(rs_out));
     CHECKF(rc == 2 && strstr(rs_out, "matplotlib") && strstr(rs_out, "HINT:") && !strstr(rs_out, "Traceback"), "dev/plot.py without matplotlib (%d):\n%s", rc, rs_out);
 }
+
+// -plan -host-mem: the offload rows use the planned node's host memory, and the output says whose
+// (without it: this machine's available memory, said so).
+TEST(plan_host_mem_flag) {
+    const char* base = "-plan -device cuda -gpu h100 -gpu-mem 80GiB -e d12 -b 4 -t 1024 -world 8";
+    char flags[1024];
+    snprintf(flags, sizeof(flags), "%s -host-mem 3TiB", base);
+    int rc = rs_run("", flags);
+    CHECKF(rc == 0 && strstr(rs_out, "on the host, 3.00 TiB per node (-host-mem)"), "-plan -host-mem 3TiB (%d):\n%s", rc, rs_out);
+    rc = rs_run("", base);
+    CHECKF(rc == 0 && strstr(rs_out, "(available host memory on this machine; -host-mem sets the planned node's)"), "-plan without -host-mem (%d):\n%s", rc, rs_out);
+    snprintf(flags, sizeof(flags), "%s -host-mem lots", base);
+    rc = rs_run("", flags);
+    CHECKF(rc == 2 && strstr(rs_out, "flag -host-mem: 'lots'"), "-host-mem lots (%d):\n%s", rc, rs_out);
+}
 #endif // ENABLE_FP32
