@@ -176,6 +176,7 @@ static void ckpt_crash_point(const char* point, int rank, int step) {
 }
 
 static int g_ckpt_step = -1; // the step being saved (-1: none), for ZT_FAULT's crash points and :stepS
+static int g_fault_slow_count = 0; // files ZT_FAULT=slow delayed (said on stdout; the tests count them)
 
 // ZT_FAULT=kind:SUBSTR[:stepS] with SUBSTR in path (and S the step being saved): 1, with errno set
 // as that failure would (and the delay of "slow"), else 0.
@@ -190,7 +191,11 @@ static int ckpt_fault(const char* kind, const char* path) {
     if (!strstr(path, want) || (st && atoi(st + 5) != g_ckpt_step)) return 0;
     if (!strncmp(kind, "enospc", 6)) errno = ENOSPC;
     if (!strncmp(kind, "eio", 3)) errno = EIO;
-    if (!strcmp(kind, "slow")) sleep(3);
+    if (!strcmp(kind, "slow")) {
+        g_fault_slow_count++;
+        printf("ZT_FAULT: creating %s 3 s late (slow storage)\n", path);
+        sleep(3);
+    }
     return 1;
 }
 

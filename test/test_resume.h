@@ -87,6 +87,18 @@ TEST(ft_mask_pread_checks) {
 }
 
 #ifndef ENABLE_FP32
+// ZT_FAULT=slow:SUBSTR delays any checkpoint file created through ckpt_create (README: "any file"),
+// not only the model file: a marker here (one 3 s sleep).
+TEST(ckpt_fault_slow_any_file) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/slowfault_LATEST", test_tmpdir());
+    setenv("ZT_FAULT", "slow:slowfault_LATEST", 1);
+    int before = g_fault_slow_count;
+    CHECK(write_text_file(path, "x\n") == 0);
+    unsetenv("ZT_FAULT");
+    CHECKF(g_fault_slow_count == before + 1, "ZT_FAULT=slow did not apply to a marker file (%d)", g_fault_slow_count - before);
+}
+
 static char rs_out[1 << 20];
 
 static int rs_run(const char* env, const char* flags) {
@@ -166,6 +178,7 @@ TEST(resume_walkthrough_finetune) {
     CHECKF(rc == 0 && strstr(rs_out, "exported the model at step 4") && !strstr(rs_out, "sample at step") && !strstr(rs_out, "moved"),
            "export of step 4 (%d):\n%s", rc, rs_out);
     CHECKF(!strcmp(before, after), "exporting step 4 changed the directory:\n%s\n---\n%s", before, after);
+    CHECKF(strstr(rs_out, "holds 1 set_aside_* folder(s)") && strstr(rs_out, "rm -r them"), "the set-aside folders are not said:\n%s", rs_out);
     // another dataset: refused before anything changes, naming the flag and both values
     snprintf(flags, sizeof(flags), "-o %s -y 1 -x 8 -i data/kjv_train.bin", dir);
     rc = rs_run("", flags);
@@ -313,6 +326,13 @@ TEST(cli_messages_true) {
     snprintf(flags, sizeof(flags), RS_SMALL " -v 0 -x 1 -n 1 -o %s", dir);
     rc = rs_run("ZT_FAULT=enospc:state_00000001", flags);
     CHECKF(strstr(rs_out, "error: writing ") && !strstr(rs_out, "[rank 0]"), "one process, a failed save (%d):\n%s", rc, rs_out);
+    // a version-1 tokenizer file (no <|endoftext|> id): said, with what it means for -prompt
+    snprintf(path, sizeof(path), "%s/tok_v1.bin", test_tmpdir());
+    snprintf(flags, sizeof(flags), "cp data/gpt2_tokenizer.bin %s && printf '\\001\\000\\000\\000' | dd of=%s bs=1 seek=4 conv=notrunc 2>/dev/null", path, path);
+    CHECK(test_run_cmd(flags, NULL, 0) == 0);
+    snprintf(flags, sizeof(flags), "-e tiny -layers 1 -channels 32 -heads 2 -b 1 -t 16 -x 0 -v 0 -s 0 -g 2 -prompt hi -tokenizer %s", path);
+    rc = rs_run("", flags);
+    CHECKF(rc == 0 && strstr(rs_out, "is a version-1 file") && strstr(rs_out, "cannot end a completion"), "a version-1 tokenizer (%d):\n%s", rc, rs_out);
     snprintf(path, sizeof(path), "%s/plot_log.jsonl", test_tmpdir());
     f = fopen(path, "w");
     fprintf(f, "{\"step\": 1, \"loss\": 2.0, \"ms\": 1, \"tok_s\": 1, \"mem_tagged\": 1, \"vmhwm\": 1}\n");
