@@ -19,7 +19,8 @@
 //                         and the model file's size and CRC32C (llm.c's header has no room for it);
 //                         a run that chose its flags with -tune adds a line "tune -z 2 -r 1" (the
 //                         choice as flags), which a resume reuses (older readers ignore the line,
-//                         and a marker without it reads as "not tuned": both directions compatible)
+//                         and a marker without it reads as "not tuned": both directions compatible);
+//                         then the run's record, "run KEY VALUE" lines (see Marker), likewise optional
 //   LATEST                written after DONE: the step and nonce a resume follows
 //
 // THE PROTOCOL of one save (every rank calls ckpt_save):
