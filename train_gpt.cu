@@ -51,6 +51,7 @@
 #include "startup.h"           // defines: resolve_defaults, pick_device, model_config, check_flags, setup_threads, ranks_agree,
                                //          print_setup, run_tokenize, gather_memory, peak_rss_bytes, json_num, mkdir_p
 #include "tune.h"              // defines: TuneTrainer, tune_mark_auto, tune_config, tune_note_record (-tune)
+#include "run_record.h"        // defines: flags_take_recorded, run_record_build, run_record_check (what a checkpoint records of its run)
 
 // ----------------------------------------------------------------------------
 // 1. The model. GPT-2 (Radford et al. 2019): token + position embedding, L pre-norm blocks of
@@ -487,138 +488,6 @@ static StepResult train_step(Trainer* tr) {
 // 4. Checkpoints. checkpoint.h holds the files and the protocol (nonce per save, DONE then LATEST,
 // CRC32C per 1 MiB chunk of state, the model file's checksum in DONE, flock on the directory);
 // here the trainer hands it what it needs: the ZeRO state, the config, the step's counters.
-
-// ---- The run's record. Every checkpoint records the resolved value of each FLAG_RUN flag (DONE's
-// "run" lines: checkpoint.h keeps them as text) and a hash of each data glob's shard list
-// ("shards-i", "shards-j": the files, their token counts, their masks). A resume (-y 1) takes every
-// FLAG_RUN flag not given from the checkpoint it resumes — the settings table says
-// "(from checkpoint)" — and refuses one given with another value, or data whose shard list changed,
-// naming the flag and both values, unless -resume-change names that flag. A checkpoint written
-// before the record existed records nothing: nothing is taken or checked (said).
-
-// Is `flag` in a list like "-i,-l" or "-i -l"?
-static int flag_listed(const char* list, const char* flag) {
-    size_t n = strlen(flag);
-    for (const char* p = list; *p;) {
-        p += strspn(p, ", ");
-        size_t k = strcspn(p, ", ");
-        if (k == n && !strncmp(p, flag, n)) return 1;
-        p += k;
-    }
-    return 0;
-}
-
-// Two texts of a flag's value the same? Numbers as numbers ("1e-3" = "0.001").
-static int flag_values_equal(FlagType type, const char* a, const char* b) {
-    if (!strcmp(a, b)) return 1;
-    float x, y;
-    if (type == F_FLOAT && !parse_float(a, &x) && !parse_float(b, &y)) return x == y;
-    int i, j;
-    if (type == F_INT && !parse_int(a, &i) && !parse_int(b, &j)) return i == j;
-    return 0;
-}
-
-// -resume-change names FLAG_RUN flags only (the others change freely anyway).
-static void flags_check_resume_change(const Flags* f) {
-    for (const char* p = f->resume_change_str; *p;) {
-        p += strspn(p, ", ");
-        size_t k = strcspn(p, ", ");
-        if (!k) break;
-        int run = -1;
-#define X(flag, field, type, def, kind, help) if (k == strlen(flag) && !strncmp(p, flag, k)) run = kind == FLAG_RUN;
-        FLAG_TABLE(X)
-#undef X
-        if (run < 0) die_user("flag -resume-change: '%.*s' is not a flag. HINT: ./train -help", (int)k, p);
-        if (!run) die_user("flag -resume-change: %.*s does not define the run (a resume may change it freely): leave it out", (int)k, p);
-        p += k;
-    }
-    if (f->resume_change_str[0] && strcmp(f->resume_str, "1")) die_user("flag -resume-change is for a resume: it needs -y 1");
-}
-
-// Before defaults are resolved: every FLAG_RUN and FLAG_KEEP flag not given takes the value `run`
-// records (the checkpoint of `step`).
-static void flags_take_recorded(Flags* f, const char* run, int step) {
-    char v[1024], taken[512] = "";
-    int n = 0;
-#define X(flag, field, type, def, kind, help)                                                            \
-    if (kind != FLAG_FREE && !f->field##_set && ckpt_run_find(run, flag, v, sizeof(v))) {               \
-        snprintf(f->field##_str, sizeof(f->field##_str), "%s", v);                                       \
-        snprintf(f->field##_given, sizeof(f->field##_given), "(from checkpoint)");                       \
-        size_t t = strlen(taken);                                                                         \
-        if (t + strlen(flag) + 3 < sizeof(taken)) snprintf(taken + t, sizeof(taken) - t, "%s%s", n ? " " : "", flag); \
-        n++;                                                                                              \
-    }
-    FLAG_TABLE(X)
-#undef X
-    if (!run[0]) printf0("resume: the checkpoint of step %d records no run flags (written by an older build): nothing is taken from it or checked against it\n", step);
-    else if (n) printf0("resume: %d flag(s) not given taken from the checkpoint of step %d: %s (the settings table says \"(from checkpoint)\")\n", n, step, taken);
-}
-
-// Once every flag is resolved: a given FLAG_RUN flag whose value differs from the record is refused
-// (exit 2) unless -resume-change names it; said when it does.
-static void flags_check_recorded(const Flags* f, const char* run, int step) {
-    char v[1024];
-#define X(flag, field, type, def, kind, help)                                                                          \
-    if (kind == FLAG_RUN && f->field##_set && ckpt_run_find(run, flag, v, sizeof(v)) && !flag_values_equal(type, f->field##_str, v)) { \
-        if (!flag_listed(f->resume_change, flag))                                                                       \
-            die_user("flag %s: this run gives '%s', the checkpoint of step %d was trained with '%s'. HINT: leave %s out to take the " \
-                     "checkpoint's value, or name the change: -resume-change %s", flag, f->field##_str, step, v, flag, flag); \
-        printf0("resume: %s changed on purpose (-resume-change): '%s', the checkpoint of step %d: '%s'\n", flag, f->field##_str, step, v); \
-    }
-    FLAG_TABLE(X)
-#undef X
-}
-
-// The record of this run: every FLAG_RUN and FLAG_KEEP flag's resolved value. -1 when it does not fit.
-static int flags_run_record(const Flags* f, char* out, size_t cap) {
-    out[0] = 0;
-    int bad = 0;
-#define X(flag, field, type, def, kind, help) if (kind != FLAG_FREE) bad |= ckpt_run_add(out, cap, flag, f->field##_str);
-    FLAG_TABLE(X)
-#undef X
-    return bad ? -1 : 0;
-}
-
-
-// What a data glob matched, for the run's record: the shards (paths, token counts, masks) hashed.
-static void shards_text(const DataLoader* dl, char* out, size_t cap) {
-    uint64_t h = FNV_INIT;
-    for (int i = 0; i < dl->nshards; i++) {
-        const DataShard* sh = &dl->shards[i];
-        int mask = sh->mask_fd >= 0;
-        h = fnv1a(h, sh->path, strlen(sh->path) + 1);
-        h = fnv1a(h, &sh->ntok, sizeof(sh->ntok));
-        h = fnv1a(h, &mask, sizeof(mask));
-        h = fnv1a(h, &sh->mask_counted, sizeof(sh->mask_counted));
-    }
-    snprintf(out, cap, "%d shard(s), %lld tokens, %s, fnv1a %016llx", dl->nshards, (long long)dataloader_total_tokens(dl),
-             dl->has_mask ? "loss masks" : "no masks", (unsigned long long)h);
-}
-
-// This run's record (every checkpoint gets it), and on a resume the check of the flags given and of
-// the data against the checkpoint's record (exit 2 on a difference not named by -resume-change).
-static void run_record_check(Trainer* tr) {
-    const Flags* f = &tr->f;
-    char now[2][256], then[256];
-    shards_text(&tr->train, now[0], sizeof(now[0]));
-    if (tr->has_val) shards_text(&tr->val, now[1], sizeof(now[1]));
-    tr->run_record = (char*)malloc(CKPT_RUN_MAX);
-    if (flags_run_record(f, tr->run_record, CKPT_RUN_MAX) || ckpt_run_add(tr->run_record, CKPT_RUN_MAX, "shards-i", now[0]) ||
-        (tr->has_val && ckpt_run_add(tr->run_record, CKPT_RUN_MAX, "shards-j", now[1]))) {
-        printf0("warning: the run's flags are longer than a checkpoint records (%d bytes): its checkpoints record none\n", CKPT_RUN_MAX);
-        tr->run_record[0] = 0;
-    }
-    if (!tr->recorded_run) return;
-    flags_check_recorded(f, tr->recorded_run, tr->recorded_step);
-    for (int k = 0; k < 1 + tr->has_val; k++) {
-        const char* flag = k ? "-j" : "-i";
-        if (!ckpt_run_find(tr->recorded_run, k ? "shards-j" : "shards-i", then, sizeof(then)) || !strcmp(then, now[k])) continue;
-        if (!flag_listed(f->resume_change, flag))
-            die_user("flag %s '%s': its files differ from those the checkpoint of step %d was trained on (then: %s; now: %s). HINT: "
-                     "restore the data, or name the change: -resume-change %s", flag, k ? f->val_data : f->train_data, tr->recorded_step, then, now[k], flag);
-        printf0("resume: %s's files changed on purpose (-resume-change): then %s; now %s\n", flag, then, now[k]);
-    }
-}
 
 static CkptMeta trainer_ckpt_meta(const Trainer* tr) {
     CkptMeta m;
@@ -1073,7 +942,9 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     FLAG_SHOW(f, max_steps, "%d", tr->max_steps);
     FLAG_SHOW(f, warmup, "%d", f->warmup);
     FLAG_SHOW(f, total_batch, "%lld", (long long)step_tokens * tr->GA);
-    run_record_check(tr); // a resume: the flags given and the data against the checkpoint's record
+    tr->run_record = (char*)malloc(CKPT_RUN_MAX); // what every checkpoint records of this run
+    run_record_build(f, &tr->train, tr->has_val ? &tr->val : NULL, tr->run_record);
+    if (tr->recorded_run) run_record_check(f, &tr->train, tr->has_val ? &tr->val : NULL, tr->recorded_run, tr->recorded_step);
     tr->comm.trace = f->comm_trace;
     tr->comm.timeout_s = f->comm_timeout;
     tr->comm.delay_ms = f->comm_delay;
