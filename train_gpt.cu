@@ -820,6 +820,40 @@ static void tune_release(void* ctx) {
 
 // Everything before the first step. Bad input ends here with exit code 2, before allocation.
 // Returns 1 when there is nothing to train (-plan printed its table, -tokenize wrote shards).
+// [masked loss] Whether -i and -j have loss masks and how many targets count; masks that count none
+// are refused (exit 2: the run would train nothing and end "successfully").
+static void say_loss_masks(const Trainer* tr) {
+    const Flags* f = &tr->f;
+    for (int k = 0; k < 1 + tr->has_val; k++) {
+        const DataLoader* dl = k ? &tr->val : &tr->train;
+        if (!dl->has_mask) continue;
+        int64_t all = dl->total_samples * (int64_t)f->T;
+        if (dl->mask_counted == 0)
+            die_user("%s: every target is masked: the .mask files beside its %d shard(s) count none of its %lld targets, so there is nothing to %s. "
+                     "HINT: check the completions of the .jsonl it was tokenized from", k ? "-j" : "-i", dl->nshards, (long long)all, k ? "evaluate" : "learn");
+        printf0("loss mask: on for %s (.mask files beside its shards): %lld of %lld targets count (%.1f%%); the loss is the mean over the counted targets\n",
+                k ? "-j" : "-i", (long long)dl->mask_counted, (long long)all, 100.0 * dl->mask_counted / (double)all);
+    }
+}
+
+// -y 1, before defaults are resolved: rank 0 reads the marker of the checkpoint the resume will take
+// (quietly: it is loaded and checked later) and every rank takes the recorded flags not given.
+static void take_run_record(Trainer* tr) {
+    Flags* f = &tr->f;
+    Marker* mk = (Marker*)calloc(1, sizeof(Marker));
+    int rs = 0, step = -1;
+    if (parse_int(f->resume_step_str, &rs) || rs < 0) rs = 0; // (check_flags says what is wrong with it)
+    if (tr->r == 0) step = ckpt_peek(f->out_dir_str, rs, mk);
+    comm_broadcast(&tr->comm, &step, sizeof(step), 0);
+    if (step >= 0) {
+        comm_broadcast(&tr->comm, mk->run, sizeof(mk->run), 0);
+        tr->recorded_run = strdup(mk->run);
+        tr->recorded_step = step;
+        flags_take_recorded(f, mk->run, step);
+    }
+    free(mk);
+}
+
 static int trainer_setup(Trainer* tr, int argc, char** argv) {
     memset(tr, 0, sizeof(*tr));
     Flags* f = &tr->f;
@@ -831,20 +865,7 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     if (parse_float(f->comm_timeout_str, &comm_timeout) || comm_timeout < 0) comm_timeout = 300.0f;
     comm_connect(&tr->comm, comm_timeout); // launched without MPI: the ranks meet at MASTER_ADDR:MASTER_PORT
     int plan_only = atoi(f->plan_str) == 1;
-    if (!strcmp(f->resume_str, "1") && f->out_dir_str[0] && !plan_only && !f->tokenize_str[0]) { // a resume keeps its run's flags
-        Marker* mk = (Marker*)calloc(1, sizeof(Marker));
-        int rs = 0, step = -1;
-        if (parse_int(f->resume_step_str, &rs) || rs < 0) rs = 0; // (check_flags says what is wrong with it)
-        if (tr->r == 0) step = ckpt_peek(f->out_dir_str, rs, mk);
-        comm_broadcast(&tr->comm, &step, sizeof(step), 0);
-        if (step >= 0) {
-            comm_broadcast(&tr->comm, mk->run, sizeof(mk->run), 0);
-            tr->recorded_run = strdup(mk->run);
-            tr->recorded_step = step;
-            flags_take_recorded(f, mk->run, step);
-        }
-        free(mk);
-    }
+    if (!strcmp(f->resume_str, "1") && f->out_dir_str[0] && !plan_only && !f->tokenize_str[0]) take_run_record(tr); // a resume keeps its run's flags
     flags_check_resume_change(f);
     g_device = pick_device(f->device_str, plan_only);
     // every rank must run the same flags on the same device with the same build, and know it
@@ -910,22 +931,13 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     }
     ranks_agree(&tr->comm, data_hash(&tr->train, tr->has_val ? &tr->val : NULL), "reads different shards (-i / -j: their count or sizes)",
                 "every rank must read the same files");
-    for (int k = 0; k < 1 + tr->has_val; k++) { // [masked loss] said, with how many targets count
-        const DataLoader* dl = k ? &tr->val : &tr->train;
-        if (!dl->has_mask) continue;
-        int64_t all = dl->total_samples * (int64_t)f->T;
-        if (dl->mask_counted == 0)
-            die_user("%s: every target is masked: the .mask files beside its %d shard(s) count none of its %lld targets, so there is nothing to %s. "
-                     "HINT: check the completions of the .jsonl it was tokenized from", k ? "-j" : "-i", dl->nshards, (long long)all, k ? "evaluate" : "learn");
-        printf0("loss mask: on for %s (.mask files beside its shards): %lld of %lld targets count (%.1f%%); the loss is the mean over the counted targets\n",
-                k ? "-j" : "-i", (long long)dl->mask_counted, (long long)all, 100.0 * dl->mask_counted / (double)all);
-    }
+    say_loss_masks(tr); // [masked loss] on or not, and how many targets count (none: exit 2)
     tr->has_tok = f->sample_every > 0 && tokenizer_init(&tr->tok, f->tokenizer, err, sizeof(err)) == 0;
     if (f->sample_every > 0 && !tr->has_tok) printf0("warning: -tokenizer: %s; samples print token ids\n", err);
     if (f->prompt[0]) load_prompts(tr, c.V);
     if (tr->has_tok && tr->tok.eot_token < 0)
         printf0("warning: -tokenizer %s is a version-1 file: it does not say which token is <|endoftext|>, so samples%s start after token 0%s. "
-                "HINT: a version-2 file (dev/prepare_data.py writes one) names it\n", f->tokenizer, f->prompt[0] ? " and prompts" : "",
+                "HINT: data/gpt2_tokenizer.bin (version 2, dev/make_vocab.py) names it\n", f->tokenizer, f->prompt[0] ? " and prompts" : "",
                 f->prompt[0] ? " and a sampled end of text cannot end a completion" : "");
     if (f->out_dir[0]) mkdir_p(f->out_dir);
     if (f->out_dir[0] && tr->r == 0) {
