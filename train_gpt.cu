@@ -571,8 +571,12 @@ static int resume_checkpoint(Trainer* tr) {
     if (!ckpt_resume(&tr->model.z, &tr->model.cfg, tr->f.out_dir, tr->f.resume_step, &got, tr->resumed)) {
         free(tr->resumed);
         tr->resumed = NULL;
+        if (tr->recorded_run) die_user("resume: the checkpoint of step %d (whose run flags this run took) is gone from %s", tr->recorded_step, tr->f.out_dir);
         return 0;
     }
+    if (tr->recorded_run ? tr->resumed->step != tr->recorded_step : tr->resumed->run[0] != 0) // (the directory changed before its lock was taken)
+        die_user("resume: %s changed while this run started (it took the run flags of step %d, then found step %d). HINT: run it again",
+                 tr->f.out_dir, tr->recorded_step, tr->resumed->step);
     if (got.seed != want.seed)
         printf0("warning: the checkpoint was trained with -seed %lld, this run has -seed %lld: the data order changes\n", (long long)got.seed, (long long)want.seed);
     if (got.step_tokens != want.step_tokens)
