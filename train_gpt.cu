@@ -1028,7 +1028,7 @@ static void load_prompts(Trainer* tr, int V) {
         next = f->prompt[0] == '@' ? strchr(line, '\n') : NULL;
         if (next) *next++ = 0;
         if (!*line) continue;
-        uint16_t* ids = NULL;
+        uint32_t* ids = NULL;
         size_t nids = 0, cap = 0;
         if (tokenizer_encode(&tr->tok, (const unsigned char*)line, strlen(line), &ids, &nids, &cap)) die(1, "-prompt: out of memory");
         tr->prompt_ids = (int**)realloc(tr->prompt_ids, sizeof(int*) * (tr->nprompts + 1));
@@ -1036,7 +1036,7 @@ static void load_prompts(Trainer* tr, int V) {
         int* p = (int*)malloc(sizeof(int) * (nids + 1));
         p[0] = eot;
         for (size_t i = 0; i < nids; i++) {
-            if (ids[i] >= V) die_user("-prompt: '%s' encodes to token %u, outside the model's vocabulary (V = %d)", line, (unsigned)ids[i], V);
+            if (ids[i] >= (uint32_t)V) die_user("-prompt: '%s' encodes to token %u, outside the model's vocabulary (V = %d)", line, (unsigned)ids[i], V);
             p[i + 1] = ids[i];
         }
         tr->prompt_ids[tr->nprompts] = p;
