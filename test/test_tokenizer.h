@@ -1271,6 +1271,21 @@ TEST(tok_hf_reader) {
     CHECK(tok.hf && tok.eot_token == 258);
     tokenizer_free(&tok);
 
+    // the fuzz corpus (test/fuzz_corpus/hfjson): one file of each kind, all loading
+    const char* corpus[4] = {"gpt2", "llama3", "qwen2", "smollm2"};
+    for (int k = 0; k < 4; k++) {
+        char cp[200];
+        snprintf(cp, sizeof(cp), "test/fuzz_corpus/hfjson/%s.json", corpus[k]);
+        CHECKF(tokenizer_init(&tok, cp, err, sizeof(err)) == 0, "%s", err);
+        if (!tok.hf) continue;
+        const TokenizerHF* h = tok.hf;
+        if (k == 0) CHECK(h->nsteps == 1 && h->steps[0] == TOKENIZER_STEP_GPT2 && !h->nfc && !h->ignore_merges);
+        if (k == 1) CHECK(h->nsteps == 1 && h->steps[0] == TOKENIZER_STEP_LLAMA3 && h->ignore_merges && h->bos_token >= 0 && tok.eot_token == h->bos_token);
+        if (k == 2) CHECK(h->nsteps == 1 && h->steps[0] == TOKENIZER_STEP_QWEN2 && h->nfc && h->nadded == 3);
+        if (k == 3) CHECK(h->nsteps == 2 && h->steps[0] == TOKENIZER_STEP_DIGITS && h->steps[1] == TOKENIZER_STEP_GPT2);
+        tokenizer_free(&tok);
+    }
+
     tok_hf_expect_error("truncated", NULL, NULL, "JSON:");
     tok_hf_expect_error("unigram", "\"type\": \"BPE\"", "\"type\": \"Unigram\"", "model.type \"Unigram\" is not supported");
     tok_hf_expect_error("wordpiece", "\"type\": \"BPE\"", "\"type\": \"WordPiece\"", "model.type \"WordPiece\"");
