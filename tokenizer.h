@@ -55,7 +55,8 @@
 // and under nvcc (host code only; the nvcc build of this file has not been tried).
 // defines: Tokenizer, tokenizer_init, tokenizer_decode, tokenizer_print, tokenizer_free,
 //          tokenizer_load_merges, tokenizer_encode, tokenizer_piece_length,
-//          tokenize_file_to_shards, tokenize_file_to_shards_ex, TokenizeStats
+//          tokenize_file_to_shards, tokenize_file_to_shards_ex, TokenizeStats, tokenizer_init_hf,
+//          TokenizerHF, tokenizer_nfc, tokenizer_write_hf, tokenizer_for_model, tokenize_write_ids
 #ifndef ZT_TOKENIZER_H
 #define ZT_TOKENIZER_H
 
@@ -81,6 +82,7 @@
 #define TOKENIZER_HEADER_BYTES 1024        // 256 uint32
 #define TOKENIZER_MAX_VOCAB (1u << 24)     // a sanity bound on the header, far above any GPT vocabulary
 #define TOKENIZER_UNKNOWN "<|?|>"          // what an id outside the vocabulary decodes to
+#define TOKENIZER_DEFAULT_PATH "data/gpt2_tokenizer.bin"  // -tokenizer's default (GPT-2, llm.c's file)
 
 // The encoder's state: the merge table, the piece cache and the BPE work arrays. All zero / NULL
 // until tokenizer_load_merges; the cache and work arrays grow on first use.
@@ -144,6 +146,8 @@ typedef struct {
     size_t cps_cap;
     unsigned char* norm;          // NFC output
     size_t norm_cap;
+    char* src_json;               // the file read, and its tokenizer_config.json (may not exist):
+    char* src_config;             //     -export-hf copies them beside the model
 } TokenizerHF;
 
 typedef struct {
@@ -187,6 +191,8 @@ static inline void tokenizer_free(Tokenizer* tok) {
         free(h->scratch);
         free(h->cps);
         free(h->norm);
+        free(h->src_json);
+        free(h->src_config);
         free(h);
     }
     free(tok->bytes);
@@ -1040,6 +1046,12 @@ static inline int tokenizer_init_hf(Tokenizer* tok, const char* path_in, char* e
     }
     h->bos_token = -1;
     h->match_specials = 1;
+    h->src_json = strdup(path);
+    h->src_config = strdup(cfg_path);
+    if (!h->src_json || !h->src_config) {
+        free(text);
+        return tokenizer_fail(tok, err, errlen, "tokenizer %s: out of memory", path);
+    }
     if (json_parse(&j, text, len, jerr, sizeof(jerr)) != 0) {
         json_free(&j);
         free(text);
@@ -1898,6 +1910,175 @@ static inline int tokenize_file_to_shards_ex(Tokenizer* tok, const char* in_path
 static inline int tokenize_file_to_shards(Tokenizer* tok, const char* in_path, const char* out_prefix, int val_every,
                                           int64_t shard_tokens, char* err, size_t errlen) {
     return tokenize_file_to_shards_ex(tok, in_path, out_prefix, val_every, shard_tokens, TOKENIZE_CHUNK_BYTES, NULL, err, errlen);
+}
+
+// -----------------------------------------------------------------------------------------------
+// Writing the tokenizer beside an exported model (-export-hf), so that transformers'
+// AutoTokenizer.from_pretrained(DIR) loads it:
+//   read from a tokenizer.json: that file and its tokenizer_config.json (if it had one), copied
+//     byte for byte (the pipeline is theirs, we change nothing);
+//   read from llm.c's file + merges (GPT-2): tokenizer.json (byte-level BPE as GPT-2's own:
+//     ByteLevel pre-tokenizer and decoder, the vocabulary spelled in GPT-2's byte-to-unicode
+//     alphabet, merges in rank order, "<|endoftext|>" as a special added token), vocab.json and
+//     merges.txt (the slow GPT2Tokenizer's files), and tokenizer_config.json (GPT2Tokenizer, BOS =
+//     EOS = UNK = "<|endoftext|>", model_max_length = max_T).
+// Each file is written under a temporary name, fsynced and renamed: none is ever half-written.
+
+// Write len bytes to dir/name atomically. Returns 0, or -1 with the message in err.
+static inline int tokenizer_put_file(const char* dir, const char* name, const char* bytes, size_t len, char* err, size_t errlen) {
+    char path[4200], tmp[4300];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
+    FILE* f = fopen(tmp, "wb");
+    if (!f) return tokenizer_msg(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
+    int ok = fwrite(bytes, 1, len, f) == len && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    if (fclose(f) != 0) ok = 0;
+    if (!ok || rename(tmp, path) != 0) {
+        int e = errno;
+        remove(tmp);
+        return tokenizer_msg(err, errlen, "%s: cannot write: %s", path, strerror(e));
+    }
+    return 0;
+}
+
+// A growing text buffer for the JSON writers.
+typedef struct { char* s; size_t n, cap; int oom; } TokenizerText;
+
+__attribute__((format(printf, 2, 3)))
+static inline void tokenizer_text(TokenizerText* t, const char* fmt, ...) {
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int k = t->oom ? 0 : vsnprintf(t->s ? t->s + t->n : NULL, t->s ? t->cap - t->n : 0, fmt, ap);
+        va_end(ap);
+        if (t->oom || k < 0) { t->oom = 1; return; }
+        if (t->s && t->n + (size_t)k < t->cap) { t->n += (size_t)k; return; }
+        if (tokenizer_grow((void**)&t->s, &t->cap, t->n + (size_t)k + 1 + 4096, 1) != 0) { t->oom = 1; return; }
+    }
+}
+
+// Token id's spelling in the byte-level alphabet, JSON-escaped, into out (room for 8 per byte + 1).
+static inline void tokenizer_spell_json(const Tokenizer* tok, uint32_t id, char* out) {
+    size_t o = 0;
+    for (uint32_t i = 0; i < tok->token_len[id]; i++) {
+        unsigned char b = (unsigned char)tok->token_table[id][i];
+        if (b == '"' || b == '\\') { out[o++] = '\\'; out[o++] = (char)b; continue; }
+        o += (size_t)tokenizer_put_utf8((unsigned char*)out + o, tokenizer_byte_char(b));
+    }
+    out[o] = 0;
+}
+
+// Copy file `from` into dir/name. Returns 0 / -1.
+static inline int tokenizer_copy_file(const char* from, const char* dir, const char* name, char* err, size_t errlen) {
+    size_t len;
+    char* text = tokenizer_read_file(from, &len, err, errlen);
+    if (!text) return -1;
+    int rc = tokenizer_put_file(dir, name, text, len, err, errlen);
+    free(text);
+    return rc;
+}
+
+// Write tok's files into the existing directory dir (see above); max_T is the model's context.
+// Returns 0, or -1 with a one-line message naming the file.
+static inline int tokenizer_write_hf(const Tokenizer* tok, const char* dir, int max_T, char* err, size_t errlen) {
+    if (tok->hf) {
+        if (tokenizer_copy_file(tok->hf->src_json, dir, "tokenizer.json", err, errlen) != 0) return -1;
+        struct stat st;
+        if (tok->hf->src_config && stat(tok->hf->src_config, &st) == 0)
+            return tokenizer_copy_file(tok->hf->src_config, dir, "tokenizer_config.json", err, errlen);
+        return 0;
+    }
+    const TokenizerEncoder* e = &tok->enc;
+    if (!tok->token_table || e->nmerges == 0 || tok->eot_token < 0)
+        return tokenizer_msg(err, errlen, "tokenizer: the vocabulary, its merges and the EOT id are needed to write tokenizer.json");
+    uint64_t* by_rank = (uint64_t*)calloc(e->nmerges, sizeof(uint64_t));  // rank -> (left << 32 | right)
+    char* a = (char*)malloc(8 * 256 + 1);
+    char* b = (char*)malloc(8 * 256 + 1);
+    TokenizerText js = {NULL, 0, 0, 0}, vocab = {NULL, 0, 0, 0}, merges = {NULL, 0, 0, 0}, cfg = {NULL, 0, 0, 0};
+    int rc = -1;
+    if (!by_rank || !a || !b) {
+        tokenizer_msg(err, errlen, "tokenizer: out of memory");
+        goto done;
+    }
+    for (uint32_t i = 0; i <= e->pair_mask; i++)
+        if (e->pairs[i].rank_plus1) by_rank[e->pairs[i].rank_plus1 - 1] = e->pairs[i].key;
+    tokenizer_text(&js, "{\"version\": \"1.0\", \"truncation\": null, \"padding\": null, \"added_tokens\": [{\"id\": %d, \"content\": "
+                   "\"<|endoftext|>\", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, \"normalized\": true, \"special\": true}], "
+                   "\"normalizer\": null, \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, "
+                   "\"use_regex\": true}, \"post_processor\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"trim_offsets\": false, "
+                   "\"use_regex\": true}, \"decoder\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"trim_offsets\": true, "
+                   "\"use_regex\": true}, \"model\": {\"type\": \"BPE\", \"dropout\": null, \"unk_token\": null, \"continuing_subword_prefix\": \"\", "
+                   "\"end_of_word_suffix\": \"\", \"fuse_unk\": false, \"byte_fallback\": false, \"vocab\": {", tok->eot_token);
+    tokenizer_text(&vocab, "{");
+    for (uint32_t id = 0; id < tok->vocab_size; id++) {
+        if (tok->token_len[id] > 256) {
+            tokenizer_msg(err, errlen, "tokenizer: token %u is %u bytes, more than this writer spells", id, tok->token_len[id]);
+            goto done;
+        }
+        tokenizer_spell_json(tok, id, a);
+        if ((int)id == tok->eot_token) snprintf(a, 8 * 256 + 1, "<|endoftext|>");
+        tokenizer_text(&js, "%s\"%s\": %u", id ? ", " : "", a, id);
+        tokenizer_text(&vocab, "%s\"%s\": %u", id ? ", " : "", a, id);
+    }
+    tokenizer_text(&js, "}, \"merges\": [");
+    tokenizer_text(&merges, "#version: 0.2\n");
+    for (uint32_t r = 0; r < e->nmerges; r++) {
+        tokenizer_spell_json(tok, (uint32_t)(by_rank[r] >> 32), a);
+        tokenizer_spell_json(tok, (uint32_t)by_rank[r], b);
+        tokenizer_text(&js, "%s\"%s %s\"", r ? ", " : "", a, b);
+        // merges.txt is plain text: undo the JSON escapes (only \" and \\ occur)
+        for (char* s = a; *s; s++) if (*s == '\\') memmove(s, s + 1, strlen(s));
+        for (char* s = b; *s; s++) if (*s == '\\') memmove(s, s + 1, strlen(s));
+        tokenizer_text(&merges, "%s %s\n", a, b);
+    }
+    tokenizer_text(&js, "]}}\n");
+    tokenizer_text(&vocab, "}\n");
+    tokenizer_text(&cfg, "{\"tokenizer_class\": \"GPT2Tokenizer\", \"add_prefix_space\": false, \"bos_token\": \"<|endoftext|>\", "
+                   "\"eos_token\": \"<|endoftext|>\", \"unk_token\": \"<|endoftext|>\", \"model_max_length\": %d, "
+                   "\"clean_up_tokenization_spaces\": false}\n", max_T);
+    if (js.oom || vocab.oom || merges.oom || cfg.oom) {
+        tokenizer_msg(err, errlen, "tokenizer: out of memory writing tokenizer.json");
+        goto done;
+    }
+    if (tokenizer_put_file(dir, "tokenizer.json", js.s, js.n, err, errlen) || tokenizer_put_file(dir, "vocab.json", vocab.s, vocab.n, err, errlen) ||
+        tokenizer_put_file(dir, "merges.txt", merges.s, merges.n, err, errlen) ||
+        tokenizer_put_file(dir, "tokenizer_config.json", cfg.s, cfg.n, err, errlen)) goto done;
+    rc = 0;
+done:
+    free(by_rank);
+    free(a);
+    free(b);
+    free(js.s);
+    free(vocab.s);
+    free(merges.s);
+    free(cfg.s);
+    return rc;
+}
+
+// Load the tokenizer at tokenizer_path (+ merges_path for llm.c's file) and write its files into
+// dir for a model of model_V ids whose context is max_T (-export-hf). Returns 0, or -1 with the
+// message: unreadable tokenizer, more ids than the model has, a write that fails.
+static inline int tokenizer_export_files(const char* tokenizer_path, const char* merges_path, const char* dir, int model_V, int max_T,
+                                         char* err, size_t errlen) {
+    Tokenizer t;
+    if (tokenizer_init(&t, tokenizer_path, err, errlen) != 0) return -1;
+    int rc = tokenizer_load_merges(&t, merges_path, err, errlen);
+    if (rc == 0 && t.vocab_size > (uint32_t)model_V)
+        rc = tokenizer_msg(err, errlen, "tokenizer %s has %u ids, more than the model's vocabulary of %d", tokenizer_path, t.vocab_size, model_V);
+    if (rc == 0) rc = tokenizer_write_hf(&t, dir, max_T, err, errlen);
+    tokenizer_free(&t);
+    return rc;
+}
+
+// The tokenizer for samples and -prompt: the -tokenizer flag's, except that when the flag is left
+// at its default and the model (-e) is a directory holding tokenizer.json, that directory's.
+static inline const char* tokenizer_for_model(const char* flag, const char* flag_default, const char* model, char* buf, size_t cap) {
+    struct stat st;
+    if (strcmp(flag, flag_default) != 0 || !model || stat(model, &st) != 0 || !S_ISDIR(st.st_mode)) return flag;
+    snprintf(buf, cap, "%s/tokenizer.json", model);
+    if (stat(buf, &st) != 0) return flag;
+    snprintf(buf, cap, "%s", model);
+    return buf;
 }
 
 #endif // ZT_TOKENIZER_H

@@ -64,7 +64,7 @@ typedef enum { F_INT, F_FLOAT, F_STR, F_SWITCH } FlagType; // F_SWITCH: present 
     X("-vocab",         vocab,           F_INT,   "0",      "override V, the vocabulary size (0: from -e); padded to 128")     \
     X("-i",             train_data,      F_STR,   "data/kjv_train.bin", "train data: glob of llm.c token shards")              \
     X("-j",             val_data,        F_STR,   "data/kjv_val.bin",   "val data: glob of llm.c token shards (\"\": none)")     \
-    X("-tokenizer",     tokenizer,       F_STR,   "data/gpt2_tokenizer.bin", "llm.c tokenizer file for decoding samples")       \
+    X("-tokenizer",     tokenizer,       F_STR,   TOKENIZER_DEFAULT_PATH, "tokenizer for -tokenize, -prompt and samples: llm.c's file (+ -merges), or a Hugging Face tokenizer.json or a directory holding one (byte-level BPE: GPT-2, Llama 3, Qwen2, SmolLM2); default: -e DIR's tokenizer.json if it has one, else GPT-2's") \
     X("-tokenize",      tokenize,        F_STR,   "",       "encode this text file with GPT-2's BPE into llm.c shards named by -o (a prefix), then exit; documents are separated by lines that are exactly <|endoftext|>. A .jsonl file of {\"prompt\", \"completion\"} lines is packed for -t with a loss mask (completion + EOT count)") \
     X("-merges",        merges,          F_STR,   "data/gpt2_merges.bin", "GPT-2 merge list for -tokenize")                         \
     X("-val-every",     val_every_doc,   F_INT,   "20",     "with -tokenize: every N-th document goes to the val shards (0: none)") \
@@ -1004,7 +1004,9 @@ static void sample_text(Trainer* tr) {
 static void load_prompts(Trainer* tr, int V) {
     const Flags* f = &tr->f;
     char err[1024];
-    if (!tr->has_tok && tokenizer_init(&tr->tok, f->tokenizer, err, sizeof(err))) die_user("-prompt needs the tokenizer: -tokenizer: %s", err);
+    char tpath[4200];
+    const char* tname = tokenizer_for_model(f->tokenizer, TOKENIZER_DEFAULT_PATH, f->model, tpath, sizeof(tpath));
+    if (!tr->has_tok && tokenizer_init(&tr->tok, tname, err, sizeof(err))) die_user("-prompt needs the tokenizer: -tokenizer: %s", err);
     tr->has_tok = 1;
     if (tokenizer_load_merges(&tr->tok, f->merges, err, sizeof(err))) die_user("-prompt needs the merges to encode: -merges: %s", err);
     char* text = NULL;
@@ -2545,7 +2547,9 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     }
     ranks_agree(tr, data_hash(&tr->train, tr->has_val ? &tr->val : NULL), "reads different shards (-i / -j: their count or sizes)",
                 "every rank must read the same files");
-    tr->has_tok = f->sample_every > 0 && tokenizer_init(&tr->tok, f->tokenizer, err, sizeof(err)) == 0;
+    char tpath[4200];
+    const char* tname = tokenizer_for_model(f->tokenizer, TOKENIZER_DEFAULT_PATH, f->model, tpath, sizeof(tpath));
+    tr->has_tok = f->sample_every > 0 && tokenizer_init(&tr->tok, tname, err, sizeof(err)) == 0;
     if (f->sample_every > 0 && !tr->has_tok) printf0("warning: -tokenizer: %s; samples print token ids\n", err);
     if (f->prompt[0]) load_prompts(tr, c.V);
     if (f->out_dir[0]) mkdir_p(f->out_dir);
@@ -2815,6 +2819,10 @@ static void export_model(Trainer* tr) {
         StDtype hd = !strcmp(dt, "bf16") ? ST_BF16 : !strcmp(dt, "fp16") ? ST_F16 : ST_F32;
         double saved = io_wait_begin(tr);
         if (write_hf_checkpoint(&tr->model, f->export_hf, hd) != 0) die(1, "-export-hf %s failed", f->export_hf);
+        char tpath[4200], terr[1024];  // the tokenizer beside it (tokenizer.json, ...: AutoTokenizer loads the directory)
+        const char* tname = tokenizer_for_model(f->tokenizer, TOKENIZER_DEFAULT_PATH, f->model, tpath, sizeof(tpath));
+        if (g_rank == 0 && tokenizer_export_files(tname, f->merges, f->export_hf, tr->model.cfg.V, tr->model.cfg.maxT, terr, sizeof(terr)))
+            printf0("warning: -export-hf %s: no tokenizer files written: %s\n", f->export_hf, terr);
         io_wait_end(tr, saved);
         printf0("exported the model at step %d to %s (Hugging Face GPT-2, %s)\n", tr->step, f->export_hf,
                 hd == ST_F32 ? "F32 from the master weights" : hd == ST_F16 ? "F16 from the master weights" : "BF16 parameters");
