@@ -53,6 +53,8 @@
 // defines: DataLoader, DataShard, dataloader_init, dataloader_load, dataloader_total_tokens,
 //          dataloader_count_targets, dataloader_free, write_token_shard, write_token_shard32,
 //          write_token_shard_width, dataloader_shard_token, MASK_MAGIC
+//
+// May call: rng.h and the C library. Knows nothing of ranks, the model or the trainer.
 #ifndef ZT_DATALOADER_H
 #define ZT_DATALOADER_H
 

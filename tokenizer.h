@@ -56,7 +56,11 @@
 // defines: Tokenizer, tokenizer_init, tokenizer_decode, tokenizer_print, tokenizer_free,
 //          tokenizer_load_merges, tokenizer_encode, tokenizer_piece_length,
 //          tokenize_file_to_shards, tokenize_file_to_shards_ex, TokenizeStats, tokenizer_init_hf,
-//          TokenizerHF, tokenizer_nfc, tokenizer_write_hf, tokenizer_for_model, tokenize_write_ids
+//          TokenizerHF, tokenizer_nfc, tokenizer_write_hf, tokenizer_for_model, tokenize_write_ids,
+//          tokenizer_export_files, TOKENIZER_DEFAULT_PATH
+//
+// May call: dataloader.h (write_token_shard, write_token_shard32), unicode_tables.h,
+// unicode_nfc.h, safetensors.h (the JSON parser) and the C library.
 #ifndef ZT_TOKENIZER_H
 #define ZT_TOKENIZER_H
 
@@ -82,7 +86,7 @@
 #define TOKENIZER_HEADER_BYTES 1024        // 256 uint32
 #define TOKENIZER_MAX_VOCAB (1u << 24)     // a sanity bound on the header, far above any GPT vocabulary
 #define TOKENIZER_UNKNOWN "<|?|>"          // what an id outside the vocabulary decodes to
-#define TOKENIZER_DEFAULT_PATH "data/gpt2_tokenizer.bin"  // -tokenizer's default (GPT-2, llm.c's file)
+#define TOKENIZER_DEFAULT_PATH "data/gpt2_tokenizer.bin"  // -tokenizer's default in flags.h (GPT-2, llm.c's file)
 
 // The encoder's state: the merge table, the piece cache and the BPE work arrays. All zero / NULL
 // until tokenizer_load_merges; the cache and work arrays grow on first use.
