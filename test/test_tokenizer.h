@@ -1270,6 +1270,11 @@ TEST(tok_hf_reader) {
     CHECKF(tokenizer_init(&tok, d, err, sizeof(err)) == 0, "%s", err);
     CHECK(tok.hf && tok.eot_token == 258);
     tokenizer_free(&tok);
+    // -e DIR's tokenizer: taken while -tokenizer is at its default, never over an explicit one
+    char buf[800];
+    CHECK(!strcmp(tokenizer_for_model(TOKENIZER_DEFAULT_PATH, TOKENIZER_DEFAULT_PATH, d, buf, sizeof(buf)), d));
+    CHECK(!strcmp(tokenizer_for_model("mine.json", TOKENIZER_DEFAULT_PATH, d, buf, sizeof(buf)), "mine.json"));
+    CHECK(!strcmp(tokenizer_for_model(TOKENIZER_DEFAULT_PATH, TOKENIZER_DEFAULT_PATH, "d12", buf, sizeof(buf)), TOKENIZER_DEFAULT_PATH));
 
     // the fuzz corpus (test/fuzz_corpus/hfjson): one file of each kind, all loading
     const char* corpus[4] = {"gpt2", "llama3", "qwen2", "smollm2"};
