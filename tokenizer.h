@@ -1,5 +1,9 @@
-// tokenizer.h — GPT-2's byte-level BPE in both directions: token id -> bytes (decode, for samples)
-// and bytes -> token ids (encode, for making token shards in C, with no Python).
+// tokenizer.h — byte-level BPE in both directions: token id -> bytes (decode, for samples) and
+// bytes -> token ids (encode, for making token shards in C, with no Python). Two sources: llm.c's
+// GPT-2 tokenizer file + merge file (described first, below), and a Hugging Face tokenizer.json
+// (GPT-2, Llama 3, Qwen2 with NFC, SmolLM2: "Hugging Face tokenizer.json" further down; the user's
+// view in docs/tokenizers.md). Ids are uint32; -tokenize writes uint16 shards up to 65,536 ids,
+// uint32 ones above, and encodes documents in parallel (OpenMP) with the output order unchanged.
 //
 // Decoding needs only the vocabulary, llm.c's tokenizer file (data/gpt2_tokenizer.bin, written by
 // dev/make_vocab.py from GPT-2's encoder.json):
@@ -1768,6 +1772,90 @@ static inline size_t tokenize_text_limit(const unsigned char* buf, size_t len, i
     return len;
 }
 
+// Parallel encoding: while no document is open, the complete documents waiting in the buffer (up
+// to TOKENIZE_BATCH_DOCS) are encoded at once, one per thread (OpenMP), each thread with its own
+// copy of the encoder's work state (TokenizerWorker: the piece cache, BPE arrays, NFC buffers; the
+// vocabulary and merges are shared, read-only), then written in file order: the shards are the
+// same bytes as with one thread. A document longer than what the buffer holds goes the streamed
+// way. Without OpenMP, or with one thread, everything is streamed.
+#define TOKENIZE_BATCH_DOCS 4096
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+typedef struct { Tokenizer t; TokenizerHF h; } TokenizerWorker;
+
+static inline void tokenizer_worker_init(TokenizerWorker* w, const Tokenizer* src) {
+    memset(w, 0, sizeof(*w));
+    w->t = *src;
+    TokenizerEncoder* e = &w->t.enc;  // shared: byte_id, merged_id, pairs; own: the rest
+    e->cache = NULL;
+    e->cache_used = 0;
+    e->cache_bytes = NULL;
+    e->cache_nbytes = e->cache_cap_bytes = 0;
+    e->cache_ids = NULL;
+    e->cache_nids = e->cache_cap_ids = 0;
+    e->next = e->prev = e->part_id = NULL;
+    e->heap = NULL;
+    e->work_cap = 0;
+    if (src->hf) {
+        w->h = *src->hf;
+        w->h.scratch = NULL;
+        w->h.scratch_cap = 0;
+        w->h.cps = NULL;
+        w->h.cps_cap = 0;
+        w->h.norm = NULL;
+        w->h.norm_cap = 0;
+        w->t.hf = &w->h;
+    }
+}
+
+static inline void tokenizer_worker_free(TokenizerWorker* w) {
+    TokenizerEncoder* e = &w->t.enc;
+    free(e->cache);
+    free(e->cache_bytes);
+    free(e->cache_ids);
+    free(e->next);
+    free(e->prev);
+    free(e->part_id);
+    free(e->heap);
+    if (w->t.hf) {
+        free(w->h.scratch);
+        free(w->h.cps);
+        free(w->h.norm);
+    }
+    memset(w, 0, sizeof(*w));
+}
+
+typedef struct {
+    size_t start, len, next;  // the document is b[start, start + len); the next one starts at next
+    uint32_t* ids;            // its ids (grown as needed, kept across batches)
+    size_t nids, cap;
+    int rc;
+} TokenizeDoc;
+
+// The complete documents at the start of b[0..n) (line_start: is b[0] at a line start), at most
+// max of them: their extents in docs. Returns how many.
+static inline int tokenize_find_docs(const unsigned char* b, size_t n, int line_start, int eof, TokenizeDoc* docs, int max) {
+    size_t pos = 0;
+    int nd = 0;
+    while (nd < max && pos < n) {
+        size_t sep, seplen;
+        if (tokenize_find_separator(b + pos, n - pos, line_start, eof, &sep, &seplen)) {
+            docs[nd].start = pos;
+            docs[nd].len = sep;
+            docs[nd].next = pos + sep + seplen;
+        } else if (eof) {
+            docs[nd].start = pos;
+            docs[nd].len = n - pos;
+            docs[nd].next = n;
+        } else break;
+        pos = docs[nd++].next;
+        line_start = b[pos - 1] == '\n';
+    }
+    return nd;
+}
+
 // tokenize_file_to_shards with the chunk size given (tests use tiny ones) and, if stats is not
 // NULL, counts of what was read and written.
 static inline int tokenize_file_to_shards_ex(Tokenizer* tok, const char* in_path, const char* out_prefix, int val_every,
@@ -1827,6 +1915,18 @@ static inline int tokenize_file_to_shards_ex(Tokenizer* tok, const char* in_path
     if (tok->hf) tok->hf->match_specials = 0;  // special tokens in documents are text (llm.c's split_special_tokens)
     int eof = 0, line_start = 1, in_doc = 0, which = 0, rc = 0, look_again = 0;
     int64_t ndocs = 0;
+    int nworkers = 1;
+#ifdef _OPENMP
+    nworkers = omp_get_max_threads();
+#endif
+    TokenizerWorker* workers = NULL;
+    TokenizeDoc* docs = NULL;
+    if (nworkers > 1) {
+        workers = (TokenizerWorker*)calloc((size_t)nworkers, sizeof(TokenizerWorker));
+        docs = (TokenizeDoc*)calloc(TOKENIZE_BATCH_DOCS, sizeof(TokenizeDoc));
+        if (!workers || !docs) nworkers = 1;  // streamed then: slower, not wrong
+        for (int w = 0; nworkers > 1 && w < nworkers; w++) tokenizer_worker_init(&workers[w], tok);
+    }
     while (rc == 0) {
         if (!eof && !look_again) {  // read a chunk (a bigger one while a long piece is carried)
             if (at > 0) memmove(buf, buf + at, len - at);
@@ -1845,6 +1945,43 @@ static inline int tokenize_file_to_shards_ex(Tokenizer* tok, const char* in_path
             eof = got < want;
             len += got;
             stats->bytes += (int64_t)got;
+        }
+        if (!in_doc && nworkers > 1) {  // complete documents in buf: a batch, in parallel
+            unsigned char* b = buf + at;
+            int nd = tokenize_find_docs(b, len - at, line_start, eof, docs, TOKENIZE_BATCH_DOCS);
+            if (nd >= 2) {
+                #pragma omp parallel for schedule(dynamic, 1) num_threads(nworkers)
+                for (int d = 0; d < nd; d++) {
+                    int w = 0;
+#ifdef _OPENMP
+                    w = omp_get_thread_num();
+#endif
+                    size_t used;
+                    docs[d].nids = 0;
+                    docs[d].rc = docs[d].len ? tokenizer_encode_part(&workers[w].t, b + docs[d].start, docs[d].len, 1, &used, &docs[d].ids,
+                                                                     &docs[d].nids, &docs[d].cap) : 0;
+                }
+                for (int d = 0; d < nd && rc == 0; d++) {
+                    if (docs[d].rc != 0) {
+                        rc = tokenize_error(err, errlen, "tokenize: input %s: out of memory while encoding", in_path);
+                        break;
+                    }
+                    if (docs[d].len > 0) {  // an empty document is skipped
+                        which = val_every > 0 && ndocs % val_every == val_every - 1;
+                        ndocs++;
+                        stats->documents[which]++;
+                        stats->tokens[which] += (int64_t)docs[d].nids + 1;
+                        if (tokenize_emit(&split[which], &eot, 1, (size_t)shard_tokens, out_prefix, V, err, errlen) != 0 ||
+                            tokenize_emit(&split[which], docs[d].ids, docs[d].nids, (size_t)shard_tokens, out_prefix, V, err, errlen) != 0) rc = -1;
+                    }
+                }
+                if (rc != 0) break;
+                at += docs[nd - 1].next;
+                line_start = buf[at - 1] == '\n';
+                look_again = 0;  // buf holds no complete document now: read on
+                if (eof && at == len) break;
+                continue;
+            }
         }
         // where this pass stops: the document's end (a separator line, or the end of the input),
         // else before any line at the end of buf that may still turn into a separator
@@ -1884,6 +2021,10 @@ static inline int tokenize_file_to_shards_ex(Tokenizer* tok, const char* in_path
     fclose(f);
     free(buf);
     free(ids);
+    for (int w = 0; workers && nworkers > 1 && w < nworkers; w++) tokenizer_worker_free(&workers[w]);
+    free(workers);
+    for (int d = 0; docs && d < TOKENIZE_BATCH_DOCS; d++) free(docs[d].ids);
+    free(docs);
     if (tok->hf) tok->hf->match_specials = match_specials;
     if (rc == 0 && stats->bytes == 0) rc = tokenize_error(err, errlen, "tokenize: input %s is empty", in_path);
     if (rc == 0 && ndocs == 0) {

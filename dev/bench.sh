@@ -99,7 +99,7 @@ if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
 fi
 echo
 echo "5. -tokenize throughput (GPT-2, the KJV four times over, 17 MB): ours in C against tiktoken and Hugging Face tokenizers"
-echo "   on the same documents; ours runs on one core (documents are not yet encoded in parallel)"
+echo "   on the same documents; ours encodes documents in parallel (OpenMP): 1 thread and all $THREADS"
 TPY=${ZT_TIKTOKEN_PYTHON:-python3}
 if "$TPY" -c 'import tiktoken, tokenizers' 2>/dev/null; then
     "$TPY" dev/bench_tokenize.py prepare "$tmp/tok"
@@ -113,10 +113,12 @@ if "$TPY" -c 'import tiktoken, tokenizers' 2>/dev/null; then
         done
         awk -v n="$bytes" -v t="$best" 'BEGIN {printf "%.2f", n / t / 1e6}'
     }
-    o1=$(ours)
-    o2=$(ours -tokenizer "$tmp/tok/gpt2")
-    printf "   %-52s %8s %14s\n" "encoder" "MB/s" "ours (file) vs"
+    o1=$(OMP_NUM_THREADS=1 ours)
+    o2=$(OMP_NUM_THREADS=1 ours -tokenizer "$tmp/tok/gpt2")
+    oN=$(ours)
+    printf "   %-52s %8s %14s\n" "encoder" "MB/s" "ours (1 thr) vs"
     for row in "ours, llm.c file + merges (1 thread):$o1" "ours, GPT-2 tokenizer.json (1 thread):$o2" \
+               "ours, llm.c file + merges ($THREADS threads):$oN" \
                "tiktoken 0.14 encode_ordinary (1 thread):$("$TPY" dev/bench_tokenize.py time "$tmp/tok" tiktoken1)" \
                "tokenizers 0.21 encode_batch (1 thread):$("$TPY" dev/bench_tokenize.py time "$tmp/tok" tokenizers1)" \
                "tokenizers 0.21 encode_batch ($THREADS threads):$("$TPY" dev/bench_tokenize.py time "$tmp/tok" tokenizersN)"; do

@@ -918,6 +918,58 @@ TEST(tok_tokenize_kjv_file) {
     tok_kjv_free(&k);
 }
 
+// Documents encoded in parallel (OpenMP, one worker per thread) give the same shards, byte for
+// byte, as one thread: the KJV chapters at 1 and 4 threads, with a 1 MiB chunk (whole batches)
+// and a 4093-byte one (batches mixed with streamed documents).
+TEST(tok_tokenize_parallel_same) {
+#ifndef _OPENMP
+    TEST_SKIP("built without OpenMP: -tokenize runs on one thread");
+#else
+    Tokenizer* tok = tok_gpt2();
+    TokKjv k;
+    if (!tok || tok_kjv_load(tok, &k) != 0) {
+        if (tok) tok_kjv_free(&k);
+        return;
+    }
+    char in[700], err[1024] = "";
+    tok_path(in, sizeof(in), "kjv_par.txt");
+    FILE* f = fopen(in, "wb");
+    CHECK(f != NULL);
+    for (int i = 0; f && i < k.ndocs; i++) {
+        if (i > 0) fputs(i % 7 ? "<|endoftext|>\n" : "<|endoftext|>\n<|endoftext|>\n", f);  // some empty documents too
+        CHECK(fwrite(k.docs[i].text, 1, k.docs[i].len, f) == k.docs[i].len);
+    }
+    if (f) fclose(f);
+    tok_kjv_free(&k);
+    int saved = omp_get_max_threads();
+    const size_t chunks[2] = {TOKENIZE_CHUNK_BYTES, 4093};
+    for (int c = 0; c < 2; c++) {
+        unsigned char* shard[2][2] = {{NULL, NULL}, {NULL, NULL}};
+        size_t size[2][2] = {{0, 0}, {0, 0}};
+        for (int t = 0; t < 2; t++) {
+            char prefix[700];
+            snprintf(prefix, sizeof(prefix), "%s/par_%d", test_tmpdir(), t);
+            omp_set_num_threads(t ? 4 : 1);
+            TokenizeStats st;
+            CHECKF(tokenize_file_to_shards_ex(tok, in, prefix, 20, 300000, chunks[c], &st, err, sizeof(err)) == 0, "%s", err);
+            for (int s = 0; s < 2; s++) {
+                char path[800];
+                snprintf(path, sizeof(path), "%s_%s_000000.bin", prefix, s ? "val" : "train");
+                shard[t][s] = tok_read_file(path, &size[t][s]);
+            }
+        }
+        for (int s = 0; s < 2; s++) {
+            CHECKF(shard[0][s] && shard[1][s] && size[0][s] == size[1][s] && memcmp(shard[0][s], shard[1][s], size[0][s]) == 0,
+                   "chunk %zu: the %s shard differs between 1 and 4 threads", chunks[c], s ? "val" : "train");
+            free(shard[0][s]);
+            free(shard[1][s]);
+        }
+    }
+    omp_set_num_threads(saved);
+    remove(in);
+#endif
+}
+
 // Every error: a one-line message naming the file or directory, nonzero return, and no file
 // with the prefix left behind (not even a temporary one).
 static void tok_expect_tokenize_error(Tokenizer* tok, const char* in, const char* prefix, const char* prefix_name, int val_every,
