@@ -859,6 +859,22 @@ static inline uint32_t tokenizer_byte_char(int b) {
     return 256u + (uint32_t)n;
 }
 
+// Byte b's spelling in UTF-8 (GPT-2's alphabet), 1 or 2 bytes: spell[b][0] = length. Filled on
+// the first call, which tokenizer_init_hf makes before any encoding (so threads only read it).
+static inline const unsigned char (*tokenizer_byte_spellings(void))[3] {
+    static unsigned char spell[256][3];
+    static int ready = 0;
+    if (!ready) {
+        for (int b = 0; b < 256; b++) {
+            uint32_t cp = tokenizer_byte_char(b);
+            if (cp < 0x80) { spell[b][0] = 1; spell[b][1] = (unsigned char)cp; }
+            else { spell[b][0] = 2; spell[b][1] = (unsigned char)(0xC0 | cp >> 6); spell[b][2] = (unsigned char)(0x80 | (cp & 0x3F)); }
+        }
+        ready = 1;
+    }
+    return spell;
+}
+
 // Append the UTF-8 of code point cp to p; returns the bytes written (1..4).
 static inline int tokenizer_put_utf8(unsigned char* p, uint32_t cp) {
     if (cp < 0x80) { p[0] = (unsigned char)cp; return 1; }
@@ -1231,6 +1247,7 @@ static inline int tokenizer_init_hf(Tokenizer* tok, const char* path_in, char* e
     }
     // --- byte tokens and merges (ranks in file order; both the "a b" and the ["a", "b"] form)
     TokenizerEncoder* e = &tok->enc;
+    (void)tokenizer_byte_spellings();  // filled here, single-threaded
     for (int b = 0; b < 256; b++) {
         unsigned char sp[4];
         int l = tokenizer_put_utf8(sp, tokenizer_byte_char(b));
@@ -1513,9 +1530,13 @@ static inline size_t tokenizer_piece_length_cl100k(const unsigned char* s, size_
 static inline int tokenizer_hf_piece(Tokenizer* tok, const unsigned char* p, size_t n, uint32_t** out, size_t* nout, size_t* cap) {
     TokenizerHF* h = tok->hf;
     if (h->ignore_merges && n > 1) {
-        if (tokenizer_grow((void**)&h->scratch, &h->scratch_cap, 2 * n, 1) != 0) return -1;
+        if (tokenizer_grow((void**)&h->scratch, &h->scratch_cap, 2 * n + 1, 1) != 0) return -1;
+        const unsigned char (*spell)[3] = tokenizer_byte_spellings();
         size_t l = 0;
-        for (size_t i = 0; i < n; i++) l += (size_t)tokenizer_put_utf8(h->scratch + l, tokenizer_byte_char(p[i]));
+        for (size_t i = 0; i < n; i++) {
+            memcpy(h->scratch + l, spell[p[i]] + 1, 2);
+            l += spell[p[i]][0];
+        }
         int64_t id = tokenizer_hf_lookup(h, h->scratch, l);
         if (id >= 0) {
             uint32_t v = (uint32_t)id;

@@ -1161,7 +1161,7 @@ static size_t tok_hf_check_kind(const char* dir, const char* kind, const char* e
                i < ngot ? got[i] : 0, i < nwant ? want[i] : 0);
         CHECKF(width == want_width, "%s: shard of %d-byte ids, want %d", kind, width, want_width);
         compared += ngot;
-        printf("    %s: KJV %zu ids (%d-byte shard), %s tokenizers; -tokenize %.2f s (%.1f MB/s, one core, loaded machine)\n", expect_kind, ngot,
+        printf("    %s: KJV %zu ids (%d-byte shard), %s tokenizers; -tokenize %.2f s (%.1f MB/s, all threads, loaded machine)\n", expect_kind, ngot,
                width, ngot == nwant && i == ngot ? "all equal to" : "DIFFERENT from", dt, 4.3 / dt);
     }
     snprintf(path, sizeof(path), "%s_train_000000.bin", prefix);
