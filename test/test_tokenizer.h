@@ -1237,6 +1237,45 @@ TEST(tok_hf_vs_tokenizers) {
     free(y);
 }
 
+// Llama 3's and Qwen2's split patterns one rule at a time: the pieces `tokenizers` 0.21 gives
+// (Split(Regex, Isolated).pre_tokenize_str, run once by hand; "|" separates pieces).
+TEST(tok_hf_pieces_by_hand) {
+    static const struct { const char* text; const char* llama3; const char* qwen2; } cases[] = {
+        {"I'M fine", "I|'M| fine", "I|'M| fine"},                       // contractions in any case
+        {"they'LL", "they|'LL", "they|'LL"},
+        {"don't'S", "don|'t|'S", "don|'t|'S"},
+        {"1234567", "123|456|7", "1|2|3|4|5|6|7"},                      // \p{N}{1,3} against \p{N}
+        {"12abc3", "12|abc|3", "1|2|abc|3"},
+        {"  hello", " | hello", " | hello"},                            // a space before letters joins them
+        {"\t\tword", "\t|\tword", "\t|\tword"},                         // so does a tab: [^\r\n\p{L}\p{N}]?
+        {"(word) ", "(word|)| ", "(word|)| "},
+        {"x!!\n\ny", "x|!!\n\n|y", "x|!!\n\n|y"},                         // punctuation takes the newlines after it
+        {"a \n\n b", "a| \n\n| b", "a| \n\n| b"},                        // \s*[\r\n]+: up to the last newline
+        {"foo\r\n\r\nbar", "foo|\r\n\r\n|bar", "foo|\r\n\r\n|bar"},
+        {"a  b   c", "a| | b|  | c", "a| | b|  | c"},                    // \s+(?!\S): all but the last space
+        {"   ", "   ", "   "},                                          // spaces at the end: one piece
+        {"\xc3\xa9\xcc\x81x", "\xc3\xa9|\xcc\x81x", "\xc3\xa9|\xcc\x81x"},          // a combining mark is "other": x's prefix
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        for (int k = 0; k < 2; k++) {
+            const unsigned char* t = (const unsigned char*)cases[i].text;
+            size_t n = strlen(cases[i].text), at = 0;
+            char got[256] = "";
+            size_t g = 0;
+            while (at < n && g + 8 < sizeof(got)) {
+                size_t len = tokenizer_piece_length_cl100k(t + at, n - at, k ? 1 : 3);
+                if (at) got[g++] = '|';
+                memcpy(got + g, t + at, len);
+                g += len;
+                at += len;
+            }
+            got[g] = 0;
+            const char* want = k ? cases[i].qwen2 : cases[i].llama3;
+            CHECKF(!strcmp(got, want), "%s: \"%s\" cut as \"%s\", tokenizers: \"%s\"", k ? "Qwen2" : "Llama 3", cases[i].text, got, want);
+        }
+    }
+}
+
 // A small valid tokenizer.json built here: the 256 byte tokens, "a b" -> "ab", "ab c" -> "abc",
 // an added special token; `edit` replaces the first occurrence of from[i] with to[i].
 static char* tok_hf_json(const char* const* from, const char* const* to, int nedit) {
