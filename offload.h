@@ -325,17 +325,39 @@ static void offload_cpu_io(Zero* z, int a, int64_t off, float* host, int64_t n, 
     else memcpy(host, arr + off, sizeof(float) * n);
 }
 
-static void* offload_host_alloc(size_t bytes) {
+// Page-aligned host memory; zeroed by this thread (zero 1), or untouched (0: offload_touch_state).
+static void* offload_host_alloc(size_t bytes, int zero) {
     size_t rounded = (size_t)round_up((int64_t)(bytes > 0 ? bytes : 1), 4096);
     void* p = aligned_alloc(4096, rounded);
     if (!p)
         die(1, "out of host memory allocating %.1f MiB for -offload. HINT: ./train -plan shows the host bytes per node of each "
                "offload row", rounded / 1048576.0);
-    memset(p, 0, rounded);
+    if (zero) memset(p, 0, rounded);
     return p;
 }
 
 static void offload_grad_reduced(Zero* z, int b, int h, int micro, int last_micro); // (below: the copies)
+static int offload_unit_segments(Zero* z, const OffloadUnit* u, Segment* out);
+
+// [cpu] master, m, v zeroed, each unit's segments by the threads that will update them (adamw_host_touch:
+// the update's cuts), so that on a NUMA machine each page lies on the node of the core that streams it;
+// the padding between segments and units by this thread.
+static void offload_touch_state(Zero* z, OffloadState* o) {
+    float* arr[3] = {z->master, z->m, z->v};
+    Segment seg[MAX_BLOCK_TENSORS];
+    int64_t done = 0; // [0, done) is zeroed
+    for (int u = 0; u < o->nunits; u++) {
+        int64_t at = zero_opt_off(z, o->units[u].b) + o->units[u].lo;
+        int n = offload_unit_segments(z, &o->units[u], seg);
+        for (int a = 0; a < 3; a++) {
+            if (at > done) memset(arr[a] + done, 0, sizeof(float) * (size_t)(at - done));
+            adamw_host_touch(arr[a] + at, o->units[u].n, seg, n);
+        }
+        done = at + o->units[u].n > done ? at + o->units[u].n : done;
+    }
+    for (int a = 0; a < 3; a++)
+        if (z->opt_total > done) memset(arr[a] + done, 0, sizeof(float) * (size_t)(z->opt_total - done));
+}
 
 // Place master, m, v (zero_init left them unallocated) and the staging buffers. cpu: host arrays,
 // zeroed; nvme: dir/zt_offload_<pid>_r<rank>.bin, sized (posix_fallocate: a full disk says so now)
@@ -360,11 +382,12 @@ static void offload_init(Zero* z, const char* dir, double buffer) {
     size_t state = 0;
     if (o->kind == OFFLOAD_CPU) {
         float** arr[3] = {&z->master, &z->m, &z->v};
-        for (int a = 0; a < 3; a++) *arr[a] = (float*)offload_host_alloc(sizeof(float) * (size_t)z->opt_total);
+        for (int a = 0; a < 3; a++) *arr[a] = (float*)offload_host_alloc(sizeof(float) * (size_t)z->opt_total, 0);
+        offload_touch_state(z, o);
         state = 3 * sizeof(float) * (size_t)z->opt_total;
         z->state_io = offload_cpu_io;
     } else {
-        for (int k = 0; k < 3; k++) o->slot[k] = (float*)offload_host_alloc(3 * sizeof(float) * (size_t)o->K);
+        for (int k = 0; k < 3; k++) o->slot[k] = (float*)offload_host_alloc(3 * sizeof(float) * (size_t)o->K, 1);
         state = 3 * 3 * sizeof(float) * (size_t)o->K;
         snprintf(o->path, sizeof(o->path), "%s/zt_offload_%d_r%05d.bin", dir, (int)getpid(), z->r);
         o->fd = open(o->path, O_RDWR | O_CREAT | O_EXCL, 0600);

@@ -1801,6 +1801,7 @@ static int setup_threads(const Flags* f, const Launch* L) {
 #ifdef _OPENMP
     omp_set_num_threads(n);
 #endif
+    simd_level(); // the host AdamW's path: a bad ZT_SIMD ends the run here (exit 2)
     g_use_blas = f->blas;
 #ifdef USE_BLAS
     openblas_set_num_threads(1); // one level of threads: ours (see cpu_gemm_blas)
@@ -2078,9 +2079,10 @@ static void trainer_build_model(Trainer* tr, const GPTConfig* c, int stage, int 
     if (host_bytes != plan->host_bytes)
         die(1, "internal error: offload host memory: %zu bytes allocated, the planner says %zu", host_bytes, plan->host_bytes);
     if (offload != OFFLOAD_NONE)
-        printf0("offload %s: %s, %s of host memory per rank%s\n", offload_name(offload),
+        printf0("offload %s: %s, %s of host memory per rank%s; host AdamW: %s (%s)\n", offload_name(offload),
                 offload == OFFLOAD_CPU ? "master, m, v and the pinned staging in host memory" : "master, m, v in a file per rank under -offload-dir, streamed through",
-                fmt_bytes((double)host_bytes).s, g_device == DEV_CPU && offload == OFFLOAD_CPU ? " (on the CPU device the same RAM: a code path, not a saving)" : "");
+                fmt_bytes((double)host_bytes).s, g_device == DEV_CPU && offload == OFFLOAD_CPU ? " (on the CPU device the same RAM: a code path, not a saving)" : "",
+                simd_names[simd_level()], getenv("ZT_SIMD") && *getenv("ZT_SIMD") ? "ZT_SIMD" : "this CPU's widest");
 }
 
 static void trainer_free_model(Trainer* tr) {
