@@ -50,7 +50,9 @@
 // the shard exceeds it, which is nvme's whole use case. The cost: the gradient crosses PCIe after
 // the backward, not overlapped with it (once per step when the check is proved, twice when its pass
 // runs; -plan counts the steady state: 4 bytes an element down, for nvme as for cpu).
-// Threads: the host AdamW uses the rank's OpenMP threads (-threads: cores / ranks on the node).
+// Threads: the host AdamW uses the rank's OpenMP threads (-threads: cores / ranks on the node), pinned
+// to the rank's cores (offload_pin_threads), the state first-touched by the thread that updates it
+// (offload_touch_state); each pass is one parallel region, vectorised (adamw.cuh: adamw_host_pass).
 //
 // CUDA ORDER (the copies run on g_offload_stream, a stream of their own; events created once at
 // init, no allocation in a step):
@@ -81,13 +83,14 @@
 // that the copies overlap the backward or the host's AdamW, nor catch a missing host wait (b, or g's
 // cudaEventSynchronize: the copy has landed when it is issued): a GPU run has to.
 //
-// defines: OffloadState, offload_parse, offload_name, offload_host_bytes, offload_init, offload_free,
+// defines: OffloadState, offload_parse, offload_name, offload_host_bytes, offload_pin_threads, offload_init, offload_free,
 //          offload_adamw_check, offload_adamw, offload_report
 #ifndef ZT_OFFLOAD_H
 #define ZT_OFFLOAD_H
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <unistd.h>
 #include "zero.h"    // defines: Zero, Offload, zero_opt_*, zero_state_get/put, layout_segments
 #include "adamw.cuh" // defines: adamw_host, adamw_check_host, AdamWParams, StepScalars
@@ -325,6 +328,55 @@ static void offload_cpu_io(Zero* z, int a, int64_t off, float* host, int64_t n, 
     else memcpy(host, arr + off, sizeof(float) * n);
 }
 
+// ---- The rank's cores: the host AdamW's threads pinned
+// When offloading, the rank's OpenMP threads (-threads: its share of the node's cores) are pinned one
+// to a core of the rank's share (local rank lr of W on a node whose process may run on n cores: cores
+// [lr n/W, (lr+1) n/W) of those, in the order the kernel lists them), before the state is allocated,
+// so that the thread that first touches a page of master, m, v (offload_touch_state) is the one that
+// updates it every step, on the same core, next to that memory (NUMA). Not pinned: when OMP_PROC_BIND,
+// OMP_PLACES or GOMP_CPU_AFFINITY is set (the user's binding stands; OMP_PROC_BIND=false: none), when
+// the node's ranks have fewer cores than threads (oversubscribed: the kernel places them), or when
+// the kernel refuses. The [nvme] I/O thread may run on any core of the share. The team's size is
+// fixed by then (setup_threads); threads a later, larger team adds would inherit the main thread's core.
+static int g_pin_state = 0;          // 0: not tried, 1: pinned, -1: not pinned (g_pin_note says why)
+static char g_pin_note[128] = "";
+static cpu_set_t g_pin_share;        // the rank's share of the cores (when pinned)
+static void offload_pin_threads(int local_rank, int local_world) {
+    if (g_pin_state) return;
+    g_pin_state = -1;
+    const char* env[3] = {"OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY"};
+    for (int i = 0; i < 3; i++)
+        if (getenv(env[i])) { snprintf(g_pin_note, sizeof(g_pin_note), "threads not pinned: %s is set", env[i]); return; }
+    cpu_set_t all;
+    if (sched_getaffinity(0, sizeof(all), &all)) { snprintf(g_pin_note, sizeof(g_pin_note), "threads not pinned: %s", strerror(errno)); return; }
+    static int cpus[CPU_SETSIZE];
+    int n = 0, W = local_world > 0 ? local_world : 1, T = num_threads();
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &all)) cpus[n++] = c;
+    int share = n / W, first = local_rank * share;
+    if (share < T) {
+        snprintf(g_pin_note, sizeof(g_pin_note), "threads not pinned: %d core(s) for %d rank(s) of %d thread(s)", n, W, T);
+        return;
+    }
+    CPU_ZERO(&g_pin_share);
+    for (int k = 0; k < share; k++) CPU_SET(cpus[first + k], &g_pin_share);
+    int failed = 0;
+#pragma omp parallel reduction(| : failed)
+    {
+        int t = 0;
+#ifdef _OPENMP
+        t = omp_get_thread_num();
+#endif
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(cpus[first + t], &one);
+        failed |= pthread_setaffinity_np(pthread_self(), sizeof(one), &one) != 0;
+    }
+    if (failed) { snprintf(g_pin_note, sizeof(g_pin_note), "threads not pinned: the kernel refused"); return; }
+    g_pin_state = 1;
+    snprintf(g_pin_note, sizeof(g_pin_note), "%d thread(s) pinned to cores %d..%d", T, cpus[first], cpus[first + T - 1]);
+}
+
 // Page-aligned host memory; zeroed by this thread (zero 1), or untouched (0: offload_touch_state).
 static void* offload_host_alloc(size_t bytes, int zero) {
     size_t rounded = (size_t)round_up((int64_t)(bytes > 0 ? bytes : 1), 4096);
@@ -399,7 +451,11 @@ static void offload_init(Zero* z, const char* dir, double buffer) {
         pthread_mutex_init(&o->mu, NULL);
         pthread_cond_init(&o->cv, NULL);
         g_offload_arg = (OffloadThreadArg){o, z};
-        if (pthread_create(&o->io, NULL, offload_io_thread, &g_offload_arg)) die(1, "-offload nvme: cannot start the I/O thread");
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        if (g_pin_state == 1) pthread_attr_setaffinity_np(&attr, sizeof(g_pin_share), &g_pin_share); // (not the main thread's one core)
+        if (pthread_create(&o->io, &attr, offload_io_thread, &g_offload_arg)) die(1, "-offload nvme: cannot start the I/O thread");
+        pthread_attr_destroy(&attr);
         z->state_io = offload_nvme_io;
     }
     size_t staging = 0;
