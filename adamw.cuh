@@ -34,13 +34,14 @@
 // (StepScalars: loss, sum of squares, norm, clip scale, finite flag) stay where the step runs.
 //
 // defines: Segment, AdamWParams, StepScalars, AdamWMax, adamw_bias_corrections, simd_level, simd_names,
-//          adamw_host_pass, adamw_host_touch, adamw_host, adamw_host_max,
+//          adamw_host_pass, adamw_host_touch, adamw_host, adamw_host_max, adamw_host_rate,
 //          adamw_check_host, adamw_bound_finite, op_adamw,
 //          op_adamw_scalars, op_adamw_check, op_round_params,
 //          op_sumsq_many_into, op_sumsq_many, op_sumsq, op_loss_add, op_step_scalars
 #ifndef ZT_ADAMW_CUH
 #define ZT_ADAMW_CUH
 
+#include <time.h>
 #include "device.cuh" // defines: floatX, rn, g_device
 
 // A run of real parameters inside an optimizer range: [off, off+len), decayed or not.
@@ -597,6 +598,44 @@ static void adamw_host_max(floatX* params, float* master, float* m, float* v, co
     int bad = adamw_host_pass(ADAMW_UPDATE_MAX, params, master, m, v, grads, segs, nseg, p, p->grad_scale, acc);
     mx->m = acc[0]; mx->v = acc[1]; mx->w = acc[2];
     if (bad) mx->known = 0; // a value not finite, or v < 0
+}
+
+// The host AdamW's rate on this CPU, elements per second per rank, for the planner's -offload rows
+// (measured like its matmul rate, measure_cpu_flops): adamw_host_max -- what -offload runs each step,
+// on this CPU's path (simd_level) with the rank's threads -- over ADAMW_RATE_N elements (72 MiB in
+// BF16: beyond the caches), the median of ADAMW_RATE_REPS passes after one untimed, each timed by
+// the process's CPU time over its threads (on a shared machine the wall clock measures the others'
+// load). lo / hi: the slowest and fastest pass. The values do not matter to the rate (no branch on
+// them). Ranks that run their AdamW at once share the node's memory bandwidth: each then gets less.
+#define ADAMW_RATE_N ((int64_t)1 << 22)
+#define ADAMW_RATE_REPS 7
+static double adamw_host_rate(double* lo, double* hi) {
+    const int64_t n = ADAMW_RATE_N;
+    float* st = (float*)malloc(sizeof(float) * 4 * (size_t)n); // master, m, v, gradient
+    floatX* p = (floatX*)malloc(sizeof(floatX) * (size_t)n);
+    if (!st || !p) die(1, "out of host memory measuring the host AdamW's rate (%.0f MiB)", (4.0 * 4 + sizeof(floatX)) * n / 1048576.0);
+    Segment seg = {0, n, 1};
+    for (int a = 0; a < 4; a++) adamw_host_touch(st + a * n, n, &seg, 1);
+    for (int64_t i = 0; i < n; i++) st[3 * n + i] = 1e-3f;
+    AdamWParams hp = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0.0f, 0.0f};
+    adamw_bias_corrections(&hp, 1);
+    double rate[ADAMW_RATE_REPS];
+    for (int rep = -1; rep < ADAMW_RATE_REPS; rep++) {
+        struct timespec c0, c1;
+        AdamWMax mx = {0.0f, 0.0f, 0.0f, 1};
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
+        adamw_host_max(p, st, st + n, st + 2 * n, st + 3 * n, &seg, 1, &hp, &mx);
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
+        double per_thread = ((c1.tv_sec - c0.tv_sec) + 1e-9 * (c1.tv_nsec - c0.tv_nsec)) / num_threads();
+        if (rep >= 0) rate[rep] = (double)n / fmax(per_thread, 1e-9);
+    }
+    for (int i = 1; i < ADAMW_RATE_REPS; i++) // (insertion sort: seven numbers)
+        for (int j = i; j > 0 && rate[j - 1] > rate[j]; j--) { double x = rate[j]; rate[j] = rate[j - 1]; rate[j - 1] = x; }
+    *lo = rate[0];
+    *hi = rate[ADAMW_RATE_REPS - 1];
+    free(st);
+    free(p);
+    return rate[ADAMW_RATE_REPS / 2];
 }
 
 // 1 when the bounds above prove that this update leaves every value finite (sc: the step's scalars
