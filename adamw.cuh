@@ -602,13 +602,13 @@ static void adamw_host_max(floatX* params, float* master, float* m, float* v, co
 
 // The host AdamW's rate on this CPU, elements per second per rank, for the planner's -offload rows
 // (measured like its matmul rate, measure_cpu_flops): adamw_host_max -- what -offload runs each step,
-// on this CPU's path (simd_level) with the rank's threads -- over ADAMW_RATE_N elements (72 MiB in
+// on this CPU's path (simd_level) with the rank's threads -- over ADAMW_RATE_N elements (36 MiB in
 // BF16: beyond the caches), the median of ADAMW_RATE_REPS passes after one untimed, each timed by
 // the process's CPU time over its threads (on a shared machine the wall clock measures the others'
 // load). lo / hi: the slowest and fastest pass. The values do not matter to the rate (no branch on
 // them). Ranks that run their AdamW at once share the node's memory bandwidth: each then gets less.
-#define ADAMW_RATE_N ((int64_t)1 << 22)
-#define ADAMW_RATE_REPS 7
+#define ADAMW_RATE_N ((int64_t)1 << 21)
+#define ADAMW_RATE_REPS 5
 static double adamw_host_rate(double* lo, double* hi) {
     const int64_t n = ADAMW_RATE_N;
     float* st = (float*)malloc(sizeof(float) * 4 * (size_t)n); // master, m, v, gradient
@@ -629,7 +629,7 @@ static double adamw_host_rate(double* lo, double* hi) {
         double per_thread = ((c1.tv_sec - c0.tv_sec) + 1e-9 * (c1.tv_nsec - c0.tv_nsec)) / num_threads();
         if (rep >= 0) rate[rep] = (double)n / fmax(per_thread, 1e-9);
     }
-    for (int i = 1; i < ADAMW_RATE_REPS; i++) // (insertion sort: seven numbers)
+    for (int i = 1; i < ADAMW_RATE_REPS; i++) // (insertion sort: a handful of numbers)
         for (int j = i; j > 0 && rate[j - 1] > rate[j]; j--) { double x = rate[j]; rate[j] = rate[j - 1]; rate[j - 1] = x; }
     *lo = rate[0];
     *hi = rate[ADAMW_RATE_REPS - 1];
