@@ -603,7 +603,8 @@ static void adamw_host_max(floatX* params, float* master, float* m, float* v, co
 // The host AdamW's rate on this CPU, elements per second per rank, for the planner's -offload rows
 // (measured like its matmul rate, measure_cpu_flops): adamw_host_max -- what -offload runs each step,
 // on this CPU's path (simd_level) with the rank's threads -- over ADAMW_RATE_N elements (36 MiB in
-// BF16: beyond the caches), the median of ADAMW_RATE_REPS passes after one untimed, each timed by
+// BF16: beyond most CPUs' last-level cache; one that holds it measures a rate a large shard will not
+// reach), the median of ADAMW_RATE_REPS passes after one untimed, each timed by
 // the process's CPU time over its threads (on a shared machine the wall clock measures the others'
 // load). lo / hi: the slowest and fastest pass. The values do not matter to the rate (no branch on
 // them). Ranks that run their AdamW at once share the node's memory bandwidth: each then gets less.
