@@ -337,10 +337,12 @@ static int adamw_range_scalar(int mode, floatX* params, float* master, float* m,
 
 #ifdef ZT_X86
 // (nvcc hands GCC's intrinsics headers to the host compiler outside their system-header status: their
-// _mm*_undefined_* self-initialise, which -W(maybe-)uninitialized flag at -O2 and under nvcc.)
+// _mm*_undefined_* self-initialise, which g++'s -W(maybe-)uninitialized flag at -O2 and under nvcc.)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 #define ZT_TARGET_AVX2 __attribute__((target("avx2,fma")))
 #define ZT_TARGET_AVX512 __attribute__((target("avx512f")))
