@@ -31,8 +31,9 @@
 //      that is skipped; each block copied exactly once, or an internal error ends the run);
 //   3. unit by unit (cpu: a unit is a block's shard, its gradient read from the host copy; nvme: its
 //      gradient goes to the host now, unit u+1's copy issued before u is updated), AdamW runs on
-//      the host (adamw_host: adamw.cuh's CPU loop, the same operation order as the kernel, which
-//      spells every IEEE operation out; no fast-math, no FTZ/DAZ in either build), the parameters
+//      the host (adamw_host_max: adamw.cuh's host pass, scalar, AVX2 or AVX-512 with the same bits, the
+//      same operation order as the kernel, which spells every IEEE operation out; no fast-math, no
+//      FTZ/DAZ in either build), the parameters
 //      are rounded to nearest by the same rn() into a staging buffer and copied back segment by
 //      segment (padding is never written, as on the device) while the next block is updated;
 //   4. the stage's all-gather (zero_after_step), after the last copy.
