@@ -260,8 +260,9 @@ ZT_HD static inline void adamw_element(floatX* param, float* master, float* m, f
 // their instruction sets (per-function target attributes), so the x86-64-v3 GPU-box binaries run on a
 // CPU without AVX-512 and pick avx2. Other architectures: scalar only.
 // Threads: one parallel region per pass; each segment is cut into one contiguous piece per thread,
-// the cuts on 16-element (64-byte) boundaries of the index, so no cache line is written by two
-// threads and each thread streams through its piece. adamw_host_touch zeroes an array with the same
+// the cuts on 32-element boundaries of the index (128 bytes of FP32, 64 of BF16: whole cache lines of
+// every array whose base is line-aligned, as the offloaded state's is), so no cache line is written
+// by two threads and each thread streams through its piece. adamw_host_touch zeroes an array with the same
 // cuts, so pages of the offloaded state are first touched (placed, on a NUMA machine) by the thread
 // that updates them.
 enum { ADAMW_UPDATE, ADAMW_UPDATE_MAX, ADAMW_CHECK }; // what a pass does
@@ -483,22 +484,29 @@ static AdamWRangeFn adamw_range_fn(int level) {
     return adamw_range_scalar;
 }
 
-// Thread k's piece of a segment: [cut(k), cut(k + 1)), the cuts on 16-element boundaries of the index.
+// Thread k's piece of a segment: [cut(k), cut(k + 1)), the cuts on 32-element boundaries of the index.
 static inline int64_t adamw_cut(const Segment* s, int k, int T) {
     int64_t end = s->off + s->len;
     if (k <= 0) return s->off;
     if (k >= T) return end;
-    int64_t c = (s->off + s->len * k / T + 15) / 16 * 16;
+    int64_t c = (s->off + s->len * k / T + 31) / 32 * 32;
     return c < end ? c : end;
 }
+
+// Fewer elements than this run on the calling thread alone (a parallel region costs more than they
+// do, and much more when the cores are shared); the result does not depend on it (the tests set 0 to
+// cut small states between threads).
+static int64_t g_adamw_parallel_min = (int64_t)1 << 15;
 
 // One pass of `mode` over the segments with the rank's threads and this CPU's path (simd_level);
 // [UPDATE_MAX] acc: the running largest |m|, v, |w|. Returns 1 when a new value was not finite.
 static int adamw_host_pass(int mode, floatX* params, float* master, float* m, float* v, const float* grads, const Segment* segs, int nseg,
                            const AdamWParams* p, float gs, float* acc) {
     AdamWRangeFn range = adamw_range_fn(simd_level());
+    int64_t total = 0;
+    for (int s = 0; s < nseg; s++) total += segs[s].len;
     int bad = 0;
-#pragma omp parallel reduction(| : bad)
+#pragma omp parallel reduction(| : bad) if (total >= g_adamw_parallel_min)
     {
         int t = 0, T = 1;
 #ifdef _OPENMP

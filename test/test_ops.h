@@ -640,6 +640,8 @@ TEST(op_adamw_simd_bitwise) {
     AdamWParams hps[4] = {{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, 0, 0}, {3e38f, 0.9f, 0.999f, 1e-8f, 0.1f, 1.0f, 0, 0},
                           {1e-2f, 0.0f, 0.5f, 1e-30f, 0.0f, 1e-38f, 0, 0}, {0.5f, 0.99f, 0.9999f, 1e-3f, 1.0f, 3.0f, 0, 0}};
     int saved = g_simd, threads = num_threads(), paths = 0, cases = 0, differ = 0;
+    int64_t saved_min = g_adamw_parallel_min;
+    g_adamw_parallel_min = 0; // these small states cut between threads too
     for (int level = SIMD_AVX2; level < SIMD_COUNT; level++) {
         if (!simd_supported(level)) { printf("    %s: not on this CPU, skipped\n", simd_names[level]); continue; }
         paths++;
@@ -716,6 +718,7 @@ TEST(op_adamw_simd_bitwise) {
 #endif
     }
     g_simd = saved;
+    g_adamw_parallel_min = saved_min;
     printf("    %d SIMD path(s) x %d passes against the scalar loop: %d differ\n", paths, cases / (paths > 0 ? paths : 1), differ);
     CHECKF(differ == 0, "%d passes differ from the scalar loop", differ);
     if (paths == 0) TEST_SKIP("no SIMD path on this CPU");
