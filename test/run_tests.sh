@@ -83,7 +83,7 @@ make_train_deps() {
     case "$out" in *"-o train"*) fail "a second make NO_CUDA=1 train rebuilt with nothing changed:"; return 1;; esac
     mk -q NO_CUDA=1 train >/dev/null || { fail "make -q NO_CUDA=1 train: out of date with nothing changed"; return 1; }
     echo "a second make NO_CUDA=1 train: nothing to do"
-    touch "$tmp/tune.h"
+    touch -d '45 minutes ago' "$tmp/train"; touch -d '30 minutes ago' "$tmp/tune.h" # (whole seconds apart: any file system)
     out=$(mk NO_CUDA=1 train)
     case "$out" in *"fake_gxx -x c++"*"-o train"*) ;; *) fail "touching tune.h did not rebuild ./train:"; return 1;; esac
     echo "touching tune.h rebuilds ./train"
