@@ -4,8 +4,9 @@
 #   2. test/test_emu and test/test_emu_fp32: the GPU test program (test/test_gpu.cu: every CUDA op
 #      against the CPU op, the model on -device cuda) run on the CPU emulator (test/cuda_emu/)
 #   3. dev/gpu_check.sh --emu (the GPU check's stages on the emulator; GPU-only ones SKIP)
-#   4. make train's decisions (stand-in compilers: rebuilt only on change, a CPU-only binary never
-#      swapped silently); NCCL's probe (with and without MPI); the binaries carried to a GPU box (make gpu-binaries: nvcc, sm_90, no MPI,
+#   4. the headers train_gpt.cu includes compile alone (one-way doors); make train's decisions
+#      (stand-in compilers: rebuilt only on change, a CPU-only binary never swapped silently);
+#      NCCL's probe (with and without MPI); the binaries carried to a GPU box (make gpu-binaries: nvcc, sm_90, no MPI,
 #      warnings as errors) and what they link (skipped, and said so, when nvcc is missing)
 #   5. the PyTorch fixtures regenerated and compared with the committed ones (skipped, and said
 #      so, when python3-torch is missing; CI installs it); the same for the BPE fixture (tiktoken)
@@ -60,6 +61,22 @@ gpu_check_emu() {
 wanted() { [ -z "${TEST_FILTER:-}" ] || [[ "$1" == *"$TEST_FILTER"* ]]; }
 if ! wanted gpu_check_emu; then :
 elif gpu_check_emu; then echo "PASS gpu_check_emu"; passed=$((passed + 1)); else echo "FAIL gpu_check_emu"; failed=$((failed + 1)); fi
+
+echo "=== the rooms train_gpt.cu includes compile alone (one-way doors: none takes the trainer's types)"
+# flags.h, acts.h, plan.h, startup.h and tune.h, each as the only include of a translation unit
+# (g++ -fsyntax-only, no MPI or BLAS): a header that used Trainer, Model or anything else defined in
+# train_gpt.cu, or relied on train_gpt.cu's include order, fails here.
+headers_alone() {
+    local h tmp rc=0; tmp=$(mktemp -d)
+    for h in flags.h acts.h plan.h startup.h tune.h; do
+        printf '#include "%s"\nint main(void) { return 0; }\n' "$h" > "$tmp/alone.cpp"
+        if g++ -x c++ -std=c++17 -fopenmp -Wall -Wextra -Werror -Wno-unused-function -I. -fsyntax-only "$tmp/alone.cpp" > "$tmp/log" 2>&1
+        then echo "$h: compiles alone"; else echo "$h does not compile alone:"; head -n 5 "$tmp/log"; rc=1; fi
+    done
+    rm -rf "$tmp"; return $rc
+}
+if ! wanted headers_alone; then :
+elif headers_alone; then echo "PASS headers_alone"; passed=$((passed + 1)); else echo "FAIL headers_alone"; failed=$((failed + 1)); fi
 
 echo "=== make train: real dependencies, and the kind of build recorded"
 # In a copy of the Makefile and the sources, with stand-in compilers (scripts that only create the
