@@ -65,7 +65,8 @@ elif gpu_check_emu; then echo "PASS gpu_check_emu"; passed=$((passed + 1)); else
 echo "=== the rooms train_gpt.cu includes compile alone (one-way doors: none takes the trainer's types)"
 # flags.h, acts.h, plan.h, startup.h and tune.h, each as the only include of a translation unit
 # (g++ -fsyntax-only, no MPI or BLAS): a header that used Trainer, Model or anything else defined in
-# train_gpt.cu, or relied on train_gpt.cu's include order, fails here.
+# train_gpt.cu, or relied on train_gpt.cu's include order, fails here. Then all of SOURCES' headers
+# in one translation unit without train_gpt.cu (checkpoint.h, offload.h, ...: no reach back either).
 headers_alone() {
     local h tmp rc=0; tmp=$(mktemp -d)
     for h in flags.h acts.h plan.h startup.h tune.h; do
@@ -73,6 +74,11 @@ headers_alone() {
         if g++ -x c++ -std=c++17 -fopenmp -Wall -Wextra -Werror -Wno-unused-function -I. -fsyntax-only "$tmp/alone.cpp" > "$tmp/log" 2>&1
         then echo "$h: compiles alone"; else echo "$h does not compile alone:"; head -n 5 "$tmp/log"; rc=1; fi
     done
+    # every other header of SOURCES too, together without train_gpt.cu: none uses the trainer's types
+    for h in $(make -s NO_MPI=1 NO_BLAS=1 print-SOURCES 2>/dev/null | tail -n 1); do
+        [ "$h" = train_gpt.cu ] || printf '#include "%s"\n' "$h"; done > "$tmp/all.cpp"
+    if g++ -x c++ -std=c++17 -fopenmp -Wall -Wextra -Werror -Wno-unused-function -I. -fsyntax-only "$tmp/all.cpp" > "$tmp/log" 2>&1
+    then echo "every header of SOURCES: compiles without train_gpt.cu"; else echo "the headers of SOURCES without train_gpt.cu:"; head -n 5 "$tmp/log"; rc=1; fi
     rm -rf "$tmp"; return $rc
 }
 if ! wanted headers_alone; then :
