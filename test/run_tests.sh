@@ -178,7 +178,7 @@ fi
 
 echo "=== fuzz harnesses: the committed corpus, then a fixed number of seeded inputs each"
 if [ -x test/fuzz ]; then
-    for h in model:1000 shard:300 state:1000 tokenizer:300 bpe:3000 safetensors:1500 jsonl:1500; do
+    for h in model:1000 shard:300 state:1000 tokenizer:300 bpe:3000 safetensors:1500 jsonl:1500 hfjson:1500; do
         name=${h%%:*}; runs=${h##*:}
         rm -rf build/fuzz_replay/$name && mkdir -p build/fuzz_replay/$name # new inputs go here, not into the corpus
         if ASAN_OPTIONS=detect_leaks=0 test/fuzz $name -runs=$runs -seed=1 -max_len=16384 \
@@ -215,6 +215,18 @@ if "$TIKTOKEN_PY" -c 'import tiktoken, regex' 2>/dev/null; then
     fi
 else
     echo "SKIP bpe_fixture_regenerate: $TIKTOKEN_PY has no tiktoken (pip install tiktoken==0.14.0; .ci/run makes a venv)"; skipped=$((skipped + 1))
+fi
+
+echo "=== Unicode tables (unicode_tables.h, unicode_nfc.h) regenerated with unicodedata2 and compared"
+UNI_PY=${ZT_TIKTOKEN_PYTHON:-python3}
+if "$UNI_PY" -c 'import unicodedata2, sys; sys.exit(unicodedata2.unidata_version != "16.0.0")' 2>/dev/null; then
+    if "$UNI_PY" dev/make_unicode_tables.py --check; then
+        echo "PASS unicode_tables_regenerate"; passed=$((passed + 1))
+    else
+        echo "FAIL unicode_tables_regenerate"; failed=$((failed + 1))
+    fi
+else
+    echo "SKIP unicode_tables_regenerate: $UNI_PY has no unicodedata2 16.0.0 (pip install unicodedata2==16.0.0; .ci/run installs it)"; skipped=$((skipped + 1))
 fi
 
 echo "=== Hugging Face fixtures regenerated with transformers and compared"
