@@ -661,11 +661,11 @@ static float lr_at(const Flags* f, int step, int max_steps) {
 }
 
 
-// Copy a loader's micro-batch into the model's token buffers.
+// Copy a loader's micro-batch into the model's token buffers (through page-locked slots: no host wait).
 static void load_tokens(Model* m, const DataLoader* dl, int with_targets) {
     size_t bytes = sizeof(int) * (size_t)dl->B * dl->T;
-    dev_from_host(m->a.inputs, dl->inputs, bytes);
-    if (with_targets) dev_from_host(m->a.targets, dl->targets, bytes);
+    dev_upload(m->a.inputs, dl->inputs, bytes);
+    if (with_targets) dev_upload(m->a.targets, dl->targets, bytes);
 }
 
 // Sum of the first n per-token losses, in order.
@@ -1656,18 +1656,21 @@ static Device pick_device(const char* want, int plan) {
     if (strcmp(want, "auto") && strcmp(want, "cpu") && strcmp(want, "cuda"))
         die_user("flag -device: '%s' is not cpu, cuda or auto", want);
     int gpus = 0;
+    const char* why = NULL; // the CUDA runtime's reason when it sees no GPU (a too-old driver, ...)
 #ifdef __CUDACC__
-    if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
+    gpus = cuda_device_count(&why);
 #endif
     if (!strcmp(want, "cuda")) {
         if (plan && gpus == 0) return DEV_CUDA;
 #ifndef __CUDACC__
         die_user("-device cuda: this build has no CUDA (built with g++). HINT: install the CUDA toolkit and rebuild with make train, or use -device cpu");
 #endif
+        if (gpus == 0 && why) die(1, "-device cuda: the CUDA runtime cannot use the GPUs: %s", why);
         if (gpus == 0) die_user("-device cuda: no GPU found (cudaGetDeviceCount). HINT: use -device cpu");
         return DEV_CUDA;
     }
     if (!strcmp(want, "cpu")) return DEV_CPU;
+    if (gpus == 0 && why) printf0("note: -device auto takes the CPU: the CUDA runtime cannot use the GPUs: %s\n", why);
     return gpus > 0 ? DEV_CUDA : DEV_CPU;
 }
 
@@ -2488,7 +2491,8 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     ranks_agree(tr, flags_hash(f) ^ (uint64_t)g_device, "was started with different flags, another device or a different build", "start every rank with the same command line, the same ./train and the same -device");
     int gpus = 0; // -plan -device cuda plans without a GPU
 #ifdef __CUDACC__
-    if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
+    const char* why_none;
+    gpus = cuda_device_count(&why_none);
 #endif
     if (g_device == DEV_CUDA && gpus > 0) comm_init_device(&tr->comm, &tr->launch, comm_timeout); // GPU, streams, NCCL, watchdog
     if (g_device == DEV_CPU && !plan_only) comm_check_cpu_device(&tr->comm); // its collectives are MPI's
