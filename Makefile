@@ -120,7 +120,7 @@ GPU_LIBS       := -lcublasLt -lcublas -lgomp -Xcompiler -static-libstdc++ -Xcomp
 SOURCES := train_gpt.cu flags.h acts.h plan.h startup.h tune.h run_record.h device.cuh zero.h offload.h model.h checkpoint.h adamw.cuh dataloader.h tokenizer.h unicode_tables.h unicode_nfc.h rng.h safetensors.h hf.h prompts.h $(wildcard ops/*.cuh)
 TEST_SOURCES := $(wildcard test/*.cpp test/*.h)
 
-.PHONY: all FORCE test test-long test-binaries nvcc-check test-gpu gpu-binaries bench plot clean print-% fuzz test-sanitize
+.PHONY: all FORCE test test-long test-binaries nvcc-check test-gpu gpu-binaries bench plot clean print-% fuzz test-sanitize kernel-resources
 all: train
 
 # The kind of ./train this build makes and its command; build/train.kind records the kind and the
@@ -228,24 +228,40 @@ nvcc-check:
 EMU_SOURCES := $(wildcard test/cuda_emu/*.h test/cuda_emu/*.py test/cuda_emu/include/*.h test/cuda_emu/include/cub/device/*)
 EMU_COPY    := $(SOURCES) test/test_gpu.cu $(wildcard test/*.h)
 EMU_FLAGS   := $(TEST_FLAGS) -Wno-sign-compare -Wno-unused-function --param=avoid-fma-max-bits=0 -DZT_CUDA_EMU -DUSE_NCCL -Itest/cuda_emu/include
+# nvcc's registers, shared memory and spills per kernel (sm_90), which the emulator checks at every launch
+# (test/cuda_emu/resources.py): from the nvcc build of the carried binaries below (make test builds it
+# anyway: once), or without nvcc the committed snapshot of it (make kernel-resources refreshes that).
+# So with nvcc, test/test_emu waits for that build (minutes) when a source changed; to iterate on the
+# emulator without it: make test/test_emu KERNEL_RES=test/cuda_emu/kernel_resources_sm90.h
+KERNEL_RES  := $(if $(and $(NVCC),$(if $(NO_CUDA),,yes)),build/gpu/kernel_resources.h,test/cuda_emu/kernel_resources_sm90.h)
+EMU_FLAGS   += -DZT_KERNEL_RESOURCES='"$(abspath $(KERNEL_RES))"'
 build/emu/.copied: $(EMU_COPY) test/cuda_emu/emulate.py
 	python3 test/cuda_emu/emulate.py build/emu $(EMU_COPY) && touch $@
-test/test_emu: build/emu/.copied $(EMU_SOURCES)
+test/test_emu: build/emu/.copied $(EMU_SOURCES) $(KERNEL_RES)
 	$(CXX_HOST) $(EMU_FLAGS) $(filter-out -DENABLE_FP32,$(DEFS)) $(MPI_CFLAGS) build/emu/test/test_gpu.cu -o $@ $(MPI_LIBS)
-test/test_emu_fp32: build/emu/.copied $(EMU_SOURCES)
+test/test_emu_fp32: build/emu/.copied $(EMU_SOURCES) $(KERNEL_RES)
 	$(CXX_HOST) $(EMU_FLAGS) $(filter-out -DENABLE_FP32,$(DEFS)) -DENABLE_FP32 $(MPI_CFLAGS) build/emu/test/test_gpu.cu -o $@ $(MPI_LIBS)
 # The same BF16 program built without MPI, as make NO_MPI=1 builds: the launch tests (test/gpu_launch.h)
 # start it as the ranks of a run without MPI (dev/launch.sh) and compare with test/test_emu under mpirun.
 NOMPI_DEFS := $(filter-out -DENABLE_FP32 -DUSE_MPI -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX,$(DEFS))
-test/test_emu_nompi: build/emu/.copied $(EMU_SOURCES)
+test/test_emu_nompi: build/emu/.copied $(EMU_SOURCES) $(KERNEL_RES)
 	$(CXX_HOST) $(EMU_FLAGS) $(NOMPI_DEFS) $(BLAS_CFLAGS) build/emu/test/test_gpu.cu -o $@ $(BLAS_LIBS)
 
 # The GPU test program (GPU against CPU, op by op) and the trainer, as carried to the GPU box (see
 # GPU_ARCH above): one nvcc call compiles both, then each is linked. dev/gpu_check.sh runs them.
 # (test/train_gpu_fp32.cu is the trainer with ENABLE_FP32: the FP32 build, ./train_gpu_fp32.)
+# --resource-usage: ptxas's registers, shared memory and spills per kernel, into build/gpu/ptxas.log.
 build/gpu/.objs: $(SOURCES) test/test_gpu.cu test/train_gpu_fp32.cu $(wildcard test/*.h)
 	@mkdir -p build/gpu
-	$(NVCC) $(GPU_NVCC_FLAGS) $(GPU_DEFS) -x cu -c train_gpt.cu test/test_gpu.cu test/train_gpu_fp32.cu -odir build/gpu && touch $@
+	$(NVCC) $(GPU_NVCC_FLAGS) $(GPU_DEFS) --resource-usage -x cu -c train_gpt.cu test/test_gpu.cu test/train_gpu_fp32.cu -odir build/gpu \
+	  > build/gpu/ptxas.log 2>&1 || { cat build/gpu/ptxas.log; exit 1; }
+	@touch $@
+build/gpu/kernel_resources.h: build/gpu/.objs test/cuda_emu/resources.py
+	python3 test/cuda_emu/resources.py build/gpu/ptxas.log > $@.tmp && mv $@.tmp $@
+# The committed snapshot the emulator uses where nvcc is missing.
+kernel-resources: build/gpu/kernel_resources.h
+	cp build/gpu/kernel_resources.h test/cuda_emu/kernel_resources_sm90.h
+	python3 test/cuda_emu/resources.py --table build/gpu/ptxas.log
 train_gpu: build/gpu/.objs
 	$(NVCC) $(GPU_ARCH) build/gpu/train_gpt.o -o $@ $(GPU_LIBS)
 train_gpu_fp32: build/gpu/.objs

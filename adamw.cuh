@@ -739,7 +739,8 @@ __global__ static void sumsq_chunks_kernel(SumsqSegTable tab, double* part) {
 // Level 2, one block: thread j adds part[j], part[j + SUMSQ_TOTAL_THREADS], ... in double, then a
 // fixed tree in double; the total to *out (a device double).
 #define SUMSQ_TOTAL_THREADS 1024
-__global__ static void sumsq_total_kernel(const double* part, int64_t nchunks, double* out) {
+__global__ static void __launch_bounds__(SUMSQ_TOTAL_THREADS)
+sumsq_total_kernel(const double* part, int64_t nchunks, double* out) {
     __shared__ double buf[SUMSQ_TOTAL_THREADS];
     double s = 0.0;
     for (int64_t k = threadIdx.x; k < nchunks; k += SUMSQ_TOTAL_THREADS) s += part[k];
@@ -789,7 +790,8 @@ static void sumsq_many_cuda(double* out, const float* const* g, const int64_t* l
 // The step's scalars: loss += sum of n per-token losses (one block, a fixed tree in double), and
 // norm, grad_scale, finite (step_scalars_finish) on the device.
 #define LOSS_THREADS 1024
-__global__ static void loss_add_kernel(StepScalars* sc, const float* losses, int64_t n) {
+__global__ static void __launch_bounds__(LOSS_THREADS)
+loss_add_kernel(StepScalars* sc, const float* losses, int64_t n) {
     __shared__ double buf[LOSS_THREADS];
     double s = 0.0;
     for (int64_t i = threadIdx.x; i < n; i += LOSS_THREADS) s += (double)losses[i];

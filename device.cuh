@@ -12,7 +12,7 @@
 // closed form. On the CPU device "device memory" is 256-byte aligned host memory.
 //
 // defines: floatX, bf16_t, ld/rn (load/round to storage), Device, g_device, TAG_*, dev_alloc,
-//          dev_free, dev_zero, dev_fill_u16, dev_to_host, dev_from_host, die/die_user, printf0
+//          dev_free, dev_zero, dev_fill_u16, dev_to_host, dev_from_host, dev_upload, die/die_user, printf0
 //
 // May call: the C library, OpenMP and, in the nvcc build, the CUDA runtime; nothing of ours (the
 // bottom of the include tree).
@@ -187,14 +187,32 @@ static cudaStream_t g_stream = 0;
 static cublasLtHandle_t g_cublaslt = NULL;
 static cudaDeviceProp g_cuda_prop;
 static cudaEvent_t g_readback = NULL; // recorded after a read-back copy (dev_to_host_async)
+static int g_cuda_device = 0;         // this rank's GPU: every other thread that calls CUDA sets it first (cudaSetDevice)
+
+// The GPUs this process sees: their number, or 0 and why not in `why` (NULL when the count is
+// simply 0): cudaGetDeviceCount fails for reasons a user must see, not only "no GPU" (a driver
+// older than this build's CUDA, a driver not loaded, CUDA_VISIBLE_DEVICES naming none).
+static int cuda_device_count(const char** why) {
+    int n = 0;
+    *why = NULL;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e == cudaSuccess) return n;
+    (void)cudaGetLastError(); // (the error is sticky for cudaGetLastError: clear it)
+    *why = e == cudaErrorNoDevice ? NULL
+         : e == cudaErrorInsufficientDriver ? "the NVIDIA driver is older than this build's CUDA needs (cudaErrorInsufficientDriver). "
+                                              "HINT: update the driver (nvidia-smi shows its CUDA version), or build with an older toolkit"
+         : cudaGetErrorString(e);
+    return 0;
+}
 
 // Pick this rank's GPU (local rank modulo the GPUs seen), create the stream and the cuBLASLt handle.
 static void cuda_init(int local_rank) {
     if (g_cublaslt) return; // once per process (the GPU test program starts several trainers)
     int n = 0;
     cudaCheck(cudaGetDeviceCount(&n));
-    cudaCheck(cudaSetDevice(local_rank % n));
-    cudaCheck(cudaGetDeviceProperties(&g_cuda_prop, local_rank % n));
+    g_cuda_device = local_rank % n;
+    cudaCheck(cudaSetDevice(g_cuda_device));
+    cudaCheck(cudaGetDeviceProperties(&g_cuda_prop, g_cuda_device));
     cudaCheck(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
     cudaCheck(cudaEventCreateWithFlags(&g_readback, cudaEventDisableTiming));
     cublasCheck(cublasLtCreate(&g_cublaslt));
@@ -318,8 +336,11 @@ static void dev_to_host(void* host, const void* dev, size_t bytes) {
 #endif
     memcpy(host, dev, bytes);
 }
-// Host to device, in stream order. cudaMemcpyAsync from pageable memory returns once the bytes
-// are staged, so the host buffer may be reused right away.
+// Host to device, in stream order. From pageable memory cudaMemcpyAsync returns once the driver has
+// staged the bytes (so the buffer may be reused at once), which may wait for the stream: a possible
+// host wait (for uploads inside a step use dev_upload). From page-locked memory (host_pinned_alloc)
+// the copy reads the source when the stream reaches it: the source must not change until an event
+// or a synchronisation says the copy is done.
 static void dev_from_host(void* dev, const void* host, size_t bytes) {
 #ifdef __CUDACC__
     if (g_device == DEV_CUDA) { cudaCheck(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, g_stream)); return; }
@@ -359,6 +380,54 @@ static void dev_read_wait(void) {
 #ifdef __CUDACC__
     if (g_device == DEV_CUDA) cudaCheck(cudaEventSynchronize(g_readback));
 #endif
+}
+
+// Uploads inside a step (the tokens of every micro-batch) without a host wait: the bytes go into
+// the next of UPLOAD_SLOTS page-locked slots, then to the device in stream order; an event after the
+// copy says when the slot is free again. The host waits only when it is UPLOAD_SLOTS uploads ahead of
+// the GPU (then the GPU is the bottleneck and the wait costs nothing). The slots are allocated at the
+// first upload and grown (once, after a wait) for a larger one; the CPU device copies directly.
+#define UPLOAD_SLOTS 8
+#ifdef __CUDACC__
+typedef struct {
+    unsigned char* pinned;            // (UPLOAD_SLOTS * slot) bytes, page-locked
+    size_t slot;                      // bytes per slot
+    int next;                         // the slot the next upload takes
+    int issued[UPLOAD_SLOTS];         // the slot's copy was issued and its event recorded
+    cudaEvent_t done[UPLOAD_SLOTS];   // recorded on g_stream after the slot's copy
+} Uploads;
+static Uploads g_uploads;
+static void* host_pinned_alloc(size_t bytes);
+static void host_pinned_free(void* p);
+#endif
+static void dev_upload(void* dev, const void* host, size_t bytes) {
+#ifdef __CUDACC__
+    if (g_device == DEV_CUDA) {
+        Uploads* u = &g_uploads;
+        if (bytes > u->slot) { // the first upload, or a larger one: (re)allocate the slots
+            for (int k = 0; k < UPLOAD_SLOTS; k++)
+                if (u->issued[k]) { cudaCheck(cudaEventSynchronize(u->done[k])); u->issued[k] = 0; }
+            if (u->pinned) host_pinned_free(u->pinned);
+            else for (int k = 0; k < UPLOAD_SLOTS; k++) cudaCheck(cudaEventCreateWithFlags(&u->done[k], cudaEventDisableTiming));
+            u->slot = (bytes + 255) / 256 * 256;
+            u->pinned = (unsigned char*)host_pinned_alloc(UPLOAD_SLOTS * u->slot);
+        }
+        int k = u->next;
+        u->next = (k + 1) % UPLOAD_SLOTS;
+        if (u->issued[k]) { // free unless the GPU is UPLOAD_SLOTS uploads behind
+            cudaError_t q = cudaEventQuery(u->done[k]);
+            if (q == cudaErrorNotReady) q = cudaEventSynchronize(u->done[k]);
+            cudaCheck(q);
+        }
+        unsigned char* src = u->pinned + (size_t)k * u->slot;
+        memcpy(src, host, bytes);
+        cudaCheck(cudaMemcpyAsync(dev, src, bytes, cudaMemcpyHostToDevice, g_stream));
+        cudaCheck(cudaEventRecord(u->done[k], g_stream));
+        u->issued[k] = 1;
+        return;
+    }
+#endif
+    memcpy(dev, host, bytes);
 }
 
 // The ops' fixed scratch space, allocated once at start-up (TAG_WORK) by ops_workspace_init();

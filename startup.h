@@ -65,18 +65,21 @@ static Device pick_device(const char* want, int plan) {
     if (strcmp(want, "auto") && strcmp(want, "cpu") && strcmp(want, "cuda"))
         die_user("flag -device: '%s' is not cpu, cuda or auto", want);
     int gpus = 0;
+    const char* why = NULL; // the CUDA runtime's reason when it sees no GPU (a too-old driver, ...)
 #ifdef __CUDACC__
-    if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
+    gpus = cuda_device_count(&why);
 #endif
     if (!strcmp(want, "cuda")) {
         if (plan && gpus == 0) return DEV_CUDA;
 #ifndef __CUDACC__
         die_user("-device cuda: this build has no CUDA (built with g++). HINT: install the CUDA toolkit and rebuild with make train, or use -device cpu");
 #endif
+        if (gpus == 0 && why) die(1, "-device cuda: the CUDA runtime cannot use the GPUs: %s", why);
         if (gpus == 0) die_user("-device cuda: no GPU found (cudaGetDeviceCount). HINT: use -device cpu");
         return DEV_CUDA;
     }
     if (!strcmp(want, "cpu")) return DEV_CPU;
+    if (gpus == 0 && why) printf0("note: -device auto takes the CPU: the CUDA runtime cannot use the GPUs: %s\n", why);
     return gpus > 0 ? DEV_CUDA : DEV_CPU;
 }
 

@@ -321,11 +321,11 @@ static float lr_at(const Flags* f, int step, int max_steps) {
 }
 
 
-// Copy a loader's micro-batch into the model's token buffers.
+// Copy a loader's micro-batch into the model's token buffers (through page-locked slots: no host wait).
 static void load_tokens(Model* m, const DataLoader* dl, int with_targets) {
     size_t bytes = sizeof(int) * (size_t)dl->B * dl->T;
-    dev_from_host(m->a.inputs, dl->inputs, bytes);
-    if (with_targets) dev_from_host(m->a.targets, dl->targets, bytes);
+    dev_upload(m->a.inputs, dl->inputs, bytes);
+    if (with_targets) dev_upload(m->a.targets, dl->targets, bytes);
 }
 
 // Sum of the first n per-token losses, in order.
@@ -881,7 +881,8 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     ranks_agree(&tr->comm, flags_hash(f) ^ (uint64_t)g_device, "was started with different flags, another device or a different build", "start every rank with the same command line, the same ./train and the same -device");
     int gpus = 0; // -plan -device cuda plans without a GPU
 #ifdef __CUDACC__
-    if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
+    const char* why_none;
+    gpus = cuda_device_count(&why_none);
 #endif
     if (g_device == DEV_CUDA && gpus > 0) comm_init_device(&tr->comm, &tr->launch, comm_timeout); // GPU, streams, NCCL, watchdog
     if (g_device == DEV_CPU && !plan_only) comm_check_cpu_device(&tr->comm); // its collectives are MPI's

@@ -386,6 +386,8 @@ typedef struct {
 #endif
     int device_side;      // the block buffers are GPU memory: collectives go through NCCL (comm_start_cuda)
     int count_only;       // counting mode (zero_count_step): collectives are counted, nothing is moved or waited for
+    double* sum_buf;      // (sum_cap) comm_sum_doubles' all-gathered values, allocated once (grown at start-up only)
+    int64_t sum_cap;
 #ifdef __CUDACC__
     cudaStream_t stream;  // [CUDA] the communication stream
     cudaEvent_t wait_ev[COMM_WAIT_EVENTS][2]; // [CUDA] time_waits: a ring of (before, after) events around a wait, created once
@@ -394,8 +396,10 @@ typedef struct {
     ncclComm_t nccl;
     pthread_t watchdog;   // [NCCL] polls the collectives in flight and NCCL's async error
     pthread_mutex_t mu;   // [NCCL] guards the slots' watchdog fields
+    pthread_mutex_t nccl_mu; // [NCCL] one thread in NCCL at a time (NCCL forbids two on one communicator): every call holds it
     volatile int watchdog_stop, watchdog_on;
-    volatile int watchdog_fired; // it aborted the communicator and is ending the run
+    volatile int watchdog_fired; // it is ending the run (and may have aborted the communicator)
+    volatile int nccl_aborted;   // ncclCommAbort was called: the handle is gone for every thread (read under nccl_mu)
 #endif
 #endif
 } Comm;
@@ -486,22 +490,42 @@ __global__ static void comm_delay_kernel(int64_t ns) {
 }
 
 #ifdef USE_NCCL
+// [NCCL] One thread in NCCL at a time: NCCL forbids two threads on one communicator at once, and
+// ncclCommAbort frees it for every thread. Every call on the communicator holds nccl_mu (the calls of a
+// non-blocking communicator return at once, so it is held briefly); once the watchdog has aborted it, a
+// thread that comes for the lock never calls NCCL again: it waits for the watchdog to end the run.
+static void nccl_lock(Comm* c) {
+    pthread_mutex_lock(&c->nccl_mu);
+    if (c->nccl_aborted) { pthread_mutex_unlock(&c->nccl_mu); for (;;) pause(); } // the watchdog ends the run with its message
+}
+static void nccl_unlock(Comm* c) { pthread_mutex_unlock(&c->nccl_mu); }
+// Abort the communicator (under nccl_mu) and say so to the other threads.
+static void nccl_abort_locked(Comm* c) {
+    ncclCommAbort(c->nccl);
+    c->nccl_aborted = 1;
+}
+
 // [NCCL] A non-blocking communicator may answer ncclInProgress: the call goes on in the background
 // until ncclCommGetAsyncError says otherwise, and no NCCL call (nor a kernel on its stream) may come
 // before. Wait for that (at most the timeout) and end the run with a message naming `what` on any
-// error. Every call on the communicator goes through here (ncclIssue), except ncclCommDestroy (after
-// it there is no handle to poll) and ncclCommAbort (the run ends right after it); the emulator's NCCL
-// answers ncclInProgress to every call and stops a run that calls again too early.
+// error. Every call on the communicator goes through here (ncclIssue: the call itself under nccl_mu),
+// except ncclCommDestroy (after it there is no handle to poll) and ncclCommAbort (the run ends right
+// after it); the emulator's NCCL answers ncclInProgress to every call and stops a run that calls again
+// too early, or from two threads at once, or after an abort.
 static void nccl_settle(Comm* c, ncclResult_t r, const char* what, double timeout_s) {
     double t0 = wall_s();
     while (r == ncclInProgress) {
         if (timeout_s > 0 && wall_s() - t0 > timeout_s) {
-            ncclCommAbort(c->nccl);
+            nccl_lock(c);
+            nccl_abort_locked(c);
+            nccl_unlock(c);
             die(3, "%s did not complete within %.0f s: another rank never arrived or stopped responding. HINT: check "
                    "the other ranks' logs; raise -comm-timeout if they are only slow", what, timeout_s);
         }
         usleep(1000);
+        nccl_lock(c);
         ncclResult_t q = ncclCommGetAsyncError(c->nccl, &r);
+        nccl_unlock(c);
         if (q != ncclSuccess) r = q;
     }
     if (r != ncclSuccess && c->watchdog_fired) for (;;) pause(); // the watchdog ends the run with its message
@@ -513,14 +537,26 @@ static void nccl_settle(Comm* c, ncclResult_t r, const char* what, double timeou
             r == ncclRemoteError ? "another rank failed or was aborted: its log says why"
                                  : "NCCL_DEBUG=INFO shows why; NCCL before 2.30 refuses two ranks on one GPU");
 }
-#define ncclIssue(c, expr, what) nccl_settle((c), (expr), (what), (c)->timeout_s)
+#define ncclIssue(c, expr, what)                                                                      \
+    do {                                                                                              \
+        nccl_lock(c);                                                                                 \
+        ncclResult_t issued_ = (expr);                                                                \
+        nccl_unlock(c);                                                                               \
+        nccl_settle((c), issued_, (what), (c)->timeout_s);                                            \
+    } while (0)
 
 // [NCCL] The watchdog: a thread that looks at the collectives in flight every 50 ms. One that has not
 // finished -comm-timeout seconds after it was issued (a rank stopped, died or diverged: a collective on
 // NCCL has no timeout of its own), or an asynchronous NCCL error, aborts the communicator and ends
-// the run with a message naming the collective, its block and the step.
+// the run with a message naming the collective, its block and the step. It runs on this rank's GPU
+// (cudaSetDevice first: a thread starts on GPU 0, and its first CUDA call would make a context there,
+// ~0.5 GiB of another rank's GPU), and takes its turn in NCCL like any thread (nccl_mu): it asks for the
+// async error only when no other thread is in NCCL, and aborts only holding the lock. A thread that
+// keeps the lock for seconds is inside a call that does not return; then the watchdog ends the run
+// without the abort (the process's exit ends the communicator with it).
 static void* comm_watchdog(void* arg) {
     Comm* c = (Comm*)arg;
+    cudaCheck(cudaSetDevice(g_cuda_device));
     while (!c->watchdog_stop) {
         usleep(50000);
         char why[512] = "";
@@ -537,13 +573,22 @@ static void* comm_watchdog(void* arg) {
                 snprintf(why, sizeof(why), "collective %s of block %d at step %d did not complete within %.0f s", coll_name[s->op.kind],
                          s->op.block, s->step, c->timeout_s);
         }
-        ncclResult_t err = ncclSuccess;
-        if (!why[0] && ncclCommGetAsyncError(c->nccl, &err) == ncclSuccess && err != ncclSuccess && err != ncclInProgress)
-            snprintf(why, sizeof(why), "NCCL reports an error at step %d: %s", c->step, ncclGetErrorString(err));
         pthread_mutex_unlock(&c->mu);
+        if (!why[0] && pthread_mutex_trylock(&c->nccl_mu) == 0) { // (busy: another thread is in NCCL; next round)
+            ncclResult_t err = ncclSuccess;
+            if (!c->nccl_aborted && ncclCommGetAsyncError(c->nccl, &err) == ncclSuccess && err != ncclSuccess && err != ncclInProgress)
+                snprintf(why, sizeof(why), "NCCL reports an error at step %d: %s", c->step, ncclGetErrorString(err));
+            pthread_mutex_unlock(&c->nccl_mu);
+        }
         if (why[0]) {
             c->watchdog_fired = 1;
-            ncclCommAbort(c->nccl); // a collective waiting in NCCL now ends instead of hanging
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_sec += 2;
+            if (pthread_mutex_timedlock(&c->nccl_mu, &until) == 0) {
+                if (!c->nccl_aborted) nccl_abort_locked(c); // a collective waiting in NCCL now ends instead of hanging
+                pthread_mutex_unlock(&c->nccl_mu);
+            }
             char gone[160];
             rdv_gone(c, gone, sizeof(gone)); // launched without MPI: who closed its connection
             if (gone[0])
@@ -1147,7 +1192,13 @@ static void comm_sum_doubles(Comm* c, double* v, int n) {
     c->bytes[COLL_SCALARS] += (int64_t)n * 8 * c->R;
     if (c->trace) printf("[comm] rank %d step %d: %-14s %d value(s)\n", c->r, c->step, "scalars", n);
     if (c->R == 1 || c->count_only) return;
-    double* all = (double*)malloc(sizeof(double) * n * c->R);
+    if ((int64_t)n * c->R > c->sum_cap) { // grows at start-up (the memory tables' sums); a step's sums fit by then
+        free(c->sum_buf);
+        c->sum_cap = (int64_t)n * c->R;
+        c->sum_buf = (double*)malloc(sizeof(double) * c->sum_cap);
+        if (!c->sum_buf) die(1, "out of host memory (%lld doubles for a scalar sum)", (long long)c->sum_cap);
+    }
+    double* all = c->sum_buf;
     if (c->rdv) rdv_allgather(c, v, all, (int64_t)n * 8, "scalar sum");
 #ifdef USE_MPI
     else {
@@ -1161,7 +1212,6 @@ static void comm_sum_doubles(Comm* c, double* v, int n) {
         for (int j = 0; j < c->R; j++) s += all[j * n + i];
         v[i] = s;
     }
-    free(all);
 }
 
 // Every rank's 64-bit value, in rank order (out has R entries).
@@ -1200,7 +1250,19 @@ static void comm_reset_stats(Comm* c) {
 }
 
 #ifdef USE_MPI
-static void comm_mpi_abort(int code) { MPI_Abort(MPI_COMM_WORLD, code); }
+// MPI and threads: the NCCL watchdog's thread may end the run (die -> MPI_Abort) while the main thread
+// is inside MPI (a scalar sum's MPI_Test). MPI allows that only at MPI_THREAD_MULTIPLE, so comm_init
+// asks for it: the cost is a lock inside MPI's calls (the CUDA device makes a few per step; the CPU
+// device's collectives are large: not measured here). An MPI that grants less (MPI_Init_thread's
+// `provided`) is not called from another thread: that thread ends the process without MPI_Abort,
+// and mpirun ends the job (a rank ended without MPI_Finalize); the other ranks' own timeouts end
+// theirs under launchers that do not.
+static int g_mpi_provided = 0;      // MPI_Init_thread's answer
+static pthread_t g_mpi_thread;      // the thread that initialised MPI
+static void comm_mpi_abort(int code) {
+    if (g_mpi_provided < MPI_THREAD_MULTIPLE && !pthread_equal(pthread_self(), g_mpi_thread)) _exit(code);
+    MPI_Abort(MPI_COMM_WORLD, code);
+}
 #endif
 
 // End MPI: once, at the very end of the process.
@@ -1247,7 +1309,10 @@ static void comm_init(Comm* c, int* argc, char*** argv, Launch* L) {
     c->mpi = 1;
     int initialized = 0, provided;
     MPI_Initialized(&initialized);
-    if (!initialized) MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided); // once per process
+    if (!initialized) MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided); // once per process (see comm_mpi_abort)
+    else MPI_Query_thread(&provided);
+    g_mpi_provided = provided;
+    g_mpi_thread = pthread_self();
     MPI_Comm_dup(MPI_COMM_WORLD, &c->comm);
     MPI_Comm_rank(c->comm, &c->r);
     MPI_Comm_size(c->comm, &c->R);
@@ -1296,6 +1361,23 @@ static void comm_check_cpu_device(const Comm* c) {
                  "or -device cuda", c->R, c->rdv ? "TCP rendezvous" : "no MPI", c->R);
 }
 
+#if defined(__CUDACC__) && defined(USE_NCCL)
+// [NCCL] NCCL connects to its peers, and allocates the connections' buffers (tens to hundreds of MiB),
+// lazily, at the first collective that needs them. One small all-gather and reduce-scatter, the
+// kinds a run issues, in place as the run's are: the device memory in use afterwards is the baseline
+// the planner's prediction is compared with (train_gpt.cu: mem_baseline), buffers included.
+static void comm_nccl_warm_up(Comm* c) {
+    const size_t n = 256; // elements per rank
+    float* buf = NULL;    // (R * n) FP32
+    cudaCheck(cudaMalloc((void**)&buf, sizeof(float) * n * c->R));
+    cudaCheck(cudaMemsetAsync(buf, 0, sizeof(float) * n * c->R, c->stream));
+    ncclIssue(c, ncclAllGather(buf + (size_t)c->r * n, buf, n, ncclFloat, c->nccl, c->stream), "ncclAllGather (warm-up)");
+    ncclIssue(c, ncclReduceScatter(buf, buf + (size_t)c->r * n, n, ncclFloat, ncclSum, c->nccl, c->stream), "ncclReduceScatter (warm-up)");
+    cudaCheck(cudaStreamSynchronize(c->stream));
+    cudaCheck(cudaFree(buf));
+}
+#endif
+
 // The CUDA device: pick this rank's GPU, create the streams, the events (once), and the NCCL
 // communicator (its unique id goes from rank 0 to every rank over MPI or the rendezvous): non-blocking, so that its
 // initialisation and every call can be given up after timeout_s (-comm-timeout), with the watchdog
@@ -1318,12 +1400,18 @@ static void comm_init_device(Comm* c, const Launch* L, double timeout_s) {
         comm_broadcast(c, &id, sizeof(id), 0);
         ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
         config.blocking = 0;
-        nccl_settle(c, ncclCommInitRankConfig(&c->nccl, c->R, id, c->r, &config), "ncclCommInitRank", timeout_s);
+        pthread_mutex_init(&c->nccl_mu, NULL);
+        c->nccl_aborted = 0;
+        nccl_lock(c);
+        ncclResult_t r = ncclCommInitRankConfig(&c->nccl, c->R, id, c->r, &config);
+        nccl_unlock(c);
+        nccl_settle(c, r, "ncclCommInitRank", timeout_s);
         c->timeout_s = timeout_s;
         pthread_mutex_init(&c->mu, NULL);
         c->watchdog_stop = 0;
         if (pthread_create(&c->watchdog, NULL, comm_watchdog, c) != 0) die(1, "cannot start the NCCL watchdog thread");
         c->watchdog_on = 1;
+        comm_nccl_warm_up(c);
 #else
         (void)timeout_s;
         die_user("%d ranks on the CUDA device need NCCL in the build. HINT: install it (or pip install nvidia-nccl-cu13, or "
@@ -1349,8 +1437,9 @@ static void comm_free(Comm* c) {
             c->watchdog_on = 0;
         }
         if (c->R > 1) { // non-blocking: finalize (it flushes what is in flight) may be in progress; then free
-            nccl_settle(c, ncclCommFinalize(c->nccl), "ncclCommFinalize", c->timeout_s);
-            ncclResult_t r = ncclCommDestroy(c->nccl); // (its handle is gone afterwards: nothing to poll)
+            ncclIssue(c, ncclCommFinalize(c->nccl), "ncclCommFinalize");
+            ncclResult_t r = ncclCommDestroy(c->nccl); // (its handle is gone afterwards: nothing to poll; the watchdog has ended)
+            pthread_mutex_destroy(&c->nccl_mu);
             if (r != ncclSuccess && r != ncclInProgress) die(1, "NCCL error in ncclCommDestroy: %s", ncclGetErrorString(r));
         }
 #endif
@@ -1380,6 +1469,9 @@ static void comm_free(Comm* c) {
         c->mpi = 0;
     }
 #endif
+    free(c->sum_buf);
+    c->sum_buf = NULL;
+    c->sum_cap = 0;
 }
 
 

@@ -26,6 +26,8 @@
 #   stage                 expect  limit  what must hold
 #   binaries                   5    600  ldd finds every library, -help runs, x86-64-v3 CPU (else: built here, +90 s)
 #   ops                       60    300  every CUDA op against the CPU op (test_gpu gpu_*), incl. B*T*Vp > 2^31 rows, T not a multiple of 32
+#   kernel_registers           2     60  no kernel of test_gpu uses local memory (spills; cuobjdump -res-usage); the tensor-core
+#                                        attention's registers as docs/cuda.md predicts them (--emu: nvcc's table in the emulator)
 #   sanitizer_memcheck        20    180  compute-sanitizer on small op cases: no error (SKIP when the runtime refuses)
 #   sanitizer_racecheck       25    180  shared-memory races: none (SKIP when refused)
 #   sanitizer_synccheck       15    180  barriers: no misuse (SKIP when refused)
@@ -40,10 +42,11 @@
 #   loss_falls_20_steps       12    180  d12, B 8, T 512, 20 steps: loss falls by > 1 (expected 10.9 -> 7-8)
 #   memory_vs_planner          0     10  device memory within 5% of the planner (the line of loss_falls_20_steps)
 #   perf_d12                  12    180  d12, B 16, T 1024: tokens/s and MFU (llm.c's 6N + 6LCT count)
+#   attention_bench           90    180  dev/attn_bench.sh: our tensor-core attention's TFLOP/s against SDPA's (HS 64, 128)
 #   perf_d48                  25    240  d48, B 4, T 1024: tokens/s and MFU
 #   no_cublaslt_fallback       0     10  no log says "cuBLASLt has no algorithm"
 #   torch_perf (--torch)     120    300  PyTorch tokens/s for d12 and d48 on the same GPU
-#   total                   ~283         (~373 with a build on the box)
+#   total                   ~375         (~465 with a build on the box)
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -192,6 +195,18 @@ grep -q "^PASS binaries" "$SUMMARY" || { say "no usable binaries: stopping"; sum
 st_ops() { run_cases "$TESTGPU" $OPS_CASES; }
 export -f st_ops
 stage ops 60 300 st_ops
+
+# ---- registers: no spills (local memory) in any kernel; the tensor-core attention's registers
+st_registers() {
+    if [ "$MODE" = emu ]; then run_cases "$TESTGPU" gpu_kernel_resources_no_spills; return; fi
+    command -v cuobjdump > /dev/null || skip "cuobjdump not found"
+    cuobjdump -res-usage "$ROOT/test/test_gpu" > "$WORK/res.txt" 2>&1 || { cat "$WORK/res.txt"; return 1; }
+    grep -A1 "Function" "$WORK/res.txt" | paste - - - | grep -E "attention_.*tc_kernel" | sed -E 's/ +/ /g'
+    grep -E "LOCAL:[1-9]" "$WORK/res.txt" && { echo "kernels above use local memory (spills)"; return 1; }
+    echo "no kernel uses local memory"
+}
+export -f st_registers
+stage kernel_registers 2 60 st_registers
 
 # ---- compute-sanitizer on small op cases (SKIP when missing or when the runtime refuses the device)
 st_sanitizer() {
@@ -364,6 +379,14 @@ st_perf() {
 }
 export -f st_perf
 stage perf_d12 12 180 "st_perf 12 16 12"
+
+# ---- the tensor-core attention against PyTorch's SDPA (docs/cuda.md: forward 130-200 TFLOP/s at HS 64)
+st_attn() {
+    [ "$MODE" = emu ] && skip "needs a GPU (throughput)"
+    bash "$ROOT/dev/attn_bench.sh"
+}
+export -f st_attn
+stage attention_bench 90 180 st_attn
 stage perf_d48 25 240 "st_perf 48 4 8"
 for d in 12 48; do grep -h '^RESULT' "$LOGS/perf_d$d.log" 2>/dev/null | sed 's/^RESULT /throughput: /' >> "$SUMMARY"; done
 

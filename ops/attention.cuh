@@ -379,39 +379,57 @@ attention_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv
 // with a block per key tile (Alg. 2 lines 5-19 without 15), dQ with a block per query tile.
 // Performance expectations are in README.md ("Attention on tensor cores"); never run on a GPU yet.
 #ifndef ENABLE_FP32
-#define FA_TILE 64                   // rows a block owns = rows of each tile it walks (B_r = B_c)
+#define FA_TILE 64                   // rows a block owns = rows of each tile it walks (B_r = B_c; but FA_DKDV_BC)
 #define FA_WARPS 4                   // 16 of the owned rows each
 #define FA_THREADS (32 * FA_WARPS)
 #define FA_PAD 8                     // shared rows are HS + FA_PAD elements (16 bytes more)
 static_assert(FA_TILE == 16 * FA_WARPS, "each warp owns the 16 rows of one m16n8k16 A operand");
+// dK/dV walks query tiles of FA_DKDV_BC rows: FA_TILE, but 32 at HS = 128, where the accumulators dK
+// and dV (2 x 64 FP32 registers a lane) leave no room for 64-column P and dS (ptxas: 255 registers
+// and spills); with 32 columns, P and dS take 32 registers. The sums are the same, in the same order
+// (16 queries per mma, in order): the bits do not depend on it.
+#define FA_DKDV_BC(HS) ((HS) == 128 ? 32 : FA_TILE)
+// Blocks per SM each kernel is compiled for (__launch_bounds__' second argument: ptxas keeps to
+// 65536 / (FA_THREADS * n) registers a thread, and spills what does not fit). Two at HS = 128, where
+// shared memory allows two (dK/dV: three); at HS = 64 the forward and dQ fit in 168 registers
+// (three blocks), dK/dV does not (240: two). make test checks that no kernel spills (nvcc's
+// resource table, test/gpu_resources.h); docs/cuda.md has the registers and the occupancy.
+#define FA_FWD_MIN_BLOCKS(HS) ((HS) == 64 ? 3 : 2)
+#define FA_DKDV_MIN_BLOCKS(HS) 2
+#define FA_DQ_MIN_BLOCKS(HS) ((HS) == 64 ? 3 : 2)
 
-// Shared memory of each kernel in bytes: 5 (forward: Q, 2 K, 2 V) or 6 (backward: the owned side's
-// 2, the walked side's 2 x 2) tiles of (FA_TILE, HS + FA_PAD) BF16, plus L and D (2 x 2 x FA_TILE FP32).
+// Shared memory of each kernel in bytes: 5 (forward: Q, 2 K, 2 V) or 6 (dQ: the owned side's 2, the
+// walked side's 2 x 2) tiles of (FA_TILE, HS + FA_PAD) BF16, plus L and D (2 x 2 x FA_TILE FP32).
 static size_t fa_smem_bytes(int HS, int backward) {
     return (size_t)(backward ? 6 : 5) * FA_TILE * (HS + FA_PAD) * sizeof(bf16_t) + (backward ? 4 * FA_TILE * sizeof(float) : 0);
 }
+// dK/dV: K_j, V_j (FA_TILE rows each), 2 x Q_i and 2 x dO_i (FA_DKDV_BC rows each), 2 x L_i and D_i.
+static size_t fa_smem_dkdv_bytes(int HS) {
+    size_t bc = HS == 128 ? FA_DKDV_BC(128) : FA_DKDV_BC(64);
+    return (2 * FA_TILE + 4 * bc) * (HS + FA_PAD) * sizeof(bf16_t) + 4 * bc * sizeof(float);
+}
 
-// Rows [row0, row0 + FA_TILE) x HS of x (row stride xs elements) into the shared tile s (row stride
+// Rows [row0, row0 + ROWS) x HS of x (row stride xs elements) into the shared tile s (row stride
 // HS + FA_PAD) by cp.async, 16 bytes per copy, every thread of the block; the caller commits.
-template <int HS> __device__ static inline void fa_load_tile(bf16_t* s, const floatX* x, int64_t xs, int row0) {
+template <int HS, int ROWS = FA_TILE> __device__ static inline void fa_load_tile(bf16_t* s, const floatX* x, int64_t xs, int row0) {
     const int chunks = HS / 8; // 16-byte pieces per row
-    for (int e = threadIdx.x; e < FA_TILE * chunks; e += FA_THREADS) {
+    for (int e = threadIdx.x; e < ROWS * chunks; e += FA_THREADS) {
         int r = e / chunks, c = (e % chunks) * 8;
         tc_cp_async_16(s + r * (HS + FA_PAD) + c, x + (int64_t)(row0 + r) * xs + c);
     }
 }
-// FA_TILE floats of x (a row of L or D) into s by cp.async (the first FA_TILE / 4 threads).
-__device__ static inline void fa_load_vec(float* s, const float* x) {
-    if (threadIdx.x < FA_TILE / 4) tc_cp_async_16(s + 4 * threadIdx.x, x + 4 * threadIdx.x);
+// N floats of x (a row of L or D) into s by cp.async (the first N / 4 threads).
+template <int N = FA_TILE> __device__ static inline void fa_load_vec(float* s, const float* x) {
+    if (threadIdx.x < N / 4) tc_cp_async_16(s + 4 * threadIdx.x, x + 4 * threadIdx.x);
 }
 
-// S (16 x FA_TILE) = A B^T over k = 0..HS: A is this warp's 16 rows of a shared tile (row-major,
-// k along the row), B all FA_TILE rows of another (row-major, k along the row). S[n] is the
-// accumulator fragment of columns 8n .. 8n + 7.
-template <int HS> __device__ static inline void fa_mma_ABt(float S[FA_TILE / 8][4], const bf16_t* A, const bf16_t* B) {
+// S (16 x N) = A B^T over k = 0..HS: A is this warp's 16 rows of a shared tile (row-major, k along
+// the row), B all N rows of another (row-major, k along the row). S[n] is the accumulator fragment
+// of columns 8n .. 8n + 7.
+template <int HS, int N = FA_TILE> __device__ static inline void fa_mma_ABt(float S[N / 8][4], const bf16_t* A, const bf16_t* B) {
     const int ld = HS + FA_PAD, lane = threadIdx.x % 32;
     #pragma unroll
-    for (int n = 0; n < FA_TILE / 8; n++)
+    for (int n = 0; n < N / 8; n++)
         #pragma unroll
         for (int i = 0; i < 4; i++) S[n][i] = 0.0f;
     #pragma unroll
@@ -419,7 +437,7 @@ template <int HS> __device__ static inline void fa_mma_ABt(float S[FA_TILE / 8][
         uint32_t a[4], b[4];
         tc_ldmatrix_x4(a, A + (lane % 16) * ld + k0 + 8 * (lane / 16));
         #pragma unroll
-        for (int n0 = 0; n0 < FA_TILE; n0 += 16) {
+        for (int n0 = 0; n0 < N; n0 += 16) {
             tc_ldmatrix_x4(b, B + (n0 + lane % 8 + 8 * (lane / 16)) * ld + k0 + 8 * ((lane / 8) % 2));
             tc_mma_bf16(S[n0 / 8], a, b, S[n0 / 8]);
             tc_mma_bf16(S[n0 / 8 + 1], a, b + 2, S[n0 / 8 + 1]);
@@ -427,13 +445,13 @@ template <int HS> __device__ static inline void fa_mma_ABt(float S[FA_TILE / 8][
     }
 }
 
-// O (16 x HS) += P V: P (16 x FA_TILE) in accumulator fragments (rounded to BF16 here), V all
-// FA_TILE rows of a shared tile (row-major: k = its rows, n along the row). O[n] holds columns 8n ...
-template <int HS>
-__device__ static inline void fa_mma_PV(float O[HS / 8][4], const float P[FA_TILE / 8][4], const bf16_t* V) {
+// O (16 x HS) += P V: P (16 x K) in accumulator fragments (rounded to BF16 here), V all K rows of a
+// shared tile (row-major: k = its rows, n along the row). O[n] holds columns 8n ...
+template <int HS, int K = FA_TILE>
+__device__ static inline void fa_mma_PV(float O[HS / 8][4], const float P[K / 8][4], const bf16_t* V) {
     const int ld = HS + FA_PAD, lane = threadIdx.x % 32;
     #pragma unroll
-    for (int kk = 0; kk < FA_TILE / 16; kk++) { // k = rows 16 kk .. 16 kk + 15 of V
+    for (int kk = 0; kk < K / 16; kk++) { // k = rows 16 kk .. 16 kk + 15 of V
         uint32_t a[4] = {tc_pack_bf16(P[2 * kk][0], P[2 * kk][1]), tc_pack_bf16(P[2 * kk][2], P[2 * kk][3]),
                          tc_pack_bf16(P[2 * kk + 1][0], P[2 * kk + 1][1]), tc_pack_bf16(P[2 * kk + 1][2], P[2 * kk + 1][3])};
         #pragma unroll
@@ -452,7 +470,7 @@ __device__ static inline void fa_store2(floatX* x, float v0, float v1) { *(uint3
 // Alg. 1. Block (bh = b*NH + h, query tile) computes out rows [q0, q0 + FA_TILE) of head h and lse.
 // out (B, T, C) [=], lse (B, NH, T) [=], qkv (B, T, 3C).
 template <int HS>
-__global__ static void __launch_bounds__(FA_THREADS)
+__global__ static void __launch_bounds__(FA_THREADS, FA_FWD_MIN_BLOCKS(HS))
 attention_forward_tc_kernel(floatX* out, float* lse, const floatX* qkv, int T, int C, int NH) {
     const int ld = HS + FA_PAD;
     int bh = blockIdx.x, b = bh / NH, h = bh % NH;
@@ -462,7 +480,7 @@ attention_forward_tc_kernel(floatX* out, float* lse, const floatX* qkv, int T, i
     const floatX* q = qkv + (int64_t)b * T * 3 * C + h * HS; // (T, HS), row stride 3C
     const floatX* k = q + C;
     const floatX* v = q + 2 * C;
-    extern __shared__ float fa_smem[];
+    extern __shared__ __align__(16) float fa_smem[]; // 16-byte cp.async and ldmatrix rows
     bf16_t* Qs = (bf16_t*)fa_smem;        // (FA_TILE, ld) Q_i
     bf16_t* Ks = Qs + FA_TILE * ld;       // 2 x (FA_TILE, ld) K_j, double-buffered
     bf16_t* Vs = Ks + 2 * FA_TILE * ld;   // 2 x (FA_TILE, ld) V_j
@@ -540,38 +558,38 @@ attention_forward_tc_kernel(floatX* out, float* lse, const floatX* qkv, int T, i
 }
 
 // Alg. 2 lines 5-19 without line 15, transposed so that the block's own rows are the M side: block
-// (bh, key tile) owns keys [k0, k0 + FA_TILE) and walks the query tiles at or after it. Each warp
-// computes, for its 16 keys, S^T = K_j Q_i^T, P^T, dP^T = V_j dO_i^T and dS^T, then
-// dV_j += P^T dO_i and dK_j += dS^T Q_i, all in registers.
+// (bh, key tile) owns keys [k0, k0 + FA_TILE) and walks the query tiles (BC = FA_DKDV_BC rows each)
+// from k0 on. Each warp computes, for its 16 keys, S^T = K_j Q_i^T, P^T, dP^T = V_j dO_i^T and dS^T,
+// then dV_j += P^T dO_i and dK_j += dS^T Q_i, all in registers.
 // dqkv (B, T, 3C): the k and v thirds [=]; dout (B, T, C), qkv (B, T, 3C), lse, D (B, NH, T).
 template <int HS>
-__global__ static void __launch_bounds__(FA_THREADS)
+__global__ static void __launch_bounds__(FA_THREADS, FA_DKDV_MIN_BLOCKS(HS))
 attention_backward_dkdv_tc_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
                                   const float* D, int T, int C, int NH) {
-    const int ld = HS + FA_PAD;
+    const int ld = HS + FA_PAD, BC = FA_DKDV_BC(HS);
     int bh = blockIdx.x, b = bh / NH, h = bh % NH;
-    int kt = blockIdx.y, k0 = kt * FA_TILE, nq = T / FA_TILE; // the first keys (most queries) first
+    int kt = blockIdx.y, k0 = kt * FA_TILE, it0 = k0 / BC, nq = T / BC; // the first keys (most queries) first
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
     float scale = 1.0f / sqrtf((float)HS);
     const floatX* q = qkv + (int64_t)b * T * 3 * C + h * HS; // (T, HS), row stride 3C
     const floatX* k = q + C;
     const floatX* v = q + 2 * C;
     const floatX* dO = dout + (int64_t)b * T * C + h * HS;  // (T, HS), row stride C
-    extern __shared__ float fa_smem[];
+    extern __shared__ __align__(16) float fa_smem[]; // 16-byte cp.async and ldmatrix rows
     bf16_t* Ks = (bf16_t*)fa_smem;        // (FA_TILE, ld) K_j
     bf16_t* Vs = Ks + FA_TILE * ld;       // (FA_TILE, ld) V_j
-    bf16_t* Qs = Vs + FA_TILE * ld;       // 2 x (FA_TILE, ld) Q_i, double-buffered
-    bf16_t* dOs = Qs + 2 * FA_TILE * ld;  // 2 x (FA_TILE, ld) dO_i
-    float* Ls = (float*)(dOs + 2 * FA_TILE * ld); // 2 x (FA_TILE) L_i
-    float* Ds = Ls + 2 * FA_TILE;                 // 2 x (FA_TILE) D_i
+    bf16_t* Qs = Vs + FA_TILE * ld;       // 2 x (BC, ld) Q_i, double-buffered
+    bf16_t* dOs = Qs + 2 * BC * ld;       // 2 x (BC, ld) dO_i
+    float* Ls = (float*)(dOs + 2 * BC * ld); // 2 x (BC) L_i
+    float* Ds = Ls + 2 * BC;                 // 2 x (BC) D_i
 
-    // line 6: load K_j, V_j; line 9 of the first query tile (the diagonal one): Q_i, dO_i, L_i, D_i
+    // line 6: load K_j, V_j; line 9 of the first query tile (on the diagonal): Q_i, dO_i, L_i, D_i
     fa_load_tile<HS>(Ks, k, 3 * C, k0);
     fa_load_tile<HS>(Vs, v, 3 * C, k0);
-    fa_load_tile<HS>(Qs, q, 3 * C, k0);
-    fa_load_tile<HS>(dOs, dO, C, k0);
-    fa_load_vec(Ls, lse + (int64_t)bh * T + k0);
-    fa_load_vec(Ds, D + (int64_t)bh * T + k0);
+    fa_load_tile<HS, BC>(Qs, q, 3 * C, k0);
+    fa_load_tile<HS, BC>(dOs, dO, C, k0);
+    fa_load_vec<BC>(Ls, lse + (int64_t)bh * T + k0);
+    fa_load_vec<BC>(Ds, D + (int64_t)bh * T + k0);
     tc_cp_async_commit();
     // line 7: dK_j = 0, dV_j = 0 (this warp's 16 keys; this lane's rows g and g + 8 of them)
     float dK[HS / 8][4], dV[HS / 8][4];
@@ -579,42 +597,44 @@ attention_backward_dkdv_tc_kernel(floatX* dqkv, const floatX* dout, const floatX
     for (int n = 0; n < HS / 8; n++)
         #pragma unroll
         for (int i = 0; i < 4; i++) dK[n][i] = dV[n][i] = 0.0f;
-    for (int it = kt; it < nq; it++) { // line 8; causal: query tiles before the key tile are skipped whole
-        int buf = (it - kt) % 2, nbuf = 1 - buf;
-        bf16_t* Qi = Qs + buf * FA_TILE * ld;
-        bf16_t* dOi = dOs + buf * FA_TILE * ld;
-        const float* Li = Ls + buf * FA_TILE;
-        const float* Di = Ds + buf * FA_TILE;
+    for (int it = it0; it < nq; it++) { // line 8; causal: query tiles before the key tile are skipped whole
+        int buf = (it - it0) % 2, nbuf = 1 - buf;
+        bf16_t* Qi = Qs + buf * BC * ld;
+        bf16_t* dOi = dOs + buf * BC * ld;
+        const float* Li = Ls + buf * BC;
+        const float* Di = Ds + buf * BC;
         if (it + 1 < nq) { // line 9 of the next tile, into the other buffer, while this one is used
-            int n0 = (it + 1) * FA_TILE;
-            fa_load_tile<HS>(Qs + nbuf * FA_TILE * ld, q, 3 * C, n0);
-            fa_load_tile<HS>(dOs + nbuf * FA_TILE * ld, dO, C, n0);
-            fa_load_vec(Ls + nbuf * FA_TILE, lse + (int64_t)bh * T + n0);
-            fa_load_vec(Ds + nbuf * FA_TILE, D + (int64_t)bh * T + n0);
+            int n0 = (it + 1) * BC;
+            fa_load_tile<HS, BC>(Qs + nbuf * BC * ld, q, 3 * C, n0);
+            fa_load_tile<HS, BC>(dOs + nbuf * BC * ld, dO, C, n0);
+            fa_load_vec<BC>(Ls + nbuf * BC, lse + (int64_t)bh * T + n0);
+            fa_load_vec<BC>(Ds + nbuf * BC, D + (int64_t)bh * T + n0);
             tc_cp_async_commit();
             tc_cp_async_wait<1>(); // all but that newest group have landed
         } else {
             tc_cp_async_wait<0>();
         }
         __syncthreads(); // every thread's copies of Q_i, dO_i, L_i, D_i (and K_j, V_j) are visible
-        // line 10: S^T = scale K_j Q_i^T; line 11: P^T = exp(S^T - L_i), 0 where query < key (diagonal tile)
-        float P[FA_TILE / 8][4], dS[FA_TILE / 8][4];
-        fa_mma_ABt<HS>(P, Ks + 16 * warp * ld, Qi);
+        // line 10: S^T = scale K_j Q_i^T; line 11: P^T = exp(S^T - L_i), 0 where query < key (the tiles
+        // that overlap the block's keys)
+        float P[BC / 8][4], dS[BC / 8][4];
+        fa_mma_ABt<HS, BC>(P, Ks + 16 * warp * ld, Qi);
         // line 13: dP^T = V_j dO_i^T
-        fa_mma_ABt<HS>(dS, Vs + 16 * warp * ld, dOi);
+        fa_mma_ABt<HS, BC>(dS, Vs + 16 * warp * ld, dOi);
         // line 14: dS^T = P^T o (dP^T - D_i)   (columns are queries: L and D are indexed by column)
+        int diag = it * BC < k0 + FA_TILE;
         #pragma unroll
-        for (int n = 0; n < FA_TILE / 8; n++)
+        for (int n = 0; n < BC / 8; n++)
             #pragma unroll
             for (int i = 0; i < 4; i++) {
-                int key = 16 * warp + g + 8 * (i / 2), col = 8 * n + 2 * t + (i % 2);
-                float p = (it == kt && col < key) ? 0.0f : expf(P[n][i] * scale - Li[col]);
+                int key = k0 + 16 * warp + g + 8 * (i / 2), col = 8 * n + 2 * t + (i % 2);
+                float p = (diag && it * BC + col < key) ? 0.0f : expf(P[n][i] * scale - Li[col]);
                 P[n][i] = p;
                 dS[n][i] = p * (dS[n][i] - Di[col]);
             }
         // line 12: dV_j += P^T dO_i;  line 16: dK_j += dS^T Q_i (times scale at line 18)
-        fa_mma_PV<HS>(dV, P, dOi);
-        fa_mma_PV<HS>(dK, dS, Qi);
+        fa_mma_PV<HS, BC>(dV, P, dOi);
+        fa_mma_PV<HS, BC>(dK, dS, Qi);
         __syncthreads(); // every warp is done with Q_i, dO_i, L_i, D_i before the next prefetch overwrites them
     }
     // line 18: write dK_j = scale * dK_j and dV_j, rounded once
@@ -635,7 +655,7 @@ attention_backward_dkdv_tc_kernel(floatX* dqkv, const floatX* dout, const floatX
 // dS, dQ_i += dS K_j.
 // dqkv (B, T, 3C): the q third [=]; dout (B, T, C), qkv (B, T, 3C), lse, D (B, NH, T).
 template <int HS>
-__global__ static void __launch_bounds__(FA_THREADS)
+__global__ static void __launch_bounds__(FA_THREADS, FA_DQ_MIN_BLOCKS(HS))
 attention_backward_dq_tc_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
                                 const float* D, int T, int C, int NH) {
     const int ld = HS + FA_PAD;
@@ -647,7 +667,7 @@ attention_backward_dq_tc_kernel(floatX* dqkv, const floatX* dout, const floatX* 
     const floatX* k = q + C;
     const floatX* v = q + 2 * C;
     const floatX* dO = dout + (int64_t)b * T * C + h * HS;  // (T, HS), row stride C
-    extern __shared__ float fa_smem[];
+    extern __shared__ __align__(16) float fa_smem[]; // 16-byte cp.async and ldmatrix rows
     bf16_t* Qs = (bf16_t*)fa_smem;        // (FA_TILE, ld) Q_i
     bf16_t* dOs = Qs + FA_TILE * ld;      // (FA_TILE, ld) dO_i
     bf16_t* Ks = dOs + FA_TILE * ld;      // 2 x (FA_TILE, ld) K_j, double-buffered
@@ -798,7 +818,7 @@ static void attention_backward_cuda(floatX* dqkv, const floatX* dout, const floa
         void (*dq_tc)(floatX*, const floatX*, const floatX*, const float*, const float*, int, int, int) =
             HS == 64 ? attention_backward_dq_tc_kernel<64> : attention_backward_dq_tc_kernel<128>;
         dim3 tc_grid((unsigned)(B * NH), att_tiles(T, FA_TILE));
-        dkdv_tc<<<tc_grid, FA_THREADS, fa_smem_bytes(HS, 1), g_stream>>>(dqkv, dout, qkv, lse, D, T, C, NH);
+        dkdv_tc<<<tc_grid, FA_THREADS, fa_smem_dkdv_bytes(HS), g_stream>>>(dqkv, dout, qkv, lse, D, T, C, NH);
         cudaCheck(cudaGetLastError());
         dq_tc<<<tc_grid, FA_THREADS, fa_smem_bytes(HS, 1), g_stream>>>(dqkv, dout, qkv, lse, D, T, C, NH);
         cudaCheck(cudaGetLastError());

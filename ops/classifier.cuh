@@ -79,7 +79,7 @@ __device__ static int classifier_masked_row(floatX* row, float* losses, int64_t 
 __global__ static void __launch_bounds__(CLASSIFIER_THREADS)
 classifier_row_kernel(floatX* logits, float* losses, const int* targets, float dloss, int write_dlogits, int V, int Vp,
                       int packed) {
-    extern __shared__ float classifier_smem[]; // (Vp) floatX: the row
+    extern __shared__ __align__(16) float classifier_smem[]; // (Vp) floatX: the row (16-byte packed copies)
     __shared__ float scratch[32];
     floatX* srow = (floatX*)classifier_smem;
     int64_t n = blockIdx.x;

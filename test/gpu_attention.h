@@ -98,7 +98,7 @@ TEST(gpu_tc_mma_accumulation_model) {
 // is the tile's block (rows 8 (m % 2) .., cols 8 (m / 2) ..). Variant x = 0..5: x1, x2, x4, then
 // the same .trans. out (6, 32 lanes, 4 registers) [=], unused registers 0.
 __global__ static void tct_ldmatrix_kernel(uint32_t* out) {
-    __shared__ bf16_t tile[16 * 16];
+    __shared__ __align__(16) bf16_t tile[16 * 16]; // ldmatrix rows: 16-byte aligned
     int lane = threadIdx.x;
     for (int e = lane; e < 256; e += 32) tile[e] = f32_to_bf16((float)e);
     __syncwarp();
@@ -147,7 +147,7 @@ TEST(gpu_tc_ldmatrix_layout) {
 // only), after wait_group 0 (both); the last read is of another thread's copy after a barrier.
 // obs (32 threads, 4 observations): the first 4 bytes of the destination each time, as seen.
 __global__ static void tct_cp_async_kernel(uint32_t* obs, const uint32_t* src) {
-    __shared__ uint32_t dst[2][32 * 4];
+    __shared__ __align__(16) uint32_t dst[2][32 * 4]; // 16-byte cp.async destinations
     int t = threadIdx.x;
     tc_cp_async_16(&dst[0][4 * t], src + 4 * t); // group 1
     tc_cp_async_commit();
@@ -167,14 +167,32 @@ TEST(gpu_tc_cp_async_groups) {
     for (int i = 0; i < 256; i++) src[i] = 1000 + i;
     uint32_t* dsrc = (uint32_t*)gpu_copy_of(src, sizeof(src));
     uint32_t* dobs = (uint32_t*)gpu_zeros(sizeof(obs));
+#ifdef ZT_CUDA_EMU
+    // the emulator lands a copy at one end or the other (alternating per launch): first at issue, where
+    // every observation is the source's, then at the wait, below
+    int saved_mode = emu::g_cp_async_env;
+    emu::g_cp_async_env = 1;
     tct_cp_async_kernel<<<1, 32, 0, g_stream>>>(dobs, dsrc);
     cudaCheck(cudaGetLastError());
     cudaCheck(cudaStreamSynchronize(g_stream));
     gpu_to_host(obs, dobs, sizeof(obs));
+    int early = 0;
+    for (int t = 0; t < 32; t++)
+        early += obs[t * 4 + 0] != src[4 * t] || obs[t * 4 + 1] != (src[4 * t] ^ 0x80000000u);
+    CHECKF(early == 0, "landing at issue: %d observations are not the source's at once", early);
+    emu::g_cp_async_env = 0;
+#endif
+    tct_cp_async_kernel<<<1, 32, 0, g_stream>>>(dobs, dsrc);
+    cudaCheck(cudaGetLastError());
+    cudaCheck(cudaStreamSynchronize(g_stream));
+    gpu_to_host(obs, dobs, sizeof(obs));
+#ifdef ZT_CUDA_EMU
+    emu::g_cp_async_env = saved_mode;
+#endif
     int bad = 0;
     for (int t = 0; t < 32; t++) {
 #ifdef ZT_CUDA_EMU
-        bad += obs[t * 4 + 0] != 0xFFFFFFFFu;                 // nothing lands before a wait
+        bad += obs[t * 4 + 0] != 0xFFFFFFFFu;                 // landing at the wait: nothing lands before a wait
         bad += obs[t * 4 + 1] != src[4 * t];                  // wait_group 1: group 1 only
 #else
         bad += (obs[t * 4 + 1] & 0x7FFFFFFFu) != src[4 * t];  // a GPU may land group 2 early
@@ -347,6 +365,8 @@ TEST(gpu_attention_tc_planted_missing_wait) {
     float* d_lse = (float*)gpu_zeros(nlse * sizeof(float));
     CHECK(attention_uses_tc(T, C, NH, d_out, d_lse, d_qkv, NULL));
     double err[2];
+    int saved_mode = emu::g_cp_async_env;
+    emu::g_cp_async_env = 0; // copies land at the wait (at issue, a missing wait cannot show)
     for (int planted = 0; planted < 2; planted++) {
         emu_cp_async_skip_waits = planted;
         gpu_fill(d_out, 0xFF, nout * sizeof(floatX));
@@ -355,6 +375,7 @@ TEST(gpu_attention_tc_planted_missing_wait) {
         gpu_to_host(g_out, d_out, nout * sizeof(floatX));
         err[planted] = relerr_x(g_out, out, nout);
     }
+    emu::g_cp_async_env = saved_mode;
     printf("    forward out rel err: %.3e as written, %.3e without the cp.async waits\n", err[0], err[1]);
     CHECKF(err[0] < TOL_GPU_FWD, "the kernel as written fails: %.3e", err[0]);
     CHECKF(!(err[1] < TOL_GPU_FWD), "the missing wait went unnoticed: %.3e", err[1]);

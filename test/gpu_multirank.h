@@ -21,6 +21,24 @@ TEST(multirank_device_mismatch_stops_before_nccl) {
     printf("    both ranks stopped in %.1f s\n", test_now_s() - t0);
 }
 
+// cudaGetDeviceCount's error is said, not taken for "no GPU": with a driver older than the toolkit
+// (the emulator's ZT_EMU_DRIVER=old), -device cuda stops naming it (exit 1), and -device auto says
+// why it takes the CPU.
+TEST(gpu_device_count_error_named) {
+    char cmd[8192], out[1 << 16];
+    for (int k = 0; k < 2; k++) {
+        snprintf(cmd, sizeof(cmd), ZT_CLEAN_ENV "ZT_EMU_DRIVER=old OMP_NUM_THREADS=1 timeout 60 %s --train -threads 1 -i %s "
+                 ZT_MODEL " -b 2 -x 1 -v 0 -s 0 -device %s", g_test_self, zt_data(0), k ? "auto" : "cuda");
+        int rc = test_run_cmd(cmd, out, sizeof(out));
+        const char* want = k ? "note: -device auto takes the CPU: the CUDA runtime cannot use the GPUs: the NVIDIA driver is older"
+                             : "-device cuda: the CUDA runtime cannot use the GPUs: the NVIDIA driver is older";
+        CHECKF((k ? rc == 0 : rc == 1) && strstr(out, want), "-device %s with a too-old driver: exit %d, no message '%s':\n%s",
+               k ? "auto" : "cuda", rc, want, out);
+        const char* line = strstr(out, want);
+        if (line) printf("    -device %s: exit %d: %.*s\n", k ? "auto" : "cuda", rc, (int)strcspn(line, "\n"), line);
+    }
+}
+
 // Run R ranks of this binary as the trainer on the tiny ZeRO model; fills the log and the hashes.
 static int mr_run(int R, const char* device, int z, const char* name, const char* extra, ZtLog* lg, char* hash, char* out, size_t cap) {
     char flags[2048];
@@ -225,7 +243,9 @@ TEST(multirank_nccl_watchdog) {
     const char* flags = "-device cuda -b 2 -x 100000 -v 0 -s 0 -z 3 -comm-timeout 3";
     int status = 0;
     double t0 = test_now_s();
-    pid_t child = mr_spawn(2, "-x ZT_EMU_NCCL_STALL=1:30", flags, log);
+    // two emulated GPUs: rank 1 runs on GPU 1, so a thread of it that calls CUDA without cudaSetDevice stops the
+    // run (the watchdog's cudaEventQuery would make a context on GPU 0)
+    pid_t child = mr_spawn(2, "-x ZT_EMU_NCCL_STALL=1:30 -x ZT_EMU_GPUS=2", flags, log);
     int done = mr_reap(child, 120, &status);
     double took = test_now_s() - t0;
     char* s = zt_read_file(log);
@@ -238,7 +258,7 @@ TEST(multirank_nccl_watchdog) {
     if (line) printf("    stalled collective: job ended after %.1f s: %.*s\n", took, (int)strcspn(line, "\n"), line);
     free(s);
     // (2) SIGSTOP
-    child = mr_spawn(2, "", flags, log);
+    child = mr_spawn(2, "-x ZT_EMU_GPUS=2", flags, log);
     int victim = -1;
     t0 = test_now_s();
     while (test_now_s() - t0 < 90 && victim < 0) {

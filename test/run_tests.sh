@@ -48,10 +48,10 @@ gpu_check_emu() {
     [ $rc -eq 0 ] || { echo "gpu_check.sh --emu exited $rc"; tail -n 30 "$out.log"; rm -rf "$out" "$out.log"; return 1; }
     [ "$n" -eq 2 ] && [ -f "$out/summary.txt" ] && tar -tzf "$out/gpu_check_logs.tar.gz" | grep -q ops.log \
         || { echo "expected summary.txt and gpu_check_logs.tar.gz in OUT, found $n files"; rm -rf "$out" "$out.log"; return 1; }
-    for st in binaries ops sanitizer_memcheck sanitizer_racecheck sanitizer_synccheck model_vs_pytorch recompute_bitwise \
+    for st in binaries ops kernel_registers sanitizer_memcheck sanitizer_racecheck sanitizer_synccheck model_vs_pytorch recompute_bitwise \
               zero_bitwise grad_accumulation checkpoint_resume val_and_sampling fp32_build loss_falls_20_steps \
-              memory_vs_planner perf_d12 perf_d48 torch_perf no_cublaslt_fallback; do
-        case $st in sanitizer_*|perf_*|torch_perf) want=SKIP ;; *) want=PASS ;; esac
+              memory_vs_planner perf_d12 attention_bench perf_d48 torch_perf no_cublaslt_fallback; do
+        case $st in sanitizer_*|perf_*|torch_perf|attention_bench) want=SKIP ;; *) want=PASS ;; esac
         line=$(grep -E "^(PASS|FAIL|SKIP) +$st " "$out/summary.txt")
         [ "${line%% *}" = "$want" ] || { echo "stage $st: expected $want, got '${line:-no line}'"; rm -rf "$out" "$out.log"; return 1; }
     done

@@ -126,10 +126,27 @@ static inline double relerr_f(const float* a, const float* b, int64_t n) {
 #endif
 #include "gpu_attention_model.h" // cases: the tensor-core attention through the model, -r 0..3 and -z 0..3 bitwise
 
+#ifdef ZT_CUDA_EMU
+// nvcc's registers and shared memory per kernel (sm_90: the Makefile generates the table from the nvcc
+// build of the carried binaries), checked at every emulated launch (cuda_emu.h: check_resources)
+#define EMU_KERNEL_RESOURCES(kernel, name, regs, smem, stack, spill_st, spill_ld) \
+    {(const void*)(kernel), name, regs, smem, stack, spill_st, spill_ld},
+static const emu::KernelResources g_kernel_resources[] = {
+#ifdef ZT_KERNEL_RESOURCES
+#include ZT_KERNEL_RESOURCES
+#endif
+    {NULL, NULL, 0, 0, 0, 0, 0}};
+static const int g_kernel_resources_n =
+    emu::register_kernel_resources(g_kernel_resources, sizeof(g_kernel_resources) / sizeof(g_kernel_resources[0]));
+#include "gpu_resources.h" // cases: the resource table itself (no spills, occupancy of the tensor-core kernels)
+#endif
+
 static int gpu_main(int argc, char** argv) {
     int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-        printf("no GPU: test_gpu needs one (cudaGetDeviceCount)\n0 passed, 1 failed\n");
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        printf("no usable GPU: test_gpu needs one (cudaGetDeviceCount: %s)\n0 passed, 1 failed\n",
+               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
         return 1;
     }
     ssize_t len = readlink("/proc/self/exe", g_test_self, sizeof(g_test_self) - 1);

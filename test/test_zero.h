@@ -26,6 +26,24 @@ static void zt_blocks(int R, int64_t* P_io, int64_t* P_layer, int64_t* logical) 
 
 // The tiny model's blocks split into R aligned shards only with tail padding (tensors are padded
 // to 8 elements, so the block sizes are multiples of 8 but not of 8R), for every R = 2..4.
+#ifdef USE_MPI
+// MPI and threads (zero.h, comm_mpi_abort): the NCCL watchdog's thread may end the run (MPI_Abort)
+// while the main thread is inside MPI, which MPI allows only at MPI_THREAD_MULTIPLE. comm_init asks
+// for it and remembers what MPI granted (an MPI that grants less is not called from another thread).
+TEST(comm_mpi_thread_multiple) {
+    Comm c;
+    Launch L;
+    memset(&L, 0, sizeof(L));
+    comm_init(&c, NULL, NULL, &L);
+    int level = -1;
+    MPI_Query_thread(&level);
+    printf("    MPI grants thread level %d (MPI_THREAD_MULTIPLE = %d); comm_init recorded %d\n", level, MPI_THREAD_MULTIPLE,
+           g_mpi_provided);
+    CHECK(level == g_mpi_provided && level == MPI_THREAD_MULTIPLE);
+    comm_free(&c);
+}
+#endif
+
 TEST(zero_block_sizes_need_tail_padding) {
     int64_t Pio, Pl, lg;
     zt_blocks(1, &Pio, &Pl, &lg);

@@ -40,7 +40,15 @@
 // WHAT IT CHECKS (each stops the program with "cuda_emu: ..." naming the kernel, block and thread,
 // or makes the CUDA call return the error a GPU would, after a line on stderr saying why):
 //   - launch configurations: block and grid limits, __launch_bounds__, dynamic shared memory above
-//     48 KiB without cudaFuncSetAttribute, shared memory above the device's limit;
+//     48 KiB without cudaFuncSetAttribute, shared memory above the device's limit; and, from nvcc's
+//     own numbers (--resource-usage, sm_90), registers x threads over an SM's 65,536, static +
+//     dynamic shared memory, parameter bytes (see check_resources);
+//   - a runtime call from a thread that never set its device while the process uses GPU d > 0
+//     (ZT_EMU_GPUS GPUs); in fake_nccl.h: two threads in one communicator, any call after an abort;
+//   - asynchronous copies with page-locked host memory land when the host learns they are done (a
+//     source changed before then stops the run); pageable ones count as possible host waits;
+//   - shared arrays at exactly their declared alignment (16-byte accesses to an array declared
+//     with less fail); cp.async landing at issue or at the wait, alternating per launch;
 //   - kernel arguments that point outside device memory (host pointers, freed buffers);
 //   - 16-byte vector accesses (uint4, int4, float4 copied from or into memory) at addresses that are
 //     not 16-byte aligned;
@@ -56,7 +64,7 @@
 //
 //   - tensor-core instructions (mma.sync m16n8k16 BF16, ldmatrix x1/x2/x4 [.trans]) computed from
 //     the PTX ISA's fragment layouts, with every lane of the warp required; cp.async copies land
-//     only at the cp.async.wait_group that covers them (NaN until then).
+//     at issue or at the cp.async.wait_group that covers them (NaN until then), per launch.
 // WHAT IT CANNOT CHECK (the GPU session still has to):
 //   - time on the device: cudaEventElapsedTime gives the host's time between the two records
 //     (work runs when it is issued), so a stream's stall on another (cudaStreamWaitEvent) is ~0;
@@ -73,11 +81,15 @@
 //     algorithms and summation orders (fake_nccl.h follows its documentation: a ring, a tree);
 //   - a tensor core's own summation order inside mma (the emulator's is a documented model: see
 //     "THE ACCUMULATION ORDER IS A MODEL"), and a cp.async that lands between its issue and its
-//     wait (here it lands exactly at the wait: reads before it see NaN, never a half-landed tile);
-//   - performance, occupancy, register limits, bank conflicts, memory coalescing; out-of-bounds
-//     accesses smaller than a buffer's 256-byte rounding, or between two live shared arrays.
+//     wait (here at one end or the other: never a half-landed tile);
+//   - performance, occupancy, bank conflicts, memory coalescing (registers and shared memory are
+//     nvcc's numbers, checked against the limits: not how fast they run); out-of-bounds accesses
+//     smaller than a buffer's 256-byte rounding, or between two live shared arrays; NCCL's own
+//     buffers and connections (allocated lazily on a GPU), a real driver's pageable-copy stalls.
 //
 // Environment: ZT_EMU_ORDER=forward|reverse (default: alternate per kernel's launches),
+// ZT_EMU_CP_ASYNC=issue|wait (default: alternate, every second launch), ZT_EMU_GPUS=n (GPUs, 1),
+// ZT_EMU_DRIVER=old (cudaGetDeviceCount answers cudaErrorInsufficientDriver),
 // ZT_EMU_SM=80 (an A100's 163 KiB of shared memory per block instead of an H100's 227 KiB),
 // ZT_EMU_PROTECT=0 (leave device memory readable by host code), ZT_EMU_PROFILE=1 (seconds per
 // kernel, printed at exit). Runs on x86-64 Linux (other CPUs: slower fibers through ucontext).
@@ -100,8 +112,10 @@
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <string>
 #include <set>
@@ -149,6 +163,8 @@ typedef enum cudaError {
     cudaErrorMemoryAllocation = 2,
     cudaErrorInvalidConfiguration = 9,
     cudaErrorInvalidMemcpyDirection = 21,
+    cudaErrorInsufficientDriver = 35,
+    cudaErrorNoDevice = 100,
     cudaErrorInvalidDevice = 101,
     cudaErrorInvalidResourceHandle = 400,
     cudaErrorNotReady = 600,
@@ -188,6 +204,8 @@ static const char* cudaGetErrorString(cudaError_t e) {
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
+    case cudaErrorInsufficientDriver: return "CUDA driver version is insufficient for CUDA runtime version";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorNotReady: return "device not ready";
@@ -256,6 +274,25 @@ static const cudaDeviceProp& props() {
         init = true;
     }
     return p;
+}
+
+// ---- GPUs and host threads. ZT_EMU_GPUS=n (default 1) GPUs, all alike. Each OS thread has a current
+// device, as in CUDA's runtime: GPU 0 until the thread calls cudaSetDevice. A runtime call from a
+// thread that never set its device, in a process where another thread chose GPU d > 0, stops the run:
+// on a GPU it would make a context on GPU 0 (~0.5 GiB of another rank's GPU) and act on the wrong device.
+static int gpus() {
+    static int n = 0;
+    if (!n) { const char* e = getenv("ZT_EMU_GPUS"); n = e && atoi(e) > 0 ? (atoi(e) < 16 ? atoi(e) : 16) : 1; }
+    return n;
+}
+static thread_local int tl_device = -1;     // cudaSetDevice on this thread (-1: never: GPU 0)
+static std::atomic<int> g_chosen_device{0}; // the GPU > 0 a thread of this process chose (0: none)
+static void context_check(const char* call) {
+    int d = g_chosen_device.load();
+    if (tl_device < 0 && d > 0)
+        fail("%s from a thread that never called cudaSetDevice, while this process uses GPU %d: on a GPU this thread "
+             "works on GPU 0 (its first call makes a context there, ~0.5 GiB of another rank's GPU). HINT: "
+             "cudaSetDevice(%d) first in every thread that calls CUDA", call, d, d);
 }
 
 // ----------------------------------------------------------------------------
@@ -366,7 +403,8 @@ static bool host_range(const void* p, size_t bytes, const char* call, const char
 
 struct Clock { long seq = 0; std::map<const void*, long> known; }; // known: stream -> seq learned
 struct Stream { int flags; Clock clock; };
-struct Event { int flags; bool recorded; const void* stream; std::map<const void*, long> clock; double t = 0; }; // t: the host's clock at the record
+struct Event { int flags; bool recorded; const void* stream; std::map<const void*, long> clock; double t = 0; // t: the host's clock at the record
+               pthread_t by = pthread_t(); }; // the OS thread that recorded it (only that thread's queries teach the host: no locks)
 static std::set<const void*> g_streams, g_events;
 static Clock g_legacy_clock, g_host_clock; // the legacy default stream's; what the host has waited for
 
@@ -401,14 +439,46 @@ static bool ordered_after(cudaStream_t s, const void* of, long seq) {
 // One more operation issued on s; returns its number.
 static long stream_tick(cudaStream_t s) { return ++clock_of(s).seq; }
 // The host waited for everything issued on s so far (and so for everything s had waited for).
+static void land_pinned_copies();
 static void host_learns(cudaStream_t s) {
     Clock& c = clock_of(s);
     clock_merge(g_host_clock.known, c.known);
     if (g_host_clock.known[(const void*)s] < c.seq) g_host_clock.known[(const void*)s] = c.seq;
+    land_pinned_copies();
 }
 static void host_learns_all() {
     host_learns(nullptr);
     for (const void* s : g_streams) host_learns((cudaStream_t)s);
+}
+
+// ---- copies between the device and page-locked host memory (cudaMallocHost): asynchronous on a GPU.
+// Such a copy reads or writes the host side when its stream reaches it, which the host knows only at
+// a later synchronisation (stream, event or device synchronize, a successful cudaEventQuery). So here
+// a copy to the host lands only when the host learns that it is done (reading the destination before
+// sees the old bytes), and the source of a copy to the device must not change before then (checked at
+// that point: a changed source stops the run, naming the copy). Copies from or to pageable memory are
+// staged by the driver, which may wait for the stream: counted in g_host_syncs (possible host waits).
+static std::map<uintptr_t, size_t> g_pinned; // cudaMallocHost: base -> bytes
+struct PinnedCopy { const void* stream; long seq; void* host; std::vector<unsigned char> bytes; bool to_host; const char* call; };
+static std::vector<PinnedCopy> g_pinned_copies; // not yet known done by the host
+static bool is_pinned(const void* p, size_t n) {
+    auto it = g_pinned.upper_bound((uintptr_t)p);
+    if (it == g_pinned.begin()) return false;
+    --it;
+    return (uintptr_t)p >= it->first && (uintptr_t)p + n <= it->first + it->second;
+}
+// The host learned something: the copies it now knows done land (to the host) or are checked (from it).
+static void land_pinned_copies() {
+    for (size_t i = 0; i < g_pinned_copies.size();) {
+        PinnedCopy& c = g_pinned_copies[i];
+        if (!host_knows(c.stream, c.seq)) { i++; continue; }
+        if (c.to_host) memcpy(c.host, c.bytes.data(), c.bytes.size());
+        else if (memcmp(c.host, c.bytes.data(), c.bytes.size()))
+            fail("%s of %zu bytes from page-locked memory at %p: the host changed its source before it knew the copy was done "
+                 "(on a GPU the copy reads the source when its stream reaches it: it would move the new bytes). HINT: record an "
+                 "event after the copy and wait for it (or query it) before reusing the buffer", c.call, c.bytes.size(), c.host);
+        g_pinned_copies.erase(g_pinned_copies.begin() + i);
+    }
 }
 
 struct PendingWrite { const void* stream; long seq; uintptr_t lo, hi; std::string what; };
@@ -505,7 +575,7 @@ static const char* warp_op_name[] = {"__shfl_xor_sync", "__shfl_down_sync", "__s
 // cp.async (see "Asynchronous copies" below): a copy issued by a thread and not yet landed. The
 // source bytes are taken at issue; the destination holds 0xFF (NaN) until the thread's wait_group
 // that covers the copy's commit group.
-struct CpAsync { void* dst; unsigned char data[16]; int bytes; long group; };
+struct CpAsync { void* dst; const void* src; int bytes; long group; };
 static const int kMaxCpAsync = 64; // copies in flight per thread (a GPU's limit is larger; ours is a check)
 
 struct Fiber {
@@ -544,6 +614,7 @@ struct Worker {
     ucontext_t sched;
 #endif
     Fiber* cur = nullptr;     // the running fiber
+    int cp_at_issue = 0;      // this launch's cp.async copies land at issue (else at the wait)
     char* smem = nullptr;     // arena; its last page is a guard
     char* dyn = nullptr;      // dynamic shared memory: ends at the guard page
     size_t static_used = 0;   // static __shared__ bytes handed out in this block
@@ -806,6 +877,7 @@ static void resolve_barrier(Worker* w, int nthreads) {
 }
 
 static int g_order_env = -1;                  // -1: alternate, 0: forward, 1: reverse
+static int g_cp_async_env = -1;              // ZT_EMU_CP_ASYNC: -1: alternate, 0: land at the wait, 1: at issue
 static std::map<const void*, long> g_launches; // launches per kernel
 
 // Run one block: start a fiber per thread, run them until all have returned.
@@ -987,10 +1059,14 @@ static inline void emu_ldmatrix(uint32_t* r, int x, int trans, const void* row, 
     memcpy(r, res, (size_t)x * 4);
 }
 
-// cp.async.{ca,cg}.shared.global [dst], [src], bytes (4, 8 or 16; cg: 16) and its groups. A copy
-// lands (its bytes appear at dst) only when this thread's cp.async.wait_group covers its group;
-// until then dst reads 0xFF (NaN), so reading it without the wait fails, and so does a copy issued
-// over data other warps still read. (Other threads see landed data after a barrier, as on a GPU.)
+// cp.async.{ca,cg}.shared.global [dst], [src], bytes (4, 8 or 16; cg: 16) and its groups. On a GPU a
+// copy lands at some point between its issue and the cp.async.wait_group that covers its group; a
+// kernel may rely on neither end. So the emulator lands it at one end or the other, alternating
+// with the kernel's launches (ZT_EMU_CP_ASYNC=issue|wait fixes one): at the wait, dst reads 0xFF
+// (NaN) until then and the source is read at the wait (reading dst without the wait fails, so does
+// a copy issued over data other warps still read, or a source changed before the wait); at issue,
+// dst holds the bytes at once (a kernel that reads dst's old bytes after the issue gets the new).
+// (Other threads see landed data after a barrier, as on a GPU.)
 static inline void emu_cp_async(void* dst, const void* src, int bytes, const char* file = __builtin_FILE(),
                                 int line = __builtin_LINE()) {
     emu::Worker* w = emu::tl_worker;
@@ -1006,11 +1082,12 @@ static inline void emu_cp_async(void* dst, const void* src, int bytes, const cha
     if (f->cp_n == emu::kMaxCpAsync)
         emu::fail("cp.async at %s:%d: more than %d copies in flight in one thread (a missing wait_group?)", file, line,
                   emu::kMaxCpAsync);
+    if (w->cp_at_issue) { memcpy(dst, src, (size_t)bytes); return; }
     emu::CpAsync& c = f->cp[f->cp_n++];
     c.dst = dst;
+    c.src = src;
     c.bytes = bytes;
     c.group = f->cp_committed + 1;
-    memcpy(c.data, src, (size_t)bytes);
     memset(dst, 0xFF, (size_t)bytes);
 }
 static inline void emu_cp_async_commit() { emu::tl_worker->cur->cp_committed++; }
@@ -1024,7 +1101,7 @@ static inline void emu_cp_async_wait(int n) {
     int keep = 0;
     for (int i = 0; i < f->cp_n; i++) {
         emu::CpAsync& c = f->cp[i];
-        if (c.group <= f->cp_committed - n) memcpy(c.dst, c.data, (size_t)c.bytes);
+        if (c.group <= f->cp_committed - n) memcpy(c.dst, c.src, (size_t)c.bytes);
         else f->cp[keep++] = c;
     }
     f->cp_n = keep;
@@ -1033,11 +1110,19 @@ static inline void emu_cp_async_wait(int n) {
 namespace emu {
 // A static `__shared__ T name[dims];` (emulate.py writes EMU_SHARED(T, name, [dims])): the block's
 // threads get the same bytes, handed out in the order of first use and filled with 0xFF per block.
+// Declared alignment is honoured and no more: an array declared with alignment A < 128 starts at an
+// odd multiple of A (aligned to A, never to 2A), so an access that needs more than its declaration
+// promises (a 16-byte cp.async, ldmatrix row or vector into a float array) fails here, as it may on a
+// GPU, where the placement is the compiler's choice.
+static size_t exactly_aligned(size_t off, size_t align) {
+    if (align >= 128) return (off + align - 1) / align * align;
+    return (off + align) / (2 * align) * (2 * align) + align;
+}
 static void* static_shared(size_t bytes, size_t align, const void* site) {
     Worker* w = tl_worker;
     for (auto& s : w->sites)
         if (s.first == site) return w->smem + s.second;
-    size_t off = (w->static_used + align - 1) / align * align;
+    size_t off = exactly_aligned(w->static_used, align);
     w->static_used = off + bytes;
     if (w->static_used > props().sharedMemPerBlock)
         fail("static __shared__ arrays take %zu bytes, over the 48 KiB a block may declare statically", w->static_used);
@@ -1050,14 +1135,24 @@ static void* static_shared(size_t bytes, size_t align, const void* site) {
 }
 } // namespace emu
 
-#define EMU_SHARED(T, name, dims)                                                              \
+#define EMU_SHARED(T, name, dims, align)                                                       \
     typedef T emu_shared_##name##_t dims;                                                      \
     static const char emu_site_##name = 0;                                                     \
     emu_shared_##name##_t& name =                                                              \
-        *(emu_shared_##name##_t*)emu::static_shared(sizeof(emu_shared_##name##_t), alignof(T), &emu_site_##name)
+        *(emu_shared_##name##_t*)emu::static_shared(sizeof(emu_shared_##name##_t), align, &emu_site_##name)
 
-// `extern __shared__ T name[];` (emulate.py writes T* name = (T*)emu_dynamic_shared();)
-static inline void* emu_dynamic_shared() { return emu::tl_worker->dyn; }
+// `extern __shared__ T name[];` (emulate.py writes T* name = (T*)emu_dynamic_shared(alignof(T)), or
+// the __align__ given): 16-byte aligned when declared so (ending at the guard page), else at an
+// address aligned to the declaration only (a few bytes before the guard page).
+static inline void* emu_dynamic_shared(size_t align) {
+    emu::Worker* w = emu::tl_worker;
+    if (align >= 16) return w->dyn;
+    uintptr_t end = (uintptr_t)(w->smem + emu::kSmemBytes);
+    uintptr_t p = (end - w->dyn_bytes) / align * align;
+    if (p % 16 == 0) p -= align;
+    return (void*)p;
+}
+#define __align__(n) alignas(n)
 
 // ----------------------------------------------------------------------------
 // Launches: emulate.py rewrites  kernel<<<grid, block, smem, stream>>>(args);  into
@@ -1067,10 +1162,54 @@ static inline void* emu_dynamic_shared() { return emu::tl_worker->dyn; }
 namespace emu {
 static cudaError_t g_last_error = cudaSuccess;
 
+// ---- nvcc's resources per kernel (sm_90): registers a thread, static shared memory, stack, spills,
+// from `nvcc --resource-usage` in the build of the carried binaries (test/cuda_emu/resources.py writes
+// the table; test/test_gpu.cu registers it). Checked at every launch as a GPU's launch checks them:
+// registers (allocated per warp in units of 256) x warps <= 65,536 per block, static shared memory
+// <= 48 KiB and static + dynamic <= the opt-in limit, the parameters within 32,764 bytes (CUDA 12.1
+// and later on Volta and later: this project builds with CUDA 13; sumsq_chunks_kernel's table takes
+// ~12 KiB, over the 4 KiB of older toolkits and drivers). A kernel missing from the table stops
+// the run (the table is stale: rebuild it) unless no table was built (no nvcc: g_resources empty).
+struct KernelResources { const void* fn; const char* name; int regs, smem, stack, spill_st, spill_ld; };
+static std::map<const void*, KernelResources> g_resources;
+static int register_kernel_resources(const KernelResources* t, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (t[i].fn) g_resources[t[i].fn] = t[i];
+    return (int)g_resources.size();
+}
+static const int kRegsPerSM = 65536, kRegsPerThreadMax = 255;
+static const size_t kMaxParamBytes = 32764;
+// A kernel's parameters as CUDA lays them out: each at its alignment, in order.
+template <class... P> static size_t param_bytes() {
+    size_t off = 0;
+    ((off = (off + alignof(P) - 1) / alignof(P) * alignof(P) + sizeof(P)), ...);
+    return off;
+}
+static cudaError_t check_resources(const char* name, const void* kernel, long threads, size_t dyn, size_t params) {
+    if (params > kMaxParamBytes)
+        return note(cudaErrorInvalidValue, "launch of %s: %zu bytes of kernel parameters, over CUDA's %zu", name, params, kMaxParamBytes);
+    if (g_resources.empty()) return cudaSuccess;
+    auto it = g_resources.find(kernel);
+    if (it == g_resources.end())
+        fail("launch of %s: the kernel is not in nvcc's resource table (build/gpu/kernel_resources.h is stale or the "
+             "kernel was never compiled by nvcc). HINT: make gpu-binaries, then rebuild this binary", name);
+    const KernelResources& r = it->second;
+    long warps = (threads + 31) / 32, per_warp = ((long)r.regs * 32 + 255) / 256 * 256;
+    if (r.regs > kRegsPerThreadMax || per_warp * warps > kRegsPerSM)
+        return note(cudaErrorLaunchOutOfResources, "launch of %s (%s): %ld threads x %d registers (nvcc, sm_90) need %ld "
+                    "registers, over the %d of an SM. HINT: __launch_bounds__(%ld) on the kernel makes nvcc fit them",
+                    name, r.name, threads, r.regs, per_warp * warps, kRegsPerSM, threads);
+    if ((size_t)r.smem > props().sharedMemPerBlock || r.smem + dyn > props().sharedMemPerBlockOptin)
+        return note(cudaErrorInvalidValue, "launch of %s (%s): %d bytes of static and %zu of dynamic shared memory, over "
+                    "the limits (48 KiB static, %zu in all)", name, r.name, r.smem, dyn, props().sharedMemPerBlockOptin);
+    return cudaSuccess;
+}
+
 template <class... P, class... A>
 static void launch(const char* name, void (*kernel)(P...), int bound, dim3 grid, dim3 block, size_t smem,
                    cudaStream_t stream, A&&... args) {
     static_assert(sizeof...(P) == sizeof...(A), "a kernel launch needs one argument per parameter");
+    context_check(name);
     long threads = (long)block.x * block.y * block.z;
     cudaError_t e = cudaSuccess;
     if (!stream_ok(stream, name)) e = cudaErrorInvalidResourceHandle;
@@ -1089,6 +1228,7 @@ static void launch(const char* name, void (*kernel)(P...), int bound, dim3 grid,
     else if (smem > props().sharedMemPerBlockOptin)
         e = note(cudaErrorInvalidValue, "launch of %s: %zu bytes of dynamic shared memory, over the device's %zu", name, smem,
                  props().sharedMemPerBlockOptin);
+    else e = check_resources(name, (const void*)kernel, threads, smem, param_bytes<P...>());
     if (e != cudaSuccess) { g_last_error = e; return; }
     KernelCall<P...> call{kernel, std::tuple<P...>(std::forward<A>(args)...)};
     stream_tick(stream);
@@ -1097,7 +1237,9 @@ static void launch(const char* name, void (*kernel)(P...), int bound, dim3 grid,
         std::apply([&](const auto&... v) { (check_pointer_arg(name, stream, i++, v), ...); }, call.params);
     }
     ProfScope prof(name);
-    int reverse = g_order_env >= 0 ? g_order_env : (int)(g_launches[(const void*)kernel]++ & 1);
+    long nth = g_launches[(const void*)kernel]++;
+    int reverse = g_order_env >= 0 ? g_order_env : (int)(nth & 1);
+    int cp_at_issue = g_cp_async_env >= 0 ? g_cp_async_env : (int)(nth >> 1 & 1); // (with the order: 4 combinations)
     long nblocks = (long)grid.x * grid.y * grid.z;
     DeviceMode dm;
     auto run_range = [&](long b) {
@@ -1109,6 +1251,7 @@ static void launch(const char* name, void (*kernel)(P...), int bound, dim3 grid,
         w->body = &KernelCall<P...>::run;
         w->params = &call;
         w->where.kernel = name;
+        w->cp_at_issue = cp_at_issue;
         tl_where = &w->where;
         uint3 bidx = {(unsigned)(b % grid.x), (unsigned)(b / grid.x % grid.y), (unsigned)(b / ((long)grid.x * grid.y))};
         run_block(w, bidx, reverse);
@@ -1215,22 +1358,37 @@ static cudaError_t cudaGetLastError() {
     emu::g_last_error = cudaSuccess;
     return e;
 }
-static cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
-static cudaError_t cudaSetDevice(int d) {
-    return d == 0 ? cudaSuccess : emu::note(cudaErrorInvalidDevice, "cudaSetDevice(%d): the emulation has one GPU", d);
+// ZT_EMU_DRIVER=old: the runtime's answer on a machine whose driver is older than the toolkit.
+static cudaError_t cudaGetDeviceCount(int* n) {
+    const char* d = getenv("ZT_EMU_DRIVER");
+    *n = 0;
+    if (d && !strcmp(d, "old")) return emu::g_last_error = cudaErrorInsufficientDriver;
+    *n = emu::gpus();
+    return cudaSuccess;
 }
+static cudaError_t cudaSetDevice(int d) {
+    if (d < 0 || d >= emu::gpus())
+        return emu::note(cudaErrorInvalidDevice, "cudaSetDevice(%d): the emulation has %d GPU(s) (ZT_EMU_GPUS)", d, emu::gpus());
+    emu::tl_device = d;
+    if (d > 0) emu::g_chosen_device.store(d);
+    return cudaSuccess;
+}
+static cudaError_t cudaGetDevice(int* d) { *d = emu::tl_device < 0 ? 0 : emu::tl_device; return cudaSuccess; }
 static cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
-    if (d != 0) return emu::note(cudaErrorInvalidDevice, "cudaGetDeviceProperties(%d): the emulation has one GPU", d);
+    if (d < 0 || d >= emu::gpus())
+        return emu::note(cudaErrorInvalidDevice, "cudaGetDeviceProperties(%d): the emulation has %d GPU(s) (ZT_EMU_GPUS)", d, emu::gpus());
     *p = emu::props();
     return cudaSuccess;
 }
 static cudaError_t cudaMemGetInfo(size_t* free_b, size_t* total_b) {
+    emu::context_check("cudaMemGetInfo");
     *free_b = emu::g_mem_total - emu::g_mem_used;
     *total_b = emu::g_mem_total;
     return cudaSuccess;
 }
 
 static cudaError_t cudaMalloc(void** p, size_t bytes) {
+    emu::context_check("cudaMalloc");
     *p = nullptr;
     if (bytes == 0) return cudaSuccess;
     if (bytes > emu::g_mem_total - emu::g_mem_used)
@@ -1261,6 +1419,7 @@ static cudaError_t cudaMalloc(void** p, size_t bytes) {
 template <class T> static cudaError_t cudaMalloc(T** p, size_t bytes) { return cudaMalloc((void**)p, bytes); }
 
 static cudaError_t cudaFree(void* p) {
+    emu::context_check("cudaFree");
     if (!p) return cudaSuccess;
     auto it = emu::g_allocs.find((uintptr_t)p);
     if (it == emu::g_allocs.end())
@@ -1278,6 +1437,7 @@ static cudaError_t cudaFree(void* p) {
 static cudaError_t emu_memcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t stream, bool sync,
                               const char* call) {
     if (n == 0) return cudaSuccess;
+    emu::context_check(call);
     if (kind == cudaMemcpyDefault)
         kind = (cudaMemcpyKind)((emu::is_device(src) ? 2 : 0) + (emu::is_device(dst) ? 1 : 0));
     bool ok = true;
@@ -1303,6 +1463,16 @@ static cudaError_t emu_memcpy(void* dst, const void* src, size_t n, cudaMemcpyKi
         else emu::cross_stream_write(stream, dst, n, call);
     }
     emu::DeviceMode dm;
+    const void* host = kind == cudaMemcpyHostToDevice ? src : kind == cudaMemcpyDeviceToHost ? dst : nullptr;
+    if (!sync && host && !emu::is_pinned(host, n)) emu::g_host_syncs++; // pageable: staged by the driver, may wait
+    if (!sync && host && emu::is_pinned(host, n)) { // lands (to the host) or is checked (from it) when the host learns it is done
+        emu::PinnedCopy c{(const void*)stream, emu::clock_of(stream).seq, (void*)host,
+                          std::vector<unsigned char>((const unsigned char*)src, (const unsigned char*)src + n),
+                          kind == cudaMemcpyDeviceToHost, call};
+        if (kind == cudaMemcpyHostToDevice) memcpy(dst, src, n);
+        emu::g_pinned_copies.push_back(std::move(c));
+        return cudaSuccess;
+    }
     memcpy(dst, src, n);
     if (sync && kind == cudaMemcpyDeviceToHost) { emu::host_waited(nullptr); emu::host_learns(nullptr); } // returns when the copy is done
     return cudaSuccess;
@@ -1315,6 +1485,7 @@ static cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMem
     return emu_memcpy(dst, src, n, kind, s, false, "cudaMemcpyAsync");
 }
 static cudaError_t emu_memset(void* p, int value, size_t n, cudaStream_t s, const char* call) {
+    emu::context_check(call);
     if (!emu::stream_ok(s, call)) return cudaErrorInvalidResourceHandle;
     if (!emu::device_range(p, n, call, "destination")) return cudaErrorInvalidValue;
     if (n) emu::stream_access(s, p, true, call);
@@ -1332,17 +1503,20 @@ static cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t s 
 static cudaError_t cudaMemset(void* p, int value, size_t n) { return emu_memset(p, value, n, nullptr, "cudaMemset"); }
 
 static cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
+    emu::context_check("cudaStreamCreateWithFlags");
     *s = (cudaStream_t) new emu::Stream{(int)flags, {}};
     emu::g_streams.insert((const void*)*s);
     return cudaSuccess;
 }
 static cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    emu::context_check("cudaStreamDestroy");
     if (!s || !emu::g_streams.erase((const void*)s))
         return emu::note(cudaErrorInvalidResourceHandle, "cudaStreamDestroy(%p): not a live stream", (void*)s);
     delete (emu::Stream*)s;
     return cudaSuccess;
 }
 static cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    emu::context_check("cudaStreamSynchronize");
     if (!emu::stream_ok(s, "cudaStreamSynchronize")) return cudaErrorInvalidResourceHandle;
     emu::g_host_syncs++;
     emu::host_waited(s);
@@ -1350,33 +1524,53 @@ static cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     return cudaSuccess;
 }
 static cudaError_t cudaDeviceSynchronize() {
+    emu::context_check("cudaDeviceSynchronize");
     emu::g_host_syncs++;
     emu::host_waited(nullptr, true);
+    emu::host_learns_all();
     return cudaSuccess;
 }
-// Pinned host memory: plain host memory here (what matters is that it is host memory).
+// Pinned host memory: host memory, remembered (its asynchronous copies land late: see land_pinned_copies).
 static cudaError_t cudaMallocHost(void** p, size_t bytes) {
+    emu::context_check("cudaMallocHost");
     *p = calloc(1, bytes > 0 ? bytes : 1);
-    return *p ? cudaSuccess : emu::note(cudaErrorMemoryAllocation, "cudaMallocHost(%zu): out of host memory", bytes);
+    if (!*p) return emu::note(cudaErrorMemoryAllocation, "cudaMallocHost(%zu): out of host memory", bytes);
+    emu::g_pinned[(uintptr_t)*p] = bytes > 0 ? bytes : 1;
+    return cudaSuccess;
 }
-static cudaError_t cudaFreeHost(void* p) { free(p); return cudaSuccess; }
+static cudaError_t cudaFreeHost(void* p) {
+    if (!p) return cudaSuccess;
+    auto it = emu::g_pinned.find((uintptr_t)p);
+    if (it == emu::g_pinned.end()) return emu::note(cudaErrorInvalidValue, "cudaFreeHost(%p): not from cudaMallocHost", p);
+    for (const emu::PinnedCopy& c : emu::g_pinned_copies)
+        if ((uintptr_t)c.host >= it->first && (uintptr_t)c.host < it->first + it->second)
+            emu::fail("cudaFreeHost(%p) while %s of %zu bytes at %p may not have finished (no synchronisation since): "
+                      "on a GPU it would read or write freed memory", p, c.call, c.bytes.size(), c.host);
+    emu::g_pinned.erase(it);
+    free(p);
+    return cudaSuccess;
+}
 static cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
+    emu::context_check("cudaEventCreateWithFlags");
     *e = (cudaEvent_t) new emu::Event{(int)flags, false, nullptr, {}};
     emu::g_events.insert((const void*)*e);
     return cudaSuccess;
 }
 static cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    emu::context_check("cudaEventDestroy");
     if (!e || !emu::g_events.erase((const void*)e))
         return emu::note(cudaErrorInvalidResourceHandle, "cudaEventDestroy(%p): not a live event", (void*)e);
     delete (emu::Event*)e;
     return cudaSuccess;
 }
 static cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr) {
+    emu::context_check("cudaEventRecord");
     if (!e || !emu::g_events.count((const void*)e))
         return emu::note(cudaErrorInvalidResourceHandle, "cudaEventRecord(%p): not a live event", (void*)e);
     if (!emu::stream_ok(s, "cudaEventRecord")) return cudaErrorInvalidResourceHandle;
     emu::Event* ev = (emu::Event*)e;
     ev->recorded = true;
+    ev->by = pthread_self();
     ev->stream = (const void*)s; // the event carries its stream's clock
     ev->clock = emu::clock_of(s).known;
     ev->clock[(const void*)s] = emu::clock_of(s).seq;
@@ -1389,6 +1583,7 @@ static cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr) {
 // work between them ran as it was issued); on a GPU, when the stream reached each. As on a GPU,
 // an event never recorded, or created with cudaEventDisableTiming, is an error.
 static cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
+    emu::context_check("cudaEventElapsedTime");
     emu::Event* ev[2] = {(emu::Event*)a, (emu::Event*)b};
     for (int k = 0; k < 2; k++) {
         if (!ev[k] || !emu::g_events.count((const void*)ev[k]))
@@ -1401,15 +1596,23 @@ static cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b)
     *ms = (float)((ev[1]->t - ev[0]->t) * 1e3);
     return cudaSuccess;
 }
-// Work completes when it is issued: an event is always reached (as CUDA says for one never recorded).
+// Work completes when it is issued: an event is always reached (as CUDA says for one never recorded),
+// and the host learns what the event orders.
 static cudaError_t cudaEventQuery(cudaEvent_t e) {
+    emu::context_check("cudaEventQuery");
     if (!e || !emu::g_events.count((const void*)e))
         return emu::note(cudaErrorInvalidResourceHandle, "cudaEventQuery(%p): not a live event", (void*)e);
+    emu::Event* ev = (emu::Event*)e;
+    if (ev->recorded && pthread_equal(ev->by, pthread_self())) { // (the watchdog's queries: another thread, no state)
+        emu::clock_merge(emu::g_host_clock.known, ev->clock);
+        emu::land_pinned_copies();
+    }
     return cudaSuccess;
 }
 // The host waits for the work recorded before the event on its stream (a never-recorded event: at
 // once), and so learns the event's clock.
 static cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    emu::context_check("cudaEventSynchronize");
     if (!e || !emu::g_events.count((const void*)e))
         return emu::note(cudaErrorInvalidResourceHandle, "cudaEventSynchronize(%p): not a live event", (void*)e);
     emu::g_host_syncs++;
@@ -1417,11 +1620,13 @@ static cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     if (ev->recorded) {
         emu::host_waited((cudaStream_t)ev->stream);
         emu::clock_merge(emu::g_host_clock.known, ev->clock);
+        emu::land_pinned_copies();
     }
     return cudaSuccess;
 }
 // Waiting on an event never recorded succeeds at once on a GPU (it orders nothing): here it stops.
 static cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags = 0) {
+    emu::context_check("cudaStreamWaitEvent");
     (void)flags;
     if (!e || !emu::g_events.count((const void*)e))
         return emu::note(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent: event %p is not a live event", (void*)e);
@@ -1432,6 +1637,7 @@ static cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned f
 }
 
 template <class T> static cudaError_t cudaFuncSetAttribute(T* kernel, cudaFuncAttribute attr, int value) {
+    emu::context_check("cudaFuncSetAttribute");
     if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize)
         return emu::note(cudaErrorInvalidValue, "cudaFuncSetAttribute: attribute %d is not emulated", (int)attr);
     if (value < 0 || (size_t)value > emu::props().sharedMemPerBlockOptin)
@@ -1487,6 +1693,9 @@ static void install_segv_handler() {
     const char* o = getenv("ZT_EMU_ORDER");
     if (o && !strcmp(o, "forward")) g_order_env = 0;
     if (o && !strcmp(o, "reverse")) g_order_env = 1;
+    const char* cp = getenv("ZT_EMU_CP_ASYNC");
+    if (cp && !strcmp(cp, "wait")) g_cp_async_env = 0;
+    if (cp && !strcmp(cp, "issue")) g_cp_async_env = 1;
 }
 // The main thread's alternate signal stack and the handler, before main runs.
 static int g_init = (worker(), 0);

@@ -11,8 +11,11 @@ __LINE__ (die(), the emulator's reports) point into the real sources:
   kernel<<<grid, block, smem, stream>>>(args);
       -> emu::launch("kernel", kernel, BOUND, dim3(grid), dim3(block), smem, stream, args);
          BOUND is the kernel's __launch_bounds__ expression (found in any FILE), or 0
-  extern __shared__ T name[];       -> T* name = (T*)emu_dynamic_shared();
-  __shared__ T name[A][B];          -> EMU_SHARED(T, name, [A][B]);   (one copy per block)
+  extern __shared__ T name[];       -> T* name = (T*)emu_dynamic_shared(alignof(T));
+  __shared__ T name[A][B];          -> EMU_SHARED(T, name, [A][B], alignof(T));   (one copy per block)
+      (with __align__(N) after __shared__: N instead of alignof(T); the emulator places each array
+      at exactly its declared alignment, never more, so a 16-byte access to an array declared
+      with less fails as it may on a GPU)
   __CUDACC__                        -> ZT_CUDA_EMU   (so g++'s own headers do not take us for nvcc)
   __host__ __device__               -> EMU_HOST_DEVICE
   #pragma nv_diag_suppress, unroll  -> a comment
@@ -109,7 +112,7 @@ def launch_bounds(sources):
             name = re.match(r'\s*(\w+)\s*\(', s[close:])
             if not name:
                 raise ValueError('__launch_bounds__ at line %d: no kernel name after it' % line_of(s, m.start()))
-            bounds[name.group(1)] = s[m.end():close - 1].strip()
+            bounds[name.group(1)] = split_top(s[m.end():close - 1])[0]  # max threads (not min blocks)
     return bounds
 
 
@@ -156,22 +159,28 @@ def rewrite_shared(s, path):
     mask = code_mask(s)
     count = [0]
 
+    # the declared alignment (__align__(N), else the type's) goes to the emulator, which honours no more
+    def align(m, t):
+        return m.group(1) if m.group(1) else 'alignof(%s)' % t
+
     def dynamic(m):
         if not mask[m.start()]:
             return m.group(0)
         count[0] += 1
-        return '%s* %s = (%s*)emu_dynamic_shared();' % (m.group(1), m.group(2), m.group(1))
+        t = m.group(2)
+        return '%s* %s = (%s*)emu_dynamic_shared(%s);' % (t, m.group(3), t, align(m, t))
 
     def static(m):
         if not mask[m.start()]:
             return m.group(0)
         count[0] += 1
-        return 'EMU_SHARED(%s, %s, %s);' % (m.group(1), m.group(2), re.sub(r'\s+', '', m.group(3)))
+        t = m.group(2)
+        return 'EMU_SHARED(%s, %s, %s, %s);' % (t, m.group(3), re.sub(r'\s+', '', m.group(4)), align(m, t))
 
     # both patterns are matched on the original text (same length up to the match), so mask applies
-    s2 = re.sub(r'extern\s+__shared__\s+([\w:]+)\s+(\w+)\s*\[\s*\]\s*;', dynamic, s)
+    s2 = re.sub(r'extern\s+__shared__\s+(?:__align__\s*\(\s*(\d+)\s*\)\s+)?([\w:]+)\s+(\w+)\s*\[\s*\]\s*;', dynamic, s)
     mask = code_mask(s2)
-    s3 = re.sub(r'(?<!extern )__shared__\s+([\w:]+)\s+(\w+)\s*((?:\[[^\]]+\]\s*)*);', static, s2)
+    s3 = re.sub(r'(?<!extern )__shared__\s+(?:__align__\s*\(\s*(\d+)\s*\)\s+)?([\w:]+)\s+(\w+)\s*((?:\[[^\]]+\]\s*)*);', static, s2)
     left = [m.start() for m in re.finditer(r'\b__shared__\b', s3) if code_mask(s3)[m.start()]]
     if left:
         raise ValueError('%s:%d: a __shared__ declaration emulate.py does not understand' % (path, line_of(s3, left[0])))

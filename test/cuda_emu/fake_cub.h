@@ -62,6 +62,15 @@ struct DeviceRadixSort {
                     return emu::note(cudaErrorInvalidValue, "%s: %s and %s overlap", call, r[i].what, r[j].what);
         for (int i = 0; i < 5; i++)
             if (r[i].bytes) emu::stream_access(stream, r[i].p, r[i].out, call);
+        // an operation of its stream, checked across streams as a kernel is (by range)
+        emu::stream_tick(stream);
+        for (int i = 0; i < 5; i++)
+            if (r[i].bytes && !r[i].out) emu::cross_stream_check(stream, r[i].p, r[i].bytes, false, call);
+        for (int i = 0; i < 5; i++)
+            if (r[i].bytes && r[i].out) {
+                if (emu::legacy(stream)) emu::cross_stream_check(stream, r[i].p, r[i].bytes, true, call);
+                else emu::cross_stream_write(stream, r[i].p, r[i].bytes, call);
+            }
         emu::ProfScope prof("cub::DeviceRadixSort::SortPairs (fake)");
         emu::DeviceMode dm;
         KeyT mask = end_bit - begin_bit >= (int)sizeof(KeyT) * 8 ? (KeyT)~(KeyT)0 : (KeyT)(((KeyT)1 << (end_bit - begin_bit)) - 1);

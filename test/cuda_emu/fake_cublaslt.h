@@ -375,6 +375,13 @@ static cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d,
         if (i < 2 || beta != 0.0f) emu::stream_access(stream, ptr[i], false, "cublasLtMatmul");
     if (bias) emu::stream_access(stream, d->bias, false, "cublasLtMatmul");
     emu::stream_access(stream, D, true, "cublasLtMatmul");
+    // an operation of its stream, checked across streams as a kernel is (its ranges are known: by range)
+    emu::stream_tick(stream);
+    for (int i = 0; i < 3; i++)
+        if (i < 2 || beta != 0.0f) emu::cross_stream_check(stream, ptr[i], emu_lt::extent_bytes(l[i]), false, "cublasLtMatmul");
+    if (bias) emu::cross_stream_check(stream, d->bias, m * emu_lt::type_size(bias_type), false, "cublasLtMatmul");
+    if (emu::legacy(stream)) emu::cross_stream_check(stream, D, emu_lt::extent_bytes(l[3]), true, "cublasLtMatmul");
+    else emu::cross_stream_write(stream, D, emu_lt::extent_bytes(l[3]), "cublasLtMatmul");
     // the product: op(A) as (m, k) rows and op(B)^T as (n, k) rows, FP32, then dot products
     emu::ProfScope prof("cublasLtMatmul (fake)");
     emu::DeviceMode dm;

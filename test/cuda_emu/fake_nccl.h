@@ -36,8 +36,12 @@
 // communicator returns ncclInProgress (NCCL may, whenever it likes), the state stays in progress for
 // two polls, and a call made before the state is ncclSuccess stops the run naming it: so every
 // NCCL call of the program is proven to wait (zero.h: nccl_settle).
-// ncclCommAbort (by a watchdog thread while the main thread waits in a collective) makes that wait
-// return ncclRemoteError, in every rank (a flag in the file), as an aborted kernel would end.
+// ncclCommAbort makes a collective waiting in another rank return ncclRemoteError (a flag in the
+// file), as an aborted kernel would end. THREADS: NCCL forbids two threads in calls on one
+// communicator at once, and the abort frees it for every thread: a call entering while another
+// thread is inside one, an abort while another thread is inside one, and any call after the abort
+// stop the run (Turn). (A collective waiting for a peer waits inside its call here; on a GPU the
+// call returns and the kernel waits.)
 // Fault injection: ZT_EMU_NCCL_STALL=rank:n hangs that rank's n-th collective until an abort.
 //
 // defines: ncclComm_t, ncclUniqueId, ncclResult_t, ncclConfig_t, NCCL_CONFIG_INITIALIZER,
@@ -46,6 +50,7 @@
 #define ZT_FAKE_NCCL_H
 
 #include <fcntl.h>
+#include <sys/syscall.h>
 #include <limits.h>
 #include <sched.h>
 #include <sys/mman.h>
@@ -126,11 +131,36 @@ struct ncclComm {
     long gen;                     // barrier generations passed
     std::atomic<int> in_progress; // non-blocking: polls of ncclCommGetAsyncError left before ncclSuccess
     const char* in_progress_call; // the call that returned ncclInProgress
+    std::atomic<long> inside;     // the OS thread inside a call on this communicator (0: none)
+    const char* inside_call;      // which call
 };
 typedef struct ncclComm* ncclComm_t;
 
 namespace fake_nccl {
 static int g_group_depth = 0;
+
+// NCCL's thread rules: one thread at a time in the calls on a communicator (two at once: undefined),
+// and none after ncclCommAbort, which frees the communicator for every thread. Each call holds a
+// Turn for its length; the stalled collective of ZT_EMU_NCCL_STALL stays inside its call, as a
+// blocking call would.
+static long thread_id() { return (long)syscall(SYS_gettid); }
+struct Turn {
+    ncclComm_t c;
+    Turn(ncclComm_t comm, const char* what) : c(comm) {
+        if (!c) return;
+        if (c->aborted.load())
+            emu::fail("fake NCCL: %s on rank %d after ncclCommAbort: the abort freed the communicator for every thread "
+                      "(on a GPU: a use after free). HINT: once aborted, no thread may call NCCL on it again", what, c->rank);
+        long me = thread_id(), none = 0;
+        if (!c->inside.compare_exchange_strong(none, me) && none != me)
+            emu::fail("fake NCCL: %s on rank %d from thread %ld while thread %ld is inside %s on the same communicator: "
+                      "NCCL forbids two threads on one communicator at once. HINT: one lock around every NCCL call "
+                      "(zero.h: nccl_mu)", what, c->rank, me, none, c->inside_call);
+        if (none == me) { c = nullptr; return; } // (nested: ncclGroupEnd runs the group's calls)
+        c->inside_call = what;
+    }
+    ~Turn() { if (c) c->inside.store(0); }
+};
 static std::vector<std::pair<ncclComm_t, Op>> g_group_ops;
 
 static size_t dtype_size(ncclDataType_t t) {
@@ -302,6 +332,7 @@ static ncclResult_t answer(ncclComm_t c, ncclResult_t e, const char* what) {
 
 static ncclResult_t issue(ncclComm_t c, const Op& op) {
     if (!c) return ncclInvalidArgument;
+    Turn turn(c, kind_name(op.kind));
     if (!emu::stream_ok(op.stream, kind_name(op.kind))) return ncclInvalidArgument;
     check_settled(c, kind_name(op.kind));
     if (g_group_depth > 0) { g_group_ops.push_back({c, op}); return ncclSuccess; }
@@ -390,6 +421,7 @@ static ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId 
 // ncclInProgress while a non-blocking init waits for its peers, then the communicator's error.
 static ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t* err) {
     if (!c) return ncclInvalidArgument;
+    fake_nccl::Turn turn(c, "ncclCommGetAsyncError");
     fake_nccl::try_finish_init(c);
     int left = c->in_progress.load();
     if (!c->ready) *err = ncclInProgress;
@@ -399,18 +431,23 @@ static ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t* err) {
     return ncclSuccess;
 }
 
-// Ends the communicator: a collective waiting in it (another thread) returns ncclRemoteError, and so
-// do the other ranks' (their processes see the flag in the shared file).
+// Ends the communicator, for every thread (a later call from any thread stops the run: NCCL frees
+// it); the other ranks' collectives return ncclRemoteError (their processes see the flag in the
+// shared file). Called while another thread is inside a call on it: stops the run.
 static ncclResult_t ncclCommAbort(ncclComm_t c) {
     if (!c) return ncclSuccess;
+    {
+        fake_nccl::Turn turn(c, "ncclCommAbort");
+    }
     c->aborted.store(1);
     int expected = 0;
     c->sh->aborted.compare_exchange_strong(expected, 1 + c->rank);
-    return ncclSuccess; // the memory stays mapped: another thread may still be inside a collective
+    return ncclSuccess; // (the memory stays mapped, so that a later call is caught and named)
 }
 // Every rank's collectives are done (they are, at issue); the ranks leave together. Then destroy.
 static ncclResult_t ncclCommFinalize(ncclComm_t c) {
     if (!c) return ncclInvalidArgument;
+    fake_nccl::Turn turn(c, "ncclCommFinalize");
     if (c->finalized || c->aborted.load() || !c->ready || c->sh->aborted.load()) return ncclSuccess;
     fake_nccl::check_settled(c, "ncclCommFinalize");
     c->finalized = 1;
@@ -418,6 +455,7 @@ static ncclResult_t ncclCommFinalize(ncclComm_t c) {
 }
 static ncclResult_t ncclCommDestroy(ncclComm_t c) {
     if (!c) return ncclSuccess;
+    { fake_nccl::Turn turn(c, "ncclCommDestroy"); }
     if (!c->aborted.load() && !c->sh->aborted.load()) fake_nccl::check_settled(c, "ncclCommDestroy");
     if (!c->finalized && !c->aborted.load() && c->ready && !c->sh->aborted.load()) {
         ncclResult_t e = fake_nccl::barrier(c, "ncclCommDestroy"); // ranks leave together, as NCCL's destroy does

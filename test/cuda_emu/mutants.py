@@ -118,9 +118,40 @@ MUTANTS = {
         'gpu_tc_ldmatrix_layout', 'ldmatrix: .trans ignored'),
     'emu_cp_async_lands_early': (
         'test/cuda_emu/cuda_emu.h',
-        '    memcpy(c.data, src, (size_t)bytes);\n    memset(dst, 0xFF, (size_t)bytes);\n',
-        '    memcpy(c.data, src, (size_t)bytes);\n    memcpy(dst, src, (size_t)bytes);\n',
-        'gpu_tc_cp_async_groups', 'cp.async: the copy lands at issue (a missing wait could never show)'),
+        '    if (w->cp_at_issue) { memcpy(dst, src, (size_t)bytes); return; }\n',
+        '    { memcpy(dst, src, (size_t)bytes); return; }\n',
+        'gpu_tc_cp_async_groups', 'cp.async: every copy lands at issue (a missing wait could never show)'),
+    # issue 20: what the review found, and the emulator lessons (each passed the emulator before them)
+    'watchdog_no_set_device': (
+        'zero.h',
+        '    cudaCheck(cudaSetDevice(g_cuda_device));\n    while (!c->watchdog_stop) {\n', '    while (!c->watchdog_stop) {\n',
+        'multirank_nccl_watchdog', 'the NCCL watchdog thread calls CUDA on GPU 0 (rank 1 runs on emulated GPU 1)'),
+    'tokens_pageable': (
+        'train_gpt.cu',
+        '    dev_upload(m->a.inputs, dl->inputs, bytes);', '    dev_from_host(m->a.inputs, dl->inputs, bytes);',
+        'emu_host_syncs_per_step', 'token upload from pageable memory: a possible host wait per micro-step'),
+    'upload_slot_reused_early': (
+        'device.cuh',
+        '        unsigned char* src = u->pinned + (size_t)k * u->slot;', '        unsigned char* src = u->pinned;',
+        'emu_host_syncs_per_step', 'every upload through one page-locked slot: the next overwrites it before the copy is known done'),
+    'shared_not_aligned': (
+        'ops/attention.cuh',
+        '    extern __shared__ __align__(16) float fa_smem[]; // 16-byte cp.async and ldmatrix rows\n    bf16_t* Qs = (bf16_t*)fa_smem;        // (FA_TILE, ld) Q_i\n    bf16_t* Ks',
+        '    extern __shared__ float fa_smem[]; // 16-byte cp.async and ldmatrix rows\n    bf16_t* Qs = (bf16_t*)fa_smem;        // (FA_TILE, ld) Q_i\n    bf16_t* Ks',
+        'gpu_attention_tc_hs64', 'forward: a float array (4-byte alignment) feeding 16-byte cp.async and ldmatrix'),
+    'classifier_shared_not_aligned': (
+        'ops/classifier.cuh',
+        '    extern __shared__ __align__(16) float classifier_smem[];', '    extern __shared__ float classifier_smem[];',
+        'gpu_classifier_paths_bitwise', 'the classifier\'s row in shared memory declared float (4-byte alignment), copied 16 bytes at a time'),
+    'emu_resources_unchecked': (
+        'test/cuda_emu/cuda_emu.h',
+        '    else e = check_resources(name, (const void*)kernel, threads, smem, param_bytes<P...>());\n', '',
+        'gpu_kernel_resources_launch_check', 'the emulator without nvcc\'s resource table: 1024 threads x 96 registers launch'),
+    'nccl_issue_unlocked': (
+        'zero.h',
+        '        nccl_lock(c);                                                                                 \\\n        ncclResult_t issued_ = (expr);                                                                \\\n        nccl_unlock(c);                                                                               \\\n',
+        '        ncclResult_t issued_ = (expr);                                                                \\\n',
+        'multirank_cuda_zero_stages', 'collectives issued without the NCCL lock, while the watchdog polls (caught when they overlap)'),
     'attention_no_smem_attribute': (
         'ops/attention.cuh',
         '    cudaCheck(cudaFuncSetAttribute(attention_forward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fwd));\n',
@@ -214,7 +245,9 @@ def main():
                 missed += 1
                 continue
             open(os.path.join(tree, path), 'w').write(src.replace(old, new))
-            b = subprocess.run('make -s test/test_emu', shell=True, cwd=tree, capture_output=True, text=True)
+            # (the committed resource table: a mutant's nvcc build would take minutes)
+            b = subprocess.run('make -s test/test_emu KERNEL_RES=test/cuda_emu/kernel_resources_sm90.h', shell=True, cwd=tree,
+                               capture_output=True, text=True)
             if b.returncode:
                 print('%-30s does not build:\n%s' % (name, b.stderr[-1500:]))
                 missed += 1
