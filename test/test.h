@@ -12,6 +12,7 @@
 #include <stdarg.h>
 #include <time.h>
 #include <sys/wait.h>
+#include <sys/resource.h>
 
 typedef void (*test_fn)(void);
 typedef struct { const char* name; test_fn fn; } TestCase;
@@ -106,8 +107,21 @@ static inline double test_now_s(void) {
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
-// Run all cases whose name contains `filter` (NULL: all). Prints one line per case and the
-// final summary; returns 0 if everything passed.
+// CPU seconds (user + sys) used so far by this process (all its threads) and by the children it
+// has waited for (their own waited-for children included: mpirun's ranks, a trainer's workers). The
+// difference over a case is what the case costs on an idle machine's cores, whatever the load now.
+static inline double test_cpu_s(void) {
+    double s = 0;
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0)
+        s += ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + 1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+    if (getrusage(RUSAGE_CHILDREN, &ru) == 0)
+        s += ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + 1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+    return s;
+}
+
+// Run all cases whose name contains `filter` (NULL: all). Prints one line per case, with its wall
+// seconds and its CPU seconds (test_cpu_s), and the final summary; returns 0 if everything passed.
 static inline int test_run_all(const char* filter) {
     int passed = 0, failed = 0, skipped = 0;
     for (int i = 0; i < g_ntests; i++) {
@@ -117,12 +131,12 @@ static inline int test_run_all(const char* filter) {
         g_test_name = g_tests[i].name;
         printf("RUN  %s\n", g_tests[i].name);
         fflush(stdout);
-        double t0 = test_now_s();
+        double t0 = test_now_s(), c0 = test_cpu_s();
         g_tests[i].fn();
-        double dt = test_now_s() - t0;
-        if (g_test_failed) { failed++; printf("FAIL %s (%.1f s)\n", g_tests[i].name, dt); }
+        double dt = test_now_s() - t0, dc = test_cpu_s() - c0;
+        if (g_test_failed) { failed++; printf("FAIL %s (%.1f s, cpu %.1f s)\n", g_tests[i].name, dt, dc); }
         else if (g_test_skip) { skipped++; printf("SKIP %s: %s\n", g_tests[i].name, g_test_skip); }
-        else { passed++; printf("PASS %s (%.1f s)\n", g_tests[i].name, dt); }
+        else { passed++; printf("PASS %s (%.1f s, cpu %.1f s)\n", g_tests[i].name, dt, dc); }
         fflush(stdout);
     }
     if (failed == 0 && g_tmpdir_made) { // keep the scratch files of a failed run for a look
