@@ -4,9 +4,10 @@
 #   make test             the whole suite: test binaries (BF16 and FP32, g++), the GPU test program on
 #                         the CPU emulator (test/cuda_emu/), the nvcc compile check, the PyTorch
 #                         fixture check; ends with "N passed, N failed"
-#   make test-long        the longer matrices `make test` samples (several ranks on the emulated CUDA
-#                         device at R = 2 and 3 in both precisions, under mpirun and without MPI;
-#                         -offload z x R x GA); CI runs it after make test
+#   make test-long        what `make test` samples or leaves out: the longer matrices (several ranks on
+#                         the emulated CUDA device at R = 2 and 3 in both precisions, under mpirun and
+#                         without MPI; -offload z x R x GA), the 100-step default run, the FP32
+#                         build's repetitions of BF16 cases; CI runs it after make test
 #   make bench            CPU benchmarks (tokens/s, ratios side by side)
 #   make plot             out/log.jsonl (of ./train -o out) -> out/loss.png (dev/plot.py; LOGS=, PLOT=)
 #   make PRECISION=FP32   FP32 storage instead of BF16 (for train and test binaries)
@@ -166,12 +167,17 @@ test-sanitize: test/test_sanitize
 test: test-binaries
 	NVCC_CHECK=$(if $(and $(NVCC),$(if $(NO_CUDA),,yes)),yes,no) bash test/run_tests.sh
 
-# The cases whose full matrix is too long for make test (ZT_TEST_LONG=1 widens them), in both
-# precisions on the emulator; each binary ends with "N passed, N failed" and fails the target.
-test-long: test/test_emu test/test_emu_fp32 test/test_emu_nompi test/test_bf16
+# What make test samples or leaves out, in full (ZT_TEST_LONG=1 widens the sampled matrices and runs
+# the 100-step default run; --long-only runs the cases a binary repeats from another, see test.h):
+# several ranks on the emulator in both precisions, the offload matrix, the FP32 builds' repetitions.
+# Each binary ends with "N passed, N failed" and fails the target.
+test-long: test/test_emu test/test_emu_fp32 test/test_emu_nompi test/test_bf16 test/test_fp32
 	ZT_TEST_LONG=1 test/test_emu multirank && ZT_TEST_LONG=1 test/test_emu_fp32 multirank && \
 	  ZT_TEST_LONG=1 test/test_emu nompi && ZT_TEST_LONG=1 test/test_emu_fp32 nompi && \
-	  ZT_TEST_LONG=1 test/test_bf16 offload_bitwise && ZT_TEST_LONG=1 test/test_emu offload
+	  ZT_TEST_LONG=1 test/test_bf16 offload_bitwise && ZT_TEST_LONG=1 test/test_emu offload && \
+	  ZT_TEST_LONG=1 test/test_bf16 cli_default_run_learns && ZT_TEST_LONG=1 test/test_bf16 zero_stages_bitwise && \
+	  ZT_TEST_LONG=1 test/test_bf16 zero_across && ZT_TEST_LONG=1 test/test_bf16 zero_memory && \
+	  ZT_TEST_LONG=1 test/test_fp32 --long-only && ZT_TEST_LONG=1 test/test_emu_fp32 --long-only
 
 # The nvcc build of ./train for several GPUs (MPI and NCCL, every architecture), compiled without
 # linking; not part of make test (make test compile-checks the carried binaries: gpu-binaries).

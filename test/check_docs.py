@@ -15,7 +15,9 @@ text and in its `backtick` spans (fenced code blocks: only their ./train command
   - flags: every -flag of a span or of a ./train command line is in the flag table
     (`test/test_bf16 --train -help`, or the binary given with --help-from);
   - links: [text](target) to a file of the tree exists, and #anchors match a heading there.
-Prints one line per problem and "check_docs: N pointers checked, M wrong"; exits 1 if any is wrong.
+Before the docs, a page with planted wrong pointers (PLANTED below) must give exactly its problems:
+the check shows it can fail. Prints one line per problem and "check_docs: N pointers checked in F
+files, M wrong"; exits 1 if any is wrong.
 """
 import glob, os, re, subprocess, sys
 
@@ -111,8 +113,10 @@ for f, text in sources.items():
     used.update(re.findall(r"(?:\.|->)([A-Za-z_]\w*)", code))            # a member
     used.update(re.findall(r"[\"']([A-Za-z_]\w*)", code))                 # in a string: env, keys
     used.update(re.findall(r"\$\{?([A-Za-z_]\w*)", code))                # shell and make variables
-    if f == "Makefile" or f.endswith((".sh", "run")):
-        used.update(re.findall(r"\b([A-Z][A-Z0-9_]+)\b", code))      # make and shell: variables
+    if f == "Makefile":
+        used.update(re.findall(r"\b([A-Z][A-Z0-9_]+)\b", code))      # make: variables
+    if f.endswith((".sh", "run")):
+        used.update(re.findall(r"\b([A-Za-z_]\w*)\b", code))        # shell: its words (case names, variables)
 # Names the docs may give that live outside this tree: variables other programs read, library
 # calls described but not made, other tools' names. Keep it short: each is a deliberate exception.
 EXTERNAL = {"CUDA_VISIBLE_DEVICES", "NCCL_DEBUG", "NCCL_P2P_DISABLE", "NCCL_IB_DISABLE",
@@ -215,15 +219,15 @@ def train_words(line):
 
 CONCEPT_ROW = re.compile(r"^\|[^|]+\|([^|]+)\|\s*$")
 
-for doc in DOCS:
-    base = os.path.dirname(doc)
+def check_doc(doc, lines, base):
+    global checked
     in_code = False
     in_index = False
-    for ln, line in enumerate(open(doc, encoding="utf-8"), 1):
+    for ln, line in enumerate(lines, 1):
         if line.startswith("```"):
             in_code = not in_code; continue
         if line.startswith("## "):
-            in_index = doc == "README.md" and line.startswith("## Where is")
+            in_index = line.startswith("## Where is")
         if in_code or line.startswith("    "):   # code: only the trainer's command lines
             check_flags_in(doc, ln, train_words(line))
             continue
@@ -274,6 +278,45 @@ for doc in DOCS:
                     if files[0] not in where:
                         bad(doc, ln, "concept index: `%s` is not defined in `%s`%s" % (n, files[0],
                             " (it is in %s)" % ", ".join("`%s`" % w for w in where) if where else " (nor anywhere)"))
+
+
+PLANTED = """# planted
+## Where is…: a concept index
+
+| concept | where |
+|---|---|
+| the gradient norm | `zero_grad_norm` in `zero.h` |
+| the tensor table | `model_layout` in `train_gpt.cu` |
+
+## Other
+
+`dev/no_such_script.py` and `-no-such-flag`, a [link](docs/zero.md#no-such-heading), `ops/nothing.cuh`,
+and the commands:
+
+    ./train -z 3 -recompute 2
+"""
+PLANTED_WANT = ["`zero_grad_norm`: not defined", "concept index: `zero_grad_norm` is not defined in `zero.h`",
+                "concept index: `model_layout` is not defined in `train_gpt.cu` (it is in `model.h`)",
+                "`dev/no_such_script.py`: no such file", "flag -no-such-flag is not in the flag table",
+                "link docs/zero.md#no-such-heading: no heading", "`ops/nothing.cuh`: no such file",
+                "flag -recompute is not in the flag table"]
+
+if True:
+    # The check must be able to fail: first a page with planted wrong pointers must give exactly those
+    # (the old README's zero_grad_norm and model_layout-in-train_gpt.cu among them).
+    check_doc("PLANTED.md", PLANTED.split("\n"), ".")
+    got, problems[:] = problems[:], []
+    missed = [w for w in PLANTED_WANT if not any(w in g for g in got)]
+    if missed or len(got) != len(PLANTED_WANT):
+        print("check_docs: the planted page gave %d problem(s), %d expected:" % (len(got), len(PLANTED_WANT)))
+        for g in got: print("  got:    " + g)
+        for w in missed: print("  missed: " + w)
+        sys.exit(1)
+    print("check_docs: the planted page's %d wrong pointers were all found" % len(got))
+    checked = 0
+
+for doc in DOCS:
+    check_doc(doc, open(doc, encoding="utf-8").read().split("\n"), os.path.dirname(doc))
 
 for p in problems: print(p)
 print("check_docs: %d pointers checked in %d files, %d wrong" % (checked, len(DOCS), len(problems)))

@@ -2,7 +2,10 @@
 //
 // The test binary runs every registered case (or those whose name contains argv[1]) and ends
 // with the line "N passed, N failed" that CI reads. A case fails if any CHECK in it failed.
-// defines: TEST, CHECK, CHECKF, test_run_all, test_run_cmd, test_tmpdir
+// `make test` runs the suite sized to stay short; `make test-long` (ZT_TEST_LONG=1) widens the matrices
+// (test_long) and runs the cases a binary leaves to it (test_long_only: repetitions of what another
+// binary of make test already runs). `BIN --long-only` runs just those cases.
+// defines: TEST, CHECK, CHECKF, test_run_all, test_run_cmd, test_tmpdir, test_long, test_long_only
 #ifndef ZT_TEST_H
 #define ZT_TEST_H
 
@@ -101,6 +104,20 @@ static inline const char* test_tmpdir(void) {
     return dir;
 }
 
+// make test-long: ZT_TEST_LONG=1 widens the sampled matrices and runs the cases test_long_only names.
+static inline int test_long(void) { const char* e = getenv("ZT_TEST_LONG"); return e && atoi(e) > 0; }
+
+// Cases this binary runs only in make test-long (names starting with one of these prefixes, NULL
+// ended): what it would repeat of a case another binary of make test runs (the FP32 build's process
+// cases, the same in BF16). A filter given on the command line runs matching cases anyway.
+static const char* const* g_long_only = NULL;
+static inline void test_long_only(const char* const* prefixes) { g_long_only = prefixes; }
+static inline int test_is_long_only(const char* name) {
+    for (const char* const* p = g_long_only; p && *p; p++)
+        if (!strncmp(name, *p, strlen(*p))) return 1;
+    return 0;
+}
+
 static inline double test_now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -120,12 +137,17 @@ static inline double test_cpu_s(void) {
     return s;
 }
 
-// Run all cases whose name contains `filter` (NULL: all). Prints one line per case, with its wall
-// seconds and its CPU seconds (test_cpu_s), and the final summary; returns 0 if everything passed.
+// Run all cases whose name contains `filter` (NULL: all but the long-only ones outside make test-long;
+// "--long-only": just those). Prints one line per case, with its wall seconds and its CPU seconds
+// (test_cpu_s), and the final summary; returns 0 if everything passed.
 static inline int test_run_all(const char* filter) {
-    int passed = 0, failed = 0, skipped = 0;
+    int passed = 0, failed = 0, skipped = 0, left = 0;
+    int long_only = filter && !strcmp(filter, "--long-only");
+    if (long_only) filter = NULL;
     for (int i = 0; i < g_ntests; i++) {
         if (filter && !strstr(g_tests[i].name, filter)) continue;
+        if (long_only && !test_is_long_only(g_tests[i].name)) continue;
+        if (!filter && !long_only && !test_long() && test_is_long_only(g_tests[i].name)) { left++; continue; }
         g_test_failed = 0;
         g_test_skip = NULL;
         g_test_name = g_tests[i].name;
@@ -146,6 +168,7 @@ static inline int test_run_all(const char* filter) {
     } else if (g_tmpdir_made) {
         printf("scratch files kept in %s\n", test_tmpdir());
     }
+    if (left) printf("(%d case(s) that repeat another binary's are left to make test-long: --long-only runs them)\n", left);
     if (skipped) printf("%d skipped (see SKIP lines)\n", skipped);
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
