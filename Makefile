@@ -105,7 +105,7 @@ GPU_DEFS       := $(filter -DENABLE_FP32 -DZT_DEBUG,$(DEFS))
 GPU_NVCC_FLAGS := -O3 -std=c++17 $(GPU_ARCH) -Werror all-warnings -Xcompiler "$(GPU_HOST_FLAGS) -Werror -Wno-format-truncation"
 GPU_LIBS       := -lcublasLt -lcublas -lgomp -Xcompiler -static-libstdc++ -Xcompiler -static-libgcc
 
-SOURCES := train_gpt.cu device.cuh zero.h offload.h model.h checkpoint.h adamw.cuh dataloader.h tokenizer.h unicode_tables.h rng.h safetensors.h hf.h prompts.h $(wildcard ops/*.cuh)
+SOURCES := train_gpt.cu flags.h acts.h plan.h startup.h tune.h device.cuh zero.h offload.h model.h checkpoint.h adamw.cuh dataloader.h tokenizer.h unicode_tables.h rng.h safetensors.h hf.h prompts.h $(wildcard ops/*.cuh)
 TEST_SOURCES := $(wildcard test/*.cpp test/*.h)
 
 .PHONY: all train test test-long test-binaries nvcc-check test-gpu gpu-binaries bench plot clean print-% fuzz test-sanitize
@@ -150,7 +150,9 @@ fuzz: test/fuzz
 	  echo "$$h: $$(grep -E 'stat::number_of_executed_units' build/fuzz/$$h.log)"; \
 	  [ $$rc -eq 0 ] || { grep -E 'ERROR|SUMMARY' build/fuzz/$$h.log; echo "fuzz $$h failed: build/fuzz/$$h.log"; exit 1; }; done
 
-test-binaries: test/test_bf16 test/test_fp32 test/test_emu test/test_emu_fp32 test/test_emu_nompi $(FUZZ_BIN)
+NVCC_FOUND := $(if $(and $(NVCC),$(if $(NO_CUDA),,yes)),yes)
+test-binaries: test/test_bf16 test/test_fp32 test/test_emu test/test_emu_fp32 test/test_emu_nompi $(FUZZ_BIN) \
+               $(if $(NVCC_FOUND),build/nvcc_check.o train_gpu train_gpu_fp32 test/test_gpu)
 
 # The sanitizer subset (.ci/run runs it after make test): the test program built with ASan + UBSan
 # (g++), running the cases that feed the readers bad and changing input, and the trainer processes
@@ -165,7 +167,7 @@ test-sanitize: test/test_sanitize
 	  if grep -q "runtime error\|AddressSanitizer" build/sanitize_$$c.log; then fail=1; grep -m 3 "runtime error\|AddressSanitizer" build/sanitize_$$c.log; fi; done; exit $$fail
 
 test: test-binaries
-	NVCC_CHECK=$(if $(and $(NVCC),$(if $(NO_CUDA),,yes)),yes,no) bash test/run_tests.sh
+	NVCC_CHECK=$(if $(NVCC_FOUND),yes,no) bash test/run_tests.sh
 
 # What make test samples or leaves out, in full (ZT_TEST_LONG=1 widens the sampled matrices and runs
 # the 100-step default run; --long-only runs the cases a binary repeats from another, see test.h):
@@ -180,9 +182,13 @@ test-long: test/test_emu test/test_emu_fp32 test/test_emu_nompi test/test_bf16 t
 	  ZT_TEST_LONG=1 test/test_fp32 --long-only && ZT_TEST_LONG=1 test/test_emu_fp32 --long-only
 
 # The nvcc build of ./train for several GPUs (MPI and NCCL, every architecture), compiled without
-# linking; not part of make test (make test compile-checks the carried binaries: gpu-binaries).
-nvcc-check:
-	$(NVCC) $(NVCC_FLAGS) $(DEFS) $(NVCC_DEFS) $(MPI_CFLAGS) -c train_gpt.cu -o /tmp/zt_nvcc_check_$$$$.o && rm -f /tmp/zt_nvcc_check_$$$$.o
+# linking into build/nvcc_check.o, again whenever a source changes. Like the binaries carried to a
+# GPU box, it is built with the test binaries when nvcc is found (test-binaries: minutes of nvcc, not
+# part of run_tests.sh's time), and run_tests.sh's nvcc_build line checks it is current.
+build/nvcc_check.o: $(SOURCES)
+	@mkdir -p build
+	$(NVCC) $(NVCC_FLAGS) $(DEFS) $(NVCC_DEFS) $(MPI_CFLAGS) -c train_gpt.cu -o $@.tmp && mv $@.tmp $@
+nvcc-check: build/nvcc_check.o
 
 # The GPU test program on the CPU (test/cuda_emu/): emulate.py (python3) copies the sources into
 # build/emu/ (kernel launches and __shared__ rewritten, nothing else), g++ compiles test/test_gpu.cu
@@ -238,4 +244,4 @@ plot:
 
 clean:
 	rm -f train train_gpu train_gpu_fp32 train_cpu train_cpu_fp32 test/test_bf16 test/test_fp32 test/test_gpu test/test_emu test/test_emu_fp32 test/test_emu_nompi test/fuzz test/test_sanitize
-	rm -rf build/emu
+	rm -rf build/emu build/gpu build/nvcc_check.o

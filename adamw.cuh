@@ -37,6 +37,8 @@
 //          adamw_check_host, adamw_bound_finite, op_adamw,
 //          op_adamw_scalars, op_adamw_check, op_round_params,
 //          op_sumsq_many_into, op_sumsq_many, op_sumsq, op_loss_add, op_step_scalars
+//
+// May call: device.cuh.
 #ifndef ZT_ADAMW_CUH
 #define ZT_ADAMW_CUH
 

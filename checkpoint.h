@@ -38,6 +38,9 @@
 // so the directory holds one history. A fresh run (no -y) that will write checkpoints moves an
 // earlier run's checkpoints aside the same way. Rank 0 holds an flock on the directory for the
 // whole run: two trainers cannot share one.
+//
+// May call: model.h (the tensor table) and zero.h (the Zero state, its gathers and the host
+// communicator's broadcasts and sums).
 #ifndef ZT_CHECKPOINT_H
 #define ZT_CHECKPOINT_H
 #include <dirent.h>

@@ -48,6 +48,8 @@
 // compiles as C, as C++ and under nvcc (host code only).
 // defines: DataLoader, DataShard, dataloader_init, dataloader_load, dataloader_total_tokens,
 //          dataloader_count_targets, dataloader_free, write_token_shard, MASK_MAGIC
+//
+// May call: rng.h and the C library. Knows nothing of ranks, the model or the trainer.
 #ifndef ZT_DATALOADER_H
 #define ZT_DATALOADER_H
 

@@ -13,6 +13,9 @@
 //
 // defines: floatX, bf16_t, ld/rn (load/round to storage), Device, g_device, TAG_*, dev_alloc,
 //          dev_free, dev_zero, dev_fill_u16, dev_to_host, dev_from_host, die/die_user, printf0
+//
+// May call: the C library, OpenMP and, in the nvcc build, the CUDA runtime; nothing of ours (the
+// bottom of the include tree).
 #ifndef ZT_DEVICE_CUH
 #define ZT_DEVICE_CUH
 

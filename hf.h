@@ -25,6 +25,8 @@
 //
 // defines: HFConfig, HFCheckpoint, hf_is_checkpoint_path, hf_open, hf_bind, hf_fill, hf_close,
 //          HFWriter, hf_writer_open, hf_writer_put, hf_writer_commit, hf_writer_abort
+//
+// May call: safetensors.h and the C library.
 #ifndef ZT_HF_H
 #define ZT_HF_H
 

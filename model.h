@@ -1,6 +1,8 @@
 // model.h — the model's description: GPTConfig, the tensor table (GPT2_TENSORS), each tensor's
 // logical offset (llm.c's file order) and the block layout for R ranks. Nothing here allocates or
-// computes; train_gpt.cu (section 2) and checkpoint.h both build on it.
+// computes; train_gpt.cu (section 1) and checkpoint.h both build on it.
+//
+// May call: zero.h (the block layout).
 #ifndef ZT_MODEL_H
 #define ZT_MODEL_H
 #include "zero.h" // defines: BlockLayout, layout_init, layout_add_tensor, layout_finish

@@ -83,6 +83,9 @@
 //
 // defines: OffloadState, offload_parse, offload_name, offload_host_bytes, offload_init, offload_free,
 //          offload_adamw_check, offload_adamw, offload_report
+//
+// May call: zero.h (the Zero state and its buffers) and adamw.cuh (the host AdamW). Knows nothing of
+// the trainer's types.
 #ifndef ZT_OFFLOAD_H
 #define ZT_OFFLOAD_H
 

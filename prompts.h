@@ -22,6 +22,8 @@
 // wrote is removed again.
 //
 // defines: PromptStats, tokenize_prompts_to_shards
+//
+// May call: safetensors.h (the JSON parser), tokenizer.h and dataloader.h.
 #ifndef ZT_PROMPTS_H
 #define ZT_PROMPTS_H
 

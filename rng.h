@@ -12,6 +12,8 @@
 // generator, which is far more than init and shuffling need.
 //
 // defines: rng_mix64, rng_u64, rng_uniform (0,1], rng_normal (Box-Muller), rng_key
+//
+// May call: nothing but the C library.
 #ifndef ZT_RNG_H
 #define ZT_RNG_H
 

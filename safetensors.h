@@ -20,6 +20,8 @@
 //
 // defines: Json, json_parse, json_get, json_free, StDtype, StTensor, StFile, st_open, st_find,
 //          st_get, st_close, st_dtype_name, st_write_header, f16_to_f32, f32_to_f16
+//
+// May call: nothing but the C library.
 #ifndef ZT_SAFETENSORS_H
 #define ZT_SAFETENSORS_H
 

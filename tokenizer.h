@@ -56,6 +56,8 @@
 // defines: Tokenizer, tokenizer_init, tokenizer_decode, tokenizer_print, tokenizer_free,
 //          tokenizer_load_merges, tokenizer_encode, tokenizer_piece_length,
 //          tokenize_file_to_shards, tokenize_file_to_shards_ex, TokenizeStats
+//
+// May call: dataloader.h (write_token_shard), unicode_tables.h and the C library.
 #ifndef ZT_TOKENIZER_H
 #define ZT_TOKENIZER_H
 

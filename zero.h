@@ -57,6 +57,9 @@
 //
 // defines: Launch, launch_from_env, launch_needs_rendezvous, BlockTensor, BlockLayout, layout_*, ZeroSizes,
 //          zero_sizes, Comm, CollOp, comm_*, Zero, zero_* hooks, zero_count_step (the schedule, counted)
+//
+// May call: device.cuh, adamw.cuh, MPI, NCCL and the CUDA runtime. Knows nothing of the model or the
+// trainer: a block is a list of tensors (BlockLayout), the state is Zero.
 #ifndef ZT_ZERO_H
 #define ZT_ZERO_H
 

@@ -22,6 +22,8 @@
 // decides; docs/cuda.md "Attention on tensor cores" lists both and what to expect of them).
 //
 // defines: op_attention_forward, op_attention_backward, attention_uses_tc, ATT_BK, ATT_MAX_HS
+//
+// May call: device.cuh and tensor_core.cuh. Each op here knows nothing of the model or ZeRO.
 #ifndef ZT_OPS_ATTENTION_CUH
 #define ZT_OPS_ATTENTION_CUH
 

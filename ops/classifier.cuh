@@ -17,6 +17,8 @@
 // block per row, the row read from global memory once, deterministic block reductions).
 //
 // defines: op_lm_head_forward, classifier_row_max
+//
+// May call: device.cuh, matmul.cuh and packed.cuh.
 #ifndef ZT_OPS_CLASSIFIER_CUH
 #define ZT_OPS_CLASSIFIER_CUH
 

@@ -31,6 +31,8 @@
 //            row in chunk order. No atomics; every sum has a fixed order.
 //
 // defines: op_encoder_forward, op_encoder_backward, encoder_workspace_ints, ENC_CHUNK
+//
+// May call: device.cuh, packed.cuh and CUB (nvcc build).
 #ifndef ZT_OPS_ENCODER_CUH
 #define ZT_OPS_ENCODER_CUH
 

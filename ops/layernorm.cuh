@@ -25,6 +25,8 @@
 // or element path, nor of the GPU), so results are bitwise reproducible.
 //
 // defines: op_residual_layernorm_forward, op_layernorm_backward
+//
+// May call: device.cuh and packed.cuh.
 #ifndef ZT_OPS_LAYERNORM_CUH
 #define ZT_OPS_LAYERNORM_CUH
 

@@ -24,6 +24,8 @@
 //
 // defines: gelu_fwd, gelu_bwd, op_matmul_forward, op_matmul_backward, op_gelu_forward, cpu_matmul, g_use_blas
 //          (CUDA) cuda_gemm, g_matmul_simple_plans, g_matmul_force_simple (TESTING)
+//
+// May call: device.cuh, packed.cuh, OpenBLAS (-blas 1) and cuBLASLt (nvcc build).
 #ifndef ZT_OPS_MATMUL_CUH
 #define ZT_OPS_MATMUL_CUH
 

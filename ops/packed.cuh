@@ -19,6 +19,8 @@
 // stay in registers (an array indexed at run time goes to local memory).
 //
 // defines: PACK_X, Packed128, load128, store128, aligned16
+//
+// May call: device.cuh.
 #ifndef ZT_OPS_PACKED_CUH
 #define ZT_OPS_PACKED_CUH
 

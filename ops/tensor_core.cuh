@@ -33,6 +33,8 @@
 //
 // defines: tc_mma_bf16, tc_ldmatrix_x1/x2/x4(_trans), tc_cp_async_16, tc_cp_async_commit,
 //          tc_cp_async_wait, tc_pack_bf16
+//
+// May call: device.cuh.
 #ifndef ZT_OPS_TENSOR_CORE_CUH
 #define ZT_OPS_TENSOR_CORE_CUH
 

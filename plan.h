@@ -1,0 +1,593 @@
+// plan.h — sizing: one pure function from the configuration to the bytes of every tag on one rank
+// (plan_config), which the allocator follows (trainer_build_model in train_gpt.cu checks every tag
+// against it), the communication schedule of a step, an estimate of the step time, the planner's
+// environment (PlanEnv: memory, compute rate, bandwidths, each with its source), -plan (run_plan)
+// and -z / -r / -offload auto (choose_config). Also the helpers they need: the GPU tables (BF16
+// peaks, gpu_model_name), parse_size, fmt_bytes, mem_available_bytes, measure_cpu_flops.
+// Nothing here allocates the model.
+//
+// May call: flags.h (Flags, FLAG_SHOW), acts.h (acts_bytes, ops_workspace_floats), model.h
+// (model_describe, model_layout), zero.h (zero_sizes, zero_count_step, comm_broadcast, Launch),
+// offload.h (offload_host_bytes), checkpoint.h (the checkpoint files' bytes) and the matmul op
+// (measure_cpu_flops). Knows nothing of the trainer's types: it takes Flags, a GPTConfig, R and
+// the Launch.
+#ifndef ZT_PLAN_H
+#define ZT_PLAN_H
+#include <errno.h>
+#include <limits.h>
+#include <time.h>
+#include "device.cuh"     // defines: floatX, TAG_*, mem_tag_name, g_device, g_work, num_threads, die_user
+#include "flags.h"        // defines: Flags, FLAG_SHOW
+#include "acts.h"         // defines: acts_bytes, ops_workspace_floats
+#include "model.h"        // defines: GPTConfig, ModelDesc, model_describe, model_layout
+#include "zero.h"         // defines: BlockLayout, zero_sizes, zero_count_step, Comm, comm_broadcast, Launch, COLL_*
+#include "offload.h"      // defines: Offload, offload_host_bytes, offload_name, offload_parse
+#include "checkpoint.h"   // defines: ckpt_state_file_bytes, ckpt_model_file_bytes
+#include "ops/matmul.cuh" // defines: op_matmul_forward (measure_cpu_flops)
+
+
+typedef struct {
+    int stage, recompute, offload;  // offload: the optimizer state lives on the host (-offload cpu)
+    size_t bytes[TAG_COUNT];        // per rank
+    size_t total;                   // on the device (offload rows: without the optimizer state)
+    size_t host_per_node;           // offload rows: host bytes per node (host_bytes x ranks on a node)
+    double pcie_bytes;              // offload rows: bytes over host<->device per step and rank (gradient shard D2H once: the
+                                    // overflow check is proved by its bound in the steady state; parameters H2D once)
+    double pcie_d2h_hidden;         // [cpu] of those, the gradient bytes copied during the backward (all blocks but the last reduced)
+    double state_bytes;             // offload rows: master, m, v of the rank's shard (12 bytes an element)
+    double pcie_s, host_s;          // offload rows: their time, and the host AdamW's
+    size_t host_bytes;              // [offload] per rank: optimizer state (cpu) or its buffers (nvme) + staging (offload_host_bytes)
+    size_t disk_per_node;           // [nvme] the offload files of the node's ranks (12 bytes per element of each shard), plus
+                                    // the checkpoints on disk at once (ckpt_per_node), every row
+    size_t ckpt_per_node;           // the checkpoints kept at the peak: model files (rank 0's node) + the node's ranks' state files
+    double disk_s;                  // [nvme] reading and writing the state once per step at the node's disk bandwidth
+    int64_t coll_count[COLL_KINDS], coll_bytes[COLL_KINDS]; // per step, as the log counts them
+    double traffic;                 // bytes a rank sends per step with ring algorithms
+    double compute_s, comm_s, step_s;
+    double free;                    // memory per rank minus total (negative: over by that much)
+    int fits;                       // 1: leaves at least the headroom free (plan_headroom); only these are chosen
+} PlanRow;
+
+typedef struct {
+    double mem;          // bytes per rank
+    char mem_src[96];
+    double headroom;     // bytes a row must leave free to fit (plan_headroom)
+    double flops;        // FLOP/s per rank
+    char flops_src[160 + sizeof(((Flags*)0)->gpu)]; // holds the -gpu text whole (plan_env)
+    double link;         // bytes/s per rank and direction
+    const char* link_src;
+    double pcie;         // [offload] host<->device bytes/s per rank and direction
+    const char* pcie_src;
+    double host_mem;     // [offload] host memory per node (on the CPU device: unused, it is the device memory)
+    char host_src[96];
+    double disk;         // [nvme] bytes/s per node and direction
+    const char* disk_src;
+    double offload_buffer; // [nvme] -offload-buffer's bytes
+    int nvme_ok;         // [nvme] -offload-dir was given: -z auto may choose nvme
+    int ckpt_kept;       // checkpoints on disk at once at the peak (-n, -nk, -x); -1: not known (-x -1 without -nk)
+    int ckpt_models;     // how many of them hold a model file (-save-model)
+} PlanEnv;
+
+// [offload] The host AdamW's rate, bytes of state moved per second per rank (per element: the
+// gradient read, master, m, v read and written, the parameter written): an assumption, printed.
+#define PLAN_HOST_ADAMW_GBS 4.0
+
+// The headroom rule: a configuration fits only if it leaves max(5% of the memory, 1 GiB) free per
+// rank, for what no tag counts: the CUDA context, NCCL's and cuBLAS's buffers, allocator rounding
+// and fragmentation (on the CPU: the process, MPI's buffers, the page cache others need).
+#define PLAN_HEADROOM_TEXT "max(5%% of the memory, 1 GiB)" // a printf format
+static double plan_headroom(double mem) { return fmax(0.05 * mem, 1073741824.0); }
+
+// Bytes of every tag on one rank and the collectives of one step, for a configuration.
+static void plan_config(const GPTConfig* c, int B, int T, int R, int GA, int stage, int recompute, Offload offload, double offload_buffer,
+                        PlanRow* p) {
+    memset(p, 0, sizeof(*p));
+    p->stage = stage;
+    p->recompute = recompute;
+    p->offload = offload;
+    ModelDesc d;
+    model_describe(&d, c);
+    BlockLayout lay;
+    model_layout(&d, &lay, R, 0);
+    ZeroSizes s = zero_sizes(&lay, stage);
+    size_t X = sizeof(floatX), acts, logits;
+    acts_bytes(c, B, T, recompute, &acts, &logits);
+    p->bytes[TAG_PARAMS] = X * (s.full_params + s.shard_params);
+    p->bytes[TAG_PARAM_BUF] = X * s.param_bufs;
+    p->bytes[TAG_GRADS] = 4 * (s.full_grads + s.shard_grads);
+    p->bytes[TAG_GRAD_BUF] = 4 * s.grad_bufs;
+    p->bytes[TAG_MASTER] = p->bytes[TAG_ADAM_M] = p->bytes[TAG_ADAM_V] = offload ? 0 : 4 * s.opt; // [offload] on the host
+    p->host_bytes = offload_host_bytes(&lay, offload, offload_buffer);
+    // [offload] the FP32 gradient shard down (cpu: block by block during the backward, the io block,
+    // reduced last, after it; nvme: at the step, once while the overflow check is proved by its bound,
+    // the steady state: adamw_bound_finite) and the floatX parameters up
+    p->pcie_bytes = offload ? (double)(4 + X) * s.opt : 0.0;
+    p->pcie_d2h_hidden = offload == OFFLOAD_CPU ? 4.0 * (double)(s.opt - lay.S[0]) : 0.0;
+    p->state_bytes = offload ? 12.0 * (double)s.opt : 0.0;
+    p->bytes[TAG_ACTS] = acts;
+    p->bytes[TAG_LOGITS] = logits;
+    p->bytes[TAG_COMM] = 4 * s.comm;
+    p->bytes[TAG_WORK] = 4 * ops_workspace_floats(c, B, T, s.opt);
+    for (int t = 0; t < TAG_COUNT; t++) p->total += p->bytes[t];
+    // the schedule per step (what the log counts: each collective's full buffer), from the hooks
+    // themselves run in counting mode (zero_count_step), and what a rank sends of it with ring
+    // algorithms: (R-1)/R of each all-gather and reduce-scatter, twice that of an all-reduce
+    zero_count_step(&lay, stage, GA, p->coll_count, p->coll_bytes);
+    double ring = (double)(R - 1) / R;
+    p->traffic = ring * ((double)p->coll_bytes[COLL_ALL_GATHER] + (double)p->coll_bytes[COLL_REDUCE_SCATTER] + 2.0 * (double)p->coll_bytes[COLL_ALL_REDUCE]);
+    layout_free(&lay);
+}
+
+// FLOPs per trained token for the planner's time estimate: PaLM's 6 N + 12 L C T for forward and
+// backward (attention's QK^T and AV counted in full), plus one more forward of the layers when -r 3
+// recomputes them (2 N_layers + 4 L C T). The other modes recompute elementwise ops only, which this
+// count ignores. (MFU uses llm.c's count instead: mfu_flops_per_token.)
+static double plan_flops_per_token(const GPTConfig* c, int T, int recompute) {
+    ModelDesc d;
+    model_describe(&d, c);
+    double N = (double)d.num_params, L = c->L, C = c->C;
+    double f = 6.0 * N + 12.0 * L * C * T;
+    if (recompute == 3) f += 2.0 * (N - (double)c->Vp * C - (double)c->maxT * C) + 4.0 * L * C * T;
+    return f;
+}
+
+// FLOPs per trained token for MFU: llm.c's count, 6 N + 6 L C T (gpt2_estimate_mfu: N all parameters,
+// padded vocabulary rows included; the attention term halved for causality; no recompute), so that
+// our MFU compares with llm.c's published numbers. PaLM's 12 L C T would read higher: ~7% for d12,
+// ~5% for d48 at T = 1024.
+static double mfu_flops_per_token(const GPTConfig* c, int T) {
+    ModelDesc d;
+    model_describe(&d, c);
+    return 6.0 * (double)d.num_params + 6.0 * c->L * (double)c->C * T;
+}
+
+// BF16 dense peak of a GPU from its name (TFLOP/s, vendor datasheets), 0 when unknown: MFU then
+// prints "n/a". The name is the device's ("NVIDIA H100 80GB HBM3") or a user's -gpu ("h100"):
+// matched case-insensitively, more specific names first (an "H100 PCIe" is also an "H100").
+static const struct { const char* part; double tflops; } g_gpu_peaks[] = {
+    {"H200 NVL", 835}, {"H100 NVL", 835}, {"H100 PCIe", 756}, {"H200", 989}, {"H100", 989},
+    {"GH200", 989}, {"A100", 312}, {"A800", 312}, {"L40S", 362}, {"L4", 121}, {"A10", 125},
+};
+static inline int gpu_peak_index(const char* name) {
+    for (size_t i = 0; i < sizeof(g_gpu_peaks) / sizeof(g_gpu_peaks[0]); i++)
+        if (strcasestr(name, g_gpu_peaks[i].part)) return (int)i;
+    return -1;
+}
+static inline double gpu_peak_tflops(const char* name) {
+    int i = gpu_peak_index(name);
+    return i < 0 ? 0.0 : g_gpu_peaks[i].tflops;
+}
+
+// "80GiB", "40 GB", "512MiB", "1.5TiB", "123456789": bytes, or -1.
+static double parse_size(const char* s) {
+    char* end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || !(v > 0)) return -1;
+    while (*end == ' ') end++;
+    static const struct { const char* unit; double mult; } units[] = {
+        {"", 1}, {"B", 1}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
+        {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"K", 1024.0}, {"M", 1048576.0}, {"G", 1073741824.0}, {"T", 1099511627776.0},
+    };
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+        if (!strcmp(end, units[i].unit)) return v * units[i].mult;
+    return -1;
+}
+
+// Measured matmul rate of this process's CPU threads, FLOP/s: the median of 15 timed 512 x 1024 x 256
+// products after one untimed (threads, caches, pages), with the slowest and fastest in lo / hi. Each
+// is timed by the process's CPU time over its threads, not by the wall clock: on a machine others
+// share, the wall clock measures their load (one timing moved 2x between identical runs), the CPU
+// time what our cores deliver while they run us. A busy machine's steps are slower than this.
+#define PLAN_FLOPS_REPS 15
+static int cmp_double(const void* a, const void* b) {
+    double x = *(const double*)a, y = *(const double*)b;
+    return x < y ? -1 : x > y;
+}
+static double measure_cpu_flops(double* lo, double* hi) {
+    const int M = 512, N = 1024, K = 256;
+    floatX* a = (floatX*)calloc((size_t)M * K, sizeof(floatX));
+    floatX* b = (floatX*)calloc((size_t)N * K, sizeof(floatX));
+    floatX* o = (floatX*)calloc((size_t)M * N, sizeof(floatX));
+    float* saved = g_work;
+    size_t saved_n = g_work_floats;
+    g_work_floats = (size_t)K * N;
+    g_work = (float*)malloc(sizeof(float) * g_work_floats);
+    double rate[PLAN_FLOPS_REPS];
+    for (int rep = -1; rep < PLAN_FLOPS_REPS; rep++) {
+        struct timespec c0, c1;
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
+        op_matmul_forward(o, NULL, a, b, NULL, M, K, N);
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
+        double per_thread = ((c1.tv_sec - c0.tv_sec) + 1e-9 * (c1.tv_nsec - c0.tv_nsec)) / num_threads();
+        if (rep >= 0) rate[rep] = 2.0 * M * N * K / fmax(per_thread, 1e-9);
+    }
+    qsort(rate, PLAN_FLOPS_REPS, sizeof(double), cmp_double);
+    *lo = rate[0];
+    *hi = rate[PLAN_FLOPS_REPS - 1];
+    free(g_work);
+    g_work = saved;
+    g_work_floats = saved_n;
+    free(a); free(b); free(o);
+    return rate[PLAN_FLOPS_REPS / 2];
+}
+
+// The GPU this process drives ("" when none: a -plan -device cuda run on a machine without one).
+static const char* gpu_present_name(void) {
+#ifdef __CUDACC__
+    return g_cuda_prop.name;
+#else
+    return "";
+#endif
+}
+
+// The GPU model the planner and MFU assume: -gpu, else the GPU present, else an H100 (said so).
+static const char* gpu_model_name(const Flags* f) {
+    if (strcmp(f->gpu, "auto")) return f->gpu;
+    return gpu_present_name()[0] ? gpu_present_name() : "H100 (assumed: no GPU here and no -gpu)";
+}
+
+// Link bandwidth per rank when -link-gbps is auto, Gbit/s per direction: on cuda NVLink-class while
+// the ranks fit one 8-GPU node, an InfiniBand NDR port per GPU beyond; on cpu, shared memory.
+static double plan_link_gbps_default(int R) { return g_device == DEV_CUDA ? (R <= 8 ? 3600.0 : 400.0) : 80.0; }
+
+// The host memory the kernel says is available to new work (MemAvailable), bytes; 0 if unknown.
+static double mem_available_bytes(void) {
+    FILE* m = fopen("/proc/meminfo", "r");
+    long long kb = 0;
+    char line[256];
+    while (m && fgets(line, sizeof(line), m))
+        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+    if (m) fclose(m);
+    return (double)kb * 1024.0;
+}
+
+// Where the planner's memory, compute rate and bandwidth come from (each printed with its source).
+// R is the world being planned (-world, or this run's).
+static void plan_env(const Flags* f, const Launch* L, int R, PlanEnv* e) {
+    memset(e, 0, sizeof(*e));
+    const char* env = getenv("ZT_DEVICE_MEM"); // this process's memory, overriding detection (testing)
+    if (f->gpu_mem[0]) {
+        e->mem = parse_size(f->gpu_mem);
+        if (e->mem <= 0) die_user("flag -gpu-mem: '%s' is not a memory size (examples: 80GiB, 40GB, 512MiB, 1073741824)", f->gpu_mem);
+        snprintf(e->mem_src, sizeof(e->mem_src), "-gpu-mem");
+    } else if (env && *env) {
+        e->mem = parse_size(env);
+        if (e->mem <= 0) die_user("ZT_DEVICE_MEM='%s' is not a memory size (examples: 80GiB, 512MiB)", env);
+        snprintf(e->mem_src, sizeof(e->mem_src), "ZT_DEVICE_MEM");
+    } else if (g_device == DEV_CUDA) {
+        if (!gpu_present_name()[0])
+            die_user("-device cuda without a GPU: the memory per GPU is unknown. HINT: give it, e.g. -plan -device cuda -gpu-mem 80GiB -gpu h100 -world 8");
+#ifdef __CUDACC__
+        size_t free_b = 0, total_b = 0;
+        cudaCheck(cudaMemGetInfo(&free_b, &total_b));
+        e->mem = (double)free_b;
+#endif
+        snprintf(e->mem_src, sizeof(e->mem_src), "free GPU memory");
+    } else {
+        int local = L->local_world > 0 ? L->local_world : 1;
+        e->mem = mem_available_bytes() / local;
+        snprintf(e->mem_src, sizeof(e->mem_src), "available host memory / %d rank%s on this node", local, local > 1 ? "s" : "");
+    }
+    e->headroom = plan_headroom(e->mem);
+    if (f->tflops > 0) {
+        e->flops = f->tflops * 1e12;
+        snprintf(e->flops_src, sizeof(e->flops_src), "-tflops");
+    } else if (g_device == DEV_CUDA) { // until our kernels are measured on each GPU: half its BF16 dense peak
+        const char* name = gpu_model_name(f);
+        int i = gpu_peak_index(name);
+        if (i < 0) die_user("-gpu %s: no BF16 peak known for this GPU. HINT: give the rate with -tflops, or -gpu h100|h200|a100|...", name);
+        e->flops = 0.5 * g_gpu_peaks[i].tflops * 1e12;
+        snprintf(e->flops_src, sizeof(e->flops_src), "assumed: 50%% of the %s's %.0f TFLOP/s BF16 dense peak (GPU: %s)", g_gpu_peaks[i].part,
+                 g_gpu_peaks[i].tflops, name);
+    } else {
+        double lo, hi;
+        e->flops = measure_cpu_flops(&lo, &hi);
+        snprintf(e->flops_src, sizeof(e->flops_src), "measured: median of %d matmuls by CPU time, %.3g..%.3g, %d threads%s; -tflops fixes it",
+                 PLAN_FLOPS_REPS, lo / 1e12, hi / 1e12, num_threads(), g_use_blas ? ", -blas 1" : "");
+    }
+    double gbps = f->link_gbps > 0 ? f->link_gbps : plan_link_gbps_default(R);
+    e->link = gbps * 1e9 / 8.0;
+    e->link_src = f->link_gbps > 0           ? "-link-gbps"
+                  : g_device == DEV_CPU      ? "default: shared memory"
+                  : R <= 8                   ? "default: NVLink-class, one node"
+                                             : "default: InfiniBand-class, across nodes";
+    e->pcie = (f->pcie_gbps > 0 ? f->pcie_gbps : 200.0) * 1e9 / 8.0;
+    e->pcie_src = f->pcie_gbps > 0 ? "-pcie-gbps" : "default: PCIe 4.0 x16-class";
+    e->disk = (f->disk_gbps > 0 ? f->disk_gbps : 16.0) * 1e9 / 8.0;
+    e->disk_src = f->disk_gbps > 0 ? "-disk-gbps" : "default: one NVMe SSD-class";
+    e->offload_buffer = parse_size(f->offload_buffer);
+    e->nvme_ok = f->offload_dir[0] != 0;
+    // the checkpoints on disk at once: a run of -x steps writes one every -n steps and one at the
+    // end; -nk N keeps N and writes the next before it removes the oldest, so N + 1 at the peak
+    // (checkpoint.h, ckpt_save); -save-model 1 puts a model file in each, last only in the final one
+    if (f->ckpt_every > 0 && f->out_dir[0]) {
+        int written = f->max_steps > 0 ? f->max_steps / f->ckpt_every + (f->max_steps % f->ckpt_every != 0) : f->max_steps == 0 ? 0 : -1;
+        int peak = f->ckpt_keep + 1;
+        e->ckpt_kept = f->ckpt_keep > 0 ? (written >= 0 && written < peak ? written : peak) : written;
+        e->ckpt_models = e->ckpt_kept <= 0 ? 0 : !strcmp(f->save_model, "1") ? e->ckpt_kept : !strcmp(f->save_model, "last") ? 1 : 0;
+    }
+    const char* hm = getenv("ZT_HOST_MEM"); // the node's host memory, overriding detection (testing)
+    if (hm && *hm) {
+        e->host_mem = parse_size(hm);
+        if (e->host_mem <= 0) die_user("ZT_HOST_MEM='%s' is not a memory size (examples: 512GiB, 64MiB)", hm);
+        snprintf(e->host_src, sizeof(e->host_src), "ZT_HOST_MEM");
+    } else {
+        e->host_mem = mem_available_bytes();
+        snprintf(e->host_src, sizeof(e->host_src), "available host memory on this node");
+    }
+}
+
+// Every stage x recompute row (and the offload rows), with fit and time: at most PLAN_MAX_ROWS.
+#define PLAN_MAX_ROWS 48 // 4 stages x 4 recompute modes x 3 places of the optimizer state
+static int plan_rows(const GPTConfig* c, int B, int T, int R, int GA, int local_ranks, const PlanEnv* e, PlanRow* rows) {
+    int n = 0;
+    // the checkpoints kept, on the node of rank 0 (the model files and ranks 0 .. local_ranks-1's
+    // state files, the largest share: the same for every row, the files are stage-independent)
+    size_t ckpt = 0;
+    if (e->ckpt_kept > 0) {
+        ModelDesc d;
+        model_describe(&d, c);
+        BlockLayout lay;
+        model_layout(&d, &lay, R, 0);
+        int64_t states = 0;
+        for (int q = 0; q < local_ranks && q < R; q++) states += ckpt_state_file_bytes(&lay, q);
+        ckpt = (size_t)e->ckpt_kept * (size_t)states + (size_t)e->ckpt_models * (size_t)ckpt_model_file_bytes(&lay);
+        layout_free(&lay);
+    }
+    for (int z = 0; z <= 3; z++) {
+        for (int r = 0; r <= 3; r++) {
+            PlanRow* p = &rows[n++];
+            plan_config(c, B, T, R, GA, z, r, OFFLOAD_NONE, 0, p);
+            p->compute_s = plan_flops_per_token(c, T, r) * B * T * GA / e->flops;
+            p->comm_s = p->traffic / e->link;
+            p->step_s = p->compute_s + p->comm_s; // no overlap assumed
+            p->ckpt_per_node = p->disk_per_node = ckpt;
+            p->free = e->mem - (double)p->total;
+            p->fits = p->free >= e->headroom;
+        }
+    }
+    // [offload] master, m, v and the pinned staging on the host (ZeRO-1..3; -z 0 refuses offload):
+    // the device holds the rest; the step adds the copies and the host AdamW (no overlap assumed),
+    // but with cpu the gradient copies of all blocks but the last reduced run during the backward
+    // (2/3 of the compute): only what exceeds it counts.
+    // On the CPU device the host is the device: the host bytes count against the same memory.
+    // [nvme] the same with the state in a file per rank: the host holds -offload-buffer; the step also
+    // reads and writes the state once at the node's disk bandwidth, shared by its ranks.
+    for (int k = OFFLOAD_CPU; k <= OFFLOAD_NVME; k++)
+    for (int z = 1; z <= 3; z++)
+        for (int r = 0; r <= 3; r++) {
+            PlanRow* p = &rows[n++];
+            plan_config(c, B, T, R, GA, z, r, (Offload)k, e->offload_buffer, p);
+            double state = p->state_bytes; // master, m, v of the shard: 12 bytes an element
+            p->compute_s = plan_flops_per_token(c, T, r) * B * T * GA / e->flops;
+            p->comm_s = p->traffic / e->link;
+            double hidden = p->pcie_d2h_hidden / e->pcie; // [cpu] the copies under the backward
+            p->pcie_s = (p->pcie_bytes - p->pcie_d2h_hidden) / e->pcie + fmax(0.0, hidden - 2.0 / 3.0 * p->compute_s);
+            p->host_s = state / (PLAN_HOST_ADAMW_GBS * 1e9); // the state's bytes, each read and written once
+            double files = k == OFFLOAD_NVME ? state * local_ranks : 0.0; // [nvme] the offload files
+            p->disk_s = 2.0 * files / e->disk;
+            p->ckpt_per_node = ckpt;
+            p->disk_per_node = (size_t)files + ckpt;
+            p->step_s = p->compute_s + p->comm_s + p->pcie_s + p->host_s + p->disk_s;
+            p->host_per_node = p->host_bytes * (size_t)local_ranks;
+            if (g_device == DEV_CPU) {
+                p->free = e->mem - (double)p->total - (double)p->host_bytes;
+                p->fits = p->free >= e->headroom;
+            } else {
+                p->free = e->mem - (double)p->total;
+                p->fits = p->free >= e->headroom && e->host_mem - (double)p->host_per_node >= plan_headroom(e->host_mem);
+            }
+        }
+    return n;
+}
+
+// The recommendation: among the rows that fit with the headroom, the lowest estimated step time;
+// ties (within 1%) go to the lower stage, then to less recompute, the order users are taught.
+// With R > 1 ZeRO-0 is never chosen: ZeRO-1 sends less (BF16 gather instead of FP32) in less memory.
+// stage / recompute >= 0 fix that choice. kinds: a mask of the offload kinds allowed (1 << OFFLOAD_*),
+// tried in order: none, then cpu only when no row without offload fits, then nvme only when no cpu
+// row fits either. Returns the row index or -1.
+static int plan_choose(const PlanRow* rows, int n, int R, int stage, int recompute, int kinds) {
+    int best = -1;
+    for (int pass = OFFLOAD_NONE; pass <= OFFLOAD_NVME && best < 0; pass++) {
+        if (!(kinds & (1 << pass))) continue;
+        for (int i = 0; i < n; i++) {
+            const PlanRow* p = &rows[i];
+            if (p->offload != pass || !p->fits || (R > 1 && p->stage == 0 && stage != 0)) continue;
+            if ((stage >= 0 && p->stage != stage) || (recompute >= 0 && p->recompute != recompute)) continue;
+            if (best < 0 || p->step_s < rows[best].step_s * 0.99) best = i; // rows come in (stage, recompute) order
+        }
+    }
+    return best;
+}
+// -offload as plan_choose's mask: auto: none, cpu, and nvme when -offload-dir says where; else that kind.
+static int plan_offload_arg(const Flags* f) {
+    if (strcmp(f->offload, "auto")) return 1 << offload_parse(f->offload);
+    return 1 << OFFLOAD_NONE | 1 << OFFLOAD_CPU | (f->offload_dir[0] ? 1 << OFFLOAD_NVME : 0);
+}
+
+// A byte count in its own unit, three significant digits: "812 KiB", "20.8 GiB", "-1.50 GiB".
+// Each cell of -plan picks its unit, so a 40 KiB row and an 80 GiB one are both readable.
+typedef struct { char s[24]; } Bytes;
+static Bytes fmt_bytes(double b) {
+    static const char* unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    Bytes r;
+    char* buf = r.s;
+    size_t cap = sizeof(r.s);
+    double v = fabs(b);
+    int u = 0;
+    while (v >= 1023.5 && u < 5) { v /= 1024.0; u++; } // 1023.5 MiB prints as 1.00 GiB, never 1024 MiB
+    const char* sign = b < 0 ? "-" : "";
+    if (u == 0) snprintf(buf, cap, "%s%.0f B", sign, v);
+    else snprintf(buf, cap, v >= 99.95 ? "%s%.0f %s" : v >= 9.995 ? "%s%.1f %s" : "%s%.2f %s", sign, v, unit[u]);
+    return r;
+}
+
+// Why nothing fits, and what would: more ranks, a smaller micro-batch, recompute, more memory.
+static void plan_explain_misfit(const GPTConfig* c, int B, int T, int R, int GA, const PlanEnv* e, char* out, size_t cap) {
+    PlanRow p;
+    plan_config(c, B, T, R, GA, 3, 3, OFFLOAD_NONE, 0, &p);
+    size_t fixed = p.bytes[TAG_ACTS] + p.bytes[TAG_LOGITS] + p.bytes[TAG_WORK] + p.bytes[TAG_PARAM_BUF] + p.bytes[TAG_GRAD_BUF];
+    double usable = e->mem - e->headroom;
+    int n = snprintf(out, cap, "nothing fits in %s per rank (%s) less the headroom of %s (" PLAN_HEADROOM_TEXT "): the smallest, "
+                     "ZeRO-3 with -r 3, needs %s at R = %d", fmt_bytes(e->mem).s, e->mem_src, fmt_bytes(e->headroom).s,
+                     fmt_bytes((double)p.total).s, R);
+    int Rfit = 0;
+    for (int r2 = R + 1; r2 <= 65536 && !Rfit; r2 *= 2) {
+        PlanRow q;
+        plan_config(c, B, T, r2, GA, 3, 3, OFFLOAD_NONE, 0, &q);
+        if (q.total <= usable) Rfit = r2;
+    }
+    if (Rfit) n += snprintf(out + n, cap - n, "; with %d ranks it would fit", Rfit);
+    if (fixed > usable * 0.5)
+        n += snprintf(out + n, cap - n, "; activations, logits and buffers alone need %s: use a smaller micro-batch -b (and -d to keep the batch)",
+                      fmt_bytes((double)fixed).s);
+    snprintf(out + n, cap - n, ". HINT: more ranks, a smaller -b, -r 3, or more memory per rank");
+}
+
+// The world -plan and -z auto plan for, its accumulation and ranks per node.
+static int plan_GA(const Flags* f, int R) { return f->total_batch == -1 ? 1 : (int)(f->total_batch / ((int64_t)f->B * f->T * R)); }
+
+// -plan: the table, the recommendation, and <out_dir>/plan.jsonl. Prints on rank 0. Every byte
+// cell carries its own unit; "free" is the memory per rank minus the row's total, and a row fits
+// only when that is at least the headroom (plan_headroom).
+static void run_plan(const Flags* f, const GPTConfig* c, int R, const Launch* L) {
+    int GA = plan_GA(f, R);
+    int local = L->local_world > 0 ? L->local_world : 1;
+    if (f->world > 0) local = R < 8 ? R : 8; // planning another world: assume up to 8 ranks a node
+    PlanEnv e;
+    plan_env(f, L, R, &e);
+    PlanRow rows[PLAN_MAX_ROWS];
+    int n = plan_rows(c, f->B, f->T, R, GA, local, &e, rows);
+    ModelDesc d;
+    model_describe(&d, c);
+    printf0("plan: L %d C %d NH %d V %d (padded %d): Psi = %lld parameters; B %d x T %d x R %d x GA %d; %s%s %s\n", c->L, c->C, c->NH,
+            c->V, c->Vp, (long long)d.num_params, f->B, f->T, R, GA, g_device == DEV_CUDA ? "cuda, GPU " : "cpu",
+            g_device == DEV_CUDA ? gpu_model_name(f) : "", PRECISION_NAME);
+    printf0("  memory per rank %s (%s); headroom %s, " PLAN_HEADROOM_TEXT ": a row fits only if it leaves that free\n",
+            fmt_bytes(e.mem).s, e.mem_src, fmt_bytes(e.headroom).s);
+    printf0("  compute %.3g TFLOP/s per rank (%s); link %.0f Gbit/s (%s)\n", e.flops / 1e12, e.flops_src, e.link * 8 / 1e9, e.link_src);
+    if (g_device == DEV_CPU)
+        printf0("  offload rows (-r N o): master, m, v on the host, which on the CPU device is the same memory (a code path, not a saving); "
+                "host<->device copies at %.0f Gbit/s (%s), host AdamW at %.3g GB/s of state per rank (assumed)\n",
+                e.pcie * 8 / 1e9, e.pcie_src, PLAN_HOST_ADAMW_GBS);
+    else
+        printf0("  offload rows (-r N o): master, m, v on the host, %s per node (%s) less the headroom; host<->device %.0f Gbit/s per rank (%s), "
+                "host AdamW at %.3g GB/s of state per rank (assumed)\n",
+                fmt_bytes(e.host_mem).s, e.host_src, e.pcie * 8 / 1e9, e.pcie_src, PLAN_HOST_ADAMW_GBS);
+    printf0("per rank, by tag (activations: one micro-batch; est s/step: compute + communication, no overlap assumed):\n");
+    int w[TAG_COUNT];
+    printf0("| z | -r  |");
+    for (int t = 0; t < TAG_COUNT; t++) {
+        w[t] = (int)strlen(mem_tag_name[t]) > 9 ? (int)strlen(mem_tag_name[t]) : 9;
+        printf0(" %*s |", w[t], mem_tag_name[t]);
+    }
+    printf0("     total |      free | fits  | comm/step | est s/step | host/node | disk/node |\n");
+    for (int i = 0; i < n; i++) {
+        const PlanRow* p = &rows[i];
+        if (p->offload) printf0("| %d | %d %c |", p->stage, p->recompute, p->offload == OFFLOAD_NVME ? 'n' : 'o');
+        else printf0("| %d | %d   |", p->stage, p->recompute);
+        for (int t = 0; t < TAG_COUNT; t++) printf0(" %*s |", w[t], p->bytes[t] ? fmt_bytes((double)p->bytes[t]).s : "-");
+        int64_t cb = 0;
+        for (int k = 0; k < COLL_KINDS; k++) cb += p->coll_bytes[k];
+        printf0(" %9s | %9s | %-5s | %9s | %10.3g | %9s | %9s |\n", fmt_bytes((double)p->total).s, fmt_bytes(p->free).s,
+                p->fits ? "yes" : p->free >= 0 ? "tight" : "no", fmt_bytes((double)cb).s, p->step_s,
+                p->offload ? fmt_bytes((double)p->host_per_node).s : "-", p->disk_per_node ? fmt_bytes((double)p->disk_per_node).s : "-");
+    }
+    printf0("fits: yes = leaves at least the headroom free; tight = fits in the memory but leaves less (never chosen); no = does not fit\n");
+    printf0("-r N o: -offload cpu (master, m, v and pinned staging on the host: host/node; total is on the device%s); est s/step adds the "
+            "copies (the gradient's run during the backward: only what exceeds it counts) and the host AdamW; chosen only when no row without offload fits\n", g_device == DEV_CPU ? ", free counts the host bytes too" : "");
+    printf0("-r N n: -offload nvme (the state in a file per rank: disk/node, with the checkpoints kept; the host holds -offload-buffer %s per rank "
+            "and the staging); est s/step also reads and writes the state at %.0f Gbit/s per node (%s); chosen only when no cpu row fits, "
+            "and with -z auto only when -offload-dir is given\n", fmt_bytes(e.offload_buffer).s, e.disk * 8 / 1e9, e.disk_src);
+    if (e.ckpt_kept > 0)
+        printf0("disk/node: %d checkpoint%s on disk at once (-n %d, -nk %d, -x %d, -save-model %s: %d with a model file), %s on the node of "
+                "rank 0 (its %d rank%s' state files and the model files; markers not counted)\n", e.ckpt_kept, e.ckpt_kept > 1 ? "s" : "",
+                f->ckpt_every, f->ckpt_keep, f->max_steps, f->save_model, e.ckpt_models, fmt_bytes((double)rows[0].ckpt_per_node).s,
+                local < R ? local : R, (local < R ? local : R) > 1 ? "s" : "");
+    else if (e.ckpt_kept < 0)
+        printf0("disk/node: checkpoints not counted: -x -1 (one epoch) with -nk 0 keeps every one, how many the data decides. HINT: -nk N\n");
+    int best = plan_choose(rows, n, R, -1, -1, plan_offload_arg(f));
+    if (best < 0) {
+        char why[1024];
+        plan_explain_misfit(c, f->B, f->T, R, GA, &e, why, sizeof(why));
+        printf0("recommendation: none: %s\n", why);
+    } else {
+        const PlanRow* p = &rows[best];
+        printf0("recommendation: -z %d -r %d%s%s: %suses %s of %s per rank, leaving %s (headroom %s), and has the lowest estimated step time, "
+                "%.3g s (compute %.3g s, communication %.3g s%s)%s\n", p->stage, p->recompute, p->offload ? " -offload " : "",
+                p->offload ? offload_name((Offload)p->offload) : "",
+                p->offload ? "nothing fits without offload; " : "", fmt_bytes((double)p->total).s, fmt_bytes(e.mem).s,
+                fmt_bytes(p->free).s, fmt_bytes(e.headroom).s, p->step_s, p->compute_s, p->comm_s, p->offload ? ", host copies and AdamW" : "",
+                R > 1 ? "; ZeRO-0 is never chosen with R > 1 (ZeRO-1 sends less in less memory)" : "");
+    }
+    if (f->out_dir[0] && g_rank == 0) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof(path), "%s/plan.jsonl", f->out_dir);
+        FILE* fp = fopen(path, "w");
+        if (!fp) die_user("-o: cannot write %s: %s", path, strerror(errno));
+        for (int i = 0; i < n; i++) {
+            const PlanRow* p = &rows[i];
+            fprintf(fp, "{\"stage\": %d, \"recompute\": %d, \"offload\": %d, \"R\": %d, \"GA\": %d", p->stage, p->recompute, p->offload, R, GA);
+            for (int t = 0; t < TAG_COUNT; t++) fprintf(fp, ", \"%s\": %zu", mem_tag_name[t], p->bytes[t]);
+            fprintf(fp, ", \"total\": %zu, \"fits\": %d, \"step_s\": %.6g, \"recommended\": %d", p->total, p->fits, p->step_s, i == best);
+            fprintf(fp, ", \"mem\": %.0f, \"free\": %.0f, \"headroom\": %.0f, \"compute_s\": %.6g, \"comm_s\": %.6g, \"flops\": %.6g",
+                    e.mem, p->free, e.headroom, p->compute_s, p->comm_s, e.flops);
+            fprintf(fp, ", \"host_bytes\": %zu, \"host_per_node\": %zu, \"pcie_bytes\": %.0f, \"pcie_s\": %.6g, \"host_s\": %.6g",
+                    p->host_bytes, p->host_per_node, p->pcie_bytes, p->pcie_s, p->host_s);
+            fprintf(fp, ", \"disk_per_node\": %zu, \"ckpt_per_node\": %zu, \"disk_s\": %.6g", p->disk_per_node, p->ckpt_per_node, p->disk_s);
+            for (int k = 0; k < COLL_KINDS; k++) fprintf(fp, ", \"%s\": [%lld, %lld]", coll_name[k], (long long)p->coll_count[k], (long long)p->coll_bytes[k]);
+            fprintf(fp, "}\n");
+        }
+        fclose(fp);
+    }
+}
+
+// The settings table shows the planner's inputs as resolved (rank 0, which plans, prints it).
+static void plan_env_show(Flags* f, const PlanEnv* e) {
+    if (f->tflops == 0) FLAG_SHOW(f, tflops, "%.3g (%s)", e->flops / 1e12, g_device == DEV_CPU ? "measured" : "assumed");
+    if (f->link_gbps == 0) FLAG_SHOW(f, link_gbps, "%.0f", e->link * 8 / 1e9);
+    if (f->pcie_gbps == 0) FLAG_SHOW(f, pcie_gbps, "%.0f (%s)", e->pcie * 8 / 1e9, e->pcie_src);
+    if (f->disk_gbps == 0) FLAG_SHOW(f, disk_gbps, "%.0f (%s)", e->disk * 8 / 1e9, e->disk_src);
+    if (!f->gpu_mem[0]) FLAG_SHOW(f, gpu_mem, "%s (%s)", fmt_bytes(e->mem).s, e->mem_src);
+}
+
+// -z auto / -r auto: rank 0 plans with its own view of the memory and broadcasts the choice, so
+// ranks that see different free memory never choose differently. One line says what and why.
+static void choose_config(Flags* f, const GPTConfig* c, int R, const Launch* L, Comm* comm) {
+    int choice[3] = {f->zero_stage, f->recompute, 0};
+    char why[1024] = "";
+    if (g_rank == 0) {
+        int GA = plan_GA(f, R);
+        PlanEnv e;
+        plan_env(f, L, R, &e);
+        PlanRow rows[PLAN_MAX_ROWS];
+        int n = plan_rows(c, f->B, f->T, R, GA, L->local_world, &e, rows);
+        int best = plan_choose(rows, n, R, f->zero_stage, f->recompute, plan_offload_arg(f));
+        plan_env_show(f, &e);
+        if (best < 0) {
+            plan_explain_misfit(c, f->B, f->T, R, GA, &e, why, sizeof(why));
+            choice[0] = -2;
+        } else {
+            choice[0] = rows[best].stage;
+            choice[1] = rows[best].recompute;
+            choice[2] = rows[best].offload;
+            snprintf(why, sizeof(why), "%suses %s of %s per rank (%s), leaving %s (headroom %s, " PLAN_HEADROOM_TEXT "), estimated %.3g s/step",
+                     rows[best].offload == OFFLOAD_CPU && !strcmp(f->offload, "auto") ? "nothing fits without offload, so the optimizer state goes to the host; "
+                     : rows[best].offload == OFFLOAD_NVME && !strcmp(f->offload, "auto") ? "nothing fits without offload nor with it in host memory, so the optimizer state goes to -offload-dir; " : "",
+                     fmt_bytes((double)rows[best].total).s, fmt_bytes(e.mem).s, e.mem_src, fmt_bytes(rows[best].free).s,
+                     fmt_bytes(e.headroom).s, rows[best].step_s);
+        }
+    }
+    comm_broadcast(comm, choice, sizeof(choice), 0);
+    if (choice[0] == -2) die_user("-z auto: %s", g_rank == 0 ? why : "rank 0 found no configuration that fits (see its message)");
+    printf0("auto: -z %d -r %d%s%s chosen: %s\n", choice[0], choice[1], choice[2] ? " -offload " : "", choice[2] ? offload_name((Offload)choice[2]) : "", why);
+    if (!strcmp(f->offload, "auto")) snprintf(f->offload, sizeof(f->offload), "%s", offload_name((Offload)choice[2]));
+    f->zero_stage = choice[0];
+    f->recompute = choice[1];
+    snprintf(f->zero_stage_str, sizeof(f->zero_stage_str), "%d", choice[0]);
+    snprintf(f->recompute_str, sizeof(f->recompute_str), "%d", choice[1]);
+}
+
+#endif // ZT_PLAN_H

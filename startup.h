@@ -1,0 +1,457 @@
+// startup.h — everything before the model is built that needs no trainer: "auto" defaults per device
+// (resolve_defaults), the device (pick_device), the model's shape (-e descriptors, files, overrides:
+// model_config), the flag checks (check_flags), threads (setup_threads), the ranks' agreement
+// (ranks_agree, data_hash), -tokenize (run_tokenize), the output directory, log.jsonl on resume
+// (log_truncate_after), the process's memory (proc_status_bytes, peak_rss_bytes, gather_memory),
+// and what the run prints at start-up (print_setup: the settings table, the model, batch and
+// per-rank memory tables). train_gpt.cu's trainer_setup calls these in order.
+//
+// May call: flags.h, plan.h (parse_size, the GPU tables), acts.h (acts_bytes), model.h, zero.h (Comm,
+// Launch, comm_*), checkpoint.h (model_file_open), hf.h, tokenizer.h, prompts.h, dataloader.h.
+// Knows nothing of the trainer's types: it takes Flags, the Comm, the Launch, the model's
+// description and ZeRO state.
+#ifndef ZT_STARTUP_H
+#define ZT_STARTUP_H
+#include <errno.h>
+#include <limits.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+#include "device.cuh"         // defines: Device, g_device, die_user, printf0, num_threads, g_mem_bytes, PRECISION_NAME
+#include "flags.h"            // defines: Flags, flags_convert, flags_print_table, FLAG_SHOW
+#include "plan.h"             // defines: parse_size, gpu_peak_index
+#include "acts.h"             // defines: acts_bytes
+#include "model.h"            // defines: GPTConfig, ModelDesc
+#include "zero.h"             // defines: Zero, ZeroSizes, Comm, Launch, comm_sum_doubles, comm_allgather_u64
+#include "checkpoint.h"       // defines: ModelFile, model_file_open
+#include "hf.h"               // defines: HFCheckpoint, hf_is_checkpoint_path, hf_open, hf_close
+#include "dataloader.h"       // defines: DataLoader
+#include "tokenizer.h"        // defines: Tokenizer, tokenizer_init, tokenizer_load_merges, tokenize_file_to_shards_ex
+#include "prompts.h"          // defines: tokenize_prompts_to_shards
+#include "ops/attention.cuh"  // defines: ATT_MAX_HS
+
+// Replace "auto" defaults by the device's, then convert every flag.
+static void resolve_defaults(Flags* f, Device dev) {
+    int cpu = dev == DEV_CPU;
+#define AUTO(field, cpu_value, cuda_value) \
+    if (!strcmp(f->field##_str, "auto")) snprintf(f->field##_str, sizeof(f->field##_str), "%s", cpu ? cpu_value : cuda_value);
+    AUTO(model, "tiny", "d12");
+    AUTO(B, "8", "16");
+    AUTO(T, "64", "1024");
+    AUTO(max_steps, "300", "-1");
+    AUTO(lr, "1e-3", "6e-4");
+    AUTO(val_every, "25", "250");
+    AUTO(sample_every, "100", "500");
+    AUTO(zero_stage, "-1", "-1"); // decided after start-up by the planner (choose_config)
+    AUTO(recompute, "-1", "-1");
+    AUTO(link_gbps, "0", "0");    // 0: the device's default, resolved by plan_env
+    AUTO(tflops, "0", "0");
+    AUTO(pcie_gbps, "0", "0");    // 0: plan_env's default
+    AUTO(disk_gbps, "0", "0");
+    AUTO(io_timeout, "-1", "-1"); // -1: from the bytes rank 0 writes (io_timeout_s)
+#ifdef ZT_DEBUG
+    AUTO(poison, "1", "1");
+#else
+    AUTO(poison, "0", "0");
+#endif
+    AUTO(warmup, "-1", "-1");     // 5% of the steps, once their number is known (trainer_setup)
+#undef AUTO
+    if (!strcmp(f->device_str, "auto")) snprintf(f->device_str, sizeof(f->device_str), "%s", cpu ? "cpu" : "cuda");
+    flags_convert(f);
+}
+
+// Which device: -device, or a GPU when one is present. -plan may plan for cuda without a GPU (or
+// without CUDA in the build): it allocates nothing, and sizes come from -gpu-mem and -gpu.
+static Device pick_device(const char* want, int plan) {
+    if (strcmp(want, "auto") && strcmp(want, "cpu") && strcmp(want, "cuda"))
+        die_user("flag -device: '%s' is not cpu, cuda or auto", want);
+    int gpus = 0;
+#ifdef __CUDACC__
+    if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
+#endif
+    if (!strcmp(want, "cuda")) {
+        if (plan && gpus == 0) return DEV_CUDA;
+#ifndef __CUDACC__
+        die_user("-device cuda: this build has no CUDA (built with g++). HINT: install the CUDA toolkit and rebuild with make train, or use -device cpu");
+#endif
+        if (gpus == 0) die_user("-device cuda: no GPU found (cudaGetDeviceCount). HINT: use -device cpu");
+        return DEV_CUDA;
+    }
+    if (!strcmp(want, "cpu")) return DEV_CPU;
+    return gpus > 0 ? DEV_CUDA : DEV_CPU;
+}
+
+// The llm.c model descriptors: -e dN gives depth N with llm.c's width and heads; "tiny" is our
+// CPU default (a few million parameters, most of them the embedding).
+static int model_from_descriptor(const char* s, GPTConfig* c) {
+    static const struct { const char* name; int L, C, NH; } table[] = {
+        {"tiny", 4, 128, 4},  {"d6", 6, 384, 6},     {"d12", 12, 768, 12}, {"d24", 24, 1024, 16},
+        {"d36", 36, 1280, 20}, {"d48", 48, 1600, 25}, {"d60", 60, 1920, 30}, {"d72", 72, 2880, 30},
+        {"d84", 84, 3456, 36},
+    };
+    for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
+        if (!strcmp(s, table[i].name)) {
+            c->L = table[i].L; c->C = table[i].C; c->NH = table[i].NH;
+            c->V = 50257; c->maxT = !strcmp(s, "tiny") ? 256 : 1024;
+            return 0;
+        }
+    return -1;
+}
+
+
+// The largest model sizes accepted: far beyond any GPU today, small enough that every element
+// count and byte offset fits in 64 bits and every per-tensor row count in int.
+#define MODEL_MAX_L 4096
+#define MODEL_MAX_C 65536
+#define MODEL_MAX_T (1 << 20)
+#define MODEL_MAX_V (1 << 24)
+#define MODEL_MAX_PARAMS 1e13
+#define GEN_MAX_TOKENS 1000000
+
+// The model's shape: -e (descriptor or file) and the override flags; everything checked.
+static void model_config(const Flags* f, GPTConfig* c, int* from_file) {
+    memset(c, 0, sizeof(*c));
+    *from_file = 0;
+    if (model_from_descriptor(f->model, c) != 0) {
+        struct stat st;
+        if (stat(f->model, &st) != 0)
+            die_user("-e %s: neither a model descriptor (tiny, d6, d12, d24, d36, d48, d60, d72, d84) nor a readable file: %s", f->model, strerror(errno));
+        if (hf_is_checkpoint_path(f->model)) { // a Hugging Face GPT-2 (hf.h)
+            HFCheckpoint ck;
+            char err[2048];
+            if (hf_open(&ck, f->model, err, sizeof(err))) die_user("-e %s", err);
+            c->L = ck.cfg.L; c->C = ck.cfg.C; c->NH = ck.cfg.NH; c->V = ck.cfg.V; c->maxT = ck.cfg.maxT;
+            hf_close(&ck);
+            *from_file = 2;
+        } else {
+            ModelFile mf;
+            model_file_open(&mf, f->model, c);
+            close(mf.fd);
+            *from_file = 1;
+        }
+        if (f->layers || f->channels || f->heads || f->max_seq || f->vocab)
+            die_user("-e %s is a model file: its shape is fixed, so -layers/-channels/-heads/-max-seq/-vocab cannot change it", f->model);
+    }
+    if (f->layers) c->L = f->layers;
+    if (f->channels) c->C = f->channels;
+    if (f->heads) c->NH = f->heads;
+    if (f->max_seq) c->maxT = f->max_seq;
+    if (f->vocab) c->V = f->vocab;
+    if (*from_file != 1) c->Vp = (int)round_up(c->V, 128); // an llm.c file says its Vp
+    if (c->L < 1 || c->C < 1 || c->NH < 1 || c->maxT < 1 || c->V < 2)
+        die_user("model: L %d, C %d, NH %d, max-seq %d, V %d: every size must be positive (V at least 2)", c->L, c->C, c->NH, c->maxT, c->V);
+    // bounds that keep every size and index in range (a model file's header is data too)
+    const char* src = *from_file ? f->model : NULL;
+    struct { const char* flag; int value, max; } bound[] = {
+        {"-layers", c->L, MODEL_MAX_L}, {"-channels", c->C, MODEL_MAX_C}, {"-max-seq", c->maxT, MODEL_MAX_T}, {"-vocab", c->V, MODEL_MAX_V},
+    };
+    for (size_t i = 0; i < sizeof(bound) / sizeof(bound[0]); i++)
+        if (bound[i].value > bound[i].max)
+            die_user("%s%s %d is above %d, the most this program supports", src ? src : "flag ", src ? ": its header's" : bound[i].flag, bound[i].value, bound[i].max);
+    double params = ((double)c->Vp + c->maxT) * c->C + (double)c->L * (12.0 * c->C * c->C + 13.0 * c->C);
+    if (params > MODEL_MAX_PARAMS)
+        die_user("model: %.3g parameters (L %d, C %d) is above %.3g, the most this program supports. HINT: check -layers / -channels", params, c->L, c->C, MODEL_MAX_PARAMS);
+    if (c->C % c->NH != 0) die_user("model: C = %d is not divisible by NH = %d. HINT: pick -channels a multiple of -heads", c->C, c->NH);
+    if (c->C / c->NH > ATT_MAX_HS) die_user("model: head size C/NH = %d is above %d. HINT: use more -heads", c->C / c->NH, ATT_MAX_HS);
+}
+
+// Checks on the training flags that need nothing but the flags and R (exit 2, before any allocation).
+static void check_flags(const Flags* f, const GPTConfig* c, int R) {
+    if (f->B < 1) die_user("flag -b: micro-batch size %d must be at least 1", f->B);
+    if (f->T < 1 || f->T > c->maxT) die_user("flag -t: sequence length %d must be between 1 and the model's maximum %d. HINT: -max-seq raises it for a new model", f->T, c->maxT);
+    int64_t step_tokens = (int64_t)f->B * f->T * R;
+    if (f->total_batch != -1 && (f->total_batch < step_tokens || f->total_batch % step_tokens != 0))
+        die_user("flag -d: total batch %d tokens is not a multiple of B*T*R = %d*%d*%d = %lld. HINT: use -d %lld or a multiple",
+                 f->total_batch, f->B, f->T, R, (long long)step_tokens, (long long)step_tokens);
+    if (f->zero_stage < -1 || f->zero_stage > 3) die_user("flag -z: ZeRO stage %d is not 0, 1, 2, 3 or auto", f->zero_stage);
+    if (f->recompute < -1 || f->recompute > 3) die_user("flag -r: recompute mode %d is not 0, 1, 2, 3 or auto", f->recompute);
+    if (f->world < 0) die_user("flag -world: %d ranks", f->world);
+    int off = strcmp(f->offload, "auto") ? offload_parse(f->offload) : OFFLOAD_NONE;
+    if (off < 0) die_user("flag -offload: '%s' is not none, cpu, nvme or auto", f->offload);
+    if (off != OFFLOAD_NVME && f->offload_dir[0] && strcmp(f->offload, "auto")) die_user("flag -offload-dir is for -offload nvme (this run: -offload %s)", f->offload);
+    if (off == OFFLOAD_NVME && !f->offload_dir[0]) die_user("flag -offload nvme needs -offload-dir DIR (a directory on the disk that holds the state)");
+    if (parse_size(f->offload_buffer) <= 0) die_user("flag -offload-buffer: '%s' is not a size (examples: 256MiB, 1GiB)", f->offload_buffer);
+    if (off != OFFLOAD_NONE && f->zero_stage == 0 && !f->plan && !(f->tune && !f->zero_stage_set)) // (-plan plans every stage; -tune chooses -z)
+        die_user("flag -offload %s needs -z 1, 2 or 3: under ZeRO-0 every rank holds the whole optimizer state, so offloading "
+                 "it would put R copies of it into host memory and copy the full gradient to the host on every rank. HINT: "
+                 "-z 1 shards the state first (and sends less than -z 0)", f->offload);
+    if (f->world > 0 && !f->plan) die_user("flag -world plans for another world size: it needs -plan");
+    if (f->link_gbps < 0 || f->tflops < 0 || f->pcie_gbps < 0 || f->disk_gbps < 0) die_user("flags -link-gbps / -tflops / -pcie-gbps / -disk-gbps must be positive");
+    const char* ed = f->export_dtype;
+    if (strcmp(ed, "auto") && strcmp(ed, "fp32") && strcmp(ed, "bf16") && strcmp(ed, "fp16"))
+        die_user("flag -export-dtype: '%s' is not auto, fp32, bf16 or fp16", ed);
+    if (!strcmp(ed, "fp16") && f->export_path[0]) die_user("flag -export-dtype fp16: llm.c model files have no FP16 version (use it with -export-hf only)");
+    if (strcmp(f->gpu, "auto") && gpu_peak_index(f->gpu) < 0)
+        die_user("flag -gpu: '%s' is not a GPU this program knows (h100, h200, a100, a800, gh200, l40s, l4, a10; a device name such as "
+                 "'NVIDIA H100 PCIe' also works). HINT: for another GPU give its rate with -tflops", f->gpu);
+    if (f->max_steps < -1) die_user("flag -x: %d steps: use a count, 0 (evaluate only) or -1 (one epoch)", f->max_steps);
+    if (f->lr < 0) die_user("flag -l: learning rate %g is negative", f->lr);
+    if (f->warmup < -1) die_user("flag -u: warmup %d is negative", f->warmup);
+    if (f->lr_final < 0 || f->lr_final > 1) die_user("flag -q: final fraction %g is not in [0, 1]", f->lr_final);
+    if (strcmp(f->lr_schedule, "cosine") && strcmp(f->lr_schedule, "linear") && strcmp(f->lr_schedule, "constant"))
+        die_user("flag -k: schedule '%s' is not cosine, linear or constant", f->lr_schedule);
+    if (f->beta1 < 0 || f->beta1 >= 1 || f->beta2 < 0 || f->beta2 >= 1) die_user("flags -beta1/-beta2: %g, %g must be in [0, 1)", f->beta1, f->beta2);
+    if (f->eps <= 0) die_user("flag -eps: %g must be positive", f->eps);
+    if (f->weight_decay < 0) die_user("flag -c: weight decay %g is negative", f->weight_decay);
+    if (f->grad_clip < 0) die_user("flag -grad-clip: %g is negative", f->grad_clip);
+    if (f->shuffle != 0 && f->shuffle != 1) die_user("flag -shuffle: %d is not 0 or 1", f->shuffle);
+    if (f->val_every < 0 || f->sample_every < 0 || f->ckpt_every < 0 || f->ckpt_keep < 0)
+        die_user("flags -v, -s, -n, -nk: counts must not be negative");
+    if (f->gen_tokens < 1 || f->gen_tokens > GEN_MAX_TOKENS) die_user("flag -g: %d tokens to generate: must be 1..%d", f->gen_tokens, GEN_MAX_TOKENS);
+    if ((int64_t)f->B * f->T > (1 << 24)) die_user("flags -b x -t: %lld tokens per micro-batch: at most %d", (long long)f->B * f->T, 1 << 24);
+    if (f->resume != 0 && f->resume != 1) die_user("flag -y: %d is not 0 or 1", f->resume);
+    if ((f->ckpt_every > 0 || f->resume) && !f->out_dir[0]) die_user("flags -n / -y need an output directory: -o DIR");
+    if (f->resume_step < 0 || (f->resume_step > 0 && !f->resume)) die_user("flag -resume-step %d needs -y 1 and a step >= 1", f->resume_step);
+    if (f->threads < 0) die_user("flag -threads: %d is negative", f->threads);
+    if (f->blas != 0 && f->blas != 1) die_user("flag -blas: %d is not 0 or 1", f->blas);
+#ifndef USE_BLAS
+    if (f->blas) die_user("flag -blas 1: this build has no OpenBLAS. HINT: apt-get install libopenblas-dev and rebuild (make clean train)");
+#endif
+    if (f->comm_timeout < 0 || f->comm_delay < 0) die_user("flags -comm-timeout / -comm-delay must not be negative");
+    if (f->max_skips < 0) die_user("flag -max-skips: %d is negative", f->max_skips);
+    if (strcmp(f->save_model, "0") && strcmp(f->save_model, "1") && strcmp(f->save_model, "last"))
+        die_user("flag -save-model: '%s' is not 0, 1 or last", f->save_model);
+    if (f->io_timeout < 0 && f->io_timeout != -1) die_user("flag -io-timeout: %g is negative", f->io_timeout);
+    if (f->tune_steps < 1) die_user("flag -tune-steps: %d timed steps per candidate: at least 1", f->tune_steps);
+    if (f->tune_rows < 1 || f->tune_rows > 16) die_user("flag -tune-rows: %d candidates: 1..16", f->tune_rows);
+}
+
+// Threads for the CPU ops: -threads, else OMP_NUM_THREADS, else this node's cores shared
+// evenly by this node's ranks.
+static int setup_threads(const Flags* f, const Launch* L) {
+    int n = f->threads;
+    if (n == 0 && getenv("OMP_NUM_THREADS")) n = num_threads();
+    if (n == 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        n = (int)(cores / (L->local_world > 0 ? L->local_world : 1));
+        if (n < 1) n = 1;
+    }
+#ifdef _OPENMP
+    omp_set_num_threads(n);
+#endif
+    g_use_blas = f->blas;
+#ifdef USE_BLAS
+    openblas_set_num_threads(1); // one level of threads: ours (see cpu_gemm_blas)
+#endif
+    return num_threads();
+}
+
+static void mkdir_p(const char* dir) {
+    char tmp[PATH_MAX];
+    snprintf(tmp, sizeof(tmp), "%s", dir);
+    for (char* p = tmp + 1; *p; p++)
+        if (*p == '/') { *p = 0; mkdir(tmp, 0755); *p = '/'; }
+    if (mkdir(tmp, 0755) != 0 && errno != EEXIST) die_user("-o %s: cannot create the directory: %s", dir, strerror(errno));
+    if (access(tmp, W_OK) != 0) die_user("-o %s: the directory is not writable", dir);
+}
+
+// A "Name: N kB" line of /proc/self/status in bytes (VmHWM: peak resident memory, VmRSS: resident
+// now), 0 if unknown.
+static int64_t proc_status_bytes(const char* name) {
+    FILE* f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256], fmt[64];
+    snprintf(fmt, sizeof(fmt), "%s: %%lld kB", name);
+    long long kb = 0;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, fmt, &kb) == 1) break;
+    fclose(f);
+    return (int64_t)kb * 1024;
+}
+static int64_t peak_rss_bytes(void) { return proc_status_bytes("VmHWM"); }
+
+// Every rank's live bytes per tag and its peak RSS: row r (TAG_COUNT + 1 values) is rank r's.
+// A collective: each rank fills its own row of a zeroed matrix and the rows are summed.
+#define MEM_COLS (TAG_COUNT + 1)
+static double* gather_memory(Comm* comm) {
+    double* all = (double*)calloc((size_t)comm->R * MEM_COLS, sizeof(double));
+    for (int t = 0; t < TAG_COUNT; t++) all[comm->r * MEM_COLS + t] = (double)g_mem_bytes[t];
+    all[comm->r * MEM_COLS + TAG_COUNT] = (double)peak_rss_bytes();
+    comm_sum_doubles(comm, all, comm->R * MEM_COLS);
+    return all;
+}
+
+// The per-rank memory table: each tag's bytes on every rank beside the closed form for the stage
+// (zero_sizes and acts_bytes: the functions the allocator itself uses, from the dtype table), then
+// the model state against the ZeRO paper's formula. z: the model's ZeRO state; c, B, T, recompute: its
+// activations'.
+static void print_memory_table(Comm* comm, const Zero* z, const GPTConfig* c, int B, int T, int recompute) {
+    const ZeroSizes* s = &z->sz;
+    int R = comm->R, st = z->stage;
+    double* all = gather_memory(comm);
+    double MiB = 1048576.0, X = sizeof(floatX);
+    size_t acts, logits;
+    acts_bytes(c, B, T, recompute, &acts, &logits);
+    // closed form per tag: formula and value
+    const char* f_params = st <= 2 ? "X * Psi'" : "X * Psi' / R";
+    const char* f_grads = st <= 1 ? "4 * Psi'" : "4 * Psi' / R";
+    const char* f_opt = st == 0 ? "4 * Psi'" : "4 * Psi' / R";
+    int off = z->offload != OFFLOAD_NONE; // [offload] master, m, v are not on the device: 0 here
+    double opt_dev = off ? 0.0 : 4.0 * s->opt;
+    if (off) f_opt = z->offload == OFFLOAD_CPU ? "- (-offload cpu: host)" : "- (-offload nvme: file)";
+    struct { const char* formula; double bytes; } closed[TAG_COUNT] = {
+        {f_params, X * (s->full_params + s->shard_params)},
+        {st == 3 ? "X * (P_io + 2 P_layer)" : "-", X * s->param_bufs},
+        {f_grads, 4.0 * (s->full_grads + s->shard_grads)},
+        {st >= 2 ? "4 * (P_io + 2 P_layer)" : "-", 4.0 * s->grad_bufs},
+        {f_opt, opt_dev}, {f_opt, opt_dev}, {f_opt, opt_dev},
+        {"acts(B, T, -r)", (double)acts},
+        {"X * B * T * Vp", (double)logits},
+        {R > 1 ? "4 * R * chunk" : "-", 4.0 * s->comm},
+        {"ops_workspace_floats * 4", 4.0 * g_work_floats},
+    };
+    printf0("memory per rank (MiB) by tag, ZeRO-%d, R = %d; Psi' = %lld (Psi = %lld plus the 8-element and 8R-block padding), "
+            "P_io = %lld, P_layer = %lld, X = %d:\n", st, R, (long long)z->lay.total, (long long)z->lay.logical_total, (long long)z->lay.P[0],
+            (long long)(z->lay.nblocks > 1 ? z->lay.P[1] : 0), (int)X);
+    printf0("| %-11s |", "tag");
+    for (int r = 0; r < R && r < 8; r++) printf0(" rank %-4d|", r);
+    if (R > 8) printf0(" ...      |");
+    printf0(" closed form                        |\n");
+    for (int t = 0; t < TAG_COUNT; t++) {
+        printf0("| %-11s |", mem_tag_name[t]);
+        for (int r = 0; r < R && r < 8; r++) printf0(" %9.2f|", all[r * MEM_COLS + t] / MiB);
+        if (R > 8) printf0("          |");
+        printf0(" %-24s %9.2f |\n", closed[t].formula, closed[t].bytes / MiB);
+    }
+    free(all);
+    // model state: ours against the paper's (2-byte parameters and gradients, 12 bytes of Adam)
+    double psi = (double)z->lay.logical_total;
+    double ours = X * (s->full_params + s->shard_params) + 4.0 * (s->full_grads + s->shard_grads) + 12.0 * s->opt;
+    double paper[4] = {16 * psi, 4 * psi + 12 * psi / R, 2 * psi + 14 * psi / R, 16 * psi / R};
+    const char* form[4] = {"16 Psi", "4 Psi + 12 Psi/R", "2 Psi + 14 Psi/R", "16 Psi/R"};
+    const char* ourform[4] = {"(X + 16) Psi'", "(X + 4) Psi' + 12 Psi'/R", "X Psi' + 16 Psi'/R", "(X + 16) Psi'/R"};
+    printf0("model state per rank (params + grads + master + m + v), Psi = %lld parameters (the model line's: padded vocabulary rows included):\n", (long long)psi);
+    printf0("  ours:  %-26s = %9.2f MiB\n", ourform[st], ours / MiB);
+    if (off) // [offload] the device holds the parameters and gradients only
+        printf0("         of which 12 Psi'/R = %.2f MiB (master, m, v) %s, %.2f MiB on the device\n", 12.0 * s->opt / MiB,
+                z->offload == OFFLOAD_CPU ? "in host memory (-offload cpu)" : "in the -offload-dir file (-offload nvme)", (ours - 12.0 * s->opt) / MiB);
+    printf0("  paper: %-26s = %9.2f MiB   (ZeRO section 5: 16-bit gradients)\n", form[st], paper[st] / MiB);
+    printf0("  ours keeps gradients in FP32 (+2 bytes per gradient element held), has X = %d-byte parameters,\n"
+            "  and pads tensors to 8 elements and blocks to 8R (Psi' - Psi = %lld); the io/layer buffers of\n"
+            "  ZeRO-2/3, activations, logits, comm staging and workspace are in neither (rows above)\n",
+            (int)X, (long long)(z->lay.total - z->lay.logical_total));
+}
+
+// The settings table, one line per rank (R > 1), the device, model and batch lines, and the memory
+// table. d, z: the model built (trainer_build_model); B, T, recompute: its micro-batch; GA, max_steps,
+// and the tokens of the train and val data (0: none).
+static void print_setup(const Flags* f, Comm* comm, const Launch* L, const ModelDesc* d, const Zero* z, int B, int T, int recompute,
+                        int GA, int max_steps, int64_t train_tokens, int64_t val_tokens) {
+    const GPTConfig* c = &d->cfg;
+    int R = comm->R;
+    flags_print_table(f);
+    if (R > 1) { // one line per rank, in rank order
+        char host[256] = "?";
+        gethostname(host, sizeof(host));
+        for (int r = 0; r < R; r++) {
+            if (r == comm->r)
+                printf("[launch] rank %d of %d: pid %d on %s, local rank %d of %d, %d threads\n", comm->r, R, (int)getpid(),
+                       host, L->local_rank, L->local_world, num_threads());
+            fflush(stdout);
+            double dummy = 0.0;
+            comm_sum_doubles(comm, &dummy, 1); // a barrier that keeps the lines in order
+        }
+    }
+    printf0("device %s | precision %s | ranks %d (%s, %d on this node) | threads %d per rank | ZeRO-%d | recompute -r %d\n",
+            g_device == DEV_CPU ? "cpu" : "cuda", PRECISION_NAME, R, L->source, L->local_world,
+            num_threads(), f->zero_stage, f->recompute);
+    printf0("model: L %d, C %d, NH %d, V %d (padded %d), max T %d: Psi = %lld parameters, the padded vocabulary rows included "
+            "(%lld without them); memory below also counts Psi' = %lld, with every tensor padded to 8 elements and every block to 8R\n",
+            c->L, c->C, c->NH, c->V, c->Vp, c->maxT, (long long)d->num_params, (long long)d->num_real,
+            (long long)z->lay.total);
+    printf0("batch: B %d x T %d x R %d x GA %d = %lld tokens per step; %d steps; train %lld tokens, val %lld tokens\n",
+            B, T, R, GA, (long long)GA * R * B * T, max_steps, (long long)train_tokens, (long long)val_tokens);
+    print_memory_table(comm, z, c, B, T, recompute);
+}
+
+// -tokenize IN -o PREFIX: GPT-2 BPE in C, streamed, into PREFIX_train_000000.bin, ... and
+// PREFIX_val_000000.bin (tokenize_file_to_shards in tokenizer.h). Exit 2 on bad input.
+static void run_tokenize(const Flags* f) {
+    if (!f->out_dir[0]) die_user("-tokenize needs -o PREFIX (shards are written as PREFIX_train_000000.bin, PREFIX_val_000000.bin, ...)");
+    if (f->val_every_doc < 0 || f->shard_tokens < 1) die_user("flags -val-every / -shard-tokens: %d / %d must be >= 0 / >= 1", f->val_every_doc, f->shard_tokens);
+    Tokenizer tok;
+    char err[1024];
+    if (tokenizer_init(&tok, f->tokenizer, err, sizeof(err))) die_user("-tokenizer: %s", err);
+    if (tokenizer_load_merges(&tok, f->merges, err, sizeof(err))) die_user("-merges: %s", err);
+    double t0 = wall_s();
+    size_t n = strlen(f->tokenize);
+    if (n >= 6 && !strcmp(f->tokenize + n - 6, ".jsonl")) { // prompt/completion pairs (prompts.h)
+        PromptStats ps;
+        if (tokenize_prompts_to_shards(&tok, f->tokenize, f->out_dir, f->T, f->val_every_doc, f->shard_tokens, &ps, err, sizeof(err)))
+            die_user("-tokenize: %s", err);
+        printf("tokenized %s in %.2f s, packed for T = %d: train %lld examples, %lld tokens (%lld counted targets) in %d shard(s); "
+               "val %lld examples, %lld tokens (%lld counted) in %d shard(s); %lld prompt(s) cut at the start; prefix %s (each shard with a .mask)\n",
+               f->tokenize, wall_s() - t0, f->T, (long long)ps.examples[0], (long long)ps.tokens[0], (long long)ps.counted[0], ps.shards[0],
+               (long long)ps.examples[1], (long long)ps.tokens[1], (long long)ps.counted[1], ps.shards[1], (long long)ps.cut, f->out_dir);
+        tokenizer_free(&tok);
+        return;
+    }
+    TokenizeStats st;
+    if (tokenize_file_to_shards_ex(&tok, f->tokenize, f->out_dir, f->val_every_doc, f->shard_tokens, TOKENIZE_CHUNK_BYTES, &st, err, sizeof(err)))
+        die_user("-tokenize: %s", err);
+    printf("tokenized %s (%lld bytes) in %.2f s: train %lld documents, %lld tokens in %d shard(s); val %lld documents, %lld tokens in %d shard(s); prefix %s\n",
+           f->tokenize, (long long)st.bytes, wall_s() - t0, (long long)st.documents[0], (long long)st.tokens[0], st.shards[0],
+           (long long)st.documents[1], (long long)st.tokens[1], st.shards[1], f->out_dir);
+    tokenizer_free(&tok);
+}
+
+// Every rank's value of h combined with the build's name, compared with rank 0's over the host
+// communicator (MPI, or the TCP rendezvous), so that no rank goes on alone. Ends every rank (exit 2) with a message naming
+// `what` and a hint.
+static void ranks_agree(Comm* comm, uint64_t h, const char* what, const char* hint) {
+    char build[128];
+    snprintf(build, sizeof(build), "zerotrain %s %s built %s %s", ZT_VERSION, PRECISION_NAME, __DATE__, __TIME__);
+    h = fnv1a(h, build, strlen(build));
+    uint64_t* hs = (uint64_t*)malloc(sizeof(uint64_t) * comm->R);
+    comm_allgather_u64(comm, h, hs);
+    for (int r = 1; r < comm->R; r++)
+        if (hs[r] != hs[0])
+            die_user("rank %d %s than rank 0 (hash %016llx vs %016llx). HINT: %s", r, what,
+                     (unsigned long long)hs[r], (unsigned long long)hs[0], hint);
+    free(hs);
+}
+
+// The data every rank must agree on: the shards' count and token counts (val may be NULL).
+static uint64_t data_hash(const DataLoader* train, const DataLoader* val) {
+    uint64_t h = FNV_INIT;
+    for (int k = 0; k < 2; k++) {
+        const DataLoader* dl = k ? val : train;
+        if (!dl) continue;
+        h = fnv1a(h, &dl->nshards, sizeof(dl->nshards));
+        for (int i = 0; i < dl->nshards; i++) h = fnv1a(h, &dl->shards[i].ntok, sizeof(dl->shards[i].ntok));
+    }
+    return h;
+}
+
+// Resuming at `step`: log.jsonl keeps its records up to that step (and the records without a
+// step), so the steps trained again are not logged twice. Rewritten atomically.
+static void log_truncate_after(const char* path, int step) {
+    FILE* in = fopen(path, "r");
+    if (!in) return;
+    char tmp[PATH_MAX + 32];
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
+    FILE* out = fopen(tmp, "w");
+    if (!out) die(1, "cannot write %s: %s", tmp, strerror(errno));
+    size_t cap = 1 << 16;
+    char* line = (char*)malloc(cap);
+    int dropped = 0;
+    ssize_t n;
+    while ((n = getline(&line, &cap, in)) > 0) {
+        int s;
+        if (sscanf(line, "{\"step\": %d", &s) == 1 && s > step) { dropped++; continue; }
+        fwrite(line, 1, (size_t)n, out);
+    }
+    free(line);
+    fclose(in);
+    if (fflush(out) != 0 || fsync(fileno(out)) != 0 || fclose(out) != 0 || rename(tmp, path) != 0)
+        die(1, "rewriting %s failed: %s. HINT: check free disk space", path, strerror(errno));
+    if (dropped) printf("resume: %d record(s) of log.jsonl after step %d removed (those steps are trained again)\n", dropped, step);
+}
+
+// A number for log.jsonl and tune.jsonl: JSON has no NaN or infinity, so those are written as null.
+static void json_num(FILE* f, const char* key, double v) {
+    if (isfinite(v)) fprintf(f, ", \"%s\": %.9g", key, v);
+    else fprintf(f, ", \"%s\": null", key);
+}
+
+#endif // ZT_STARTUP_H
