@@ -149,9 +149,10 @@ static int gpu_main(int argc, char** argv) {
 }
 
 #ifdef ENABLE_FP32
-// The FP32 build's cases that repeat what the BF16 build checks the same way (-tune's events hold no
-// floatX): make test-long runs them here too (BIN --long-only; see test_long_only in test.h).
-static const char* const g_fp32_long_only[] = {"tune_emu_", NULL};
+// The FP32 build's cases that repeat what the BF16 build checks the same way (-tune's events and the
+// host waits of a step hold no floatX): make test-long runs them here too (BIN --long-only; see
+// test_long_only in test.h).
+static const char* const g_fp32_long_only[] = {"tune_emu_", "emu_host_syncs", NULL};
 #endif
 
 int main(int argc, char** argv) {
