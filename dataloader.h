@@ -1,9 +1,13 @@
 // dataloader.h — llm.c token shards in, micro-batches of (inputs, targets) out, in an order that
 // depends only on the seed and the step, never on the number of ranks.
 //
-// Shard format (llm.c's, written by dev/prepare_data.py and write_token_shard below):
-//   header   256 little-endian int32: [0] = 20240520 (magic), [1] = 1 (version), [2] = N tokens
-//   tokens   N little-endian uint16
+// Shard formats (llm.c's; written by dev/prepare_data.py, write_token_shard and write_token_shard32):
+//   header   256 little-endian int32: [0] = magic, [1] = version, [2] = N tokens
+//   tokens   N little-endian ids: uint16 when magic = 20240520 and version = 1 (GPT-2 sized
+//            vocabularies), uint32 when magic = 20240801 and version = 7 (llm.c's format for
+//            vocabularies over 65,536 ids: Llama 3, Qwen2). -tokenize writes uint32 exactly when the
+//            tokenizer has more than 65,536 ids. Either format trains a model of any vocabulary
+//            size V: the ids are checked against V when read, not against the format.
 //
 // The sample stream. A *sample* is T+1 consecutive tokens: shard i (of N_i tokens) holds
 // n_i = floor((N_i - 1) / T) samples, sample j starting at token j*T, so neighbouring samples
@@ -47,7 +51,8 @@
 // Header-only, all functions static: include it in one translation unit. POSIX (glob, mmap);
 // compiles as C, as C++ and under nvcc (host code only).
 // defines: DataLoader, DataShard, dataloader_init, dataloader_load, dataloader_total_tokens,
-//          dataloader_count_targets, dataloader_free, write_token_shard, MASK_MAGIC
+//          dataloader_count_targets, dataloader_free, write_token_shard, write_token_shard32,
+//          write_token_shard_width, dataloader_shard_token, MASK_MAGIC
 //
 // May call: rng.h and the C library. Knows nothing of ranks, the model or the trainer.
 #ifndef ZT_DATALOADER_H
@@ -73,6 +78,8 @@
 
 #define SHARD_MAGIC 20240520
 #define SHARD_VERSION 1                     // uint16 tokens
+#define SHARD_MAGIC32 20240801
+#define SHARD_VERSION32 7                   // uint32 tokens (llm.c's format for large vocabularies)
 #define SHARD_HEADER_INTS 256
 #define SHARD_HEADER_BYTES (SHARD_HEADER_INTS * 4)
 #define DATALOADER_SHUFFLE_LABEL 0x5348554646ull // "SHUFF": the RNG stream label of the permutation
@@ -85,7 +92,9 @@ typedef struct {
     void* map;              // the whole file, mmapped read-only (NULL: not mapped); batches use fd
     int fd;                 // open for the loader's lifetime (-1: none)
     size_t map_bytes;
-    const uint16_t* tokens; // (ntok) the tokens, just past the 1024-byte header
+    int width;              // bytes per token id: 2 (uint16 shard) or 4 (uint32 shard)
+    const uint16_t* tokens; // (ntok) a uint16 shard's ids, just past the 1024-byte header; else NULL
+    const uint32_t* tokens32; // (ntok) a uint32 shard's ids; else NULL (read either: dataloader_shard_token)
     int64_t ntok;           // N_i, from the header, checked against the file size
     int64_t nsamples;       // n_i = (N_i - 1) / T
     int64_t first_sample;   // global number of this shard's sample 0 (sum of n over earlier shards)
@@ -106,7 +115,7 @@ typedef struct {
     int64_t perm_epoch;     // the epoch perm holds, -1: none yet
     int* inputs;            // (B, T) = sample tokens [0, T), written by dataloader_load
     int* targets;           // (B, T) = sample tokens [1, T+1), written by dataloader_load; -1 where masked
-    uint16_t* sample_buf;   // (T+1) one sample as read from its shard
+    uint32_t* sample_buf;   // (T+1) one sample as read from its shard, widened to uint32
     char err[1024];         // dataloader_load's error, when it returns -1
     int has_mask;           // every shard has a loss mask (PATH.mask)
 } DataLoader;
@@ -208,28 +217,34 @@ static inline int dataloader_open_shard(DataShard* sh, int T, int vocab_size, ch
 
     int32_t header[3];  // magic, version, N; the rest of the 256 is unused
     memcpy(header, map, sizeof(header));
-    if (header[0] != SHARD_MAGIC) {
-        return dataloader_error(err, errlen, "shard %s: wrong magic %d (expected %d): not an llm.c token shard",
-                                path, header[0], SHARD_MAGIC);
+    if (header[0] != SHARD_MAGIC && header[0] != SHARD_MAGIC32) {
+        return dataloader_error(err, errlen, "shard %s: wrong magic %d (expected %d for uint16 or %d for uint32 ids): "
+                                "not an llm.c token shard", path, header[0], SHARD_MAGIC, SHARD_MAGIC32);
     }
-    if (header[1] != SHARD_VERSION) {
-        return dataloader_error(err, errlen, "shard %s: unsupported version %d (expected %d: uint16 tokens)",
-                                path, header[1], SHARD_VERSION);
+    int wide = header[0] == SHARD_MAGIC32;
+    if (header[1] != (wide ? SHARD_VERSION32 : SHARD_VERSION)) {
+        return dataloader_error(err, errlen, "shard %s: unsupported version %d for magic %d (expected %d: %s ids)",
+                                path, header[1], header[0], wide ? SHARD_VERSION32 : SHARD_VERSION, wide ? "uint32" : "uint16");
     }
+    int w = wide ? 4 : 2;
     int64_t N = header[2];
-    int64_t held = (size - SHARD_HEADER_BYTES) / 2;  // whole tokens the file holds
-    if (N < 0 || size != SHARD_HEADER_BYTES + 2 * N) {
-        return dataloader_error(err, errlen, "shard %s: %s: header says %lld tokens but file holds %lld%s",
+    int64_t held = (size - SHARD_HEADER_BYTES) / w;  // whole tokens the file holds
+    if (N < 0 || size != SHARD_HEADER_BYTES + w * N) {
+        return dataloader_error(err, errlen, "shard %s: %s: header says %lld tokens but file holds %lld%s (%s ids)",
                                 path, N > held ? "truncated" : "wrong size", (long long)N, (long long)held,
-                                (size - SHARD_HEADER_BYTES) % 2 ? " and an odd byte" : "");
+                                (size - SHARD_HEADER_BYTES) % w ? " and a partial one" : "", wide ? "uint32" : "uint16");
     }
     sh->ntok = N;
-    sh->tokens = (const uint16_t*)((const char*)map + SHARD_HEADER_BYTES);
+    sh->width = w;
+    const char* data = (const char*)map + SHARD_HEADER_BYTES;
+    if (wide) sh->tokens32 = (const uint32_t*)data;
+    else sh->tokens = (const uint16_t*)data;
     sh->nsamples = N < (int64_t)T + 1 ? 0 : (N - 1) / T; // too short: skipped (dataloader_init)
     for (int64_t i = 0; i < N; i++) {
-        if (sh->tokens[i] >= vocab_size) {
+        uint32_t id = wide ? sh->tokens32[i] : sh->tokens[i];
+        if (id >= (uint32_t)vocab_size) {
             return dataloader_error(err, errlen, "shard %s: token id %u at index %lld is out of range for vocabulary size %d",
-                                    path, (unsigned)sh->tokens[i], (long long)i, vocab_size);
+                                    path, (unsigned)id, (long long)i, vocab_size);
         }
     }
     return dataloader_open_mask(sh, T, err, errlen);
@@ -243,9 +258,9 @@ static inline int dataloader_init(DataLoader* dl, const char* pattern, int B, in
     memset(dl, 0, sizeof(*dl));
     dl->perm_epoch = -1;
     if (!pattern) return dataloader_error(err, errlen, "dataloader: no shard pattern given");
-    if (B < 1 || T < 1 || vocab_size < 1 || vocab_size > 65536) {
+    if (B < 1 || T < 1 || vocab_size < 1) {
         return dataloader_error(err, errlen, "dataloader %s: bad arguments B = %d, T = %d, vocab size = %d "
-                                "(need B, T >= 1 and a vocabulary of 1..65536 for uint16 tokens)", pattern, B, T, vocab_size);
+                                "(need B, T, V >= 1)", pattern, B, T, vocab_size);
     }
     dl->B = B;
     dl->T = T;
@@ -307,7 +322,7 @@ static inline int dataloader_init(DataLoader* dl, const char* pattern, int B, in
     size_t BT = (size_t)B * (size_t)T;
     dl->inputs = (int*)malloc(BT * sizeof(int));
     dl->targets = (int*)malloc(BT * sizeof(int));
-    dl->sample_buf = (uint16_t*)malloc(((size_t)T + 1) * sizeof(uint16_t));
+    dl->sample_buf = (uint32_t*)malloc(((size_t)T + 1) * sizeof(uint32_t));
     if (shuffle) dl->perm = (int64_t*)malloc((size_t)dl->total_samples * sizeof(int64_t));
     if (!dl->inputs || !dl->targets || !dl->sample_buf || (shuffle && !dl->perm)) {
         dataloader_free(dl);
@@ -351,8 +366,8 @@ static inline const DataShard* dataloader_sample_shard(const DataLoader* dl, int
 static inline int dataloader_read_sample(DataLoader* dl, int64_t sample) {
     const DataShard* sh = dataloader_sample_shard(dl, sample);
     int64_t first = (sample - sh->first_sample) * dl->T; // index of its first token in the shard
-    size_t want = ((size_t)dl->T + 1) * sizeof(uint16_t), got = 0;
-    off_t off = SHARD_HEADER_BYTES + 2 * (off_t)first;
+    size_t want = ((size_t)dl->T + 1) * (size_t)sh->width, got = 0;
+    off_t off = SHARD_HEADER_BYTES + sh->width * (off_t)first;
     while (got < want) {
         ssize_t r = pread(sh->fd, (char*)dl->sample_buf + got, want - got, off + (off_t)got);
         if (r < 0 && errno == EINTR) continue;
@@ -361,8 +376,15 @@ static inline int dataloader_read_sample(DataLoader* dl, int64_t sample) {
                                     sh->path, (long long)first, (long long)(first + dl->T), r < 0 ? strerror(errno) : "the file is shorter than at start-up");
         got += (size_t)r;
     }
+    if (sh->width == 2) { // widen uint16 ids in place, from the end (each uint32 lands at or past its source)
+        for (int t = dl->T; t >= 0; t--) {
+            uint16_t v;
+            memcpy(&v, (const char*)dl->sample_buf + 2 * (size_t)t, sizeof(v));
+            dl->sample_buf[t] = v;
+        }
+    }
     for (int t = 0; t <= dl->T; t++)
-        if (dl->sample_buf[t] >= dl->vocab_size)
+        if (dl->sample_buf[t] >= (uint32_t)dl->vocab_size)
             return dataloader_error(dl->err, sizeof(dl->err), "shard %s: token id %u at index %lld is out of range for vocabulary size %d (the file changed since start-up)",
                                     sh->path, (unsigned)dl->sample_buf[t], (long long)(first + t), dl->vocab_size);
     return 0;
@@ -413,11 +435,11 @@ static inline int dataloader_load(DataLoader* dl, int64_t unit) {
         int64_t sample = dataloader_position_sample(dl, unit * B + b);
         if (b == 0) dataloader_fault_slow(dataloader_sample_shard(dl, sample));
         if (dataloader_read_sample(dl, sample) != 0) return -1;
-        const uint16_t* tok = dl->sample_buf;
+        const uint32_t* tok = dl->sample_buf;
         const uint8_t* m = dataloader_sample_mask(dl, sample);
         for (int t = 0; t < T; t++) {
-            dl->inputs[b * T + t] = tok[t];
-            dl->targets[b * T + t] = !m || m[t + 1] ? tok[t + 1] : -1; // -1: masked (does not count)
+            dl->inputs[b * T + t] = (int)tok[t];
+            dl->targets[b * T + t] = !m || m[t + 1] ? (int)tok[t + 1] : -1; // -1: masked (does not count)
         }
     }
     return 0;
@@ -441,13 +463,20 @@ static inline int64_t dataloader_total_tokens(const DataLoader* dl) {
 // -----------------------------------------------------------------------------------------------
 // Writing shards
 
-// Write n tokens to `path` as an llm.c shard, atomically: into path.tmp.<pid>, flushed and
-// fsynced, then renamed over path, so a reader never sees a half-written file. Returns 0, or -1
-// with a one-line message in err naming the file (the temporary file is removed).
-static inline int write_token_shard(const char* path, const uint16_t* toks, int64_t n, char* err, size_t errlen) {
+// Token id i of a shard (either width).
+static inline uint32_t dataloader_shard_token(const DataShard* sh, int64_t i) {
+    return sh->width == 4 ? sh->tokens32[i] : sh->tokens[i];
+}
+
+// Write n ids of `width` bytes each (2: uint16 format, 4: uint32 format) as an llm.c shard,
+// atomically: into path.tmp.<pid>, flushed and fsynced, then renamed over path, so a reader never
+// sees a half-written file. Returns 0, or -1 with a one-line message in err naming the file (the
+// temporary file is removed).
+static inline int write_token_shard_width(const char* path, const void* toks, int64_t n, int width, char* err, size_t errlen) {
     if (n < 0 || n > INT32_MAX) {
         return dataloader_error(err, errlen, "shard %s: cannot write %lld tokens: the header counts in int32", path, (long long)n);
     }
+    if (width != 2 && width != 4) return dataloader_error(err, errlen, "shard %s: token width %d is neither 2 nor 4 bytes", path, width);
     char tmp[4096];
     if (snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof(tmp)) {
         return dataloader_error(err, errlen, "shard %s: path too long", path);
@@ -455,11 +484,11 @@ static inline int write_token_shard(const char* path, const uint16_t* toks, int6
     FILE* f = fopen(tmp, "wb");
     if (!f) return dataloader_error(err, errlen, "shard %s: cannot create %s: %s", path, tmp, strerror(errno));
     int32_t header[SHARD_HEADER_INTS] = {0};
-    header[0] = SHARD_MAGIC;
-    header[1] = SHARD_VERSION;
+    header[0] = width == 4 ? SHARD_MAGIC32 : SHARD_MAGIC;
+    header[1] = width == 4 ? SHARD_VERSION32 : SHARD_VERSION;
     header[2] = (int32_t)n;
     int ok = fwrite(header, sizeof(header), 1, f) == 1 &&
-             (n == 0 || fwrite(toks, sizeof(uint16_t), (size_t)n, f) == (size_t)n) &&
+             (n == 0 || fwrite(toks, (size_t)width, (size_t)n, f) == (size_t)n) &&
              fflush(f) == 0 && fsync(fileno(f)) == 0;
     int write_errno = errno;
     if (fclose(f) != 0 && ok) {
@@ -476,6 +505,16 @@ static inline int write_token_shard(const char* path, const uint16_t* toks, int6
         return dataloader_error(err, errlen, "shard %s: cannot rename %s to it: %s", path, tmp, strerror(e));
     }
     return 0;
+}
+
+// n uint16 ids as a uint16 shard (magic 20240520, version 1).
+static inline int write_token_shard(const char* path, const uint16_t* toks, int64_t n, char* err, size_t errlen) {
+    return write_token_shard_width(path, toks, n, 2, err, errlen);
+}
+
+// n uint32 ids as a uint32 shard (magic 20240801, version 7).
+static inline int write_token_shard32(const char* path, const uint32_t* toks, int64_t n, char* err, size_t errlen) {
+    return write_token_shard_width(path, toks, n, 4, err, errlen);
 }
 
 #endif // ZT_DATALOADER_H

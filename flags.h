@@ -28,9 +28,9 @@ typedef enum { F_INT, F_FLOAT, F_STR, F_SWITCH } FlagType; // F_SWITCH: present 
     X("-vocab",         vocab,           F_INT,   "0",      "override V, the vocabulary size (0: from -e); padded to 128")     \
     X("-i",             train_data,      F_STR,   "data/kjv_train.bin", "train data: glob of llm.c token shards")              \
     X("-j",             val_data,        F_STR,   "data/kjv_val.bin",   "val data: glob of llm.c token shards (\"\": none)")     \
-    X("-tokenizer",     tokenizer,       F_STR,   "data/gpt2_tokenizer.bin", "llm.c tokenizer file for decoding samples")       \
-    X("-tokenize",      tokenize,        F_STR,   "",       "encode this text file with GPT-2's BPE into llm.c shards named by -o (a prefix), then exit; documents are separated by lines that are exactly <|endoftext|>. A .jsonl file of {\"prompt\", \"completion\"} lines is packed for -t with a loss mask (completion + EOT count)") \
-    X("-merges",        merges,          F_STR,   "data/gpt2_merges.bin", "GPT-2 merge list for -tokenize")                         \
+    X("-tokenizer",     tokenizer,       F_STR,   "data/gpt2_tokenizer.bin", "tokenizer for -tokenize, -prompt and samples: llm.c's file (+ -merges), or a Hugging Face tokenizer.json or a directory holding one (byte-level BPE: GPT-2, Llama 3, Qwen2, SmolLM2); default: -e DIR's tokenizer.json if it has one, else GPT-2's") \
+    X("-tokenize",      tokenize,        F_STR,   "",       "encode this text file with the -tokenizer (GPT-2's BPE by default) into llm.c shards named by -o (a prefix; uint32 ids above 65,536), then exit; documents are separated by lines that are exactly <|endoftext|>. A .jsonl file of {\"prompt\", \"completion\"} lines is packed for -t with a loss mask (completion + EOT count)") \
+    X("-merges",        merges,          F_STR,   "data/gpt2_merges.bin", "GPT-2 merge list for llm.c's tokenizer file (a tokenizer.json holds its own)")                         \
     X("-val-every",     val_every_doc,   F_INT,   "20",     "with -tokenize: every N-th document goes to the val shards (0: none)") \
     X("-shard-tokens",  shard_tokens,    F_INT,   "100000000", "with -tokenize: tokens per shard at most")                          \
     X("-o",             out_dir,         F_STR,   "",       "output directory: log.jsonl and checkpoints (\"\": none)")        \

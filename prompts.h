@@ -31,7 +31,7 @@
 #include "tokenizer.h"   // defines: Tokenizer, tokenizer_encode, tokenize_shard_path
 #include "dataloader.h"  // defines: write_token_shard, MASK_MAGIC
 
-#define PROMPT_EOT 50256
+#define PROMPT_EOT 50256  // GPT-2's; a tokenizer.json brings its own document token (tok->eot_token)
 
 typedef struct {
     int64_t examples[2], tokens[2], counted[2]; // [0] train, [1] val
@@ -41,17 +41,19 @@ typedef struct {
 
 typedef struct {           // one split being packed
     const char* name;
-    uint16_t* tok;
+    uint32_t* tok;
+    uint32_t eot;          // the tokenizer's document token: separates and pads examples
+    uint32_t V;            // its vocabulary size: uint16 shards up to 65,536, else uint32
     uint8_t* mask;
     int64_t n, cap;        // tokens in the current shard
     int64_t ws;            // start of the current sample (a multiple of T)
     int index;             // next shard number
 } PromptSplit;
 
-static int prompt_push(PromptSplit* s, uint16_t t, uint8_t m) {
+static int prompt_push(PromptSplit* s, uint32_t t, uint8_t m) {
     if (s->n == s->cap) {
         int64_t cap = s->cap ? 2 * s->cap : 4096;
-        uint16_t* nt = (uint16_t*)realloc(s->tok, sizeof(uint16_t) * cap);
+        uint32_t* nt = (uint32_t*)realloc(s->tok, sizeof(uint32_t) * cap);
         if (!nt) return -1;
         s->tok = nt;
         uint8_t* nm = (uint8_t*)realloc(s->mask, cap);
@@ -82,11 +84,11 @@ static int write_mask_file(const char* path, const uint8_t* mask, int64_t n, int
 // Close the current shard of split s: pad its last sample, write shard and mask, start a new one.
 static int prompt_flush(PromptSplit* s, int T, const char* prefix, char (*written)[4200], int* nwritten, PromptStats* st, int which, char* err, size_t errlen) {
     if (s->n <= 1) return 0; // only the leading EOT: nothing to write
-    while (s->n < s->ws + T + 1) if (prompt_push(s, PROMPT_EOT, 0)) return st_err(err, errlen, "out of memory");
+    while (s->n < s->ws + T + 1) if (prompt_push(s, s->eot, 0)) return st_err(err, errlen, "out of memory");
     char path[4096];
     tokenize_shard_path(path, sizeof(path), prefix, s->name, s->index++);
     char derr[1024];
-    if (write_token_shard(path, s->tok, s->n, derr, sizeof(derr))) return st_err(err, errlen, "%s", derr);
+    if (tokenize_write_ids(path, s->tok, (size_t)s->n, s->V, derr, sizeof(derr))) return st_err(err, errlen, "%s", derr);
     snprintf(written[(*nwritten)++], 4200, "%s", path);
     char mpath[4200];
     snprintf(mpath, sizeof(mpath), "%s.mask", path);
@@ -96,7 +98,7 @@ static int prompt_flush(PromptSplit* s, int T, const char* prefix, char (*writte
     st->shards[which]++;
     s->n = 0;
     s->ws = 0;
-    return prompt_push(s, PROMPT_EOT, 0); // every shard starts with the EOT before its first example
+    return prompt_push(s, s->eot, 0); // every shard starts with the EOT before its first example
 }
 
 // The whole job; returns 0, or -1 with err naming the file and line (and every written file removed).
@@ -111,6 +113,10 @@ static int tokenize_prompts_to_shards(Tokenizer* tok, const char* in_path, const
     memset(sp, 0, sizeof(sp));
     sp[0].name = "train";
     sp[1].name = "val";
+    for (int k = 0; k < 2; k++) {
+        sp[k].eot = tok->eot_token >= 0 ? (uint32_t)tok->eot_token : PROMPT_EOT;
+        sp[k].V = tok->vocab_size;
+    }
     int max_files = 64;
     char (*written)[4200] = (char (*)[4200])malloc(sizeof(*written) * max_files);
     int nwritten = 0, rc = 0;
@@ -118,9 +124,9 @@ static int tokenize_prompts_to_shards(Tokenizer* tok, const char* in_path, const
     size_t lcap = 0;
     ssize_t len;
     int64_t lineno = 0, example = 0;
-    uint16_t* ids = NULL;
+    uint32_t* ids = NULL;
     size_t nids = 0, icap = 0;
-    for (int k = 0; k < 2; k++) prompt_push(&sp[k], PROMPT_EOT, 0);
+    for (int k = 0; k < 2; k++) prompt_push(&sp[k], sp[k].eot, 0);
     while (rc == 0 && (len = getline(&line, &lcap, in)) >= 0) {
         lineno++;
         while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
@@ -148,7 +154,7 @@ static int tokenize_prompts_to_shards(Tokenizer* tok, const char* in_path, const
         example++;
         PromptSplit* s = &sp[which];
         if (s->n + n - 1 > s->ws + T) { // does not fit in this sample: pad it, move to the next
-            while (s->n < s->ws + T + 1) if (prompt_push(s, PROMPT_EOT, 0)) { rc = st_err(err, errlen, "out of memory"); break; }
+            while (s->n < s->ws + T + 1) if (prompt_push(s, s->eot, 0)) { rc = st_err(err, errlen, "out of memory"); break; }
             if (rc) break;
             if (s->ws + 2 * T + 1 > shard_tokens) { // a next sample would overflow the shard: close it
                 if (nwritten + 2 > max_files) { max_files *= 2; written = (char (*)[4200])realloc(written, sizeof(*written) * max_files); }
@@ -158,7 +164,7 @@ static int tokenize_prompts_to_shards(Tokenizer* tok, const char* in_path, const
             }
         }
         for (int64_t i = skip; i < (int64_t)nids && !rc; i++) rc = prompt_push(s, ids[i], i >= (int64_t)np);
-        if (!rc) rc = prompt_push(s, PROMPT_EOT, 1);
+        if (!rc) rc = prompt_push(s, s->eot, 1);
         if (rc) { rc = st_err(err, errlen, "out of memory"); break; }
         st->examples[which]++;
         st->counted[which] += nc + 1;

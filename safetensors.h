@@ -229,6 +229,27 @@ static int json_number(Json* j, int node) {
 
 static int json_value(Json* j, int depth);
 
+// Keys of an object are checked for duplicates as they come while it has fewer than JSON_DUP_SCAN
+// members; beyond that (a tokenizer.json's vocab: 150,000 keys) all at once, sorted: O(n log n).
+#define JSON_DUP_SCAN 64
+
+static int json_key_cmp(const void* a, const void* b) { return strcmp(*(const char* const*)a, *(const char* const*)b); }
+
+static int json_sorted_dups(Json* j, int node) {
+    int n = j->nodes[node].count, k = 0;
+    const char** keys = (const char**)malloc(sizeof(char*) * (size_t)n);
+    if (!keys) return json_fail(j, "out of memory");
+    for (int ch = j->nodes[node].first; ch >= 0; ch = j->nodes[ch].next) keys[k++] = j->nodes[ch].key;
+    qsort(keys, (size_t)n, sizeof(char*), json_key_cmp);
+    for (int i = 1; i < n; i++)
+        if (!strcmp(keys[i - 1], keys[i])) {
+            free(keys);
+            return json_fail(j, "duplicate key");
+        }
+    free(keys);
+    return 0;
+}
+
 // A value at j->p; returns its node index or -1.
 static int json_value(Json* j, int depth) {
     if (depth > JSON_MAX_DEPTH) return json_fail(j, "nesting deeper than 64");
@@ -252,8 +273,9 @@ static int json_value(Json* j, int depth) {
                 if (j->p >= j->end || *j->p != '"') return json_fail(j, "expected a string key");
                 if (json_string(j, &key, &klen)) return -1;
                 if ((int64_t)strlen(key) != klen) return json_fail(j, "NUL character in a key");
-                for (int ch = j->nodes[node].first; ch >= 0; ch = j->nodes[ch].next)
-                    if (!strcmp(j->nodes[ch].key, key)) return json_fail(j, "duplicate key");
+                if (j->nodes[node].count < JSON_DUP_SCAN) // small objects: compare now; big ones: sorted at '}'
+                    for (int ch = j->nodes[node].first; ch >= 0; ch = j->nodes[ch].next)
+                        if (!strcmp(j->nodes[ch].key, key)) return json_fail(j, "duplicate key");
                 json_ws(j);
                 if (j->p >= j->end || *j->p != ':') return json_fail(j, "expected ':'");
                 j->p++;
@@ -267,7 +289,11 @@ static int json_value(Json* j, int depth) {
             json_ws(j);
             if (j->p >= j->end) return json_fail(j, "unexpected end of input");
             if (*j->p == ',') { j->p++; continue; }
-            if (*j->p == (obj ? '}' : ']')) { j->p++; return node; }
+            if (*j->p == (obj ? '}' : ']')) {
+                if (obj && j->nodes[node].count > JSON_DUP_SCAN && json_sorted_dups(j, node)) return -1;
+                j->p++;
+                return node;
+            }
             return json_fail(j, obj ? "expected ',' or '}'" : "expected ',' or ']'");
         }
     }

@@ -1,5 +1,9 @@
-// tokenizer.h — GPT-2's byte-level BPE in both directions: token id -> bytes (decode, for samples)
-// and bytes -> token ids (encode, for making token shards in C, with no Python).
+// tokenizer.h — byte-level BPE in both directions: token id -> bytes (decode, for samples) and
+// bytes -> token ids (encode, for making token shards in C, with no Python). Two sources: llm.c's
+// GPT-2 tokenizer file + merge file (described first, below), and a Hugging Face tokenizer.json
+// (GPT-2, Llama 3, Qwen2 with NFC, SmolLM2: "Hugging Face tokenizer.json" further down; the user's
+// view in docs/tokenizers.md). Ids are uint32; -tokenize writes uint16 shards up to 65,536 ids,
+// uint32 ones above, and encodes documents in parallel (OpenMP) with the output order unchanged.
 //
 // Decoding needs only the vocabulary, llm.c's tokenizer file (data/gpt2_tokenizer.bin, written by
 // dev/make_vocab.py from GPT-2's encoder.json):
@@ -37,27 +41,30 @@
 //
 // Speed: the whole KJV (4.3 MB, 1.14 M tokens) encodes in about 0.05 s on one core, ~100 MB/s
 // (test/test_tokenizer.h prints it). Encoding writes to the Tokenizer's cache and work arrays: one
-// thread per Tokenizer. Limits: ids must fit uint16 (V <= 65536); a single piece must be under
+// thread per Tokenizer. Ids are uint32 (any vocabulary); a single piece must be under
 // 4 GiB (a file that is one such run of spaces or punctuation is refused with "out of memory").
 //
 // Memory per piece, not capped: BPE works on a whole piece (a run the pattern keeps together:
 // letters, digits, punctuation or spaces; a file that is 10 MB of "a" is one piece), and its work
-// arrays take 42 bytes per byte of the longest piece so far, its length rounded up to a power of
-// two (TOKENIZER_BPE_BYTES_PER_CAP: next and prev 4 + 4, part_id 2, up to 2n heap entries of 16).
-// That is 42 to 84 bytes per byte of address space; what is touched (resident) is 10 bytes per
-// byte plus 16 per heap entry in use: measured 26.6 bytes per byte for a 1 MB or 10 MB run of "a",
-// "1" or "!" (10 MB: 260 MB resident, 705 MB allocated) and 12.1 for a run of spaces, at most 42
-// in theory; the ids (2 bytes each) and the text come on top. The arrays only grow, and live until
-// tokenizer_free. No cap: splitting a long piece would change ids (tiktoken has no such split),
-// so text with megabyte runs needs memory to match (test/test_tokenizer.h: tok_bpe_memory_long_piece).
+// arrays take 44 bytes per byte of the longest piece so far, its length rounded up to a power of
+// two (TOKENIZER_BPE_BYTES_PER_CAP: next, prev and part_id 4 each, up to 2n heap entries of 16).
+// That is 44 to 88 bytes per byte of address space; what is touched (resident) is 12 bytes per
+// byte plus 16 per heap entry in use: measured 29.4 bytes per byte for a 4 MB run of "a" (it was
+// 26.6 with uint16 ids), at most 44 in theory; the ids (4 bytes each) and the text come on top.
+// The arrays only grow, and live until tokenizer_free. No cap: splitting a long piece would change
+// ids (tiktoken has no such split), so text with megabyte runs needs memory to match
+// (test/test_tokenizer.h: tok_bpe_memory_long_piece).
 //
 // Header-only, all functions static: include it in one translation unit. Compiles as C, as C++
 // and under nvcc (host code only; the nvcc build of this file has not been tried).
 // defines: Tokenizer, tokenizer_init, tokenizer_decode, tokenizer_print, tokenizer_free,
 //          tokenizer_load_merges, tokenizer_encode, tokenizer_piece_length,
-//          tokenize_file_to_shards, tokenize_file_to_shards_ex, TokenizeStats
+//          tokenize_file_to_shards, tokenize_file_to_shards_ex, TokenizeStats, tokenizer_init_hf,
+//          TokenizerHF, tokenizer_nfc, tokenizer_write_hf, tokenizer_for_model, tokenize_write_ids,
+//          tokenizer_export_files, TOKENIZER_DEFAULT_PATH
 //
-// May call: dataloader.h (write_token_shard), unicode_tables.h and the C library.
+// May call: dataloader.h (write_token_shard, write_token_shard32), unicode_tables.h,
+// unicode_nfc.h, safetensors.h (the JSON parser) and the C library.
 #ifndef ZT_TOKENIZER_H
 #define ZT_TOKENIZER_H
 
@@ -72,6 +79,8 @@
 
 #include "dataloader.h"      // defines: write_token_shard (atomic shard files)
 #include "unicode_tables.h"  // defines: unicode_ranges, UC_L, UC_N, UC_S (generated)
+#include "unicode_nfc.h"     // defines: nfc_ccc, nfc_decomp, nfc_decomp_pool, nfc_comp (generated)
+#include "safetensors.h"     // defines: Json, json_parse, json_get, json_free (the strict parser)
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "tokenizer.h reads little-endian files with plain loads: big-endian hosts are not supported"
@@ -81,10 +90,11 @@
 #define TOKENIZER_HEADER_BYTES 1024        // 256 uint32
 #define TOKENIZER_MAX_VOCAB (1u << 24)     // a sanity bound on the header, far above any GPT vocabulary
 #define TOKENIZER_UNKNOWN "<|?|>"          // what an id outside the vocabulary decodes to
+#define TOKENIZER_DEFAULT_PATH "data/gpt2_tokenizer.bin"  // -tokenizer's default in flags.h (GPT-2, llm.c's file)
 
 // The encoder's state: the merge table, the piece cache and the BPE work arrays. All zero / NULL
 // until tokenizer_load_merges; the cache and work arrays grow on first use.
-typedef struct { uint32_t key, rank_plus1; } TokenizerPair;  // (left << 16 | right) -> rank + 1; 0: free
+typedef struct { uint64_t key; uint32_t rank_plus1; } TokenizerPair;  // (left << 32 | right) -> rank + 1; 0: free
 typedef struct { uint32_t rank, left, mid, end; } TokenizerMerge; // candidate: join [left,mid) + [mid,end)
 typedef struct {
     uint64_t hash;        // FNV-1a of the piece, never 0 (0 marks a free slot)
@@ -94,32 +104,71 @@ typedef struct {
 } TokenizerCacheSlot;
 typedef struct {
     uint32_t nmerges;             // M; 0: no merges loaded, cannot encode
-    uint16_t byte_id[256];        // byte b -> id of its one-byte token
-    uint16_t* merged_id;          // (M) rank -> the token that merge makes
+    uint32_t byte_id[256];        // byte b -> id of its one-byte token
+    uint32_t* merged_id;          // (M) rank -> the token that merge makes
     TokenizerPair* pairs;         // (pair_mask + 1) open addressing, (left, right) -> rank
     uint32_t pair_mask;
     TokenizerCacheSlot* cache;    // (TOKENIZER_CACHE_SLOTS) piece -> ids, NULL until first use
     uint32_t cache_used;
     unsigned char* cache_bytes;   // the cached pieces, back to back
     size_t cache_nbytes, cache_cap_bytes;
-    uint16_t* cache_ids;          // their ids, back to back
+    uint32_t* cache_ids;          // their ids, back to back
     size_t cache_nids, cache_cap_ids;
     uint32_t* next;               // (work_cap) BPE parts: part at byte s is [s, next[s]); 0: absorbed
     uint32_t* prev;               // (work_cap) start of the part before the part at s
-    uint16_t* part_id;            // (work_cap) token id of the part at s
+    uint32_t* part_id;            // (work_cap) token id of the part at s
     TokenizerMerge* heap;         // (2 * work_cap) candidate merges, min-heap on (rank, left)
     size_t work_cap;
 } TokenizerEncoder;
 
+// A Hugging Face tokenizer.json's pipeline (NULL in a Tokenizer read from llm.c's file): see
+// "Hugging Face tokenizer.json" below for what each field means and what is accepted.
+typedef struct {
+    uint32_t id, len;     // the added token's id and its content's length in bytes
+    const char* content;  // its content (raw text, matched in the input as it is)
+    int special;          // "special": skipped when match_specials is 0
+    int normalized;       // "normalized": matched in the normalized text (only differs with NFC)
+} TokenizerAdded;
+enum { TOKENIZER_STEP_GPT2, TOKENIZER_STEP_LLAMA3, TOKENIZER_STEP_QWEN2, TOKENIZER_STEP_DIGITS, TOKENIZER_STEP_DIGIT_RUNS };
+#define TOKENIZER_MAX_STEPS 8
+typedef struct {
+    int nfc;                      // normalizer: 1 = NFC, 0 = none
+    int nsteps;                   // pre-tokenizer steps before ByteLevel, in order
+    int steps[TOKENIZER_MAX_STEPS];
+    int ignore_merges;            // model.ignore_merges: a piece in model.vocab is one token
+    int match_specials;           // 1: special added tokens in the text are matched (tokenizers'
+                                  //    default); 0: they are plain text (-tokenize; see below)
+    int bos_token;                // the post-processor's leading special token (Llama 3's
+                                  //    <|begin_of_text|>), -1 when it adds none
+    TokenizerAdded* added;        // (nadded) sorted by first byte, then longest first
+    int nadded;
+    int added_first[257];         // added[added_first[b] .. added_first[b+1]) start with byte b
+    char* strs;                   // model.vocab's keys and the added contents, back to back
+    uint32_t* key_at;             // (V) id -> offset of its model.vocab key in strs, UINT32_MAX: none
+    uint32_t* key_len;            // (V) its length
+    uint32_t* vhash;              // (vhash_mask + 1) model.vocab key -> id + 1; 0: free
+    uint32_t vhash_mask;
+    unsigned char* scratch;       // a piece spelled in the byte-level alphabet (ignore_merges)
+    size_t scratch_cap;
+    uint32_t* cps;                // NFC work: code points
+    size_t cps_cap;
+    unsigned char* norm;          // NFC output
+    size_t norm_cap;
+    char* src_json;               // the file read, and its tokenizer_config.json (may not exist):
+    char* src_config;             //     -export-hf copies them beside the model
+} TokenizerHF;
+
 typedef struct {
     uint32_t vocab_size;  // V
-    int eot_token;        // id of <|endoftext|>, -1 when the file (version 1) does not say
+    int eot_token;        // id of <|endoftext|>, -1 when the file (version 1) does not say; for a
+                          //     tokenizer.json: the document token (see tokenizer_init_hf)
     char** token_table;   // (V) id -> the token's bytes, NUL-terminated; a token may itself be
                           //     the byte 0, so always use token_len, never strlen
-    uint8_t* token_len;   // (V) id -> number of bytes, 1..255
+    uint32_t* token_len;  // (V) id -> number of bytes (1..255 in llm.c's file)
     char* bytes;          // every token's bytes followed by a NUL, back to back: the one
                           //     allocation token_table points into
-    TokenizerEncoder enc; // encoding: tokenizer_load_merges fills it
+    TokenizerEncoder enc; // encoding: tokenizer_load_merges fills it (tokenizer_init_hf for a tokenizer.json)
+    TokenizerHF* hf;      // a tokenizer.json's pipeline; NULL for llm.c's file
 } Tokenizer;
 
 // Release the encoder's tables (the vocabulary stays); safe when none are loaded.
@@ -140,6 +189,20 @@ static inline void tokenizer_free_encoder(Tokenizer* tok) {
 // Release everything tok holds; safe on a zeroed or already freed Tokenizer.
 static inline void tokenizer_free(Tokenizer* tok) {
     tokenizer_free_encoder(tok);
+    if (tok->hf) {
+        TokenizerHF* h = tok->hf;
+        free(h->added);
+        free(h->strs);
+        free(h->key_at);
+        free(h->key_len);
+        free(h->vhash);
+        free(h->scratch);
+        free(h->cps);
+        free(h->norm);
+        free(h->src_json);
+        free(h->src_config);
+        free(h);
+    }
     free(tok->bytes);
     free(tok->token_table);
     free(tok->token_len);
@@ -162,7 +225,11 @@ static inline int tokenizer_fail(Tokenizer* tok, char* err, size_t errlen, const
 
 // Read the tokenizer file at `path` into tok. Returns 0, or -1 with a one-line message in err
 // naming the file and the problem, and nothing left allocated.
+static inline int tokenizer_init_hf(Tokenizer* tok, const char* path, char* err, size_t errlen);
+static inline int tokenizer_is_hf(const char* path);
+
 static inline int tokenizer_init(Tokenizer* tok, const char* path, char* err, size_t errlen) {
+    if (tokenizer_is_hf(path)) return tokenizer_init_hf(tok, path, err, errlen);
     memset(tok, 0, sizeof(*tok));
     tok->eot_token = -1;
 
@@ -218,7 +285,7 @@ static inline int tokenizer_init(Tokenizer* tok, const char* path, char* err, si
     // --- token table. In the file each token is <n><n bytes>; in memory we want <n bytes><NUL>,
     // the same size, so each token's bytes move one place left over its length byte, in place.
     tok->token_table = (char**)malloc(V * sizeof(char*));
-    tok->token_len = (uint8_t*)malloc(V);
+    tok->token_len = (uint32_t*)malloc(V * sizeof(uint32_t));
     if (!tok->token_table || !tok->token_len) {
         return tokenizer_fail(tok, err, errlen, "tokenizer %s: out of memory for %u tokens", path, V);
     }
@@ -250,7 +317,7 @@ static inline int tokenizer_init(Tokenizer* tok, const char* path, char* err, si
 // The bytes of token `id` (count in *len if len is not NULL). Ids outside the vocabulary give
 // TOKENIZER_UNKNOWN, so a corrupt sample prints as such instead of crashing.
 static inline const char* tokenizer_decode(const Tokenizer* tok, uint32_t id, int* len) {
-    if (!tok->token_table || id >= tok->vocab_size) {
+    if (!tok->token_table || id >= tok->vocab_size || !tok->token_table[id]) {
         if (len) *len = (int)strlen(TOKENIZER_UNKNOWN);
         return TOKENIZER_UNKNOWN;
     }
@@ -415,15 +482,15 @@ static inline int tokenizer_merges_fail(Tokenizer* tok, char* err, size_t errlen
 }
 
 // Slot of pair (left, right) in the table: where it is, or the free slot where it would go.
-static inline uint32_t tokenizer_pair_slot(const TokenizerEncoder* e, uint32_t key) {
-    uint32_t i = (uint32_t)(((uint64_t)key * 0x9E3779B97F4A7C15ull) >> 32) & e->pair_mask;
+static inline uint32_t tokenizer_pair_slot(const TokenizerEncoder* e, uint64_t key) {
+    uint32_t i = (uint32_t)((key * 0x9E3779B97F4A7C15ull) >> 40) & e->pair_mask;
     while (e->pairs[i].rank_plus1 != 0 && e->pairs[i].key != key) i = (i + 1) & e->pair_mask;
     return i;
 }
 
 // Rank of the merge joining tokens left and right, TOKENIZER_NO_MERGE if there is none.
 static inline uint32_t tokenizer_pair_rank(const TokenizerEncoder* e, uint32_t left, uint32_t right) {
-    const TokenizerPair* p = &e->pairs[tokenizer_pair_slot(e, left << 16 | right)];
+    const TokenizerPair* p = &e->pairs[tokenizer_pair_slot(e, (uint64_t)left << 32 | right)];
     return p->rank_plus1 ? p->rank_plus1 - 1 : TOKENIZER_NO_MERGE;
 }
 
@@ -438,6 +505,7 @@ static inline uint32_t tokenizer_pair_rank(const TokenizerEncoder* e, uint32_t l
 // left's followed by right's; no pair twice. Returns 0, or -1 with a one-line message in err
 // naming the file, and the encoder left empty (the vocabulary stays loaded).
 static inline int tokenizer_load_merges(Tokenizer* tok, const char* path, char* err, size_t errlen) {
+    if (tok->hf) return 0;  // a tokenizer.json brings its merges (tokenizer_init_hf loaded them)
     tokenizer_free_encoder(tok);
     if (!tok->token_table) {
         return tokenizer_merges_fail(tok, err, errlen, "merges %s: load the vocabulary (tokenizer_init) first: "
@@ -498,7 +566,7 @@ static inline int tokenizer_load_merges(Tokenizer* tok, const char* path, char* 
     uint32_t cap = 1;
     while (cap < 2 * M) cap <<= 1;
     unsigned char* exists = (unsigned char*)calloc(V, 1);  // token made by a byte or an earlier merge
-    e->merged_id = (uint16_t*)malloc(M * sizeof(uint16_t));
+    e->merged_id = (uint32_t*)malloc(M * sizeof(uint32_t));
     e->pairs = (TokenizerPair*)calloc(cap, sizeof(TokenizerPair));
     e->pair_mask = cap - 1;
     if (!exists || !e->merged_id || !e->pairs) {
@@ -527,13 +595,13 @@ static inline int tokenizer_load_merges(Tokenizer* tok, const char* path, char* 
             MERGES_FAIL("merges %s: merge %u (%u + %u -> %u): the vocabulary's bytes of %u are not those of %u then %u",
                         path, r, left, right, merged, merged, left, right);
         }
-        uint32_t slot = tokenizer_pair_slot(e, left << 16 | right);
+        uint32_t slot = tokenizer_pair_slot(e, (uint64_t)left << 32 | right);
         if (e->pairs[slot].rank_plus1 != 0) {
             MERGES_FAIL("merges %s: merge %u repeats the pair %u + %u of merge %u", path, r, left, right, e->pairs[slot].rank_plus1 - 1);
         }
-        e->pairs[slot].key = left << 16 | right;
+        e->pairs[slot].key = (uint64_t)left << 32 | right;
         e->pairs[slot].rank_plus1 = r + 1;
-        e->merged_id[r] = (uint16_t)merged;
+        e->merged_id[r] = merged;
         exists[merged] = 1;
     }
 #undef MERGES_FAIL
@@ -556,9 +624,9 @@ static inline int tokenizer_grow(void** p, size_t* cap, size_t need, size_t elem
 }
 
 // Append n ids to the growable buffer (*out, *nout, *cap). Returns 0 / -1 (out of memory).
-static inline int tokenizer_append(uint16_t** out, size_t* nout, size_t* cap, const uint16_t* ids, size_t n) {
-    if (tokenizer_grow((void**)out, cap, *nout + n, sizeof(uint16_t)) != 0) return -1;
-    memcpy(*out + *nout, ids, n * sizeof(uint16_t));
+static inline int tokenizer_append(uint32_t** out, size_t* nout, size_t* cap, const uint32_t* ids, size_t n) {
+    if (tokenizer_grow((void**)out, cap, *nout + n, sizeof(uint32_t)) != 0) return -1;
+    memcpy(*out + *nout, ids, n * sizeof(uint32_t));
     *nout += n;
     return 0;
 }
@@ -597,7 +665,7 @@ static inline TokenizerMerge tokenizer_heap_pop(TokenizerEncoder* e, size_t* nhe
 
 // The BPE work arrays' bytes per unit of work_cap: next, prev (uint32), part_id (uint16) and two
 // heap entries (TokenizerMerge, 16 bytes). See "Memory" at the top of this file.
-#define TOKENIZER_BPE_BYTES_PER_CAP (2 * sizeof(uint32_t) + sizeof(uint16_t) + 2 * sizeof(TokenizerMerge))
+#define TOKENIZER_BPE_BYTES_PER_CAP (3 * sizeof(uint32_t) + 2 * sizeof(TokenizerMerge))
 
 static inline size_t tokenizer_bpe_work_bytes(const TokenizerEncoder* e) { return e->work_cap * TOKENIZER_BPE_BYTES_PER_CAP; }
 
@@ -611,7 +679,7 @@ static inline int tokenizer_bpe_reserve(TokenizerEncoder* e, size_t n) {
     if (next) e->next = next;
     uint32_t* prev = (uint32_t*)realloc(e->prev, c * sizeof(uint32_t));
     if (prev) e->prev = prev;
-    uint16_t* part_id = (uint16_t*)realloc(e->part_id, c * sizeof(uint16_t));
+    uint32_t* part_id = (uint32_t*)realloc(e->part_id, c * sizeof(uint32_t));
     if (part_id) e->part_id = part_id;
     TokenizerMerge* heap = (TokenizerMerge*)realloc(e->heap, 2 * c * sizeof(TokenizerMerge));
     if (heap) e->heap = heap;
@@ -621,7 +689,7 @@ static inline int tokenizer_bpe_reserve(TokenizerEncoder* e, size_t n) {
 }
 
 // BPE of one piece p[0..n) (n >= 1): append its ids. Returns 0 / -1 (out of memory).
-static inline int tokenizer_bpe(TokenizerEncoder* e, const unsigned char* p, uint32_t n, uint16_t** out, size_t* nout, size_t* cap) {
+static inline int tokenizer_bpe(TokenizerEncoder* e, const unsigned char* p, uint32_t n, uint32_t** out, size_t* nout, size_t* cap) {
     // The heap never holds more than 2n - 2 candidates: n - 1 first, then each merge pops one
     // (itself) and pushes at most two, and there are at most n - 1 merges.
     if (tokenizer_bpe_reserve(e, (size_t)n + 1) != 0) return -1;
@@ -666,7 +734,7 @@ static inline uint64_t tokenizer_hash(const unsigned char* p, size_t n) {
 }
 
 // Append the ids of piece p[0..n) (n >= 1): from the cache, or by BPE (then cached).
-static inline int tokenizer_encode_piece(TokenizerEncoder* e, const unsigned char* p, size_t n, uint16_t** out, size_t* nout, size_t* cap) {
+static inline int tokenizer_encode_piece(TokenizerEncoder* e, const unsigned char* p, size_t n, uint32_t** out, size_t* nout, size_t* cap) {
     if (n == 1) return tokenizer_append(out, nout, cap, &e->byte_id[p[0]], 1);
     if (n > TOKENIZER_CACHE_MAX_PIECE) {
         if (n >= UINT32_MAX) return -1;  // the BPE work arrays index bytes with uint32
@@ -694,7 +762,7 @@ static inline int tokenizer_encode_piece(TokenizerEncoder* e, const unsigned cha
         i = (uint32_t)h & (TOKENIZER_CACHE_SLOTS - 1);
     }
     if (tokenizer_grow((void**)&e->cache_bytes, &e->cache_cap_bytes, e->cache_nbytes + n, 1) != 0 ||
-        tokenizer_grow((void**)&e->cache_ids, &e->cache_cap_ids, e->cache_nids + nids, sizeof(uint16_t)) != 0) return -1;
+        tokenizer_grow((void**)&e->cache_ids, &e->cache_cap_ids, e->cache_nids + nids, sizeof(uint32_t)) != 0) return -1;
     TokenizerCacheSlot* s = &e->cache[i];
     s->hash = h;
     s->bytes_at = (uint32_t)e->cache_nbytes;
@@ -702,11 +770,852 @@ static inline int tokenizer_encode_piece(TokenizerEncoder* e, const unsigned cha
     s->len = (uint16_t)n;
     s->nids = (uint16_t)nids;
     memcpy(e->cache_bytes + e->cache_nbytes, p, n);
-    memcpy(e->cache_ids + e->cache_nids, *out + first, nids * sizeof(uint16_t));
+    memcpy(e->cache_ids + e->cache_nids, *out + first, nids * sizeof(uint32_t));
     e->cache_nbytes += n;
     e->cache_nids += nids;
     e->cache_used++;
     return 0;
+}
+
+// -----------------------------------------------------------------------------------------------
+// Hugging Face tokenizer.json: byte-level BPE (GPT-2, Llama 3, Qwen2, SmolLM2)
+//
+// -tokenizer PATH takes a tokenizer.json, or a directory holding one (and, optionally, its
+// tokenizer_config.json), besides llm.c's file (tokenizer_is_hf tells them apart: a directory, or
+// a file whose first non-blank byte is '{'). Encoding does what `tokenizers` 0.21 does:
+//   1. added tokens: added_tokens' contents are found in the text, leftmost first, the longest of
+//      those starting at one place first (tokenizers' Aho-Corasick, LeftmostLongest); each one
+//      found is its id, and the text between them goes on alone. Special ones are skipped when
+//      match_specials is 0 (tokenizers' encode_special_tokens = True, transformers'
+//      split_special_tokens = True): -tokenize does that, as llm.c's data scripts do for Llama 3,
+//      so a document that contains "<|end_of_text|>" is not cut by it. With a normalizer, tokens
+//      marked "normalized" are looked for in the normalized text (step 2), the others before.
+//   2. normalizer: null, or NFC (Qwen2), also inside a Sequence. NFC is Unicode's canonical
+//      decomposition, canonical ordering and canonical composition (tokenizer_nfc, the data in
+//      unicode_nfc.h). Text whose code points are all below U+0300 is already NFC and is not copied.
+//   3. pre-tokenizer: the steps in order (a Sequence, or one step), each cutting every piece the
+//      step before made: Split(Regex, behavior Isolated, invert false) with one of the three
+//      patterns below, recognised by its exact string and written in C; Digits (individual_digits:
+//      each \p{N} character alone, else each run of them); and last ByteLevel (add_prefix_space
+//      false), which with use_regex true first cuts with GPT-2's pattern.
+//   4. model: BPE on each piece's bytes (ByteLevel's byte-to-unicode mapping is only a spelling in
+//      the file), with merges ranked in file order, ties to the left (tokenizers' merge_word);
+//      with ignore_merges, a piece whose spelling is a key of model.vocab is that one token.
+// The patterns (the strings as they are in the files; \p{L}, \p{N}, \s from unicode_tables.h):
+//   GPT-2   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+//   Llama 3 (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+//   Qwen2   the same with \p{N} in place of \p{N}{1,3}
+// Decoding is ByteLevel's: a token whose every character is in the byte-level alphabet is those
+// bytes, any other (an added token such as "<|im start|>" with a space) is its UTF-8 text.
+//
+// Refused, each naming the file and the field (exit 2 in the trainer): malformed JSON; a model
+// that is not BPE (Unigram, WordPiece, WordLevel: Llama 2, TinyLlama and Mistral v0.1 are
+// SentencePiece-style and not supported yet); BPE with dropout, byte_fallback,
+// continuing_subword_prefix or end_of_word_suffix; any normalizer but NFC; any pre-tokenizer step,
+// pattern or behaviour but those above, and no ByteLevel last; a decoder that is not ByteLevel; a
+// post-processor other than ByteLevel, TemplateProcessing and Sequence; truncation set; vocab or
+// merge entries that are not strings or name tokens model.vocab lacks; a byte with no token;
+// added tokens with lstrip, rstrip or single_word; an added token whose id holds other text.
+//
+// The document token (tok->eot_token, written before each document by -tokenize): the special
+// token the post-processor puts first (Llama 3's TemplateProcessing adds <|begin_of_text|>; llm.c's
+// Llama 3 data starts each document with it too), else the added token "<|endoftext|>" (GPT-2,
+// Qwen2, SmolLM2), else tokenizer_config.json's eos_token; without any of those, -tokenize refuses.
+//
+// Unicode versions: our tables are Unicode 16.0.0; tokenizers' regex (Oniguruma) and NFC
+// (unicode-normalization) use their own, so characters assigned after Unicode 15 may differ.
+
+// Format a one-line message into err (if given). Returns -1.
+__attribute__((format(printf, 3, 4)))
+static inline int tokenizer_msg(char* err, size_t errlen, const char* fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+// Is `path` a Hugging Face tokenizer (a directory, or a file starting with '{')?
+static inline int tokenizer_is_hf(const char* path) {
+    struct stat st;
+    if (stat(path, &st) != 0) return 0;
+    if (S_ISDIR(st.st_mode)) return 1;
+    FILE* f = fopen(path, "rb");
+    if (!f) return 0;
+    int c;
+    while ((c = fgetc(f)) == ' ' || c == '\t' || c == '\n' || c == '\r') {}
+    fclose(f);
+    return c == '{';
+}
+
+// GPT-2's byte-to-unicode alphabet: byte b is spelled as code point tokenizer_byte_char(b).
+static inline uint32_t tokenizer_byte_char(int b) {
+    if ((b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF)) return (uint32_t)b;
+    int n = 0;  // the others get 256, 257, ... in byte order
+    for (int x = 0; x < b; x++)
+        if (!((x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE && x <= 0xFF))) n++;
+    return 256u + (uint32_t)n;
+}
+
+// Byte b's spelling in UTF-8 (GPT-2's alphabet), 1 or 2 bytes: spell[b][0] = length. Filled on
+// the first call, which tokenizer_init_hf makes before any encoding (so threads only read it).
+static inline const unsigned char (*tokenizer_byte_spellings(void))[3] {
+    static unsigned char spell[256][3];
+    static int ready = 0;
+    if (!ready) {
+        for (int b = 0; b < 256; b++) {
+            uint32_t cp = tokenizer_byte_char(b);
+            if (cp < 0x80) { spell[b][0] = 1; spell[b][1] = (unsigned char)cp; }
+            else { spell[b][0] = 2; spell[b][1] = (unsigned char)(0xC0 | cp >> 6); spell[b][2] = (unsigned char)(0x80 | (cp & 0x3F)); }
+        }
+        ready = 1;
+    }
+    return spell;
+}
+
+// Append the UTF-8 of code point cp to p; returns the bytes written (1..4).
+static inline int tokenizer_put_utf8(unsigned char* p, uint32_t cp) {
+    if (cp < 0x80) { p[0] = (unsigned char)cp; return 1; }
+    if (cp < 0x800) { p[0] = (unsigned char)(0xC0 | cp >> 6); p[1] = (unsigned char)(0x80 | (cp & 0x3F)); return 2; }
+    if (cp < 0x10000) {
+        p[0] = (unsigned char)(0xE0 | cp >> 12); p[1] = (unsigned char)(0x80 | (cp >> 6 & 0x3F)); p[2] = (unsigned char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    p[0] = (unsigned char)(0xF0 | cp >> 18); p[1] = (unsigned char)(0x80 | (cp >> 12 & 0x3F));
+    p[2] = (unsigned char)(0x80 | (cp >> 6 & 0x3F)); p[3] = (unsigned char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+// The bytes a token spelled s[0..n) (UTF-8) stands for, into out (room for n bytes): each
+// character's byte when all are in the byte-level alphabet, else s itself (ByteLevel's decoder).
+// Returns the length.
+static inline size_t tokenizer_unspell(const unsigned char* s, size_t n, unsigned char* out) {
+    static int16_t back[324];  // code point -> byte, -1: not in the alphabet
+    static int ready = 0;
+    if (!ready) {
+        for (int i = 0; i < 324; i++) back[i] = -1;
+        for (int b = 0; b < 256; b++) back[tokenizer_byte_char(b)] = (int16_t)b;
+        ready = 1;
+    }
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        int l = tokenizer_utf8(s + i, n - i, &cp);
+        if (l == 0 || cp >= 324 || back[cp] < 0) {
+            memcpy(out, s, n);
+            return n;
+        }
+        out[o++] = (unsigned char)back[cp];
+        i += (size_t)l;
+    }
+    return o;
+}
+
+static inline uint32_t tokenizer_hf_hash(const unsigned char* p, size_t n) {
+    uint64_t h = tokenizer_hash(p, n);
+    return (uint32_t)(h ^ (h >> 32));
+}
+
+// model.vocab's id for the key k[0..n) (spelled in the byte-level alphabet), or -1.
+static inline int64_t tokenizer_hf_lookup(const TokenizerHF* h, const unsigned char* k, size_t n) {
+    for (uint32_t i = tokenizer_hf_hash(k, n) & h->vhash_mask; h->vhash[i]; i = (i + 1) & h->vhash_mask) {
+        uint32_t id = h->vhash[i] - 1;
+        if (h->key_len[id] == n && memcmp(h->strs + h->key_at[id], k, n) == 0) return id;
+    }
+    return -1;
+}
+
+// Is the node a JSON string equal to s?
+static inline int tokenizer_json_is(const Json* j, int node, const char* s) {
+    return node >= 0 && j->nodes[node].type == JSON_STRING && strcmp(j->nodes[node].str, s) == 0;
+}
+
+// Member `key` of object obj: 1 if it is true, 0 if false, null or absent, -1 otherwise.
+static inline int tokenizer_json_flag(const Json* j, int obj, const char* key) {
+    int n = json_get(j, obj, key);
+    if (n < 0 || j->nodes[n].type == JSON_NULL || j->nodes[n].type == JSON_FALSE) return 0;
+    return j->nodes[n].type == JSON_TRUE ? 1 : -1;
+}
+
+static const char TOKENIZER_RE_GPT2[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+static const char TOKENIZER_RE_LLAMA3[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char TOKENIZER_RE_QWEN2[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+// One pre-tokenizer step (not a Sequence) into h->steps; *bytelevel_seen set by ByteLevel.
+// Returns 0, or -1 with the message (what, naming the field) in err.
+static inline int tokenizer_hf_step(TokenizerHF* h, const Json* j, int node, const char* where, int* bytelevel_seen,
+                                    const char* path, char* err, size_t errlen) {
+    int type = json_get(j, node, "type");
+    if (j->nodes[node].type != JSON_OBJECT || type < 0 || j->nodes[type].type != JSON_STRING) {
+        return tokenizer_msg(err, errlen, "tokenizer %s: %s is not an object with a \"type\"", path, where);
+    }
+    const char* t = j->nodes[type].str;
+    if (*bytelevel_seen) {
+        return tokenizer_msg(err, errlen, "tokenizer %s: %s (%s) comes after ByteLevel: not supported (ByteLevel must be the last step)",
+                              path, where, t);
+    }
+    if (h->nsteps >= TOKENIZER_MAX_STEPS - 1) return tokenizer_msg(err, errlen, "tokenizer %s: %s: more than %d pre-tokenizer steps", path, where, TOKENIZER_MAX_STEPS - 1);
+    if (!strcmp(t, "ByteLevel")) {
+        if (tokenizer_json_flag(j, node, "add_prefix_space") != 0) {
+            return tokenizer_msg(err, errlen, "tokenizer %s: %s.add_prefix_space is not false: not supported", path, where);
+        }
+        int use_regex = json_get(j, node, "use_regex");  // absent: true (tokenizers' default)
+        int on = use_regex < 0 || j->nodes[use_regex].type == JSON_TRUE;
+        if (use_regex >= 0 && j->nodes[use_regex].type != JSON_TRUE && j->nodes[use_regex].type != JSON_FALSE) {
+            return tokenizer_msg(err, errlen, "tokenizer %s: %s.use_regex is not true or false", path, where);
+        }
+        if (on) h->steps[h->nsteps++] = TOKENIZER_STEP_GPT2;
+        *bytelevel_seen = 1;
+        return 0;
+    }
+    if (!strcmp(t, "Digits")) {
+        int ind = tokenizer_json_flag(j, node, "individual_digits");
+        if (ind < 0) return tokenizer_msg(err, errlen, "tokenizer %s: %s.individual_digits is not true or false", path, where);
+        h->steps[h->nsteps++] = ind ? TOKENIZER_STEP_DIGITS : TOKENIZER_STEP_DIGIT_RUNS;
+        return 0;
+    }
+    if (!strcmp(t, "Split")) {
+        int pat = json_get(j, node, "pattern"), re = json_get(j, pat, "Regex");
+        if (re < 0 || j->nodes[re].type != JSON_STRING) {
+            return tokenizer_msg(err, errlen, "tokenizer %s: %s.pattern is not {\"Regex\": ...}: only the GPT-2, Llama 3 and Qwen2 "
+                                  "regular expressions are supported", path, where);
+        }
+        const char* r = j->nodes[re].str;
+        int step = !strcmp(r, TOKENIZER_RE_GPT2) ? TOKENIZER_STEP_GPT2 : !strcmp(r, TOKENIZER_RE_LLAMA3) ? TOKENIZER_STEP_LLAMA3
+                 : !strcmp(r, TOKENIZER_RE_QWEN2) ? TOKENIZER_STEP_QWEN2 : -1;
+        if (step < 0) {
+            return tokenizer_msg(err, errlen, "tokenizer %s: %s.pattern.Regex \"%.200s\" is not one this reader knows (GPT-2's, "
+                                  "Llama 3's, Qwen2's)", path, where, r);
+        }
+        if (!tokenizer_json_is(j, json_get(j, node, "behavior"), "Isolated") || tokenizer_json_flag(j, node, "invert") != 0) {
+            return tokenizer_msg(err, errlen, "tokenizer %s: %s: only behavior \"Isolated\" with invert false is supported", path, where);
+        }
+        h->steps[h->nsteps++] = step;
+        return 0;
+    }
+    return tokenizer_msg(err, errlen, "tokenizer %s: %s.type \"%s\" is not supported (known: Split, Digits, ByteLevel, Sequence)",
+                          path, where, t);
+}
+
+// Read tokenizer_config.json's `key` (a string, or an object with "content") into out; 0 if absent.
+static inline int tokenizer_config_token(const Json* j, const char* key, char* out, size_t cap) {
+    int n = json_get(j, 0, key);
+    if (n >= 0 && j->nodes[n].type == JSON_OBJECT) n = json_get(j, n, "content");
+    if (n < 0 || j->nodes[n].type != JSON_STRING) return 0;
+    snprintf(out, cap, "%s", j->nodes[n].str);
+    return 1;
+}
+
+// Read a whole file into a malloc'ed buffer (*len bytes). Returns NULL with err set.
+static inline char* tokenizer_read_file(const char* path, size_t* len, char* err, size_t errlen) {
+    FILE* f = fopen(path, "rb");
+    if (!f) {
+        tokenizer_msg(err, errlen, "tokenizer %s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        fclose(f);
+        tokenizer_msg(err, errlen, "tokenizer %s: not a readable regular file", path);
+        return NULL;
+    }
+    char* text = (char*)malloc((size_t)st.st_size + 1);
+    if (!text || fread(text, 1, (size_t)st.st_size, f) != (size_t)st.st_size) {
+        fclose(f);
+        free(text);
+        tokenizer_msg(err, errlen, "tokenizer %s: %s", path, text ? "read error" : "out of memory");
+        return NULL;
+    }
+    fclose(f);
+    *len = (size_t)st.st_size;
+    return text;
+}
+
+static inline int tokenizer_added_cmp(const void* a, const void* b) {
+    const TokenizerAdded *x = (const TokenizerAdded*)a, *y = (const TokenizerAdded*)b;
+    unsigned char cx = (unsigned char)x->content[0], cy = (unsigned char)y->content[0];
+    if (cx != cy) return cx < cy ? -1 : 1;
+    if (x->len != y->len) return x->len > y->len ? -1 : 1;
+    return 0;
+}
+
+// Read a tokenizer.json (or the directory holding it) into tok: vocabulary, merges, pipeline.
+// Returns 0, or -1 with a one-line message naming the file and the field, nothing left allocated.
+static inline int tokenizer_init_hf(Tokenizer* tok, const char* path_in, char* err, size_t errlen) {
+    memset(tok, 0, sizeof(*tok));
+    tok->eot_token = -1;
+    char path[4096], cfg_path[4096];
+    struct stat st;
+    int is_dir = stat(path_in, &st) == 0 && S_ISDIR(st.st_mode);
+    snprintf(path, sizeof(path), is_dir ? "%s/tokenizer.json" : "%s", path_in);
+    if (is_dir) snprintf(cfg_path, sizeof(cfg_path), "%s/tokenizer_config.json", path_in);
+    else {  // a file: its directory's tokenizer_config.json, if there is one
+        const char* slash = strrchr(path_in, '/');
+        snprintf(cfg_path, sizeof(cfg_path), "%.*stokenizer_config.json", slash ? (int)(slash - path_in + 1) : 0, path_in);
+    }
+    size_t len = 0;
+    char* text = tokenizer_read_file(path, &len, err, errlen);
+    if (!text) return -1;
+    Json j;
+    char jerr[256];
+    TokenizerHF* h = (TokenizerHF*)calloc(1, sizeof(TokenizerHF));
+    tok->hf = h;
+    if (!h) {
+        free(text);
+        return tokenizer_fail(tok, err, errlen, "tokenizer %s: out of memory", path);
+    }
+    h->bos_token = -1;
+    h->match_specials = 1;
+    h->src_json = strdup(path);
+    h->src_config = strdup(cfg_path);
+    if (!h->src_json || !h->src_config) {
+        free(text);
+        return tokenizer_fail(tok, err, errlen, "tokenizer %s: out of memory", path);
+    }
+    if (json_parse(&j, text, len, jerr, sizeof(jerr)) != 0) {
+        json_free(&j);
+        free(text);
+        return tokenizer_fail(tok, err, errlen, "tokenizer %s: %s", path, jerr);
+    }
+    free(text);  // the parsed strings live in j
+    unsigned char* catbuf = NULL;
+#define HF_FAIL(...) do { tokenizer_msg(err, errlen, __VA_ARGS__); json_free(&j); free(catbuf); tokenizer_free(tok); return -1; } while (0)
+    if (j.nodes[0].type != JSON_OBJECT) HF_FAIL("tokenizer %s: not a JSON object", path);
+    // --- model: byte-level BPE only
+    int model = json_get(&j, 0, "model");
+    if (model < 0 || j.nodes[model].type != JSON_OBJECT) HF_FAIL("tokenizer %s: no \"model\" object", path);
+    int mtype = json_get(&j, model, "type");
+    int vocab = json_get(&j, model, "vocab"), merges = json_get(&j, model, "merges");
+    if (mtype < 0) HF_FAIL("tokenizer %s: model has no \"type\"", path);
+    if (!tokenizer_json_is(&j, mtype, "BPE")) {
+        HF_FAIL("tokenizer %s: model.type \"%s\" is not supported: only byte-level BPE (Unigram, WordPiece, WordLevel and "
+                "SentencePiece-style models are not supported yet)", path, j.nodes[mtype].type == JSON_STRING ? j.nodes[mtype].str : "?");
+    }
+    if (vocab < 0 || j.nodes[vocab].type != JSON_OBJECT) HF_FAIL("tokenizer %s: model.vocab is not an object", path);
+    if (merges < 0 || j.nodes[merges].type != JSON_ARRAY) HF_FAIL("tokenizer %s: model.merges is not an array", path);
+    const char* refused[] = {"dropout", "continuing_subword_prefix", "end_of_word_suffix"};
+    for (int k = 0; k < 3; k++) {
+        int n = json_get(&j, model, refused[k]);
+        if (n >= 0 && j.nodes[n].type != JSON_NULL && !(j.nodes[n].type == JSON_STRING && j.nodes[n].len == 0))
+            HF_FAIL("tokenizer %s: model.%s is set: not supported", path, refused[k]);
+    }
+    if (tokenizer_json_flag(&j, model, "byte_fallback") != 0) HF_FAIL("tokenizer %s: model.byte_fallback is not false: not supported", path);
+    int ig = tokenizer_json_flag(&j, model, "ignore_merges");
+    if (ig < 0) HF_FAIL("tokenizer %s: model.ignore_merges is not true or false", path);
+    h->ignore_merges = ig;
+    // --- normalizer: null or NFC (also as a Sequence of NFC)
+    int norm = json_get(&j, 0, "normalizer");
+    if (norm >= 0 && j.nodes[norm].type != JSON_NULL) {
+        int list = norm, one = -1, count = 1;
+        if (tokenizer_json_is(&j, json_get(&j, norm, "type"), "Sequence")) {
+            list = json_get(&j, norm, "normalizers");
+            if (list < 0 || j.nodes[list].type != JSON_ARRAY) HF_FAIL("tokenizer %s: normalizer.normalizers is not an array", path);
+            one = j.nodes[list].first;
+            count = j.nodes[list].count;
+        } else one = norm;
+        for (int k = 0; k < count; k++, one = j.nodes[one].next) {
+            int t = json_get(&j, one, "type");
+            if (!tokenizer_json_is(&j, t, "NFC")) {
+                HF_FAIL("tokenizer %s: normalizer type \"%s\" is not supported (only NFC)", path,
+                        t >= 0 && j.nodes[t].type == JSON_STRING ? j.nodes[t].str : "?");
+            }
+            h->nfc = 1;
+        }
+    }
+    // --- pre-tokenizer: steps, ByteLevel last
+    int pre = json_get(&j, 0, "pre_tokenizer"), bl = 0;
+    if (pre < 0 || j.nodes[pre].type == JSON_NULL) HF_FAIL("tokenizer %s: pre_tokenizer is null: a byte-level BPE needs ByteLevel", path);
+    if (tokenizer_json_is(&j, json_get(&j, pre, "type"), "Sequence")) {
+        int list = json_get(&j, pre, "pretokenizers");
+        if (list < 0 || j.nodes[list].type != JSON_ARRAY) HF_FAIL("tokenizer %s: pre_tokenizer.pretokenizers is not an array", path);
+        int k = 0;
+        for (int s = j.nodes[list].first; s >= 0; s = j.nodes[s].next, k++) {
+            char where[64];
+            snprintf(where, sizeof(where), "pre_tokenizer.pretokenizers[%d]", k);
+            if (tokenizer_hf_step(h, &j, s, where, &bl, path, err, errlen)) { json_free(&j); tokenizer_free(tok); return -1; }
+        }
+    } else if (tokenizer_hf_step(h, &j, pre, "pre_tokenizer", &bl, path, err, errlen)) { json_free(&j); tokenizer_free(tok); return -1; }
+    if (!bl) HF_FAIL("tokenizer %s: pre_tokenizer has no ByteLevel step: not a byte-level BPE", path);
+    // --- decoder: ByteLevel
+    int dec = json_get(&j, 0, "decoder");
+    if (dec >= 0 && j.nodes[dec].type != JSON_NULL && !tokenizer_json_is(&j, json_get(&j, dec, "type"), "ByteLevel")) {
+        int t = json_get(&j, dec, "type");
+        HF_FAIL("tokenizer %s: decoder type \"%s\" is not supported (only ByteLevel)", path, t >= 0 && j.nodes[t].type == JSON_STRING ? j.nodes[t].str : "?");
+    }
+    int trunc = json_get(&j, 0, "truncation");
+    if (trunc >= 0 && j.nodes[trunc].type != JSON_NULL) HF_FAIL("tokenizer %s: truncation is set: not supported (it cuts documents)", path);
+
+    // --- vocabulary: model.vocab, then added_tokens; V = the largest id + 1
+    int added = json_get(&j, 0, "added_tokens");
+    if (added >= 0 && j.nodes[added].type != JSON_ARRAY && j.nodes[added].type != JSON_NULL) HF_FAIL("tokenizer %s: added_tokens is not an array", path);
+    int nadded = added >= 0 && j.nodes[added].type == JSON_ARRAY ? j.nodes[added].count : 0;
+    int64_t V = 0;
+    size_t strs_bytes = 1;
+    for (int v = j.nodes[vocab].first; v >= 0; v = j.nodes[v].next) {
+        const JsonNode* n = &j.nodes[v];
+        if (n->type != JSON_NUMBER || !n->is_int || n->i < 0 || n->i >= TOKENIZER_MAX_VOCAB)
+            HF_FAIL("tokenizer %s: model.vocab[\"%.100s\"] is not an id 0..%u", path, n->key, TOKENIZER_MAX_VOCAB - 1);
+        if (n->i + 1 > V) V = n->i + 1;
+        strs_bytes += strlen(n->key) + 1;
+    }
+    int ai = 0;
+    for (int a = nadded ? j.nodes[added].first : -1; a >= 0; a = j.nodes[a].next, ai++) {
+        int id = json_get(&j, a, "id"), c = json_get(&j, a, "content");
+        if (id < 0 || !j.nodes[id].is_int || j.nodes[id].i < 0 || j.nodes[id].i >= TOKENIZER_MAX_VOCAB || c < 0 ||
+            j.nodes[c].type != JSON_STRING || j.nodes[c].len == 0)
+            HF_FAIL("tokenizer %s: added_tokens[%d] has no id 0..%u or no content", path, ai, TOKENIZER_MAX_VOCAB - 1);
+        const char* opts[] = {"lstrip", "rstrip", "single_word"};
+        for (int k = 0; k < 3; k++)
+            if (tokenizer_json_flag(&j, a, opts[k]) != 0) HF_FAIL("tokenizer %s: added_tokens[%d].%s is not false: not supported", path, ai, opts[k]);
+        if (j.nodes[id].i + 1 > V) V = j.nodes[id].i + 1;
+        strs_bytes += (size_t)j.nodes[c].len + 1;
+    }
+    if (V == 0) HF_FAIL("tokenizer %s: model.vocab is empty", path);
+    tok->vocab_size = (uint32_t)V;
+    tok->token_table = (char**)calloc((size_t)V, sizeof(char*));
+    tok->token_len = (uint32_t*)calloc((size_t)V, sizeof(uint32_t));
+    tok->bytes = (char*)malloc(strs_bytes);  // the decoded bytes, never longer than the spelling
+    h->strs = (char*)malloc(strs_bytes);
+    h->key_at = (uint32_t*)malloc((size_t)V * sizeof(uint32_t));
+    h->key_len = (uint32_t*)calloc((size_t)V, sizeof(uint32_t));
+    h->added = (TokenizerAdded*)calloc((size_t)nadded + 1, sizeof(TokenizerAdded));
+    uint32_t cap = 1;
+    while (cap < 2 * (uint32_t)V) cap <<= 1;
+    h->vhash = (uint32_t*)calloc(cap, sizeof(uint32_t));
+    h->vhash_mask = cap - 1;
+    if (!tok->token_table || !tok->token_len || !tok->bytes || !h->strs || !h->key_at || !h->key_len || !h->added || !h->vhash)
+        HF_FAIL("tokenizer %s: out of memory for %lld tokens", path, (long long)V);
+    memset(h->key_at, 0xFF, (size_t)V * sizeof(uint32_t));
+    size_t at = 0, bat = 0;
+    for (int v = j.nodes[vocab].first; v >= 0; v = j.nodes[v].next) {
+        const JsonNode* n = &j.nodes[v];
+        uint32_t id = (uint32_t)n->i;
+        size_t kl = strlen(n->key);
+        if (h->key_at[id] != UINT32_MAX)
+            HF_FAIL("tokenizer %s: model.vocab gives id %u to both \"%.100s\" and \"%.100s\"", path, id, h->strs + h->key_at[id], n->key);
+        memcpy(h->strs + at, n->key, kl + 1);
+        h->key_at[id] = (uint32_t)at;
+        h->key_len[id] = (uint32_t)kl;
+        at += kl + 1;
+        uint32_t i = tokenizer_hf_hash((const unsigned char*)n->key, kl) & h->vhash_mask;
+        while (h->vhash[i]) i = (i + 1) & h->vhash_mask;  // keys are distinct: the JSON parser refuses duplicates
+        h->vhash[i] = id + 1;
+        size_t bl2 = tokenizer_unspell((const unsigned char*)n->key, kl, (unsigned char*)tok->bytes + bat);
+        tok->bytes[bat + bl2] = 0;
+        tok->token_table[id] = tok->bytes + bat;
+        tok->token_len[id] = (uint32_t)bl2;
+        bat += bl2 + 1;
+    }
+    ai = 0;
+    for (int a = nadded ? j.nodes[added].first : -1; a >= 0; a = j.nodes[a].next, ai++) {
+        const JsonNode* c = &j.nodes[json_get(&j, a, "content")];
+        uint32_t id = (uint32_t)j.nodes[json_get(&j, a, "id")].i;
+        if (h->key_at[id] != UINT32_MAX && (h->key_len[id] != (uint32_t)c->len || memcmp(h->strs + h->key_at[id], c->str, (size_t)c->len) != 0))
+            HF_FAIL("tokenizer %s: added_tokens[%d] (\"%.100s\") has id %u, which model.vocab gives to \"%.100s\"", path, ai, c->str, id,
+                    h->strs + h->key_at[id]);
+        int64_t in_vocab = tokenizer_hf_lookup(h, (const unsigned char*)c->str, (size_t)c->len);
+        if (in_vocab >= 0 && (uint32_t)in_vocab != id)
+            HF_FAIL("tokenizer %s: added_tokens[%d] (\"%.100s\") has id %u, model.vocab has it as %lld", path, ai, c->str, id, (long long)in_vocab);
+        for (int b = 0; b < h->nadded; b++)
+            if (h->added[b].id == id || (h->added[b].len == (uint32_t)c->len && !memcmp(h->added[b].content, c->str, (size_t)c->len)))
+                HF_FAIL("tokenizer %s: added_tokens[%d] (\"%.100s\", id %u) repeats an earlier added token's id or content", path, ai, c->str, id);
+        memcpy(h->strs + at, c->str, (size_t)c->len + 1);
+        TokenizerAdded* t = &h->added[h->nadded++];
+        t->id = id;
+        t->len = (uint32_t)c->len;
+        t->content = h->strs + at;
+        at += (size_t)c->len + 1;
+        t->special = tokenizer_json_flag(&j, a, "special") == 1;
+        t->normalized = tokenizer_json_flag(&j, a, "normalized") == 1;
+        if (!tok->token_table[id]) {
+            size_t bl2 = tokenizer_unspell((const unsigned char*)t->content, t->len, (unsigned char*)tok->bytes + bat);
+            tok->bytes[bat + bl2] = 0;
+            tok->token_table[id] = tok->bytes + bat;
+            tok->token_len[id] = (uint32_t)bl2;
+            bat += bl2 + 1;
+        }
+    }
+    // added tokens: sorted by first byte, longest first, for the matcher
+    qsort(h->added, (size_t)h->nadded, sizeof(TokenizerAdded), tokenizer_added_cmp);
+    for (int b = 0, k = 0; b <= 256; b++) {
+        while (k < h->nadded && (unsigned char)h->added[k].content[0] < b) k++;
+        h->added_first[b] = k;
+    }
+    // --- byte tokens and merges (ranks in file order; both the "a b" and the ["a", "b"] form)
+    TokenizerEncoder* e = &tok->enc;
+    (void)tokenizer_byte_spellings();  // filled here, single-threaded
+    for (int b = 0; b < 256; b++) {
+        unsigned char sp[4];
+        int l = tokenizer_put_utf8(sp, tokenizer_byte_char(b));
+        int64_t id = tokenizer_hf_lookup(h, sp, (size_t)l);
+        if (id < 0) HF_FAIL("tokenizer %s: model.vocab has no token for byte 0x%02X (\"%.*s\"): not a byte-level vocabulary", path, b, l, (const char*)sp);
+        e->byte_id[b] = (uint32_t)id;
+    }
+    uint32_t M = (uint32_t)j.nodes[merges].count;
+    cap = 1;
+    while (cap < 2 * M + 2) cap <<= 1;
+    e->merged_id = (uint32_t*)malloc(((size_t)M + 1) * sizeof(uint32_t));
+    e->pairs = (TokenizerPair*)calloc(cap, sizeof(TokenizerPair));
+    e->pair_mask = cap - 1;
+    unsigned char* cat = (unsigned char*)malloc(strs_bytes * 2 + 16);
+    catbuf = cat;
+    if (!e->merged_id || !e->pairs || !cat) HF_FAIL("tokenizer %s: out of memory for %u merges", path, M);
+    uint32_t r = 0;
+    for (int m = j.nodes[merges].first; m >= 0; m = j.nodes[m].next, r++) {
+        const JsonNode* n = &j.nodes[m];
+        const char *a, *b;
+        size_t la, lb;
+        if (n->type == JSON_STRING) {
+            const char* sp = (const char*)memchr(n->str, ' ', (size_t)n->len);
+            if (!sp || memchr(sp + 1, ' ', (size_t)(n->str + n->len - sp - 1)))
+                HF_FAIL("tokenizer %s: model.merges[%u] \"%.100s\" is not two tokens separated by one space", path, r, n->str);
+            a = n->str, la = (size_t)(sp - n->str), b = sp + 1, lb = (size_t)(n->str + n->len - sp - 1);
+        } else if (n->type == JSON_ARRAY && n->count == 2 && j.nodes[n->first].type == JSON_STRING &&
+                   j.nodes[j.nodes[n->first].next].type == JSON_STRING) {
+            a = j.nodes[n->first].str, la = (size_t)j.nodes[n->first].len;
+            b = j.nodes[j.nodes[n->first].next].str, lb = (size_t)j.nodes[j.nodes[n->first].next].len;
+        } else HF_FAIL("tokenizer %s: model.merges[%u] is neither \"a b\" nor [\"a\", \"b\"]", path, r);
+        memcpy(cat, a, la);
+        memcpy(cat + la, b, lb);
+        int64_t left = tokenizer_hf_lookup(h, (const unsigned char*)a, la), right = tokenizer_hf_lookup(h, (const unsigned char*)b, lb);
+        int64_t merged = tokenizer_hf_lookup(h, cat, la + lb);
+        if (left < 0 || right < 0 || merged < 0)
+            HF_FAIL("tokenizer %s: model.merges[%u] (\"%.*s\" + \"%.*s\"): \"%.*s\" is not in model.vocab", path, r, (int)la, a, (int)lb, b,
+                    left < 0 ? (int)la : right < 0 ? (int)lb : (int)(la + lb), left < 0 ? a : right < 0 ? b : (const char*)cat);
+        uint64_t key = (uint64_t)left << 32 | (uint64_t)right;
+        uint32_t slot = tokenizer_pair_slot(e, key);
+        if (e->pairs[slot].rank_plus1 != 0)
+            HF_FAIL("tokenizer %s: model.merges[%u] repeats the pair of model.merges[%u]", path, r, e->pairs[slot].rank_plus1 - 1);
+        e->pairs[slot].key = key;
+        e->pairs[slot].rank_plus1 = r + 1;
+        e->merged_id[r] = (uint32_t)merged;
+    }
+    e->nmerges = M;
+    // --- post-processor: what it puts first (the BOS), and nothing we do not know
+    int post = json_get(&j, 0, "post_processor");
+    if (post >= 0 && j.nodes[post].type != JSON_NULL) {
+        int list = -1, one = post, count = 1;
+        if (tokenizer_json_is(&j, json_get(&j, post, "type"), "Sequence")) {
+            list = json_get(&j, post, "processors");
+            if (list < 0 || j.nodes[list].type != JSON_ARRAY) HF_FAIL("tokenizer %s: post_processor.processors is not an array", path);
+            one = j.nodes[list].first;
+            count = j.nodes[list].count;
+        }
+        for (int k = 0; k < count; k++, one = j.nodes[one].next) {
+            int t = json_get(&j, one, "type");
+            if (tokenizer_json_is(&j, t, "ByteLevel")) continue;  // offsets only
+            if (!tokenizer_json_is(&j, t, "TemplateProcessing")) {
+                HF_FAIL("tokenizer %s: post_processor type \"%s\" is not supported (ByteLevel, TemplateProcessing, Sequence)", path,
+                        t >= 0 && j.nodes[t].type == JSON_STRING ? j.nodes[t].str : "?");
+            }
+            int single = json_get(&j, one, "single"), first = single >= 0 && j.nodes[single].type == JSON_ARRAY ? j.nodes[single].first : -1;
+            int sp = json_get(&j, first, "SpecialToken");
+            int sid = json_get(&j, sp, "id");
+            if (sid >= 0 && j.nodes[sid].type == JSON_STRING) {  // the name; its id is in added_tokens
+                for (int b = 0; b < h->nadded; b++)
+                    if (!strcmp(h->added[b].content, j.nodes[sid].str)) h->bos_token = (int)h->added[b].id;
+                if (h->bos_token < 0) HF_FAIL("tokenizer %s: post_processor's SpecialToken \"%.100s\" is not an added token", path, j.nodes[sid].str);
+            }
+        }
+    }
+    json_free(&j);
+    free(catbuf);
+    catbuf = NULL;
+#undef HF_FAIL
+    // --- the document token: the post-processor's BOS, else "<|endoftext|>", else the config's eos_token
+    tok->eot_token = h->bos_token;
+    for (int b = 0; b < h->nadded && tok->eot_token < 0; b++)
+        if (!strcmp(h->added[b].content, "<|endoftext|>")) tok->eot_token = (int)h->added[b].id;
+    if (stat(cfg_path, &st) == 0) {
+        size_t clen;
+        char* ctext = tokenizer_read_file(cfg_path, &clen, err, errlen);
+        if (!ctext) {
+            tokenizer_free(tok);
+            return -1;
+        }
+        Json c;
+        if (json_parse(&c, ctext, clen, jerr, sizeof(jerr)) != 0 || c.nodes[0].type != JSON_OBJECT) {
+            json_free(&c);
+            free(ctext);
+            return tokenizer_fail(tok, err, errlen, "tokenizer config %s: %s", cfg_path, jerr[0] ? jerr : "not a JSON object");
+        }
+        char name[256];
+        if (tok->eot_token < 0 && tokenizer_config_token(&c, "eos_token", name, sizeof(name))) {
+            for (int b = 0; b < h->nadded; b++)
+                if (!strcmp(h->added[b].content, name)) tok->eot_token = (int)h->added[b].id;
+        }
+        json_free(&c);
+        free(ctext);
+    }
+    return 0;
+}
+
+// -----------------------------------------------------------------------------------------------
+// NFC (Unicode Standard Annex #15): decompose canonically, order combining marks by class, compose.
+
+#define TOKENIZER_HANGUL_S 0xAC00u
+#define TOKENIZER_HANGUL_L 0x1100u
+#define TOKENIZER_HANGUL_V 0x1161u
+#define TOKENIZER_HANGUL_T 0x11A7u
+#define TOKENIZER_BAD_BYTE 0x110000u  // a byte that is not UTF-8: 0x110000 + byte, class 0, composes with nothing
+
+static inline int tokenizer_ccc(uint32_t cp) {
+    if (cp < 0x300 || cp >= TOKENIZER_BAD_BYTE) return 0;
+    int lo = 0, hi = NFC_NCCC - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        if (cp < nfc_ccc[mid].lo) hi = mid - 1;
+        else if (cp > nfc_ccc[mid].hi) lo = mid + 1;
+        else return nfc_ccc[mid].ccc;
+    }
+    return 0;
+}
+
+static inline uint32_t tokenizer_compose(uint32_t a, uint32_t b) {  // 0: none
+    if (a >= TOKENIZER_HANGUL_L && a < TOKENIZER_HANGUL_L + 19 && b >= TOKENIZER_HANGUL_V && b < TOKENIZER_HANGUL_V + 21)
+        return TOKENIZER_HANGUL_S + ((a - TOKENIZER_HANGUL_L) * 21 + (b - TOKENIZER_HANGUL_V)) * 28;
+    if (a >= TOKENIZER_HANGUL_S && a < TOKENIZER_HANGUL_S + 11172 && (a - TOKENIZER_HANGUL_S) % 28 == 0 &&
+        b > TOKENIZER_HANGUL_T && b < TOKENIZER_HANGUL_T + 28)
+        return a + (b - TOKENIZER_HANGUL_T);
+    int lo = 0, hi = NFC_NCOMP - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        const NfcComp* c = &nfc_comp[mid];
+        if (a < c->a || (a == c->a && b < c->b)) hi = mid - 1;
+        else if (a > c->a || b > c->b) lo = mid + 1;
+        else return c->c;
+    }
+    return 0;
+}
+
+// NFC of s[0..n) into h->norm (*out, *nout). Bytes that are not UTF-8 pass unchanged. Returns 0 / -1.
+static inline int tokenizer_nfc(TokenizerHF* h, const unsigned char* s, size_t n, const unsigned char** out, size_t* nout) {
+    size_t k = 0;
+    for (; k < n && s[k] < 0xCC; k++) {}  // below U+0300 (lead bytes up to 0xCB): already NFC
+    if (k == n) {
+        *out = s;
+        *nout = n;
+        return 0;
+    }
+    if (tokenizer_grow((void**)&h->cps, &h->cps_cap, 4 * n + 4, sizeof(uint32_t)) != 0) return -1;
+    size_t m = 0;
+    for (size_t i = 0; i < n;) {  // decompose
+        uint32_t cp;
+        int l = tokenizer_utf8(s + i, n - i, &cp);
+        if (l == 0) {
+            h->cps[m++] = TOKENIZER_BAD_BYTE + s[i];
+            i++;
+            continue;
+        }
+        i += (size_t)l;
+        if (cp >= TOKENIZER_HANGUL_S && cp < TOKENIZER_HANGUL_S + 11172) {
+            uint32_t x = cp - TOKENIZER_HANGUL_S;
+            h->cps[m++] = TOKENIZER_HANGUL_L + x / (21 * 28);
+            h->cps[m++] = TOKENIZER_HANGUL_V + (x % (21 * 28)) / 28;
+            if (x % 28) h->cps[m++] = TOKENIZER_HANGUL_T + x % 28;
+            continue;
+        }
+        int lo = 0, hi = cp < 0xC0 ? -1 : NFC_NDECOMP - 1, found = -1;
+        while (lo <= hi) {
+            int mid = (lo + hi) / 2;
+            if (cp < nfc_decomp[mid].cp) hi = mid - 1;
+            else if (cp > nfc_decomp[mid].cp) lo = mid + 1;
+            else { found = mid; break; }
+        }
+        if (found < 0) h->cps[m++] = cp;
+        else for (int d = 0; d < nfc_decomp[found].len; d++) h->cps[m++] = nfc_decomp_pool[nfc_decomp[found].at + d];
+    }
+    for (size_t i = 1; i < m; i++) {  // canonical order: a stable insertion sort of each run of marks by class
+        int c = tokenizer_ccc(h->cps[i]);
+        if (c == 0) continue;
+        uint32_t x = h->cps[i];
+        size_t p = i;
+        while (p > 0 && tokenizer_ccc(h->cps[p - 1]) > c) {
+            h->cps[p] = h->cps[p - 1];
+            p--;
+        }
+        h->cps[p] = x;
+    }
+    // compose in place: cp joins the last starter when nothing between them blocks it (the marks
+    // between, in canonical order, all have a lower class than cp: the last one's is the highest)
+    size_t w = 0, starter = 0;
+    int have_starter = 0, last_class = 0;
+    for (size_t i = 0; i < m; i++) {
+        uint32_t cp = h->cps[i];
+        int c = tokenizer_ccc(cp);
+        if (have_starter && (w == starter + 1 || last_class < c)) {
+            uint32_t comp = tokenizer_compose(h->cps[starter], cp);
+            if (comp) {
+                h->cps[starter] = comp;
+                continue;
+            }
+        }
+        if (c == 0) {
+            starter = w;
+            have_starter = 1;
+        }
+        last_class = c;
+        h->cps[w++] = cp;
+    }
+    if (tokenizer_grow((void**)&h->norm, &h->norm_cap, 4 * w + 4, 1) != 0) return -1;
+    size_t o = 0;
+    for (size_t i = 0; i < w; i++) {
+        uint32_t cp = h->cps[i];
+        if (cp >= TOKENIZER_BAD_BYTE) h->norm[o++] = (unsigned char)(cp - TOKENIZER_BAD_BYTE);
+        else o += (size_t)tokenizer_put_utf8(h->norm + o, cp);
+    }
+    *out = h->norm;
+    *nout = o;
+    return 0;
+}
+
+// -----------------------------------------------------------------------------------------------
+// Llama 3's and Qwen2's split pattern (max_digits 3 and 1), alternatives in their order:
+//   (?i:'s|'t|'re|'ve|'m|'ll|'d)      contractions, any case ("'S", "'Ll"; "'ſ": U+017F folds to s)
+//   [^\r\n\p{L}\p{N}]?\p{L}+          a letter run, with one character before it that is not a
+//                                     letter, number, CR or LF (" word", "(word", "\tword")
+//   \p{N}{1,3}                        one to three numbers (Qwen2: one)
+//    ?[^\s\p{L}\p{N}]+[\r\n]*         an optional space, a run of "other", then any CR and LF
+//   \s*[\r\n]+                        a space run up to and with its last CR or LF
+//   \s+(?!\S) | \s+                   as in GPT-2's
+static inline size_t tokenizer_piece_length_cl100k(const unsigned char* s, size_t n, int max_digits) {
+    if (s[0] == '\'' && n >= 2) {
+        unsigned char a = s[1] | ((s[1] >= 'A' && s[1] <= 'Z') ? 0x20 : 0), b = n >= 3 ? (s[2] | ((s[2] >= 'A' && s[2] <= 'Z') ? 0x20 : 0)) : 0;
+        if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
+        if (n >= 3 && s[1] == 0xC5 && s[2] == 0xBF) return 3;  // 'ſ
+        if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return 3;
+    }
+    int len0, len;
+    int c0 = tokenizer_char_class(s, n, &len0);
+    size_t i = 0;
+    if (c0 != UC_L && c0 != UC_N && s[0] != '\r' && s[0] != '\n' && (size_t)len0 < n &&
+        tokenizer_char_class(s + len0, n - (size_t)len0, &len) == UC_L) {
+        c0 = UC_L;
+        i = (size_t)len0;
+    }
+    if (c0 == UC_L) {
+        while (i < n && tokenizer_char_class(s + i, n - i, &len) == UC_L) i += (size_t)len;
+        return i;
+    }
+    if (c0 == UC_N) {
+        for (int k = 0; k < max_digits && i < n && tokenizer_char_class(s + i, n - i, &len) == UC_N; k++) i += (size_t)len;
+        return i;
+    }
+    if (s[0] == ' ' && n >= 2 && tokenizer_char_class(s + 1, n - 1, &len) == UC_OTHER) i = 1;
+    if (i == 1 || c0 == UC_OTHER) {
+        while (i < n && tokenizer_char_class(s + i, n - i, &len) == UC_OTHER) i += (size_t)len;
+        while (i < n && (s[i] == '\r' || s[i] == '\n')) i++;
+        return i;
+    }
+    size_t last = 0, nl_end = 0;  // a space run: its last character's start, the end of its last CR/LF
+    while (i < n && tokenizer_char_class(s + i, n - i, &len) == UC_S) {
+        last = i;
+        if (s[i] == '\r' || s[i] == '\n') nl_end = i + 1;
+        i += (size_t)len;
+    }
+    if (nl_end > 0) return nl_end;  // \s*[\r\n]+
+    if (i == n) return n;
+    return last > 0 ? last : i;
+}
+
+// -----------------------------------------------------------------------------------------------
+// Encoding with a tokenizer.json
+
+// The ids of one piece (after every pre-tokenizer step): the whole piece if ignore_merges and
+// model.vocab holds it, else BPE (cached).
+static inline int tokenizer_hf_piece(Tokenizer* tok, const unsigned char* p, size_t n, uint32_t** out, size_t* nout, size_t* cap) {
+    TokenizerHF* h = tok->hf;
+    if (h->ignore_merges && n > 1) {
+        if (tokenizer_grow((void**)&h->scratch, &h->scratch_cap, 2 * n + 1, 1) != 0) return -1;
+        const unsigned char (*spell)[3] = tokenizer_byte_spellings();
+        size_t l = 0;
+        for (size_t i = 0; i < n; i++) {
+            memcpy(h->scratch + l, spell[p[i]] + 1, 2);
+            l += spell[p[i]][0];
+        }
+        int64_t id = tokenizer_hf_lookup(h, h->scratch, l);
+        if (id >= 0) {
+            uint32_t v = (uint32_t)id;
+            return tokenizer_append(out, nout, cap, &v, 1);
+        }
+    }
+    if (n >= UINT32_MAX) return -1;
+    return tokenizer_encode_piece(&tok->enc, p, n, out, nout, cap);
+}
+
+// Pre-tokenizer step `step` (and the ones after it) on s[0..n).
+static inline int tokenizer_hf_pretok(Tokenizer* tok, int step, const unsigned char* s, size_t n, uint32_t** out, size_t* nout, size_t* cap) {
+    TokenizerHF* h = tok->hf;
+    if (n == 0) return 0;
+    if (step == h->nsteps) return tokenizer_hf_piece(tok, s, n, out, nout, cap);
+    int kind = h->steps[step];
+    for (size_t i = 0; i < n;) {
+        size_t len;
+        if (kind == TOKENIZER_STEP_GPT2) len = tokenizer_piece_length(s + i, n - i);
+        else if (kind == TOKENIZER_STEP_LLAMA3 || kind == TOKENIZER_STEP_QWEN2)
+            len = tokenizer_piece_length_cl100k(s + i, n - i, kind == TOKENIZER_STEP_LLAMA3 ? 3 : 1);
+        else {  // Digits: each \p{N} character alone (or each run of them), the text between as one piece
+            int l;
+            int num = tokenizer_char_class(s + i, n - i, &l) == UC_N;
+            len = (size_t)l;
+            if (!num || kind == TOKENIZER_STEP_DIGIT_RUNS)
+                while (i + len < n && (tokenizer_char_class(s + i + len, n - i - len, &l) == UC_N) == num) len += (size_t)l;
+        }
+        if (tokenizer_hf_pretok(tok, step + 1, s + i, len, out, nout, cap) != 0) return -1;
+        i += len;
+    }
+    return 0;
+}
+
+// The longest added token of this pass that starts at s[0..n): its length (0: none), id in *id.
+// pass 0: tokens matched in the raw text (all of them without a normalizer); pass 1: the normalized ones.
+static inline size_t tokenizer_hf_added_at(const TokenizerHF* h, const unsigned char* s, size_t n, int pass, uint32_t* id) {
+    for (int k = h->added_first[s[0]]; k < h->added_first[s[0] + 1]; k++) {
+        const TokenizerAdded* a = &h->added[k];
+        if (a->len > n || (a->special && !h->match_specials)) continue;
+        if (h->nfc && a->normalized != pass) continue;
+        if (memcmp(a->content, s, a->len) == 0) {
+            *id = a->id;
+            return a->len;
+        }
+    }
+    return 0;
+}
+
+static inline int tokenizer_hf_encode_pass(Tokenizer* tok, const unsigned char* s, size_t n, int pass, uint32_t** out, size_t* nout, size_t* cap);
+
+// A stretch between added tokens: normalized (pass 0 with NFC), then on to the pre-tokenizer.
+static inline int tokenizer_hf_stretch(Tokenizer* tok, const unsigned char* s, size_t n, int pass, uint32_t** out, size_t* nout, size_t* cap) {
+    TokenizerHF* h = tok->hf;
+    if (n == 0) return 0;
+    if (pass == 0 && h->nfc) {
+        const unsigned char* t;
+        size_t tn;
+        if (tokenizer_nfc(h, s, n, &t, &tn) != 0) return -1;
+        return tokenizer_hf_encode_pass(tok, t, tn, 1, out, nout, cap);  // pass 1 does not normalize: h->norm stays put
+    }
+    return tokenizer_hf_pretok(tok, 0, s, n, out, nout, cap);
+}
+
+static inline int tokenizer_hf_encode_pass(Tokenizer* tok, const unsigned char* s, size_t n, int pass, uint32_t** out, size_t* nout, size_t* cap) {
+    const TokenizerHF* h = tok->hf;
+    size_t from = 0;
+    for (size_t i = 0; i < n;) {
+        uint32_t id;
+        size_t l = h->nadded ? tokenizer_hf_added_at(h, s + i, n - i, pass, &id) : 0;
+        if (l == 0) {
+            i++;
+            continue;
+        }
+        if (tokenizer_hf_stretch(tok, s + from, i - from, pass, out, nout, cap) != 0 || tokenizer_append(out, nout, cap, &id, 1) != 0) return -1;
+        i += l;
+        from = i;
+    }
+    return tokenizer_hf_stretch(tok, s + from, n - from, pass, out, nout, cap);
 }
 
 // Encode the pieces of text[0..n). final = 1: the text ends at n, everything is encoded.
@@ -715,8 +1624,13 @@ static inline int tokenizer_encode_piece(TokenizerEncoder* e, const unsigned cha
 // that was, so the caller carries the rest over. Appends to (*out, *nout, *cap). Returns 0, or -1 if the merges are not loaded or
 // memory ran out.
 static inline int tokenizer_encode_part(Tokenizer* tok, const unsigned char* text, size_t n, int final, size_t* consumed,
-                                        uint16_t** out, size_t* nout, size_t* cap) {
+                                        uint32_t** out, size_t* nout, size_t* cap) {
     *consumed = 0;
+    if (tok->hf) {  // a tokenizer.json: whole texts only (its added tokens and NFC are not cut at chunk ends)
+        if (!final) return 0;
+        *consumed = n;
+        return tokenizer_hf_encode_pass(tok, text, n, 0, out, nout, cap);
+    }
     if (tok->enc.nmerges == 0) return -1;
     size_t i = 0;
     while (i < n) {
@@ -734,7 +1648,7 @@ static inline int tokenizer_encode_part(Tokenizer* tok, const unsigned char* tex
 // *nout = *cap = 0; it is realloc'ed as needed, the caller frees it). Any bytes are accepted
 // (malformed UTF-8: see the top of this file). Returns 0, or -1 if tokenizer_load_merges has not
 // succeeded or memory ran out (some ids may have been appended).
-static inline int tokenizer_encode(Tokenizer* tok, const unsigned char* text, size_t n, uint16_t** out, size_t* nout, size_t* cap) {
+static inline int tokenizer_encode(Tokenizer* tok, const unsigned char* text, size_t n, uint32_t** out, size_t* nout, size_t* cap) {
     size_t consumed;
     return tokenizer_encode_part(tok, text, n, 1, &consumed, out, nout, cap);
 }
@@ -780,7 +1694,7 @@ typedef struct {
 
 typedef struct {           // one split's output
     const char* name;      // "train" or "val"
-    uint16_t* toks;        // the shard being filled, at most shard_tokens
+    uint32_t* toks;        // the shard being filled, at most shard_tokens
     size_t n, cap;
     int shards;            // shard files written so far
 } TokenizeSplit;
@@ -800,29 +1714,41 @@ static inline void tokenize_shard_path(char* path, size_t cap, const char* prefi
     snprintf(path, cap, "%s_%s_%06d.bin", prefix, split, index);
 }
 
+// Write n ids as a shard for a vocabulary of V ids: uint16 (llm.c's 20240520 format) when V <=
+// 65,536, else uint32 (20240801, version 7). Returns 0 / -1 with the message in err.
+static inline int tokenize_write_ids(const char* path, const uint32_t* ids, size_t n, uint32_t V, char* err, size_t errlen) {
+    if (V > 65536) return write_token_shard32(path, ids, (int64_t)n, err, errlen);
+    uint16_t* narrow = (uint16_t*)malloc(n * sizeof(uint16_t) + 2);
+    if (!narrow) return tokenize_error(err, errlen, "shard %s: out of memory for %zu tokens", path, n);
+    for (size_t i = 0; i < n; i++) narrow[i] = (uint16_t)ids[i];  // every id < V <= 65536
+    int rc = write_token_shard(path, narrow, (int64_t)n, err, errlen);
+    free(narrow);
+    return rc;
+}
+
 // Write the split's buffered tokens as its next shard. Returns 0 / -1 with the message in err.
-static inline int tokenize_flush(TokenizeSplit* s, const char* prefix, char* err, size_t errlen) {
+static inline int tokenize_flush(TokenizeSplit* s, const char* prefix, uint32_t V, char* err, size_t errlen) {
     char path[4096];
     tokenize_shard_path(path, sizeof(path), prefix, s->name, s->shards);
-    if (write_token_shard(path, s->toks, (int64_t)s->n, err, errlen) != 0) return -1;
+    if (tokenize_write_ids(path, s->toks, s->n, V, err, errlen) != 0) return -1;
     s->shards++;
     s->n = 0;
     return 0;
 }
 
 // Append ids to the split, writing a shard each time one fills up. Returns 0 / -1.
-static inline int tokenize_emit(TokenizeSplit* s, const uint16_t* ids, size_t n, size_t shard_tokens, const char* prefix,
-                                char* err, size_t errlen) {
+static inline int tokenize_emit(TokenizeSplit* s, const uint32_t* ids, size_t n, size_t shard_tokens, const char* prefix,
+                                uint32_t V, char* err, size_t errlen) {
     while (n > 0) {
         size_t take = shard_tokens - s->n < n ? shard_tokens - s->n : n;
-        if (tokenizer_grow((void**)&s->toks, &s->cap, s->n + take, sizeof(uint16_t)) != 0) {
+        if (tokenizer_grow((void**)&s->toks, &s->cap, s->n + take, sizeof(uint32_t)) != 0) {
             return tokenize_error(err, errlen, "tokenize %s: out of memory for a shard of %zu tokens", prefix, shard_tokens);
         }
-        memcpy(s->toks + s->n, ids, take * sizeof(uint16_t));
+        memcpy(s->toks + s->n, ids, take * sizeof(uint32_t));
         s->n += take;
         ids += take;
         n -= take;
-        if (s->n == shard_tokens && tokenize_flush(s, prefix, err, errlen) != 0) return -1;
+        if (s->n == shard_tokens && tokenize_flush(s, prefix, V, err, errlen) != 0) return -1;
     }
     return 0;
 }
@@ -867,6 +1793,90 @@ static inline size_t tokenize_text_limit(const unsigned char* buf, size_t len, i
     return len;
 }
 
+// Parallel encoding: while no document is open, the complete documents waiting in the buffer (up
+// to TOKENIZE_BATCH_DOCS) are encoded at once, one per thread (OpenMP), each thread with its own
+// copy of the encoder's work state (TokenizerWorker: the piece cache, BPE arrays, NFC buffers; the
+// vocabulary and merges are shared, read-only), then written in file order: the shards are the
+// same bytes as with one thread. A document longer than what the buffer holds goes the streamed
+// way. Without OpenMP, or with one thread, everything is streamed.
+#define TOKENIZE_BATCH_DOCS 4096
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+typedef struct { Tokenizer t; TokenizerHF h; } TokenizerWorker;
+
+static inline void tokenizer_worker_init(TokenizerWorker* w, const Tokenizer* src) {
+    memset(w, 0, sizeof(*w));
+    w->t = *src;
+    TokenizerEncoder* e = &w->t.enc;  // shared: byte_id, merged_id, pairs; own: the rest
+    e->cache = NULL;
+    e->cache_used = 0;
+    e->cache_bytes = NULL;
+    e->cache_nbytes = e->cache_cap_bytes = 0;
+    e->cache_ids = NULL;
+    e->cache_nids = e->cache_cap_ids = 0;
+    e->next = e->prev = e->part_id = NULL;
+    e->heap = NULL;
+    e->work_cap = 0;
+    if (src->hf) {
+        w->h = *src->hf;
+        w->h.scratch = NULL;
+        w->h.scratch_cap = 0;
+        w->h.cps = NULL;
+        w->h.cps_cap = 0;
+        w->h.norm = NULL;
+        w->h.norm_cap = 0;
+        w->t.hf = &w->h;
+    }
+}
+
+static inline void tokenizer_worker_free(TokenizerWorker* w) {
+    TokenizerEncoder* e = &w->t.enc;
+    free(e->cache);
+    free(e->cache_bytes);
+    free(e->cache_ids);
+    free(e->next);
+    free(e->prev);
+    free(e->part_id);
+    free(e->heap);
+    if (w->t.hf) {
+        free(w->h.scratch);
+        free(w->h.cps);
+        free(w->h.norm);
+    }
+    memset(w, 0, sizeof(*w));
+}
+
+typedef struct {
+    size_t start, len, next;  // the document is b[start, start + len); the next one starts at next
+    uint32_t* ids;            // its ids (grown as needed, kept across batches)
+    size_t nids, cap;
+    int rc;
+} TokenizeDoc;
+
+// The complete documents at the start of b[0..n) (line_start: is b[0] at a line start), at most
+// max of them: their extents in docs. Returns how many.
+static inline int tokenize_find_docs(const unsigned char* b, size_t n, int line_start, int eof, TokenizeDoc* docs, int max) {
+    size_t pos = 0;
+    int nd = 0;
+    while (nd < max && pos < n) {
+        size_t sep, seplen;
+        if (tokenize_find_separator(b + pos, n - pos, line_start, eof, &sep, &seplen)) {
+            docs[nd].start = pos;
+            docs[nd].len = sep;
+            docs[nd].next = pos + sep + seplen;
+        } else if (eof) {
+            docs[nd].start = pos;
+            docs[nd].len = n - pos;
+            docs[nd].next = n;
+        } else break;
+        pos = docs[nd++].next;
+        line_start = b[pos - 1] == '\n';
+    }
+    return nd;
+}
+
 // tokenize_file_to_shards with the chunk size given (tests use tiny ones) and, if stats is not
 // NULL, counts of what was read and written.
 static inline int tokenize_file_to_shards_ex(Tokenizer* tok, const char* in_path, const char* out_prefix, int val_every,
@@ -876,7 +1886,11 @@ static inline int tokenize_file_to_shards_ex(Tokenizer* tok, const char* in_path
     if (!stats) stats = &local;
     memset(stats, 0, sizeof(*stats));
     // --- arguments, then the output directory, then the input: fail before writing anything
-    if (tok->enc.nmerges == 0 || tok->eot_token < 0) {
+    if (tok->hf && tok->eot_token < 0) {
+        return tokenize_error(err, errlen, "tokenize %s: the tokenizer has no document token: its post-processor adds no BOS, it has "
+                              "no added token \"<|endoftext|>\" and no tokenizer_config.json eos_token", in_path);
+    }
+    if (!tok->hf && (tok->enc.nmerges == 0 || tok->eot_token < 0)) {
         return tokenize_error(err, errlen, "tokenize %s: the tokenizer has no %s (HINT: tokenizer_init with a version-2 "
                               "file, then tokenizer_load_merges)", in_path, tok->enc.nmerges == 0 ? "merges" : "EOT id");
     }
@@ -915,11 +1929,25 @@ static inline int tokenize_file_to_shards_ex(Tokenizer* tok, const char* in_path
     TokenizeSplit split[2] = {{"train", NULL, 0, 0, 0}, {"val", NULL, 0, 0, 0}};
     unsigned char* buf = NULL;
     size_t at = 0, len = 0, bufcap = 0;
-    uint16_t* ids = NULL;    // one pass's ids, then handed to the document's split
+    uint32_t* ids = NULL;    // one pass's ids, then handed to the document's split
     size_t nids = 0, idscap = 0;
-    uint16_t eot = (uint16_t)tok->eot_token;
+    uint32_t eot = (uint32_t)tok->eot_token, V = tok->vocab_size;
+    int match_specials = tok->hf ? tok->hf->match_specials : 0;
+    if (tok->hf) tok->hf->match_specials = 0;  // special tokens in documents are text (llm.c's split_special_tokens)
     int eof = 0, line_start = 1, in_doc = 0, which = 0, rc = 0, look_again = 0;
     int64_t ndocs = 0;
+    int nworkers = 1;
+#ifdef _OPENMP
+    nworkers = omp_get_max_threads();
+#endif
+    TokenizerWorker* workers = NULL;
+    TokenizeDoc* docs = NULL;
+    if (nworkers > 1) {
+        workers = (TokenizerWorker*)calloc((size_t)nworkers, sizeof(TokenizerWorker));
+        docs = (TokenizeDoc*)calloc(TOKENIZE_BATCH_DOCS, sizeof(TokenizeDoc));
+        if (!workers || !docs) nworkers = 1;  // streamed then: slower, not wrong
+        for (int w = 0; nworkers > 1 && w < nworkers; w++) tokenizer_worker_init(&workers[w], tok);
+    }
     while (rc == 0) {
         if (!eof && !look_again) {  // read a chunk (a bigger one while a long piece is carried)
             if (at > 0) memmove(buf, buf + at, len - at);
@@ -938,6 +1966,43 @@ static inline int tokenize_file_to_shards_ex(Tokenizer* tok, const char* in_path
             eof = got < want;
             len += got;
             stats->bytes += (int64_t)got;
+        }
+        if (!in_doc && nworkers > 1) {  // complete documents in buf: a batch, in parallel
+            unsigned char* b = buf + at;
+            int nd = tokenize_find_docs(b, len - at, line_start, eof, docs, TOKENIZE_BATCH_DOCS);
+            if (nd >= 2) {
+                #pragma omp parallel for schedule(dynamic, 1) num_threads(nworkers)
+                for (int d = 0; d < nd; d++) {
+                    int w = 0;
+#ifdef _OPENMP
+                    w = omp_get_thread_num();
+#endif
+                    size_t used;
+                    docs[d].nids = 0;
+                    docs[d].rc = docs[d].len ? tokenizer_encode_part(&workers[w].t, b + docs[d].start, docs[d].len, 1, &used, &docs[d].ids,
+                                                                     &docs[d].nids, &docs[d].cap) : 0;
+                }
+                for (int d = 0; d < nd && rc == 0; d++) {
+                    if (docs[d].rc != 0) {
+                        rc = tokenize_error(err, errlen, "tokenize: input %s: out of memory while encoding", in_path);
+                        break;
+                    }
+                    if (docs[d].len > 0) {  // an empty document is skipped
+                        which = val_every > 0 && ndocs % val_every == val_every - 1;
+                        ndocs++;
+                        stats->documents[which]++;
+                        stats->tokens[which] += (int64_t)docs[d].nids + 1;
+                        if (tokenize_emit(&split[which], &eot, 1, (size_t)shard_tokens, out_prefix, V, err, errlen) != 0 ||
+                            tokenize_emit(&split[which], docs[d].ids, docs[d].nids, (size_t)shard_tokens, out_prefix, V, err, errlen) != 0) rc = -1;
+                    }
+                }
+                if (rc != 0) break;
+                at += docs[nd - 1].next;
+                line_start = buf[at - 1] == '\n';
+                look_again = 0;  // buf holds no complete document now: read on
+                if (eof && at == len) break;
+                continue;
+            }
         }
         // where this pass stops: the document's end (a separator line, or the end of the input),
         // else before any line at the end of buf that may still turn into a separator
@@ -961,7 +2026,7 @@ static inline int tokenize_file_to_shards_ex(Tokenizer* tok, const char* in_path
             break;
         }
         stats->tokens[which] += (int64_t)nids;
-        if (tokenize_emit(&split[which], ids, nids, (size_t)shard_tokens, out_prefix, err, errlen) != 0) {
+        if (tokenize_emit(&split[which], ids, nids, (size_t)shard_tokens, out_prefix, V, err, errlen) != 0) {
             rc = -1;
             break;
         }
@@ -977,12 +2042,17 @@ static inline int tokenize_file_to_shards_ex(Tokenizer* tok, const char* in_path
     fclose(f);
     free(buf);
     free(ids);
+    for (int w = 0; workers && nworkers > 1 && w < nworkers; w++) tokenizer_worker_free(&workers[w]);
+    free(workers);
+    for (int d = 0; docs && d < TOKENIZE_BATCH_DOCS; d++) free(docs[d].ids);
+    free(docs);
+    if (tok->hf) tok->hf->match_specials = match_specials;
     if (rc == 0 && stats->bytes == 0) rc = tokenize_error(err, errlen, "tokenize: input %s is empty", in_path);
     if (rc == 0 && ndocs == 0) {
         rc = tokenize_error(err, errlen, "tokenize: input %s has no text, only \"%s\" separator lines", in_path, TOKENIZE_SEPARATOR);
     }
     for (int s = 0; s < 2 && rc == 0; s++) {  // the last, partial shards
-        if (split[s].n > 0 && tokenize_flush(&split[s], out_prefix, err, errlen) != 0) rc = -1;
+        if (split[s].n > 0 && tokenize_flush(&split[s], out_prefix, V, err, errlen) != 0) rc = -1;
     }
     for (int s = 0; s < 2; s++) {
         if (rc != 0) {  // leave nothing behind: remove the shards this run wrote
@@ -1006,6 +2076,175 @@ static inline int tokenize_file_to_shards_ex(Tokenizer* tok, const char* in_path
 static inline int tokenize_file_to_shards(Tokenizer* tok, const char* in_path, const char* out_prefix, int val_every,
                                           int64_t shard_tokens, char* err, size_t errlen) {
     return tokenize_file_to_shards_ex(tok, in_path, out_prefix, val_every, shard_tokens, TOKENIZE_CHUNK_BYTES, NULL, err, errlen);
+}
+
+// -----------------------------------------------------------------------------------------------
+// Writing the tokenizer beside an exported model (-export-hf), so that transformers'
+// AutoTokenizer.from_pretrained(DIR) loads it:
+//   read from a tokenizer.json: that file and its tokenizer_config.json (if it had one), copied
+//     byte for byte (the pipeline is theirs, we change nothing);
+//   read from llm.c's file + merges (GPT-2): tokenizer.json (byte-level BPE as GPT-2's own:
+//     ByteLevel pre-tokenizer and decoder, the vocabulary spelled in GPT-2's byte-to-unicode
+//     alphabet, merges in rank order, "<|endoftext|>" as a special added token), vocab.json and
+//     merges.txt (the slow GPT2Tokenizer's files), and tokenizer_config.json (GPT2Tokenizer, BOS =
+//     EOS = UNK = "<|endoftext|>", model_max_length = max_T).
+// Each file is written under a temporary name, fsynced and renamed: none is ever half-written.
+
+// Write len bytes to dir/name atomically. Returns 0, or -1 with the message in err.
+static inline int tokenizer_put_file(const char* dir, const char* name, const char* bytes, size_t len, char* err, size_t errlen) {
+    char path[4200], tmp[4300];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
+    FILE* f = fopen(tmp, "wb");
+    if (!f) return tokenizer_msg(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
+    int ok = fwrite(bytes, 1, len, f) == len && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    if (fclose(f) != 0) ok = 0;
+    if (!ok || rename(tmp, path) != 0) {
+        int e = errno;
+        remove(tmp);
+        return tokenizer_msg(err, errlen, "%s: cannot write: %s", path, strerror(e));
+    }
+    return 0;
+}
+
+// A growing text buffer for the JSON writers.
+typedef struct { char* s; size_t n, cap; int oom; } TokenizerText;
+
+__attribute__((format(printf, 2, 3)))
+static inline void tokenizer_text(TokenizerText* t, const char* fmt, ...) {
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int k = t->oom ? 0 : vsnprintf(t->s ? t->s + t->n : NULL, t->s ? t->cap - t->n : 0, fmt, ap);
+        va_end(ap);
+        if (t->oom || k < 0) { t->oom = 1; return; }
+        if (t->s && t->n + (size_t)k < t->cap) { t->n += (size_t)k; return; }
+        if (tokenizer_grow((void**)&t->s, &t->cap, t->n + (size_t)k + 1 + 4096, 1) != 0) { t->oom = 1; return; }
+    }
+}
+
+// Token id's spelling in the byte-level alphabet, JSON-escaped, into out (room for 8 per byte + 1).
+static inline void tokenizer_spell_json(const Tokenizer* tok, uint32_t id, char* out) {
+    size_t o = 0;
+    for (uint32_t i = 0; i < tok->token_len[id]; i++) {
+        unsigned char b = (unsigned char)tok->token_table[id][i];
+        if (b == '"' || b == '\\') { out[o++] = '\\'; out[o++] = (char)b; continue; }
+        o += (size_t)tokenizer_put_utf8((unsigned char*)out + o, tokenizer_byte_char(b));
+    }
+    out[o] = 0;
+}
+
+// Copy file `from` into dir/name. Returns 0 / -1.
+static inline int tokenizer_copy_file(const char* from, const char* dir, const char* name, char* err, size_t errlen) {
+    size_t len;
+    char* text = tokenizer_read_file(from, &len, err, errlen);
+    if (!text) return -1;
+    int rc = tokenizer_put_file(dir, name, text, len, err, errlen);
+    free(text);
+    return rc;
+}
+
+// Write tok's files into the existing directory dir (see above); max_T is the model's context.
+// Returns 0, or -1 with a one-line message naming the file.
+static inline int tokenizer_write_hf(const Tokenizer* tok, const char* dir, int max_T, char* err, size_t errlen) {
+    if (tok->hf) {
+        if (tokenizer_copy_file(tok->hf->src_json, dir, "tokenizer.json", err, errlen) != 0) return -1;
+        struct stat st;
+        if (tok->hf->src_config && stat(tok->hf->src_config, &st) == 0)
+            return tokenizer_copy_file(tok->hf->src_config, dir, "tokenizer_config.json", err, errlen);
+        return 0;
+    }
+    const TokenizerEncoder* e = &tok->enc;
+    if (!tok->token_table || e->nmerges == 0 || tok->eot_token < 0)
+        return tokenizer_msg(err, errlen, "tokenizer: the vocabulary, its merges and the EOT id are needed to write tokenizer.json");
+    uint64_t* by_rank = (uint64_t*)calloc(e->nmerges, sizeof(uint64_t));  // rank -> (left << 32 | right)
+    char* a = (char*)malloc(8 * 256 + 1);
+    char* b = (char*)malloc(8 * 256 + 1);
+    TokenizerText js = {NULL, 0, 0, 0}, vocab = {NULL, 0, 0, 0}, merges = {NULL, 0, 0, 0}, cfg = {NULL, 0, 0, 0};
+    int rc = -1;
+    if (!by_rank || !a || !b) {
+        tokenizer_msg(err, errlen, "tokenizer: out of memory");
+        goto done;
+    }
+    for (uint32_t i = 0; i <= e->pair_mask; i++)
+        if (e->pairs[i].rank_plus1) by_rank[e->pairs[i].rank_plus1 - 1] = e->pairs[i].key;
+    tokenizer_text(&js, "{\"version\": \"1.0\", \"truncation\": null, \"padding\": null, \"added_tokens\": [{\"id\": %d, \"content\": "
+                   "\"<|endoftext|>\", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, \"normalized\": true, \"special\": true}], "
+                   "\"normalizer\": null, \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, "
+                   "\"use_regex\": true}, \"post_processor\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"trim_offsets\": false, "
+                   "\"use_regex\": true}, \"decoder\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"trim_offsets\": true, "
+                   "\"use_regex\": true}, \"model\": {\"type\": \"BPE\", \"dropout\": null, \"unk_token\": null, \"continuing_subword_prefix\": \"\", "
+                   "\"end_of_word_suffix\": \"\", \"fuse_unk\": false, \"byte_fallback\": false, \"vocab\": {", tok->eot_token);
+    tokenizer_text(&vocab, "{");
+    for (uint32_t id = 0; id < tok->vocab_size; id++) {
+        if (tok->token_len[id] > 256) {
+            tokenizer_msg(err, errlen, "tokenizer: token %u is %u bytes, more than this writer spells", id, tok->token_len[id]);
+            goto done;
+        }
+        tokenizer_spell_json(tok, id, a);
+        if ((int)id == tok->eot_token) snprintf(a, 8 * 256 + 1, "<|endoftext|>");
+        tokenizer_text(&js, "%s\"%s\": %u", id ? ", " : "", a, id);
+        tokenizer_text(&vocab, "%s\"%s\": %u", id ? ", " : "", a, id);
+    }
+    tokenizer_text(&js, "}, \"merges\": [");
+    tokenizer_text(&merges, "#version: 0.2\n");
+    for (uint32_t r = 0; r < e->nmerges; r++) {
+        tokenizer_spell_json(tok, (uint32_t)(by_rank[r] >> 32), a);
+        tokenizer_spell_json(tok, (uint32_t)by_rank[r], b);
+        tokenizer_text(&js, "%s\"%s %s\"", r ? ", " : "", a, b);
+        // merges.txt is plain text: undo the JSON escapes (only \" and \\ occur)
+        for (char* s = a; *s; s++) if (*s == '\\') memmove(s, s + 1, strlen(s));
+        for (char* s = b; *s; s++) if (*s == '\\') memmove(s, s + 1, strlen(s));
+        tokenizer_text(&merges, "%s %s\n", a, b);
+    }
+    tokenizer_text(&js, "]}}\n");
+    tokenizer_text(&vocab, "}\n");
+    tokenizer_text(&cfg, "{\"tokenizer_class\": \"GPT2Tokenizer\", \"add_prefix_space\": false, \"bos_token\": \"<|endoftext|>\", "
+                   "\"eos_token\": \"<|endoftext|>\", \"unk_token\": \"<|endoftext|>\", \"model_max_length\": %d, "
+                   "\"clean_up_tokenization_spaces\": false}\n", max_T);
+    if (js.oom || vocab.oom || merges.oom || cfg.oom) {
+        tokenizer_msg(err, errlen, "tokenizer: out of memory writing tokenizer.json");
+        goto done;
+    }
+    if (tokenizer_put_file(dir, "tokenizer.json", js.s, js.n, err, errlen) || tokenizer_put_file(dir, "vocab.json", vocab.s, vocab.n, err, errlen) ||
+        tokenizer_put_file(dir, "merges.txt", merges.s, merges.n, err, errlen) ||
+        tokenizer_put_file(dir, "tokenizer_config.json", cfg.s, cfg.n, err, errlen)) goto done;
+    rc = 0;
+done:
+    free(by_rank);
+    free(a);
+    free(b);
+    free(js.s);
+    free(vocab.s);
+    free(merges.s);
+    free(cfg.s);
+    return rc;
+}
+
+// Load the tokenizer at tokenizer_path (+ merges_path for llm.c's file) and write its files into
+// dir for a model of model_V ids whose context is max_T (-export-hf). Returns 0, or -1 with the
+// message: unreadable tokenizer, more ids than the model has, a write that fails.
+static inline int tokenizer_export_files(const char* tokenizer_path, const char* merges_path, const char* dir, int model_V, int max_T,
+                                         char* err, size_t errlen) {
+    Tokenizer t;
+    if (tokenizer_init(&t, tokenizer_path, err, errlen) != 0) return -1;
+    int rc = tokenizer_load_merges(&t, merges_path, err, errlen);
+    if (rc == 0 && t.vocab_size > (uint32_t)model_V)
+        rc = tokenizer_msg(err, errlen, "tokenizer %s has %u ids, more than the model's vocabulary of %d", tokenizer_path, t.vocab_size, model_V);
+    if (rc == 0) rc = tokenizer_write_hf(&t, dir, max_T, err, errlen);
+    tokenizer_free(&t);
+    return rc;
+}
+
+// The tokenizer for samples and -prompt: the -tokenizer flag's, except that when the flag is left
+// at its default and the model (-e) is a directory holding tokenizer.json, that directory's.
+static inline const char* tokenizer_for_model(const char* flag, const char* flag_default, const char* model, char* buf, size_t cap) {
+    struct stat st;
+    if (strcmp(flag, flag_default) != 0 || !model || stat(model, &st) != 0 || !S_ISDIR(st.st_mode)) return flag;
+    snprintf(buf, cap, "%s/tokenizer.json", model);
+    if (stat(buf, &st) != 0) return flag;
+    snprintf(buf, cap, "%s", model);
+    return buf;
 }
 
 #endif // ZT_TOKENIZER_H

@@ -655,7 +655,9 @@ static void sample_text(Trainer* tr) {
 static void load_prompts(Trainer* tr, int V) {
     const Flags* f = &tr->f;
     char err[1024];
-    if (!tr->has_tok && tokenizer_init(&tr->tok, f->tokenizer, err, sizeof(err))) die_user("-prompt needs the tokenizer: -tokenizer: %s", err);
+    char tpath[4200];
+    const char* tname = tokenizer_for_model(f->tokenizer, TOKENIZER_DEFAULT_PATH, f->model, tpath, sizeof(tpath));
+    if (!tr->has_tok && tokenizer_init(&tr->tok, tname, err, sizeof(err))) die_user("-prompt needs the tokenizer: -tokenizer: %s", err);
     tr->has_tok = 1;
     if (tokenizer_load_merges(&tr->tok, f->merges, err, sizeof(err))) die_user("-prompt needs the merges to encode: -merges: %s", err);
     char* text = NULL;
@@ -679,7 +681,7 @@ static void load_prompts(Trainer* tr, int V) {
         next = f->prompt[0] == '@' ? strchr(line, '\n') : NULL;
         if (next) *next++ = 0;
         if (!*line) continue;
-        uint16_t* ids = NULL;
+        uint32_t* ids = NULL;
         size_t nids = 0, cap = 0;
         if (tokenizer_encode(&tr->tok, (const unsigned char*)line, strlen(line), &ids, &nids, &cap)) die(1, "-prompt: out of memory");
         tr->prompt_ids = (int**)realloc(tr->prompt_ids, sizeof(int*) * (tr->nprompts + 1));
@@ -687,7 +689,7 @@ static void load_prompts(Trainer* tr, int V) {
         int* p = (int*)malloc(sizeof(int) * (nids + 1));
         p[0] = eot;
         for (size_t i = 0; i < nids; i++) {
-            if (ids[i] >= V) die_user("-prompt: '%s' encodes to token %u, outside the model's vocabulary (V = %d)", line, (unsigned)ids[i], V);
+            if (ids[i] >= (uint32_t)V) die_user("-prompt: '%s' encodes to token %u, outside the model's vocabulary (V = %d)", line, (unsigned)ids[i], V);
             p[i + 1] = ids[i];
         }
         tr->prompt_ids[tr->nprompts] = p;
@@ -871,7 +873,9 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     }
     ranks_agree(&tr->comm, data_hash(&tr->train, tr->has_val ? &tr->val : NULL), "reads different shards (-i / -j: their count or sizes)",
                 "every rank must read the same files");
-    tr->has_tok = f->sample_every > 0 && tokenizer_init(&tr->tok, f->tokenizer, err, sizeof(err)) == 0;
+    char tpath[4200];
+    const char* tname = tokenizer_for_model(f->tokenizer, TOKENIZER_DEFAULT_PATH, f->model, tpath, sizeof(tpath));
+    tr->has_tok = f->sample_every > 0 && tokenizer_init(&tr->tok, tname, err, sizeof(err)) == 0;
     if (f->sample_every > 0 && !tr->has_tok) printf0("warning: -tokenizer: %s; samples print token ids\n", err);
     if (f->prompt[0]) load_prompts(tr, c.V);
     if (f->out_dir[0]) mkdir_p(f->out_dir);
@@ -1143,6 +1147,10 @@ static void export_model(Trainer* tr) {
         StDtype hd = !strcmp(dt, "bf16") ? ST_BF16 : !strcmp(dt, "fp16") ? ST_F16 : ST_F32;
         double saved = io_wait_begin(tr);
         if (write_hf_checkpoint(&tr->model, f->export_hf, hd) != 0) die(1, "-export-hf %s failed", f->export_hf);
+        char tpath[4200], terr[1024];  // the tokenizer beside it (tokenizer.json, ...: AutoTokenizer loads the directory)
+        const char* tname = tokenizer_for_model(f->tokenizer, TOKENIZER_DEFAULT_PATH, f->model, tpath, sizeof(tpath));
+        if (g_rank == 0 && tokenizer_export_files(tname, f->merges, f->export_hf, tr->model.cfg.V, tr->model.cfg.maxT, terr, sizeof(terr)))
+            printf0("warning: -export-hf %s: no tokenizer files written: %s\n", f->export_hf, terr);
         io_wait_end(tr, saved);
         printf0("exported the model at step %d to %s (Hugging Face GPT-2, %s)\n", tr->step, f->export_hf,
                 hd == ST_F32 ? "F32 from the master weights" : hd == ST_F16 ? "F16 from the master weights" : "BF16 parameters");

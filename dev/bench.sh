@@ -9,6 +9,8 @@
 #   Offload: tokens/s with -offload none / cpu / nvme (-z 1, the model of 1.), as ratios to none;
 #   the host AdamW -offload runs (test/test_bf16 --bench-adamw) in bytes moved per second against
 #   memcpy moving as many bytes (goal >= 50%), and per element beside PyTorch's CPU AdamW.
+#   -tokenize: MB/s of our C encoder (llm.c's GPT-2 file, and GPT-2 as a tokenizer.json) beside
+#   tiktoken and Hugging Face tokenizers on the same KJV documents (dev/bench_tokenize.py), as ratios.
 #
 # Numbers are medians over the steps after the first two (warm-up). Timings on a shared or
 # oversubscribed machine are noisy: compare ratios within one run, not across machines.
@@ -94,4 +96,34 @@ if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
     /usr/bin/python3 dev/bench_adamw_torch.py --elements "$N" --threads "$THREADS" | while read -r _ variant ns gbs; do
         awk -v n="PyTorch AdamW ($variant)" -v t="$ns" -v g="$gbs" -v o="$ours" 'BEGIN {printf "   %-44s %9.2f %10.2f %11.2fx\n", n, t, g, t / o}'
     done
+fi
+echo
+echo "5. -tokenize throughput (GPT-2, the KJV four times over, 17 MB): ours in C against tiktoken and Hugging Face tokenizers"
+echo "   on the same documents; ours encodes documents in parallel (OpenMP): 1 thread and all $THREADS"
+TPY=${ZT_TIKTOKEN_PYTHON:-python3}
+if "$TPY" -c 'import tiktoken, tokenizers' 2>/dev/null; then
+    "$TPY" dev/bench_tokenize.py prepare "$tmp/tok"
+    bytes=$(stat -c %s "$tmp/tok/kjv.txt")
+    ours() {  # best of 3, MB/s, from the wall time of -tokenize
+        local best=""
+        for _ in 1 2 3; do
+            local t0 t1
+            t0=$(date +%s.%N); ./train_cpu -tokenize "$tmp/tok/kjv.txt" "$@" -o "$tmp/tok/out" > /dev/null; t1=$(date +%s.%N)
+            best=$(awk -v a="$t0" -v b="$t1" -v p="$best" 'BEGIN {d = b - a; print (p == "" || d < p) ? d : p}')
+        done
+        awk -v n="$bytes" -v t="$best" 'BEGIN {printf "%.2f", n / t / 1e6}'
+    }
+    o1=$(OMP_NUM_THREADS=1 ours)
+    o2=$(OMP_NUM_THREADS=1 ours -tokenizer "$tmp/tok/gpt2")
+    oN=$(ours)
+    printf "   %-52s %8s %14s\n" "encoder" "MB/s" "ours (1 thr) vs"
+    for row in "ours, llm.c file + merges (1 thread):$o1" "ours, GPT-2 tokenizer.json (1 thread):$o2" \
+               "ours, llm.c file + merges ($THREADS threads):$oN" \
+               "tiktoken 0.14 encode_ordinary (1 thread):$("$TPY" dev/bench_tokenize.py time "$tmp/tok" tiktoken1)" \
+               "tokenizers 0.21 encode_batch (1 thread):$("$TPY" dev/bench_tokenize.py time "$tmp/tok" tokenizers1)" \
+               "tokenizers 0.21 encode_batch ($THREADS threads):$("$TPY" dev/bench_tokenize.py time "$tmp/tok" tokenizersN)"; do
+        awk -v n="${row%%:*}" -v m="${row##*:}" -v o="$o1" 'BEGIN {printf "   %-52s %8.2f %13.2fx\n", n, m, o / m}'
+    done
+else
+    echo "   SKIP: $TPY has neither tiktoken nor tokenizers (.ci/run installs both into \$ZT_TIKTOKEN_PYTHON's venv)"
 fi

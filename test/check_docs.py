@@ -116,7 +116,9 @@ for f, text in sources.items():
     if f == "Makefile":
         used.update(re.findall(r"\b([A-Z][A-Z0-9_]+)\b", code))      # make: variables
     if f.endswith((".sh", "run")):
-        used.update(re.findall(r"\b([A-Za-z_]\w*)\b", code))        # shell: its words (case names, variables)
+        words = set(re.findall(r"\b([A-Za-z_]\w*)\b", code))          # shell: its words (case names, variables)
+        used.update(words)
+        for w in words: defined.setdefault(w, set()).add(f)       # a shell script's cases live in its words
 # Names the docs may give that live outside this tree: variables other programs read, library
 # calls described but not made, other tools' names. Keep it short: each is a deliberate exception.
 EXTERNAL = {"CUDA_VISIBLE_DEVICES", "NCCL_DEBUG", "NCCL_P2P_DISABLE", "NCCL_IB_DISABLE",

@@ -11,6 +11,11 @@
 //                                                 C 8, NH 2, V 16, maxT 8): hf_open + hf_bind (must
 //                                                 bind) + hf_fill whole == hf_fill in pieces; and
 //                                                 the strict JSON parser on the same bytes
+//   test/fuzz hfjson ...                          a Hugging Face tokenizer.json: tokenizer_init (the
+//                                                 JSON reader and every refusal), then encode a fixed
+//                                                 text and the input itself: ids < V, and without
+//                                                 NFC and with added tokens that decode to their text,
+//                                                 decode(encode(x)) == x
 //   test/fuzz jsonl  ...                          prompt/completion JSONL: tokenize_prompts_to_shards
 //                                                 (T 16) either refuses and leaves no file, or every
 //                                                 shard + mask it wrote loads (dataloader_init, all
@@ -141,9 +146,49 @@ static Tokenizer* fuzz_gpt2_tokenizer(void) {
     return &tok;
 }
 
+// Encode text[0..n) with tok: ids < V, and the round trip where it must hold.
+static void fuzz_hf_encode(Tokenizer* tok, const uint8_t* text, size_t n, int round_trip) {
+    uint32_t* ids = NULL;
+    size_t nids = 0, cap = 0;
+    if (tokenizer_encode(tok, text, n, &ids, &nids, &cap) != 0) abort();
+    size_t at = 0;
+    for (size_t i = 0; i < nids; i++) {
+        if (ids[i] >= tok->vocab_size) abort();
+        int len;
+        const char* s = tokenizer_decode(tok, ids[i], &len);
+        if (round_trip && (at + (size_t)len > n || memcmp(s, text + at, (size_t)len))) abort();
+        at += (size_t)len;
+    }
+    if (round_trip && at != n) abort();
+    free(ids);
+}
+
+static void fuzz_hfjson(const uint8_t* data, size_t size) {
+    fuzz_write(data, size);
+    Tokenizer tok;
+    char err[1024];
+    if (tokenizer_init(&tok, g_fuzz_path, err, sizeof(err)) != 0) return;
+    if (!tok.hf) abort();  // it started with '{' or it would not be JSON at all
+    int round_trip = !tok.hf->nfc;
+    for (int k = 0; k < tok.hf->nadded; k++) {
+        int len;
+        const char* s = tokenizer_decode(&tok, tok.hf->added[k].id, &len);
+        if ((uint32_t)len != tok.hf->added[k].len || memcmp(s, tok.hf->added[k].content, (size_t)len)) round_trip = 0;
+    }
+    static const char text[] = "Hello, WORLD'S 12345 \xc3\xa9" "e\xcc\x81 \xea\xb0\x80 <|endoftext|><|im_start|>  \r\n\n\t x\xff\xfe \xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd";
+    fuzz_hf_encode(&tok, (const uint8_t*)text, sizeof(text) - 1, round_trip);
+    fuzz_hf_encode(&tok, data, size < 4096 ? size : 4096, round_trip);
+    tok.hf->match_specials = 0;
+    fuzz_hf_encode(&tok, (const uint8_t*)text, sizeof(text) - 1, round_trip);
+    FILE* null = fopen("/dev/null", "w");
+    for (uint32_t id = 0; id < tok.vocab_size + 2 && id < 100000; id++) tokenizer_print(&tok, id, null);
+    fclose(null);
+    tokenizer_free(&tok);
+}
+
 static void fuzz_bpe(const uint8_t* data, size_t size) {
     Tokenizer& tok = *fuzz_gpt2_tokenizer();
-    uint16_t* whole = NULL;
+    uint32_t* whole = NULL;
     size_t nwhole = 0, cap = 0;
     if (tokenizer_encode(&tok, data, size, &whole, &nwhole, &cap) != 0) abort();
     // round trip: the ids decode to exactly the bytes
@@ -157,13 +202,13 @@ static void fuzz_bpe(const uint8_t* data, size_t size) {
     if (at != size) abort();
     // streamed: the text in two parts (split at the first byte's value) gives the same ids
     size_t split = size ? data[0] % (size + 1) : 0, consumed = 0;
-    uint16_t* parts = NULL;
+    uint32_t* parts = NULL;
     size_t nparts = 0, pcap = 0;
     if (tokenizer_encode_part(&tok, data, split, 0, &consumed, &parts, &nparts, &pcap) != 0) abort();
     if (consumed > split) abort();
     size_t rest = 0;
     if (tokenizer_encode_part(&tok, data + consumed, size - consumed, 1, &rest, &parts, &nparts, &pcap) != 0) abort();
-    if (nparts != nwhole || (nwhole && memcmp(parts, whole, nwhole * sizeof(uint16_t)))) abort();
+    if (nparts != nwhole || (nwhole && memcmp(parts, whole, nwhole * sizeof(uint32_t)))) abort();
     free(whole);
     free(parts);
 }
@@ -267,7 +312,7 @@ static void fuzz_jsonl(const uint8_t* data, size_t size) {
 // The harnesses, by name: this table drives the dispatch and the usage line.
 static const struct { const char* name; void (*fn)(const uint8_t*, size_t); } g_fuzz_harnesses[] = {
     {"model", fuzz_model}, {"shard", fuzz_shard}, {"state", fuzz_state}, {"tokenizer", fuzz_tokenizer},
-    {"bpe", fuzz_bpe}, {"safetensors", fuzz_safetensors}, {"jsonl", fuzz_jsonl},
+    {"bpe", fuzz_bpe}, {"safetensors", fuzz_safetensors}, {"jsonl", fuzz_jsonl}, {"hfjson", fuzz_hfjson},
 };
 static void (*g_fuzz_fn)(const uint8_t*, size_t) = NULL;
 

@@ -132,7 +132,7 @@ stage_end nvcc_build
 
 echo "=== fuzz harnesses: the committed corpus, then a fixed number of seeded inputs each"
 if [ -x test/fuzz ]; then
-    for h in model:1000 shard:300 state:1000 tokenizer:300 bpe:3000 safetensors:1500 jsonl:1500; do
+    for h in model:1000 shard:300 state:1000 tokenizer:300 bpe:3000 safetensors:1500 jsonl:1500 hfjson:1500; do
         name=${h%%:*}; runs=${h##*:}
         stage_start
         rm -rf build/fuzz_replay/$name && mkdir -p build/fuzz_replay/$name # new inputs go here, not into the corpus
@@ -176,6 +176,20 @@ else
     echo "SKIP bpe_fixture_regenerate: $TIKTOKEN_PY has no tiktoken (pip install tiktoken==0.14.0; .ci/run makes a venv)"; skipped=$((skipped + 1))
 fi
 stage_end bpe_fixture_regenerate
+
+echo "=== Unicode tables (unicode_tables.h, unicode_nfc.h) regenerated with unicodedata2 and compared"
+UNI_PY=${ZT_TIKTOKEN_PYTHON:-python3}
+stage_start
+if "$UNI_PY" -c 'import unicodedata2, sys; sys.exit(unicodedata2.unidata_version != "16.0.0")' 2>/dev/null; then
+    if "$UNI_PY" dev/make_unicode_tables.py --check; then
+        echo "PASS unicode_tables_regenerate"; passed=$((passed + 1))
+    else
+        echo "FAIL unicode_tables_regenerate"; failed=$((failed + 1))
+    fi
+else
+    echo "SKIP unicode_tables_regenerate: $UNI_PY has no unicodedata2 16.0.0 (pip install unicodedata2==16.0.0; .ci/run installs it)"; skipped=$((skipped + 1))
+fi
+stage_end unicode_tables_regenerate
 
 echo "=== Hugging Face fixtures regenerated with transformers and compared"
 HF_PY=${ZT_HF_PYTHON:-python3}

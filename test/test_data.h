@@ -472,6 +472,75 @@ TEST(data_bad_shards) {
     CHECKF(strstr(err, path) != NULL && strstr(err, "cannot create") != NULL, "%s", err);
 }
 
+// uint32 shards (llm.c's magic 20240801, version 7): the same ids as a uint16 shard give the same
+// batches, unit for unit, at R = 1 and R = 2; ids above 65,535 load with a large vocabulary; an id
+// >= V is named with its file and index; uint16 shards train a vocabulary over 65,536.
+TEST(data_uint32_shards) {
+    const int T = 8, B = 2, N = 301;
+    char p16[600], p32[600], pbig[600], err[512];
+    uint16_t* t16 = (uint16_t*)malloc(N * sizeof(uint16_t));
+    uint32_t* t32 = (uint32_t*)malloc(N * sizeof(uint32_t));
+    uint64_t x = 12345;
+    for (int i = 0; i < N; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        t16[i] = (uint16_t)(x >> 48);
+        t32[i] = t16[i];
+    }
+    data_path(p16, sizeof(p16), "w16_0.bin");
+    data_path(p32, sizeof(p32), "w32_0.bin");
+    CHECKF(write_token_shard(p16, t16, N, err, sizeof(err)) == 0, "%s", err);
+    CHECKF(write_token_shard32(p32, t32, N, err, sizeof(err)) == 0, "%s", err);
+    int32_t h[3];
+    FILE* f = fopen(p32, "rb");
+    CHECK(f && fread(h, 4, 3, f) == 3);
+    if (f) fclose(f);
+    CHECKF(h[0] == 20240801 && h[1] == 7 && h[2] == N, "uint32 header %d %d %d", h[0], h[1], h[2]);
+    struct stat st;
+    CHECK(stat(p32, &st) == 0 && st.st_size == 1024 + 4 * N);
+    // the same ids in either width, V over 65,536 for both (uint16 shards no longer refused)
+    const int V = 151936;
+    for (int R = 1; R <= 2; R++) {
+        DataLoader a, b;
+        CHECKF(dataloader_init(&a, p16, B, T, V, 1, 9, err, sizeof(err)) == 0, "%s", err);
+        CHECKF(dataloader_init(&b, p32, B, T, V, 1, 9, err, sizeof(err)) == 0, "%s", err);
+        if (!a.inputs || !b.inputs) return;
+        CHECK(a.shards[0].width == 2 && b.shards[0].width == 4);
+        for (int step = 0; step < 12; step++)
+            for (int r = 0; r < R; r++) {
+                int64_t unit = (int64_t)step * R + r;
+                CHECK(dataloader_load(&a, unit) == 0 && dataloader_load(&b, unit) == 0);
+                CHECKF(memcmp(a.inputs, b.inputs, sizeof(int) * B * T) == 0 && memcmp(a.targets, b.targets, sizeof(int) * B * T) == 0,
+                       "R=%d unit %lld: uint16 and uint32 shards give different batches", R, (long long)unit);
+            }
+        dataloader_free(&a);
+        dataloader_free(&b);
+    }
+    // ids above 65,535: loaded as they are; one at V is an error naming the file and the index
+    for (int i = 0; i < N; i++) t32[i] = 65536u + (uint32_t)i * 300u;
+    data_path(pbig, sizeof(pbig), "w32big.bin");
+    CHECKF(write_token_shard32(pbig, t32, N, err, sizeof(err)) == 0, "%s", err);
+    DataLoader c;
+    CHECKF(dataloader_init(&c, pbig, 1, T, 65536 + 300 * N, 0, 1, err, sizeof(err)) == 0, "%s", err);
+    if (c.inputs) {
+        CHECK(dataloader_load(&c, 3) == 0);
+        for (int t = 0; t < T; t++) CHECK(c.inputs[t] == (int)t32[3 * T + t] && c.targets[t] == (int)t32[3 * T + t + 1]);
+        CHECK(dataloader_shard_token(&c.shards[0], 5) == t32[5]);
+        dataloader_free(&c);
+    }
+    const char* const range[] = {"token id 155536 at index 300 is out of range for vocabulary size 155536", NULL};
+    data_expect_init_error(pbig, T, 65536 + 300 * 300, pbig, range);
+    // a uint32 header over a file of the wrong size; a uint32 magic with the uint16 version
+    data_path(pbig, sizeof(pbig), "w32bad.bin");
+    data_write_shard_raw(pbig, 20240801, 7, 100, 100, -1, 0, 0);  // 200 bytes of tokens: 50 uint32
+    const char* const size32[] = {"truncated: header says 100 tokens but file holds 50 (uint32 ids)", NULL};
+    data_expect_init_error(pbig, T, V, pbig, size32);
+    data_write_shard_raw(pbig, 20240801, 1, 50, 100, -1, 0, 0);
+    const char* const ver32[] = {"unsupported version 1 for magic 20240801", "expected 7", NULL};
+    data_expect_init_error(pbig, T, V, pbig, ver32);
+    free(t16);
+    free(t32);
+}
+
 // -----------------------------------------------------------------------------------------------
 // tokenizer
 

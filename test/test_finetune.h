@@ -186,7 +186,7 @@ TEST(ft_tokenize_jsonl_packing) {
             int padded = 0;
             while (pos < sh->ntok && sh->tokens[pos] == PROMPT_EOT && sh->mask[pos] == 0) { pos++; padded = 1; } // padding
             if (pos >= sh->ntok) break;
-            uint16_t* ids = NULL;
+            uint32_t* ids = NULL;
             size_t n = 0, cap = 0;
             tokenizer_encode(&tok, (const unsigned char*)prompts[ex], strlen(prompts[ex]), &ids, &n, &cap);
             size_t np = n;

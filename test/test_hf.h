@@ -415,7 +415,7 @@ static const char* hf_python(void) {
 static void hf_export_logits(const char* script_mode, const char* tag, const char* who) {
     Fixture fx;
     if (tm_load_fixture(&fx)) { CHECK(0); return; }
-    char dir[PATH_MAX], cmd[4 * PATH_MAX], out[8192], py[PATH_MAX + 64];
+    char dir[PATH_MAX], cmd[4 * PATH_MAX], out[1 << 16], py[PATH_MAX + 64];
     char flags[4096];
     static char made[PATH_MAX] = ""; // both cases read the same export: train and export once
     snprintf(dir, sizeof(dir), "%s/hf_exported", test_tmpdir());
@@ -426,6 +426,13 @@ static void hf_export_logits(const char* script_mode, const char* tag, const cha
         rc = test_run_cmd(cmd, out, sizeof(out));
         CHECKF(rc == 0, "training and -export-hf failed:\n%s", out);
         if (rc == 0) snprintf(made, sizeof(made), "%s", dir);
+        // the tokenizer beside the weights: GPT-2's (the default -tokenizer) has 50,257 ids, more than
+        // this model's 101, so none is written and the run says why (tok_hf_export_gpt2 checks the files)
+        char p[PATH_MAX + 64];
+        struct stat st;
+        snprintf(p, sizeof(p), "%s/tokenizer.json", dir);
+        CHECKF(strstr(out, "no tokenizer files written") && strstr(out, "more than the model's vocabulary of 101") && stat(p, &st) != 0,
+               "-export-hf with a tokenizer larger than the model: no warning, or a tokenizer.json written:\n%s", out);
     }
     // our logits from the exported directory, on batch 0, against theirs
     snprintf(py, sizeof(py), "%s %s", hf_python(), script_mode);
