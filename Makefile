@@ -1,6 +1,7 @@
 # zerotrain — build, test, benchmark.
 #
-#   make train            ./train: nvcc build (CPU and CUDA devices) when nvcc is found, g++ otherwise
+#   make train            ./train: nvcc build (CPU and CUDA devices) when nvcc is found, g++ otherwise;
+#                         rebuilt only when a source changed or the kind of build did (see below)
 #   make test             the whole suite: test binaries (BF16 and FP32, g++), the GPU test program on
 #                         the CPU emulator (test/cuda_emu/), the nvcc compile check, the PyTorch
 #                         fixture check; ends with "N passed, N failed"
@@ -19,6 +20,17 @@
 #   make DEBUG=1          -O1 -g, released ZeRO buffers poisoned with NaN by default (-poison)
 #
 # What was found is printed with a check mark or a cross on every build.
+#
+# ./train is a real file target: `make train` rebuilds it only when one of its sources (SOURCES)
+# is newer, or when this build is of another kind than the one that made it. Each build of ./train
+# records its kind (compiler, devices, precision, MPI, OpenBLAS, NCCL, DEBUG) and its command in
+# build/train.kind; a build of another kind rebuilds ./train and says so first: after
+# `make NO_CUDA=1 train`, a plain `make train` on a machine with nvcc prints
+#   ./train was built as: g++ (CPU device only), BF16, MPI, OpenBLAS
+#   rebuilding it as:     nvcc (CPU and CUDA devices; GPU code sm_80 sm_90 compute_90), BF16, MPI, OpenBLAS, NCCL
+# and `make NO_CUDA=1 train` after that swaps it back, saying so too: a CPU-only binary is never
+# replaced silently, nor the other way round. Every build of ./train ends with a line naming its
+# compiler and devices. (docs/build.md)
 
 PRECISION ?= BF16
 NVCC      ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc))
@@ -102,21 +114,48 @@ endif
 GPU_ARCH       ?= -gencode arch=compute_90,code=sm_90
 GPU_HOST_FLAGS := $(subst -march=native,-march=x86-64-v3,$(HOST_FLAGS))
 GPU_DEFS       := $(filter -DENABLE_FP32 -DZT_DEBUG,$(DEFS))
+# (-Wno-format-truncation: test/test_gpu.cu includes the test helpers; see TEST_FLAGS)
 GPU_NVCC_FLAGS := -O3 -std=c++17 $(GPU_ARCH) -Werror all-warnings -Xcompiler "$(GPU_HOST_FLAGS) -Werror -Wno-format-truncation"
 GPU_LIBS       := -lcublasLt -lcublas -lgomp -Xcompiler -static-libstdc++ -Xcompiler -static-libgcc
 
 SOURCES := train_gpt.cu flags.h acts.h plan.h startup.h tune.h device.cuh zero.h offload.h model.h checkpoint.h adamw.cuh dataloader.h tokenizer.h unicode_tables.h unicode_nfc.h rng.h safetensors.h hf.h prompts.h $(wildcard ops/*.cuh)
 TEST_SOURCES := $(wildcard test/*.cpp test/*.h)
 
-.PHONY: all train test test-long test-binaries nvcc-check test-gpu gpu-binaries bench plot clean print-% fuzz test-sanitize
+.PHONY: all FORCE test test-long test-binaries nvcc-check test-gpu gpu-binaries bench plot clean print-% fuzz test-sanitize
 all: train
 
-train: $(SOURCES)
+# The kind of ./train this build makes and its command; build/train.kind records the kind and the
+# command that made ./train (line 1, line 2), written only after a build of ./train succeeded. When
+# they differ from this build's, ./train is out of date (FORCE) and the recipe says why first;
+# make -n / make -q show that decision and change nothing.
+comma := ,
 ifeq ($(TRAIN_WITH),nvcc)
-	$(NVCC) $(NVCC_FLAGS) $(DEFS) $(NVCC_DEFS) $(MPI_CFLAGS) train_gpt.cu -o train $(MPI_LIBS) $(CUDA_LIBS)
+  TRAIN_CMD := $(NVCC) $(NVCC_FLAGS) $(DEFS) $(NVCC_DEFS) $(MPI_CFLAGS) train_gpt.cu -o train $(MPI_LIBS) $(CUDA_LIBS)
+  TRAIN_DEVICES := CPU and CUDA devices; GPU code $(patsubst code=%,%,$(filter code=%,$(subst $(comma), ,$(NVCC_ARCH))))
 else
-	$(CXX_HOST) -x c++ -std=c++17 $(HOST_FLAGS) $(DEFS) $(MPI_CFLAGS) train_gpt.cu -o train $(MPI_LIBS)
+  TRAIN_CMD := $(CXX_HOST) -x c++ -std=c++17 $(HOST_FLAGS) $(DEFS) $(MPI_CFLAGS) train_gpt.cu -o train $(MPI_LIBS)
+  TRAIN_DEVICES := CPU device only
 endif
+TRAIN_KIND  := $(strip $(TRAIN_WITH) ($(TRAIN_DEVICES)), $(PRECISION)$(if $(MPICXX),$(comma) MPI,$(comma) no MPI)$(if $(BLAS_LIBS),$(comma) OpenBLAS)$(if $(and $(filter nvcc,$(TRAIN_WITH)),$(NCCL_FOUND)),$(comma) NCCL)$(if $(filter 1,$(DEBUG)),$(comma) DEBUG))
+TRAIN_STAMP := build/train.kind
+ifneq ($(wildcard train),)
+  TRAIN_WAS     := $(strip $(shell sed -n 1p $(TRAIN_STAMP) 2>/dev/null))
+  TRAIN_WAS_CMD := $(strip $(shell sed -n 2p $(TRAIN_STAMP) 2>/dev/null))
+  ifeq ($(TRAIN_WAS),)
+    TRAIN_SAY := ./train: how it was built is not recorded ($(TRAIN_STAMP)): rebuilding it
+  else ifneq ($(TRAIN_WAS),$(TRAIN_KIND))
+    TRAIN_SAY := ./train was built as: $(TRAIN_WAS)\nrebuilding it as:     $(TRAIN_KIND)
+  else ifneq ($(TRAIN_WAS_CMD),$(strip $(TRAIN_CMD)))
+    TRAIN_SAY := ./train was built by another command of the same kind: rebuilding it
+  endif
+endif
+
+train: $(SOURCES) $(if $(TRAIN_SAY),FORCE)
+	@$(if $(TRAIN_SAY),printf '%b\n' '$(TRAIN_SAY)')
+	$(TRAIN_CMD)
+	@mkdir -p build && printf '%s\n%s\n' '$(TRAIN_KIND)' '$(strip $(TRAIN_CMD))' > $(TRAIN_STAMP)
+	@echo "built ./train with $(TRAIN_KIND)"
+FORCE:
 
 # The CPU-only trainer built by g++, whatever is installed (the tests use it through test binaries).
 train_cpu: $(SOURCES)
@@ -128,6 +167,9 @@ train_cpu_fp32: $(SOURCES)
 
 # One test program, built twice: BF16 (what users run) and FP32 (tight tolerances). Each binary
 # is also a trainer: `test/test_bf16 --train [flags]` (so mpirun can start it as N ranks).
+# -Wno-format-truncation: the test helpers build shell commands and paths with snprintf into fixed
+# buffers (test/test.h, zero_runs.h, the test_*.h), ~100 places where gcc cannot rule truncation out;
+# the program's own builds (make train, train_cpu, nvcc-check) have it on and are warning-free.
 TEST_FLAGS := -x c++ -std=c++17 -O2 -g $(filter-out -O3,$(HOST_FLAGS)) -Werror -Wno-format-truncation -DTESTING
 test/test_bf16: $(SOURCES) $(TEST_SOURCES)
 	$(CXX_HOST) $(TEST_FLAGS) $(filter-out -DENABLE_FP32,$(DEFS)) $(MPI_CFLAGS) test/test_main.cpp -o $@ $(MPI_LIBS)
@@ -244,4 +286,4 @@ plot:
 
 clean:
 	rm -f train train_gpu train_gpu_fp32 train_cpu train_cpu_fp32 test/test_bf16 test/test_fp32 test/test_gpu test/test_emu test/test_emu_fp32 test/test_emu_nompi test/fuzz test/test_sanitize
-	rm -rf build/emu build/gpu build/nvcc_check.o
+	rm -rf build/emu build/gpu build/nvcc_check.o build/train.kind

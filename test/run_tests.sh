@@ -4,7 +4,9 @@
 #   2. test/test_emu and test/test_emu_fp32: the GPU test program (test/test_gpu.cu: every CUDA op
 #      against the CPU op, the model on -device cuda) run on the CPU emulator (test/cuda_emu/)
 #   3. dev/gpu_check.sh --emu (the GPU check's stages on the emulator; GPU-only ones SKIP)
-#   4. NCCL's probe (with and without MPI); the binaries carried to a GPU box (make gpu-binaries: nvcc, sm_90, no MPI,
+#   4. the headers train_gpt.cu includes compile alone (one-way doors); make train's decisions
+#      (stand-in compilers: rebuilt only on change, a CPU-only binary never swapped silently);
+#      NCCL's probe (with and without MPI); the binaries carried to a GPU box (make gpu-binaries: nvcc, sm_90, no MPI,
 #      warnings as errors) and what they link (skipped, and said so, when nvcc is missing)
 #   5. the PyTorch fixtures regenerated and compared with the committed ones (skipped, and said
 #      so, when python3-torch is missing; CI installs it); the same for the BPE fixture (tiktoken)
@@ -77,6 +79,76 @@ stage_start
 if ! wanted gpu_check_emu; then :
 elif gpu_check_emu; then echo "PASS gpu_check_emu"; passed=$((passed + 1)); else echo "FAIL gpu_check_emu"; failed=$((failed + 1)); fi
 stage_end gpu_check_emu
+
+echo "=== the rooms train_gpt.cu includes compile alone (one-way doors: none takes the trainer's types)"
+# flags.h, acts.h, plan.h, startup.h and tune.h, each as the only include of a translation unit
+# (g++ -fsyntax-only, no MPI or BLAS): a header that used Trainer, Model or anything else defined in
+# train_gpt.cu, or relied on train_gpt.cu's include order, fails here. Then all of SOURCES' headers
+# in one translation unit without train_gpt.cu (checkpoint.h, offload.h, ...: no reach back either).
+headers_alone() {
+    local h tmp rc=0; tmp=$(mktemp -d)
+    for h in flags.h acts.h plan.h startup.h tune.h; do
+        printf '#include "%s"\nint main(void) { return 0; }\n' "$h" > "$tmp/alone.cpp"
+        if g++ -x c++ -std=c++17 -fopenmp -Wall -Wextra -Werror -Wno-unused-function -I. -fsyntax-only "$tmp/alone.cpp" > "$tmp/log" 2>&1
+        then echo "$h: compiles alone"; else echo "$h does not compile alone:"; head -n 5 "$tmp/log"; rc=1; fi
+    done
+    # every other header of SOURCES too, together without train_gpt.cu: none uses the trainer's types
+    for h in $(make -s NO_MPI=1 NO_BLAS=1 print-SOURCES 2>/dev/null | tail -n 1); do
+        [ "$h" = train_gpt.cu ] || printf '#include "%s"\n' "$h"; done > "$tmp/all.cpp"
+    if g++ -x c++ -std=c++17 -fopenmp -Wall -Wextra -Werror -Wno-unused-function -I. -fsyntax-only "$tmp/all.cpp" > "$tmp/log" 2>&1
+    then echo "every header of SOURCES: compiles without train_gpt.cu"; else echo "the headers of SOURCES without train_gpt.cu:"; head -n 5 "$tmp/log"; rc=1; fi
+    rm -rf "$tmp"; return $rc
+}
+stage_start
+if ! wanted headers_alone; then :
+elif headers_alone; then echo "PASS headers_alone"; passed=$((passed + 1)); else echo "FAIL headers_alone"; failed=$((failed + 1)); fi
+stage_end headers_alone
+
+echo "=== make train: real dependencies, and the kind of build recorded"
+# In a copy of the Makefile and the sources, with stand-in compilers (scripts that only create the
+# file after -o): a second make train with nothing changed does nothing; a touched header rebuilds;
+# a NO_CUDA=1 (g++) binary is replaced by the nvcc kind only with a message, and back; make -n
+# shows a decision without changing it.
+make_train_deps() {
+    local tmp out f cc; tmp=$(mktemp -d)
+    for f in Makefile $(make -s NO_MPI=1 NO_BLAS=1 print-SOURCES 2>/dev/null | tail -n 1); do
+        mkdir -p "$tmp/$(dirname "$f")"; cp "$f" "$tmp/$f"; touch -d '1 hour ago' "$tmp/$f"
+    done
+    for cc in gxx nvcc; do # a stand-in compiler: touches the file after -o
+        printf '#!/bin/sh\nwhile [ $# -gt 0 ]; do [ "$1" = -o ] && { touch "$2"; exit 0; }; shift; done; exit 1\n' > "$tmp/fake_$cc"
+        chmod +x "$tmp/fake_$cc"
+    done
+    mk() { make -C "$tmp" --no-print-directory NO_MPI=1 NO_BLAS=1 NCCL_HOME=/nonexistent CXX_HOST="$tmp/fake_gxx" NVCC="$tmp/fake_nvcc" "$@" 2>&1; }
+    fail() { echo "$1"; echo "$out"; rm -rf "$tmp"; return 1; }
+    out=$(mk NO_CUDA=1 train)
+    case "$out" in *"fake_gxx -x c++"*"-o train"*"built ./train with g++ (CPU device only)"*) ;; *) fail "make NO_CUDA=1 train did not build ./train with g++:"; return 1;; esac
+    out=$(mk NO_CUDA=1 train)
+    case "$out" in *"-o train"*) fail "a second make NO_CUDA=1 train rebuilt with nothing changed:"; return 1;; esac
+    mk -q NO_CUDA=1 train >/dev/null || { fail "make -q NO_CUDA=1 train: out of date with nothing changed"; return 1; }
+    echo "a second make NO_CUDA=1 train: nothing to do"
+    touch -d '45 minutes ago' "$tmp/train"; touch -d '30 minutes ago' "$tmp/tune.h" # (whole seconds apart: any file system)
+    out=$(mk NO_CUDA=1 train)
+    case "$out" in *"fake_gxx -x c++"*"-o train"*) ;; *) fail "touching tune.h did not rebuild ./train:"; return 1;; esac
+    echo "touching tune.h rebuilds ./train"
+    out=$(mk -n train)
+    case "$out" in *"was built as: g++ (CPU device only)"*"rebuilding it as:"*"nvcc (CPU and CUDA devices"*) ;; *) fail "make -n train after a NO_CUDA=1 build:"; return 1;; esac
+    mk -q NO_CUDA=1 train >/dev/null || { fail "make -n train changed make's record"; return 1; }
+    out=$(mk train)
+    case "$out" in *"./train was built as: g++ (CPU device only)"*"rebuilding it as:     nvcc (CPU and CUDA devices"*"fake_nvcc "*"-o train"*"built ./train with nvcc"*) ;;
+        *) fail "make train after make NO_CUDA=1 train did not say it replaces the CPU-only binary:"; return 1;; esac
+    echo "make train after a NO_CUDA=1 build: rebuilds with nvcc, and says so"
+    out=$(mk train)
+    case "$out" in *"-o train"*) fail "a second make train rebuilt with nothing changed:"; return 1;; esac
+    out=$(mk NO_CUDA=1 train)
+    case "$out" in *"./train was built as: nvcc"*"rebuilding it as:     g++ (CPU device only)"*"-o train"*) ;;
+        *) fail "make NO_CUDA=1 train after an nvcc build did not say so:"; return 1;; esac
+    echo "make NO_CUDA=1 train after an nvcc build: rebuilds with g++, and says so"
+    rm -rf "$tmp"
+}
+stage_start
+if ! wanted make_train_deps; then :
+elif make_train_deps; then echo "PASS make_train_deps"; passed=$((passed + 1)); else echo "FAIL make_train_deps"; failed=$((failed + 1)); fi
+stage_end make_train_deps
 
 echo "=== the binaries carried to the GPU box: make gpu-binaries (nvcc, sm_90, no MPI, warnings are errors)"
 # NCCL's probe: the Python wheel (a namespace package holding lib/libnccl.so.2 only) is found when
