@@ -33,7 +33,8 @@
 // the CPU's sequential chunk sums, not bitwise equal to them (see op_sumsq). The step's scalars
 // (StepScalars: loss, sum of squares, norm, clip scale, finite flag) stay where the step runs.
 //
-// defines: Segment, AdamWParams, StepScalars, AdamWMax, adamw_bias_corrections, adamw_host, adamw_host_max,
+// defines: Segment, AdamWParams, StepScalars, AdamWMax, adamw_bias_corrections, simd_level, simd_names,
+//          adamw_host_pass, adamw_host_touch, adamw_host, adamw_host_max, adamw_host_rate,
 //          adamw_check_host, adamw_bound_finite, op_adamw,
 //          op_adamw_scalars, op_adamw_check, op_round_params,
 //          op_sumsq_many_into, op_sumsq_many, op_sumsq, op_loss_add, op_step_scalars
@@ -42,6 +43,7 @@
 #ifndef ZT_ADAMW_CUH
 #define ZT_ADAMW_CUH
 
+#include <time.h>
 #include "device.cuh" // defines: floatX, rn, g_device
 
 // A run of real parameters inside an optimizer range: [off, off+len), decayed or not.
@@ -232,21 +234,329 @@ ZT_HD static inline void adamw_element(floatX* param, float* master, float* m, f
     *param = rn(w);
 }
 
+// ---- The host loops: explicit SIMD, chosen at run time
+// The CPU device's AdamW and -offload's host AdamW (offload.h) stream master, m, v and the gradient
+// through memory once (16 bytes read, 12 + sizeof(floatX) written per element) with the arithmetic
+// of adamw_math: g++ vectorises neither the update nor the check by itself (the explicit fmaf, the
+// division, sqrtf's errno branch and the rounding to BF16 stop it), so each pass has three paths:
+//   scalar  the loop over adamw_math (any CPU; what ZT_SIMD=scalar forces, the reference)
+//   avx2    8 lanes, AVX2 + FMA (x86-64-v3: every x86 server CPU beside a Hopper GPU)
+//   avx512  16 lanes, AVX-512F
+// Each lane runs exactly adamw_math's operations in its order: two products, two subtractions, the
+// two explicit fmaf as vfmadd, the IEEE-rounded divisions and square root (vdivps, vsqrtps: correctly
+// rounded like / and sqrtf), the last two fmaf, and rn() spelled in integer lanes (NaN stays NaN with
+// the quiet bit set, else nearest with ties to even). Nothing is contracted (-ffp-contract=off: the
+// intrinsics are plain vector operations to g++, and an add after a multiply stays two roundings),
+// no FTZ/DAZ (MXCSR is not touched: subnormals as on the GPU), and an element's result does not
+// depend on its lane: every path gives the scalar loop's bits (test: op_adamw_simd_bitwise, every
+// path against scalar on zeros, subnormals, values near overflow, non-finite gradients, odd lengths
+// and heads; and -offload cpu runs with each path forced, offload_simd_bitwise). The maxima that
+// -offload keeps (adamw_host_max) and the check's flag are folded in the same pass, per lane, from
+// the values just computed: no second read of the state. The last n % lanes elements of a piece go
+// through the scalar loop.
+// The path: ZT_SIMD=scalar|avx2|avx512 forces one (a path this CPU lacks, or another word, ends the
+// run: exit 2), else the widest this CPU has (__builtin_cpu_supports: cpuid, and the OS's saving of
+// the registers). The binaries stay portable: only the avx2 and avx512 functions are compiled for
+// their instruction sets (per-function target attributes), so the x86-64-v3 GPU-box binaries run on a
+// CPU without AVX-512 and pick avx2. Other architectures: scalar only.
+// Threads: one parallel region per pass; each segment is cut into one contiguous piece per thread,
+// the cuts on 32-element boundaries of the index (128 bytes of FP32, 64 of BF16: whole cache lines of
+// every array whose base is line-aligned, as the offloaded state's is), so no cache line is written
+// by two threads and each thread streams through its piece. adamw_host_touch zeroes an array with the same
+// cuts, so pages of the offloaded state are first touched (placed, on a NUMA machine) by the thread
+// that updates them.
+enum { ADAMW_UPDATE, ADAMW_UPDATE_MAX, ADAMW_CHECK }; // what a pass does
+enum { SIMD_SCALAR, SIMD_AVX2, SIMD_AVX512, SIMD_COUNT };
+static const char* const simd_names[SIMD_COUNT] = {"scalar", "avx2", "avx512"};
+
+#if defined(__x86_64__) || defined(__i386__)
+#define ZT_X86 1
+#endif
+
+// ZT_FAULT=simd-lacks:avx512 (or avx2): the tests' stand-in for a CPU without that path.
+static int simd_supported(int level) {
+    const char* f = getenv("ZT_FAULT");
+    if (f && !strncmp(f, "simd-lacks:", 11) && !strcmp(f + 11, simd_names[level])) return 0;
+#ifdef ZT_X86
+    if (level == SIMD_AVX2) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (level == SIMD_AVX512) return __builtin_cpu_supports("avx512f");
+#endif
+    return level == SIMD_SCALAR;
+}
+
+// The host AdamW's path (see above), decided once; start-up calls it so that a bad ZT_SIMD stops the
+// run before anything is written.
+static int g_simd = -1;
+static int simd_level(void) {
+    if (g_simd >= 0) return g_simd;
+    int best = SIMD_SCALAR;
+    for (int k = SIMD_SCALAR; k < SIMD_COUNT; k++)
+        if (simd_supported(k)) best = k;
+    const char* e = getenv("ZT_SIMD");
+    if (e && *e) {
+        int k = -1;
+        for (int i = 0; i < SIMD_COUNT; i++)
+            if (!strcmp(e, simd_names[i])) k = i;
+        if (k < 0) die_user("ZT_SIMD=%s: not scalar, avx2 or avx512 (the host AdamW's path; unset, this CPU's widest: %s)", e, simd_names[best]);
+        if (!simd_supported(k))
+            die_user("ZT_SIMD=%s: this CPU does not have %s. HINT: unset ZT_SIMD (this CPU's widest path is %s), or ZT_SIMD=scalar", e,
+                     k == SIMD_AVX512 ? "AVX-512F" : "AVX2 and FMA", simd_names[best]);
+        best = k;
+    }
+    return g_simd = best;
+}
+
+// Elements [lo, hi) of one segment, one pass of `mode`; wd: the segment's weight decay, gs: the
+// gradient scale. [UPDATE_MAX] acc: the running largest |m|, v, |w| (updated). Returns 1 when a new
+// value is not finite ([CHECK]; [UPDATE_MAX]: or v < 0), else 0.
+typedef int (*AdamWRangeFn)(int mode, floatX* params, float* master, float* m, float* v, const float* grads, int64_t lo,
+                            int64_t hi, const AdamWParams* p, float wd, float gs, float* acc);
+
+static int adamw_range_scalar(int mode, floatX* params, float* master, float* m, float* v, const float* grads, int64_t lo,
+                              int64_t hi, const AdamWParams* p, float wd, float gs, float* acc) {
+    int bad = 0;
+    float am = acc[0], av = acc[1], aw = acc[2];
+    for (int64_t i = lo; i < hi; i++) {
+        float mi, vi, w;
+        adamw_math(&mi, &vi, &w, master[i], m[i], v[i], grads[i], p->lr, p->beta1, p->beta2, p->eps, wd, gs, p->bc1, p->bc2);
+        if (mode == ADAMW_CHECK) { bad |= !adamw_finite(mi, vi, w); continue; }
+        m[i] = mi;
+        v[i] = vi;
+        master[i] = w;
+        params[i] = rn(w);
+        if (mode == ADAMW_UPDATE_MAX) {
+            float ma = fabsf(mi), wa = fabsf(w);
+            bad |= !adamw_finite(ma, vi, wa) | !(vi >= 0.0f);
+            am = ma > am ? ma : am; // (a NaN is caught by bad)
+            av = vi > av ? vi : av;
+            aw = wa > aw ? wa : aw;
+        }
+    }
+    acc[0] = am; acc[1] = av; acc[2] = aw;
+    return bad;
+}
+
+#ifdef ZT_X86
+// (nvcc hands GCC's intrinsics headers to the host compiler outside their system-header status: their
+// _mm*_undefined_* self-initialise, which g++'s -W(maybe-)uninitialized flag at -O2 and under nvcc.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+#define ZT_TARGET_AVX2 __attribute__((target("avx2,fma")))
+#define ZT_TARGET_AVX512 __attribute__((target("avx512f")))
+
+// AVX-512: 16 lanes. adamw_math's lines, in its order, one instruction each.
+ZT_TARGET_AVX512 static inline void adamw_math16(__m512* mi, __m512* vi, __m512* w, __m512 w0, __m512 m0, __m512 v0, __m512 gr,
+                                                 __m512 nlr, __m512 b1, __m512 b2, __m512 eps, __m512 wd, __m512 gs, __m512 bc1,
+                                                 __m512 bc2) {
+    __m512 g = _mm512_mul_ps(gr, gs);                                    // grad * grad_scale
+    __m512 gg = _mm512_mul_ps(g, g);                                     // g * g
+    *mi = _mm512_fmadd_ps(b1, _mm512_sub_ps(m0, g), g);                  // fmaf(beta1, m - g, g)
+    *vi = _mm512_fmadd_ps(b2, _mm512_sub_ps(v0, gg), gg);                // fmaf(beta2, v - gg, gg)
+    __m512 den = _mm512_add_ps(_mm512_sqrt_ps(_mm512_div_ps(*vi, bc2)), eps); // sqrtf(vi / bc2) + eps
+    __m512 u = _mm512_div_ps(_mm512_div_ps(*mi, bc1), den);             // (mi / bc1) / den
+    *w = _mm512_fmadd_ps(nlr, _mm512_fmadd_ps(wd, w0, u), w0);           // fmaf(-lr, fmaf(wd, w, u), w)
+}
+// adamw_finite, per lane: the lanes whose m, v, w (and stored parameter) are finite.
+ZT_TARGET_AVX512 static inline __mmask16 adamw_finite16(__m512 mi, __m512 vi, __m512 w) {
+    __m512 z = _mm512_add_ps(_mm512_sub_ps(mi, mi), _mm512_sub_ps(vi, vi));
+    return _mm512_cmp_ps_mask(z, z, _CMP_EQ_OQ) & _mm512_cmp_ps_mask(_mm512_abs_ps(w), _mm512_set1_ps(FLOATX_ROUNDS_TO_INF), _CMP_LT_OQ);
+}
+// dst[0..16) = rn(w): f32_to_bf16 in integer lanes (BF16), or the floats themselves (FP32).
+ZT_TARGET_AVX512 static inline void adamw_store_rn16(floatX* dst, __m512 w) {
+#ifdef ENABLE_FP32
+    _mm512_storeu_ps((float*)dst, w);
+#else
+    __m512i u = _mm512_castps_si512(w), hi = _mm512_srli_epi32(u, 16);
+    __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    __m512i bias = _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(hi, _mm512_set1_epi32(1))); // ties to even
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, bias), 16);
+    r = _mm512_mask_blend_epi32(nan, r, _mm512_or_si512(hi, _mm512_set1_epi32(0x40))); // NaN stays NaN
+    _mm256_storeu_si256((__m256i*)dst, _mm512_cvtepi32_epi16(r));
+#endif
+}
+ZT_TARGET_AVX512 static int adamw_range_avx512(int mode, floatX* params, float* master, float* m, float* v, const float* grads,
+                                               int64_t lo, int64_t hi, const AdamWParams* p, float wd, float gs, float* acc) {
+    const __m512 nlr = _mm512_set1_ps(-p->lr), b1 = _mm512_set1_ps(p->beta1), b2 = _mm512_set1_ps(p->beta2), eps = _mm512_set1_ps(p->eps);
+    const __m512 vwd = _mm512_set1_ps(wd), vgs = _mm512_set1_ps(gs), bc1 = _mm512_set1_ps(p->bc1), bc2 = _mm512_set1_ps(p->bc2);
+    __m512 am = _mm512_set1_ps(acc[0]), av = _mm512_set1_ps(acc[1]), aw = _mm512_set1_ps(acc[2]);
+    __mmask16 ok = 0xFFFF;
+    int64_t i = lo;
+    for (; i + 16 <= hi; i += 16) {
+        __m512 mi, vi, w;
+        adamw_math16(&mi, &vi, &w, _mm512_loadu_ps(master + i), _mm512_loadu_ps(m + i), _mm512_loadu_ps(v + i), _mm512_loadu_ps(grads + i),
+                     nlr, b1, b2, eps, vwd, vgs, bc1, bc2);
+        if (mode == ADAMW_CHECK) { ok &= adamw_finite16(mi, vi, w); continue; }
+        _mm512_storeu_ps(m + i, mi);
+        _mm512_storeu_ps(v + i, vi);
+        _mm512_storeu_ps(master + i, w);
+        adamw_store_rn16(params + i, w);
+        if (mode == ADAMW_UPDATE_MAX) {
+            __m512 ma = _mm512_abs_ps(mi), wa = _mm512_abs_ps(w);
+            ok &= adamw_finite16(ma, vi, wa) & _mm512_cmp_ps_mask(vi, _mm512_setzero_ps(), _CMP_GE_OQ);
+            am = _mm512_max_ps(ma, am); // ma > am ? ma : am, as the scalar loop (a NaN keeps am; bad says so)
+            av = _mm512_max_ps(vi, av);
+            aw = _mm512_max_ps(wa, aw);
+        }
+    }
+    if (mode == ADAMW_UPDATE_MAX) { // the lanes' maxima, as the scalar loop folds them
+        float l[3][16];
+        _mm512_storeu_ps(l[0], am); _mm512_storeu_ps(l[1], av); _mm512_storeu_ps(l[2], aw);
+        for (int k = 0; k < 3; k++)
+            for (int j = 0; j < 16; j++) acc[k] = l[k][j] > acc[k] ? l[k][j] : acc[k];
+    }
+    return (ok != 0xFFFF) | adamw_range_scalar(mode, params, master, m, v, grads, i, hi, p, wd, gs, acc);
+}
+
+// AVX2 + FMA: 8 lanes, the same operations.
+ZT_TARGET_AVX2 static inline __m256 abs8(__m256 x) { return _mm256_and_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff))); }
+ZT_TARGET_AVX2 static inline void adamw_math8(__m256* mi, __m256* vi, __m256* w, __m256 w0, __m256 m0, __m256 v0, __m256 gr, __m256 nlr,
+                                              __m256 b1, __m256 b2, __m256 eps, __m256 wd, __m256 gs, __m256 bc1, __m256 bc2) {
+    __m256 g = _mm256_mul_ps(gr, gs);                                    // grad * grad_scale
+    __m256 gg = _mm256_mul_ps(g, g);                                     // g * g
+    *mi = _mm256_fmadd_ps(b1, _mm256_sub_ps(m0, g), g);                  // fmaf(beta1, m - g, g)
+    *vi = _mm256_fmadd_ps(b2, _mm256_sub_ps(v0, gg), gg);                // fmaf(beta2, v - gg, gg)
+    __m256 den = _mm256_add_ps(_mm256_sqrt_ps(_mm256_div_ps(*vi, bc2)), eps); // sqrtf(vi / bc2) + eps
+    __m256 u = _mm256_div_ps(_mm256_div_ps(*mi, bc1), den);             // (mi / bc1) / den
+    *w = _mm256_fmadd_ps(nlr, _mm256_fmadd_ps(wd, w0, u), w0);           // fmaf(-lr, fmaf(wd, w, u), w)
+}
+ZT_TARGET_AVX2 static inline __m256 adamw_finite8(__m256 mi, __m256 vi, __m256 w) { // all ones in the finite lanes
+    __m256 z = _mm256_add_ps(_mm256_sub_ps(mi, mi), _mm256_sub_ps(vi, vi));
+    return _mm256_and_ps(_mm256_cmp_ps(z, z, _CMP_EQ_OQ), _mm256_cmp_ps(abs8(w), _mm256_set1_ps(FLOATX_ROUNDS_TO_INF), _CMP_LT_OQ));
+}
+ZT_TARGET_AVX2 static inline void adamw_store_rn8(floatX* dst, __m256 w) {
+#ifdef ENABLE_FP32
+    _mm256_storeu_ps((float*)dst, w);
+#else
+    __m256i u = _mm256_castps_si256(w), hi = _mm256_srli_epi32(u, 16);
+    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+    __m256i bias = _mm256_add_epi32(_mm256_set1_epi32(0x7fff), _mm256_and_si256(hi, _mm256_set1_epi32(1))); // ties to even
+    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, bias), 16);
+    r = _mm256_blendv_epi8(r, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan); // NaN stays NaN
+    __m256i pk = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);     // (every lane < 2^16: packs exactly)
+    _mm_storeu_si128((__m128i*)dst, _mm256_castsi256_si128(pk));
+#endif
+}
+ZT_TARGET_AVX2 static int adamw_range_avx2(int mode, floatX* params, float* master, float* m, float* v, const float* grads,
+                                           int64_t lo, int64_t hi, const AdamWParams* p, float wd, float gs, float* acc) {
+    const __m256 nlr = _mm256_set1_ps(-p->lr), b1 = _mm256_set1_ps(p->beta1), b2 = _mm256_set1_ps(p->beta2), eps = _mm256_set1_ps(p->eps);
+    const __m256 vwd = _mm256_set1_ps(wd), vgs = _mm256_set1_ps(gs), bc1 = _mm256_set1_ps(p->bc1), bc2 = _mm256_set1_ps(p->bc2);
+    __m256 am = _mm256_set1_ps(acc[0]), av = _mm256_set1_ps(acc[1]), aw = _mm256_set1_ps(acc[2]);
+    __m256 ok = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+    int64_t i = lo;
+    for (; i + 8 <= hi; i += 8) {
+        __m256 mi, vi, w;
+        adamw_math8(&mi, &vi, &w, _mm256_loadu_ps(master + i), _mm256_loadu_ps(m + i), _mm256_loadu_ps(v + i), _mm256_loadu_ps(grads + i),
+                    nlr, b1, b2, eps, vwd, vgs, bc1, bc2);
+        if (mode == ADAMW_CHECK) { ok = _mm256_and_ps(ok, adamw_finite8(mi, vi, w)); continue; }
+        _mm256_storeu_ps(m + i, mi);
+        _mm256_storeu_ps(v + i, vi);
+        _mm256_storeu_ps(master + i, w);
+        adamw_store_rn8(params + i, w);
+        if (mode == ADAMW_UPDATE_MAX) {
+            __m256 ma = abs8(mi), wa = abs8(w);
+            ok = _mm256_and_ps(ok, _mm256_and_ps(adamw_finite8(ma, vi, wa), _mm256_cmp_ps(vi, _mm256_setzero_ps(), _CMP_GE_OQ)));
+            am = _mm256_max_ps(ma, am); // ma > am ? ma : am, as the scalar loop
+            av = _mm256_max_ps(vi, av);
+            aw = _mm256_max_ps(wa, aw);
+        }
+    }
+    if (mode == ADAMW_UPDATE_MAX) {
+        float l[3][8];
+        _mm256_storeu_ps(l[0], am); _mm256_storeu_ps(l[1], av); _mm256_storeu_ps(l[2], aw);
+        for (int k = 0; k < 3; k++)
+            for (int j = 0; j < 8; j++) acc[k] = l[k][j] > acc[k] ? l[k][j] : acc[k];
+    }
+    return (_mm256_movemask_ps(ok) != 0xFF) | adamw_range_scalar(mode, params, master, m, v, grads, i, hi, p, wd, gs, acc);
+}
+#pragma GCC diagnostic pop
+#endif // ZT_X86
+
+static AdamWRangeFn adamw_range_fn(int level) {
+#ifdef ZT_X86
+    if (level == SIMD_AVX512) return adamw_range_avx512;
+    if (level == SIMD_AVX2) return adamw_range_avx2;
+#endif
+    (void)level;
+    return adamw_range_scalar;
+}
+
+// Thread k's piece of a segment: [cut(k), cut(k + 1)), the cuts on 32-element boundaries of the index.
+static inline int64_t adamw_cut(const Segment* s, int k, int T) {
+    int64_t end = s->off + s->len;
+    if (k <= 0) return s->off;
+    if (k >= T) return end;
+    int64_t c = (s->off + s->len * k / T + 31) / 32 * 32;
+    return c < end ? c : end;
+}
+
+// Fewer elements than this run on the calling thread alone (a parallel region costs more than they
+// do, and much more when the cores are shared); the result does not depend on it (the tests set 0 to
+// cut small states between threads).
+static int64_t g_adamw_parallel_min = (int64_t)1 << 15;
+
+// One pass of `mode` over the segments with the rank's threads and this CPU's path (simd_level);
+// [UPDATE_MAX] acc: the running largest |m|, v, |w|. Returns 1 when a new value was not finite.
+static int adamw_host_pass(int mode, floatX* params, float* master, float* m, float* v, const float* grads, const Segment* segs, int nseg,
+                           const AdamWParams* p, float gs, float* acc) {
+    AdamWRangeFn range = adamw_range_fn(simd_level());
+    int64_t total = 0;
+    for (int s = 0; s < nseg; s++) total += segs[s].len;
+    int bad = 0;
+#pragma omp parallel reduction(| : bad) if (total >= g_adamw_parallel_min)
+    {
+        int t = 0, T = 1;
+#ifdef _OPENMP
+        t = omp_get_thread_num();
+        T = omp_get_num_threads();
+#endif
+        float a[3] = {acc[0], acc[1], acc[2]};
+        for (int s = 0; s < nseg; s++) {
+            int64_t lo = adamw_cut(&segs[s], t, T), hi = adamw_cut(&segs[s], t + 1, T);
+            if (hi > lo) bad |= range(mode, params, master, m, v, grads, lo, hi, p, segs[s].decay ? p->weight_decay : 0.0f, gs, a);
+        }
+        if (mode == ADAMW_UPDATE_MAX) {
+#pragma omp critical(adamw_max)
+            for (int k = 0; k < 3; k++) acc[k] = a[k] > acc[k] ? a[k] : acc[k]; // (no NaN, no -0 enters: any order gives the same bits)
+        }
+    }
+    return bad;
+}
+
+// a[0..n) = 0, each segment's pieces zeroed by the thread that adamw_host_pass gives them (NUMA first
+// touch), the rest (padding between segments) by the calling thread afterwards.
+static void adamw_host_touch(float* a, int64_t n, const Segment* segs, int nseg) {
+#pragma omp parallel
+    {
+        int t = 0, T = 1;
+#ifdef _OPENMP
+        t = omp_get_thread_num();
+        T = omp_get_num_threads();
+#endif
+        for (int s = 0; s < nseg; s++) {
+            int64_t lo = adamw_cut(&segs[s], t, T), hi = adamw_cut(&segs[s], t + 1, T);
+            if (hi > lo) memset(a + lo, 0, sizeof(float) * (size_t)(hi - lo));
+        }
+    }
+    int64_t at = 0;
+    for (int s = 0; s <= nseg; s++) {
+        int64_t next = s < nseg ? segs[s].off : n;
+        if (next > at) memset(a + at, 0, sizeof(float) * (size_t)(next - at));
+        if (s < nseg) at = segs[s].off + segs[s].len;
+    }
+}
+
 // The CPU loop, on host memory whatever the device (the CPU device's AdamW, and -offload's host
-// AdamW on both devices: offload.h). Threads split each segment; elementwise, so the result does not
-// depend on their number.
+// AdamW on both devices: offload.h): adamw_host_pass above. Elementwise, so the result depends on
+// neither the number of threads nor the path.
 static void adamw_host(floatX* params, float* master, float* m, float* v, const float* grads,
                        const Segment* segs, int nseg, const AdamWParams* p, const StepScalars* sc) {
     if (sc && (!sc->finite || sc->overflow)) return;
-    float grad_scale = sc ? sc->grad_scale : p->grad_scale;
-    for (int s = 0; s < nseg; s++) {
-        int64_t off = segs[s].off, len = segs[s].len;
-        float wd = segs[s].decay ? p->weight_decay : 0.0f;
-#pragma omp parallel for schedule(static)
-        for (int64_t i = off; i < off + len; i++)
-            adamw_element(&params[i], &master[i], &m[i], &v[i], grads[i], p->lr, p->beta1, p->beta2,
-                          p->eps, wd, grad_scale, p->bc1, p->bc2);
-    }
+    float acc[3] = {0.0f, 0.0f, 0.0f};
+    adamw_host_pass(ADAMW_UPDATE, params, master, m, v, grads, segs, nseg, p, sc ? sc->grad_scale : p->grad_scale, acc);
 }
 
 // Update every element of every segment. All arrays are indexed by the same local offsets. sc (may
@@ -272,19 +582,9 @@ static inline void op_adamw(floatX* params, float* master, float* m, float* v, c
 static void adamw_check_host(const float* master, const float* m, const float* v, const float* grads,
                              const Segment* segs, int nseg, const AdamWParams* p, StepScalars* sc) {
     if (!sc->finite) return;
-    int bad = 0;
-    for (int s = 0; s < nseg; s++) {
-        int64_t off = segs[s].off, len = segs[s].len;
-        float wd = segs[s].decay ? p->weight_decay : 0.0f;
-#pragma omp parallel for schedule(static) reduction(| : bad)
-        for (int64_t i = off; i < off + len; i++) {
-            float mi, vi, w;
-            adamw_math(&mi, &vi, &w, master[i], m[i], v[i], grads[i], p->lr, p->beta1, p->beta2, p->eps, wd,
-                       sc->grad_scale, p->bc1, p->bc2);
-            bad |= !adamw_finite(mi, vi, w);
-        }
-    }
-    if (bad) sc->overflow = 1;
+    float acc[3] = {0.0f, 0.0f, 0.0f};
+    if (adamw_host_pass(ADAMW_CHECK, NULL, (float*)master, (float*)m, (float*)v, grads, segs, nseg, p, sc->grad_scale, acc)) // (nothing written)
+        sc->overflow = 1;
 }
 // ---- The check proved instead of run (used by -offload, where the check's pass reads the whole
 // state once more: with nvme, from the disk). After an update, adamw_host_max has the largest |m|, v
@@ -306,24 +606,49 @@ typedef struct { float m, v, w; int known; } AdamWMax; // largest |m|, v, |w|; k
 // pass from {0, 0, 0, 1}). The update's arithmetic is adamw_element's: the same bits as adamw_host.
 static void adamw_host_max(floatX* params, float* master, float* m, float* v, const float* grads,
                            const Segment* segs, int nseg, const AdamWParams* p, AdamWMax* mx) {
-    float am = mx->m, av = mx->v, aw = mx->w;
-    int bad = 0;
-    for (int s = 0; s < nseg; s++) {
-        int64_t off = segs[s].off, len = segs[s].len;
-        float wd = segs[s].decay ? p->weight_decay : 0.0f;
-#pragma omp parallel for schedule(static) reduction(max : am, av, aw) reduction(| : bad)
-        for (int64_t i = off; i < off + len; i++) {
-            adamw_element(&params[i], &master[i], &m[i], &v[i], grads[i], p->lr, p->beta1, p->beta2,
-                          p->eps, wd, p->grad_scale, p->bc1, p->bc2);
-            float mi = fabsf(m[i]), vi = v[i], wi = fabsf(master[i]);
-            bad |= !adamw_finite(mi, vi, wi) | !(vi >= 0.0f);
-            am = mi > am ? mi : am; // (a NaN is caught by bad)
-            av = vi > av ? vi : av;
-            aw = wi > aw ? wi : aw;
-        }
+    float acc[3] = {mx->m, mx->v, mx->w};
+    int bad = adamw_host_pass(ADAMW_UPDATE_MAX, params, master, m, v, grads, segs, nseg, p, p->grad_scale, acc);
+    mx->m = acc[0]; mx->v = acc[1]; mx->w = acc[2];
+    if (bad) mx->known = 0; // a value not finite, or v < 0
+}
+
+// The host AdamW's rate on this CPU, elements per second per rank, for the planner's -offload rows
+// (measured like its matmul rate, measure_cpu_flops): adamw_host_max -- what -offload runs each step,
+// on this CPU's path (simd_level) with the rank's threads -- over ADAMW_RATE_N elements (36 MiB in
+// BF16: beyond most CPUs' last-level cache; one that holds it measures a rate a large shard will not
+// reach), the median of ADAMW_RATE_REPS passes after one untimed, each timed by
+// the process's CPU time over its threads (on a shared machine the wall clock measures the others'
+// load). lo / hi: the slowest and fastest pass. The values do not matter to the rate (no branch on
+// them). Ranks that run their AdamW at once share the node's memory bandwidth: each then gets less.
+#define ADAMW_RATE_N ((int64_t)1 << 21)
+#define ADAMW_RATE_REPS 5
+static double adamw_host_rate(double* lo, double* hi) {
+    const int64_t n = ADAMW_RATE_N;
+    float* st = (float*)malloc(sizeof(float) * 4 * (size_t)n); // master, m, v, gradient
+    floatX* p = (floatX*)malloc(sizeof(floatX) * (size_t)n);
+    if (!st || !p) die(1, "out of host memory measuring the host AdamW's rate (%.0f MiB)", (4.0 * 4 + sizeof(floatX)) * n / 1048576.0);
+    Segment seg = {0, n, 1};
+    for (int a = 0; a < 4; a++) adamw_host_touch(st + a * n, n, &seg, 1);
+    for (int64_t i = 0; i < n; i++) st[3 * n + i] = 1e-3f;
+    AdamWParams hp = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0.0f, 0.0f};
+    adamw_bias_corrections(&hp, 1);
+    double rate[ADAMW_RATE_REPS];
+    for (int rep = -1; rep < ADAMW_RATE_REPS; rep++) {
+        struct timespec c0, c1;
+        AdamWMax mx = {0.0f, 0.0f, 0.0f, 1};
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
+        adamw_host_max(p, st, st + n, st + 2 * n, st + 3 * n, &seg, 1, &hp, &mx);
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
+        double per_thread = ((c1.tv_sec - c0.tv_sec) + 1e-9 * (c1.tv_nsec - c0.tv_nsec)) / num_threads();
+        if (rep >= 0) rate[rep] = (double)n / fmax(per_thread, 1e-9);
     }
-    mx->m = am; mx->v = av; mx->w = aw;
-    if (bad) mx->known = 0;
+    for (int i = 1; i < ADAMW_RATE_REPS; i++) // (insertion sort: a handful of numbers)
+        for (int j = i; j > 0 && rate[j - 1] > rate[j]; j--) { double x = rate[j]; rate[j] = rate[j - 1]; rate[j - 1] = x; }
+    *lo = rate[0];
+    *hi = rate[ADAMW_RATE_REPS - 1];
+    free(st);
+    free(p);
+    return rate[ADAMW_RATE_REPS / 2];
 }
 
 // 1 when the bounds above prove that this update leaves every value finite (sc: the step's scalars

@@ -31,8 +31,9 @@
 //      that is skipped; each block copied exactly once, or an internal error ends the run);
 //   3. unit by unit (cpu: a unit is a block's shard, its gradient read from the host copy; nvme: its
 //      gradient goes to the host now, unit u+1's copy issued before u is updated), AdamW runs on
-//      the host (adamw_host: adamw.cuh's CPU loop, the same operation order as the kernel, which
-//      spells every IEEE operation out; no fast-math, no FTZ/DAZ in either build), the parameters
+//      the host (adamw_host_max: adamw.cuh's host pass, scalar, AVX2 or AVX-512 with the same bits, the
+//      same operation order as the kernel, which spells every IEEE operation out; no fast-math, no
+//      FTZ/DAZ in either build), the parameters
 //      are rounded to nearest by the same rn() into a staging buffer and copied back segment by
 //      segment (padding is never written, as on the device) while the next block is updated;
 //   4. the stage's all-gather (zero_after_step), after the last copy.
@@ -50,7 +51,9 @@
 // the shard exceeds it, which is nvme's whole use case. The cost: the gradient crosses PCIe after
 // the backward, not overlapped with it (once per step when the check is proved, twice when its pass
 // runs; -plan counts the steady state: 4 bytes an element down, for nvme as for cpu).
-// Threads: the host AdamW uses the rank's OpenMP threads (-threads: cores / ranks on the node).
+// Threads: the host AdamW uses the rank's OpenMP threads (-threads: cores / ranks on the node), pinned
+// to the rank's cores (offload_pin_threads), the state first-touched by the thread that updates it
+// (offload_touch_state); each pass is one parallel region, vectorised (adamw.cuh: adamw_host_pass).
 //
 // CUDA ORDER (the copies run on g_offload_stream, a stream of their own; events created once at
 // init, no allocation in a step):
@@ -81,7 +84,7 @@
 // that the copies overlap the backward or the host's AdamW, nor catch a missing host wait (b, or g's
 // cudaEventSynchronize: the copy has landed when it is issued): a GPU run has to.
 //
-// defines: OffloadState, offload_parse, offload_name, offload_host_bytes, offload_init, offload_free,
+// defines: OffloadState, offload_parse, offload_name, offload_host_bytes, offload_pin_threads, offload_init, offload_free,
 //          offload_adamw_check, offload_adamw, offload_report
 //
 // May call: zero.h (the Zero state and its buffers) and adamw.cuh (the host AdamW). Knows nothing of
@@ -91,6 +94,7 @@
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <unistd.h>
 #include "zero.h"    // defines: Zero, Offload, zero_opt_*, zero_state_get/put, layout_segments
 #include "adamw.cuh" // defines: adamw_host, adamw_check_host, AdamWParams, StepScalars
@@ -328,17 +332,88 @@ static void offload_cpu_io(Zero* z, int a, int64_t off, float* host, int64_t n, 
     else memcpy(host, arr + off, sizeof(float) * n);
 }
 
-static void* offload_host_alloc(size_t bytes) {
+// ---- The rank's cores: the host AdamW's threads pinned
+// When offloading, the rank's OpenMP threads (-threads: its share of the node's cores) are pinned one
+// to a core of the rank's share (local rank lr of W on a node whose process may run on n cores: cores
+// [lr n/W, (lr+1) n/W) of those, in the order the kernel lists them), before the state is allocated,
+// so that the thread that first touches a page of master, m, v (offload_touch_state) is the one that
+// updates it every step, on the same core, next to that memory (NUMA). Not pinned: when OMP_PROC_BIND,
+// OMP_PLACES or GOMP_CPU_AFFINITY is set (the user's binding stands; OMP_PROC_BIND=false: none), when
+// the node's ranks have fewer cores than threads (oversubscribed: the kernel places them), or when
+// the kernel refuses. The [nvme] I/O thread may run on any core of the share. The team's size is
+// fixed by then (setup_threads); threads a later, larger team adds would inherit the main thread's core.
+static int g_pin_state = 0;          // 0: not tried, 1: pinned, -1: not pinned (g_pin_note says why)
+static char g_pin_note[128] = "";
+static cpu_set_t g_pin_share;        // the rank's share of the cores (when pinned)
+static void offload_pin_threads(int local_rank, int local_world) {
+    if (g_pin_state) return;
+    g_pin_state = -1;
+    const char* env[3] = {"OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY"};
+    for (int i = 0; i < 3; i++)
+        if (getenv(env[i])) { snprintf(g_pin_note, sizeof(g_pin_note), "threads not pinned: %s is set", env[i]); return; }
+    cpu_set_t all;
+    if (sched_getaffinity(0, sizeof(all), &all)) { snprintf(g_pin_note, sizeof(g_pin_note), "threads not pinned: %s", strerror(errno)); return; }
+    static int cpus[CPU_SETSIZE];
+    int n = 0, W = local_world > 0 ? local_world : 1, T = num_threads();
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &all)) cpus[n++] = c;
+    int share = n / W, first = local_rank * share;
+    if (share < T) {
+        snprintf(g_pin_note, sizeof(g_pin_note), "threads not pinned: %d core(s) for %d rank(s) of %d thread(s)", n, W, T);
+        return;
+    }
+    CPU_ZERO(&g_pin_share);
+    for (int k = 0; k < share; k++) CPU_SET(cpus[first + k], &g_pin_share);
+    int failed = 0;
+#pragma omp parallel reduction(| : failed)
+    {
+        int t = 0;
+#ifdef _OPENMP
+        t = omp_get_thread_num();
+#endif
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(cpus[first + t], &one);
+        failed |= pthread_setaffinity_np(pthread_self(), sizeof(one), &one) != 0;
+    }
+    if (failed) { snprintf(g_pin_note, sizeof(g_pin_note), "threads not pinned: the kernel refused"); return; }
+    g_pin_state = 1;
+    snprintf(g_pin_note, sizeof(g_pin_note), "%d thread(s) pinned to cores %d..%d", T, cpus[first], cpus[first + T - 1]);
+}
+
+// Page-aligned host memory; zeroed by this thread (zero 1), or untouched (0: offload_touch_state).
+static void* offload_host_alloc(size_t bytes, int zero) {
     size_t rounded = (size_t)round_up((int64_t)(bytes > 0 ? bytes : 1), 4096);
     void* p = aligned_alloc(4096, rounded);
     if (!p)
         die(1, "out of host memory allocating %.1f MiB for -offload. HINT: ./train -plan shows the host bytes per node of each "
                "offload row", rounded / 1048576.0);
-    memset(p, 0, rounded);
+    if (zero) memset(p, 0, rounded);
     return p;
 }
 
 static void offload_grad_reduced(Zero* z, int b, int h, int micro, int last_micro); // (below: the copies)
+static int offload_unit_segments(Zero* z, const OffloadUnit* u, Segment* out);
+
+// [cpu] master, m, v zeroed, each unit's segments by the threads that will update them (adamw_host_touch:
+// the update's cuts), so that on a NUMA machine each page lies on the node of the core that streams it;
+// the padding between segments and units by this thread.
+static void offload_touch_state(Zero* z, OffloadState* o) {
+    float* arr[3] = {z->master, z->m, z->v};
+    Segment seg[MAX_BLOCK_TENSORS];
+    int64_t done = 0; // [0, done) is zeroed
+    for (int u = 0; u < o->nunits; u++) {
+        int64_t at = zero_opt_off(z, o->units[u].b) + o->units[u].lo;
+        int n = offload_unit_segments(z, &o->units[u], seg);
+        for (int a = 0; a < 3; a++) {
+            if (at > done) memset(arr[a] + done, 0, sizeof(float) * (size_t)(at - done));
+            adamw_host_touch(arr[a] + at, o->units[u].n, seg, n);
+        }
+        done = at + o->units[u].n > done ? at + o->units[u].n : done;
+    }
+    for (int a = 0; a < 3; a++)
+        if (z->opt_total > done) memset(arr[a] + done, 0, sizeof(float) * (size_t)(z->opt_total - done));
+}
 
 // Place master, m, v (zero_init left them unallocated) and the staging buffers. cpu: host arrays,
 // zeroed; nvme: dir/zt_offload_<pid>_r<rank>.bin, sized (posix_fallocate: a full disk says so now)
@@ -363,11 +438,12 @@ static void offload_init(Zero* z, const char* dir, double buffer) {
     size_t state = 0;
     if (o->kind == OFFLOAD_CPU) {
         float** arr[3] = {&z->master, &z->m, &z->v};
-        for (int a = 0; a < 3; a++) *arr[a] = (float*)offload_host_alloc(sizeof(float) * (size_t)z->opt_total);
+        for (int a = 0; a < 3; a++) *arr[a] = (float*)offload_host_alloc(sizeof(float) * (size_t)z->opt_total, 0);
+        offload_touch_state(z, o);
         state = 3 * sizeof(float) * (size_t)z->opt_total;
         z->state_io = offload_cpu_io;
     } else {
-        for (int k = 0; k < 3; k++) o->slot[k] = (float*)offload_host_alloc(3 * sizeof(float) * (size_t)o->K);
+        for (int k = 0; k < 3; k++) o->slot[k] = (float*)offload_host_alloc(3 * sizeof(float) * (size_t)o->K, 1);
         state = 3 * 3 * sizeof(float) * (size_t)o->K;
         snprintf(o->path, sizeof(o->path), "%s/zt_offload_%d_r%05d.bin", dir, (int)getpid(), z->r);
         o->fd = open(o->path, O_RDWR | O_CREAT | O_EXCL, 0600);
@@ -379,7 +455,11 @@ static void offload_init(Zero* z, const char* dir, double buffer) {
         pthread_mutex_init(&o->mu, NULL);
         pthread_cond_init(&o->cv, NULL);
         g_offload_arg = (OffloadThreadArg){o, z};
-        if (pthread_create(&o->io, NULL, offload_io_thread, &g_offload_arg)) die(1, "-offload nvme: cannot start the I/O thread");
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        if (g_pin_state == 1) pthread_attr_setaffinity_np(&attr, sizeof(g_pin_share), &g_pin_share); // (not the main thread's one core)
+        if (pthread_create(&o->io, &attr, offload_io_thread, &g_offload_arg)) die(1, "-offload nvme: cannot start the I/O thread");
+        pthread_attr_destroy(&attr);
         z->state_io = offload_nvme_io;
     }
     size_t staging = 0;

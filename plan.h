@@ -8,8 +8,8 @@
 //
 // May call: flags.h (Flags, FLAG_SHOW), acts.h (acts_bytes, ops_workspace_floats), model.h
 // (model_describe, model_layout), zero.h (zero_sizes, zero_count_step, comm_broadcast, Launch),
-// offload.h (offload_host_bytes), checkpoint.h (the checkpoint files' bytes) and the matmul op
-// (measure_cpu_flops). Knows nothing of the trainer's types: it takes Flags, a GPTConfig, R and
+// offload.h (offload_host_bytes), adamw.cuh (adamw_host_rate: the host AdamW's measured rate),
+// checkpoint.h (the checkpoint files' bytes) and the matmul op (measure_cpu_flops). Knows nothing of the trainer's types: it takes Flags, a GPTConfig, R and
 // the Launch.
 #ifndef ZT_PLAN_H
 #define ZT_PLAN_H
@@ -22,6 +22,7 @@
 #include "model.h"        // defines: GPTConfig, ModelDesc, model_describe, model_layout
 #include "zero.h"         // defines: BlockLayout, zero_sizes, zero_count_step, Comm, comm_broadcast, Launch, COLL_*
 #include "offload.h"      // defines: Offload, offload_host_bytes, offload_name, offload_parse
+#include "adamw.cuh"      // defines: adamw_host_rate, simd_level, simd_names
 #include "checkpoint.h"   // defines: ckpt_state_file_bytes, ckpt_model_file_bytes
 #include "ops/matmul.cuh" // defines: op_matmul_forward (measure_cpu_flops)
 
@@ -58,6 +59,8 @@ typedef struct {
     const char* link_src;
     double pcie;         // [offload] host<->device bytes/s per rank and direction
     const char* pcie_src;
+    double adamw;        // [offload] the host AdamW's elements/s per rank (measured: adamw_host_rate)
+    char adamw_src[160];
     double host_mem;     // [offload] host memory per node (on the CPU device: unused, it is the device memory)
     char host_src[96];
     double disk;         // [nvme] bytes/s per node and direction
@@ -68,9 +71,6 @@ typedef struct {
     int ckpt_models;     // how many of them hold a model file (-save-model)
 } PlanEnv;
 
-// [offload] The host AdamW's rate, bytes of state moved per second per rank (per element: the
-// gradient read, master, m, v read and written, the parameter written): an assumption, printed.
-#define PLAN_HOST_ADAMW_GBS 4.0
 
 // The headroom rule: a configuration fits only if it leaves max(5% of the memory, 1 GiB) free per
 // rank, for what no tag counts: the CUDA context, NCCL's and cuBLAS's buffers, allocator rounding
@@ -292,6 +292,10 @@ static void plan_env(const Flags* f, const Launch* L, int R, PlanEnv* e) {
                   : g_device == DEV_CPU      ? "default: shared memory"
                   : R <= 8                   ? "default: NVLink-class, one node"
                                              : "default: InfiniBand-class, across nodes";
+    double lo, hi;
+    e->adamw = adamw_host_rate(&lo, &hi); // [offload] this host's AdamW, whatever the device
+    snprintf(e->adamw_src, sizeof(e->adamw_src), "measured: %s path, median of %d passes by CPU time, %.3g..%.3g ns, %d threads", simd_names[simd_level()],
+             ADAMW_RATE_REPS, 1e9 / hi, 1e9 / lo, num_threads());
     e->pcie = (f->pcie_gbps > 0 ? f->pcie_gbps : 200.0) * 1e9 / 8.0;
     e->pcie_src = f->pcie_gbps > 0 ? "-pcie-gbps" : "default: PCIe 4.0 x16-class";
     e->disk = (f->disk_gbps > 0 ? f->disk_gbps : 16.0) * 1e9 / 8.0;
@@ -364,7 +368,7 @@ static int plan_rows(const GPTConfig* c, int B, int T, int R, int GA, int local_
             p->comm_s = p->traffic / e->link;
             double hidden = p->pcie_d2h_hidden / e->pcie; // [cpu] the copies under the backward
             p->pcie_s = (p->pcie_bytes - p->pcie_d2h_hidden) / e->pcie + fmax(0.0, hidden - 2.0 / 3.0 * p->compute_s);
-            p->host_s = state / (PLAN_HOST_ADAMW_GBS * 1e9); // the state's bytes, each read and written once
+            p->host_s = state / 12.0 / e->adamw; // the shard's elements (12 bytes of state each) at the measured rate
             double files = k == OFFLOAD_NVME ? state * local_ranks : 0.0; // [nvme] the offload files
             p->disk_s = 2.0 * files / e->disk;
             p->ckpt_per_node = ckpt;
@@ -470,12 +474,12 @@ static void run_plan(const Flags* f, const GPTConfig* c, int R, const Launch* L)
     printf0("  compute %.3g TFLOP/s per rank (%s); link %.0f Gbit/s (%s)\n", e.flops / 1e12, e.flops_src, e.link * 8 / 1e9, e.link_src);
     if (g_device == DEV_CPU)
         printf0("  offload rows (-r N o): master, m, v on the host, which on the CPU device is the same memory (a code path, not a saving); "
-                "host<->device copies at %.0f Gbit/s (%s), host AdamW at %.3g GB/s of state per rank (assumed)\n",
-                e.pcie * 8 / 1e9, e.pcie_src, PLAN_HOST_ADAMW_GBS);
+                "host<->device copies at %.0f Gbit/s (%s), host AdamW %.3g ns per element per rank (%s)\n",
+                e.pcie * 8 / 1e9, e.pcie_src, 1e9 / e.adamw, e.adamw_src);
     else
         printf0("  offload rows (-r N o): master, m, v on the host, %s per node (%s) less the headroom; host<->device %.0f Gbit/s per rank (%s), "
-                "host AdamW at %.3g GB/s of state per rank (assumed)\n",
-                fmt_bytes(e.host_mem).s, e.host_src, e.pcie * 8 / 1e9, e.pcie_src, PLAN_HOST_ADAMW_GBS);
+                "host AdamW %.3g ns per element per rank (%s)\n",
+                fmt_bytes(e.host_mem).s, e.host_src, e.pcie * 8 / 1e9, e.pcie_src, 1e9 / e.adamw, e.adamw_src);
     printf0("per rank, by tag (activations: one micro-batch; est s/step: compute + communication, no overlap assumed):\n");
     int w[TAG_COUNT];
     printf0("| z | -r  |");

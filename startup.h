@@ -229,6 +229,7 @@ static int setup_threads(const Flags* f, const Launch* L) {
 #ifdef _OPENMP
     omp_set_num_threads(n);
 #endif
+    simd_level(); // the host AdamW's path: a bad ZT_SIMD ends the run here (exit 2)
     g_use_blas = f->blas;
 #ifdef USE_BLAS
     openblas_set_num_threads(1); // one level of threads: ours (see cpu_gemm_blas)

@@ -743,6 +743,7 @@ static void trainer_build_model(Trainer* tr, const GPTConfig* c, int stage, int 
     BlockLayout lay;
     model_layout(&m->d, &lay, tr->R, tr->r);
     zero_init(&m->z, &lay, stage, &tr->comm, f->poison, offload);
+    if (offload != OFFLOAD_NONE) offload_pin_threads(tr->launch.local_rank, tr->launch.local_world); // [offload] the rank's cores
     offload_init(&m->z, f->offload_dir, parse_size(f->offload_buffer)); // [offload] master, m, v in host memory or a file
     acts_alloc(&m->a, c, f->B, f->T, recompute);
     size_t work_floats = ops_workspace_floats(c, f->B, f->T, m->z.opt_total);
@@ -760,9 +761,10 @@ static void trainer_build_model(Trainer* tr, const GPTConfig* c, int stage, int 
     if (host_bytes != plan->host_bytes)
         die(1, "internal error: offload host memory: %zu bytes allocated, the planner says %zu", host_bytes, plan->host_bytes);
     if (offload != OFFLOAD_NONE)
-        printf0("offload %s: %s, %s of host memory per rank%s\n", offload_name(offload),
+        printf0("offload %s: %s, %s of host memory per rank%s; host AdamW: %s (%s), %s\n", offload_name(offload),
                 offload == OFFLOAD_CPU ? "master, m, v and the pinned staging in host memory" : "master, m, v in a file per rank under -offload-dir, streamed through",
-                fmt_bytes((double)host_bytes).s, g_device == DEV_CPU && offload == OFFLOAD_CPU ? " (on the CPU device the same RAM: a code path, not a saving)" : "");
+                fmt_bytes((double)host_bytes).s, g_device == DEV_CPU && offload == OFFLOAD_CPU ? " (on the CPU device the same RAM: a code path, not a saving)" : "",
+                simd_names[simd_level()], getenv("ZT_SIMD") && *getenv("ZT_SIMD") ? "ZT_SIMD" : "this CPU's widest", g_pin_note);
 }
 
 static void trainer_free_model(Trainer* tr) {

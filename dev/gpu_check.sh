@@ -32,7 +32,7 @@
 #   model_vs_pytorch          20    180  logits, loss, every gradient and 10 AdamW steps against the PyTorch fixture
 #   recompute_bitwise         16    120  -r 0..3: the same hashes of parameters, master, m, v
 #   zero_bitwise              18    120  -z 0..3 (poisoned, delayed collectives): the same hashes
-#   offload_bitwise           12    120  -offload cpu (-z 1, -z 3) and nvme (-z 1, a 1 MiB buffer): the hashes of -z 1 without
+#   offload_bitwise           18    120  -offload cpu (-z 1, -z 3) and nvme (-z 1, a 1 MiB buffer), and cpu with each host AdamW path forced (ZT_SIMD): the hashes of -z 1 without
 #   grad_accumulation         10    120  GA 2 = GA 1 at the same global batch (losses within 1e-2); -z 3 = -z 0 at GA 2 (1e-3)
 #   checkpoint_resume         12    120  4 steps = 2 steps, checkpoint, resume, 2 steps (bitwise)
 #   val_and_sampling           6    120  validation losses finite; a sample printed
@@ -43,7 +43,7 @@
 #   perf_d48                  25    240  d48, B 4, T 1024: tokens/s and MFU
 #   no_cublaslt_fallback       0     10  no log says "cuBLASLt has no algorithm"
 #   torch_perf (--torch)     120    300  PyTorch tokens/s for d12 and d48 on the same GPU
-#   total                   ~277         (~367 with a build on the box)
+#   total                   ~283         (~373 with a build on the box)
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -237,10 +237,25 @@ stage zero_bitwise 18 120 'same_hashes "-z 0 -poison 1 -comm-delay 5" "-z 1 -poi
 
 # -offload (the host AdamW, the copies on their own stream, each block's gradient copied as its
 # reduction completes, nvme streaming through a small buffer): the same hashes as without offload
+# Then -offload cpu with each host AdamW path this CPU has forced (adamw.cuh, ZT_SIMD; on the GPU
+# box: scalar, avx2 and avx512 when its CPU has AVX-512F; --emu: scalar only, test_bf16 covers this
+# CPU): the hashes of the run without offload.
 st_offload() {
     mkdir -p "$WORK/offload"
     same_hashes "-z 1 -poison 1" "-z 1 -poison 1 -offload cpu" "-z 3 -poison 1 -offload cpu" \
-        "-z 1 -poison 1 -offload nvme -offload-dir $WORK/offload -offload-buffer 1MiB"
+        "-z 1 -poison 1 -offload nvme -offload-dir $WORK/offload -offload-buffer 1MiB" || return 1
+    local ref p h paths=scalar
+    ref=$(grep '^hashes:' "$WORK/run_1.log")
+    if [ "$MODE" = gpu ]; then
+        paths="scalar avx2"
+        grep -qw avx512f /proc/cpuinfo && paths="$paths avx512"
+    fi
+    for p in $paths; do
+        h=$(ZT_SIMD=$p $TRAIN $SMALL -x $STEPS -v 0 -s 0 -log-hash 1 -z 1 -poison 1 -offload cpu 2>&1 | tee "$WORK/simd_$p.log" | grep '^hashes:') \
+            || { echo "ZT_SIMD=$p -offload cpu failed:"; tail -n 20 "$WORK/simd_$p.log"; return 1; }
+        echo "ZT_SIMD=$p -z 1 -poison 1 -offload cpu: $h"
+        [ "$h" = "$ref" ] || { echo "differs from -z 1 without offload"; return 1; }
+    done
 }
 export -f st_offload
 stage offload_bitwise 12 120 st_offload

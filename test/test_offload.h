@@ -153,6 +153,38 @@ TEST(offload_bitwise) {
     for (int i = 0; i < n; i++) off_cell(cells[i][0], cells[i][1], cells[i][2]);
 }
 
+// Every host AdamW path (adamw.cuh: ZT_SIMD=scalar|avx2|avx512, those this CPU has) gives -offload cpu
+// the bits of the run without offload, whose AdamW is the scalar loop (ZT_SIMD=scalar): losses, norms
+// and the hashes of parameters, master, m and v after 3 steps (step 1 runs the check's pass, steps 2
+// and 3 the update with maxima); and the run without offload on the widest path too.
+static void off_simd_run(const char* simd, const char* offload, ZtLog* lg, char* h) {
+    char name[64];
+    snprintf(name, sizeof(name), "offsimd_%s_%s", offload, simd);
+    setenv("ZT_SIMD", simd, 1); // mpirun's ranks inherit the environment
+    int rc = off_run("", 1, 1, 1, 3, offload, zt_dir(name), "", lg, h);
+    unsetenv("ZT_SIMD");
+    CHECKF(rc == 0 && lg->n == 3, "ZT_SIMD=%s -offload %s failed (%d):\n%s", simd, offload, rc, off_out);
+    if (strcmp(offload, "none"))
+        CHECKF(strstr(off_out, "host AdamW: ") && strstr(off_out, simd), "ZT_SIMD=%s: the path is not the one forced:\n%s", simd, off_out);
+}
+TEST(offload_simd_bitwise) {
+    ZtLog ref, lg;
+    char href[512] = "", h[512] = "";
+    off_simd_run("scalar", "none", &ref, href);
+    int widest = SIMD_SCALAR;
+    for (int k = SIMD_SCALAR; k < SIMD_COUNT; k++) {
+        if (!simd_supported(k)) { printf("    %s: not on this CPU, skipped\n", simd_names[k]); continue; }
+        widest = k;
+        off_simd_run(simd_names[k], "cpu", &lg, h);
+        CHECKF(off_same_log(&lg, &ref) && href[0] && !strcmp(h, href), "ZT_SIMD=%s -offload cpu differs from the scalar run without offload:\n  %s\n  %s",
+               simd_names[k], h, href);
+        if (!g_test_failed) printf("    ZT_SIMD=%s -offload cpu: identical (%s)\n", simd_names[k], h);
+    }
+    off_simd_run(simd_names[widest], "none", &lg, h);
+    CHECKF(off_same_log(&lg, &ref) && !strcmp(h, href), "ZT_SIMD=%s without offload differs from scalar", simd_names[widest]);
+}
+
+
 #ifndef ENABLE_FP32
 TEST(offload_grad_copy_faults) { off_grad_faults(0); }
 
@@ -188,6 +220,24 @@ TEST(offload_flag_refusals) {
                  g_test_self, zt_data(0), zt_data(1), bad[i].flags);
         int rc = test_run_cmd(cmd, off_out, sizeof(off_out));
         CHECKF(rc == 2 && strstr(off_out, bad[i].want), "%s: exit %d, expected 2 and \"%s\":\n%s", bad[i].flags, rc, bad[i].want, off_out);
+    }
+}
+
+// ZT_SIMD: a path this CPU lacks (ZT_FAULT=simd-lacks:P stands in for such a CPU), or another word, ends the
+// run with exit 2 and says why.
+TEST(offload_simd_env) {
+    char cmd[4096], out[8192];
+    static const struct { const char* value; const char* lacks; const char* want; } bad[] = {
+        {"avx1024", "", "ZT_SIMD=avx1024: not scalar, avx2 or avx512"},
+        {"avx512", "avx512", "ZT_SIMD=avx512: this CPU does not have AVX-512F. HINT: unset ZT_SIMD (this CPU's widest path is avx2)"},
+        {"avx2", "avx2", "ZT_SIMD=avx2: this CPU does not have AVX2 and FMA"},
+    };
+    for (int i = 0; i < 3; i++) {
+        if (i == 1 && !simd_supported(SIMD_AVX2)) continue; // (the hint names avx2)
+        snprintf(cmd, sizeof(cmd), "ZT_FAULT=simd-lacks:%s ZT_SIMD=%s OMP_NUM_THREADS=1 %s --train -threads 1 -i %s -j %s " ZT_MODEL " -b 2 -x 1 -v 0 -s 0",
+                 bad[i].lacks, bad[i].value, g_test_self, zt_data(0), zt_data(1));
+        int rc = test_run_cmd(cmd, out, sizeof(out));
+        CHECKF(rc == 2 && strstr(out, bad[i].want), "ZT_SIMD=%s: exit %d, expected 2 and \"%s\":\n%s", bad[i].value, rc, bad[i].want, out);
     }
 }
 

@@ -608,6 +608,122 @@ TEST(op_adamw_bound_sound) {
     CHECK(!adamw_bound_finite(&hp, &sc, &mx));
 }
 
+// The host AdamW's SIMD paths (adamw.cuh: avx2, avx512, whichever this CPU has) give the scalar
+// loop's bits: the update, the update with maxima and the check, over states that hold zeros of both
+// signs, subnormals, values near FLT_MAX (g*g, m - g, lr*u overflow), infinite and NaN gradients,
+// in segments of odd lengths at odd offsets (heads and tails off the 16-element grid, pieces shorter
+// than a vector), with 1, 2 and 3 threads and several hyperparameter sets; the check's flag for one
+// bad element at each position of a short segment (head, vector body, tail); and the rounding to
+// storage (rn) on special and random bit patterns. A path this CPU lacks is skipped (said so).
+static uint32_t simd_rng = 12345u;
+static uint32_t simd_u32(void) { simd_rng ^= simd_rng << 13; simd_rng ^= simd_rng >> 17; simd_rng ^= simd_rng << 5; return simd_rng; }
+static float simd_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+// One value of a mixed state: mostly ordinary, some zero, subnormal, huge or (grad only) non-finite.
+static float simd_value(float scale, int grad) {
+    uint32_t r = simd_u32() % 100;
+    float sign = simd_u32() & 1 ? -1.0f : 1.0f;
+    if (r < 6) return sign * 0.0f;
+    if (r < 12) return simd_bits((simd_u32() & 0x007fffffu) | 1u) * sign;       // subnormal
+    if (r < 16) return sign * simd_bits(0x7f000000u | (simd_u32() & 0x007fffffu)); // 1.7e38 .. 3.4e38
+    if (grad && r < 18) return sign * INFINITY;
+    if (grad && r < 20) return simd_bits(0x7fc00000u | (simd_u32() & 0x3fffffu));  // a NaN with a payload
+    if (r < 24) return sign * (float)(1e19 * (simd_u32() % 1000 + 1));            // its square overflows
+    return sign * scale * (float)((simd_u32() % 100000) / 50000.0);
+}
+
+TEST(op_adamw_simd_bitwise) {
+    enum { N = 1500 };
+    static floatX p0[N], p1[N];
+    static float w0[N], m0[N], v0[N], g[N], w1[N], m1[N], v1[N], ws[N], ms[N], vs[N];
+    const Segment segs[] = {{3, 1, 1}, {5, 37, 0}, {45, 16, 1}, {64, 611, 1}, {677, 7, 0}, {690, 809, 1}}; // odd offsets and lengths
+    const int nseg = sizeof(segs) / sizeof(segs[0]);
+    AdamWParams hps[4] = {{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, 0, 0}, {3e38f, 0.9f, 0.999f, 1e-8f, 0.1f, 1.0f, 0, 0},
+                          {1e-2f, 0.0f, 0.5f, 1e-30f, 0.0f, 1e-38f, 0, 0}, {0.5f, 0.99f, 0.9999f, 1e-3f, 1.0f, 3.0f, 0, 0}};
+    int saved = g_simd, threads = num_threads(), paths = 0, cases = 0, differ = 0;
+    int64_t saved_min = g_adamw_parallel_min;
+    g_adamw_parallel_min = 0; // these small states cut between threads too
+    for (int level = SIMD_AVX2; level < SIMD_COUNT; level++) {
+        if (!simd_supported(level)) { printf("    %s: not on this CPU, skipped\n", simd_names[level]); continue; }
+        paths++;
+        for (int c = 0; c < 24; c++) {
+            const AdamWParams* hp0 = &hps[c % 4];
+            AdamWParams hp = *hp0;
+            adamw_bias_corrections(&hp, 1 + c % 3 * 50);
+            int clean = c % 8 >= 6; // a state without non-finite gradients: the flag 0 and maxima known
+            for (int i = 0; i < N; i++) {
+                w0[i] = simd_value(0.05f, 0); m0[i] = simd_value(1e-2f, 0); v0[i] = fabsf(simd_value(1e-4f, 0)); g[i] = simd_value(1e-3f, !clean);
+                if (clean) { w0[i] = fminf(fmaxf(w0[i], -1e3f), 1e3f); m0[i] = fminf(fmaxf(m0[i], -1e3f), 1e3f); v0[i] = fminf(v0[i], 1e3f); g[i] = fminf(fmaxf(g[i], -1.0f), 1.0f); }
+                p0[i] = p1[i] = rn(-1.0f);
+            }
+#ifdef _OPENMP
+            omp_set_num_threads(1 + c % 3);
+#endif
+            for (int mode = ADAMW_UPDATE; mode <= ADAMW_CHECK; mode++, cases++) {
+                float acc0[3] = {0.0f, 0.0f, 0.0f}, acc1[3] = {0.0f, 0.0f, 0.0f};
+                memcpy(ws, w0, sizeof(ws)); memcpy(ms, m0, sizeof(ms)); memcpy(vs, v0, sizeof(vs));
+                memcpy(w1, w0, sizeof(w1)); memcpy(m1, m0, sizeof(m1)); memcpy(v1, v0, sizeof(v1));
+                g_simd = SIMD_SCALAR;
+                int bad0 = adamw_host_pass(mode, p0, ws, ms, vs, g, segs, nseg, &hp, hp.grad_scale, acc0);
+                g_simd = level;
+                int bad1 = adamw_host_pass(mode, p1, w1, m1, v1, g, segs, nseg, &hp, hp.grad_scale, acc1);
+                int d = bad0 != bad1 || memcmp(acc0, acc1, sizeof(acc0)) || memcmp(ws, w1, sizeof(ws)) || memcmp(ms, m1, sizeof(ms)) ||
+                        memcmp(vs, v1, sizeof(vs)) || memcmp(p0, p1, sizeof(p0));
+                if (d && differ < 3) {
+                    for (int i = 0; i < N; i++)
+                        if (memcmp(&ws[i], &w1[i], 4) || memcmp(&ms[i], &m1[i], 4) || memcmp(&vs[i], &v1[i], 4) || memcmp(&p0[i], &p1[i], sizeof(floatX))) {
+                            printf("    %s case %d mode %d: element %d: w %a %a m %a %a v %a %a (w0 %a m0 %a v0 %a g %a)\n", simd_names[level], c, mode, i,
+                                   (double)ws[i], (double)w1[i], (double)ms[i], (double)m1[i], (double)vs[i], (double)v1[i], (double)w0[i], (double)m0[i],
+                                   (double)v0[i], (double)g[i]);
+                            break;
+                        }
+                    printf("    %s case %d mode %d: flag %d %d, maxima %a %a %a vs %a %a %a\n", simd_names[level], c, mode, bad0, bad1, (double)acc0[0],
+                           (double)acc0[1], (double)acc0[2], (double)acc1[0], (double)acc1[1], (double)acc1[2]);
+                }
+                differ += d;
+                if (clean && mode == ADAMW_CHECK) CHECKF(hp0 != &hps[0] || bad0 == 0, "case %d: a clean state flagged", c); // (not vacuous)
+                if (!clean && mode == ADAMW_CHECK) CHECKF(bad0 == 1, "case %d: non-finite gradients not flagged", c);
+            }
+#ifdef _OPENMP
+            omp_set_num_threads(threads);
+#endif
+        }
+        // the check's flag for one bad gradient at each position of a 37-element segment at offset 5
+        AdamWParams hp = hps[0];
+        adamw_bias_corrections(&hp, 1);
+        for (int i = 0; i < N; i++) { w0[i] = 0.01f; m0[i] = 0.0f; v0[i] = 0.0f; g[i] = 1e-3f; }
+        for (int k = 5; k < 42; k++) {
+            g[k] = k % 2 ? INFINITY : NAN;
+            float acc[3] = {0.0f, 0.0f, 0.0f};
+            g_simd = level;
+            int bad = adamw_host_pass(ADAMW_CHECK, NULL, w0, m0, v0, g, &segs[1], 1, &hp, 1.0f, acc);
+            CHECKF(bad == 1, "%s: a non-finite gradient at element %d not flagged", simd_names[level], k);
+            g[k] = 1e-3f;
+        }
+        float acc[3] = {0.0f, 0.0f, 0.0f};
+        CHECKF(adamw_host_pass(ADAMW_CHECK, NULL, w0, m0, v0, g, &segs[1], 1, &hp, 1.0f, acc) == 0, "%s: a finite state flagged", simd_names[level]);
+#if defined(ZT_X86) && !defined(ENABLE_FP32)
+        // rn() in integer lanes: every special value and 2^16 random bit patterns, against rn()
+        enum { R = 1 << 16 };
+        static float x[R];
+        static floatX want[R], got[R];
+        const uint32_t special[] = {0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu, 0x7f7f7fffu, 0x7f7f8000u, 0x7f7fffffu, 0x7f800000u,
+                                    0xff800000u, 0x7fc00000u, 0xffc00001u, 0x7f800001u, 0xff80ffffu, 0x3f808000u, 0x3f818000u, 0x3f80ffffu};
+        for (int i = 0; i < R; i++) x[i] = simd_bits(i < 16 ? special[i] : simd_u32());
+        for (int i = 0; i < R; i++) want[i] = rn(x[i]);
+        for (int i = 0; i < R; i += 16) {
+            if (level == SIMD_AVX512) adamw_store_rn16(got + i, _mm512_loadu_ps(x + i));
+            else { adamw_store_rn8(got + i, _mm256_loadu_ps(x + i)); adamw_store_rn8(got + i + 8, _mm256_loadu_ps(x + i + 8)); }
+        }
+        CHECKF(!memcmp(want, got, sizeof(want)), "%s: the rounding to BF16 differs from rn()", simd_names[level]);
+#endif
+    }
+    g_simd = saved;
+    g_adamw_parallel_min = saved_min;
+    printf("    %d SIMD path(s) x %d passes against the scalar loop: %d differ\n", paths, cases / (paths > 0 ? paths : 1), differ);
+    CHECKF(differ == 0, "%d passes differ from the scalar loop", differ);
+    if (paths == 0) TEST_SKIP("no SIMD path on this CPU");
+}
+
 // Initialisation runs on every OpenMP thread and gives the same bits for any thread count: the
 // whole logical vector of a small model filled with 1 and with 2 threads (and from two halves),
 // compared bitwise; the time per parameter is printed.
