@@ -19,7 +19,8 @@
 //                         and the model file's size and CRC32C (llm.c's header has no room for it);
 //                         a run that chose its flags with -tune adds a line "tune -z 2 -r 1" (the
 //                         choice as flags), which a resume reuses (older readers ignore the line,
-//                         and a marker without it reads as "not tuned": both directions compatible)
+//                         and a marker without it reads as "not tuned": both directions compatible);
+//                         then the run's record, "run KEY VALUE" lines (see Marker), likewise optional
 //   LATEST                written after DONE: the step and nonce a resume follows
 //
 // THE PROTOCOL of one save (every rank calls ckpt_save):
@@ -33,11 +34,16 @@
 // (-save-model 0 or last: a checkpoint may have no model file; its DONE says model_bytes -1.)
 // RESUME (ckpt_resume): rank 0 follows LATEST (not the largest step number: a roll-back's
 // abandoned branch never wins); if LATEST's step is incomplete, the newest complete step before it.
-// -resume-step N picks N. Every checkpoint file of a later step is then moved into a folder
-// set_aside_<step>_<nonce>/ (said on stdout, never deleted), and LATEST names the step resumed,
-// so the directory holds one history. A fresh run (no -y) that will write checkpoints moves an
-// earlier run's checkpoints aside the same way. Rank 0 holds an flock on the directory for the
-// whole run: two trainers cannot share one.
+// -resume-step N picks N. Loading only READS: every file is checked and nothing in the directory
+// changes. Once the run is about to train (the trainer's commit_out_dir), ckpt_commit_resume moves
+// every checkpoint file of a later step into a folder set_aside_<step>_<nonce>/ (said on stdout,
+// never deleted) with the log.jsonl records after the step (ckpt_log_truncate), and LATEST names
+// the step resumed, so the directory holds one history; a run that fails before, or trains no
+// step (reading a checkpoint to export it), leaves the directory as it found it. A fresh run (no
+// -y) that will write checkpoints moves an earlier run's checkpoints aside the same way, at the
+// same point. The -e file is never moved or removed (same_file). DONE and LATEST also carry the
+// run's record ("run" lines, see Marker): the trainer's flags that define the run. Rank 0 holds an
+// flock on the directory for the whole run: two trainers cannot share one.
 //
 // May call: model.h (the tensor table) and zero.h (the Zero state, its gathers and the host
 // communicator's broadcasts and sums).
@@ -80,6 +86,7 @@ typedef struct {
     int64_t train_tokens;    // tokens in the training shards
     int writer_R;            // resume: ranks that wrote the checkpoint
     char tune[128];          // -tune's choice as flags ("-z 2 -r 1"), "" when the run did not tune: kept in DONE
+    const char* run;         // save: the run's record for DONE ("KEY VALUE" lines, see Marker), NULL: none
 } CkptMeta;
 
 // ---- CRC32C (Castagnoli): SSE4.2's crc32 instruction where the build has it, else slicing-by-8.
@@ -139,7 +146,8 @@ static uint32_t crc32c_update(uint32_t crc, const void* buf, size_t n) { return 
 //   ZT_FAULT=enospc-write:SUBSTR  the file is created, its first write fails with ENOSPC
 //   ZT_FAULT=eio-fsync:SUBSTR     everything is written, its fsync fails with EIO
 //   ZT_FAULT=eio-rename:SUBSTR    fsynced and closed, the rename to its final name fails with EIO
-//   ZT_FAULT=slow:SUBSTR          writing such a file takes 3 s longer (slow storage)
+//   ZT_FAULT=slow:SUBSTR          creating such a file takes 3 s longer (slow storage): any file
+//                                 written through ckpt_create (model, state, DONE, LATEST, -export)
 //   ZT_FAULT=crash:POINT[:rankN][:stepS]  the process dies (SIGKILL) at a point of a save:
 //                                 before-write (the temporary file is created, nothing written),
 //                                 before-fsync, before-rename, before-done (rank 0, every file renamed)
@@ -169,6 +177,7 @@ static void ckpt_crash_point(const char* point, int rank, int step) {
 }
 
 static int g_ckpt_step = -1; // the step being saved (-1: none), for ZT_FAULT's crash points and :stepS
+static int g_fault_slow_count = 0; // files ZT_FAULT=slow delayed (said on stdout; the tests count them)
 
 // ZT_FAULT=kind:SUBSTR[:stepS] with SUBSTR in path (and S the step being saved): 1, with errno set
 // as that failure would (and the delay of "slow"), else 0.
@@ -183,7 +192,11 @@ static int ckpt_fault(const char* kind, const char* path) {
     if (!strstr(path, want) || (st && atoi(st + 5) != g_ckpt_step)) return 0;
     if (!strncmp(kind, "enospc", 6)) errno = ENOSPC;
     if (!strncmp(kind, "eio", 3)) errno = EIO;
-    if (!strcmp(kind, "slow")) sleep(3);
+    if (!strcmp(kind, "slow")) {
+        g_fault_slow_count++;
+        printf("ZT_FAULT: creating %s 3 s late (slow storage)\n", path);
+        sleep(3);
+    }
     return 1;
 }
 
@@ -193,6 +206,7 @@ static int g_fault_write_fd = -1;   // ZT_FAULT=enospc-write: the descriptor who
 
 // Create the temporary file `tmp` for `path` (flags: O_WRONLY or O_RDWR). -1 with errno on failure.
 static int ckpt_create(const char* path, const char* tmp, int flags) {
+    ckpt_fault("slow", path); // (sleeps when it applies)
     if (ckpt_fault("enospc", path)) return -1;
     int fd = open(tmp, flags | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0 && ckpt_fault("enospc-write", path)) g_fault_write_fd = fd;
@@ -320,7 +334,6 @@ static int write_model_file(Zero* z, const GPTConfig* c, const char* path, int f
     char tmp[PATH_MAX + 32];
     snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
     if (r0) {
-        ckpt_fault("slow", path);
         fd = ckpt_create(path, tmp, O_RDWR);
         if (fd < 0) { werr = errno; fprintf(stderr, "error: cannot create %s: %s\n", tmp, strerror(errno)); ok = 0; }
         int header[256] = {0};
@@ -515,28 +528,78 @@ static int write_state_file(Zero* z, const GPTConfig* c, const CkptMeta* meta, u
     if (!ok) file_abandon(fd, tmp);
     else if (file_commit(fd, tmp, path) != 0) werr = errno, ok = 0; // (fd closed, tmp removed)
     if (!ok) {
-        fprintf(stderr, "[rank %d] error: writing %s failed: %s. HINT: check free disk space and permissions\n", z->r, path, strerror(werr));
+        if (z->R > 1) fprintf(stderr, "[rank %d] ", z->r);
+        fprintf(stderr, "error: writing %s failed: %s. HINT: check free disk space and permissions\n", path, strerror(werr));
         return -1;
     }
     return 0;
 }
 
 // ---- Markers: DONE_%08d and LATEST, small text files of "key value" lines.
+// The run's record: the flags that define the run (and the data's shard-list hashes), one
+// "run KEY VALUE" line each after the fixed lines, VALUE escaped (\\ and \n) so that one line holds
+// it. The trainer decides what goes in (its flag table's RUN column); checkpoint.h only keeps the
+// text. Readers that predate it stop at the fixed lines (and "tune"): compatible both ways.
+#define CKPT_RUN_MAX 32768 // bytes of "KEY VALUE\n" lines at most
 typedef struct {
     int step;
     uint64_t nonce;
     int ranks;
     int64_t model_bytes;    // -1: no model file in this checkpoint
     uint32_t model_crc;
-    char tune[128];         // -tune's choice as flags, "" none (an optional last line)
+    char tune[128];         // -tune's choice as flags, "" none (an optional line)
+    char run[CKPT_RUN_MAX]; // the run's record, "KEY VALUE\n" lines (escaped values); "" none (an older checkpoint)
 } Marker;
 
+// Append "key value\n" to a run record (value escaped). -1 when it does not fit.
+static inline int ckpt_run_add(char* run, size_t cap, const char* key, const char* value) {
+    size_t n = strlen(run);
+    int k = snprintf(run + n, cap > n ? cap - n : 0, "%s ", key);
+    if (k < 0 || n + k >= cap) { run[n] = 0; return -1; }
+    n += k;
+    for (const char* v = value; *v; v++) {
+        const char* e = *v == '\\' ? "\\\\" : *v == '\n' ? "\\n" : NULL;
+        size_t w = e ? 2 : 1;
+        if (n + w + 2 > cap) { run[0] = 0; return -1; }
+        if (e) memcpy(run + n, e, 2); else run[n] = *v;
+        n += w;
+    }
+    run[n++] = '\n';
+    run[n] = 0;
+    return 0;
+}
+
+// The value of `key` in a run record, unescaped into out. 1 when found, 0 when not.
+static inline int ckpt_run_find(const char* run, const char* key, char* out, size_t cap) {
+    size_t kl = strlen(key);
+    for (const char* line = run; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        if (strncmp(line, key, kl) || line[kl] != ' ') continue;
+        size_t n = 0;
+        for (const char* v = line + kl + 1; *v && *v != '\n' && n + 1 < cap; v++) {
+            if (*v == '\\' && (v[1] == '\\' || v[1] == 'n')) { out[n++] = v[1] == 'n' ? '\n' : '\\'; v++; }
+            else out[n++] = *v;
+        }
+        out[n] = 0;
+        return 1;
+    }
+    return 0;
+}
+
 static int marker_write(const char* path, const Marker* mk) {
-    char text[512];
-    int n = snprintf(text, sizeof(text), "zerotrain checkpoint\nstep %d\nnonce %016llx\nranks %d\nmodel_bytes %lld\nmodel_crc32c %08x\n",
+    size_t cap = 1024 + 2 * CKPT_RUN_MAX;
+    char* text = (char*)malloc(cap);
+    if (!text) { errno = ENOMEM; return -1; }
+    int n = snprintf(text, cap, "zerotrain checkpoint\nstep %d\nnonce %016llx\nranks %d\nmodel_bytes %lld\nmodel_crc32c %08x\n",
                      mk->step, (unsigned long long)mk->nonce, mk->ranks, (long long)mk->model_bytes, mk->model_crc);
-    if (mk->tune[0]) snprintf(text + n, sizeof(text) - n, "tune %s\n", mk->tune);
-    return write_text_file(path, text);
+    if (mk->tune[0]) n += snprintf(text + n, cap - n, "tune %s\n", mk->tune);
+    for (const char* line = mk->run; *line;) { // each record line as "run KEY VALUE"
+        size_t len = strcspn(line, "\n");
+        n += snprintf(text + n, cap - n, "run %.*s\n", (int)len, line);
+        line += len + (line[len] == '\n');
+    }
+    int rc = write_text_file(path, text);
+    free(text);
+    return rc;
 }
 
 // 0 if the file is a complete marker.
@@ -544,19 +607,33 @@ static int marker_read(const char* path, Marker* mk) {
     memset(mk, 0, sizeof(*mk));
     FILE* f = fopen(path, "r");
     if (!f) return -1;
-    char text[1024];
-    size_t n = fread(text, 1, sizeof(text) - 1, f);
+    size_t cap = 1024 + 2 * CKPT_RUN_MAX;
+    char* text = (char*)malloc(cap);
+    if (!text) { fclose(f); return -1; }
+    size_t n = fread(text, 1, cap - 1, f);
     fclose(f);
     text[n] = 0;
     unsigned long long nonce = 0;
     long long bytes = 0;
     unsigned crc = 0;
     if (sscanf(text, "zerotrain checkpoint\nstep %d\nnonce %llx\nranks %d\nmodel_bytes %lld\nmodel_crc32c %x\n",
-               &mk->step, &nonce, &mk->ranks, &bytes, &crc) != 5)
+               &mk->step, &nonce, &mk->ranks, &bytes, &crc) != 5) {
+        free(text);
         return -1;
+    }
     mk->nonce = nonce; mk->model_bytes = bytes; mk->model_crc = crc;
     const char* t = strstr(text, "\ntune "); // optional: the -tune choice (markers without it: not tuned)
     if (t) snprintf(mk->tune, sizeof(mk->tune), "%.*s", (int)strcspn(t + 6, "\n"), t + 6);
+    size_t rn = 0; // optional: the run's record
+    for (const char* r = strstr(text, "\nrun "); r; r = strstr(r + 1, "\nrun ")) {
+        size_t len = strcspn(r + 5, "\n");
+        if (rn + len + 2 > sizeof(mk->run)) break;
+        memcpy(mk->run + rn, r + 5, len);
+        rn += len;
+        mk->run[rn++] = '\n';
+        mk->run[rn] = 0;
+    }
+    free(text);
     return mk->step >= 0 && mk->ranks >= 1 && mk->ranks <= ZT_MAX_RANKS ? 0 : -1;
 }
 
@@ -605,27 +682,43 @@ static void remove_checkpoint(const char* dir, int step) {
     closedir(d);
 }
 
+// The same file (device and inode), for the path a run must not move or remove (its -e model).
+static int same_file(const char* a, const char* b) {
+    struct stat x, y;
+    return a && b && a[0] && b[0] && stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
+// The folder dir/set_aside_<after>_<nonce>/ (created if needed) into sub. Dies when it cannot be made.
+static void ckpt_aside_dir(const char* dir, int after, uint64_t nonce, char* sub, size_t cap) {
+    snprintf(sub, cap, "%s/set_aside_%08d_%016llx", dir, after < 0 ? 0 : after, (unsigned long long)nonce);
+    if (mkdir(sub, 0755) != 0 && errno != EEXIST) die(1, "cannot create %s: %s", sub, strerror(errno));
+}
+
 // Move every checkpoint file of a step above `after` (and LATEST when after < 0) into
-// dir/set_aside_<after>_<nonce>/. Prints what it moved, with `why`. Returns the files moved.
-static int ckpt_set_aside(const char* dir, int after, uint64_t nonce, const char* why) {
-    char sub[PATH_MAX], from[PATH_MAX], to[PATH_MAX + 256];
-    snprintf(sub, sizeof(sub), "%s/set_aside_%08d_%016llx", dir, after < 0 ? 0 : after, (unsigned long long)nonce);
+// dir/set_aside_<after>_<nonce>/, except `keep` (this run's -e file, when it lies in dir: it is
+// said and left where it is). Prints what it moved, with `why`. Returns the files moved; sub gets
+// the folder's path when it moved any ("" otherwise).
+static int ckpt_set_aside(const char* dir, int after, uint64_t nonce, const char* why, const char* keep, char* sub, size_t cap) {
+    char from[PATH_MAX], to[PATH_MAX + 256];
+    sub[0] = 0;
     DIR* d = opendir(dir);
     if (!d) return 0;
-    int moved = 0, nsteps = 0, steps[8];
+    int moved = 0, nsteps = 0, steps[8], kept = 0;
     struct dirent* e;
     while ((e = readdir(d))) {
         int s = ckpt_file_step(e->d_name);
         int latest = after < 0 && !strcmp(e->d_name, "LATEST");
         if (s <= after && !latest) continue;
-        if (!moved && mkdir(sub, 0755) != 0 && errno != EEXIST) die(1, "cannot create %s: %s", sub, strerror(errno));
         snprintf(from, sizeof(from), "%s/%s", dir, e->d_name);
+        if (same_file(from, keep)) { kept = 1; continue; }
+        if (!moved) ckpt_aside_dir(dir, after, nonce, sub, cap);
         snprintf(to, sizeof(to), "%s/%s", sub, e->d_name);
         if (!strncmp(e->d_name, "DONE_", 5) && rename(from, to) != 0) die(1, "cannot move %s to %s: %s", from, sub, strerror(errno));
         if (!strncmp(e->d_name, "DONE_", 5) && nsteps < 8) steps[nsteps++] = s;
         moved++;
     }
     closedir(d);
+    if (kept) printf("checkpoints: %s is this run's -e model: left in place\n", keep);
     if (!moved) return 0;
     fsync_dir(dir); // markers first: a crash from here on leaves no marker for the moved steps
     d = opendir(dir);
@@ -633,6 +726,7 @@ static int ckpt_set_aside(const char* dir, int after, uint64_t nonce, const char
         int s = ckpt_file_step(e->d_name);
         if ((s < 0 || s <= after) && !(after < 0 && !strcmp(e->d_name, "LATEST"))) continue;
         snprintf(from, sizeof(from), "%s/%s", dir, e->d_name);
+        if (same_file(from, keep)) continue;
         snprintf(to, sizeof(to), "%s/%s", sub, e->d_name);
         if (rename(from, to) != 0) die(1, "cannot move %s to %s: %s", from, sub, strerror(errno));
     }
@@ -645,10 +739,11 @@ static int ckpt_set_aside(const char* dir, int after, uint64_t nonce, const char
     return moved;
 }
 
-// Rank 0, at start-up (the directory is locked): remove what a crash left behind — temporary
-// files of checkpoint writes (NAME.tmp.PID) and files of steps that have no DONE marker (a save
-// that never completed: nothing vouches for them, no resume can use them). Says what it removed.
-static void ckpt_clean_leftovers(const char* dir) {
+// Rank 0, when the run commits to the directory (see ckpt_commit_resume): remove what a crash left
+// behind — temporary files of checkpoint writes (NAME.tmp.PID) and files of steps that have no
+// DONE marker (a save that never completed: nothing vouches for them, no resume can use them),
+// except `keep` (this run's -e file). Says what it removed.
+static void ckpt_clean_leftovers(const char* dir, const char* keep) {
     DIR* d = opendir(dir);
     if (!d) return;
     int* done;
@@ -665,6 +760,7 @@ static void ckpt_clean_leftovers(const char* dir) {
         for (int i = 0; i < ndone && orphan; i++) orphan = done[i] != s;
         if (!is_tmp && !orphan) continue;
         snprintf(path, sizeof(path), "%s/%s", dir, name);
+        if (same_file(path, keep)) { printf("checkpoints: %s has no DONE marker but is this run's -e model: kept\n", path); continue; }
         if (unlink(path) == 0) { tmps += is_tmp; orphans += orphan; }
     }
     closedir(d);
@@ -673,20 +769,83 @@ static void ckpt_clean_leftovers(const char* dir) {
         printf("checkpoints: removed %d temporary file(s) and %d file(s) of incomplete checkpoints (no DONE marker) from %s\n", tmps, orphans, dir);
 }
 
+// Rank 0: log.jsonl keeps its records up to `step` (and the records without a step), so the steps
+// trained again are not logged twice. The records it drops are appended to aside/log.jsonl first
+// (fsynced), then the log is rewritten atomically: a crash between leaves a record in both places,
+// never in neither. Dies on a write error (nothing changed then but the copy).
+static void ckpt_log_truncate(const char* path, int step, const char* aside) {
+    FILE* in = fopen(path, "r");
+    if (!in) return;
+    char tmp[PATH_MAX + 32], moved[PATH_MAX + 32];
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
+    snprintf(moved, sizeof(moved), "%s/log.jsonl", aside);
+    FILE* out = fopen(tmp, "w");
+    if (!out) die(1, "cannot write %s: %s", tmp, strerror(errno));
+    FILE* drop = NULL;
+    size_t cap = 1 << 16;
+    char* line = (char*)malloc(cap);
+    int dropped = 0;
+    ssize_t n;
+    while ((n = getline(&line, &cap, in)) > 0) {
+        int s;
+        int later = sscanf(line, "{\"step\": %d", &s) == 1 && s > step;
+        if (later && !drop && !(drop = fopen(moved, "a"))) die(1, "cannot write %s: %s", moved, strerror(errno));
+        if (fwrite(line, 1, (size_t)n, later ? drop : out) != (size_t)n) die(1, "writing %s failed: %s", later ? moved : tmp, strerror(errno));
+        dropped += later;
+    }
+    free(line);
+    fclose(in);
+    if (drop && (fflush(drop) != 0 || fsync(fileno(drop)) != 0 || fclose(drop) != 0)) die(1, "writing %s failed: %s. HINT: check free disk space", moved, strerror(errno));
+    if (fflush(out) != 0 || fsync(fileno(out)) != 0 || fclose(out) != 0 || rename(tmp, path) != 0)
+        die(1, "rewriting %s failed: %s. HINT: check free disk space", path, strerror(errno));
+    if (dropped) printf("resume: %d record(s) of log.jsonl after step %d moved to %s (those steps are trained again)\n", dropped, step, moved);
+}
+
+// The set_aside_* folders in dir and their bytes (they are never removed by the trainer: a
+// roll-back's abandoned branch or an older run may still be wanted). Said at start-up.
+static void ckpt_note_set_asides(const char* dir) {
+    DIR* d = opendir(dir);
+    if (!d) return;
+    int n = 0;
+    double bytes = 0.0;
+    struct dirent* e;
+    char path[PATH_MAX * 2];
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, "set_aside_", 10)) continue;
+        n++;
+        char sub[PATH_MAX];
+        snprintf(sub, sizeof(sub), "%s/%s", dir, e->d_name);
+        DIR* s = opendir(sub);
+        struct dirent* f;
+        while (s && (f = readdir(s))) {
+            struct stat st;
+            snprintf(path, sizeof(path), "%s/%s", sub, f->d_name);
+            if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) bytes += (double)st.st_size;
+        }
+        if (s) closedir(s);
+    }
+    closedir(d);
+    if (n) printf("note: %s holds %d set_aside_* folder(s), %.1f MiB (the trainer never deletes them: rm -r them when they are no longer needed)\n",
+                  dir, n, bytes / 1048576.0);
+}
+
+// 64 random bits (never 0), drawn by the caller alone.
+static uint64_t ckpt_nonce_local(void) {
+    uint64_t nonce = 0;
+    int fd = open("/dev/urandom", O_RDONLY);
+    if (fd < 0 || pread_all(fd, &nonce, sizeof(nonce), 0) != 0) { // not seekable: read
+        if (fd >= 0 && read(fd, &nonce, sizeof(nonce)) != (ssize_t)sizeof(nonce)) nonce = 0;
+    }
+    if (fd >= 0) close(fd);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    nonce ^= ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 16);
+    return nonce ? nonce : 1;
+}
+
 // Rank 0 draws 64 random bits, every rank gets them.
 static uint64_t ckpt_nonce(Comm* comm) {
-    uint64_t nonce = 0;
-    if (comm->r == 0) {
-        int fd = open("/dev/urandom", O_RDONLY);
-        if (fd < 0 || pread_all(fd, &nonce, sizeof(nonce), 0) != 0) { // not seekable: read
-            if (fd >= 0 && read(fd, &nonce, sizeof(nonce)) != (ssize_t)sizeof(nonce)) nonce = 0;
-        }
-        if (fd >= 0) close(fd);
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        nonce ^= ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 16);
-        if (nonce == 0) nonce = 1;
-    }
+    uint64_t nonce = comm->r == 0 ? ckpt_nonce_local() : 0;
     comm_broadcast(comm, &nonce, sizeof(nonce), 0);
     return nonce;
 }
@@ -747,11 +906,13 @@ static int ckpt_save(Zero* z, const GPTConfig* c, const char* dir, const CkptMet
         return CKPT_NONFINITE;
     }
     if (check[0] != 0.0) return CKPT_FAILED;
-    Marker mk = {meta->step, nonce, z->R, -1, 0, ""};
-    snprintf(mk.tune, sizeof(mk.tune), "%s", meta->tune);
+    Marker* mk = (Marker*)calloc(1, sizeof(Marker)); // (32 KiB: not on the stack)
+    mk->step = meta->step; mk->nonce = nonce; mk->ranks = z->R; mk->model_bytes = -1;
+    snprintf(mk->tune, sizeof(mk->tune), "%s", meta->tune);
+    snprintf(mk->run, sizeof(mk->run), "%s", meta->run ? meta->run : "");
     g_ckpt_step = meta->step;
     snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, meta->step);
-    if (with_model && write_model_file(z, c, path, sizeof(floatX) == 4, &mk.model_crc, &mk.model_bytes) != 0) err += 1.0;
+    if (with_model && write_model_file(z, c, path, sizeof(floatX) == 4, &mk->model_crc, &mk->model_bytes) != 0) err += 1.0;
     snprintf(path, sizeof(path), "%s/state_%08d_%05d.bin", dir, meta->step, z->r);
     if (write_state_file(z, c, meta, nonce, path) != 0) err += 1.0;
     comm_sum_doubles(comm, &err, 1); // every rank learns whether all files are safe
@@ -760,10 +921,9 @@ static int ckpt_save(Zero* z, const GPTConfig* c, const char* dir, const CkptMet
     if (ok && z->r == 0) {
         ckpt_crash_point("before-done", z->r, meta->step);
         snprintf(path, sizeof(path), "%s/DONE_%08d", dir, meta->step);
-        Marker latest = mk;
-        if (marker_write(path, &mk) != 0) { fprintf(stderr, "error: writing %s failed: %s\n", path, strerror(errno)); ok = 0; }
+        if (marker_write(path, mk) != 0) { fprintf(stderr, "error: writing %s failed: %s\n", path, strerror(errno)); ok = 0; }
         snprintf(path, sizeof(path), "%s/LATEST", dir);
-        if (ok && marker_write(path, &latest) != 0) { fprintf(stderr, "error: writing %s failed: %s\n", path, strerror(errno)); ok = 0; }
+        if (ok && marker_write(path, mk) != 0) { fprintf(stderr, "error: writing %s failed: %s\n", path, strerror(errno)); ok = 0; }
         if (ok) printf("checkpoint: step %d written to %s\n", meta->step, dir);
         if (ok && keep > 0) { // the newest `keep` complete checkpoints up to this one (the history resume follows)
             int* steps;
@@ -775,6 +935,7 @@ static int ckpt_save(Zero* z, const GPTConfig* c, const char* dir, const CkptMet
         }
     }
     g_ckpt_step = -1;
+    free(mk);
     comm_broadcast(comm, &ok, sizeof(ok), 0);
     return ok ? 0 : CKPT_FAILED;
 }
@@ -797,6 +958,7 @@ typedef struct {
     int chunk_file;
     int64_t chunk_index;
     int64_t bytes_read;  // payload bytes read and verified
+    int64_t* file_read;  // of them, from each file
 } OldState;
 
 static int cmp_oldpiece(const void* a, const void* b) {
@@ -817,6 +979,7 @@ static void old_state_open(OldState* os, Zero* z, const GPTConfig* c, const char
     os->size = (int64_t*)calloc(R_old, sizeof(int64_t));
     os->crcs = (uint32_t**)calloc(R_old, sizeof(uint32_t*));
     os->paths = (char**)calloc(R_old, sizeof(char*));
+    os->file_read = (int64_t*)calloc(R_old, sizeof(int64_t));
     os->chunk = (char*)malloc(CKPT_CHUNK);
     os->chunk_file = -1;
     int64_t logical_total = z->lay.logical_total;
@@ -897,6 +1060,7 @@ static void old_state_read(OldState* os, int f, int64_t off, char* dst, int64_t 
                          os->paths[f], (long long)lo, (long long)(lo + clen), got, os->crcs[f][ci]);
             os->chunk_file = f; os->chunk_index = ci;
             os->bytes_read += clen;
+            os->file_read[f] += clen;
         }
         int64_t take = lo + clen - off < n ? lo + clen - off : n;
         memcpy(dst, os->chunk + (off - lo), take);
@@ -925,7 +1089,7 @@ static void old_state_fill(void* ctx, float* dst, int64_t logical, int64_t len) 
 static void old_state_close(OldState* os) {
     for (int f = 0; f < os->nfiles; f++) { close(os->fd[f]); free(os->crcs[f]); free(os->paths[f]); }
     free(os->fd); free(os->total); free(os->data_off); free(os->size); free(os->crcs); free(os->paths);
-    free(os->pieces); free(os->chunk);
+    free(os->pieces); free(os->chunk); free(os->file_read);
 }
 
 // Rank 0: which checkpoint to resume (-1: none). Follows LATEST; resume_step > 0 picks that step.
@@ -961,57 +1125,112 @@ static int ckpt_choose(const char* dir, int resume_step, Marker* mk, int quiet) 
     return chosen;
 }
 
-// Rank 0, before anything is allocated: the step a resume will take (-1: none) and the -tune choice
-// its DONE marker records into tune ("" when none). Reads the markers only (quietly: ckpt_resume
-// says what it chose, and checks every file, when it loads).
+// Rank 0, before anything is allocated: the step a resume will take (-1: none) and its marker
+// (the -tune choice, the run's record). Reads the markers only (quietly: ckpt_resume says what it
+// chose, and checks every file, when it loads).
+static int ckpt_peek(const char* dir, int resume_step, Marker* mk) {
+    memset(mk, 0, sizeof(*mk));
+    return ckpt_choose(dir, resume_step, mk, 1);
+}
 static int ckpt_peek_tune(const char* dir, int resume_step, char* tune, size_t cap) {
-    Marker mk;
-    memset(&mk, 0, sizeof(mk));
-    int step = ckpt_choose(dir, resume_step, &mk, 1);
-    snprintf(tune, cap, "%s", step >= 0 ? mk.tune : "");
+    Marker* mk = (Marker*)malloc(sizeof(Marker));
+    int step = ckpt_peek(dir, resume_step, mk);
+    snprintf(tune, cap, "%s", step >= 0 ? mk->tune : "");
+    free(mk);
     return step;
 }
 
-// Resume from the checkpoint LATEST names (rank 0 chooses, every rank follows; see the top).
-// Returns 1 with meta filled when one was loaded, 0 when there is none.
-static int ckpt_resume(Zero* z, const GPTConfig* c, const char* dir, int resume_step, CkptMeta* meta) {
-    Marker mk;
-    memset(&mk, 0, sizeof(mk));
+// Load the checkpoint LATEST names (or -resume-step's): rank 0 chooses, every rank follows. It
+// READS only: every file is checked (the model file's size and CRC32C against DONE, each state
+// file's header, piece table and every payload chunk it reads: together the ranks read them all)
+// and nothing in dir changes — the roll-back's writes are ckpt_commit_resume's, once the run is
+// about to train (a run that reads a checkpoint to export it, or fails before its first step,
+// leaves the directory as it found it). Says which files each rank read and how many MiB.
+// Returns 1 with meta and mk (the marker: the commit needs it) filled when one was loaded, 0 when
+// there is none.
+static int ckpt_resume(Zero* z, const GPTConfig* c, const char* dir, int resume_step, CkptMeta* meta, Marker* mk) {
+    memset(mk, 0, sizeof(*mk));
     int step = -1;
+    int64_t model_read = 0;
     if (z->r == 0) {
-        step = ckpt_choose(dir, resume_step, &mk, 0);
-        if (step >= 0) { // one history: later steps are set aside, LATEST names this one
-            char why[128];
-            if (resume_step > 0) snprintf(why, sizeof(why), "rolled back to step %d", step);
-            else snprintf(why, sizeof(why), "resuming step %d", step);
-            ckpt_set_aside(dir, step, mk.nonce, why);
+        step = ckpt_choose(dir, resume_step, mk, 0);
+        if (step >= 0 && mk->model_bytes >= 0) { // the model file is the one this save wrote
             char path[PATH_MAX];
-            snprintf(path, sizeof(path), "%s/LATEST", dir);
-            if (marker_write(path, &mk) != 0) die(1, "resume: writing %s failed: %s", path, strerror(errno));
-            if (mk.model_bytes >= 0) { // the model file is the one this save wrote
-                uint32_t crc;
-                int64_t bytes;
-                snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, step);
-                if (file_crc32c(path, &crc, &bytes) != 0) die_user("resume: cannot read %s: %s (DONE_%08d lists it)", path, strerror(errno), step);
-                if (bytes != mk.model_bytes || crc != mk.model_crc)
-                    die_user("resume: %s (%lld bytes, CRC32C %08x) is not the file DONE_%08d vouches for (%lld bytes, %08x): corrupt or from another run. HINT: -resume-step an older checkpoint",
-                             path, (long long)bytes, crc, step, (long long)mk.model_bytes, mk.model_crc);
-            }
+            uint32_t crc;
+            snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, step);
+            if (file_crc32c(path, &crc, &model_read) != 0) die_user("resume: cannot read %s: %s (DONE_%08d lists it)", path, strerror(errno), step);
+            if (model_read != mk->model_bytes || crc != mk->model_crc)
+                die_user("resume: %s (%lld bytes, CRC32C %08x) is not the file DONE_%08d vouches for (%lld bytes, %08x): corrupt or from another run. HINT: -resume-step an older checkpoint",
+                         path, (long long)model_read, crc, step, (long long)mk->model_bytes, mk->model_crc);
         }
     }
     comm_broadcast(z->comm, &step, sizeof(step), 0);
     if (step < 0) { printf0("resume: no complete checkpoint in %s, starting from step 0\n", dir); return 0; }
-    comm_broadcast(z->comm, &mk, sizeof(mk), 0);
+    comm_broadcast(z->comm, mk, sizeof(*mk), 0);
     OldState os;
-    old_state_open(&os, z, c, dir, &mk, meta);
-    snprintf(meta->tune, sizeof(meta->tune), "%s", mk.tune);
+    old_state_open(&os, z, c, dir, mk, meta);
+    snprintf(meta->tune, sizeof(meta->tune), "%s", mk->tune);
     for (int a = 0; a < 3; a++) {
         os.which = a;
         zero_fill_opt(z, a, old_state_fill, &os);
     }
+    // what each rank read: its state files' verified bytes (and rank 0 the model file for its CRC32C)
+    uint64_t* col = (uint64_t*)malloc(sizeof(uint64_t) * z->R);
+    uint64_t* all = (uint64_t*)malloc(sizeof(uint64_t) * z->R * (os.nfiles + 1));
+    for (int f = 0; f <= os.nfiles; f++) {
+        comm_allgather_u64(z->comm, f < os.nfiles ? (uint64_t)os.file_read[f] : (uint64_t)model_read, col);
+        for (int q = 0; q < z->R; q++) all[q * (os.nfiles + 1) + f] = col[q];
+    }
+    for (int q = 0; q < z->R && z->r == 0; q++) {
+        const uint64_t* row = all + q * (os.nfiles + 1);
+        double total = 0.0;
+        int files = 0;
+        for (int f = 0; f <= os.nfiles; f++) { total += (double)row[f]; files += row[f] > 0; }
+        printf("resume: rank %d read %.2f MiB from %d file(s):", q, total / 1048576.0, files);
+        for (int f = 0, shown = 0; f <= os.nfiles; f++) {
+            if (!row[f]) continue;
+            if (shown++ == 8) { printf(" ..."); break; }
+            if (f < os.nfiles) printf(" state_%08d_%05d.bin %.2f MiB", step, f, row[f] / 1048576.0);
+            else printf(" model_%08d.bin %.2f MiB (its CRC32C)", step, row[f] / 1048576.0);
+        }
+        printf("\n");
+    }
+    free(col);
+    free(all);
     old_state_close(&os);
     zero_params_from_master(z);
     return 1;
+}
+
+// Rank 0, when a resumed run is about to train its first step (everything was loaded and checked):
+// one history from here on — every checkpoint file of a later step goes into
+// set_aside_<step>_<nonce>/ (said), LATEST names the step resumed, and log.jsonl's records after it
+// move into that folder too (ckpt_log_truncate). keep: this run's -e file (never moved).
+static void ckpt_commit_resume(const char* dir, const Marker* mk, int rolled_back, const char* keep) {
+    char why[128], sub[PATH_MAX], path[PATH_MAX];
+    if (rolled_back) snprintf(why, sizeof(why), "rolled back to step %d", mk->step);
+    else snprintf(why, sizeof(why), "resuming step %d", mk->step);
+    ckpt_set_aside(dir, mk->step, mk->nonce, why, keep, sub, sizeof(sub));
+    snprintf(path, sizeof(path), "%s/LATEST", dir);
+    Marker* latest = (Marker*)malloc(sizeof(Marker));
+    if (marker_read(path, latest) != 0 || latest->step != mk->step || latest->nonce != mk->nonce)
+        if (marker_write(path, mk) != 0) die(1, "resume: writing %s failed: %s", path, strerror(errno));
+    free(latest);
+    snprintf(path, sizeof(path), "%s/log.jsonl", dir);
+    FILE* lf = fopen(path, "r");
+    int later = 0; // does the log hold records after the step? (then they need a folder to go to)
+    if (lf) {
+        char* line = NULL;
+        size_t cap = 0;
+        int s;
+        while (!later && getline(&line, &cap, lf) > 0)
+            later = sscanf(line, "{\"step\": %d", &s) == 1 && s > mk->step;
+        free(line);
+        fclose(lf);
+    }
+    if (!later) return;
+    if (!sub[0]) ckpt_aside_dir(dir, mk->step, mk->nonce, sub, sizeof(sub));
+    ckpt_log_truncate(path, mk->step, sub);
 }
 
 #endif // ZT_CHECKPOINT_H

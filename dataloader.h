@@ -43,7 +43,8 @@
 // counts them; the trainer prints a note); only when no shard holds a sample is that an error.
 // Every batch is read with pread from a descriptor kept open, and its token ids are checked
 // again: a shard truncated or rewritten in place mid-run is an error naming it, never a SIGBUS
-// or an out-of-range id reaching the model.
+// or an out-of-range id reaching the model. Mask files are read the same way (never mapped):
+// every batch's mask bytes by pread, each checked to be 0 or 1 again.
 // Shards stay mmapped read-only for the loader's lifetime (the start-up scan; the tests read
 // them); the shuffle keeps one permutation of
 // S int64 (8 bytes per sample), recomputed when a unit reaches another epoch.
@@ -98,9 +99,8 @@ typedef struct {
     int64_t ntok;           // N_i, from the header, checked against the file size
     int64_t nsamples;       // n_i = (N_i - 1) / T
     int64_t first_sample;   // global number of this shard's sample 0 (sum of n over earlier shards)
-    void* mask_map;         // PATH.mask, mmapped read-only (NULL: no mask file)
-    size_t mask_bytes;
-    const uint8_t* mask;    // (ntok) 1: token i is a counted target
+    int mask_fd;            // PATH.mask, open for the loader's lifetime (-1: no mask file); read with pread
+    int64_t mask_counted;   // targets that count in this shard's samples (mask ones at 1 .. nsamples*T)
 } DataShard;
 
 typedef struct {
@@ -118,6 +118,8 @@ typedef struct {
     uint32_t* sample_buf;   // (T+1) one sample as read from its shard, widened to uint32
     char err[1024];         // dataloader_load's error, when it returns -1
     int has_mask;           // every shard has a loss mask (PATH.mask)
+    uint8_t* mask_buf;      // (T+1) one sample's mask as read from its file
+    int64_t mask_counted;   // [masks] targets that count over all samples (0: nothing to learn from)
 } DataLoader;
 
 // Unmap and free everything; safe on a zeroed, half-built or already freed loader.
@@ -125,7 +127,7 @@ static inline void dataloader_free(DataLoader* dl) {
     for (int i = 0; dl->shards && i < dl->nshards; i++) {
         if (dl->shards[i].map) munmap(dl->shards[i].map, dl->shards[i].map_bytes);
         if (dl->shards[i].fd >= 0) close(dl->shards[i].fd);
-        if (dl->shards[i].mask_map) munmap(dl->shards[i].mask_map, dl->shards[i].mask_bytes);
+        if (dl->shards[i].mask_fd >= 0) close(dl->shards[i].mask_fd);
         free(dl->shards[i].path);
     }
     free(dl->shards);
@@ -133,6 +135,7 @@ static inline void dataloader_free(DataLoader* dl) {
     free(dl->inputs);
     free(dl->targets);
     free(dl->sample_buf);
+    free(dl->mask_buf);
     memset(dl, 0, sizeof(*dl));
     dl->perm_epoch = -1;
 }
@@ -152,7 +155,9 @@ static inline int dataloader_error(char* err, size_t errlen, const char* fmt, ..
 #define MASK_MAGIC 20261201
 #define MASK_VERSION 1
 
-// The shard's loss mask PATH.mask, if there is one: mapped and checked (header, N, T, size, 0/1).
+// The shard's loss mask PATH.mask, if there is one: opened (kept open: batches read it with pread,
+// like the tokens) and checked whole once (header, N, T, size, every value 0 or 1), counting the
+// targets that count.
 static inline int dataloader_open_mask(DataShard* sh, int T, char* err, size_t errlen) {
     char mpath[4096];
     if (snprintf(mpath, sizeof(mpath), "%s.mask", sh->path) >= (int)sizeof(mpath)) return dataloader_error(err, errlen, "shard %s: path too long", sh->path);
@@ -161,28 +166,30 @@ static inline int dataloader_open_mask(DataShard* sh, int T, char* err, size_t e
         if (errno == ENOENT) return 0; // no mask: every target counts
         return dataloader_error(err, errlen, "mask %s: cannot open: %s", mpath, strerror(errno));
     }
+    sh->mask_fd = fd; // (dataloader_free closes it)
     struct stat st;
-    if (fstat(fd, &st) != 0 || st.st_size != SHARD_HEADER_BYTES + sh->ntok) {
-        close(fd);
+    if (fstat(fd, &st) != 0 || st.st_size != SHARD_HEADER_BYTES + sh->ntok)
         return dataloader_error(err, errlen, "mask %s: %lld bytes, expected %lld (header + one byte per token of %s)", mpath,
                                 (long long)st.st_size, (long long)(SHARD_HEADER_BYTES + sh->ntok), sh->path);
-    }
-    void* map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED) return dataloader_error(err, errlen, "mask %s: cannot mmap: %s", mpath, strerror(errno));
-    sh->mask_map = map;
-    sh->mask_bytes = (size_t)st.st_size;
     int32_t h[4];
-    memcpy(h, map, sizeof(h));
+    if (pread(fd, h, sizeof(h), 0) != (ssize_t)sizeof(h)) return dataloader_error(err, errlen, "mask %s: cannot read its header: %s", mpath, strerror(errno));
     if (h[0] != MASK_MAGIC || h[1] != MASK_VERSION)
         return dataloader_error(err, errlen, "mask %s: wrong magic/version %d/%d (expected %d/%d)", mpath, h[0], h[1], MASK_MAGIC, MASK_VERSION);
     if (h[2] != sh->ntok) return dataloader_error(err, errlen, "mask %s: counts %d tokens, its shard %lld", mpath, h[2], (long long)sh->ntok);
     if (h[3] != T)
         return dataloader_error(err, errlen, "mask %s: the examples were packed for T = %d, this run has T = %d. HINT: train with -t %d, "
                                 "or tokenize again with -t %d", mpath, h[3], T, h[3], T);
-    sh->mask = (const uint8_t*)map + SHARD_HEADER_BYTES;
-    for (int64_t i = 0; i < sh->ntok; i++)
-        if (sh->mask[i] > 1) return dataloader_error(err, errlen, "mask %s: value %u at index %lld is not 0 or 1", mpath, sh->mask[i], (long long)i);
+    uint8_t buf[1 << 16];
+    for (int64_t i = 0; i < sh->ntok;) { // the start-up scan, a chunk at a time
+        ssize_t r = pread(fd, buf, (size_t)(sh->ntok - i < (int64_t)sizeof(buf) ? sh->ntok - i : (int64_t)sizeof(buf)), SHARD_HEADER_BYTES + i);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return dataloader_error(err, errlen, "mask %s: cannot read byte %lld: %s", mpath, (long long)i, r < 0 ? strerror(errno) : "end of file");
+        for (ssize_t k = 0; k < r; k++) {
+            if (buf[k] > 1) return dataloader_error(err, errlen, "mask %s: value %u at index %lld is not 0 or 1", mpath, buf[k], (long long)(i + k));
+            if (i + k >= 1 && i + k <= sh->nsamples * T) sh->mask_counted += buf[k]; // a target of some sample
+        }
+        i += r;
+    }
     return 0;
 }
 
@@ -282,7 +289,7 @@ static inline int dataloader_init(DataLoader* dl, const char* pattern, int B, in
         return dataloader_error(err, errlen, "dataloader %s: out of memory", pattern);
     }
     dl->nshards = (int)g.gl_pathc;
-    for (int i = 0; i < dl->nshards; i++) dl->shards[i].fd = -1;
+    for (int i = 0; i < dl->nshards; i++) dl->shards[i].fd = dl->shards[i].mask_fd = -1;
     for (int i = 0; i < dl->nshards; i++) {
         dl->shards[i].path = strdup(g.gl_pathv[i]);
         if (!dl->shards[i].path) {
@@ -301,7 +308,8 @@ static inline int dataloader_init(DataLoader* dl, const char* pattern, int B, in
         }
         dl->shards[i].first_sample = dl->total_samples;
         dl->total_samples += dl->shards[i].nsamples;
-        if (dl->shards[i].mask) dl->has_mask = 1;
+        if (dl->shards[i].mask_fd >= 0) dl->has_mask = 1;
+        dl->mask_counted += dl->shards[i].mask_counted;
     }
     if (dl->total_samples == 0) { // every shard too short: name the first
         const DataShard* sh = &dl->shards[0];
@@ -311,7 +319,7 @@ static inline int dataloader_init(DataLoader* dl, const char* pattern, int B, in
         return -1;
     }
     for (int i = 0; dl->has_mask && i < dl->nshards; i++)
-        if (!dl->shards[i].mask) {
+        if (dl->shards[i].mask_fd < 0) {
             char e[512];
             snprintf(e, sizeof(e), "shard %s: no loss mask (%s.mask) while other shards of '%s' have one", dl->shards[i].path, dl->shards[i].path, pattern);
             dataloader_free(dl);
@@ -323,8 +331,9 @@ static inline int dataloader_init(DataLoader* dl, const char* pattern, int B, in
     dl->inputs = (int*)malloc(BT * sizeof(int));
     dl->targets = (int*)malloc(BT * sizeof(int));
     dl->sample_buf = (uint32_t*)malloc(((size_t)T + 1) * sizeof(uint32_t));
+    dl->mask_buf = (uint8_t*)malloc((size_t)T + 1);
     if (shuffle) dl->perm = (int64_t*)malloc((size_t)dl->total_samples * sizeof(int64_t));
-    if (!dl->inputs || !dl->targets || !dl->sample_buf || (shuffle && !dl->perm)) {
+    if (!dl->inputs || !dl->targets || !dl->sample_buf || !dl->mask_buf || (shuffle && !dl->perm)) {
         dataloader_free(dl);
         return dataloader_error(err, errlen, "dataloader %s: out of memory for the batch or the permutation", pattern);
     }
@@ -390,10 +399,29 @@ static inline int dataloader_read_sample(DataLoader* dl, int64_t sample) {
     return 0;
 }
 
-// The loss mask of global sample `sample` (its T+1 bytes), or NULL when its shard has none.
-static inline const uint8_t* dataloader_sample_mask(const DataLoader* dl, int64_t sample) {
+// The loss mask of global sample `sample` (its T+1 bytes) into dl->mask_buf with pread, checked
+// again as the tokens are (a mask truncated or rewritten mid-run is an error naming it, never a
+// SIGBUS or a value other than 0/1 in the loss). *m = NULL when its shard has none. 0, or -1 (dl->err).
+static inline int dataloader_read_mask(DataLoader* dl, int64_t sample, const uint8_t** m) {
     const DataShard* sh = dataloader_sample_shard(dl, sample);
-    return sh->mask ? sh->mask + (sample - sh->first_sample) * dl->T : NULL;
+    *m = NULL;
+    if (sh->mask_fd < 0) return 0;
+    int64_t first = (sample - sh->first_sample) * dl->T;
+    size_t want = (size_t)dl->T + 1, got = 0;
+    while (got < want) {
+        ssize_t r = pread(sh->mask_fd, dl->mask_buf + got, want - got, SHARD_HEADER_BYTES + (off_t)first + (off_t)got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0)
+            return dataloader_error(dl->err, sizeof(dl->err), "mask %s.mask: cannot read bytes %lld..%lld: %s (the file changed since start-up?)",
+                                    sh->path, (long long)first, (long long)(first + dl->T), r < 0 ? strerror(errno) : "the file is shorter than at start-up");
+        got += (size_t)r;
+    }
+    for (int t = 0; t <= dl->T; t++)
+        if (dl->mask_buf[t] > 1)
+            return dataloader_error(dl->err, sizeof(dl->err), "mask %s.mask: value %u at index %lld is not 0 or 1 (the file changed since start-up)",
+                                    sh->path, dl->mask_buf[t], (long long)(first + t));
+    *m = dl->mask_buf;
+    return 0;
 }
 
 // The sample at stream position p (its epoch's permutation when shuffling).
@@ -406,13 +434,14 @@ static inline int64_t dataloader_position_sample(DataLoader* dl, int64_t p) {
 }
 
 // Targets that count in unit `unit` (B*T without masks). Reads no more than the masks: every rank
-// can count the whole global batch itself before its first backward.
+// can count the whole global batch itself before its first backward. -1 on a read error (dl->err).
 static inline int64_t dataloader_count_targets(DataLoader* dl, int64_t unit) {
     int B = dl->B, T = dl->T;
     if (!dl->has_mask) return (int64_t)B * T;
     int64_t n = 0;
     for (int b = 0; b < B; b++) {
-        const uint8_t* m = dataloader_sample_mask(dl, dataloader_position_sample(dl, unit * B + b));
+        const uint8_t* m;
+        if (dataloader_read_mask(dl, dataloader_position_sample(dl, unit * B + b), &m) != 0) return -1;
         for (int t = 1; t <= T; t++) n += m[t];
     }
     return n;
@@ -436,7 +465,8 @@ static inline int dataloader_load(DataLoader* dl, int64_t unit) {
         if (b == 0) dataloader_fault_slow(dataloader_sample_shard(dl, sample));
         if (dataloader_read_sample(dl, sample) != 0) return -1;
         const uint32_t* tok = dl->sample_buf;
-        const uint8_t* m = dataloader_sample_mask(dl, sample);
+        const uint8_t* m;
+        if (dataloader_read_mask(dl, sample, &m) != 0) return -1;
         for (int t = 0; t < T; t++) {
             dl->inputs[b * T + t] = (int)tok[t];
             dl->targets[b * T + t] = !m || m[t + 1] ? (int)tok[t + 1] : -1; // -1: masked (does not count)

@@ -16,78 +16,88 @@
 #include "zero.h"     // defines: comm_finalize
 
 typedef enum { F_INT, F_FLOAT, F_STR, F_SWITCH } FlagType; // F_SWITCH: present = 1, takes no value
+// FLAG_RUN: the flag defines the run (model, data, T, batch, optimizer, schedule, seed, data order):
+// checkpoints record it, a resume takes it when not given and refuses another value unless
+// -resume-change names it (see "The run's record" below). FLAG_KEEP: recorded and taken the same
+// way, but a resume may change it freely (-x, -n, -nk, -v, -m, -s, ...: how the run goes on, not
+// what it is). FLAG_FREE: not recorded (-threads, -z, -r, logging, actions such as -export, ...).
+typedef enum { FLAG_FREE, FLAG_RUN, FLAG_KEEP } FlagKind;
 
-// X(flag, field, type, default, help)
+// X(flag, field, type, default, run, help)
 #define FLAG_TABLE(X)                                                                                   \
-    X("-device",        device,          F_STR,   "auto",   "cpu | cuda | auto (cuda when a GPU is present)")                    \
-    X("-e",             model,           F_STR,   "auto",   "model: dN (d6 d12 d24 d36 d48 d60 d72 d84), tiny, an llm.c .bin file, or a Hugging Face GPT-2 (a directory with config.json + model.safetensors or its index, or a .safetensors file); auto: d12 on cuda, tiny on cpu") \
-    X("-layers",        layers,          F_INT,   "0",      "override L, the number of layers (0: from -e)")                   \
-    X("-channels",      channels,        F_INT,   "0",      "override C, the width (0: from -e)")                               \
-    X("-heads",         heads,           F_INT,   "0",      "override NH, the attention heads (0: from -e)")                    \
-    X("-max-seq",       max_seq,         F_INT,   "0",      "override the model's maximum sequence length (0: from -e)")       \
-    X("-vocab",         vocab,           F_INT,   "0",      "override V, the vocabulary size (0: from -e); padded to 128")     \
-    X("-i",             train_data,      F_STR,   "data/kjv_train.bin", "train data: glob of llm.c token shards")              \
-    X("-j",             val_data,        F_STR,   "data/kjv_val.bin",   "val data: glob of llm.c token shards (\"\": none)")     \
-    X("-tokenizer",     tokenizer,       F_STR,   "data/gpt2_tokenizer.bin", "tokenizer for -tokenize, -prompt and samples: llm.c's file (+ -merges), or a Hugging Face tokenizer.json or a directory holding one (byte-level BPE: GPT-2, Llama 3, Qwen2, SmolLM2); default: -e DIR's tokenizer.json if it has one, else GPT-2's") \
-    X("-tokenize",      tokenize,        F_STR,   "",       "encode this text file with the -tokenizer (GPT-2's BPE by default) into llm.c shards named by -o (a prefix; uint32 ids above 65,536), then exit; documents are separated by lines that are exactly <|endoftext|>. A .jsonl file of {\"prompt\", \"completion\"} lines is packed for -t with a loss mask (completion + EOT count)") \
-    X("-merges",        merges,          F_STR,   "data/gpt2_merges.bin", "GPT-2 merge list for llm.c's tokenizer file (a tokenizer.json holds its own)")                         \
-    X("-val-every",     val_every_doc,   F_INT,   "20",     "with -tokenize: every N-th document goes to the val shards (0: none)") \
-    X("-shard-tokens",  shard_tokens,    F_INT,   "100000000", "with -tokenize: tokens per shard at most")                          \
-    X("-o",             out_dir,         F_STR,   "",       "output directory: log.jsonl and checkpoints (\"\": none)")        \
-    X("-b",             B,               F_INT,   "auto",   "micro-batch size per rank (auto: 8 on cpu, 16 on cuda)")           \
-    X("-t",             T,               F_INT,   "auto",   "sequence length (auto: 64 on cpu, 1024 on cuda, at most the model's)") \
-    X("-d",             total_batch,     F_INT,   "-1",     "total batch per step in tokens; a multiple of B*T*R gives accumulation (-1: B*T*R)") \
-    X("-x",             max_steps,       F_INT,   "auto",   "steps to train (auto: 300 on cpu, one epoch on cuda; -1: one epoch)") \
-    X("-l",             lr,              F_FLOAT, "auto",   "peak learning rate (auto: 1e-3 on cpu, 6e-4 on cuda)")             \
-    X("-u",             warmup,          F_INT,   "auto",   "learning-rate warmup steps (auto: 5% of the steps)")               \
-    X("-q",             lr_final,        F_FLOAT, "0.1",    "final learning rate as a fraction of the peak")                    \
-    X("-k",             lr_schedule,     F_STR,   "cosine", "learning-rate schedule after warmup: cosine | linear | constant")  \
-    X("-c",             weight_decay,    F_FLOAT, "0.1",    "AdamW weight decay (matrices only)")                               \
-    X("-beta1",         beta1,           F_FLOAT, "0.9",    "AdamW beta1")                                                      \
-    X("-beta2",         beta2,           F_FLOAT, "0.95",   "AdamW beta2")                                                      \
-    X("-eps",           eps,             F_FLOAT, "1e-8",   "AdamW epsilon")                                                    \
-    X("-grad-clip",     grad_clip,       F_FLOAT, "1.0",    "clip the global gradient norm to this (0: off)")                   \
-    X("-seed",          seed,            F_INT,   "1337",   "seed of initialisation, data order and sampling")                  \
-    X("-shuffle",       shuffle,         F_INT,   "1",      "1: shuffle samples every epoch; 0: llm.c's sequential order")      \
-    X("-v",             val_every,       F_INT,   "auto",   "validation loss every N steps (auto: 25 on cpu, 250 on cuda; 0: never)") \
-    X("-m",             val_steps,       F_INT,   "20",     "validation batches per evaluation (-1: the whole val set)")       \
-    X("-s",             sample_every,    F_INT,   "auto",   "sample text every N steps (auto: 100 on cpu, 500 on cuda; 0: never)") \
-    X("-g",             gen_tokens,      F_INT,   "64",     "tokens to generate per sample")                                    \
-    X("-n",             ckpt_every,      F_INT,   "0",      "checkpoint every N steps and at the end (0: never; needs -o)")     \
-    X("-nk",            ckpt_keep,       F_INT,   "0",      "keep only the newest N checkpoints (0: keep all)")                 \
-    X("-y",             resume,          F_INT,   "0",      "1: resume from the newest complete checkpoint in -o")              \
-    X("-r",             recompute,       F_INT,   "1",      "recompute in backward: 0 none, 1 GELU, 2 GELU+layernorms, 3 whole blocks; auto: with -z auto, the planner's choice") \
-    X("-z",             zero_stage,      F_INT,   "0",      "ZeRO stage: 0 replicate, 1 shard optimizer, 2 +gradients, 3 +parameters; auto: the lowest-time stage that fits (see -plan)") \
-    X("-threads",       threads,         F_INT,   "0",      "CPU threads per rank (0: cores / ranks on this node, or OMP_NUM_THREADS)") \
-    X("-blas",          blas,            F_INT,   "0",      "1: CPU matmuls through OpenBLAS when built with it (machine-dependent sums; docs/performance.md says when it is faster); 0: the plain loop") \
-    X("-comm-trace",    comm_trace,      F_INT,   "0",      "1: print every collective (kind, block, bytes)")                   \
-    X("-comm-timeout",  comm_timeout,    F_FLOAT, "300",    "seconds a collective may take before the run ends with an error (0: forever)") \
-    X("-comm-delay",    comm_delay,      F_INT,   "0",      "debug: delay every collective by N ms (exposes missing waits)")   \
-    X("-poison",        poison,          F_INT,   "auto",   "debug: fill released ZeRO buffers with NaN (auto: 1 in DEBUG=1 builds, else 0)")                       \
-    X("-data-trace",    data_trace,      F_INT,   "0",      "debug: log a hash of every rank's micro-batch")                    \
-    X("-log-hash",      log_hash,        F_INT,   "0",      "log hashes of parameters, m and v at the end (reproducibility checks)") \
-    X("-resume-step",   resume_step,     F_INT,   "0",      "with -y 1: resume from this checkpoint step instead of the newest")     \
-    X("-export",        export_path,     F_STR,   "",       "when training ends, write the model to this llm.c file (with -y 1 -x 0: consolidates a sharded checkpoint)") \
-    X("-plan",          plan,            F_SWITCH, "0",     "print memory and time per rank for every ZeRO stage x recompute mode and a recommendation, then exit (allocates nothing)") \
-    X("-world",         world,           F_INT,   "0",      "with -plan: plan for this many ranks (0: the ranks this run has)")   \
-    X("-gpu-mem",       gpu_mem,         F_STR,   "",       "memory per rank for -plan and -z auto, e.g. 80GiB, 40GB, 512MiB (\"\": the device's free memory)") \
-    X("-link-gbps",     link_gbps,       F_FLOAT, "auto",   "link bandwidth per rank for -plan, Gbit/s per direction (auto: on cuda 3600 NVLink-class up to 8 ranks, 400 InfiniBand-class beyond; 80 on cpu)") \
-    X("-tflops",        tflops,          F_FLOAT, "auto",   "compute rate per rank for -plan, TFLOP/s (auto: on cpu the median of 15 matmuls timed by CPU time, on cuda 50% of the -gpu's BF16 peak)") \
-    X("-max-skips",     max_skips,       F_INT,   "10",     "end the run with exit code 4 after this many consecutive skipped steps (non-finite gradient norm or update; 0: never)") \
-    X("-save-model",    save_model,      F_STR,   "1",      "llm.c model file in each checkpoint: 1 every one, last only the final one, 0 none (resume needs only the state files)") \
-    X("-io-timeout",    io_timeout,      F_FLOAT, "auto",   "seconds ranks wait for rank 0's checkpoint or -export writes and for each other's evaluation reads (auto: bytes rank 0 writes at 50 MB/s, at least 600; 0: forever)") \
-    X("-export-hf",     export_hf,       F_STR,   "",       "when training ends, write the model as a Hugging Face GPT-2 checkpoint into this directory (config.json + model.safetensors)") \
-    X("-prompt",        prompt,          F_STR,   "",       "generate from this prompt (or from each line of @FILE) at the sample steps and at the end, up to -g tokens or an EOT (encoded with -merges)") \
-    X("-export-dtype",  export_dtype,    F_STR,   "auto",   "dtype of -export / -export-hf: fp32 (from the FP32 master weights), bf16 (the parameters as trained), fp16 (-export-hf only); auto: -export the parameters' dtype, -export-hf fp32") \
-    X("-gpu",           gpu,             F_STR,   "auto",   "GPU model for -plan and MFU: h100, h200, a100, l40s, l4, a10, ... (auto: the GPU present; h100 when planning without one)") \
-    X("-tune",          tune,            F_SWITCH, "0",     "measure before training: every flag left at auto (-z, -r, -offload; with -tune, those not given count as auto) is chosen by running -tune-steps steps of each of the planner's fastest -tune-rows rows that fit (offload rows only where -z auto would offload: nothing fits without), on scratch state; the fastest that fits wins, and the run starts from its source with it (as if given; written into checkpoints, a resume reuses it)") \
-    X("-tune-steps",    tune_steps,      F_INT,   "5",      "with -tune: timed steps per candidate, after one warm-up step") \
-    X("-tune-rows",     tune_rows,       F_INT,   "4",      "with -tune: candidates at most, the planner's fastest rows that fit (1..16)") \
-    X("-offload",       offload,         F_STR,   "auto",   "where each rank's shard of the optimizer state (master, m, v) lives: none (the device) | cpu (host memory; AdamW runs on the host, bit-identical to none; needs -z 1, 2 or 3) | nvme (a file per rank under -offload-dir, streamed through -offload-buffer; likewise bit-identical) | auto (with -z auto, -r auto or -tune: cpu only when nothing fits without it, nvme only when -offload-dir is given and nothing fits in host memory either; otherwise none)") \
-    X("-pcie-gbps",     pcie_gbps,       F_FLOAT, "auto",   "host<->device bandwidth per rank for -plan's offload rows, Gbit/s per direction (auto: 200, PCIe 4.0 x16-class)") \
-    X("-offload-dir",   offload_dir,     F_STR,   "",       "with -offload nvme: the directory of each rank's optimizer-state file (12 bytes per element of its shard; removed at exit)") \
-    X("-offload-buffer", offload_buffer, F_STR,   "256MiB", "with -offload nvme: host memory per rank for streaming the state (three units of master, m, v plus the gradient and parameter staging), e.g. 256MiB") \
-    X("-disk-gbps",     disk_gbps,       F_FLOAT, "auto",   "disk bandwidth per node for -plan's nvme offload rows, Gbit/s per direction, shared by the node's ranks (auto: 16, one NVMe SSD-class)")
+    X("-device",        device,          F_STR,   "auto",   FLAG_FREE, "cpu | cuda | auto (cuda when a GPU is present)")                    \
+    X("-e",             model,           F_STR,   "auto",   FLAG_RUN,  "model: dN (d6 d12 d24 d36 d48 d60 d72 d84), tiny, an llm.c .bin file, or a Hugging Face GPT-2 (a directory with config.json + model.safetensors or its index, or a .safetensors file); auto: d12 on cuda, tiny on cpu") \
+    X("-layers",        layers,          F_INT,   "0",      FLAG_RUN,  "override L, the number of layers (0: from -e)")                   \
+    X("-channels",      channels,        F_INT,   "0",      FLAG_RUN,  "override C, the width (0: from -e)")                               \
+    X("-heads",         heads,           F_INT,   "0",      FLAG_RUN,  "override NH, the attention heads (0: from -e)")                    \
+    X("-max-seq",       max_seq,         F_INT,   "0",      FLAG_RUN,  "override the model's maximum sequence length (0: from -e)")       \
+    X("-vocab",         vocab,           F_INT,   "0",      FLAG_RUN,  "override V, the vocabulary size (0: from -e); padded to 128")     \
+    X("-i",             train_data,      F_STR,   "data/kjv_train.bin", FLAG_RUN,  "train data: glob of llm.c token shards")              \
+    X("-j",             val_data,        F_STR,   "data/kjv_val.bin",   FLAG_RUN,  "val data: glob of llm.c token shards (\"\": none)")     \
+    X("-tokenizer",     tokenizer,       F_STR,   "data/gpt2_tokenizer.bin", FLAG_FREE, "tokenizer for -tokenize, -prompt and samples: llm.c's file (+ -merges), or a Hugging Face tokenizer.json or a directory holding one (byte-level BPE: GPT-2, Llama 3, Qwen2, SmolLM2); default: -e DIR's tokenizer.json if it has one, else GPT-2's") \
+    X("-tokenize",      tokenize,        F_STR,   "",       FLAG_FREE, "encode this text file with the -tokenizer (GPT-2's BPE by default) into llm.c shards named by -o (a prefix; uint32 ids above 65,536), then exit; documents are separated by lines that are exactly <|endoftext|>. A .jsonl file of {\"prompt\", \"completion\"} lines is packed for -t with a loss mask (completion + EOT count)") \
+    X("-merges",        merges,          F_STR,   "data/gpt2_merges.bin", FLAG_FREE, "GPT-2 merge list for llm.c's tokenizer file (a tokenizer.json holds its own)")                         \
+    X("-val-every",     val_every_doc,   F_INT,   "20",     FLAG_FREE, "with -tokenize: every N-th document goes to the val shards (0: none)") \
+    X("-shard-tokens",  shard_tokens,    F_INT,   "100000000", FLAG_FREE, "with -tokenize: tokens per shard at most")                          \
+    X("-o",             out_dir,         F_STR,   "",       FLAG_FREE, "output directory: log.jsonl and checkpoints (\"\": none)")        \
+    X("-b",             B,               F_INT,   "auto",   FLAG_KEEP, "micro-batch size per rank (auto: 8 on cpu, 16 on cuda)")           \
+    X("-t",             T,               F_INT,   "auto",   FLAG_RUN,  "sequence length (auto: 64 on cpu, 1024 on cuda, at most the model's)") \
+    X("-d",             total_batch,     F_INT,   "-1",     FLAG_RUN,  "total batch per step in tokens; a multiple of B*T*R gives accumulation (-1: B*T*R)") \
+    X("-x",             max_steps,       F_INT,   "auto",   FLAG_KEEP, "steps to train (auto: 300 on cpu, one epoch on cuda; -1: one epoch)") \
+    X("-l",             lr,              F_FLOAT, "auto",   FLAG_RUN,  "peak learning rate (auto: 1e-3 on cpu, 6e-4 on cuda)")             \
+    X("-u",             warmup,          F_INT,   "auto",   FLAG_RUN,  "learning-rate warmup steps (auto: 5% of the steps)")               \
+    X("-q",             lr_final,        F_FLOAT, "0.1",    FLAG_RUN,  "final learning rate as a fraction of the peak")                    \
+    X("-k",             lr_schedule,     F_STR,   "cosine", FLAG_RUN,  "learning-rate schedule after warmup: cosine | linear | constant")  \
+    X("-c",             weight_decay,    F_FLOAT, "0.1",    FLAG_RUN,  "AdamW weight decay (matrices only)")                               \
+    X("-beta1",         beta1,           F_FLOAT, "0.9",    FLAG_RUN,  "AdamW beta1")                                                      \
+    X("-beta2",         beta2,           F_FLOAT, "0.95",   FLAG_RUN,  "AdamW beta2")                                                      \
+    X("-eps",           eps,             F_FLOAT, "1e-8",   FLAG_RUN,  "AdamW epsilon")                                                    \
+    X("-grad-clip",     grad_clip,       F_FLOAT, "1.0",    FLAG_RUN,  "clip the global gradient norm to this (0: off)")                   \
+    X("-seed",          seed,            F_INT,   "1337",   FLAG_RUN,  "seed of initialisation, data order and sampling")                  \
+    X("-shuffle",       shuffle,         F_INT,   "1",      FLAG_RUN,  "1: shuffle samples every epoch; 0: llm.c's sequential order")      \
+    X("-v",             val_every,       F_INT,   "auto",   FLAG_KEEP, "validation loss every N steps (auto: 25 on cpu, 250 on cuda; 0: never)") \
+    X("-m",             val_steps,       F_INT,   "20",     FLAG_KEEP, "validation batches per evaluation (-1: the whole val set)")       \
+    X("-s",             sample_every,    F_INT,   "auto",   FLAG_KEEP, "sample text every N steps (auto: 100 on cpu, 500 on cuda; 0: never)") \
+    X("-g",             gen_tokens,      F_INT,   "64",     FLAG_KEEP, "tokens to generate per sample")                                    \
+    X("-temperature",   temperature,     F_FLOAT, "1.0",    FLAG_FREE, "sampling temperature of the samples and -prompt (0: greedy, always the most likely token)") \
+    X("-top-k",         top_k,           F_INT,   "0",      FLAG_FREE, "sample from the K most likely tokens only (0: all)")               \
+    X("-n",             ckpt_every,      F_INT,   "0",      FLAG_KEEP, "checkpoint every N steps and at the end (0: never; needs -o)")     \
+    X("-nk",            ckpt_keep,       F_INT,   "0",      FLAG_KEEP, "keep only the newest N checkpoints (0: keep all)")                 \
+    X("-y",             resume,          F_INT,   "0",      FLAG_FREE, "1: resume from the newest complete checkpoint in -o; the flags it records (the run's: -e, -i, -j, -t, -d, the optimizer's, the schedule's, -seed; and -b, -x, -n, -nk, -v, -m, -s, -g, -save-model, -max-skips) are taken from it when not given")              \
+    X("-resume-change", resume_change,   F_STR,   "",       FLAG_FREE, "with -y 1: the run-defining flags this resume changes on purpose, e.g. -i or -i,-l (a given value that differs from the checkpoint's is refused otherwise)") \
+    X("-r",             recompute,       F_INT,   "1",      FLAG_FREE, "recompute in backward: 0 none, 1 GELU, 2 GELU+layernorms, 3 whole blocks; auto: with -z auto, the planner's choice") \
+    X("-z",             zero_stage,      F_INT,   "0",      FLAG_FREE, "ZeRO stage: 0 replicate, 1 shard optimizer, 2 +gradients, 3 +parameters; auto: the lowest-time stage that fits (see -plan)") \
+    X("-threads",       threads,         F_INT,   "0",      FLAG_FREE, "CPU threads per rank (0: cores / ranks on this node, or OMP_NUM_THREADS)") \
+    X("-blas",          blas,            F_INT,   "0",      FLAG_FREE, "1: CPU matmuls through OpenBLAS when built with it (machine-dependent sums; docs/performance.md says when it is faster); 0: the plain loop") \
+    X("-comm-trace",    comm_trace,      F_INT,   "0",      FLAG_FREE, "1: print every collective (kind, block, bytes)")                   \
+    X("-comm-timeout",  comm_timeout,    F_FLOAT, "300",    FLAG_FREE, "seconds a collective may take before the run ends with an error (0: forever)") \
+    X("-comm-delay",    comm_delay,      F_INT,   "0",      FLAG_FREE, "debug: delay every collective by N ms (exposes missing waits)")   \
+    X("-poison",        poison,          F_INT,   "auto",   FLAG_FREE, "debug: fill released ZeRO buffers with NaN (auto: 1 in DEBUG=1 builds, else 0)")                       \
+    X("-data-trace",    data_trace,      F_INT,   "0",      FLAG_FREE, "debug: log a hash of every rank's micro-batch")                    \
+    X("-log-hash",      log_hash,        F_INT,   "0",      FLAG_FREE, "log hashes of parameters, m and v at the end (reproducibility checks)") \
+    X("-resume-step",   resume_step,     F_INT,   "0",      FLAG_FREE, "with -y 1: resume from this checkpoint step instead of the newest")     \
+    X("-export",        export_path,     F_STR,   "",       FLAG_FREE, "when training ends, write the model to this llm.c file (with -y 1 -x 0: consolidates a sharded checkpoint)") \
+    X("-plan",          plan,            F_SWITCH, "0",     FLAG_FREE, "print memory and time per rank for every ZeRO stage x recompute mode and a recommendation, then exit (allocates nothing)") \
+    X("-world",         world,           F_INT,   "0",      FLAG_FREE, "with -plan: plan for this many ranks (0: the ranks this run has)")   \
+    X("-gpu-mem",       gpu_mem,         F_STR,   "",       FLAG_FREE, "memory per rank for -plan and -z auto, e.g. 80GiB, 40GB, 512MiB (\"\": the device's free memory)") \
+    X("-host-mem",      host_mem,        F_STR,   "",       FLAG_FREE, "host memory per node for -plan's and -z auto's offload rows on cuda, e.g. 2TiB (\"\": this machine's available memory, said in the output)") \
+    X("-link-gbps",     link_gbps,       F_FLOAT, "auto",   FLAG_FREE, "link bandwidth per rank for -plan, Gbit/s per direction (auto: on cuda 3600 NVLink-class up to 8 ranks, 400 InfiniBand-class beyond; 80 on cpu)") \
+    X("-tflops",        tflops,          F_FLOAT, "auto",   FLAG_FREE, "compute rate per rank for -plan, TFLOP/s (auto: on cpu the median of 15 matmuls timed by CPU time, on cuda 50% of the -gpu's BF16 peak)") \
+    X("-max-skips",     max_skips,       F_INT,   "10",     FLAG_KEEP, "end the run with exit code 4 after this many consecutive skipped steps (non-finite gradient norm or update; 0: never)") \
+    X("-save-model",    save_model,      F_STR,   "1",      FLAG_KEEP, "llm.c model file in each checkpoint: 1 every one, last only the final one, 0 none (resume needs only the state files)") \
+    X("-io-timeout",    io_timeout,      F_FLOAT, "auto",   FLAG_FREE, "seconds ranks wait for rank 0's checkpoint or -export writes and for each other's evaluation reads (auto: bytes rank 0 writes at 50 MB/s, at least 600; 0: forever)") \
+    X("-export-hf",     export_hf,       F_STR,   "",       FLAG_FREE, "when training ends, write the model as a Hugging Face GPT-2 checkpoint into this directory (config.json + model.safetensors)") \
+    X("-prompt",        prompt,          F_STR,   "",       FLAG_FREE, "generate from this prompt (or from each line of @FILE; @FILE.jsonl: one JSON string per line, so a prompt may hold newlines) at the sample steps and at the end, up to -g tokens or an EOT (encoded with -merges)") \
+    X("-export-dtype",  export_dtype,    F_STR,   "auto",   FLAG_FREE, "dtype of -export / -export-hf: fp32 (from the FP32 master weights), bf16 (the parameters as trained), fp16 (-export-hf only); auto: -export the parameters' dtype, -export-hf fp32") \
+    X("-gpu",           gpu,             F_STR,   "auto",   FLAG_FREE, "GPU model for -plan and MFU: h100, h200, a100, l40s, l4, a10, ... (auto: the GPU present; h100 when planning without one)") \
+    X("-tune",          tune,            F_SWITCH, "0",     FLAG_FREE, "measure before training: every flag left at auto (-z, -r, -offload; with -tune, those not given count as auto) is chosen by running -tune-steps steps of each of the planner's fastest -tune-rows rows that fit (offload rows only where -z auto would offload: nothing fits without), on scratch state; the fastest that fits wins, and the run starts from its source with it (as if given; written into checkpoints, a resume reuses it)") \
+    X("-tune-steps",    tune_steps,      F_INT,   "5",      FLAG_FREE, "with -tune: timed steps per candidate, after one warm-up step") \
+    X("-tune-rows",     tune_rows,       F_INT,   "4",      FLAG_FREE, "with -tune: candidates at most, the planner's fastest rows that fit (1..16)") \
+    X("-offload",       offload,         F_STR,   "auto",   FLAG_FREE, "where each rank's shard of the optimizer state (master, m, v) lives: none (the device) | cpu (host memory; AdamW runs on the host, bit-identical to none; needs -z 1, 2 or 3) | nvme (a file per rank under -offload-dir, streamed through -offload-buffer; likewise bit-identical) | auto (with -z auto, -r auto or -tune: cpu only when nothing fits without it, nvme only when -offload-dir is given and nothing fits in host memory either; otherwise none)") \
+    X("-pcie-gbps",     pcie_gbps,       F_FLOAT, "auto",   FLAG_FREE, "host<->device bandwidth per rank for -plan's offload rows, Gbit/s per direction (auto: 200, PCIe 4.0 x16-class)") \
+    X("-offload-dir",   offload_dir,     F_STR,   "",       FLAG_FREE, "with -offload nvme: the directory of each rank's optimizer-state file (12 bytes per element of its shard; removed at exit)") \
+    X("-offload-buffer", offload_buffer, F_STR,   "256MiB", FLAG_FREE, "with -offload nvme: host memory per rank for streaming the state (three units of master, m, v plus the gradient and parameter staging), e.g. 256MiB") \
+    X("-disk-gbps",     disk_gbps,       F_FLOAT, "auto",   FLAG_FREE, "disk bandwidth per node for -plan's nvme offload rows, Gbit/s per direction, shared by the node's ranks (auto: 16, one NVMe SSD-class)")
 
 // How each type is declared and converted from its text.
 #define FLAG_FIELD_F_INT(field) int field;
@@ -106,14 +116,14 @@ typedef enum { F_INT, F_FLOAT, F_STR, F_SWITCH } FlagType; // F_SWITCH: present 
 // resolved ("auto" and sentinels replaced by what the run uses: _str, hashed across ranks), its value,
 // and whether the command line gave it (_set: -tune tunes only what was not given).
 typedef struct {
-#define X(flag, field, type, def, help) char field##_given[1024]; char field##_str[1024]; char field##_set; FLAG_FIELD_##type(field)
+#define X(flag, field, type, def, run, help) char field##_given[1024]; char field##_str[1024]; char field##_set; FLAG_FIELD_##type(field)
     FLAG_TABLE(X)
 #undef X
 } Flags;
 
 static void flags_print_help(FILE* f) {
     fprintf(f, "usage: ./train [flags]      (mpirun -np R ./train [flags] for R processes)\n\n");
-#define X(flag, field, type, def, help) \
+#define X(flag, field, type, def, run, help) \
     fprintf(f, "  %-14s %s (%s)\n", flag, help, type == F_SWITCH ? "a switch: no value" : def[0] ? "default: " def : "default: \"\"");
     FLAG_TABLE(X)
 #undef X
@@ -141,7 +151,7 @@ static int parse_float(const char* s, float* out) {
 // resolve_defaults. Bad input: one line naming the flag, exit 2.
 static void flags_parse(Flags* f, int argc, char** argv) {
     memset(f, 0, sizeof(*f));
-#define X(flag, field, type, def, help) snprintf(f->field##_str, sizeof(f->field##_str), "%s", def);
+#define X(flag, field, type, def, run, help) snprintf(f->field##_str, sizeof(f->field##_str), "%s", def);
     FLAG_TABLE(X)
 #undef X
     for (int i = 1; i < argc; i++) {
@@ -153,7 +163,7 @@ static void flags_parse(Flags* f, int argc, char** argv) {
             exit(0);
         }
         int known = 0;
-#define X(flag, field, type, def, help)                                                                      \
+#define X(flag, field, type, def, run, help)                                                                      \
         if (!known && !strcmp(a, flag) && type == F_SWITCH) {                                               \
             known = 1;                                                                                       \
             f->field##_set = 1;                                                                              \
@@ -170,7 +180,7 @@ static void flags_parse(Flags* f, int argc, char** argv) {
 #undef X
         if (!known) die_user("unknown flag '%s'. HINT: ./train -help lists the flags", a);
     }
-#define X(flag, field, type, def, help) snprintf(f->field##_given, sizeof(f->field##_given), "%s", f->field##_str);
+#define X(flag, field, type, def, run, help) snprintf(f->field##_given, sizeof(f->field##_given), "%s", f->field##_str);
     FLAG_TABLE(X)
 #undef X
 }
@@ -181,7 +191,7 @@ static void flags_parse(Flags* f, int argc, char** argv) {
 
 // Convert every flag's text (after "auto" has been replaced) to its value.
 static void flags_convert(Flags* f) {
-#define X(flag, field, type, def, help) FLAG_CONV_##type(flag, field, help)
+#define X(flag, field, type, def, run, help) FLAG_CONV_##type(flag, field, help)
     FLAG_TABLE(X)
 #undef X
 }
@@ -205,7 +215,7 @@ static void flags_print_table(const Flags* f) {
     printf0("+-----------------+------------------------------------------------------------------------+\n");
     printf0("| flag            | value (as given \u2192 as resolved)                                         |\n");
     printf0("+-----------------+------------------------------------------------------------------------+\n");
-#define X(flag, field, type, def, help) flags_print_row(flag, f->field##_given, f->field##_str);
+#define X(flag, field, type, def, run, help) flags_print_row(flag, f->field##_given, f->field##_str);
     FLAG_TABLE(X)
 #undef X
     printf0("+-----------------+------------------------------------------------------------------------+\n");
@@ -214,7 +224,7 @@ static void flags_print_table(const Flags* f) {
 // A hash of every flag's final text: ranks compare it at start-up.
 static uint64_t flags_hash(const Flags* f) {
     uint64_t h = FNV_INIT;
-#define X(flag, field, type, def, help) h = fnv1a(h, flag, strlen(flag)); h = fnv1a(h, f->field##_str, strlen(f->field##_str) + 1);
+#define X(flag, field, type, def, run, help) h = fnv1a(h, flag, strlen(flag)); h = fnv1a(h, f->field##_str, strlen(f->field##_str) + 1);
     FLAG_TABLE(X)
 #undef X
     return h;

@@ -312,13 +312,17 @@ static void plan_env(const Flags* f, const Launch* L, int R, PlanEnv* e) {
         e->ckpt_models = e->ckpt_kept <= 0 ? 0 : !strcmp(f->save_model, "1") ? e->ckpt_kept : !strcmp(f->save_model, "last") ? 1 : 0;
     }
     const char* hm = getenv("ZT_HOST_MEM"); // the node's host memory, overriding detection (testing)
-    if (hm && *hm) {
+    if (f->host_mem[0]) { // the planned node's, which need not be this machine
+        e->host_mem = parse_size(f->host_mem);
+        if (e->host_mem <= 0) die_user("flag -host-mem: '%s' is not a memory size (examples: 2TiB, 512GiB, 64MiB)", f->host_mem);
+        snprintf(e->host_src, sizeof(e->host_src), "-host-mem");
+    } else if (hm && *hm) {
         e->host_mem = parse_size(hm);
         if (e->host_mem <= 0) die_user("ZT_HOST_MEM='%s' is not a memory size (examples: 512GiB, 64MiB)", hm);
         snprintf(e->host_src, sizeof(e->host_src), "ZT_HOST_MEM");
     } else {
         e->host_mem = mem_available_bytes();
-        snprintf(e->host_src, sizeof(e->host_src), "available host memory on this node");
+        snprintf(e->host_src, sizeof(e->host_src), "available host memory on this machine; -host-mem sets the planned node's");
     }
 }
 
@@ -555,6 +559,8 @@ static void plan_env_show(Flags* f, const PlanEnv* e) {
     if (f->pcie_gbps == 0) FLAG_SHOW(f, pcie_gbps, "%.0f (%s)", e->pcie * 8 / 1e9, e->pcie_src);
     if (f->disk_gbps == 0) FLAG_SHOW(f, disk_gbps, "%.0f (%s)", e->disk * 8 / 1e9, e->disk_src);
     if (!f->gpu_mem[0]) FLAG_SHOW(f, gpu_mem, "%s (%s)", fmt_bytes(e->mem).s, e->mem_src);
+    if (!f->host_mem[0]) FLAG_SHOW(f, host_mem, "%s", g_device == DEV_CPU ? "unused: on the cpu device the host is the device (-gpu-mem)"
+                                                                          : fmt_bytes(e->host_mem).s);
 }
 
 // -z auto / -r auto: rank 0 plans with its own view of the memory and broadcasts the choice, so

@@ -21,12 +21,21 @@
 // field that is not a string, invalid UTF-8, an example that cannot fit); every file this run
 // wrote is removed again.
 //
-// defines: PromptStats, tokenize_prompts_to_shards
+// -prompt's side (below tokenize_prompts_to_shards): prompt_file_read reads @FILE as a stream (a
+// pipe, /dev/stdin, <(...) or a file: its size is never trusted), prompt_split cuts it into prompts
+// (plain text: one per non-empty line; FILE.jsonl: one JSON string per line, so a prompt may hold
+// newlines, e.g. "Q: ...\nA:"; a {"prompt": ...} object, the training format, also works), and
+// sample_token is the sampling rule of -prompt and the samples (-temperature, -top-k, greedy).
+//
+// defines: PromptStats, tokenize_prompts_to_shards, PromptList, prompt_file_read, prompt_split,
+//          prompt_list_free, sample_token
 //
 // May call: safetensors.h (the JSON parser), tokenizer.h and dataloader.h.
 #ifndef ZT_PROMPTS_H
 #define ZT_PROMPTS_H
 
+#include <math.h>
+#include <sys/stat.h>
 #include "safetensors.h" // defines: Json, json_parse, json_get (the strict parser)
 #include "tokenizer.h"   // defines: Tokenizer, tokenizer_encode, tokenize_shard_path
 #include "dataloader.h"  // defines: write_token_shard, MASK_MAGIC
@@ -182,6 +191,159 @@ static int tokenize_prompts_to_shards(Tokenizer* tok, const char* in_path, const
     free(written);
     for (int k = 0; k < 2; k++) { free(sp[k].tok); free(sp[k].mask); }
     return rc;
+}
+
+// ---- -prompt
+
+#define PROMPT_FILE_MAX ((size_t)64 << 20) // bytes of a prompt file at most
+
+// The whole of `path` (a file, a pipe, /dev/stdin, a <(...) descriptor) into a malloc'd,
+// NUL-terminated *out. Reads until end of file, never trusting a size from stat or ftell (a pipe
+// has none, a directory has a nonsense one). 0, or -1 with a message naming the path.
+static int prompt_file_read(const char* path, char** out, size_t* len, char* err, size_t errlen) {
+    *out = NULL;
+    *len = 0;
+    struct stat st;
+    if (stat(path, &st) != 0) return st_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    if (S_ISDIR(st.st_mode)) return st_err(err, errlen, "%s: is a directory (a prompt file holds one prompt per line, or one JSON string per line in a .jsonl)", path);
+    FILE* f = fopen(path, "rb");
+    if (!f) return st_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    size_t cap = 4096, n = 0;
+    char* buf = (char*)malloc(cap);
+    for (;;) {
+        if (!buf) { fclose(f); return st_err(err, errlen, "%s: out of memory", path); }
+        if (n + 1 == cap) {
+            if (cap >= PROMPT_FILE_MAX) { free(buf); fclose(f); return st_err(err, errlen, "%s: longer than %zu MiB: not a prompt file?", path, PROMPT_FILE_MAX >> 20); }
+            char* nb = (char*)realloc(buf, cap * 2);
+            if (!nb) free(buf);
+            buf = nb;
+            cap *= 2;
+            continue;
+        }
+        size_t r = fread(buf + n, 1, cap - 1 - n, f);
+        n += r;
+        if (r == 0) break;
+    }
+    int bad = ferror(f), e = errno;
+    fclose(f);
+    if (bad) { free(buf); return st_err(err, errlen, "%s: read failed: %s", path, strerror(e)); }
+    buf[n] = 0;
+    *out = buf;
+    *len = n;
+    return 0;
+}
+
+typedef struct { int n; char** text; size_t* len; } PromptList; // each prompt's bytes (NUL-terminated too)
+
+static int prompt_list_add(PromptList* pl, const char* s, size_t n) {
+    char** t = (char**)realloc(pl->text, sizeof(char*) * (pl->n + 1));
+    if (!t) return -1;
+    pl->text = t;
+    size_t* l = (size_t*)realloc(pl->len, sizeof(size_t) * (pl->n + 1));
+    if (!l) return -1;
+    pl->len = l;
+    char* c = (char*)malloc(n + 1);
+    if (!c) return -1;
+    memcpy(c, s, n);
+    c[n] = 0;
+    pl->text[pl->n] = c;
+    pl->len[pl->n++] = n;
+    return 0;
+}
+
+static void prompt_list_free(PromptList* pl) {
+    for (int i = 0; i < pl->n; i++) free(pl->text[i]);
+    free(pl->text);
+    free(pl->len);
+    memset(pl, 0, sizeof(*pl));
+}
+
+// The prompts in text[0, len): jsonl = 0, one per non-empty line (a trailing \r dropped); jsonl = 1,
+// each non-blank line one JSON string (or an object with a string "prompt"). `name` is for messages
+// (FILE:LINE). 0, or -1 with err.
+static int prompt_split(const char* name, const char* text, size_t len, int jsonl, PromptList* pl, char* err, size_t errlen) {
+    memset(pl, 0, sizeof(*pl));
+    long long lineno = 0;
+    for (size_t at = 0; at < len;) {
+        const char* line = text + at;
+        const char* nl = (const char*)memchr(line, '\n', len - at);
+        size_t n = nl ? (size_t)(nl - line) : len - at;
+        at += n + (nl ? 1 : 0);
+        lineno++;
+        if (n && line[n - 1] == '\r') n--;
+        size_t blank = 0;
+        while (blank < n && (line[blank] == ' ' || line[blank] == '\t')) blank++;
+        if (blank == n) continue;
+        if (!jsonl) {
+            if (prompt_list_add(pl, line, n)) { prompt_list_free(pl); return st_err(err, errlen, "%s: out of memory", name); }
+            continue;
+        }
+        Json j;
+        char jerr[256];
+        if (json_parse(&j, line, n, jerr, sizeof(jerr))) {
+            json_free(&j);
+            prompt_list_free(pl);
+            return st_err(err, errlen, "%s:%lld: %s (a .jsonl prompt file holds one JSON string per line, e.g. \"Q: ...\\nA:\")", name, lineno, jerr);
+        }
+        int node = j.nodes[0].type == JSON_STRING ? 0 : json_get(&j, 0, "prompt");
+        if (node < 0 || j.nodes[node].type != JSON_STRING) {
+            json_free(&j);
+            prompt_list_free(pl);
+            return st_err(err, errlen, "%s:%lld: not a JSON string (nor an object with a string \"prompt\")", name, lineno);
+        }
+        int rc = j.nodes[node].len == 0 ? 0 : prompt_list_add(pl, j.nodes[node].str, (size_t)j.nodes[node].len);
+        json_free(&j);
+        if (rc) { prompt_list_free(pl); return st_err(err, errlen, "%s: out of memory", name); }
+    }
+    return 0;
+}
+
+// The k-th largest of x[0, n) (k = 1: the largest). Reorders x. Quickselect (Hoare), middle pivot.
+static float kth_largest(float* x, int n, int k) {
+    int lo = 0, hi = n - 1, want = k - 1; // position want in descending order
+    while (lo < hi) {
+        float pivot = x[lo + (hi - lo) / 2];
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (x[i] > pivot) i++;
+            while (x[j] < pivot) j--;
+            if (i <= j) { float t = x[i]; x[i] = x[j]; x[j] = t; i++; j--; }
+        }
+        if (want <= j) hi = j;
+        else if (want >= i) lo = i;
+        else return x[want];
+    }
+    return x[want];
+}
+
+// The next token from logits[0, V): temperature 0 is greedy (the largest logit, the lowest index
+// on a tie); otherwise softmax(logits / temperature) over the top_k largest logits (0: all; ties at
+// the k-th value kept in index order until k), sampled by the inverse CDF in index order at u in
+// [0, 1). scratch: V floats, keep: V bytes (the caller's, allocated once).
+static int sample_token(const float* logits, int V, float temperature, int top_k, double u, float* scratch, unsigned char* keep) {
+    int best = 0;
+    for (int j = 1; j < V; j++) if (logits[j] > logits[best]) best = j;
+    if (temperature == 0.0f) return best;
+    memset(keep, 1, (size_t)V);
+    if (top_k > 0 && top_k < V) {
+        memcpy(scratch, logits, sizeof(float) * (size_t)V);
+        float thr = kth_largest(scratch, V, top_k);
+        int above = 0;
+        for (int j = 0; j < V; j++) above += logits[j] > thr;
+        int ties = top_k - above; // how many of the values equal to thr are kept, lowest index first
+        for (int j = 0; j < V; j++) keep[j] = logits[j] > thr || (logits[j] == thr && ties-- > 0);
+    }
+    double maxv = logits[best], sum = 0.0;
+    for (int j = 0; j < V; j++) if (keep[j]) sum += exp(((double)logits[j] - maxv) / temperature);
+    double target = u * sum, cdf = 0.0; // the first token whose cumulative weight passes u * sum
+    int last = best;
+    for (int j = 0; j < V; j++) {
+        if (!keep[j]) continue;
+        last = j;
+        cdf += exp(((double)logits[j] - maxv) / temperature);
+        if (target < cdf) return j;
+    }
+    return last;
 }
 
 #endif // ZT_PROMPTS_H

@@ -1,10 +1,9 @@
 // startup.h — everything before the model is built that needs no trainer: "auto" defaults per device
 // (resolve_defaults), the device (pick_device), the model's shape (-e descriptors, files, overrides:
 // model_config), the flag checks (check_flags), threads (setup_threads), the ranks' agreement
-// (ranks_agree, data_hash), -tokenize (run_tokenize), the output directory, log.jsonl on resume
-// (log_truncate_after), the process's memory (proc_status_bytes, peak_rss_bytes, gather_memory),
-// and what the run prints at start-up (print_setup: the settings table, the model, batch and
-// per-rank memory tables). train_gpt.cu's trainer_setup calls these in order.
+// (ranks_agree, data_hash), -tokenize (run_tokenize), the output directory, the process's memory
+// (proc_status_bytes, peak_rss_bytes, gather_memory), and what the run prints at start-up
+// (print_setup: the settings table, the model, batch and per-rank memory tables). train_gpt.cu's trainer_setup calls these in order.
 //
 // May call: flags.h, plan.h (parse_size, the GPU tables), acts.h (acts_bytes), model.h, zero.h (Comm,
 // Launch, comm_*), checkpoint.h (model_file_open), hf.h, tokenizer.h, prompts.h, dataloader.h.
@@ -151,7 +150,12 @@ static void model_config(const Flags* f, GPTConfig* c, int* from_file) {
     double params = ((double)c->Vp + c->maxT) * c->C + (double)c->L * (12.0 * c->C * c->C + 13.0 * c->C);
     if (params > MODEL_MAX_PARAMS)
         die_user("model: %.3g parameters (L %d, C %d) is above %.3g, the most this program supports. HINT: check -layers / -channels", params, c->L, c->C, MODEL_MAX_PARAMS);
+    const char* said = *from_file == 2 ? "its config.json's n_embd / n_head" : "its header's C / NH"; // (a file's shape takes no override flags)
+    if (c->C % c->NH != 0 && *from_file)
+        die_user("-e %s: %s, %d / %d, is not a whole number: not a GPT-2 this program can train (a corrupt or foreign file?)", f->model, said, c->C, c->NH);
     if (c->C % c->NH != 0) die_user("model: C = %d is not divisible by NH = %d. HINT: pick -channels a multiple of -heads", c->C, c->NH);
+    if (c->C / c->NH > ATT_MAX_HS && *from_file)
+        die_user("-e %s: %s, %d / %d, gives a head size above %d, the most the attention kernels support", f->model, said, c->C, c->NH, ATT_MAX_HS);
     if (c->C / c->NH > ATT_MAX_HS) die_user("model: head size C/NH = %d is above %d. HINT: use more -heads", c->C / c->NH, ATT_MAX_HS);
 }
 
@@ -197,6 +201,9 @@ static void check_flags(const Flags* f, const GPTConfig* c, int R) {
     if (f->shuffle != 0 && f->shuffle != 1) die_user("flag -shuffle: %d is not 0 or 1", f->shuffle);
     if (f->val_every < 0 || f->sample_every < 0 || f->ckpt_every < 0 || f->ckpt_keep < 0)
         die_user("flags -v, -s, -n, -nk: counts must not be negative");
+    if (f->val_steps < -1 || f->val_steps == 0) die_user("flag -m: %d validation batches: use a count >= 1, or -1 for the whole val set", f->val_steps);
+    if (f->temperature < 0) die_user("flag -temperature: %g is negative (0: greedy)", f->temperature);
+    if (f->top_k < 0) die_user("flag -top-k: %d is negative (0: every token)", f->top_k);
     if (f->gen_tokens < 1 || f->gen_tokens > GEN_MAX_TOKENS) die_user("flag -g: %d tokens to generate: must be 1..%d", f->gen_tokens, GEN_MAX_TOKENS);
     if ((int64_t)f->B * f->T > (1 << 24)) die_user("flags -b x -t: %lld tokens per micro-batch: at most %d", (long long)f->B * f->T, 1 << 24);
     if (f->resume != 0 && f->resume != 1) die_user("flag -y: %d is not 0 or 1", f->resume);
@@ -422,31 +429,6 @@ static uint64_t data_hash(const DataLoader* train, const DataLoader* val) {
         for (int i = 0; i < dl->nshards; i++) h = fnv1a(h, &dl->shards[i].ntok, sizeof(dl->shards[i].ntok));
     }
     return h;
-}
-
-// Resuming at `step`: log.jsonl keeps its records up to that step (and the records without a
-// step), so the steps trained again are not logged twice. Rewritten atomically.
-static void log_truncate_after(const char* path, int step) {
-    FILE* in = fopen(path, "r");
-    if (!in) return;
-    char tmp[PATH_MAX + 32];
-    snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
-    FILE* out = fopen(tmp, "w");
-    if (!out) die(1, "cannot write %s: %s", tmp, strerror(errno));
-    size_t cap = 1 << 16;
-    char* line = (char*)malloc(cap);
-    int dropped = 0;
-    ssize_t n;
-    while ((n = getline(&line, &cap, in)) > 0) {
-        int s;
-        if (sscanf(line, "{\"step\": %d", &s) == 1 && s > step) { dropped++; continue; }
-        fwrite(line, 1, (size_t)n, out);
-    }
-    free(line);
-    fclose(in);
-    if (fflush(out) != 0 || fsync(fileno(out)) != 0 || fclose(out) != 0 || rename(tmp, path) != 0)
-        die(1, "rewriting %s failed: %s. HINT: check free disk space", path, strerror(errno));
-    if (dropped) printf("resume: %d record(s) of log.jsonl after step %d removed (those steps are trained again)\n", dropped, step);
 }
 
 // A number for log.jsonl and tune.jsonl: JSON has no NaN or infinity, so those are written as null.

@@ -51,6 +51,7 @@
 #include "startup.h"           // defines: resolve_defaults, pick_device, model_config, check_flags, setup_threads, ranks_agree,
                                //          print_setup, run_tokenize, gather_memory, peak_rss_bytes, json_num, mkdir_p
 #include "tune.h"              // defines: TuneTrainer, tune_mark_auto, tune_config, tune_note_record (-tune)
+#include "run_record.h"        // defines: flags_take_recorded, run_record_build, run_record_check (what a checkpoint records of its run)
 
 // ----------------------------------------------------------------------------
 // 1. The model. GPT-2 (Radford et al. 2019): token + position embedding, L pre-norm blocks of
@@ -296,6 +297,14 @@ typedef struct {
     double peak_flops;      // [CUDA] the GPU's BF16 dense peak (0: unknown)
     size_t mem_baseline;    // [CUDA] device memory in use after the context and communicator exist
     char tune_choice[128];  // -tune's choice as flags ("-z 2 -r 1"; "" without -tune): into every checkpoint
+    Marker* resumed;        // the checkpoint this run resumed (its DONE marker), NULL: none
+    char* recorded_run;     // -y 1: the run's record in the checkpoint it resumes (flags_take_recorded), NULL: none
+    int recorded_step;      // that checkpoint's step
+    char* run_record;       // this run's record, into every checkpoint (flags_run_record + the shard lists)
+    int reading;            // 1: a resumed run that trains no step (-x at or below the step: export, evaluate): it changes nothing in -o
+    int committed;          // 1: the run has committed to -o (commit_out_dir)
+    char* log_mem;          // rank 0, before the commit: log.jsonl's records so far (tr->log is a memory stream)
+    size_t log_mem_len;
 } Trainer;
 
 // Learning rate at `step` (0-based): linear warmup over `warmup` steps, then the schedule down
@@ -348,7 +357,11 @@ static void trace_batch(const Trainer* tr, int micro) {
 static int64_t step_counted_targets(Trainer* tr, int step) {
     int64_t n = 0;
     for (int micro = 0; micro < tr->GA; micro++)
-        for (int q = 0; q < tr->R; q++) n += dataloader_count_targets(&tr->train, ((int64_t)step * tr->GA + micro) * tr->R + q);
+        for (int q = 0; q < tr->R; q++) {
+            int64_t k = dataloader_count_targets(&tr->train, ((int64_t)step * tr->GA + micro) * tr->R + q);
+            if (k < 0) die_user("-i: %s", tr->train.err); // a mask changed since start-up
+            n += k;
+        }
     return n;
 }
 
@@ -434,7 +447,8 @@ static StepResult train_step(Trainer* tr) {
     adamw_bias_corrections(&hp, tr->adam_t + 1); // this update's t, if it is applied
     if (fault_at("lr-spike", tr->r, tr->step + 1)) { // ZT_FAULT (tests): a finite learning rate whose update overflows
         hp.lr = FLT_MAX;
-        printf("[rank %d] ZT_FAULT: step %d's AdamW runs with lr %g\n", tr->r, tr->step + 1, (double)hp.lr);
+        if (tr->R > 1) printf("[rank %d] ", tr->r);
+        printf("ZT_FAULT: step %d's AdamW runs with lr %g\n", tr->step + 1, (double)hp.lr);
     }
     int apply = 1;
     if (z->offload) { // [offload] the scalars to the host, the overflow check on the host's state, the flag back
@@ -485,6 +499,7 @@ static CkptMeta trainer_ckpt_meta(const Trainer* tr) {
     m.train_tokens = dataloader_total_tokens(&tr->train);
     m.writer_R = tr->R;
     snprintf(m.tune, sizeof(m.tune), "%s", tr->tune_choice);
+    m.run = tr->run_record;
     return m;
 }
 
@@ -552,7 +567,16 @@ static int write_hf_checkpoint(Model* m, const char* dir, StDtype dtype) {
 // Resume from the checkpoint LATEST names (or -resume-step). Returns 1 if one was loaded.
 static int resume_checkpoint(Trainer* tr) {
     CkptMeta got, want = trainer_ckpt_meta(tr);
-    if (!ckpt_resume(&tr->model.z, &tr->model.cfg, tr->f.out_dir, tr->f.resume_step, &got)) return 0;
+    tr->resumed = (Marker*)malloc(sizeof(Marker));
+    if (!ckpt_resume(&tr->model.z, &tr->model.cfg, tr->f.out_dir, tr->f.resume_step, &got, tr->resumed)) {
+        free(tr->resumed);
+        tr->resumed = NULL;
+        if (tr->recorded_run) die_user("resume: the checkpoint of step %d (whose run flags this run took) is gone from %s", tr->recorded_step, tr->f.out_dir);
+        return 0;
+    }
+    if (tr->recorded_run ? tr->resumed->step != tr->recorded_step : tr->resumed->run[0] != 0) // (the directory changed before its lock was taken)
+        die_user("resume: %s changed while this run started (it took the run flags of step %d, then found step %d). HINT: run it again",
+                 tr->f.out_dir, tr->recorded_step, tr->resumed->step);
     if (got.seed != want.seed)
         printf0("warning: the checkpoint was trained with -seed %lld, this run has -seed %lld: the data order changes\n", (long long)got.seed, (long long)want.seed);
     if (got.step_tokens != want.step_tokens)
@@ -571,17 +595,28 @@ static int resume_checkpoint(Trainer* tr) {
 // Mean loss over val_steps micro-batches per rank of the val set (unit s*R + r of batch s). Each
 // rank reads its own val batches: a rank slow to read them (slow storage) makes the others wait in
 // the evaluation's collectives, so those waits use -io-timeout, not -comm-timeout.
+// Val batches per rank per evaluation: -m, at most the whole micro-batches per rank the val set holds
+// (at least 1). *whole: -m asked for more than there are (or -1).
+static int eval_batches(const Trainer* tr, int* whole) {
+    int64_t units = tr->val.total_samples / tr->model.B / tr->R; // whole micro-batches per rank in the val set
+    *whole = tr->f.val_steps < 0 || tr->f.val_steps >= units;
+    int nb = *whole ? (int)units : tr->f.val_steps;
+    return nb < 1 ? 1 : nb;
+}
+
 static float evaluate(Trainer* tr) {
     double saved = io_wait_begin(tr);
     Model* m = &tr->model;
-    int B = m->B, T = m->T;
-    int64_t units = tr->val.total_samples / B / tr->R; // whole micro-batches per rank in the val set
-    int nb = tr->f.val_steps < 0 || tr->f.val_steps > units ? (int)units : tr->f.val_steps;
-    if (nb < 1) nb = 1;
+    int B = m->B, T = m->T, whole;
+    int nb = eval_batches(tr, &whole);
     double sum = 0.0;
     int64_t counted = 0; // [masked loss] every rank counts every rank's targets itself
     for (int s = 0; s < nb; s++) {
-        for (int q = 0; q < tr->R; q++) counted += dataloader_count_targets(&tr->val, (int64_t)s * tr->R + q);
+        for (int q = 0; q < tr->R; q++) {
+            int64_t k = dataloader_count_targets(&tr->val, (int64_t)s * tr->R + q);
+            if (k < 0) die_user("-j: %s", tr->val.err);
+            counted += k;
+        }
         if (dataloader_load(&tr->val, (int64_t)s * tr->R + tr->r) != 0) die_user("-j: %s", tr->val.err);
         load_tokens(m, &tr->val, 1);
         gpt_forward(m, B, T, 1, 0.0f, 0);
@@ -592,9 +627,9 @@ static float evaluate(Trainer* tr) {
     return counted > 0 ? (float)(sum / (double)counted) : NAN;
 }
 
-// Generate gen_tokens tokens after an end-of-text token, sampling from the softmax at
-// temperature 1 with the counter-based RNG keyed by (seed, step, position): the same text on
-// every rank, and on a rerun or a resume.
+// Generate gen_tokens tokens after an end-of-text token, each drawn by sample_token (prompts.h:
+// -temperature, -top-k; -temperature 0 is greedy) with the counter-based RNG keyed by (seed, step,
+// position): the same text on every rank, and on a rerun or a resume.
 // With -prompt: the context is each prompt (after an EOT), printed before its continuation, and a
 // sampled EOT ends it (a fine-tuned model has learned where a completion stops).
 static void sample_one(Trainer* tr, const int* ctx, int nctx, int prompt) {
@@ -603,6 +638,8 @@ static void sample_one(Trainer* tr, const int* ctx, int nctx, int prompt) {
     int n = tr->f.gen_tokens, T = m->T;
     int* gen = (int*)malloc(sizeof(int) * (nctx + n));
     floatX* row = (floatX*)malloc(sizeof(floatX) * c->Vp);
+    float* logits = (float*)malloc(sizeof(float) * c->V * 2); // the row as floats, then sample_token's scratch
+    unsigned char* keep = (unsigned char*)malloc(c->V);
     memcpy(gen, ctx, sizeof(int) * nctx);
     int eot = tr->has_tok && tr->tok.eot_token >= 0 && tr->tok.eot_token < c->V ? tr->tok.eot_token : -1;
     uint64_t key = prompt < 0 ? rng_key((uint64_t)tr->f.seed, 0x53414D504C45ull /* "SAMPLE" */, (uint64_t)tr->step)
@@ -619,15 +656,8 @@ static void sample_one(Trainer* tr, const int* ctx, int nctx, int prompt) {
         dev_from_host(m->a.inputs, gen + t - len, sizeof(int) * len);
         gpt_forward(m, 1, len, 0, 0.0f, 0);
         dev_to_host(row, m->a.logits + (size_t)(len - 1) * c->Vp, sizeof(floatX) * c->Vp);
-        double maxv = -INFINITY, sum = 0.0;
-        for (int j = 0; j < c->V; j++) maxv = fmax(maxv, ld(row[j]));
-        for (int j = 0; j < c->V; j++) sum += exp(ld(row[j]) - maxv);
-        double u = rng_uniform(key, (uint64_t)t) * sum, cdf = 0.0;
-        int next = c->V - 1;
-        for (int j = 0; j < c->V; j++) {
-            cdf += exp(ld(row[j]) - maxv);
-            if (u <= cdf) { next = j; break; }
-        }
+        for (int j = 0; j < c->V; j++) logits[j] = ld(row[j]);
+        int next = sample_token(logits, c->V, tr->f.temperature, tr->f.top_k, rng_uniform(key, (uint64_t)t), logits + c->V, keep);
         gen[t] = next;
         if (prompt >= 0 && next == eot) break; // every rank samples the same token: every rank stops
         if (g_rank == 0) {
@@ -639,6 +669,8 @@ static void sample_one(Trainer* tr, const int* ctx, int nctx, int prompt) {
     printf0("\n---\n");
     free(gen);
     free(row);
+    free(logits);
+    free(keep);
 }
 
 static void sample_text(Trainer* tr) {
@@ -650,8 +682,9 @@ static void sample_text(Trainer* tr) {
     for (int p = 0; p < tr->nprompts; p++) sample_one(tr, tr->prompt_ids[p], tr->prompt_len[p], p);
 }
 
-// -prompt "text" or -prompt @FILE (one prompt per non-empty line): each encoded with our GPT-2 BPE
-// after an EOT.
+// -prompt "text", -prompt @FILE (one prompt per non-empty line; a pipe, /dev/stdin or <(...) too)
+// or -prompt @FILE.jsonl (one JSON string per line: prompts with newlines), read and split by
+// prompts.h: each encoded with our GPT-2 BPE after an EOT.
 static void load_prompts(Trainer* tr, int V) {
     const Flags* f = &tr->f;
     char err[1024];
@@ -660,43 +693,37 @@ static void load_prompts(Trainer* tr, int V) {
     if (!tr->has_tok && tokenizer_init(&tr->tok, tname, err, sizeof(err))) die_user("-prompt needs the tokenizer: -tokenizer: %s", err);
     tr->has_tok = 1;
     if (tokenizer_load_merges(&tr->tok, f->merges, err, sizeof(err))) die_user("-prompt needs the merges to encode: -merges: %s", err);
-    char* text = NULL;
-    size_t len = 0;
+    PromptList pl;
     if (f->prompt[0] == '@') {
-        FILE* pf = fopen(f->prompt + 1, "rb");
-        if (!pf) die_user("-prompt %s: cannot open: %s", f->prompt, strerror(errno));
-        fseek(pf, 0, SEEK_END);
-        long n = ftell(pf);
-        fseek(pf, 0, SEEK_SET);
-        text = (char*)malloc((size_t)n + 1);
-        len = fread(text, 1, (size_t)n, pf);
-        fclose(pf);
+        const char* path = f->prompt + 1;
+        size_t n = strlen(path), len;
+        char* text;
+        if (prompt_file_read(path, &text, &len, err, sizeof(err))) die_user("-prompt @%s", err);
+        int rc = prompt_split(path, text, len, n >= 6 && !strcmp(path + n - 6, ".jsonl"), &pl, err, sizeof(err));
+        free(text);
+        if (rc) die_user("-prompt @%s", err);
     } else {
-        text = strdup(f->prompt);
-        len = strlen(text);
+        memset(&pl, 0, sizeof(pl));
+        if (prompt_list_add(&pl, f->prompt, strlen(f->prompt))) die(1, "-prompt: out of memory");
     }
-    text[len] = 0;
     int eot = tr->tok.eot_token >= 0 && tr->tok.eot_token < V ? tr->tok.eot_token : 0;
-    for (char *line = text, *next; line && *line; line = next) {
-        next = f->prompt[0] == '@' ? strchr(line, '\n') : NULL;
-        if (next) *next++ = 0;
-        if (!*line) continue;
+    tr->prompt_ids = (int**)calloc(pl.n > 0 ? pl.n : 1, sizeof(int*));
+    tr->prompt_len = (int*)calloc(pl.n > 0 ? pl.n : 1, sizeof(int));
+    for (int k = 0; k < pl.n; k++) {
         uint32_t* ids = NULL;
         size_t nids = 0, cap = 0;
-        if (tokenizer_encode(&tr->tok, (const unsigned char*)line, strlen(line), &ids, &nids, &cap)) die(1, "-prompt: out of memory");
-        tr->prompt_ids = (int**)realloc(tr->prompt_ids, sizeof(int*) * (tr->nprompts + 1));
-        tr->prompt_len = (int*)realloc(tr->prompt_len, sizeof(int) * (tr->nprompts + 1));
+        if (tokenizer_encode(&tr->tok, (const unsigned char*)pl.text[k], pl.len[k], &ids, &nids, &cap)) die(1, "-prompt: out of memory");
         int* p = (int*)malloc(sizeof(int) * (nids + 1));
         p[0] = eot;
         for (size_t i = 0; i < nids; i++) {
-            if (ids[i] >= (uint32_t)V) die_user("-prompt: '%s' encodes to token %u, outside the model's vocabulary (V = %d)", line, (unsigned)ids[i], V);
+            if (ids[i] >= (uint32_t)V) die_user("-prompt: prompt %d encodes to token %u, outside the model's vocabulary (V = %d)", k + 1, (unsigned)ids[i], V);
             p[i + 1] = ids[i];
         }
         tr->prompt_ids[tr->nprompts] = p;
         tr->prompt_len[tr->nprompts++] = (int)nids + 1;
         free(ids);
     }
-    free(text);
+    prompt_list_free(&pl);
     if (tr->nprompts == 0) die_user("-prompt %s: no prompt in it", f->prompt);
 }
 
@@ -801,6 +828,40 @@ static void tune_release(void* ctx) {
 
 // Everything before the first step. Bad input ends here with exit code 2, before allocation.
 // Returns 1 when there is nothing to train (-plan printed its table, -tokenize wrote shards).
+// [masked loss] Whether -i and -j have loss masks and how many targets count; masks that count none
+// are refused (exit 2: the run would train nothing and end "successfully").
+static void say_loss_masks(const Trainer* tr) {
+    const Flags* f = &tr->f;
+    for (int k = 0; k < 1 + tr->has_val; k++) {
+        const DataLoader* dl = k ? &tr->val : &tr->train;
+        if (!dl->has_mask) continue;
+        int64_t all = dl->total_samples * (int64_t)f->T;
+        if (dl->mask_counted == 0)
+            die_user("%s: every target is masked: the .mask files beside its %d shard(s) count none of its %lld targets, so there is nothing to %s. "
+                     "HINT: check the completions of the .jsonl it was tokenized from", k ? "-j" : "-i", dl->nshards, (long long)all, k ? "evaluate" : "learn");
+        printf0("loss mask: on for %s (.mask files beside its shards): %lld of %lld targets count (%.1f%%); the loss is the mean over the counted targets\n",
+                k ? "-j" : "-i", (long long)dl->mask_counted, (long long)all, 100.0 * dl->mask_counted / (double)all);
+    }
+}
+
+// -y 1, before defaults are resolved: rank 0 reads the marker of the checkpoint the resume will take
+// (quietly: it is loaded and checked later) and every rank takes the recorded flags not given.
+static void take_run_record(Trainer* tr) {
+    Flags* f = &tr->f;
+    Marker* mk = (Marker*)calloc(1, sizeof(Marker));
+    int rs = 0, step = -1;
+    if (parse_int(f->resume_step_str, &rs) || rs < 0) rs = 0; // (check_flags says what is wrong with it)
+    if (tr->r == 0) step = ckpt_peek(f->out_dir_str, rs, mk);
+    comm_broadcast(&tr->comm, &step, sizeof(step), 0);
+    if (step >= 0) {
+        comm_broadcast(&tr->comm, mk->run, sizeof(mk->run), 0);
+        tr->recorded_run = strdup(mk->run);
+        tr->recorded_step = step;
+        flags_take_recorded(f, mk->run, step);
+    }
+    free(mk);
+}
+
 static int trainer_setup(Trainer* tr, int argc, char** argv) {
     memset(tr, 0, sizeof(*tr));
     Flags* f = &tr->f;
@@ -812,6 +873,8 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     if (parse_float(f->comm_timeout_str, &comm_timeout) || comm_timeout < 0) comm_timeout = 300.0f;
     comm_connect(&tr->comm, comm_timeout); // launched without MPI: the ranks meet at MASTER_ADDR:MASTER_PORT
     int plan_only = atoi(f->plan_str) == 1;
+    if (!strcmp(f->resume_str, "1") && f->out_dir_str[0] && !plan_only && !f->tokenize_str[0]) take_run_record(tr); // a resume keeps its run's flags
+    flags_check_resume_change(f);
     g_device = pick_device(f->device_str, plan_only);
     // every rank must run the same flags on the same device with the same build, and know it
     // before any communicator is made: a rank on another device would wait in NCCL's init forever
@@ -858,6 +921,7 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
         if (f->link_gbps == 0) FLAG_SHOW(f, link_gbps, "unused: only -plan, -z auto and -r auto plan");
         if (f->pcie_gbps == 0) FLAG_SHOW(f, pcie_gbps, "unused: only -plan, -z auto and -r auto plan");
         if (f->disk_gbps == 0) FLAG_SHOW(f, disk_gbps, "unused: only -plan, -z auto and -r auto plan");
+        if (!f->host_mem[0]) FLAG_SHOW(f, host_mem, "unused: only -plan, -z auto and -r auto plan");
         if (!strcmp(f->offload, "auto") && f->offload_dir[0]) die_user("flag -offload-dir is for -offload nvme (or -offload auto with -z auto / -r auto)");
         if (!strcmp(f->offload, "auto")) snprintf(f->offload, sizeof(f->offload), "none"); // nothing plans: none
     }
@@ -875,19 +939,21 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     }
     ranks_agree(&tr->comm, data_hash(&tr->train, tr->has_val ? &tr->val : NULL), "reads different shards (-i / -j: their count or sizes)",
                 "every rank must read the same files");
+    say_loss_masks(tr); // [masked loss] on or not, and how many targets count (none: exit 2)
     char tpath[4200];
     const char* tname = tokenizer_for_model(f->tokenizer, TOKENIZER_DEFAULT_PATH, f->model, tpath, sizeof(tpath));
     tr->has_tok = f->sample_every > 0 && tokenizer_init(&tr->tok, tname, err, sizeof(err)) == 0;
     if (f->sample_every > 0 && !tr->has_tok) printf0("warning: -tokenizer: %s; samples print token ids\n", err);
     if (f->prompt[0]) load_prompts(tr, c.V);
+    if (tr->has_tok && tr->tok.eot_token < 0)
+        printf0("warning: -tokenizer %s %s: it does not say which token is <|endoftext|>, so samples%s start after token 0%s. "
+                "HINT: data/gpt2_tokenizer.bin (version 2, dev/make_vocab.py) names it\n", tname, tr->tok.hf ? "(a tokenizer.json) names no end-of-text or BOS token" : "is a version-1 file", f->prompt[0] ? " and prompts" : "",
+                f->prompt[0] ? " and a sampled end of text cannot end a completion" : "");
     if (f->out_dir[0]) mkdir_p(f->out_dir);
     if (f->out_dir[0] && tr->r == 0) {
-        ckpt_lock_dir(f->out_dir);        // two trainers never share one
-        ckpt_clean_leftovers(f->out_dir); // what a crash left: .tmp files, steps without DONE
-    }
-    if (f->out_dir[0] && !f->resume && f->ckpt_every > 0) { // a new run: an older run's checkpoints would mix with ours
-        uint64_t nonce = ckpt_nonce(&tr->comm);
-        if (tr->r == 0) ckpt_set_aside(f->out_dir, -1, nonce, "a new run (no -y 1) in this directory");
+        ckpt_lock_dir(f->out_dir); // two trainers never share one; nothing in it changes before commit_out_dir
+        if (access(f->out_dir, W_OK) != 0) die_user("-o %s: cannot write into the directory: %s", f->out_dir, strerror(errno));
+        ckpt_note_set_asides(f->out_dir);
     }
     // steps
     int64_t step_tokens = (int64_t)f->B * f->T * tr->R;
@@ -898,6 +964,9 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     FLAG_SHOW(f, max_steps, "%d", tr->max_steps);
     FLAG_SHOW(f, warmup, "%d", f->warmup);
     FLAG_SHOW(f, total_batch, "%lld", (long long)step_tokens * tr->GA);
+    tr->run_record = (char*)malloc(CKPT_RUN_MAX); // what every checkpoint records of this run
+    run_record_build(f, &tr->train, tr->has_val ? &tr->val : NULL, tr->run_record);
+    if (tr->recorded_run) run_record_check(f, &tr->train, tr->has_val ? &tr->val : NULL, tr->recorded_run, tr->recorded_step);
     tr->comm.trace = f->comm_trace;
     tr->comm.timeout_s = f->comm_timeout;
     tr->comm.delay_ms = f->comm_delay;
@@ -962,14 +1031,46 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     if (bad != 0.0)
         die_user("%s: the loaded weights hold %.0f non-finite value(s). HINT: %s", tr->step > 0 ? "resume" : f->model, bad,
                  tr->step > 0 ? "-resume-step an earlier checkpoint" : "the model file is corrupt or its training diverged");
-    if (tr->r == 0 && f->out_dir[0]) {
-        char path[PATH_MAX];
-        snprintf(path, sizeof(path), "%s/log.jsonl", f->out_dir);
-        if (tr->step > 0) log_truncate_after(path, tr->step); // the steps about to be trained again
-        tr->log = fopen(path, tr->step > 0 ? "a" : "w");
-        if (!tr->log) die_user("-o: cannot write %s: %s", path, strerror(errno));
+    // reading is not resuming: a resumed run that trains no step changes nothing in -o (no set-aside,
+    // no LATEST, no log record removed or added) and samples only when asked (-s or -prompt given)
+    tr->reading = tr->resumed && tr->max_steps <= tr->step;
+    if (tr->reading && !f->sample_every_set && f->sample_every > 0) {
+        f->sample_every = 0;
+        FLAG_SHOW(f, sample_every, "0 (reading checkpoint %d: no step to train, -s not given)", tr->step);
+    }
+    if (tr->reading && f->out_dir[0]) printf0("resume: reading step %d only (-x %d trains no step): nothing in %s changes\n", tr->step, tr->max_steps, f->out_dir);
+    if (tr->r == 0 && f->out_dir[0]) { // log.jsonl's records wait in memory until the run commits to -o
+        tr->log = open_memstream(&tr->log_mem, &tr->log_mem_len);
+        if (!tr->log) die(1, "open_memstream: %s", strerror(errno));
     }
     return 0;
+}
+
+// The run commits to its output directory: called before its first step (or at the end of a fresh
+// run that trains none; never for a run that only reads a checkpoint). Until here a run changes
+// nothing in -o but its lock, so one that fails before its first step — a corrupt step S, a
+// refused flag, a bad batch in the first evaluation — leaves the directory as it found it. Rank 0:
+// the leftovers of a crash are removed, the steps after the one resumed (or, for a new run with
+// -n, an older run's checkpoints) are set aside with the log records after it, LATEST names the
+// step resumed, and log.jsonl is opened with the records held so far. -e's file is never touched.
+static void commit_out_dir(Trainer* tr) {
+    const Flags* f = &tr->f;
+    if (tr->committed) return;
+    tr->committed = 1;
+    if (tr->r != 0 || !f->out_dir[0]) return;
+    ckpt_clean_leftovers(f->out_dir, f->model);
+    char path[PATH_MAX], sub[PATH_MAX];
+    if (tr->resumed) ckpt_commit_resume(f->out_dir, tr->resumed, f->resume_step > 0, f->model);
+    else if (f->ckpt_every > 0) // a new run: an older run's checkpoints would mix with ours
+        ckpt_set_aside(f->out_dir, -1, ckpt_nonce_local(), "a new run (no -y 1) in this directory", f->model, sub, sizeof(sub));
+    fclose(tr->log); // the memory stream: its records are in log_mem
+    snprintf(path, sizeof(path), "%s/log.jsonl", f->out_dir);
+    tr->log = fopen(path, tr->resumed ? "a" : "w");
+    if (!tr->log) die(1, "-o: cannot write %s: %s", path, strerror(errno));
+    fwrite(tr->log_mem, 1, tr->log_mem_len, tr->log);
+    free(tr->log_mem);
+    tr->log_mem = NULL;
+    log_flush(tr);
 }
 
 // Hashes of this rank's parameters, master, m and v (over its shard): reproducibility checks.
@@ -1099,9 +1200,11 @@ static int train_loop(Trainer* tr) {
             if (f->max_skips > 0 && tr->skips >= f->max_skips) return diverged(tr);
         }
         if (val) {
-            if (step == start) // the first evaluation can take seconds before any step line
-                printf0("step %5d | evaluating the val loss on %d batches of %d x %d tokens per rank ...\n", step,
-                        f->val_steps, tr->model.B, tr->model.T);
+            if (step == start) { // the first evaluation can take seconds before any step line
+                int whole, nb = eval_batches(tr, &whole);
+                printf0("step %5d | evaluating the val loss on %d batch(es) of %d x %d tokens per rank%s ...\n", step, nb, tr->model.B, tr->model.T,
+                        whole ? " (the whole val set)" : "");
+            }
             float vl = evaluate(tr);
             printf0("step %5d | val loss %.6f\n", step, vl);
             if (tr->log) { fprintf(tr->log, "{\"step\": %d", step); json_num(tr->log, "val_loss", vl); fprintf(tr->log, "}\n"); log_flush(tr); }
@@ -1114,17 +1217,23 @@ static int train_loop(Trainer* tr) {
             if (rc != 0) failed_ckpts++; // training goes on; the run ends with exit code 1
         }
         if (last) break;
+        if (!tr->committed) commit_out_dir(tr); // (the first step: -o changes from here on)
         comm_reset_stats(&tr->comm);
         StepResult s = train_step(tr); // on one GPU: the previous step's result
         if (s.valid) log_step(tr, &s);
         if (f->max_skips > 0 && tr->skips >= f->max_skips) return diverged(tr);
     }
+    if (!tr->reading) commit_out_dir(tr); // a fresh run that trained no step (-x 0) still starts its log
     if (failed_ckpts) printf0("error: %d checkpoint(s) failed during the run (see above)\n", failed_ckpts);
     return failed_ckpts ? ZT_EXIT_RUNTIME : ZT_EXIT_OK;
 }
 
 static void trainer_free(Trainer* tr) {
     if (tr->log) fclose(tr->log);
+    free(tr->log_mem); // (a run that only read a checkpoint: its records are dropped)
+    free(tr->resumed);
+    free(tr->recorded_run);
+    free(tr->run_record);
     trainer_free_model(tr);
     dataloader_free(&tr->train);
     if (tr->has_val) dataloader_free(&tr->val);

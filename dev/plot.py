@@ -86,9 +86,13 @@ def main():
         path, label = label_of(a)
         runs.append((label, read_log(path)))
 
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        fail(f"dev/plot.py draws with matplotlib, which {sys.executable} cannot import ({e}). HINT: apt-get install "
+             f"python3-matplotlib (for /usr/bin/python3) or pip install matplotlib; the logs themselves were read fine")
 
     dpi = 100
     fig, ax = plt.subplots(2, 2, figsize=(w / dpi, h / dpi), dpi=dpi)

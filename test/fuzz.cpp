@@ -84,7 +84,7 @@ static void fuzz_state(const uint8_t* data, size_t size) {
     if (!f) abort();
     if (size && fwrite(data, 1, size, f) != size) abort();
     fclose(f);
-    Marker mk = {1, 0, 1, -1, 0, ""};
+    Marker mk = {1, 0, 1, -1, 0, "", ""};
     if (size >= 8 * (STATE_H_NONCE + 1)) memcpy(&mk.nonce, data + 8 * STATE_H_NONCE, 8); // so the nonce check passes
     CkptMeta meta;
     OldState os;

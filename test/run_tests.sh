@@ -81,13 +81,13 @@ elif gpu_check_emu; then echo "PASS gpu_check_emu"; passed=$((passed + 1)); else
 stage_end gpu_check_emu
 
 echo "=== the rooms train_gpt.cu includes compile alone (one-way doors: none takes the trainer's types)"
-# flags.h, acts.h, plan.h, startup.h and tune.h, each as the only include of a translation unit
+# flags.h, acts.h, plan.h, startup.h, tune.h and run_record.h, each as the only include of a translation unit
 # (g++ -fsyntax-only, no MPI or BLAS): a header that used Trainer, Model or anything else defined in
 # train_gpt.cu, or relied on train_gpt.cu's include order, fails here. Then all of SOURCES' headers
 # in one translation unit without train_gpt.cu (checkpoint.h, offload.h, ...: no reach back either).
 headers_alone() {
     local h tmp rc=0; tmp=$(mktemp -d)
-    for h in flags.h acts.h plan.h startup.h tune.h; do
+    for h in flags.h acts.h plan.h startup.h tune.h run_record.h; do
         printf '#include "%s"\nint main(void) { return 0; }\n' "$h" > "$tmp/alone.cpp"
         if g++ -x c++ -std=c++17 -fopenmp -Wall -Wextra -Werror -Wno-unused-function -I. -fsyntax-only "$tmp/alone.cpp" > "$tmp/log" 2>&1
         then echo "$h: compiles alone"; else echo "$h does not compile alone:"; head -n 5 "$tmp/log"; rc=1; fi

@@ -155,7 +155,7 @@ TEST(ckpt_rollback_one_history) {
     char cmd[PATH_MAX + 64];
     snprintf(cmd, sizeof(cmd), "ls %s/set_aside_00000004_*/DONE_00000006", dir);
     CHECKF(test_run_cmd(cmd, NULL, 0) == 0, "the abandoned step 6 was not kept aside");
-    snprintf(flags, sizeof(flags), CK_SMALL " -x 6 -o %s -y 1", dir);
+    snprintf(flags, sizeof(flags), CK_SMALL " -x 6 -n 0 -o %s -y 1", dir); // (-n 0: no checkpoint of its own; -y 1 would take -n 1 -nk 2 from the checkpoint)
     rc = ck_run("", flags);
     CHECKF(rc == 0 && strstr(ck_out, "resume: step 5 "), "-y 1 did not follow LATEST to step 5 (%d):\n%s", rc, ck_out);
     // a second roll-back to 4 whose step-5 save fails (a full disk on the state file)

@@ -18,7 +18,6 @@ static const char* ft_masked_shard(const Fixture* fx, const char* name, int (*pa
     return path;
 }
 static int ft_all(int64_t i) { (void)i; return 1; }
-static int ft_none(int64_t i) { (void)i; return 0; }
 static int ft_some(int64_t i) { return (i * 7919) % 5 < 2 || (i % 37) > 30; } // irregular, ~45%
 
 static const char* ft_flags_with(const Fixture* fx, const char* shard, const char* extra) {
@@ -34,7 +33,9 @@ static const char* ft_flags_with(const Fixture* fx, const char* shard, const cha
 }
 
 // An all-ones mask changes nothing, bit for bit: losses, norms and the master after 4 steps.
-// An all-zero mask skips every step (logged), leaves the model as it was, and never gives NaN.
+// A mask whose batches count no target skips every step (logged), leaves the model as it was, and
+// never gives NaN: a mask of ones, zeroed in place after start-up (an all-zero mask is refused at
+// start-up: ft_mask_pread_checks; and the loader reads the mask again for every batch).
 TEST(ft_mask_all_ones_bitwise_all_zero_skipped) {
     Fixture fx;
     if (tm_load_fixture(&fx)) { CHECK(0); return; }
@@ -43,9 +44,19 @@ TEST(ft_mask_all_ones_bitwise_all_zero_skipped) {
     float loss[2][4], norm[2][4];
     float* w[3];
     for (int v = 0; v < 3; v++) {
-        const char* shard = v == 0 ? tm_fixture_shard(&fx) : ft_masked_shard(&fx, v == 1 ? "ones.bin" : "zeros.bin", v == 1 ? ft_all : ft_none, T);
+        const char* shard = v == 0 ? tm_fixture_shard(&fx) : ft_masked_shard(&fx, v == 1 ? "ones.bin" : "zeros.bin", ft_all, T);
         Trainer* tr = tm_trainer(ft_flags_with(&fx, shard, "-r 1 -z 1"));
         CHECK(tr->train.has_mask == (v > 0));
+        if (v == 2) { // every byte after the header to 0, in place (same size, valid values)
+            char mpath[PATH_MAX + 8];
+            snprintf(mpath, sizeof(mpath), "%s.mask", shard);
+            int64_t ntok = tr->train.shards[0].ntok;
+            char* zeros = (char*)calloc(ntok, 1);
+            int fd = open(mpath, O_WRONLY);
+            CHECK(fd >= 0 && pwrite(fd, zeros, ntok, SHARD_HEADER_BYTES) == (ssize_t)ntok);
+            if (fd >= 0) close(fd);
+            free(zeros);
+        }
         for (int s = 0; s < 4; s++) {
             StepResult r = train_step(tr);
             if (v < 2) { loss[v][s] = r.loss; norm[v][s] = r.norm; }
@@ -180,11 +191,19 @@ TEST(ft_tokenize_jsonl_packing) {
         DataLoader dl;
         CHECKF(dataloader_init(&dl, path, 1, T, 50257, 0, 0, err, sizeof(err)) == 0 && dl.has_mask, "%s", err);
         const DataShard* sh = &dl.shards[0];
+        char mpath[PATH_MAX + 32]; // the mask file's bytes (the loader reads it by pread, batch by batch)
+        snprintf(mpath, sizeof(mpath), "%s.mask", path);
+        FILE* mf = fopen(mpath, "rb");
+        uint8_t* mfile = (uint8_t*)calloc(SHARD_HEADER_BYTES + sh->ntok, 1);
+        size_t mgot = mf ? fread(mfile, 1, SHARD_HEADER_BYTES + sh->ntok, mf) : 0;
+        if (mf) fclose(mf);
+        CHECKF(mgot == (size_t)(SHARD_HEADER_BYTES + sh->ntok), "%s: %zu bytes", mpath, mgot);
+        const uint8_t* mask = mfile + SHARD_HEADER_BYTES;
         CHECKF((sh->ntok - 1) % T == 0, "shard %d: %lld tokens is not kT+1", s, (long long)sh->ntok);
         int64_t pos = 1;
         while (pos < sh->ntok && ex < NEX) {
             int padded = 0;
-            while (pos < sh->ntok && sh->tokens[pos] == PROMPT_EOT && sh->mask[pos] == 0) { pos++; padded = 1; } // padding
+            while (pos < sh->ntok && sh->tokens[pos] == PROMPT_EOT && mask[pos] == 0) { pos++; padded = 1; } // padding
             if (pos >= sh->ntok) break;
             uint32_t* ids = NULL;
             size_t n = 0, cap = 0;
@@ -202,14 +221,15 @@ TEST(ft_tokenize_jsonl_packing) {
             if (pos + len - 1 > k * T + T) bad_place++;
             for (int64_t i = 0; i < len; i++) {
                 int want = skip + i >= np ? 1 : 0;
-                if (sh->mask[pos + i] != want && bad_mask < 5) printf("    example %d token %lld: mask %d, want %d (np %zu skip %zu n %zu)\n", ex, (long long)i, sh->mask[pos + i], want, np, skip, n);
-                bad_mask += sh->mask[pos + i] != want;
+                if (mask[pos + i] != want && bad_mask < 5) printf("    example %d token %lld: mask %d, want %d (np %zu skip %zu n %zu)\n", ex, (long long)i, mask[pos + i], want, np, skip, n);
+                bad_mask += mask[pos + i] != want;
             }
-            bad_mask += sh->mask[pos - 1] != (pos - 1 == 0 || padded ? 0 : 1); // the leading EOT: padding, or the previous example's counted end
+            bad_mask += mask[pos - 1] != (pos - 1 == 0 || padded ? 0 : 1); // the leading EOT: padding, or the previous example's counted end
             pos += len;
             ex++;
             free(ids);
         }
+        free(mfile);
         dataloader_free(&dl);
     }
     CHECKF(ex == NEX, "found %d of %d examples", ex, NEX);

@@ -75,13 +75,13 @@ TEST(tune_marker_and_choice_text) {
     snprintf(dir, sizeof(dir), "%s/tune_marker", test_tmpdir());
     mkdir(dir, 0755);
     snprintf(path, sizeof(path), "%s/DONE_00000003", dir);
-    Marker mk = {3, 0x1234, 2, -1, 0, "-z 2 -r 1 -offload cpu"}, back;
+    Marker mk = {3, 0x1234, 2, -1, 0, "-z 2 -r 1 -offload cpu", ""}, back;
     CHECK(marker_write(path, &mk) == 0 && marker_read(path, &back) == 0 && back.step == 3 && !strcmp(back.tune, "-z 2 -r 1 -offload cpu"));
     char* text = zt_read_file(path);
     CHECKF(text && strstr(text, "\nmodel_crc32c 00000000\ntune -z 2 -r 1 -offload cpu\n"), "marker:\n%s", text ? text : "(none)");
     free(text);
     // a marker as older builds wrote it (no tune line) reads as "not tuned"; the other fields are unchanged
-    Marker old = {3, 0x1234, 2, -1, 0, ""};
+    Marker old = {3, 0x1234, 2, -1, 0, "", ""};
     CHECK(marker_write(path, &old) == 0 && marker_read(path, &back) == 0 && back.ranks == 2 && back.tune[0] == 0);
     text = zt_read_file(path);
     CHECKF(text && !strstr(text, "tune"), "an untuned marker has a tune line:\n%s", text ? text : "(none)");

@@ -43,7 +43,7 @@ static int ux_is_auto(const char* cmdline, const char* flag, const char* def) {
 static int ux_check_autos(const char* out, const char* cmdline, int unused_ok) {
     char v[256];
     int autos = 0;
-#define X(flag, field, type, def, help)                                                                                 \
+#define X(flag, field, type, def, run, help)                                                                                 \
     if (ux_is_auto(cmdline, flag, def)) {                                                                                \
         autos++;                                                                                                         \
         ux_table_value(out, flag, v, sizeof(v));                                                                         \

@@ -416,6 +416,7 @@ TEST(zero_checkpoint_resharding) {
         zt_copy_dir(moves[i].src, d);
         CHECK(zt_train(moves[i].to_R, moves[i].to_z, 6, d, "-y 1", NULL) == 0);
         CHECKF(strstr(zt_out, "resume: step 3") != NULL, "%s did not resume from step 3", moves[i].name);
+        CHECKF(strstr(zt_out, "resume: rank 1 read ") && strstr(zt_out, "state_00000003_00001.bin"), "%s: the resume does not say what each rank read", moves[i].name);
         zt_read_log(d, &lg);
         double worst = 0.0;
         for (int s = 3; s < 6; s++) worst = fmax(worst, fabs(lg.loss[s] - moves[i].ref->loss[s]) / moves[i].ref->loss[s]);
