@@ -505,6 +505,7 @@ static int adamw_host_pass(int mode, floatX* params, float* master, float* m, fl
     AdamWRangeFn range = adamw_range_fn(simd_level());
     int64_t total = 0;
     for (int s = 0; s < nseg; s++) total += segs[s].len;
+    (void)total; // (its only reader is the pragma below, gone in a build without OpenMP)
     int bad = 0;
 #pragma omp parallel reduction(| : bad) if (total >= g_adamw_parallel_min)
     {
