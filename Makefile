@@ -5,9 +5,10 @@
 #   make test             the whole suite: test binaries (BF16 and FP32, g++), the GPU test program on
 #                         the CPU emulator (test/cuda_emu/), the nvcc compile check, the PyTorch
 #                         fixture check; ends with "N passed, N failed"
-#   make test-long        the longer matrices `make test` samples (several ranks on the emulated CUDA
-#                         device at R = 2 and 3 in both precisions, under mpirun and without MPI;
-#                         -offload z x R x GA); CI runs it after make test
+#   make test-long        what `make test` samples or leaves out: the longer matrices (several ranks on
+#                         the emulated CUDA device at R = 2 and 3 in both precisions, under mpirun and
+#                         without MPI; -offload z x R x GA), the 100-step default run, the FP32
+#                         build's repetitions of BF16 cases; CI runs it after make test
 #   make bench            CPU benchmarks (tokens/s, ratios side by side)
 #   make plot             out/log.jsonl (of ./train -o out) -> out/loss.png (dev/plot.py; LOGS=, PLOT=)
 #   make PRECISION=FP32   FP32 storage instead of BF16 (for train and test binaries)
@@ -191,7 +192,9 @@ fuzz: test/fuzz
 	  echo "$$h: $$(grep -E 'stat::number_of_executed_units' build/fuzz/$$h.log)"; \
 	  [ $$rc -eq 0 ] || { grep -E 'ERROR|SUMMARY' build/fuzz/$$h.log; echo "fuzz $$h failed: build/fuzz/$$h.log"; exit 1; }; done
 
-test-binaries: test/test_bf16 test/test_fp32 test/test_emu test/test_emu_fp32 test/test_emu_nompi $(FUZZ_BIN)
+NVCC_FOUND := $(if $(and $(NVCC),$(if $(NO_CUDA),,yes)),yes)
+test-binaries: test/test_bf16 test/test_fp32 test/test_emu test/test_emu_fp32 test/test_emu_nompi $(FUZZ_BIN) \
+               $(if $(NVCC_FOUND),build/nvcc_check.o train_gpu train_gpu_fp32 test/test_gpu)
 
 # The sanitizer subset (.ci/run runs it after make test): the test program built with ASan + UBSan
 # (g++), running the cases that feed the readers bad and changing input, and the trainer processes
@@ -206,19 +209,28 @@ test-sanitize: test/test_sanitize
 	  if grep -q "runtime error\|AddressSanitizer" build/sanitize_$$c.log; then fail=1; grep -m 3 "runtime error\|AddressSanitizer" build/sanitize_$$c.log; fi; done; exit $$fail
 
 test: test-binaries
-	NVCC_CHECK=$(if $(and $(NVCC),$(if $(NO_CUDA),,yes)),yes,no) bash test/run_tests.sh
+	NVCC_CHECK=$(if $(NVCC_FOUND),yes,no) bash test/run_tests.sh
 
-# The cases whose full matrix is too long for make test (ZT_TEST_LONG=1 widens them), in both
-# precisions on the emulator; each binary ends with "N passed, N failed" and fails the target.
-test-long: test/test_emu test/test_emu_fp32 test/test_emu_nompi test/test_bf16
+# What make test samples or leaves out, in full (ZT_TEST_LONG=1 widens the sampled matrices and runs
+# the 100-step default run; --long-only runs the cases a binary repeats from another, see test.h):
+# several ranks on the emulator in both precisions, the offload matrix, the FP32 builds' repetitions.
+# Each binary ends with "N passed, N failed" and fails the target.
+test-long: test/test_emu test/test_emu_fp32 test/test_emu_nompi test/test_bf16 test/test_fp32
 	ZT_TEST_LONG=1 test/test_emu multirank && ZT_TEST_LONG=1 test/test_emu_fp32 multirank && \
 	  ZT_TEST_LONG=1 test/test_emu nompi && ZT_TEST_LONG=1 test/test_emu_fp32 nompi && \
-	  ZT_TEST_LONG=1 test/test_bf16 offload_bitwise && ZT_TEST_LONG=1 test/test_emu offload
+	  ZT_TEST_LONG=1 test/test_bf16 offload_bitwise && ZT_TEST_LONG=1 test/test_emu offload && \
+	  ZT_TEST_LONG=1 test/test_bf16 cli_default_run_learns && ZT_TEST_LONG=1 test/test_bf16 zero_stages_bitwise && \
+	  ZT_TEST_LONG=1 test/test_bf16 zero_across && ZT_TEST_LONG=1 test/test_bf16 zero_memory && \
+	  ZT_TEST_LONG=1 test/test_fp32 --long-only && ZT_TEST_LONG=1 test/test_emu_fp32 --long-only
 
 # The nvcc build of ./train for several GPUs (MPI and NCCL, every architecture), compiled without
-# linking; not part of make test (make test compile-checks the carried binaries: gpu-binaries).
-nvcc-check:
-	$(NVCC) $(NVCC_FLAGS) $(DEFS) $(NVCC_DEFS) $(MPI_CFLAGS) -c train_gpt.cu -o /tmp/zt_nvcc_check_$$$$.o && rm -f /tmp/zt_nvcc_check_$$$$.o
+# linking into build/nvcc_check.o, again whenever a source changes. Like the binaries carried to a
+# GPU box, it is built with the test binaries when nvcc is found (test-binaries: minutes of nvcc, not
+# part of run_tests.sh's time), and run_tests.sh's nvcc_build line checks it is current.
+build/nvcc_check.o: $(SOURCES)
+	@mkdir -p build
+	$(NVCC) $(NVCC_FLAGS) $(DEFS) $(NVCC_DEFS) $(MPI_CFLAGS) -c train_gpt.cu -o $@.tmp && mv $@.tmp $@
+nvcc-check: build/nvcc_check.o
 
 # The GPU test program on the CPU (test/cuda_emu/): emulate.py (python3) copies the sources into
 # build/emu/ (kernel launches and __shared__ rewritten, nothing else), g++ compiles test/test_gpu.cu
@@ -290,4 +302,4 @@ plot:
 
 clean:
 	rm -f train train_gpu train_gpu_fp32 train_cpu train_cpu_fp32 test/test_bf16 test/test_fp32 test/test_gpu test/test_emu test/test_emu_fp32 test/test_emu_nompi test/fuzz test/test_sanitize
-	rm -rf build/emu build/train.kind
+	rm -rf build/emu build/gpu build/nvcc_check.o build/train.kind

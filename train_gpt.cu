@@ -413,7 +413,7 @@ static StepResult step_without_targets(Trainer* tr) {
 // (readback_lag 1), this step's on the CPU device or with several ranks (lag 0: the numbers are on
 // the host already, and the host decides the skip as it always did). step_read_back flushes the last
 // one (train_loop: before evaluation, sampling, checkpoints and at the end).
-//   per micro-step: no host wait, no device-to-host copy (README: "Host synchronisations")
+//   per micro-step: no host wait, no device-to-host copy (docs/cuda.md: "Host synchronisations")
 //   per step:       one device-to-host copy (the scalars, into pinned memory) and one wait (the
 //                   previous step's copy); with R > 1 also the scalar sums over ranks (the loss
 //                   and norm, then the overflow flag)
@@ -1118,7 +1118,7 @@ static void log_hashes(Trainer* tr) {
     free(all); free(buf); free(xbuf); free(pcs);
 }
 
-// Exit codes (README "Exit codes"). die() uses 1 and 2 as well.
+// Exit codes (docs/reliability.md "Exit codes"). die() uses 1 and 2 as well.
 // 3 is a collective past its timeout (comm_poll, the NCCL watchdog in zero.h), a rank lost (NCCL's
 // remote error, a closed rendezvous connection), or a rendezvous that failed (a peer that never
 // arrived or sent garbage).

@@ -9,7 +9,7 @@
 # The runs, in this order (T = 1024, BF16, one GPU, the KJV shards for ./train, random tokens for
 # PyTorch: token values do not change a dense model's speed):
 #   0. `test/test_gpu --bench`: each memory-bound kernel on its 16-byte and its element path, time
-#      and bandwidth against README's predictions (test/gpu_bench.h), ~20 s;
+#      and bandwidth against docs/cuda.md's predictions (test/gpu_bench.h), ~20 s;
 #   1. d12 B 16: ./train, then dev/bench_torch_gpu.py with torch.compile;
 #   2. d48 at the planner's B: the largest B in 16, 8, 4, 2, 1 for which `./train -plan` on this GPU
 #      recommends a (-z, -r) row, run with that row; PyTorch with torch.compile if d12 B 16's first

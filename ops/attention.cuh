@@ -19,7 +19,7 @@
 //
 // On CUDA two sets of kernels implement this: on tensor cores (mma.sync, for HS 64 and 128 with T a
 // multiple of 64 in the BF16 build) and scalar FP32 ones for every other shape (attention_uses_tc
-// decides; README.md "Attention on tensor cores" lists both and what to expect of them).
+// decides; docs/cuda.md "Attention on tensor cores" lists both and what to expect of them).
 //
 // defines: op_attention_forward, op_attention_backward, attention_uses_tc, ATT_BK, ATT_MAX_HS
 //
@@ -377,7 +377,7 @@ attention_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv
 // lane holds rows g and g + 8 of its warp's 16 (g = lane / 4); a row's 4 lanes combine by shuffles.
 // Backward: as the scalar kernels, three passes without atomics: D (the scalar kernel), dK/dV
 // with a block per key tile (Alg. 2 lines 5-19 without 15), dQ with a block per query tile.
-// Performance expectations are in README.md ("Attention on tensor cores"); never run on a GPU yet.
+// Performance expectations are in docs/cuda.md ("Attention on tensor cores"); never run on a GPU yet.
 #ifndef ENABLE_FP32
 #define FA_TILE 64                   // rows a block owns = rows of each tile it walks (B_r = B_c; but FA_DKDV_BC)
 #define FA_WARPS 4                   // 16 of the owned rows each

@@ -3,7 +3,7 @@
 // off: the scalar 2-byte accesses the kernels had before), at GPT-2 d12's and d48's widths with
 // B*T = 16384 rows. One line per (op, width, path): microseconds per call (the median of 5 timings
 // of 20 back-to-back calls, host clock around a stream synchronize), the bytes its kernels move
-// through DRAM (each input read once, each output written once, as counted in README's
+// through DRAM (each input read once, each output written once, as counted in docs/cuda.md's
 // "Memory-bound kernels"), the bandwidth that makes, and the prediction for an H200.
 //
 // In `make test` the same code runs on the emulator at 64 rows (TEST gpu_bench_smoke): there the

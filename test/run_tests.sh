@@ -13,10 +13,24 @@
 #      and the Hugging Face fixtures (transformers, in $ZT_HF_PYTHON)
 #   6. dev/plot.py draws a PNG of the expected size from two committed logs (skipped, and said so,
 #      when python3-matplotlib is missing; CI installs it)
-# Prints every case and ends with one line "N passed, N failed" over all of them.
+#   7. test/check_docs.py: every file, function, flag and link README.md and docs/*.md name exists
+# Prints every case, then the ten slowest (wall seconds, and CPU seconds of the case and the
+# processes it started), and ends with one line "N passed, N failed" over all of them.
 set -u
 cd "$(dirname "$0")/.."
 passed=0; failed=0; skipped=0
+times_file=$(mktemp) # one line per case: wall seconds, CPU seconds, name (for the ten slowest)
+trap 'rm -f "$times_file" "$times_file".*' EXIT
+# The script's own stages, timed like the binaries' cases: stage_start, then stage_end NAME.
+cpu_now() { # user + sys seconds of this shell's finished children (times runs here, not in a subshell)
+    times > "$times_file.cpu"
+    awk 'END { s = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); s += a[1] * 60 + a[2] } printf "%.2f", s }' "$times_file.cpu"
+}
+stage_start() { stage_t0=$(date +%s.%N); cpu_now > "$times_file.c0"; }
+stage_end() {
+    cpu_now > "$times_file.c1"
+    echo "$(date +%s.%N) $stage_t0 $(cat "$times_file.c1") $(cat "$times_file.c0") $1" | awk '{ printf "%.1f %.1f %s\n", $1 - $2, $3 - $4, $5 }' >> "$times_file"
+}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_rmaps_base_oversubscribe=1
 
@@ -33,6 +47,8 @@ for bin in test/test_bf16 test/test_fp32 test/test_emu test/test_emu_fp32; do
     log=$(mktemp)
     "$bin" ${TEST_FILTER:-} 2>&1 | tee "$log"
     count "$log" "$bin"
+    sed -nE 's/^(PASS|FAIL) ([^ ]+) \(([0-9.]+) s, cpu ([0-9.]+) s\)$/\3 \4 \2/p' "$log" | \
+        awk -v b="${bin#test/}" '{ print $1, $2, b ":" $3 }' >> "$times_file"
     rm -f "$log"
 done
 
@@ -59,8 +75,10 @@ gpu_check_emu() {
 }
 # (with TEST_FILTER, only when the filter names it)
 wanted() { [ -z "${TEST_FILTER:-}" ] || [[ "$1" == *"$TEST_FILTER"* ]]; }
+stage_start
 if ! wanted gpu_check_emu; then :
 elif gpu_check_emu; then echo "PASS gpu_check_emu"; passed=$((passed + 1)); else echo "FAIL gpu_check_emu"; failed=$((failed + 1)); fi
+stage_end gpu_check_emu
 
 echo "=== the rooms train_gpt.cu includes compile alone (one-way doors: none takes the trainer's types)"
 # flags.h, acts.h, plan.h, startup.h, tune.h and run_record.h, each as the only include of a translation unit
@@ -81,8 +99,10 @@ headers_alone() {
     then echo "every header of SOURCES: compiles without train_gpt.cu"; else echo "the headers of SOURCES without train_gpt.cu:"; head -n 5 "$tmp/log"; rc=1; fi
     rm -rf "$tmp"; return $rc
 }
+stage_start
 if ! wanted headers_alone; then :
 elif headers_alone; then echo "PASS headers_alone"; passed=$((passed + 1)); else echo "FAIL headers_alone"; failed=$((failed + 1)); fi
+stage_end headers_alone
 
 echo "=== make train: real dependencies, and the kind of build recorded"
 # In a copy of the Makefile and the sources, with stand-in compilers (scripts that only create the
@@ -125,8 +145,10 @@ make_train_deps() {
     echo "make NO_CUDA=1 train after an nvcc build: rebuilds with g++, and says so"
     rm -rf "$tmp"
 }
+stage_start
 if ! wanted make_train_deps; then :
 elif make_train_deps; then echo "PASS make_train_deps"; passed=$((passed + 1)); else echo "FAIL make_train_deps"; failed=$((failed + 1)); fi
+stage_end make_train_deps
 
 echo "=== the binaries carried to the GPU box: make gpu-binaries (nvcc, sm_90, no MPI, warnings are errors)"
 # NCCL's probe: the Python wheel (a namespace package holding lib/libnccl.so.2 only) is found when
@@ -160,6 +182,7 @@ gpu_binaries() {
     done
     if objdump -d --no-show-raw-insn train_gpu | grep -q '%zmm'; then echo "train_gpu has AVX-512 code: not portable"; return 1; fi
 }
+stage_start
 if ! wanted gpu_binaries; then :
 elif [ "${NVCC_CHECK:-no}" = yes ]; then
     if gpu_binaries; then echo "PASS gpu_binaries"; passed=$((passed + 1))
@@ -167,19 +190,23 @@ elif [ "${NVCC_CHECK:-no}" = yes ]; then
 else
     echo "SKIP gpu_binaries: nvcc not found"; skipped=$((skipped + 1))
 fi
+stage_end gpu_binaries
 
 echo "=== nvcc build (warnings are errors)"
+stage_start
 if [ "${NVCC_CHECK:-no}" = yes ]; then
     if make -s nvcc-check; then echo "PASS nvcc_build"; passed=$((passed + 1))
     else echo "FAIL nvcc_build"; failed=$((failed + 1)); fi
 else
     echo "SKIP nvcc_build: nvcc not found"; skipped=$((skipped + 1))
 fi
+stage_end nvcc_build
 
 echo "=== fuzz harnesses: the committed corpus, then a fixed number of seeded inputs each"
 if [ -x test/fuzz ]; then
     for h in model:1000 shard:300 state:1000 tokenizer:300 bpe:3000 safetensors:1500 jsonl:1500 hfjson:1500; do
         name=${h%%:*}; runs=${h##*:}
+        stage_start
         rm -rf build/fuzz_replay/$name && mkdir -p build/fuzz_replay/$name # new inputs go here, not into the corpus
         if ASAN_OPTIONS=detect_leaks=0 test/fuzz $name -runs=$runs -seed=1 -max_len=16384 \
                build/fuzz_replay/$name test/fuzz_corpus/$name > build/fuzz_replay/$name.log 2>&1; then
@@ -188,6 +215,7 @@ if [ -x test/fuzz ]; then
             echo "FAIL fuzz_$name: see build/fuzz_replay/$name.log"; grep -E 'ERROR|SUMMARY' build/fuzz_replay/$name.log | head -5
             failed=$((failed + 1))
         fi
+        stage_end "fuzz_$name"
     done
 else
     echo "SKIP fuzz: clang++ not found (apt-get install clang libclang-rt-14-dev)"; skipped=$((skipped + 1))
@@ -195,6 +223,7 @@ fi
 
 
 echo "=== PyTorch fixtures regenerated and compared"
+stage_start
 if /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null; then
     if /usr/bin/python3 dev/reference.py --check test/fixtures; then
         echo "PASS fixtures_regenerate"; passed=$((passed + 1))
@@ -204,9 +233,11 @@ if /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null; then
 else
     echo "SKIP fixtures_regenerate: /usr/bin/python3 has no torch (apt-get install python3-torch)"; skipped=$((skipped + 1))
 fi
+stage_end fixtures_regenerate
 
 echo "=== GPT-2 BPE fixture regenerated with tiktoken and compared"
 TIKTOKEN_PY=${ZT_TIKTOKEN_PYTHON:-python3}
+stage_start
 if "$TIKTOKEN_PY" -c 'import tiktoken, regex' 2>/dev/null; then
     if "$TIKTOKEN_PY" dev/tokenizer_reference.py --check test/fixtures/bpe_cases.txt; then
         echo "PASS bpe_fixture_regenerate"; passed=$((passed + 1))
@@ -216,9 +247,11 @@ if "$TIKTOKEN_PY" -c 'import tiktoken, regex' 2>/dev/null; then
 else
     echo "SKIP bpe_fixture_regenerate: $TIKTOKEN_PY has no tiktoken (pip install tiktoken==0.14.0; .ci/run makes a venv)"; skipped=$((skipped + 1))
 fi
+stage_end bpe_fixture_regenerate
 
 echo "=== Unicode tables (unicode_tables.h, unicode_nfc.h) regenerated with unicodedata2 and compared"
 UNI_PY=${ZT_TIKTOKEN_PYTHON:-python3}
+stage_start
 if "$UNI_PY" -c 'import unicodedata2, sys; sys.exit(unicodedata2.unidata_version != "16.0.0")' 2>/dev/null; then
     if "$UNI_PY" dev/make_unicode_tables.py --check; then
         echo "PASS unicode_tables_regenerate"; passed=$((passed + 1))
@@ -228,9 +261,11 @@ if "$UNI_PY" -c 'import unicodedata2, sys; sys.exit(unicodedata2.unidata_version
 else
     echo "SKIP unicode_tables_regenerate: $UNI_PY has no unicodedata2 16.0.0 (pip install unicodedata2==16.0.0; .ci/run installs it)"; skipped=$((skipped + 1))
 fi
+stage_end unicode_tables_regenerate
 
 echo "=== Hugging Face fixtures regenerated with transformers and compared"
 HF_PY=${ZT_HF_PYTHON:-python3}
+stage_start
 if "$HF_PY" -c 'import transformers, safetensors, torch' 2>/dev/null; then
     if "$HF_PY" dev/hf_fixtures.py --check test/fixtures/hf; then
         echo "PASS hf_fixtures_regenerate"; passed=$((passed + 1))
@@ -240,8 +275,10 @@ if "$HF_PY" -c 'import transformers, safetensors, torch' 2>/dev/null; then
 else
     echo "SKIP hf_fixtures_regenerate: $HF_PY has no transformers (pip install transformers==4.38.2 safetensors==0.4.5; .ci/run makes a venv)"; skipped=$((skipped + 1))
 fi
+stage_end hf_fixtures_regenerate
 
 echo "=== dev/plot.py renders a PNG from a committed log (two runs overlaid)"
+stage_start
 if /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then
     png=$(mktemp --suffix=.png)
     # the PNG signature, then the IHDR chunk: length 13, "IHDR", width 640, height 480 (big-endian)
@@ -258,6 +295,19 @@ else
     echo "SKIP plot_png: /usr/bin/python3 has no matplotlib (apt-get install python3-matplotlib)"; skipped=$((skipped + 1))
 fi
 
+stage_end plot_png
+
+echo "=== README.md and docs/*.md: every file, function, flag and link they name exists"
+# (test/check_docs.py; the flags are test/test_bf16 --train -help's, the trainer's own table)
+stage_start
+if ! wanted docs_pointers; then :
+elif /usr/bin/python3 test/check_docs.py --help-from test/test_bf16; then echo "PASS docs_pointers"; passed=$((passed + 1))
+else echo "FAIL docs_pointers"; failed=$((failed + 1)); fi
+stage_end docs_pointers
+
+echo "=== the ten slowest cases: wall s, CPU s (user + sys, the processes it started included), name"
+sort -k1,1 -g -r "$times_file" | head -n 10 | awk '{ printf "%7.1f %7.1f  %s\n", $1, $2, $3 }'
+awk '{ w += $1; c += $2 } END { printf "all %d timed cases: %.0f s wall, %.0f s CPU\n", NR, w, c }' "$times_file"
 [ "$skipped" -gt 0 ] && echo "($skipped skipped: see SKIP lines above)"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -2,7 +2,10 @@
 //
 // The test binary runs every registered case (or those whose name contains argv[1]) and ends
 // with the line "N passed, N failed" that CI reads. A case fails if any CHECK in it failed.
-// defines: TEST, CHECK, CHECKF, test_run_all, test_run_cmd, test_tmpdir
+// `make test` runs the suite sized to stay short; `make test-long` (ZT_TEST_LONG=1) widens the matrices
+// (test_long) and runs the cases a binary leaves to it (test_long_only: repetitions of what another
+// binary of make test already runs). `BIN --long-only` runs just those cases.
+// defines: TEST, CHECK, CHECKF, test_run_all, test_run_cmd, test_tmpdir, test_long, test_long_only
 #ifndef ZT_TEST_H
 #define ZT_TEST_H
 
@@ -12,6 +15,7 @@
 #include <stdarg.h>
 #include <time.h>
 #include <sys/wait.h>
+#include <sys/resource.h>
 
 typedef void (*test_fn)(void);
 typedef struct { const char* name; test_fn fn; } TestCase;
@@ -100,29 +104,61 @@ static inline const char* test_tmpdir(void) {
     return dir;
 }
 
+// make test-long: ZT_TEST_LONG=1 widens the sampled matrices and runs the cases test_long_only names.
+static inline int test_long(void) { const char* e = getenv("ZT_TEST_LONG"); return e && atoi(e) > 0; }
+
+// Cases this binary runs only in make test-long (names starting with one of these prefixes, NULL
+// ended): what it would repeat of a case another binary of make test runs (the FP32 build's process
+// cases, the same in BF16). A filter given on the command line runs matching cases anyway.
+static const char* const* g_long_only = NULL;
+static inline void test_long_only(const char* const* prefixes) { g_long_only = prefixes; }
+static inline int test_is_long_only(const char* name) {
+    for (const char* const* p = g_long_only; p && *p; p++)
+        if (!strncmp(name, *p, strlen(*p))) return 1;
+    return 0;
+}
+
 static inline double test_now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
-// Run all cases whose name contains `filter` (NULL: all). Prints one line per case and the
-// final summary; returns 0 if everything passed.
+// CPU seconds (user + sys) used so far by this process (all its threads) and by the children it
+// has waited for (their own waited-for children included: mpirun's ranks, a trainer's workers). The
+// difference over a case is what the case costs on an idle machine's cores, whatever the load now.
+static inline double test_cpu_s(void) {
+    double s = 0;
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0)
+        s += ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + 1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+    if (getrusage(RUSAGE_CHILDREN, &ru) == 0)
+        s += ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + 1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+    return s;
+}
+
+// Run all cases whose name contains `filter` (NULL: all but the long-only ones outside make test-long;
+// "--long-only": just those). Prints one line per case, with its wall seconds and its CPU seconds
+// (test_cpu_s), and the final summary; returns 0 if everything passed.
 static inline int test_run_all(const char* filter) {
-    int passed = 0, failed = 0, skipped = 0;
+    int passed = 0, failed = 0, skipped = 0, left = 0;
+    int long_only = filter && !strcmp(filter, "--long-only");
+    if (long_only) filter = NULL;
     for (int i = 0; i < g_ntests; i++) {
         if (filter && !strstr(g_tests[i].name, filter)) continue;
+        if (long_only && !test_is_long_only(g_tests[i].name)) continue;
+        if (!filter && !long_only && !test_long() && test_is_long_only(g_tests[i].name)) { left++; continue; }
         g_test_failed = 0;
         g_test_skip = NULL;
         g_test_name = g_tests[i].name;
         printf("RUN  %s\n", g_tests[i].name);
         fflush(stdout);
-        double t0 = test_now_s();
+        double t0 = test_now_s(), c0 = test_cpu_s();
         g_tests[i].fn();
-        double dt = test_now_s() - t0;
-        if (g_test_failed) { failed++; printf("FAIL %s (%.1f s)\n", g_tests[i].name, dt); }
+        double dt = test_now_s() - t0, dc = test_cpu_s() - c0;
+        if (g_test_failed) { failed++; printf("FAIL %s (%.1f s, cpu %.1f s)\n", g_tests[i].name, dt, dc); }
         else if (g_test_skip) { skipped++; printf("SKIP %s: %s\n", g_tests[i].name, g_test_skip); }
-        else { passed++; printf("PASS %s (%.1f s)\n", g_tests[i].name, dt); }
+        else { passed++; printf("PASS %s (%.1f s, cpu %.1f s)\n", g_tests[i].name, dt, dc); }
         fflush(stdout);
     }
     if (failed == 0 && g_tmpdir_made) { // keep the scratch files of a failed run for a look
@@ -132,6 +168,7 @@ static inline int test_run_all(const char* filter) {
     } else if (g_tmpdir_made) {
         printf("scratch files kept in %s\n", test_tmpdir());
     }
+    if (left) printf("(%d case(s) that repeat another binary's are left to make test-long: --long-only runs them)\n", left);
     if (skipped) printf("%d skipped (see SKIP lines)\n", skipped);
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;

@@ -17,7 +17,7 @@ TEST(ckpt_crc32c) {
         uint32_t chained = crc32c_update(crc32c_update(0, buf, n / 3), buf + n / 3, n - n / 3);
         CHECKF(chained == hw, "length %d: chained %08x, whole %08x", n, chained, hw);
     }
-    // the cost, for README.md (printed, not checked): GB/s of each path over 64 MiB
+    // the cost, for docs/reliability.md (printed, not checked): GB/s of each path over 64 MiB
     size_t big = (size_t)64 << 20;
     char* mem = (char*)malloc(big);
     for (size_t i = 0; i < big; i++) mem[i] = (char)(i * 131 + (i >> 13));
@@ -245,7 +245,7 @@ TEST(ckpt_dir_locked) {
     CHECKF(rc == 0, "after the lock is released: exit %d:\n%s", rc, ck_out);
 }
 
-// ---- Exit codes that tell the truth (README "Exit codes").
+// ---- Exit codes that tell the truth (docs/reliability.md "Exit codes").
 
 // A failed checkpoint ends the run with exit code 1: at the end when a middle one failed (training
 // goes on, the later checkpoint is written), at once when the final one failed.

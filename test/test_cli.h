@@ -140,18 +140,23 @@ TEST(cli_model_file_round_trip) {
 }
 
 #ifndef ENABLE_FP32
-// What `./train` does by default learns: after a fixed number of steps of the default CPU run,
-// the val loss is below a threshold measured once (see VAL_LOSS_* below).
-#define DEFAULT_RUN_STEPS 100
-#define DEFAULT_RUN_MAX_VAL_LOSS 6.0 // measured 5.73 on 2026-11-29 (AMD EPYC, 2 threads); ln(50257) = 10.8
+// What `./train` does by default learns: after a fixed number of steps of the default CPU run (its
+// flags but -x, -v and -s), the val loss is below a threshold measured once. make test runs 20 steps
+// (the schedule of a 20-step run); make test-long (ZT_TEST_LONG=1) the 100-step run.
+#define DEFAULT_RUN_STEPS_SHORT 20
+#define DEFAULT_RUN_MAX_VAL_LOSS_SHORT 9.25 // measured 8.9936 on 2026-12-01 (-x 20 -v 20 -s 0); ln(50257) = 10.87
+#define DEFAULT_RUN_STEPS_LONG 100
+#define DEFAULT_RUN_MAX_VAL_LOSS_LONG 6.0 // measured 5.73 on 2026-11-29 (AMD EPYC, 2 threads)
 TEST(cli_default_run_learns) {
+    int steps = test_long() ? DEFAULT_RUN_STEPS_LONG : DEFAULT_RUN_STEPS_SHORT;
+    double max_vl = test_long() ? DEFAULT_RUN_MAX_VAL_LOSS_LONG : DEFAULT_RUN_MAX_VAL_LOSS_SHORT;
     char flags[512];
-    snprintf(flags, sizeof(flags), "-x %d -v %d -s 0", DEFAULT_RUN_STEPS, DEFAULT_RUN_STEPS);
+    snprintf(flags, sizeof(flags), "-x %d -v %d -s 0", steps, steps);
     int rc = cli_run(flags, cli_out, sizeof(cli_out));
     CHECKF(rc == 0, "default run failed (%d):\n%s", rc, cli_out);
     double vl = cli_last_value(cli_out, "val loss ");
-    printf("    val loss after %d steps: %.4f (threshold %.2f)\n", DEFAULT_RUN_STEPS, vl, DEFAULT_RUN_MAX_VAL_LOSS);
-    CHECKF(vl < DEFAULT_RUN_MAX_VAL_LOSS, "val loss %.4f is not below %.2f", vl, DEFAULT_RUN_MAX_VAL_LOSS);
+    printf("    val loss after %d steps: %.4f (threshold %.2f)\n", steps, vl, max_vl);
+    CHECKF(vl < max_vl, "val loss %.4f is not below %.2f", vl, max_vl);
 }
 #endif
 

@@ -165,7 +165,17 @@ static int gpu_main(int argc, char** argv) {
     return rc;
 }
 
+#ifdef ENABLE_FP32
+// The FP32 build's cases that repeat what the BF16 build checks the same way (-tune's events and the
+// host waits of a step hold no floatX): make test-long runs them here too (BIN --long-only; see
+// test_long_only in test.h).
+static const char* const g_fp32_long_only[] = {"tune_emu_", "emu_host_syncs", NULL};
+#endif
+
 int main(int argc, char** argv) {
     if (argc > 1 && !strcmp(argv[1], "--train")) return train_main(argc - 1, argv + 1);
+#ifdef ENABLE_FP32
+    test_long_only(g_fp32_long_only);
+#endif
     return gpu_main(argc, argv);
 }

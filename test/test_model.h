@@ -361,13 +361,13 @@ TEST(model_export_logits_vs_pytorch) {
 }
 
 #ifdef ZT_CUDA_EMU
-// On one GPU a training step waits for the device and copies to the host only as README.md's table
+// On one GPU a training step waits for the device and copies to the host only as docs/cuda.md's table
 // "Host synchronisations" says: counted by the emulator (cudaStreamSynchronize, cudaEventSynchronize,
 // cudaDeviceSynchronize, cudaMemcpy, cudaFree; device-to-host copies) over steps of GA = 1 and GA = 2:
 // the difference is what the extra micro-steps cost, the rest is the step's. The budget is read from
-// README.md, so the documentation and the test cannot drift apart.
+// docs/cuda.md, so the documentation and the test cannot drift apart.
 static int tm_readme_budget(const char* row, long* syncs, long* d2h) {
-    FILE* f = fopen("README.md", "rb");
+    FILE* f = fopen("docs/cuda.md", "rb");
     if (!f) return -1;
     char line[512], want[64];
     snprintf(want, sizeof(want), "| %s |", row);
@@ -381,7 +381,7 @@ static int tm_readme_budget(const char* row, long* syncs, long* d2h) {
 TEST(emu_host_syncs_per_step) {
     long micro_syncs, micro_d2h, step_syncs, step_d2h;
     CHECKF(tm_readme_budget("per micro-step", &micro_syncs, &micro_d2h) == 0 && tm_readme_budget("per step", &step_syncs, &step_d2h) == 0,
-           "README.md has no rows '| per micro-step | N | N |' and '| per step | N | N |'");
+           "docs/cuda.md has no rows '| per micro-step | N | N |' and '| per step | N | N |'");
     Fixture fx;
     if (tm_load_fixture(&fx)) { CHECK(0); return; }
     const int* cfg = (const int*)fixture_get(&fx, "config")->data;
@@ -403,7 +403,7 @@ TEST(emu_host_syncs_per_step) {
         tm_free(tr);
     }
     long per_micro_syncs = syncs[1] - syncs[0], per_micro_d2h = d2h[1] - d2h[0];
-    printf("    per micro-step: %ld waits, %ld copies (README: %ld, %ld); per step besides: %ld, %ld (README: %ld, %ld)\n",
+    printf("    per micro-step: %ld waits, %ld copies (docs/cuda.md: %ld, %ld); per step besides: %ld, %ld (docs/cuda.md: %ld, %ld)\n",
            per_micro_syncs, per_micro_d2h, micro_syncs, micro_d2h, syncs[0] - per_micro_syncs, d2h[0] - per_micro_d2h,
            step_syncs, step_d2h);
     CHECK(per_micro_syncs <= micro_syncs && per_micro_d2h <= micro_d2h);

@@ -8,7 +8,7 @@
 // started with the chosen flags (tuning ran on scratch state and the trainer was rebuilt) and
 // allocates what the plan says for them; a resume reuses the checkpoint's recorded choice and
 // measures nothing. -tune is the last flag of every command line here: Open MPI's mpirun reads the
-// word after any "-tune" as its own parameter file (README: -tune).
+// word after any "-tune" as its own parameter file (docs/tune.md).
 
 // The candidates a run's tune table lists (-z, -r, -offload of each row) and the choice; returns the count.
 static int tt_table(const char* out, int cand[][3], int cap, int* z, int* r, int* off) {

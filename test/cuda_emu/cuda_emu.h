@@ -410,7 +410,7 @@ static Clock g_legacy_clock, g_host_clock; // the legacy default stream's; what 
 
 // Host synchronisations (the host waits for the device: cudaStreamSynchronize, cudaEventSynchronize,
 // cudaDeviceSynchronize, cudaMemcpy, cudaFree) and device-to-host copies (sync or async), counted
-// since the start: the tests read them around a training step (README: the step's budget).
+// since the start: the tests read them around a training step (docs/cuda.md: the step's budget).
 static long g_host_syncs = 0, g_d2h_copies = 0;
 
 static bool stream_ok(cudaStream_t s, const char* call) {
