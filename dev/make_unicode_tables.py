@@ -95,6 +95,8 @@ def render(ranges):
         "// neighbouring ranges of one class are merged. Unicode %s is what tiktoken 0.14.0's regex uses" % unicodedata.unidata_version,
         "// (Python 3.11's unicodedata is 14.0.0, which lacks 9,272 letters and 120 numbers): see the script.",
         "// defines: UnicodeRange, UC_L, UC_N, UC_S, unicode_ranges, UNICODE_NRANGES, UNICODE_VERSION",
+        "//",
+        "// May call: nothing (data).",
         "#ifndef ZT_UNICODE_TABLES_H",
         "#define ZT_UNICODE_TABLES_H",
         "",
