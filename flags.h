@@ -18,7 +18,7 @@
 typedef enum { F_INT, F_FLOAT, F_STR, F_SWITCH } FlagType; // F_SWITCH: present = 1, takes no value
 // FLAG_RUN: the flag defines the run (model, data, T, batch, optimizer, schedule, seed, data order):
 // checkpoints record it, a resume takes it when not given and refuses another value unless
-// -resume-change names it (see "The run's record" below). FLAG_KEEP: recorded and taken the same
+// -resume-change names it (run_record.h). FLAG_KEEP: recorded and taken the same
 // way, but a resume may change it freely (-x, -n, -nk, -v, -m, -s, ...: how the run goes on, not
 // what it is). FLAG_FREE: not recorded (-threads, -z, -r, logging, actions such as -export, ...).
 typedef enum { FLAG_FREE, FLAG_RUN, FLAG_KEEP } FlagKind;
