@@ -688,15 +688,22 @@ static int same_file(const char* a, const char* b) {
     return a && b && a[0] && b[0] && stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
 }
 
-// The folder dir/set_aside_<after>_<nonce>/ (created if needed) into sub. Dies when it cannot be made.
+// A new folder dir/set_aside_<after>_<nonce>/ into sub — never one that exists: a second roll-back
+// to the same step has the same name and nonce, and its renames would replace the files the first
+// one set aside, so it gets dir/set_aside_<after>_<nonce>_2/ (and so on). Dies when none can be made.
 static void ckpt_aside_dir(const char* dir, int after, uint64_t nonce, char* sub, size_t cap) {
-    snprintf(sub, cap, "%s/set_aside_%08d_%016llx", dir, after < 0 ? 0 : after, (unsigned long long)nonce);
-    if (mkdir(sub, 0755) != 0 && errno != EEXIST) die(1, "cannot create %s: %s", sub, strerror(errno));
+    for (int k = 1;; k++) {
+        int n = snprintf(sub, cap, "%s/set_aside_%08d_%016llx", dir, after < 0 ? 0 : after, (unsigned long long)nonce);
+        if (k > 1 && n > 0 && (size_t)n < cap) snprintf(sub + n, cap - (size_t)n, "_%d", k);
+        if (mkdir(sub, 0755) == 0) return;
+        if (errno != EEXIST || k == 1000) die(1, "cannot create %s: %s", sub, strerror(errno));
+    }
 }
 
 // Move every checkpoint file of a step above `after` (and LATEST when after < 0) into
 // dir/set_aside_<after>_<nonce>/, except `keep` (this run's -e file, when it lies in dir: it is
-// said and left where it is). Prints what it moved, with `why`. Returns the files moved; sub gets
+// said and left where it is, and hard-linked into the folder beside the DONE set aside with it, so
+// the set-aside checkpoint stays whole even when this run later saves a file of that name). Prints what it moved, with `why`. Returns the files moved; sub gets
 // the folder's path when it moved any ("" otherwise).
 static int ckpt_set_aside(const char* dir, int after, uint64_t nonce, const char* why, const char* keep, char* sub, size_t cap) {
     char from[PATH_MAX], to[PATH_MAX + 256];
@@ -726,8 +733,11 @@ static int ckpt_set_aside(const char* dir, int after, uint64_t nonce, const char
         int s = ckpt_file_step(e->d_name);
         if ((s < 0 || s <= after) && !(after < 0 && !strcmp(e->d_name, "LATEST"))) continue;
         snprintf(from, sizeof(from), "%s/%s", dir, e->d_name);
-        if (same_file(from, keep)) continue;
         snprintf(to, sizeof(to), "%s/%s", sub, e->d_name);
+        if (same_file(from, keep)) {
+            if (link(from, to) != 0) printf("checkpoints: could not link %s into %s (%s): it stays only where it is\n", from, sub, strerror(errno));
+            continue;
+        }
         if (rename(from, to) != 0) die(1, "cannot move %s to %s: %s", from, sub, strerror(errno));
     }
     if (d) closedir(d);
@@ -1134,6 +1144,7 @@ static int ckpt_peek(const char* dir, int resume_step, Marker* mk) {
 }
 static int ckpt_peek_tune(const char* dir, int resume_step, char* tune, size_t cap) {
     Marker* mk = (Marker*)malloc(sizeof(Marker));
+    if (!mk) die(1, "out of host memory (%zu bytes for a checkpoint marker)", sizeof(Marker));
     int step = ckpt_peek(dir, resume_step, mk);
     snprintf(tune, cap, "%s", step >= 0 ? mk->tune : "");
     free(mk);
@@ -1213,6 +1224,7 @@ static void ckpt_commit_resume(const char* dir, const Marker* mk, int rolled_bac
     ckpt_set_aside(dir, mk->step, mk->nonce, why, keep, sub, sizeof(sub));
     snprintf(path, sizeof(path), "%s/LATEST", dir);
     Marker* latest = (Marker*)malloc(sizeof(Marker));
+    if (!latest) die(1, "out of host memory (%zu bytes for a checkpoint marker)", sizeof(Marker));
     if (marker_read(path, latest) != 0 || latest->step != mk->step || latest->nonce != mk->nonce)
         if (marker_write(path, mk) != 0) die(1, "resume: writing %s failed: %s", path, strerror(errno));
     free(latest);

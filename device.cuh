@@ -385,8 +385,9 @@ static void dev_read_wait(void) {
 // Uploads inside a step (the tokens of every micro-batch) without a host wait: the bytes go into
 // the next of UPLOAD_SLOTS page-locked slots, then to the device in stream order; an event after the
 // copy says when the slot is free again. The host waits only when it is UPLOAD_SLOTS uploads ahead of
-// the GPU (then the GPU is the bottleneck and the wait costs nothing). The slots are allocated at the
-// first upload and grown (once, after a wait) for a larger one; the CPU device copies directly.
+// the GPU (then the GPU is the bottleneck and the wait costs nothing). The slots are allocated at start-up
+// (dev_upload_reserve, with the model's buffers: no allocation in a step) and grown, after a wait,
+// only for an upload larger than reserved; the CPU device copies directly.
 #define UPLOAD_SLOTS 8
 #ifdef __CUDACC__
 typedef struct {
@@ -400,18 +401,26 @@ static Uploads g_uploads;
 static void* host_pinned_alloc(size_t bytes);
 static void host_pinned_free(void* p);
 #endif
+// Slots of at least `bytes` each (start-up: B*T token ids); a no-op when they are that large already.
+static void dev_upload_reserve(size_t bytes) {
+#ifdef __CUDACC__
+    Uploads* u = &g_uploads;
+    if (g_device != DEV_CUDA || bytes <= u->slot) return;
+    for (int k = 0; k < UPLOAD_SLOTS; k++)
+        if (u->issued[k]) { cudaCheck(cudaEventSynchronize(u->done[k])); u->issued[k] = 0; }
+    if (u->pinned) host_pinned_free(u->pinned);
+    else for (int k = 0; k < UPLOAD_SLOTS; k++) cudaCheck(cudaEventCreateWithFlags(&u->done[k], cudaEventDisableTiming));
+    u->slot = (bytes + 255) / 256 * 256;
+    u->pinned = (unsigned char*)host_pinned_alloc(UPLOAD_SLOTS * u->slot);
+#else
+    (void)bytes;
+#endif
+}
 static void dev_upload(void* dev, const void* host, size_t bytes) {
 #ifdef __CUDACC__
     if (g_device == DEV_CUDA) {
         Uploads* u = &g_uploads;
-        if (bytes > u->slot) { // the first upload, or a larger one: (re)allocate the slots
-            for (int k = 0; k < UPLOAD_SLOTS; k++)
-                if (u->issued[k]) { cudaCheck(cudaEventSynchronize(u->done[k])); u->issued[k] = 0; }
-            if (u->pinned) host_pinned_free(u->pinned);
-            else for (int k = 0; k < UPLOAD_SLOTS; k++) cudaCheck(cudaEventCreateWithFlags(&u->done[k], cudaEventDisableTiming));
-            u->slot = (bytes + 255) / 256 * 256;
-            u->pinned = (unsigned char*)host_pinned_alloc(UPLOAD_SLOTS * u->slot);
-        }
+        dev_upload_reserve(bytes); // (nothing after start-up: reserved there for B*T)
         int k = u->next;
         u->next = (k + 1) % UPLOAD_SLOTS;
         if (u->issued[k]) { // free unless the GPU is UPLOAD_SLOTS uploads behind

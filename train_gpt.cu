@@ -305,6 +305,8 @@ typedef struct {
     int committed;          // 1: the run has committed to -o (commit_out_dir)
     char* log_mem;          // rank 0, before the commit: log.jsonl's records so far (tr->log is a memory stream)
     size_t log_mem_len;
+    char* tune_mem;         // rank 0, -tune with -o: tune.jsonl's lines, written when the run commits to -o
+    size_t tune_mem_len;
 } Trainer;
 
 // Learning rate at `step` (0-based): linear warmup over `warmup` steps, then the schedule down
@@ -568,6 +570,7 @@ static int write_hf_checkpoint(Model* m, const char* dir, StDtype dtype) {
 static int resume_checkpoint(Trainer* tr) {
     CkptMeta got, want = trainer_ckpt_meta(tr);
     tr->resumed = (Marker*)malloc(sizeof(Marker));
+    if (!tr->resumed) die(1, "out of host memory (%zu bytes for a checkpoint marker)", sizeof(Marker));
     if (!ckpt_resume(&tr->model.z, &tr->model.cfg, tr->f.out_dir, tr->f.resume_step, &got, tr->resumed)) {
         free(tr->resumed);
         tr->resumed = NULL;
@@ -773,6 +776,7 @@ static void trainer_build_model(Trainer* tr, const GPTConfig* c, int stage, int 
     if (offload != OFFLOAD_NONE) offload_pin_threads(tr->launch.local_rank, tr->launch.local_world); // [offload] the rank's cores
     offload_init(&m->z, f->offload_dir, parse_size(f->offload_buffer)); // [offload] master, m, v in host memory or a file
     acts_alloc(&m->a, c, f->B, f->T, recompute);
+    dev_upload_reserve((size_t)f->B * f->T * sizeof(int)); // the token uploads' page-locked slots (load_tokens)
     size_t work_floats = ops_workspace_floats(c, f->B, f->T, m->z.opt_total);
     g_work = (float*)dev_alloc(TAG_WORK, work_floats * sizeof(float));
     g_work_floats = work_floats - STEP_SCALARS_FLOATS; // the ops' scratch; then the step's scalars
@@ -973,7 +977,7 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     tr->comm.delay_ms = f->comm_delay;
     if (f->tune) { // the flags left at auto: measured, or a resume's recorded choice
         TuneTrainer t = {tr, tune_build, tune_step, tune_wait, tune_release, tr->mem_baseline};
-        tune_config(f, &c, tr->GA, &tr->comm, &tr->launch, &t, tr->tune_choice, sizeof(tr->tune_choice));
+        tune_config(f, &c, tr->GA, &tr->comm, &tr->launch, &t, tr->tune_choice, sizeof(tr->tune_choice), &tr->tune_mem, &tr->tune_mem_len);
     } else if (f->resume) tune_note_record(f, tr->r);
     // the model: layout, ZeRO buffers, activations, workspace
     PlanRow plan;
@@ -1064,6 +1068,14 @@ static void commit_out_dir(Trainer* tr) {
     if (tr->resumed) ckpt_commit_resume(f->out_dir, tr->resumed, f->resume_step > 0, f->model);
     else if (f->ckpt_every > 0) // a new run: an older run's checkpoints would mix with ours
         ckpt_set_aside(f->out_dir, -1, ckpt_nonce_local(), "a new run (no -y 1) in this directory", f->model, sub, sizeof(sub));
+    if (tr->tune_mem) { // -tune's candidates, measured before the commit
+        snprintf(path, sizeof(path), "%s/tune.jsonl", f->out_dir);
+        FILE* fp = fopen(path, "w");
+        if (!fp || fwrite(tr->tune_mem, 1, tr->tune_mem_len, fp) != tr->tune_mem_len || fclose(fp) != 0)
+            die(1, "-o: writing %s failed: %s", path, strerror(errno));
+        free(tr->tune_mem);
+        tr->tune_mem = NULL;
+    }
     fclose(tr->log); // the memory stream: its records are in log_mem
     snprintf(path, sizeof(path), "%s/log.jsonl", f->out_dir);
     tr->log = fopen(path, tr->resumed ? "a" : "w");

@@ -255,7 +255,8 @@ static void tune_note_record(const Flags* f, int r) {
 // -tune: choose every flag at auto by measuring (see the banner above). Every rank takes part;
 // rank 0 plans, decides and broadcasts. GA: the run's accumulation; t: builds and runs a candidate;
 // choice (cap bytes): the choice as flags ("-z 2 -r 1 -offload none"), for the checkpoints.
-static void tune_config(Flags* f, const GPTConfig* c, int GA, Comm* comm, const Launch* L, const TuneTrainer* t, char* choice, size_t cap) {
+static void tune_config(Flags* f, const GPTConfig* c, int GA, Comm* comm, const Launch* L, const TuneTrainer* t, char* choice, size_t cap,
+                        char** jsonl, size_t* jsonl_len) {
     int autos = 0;
     char names[64] = "";
 #define X(flag, field, row, max, kind, old) \
@@ -345,13 +346,13 @@ static void tune_config(Flags* f, const GPTConfig* c, int GA, Comm* comm, const 
                            : !strcmp(process_kind, "vmhwm") ? "VmHWM, reset per candidate (/proc/self/clear_refs)"
                                                             : "VmHWM since start (clear_refs failed: only the tagged peak counts)",
             g_device == DEV_CPU ? " (plus an offload row's host bytes: on the CPU device the same memory)" : "");
-    // rank 0 decides; tune.jsonl (-o) keeps every candidate's numbers
+    // rank 0 decides; tune.jsonl (-o) keeps every candidate's numbers: its lines go to *jsonl (the
+    // caller writes them into -o when the run commits to it, before its first step: a run that fails
+    // before that leaves -o as it found it)
     comm_broadcast(comm, &best, sizeof(best), 0);
     if (comm->r == 0 && f->out_dir[0]) {
-        char path[PATH_MAX];
-        snprintf(path, sizeof(path), "%s/tune.jsonl", f->out_dir);
-        FILE* fp = fopen(path, "w");
-        if (!fp) die_user("-o: cannot write %s: %s", path, strerror(errno));
+        FILE* fp = open_memstream(jsonl, jsonl_len);
+        if (!fp) die(1, "-tune: cannot open a memory stream: %s", strerror(errno));
         for (int i = 0; i < n; i++) {
             const PlanRow* p = &rows[idx[i]];
             const double* all = meas + (size_t)i * comm->R * TM_COLS;
@@ -372,7 +373,7 @@ static void tune_config(Flags* f, const GPTConfig* c, int GA, Comm* comm, const 
             fprintf(fp, ", \"process_kind\": \"%s\", \"footprint\": %.0f, \"mem\": %.0f, \"headroom\": %.0f, \"fits\": %d, \"chosen\": %d}\n",
                     process_kind, foot[i], e.mem, e.headroom, fits[i], i == best);
         }
-        if (fclose(fp) != 0) die_user("-o: writing %s failed: %s", path, strerror(errno));
+        if (fclose(fp) != 0) die(1, "-tune: writing tune.jsonl's lines in memory failed: %s", strerror(errno));
     }
     free(meas);
     if (best < 0) die_user("-tune: none of the %d candidate(s) leaves the headroom once measured (see the table). HINT: -plan, a smaller -b, or more ranks", n);

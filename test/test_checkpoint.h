@@ -138,6 +138,29 @@ static void ck_spit(const char* path, const char* s, size_t n) {
 // it never deletes the new run's checkpoints, and a later -y 1 follows LATEST, not the abandoned
 // branch's larger step. A save that fails after a roll-back leaves no marker vouching for files
 // of two runs: the step resumed is the last complete one of this history.
+// Two roll-backs to the same step (same folder name and nonce) set their files aside in two folders:
+// the second never replaces what the first set aside (rename() would, in one folder).
+TEST(ckpt_set_aside_twice_keeps_both) {
+    char dir[PATH_MAX], sub[2][PATH_MAX], p[PATH_MAX + 64], line[64];
+    snprintf(dir, sizeof(dir), "%s/aside_twice", test_tmpdir());
+    CHECK(mkdir(dir, 0755) == 0);
+    for (int round = 0; round < 2; round++) {
+        snprintf(p, sizeof(p), "%s/DONE_00000006", dir);
+        FILE* f = fopen(p, "w");
+        CHECK(f);
+        fprintf(f, "round %d\n", round);
+        fclose(f);
+        CHECK(ckpt_set_aside(dir, 4, 0x1234, "test", NULL, sub[round], PATH_MAX) == 1);
+    }
+    CHECKF(strcmp(sub[0], sub[1]) != 0, "both roll-backs set aside into %s", sub[0]);
+    for (int round = 0; round < 2; round++) {
+        snprintf(p, sizeof(p), "%s/DONE_00000006", sub[round]);
+        FILE* f = fopen(p, "r");
+        CHECKF(f && fgets(line, sizeof(line), f) && line[6] == '0' + round, "%s does not hold round %d's file", p, round);
+        if (f) fclose(f);
+    }
+}
+
 TEST(ckpt_rollback_one_history) {
     const char* dir = ck_dir("history");
     char flags[4096];

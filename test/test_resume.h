@@ -251,11 +251,19 @@ TEST(resume_e_inside_o) {
     snprintf(flags, sizeof(flags), RS_SMALL " -v 0 -x 2 -n 2 -o %s", dir);
     int rc = rs_run("", flags);
     CHECKF(rc == 0, "first run (%d):\n%s", rc, rs_out);
+    snprintf(flags, sizeof(flags), "cp %s/model_00000002.bin %s/e_inside_o_source.bin", dir, test_tmpdir());
+    CHECK(test_run_cmd(flags, NULL, 0) == 0);
     for (int orphan = 0; orphan < 2; orphan++) {
         if (orphan) { snprintf(path, sizeof(path), "%s/DONE_00000002", dir); unlink(path); }
-        snprintf(flags, sizeof(flags), "-b 2 -t 16 -v 0 -s 0 -e %s/model_00000002.bin -o %s -n 1 -x 1", dir, dir);
+        // with DONE_2 (set aside): this run saves its own step 2 over the -e file's name; the
+        // set-aside folder keeps the source (a hard link), byte for byte
+        snprintf(flags, sizeof(flags), "-b 2 -t 16 -v 0 -s 0 -e %s/model_00000002.bin -o %s %s", dir, dir, orphan ? "-n 1 -x 1" : "-n 2 -x 2");
         rc = rs_run("", flags);
         CHECKF(rc == 0 && strstr(rs_out, "is this run's -e model") && ck_exists(dir, "model_00000002.bin"), "-e inside -o (orphan %d): exit %d\n%s", orphan, rc, rs_out);
+        if (!orphan) {
+            snprintf(flags, sizeof(flags), "cmp %s/set_aside_*/model_00000002.bin %s/e_inside_o_source.bin", dir, test_tmpdir());
+            CHECKF(test_run_cmd(flags, NULL, 0) == 0, "the -e source is not whole in the set-aside folder:\n%s", rs_out);
+        }
     }
 }
 
