@@ -1056,18 +1056,30 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
 // nothing in -o but its lock, so one that fails before its first step — a corrupt step S, a
 // refused flag, a bad batch in the first evaluation — leaves the directory as it found it. Rank 0:
 // the leftovers of a crash are removed, the steps after the one resumed (or, for a new run with
-// -n, an older run's checkpoints) are set aside with the log records after it, LATEST names the
-// step resumed, and log.jsonl is opened with the records held so far. -e's file is never touched.
+// -n, an older run's checkpoints) are set aside with the log records after it (a new run: an older
+// run's log.jsonl and tune.jsonl, whole), LATEST names the step resumed, and log.jsonl is opened
+// with the records held so far. -e's file is never touched.
 static void commit_out_dir(Trainer* tr) {
     const Flags* f = &tr->f;
     if (tr->committed) return;
     tr->committed = 1;
     if (tr->r != 0 || !f->out_dir[0]) return;
     ckpt_clean_leftovers(f->out_dir, f->model);
-    char path[PATH_MAX], sub[PATH_MAX];
+    char path[PATH_MAX], sub[PATH_MAX] = "";
     if (tr->resumed) ckpt_commit_resume(f->out_dir, tr->resumed, f->resume_step > 0, f->model);
     else if (f->ckpt_every > 0) // a new run: an older run's checkpoints would mix with ours
         ckpt_set_aside(f->out_dir, -1, ckpt_nonce_local(), "a new run (no -y 1) in this directory", f->model, sub, sizeof(sub));
+    for (int k = 0; k < 2 && !tr->resumed; k++) { // a new run: an older run's logs are set aside too, never truncated
+        const char* name = k ? "tune.jsonl" : "log.jsonl";
+        struct stat st;
+        snprintf(path, sizeof(path), "%s/%s", f->out_dir, name);
+        if (stat(path, &st) != 0 || st.st_size == 0) continue;
+        if (!sub[0]) ckpt_aside_dir(f->out_dir, -1, ckpt_nonce_local(), sub, sizeof(sub));
+        char to[PATH_MAX + 32];
+        snprintf(to, sizeof(to), "%s/%s", sub, name);
+        if (rename(path, to) != 0) die(1, "-o: cannot move %s to %s: %s", path, sub, strerror(errno));
+        printf("log: the earlier run's %s moved to %s (a new run, no -y 1)\n", name, sub);
+    }
     if (tr->tune_mem) { // -tune's candidates, measured before the commit
         snprintf(path, sizeof(path), "%s/tune.jsonl", f->out_dir);
         FILE* fp = fopen(path, "w");

@@ -202,6 +202,8 @@ TEST(ckpt_new_run_in_old_dir) {
     snprintf(flags, sizeof(flags), CK_SMALL " -x 2 -n 2 -seed 5 -o %s", dir);
     rc = ck_run("", flags);
     CHECKF(rc == 0 && strstr(ck_out, "a new run (no -y 1) in this directory: moved"), "new run (%d):\n%s", rc, ck_out);
+    snprintf(flags, sizeof(flags), "test \"$(grep -c '\"loss\"' %s/set_aside_*/log.jsonl)\" = 4", dir); // the old run's log, whole
+    CHECKF(test_run_cmd(flags, NULL, 0) == 0, "the old run's log.jsonl was not set aside whole:\n%s", ck_out);
     snprintf(flags, sizeof(flags), CK_SMALL " -x 4 -seed 5 -o %s -y 1", dir);
     rc = ck_run("", flags);
     CHECKF(rc == 0 && strstr(ck_out, "resume: step 2 "), "-y 1 did not resume the new run's step 2 (%d):\n%s", rc, ck_out);
