@@ -827,7 +827,7 @@ static inline int tokenizer_encode_piece(TokenizerEncoder* e, const unsigned cha
 
 // Format a one-line message into err (if given). Returns -1.
 __attribute__((format(printf, 3, 4)))
-static inline int tokenizer_msg(char* err, size_t errlen, const char* fmt, ...) {
+static inline int tokenize_error(char* err, size_t errlen, const char* fmt, ...) {
     if (err && errlen) {
         va_list ap;
         va_start(ap, fmt);
@@ -951,22 +951,22 @@ static inline int tokenizer_hf_step(TokenizerHF* h, const Json* j, int node, con
                                     const char* path, char* err, size_t errlen) {
     int type = json_get(j, node, "type");
     if (j->nodes[node].type != JSON_OBJECT || type < 0 || j->nodes[type].type != JSON_STRING) {
-        return tokenizer_msg(err, errlen, "tokenizer %s: %s is not an object with a \"type\"", path, where);
+        return tokenize_error(err, errlen, "tokenizer %s: %s is not an object with a \"type\"", path, where);
     }
     const char* t = j->nodes[type].str;
     if (*bytelevel_seen) {
-        return tokenizer_msg(err, errlen, "tokenizer %s: %s (%s) comes after ByteLevel: not supported (ByteLevel must be the last step)",
+        return tokenize_error(err, errlen, "tokenizer %s: %s (%s) comes after ByteLevel: not supported (ByteLevel must be the last step)",
                               path, where, t);
     }
-    if (h->nsteps >= TOKENIZER_MAX_STEPS - 1) return tokenizer_msg(err, errlen, "tokenizer %s: %s: more than %d pre-tokenizer steps", path, where, TOKENIZER_MAX_STEPS - 1);
+    if (h->nsteps >= TOKENIZER_MAX_STEPS - 1) return tokenize_error(err, errlen, "tokenizer %s: %s: more than %d pre-tokenizer steps", path, where, TOKENIZER_MAX_STEPS - 1);
     if (!strcmp(t, "ByteLevel")) {
         if (tokenizer_json_flag(j, node, "add_prefix_space") != 0) {
-            return tokenizer_msg(err, errlen, "tokenizer %s: %s.add_prefix_space is not false: not supported", path, where);
+            return tokenize_error(err, errlen, "tokenizer %s: %s.add_prefix_space is not false: not supported", path, where);
         }
         int use_regex = json_get(j, node, "use_regex");  // absent: true (tokenizers' default)
         int on = use_regex < 0 || j->nodes[use_regex].type == JSON_TRUE;
         if (use_regex >= 0 && j->nodes[use_regex].type != JSON_TRUE && j->nodes[use_regex].type != JSON_FALSE) {
-            return tokenizer_msg(err, errlen, "tokenizer %s: %s.use_regex is not true or false", path, where);
+            return tokenize_error(err, errlen, "tokenizer %s: %s.use_regex is not true or false", path, where);
         }
         if (on) h->steps[h->nsteps++] = TOKENIZER_STEP_GPT2;
         *bytelevel_seen = 1;
@@ -974,30 +974,30 @@ static inline int tokenizer_hf_step(TokenizerHF* h, const Json* j, int node, con
     }
     if (!strcmp(t, "Digits")) {
         int ind = tokenizer_json_flag(j, node, "individual_digits");
-        if (ind < 0) return tokenizer_msg(err, errlen, "tokenizer %s: %s.individual_digits is not true or false", path, where);
+        if (ind < 0) return tokenize_error(err, errlen, "tokenizer %s: %s.individual_digits is not true or false", path, where);
         h->steps[h->nsteps++] = ind ? TOKENIZER_STEP_DIGITS : TOKENIZER_STEP_DIGIT_RUNS;
         return 0;
     }
     if (!strcmp(t, "Split")) {
         int pat = json_get(j, node, "pattern"), re = json_get(j, pat, "Regex");
         if (re < 0 || j->nodes[re].type != JSON_STRING) {
-            return tokenizer_msg(err, errlen, "tokenizer %s: %s.pattern is not {\"Regex\": ...}: only the GPT-2, Llama 3 and Qwen2 "
+            return tokenize_error(err, errlen, "tokenizer %s: %s.pattern is not {\"Regex\": ...}: only the GPT-2, Llama 3 and Qwen2 "
                                   "regular expressions are supported", path, where);
         }
         const char* r = j->nodes[re].str;
         int step = !strcmp(r, TOKENIZER_RE_GPT2) ? TOKENIZER_STEP_GPT2 : !strcmp(r, TOKENIZER_RE_LLAMA3) ? TOKENIZER_STEP_LLAMA3
                  : !strcmp(r, TOKENIZER_RE_QWEN2) ? TOKENIZER_STEP_QWEN2 : -1;
         if (step < 0) {
-            return tokenizer_msg(err, errlen, "tokenizer %s: %s.pattern.Regex \"%.200s\" is not one this reader knows (GPT-2's, "
+            return tokenize_error(err, errlen, "tokenizer %s: %s.pattern.Regex \"%.200s\" is not one this reader knows (GPT-2's, "
                                   "Llama 3's, Qwen2's)", path, where, r);
         }
         if (!tokenizer_json_is(j, json_get(j, node, "behavior"), "Isolated") || tokenizer_json_flag(j, node, "invert") != 0) {
-            return tokenizer_msg(err, errlen, "tokenizer %s: %s: only behavior \"Isolated\" with invert false is supported", path, where);
+            return tokenize_error(err, errlen, "tokenizer %s: %s: only behavior \"Isolated\" with invert false is supported", path, where);
         }
         h->steps[h->nsteps++] = step;
         return 0;
     }
-    return tokenizer_msg(err, errlen, "tokenizer %s: %s.type \"%s\" is not supported (known: Split, Digits, ByteLevel, Sequence)",
+    return tokenize_error(err, errlen, "tokenizer %s: %s.type \"%s\" is not supported (known: Split, Digits, ByteLevel, Sequence)",
                           path, where, t);
 }
 
@@ -1014,20 +1014,20 @@ static inline int tokenizer_config_token(const Json* j, const char* key, char* o
 static inline char* tokenizer_read_file(const char* path, size_t* len, char* err, size_t errlen) {
     FILE* f = fopen(path, "rb");
     if (!f) {
-        tokenizer_msg(err, errlen, "tokenizer %s: cannot open: %s", path, strerror(errno));
+        tokenize_error(err, errlen, "tokenizer %s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
     struct stat st;
     if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
         fclose(f);
-        tokenizer_msg(err, errlen, "tokenizer %s: not a readable regular file", path);
+        tokenize_error(err, errlen, "tokenizer %s: not a readable regular file", path);
         return NULL;
     }
     char* text = (char*)malloc((size_t)st.st_size + 1);
     if (!text || fread(text, 1, (size_t)st.st_size, f) != (size_t)st.st_size) {
         fclose(f);
         free(text);
-        tokenizer_msg(err, errlen, "tokenizer %s: %s", path, text ? "read error" : "out of memory");
+        tokenize_error(err, errlen, "tokenizer %s: %s", path, text ? "read error" : "out of memory");
         return NULL;
     }
     fclose(f);
@@ -1083,7 +1083,7 @@ static inline int tokenizer_init_hf(Tokenizer* tok, const char* path_in, char* e
     }
     free(text);  // the parsed strings live in j
     unsigned char* catbuf = NULL;
-#define HF_FAIL(...) do { tokenizer_msg(err, errlen, __VA_ARGS__); json_free(&j); free(catbuf); tokenizer_free(tok); return -1; } while (0)
+#define HF_FAIL(...) do { tokenize_error(err, errlen, __VA_ARGS__); json_free(&j); free(catbuf); tokenizer_free(tok); return -1; } while (0)
     if (j.nodes[0].type != JSON_OBJECT) HF_FAIL("tokenizer %s: not a JSON object", path);
     // --- model: byte-level BPE only
     int model = json_get(&j, 0, "model");
@@ -1699,17 +1699,6 @@ typedef struct {           // one split's output
     int shards;            // shard files written so far
 } TokenizeSplit;
 
-__attribute__((format(printf, 3, 4)))
-static inline int tokenize_error(char* err, size_t errlen, const char* fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
 static inline void tokenize_shard_path(char* path, size_t cap, const char* prefix, const char* split, int index) {
     snprintf(path, cap, "%s_%s_%06d.bin", prefix, split, index);
 }
@@ -2096,13 +2085,13 @@ static inline int tokenizer_put_file(const char* dir, const char* name, const ch
     snprintf(path, sizeof(path), "%s/%s", dir, name);
     snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
     FILE* f = fopen(tmp, "wb");
-    if (!f) return tokenizer_msg(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
+    if (!f) return tokenize_error(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
     int ok = fwrite(bytes, 1, len, f) == len && fflush(f) == 0 && fsync(fileno(f)) == 0;
     if (fclose(f) != 0) ok = 0;
     if (!ok || rename(tmp, path) != 0) {
         int e = errno;
         remove(tmp);
-        return tokenizer_msg(err, errlen, "%s: cannot write: %s", path, strerror(e));
+        return tokenize_error(err, errlen, "%s: cannot write: %s", path, strerror(e));
     }
     return 0;
 }
@@ -2156,14 +2145,14 @@ static inline int tokenizer_write_hf(const Tokenizer* tok, const char* dir, int 
     }
     const TokenizerEncoder* e = &tok->enc;
     if (!tok->token_table || e->nmerges == 0 || tok->eot_token < 0)
-        return tokenizer_msg(err, errlen, "tokenizer: the vocabulary, its merges and the EOT id are needed to write tokenizer.json");
+        return tokenize_error(err, errlen, "tokenizer: the vocabulary, its merges and the EOT id are needed to write tokenizer.json");
     uint64_t* by_rank = (uint64_t*)calloc(e->nmerges, sizeof(uint64_t));  // rank -> (left << 32 | right)
     char* a = (char*)malloc(8 * 256 + 1);
     char* b = (char*)malloc(8 * 256 + 1);
     TokenizerText js = {NULL, 0, 0, 0}, vocab = {NULL, 0, 0, 0}, merges = {NULL, 0, 0, 0}, cfg = {NULL, 0, 0, 0};
     int rc = -1;
     if (!by_rank || !a || !b) {
-        tokenizer_msg(err, errlen, "tokenizer: out of memory");
+        tokenize_error(err, errlen, "tokenizer: out of memory");
         goto done;
     }
     for (uint32_t i = 0; i <= e->pair_mask; i++)
@@ -2178,7 +2167,7 @@ static inline int tokenizer_write_hf(const Tokenizer* tok, const char* dir, int 
     tokenizer_text(&vocab, "{");
     for (uint32_t id = 0; id < tok->vocab_size; id++) {
         if (tok->token_len[id] > 256) {
-            tokenizer_msg(err, errlen, "tokenizer: token %u is %u bytes, more than this writer spells", id, tok->token_len[id]);
+            tokenize_error(err, errlen, "tokenizer: token %u is %u bytes, more than this writer spells", id, tok->token_len[id]);
             goto done;
         }
         tokenizer_spell_json(tok, id, a);
@@ -2203,7 +2192,7 @@ static inline int tokenizer_write_hf(const Tokenizer* tok, const char* dir, int 
                    "\"eos_token\": \"<|endoftext|>\", \"unk_token\": \"<|endoftext|>\", \"model_max_length\": %d, "
                    "\"clean_up_tokenization_spaces\": false}\n", max_T);
     if (js.oom || vocab.oom || merges.oom || cfg.oom) {
-        tokenizer_msg(err, errlen, "tokenizer: out of memory writing tokenizer.json");
+        tokenize_error(err, errlen, "tokenizer: out of memory writing tokenizer.json");
         goto done;
     }
     if (tokenizer_put_file(dir, "tokenizer.json", js.s, js.n, err, errlen) || tokenizer_put_file(dir, "vocab.json", vocab.s, vocab.n, err, errlen) ||
@@ -2230,7 +2219,7 @@ static inline int tokenizer_export_files(const char* tokenizer_path, const char*
     if (tokenizer_init(&t, tokenizer_path, err, errlen) != 0) return -1;
     int rc = tokenizer_load_merges(&t, merges_path, err, errlen);
     if (rc == 0 && t.vocab_size > (uint32_t)model_V)
-        rc = tokenizer_msg(err, errlen, "tokenizer %s has %u ids, more than the model's vocabulary of %d", tokenizer_path, t.vocab_size, model_V);
+        rc = tokenize_error(err, errlen, "tokenizer %s has %u ids, more than the model's vocabulary of %d", tokenizer_path, t.vocab_size, model_V);
     if (rc == 0) rc = tokenizer_write_hf(&t, dir, max_T, err, errlen);
     tokenizer_free(&t);
     return rc;

@@ -21,23 +21,13 @@ import struct
 import sys
 import time
 
-
-def byte_decoder():
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {chr(c): b for b, c in zip(bs, cs)}
+from gpt2_bytes import bytes_to_unicode  # dev/gpt2_bytes.py: GPT-2's byte <-> character map
 
 
 def prepare(d):
     os.makedirs(os.path.join(d, "gpt2"), exist_ok=True)
     enc = json.load(open("data/gpt2/encoder.json", encoding="utf-8"))
-    dec = byte_decoder()
+    dec = {c: b for b, c in bytes_to_unicode().items()}
     tok_bytes = {i: bytes(dec[c] for c in s) for s, i in enc.items()}
     docs = []
     for split in ("train", "val"):
