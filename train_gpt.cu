@@ -35,6 +35,9 @@
 #include "ops/layernorm.cuh"   // defines: op_residual_layernorm_forward, op_layernorm_backward
 #include "ops/matmul.cuh"      // defines: op_matmul_forward, op_matmul_backward, op_gelu_forward
 #include "ops/attention.cuh"   // defines: op_attention_forward, op_attention_backward
+#include "ops/rmsnorm.cuh"     // defines: op_residual_rmsnorm_forward, op_rmsnorm_backward
+#include "ops/rope.cuh"        // defines: RopeParams, rope_table, op_rope_forward, op_rope_backward
+#include "ops/swiglu.cuh"      // defines: op_swiglu_forward, op_swiglu_backward
 #include "ops/classifier.cuh"  // defines: op_lm_head_forward
 #include "adamw.cuh"           // defines: AdamWParams, op_adamw, op_sumsq_many
 #include "zero.h"              // defines: BlockLayout, Zero, Comm, the zero_* hooks, comm_*
@@ -142,7 +145,7 @@ static void layer_forward(Model* m, int l, const ParamView* p, const floatX* inp
     // qkv (B,T,3C) = ln1 @ qkvw^T + qkvb
     op_matmul_forward(a.qkv, NULL, a.ln1, p->t[T_qkvw], p->t[T_qkvb], BT, C, 3 * C);
     // atty (B,T,C), lse (B,NH,T) = causal attention(qkv)
-    op_attention_forward(a.atty, a.lse, a.qkv, B, T, C, NH);
+    op_attention_forward(a.atty, a.lse, a.qkv, B, T, NH, NH, C / NH);
     // proj (B,T,C) = atty @ attprojw^T + attprojb
     op_matmul_forward(A->proj, NULL, a.atty, p->t[T_attprojw], p->t[T_attprojb], BT, C, C);
     // (xmid, ln2) = residual + layernorm(x, proj)
@@ -176,7 +179,7 @@ static void layer_backward(Model* m, int l, const ParamView* p, const GradView* 
     op_matmul_backward(A->datty, g->t[T_attprojw], g->t[T_attprojb], A->dres, a.atty, p->t[T_attprojw],
                        NULL, BT, C, C);
     // atty = attention(qkv)
-    op_attention_backward(A->dqkv, A->datty, a.qkv, a.atty, a.lse, B, T, C, NH);
+    op_attention_backward(A->dqkv, A->datty, a.qkv, a.atty, a.lse, B, T, NH, NH, C / NH);
     if (r == 2) op_residual_layernorm_forward(NULL, a.ln1, a.ln1_mean, a.ln1_rstd, a.x, NULL,
                                               p->t[T_ln1w], p->t[T_ln1b], BT, C); // [-r 2] layernorm 1
     // qkv = ln1 @ qkvw^T + qkvb
