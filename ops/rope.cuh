@@ -96,17 +96,13 @@ static void rope_table(float* cos_sin, const RopeParams* p, int T) {
         }
 }
 
-// One pair, both devices: forward (x1, x2) -> (x1 c - x2 s, x2 c + x1 s); backward the transpose,
+// One pair: forward (x1, x2) -> (x1 c - x2 s, x2 c + x1 s); backward the transpose,
 // (d1, d2) -> (d1 c + d2 s, d2 c - d1 s), which is the forward's formula at -s (negation is exact).
-ZT_HD static inline void rope_pair(floatX* a, floatX* b, float c, float s) {
+// Host code is never contracted into FMAs (-ffp-contract=off); the kernel's copy uses _rn intrinsics.
+static inline void rope_pair(floatX* a, floatX* b, float c, float s) {
     float x1 = ld(*a), x2 = ld(*b);
-#ifdef __CUDA_ARCH__
-    *a = rn(__fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s)));
-    *b = rn(__fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s)));
-#else
     *a = rn(x1 * c - x2 * s);
     *b = rn(x2 * c + x1 * s);
-#endif
 }
 
 #ifdef __CUDACC__
@@ -125,7 +121,9 @@ __global__ static void rope_kernel(floatX* qkv, const float* cos_sin, int64_t BT
     int t = (int)(bt % T);
     floatX* x = qkv + bt * (int64_t)(NH + 2 * NKV) * HD + (int64_t)head * HD;
     float c = cos_sin[(int64_t)t * H2 + d], s = sgn * cos_sin[((int64_t)T + t) * H2 + d];
-    rope_pair(x + d, x + d + H2, c, s);
+    float x1 = ld(x[d]), x2 = ld(x[d + H2]); // rope_pair's operations, each rounded on its own
+    x[d] = rn(__fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s)));
+    x[d + H2] = rn(__fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s)));
 }
 
 static void rope_cuda(floatX* qkv, const float* cos_sin, int B, int T, int NH, int NKV, int HD, float sgn) {
