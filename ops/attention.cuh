@@ -834,7 +834,12 @@ static void attention_backward_cuda(floatX* dqkv, const floatX* dout, const floa
 }
 #endif
 
-static void op_attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH) {
+// qkv rows are (q heads NH*HD | k heads NKV*HD | v heads NKV*HD), out rows NH*HD. Grouped-query
+// attention (NKV < NH, query head h reading kv head h / (NH/NKV)) is not in these loops yet: NKV
+// must equal NH here (issue 21's ops developer adds it).
+static void op_attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int NKV, int HD) {
+    if (NKV != NH) die(1, "attention: grouped-query attention (NH %d, NKV %d) is not implemented yet", NH, NKV);
+    int C = NH * HD;
 #ifdef __CUDACC__
     if (g_device == DEV_CUDA) { attention_forward_cuda(out, lse, qkv, B, T, C, NH); return; }
 #endif
@@ -880,7 +885,9 @@ static void op_attention_forward(floatX* out, float* lse, const floatX* qkv, int
 }
 
 static void op_attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
-                                  const float* lse, int B, int T, int C, int NH) {
+                                  const float* lse, int B, int T, int NH, int NKV, int HD) {
+    if (NKV != NH) die(1, "attention: grouped-query attention (NH %d, NKV %d) is not implemented yet", NH, NKV);
+    int C = NH * HD;
 #ifdef __CUDACC__
     if (g_device == DEV_CUDA) { attention_backward_cuda(dqkv, dout, qkv, out, lse, B, T, C, NH); return; }
 #endif

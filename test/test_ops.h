@@ -300,14 +300,14 @@ TEST(op_attention) {
     double *lsed = (double*)calloc(B * NH * T, 8), *lseg = (double*)calloc(B * NH * T, 8), *fd = (double*)calloc(nq, 8);
     ops_rand(qkv, qkvd, nq, 1.0, 21);
     ops_rand(dout, doutd, no, 1.0, 22);
-    op_attention_forward(out, lse, qkv, B, T, C, NH);
+    op_attention_forward(out, lse, qkv, B, T, NH, NH, C / NH);
     AttRef a = {B, T, C, NH, qkvd, doutd};
     att_ref(&a, ref, lsed);
     ops_to_d(out, got, no);
     double ef = ops_relerr(got, ref, no);
     ops_f_to_d(lse, lseg, B * NH * T);
     double el = ops_relerr(lseg, lsed, B * NH * T);
-    op_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH);
+    op_attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NH, C / NH);
     ops_fd(qkvd, nq, att_loss, &a, fd);
     ops_to_d(dqkv, got, nq);
     double eb = ops_relerr(got, fd, nq);
@@ -728,7 +728,7 @@ TEST(op_adamw_simd_bitwise) {
 // whole logical vector of a small model filled with 1 and with 2 threads (and from two halves),
 // compared bitwise; the time per parameter is printed.
 TEST(init_parallel_same_bits) {
-    GPTConfig c = {2, 128, 4, 1000, 1024, 256};
+    GPTConfig c = gpt2_config(2, 128, 4, 1000, 1024, 256);
     ModelDesc d;
     model_describe(&d, &c);
     int64_t n = d.num_params;
