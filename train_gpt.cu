@@ -35,6 +35,9 @@
 #include "ops/layernorm.cuh"   // defines: op_residual_layernorm_forward, op_layernorm_backward
 #include "ops/matmul.cuh"      // defines: op_matmul_forward, op_matmul_backward, op_gelu_forward
 #include "ops/attention.cuh"   // defines: op_attention_forward, op_attention_backward
+#include "ops/rmsnorm.cuh"     // defines: op_residual_rmsnorm_forward, op_rmsnorm_backward
+#include "ops/rope.cuh"        // defines: RopeParams, rope_table, op_rope_forward, op_rope_backward
+#include "ops/swiglu.cuh"      // defines: op_swiglu_forward, op_swiglu_backward
 #include "ops/classifier.cuh"  // defines: op_lm_head_forward
 #include "adamw.cuh"           // defines: AdamWParams, op_adamw, op_sumsq_many
 #include "zero.h"              // defines: BlockLayout, Zero, Comm, the zero_* hooks, comm_*

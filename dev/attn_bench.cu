@@ -53,6 +53,6 @@ int main(int argc, char** argv) {
     double fwd = 2.0 * B * NH * (double)T * T * HS, bwd = 2.5 * fwd;
     printf("ours fwd_ms %.4f bwd_ms %.4f fwd_tflops %.1f bwd_tflops %.1f kernels %s\n", ms[0], ms[1],
            fwd / (ms[0] * 1e-3) / 1e12, bwd / (ms[1] * 1e-3) / 1e12,
-           attention_uses_tc(T, C, NH, out, lse, qkv, dqkv) ? "tensor-core" : "scalar");
+           attention_uses_tc(T, C / NH, out, lse, qkv, dqkv) ? "tensor-core" : "scalar");
     return 0;
 }

@@ -246,7 +246,7 @@ static void gpu_attention_case(int B, int T, int NH, int HS, uint64_t seed, int 
     float* d_lse = (float*)gpu_zeros(blse);
     gpu_fill(d_out, 0xFF, bout); // NaN: unwritten elements fail
     gpu_fill(d_lse, 0xFF, blse);
-    int tc = attention_uses_tc(T, C, NH, d_out, d_lse, d_qkv, NULL);
+    int tc = attention_uses_tc(T, C / NH, d_out, d_lse, d_qkv, NULL);
     printf("    kernels: %s\n", tc ? "tensor cores (mma.sync)" : "scalar FP32");
     CHECKF(tc == want_tc, "expected the %s kernels", want_tc ? "tensor-core" : "scalar");
     ON_GPU(op_attention_forward(d_out, d_lse, d_qkv, B, T, NH, NH, C / NH));
@@ -363,7 +363,7 @@ TEST(gpu_attention_tc_planted_missing_wait) {
     floatX* d_qkv = (floatX*)gpu_copy_of(qkv, nqkv * sizeof(floatX));
     floatX* d_out = (floatX*)gpu_zeros(nout * sizeof(floatX));
     float* d_lse = (float*)gpu_zeros(nlse * sizeof(float));
-    CHECK(attention_uses_tc(T, C, NH, d_out, d_lse, d_qkv, NULL));
+    CHECK(attention_uses_tc(T, C / NH, d_out, d_lse, d_qkv, NULL));
     double err[2];
     int saved_mode = emu::g_cp_async_env;
     emu::g_cp_async_env = 0; // copies land at the wait (at issue, a missing wait cannot show)
