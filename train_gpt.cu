@@ -74,12 +74,12 @@ typedef struct { float* t[NUM_TENSORS]; } GradView;
 
 static ParamView param_view(const ModelDesc* d, floatX* block, int io) {
     ParamView v;
-    for (int k = 0; k < NUM_TENSORS; k++) v.t[k] = d->t[k].io == io ? block + d->t[k].off : NULL;
+    for (int k = 0; k < NUM_TENSORS; k++) v.t[k] = d->t[k].io == io && d->t[k].n ? block + d->t[k].off : NULL;
     return v;
 }
 static GradView grad_view(const ModelDesc* d, float* block, int io) {
     GradView v;
-    for (int k = 0; k < NUM_TENSORS; k++) v.t[k] = d->t[k].io == io ? block + d->t[k].off : NULL;
+    for (int k = 0; k < NUM_TENSORS; k++) v.t[k] = d->t[k].io == io && d->t[k].n ? block + d->t[k].off : NULL;
     return v;
 }
 
@@ -111,7 +111,7 @@ static void init_fill(void* ctx, float* dst, int64_t logical, int64_t len) {
             case INIT_ZERO: v = 0.0f; break;
             default:
                 v = (float)(std * rng_normal(key, (uint64_t)e));
-                if (k == T_wte && e / c->C >= c->V) v = 0.0f; // padded vocabulary rows
+                if (tensor_has_vocab_rows(k) && e / c->C >= c->V) v = 0.0f; // padded vocabulary rows
             }
             dst[i + j] = v;
         }
@@ -123,19 +123,50 @@ static void init_fill(void* ctx, float* dst, int64_t logical, int64_t len) {
 // 2. Forward and backward. The layer loop never tests the ZeRO stage: it asks the hooks for each
 // block's parameters and gradient buffer, and tells them when a block is done.
 
+typedef struct FamilyOps FamilyOps;
+
 typedef struct {
     ModelDesc d;
     GPTConfig cfg;
+    const FamilyOps* ops; // the family's layer code (family_ops)
     int B, T;          // allocated micro-batch shape (a forward may use a smaller one)
     int recompute;
     Zero z;
     Acts a;
+    float* rope_host;  // [Llama] RoPE's table on the host (2 x T x HD/2), uploaded to a.rope for rope_T positions
+    int rope_T;
 } Model;
+
+// A family's code: the embedding, one layer and the head, forward and backward. The loop below
+// (gpt_forward, gpt_backward) calls these and the ZeRO hooks around them; it never asks which
+// family it runs. Both families' functions follow, side by side.
+struct FamilyOps {
+    const char* name;
+    // x[0] (B,T,C) of A->inputs, from the io block's parameters
+    void (*embed_forward)(Model* m, const ParamView* io, int B, int T);
+    // one layer: inp1 (+ inp2 when not NULL) is the residual stream entering layer l
+    void (*layer_forward)(Model* m, int l, const ParamView* p, const floatX* inp1, const floatX* inp2, int B, int T);
+    // final norm of (last xmid + its MLP output), logits, losses and (dloss != 0) dlogits in place
+    void (*head_forward)(Model* m, const ParamView* io, int B, int T, int with_targets, float dloss);
+    // from dlogits (A->logits) to A->dres = d(xL); the head's and final norm's gradients into g
+    void (*head_backward)(Model* m, const ParamView* io, const GradView* g, int B, int T);
+    // on entry A->dres = d(layer output); on exit d(layer input); gradients added into g
+    void (*layer_backward)(Model* m, int l, const ParamView* p, const GradView* g, int B, int T);
+    // the embedding's gradients from A->dres (needs no parameter values)
+    void (*embed_backward)(Model* m, const GradView* g, int B, int T);
+};
+
+// --- GPT-2 ---
+
+// x[0] (B,T,C) = wte[inputs] + wpe[0..T)
+static void gpt2_embed_forward(Model* m, const ParamView* io, int B, int T) {
+    op_encoder_forward(layer_acts(&m->a, 0).x, m->a.inputs, io->t[T_wte], io->t[T_wpe], B, T, m->cfg.C);
+}
 
 // One transformer block, forward. inp1 (+ inp2 when not NULL) is the residual stream entering the
 // layer: the previous layer's xmid + its MLP output, added here so that the add and layernorm 1
 // are one op. With inp2 == NULL, inp1 *is* the layer input a.x (layer 0, or a recompute).
-static void layer_forward(Model* m, int l, const ParamView* p, const floatX* inp1, const floatX* inp2, int B, int T) {
+static void gpt2_layer_forward(Model* m, int l, const ParamView* p, const floatX* inp1, const floatX* inp2, int B, int T) {
     int C = m->cfg.C, NH = m->cfg.NH, BT = B * T;
     Acts* A = &m->a;
     LayerActs a = layer_acts(A, l);
@@ -157,13 +188,35 @@ static void layer_forward(Model* m, int l, const ParamView* p, const floatX* inp
     op_matmul_forward(A->proj, NULL, a.fch_gelu, p->t[T_fcprojw], p->t[T_fcprojb], BT, 4 * C, C);
 }
 
+// (xL, lnf) = residual + layernorm(xmid of the last layer, its MLP output); logits (B,T,Vp) = lnf @ wte^T
+static void gpt2_head_forward(Model* m, const ParamView* io, int B, int T, int with_targets, float dloss) {
+    const GPTConfig* c = &m->cfg;
+    Acts* A = &m->a;
+    int BT = B * T;
+    op_residual_layernorm_forward(A->xL, A->lnf, A->lnf_mean, A->lnf_rstd, layer_acts(A, c->L - 1).xmid,
+                                  A->proj, io->t[T_lnfw], io->t[T_lnfb], BT, c->C);
+    op_lm_head_forward(A->logits, A->losses, A->lnf, io->t[T_wte], with_targets ? A->targets : NULL, dloss,
+                       dloss != 0.0f, BT, c->C, c->V, c->Vp);
+}
+
+static void gpt2_head_backward(Model* m, const ParamView* io, const GradView* g, int B, int T) {
+    const GPTConfig* c = &m->cfg;
+    Acts* A = &m->a;
+    int BT = B * T, C = c->C;
+    // logits = lnf @ wte^T   (A->logits holds dlogits)
+    op_matmul_backward(A->dln, g->t[T_wte], NULL, A->logits, A->lnf, io->t[T_wte], NULL, BT, C, c->Vp);
+    // lnf = layernorm(xL): dres = d(xL)
+    op_layernorm_backward(A->dres, g->t[T_lnfw], g->t[T_lnfb], A->dln, A->xL, io->t[T_lnfw], A->lnf_mean,
+                          A->lnf_rstd, BT, C);
+}
+
 // One transformer block, backward. On entry A->dres holds d(layer output) = d(xmid + proj);
 // on exit it holds d(layer input x). Weight gradients are added (+=) into g.
-static void layer_backward(Model* m, int l, const ParamView* p, const GradView* g, int B, int T) {
+static void gpt2_layer_backward(Model* m, int l, const ParamView* p, const GradView* g, int B, int T) {
     int C = m->cfg.C, NH = m->cfg.NH, BT = B * T, r = m->recompute;
     Acts* A = &m->a;
     LayerActs a = layer_acts(A, l);
-    if (r == 3) layer_forward(m, l, p, a.x, NULL, B, T);                          // [-r 3] the whole layer
+    if (r == 3) gpt2_layer_forward(m, l, p, a.x, NULL, B, T);                     // [-r 3] the whole layer
     if (r == 1 || r == 2) op_gelu_forward(a.fch_gelu, a.fch, (int64_t)BT * 4 * C); // [-r 1,2] GELU
     // proj = fch_gelu @ fcprojw^T + fcprojb, with fch_gelu = gelu(fch): dfch = (dres @ fcprojw) * gelu'(fch)
     op_matmul_backward(A->dfch, g->t[T_fcprojw], g->t[T_fcprojb], A->dres, a.fch_gelu, p->t[T_fcprojw],
@@ -189,32 +242,146 @@ static void layer_backward(Model* m, int l, const ParamView* p, const GradView* 
                           a.ln1_rstd, BT, C);
 }
 
+// x[0] = wte[inputs] + wpe: scatter-add dres into dwte, dwpe
+static void gpt2_embed_backward(Model* m, const GradView* g, int B, int T) {
+    op_encoder_backward(g->t[T_wte], g->t[T_wpe], m->a.dres, m->a.inputs, B, T, m->cfg.C, m->cfg.V);
+}
+
+static const FamilyOps GPT2_OPS = {"gpt2", gpt2_embed_forward, gpt2_layer_forward, gpt2_head_forward,
+                                   gpt2_head_backward, gpt2_layer_backward, gpt2_embed_backward};
+
+// --- Llama (Llama 3, Qwen2, Mistral, SmolLM2): RMSNorm, RoPE on q and k, grouped-query attention,
+// a SwiGLU MLP, no positional embedding, an LM head of its own unless tied to the embedding. An
+// absent bias is a NULL view (param_view), which the matmuls skip.
+
+// RoPE's cos/sin table (FP32, transformers' float32 operations: ops/rope.cuh) for T positions in
+// a.rope. Built when the model is built (its T); a forward of another T (sampling) rebuilds it there.
+static void llama_rope_for(Model* m, int T) {
+    if (m->rope_T == T) return;
+    const GPTConfig* c = &m->cfg;
+    RopeParams rp = {c->HD, c->rope_theta, c->rope_type == ROPE_LLAMA3 ? ROPE_KIND_LLAMA3 : c->rope_type == ROPE_LINEAR ? ROPE_KIND_LINEAR : ROPE_KIND_DEFAULT,
+                     c->rope_factor, c->rope_low_freq, c->rope_high_freq, c->rope_orig_maxT};
+    rope_table(m->rope_host, &rp, T);
+    dev_from_host(m->a.rope, m->rope_host, sizeof(float) * (size_t)T * c->HD);
+    m->rope_T = T;
+}
+
+// x[0] (B,T,C) = embed[inputs]   (positions enter through RoPE)
+static void llama_embed_forward(Model* m, const ParamView* io, int B, int T) {
+    llama_rope_for(m, T);
+    op_encoder_forward(layer_acts(&m->a, 0).x, m->a.inputs, io->t[T_embed], NULL, B, T, m->cfg.C);
+}
+
+// One decoder layer, forward (inp1, inp2 as GPT-2's).
+static void llama_layer_forward(Model* m, int l, const ParamView* p, const floatX* inp1, const floatX* inp2, int B, int T) {
+    const GPTConfig* c = &m->cfg;
+    ModelDims d = model_dims(c);
+    int C = c->C, NH = c->NH, BT = B * T;
+    Acts* A = &m->a;
+    LayerActs a = layer_acts(A, l);
+    // (x, ln1) = residual + rmsnorm(inp1, inp2)
+    op_residual_rmsnorm_forward(inp2 ? a.x : NULL, a.ln1, a.ln1_rstd, inp1, inp2, p->t[T_attnnorm], BT, C, c->norm_eps);
+    // qkv (B,T,QKV) = ln1 @ wqkv^T (+ bqkv); q and k rotated in place (RoPE)
+    op_matmul_forward(a.qkv, NULL, a.ln1, p->t[T_wqkv], p->t[T_bqkv], BT, C, (int)d.QKV);
+    op_rope_forward(a.qkv, A->rope, B, T, NH, d.NKV, d.HD);
+    // atty (B,T,ATT), lse (B,NH,T) = causal grouped-query attention(qkv)
+    op_attention_forward(a.atty, a.lse, a.qkv, B, T, NH, d.NKV, d.HD);
+    // proj (B,T,C) = atty @ wo^T
+    op_matmul_forward(A->proj, NULL, a.atty, p->t[T_wo], NULL, BT, (int)d.ATT, C);
+    // (xmid, ln2) = residual + rmsnorm(x, proj)
+    op_residual_rmsnorm_forward(a.xmid, a.ln2, a.ln2_rstd, a.x, A->proj, p->t[T_mlpnorm], BT, C, c->norm_eps);
+    // fch (B,T,2F) = ln2 @ wgu^T (+ bgu): gate ; up;  fch_gelu (B,T,F) = silu(gate) * up
+    op_matmul_forward(a.fch, NULL, a.ln2, p->t[T_wgu], p->t[T_bgu], BT, C, (int)d.FC);
+    op_swiglu_forward(a.fch_gelu, a.fch, BT, (int)d.F);
+    // proj (B,T,C) = fch_gelu @ wdown^T (+ bdown)   (added to xmid by the next layer's first op)
+    op_matmul_forward(A->proj, NULL, a.fch_gelu, p->t[T_wdown], p->t[T_bdown], BT, (int)d.F, C);
+}
+
+// The LM head: its own tensor, or the embedding when tied.
+static int llama_head_tensor(const ParamView* io) { return io->t[T_lmhead] ? T_lmhead : T_embed; }
+
+// (xL, lnf) = residual + rmsnorm(xmid of the last layer, its MLP output); logits (B,T,Vp) = lnf @ lmhead^T
+static void llama_head_forward(Model* m, const ParamView* io, int B, int T, int with_targets, float dloss) {
+    const GPTConfig* c = &m->cfg;
+    Acts* A = &m->a;
+    int BT = B * T;
+    op_residual_rmsnorm_forward(A->xL, A->lnf, A->lnf_rstd, layer_acts(A, c->L - 1).xmid, A->proj, io->t[T_normf], BT, c->C, c->norm_eps);
+    op_lm_head_forward(A->logits, A->losses, A->lnf, io->t[llama_head_tensor(io)], with_targets ? A->targets : NULL, dloss,
+                       dloss != 0.0f, BT, c->C, c->V, c->Vp);
+}
+
+static void llama_head_backward(Model* m, const ParamView* io, const GradView* g, int B, int T) {
+    const GPTConfig* c = &m->cfg;
+    Acts* A = &m->a;
+    int BT = B * T, C = c->C, k = llama_head_tensor(io);
+    // logits = lnf @ lmhead^T   (A->logits holds dlogits)
+    op_matmul_backward(A->dln, g->t[k], NULL, A->logits, A->lnf, io->t[k], NULL, BT, C, c->Vp);
+    // lnf = rmsnorm(xL): dres = d(xL)
+    op_rmsnorm_backward(A->dres, g->t[T_normf], A->dln, A->xL, io->t[T_normf], A->lnf_rstd, BT, C);
+}
+
+// One decoder layer, backward (A->dres as GPT-2's). Recompute: -r 1 SwiGLU, -r 2 also both
+// RMSNorms, -r 3 the whole layer (RoPE included) from its input x.
+static void llama_layer_backward(Model* m, int l, const ParamView* p, const GradView* g, int B, int T) {
+    const GPTConfig* c = &m->cfg;
+    ModelDims d = model_dims(c);
+    int C = c->C, NH = c->NH, BT = B * T, r = m->recompute;
+    Acts* A = &m->a;
+    LayerActs a = layer_acts(A, l);
+    if (r == 3) llama_layer_forward(m, l, p, a.x, NULL, B, T);                    // [-r 3] the whole layer
+    if (r == 1 || r == 2) op_swiglu_forward(a.fch_gelu, a.fch, BT, (int)d.F);     // [-r 1,2] SwiGLU
+    // proj = fch_gelu @ wdown^T (+ bdown)
+    op_matmul_backward(A->dswiglu, g->t[T_wdown], g->t[T_bdown], A->dres, a.fch_gelu, p->t[T_wdown], NULL, BT, (int)d.F, C);
+    // fch_gelu = silu(gate) * up
+    op_swiglu_backward(A->dfch, A->dswiglu, a.fch, BT, (int)d.F);
+    if (r == 2) op_residual_rmsnorm_forward(NULL, a.ln2, a.ln2_rstd, a.xmid, NULL, p->t[T_mlpnorm], BT, C, c->norm_eps); // [-r 2] RMSNorm 2
+    // fch = ln2 @ wgu^T (+ bgu)
+    op_matmul_backward(A->dln, g->t[T_wgu], g->t[T_bgu], A->dfch, a.ln2, p->t[T_wgu], NULL, BT, C, (int)d.FC);
+    // ln2 = rmsnorm(xmid): dres += d through the normalisation (dres is now d(xmid))
+    op_rmsnorm_backward(A->dres, g->t[T_mlpnorm], A->dln, a.xmid, p->t[T_mlpnorm], a.ln2_rstd, BT, C);
+    // proj = atty @ wo^T
+    op_matmul_backward(A->datty, g->t[T_wo], NULL, A->dres, a.atty, p->t[T_wo], NULL, BT, (int)d.ATT, C);
+    // atty = attention(qkv after RoPE); then RoPE's transpose on dq, dk
+    op_attention_backward(A->dqkv, A->datty, a.qkv, a.atty, a.lse, B, T, NH, d.NKV, d.HD);
+    op_rope_backward(A->dqkv, A->rope, B, T, NH, d.NKV, d.HD);
+    if (r == 2) op_residual_rmsnorm_forward(NULL, a.ln1, a.ln1_rstd, a.x, NULL, p->t[T_attnnorm], BT, C, c->norm_eps); // [-r 2] RMSNorm 1
+    // qkv = ln1 @ wqkv^T (+ bqkv)
+    op_matmul_backward(A->dln, g->t[T_wqkv], g->t[T_bqkv], A->dqkv, a.ln1, p->t[T_wqkv], NULL, BT, C, (int)d.QKV);
+    // ln1 = rmsnorm(x): dres += d through the normalisation (dres is now d(x))
+    op_rmsnorm_backward(A->dres, g->t[T_attnnorm], A->dln, a.x, p->t[T_attnnorm], a.ln1_rstd, BT, C);
+}
+
+// x[0] = embed[inputs]: scatter-add dres into dembed
+static void llama_embed_backward(Model* m, const GradView* g, int B, int T) {
+    op_encoder_backward(g->t[T_embed], NULL, m->a.dres, m->a.inputs, B, T, m->cfg.C, m->cfg.V);
+}
+
+static const FamilyOps LLAMA_OPS = {"llama", llama_embed_forward, llama_layer_forward, llama_head_forward,
+                                    llama_head_backward, llama_layer_backward, llama_embed_backward};
+
+// The family's code, chosen once when the model is built.
+static const FamilyOps* family_ops(const GPTConfig* c) { return c->family == FAMILY_LLAMA ? &LLAMA_OPS : &GPT2_OPS; }
+
 // Forward over a B x T micro-batch (B, T at most the allocated shape) whose tokens are already in
 // A->inputs (and A->targets when with_targets). With targets, per-token losses land in A->losses,
 // and with dloss != 0 the logits gradient (pre-scaled by dloss) replaces the logits, ready for
 // gpt_backward. backward_follows tells ZeRO-3 to keep the last layer and the io block gathered.
 static void gpt_forward(Model* m, int B, int T, int with_targets, float dloss, int backward_follows) {
     const GPTConfig* c = &m->cfg;
+    const FamilyOps* ops = m->ops;
     Zero* z = &m->z;
     Acts* A = &m->a;
-    int BT = B * T, C = c->C;
     ParamView io = param_view(&m->d, zero_before_embedding(z), 1);
-    // x[0] (B,T,C) = wte[inputs] + wpe[0..T)
-    op_encoder_forward(layer_acts(A, 0).x, A->inputs, io.t[T_wte], io.t[T_wpe], B, T, C);
+    ops->embed_forward(m, &io, B, T);
     zero_after_embedding(z);
     for (int l = 0; l < c->L; l++) {
         ParamView p = param_view(&m->d, zero_before_block_forward(z, 1 + l), 0);
-        if (l == 0) layer_forward(m, 0, &p, layer_acts(A, 0).x, NULL, B, T);
-        else layer_forward(m, l, &p, layer_acts(A, l - 1).xmid, A->proj, B, T);
+        if (l == 0) ops->layer_forward(m, 0, &p, layer_acts(A, 0).x, NULL, B, T);
+        else ops->layer_forward(m, l, &p, layer_acts(A, l - 1).xmid, A->proj, B, T);
         zero_after_block_forward(z, 1 + l, backward_follows);
     }
     io = param_view(&m->d, zero_before_head(z), 1);
-    // (xL, lnf) = residual + layernorm(xmid of the last layer, its MLP output)
-    op_residual_layernorm_forward(A->xL, A->lnf, A->lnf_mean, A->lnf_rstd, layer_acts(A, c->L - 1).xmid,
-                                  A->proj, io.t[T_lnfw], io.t[T_lnfb], BT, C);
-    // logits (B,T,Vp) = lnf @ wte^T; losses; dlogits in place when training
-    op_lm_head_forward(A->logits, A->losses, A->lnf, io.t[T_wte], with_targets ? A->targets : NULL, dloss,
-                       dloss != 0.0f, BT, C, c->V, c->Vp);
+    ops->head_forward(m, &io, B, T, with_targets, dloss); // logits, losses; dlogits in place when training
     zero_after_head(z, backward_follows);
 }
 
@@ -223,28 +390,23 @@ static void gpt_forward(Model* m, int B, int T, int with_targets, float dloss, i
 // where in the accumulation we are).
 static void gpt_backward(Model* m, int B, int T, int micro, int last_micro) {
     const GPTConfig* c = &m->cfg;
+    const FamilyOps* ops = m->ops;
     Zero* z = &m->z;
     Acts* A = &m->a;
-    int BT = B * T, C = c->C;
-    dev_zero(A->dres, sizeof(floatX) * (size_t)BT * C);
+    dev_zero(A->dres, sizeof(floatX) * (size_t)B * T * c->C);
     float* io_grads;
     ParamView io = param_view(&m->d, zero_before_head_backward(z, &io_grads), 1);
     GradView gio = grad_view(&m->d, io_grads, 1);
-    // logits = lnf @ wte^T   (A->logits holds dlogits)
-    op_matmul_backward(A->dln, gio.t[T_wte], NULL, A->logits, A->lnf, io.t[T_wte], NULL, BT, C, c->Vp);
-    // lnf = layernorm(xL): dres = d(xL)
-    op_layernorm_backward(A->dres, gio.t[T_lnfw], gio.t[T_lnfb], A->dln, A->xL, io.t[T_lnfw], A->lnf_mean,
-                          A->lnf_rstd, BT, C);
+    ops->head_backward(m, &io, &gio, B, T); // dres = d(xL)
     zero_after_head_backward(z);
     for (int l = c->L - 1; l >= 0; l--) {
         float* grads;
         ParamView p = param_view(&m->d, zero_before_block_backward(z, 1 + l, &grads), 0);
         GradView g = grad_view(&m->d, grads, 0);
-        layer_backward(m, l, &p, &g, B, T);
+        ops->layer_backward(m, l, &p, &g, B, T);
         zero_after_block_backward(z, 1 + l, micro, last_micro);
     }
-    // x[0] = wte[inputs] + wpe: scatter-add dres into dwte, dwpe (needs no parameter values)
-    op_encoder_backward(gio.t[T_wte], gio.t[T_wpe], A->dres, A->inputs, B, T, C, c->V);
+    ops->embed_backward(m, &gio, B, T); // (needs no parameter values)
     zero_after_embedding_backward(z, micro, last_micro);
 }
 
@@ -772,6 +934,7 @@ static void trainer_build_model(Trainer* tr, const GPTConfig* c, int stage, int 
     const Flags* f = &tr->f;
     Model* m = &tr->model;
     m->cfg = *c; m->B = f->B; m->T = f->T; m->recompute = recompute;
+    m->ops = family_ops(c);
     model_describe(&m->d, c);
     BlockLayout lay;
     model_layout(&m->d, &lay, tr->R, tr->r);
@@ -779,6 +942,13 @@ static void trainer_build_model(Trainer* tr, const GPTConfig* c, int stage, int 
     if (offload != OFFLOAD_NONE) offload_pin_threads(tr->launch.local_rank, tr->launch.local_world); // [offload] the rank's cores
     offload_init(&m->z, f->offload_dir, parse_size(f->offload_buffer)); // [offload] master, m, v in host memory or a file
     acts_alloc(&m->a, c, f->B, f->T, recompute);
+    m->rope_T = 0;
+    m->rope_host = NULL;
+    if (m->a.rope) { // [Llama] RoPE's table, built once for the run's T
+        m->rope_host = (float*)malloc(sizeof(float) * (size_t)f->T * c->HD);
+        if (!m->rope_host) die(1, "out of host memory (RoPE's table: %zu bytes)", sizeof(float) * (size_t)f->T * c->HD);
+        llama_rope_for(m, f->T);
+    }
     dev_upload_reserve((size_t)f->B * f->T * sizeof(int)); // the token uploads' page-locked slots (load_tokens)
     size_t work_floats = ops_workspace_floats(c, f->B, f->T, m->z.opt_total);
     g_work = (float*)dev_alloc(TAG_WORK, work_floats * sizeof(float));
@@ -808,6 +978,8 @@ static void trainer_free_model(Trainer* tr) {
     dev_free(TAG_WORK, g_work, (g_work_floats + STEP_SCALARS_FLOATS) * sizeof(float)); // the ops' part and the step's scalars
     g_work = NULL;
     acts_free(&m->a, m->cfg.L);
+    free(m->rope_host);
+    m->rope_host = NULL;
     offload_free(&m->z);
     zero_free(&m->z);
     layout_free(&m->z.lay);
@@ -1019,8 +1191,10 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
             char err[2048];
             if (hf_open(&ck, f->model, err, sizeof(err))) die_user("-e %s", err);
             HFLlmcTensor lt[NUM_TENSORS];
-            for (int k = 0; k < NUM_TENSORS; k++) lt[k] = (HFLlmcTensor){m->d.t[k].name, m->d.t[k].logical, m->d.t[k].n, !m->d.t[k].io};
-            if (hf_bind(&ck, lt, NUM_TENSORS, c.Vp, err, sizeof(err))) die(1, "-e %s: %s", f->model, err);
+            int nt = 0; // the model's tensors (present ones), in logical order
+            for (int k = 0; k < NUM_TENSORS; k++)
+                if (m->d.t[k].n) lt[nt++] = (HFLlmcTensor){m->d.t[k].name, m->d.t[k].logical, m->d.t[k].n, !m->d.t[k].io};
+            if (hf_bind(&ck, lt, nt, c.Vp, err, sizeof(err))) die(1, "-e %s: %s", f->model, err);
             zero_fill_opt(&m->z, 0, hf_fill, &ck);
             hf_close(&ck);
         } else if (from_file) {

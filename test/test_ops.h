@@ -1034,7 +1034,7 @@ TEST(op_adamw_simd_bitwise) {
 // whole logical vector of a small model filled with 1 and with 2 threads (and from two halves),
 // compared bitwise; the time per parameter is printed.
 TEST(init_parallel_same_bits) {
-    GPTConfig c = {2, 128, 4, 1000, 1024, 256};
+    GPTConfig c = gpt2_config(2, 128, 4, 1000, 1024, 256);
     ModelDesc d;
     model_describe(&d, &c);
     int64_t n = d.num_params;
