@@ -259,8 +259,7 @@ static const FamilyOps GPT2_OPS = {"gpt2", gpt2_embed_forward, gpt2_layer_forwar
 static void llama_rope_for(Model* m, int T) {
     if (m->rope_T == T) return;
     const GPTConfig* c = &m->cfg;
-    RopeParams rp = {c->HD, c->rope_theta, c->rope_type == ROPE_LLAMA3 ? ROPE_KIND_LLAMA3 : c->rope_type == ROPE_LINEAR ? ROPE_KIND_LINEAR : ROPE_KIND_DEFAULT,
-                     c->rope_factor, c->rope_low_freq, c->rope_high_freq, c->rope_orig_maxT};
+    RopeParams rp = {c->HD, c->rope_theta, c->rope_type, c->rope_factor, c->rope_low_freq, c->rope_high_freq, c->rope_orig_maxT};
     rope_table(m->rope_host, &rp, T);
     dev_from_host(m->a.rope, m->rope_host, sizeof(float) * (size_t)T * c->HD);
     m->rope_T = T;

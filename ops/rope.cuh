@@ -27,7 +27,7 @@
 // CPU: rows (b, t) in parallel. CUDA: one thread per (row, head, pair) with explicit _rn intrinsics
 // (no FMA contraction), so both devices give the same bits.
 //
-// defines: RopeParams, ROPE_KIND_*, ROPE_MAX_HD, rope_inv_freq, rope_table, op_rope_forward, op_rope_backward
+// defines: RopeParams, ROPE_NONE, ROPE_DEFAULT, ROPE_LINEAR, ROPE_LLAMA3, ROPE_MAX_HD, rope_inv_freq, rope_table, op_rope_forward, op_rope_backward
 //
 // May call: device.cuh. Knows nothing of the model: the caller fills RopeParams from its config.
 #ifndef ZT_OPS_ROPE_CUH
@@ -38,12 +38,13 @@
 
 #define ROPE_MAX_HD 512 // rope_table's stack array; attention takes head sizes up to ATT_MAX_HS (256)
 
-// The frequency rule (transformers' rope_scaling.rope_type) and its fields.
-enum { ROPE_KIND_DEFAULT = 0, ROPE_KIND_LINEAR = 1, ROPE_KIND_LLAMA3 = 2 };
+// The frequency rules (transformers' rope_scaling.rope_type; GPTConfig.rope_type) and their fields.
+// ROPE_NONE: no rotation (GPT-2's learned positions); the other three are transformers' rules.
+enum { ROPE_NONE = 0, ROPE_DEFAULT = 1, ROPE_LINEAR = 2, ROPE_LLAMA3 = 3 };
 typedef struct {
     int HD;              // head size (even)
     double theta;        // rope_theta
-    int kind;            // ROPE_KIND_*
+    int type;            // ROPE_DEFAULT, ROPE_LINEAR or ROPE_LLAMA3
     double factor;       // linear and llama3: factor
     double low_freq;     // llama3: low_freq_factor
     double high_freq;    // llama3: high_freq_factor
@@ -60,9 +61,9 @@ static void rope_inv_freq(float* inv_freq, const RopeParams* p) {
         float pw = (float)pow((double)theta, (double)e); // torch's float32 pow, correctly rounded here
         inv_freq[i] = 1.0f / pw;
     }
-    if (p->kind == ROPE_KIND_LINEAR)
+    if (p->type == ROPE_LINEAR)
         for (int i = 0; i < H2; i++) inv_freq[i] = inv_freq[i] / factor;
-    if (p->kind == ROPE_KIND_LLAMA3) {
+    if (p->type == ROPE_LLAMA3) {
         float orig = (float)p->orig_maxT, low = (float)p->low_freq;
         float low_wavelen = (float)((double)p->orig_maxT / p->low_freq);   // Python float, then compared as float32
         float high_wavelen = (float)((double)p->orig_maxT / p->high_freq);
@@ -85,8 +86,8 @@ static void rope_inv_freq(float* inv_freq, const RopeParams* p) {
 static void rope_table(float* cos_sin, const RopeParams* p, int T) {
     int H2 = p->HD / 2;
     float inv_freq[ROPE_MAX_HD / 2];
-    if (p->HD > ROPE_MAX_HD || p->HD % 2 != 0 || p->HD <= 0)
-        die(1, "rope: head size %d must be even and at most %d (internal error)", p->HD, ROPE_MAX_HD);
+    if (p->HD > ROPE_MAX_HD || p->HD % 2 != 0 || p->HD <= 0 || p->type < ROPE_DEFAULT || p->type > ROPE_LLAMA3)
+        die(1, "rope: head size %d (even, at most %d) or rope type %d (internal error)", p->HD, ROPE_MAX_HD, p->type);
     rope_inv_freq(inv_freq, p);
     for (int t = 0; t < T; t++)
         for (int i = 0; i < H2; i++) {

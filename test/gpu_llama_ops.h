@@ -126,13 +126,13 @@ TEST(gpu_rmsnorm_backward) {
 TEST(gpu_rope) {
     typedef struct { int B, T, NH, NKV, HD, kind; } RopeCase;
     const RopeCase cases[] = {
-        {2, 37, 3, 1, 10, ROPE_KIND_DEFAULT},             // odd T, single kv head, HD/2 odd
-        {2, 64, 4, 2, 32, ROPE_KIND_LINEAR},              // llama-tiny's heads
-        {GPU_BIG(4, 1), 256, 32, 8, 128, ROPE_KIND_LLAMA3}, // Llama 3 8B's heads
+        {2, 37, 3, 1, 10, ROPE_DEFAULT},             // odd T, single kv head, HD/2 odd
+        {2, 64, 4, 2, 32, ROPE_LINEAR},              // llama-tiny's heads
+        {GPU_BIG(4, 1), 256, 32, 8, 128, ROPE_LLAMA3}, // Llama 3 8B's heads
     };
     for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
         const RopeCase& k = cases[ci];
-        RopeParams p = {k.HD, k.kind == ROPE_KIND_LLAMA3 ? 500000.0 : 10000.0, k.kind, 8.0, 1.0, 4.0, 8192};
+        RopeParams p = {k.HD, k.kind == ROPE_LLAMA3 ? 500000.0 : 10000.0, k.kind, 8.0, 1.0, 4.0, 8192};
         int64_t n = (int64_t)k.B * k.T * (k.NH + 2 * k.NKV) * k.HD, ntab = (int64_t)k.T * k.HD;
         printf("  B %d T %d NH %d NKV %d HD %d, rope kind %d\n", k.B, k.T, k.NH, k.NKV, k.HD, k.kind);
         float* tab = (float*)malloc(sizeof(float) * ntab);
