@@ -18,7 +18,8 @@
 // and stores out = o / l and lse = m + log(l). Backward recomputes P_ij = exp(s_ij - lse_i) and,
 // with D_i = dout_i . out_i (Alg. 2 line 4), dS_ij = P_ij (dout_i . v_j - D_i):
 //     dq_i = scale * sum_{j<=i} dS_ij k_j          (pass 1, a task per query row)
-//     dk_j = scale * sum_{i>=j} dS_ij q_i,  dv_j = sum_{i>=j} P_ij dout_i   (pass 2, a task per key row)
+//     dk_j = scale * sum_{i>=j} dS_ij q_i,  dv_j = sum_{i>=j} P_ij dout_i   (pass 2, a task per key row
+//                                                      of a kv head: its query heads in order, each i >= j)
 // Two passes instead of atomics: every gradient row is one sum in a fixed order, so the result
 // does not depend on the thread count, exactly as the GPU kernel will do it.
 //
@@ -36,7 +37,7 @@
 #include "tensor_core.cuh"      // defines: tc_mma_bf16, tc_ldmatrix_*, tc_cp_async_* (mma.sync, ldmatrix, cp.async)
 
 #define ATT_BK 64       // key tile (columns of S processed per online-softmax update)
-#define ATT_MAX_HS 256  // largest head size (C / NH); checked when the model is configured
+#define ATT_MAX_HS 256  // largest head size (HD); checked when the model is configured
 
 #ifdef __CUDACC__
 // ---- CUDA kernels: FlashAttention-2 (Dao 2023) Alg. 1 (forward) and Alg. 2 (backward)
@@ -53,8 +54,9 @@
 //   backward (Alg. 2, split in three kernels so that no gradient needs an atomic add)
 //            1. D_i = dout_i . out_i (line 4), from the stored (rounded) out, a warp per row, into
 //               the workspace g_work (B, NH, T);
-//            2. grid (B*NH, ceil(T/16)): a block owns 16 keys j (line 5), walks the query tiles
-//               of 32 rows i that reach them (i >= j) and accumulates dK_j, dV_j (lines 6-19);
+//            2. grid (B*NKV, ceil(T/16)): a block owns 16 keys j of a kv head (line 5) and, for
+//               each query head of its group in order, walks the query tiles of 32 rows i that
+//               reach them (i >= j), accumulating dK_j, dV_j (lines 6-19);
 //            3. grid (B*NH, ceil(T/16)): a block owns 16 queries i and walks the key tiles of
 //               32 keys j <= i, accumulating dQ_i: line 15 as a pass of its own.
 //            Both recompute P_ij = exp(S_ij - L_i) (line 11) from the forward's lse.
