@@ -1515,6 +1515,8 @@ typedef struct Zero {
     // optimizer state (FP32): everything under ZeRO-0, this rank's shard otherwise
     float *master, *m, *v;   // device memory; [offload] host memory (cpu) or NULL (a file: nvme)
     int64_t opt_total;
+    AdamWMax* adam_max;      // where the step runs (the trainer's, beside its StepScalars), NULL: none:
+                             // the maxima the last update left, which prove the next check (zero_adamw_check)
     // [offload] where master, m, v live when not on the device (-offload, offload.h): state_io moves
     // n floats of array a (0 master, 1 m, 2 v) at offset off to (write 0) or from (write 1) the host
     Offload offload;
@@ -1827,23 +1829,29 @@ static void zero_grad_sumsq(Zero* z, StepScalars* sc) {
 }
 
 // AdamW over the optimizer range of every block; sc: the step's scalars (clip scale, finite and
-// overflow flags: either skips the update on every block).
+// overflow flags: either skips the update on every block). The new state's maxima are folded into
+// z->adam_max as the update runs (for the next step's zero_adamw_check).
 static void zero_adamw(Zero* z, const AdamWParams* hp, const StepScalars* sc) {
     Segment seg[MAX_BLOCK_TENSORS];
+    if (z->adam_max) op_adamw_max_begin(z->adam_max, sc);
     for (int b = 0; b < z->lay.nblocks; b++) {
         int n = layout_segments(&z->lay, b, zero_opt_lo(z, b), zero_opt_hi(z, b), seg);
         int64_t o = zero_opt_off(z, b);
-        op_adamw_scalars(zero_opt_params(z, b), z->master + o, z->m + o, z->v + o, zero_opt_grads(z, b), seg, n, hp, sc);
+        op_adamw_scalars(zero_opt_params(z, b), z->master + o, z->m + o, z->v + o, zero_opt_grads(z, b), seg, n, hp, sc,
+                         z->adam_max);
     }
 }
 
 // Before AdamW: would the update leave a non-finite value anywhere (op_adamw_check over every
-// block, nothing written)? The flag sc->overflow is summed over ranks (one scalar reduction, read
-// back for it: one wait per step at R > 1; at R = 1 it stays where the step runs and is only
-// counted), so every rank skips the update together and no shard moves while another stays.
+// block, nothing written)? First the bound (op_adamw_bound, from the norm and the maxima the last
+// update left): when it proves this rank's update finite, the check's launches read nothing. The
+// flag sc->overflow is summed over ranks (one scalar reduction, read back for it: one wait per
+// step at R > 1; at R = 1 it stays where the step runs and is only counted), so every rank skips
+// the update together and no shard moves while another stays.
 static void zero_adamw_check(Zero* z, const AdamWParams* hp, StepScalars* sc) {
     Segment seg[MAX_BLOCK_TENSORS];
     int data = !z->comm->count_only; // counting mode: only the scalar sum is issued
+    if (data && z->adam_max) op_adamw_bound(sc, z->adam_max, hp);
     for (int b = 0; data && b < z->lay.nblocks; b++) {
         int n = layout_segments(&z->lay, b, zero_opt_lo(z, b), zero_opt_hi(z, b), seg);
         int64_t o = zero_opt_off(z, b);
@@ -1935,6 +1943,7 @@ static void zero_state_get(Zero* z, int a, int64_t off, float* host, int64_t n) 
 }
 static void zero_state_put(Zero* z, int a, int64_t off, const float* host, int64_t n) {
     if (z->state_io) { z->state_io(z, a, off, (float*)host, n, 1); return; } // [offload]
+    if (z->adam_max) dev_zero(z->adam_max, sizeof(AdamWMax)); // (a state written here: its maxima unknown)
     float* arr = a == 0 ? z->master : a == 1 ? z->m : z->v;
     dev_from_host(arr + off, host, sizeof(float) * n);
 }

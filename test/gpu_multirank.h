@@ -118,6 +118,9 @@ TEST(multirank_cuda_update_overflow_skipped) {
         const char* s3 = strstr(out, "step     3/3");
         CHECKF(rc == 0 && s2 && strstr(s2, "SKIPPED: non-finite update") && s3 && !strstr(s3, "SKIPPED"),
                "R=%d: exit %d, step 2 not skipped or the run did not go on:\n%s", R, rc, out);
+        if (R == 1 && !offload) // proved on the device (op_adamw_bound) at step 3 only: step 1 has no maxima, step 2's lr is FLT_MAX
+            CHECKF(strstr(out, "the overflow check was proved by its bound on 1 step(s) (nothing read) and read the state on 2 "),
+                   "R=1: the overflow check's proof count is not 1 proved, 2 read:\n%s", out);
         for (int r = 0; r < R; r++) {
             char path[PATH_MAX];
             char* st[3] = {NULL, NULL, NULL};

@@ -95,7 +95,7 @@
 // kernel, printed at exit). Runs on x86-64 Linux (other CPUs: slower fibers through ucontext).
 //
 // defines: the CUDA runtime subset (cudaMalloc ... cudaGetErrorString), dim3, threadIdx, blockIdx,
-//          blockDim, gridDim, __syncthreads, __syncwarp, __shfl_*_sync, the _rn intrinsics, clock64,
+//          blockDim, gridDim, __syncthreads, __syncwarp, __shfl_*_sync, the _rn intrinsics, atomicMax, clock64,
 //          uint4/int4/float4 (alignment-checked) and make_uint4/make_int4/make_float4,
 //          __nanosleep, min/max, __nv_bfloat16, emu_mma_m16n8k16_bf16, emu_ldmatrix, emu_cp_async(_commit,
 //          _wait) (for ops/tensor_core.cuh); for emulate.py's rewrites: emu::launch, EMU_SHARED,
@@ -1284,6 +1284,20 @@ static inline float __fmul_rn(float a, float b) { return emu_opaque(emu_opaque(a
 static inline float __fdiv_rn(float a, float b) { return emu_opaque(emu_opaque(a) / emu_opaque(b)); }
 static inline float __fsqrt_rn(float a) { return emu_opaque(sqrtf(emu_opaque(a))); }
 static inline float __fmaf_rn(float a, float b, float c) { return emu_opaque(fmaf(a, b, c)); }
+
+// atomicMax on 32-bit unsigned words (adamw_kernel folds its maxima with it) and the bit cast it
+// takes: a compare-and-swap loop, since OpenMP threads run different blocks of one launch at once.
+static inline unsigned int atomicMax(unsigned int* addr, unsigned int val) {
+    unsigned int old = __atomic_load_n(addr, __ATOMIC_SEQ_CST);
+    while (old < val && !__atomic_compare_exchange_n(addr, &old, val, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+    }
+    return old;
+}
+static inline unsigned int __float_as_uint(float f) {
+    unsigned int u;
+    memcpy(&u, &f, sizeof(u));
+    return u;
+}
 
 // clock64: a nanosecond counter (a GPU's runs at ~1-2 GHz); __nanosleep sleeps.
 static inline long long clock64() {
