@@ -202,6 +202,11 @@ MUTANTS = {
         'adamw.cuh',
         'upd = lr * (u + dec)', 'upd = (lr > 0) * (u + dec)',
         'gpu_adamw_bound_proves', 'the bound forgets the learning rate: an overflowing update is proved finite and lands'),
+    'nccl_warm_up_unwatched': (
+        'zero.h',
+        '    s->pending = 1; s->recorded = 0; s->warm_up = 1; s->step = 0; s->t_issued = wall_s();\n',
+        '    s->recorded = 0; s->warm_up = 1; s->step = 0; s->t_issued = wall_s();\n',
+        'multirank_nccl_watchdog_warm_up_and_abort', 'the NCCL warm-up not watched: a peer that stops right after init hangs the run'),
     'matmul_fixed_plan_table': (
         'ops/matmul.cuh',
         'int cap = g_matmul_cap ? 2 * g_matmul_cap : 64;',
