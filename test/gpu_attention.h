@@ -370,7 +370,7 @@ TEST(gpu_attention_deterministic) { gpu_attention_deterministic_case(2, 300, 4, 
 TEST(gpu_attention_tc_deterministic) { ATT_TC_ONLY(); gpu_attention_deterministic_case(1, 256, 2, 64); }
 TEST(gpu_attention_gqa_deterministic) { // the group's dK/dV sum, both kernel sets
     gpu_attention_deterministic_case(1, 70, 4, 16, 1);
-    if (ATT_TC) gpu_attention_deterministic_case(1, 256, 4, 64, 2);
+    if (ATT_TC) gpu_attention_deterministic_case(1, 256, 2, 64, 1);
 }
 
 // Strictness, planted: the emulator drops every cp.async.wait_group (emu_cp_async_skip_waits), as
