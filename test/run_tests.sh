@@ -10,7 +10,7 @@
 #      warnings as errors) and what they link (skipped, and said so, when nvcc is missing)
 #   5. the PyTorch fixtures regenerated and compared with the committed ones (skipped, and said
 #      so, when python3-torch is missing; CI installs it); the same for the BPE fixture (tiktoken)
-#      and the Hugging Face fixtures (transformers, in $ZT_HF_PYTHON)
+#      and the Hugging Face fixtures and the RoPE fixture (transformers, in $ZT_HF_PYTHON)
 #   6. dev/plot.py draws a PNG of the expected size from two committed logs (skipped, and said so,
 #      when python3-matplotlib is missing; CI installs it)
 #   7. test/check_docs.py: every file, function, flag and link README.md and docs/*.md name exists
@@ -280,6 +280,19 @@ else
     echo "SKIP hf_fixtures_regenerate: $HF_PY has no transformers (pip install transformers==4.38.2 safetensors==0.4.5; .ci/run makes a venv)"; skipped=$((skipped + 1))
 fi
 stage_end hf_fixtures_regenerate
+
+echo "=== RoPE fixture (test/fixtures/rope.bin) regenerated with transformers 4.47.1 and compared"
+stage_start
+if "$HF_PY" -c 'import transformers, torch, sys; sys.exit(transformers.__version__ != "4.47.1")' 2>/dev/null; then
+    if "$HF_PY" dev/rope_fixture.py --check test/fixtures/rope.bin; then
+        echo "PASS rope_fixture_regenerate"; passed=$((passed + 1))
+    else
+        echo "FAIL rope_fixture_regenerate"; failed=$((failed + 1))
+    fi
+else
+    echo "SKIP rope_fixture_regenerate: $HF_PY has no transformers 4.47.1 (the llama3 rope_type; .ci/run makes a venv)"; skipped=$((skipped + 1))
+fi
+stage_end rope_fixture_regenerate
 
 echo "=== dev/plot.py renders a PNG from a committed log (two runs overlaid)"
 stage_start
