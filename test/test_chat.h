@@ -129,6 +129,7 @@ static int chat_test_walk(const char* prefix, int nshards, int T, uint32_t D, ui
     return ex;
 }
 
+#ifndef ENABLE_FP32 // (the tokenizer and the templates do not depend on the precision: the BF16 binary only)
 // For every template chat.h recognises: the C rendering of each conversation is byte-equal to
 // apply_chat_template's (transformers >= 4.47 with jinja2, $ZT_HF_PYTHON), and -tokenize packs
 // exactly `tokenizers`' ids of it with the mask on the assistant's tokens, cutting whole turns as
@@ -229,6 +230,8 @@ TEST(chat_templates_vs_transformers) {
         tokenizer_free(&tok);
     }
 }
+
+#endif
 
 // A small ChatML tokenizer written by hand (bytes, "ab", "abc", <|endoftext|>, <|im_start|>, <|im_end|>)
 // in dir, with a tokenizer_config.json whose chat_template is `tmpl` (JSON-escaped here).
