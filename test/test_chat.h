@@ -70,6 +70,7 @@ TEST(chat_trim_and_date) {
     CHECKF(chat_date_string("", d, err, sizeof(err)) == 0 && !strcmp(d, want), "today: %s, strftime: %s", d, want);
 }
 
+#ifndef ENABLE_FP32 // (the tokenizer and the templates do not depend on the precision: the BF16 binary only)
 // The messages of one JSONL line (either format) into *m; 0 when it parsed.
 static int chat_test_line(Json* j, const char* line, ChatMsg** m, int* n, int* cap) {
     char err[512];
@@ -129,7 +130,6 @@ static int chat_test_walk(const char* prefix, int nshards, int T, uint32_t D, ui
     return ex;
 }
 
-#ifndef ENABLE_FP32 // (the tokenizer and the templates do not depend on the precision: the BF16 binary only)
 // For every template chat.h recognises: the C rendering of each conversation is byte-equal to
 // apply_chat_template's (transformers >= 4.47 with jinja2, $ZT_HF_PYTHON), and -tokenize packs
 // exactly `tokenizers`' ids of it with the mask on the assistant's tokens, cutting whole turns as
