@@ -32,8 +32,8 @@
 // when it is the end-of-turn token written right after that content (<|im_end|> for ChatML,
 // <|eot_id|> for Llama 3). Nothing else counts: not the role headers, not the "\n" after
 // <|im_end|>, not system or user text, not the BOS. A token that holds template text and the
-// first bytes of an answer together (ChatML, an answer starting with a newline or two spaces)
-// counts. Token spans come from the decoded bytes of the ids, checked to spell the rendering (its
+// first bytes of an answer together (ChatML, an answer starting with whitespace the pre-tokenizer
+// joins to the header's "\n") counts. Token spans come from the decoded bytes of the ids, checked to spell the rendering (its
 // NFC, for Qwen2's normalizer) exactly.
 //
 // defines: Chat, ChatMsg, CHAT_TEMPLATES, chat_sha256_hex, chat_date_string, chat_init, chat_render,
