@@ -4,8 +4,8 @@
 // prompts.h calls it for the .jsonl lines of -tokenize that hold message lists; the user's view is
 // docs/chat.md.
 //
-// A C program does not run Jinja. The templates that matter are recognised by the SHA-256 of
-// tokenizer_config.json's "chat_template" string (CHAT_TEMPLATES below; each text is committed in
+// A C program does not run Jinja. The templates that matter are recognised by the SHA-256 of the
+// template (chat_template.jinja, else tokenizer_config.json's "chat_template": chat_init; CHAT_TEMPLATES below; each text is committed in
 // test/fixtures/chat/ with its source) and rendered by hand-written C that follows the template
 // line by line (chat_render). Any other template is refused, naming the file and its hash: a
 // rendering that differs by one newline from what the model was trained on silently degrades a
@@ -181,62 +181,106 @@ static int chat_date_string(const char* iso, char out[32], char* err, size_t err
     return 0;
 }
 
-// Read tokenizer_config.json's chat_template (beside tok's tokenizer.json), recognise it, and find
-// what rendering needs. chat_date: -chat-date ("" for the template's own default). 0, or -1 with
+// Read the JSON file at path into *j: 1, 0 when there is no such file, -1 with err.
+static int chat_read_json(const char* path, Json* j, char* err, size_t errlen) {
+    struct stat sb;
+    memset(j, 0, sizeof(*j));
+    if (stat(path, &sb) != 0) return 0;
+    size_t len;
+    char ferr[512], jerr[256];
+    char* text = tokenizer_read_file(path, &len, ferr, sizeof(ferr));
+    if (!text) return st_err(err, errlen, "%s", ferr);
+    int rc = json_parse(j, text, len, jerr, sizeof(jerr));
+    free(text);
+    if (rc || j->nodes[0].type != JSON_OBJECT) { json_free(j); memset(j, 0, sizeof(*j)); return st_err(err, errlen, "tokenizer config %s: %s", path, rc ? jerr : "not a JSON object"); }
+    return 1;
+}
+
+// A special token of a config (a string, or an object with "content") into out; 0 if absent.
+static int chat_config_token(const Json* j, const char* key, char* out, size_t cap) {
+    int b = json_get(j, 0, key);
+    if (b >= 0 && j->nodes[b].type == JSON_OBJECT) b = json_get(j, b, "content");
+    if (b < 0 || j->nodes[b].type != JSON_STRING || j->nodes[b].len == 0 || j->nodes[b].len >= (int64_t)cap) return 0;
+    memcpy(out, j->nodes[b].str, (size_t)j->nodes[b].len + 1);
+    return 1;
+}
+
+// Find the model's chat template beside tok's tokenizer.json — chat_template.jinja when there is one
+// (transformers >= 4.50 saves the template there and reads it first), else tokenizer_config.json's
+// "chat_template" (a list of named templates: the one named "default", as transformers takes it) —
+// recognise it, and find what rendering needs (Llama: bos_token, from tokenizer_config.json or
+// special_tokens_map.json). chat_date: -chat-date ("" for the template's own default). 0, or -1 with
 // err naming the file (and, for an unknown template, its hash and the known ones).
 static int chat_init(Chat* c, const Tokenizer* tok, const char* chat_date, char* err, size_t errlen) {
     memset(c, 0, sizeof(*c));
     if (!tok->hf)
         return st_err(err, errlen, "conversations need the model's chat template: -tokenizer is llm.c's GPT-2 file. HINT: -tokenizer DIR "
                                    "(the model's directory, with tokenizer.json and tokenizer_config.json)");
-    snprintf(c->path, sizeof(c->path), "%s", tok->hf->src_config);
-    struct stat sb;
-    if (stat(c->path, &sb) != 0)
-        return st_err(err, errlen, "conversations need the model's chat template: %s does not exist (it is read beside %s)", c->path, tok->hf->src_json);
-    size_t len;
-    char ferr[512];
-    char* text = tokenizer_read_file(c->path, &len, ferr, sizeof(ferr));
-    if (!text) return st_err(err, errlen, "%s", ferr);
+    const char* cfg = tok->hf->src_config;
+    const char* slash = strrchr(cfg, '/');
+    int dirlen = slash ? (int)(slash - cfg + 1) : 0;
+    char jinja[4200], stmap[4200];
+    snprintf(jinja, sizeof(jinja), "%.*schat_template.jinja", dirlen, cfg);
+    snprintf(stmap, sizeof(stmap), "%.*sspecial_tokens_map.json", dirlen, cfg);
     Json j;
-    char jerr[256];
-    int rc = json_parse(&j, text, len, jerr, sizeof(jerr));
-    free(text);
-    if (rc || j.nodes[0].type != JSON_OBJECT) { json_free(&j); return st_err(err, errlen, "tokenizer config %s: %s", c->path, rc ? jerr : "not a JSON object"); }
-    int ct = json_get(&j, 0, "chat_template");
-    if (ct >= 0 && j.nodes[ct].type == JSON_ARRAY) { // named templates: transformers takes "default"
-        int pick = -1;
-        for (int e = j.nodes[ct].first; e >= 0; e = j.nodes[e].next) {
-            int nm = json_get(&j, e, "name");
-            if (nm >= 0 && j.nodes[nm].type == JSON_STRING && !strcmp(j.nodes[nm].str, "default")) pick = json_get(&j, e, "template");
+    int have = chat_read_json(cfg, &j, err, errlen);
+    if (have < 0) return -1;
+    char* text = NULL;  // the template's bytes
+    size_t tlen = 0;
+    struct stat sb;
+    if (stat(jinja, &sb) == 0) {
+        char ferr[512];
+        if (!(text = tokenizer_read_file(jinja, &tlen, ferr, sizeof(ferr)))) { if (have) json_free(&j); return st_err(err, errlen, "%s", ferr); }
+        snprintf(c->path, sizeof(c->path), "%s", jinja);
+    } else {
+        int ct = have ? json_get(&j, 0, "chat_template") : -1;
+        if (ct >= 0 && j.nodes[ct].type == JSON_ARRAY) {  // named templates: transformers takes "default"
+            int pick = -1;
+            for (int e = j.nodes[ct].first; e >= 0; e = j.nodes[e].next) {
+                int nm = json_get(&j, e, "name");
+                if (nm >= 0 && j.nodes[nm].type == JSON_STRING && !strcmp(j.nodes[nm].str, "default")) pick = json_get(&j, e, "template");
+            }
+            ct = pick;
         }
-        ct = pick;
-    }
-    if (ct < 0 || j.nodes[ct].type != JSON_STRING) {
-        json_free(&j);
-        return st_err(err, errlen, "tokenizer config %s: no chat_template string (a base model without a chat template cannot render conversations)", c->path);
+        if (ct < 0 || j.nodes[ct].type != JSON_STRING) {
+            if (have) json_free(&j);
+            return st_err(err, errlen, "conversations need the model's chat template: %s %s, and there is no %s (a base model without a chat "
+                          "template cannot render conversations)", cfg, have ? "has no chat_template string" : "does not exist", jinja);
+        }
+        tlen = (size_t)j.nodes[ct].len;
+        text = (char*)malloc(tlen + 1);
+        if (!text) { json_free(&j); return st_err(err, errlen, "out of memory"); }
+        memcpy(text, j.nodes[ct].str, tlen + 1);
+        snprintf(c->path, sizeof(c->path), "%s", cfg);
     }
     char hex[65];
-    chat_sha256_hex(j.nodes[ct].str, (size_t)j.nodes[ct].len, hex);
+    chat_sha256_hex(text, tlen, hex);
+    free(text);
     for (int i = 0; i < CHAT_NTEMPLATES && !c->t; i++)
         if (!strcmp(hex, CHAT_TEMPLATES[i].sha256)) c->t = &CHAT_TEMPLATES[i];
     if (!c->t) {
         char known[512] = "";
         for (int i = 0; i < CHAT_NTEMPLATES; i++)
             snprintf(known + strlen(known), sizeof(known) - strlen(known), "%s%s (%s)", i ? ", " : "", CHAT_TEMPLATES[i].name, CHAT_TEMPLATES[i].models);
-        json_free(&j);
-        return st_err(err, errlen, "tokenizer config %s: chat_template with SHA-256 %s is not one this build renders exactly (known: %s); "
+        if (have) json_free(&j);
+        return st_err(err, errlen, "%s: the chat template with SHA-256 %s is not one this build renders exactly (known: %s); "
                                    "docs/chat.md says how to add one", c->path, hex, known);
     }
-    if (c->t->family != CHAT_CHATML) {
-        int b = json_get(&j, 0, "bos_token");
-        if (b >= 0 && j.nodes[b].type == JSON_OBJECT) b = json_get(&j, b, "content");
-        if (b < 0 || j.nodes[b].type != JSON_STRING || j.nodes[b].len == 0 || j.nodes[b].len >= (int64_t)sizeof(c->bos)) {
-            json_free(&j);
-            return st_err(err, errlen, "tokenizer config %s: the %s template writes bos_token first, and there is no bos_token string", c->path, c->t->name);
+    if (c->t->family != CHAT_CHATML) {  // the template writes bos_token first
+        int found = have && chat_config_token(&j, "bos_token", c->bos, sizeof(c->bos));
+        Json m;
+        int hm = found ? 0 : chat_read_json(stmap, &m, err, errlen);
+        if (hm < 0) { if (have) json_free(&j); return -1; }
+        if (hm) {
+            found = chat_config_token(&m, "bos_token", c->bos, sizeof(c->bos));
+            json_free(&m);
         }
-        memcpy(c->bos, j.nodes[b].str, (size_t)j.nodes[b].len + 1);
+        if (!found) {
+            if (have) json_free(&j);
+            return st_err(err, errlen, "%s: the %s template writes bos_token first, and neither %s nor %s names one", c->path, c->t->name, cfg, stmap);
+        }
     }
-    json_free(&j);
+    if (have) json_free(&j);
     if (c->t->default_date) {  // -chat-date is transformers' date_string; else the template's default
         if (chat_date && *chat_date) { if (chat_date_string(chat_date, c->date, err, errlen) != 0) return -1; }
         else if (c->t->default_date[0]) snprintf(c->date, sizeof(c->date), "%s", c->t->default_date);

@@ -233,32 +233,40 @@ TEST(chat_templates_vs_transformers) {
 
 #endif
 
-// A small ChatML tokenizer written by hand (bytes, "ab", "abc", <|endoftext|>, <|im_start|>, <|im_end|>)
-// in dir, with a tokenizer_config.json whose chat_template is `tmpl` (JSON-escaped here).
-static void chat_test_tokenizer(const char* dir, const char* tmpl, size_t tlen) {
+// A small tokenizer written by hand (bytes, "ab", "abc", <|endoftext|> and the special tokens of
+// ChatML and Llama 3) in dir, with tokenizer_config.json = {EXTRA "chat_template": tmpl} (JSON-escaped
+// here), or, when jinja is 1, {EXTRA} and the template in chat_template.jinja.
+static void chat_test_tokenizer(const char* dir, const char* tmpl, size_t tlen, int jinja, const char* extra) {
     char p[PATH_MAX + 64];
     mkdir(dir, 0755);
+    static const char* const specials[] = {"<|im_start|>", "<|im_end|>", "<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"};
+    char added[2048] = "\"special\": true}";
+    for (int i = 0; i < 6; i++)
+        snprintf(added + strlen(added), sizeof(added) - strlen(added), ", {\"id\": %d, \"content\": \"%s\", \"single_word\": false, \"lstrip\": false, "
+                 "\"rstrip\": false, \"normalized\": false, \"special\": true}", 259 + i, specials[i]);
+    strcat(added, "]");
     const char* from[1] = {"\"special\": true}]"};
-    const char* to[1] = {"\"special\": true}, {\"id\": 259, \"content\": \"<|im_start|>\", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, "
-                         "\"normalized\": false, \"special\": true}, {\"id\": 260, \"content\": \"<|im_end|>\", \"single_word\": false, \"lstrip\": false, "
-                         "\"rstrip\": false, \"normalized\": false, \"special\": true}]"};
+    const char* to[1] = {added};
     char* js = tok_hf_json(from, to, 1);
     snprintf(p, sizeof(p), "%s/tokenizer.json", dir);
     tok_write_file(p, js, strlen(js));
     free(js);
-    size_t cap = 6 * tlen + 256, n = 0;
+    size_t cap = 6 * tlen + 256 + strlen(extra), n = 0;
     char* cfg = (char*)malloc(cap);
-    n += (size_t)snprintf(cfg, cap, "{\"eos_token\": \"<|im_end|>\", \"chat_template\": \"");
-    for (size_t i = 0; i < tlen; i++) {
+    n += (size_t)snprintf(cfg, cap, "{%s%s", extra, jinja ? "}" : "\"chat_template\": \"");
+    for (size_t i = 0; i < tlen && !jinja; i++) {
         unsigned char c = (unsigned char)tmpl[i];
         if (c == '"' || c == '\\') n += (size_t)snprintf(cfg + n, cap - n, "\\%c", c);
         else if (c < 0x20) n += (size_t)snprintf(cfg + n, cap - n, "\\u%04x", c);
         else cfg[n++] = (char)c;
     }
-    n += (size_t)snprintf(cfg + n, cap - n, "\"}");
+    if (!jinja) n += (size_t)snprintf(cfg + n, cap - n, "\"}");
     snprintf(p, sizeof(p), "%s/tokenizer_config.json", dir);
     tok_write_file(p, cfg, n);
     free(cfg);
+    snprintf(p, sizeof(p), "%s/chat_template.jinja", dir);
+    if (jinja) tok_write_file(p, tmpl, tlen);
+    else remove(p);
 }
 
 // Bad input: exit 2 (in the trainer) with a message naming the file and the line, nothing written.
@@ -272,7 +280,7 @@ TEST(chat_bad_input) {
     char* tmpl = (char*)tok_read_file(CHAT_FIXTURES "/smollm2.jinja", &tlen);
     CHECK(tmpl != NULL);
     if (!tmpl) return;
-    chat_test_tokenizer(dir, tmpl, tlen);
+    chat_test_tokenizer(dir, tmpl, tlen, 0, "\"eos_token\": \"<|im_end|>\", ");
     Tokenizer tok;
     CHECKF(tokenizer_init(&tok, dir, err, sizeof(err)) == 0, "%s", err);
     if (!tok.hf) { free(tmpl); return; }
@@ -320,18 +328,44 @@ TEST(chat_bad_input) {
     PromptStats st;
     int rc = tokenize_prompts_to_shards(&tok, in, prefix, T, 0, 4 * T + 1, "", &st, err, sizeof(err));
     CHECKF(rc == 0 && st.examples[0] == 2 && st.cut == 1, "rc %d (%s), %lld examples, %lld cut", rc, err, (long long)st.examples[0], (long long)st.cut);
-    // the template's text changed by one byte: refused, naming tokenizer_config.json and the new hash
+    // chat_template.jinja beside the config is the template (transformers >= 4.50 reads it first)
     char dir2[PATH_MAX + 16];
     snprintf(dir2, sizeof(dir2), "%s2", dir);
-    tmpl[tlen - 1] = ' ';
-    chat_test_tokenizer(dir2, tmpl, tlen);
-    char hex[65];
-    chat_sha256_hex(tmpl, tlen, hex);
+    chat_test_tokenizer(dir2, tmpl, tlen, 1, "");
     Tokenizer tok2;
     CHECKF(tokenizer_init(&tok2, dir2, err, sizeof(err)) == 0, "%s", err);
     rc = tok2.hf ? tokenize_prompts_to_shards(&tok2, in, prefix, T, 0, 4 * T + 1, "", &st, err, sizeof(err)) : -1;
-    CHECKF(rc != 0 && strstr(err, "tokenizer_config.json") && strstr(err, hex) && strstr(err, "not one this build renders"), "%s", err);
+    CHECKF(rc == 0 && !strcmp(st.chat_template, "smollm2"), "chat_template.jinja: %s", err);
     tokenizer_free(&tok2);
+    // the template's text changed by one byte (in either place): refused, naming the file and the new hash
+    tmpl[tlen - 1] = ' ';
+    char hex[65];
+    chat_sha256_hex(tmpl, tlen, hex);
+    for (int jinja = 0; jinja < 2; jinja++) {
+        chat_test_tokenizer(dir2, tmpl, tlen, jinja, "");
+        CHECKF(tokenizer_init(&tok2, dir2, err, sizeof(err)) == 0, "%s", err);
+        rc = tok2.hf ? tokenize_prompts_to_shards(&tok2, in, prefix, T, 0, 4 * T + 1, "", &st, err, sizeof(err)) : -1;
+        CHECKF(rc != 0 && strstr(err, jinja ? "chat_template.jinja" : "tokenizer_config.json") && strstr(err, hex) && strstr(err, "not one this build renders"),
+               "%s", err);
+        tokenizer_free(&tok2);
+    }
+    // Llama 3.1's template writes bos_token first: from tokenizer_config.json, else special_tokens_map.json, else refused
+    size_t llen = 0;
+    char* ltmpl = (char*)tok_read_file(CHAT_FIXTURES "/llama3.1.jinja", &llen);
+    CHECK(ltmpl != NULL);
+    for (int k = 0; ltmpl && k < 3; k++) {
+        chat_test_tokenizer(dir2, ltmpl, llen, 0, k == 0 ? "\"bos_token\": {\"content\": \"<|begin_of_text|>\"}, " : "");
+        char p[PATH_MAX + 64];
+        snprintf(p, sizeof(p), "%s/special_tokens_map.json", dir2);
+        if (k == 1) tok_write_file(p, "{\"bos_token\": \"<|begin_of_text|>\"}", strlen("{\"bos_token\": \"<|begin_of_text|>\"}"));
+        else remove(p);
+        CHECKF(tokenizer_init(&tok2, dir2, err, sizeof(err)) == 0, "%s", err);
+        rc = tok2.hf ? tokenize_prompts_to_shards(&tok2, in, prefix, T, 0, 4 * T + 1, "", &st, err, sizeof(err)) : -1;
+        if (k < 2) CHECKF(rc == 0 && !strcmp(st.chat_template, "llama3.1") && !strcmp(st.chat_date, "26 Jul 2024"), "bos case %d: %s", k, err);
+        else CHECKF(rc != 0 && strstr(err, "writes bos_token first") && strstr(err, "special_tokens_map.json"), "%s", err);
+        tokenizer_free(&tok2);
+    }
+    free(ltmpl);
     // llm.c's GPT-2 file cannot render conversations
     Tokenizer* g = tok_gpt2();
     rc = g ? tokenize_prompts_to_shards(g, in, prefix, T, 0, 4 * T + 1, "", &st, err, sizeof(err)) : -1;
