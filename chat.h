@@ -36,8 +36,8 @@
 // joins to the header's "\n") counts. Token spans come from the decoded bytes of the ids, checked to spell the rendering (its
 // NFC, for Qwen2's normalizer) exactly.
 //
-// defines: Chat, ChatMsg, CHAT_TEMPLATES, chat_sha256_hex, chat_date_string, chat_init, chat_render,
-//          chat_encode, chat_free, ChatText
+// defines: Chat, ChatMsg, ChatText, CHAT_TEMPLATES, CHAT_ROLE, chat_sha256_hex, chat_date_string,
+//          chat_init, chat_trim, chat_render, chat_encode
 //
 // May call: safetensors.h (the JSON parser), tokenizer.h (encode, decode lengths, NFC) and libc.
 #ifndef ZT_CHAT_H

@@ -40,7 +40,7 @@
 // newlines, e.g. "Q: ...\nA:"; a {"prompt": ...} object, the training format, also works), and
 // sample_token is the sampling rule of -prompt and the samples (-temperature, -top-k, greedy).
 //
-// defines: PromptStats, tokenize_prompts_to_shards, PromptList, prompt_file_read, prompt_split,
+// defines: PromptStats, tokenize_prompts_to_shards, prompt_messages, prompt_conversation, PromptList, prompt_file_read, prompt_split,
 //          prompt_list_free, sample_token
 //
 // May call: safetensors.h (the JSON parser), tokenizer.h, dataloader.h and chat.h.
