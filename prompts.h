@@ -205,37 +205,56 @@ static int prompt_messages(const Json* j, int list, const char* field, int count
 // One conversation m[0, n) (its last message the assistant's) encoded for packing: its ids and mask
 // without the leading document token (Llama's rendering starts with the BOS, which is that token:
 // the one before the example stands for it), at most T - 1 of them (the document token after it
-// must fit too). Too long: whole turns are dropped from the start, a turn being a user message
-// and what follows it up to the next user message; a system message first stays. *cut = 1 when
-// that happened. 0, or -1 with err naming the line when the last turn alone does not fit.
+// must fit too). Too long: whole turns are dropped from the start, as few as make it fit, a turn
+// being a user message and what follows it up to the next user message; a system message first
+// stays. *cut = 1 when that happened. 0, or -1 with err naming the line when the last turn alone
+// does not fit. Every message of a rendering is a block between special tokens, tokenised on its
+// own, so the length falls with every turn dropped: the fewest drops are found by bisection
+// (a few encodings per conversation, not one per turn).
 static int prompt_conversation(Chat* chat, Tokenizer* tok, ChatMsg* m, int n, int T, uint32_t eot, ChatText* work, uint32_t** ids, size_t* nids,
                                size_t* icap, uint8_t** mask, int64_t* skip, int* cut, const char* path, long long lineno, char* err, size_t errlen) {
-    int sys = m[0].role == CHAT_SYSTEM, from = sys; // messages [0, sys) and [from, n) are rendered
-    *cut = 0;
+    int sys = m[0].role == CHAT_SYSTEM; // messages [0, sys) and [from, n) are rendered
     ChatMsg* sel = (ChatMsg*)malloc(sizeof(ChatMsg) * (size_t)n);
-    if (!sel) return st_err(err, errlen, "out of memory");
-    for (;;) {
-        int k = 0;
-        if (sys) sel[k++] = m[0];
-        for (int i = from; i < n; i++) sel[k++] = m[i];
-        char cerr[512];
-        if (chat_encode(chat, tok, sel, k, work, ids, nids, icap, mask, cerr, sizeof(cerr))) { free(sel); return st_err(err, errlen, "%s:%lld: %s", path, lineno, cerr); }
-        *skip = *nids > 0 && (*ids)[0] == eot;
-        int64_t len = (int64_t)*nids - *skip;
-        if (len + 1 <= T) break;
-        int next = from + 1; // the next turn: the next user message
-        while (next < n && m[next].role != CHAT_USER) next++;
-        if (next >= n) {
-            free(sel);
-            return st_err(err, errlen, "%s:%lld: the conversation's last turn (%s%d message(s) from its last user message on) is %lld tokens: with the "
-                          "document token after it longer than T = %d. HINT: a larger -t", path, lineno, sys ? "the system prompt and " : "", n - from,
-                          (long long)len, T);
+    int* from = (int*)malloc(sizeof(int) * (size_t)n); // the candidate starts: no drop, then each user message after it
+    if (!sel || !from) { free(sel); free(from); return st_err(err, errlen, "out of memory"); }
+    int nf = 0, encoded = -1, rc = 0;
+    from[nf++] = sys;
+    for (int k = sys + 1; k < n; k++) if (m[k].role == CHAT_USER) from[nf++] = k;
+    int64_t len = 0;
+    for (int step = 0, lo = -1, hi = nf - 1, at = 0; !rc; step++) { // invariant: from[lo] does not fit, from[hi] may
+        if (encoded != at) {
+            int k = 0;
+            if (sys) sel[k++] = m[0];
+            for (int i = from[at]; i < n; i++) sel[k++] = m[i];
+            char cerr[512];
+            if (chat_encode(chat, tok, sel, k, work, ids, nids, icap, mask, cerr, sizeof(cerr))) { rc = st_err(err, errlen, "%s:%lld: %s", path, lineno, cerr); break; }
+            encoded = at;
+            *skip = *nids > 0 && (*ids)[0] == eot;
+            len = (int64_t)*nids - *skip;
         }
-        from = next;
-        *cut = 1;
+        int fits = len + 1 <= T;
+        if (step == 0 && fits) break;           // the whole conversation fits: the usual case
+        if (step == 0) { lo = 0; at = hi; continue; }
+        if (step == 1 && !fits) {
+            rc = st_err(err, errlen, "%s:%lld: the conversation's last turn (%s%d message(s) from its last user message on) is %lld tokens: with the "
+                        "document token after it longer than T = %d. HINT: a larger -t", path, lineno, sys ? "the system prompt and " : "", n - from[at],
+                        (long long)len, T);
+            break;
+        }
+        if (fits) hi = at;
+        else lo = at;
+        if (hi - lo <= 1) {
+            if (encoded == hi) break;
+            at = hi;   // encode from[hi] (it fits), then stop
+            continue;
+        }
+        at = lo + (hi - lo) / 2;
     }
+    if (!rc && len + 1 > T) rc = st_err(err, errlen, "%s:%lld: internal: the conversation cut to fit is %lld tokens", path, lineno, (long long)len);
+    *cut = !rc && encoded > 0;
     free(sel);
-    return 0;
+    free(from);
+    return rc;
 }
 
 // The whole job; returns 0, or -1 with err naming the file and line (and every written file removed).

@@ -85,6 +85,7 @@ CONVERSATIONS = [
                   m(A, "Again: " + LONG), m(U, "Shorter?"), m(A, "Flour, water, salt.")]},
     {"messages": [m(S, "Three turns; the first one goes."), m(U, "One? " + MID), m(A, "One: " + MID), m(U, "Two? " + MID),
                   m(A, "Two: " + MID), m(U, "Three?"), m(A, "Three.")]},
+    {"messages": [m(U if i % 2 == 0 else A, f"turn {i // 2}: " + " ".join(["water"] * (3 + i % 5))) for i in range(24)]},
     {"messages": [m(U, "Old question " + LONG), m(A, "Old answer " + LONG), m(U, "New question"), m(A, "New answer.")]},
 ]
 
