@@ -411,14 +411,12 @@ static int chat_encode(const Chat* c, Tokenizer* tok, const ChatMsg* m, int n, C
         spell_n = norm.n;
     }
     size_t at = 0;
+    int k = 0;  // the next counted message that does not end before `at` (spans and tokens both run forward)
     for (size_t i = 0; i < *nids; i++) {  // token i spans [at, at + len) of spell
         uint32_t id = (*ids)[i], len = tok->token_len[id];
-        int count = 0;
-        for (int k = 0; k < n && !count; k++) {
-            if (!m[k].counted) continue;
-            size_t a = spans[k][0], b = spans[k][1];
-            count = (at < b && at + len > a) || (id == c->end_of_turn && at == b);  // the content, or the end of turn right after it
-        }
+        while (k < n && (!m[k].counted || spans[k][1] < at)) k++;
+        size_t a = k < n ? spans[k][0] : 0, b = k < n ? spans[k][1] : 0;
+        int count = k < n && ((at < b && at + len > a) || (id == c->end_of_turn && at == b));  // the content, or the end of turn right after it
         (*mask)[i] = (uint8_t)count;
         at += len;
     }
