@@ -138,6 +138,8 @@ TEST(chat_templates_vs_transformers) {
     const char* py = getenv("ZT_HF_PYTHON");
     if (!py || !*py) TEST_SKIP("needs $ZT_HF_PYTHON with transformers >= 4.47, jinja2 and tokenizers (.ci/run makes it)");
     char dir[PATH_MAX], cmd[2 * PATH_MAX], out[8192];
+    snprintf(cmd, sizeof(cmd), "%s -c 'import sys' 2>/dev/null", py);
+    if (test_run_cmd(cmd, NULL, 0) != 0) TEST_SKIP("$ZT_HF_PYTHON does not run (a missing interpreter)");
     snprintf(dir, sizeof(dir), "%s/chat", test_tmpdir());
     const int T = 160;
     snprintf(cmd, sizeof(cmd), "TZ=UTC %s dev/chat_fixtures.py --out %s --T %d --date 2026-02-03 2>&1", py, dir, T);
