@@ -206,7 +206,7 @@ static int chat_config_token(const Json* j, const char* key, char* out, size_t c
 }
 
 // Find the model's chat template beside tok's tokenizer.json — chat_template.jinja when there is one
-// (transformers >= 4.50 saves the template there and reads it first), else tokenizer_config.json's
+// (recent transformers, 4.5x, save the template there and read it first), else tokenizer_config.json's
 // "chat_template" (a list of named templates: the one named "default", as transformers takes it) —
 // recognise it, and find what rendering needs (Llama: bos_token, from tokenizer_config.json or
 // special_tokens_map.json). chat_date: -chat-date ("" for the template's own default). 0, or -1 with
