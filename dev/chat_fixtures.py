@@ -2,7 +2,7 @@
 """
 dev/chat_fixtures.py — what transformers' apply_chat_template and `tokenizers` make of a set of
 conversations, for every chat template chat.h recognises (test/fixtures/chat/*.jinja), for the C
-test chat_templates_vs_transformers (test/test_finetune.h).
+test chat_templates_vs_transformers (test/test_chat.h).
 
 No real tokenizer can be downloaded here, so for each template's family a small byte-level BPE is
 trained with `tokenizers` under the real files' pipeline (the patterns of dev/hf_tokenizer_fixtures.py)
