@@ -311,3 +311,27 @@ TEST(llama_tiny_learns) {
     CHECKF(vl < max_vl, "val loss %.4f is not below %.2f", vl, max_vl);
 }
 #endif
+
+// The closed forms for the family, written here from the shapes: the parameter count (the table's),
+// the FLOPs per token (SwiGLU's three matrices and GQA's narrower k, v counted through N; the untied
+// embedding, a lookup, not), and -plan runs for it.
+TEST(llama_plan_closed_forms) {
+    for (int shape = 0; shape < 2; shape++) {
+        GPTConfig c;
+        CHECK(model_from_descriptor(shape ? "llama-tiny-tied" : "llama-tiny", &c) == 0);
+        c.Vp = (int)round_up(c.V, 128);
+        double C = c.C, Lr = c.L, q = (double)c.NH * c.HD, kv = (double)c.NKV * c.HD, Fh = c.F, Vp = c.Vp;
+        double layer = C + (q + 2 * kv) * C + (c.qkv_bias ? q + 2 * kv : 0) + C * q + C + 3 * C * Fh + (c.mlp_bias ? 2 * Fh + C : 0);
+        double N = Vp * C * (c.tied ? 1 : 2) + Lr * layer + C;
+        ModelDesc d;
+        model_describe(&d, &c);
+        CHECKF((double)d.num_params == N, "%s: %lld parameters, the closed form %.0f", shape ? "llama-tiny-tied" : "llama-tiny", (long long)d.num_params, N);
+        double N_mm = N - (c.tied ? 0 : Vp * C), T = 256;
+        CHECKF(mfu_flops_per_token(&c, 256) == 6 * N_mm + 6 * Lr * q * T, "MFU FLOPs %.0f vs %.0f", mfu_flops_per_token(&c, 256), 6 * N_mm + 6 * Lr * q * T);
+        double want = 6 * N_mm + 12 * Lr * q * T + 2 * (N - Vp * C * (c.tied ? 1 : 2)) + 4 * Lr * q * T; // (the final norm counted with the layers, as GPT-2's lnf)
+        CHECKF(fabs(plan_flops_per_token(&c, 256, 3) - want) <= 1e-9 * want, "planner FLOPs at -r 3 %.0f vs %.0f", plan_flops_per_token(&c, 256, 3), want);
+        printf("    %s: %.0f parameters, %.4g FLOP per token for MFU at T 256\n", shape ? "llama-tiny-tied" : "llama-tiny", N, mfu_flops_per_token(&c, 256));
+    }
+    int rc = cli_run("-device cpu -e llama-tiny-tied -plan -b 4 -t 128 -world 4 -tflops 100 -host-mem 64GiB", cli_out, sizeof(cli_out));
+    CHECKF(rc == 0 && strstr(cli_out, "llama family: NKV 2 (4 query heads per K/V head), head_dim 24"), "-plan -e llama-tiny-tied: exit %d\n%s", rc, cli_out);
+}
