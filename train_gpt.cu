@@ -1,4 +1,4 @@
-// train_gpt.cu — zerotrain: train GPT-2 with BF16 mixed precision, activation recompute and
+// train_gpt.cu — zerotrain: train GPT-2 or a Llama-family model with BF16 mixed precision, activation recompute and
 // ZeRO-1/2/3 sharding, on a GPU (-device cuda) or on the CPU reference device (-device cpu),
 // over N processes (mpirun), configured entirely by flags.
 //
@@ -60,7 +60,9 @@
 // 1. The model. GPT-2 (Radford et al. 2019): token + position embedding, L pre-norm blocks of
 // causal self-attention and a GELU MLP, a final layernorm, and the LM head tied to the token
 // embedding. The vocabulary is padded to a multiple of 128 (Vp) for aligned matmuls; the padded
-// rows of wte are zero and never enter the softmax.
+// rows of wte are zero and never enter the softmax. The Llama family (Llama 3, Qwen2, Mistral,
+// SmolLM2: RMSNorm, RoPE, grouped-query attention, SwiGLU, its own LM head) sits beside it: its
+// table is LLAMA_TENSORS, its layer code the llama_* functions of section 2 (docs/models.md).
 //
 // The tensors are described once, in GPT2_TENSORS, in llm.c's file order. Everything else is
 // derived from it: the block layout (zero.h), the logical offsets used by model files and
