@@ -296,7 +296,7 @@ TEST(llama_refusals) {
 #define LLAMA_RUN_STEPS_SHORT 15
 #define LLAMA_RUN_MAX_VAL_LOSS_SHORT 8.5 // measured 7.8747 on 2026-12-01 (-b 4 -t 32 -l 4e-3 -x 15 -v 15 -m 2)
 #define LLAMA_RUN_STEPS_LONG 150
-#define LLAMA_RUN_MAX_VAL_LOSS_LONG 6.5
+#define LLAMA_RUN_MAX_VAL_LOSS_LONG 5.6 // measured 5.3476 on 2026-12-01 (-e llama-tiny -x 150 -v 150 -m 4 -s 0)
 TEST(llama_tiny_learns) {
     int steps = test_long() ? LLAMA_RUN_STEPS_LONG : LLAMA_RUN_STEPS_SHORT;
     double max_vl = test_long() ? LLAMA_RUN_MAX_VAL_LOSS_LONG : LLAMA_RUN_MAX_VAL_LOSS_SHORT;
