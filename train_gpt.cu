@@ -541,7 +541,7 @@ static int save_checkpoint(Trainer* tr, int last) {
 static int write_hf_checkpoint(Model* m, const char* dir, StDtype dtype) {
     const GPTConfig* c = &m->cfg;
     Zero* z = &m->z;
-    HFConfig hc = {c->L, c->C, c->NH, c->V, c->maxT};
+    HFConfig hc = hf_gpt2_config(c->L, c->C, c->NH, c->V, c->maxT);
     HFWriter w;
     char err[1024] = "";
     int ok = 1;
