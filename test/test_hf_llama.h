@@ -464,3 +464,78 @@ TEST(hf_llama_export_arch) {
     CHECKF(rc != 0 && strstr(err, "head_dim"), "q/k/v biases, head_dim != C/NH: %s", rc ? err : "accepted");
 }
 
+
+// ----------------------------------------------------------------------------
+// The fixtures transformers 4.47.1 wrote (dev/hf_fixtures.py): read into our layout, then written
+// by our writer with the same dtype and shard limit: every shard and the index are the same bytes
+// as transformers' (save_pretrained's shard cut, names sorted in each header, the index's text),
+// and config.json says the same.
+
+static const char* g_hfl_cases[] = {"llama_gqa4_llama3", "llama_mha_linear", "qwen2_single_kv", "mistral_gqa2"};
+
+static int hfl_same_file(const char* a, const char* b) {
+    char cmd[2 * PATH_MAX + 16];
+    snprintf(cmd, sizeof(cmd), "cmp -s %s %s", a, b);
+    return test_run_cmd(cmd, NULL, 0) == 0;
+}
+
+TEST(hf_llama_writer_matches_transformers) {
+    for (int ci = 0; ci < 4; ci++) {
+        char src[PATH_MAX], dst[PATH_MAX], err[2048], cmd[2 * PATH_MAX];
+        snprintf(src, sizeof(src), "test/fixtures/hf/%s", g_hfl_cases[ci]);
+        snprintf(dst, sizeof(dst), "%s/hfl_rewrite_%s", test_tmpdir(), g_hfl_cases[ci]);
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", dst);
+        test_run_cmd(cmd, NULL, 0);
+        HFCheckpoint ck;
+        int rc = hf_open(&ck, src, err, sizeof(err));
+        CHECKF(rc == 0, "%s", err);
+        if (rc) continue;
+        HFConfig c = ck.cfg;
+        int Vp = (int)round_up(c.V, 128);
+        HflTensor t[16];
+        HFLlmcTensor lt[16];
+        int n = hfl_layout(&c, Vp, t, lt);
+        rc = hf_bind(&ck, lt, n, Vp, err, sizeof(err));
+        CHECKF(rc == 0, "%s: %s", src, err);
+        int64_t total = lt[n - 1].logical + t[n - 1].n;
+        float* all = (float*)malloc(sizeof(float) * (size_t)total);
+        hf_fill(&ck, all, 0, total);
+        StDtype dt = ck.files[0].t[0].dtype;
+        int sharded = ck.nfiles > 1;
+        hf_close(&ck);
+        if (sharded) setenv("ZT_HF_SHARD_BYTES", "8000", 1); // save_pretrained(max_shard_size="8KB")
+        HFWriter w;
+        rc = hf_writer_open(&w, dst, &c, dt, err, sizeof(err));
+        unsetenv("ZT_HF_SHARD_BYTES");
+        for (int k = 0; k < n && rc == 0; k++)
+            for (int l = 0; l < (t[k].io ? 1 : c.L) && rc == 0 && t[k].n; l++)
+                rc = hf_writer_put(&w, t[k].name, l, all + lt[k].logical + l * t[k].n, err, sizeof(err));
+        if (rc == 0) rc = hf_writer_commit(&w, err, sizeof(err));
+        else hf_writer_abort(&w);
+        free(all);
+        CHECKF(rc == 0, "%s: writing: %s", src, err);
+        if (rc) continue;
+        // every file transformers wrote but config.json and generation_config.json: the same bytes
+        int nsame = 0, ndiff = 0;
+        DIR* d = opendir(src);
+        struct dirent* e;
+        while (d && (e = readdir(d))) {
+            if (!hf_has_suffix(e->d_name, ".safetensors") && strcmp(e->d_name, "model.safetensors.index.json")) continue;
+            char a[2 * PATH_MAX], b[2 * PATH_MAX];
+            snprintf(a, sizeof(a), "%s/%s", src, e->d_name);
+            snprintf(b, sizeof(b), "%s/%s", dst, e->d_name);
+            if (hfl_same_file(a, b)) nsame++;
+            else { ndiff++; printf("    %s differs from ours\n", a); }
+        }
+        if (d) closedir(d);
+        CHECKF(ndiff == 0 && nsame >= 1, "%s: %d file(s) differ from transformers'", src, ndiff);
+        HFConfig theirs, ours;
+        char p1[PATH_MAX + 16], p2[PATH_MAX + 16];
+        snprintf(p1, sizeof(p1), "%s/config.json", src);
+        snprintf(p2, sizeof(p2), "%s/config.json", dst);
+        CHECK(hf_read_config(p1, &theirs, err, sizeof(err)) == 0 && hf_read_config(p2, &ours, err, sizeof(err)) == 0);
+        CHECKF(!memcmp(&theirs, &ours, sizeof(ours)), "%s: our config.json reads differently from transformers'", src);
+        printf("    %-18s %s, %s: %d file(s) byte-identical to transformers' save_pretrained, config.json equivalent\n", g_hfl_cases[ci],
+               hf_arch_name(c.arch), st_dtype_name(dt), nsame);
+    }
+}
