@@ -852,7 +852,7 @@ static int hf_config_text(const HFConfig* c, StDtype dtype, char* out, size_t ca
             c->V, c->maxT, c->maxT, c->C, c->L, c->NH, tokens, tdt);
         return n < 0 || (size_t)n >= cap ? -1 : n;
     }
-    char lines[40][256], f1[40], f2[40], f3[40], f4[40];
+    char lines[40][384], f1[40], f2[40], f3[40], f4[40];
     int n = 0;
 #define LINE(...) snprintf(lines[n++], sizeof(lines[0]), __VA_ARGS__)
     LINE("\"architectures\": [\n    \"%s\"\n  ]", hf_archs[c->arch].cls);

@@ -593,18 +593,17 @@ static int save_checkpoint(Trainer* tr, int last) {
     return rc;
 }
 
-// The model as a Hugging Face GPT-2 checkpoint (hf.h): config.json + model.safetensors in dir, in
-// `dtype`, from the master weights (F32, F16) or the parameters (BF16). Every rank must call it;
-// rank 0 writes. On failure nothing is left in dir. Returns 0 on success.
-static int write_hf_checkpoint(Model* m, const char* dir, StDtype dtype) {
-    const GPTConfig* c = &m->cfg;
+// The model as a Hugging Face checkpoint (hf.h): config.json (hc: GPT-2, Llama, Mistral or Qwen2;
+// hf_export_config) + model.safetensors (or shards + index above 5 GB) in dir, in `dtype`, from the
+// master weights (F32, F16) or the parameters (BF16). Every rank must call it; rank 0 writes, one
+// block at a time. On failure nothing is left in dir. Returns 0 on success.
+static int write_hf_checkpoint(Model* m, const HFConfig* hc, const char* dir, StDtype dtype) {
     Zero* z = &m->z;
-    HFConfig hc = hf_gpt2_config(c->L, c->C, c->NH, c->V, c->maxT);
     HFWriter w;
     char err[1024] = "";
     int ok = 1;
     if (g_rank == 0) {
-        if (hf_writer_open(&w, dir, &hc, dtype, err, sizeof(err))) ok = 0;
+        if (hf_writer_open(&w, dir, hc, dtype, err, sizeof(err))) ok = 0;
     }
     size_t maxP = 0;
     for (int b = 0; b < z->lay.nblocks; b++) maxP = (size_t)z->lay.P[b] > maxP ? (size_t)z->lay.P[b] : maxP;
@@ -1343,13 +1342,16 @@ static void export_model(Trainer* tr) {
     if (f->export_hf[0]) {
         StDtype hd = !strcmp(dt, "bf16") ? ST_BF16 : !strcmp(dt, "fp16") ? ST_F16 : ST_F32;
         double saved = io_wait_begin(tr);
-        if (write_hf_checkpoint(&tr->model, f->export_hf, hd) != 0) die(1, "-export-hf %s failed", f->export_hf);
+        HFConfig hc;
+        char err[1024];
+        if (hf_export_config(f, &tr->model.cfg, &hc, err, sizeof(err))) die_user("-export-hf %s: %s", f->export_hf, err); // (checked at start-up)
+        if (write_hf_checkpoint(&tr->model, &hc, f->export_hf, hd) != 0) die(1, "-export-hf %s failed", f->export_hf);
         char tpath[4200], terr[1024];  // the tokenizer beside it (tokenizer.json, ...: AutoTokenizer loads the directory)
         const char* tname = tokenizer_for_model(f->tokenizer, TOKENIZER_DEFAULT_PATH, f->model, tpath, sizeof(tpath));
         if (g_rank == 0 && tokenizer_export_files(tname, f->merges, f->export_hf, tr->model.cfg.V, tr->model.cfg.maxT, terr, sizeof(terr)))
             printf0("warning: -export-hf %s: no tokenizer files written: %s\n", f->export_hf, terr);
         io_wait_end(tr, saved);
-        printf0("exported the model at step %d to %s (Hugging Face GPT-2, %s)\n", tr->step, f->export_hf,
+        printf0("exported the model at step %d to %s (Hugging Face %s, %s)\n", tr->step, f->export_hf, hf_archs[hc.arch].cls,
                 hd == ST_F32 ? "F32 from the master weights" : hd == ST_F16 ? "F16 from the master weights" : "BF16 parameters");
     }
 }

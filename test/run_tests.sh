@@ -277,7 +277,7 @@ if "$HF_PY" -c 'import transformers, safetensors, torch' 2>/dev/null; then
         echo "FAIL hf_fixtures_regenerate"; failed=$((failed + 1))
     fi
 else
-    echo "SKIP hf_fixtures_regenerate: $HF_PY has no transformers (pip install transformers==4.38.2 safetensors==0.4.5; .ci/run makes a venv)"; skipped=$((skipped + 1))
+    echo "SKIP hf_fixtures_regenerate: $HF_PY has no transformers (pip install transformers==4.47.1 safetensors==0.4.5 jinja2; .ci/run makes a venv)"; skipped=$((skipped + 1))
 fi
 stage_end hf_fixtures_regenerate
 

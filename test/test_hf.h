@@ -454,7 +454,7 @@ TEST(hf_export_logits_vs_transformers) {
     char probe[PATH_MAX + 64];
     snprintf(probe, sizeof(probe), "%s -c 'import transformers, safetensors, torch'", hf_python());
     if (test_run_cmd(probe, NULL, 0) != 0)
-        TEST_SKIP("needs a python with transformers (ZT_HF_PYTHON; .ci/run makes a venv: pip install transformers==4.38.2)");
+        TEST_SKIP("needs a python with transformers (ZT_HF_PYTHON; .ci/run makes a venv: pip install transformers==4.47.1)");
     hf_export_logits("dev/hf_fixtures.py --logits", "transformers", "transformers");
 }
 #endif // ENABLE_FP32

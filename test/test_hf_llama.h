@@ -539,3 +539,66 @@ TEST(hf_llama_writer_matches_transformers) {
                hf_arch_name(c.arch), st_dtype_name(dt), nsame);
     }
 }
+
+// The contract with model.h: the fixtures bound to model_describe's layout (config_from_hf's
+// config) fill exactly what they fill in LLAMA.md's layout written out above (hfl_layout).
+TEST(hf_llama_binds_model_table) {
+    for (int ci = 0; ci < 4; ci++) {
+        char src[PATH_MAX], err[2048];
+        snprintf(src, sizeof(src), "test/fixtures/hf/%s", g_hfl_cases[ci]);
+        HFCheckpoint ck;
+        int rc = hf_open(&ck, src, err, sizeof(err));
+        CHECKF(rc == 0, "%s", err);
+        if (rc) continue;
+        GPTConfig c;
+        config_from_hf(&ck.cfg, &c);
+        c.Vp = (int)round_up(c.V, 128);
+        ModelDesc d;
+        model_describe(&d, &c);
+        HFLlmcTensor lt[NUM_TENSORS];
+        for (int k = 0; k < NUM_TENSORS; k++) lt[k] = (HFLlmcTensor){d.t[k].name, d.t[k].logical, d.t[k].n, !d.t[k].io};
+        rc = hf_bind(&ck, lt, NUM_TENSORS, c.Vp, err, sizeof(err));
+        CHECKF(rc == 0, "%s: binding to model.h's table: %s", src, err);
+        HflTensor t2[16];
+        HFLlmcTensor lt2[16];
+        int n2 = hfl_layout(&ck.cfg, c.Vp, t2, lt2);
+        int64_t total2 = lt2[n2 - 1].logical + t2[n2 - 1].n;
+        CHECKF(d.num_params == total2, "%s: model.h has %lld parameters, LLAMA.md's table %lld", src, (long long)d.num_params, (long long)total2);
+        if (rc || d.num_params != total2) { hf_close(&ck); continue; }
+        float* a = (float*)malloc(sizeof(float) * (size_t)total2);
+        float* b = (float*)malloc(sizeof(float) * (size_t)total2);
+        hf_fill(&ck, a, 0, total2);
+        CHECK(hf_bind(&ck, lt2, n2, c.Vp, err, sizeof(err)) == 0);
+        hf_fill(&ck, b, 0, total2);
+        CHECKF(!memcmp(a, b, sizeof(float) * (size_t)total2), "%s: model.h's logical order differs from LLAMA.md's", src);
+        free(a);
+        free(b);
+        hf_close(&ck);
+    }
+}
+
+#ifndef ENABLE_FP32
+// Refused at start-up as a process: exit 2, the file, the field and its value, nothing written.
+TEST(hf_llama_refused_at_startup) {
+    char dir[PATH_MAX], out[PATH_MAX], cmd[6 * PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s/hfl_proc", test_tmpdir());
+    snprintf(out, sizeof(out), "%s/hfl_proc_out", test_tmpdir());
+    static const struct { const char* what; const char* sed; const char* t; const char* expect[3]; } cases[] = {
+        {"yarn RoPE", "s/\"rope_theta\"/\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}, \"rope_theta\"/", "16", {"config.json", "rope_type = 'yarn'", "not supported"}},
+        {"a window shorter than T", "s/\"sliding_window\": 4096/\"sliding_window\": 24/", "32", {"config.json", "sliding_window = 24", "T = 32"}},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        snprintf(cmd, sizeof(cmd), "rm -rf %s %s && cp -r test/fixtures/hf/mistral_gqa2 %s && sed -i '%s' %s/config.json && "
+                 "%s --train -device cpu -e %s -i data/kjv_val.bin -j '' -b 1 -t %s -x 1 -v 0 -s 0 -export-hf %s; echo rc=$?; ls %s 2>/dev/null | wc -l",
+                 dir, out, dir, cases[i].sed, dir, g_test_self, dir, cases[i].t, out, out);
+        static char got[1 << 16];
+        test_run_cmd(cmd, got, sizeof(got));
+        const char* err = strstr(got, "error: ");
+        char line[1024] = "";
+        if (err) { snprintf(line, sizeof(line), "%s", err); char* nl = strchr(line, '\n'); if (nl) *nl = 0; }
+        CHECKF(strstr(got, "rc=2\n0\n") && err && strstr(line, cases[i].expect[0]) && strstr(line, cases[i].expect[1]) && strstr(line, cases[i].expect[2]),
+               "%s: want exit 2, nothing written, and '%s' ... '%s':\n%s", cases[i].what, cases[i].expect[1], cases[i].expect[2], got);
+        printf("    %-26s %s\n", cases[i].what, line);
+    }
+}
+#endif
