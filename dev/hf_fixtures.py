@@ -30,8 +30,9 @@ Usage (needs torch, transformers, safetensors; tested with the versions in PINNE
   python dev/hf_fixtures.py --out test/fixtures/hf      # write the fixtures
   python dev/hf_fixtures.py --check test/fixtures/hf    # regenerate in a temp dir; compare the
                                                         # tensors and the reference outputs; exit 0/1
-  python dev/hf_fixtures.py --logits DIR TOKENS OUT     # AutoModelForCausalLM.from_pretrained(DIR) logits
-                                                        # (float64) on int32 [b, t, tokens...] -> OUT f32
+  python dev/hf_fixtures.py --logits DIR TOKENS OUT ... # AutoModelForCausalLM.from_pretrained(DIR) logits
+                                                        # (float64) on int32 [b, t, tokens...] -> OUT f32,
+                                                        # for each DIR TOKENS OUT triple
 """
 import argparse
 import json
@@ -220,7 +221,7 @@ def main():
     mode = ap.add_mutually_exclusive_group(required=True)
     mode.add_argument("--out", metavar="DIR")
     mode.add_argument("--check", metavar="DIR")
-    mode.add_argument("--logits", nargs=3, metavar=("DIR", "TOKENS", "OUT"))
+    mode.add_argument("--logits", nargs="+", metavar="DIR TOKENS OUT", help="one or more triples (one python start for several models)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
@@ -235,12 +236,16 @@ def main():
         return 0
     if args.check:
         return check(args.check)
-    raw = np.fromfile(args.logits[1], dtype="<i4")
-    b, t = int(raw[0]), int(raw[1])
-    tokens = raw[2:2 + b * t].reshape(b, t)
-    logits, _ = reference(args.logits[0], np.concatenate([tokens, tokens[:, -1:]], axis=1))
-    logits.astype("<f4").tofile(args.logits[2])
-    print(f"logits {logits.shape} of {args.logits[0]} written to {args.logits[2]}")
+    if len(args.logits) % 3:
+        ap.error("--logits takes DIR TOKENS OUT triples")
+    for k in range(0, len(args.logits), 3):
+        model_dir, tokens_path, out = args.logits[k:k + 3]
+        raw = np.fromfile(tokens_path, dtype="<i4")
+        b, t = int(raw[0]), int(raw[1])
+        tokens = raw[2:2 + b * t].reshape(b, t)
+        logits, _ = reference(model_dir, np.concatenate([tokens, tokens[:, -1:]], axis=1))
+        logits.astype("<f4").tofile(out)
+        print(f"logits {logits.shape} of {model_dir} written to {out}")
     return 0
 
 

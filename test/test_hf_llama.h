@@ -602,3 +602,154 @@ TEST(hf_llama_refused_at_startup) {
     }
 }
 #endif
+
+// ----------------------------------------------------------------------------
+// Our loss and logits against transformers' LlamaForCausalLM / Qwen2ForCausalLM /
+// MistralForCausalLM (dev/hf_fixtures.py, float64 but for what transformers itself computes in
+// FP32: RMSNorm, the eager softmax, RoPE's cos/sin) on the fixtures' KJV tokens, through -e DIR.
+static void hfl_forward_vs_ref(const char* dir, double* el_out, double* eloss_out, float* loss_out, float* ref_out) {
+    char ref[PATH_MAX + 16], err[512];
+    snprintf(ref, sizeof(ref), "%s/ref.bin", dir);
+    *el_out = *eloss_out = 1e30;
+    Fixture fx;
+    if (fixture_load(&fx, ref, err, sizeof(err))) { printf("    %s\n", err); CHECK(0); return; }
+    const FixtureTensor* tk = fixture_get(&fx, "tokens");
+    int B = tk->dims[0], T = tk->dims[1] - 1;
+    char shard[PATH_MAX];
+    snprintf(shard, sizeof(shard), "%s/hfl_tokens.bin", test_tmpdir());
+    uint16_t* toks = (uint16_t*)malloc(sizeof(uint16_t) * tk->n);
+    for (int64_t i = 0; i < tk->n; i++) toks[i] = (uint16_t)((int*)tk->data)[i];
+    int rc = write_token_shard(shard, toks, tk->n, err, sizeof(err));
+    free(toks);
+    if (rc) { printf("    %s\n", err); CHECK(0); fixture_free(&fx); return; }
+    char flags[1024];
+    snprintf(flags, sizeof(flags), MODEL_DEVICE "-e %s -i %s -b %d -t %d -x 0 -v 0 -s 0 -shuffle 0 -r 0 -z 0 -blas 0", dir, shard, B, T);
+    Trainer* tr = tm_trainer(flags);
+    Model* m = &tr->model;
+    const GPTConfig* c = &m->cfg;
+    dataloader_load(&tr->train, 0);
+    const int* tok = (const int*)tk->data;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            tr->train.inputs[b * T + t] = tok[b * (T + 1) + t];
+            tr->train.targets[b * T + t] = tok[b * (T + 1) + t + 1];
+        }
+    load_tokens(m, &tr->train, 1);
+    gpt_forward(m, B, T, 1, 0.0f, 0);
+    int BT = B * T;
+    float* logits = (float*)malloc(sizeof(float) * BT * c->V);
+    floatX* lx = (floatX*)tm_host(m->a.logits, sizeof(floatX) * BT * c->Vp);
+    for (int i = 0; i < BT; i++)
+        for (int j = 0; j < c->V; j++) logits[i * c->V + j] = ld(lx[(int64_t)i * c->Vp + j]);
+    free(lx);
+    const FixtureTensor* rl = fixture_get(&fx, "logits");
+    CHECKF(rl->n == (int64_t)BT * c->V, "%s: reference logits have %lld values", dir, (long long)rl->n);
+    *el_out = tm_relerr_f(logits, (const float*)rl->data, (int64_t)BT * c->V);
+    *loss_out = (float)(sum_losses(m, BT) / BT);
+    *ref_out = ((const float*)fixture_get(&fx, "loss")->data)[0];
+    *eloss_out = fabs(*loss_out - *ref_out) / fabs(*ref_out);
+    free(logits);
+    tm_free(tr);
+    fixture_free(&fx);
+}
+
+TEST(hf_llama_vs_transformers) {
+    for (int ci = 0; ci < 4; ci++) {
+        char dir[PATH_MAX];
+        snprintf(dir, sizeof(dir), "test/fixtures/hf/%s", g_hfl_cases[ci]);
+        double el, eloss;
+        float loss = 0, ref = 0;
+        hfl_forward_vs_ref(dir, &el, &eloss, &loss, &ref);
+        CHECKF(el < TOL_HF_LLAMA_LOGITS, "%s: logits rel err %.3g", dir, el);
+        CHECKF(eloss < TOL_HF_LLAMA_LOSS, "%s: loss %.7f vs transformers %.7f (rel %.3g)", dir, loss, ref, eloss);
+        printf("    %-18s logits rel L2 %.2e, loss %.6f vs transformers %.6f (rel %.1e)\n", g_hfl_cases[ci], el, loss, ref, eloss);
+    }
+}
+
+#ifndef ENABLE_FP32
+// -export-hf of a Llama-family model, read back by transformers: two fixtures trained 3 steps
+// (their weights change), exported in F32 (the Llama one in shards through the test hook), then
+// our logits through -e EXPORTED against AutoModelForCausalLM.from_pretrained(EXPORTED)'s in
+// float64 (one python start for both), and the architecture written is the source's.
+TEST(hf_llama_export_vs_transformers) {
+    const char* py = getenv("ZT_HF_PYTHON") && *getenv("ZT_HF_PYTHON") ? getenv("ZT_HF_PYTHON") : "python3";
+    char probe[PATH_MAX + 64];
+    snprintf(probe, sizeof(probe), "%s -c 'import transformers, safetensors, torch'", py);
+    if (test_run_cmd(probe, NULL, 0) != 0)
+        TEST_SKIP("needs a python with transformers (ZT_HF_PYTHON; .ci/run makes a venv: pip install transformers==4.47.1)");
+    static const struct { const char* src; const char* cls; const char* shard_bytes; } cases[] = {
+        {"llama_gqa4_llama3", "LlamaForCausalLM", "50000"}, {"qwen2_single_kv", "Qwen2ForCausalLM", ""}};
+    char pycmd[8 * PATH_MAX];
+    snprintf(pycmd, sizeof(pycmd), "%s dev/hf_fixtures.py --logits", py);
+    float* ours[2] = {NULL, NULL};
+    int64_t nlog[2] = {0, 0};
+    char theirs[2][PATH_MAX];
+    for (int ci = 0; ci < 2; ci++) {
+        char src[PATH_MAX], dir[PATH_MAX], shard[PATH_MAX], tokens[PATH_MAX], cmd[6 * PATH_MAX], err[512];
+        static char out[1 << 16];
+        snprintf(src, sizeof(src), "test/fixtures/hf/%s", cases[ci].src);
+        snprintf(dir, sizeof(dir), "%s/hfl_exported_%s", test_tmpdir(), cases[ci].src);
+        snprintf(shard, sizeof(shard), "%s/hfl_train_%s.bin", test_tmpdir(), cases[ci].src);
+        snprintf(tokens, sizeof(tokens), "%s/hfl_tokens_%s.i32", test_tmpdir(), cases[ci].src);
+        snprintf(theirs[ci], sizeof(theirs[ci]), "%s/hfl_logits_%s.f32", test_tmpdir(), cases[ci].src);
+        HFConfig hc;
+        snprintf(cmd, sizeof(cmd), "%s/config.json", src);
+        CHECK(hf_read_config(cmd, &hc, err, sizeof(err)) == 0);
+        uint16_t toks[2048]; // KJV tokens modulo the model's vocabulary
+        FILE* f = fopen("data/kjv_val.bin", "rb");
+        CHECK(f && fseek(f, 1024, SEEK_SET) == 0 && fread(toks, 2, 2048, f) == 2048);
+        if (f) fclose(f);
+        for (int i = 0; i < 2048; i++) toks[i] = (uint16_t)(toks[i] % hc.V);
+        CHECK(write_token_shard(shard, toks, 2048, err, sizeof(err)) == 0);
+        snprintf(cmd, sizeof(cmd), "rm -rf %s; ZT_HF_SHARD_BYTES=%s OMP_NUM_THREADS=2 %s --train -device cpu -e %s -i %s -j '' -b 2 -t 16 -x 3 -v 0 -s 0 -l 1e-2 -export-hf %s",
+                 dir, cases[ci].shard_bytes, g_test_self, src, shard, dir);
+        int rc = test_run_cmd(cmd, out, sizeof(out));
+        CHECKF(rc == 0, "%s: training and -export-hf failed:\n%s", src, out);
+        if (rc) continue;
+        snprintf(cmd, sizeof(cmd), "%s/config.json", dir);
+        HFConfig back;
+        CHECKF(hf_read_config(cmd, &back, err, sizeof(err)) == 0 && back.arch == hc.arch, "%s: exported config.json: %s", src, err);
+        snprintf(cmd, sizeof(cmd), "%s/model.safetensors.index.json", dir);
+        CHECKF(hf_exists(cmd) == (cases[ci].shard_bytes[0] != 0), "%s: sharded %d, want %d", src, hf_exists(cmd), cases[ci].shard_bytes[0] != 0);
+        // ours, through -e EXPORTED, on the first batch
+        char flags[2048];
+        snprintf(flags, sizeof(flags), MODEL_DEVICE "-e %s -i %s -b 2 -t 16 -x 0 -v 0 -s 0 -shuffle 0 -r 0 -z 0 -blas 0", dir, shard);
+        Trainer* tr = tm_trainer(flags);
+        Model* m = &tr->model;
+        int B = m->B, T = m->T, V = m->cfg.V;
+        dataloader_load(&tr->train, 0);
+        load_tokens(m, &tr->train, 0);
+        gpt_forward(m, B, T, 0, 0.0f, 0);
+        nlog[ci] = (int64_t)B * T * V;
+        ours[ci] = (float*)malloc(sizeof(float) * (size_t)nlog[ci]);
+        floatX* lx = (floatX*)tm_host(m->a.logits, sizeof(floatX) * B * T * m->cfg.Vp);
+        for (int i = 0; i < B * T; i++)
+            for (int j = 0; j < V; j++) ours[ci][i * V + j] = ld(lx[(int64_t)i * m->cfg.Vp + j]);
+        free(lx);
+        f = fopen(tokens, "wb");
+        int hdr[2] = {B, T};
+        fwrite(hdr, sizeof(int), 2, f);
+        fwrite(tr->train.inputs, sizeof(int), (size_t)B * T, f);
+        fclose(f);
+        tm_free(tr);
+        snprintf(pycmd + strlen(pycmd), sizeof(pycmd) - strlen(pycmd), " %s %s %s", dir, tokens, theirs[ci]);
+        printf("    %s trained 3 steps, exported as %s%s\n", cases[ci].src, cases[ci].cls, cases[ci].shard_bytes[0] ? " in shards + index" : "");
+    }
+    static char out[1 << 16];
+    int rc = test_run_cmd(pycmd, out, sizeof(out));
+    CHECKF(rc == 0, "%s failed:\n%s", pycmd, out);
+    for (int ci = 0; ci < 2 && rc == 0; ci++) {
+        if (!ours[ci]) continue;
+        float* ref = (float*)malloc(sizeof(float) * (size_t)nlog[ci]);
+        FILE* f = fopen(theirs[ci], "rb");
+        size_t got = f ? fread(ref, sizeof(float), (size_t)nlog[ci], f) : 0;
+        if (f) fclose(f);
+        double e = got == (size_t)nlog[ci] ? tm_relerr_f(ours[ci], ref, nlog[ci]) : 1.0;
+        CHECKF(e < TOL_HF_LLAMA_LOGITS, "%s: logits of the exported model, ours vs transformers: %.3g", cases[ci].src, e);
+        printf("    %-18s -export-hf read by %s.from_pretrained: logits ours vs transformers %.2e\n", cases[ci].src, cases[ci].cls, e);
+        free(ref);
+    }
+    free(ours[0]);
+    free(ours[1]);
+}
+#endif
