@@ -43,7 +43,7 @@
 // the writer.
 //
 // defines: HFConfig, hf_read_config, hf_check_run, hf_arch_name, HFCheckpoint, hf_is_checkpoint_path,
-//          hf_open, hf_bind, hf_fill, hf_close, HFWriter, hf_writer_open, hf_writer_put,
+//          hf_open, hf_bind, hf_fill, hf_close, hf_largest_tensor, HFWriter, hf_writer_open, hf_writer_put,
 //          hf_writer_commit, hf_writer_abort, HF_SHARD_BYTES
 //
 // May call: safetensors.h and the C library.
@@ -694,6 +694,13 @@ static int hf_open(HFCheckpoint* ck, const char* path, char* err, size_t errlen)
             return st_err(err, errlen, "%s: tensor lm_head.weight differs from %s (element %d): %s", lf->path, wte->name, differ, untied);
     }
     return 0;
+}
+
+// The elements of the checkpoint's largest tensor (what a rank may hold twice while loading).
+static int64_t hf_largest_tensor(const HFCheckpoint* ck) {
+    int64_t most = 0;
+    for (int k = 0; k < ck->nrows; k++) if (ck->rows[k].present && hf_row_numel(&ck->rows[k]) > most) most = hf_row_numel(&ck->rows[k]);
+    return most;
 }
 
 // Bind to our logical layout: for each of our tensors the caller's (name, logical offset, elements

@@ -1188,6 +1188,9 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
         if (from_file == 2) { // Hugging Face: the same logical ranges, from the safetensors files
             HFCheckpoint ck;
             char err[2048];
+            FILE* hwm = fopen("/proc/self/clear_refs", "w"); // VmHWM from here on: the peak while loading (Linux; else the run's peak so far)
+            if (hwm) { fputs("5", hwm); fclose(hwm); }
+            double t0 = wall_s(), before = (double)proc_status_bytes("VmRSS"); // (what is resident before: the state allocated)
             if (hf_open(&ck, f->model, err, sizeof(err))) die_user("-e %s", err);
             HFLlmcTensor lt[NUM_TENSORS];
             int nt = 0; // the model's tensors (present ones), in logical order
@@ -1195,7 +1198,19 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
                 if (m->d.t[k].n) lt[nt++] = (HFLlmcTensor){m->d.t[k].name, m->d.t[k].logical, m->d.t[k].n, !m->d.t[k].io};
             if (hf_bind(&ck, lt, nt, c.Vp, err, sizeof(err))) die(1, "-e %s: %s", f->model, err);
             zero_fill_opt(&m->z, 0, hf_fill, &ck);
+            double largest = 4.0 * (double)hf_largest_tensor(&ck);
             hf_close(&ck);
+            // what loading cost in host memory: each rank's peak above what it held before (the
+            // loader's buffer of one block's range, the file pages of one tensor piece at a time)
+            double* all = (double*)calloc(2 * (size_t)tr->R, sizeof(double));
+            all[2 * tr->r] = (double)peak_rss_bytes() - before;
+            all[2 * tr->r + 1] = (double)peak_rss_bytes();
+            comm_sum_doubles(&tr->comm, all, 2 * tr->R);
+            double most = 0, peak = 0;
+            for (int r = 0; r < tr->R; r++) { most = fmax(most, all[2 * r]); peak = fmax(peak, all[2 * r + 1]); }
+            printf0("loaded in %.1f s; host memory: peak resident %.0f MiB on the busiest rank, at most %.0f MiB above what it held before "
+                    "loading (2 x the largest tensor in FP32: %.0f MiB)\n", wall_s() - t0, peak / 1048576.0, most / 1048576.0, 2.0 * largest / 1048576.0);
+            free(all);
         } else if (from_file) {
             ModelFile mf;
             GPTConfig fc;

@@ -221,6 +221,8 @@ def main():
     mode = ap.add_mutually_exclusive_group(required=True)
     mode.add_argument("--out", metavar="DIR")
     mode.add_argument("--check", metavar="DIR")
+    mode.add_argument("--random-1b", metavar="DIR", help="a random 1.03B Llama (TinyLlama's shape, V 32000, tied) in BF16, "
+                      "save_pretrained in 1 GB shards: docs/hf_llama.md's host-memory measurement")
     mode.add_argument("--logits", nargs="+", metavar="DIR TOKENS OUT", help="one or more triples (one python start for several models)")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -236,6 +238,15 @@ def main():
         return 0
     if args.check:
         return check(args.check)
+    if args.random_1b:
+        from transformers import LlamaConfig, AutoModelForCausalLM
+        torch.manual_seed(0)
+        cfg = LlamaConfig(num_hidden_layers=22, hidden_size=2048, num_attention_heads=32, num_key_value_heads=4, intermediate_size=5632,
+                          vocab_size=32000, max_position_embeddings=2048, rms_norm_eps=1e-5, tie_word_embeddings=True)
+        model = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.bfloat16)
+        model.save_pretrained(args.random_1b, safe_serialization=True, max_shard_size="1GB")
+        print(f"{sum(p.numel() for p in model.parameters())} parameters written to {args.random_1b}")
+        return 0
     if len(args.logits) % 3:
         ap.error("--logits takes DIR TOKENS OUT triples")
     for k in range(0, len(args.logits), 3):
