@@ -668,7 +668,8 @@ TEST(hf_llama_vs_transformers) {
 
 #ifndef ENABLE_FP32
 // -export-hf of a Llama-family model, read back by transformers: two fixtures trained 3 steps
-// (their weights change), exported in F32 (the Llama one in shards through the test hook), then
+// (their weights change; the Llama one at R = 2 under ZeRO-3: loaded per rank, gathered for the
+// export), exported in F32 (the Llama one in shards through the test hook), then
 // our logits through -e EXPORTED against AutoModelForCausalLM.from_pretrained(EXPORTED)'s in
 // float64 (one python start for both), and the architecture written is the source's.
 TEST(hf_llama_export_vs_transformers) {
@@ -701,8 +702,13 @@ TEST(hf_llama_export_vs_transformers) {
         if (f) fclose(f);
         for (int i = 0; i < 2048; i++) toks[i] = (uint16_t)(toks[i] % hc.V);
         CHECK(write_token_shard(shard, toks, 2048, err, sizeof(err)) == 0);
-        snprintf(cmd, sizeof(cmd), "rm -rf %s; ZT_HF_SHARD_BYTES=%s OMP_NUM_THREADS=2 %s --train -device cpu -e %s -i %s -j '' -b 2 -t 16 -x 3 -v 0 -s 0 -l 1e-2 -export-hf %s",
-                 dir, cases[ci].shard_bytes, g_test_self, src, shard, dir);
+        if (ci == 0) // at R = 2, ZeRO-3: each rank reads its own slices, the export gathers them
+            snprintf(cmd, sizeof(cmd), "rm -rf %s; " ZT_CLEAN_ENV "ZT_HF_SHARD_BYTES=%s OMP_NUM_THREADS=1 mpirun -np 2 --oversubscribe --allow-run-as-root "
+                     "--mca mpi_yield_when_idle 1 %s --train -threads 1 -device cpu -z 3 -e %s -i %s -j '' -b 2 -t 16 -x 3 -v 0 -s 0 -l 1e-2 -export-hf %s",
+                     dir, cases[ci].shard_bytes, g_test_self, src, shard, dir);
+        else
+            snprintf(cmd, sizeof(cmd), "rm -rf %s; ZT_HF_SHARD_BYTES=%s OMP_NUM_THREADS=2 %s --train -device cpu -e %s -i %s -j '' -b 2 -t 16 -x 3 -v 0 -s 0 -l 1e-2 -export-hf %s",
+                     dir, cases[ci].shard_bytes, g_test_self, src, shard, dir);
         int rc = test_run_cmd(cmd, out, sizeof(out));
         CHECKF(rc == 0, "%s: training and -export-hf failed:\n%s", src, out);
         if (rc) continue;
@@ -733,7 +739,7 @@ TEST(hf_llama_export_vs_transformers) {
         fclose(f);
         tm_free(tr);
         snprintf(pycmd + strlen(pycmd), sizeof(pycmd) - strlen(pycmd), " %s %s %s", dir, tokens, theirs[ci]);
-        printf("    %s trained 3 steps, exported as %s%s\n", cases[ci].src, cases[ci].cls, cases[ci].shard_bytes[0] ? " in shards + index" : "");
+        printf("    %s trained 3 steps%s, exported as %s%s\n", cases[ci].src, ci == 0 ? " at R = 2, -z 3" : "", cases[ci].cls, cases[ci].shard_bytes[0] ? " in shards + index" : "");
     }
     static char out[1 << 16];
     int rc = test_run_cmd(pycmd, out, sizeof(out));
