@@ -167,7 +167,14 @@ static int hf_export_config(const Flags* f, const GPTConfig* c, HFConfig* out, c
         snprintf(path, sizeof(path), "%s/config.json", dir);
         have_src = hf_read_config(path, &src, err, errlen) == 0;
     }
-    return hf_export_arch(out, have_src ? &src : NULL, err, errlen);
+    if (hf_export_arch(out, have_src ? &src : NULL, err, errlen)) return -1;
+    char tbuf[PATH_MAX + 32]; // no source config: GPT-2's tokenizer (llm.c's file) gives <|endoftext|> = 50256, as GPT-2's export says
+    if (c->family != FAMILY_GPT2 && !have_src && c->V > 50256 &&
+        !strcmp(tokenizer_for_model(f->tokenizer, TOKENIZER_DEFAULT_PATH, f->model, tbuf, sizeof(tbuf)), TOKENIZER_DEFAULT_PATH)) {
+        snprintf(out->bos, sizeof(out->bos), "50256");
+        snprintf(out->eos, sizeof(out->eos), "50256");
+    }
+    return 0;
 }
 
 static int model_from_descriptor(const char* s, GPTConfig* c) {
