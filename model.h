@@ -138,6 +138,20 @@ typedef struct {
     int64_t num_real;     // the same without the padded vocabulary rows
 } ModelDesc;
 
+// The family's fields in words, for the start-up and -plan lines ("" for GPT-2).
+static void model_family_text(const GPTConfig* c, char* buf, size_t cap) {
+    buf[0] = 0;
+    if (c->family != FAMILY_LLAMA) return;
+    static const char* const rope[] = {"none", "default", "linear", "llama3"};
+    int n = snprintf(buf, cap, "llama family: NKV %d (%d query heads per K/V head), head_dim %d, MLP %d (SwiGLU), %s head%s%s, "
+                     "RMSNorm eps %g, RoPE %s theta %g", c->NKV, c->NKV > 0 ? c->NH / c->NKV : 0, c->HD, c->F, c->tied ? "tied" : "untied",
+                     c->qkv_bias ? ", q/k/v biases" : "", c->mlp_bias ? ", MLP biases" : "", (double)c->norm_eps,
+                     rope[c->rope_type >= 0 && c->rope_type <= 3 ? c->rope_type : 0], c->rope_theta);
+    if (n > 0 && (size_t)n < cap && c->rope_type == ROPE_LINEAR) snprintf(buf + n, cap - n, " factor %g", c->rope_factor);
+    if (n > 0 && (size_t)n < cap && c->rope_type == ROPE_LLAMA3)
+        snprintf(buf + n, cap - n, " factor %g low %g high %g original %d", c->rope_factor, c->rope_low_freq, c->rope_high_freq, c->rope_orig_maxT);
+}
+
 // The tensors holding padded vocabulary rows (V..Vp: zero, never in the softmax).
 static inline int tensor_has_vocab_rows(int k) { return k == T_wte || k == T_embed || k == T_lmhead; }
 

@@ -1079,6 +1079,7 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     if (T_auto && f->T > c.maxT) { f->T = c.maxT; snprintf(f->T_str, sizeof(f->T_str), "%d", f->T); } // "at most the model's"
     int R_plan = f->plan && f->world > 0 ? f->world : tr->R; // -plan -world R plans another world size
     check_flags(f, &c, R_plan);
+    check_family_flags(f, &c); // (llm.c's files are GPT-2's)
     ranks_agree(&tr->comm, flags_hash(f), "was started with different flags once defaults were resolved (another model file?)", "start every rank with the same command line, the same ./train and the same -device");
     if (g_device == DEV_CUDA) tr->peak_flops = gpu_peak_tflops(gpu_model_name(f)) * 1e12; // MFU's denominator
     int threads = setup_threads(f, &tr->launch);
