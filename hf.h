@@ -28,8 +28,9 @@
 //   false, scale_attn_by_inverse_layer_idx, activations other than gelu_new / gelu_pytorch_tanh,
 //   layer_norm_epsilon other than 1e-5.
 //   Llama family: hidden_act other than silu, rope_scaling types other than default / linear /
-//   llama3 (dynamic, yarn, longrope, ...), partial_rotary_factor other than 1, Llama's
-//   attention_bias (it adds an o_proj bias, which we do not have), mixture-of-experts fields,
+//   llama3 (dynamic, yarn, longrope, ...), partial_rotary_factor other than 1, a nonzero o_proj
+//   bias (Llama's attention_bias adds one to the q/k/v biases: we have none, so it must be zero;
+//   the export writes zeros), mixture-of-experts fields,
 //   qk-norm, multimodal RoPE (use_mrope), interleaved RoPE pairs, num_attention_heads not a
 //   multiple of num_key_value_heads, an odd head_dim; a sliding window shorter than the run's T
 //   (hf_check_run: Mistral's window of 4096 is full attention for T <= 4096; Qwen2's applies only
@@ -79,6 +80,7 @@ typedef struct {
     int window;                // sliding window in tokens (0: none): a run's T must not exceed it
     int max_window_layers;     // Qwen2's, written back as read (28 when absent)
     char bos[96], eos[96], pad[96]; // bos/eos/pad_token_id as the JSON text read ("": absent), written back
+    int o_bias;                // Llama's attention_bias: q/k/v biases and an o_proj bias, which must be zero (we have none)
 } HFConfig;
 
 // A GPT-2's config from its five dimensions.
@@ -116,6 +118,8 @@ static HFConfig hf_gpt2_config(int L, int C, int NH, int V, int maxT) {
     X(lnfb,     "ln_f.bias",               0, 0, c->C,     0,        0, 1, 0)
 
 // Q = NH*HD rows of queries, K = NKV*HD rows of keys (and of values): wqkv is (Q + 2K, C), wgu (2F, C).
+// `none`: a tensor with no counterpart of ours, all zeros (Llama's o_proj bias with attention_bias:
+// read and checked to be zero, written as zeros).
 #define HF_LLAMA_TENSORS(X)                                                                                                  \
     X(embed,    "model.embed_tokens.weight",                       0, 0, c->V, c->C, 0,                  1,           1)      \
     X(wqkv,     "model.layers.%d.self_attn.q_proj.weight",         1, 0, Q,    c->C, 0,                  1,           0)      \
@@ -125,6 +129,7 @@ static HFConfig hf_gpt2_config(int L, int C, int NH, int V, int maxT) {
     X(wqkv,     "model.layers.%d.self_attn.v_proj.weight",         1, 0, K,    c->C, (Q + K) * c->C,     1,           0)      \
     X(bqkv,     "model.layers.%d.self_attn.v_proj.bias",           1, 0, K,    0,    Q + K,              c->qkv_bias, 0)      \
     X(wo,       "model.layers.%d.self_attn.o_proj.weight",         1, 0, c->C, Q,    0,                  1,           0)      \
+    X(none,     "model.layers.%d.self_attn.o_proj.bias",           1, 0, c->C, 0,    0,                  c->o_bias,   0)      \
     X(wgu,      "model.layers.%d.mlp.gate_proj.weight",            1, 0, c->F, c->C, 0,                  1,           0)      \
     X(bgu,      "model.layers.%d.mlp.gate_proj.bias",              1, 0, c->F, 0,    0,                  c->mlp_bias, 0)      \
     X(wgu,      "model.layers.%d.mlp.up_proj.weight",              1, 0, c->F, c->C, (int64_t)c->F * c->C, 1,         0)      \
@@ -349,11 +354,9 @@ static int hf_read_llama(const Json* j, const char* path, int arch, HFConfig* c,
     // attention_bias adds q/k/v AND o_proj biases, mlp_bias gate/up/down biases
     c->qkv_bias = arch == HF_ARCH_QWEN2;
     c->mlp_bias = 0;
-    if (arch == HF_ARCH_LLAMA) {
-        int ab;
-        if (hf_cfg_bool(j, path, "attention_bias", 0, &ab, err, errlen) || hf_cfg_bool(j, path, "mlp_bias", 0, &c->mlp_bias, err, errlen)) return -1;
-        if (ab) return st_err(err, errlen, "%s: attention_bias = true is not supported for model_type llama (it adds an o_proj bias, which this program does not have; "
-                              "Qwen2's q/k/v biases without one are supported)", path);
+    if (arch == HF_ARCH_LLAMA) { // (its o_proj bias must then be zero: hf_open checks the values)
+        if (hf_cfg_bool(j, path, "attention_bias", 0, &c->qkv_bias, err, errlen) || hf_cfg_bool(j, path, "mlp_bias", 0, &c->mlp_bias, err, errlen)) return -1;
+        c->o_bias = c->qkv_bias;
     }
     // RoPE: rope_scaling null, or {"rope_type" (or the older "type"): default | linear | llama3, ...}
     c->rope_type = HF_ROPE_DEFAULT;
@@ -573,7 +576,8 @@ static void hf_shape_text(const int64_t* shape, int ndim, char* out, size_t cap)
 static void hf_settings_text(const HFConfig* c, char* out, size_t cap) {
     if (c->arch == HF_ARCH_GPT2) snprintf(out, cap, "n_layer %d", c->L);
     else snprintf(out, cap, "num_hidden_layers %d, %s, mlp_bias %s, tie_word_embeddings %s", c->L,
-                  c->arch == HF_ARCH_QWEN2 ? "q/k/v biases (qwen2)" : "no attention biases", c->mlp_bias ? "true" : "false", c->tied ? "true" : "false");
+                  c->arch == HF_ARCH_QWEN2 ? "q/k/v biases (qwen2)" : c->qkv_bias ? "attention_bias true" : "no attention biases",
+                  c->mlp_bias ? "true" : "false", c->tied ? "true" : "false");
 }
 
 // Open a checkpoint (see the top of this file for what `path` may be), read its config and find
@@ -672,6 +676,15 @@ static int hf_open(HFCheckpoint* ck, const char* path, char* err, size_t errlen)
                         ck->nfiles == 1 ? ck->files[0].path : index, want[s], want[s]);
     free(want);
     if (rc) return -1;
+    for (int s = 0; s < ck->nrows * c->L; s++) { // tensors with no counterpart of ours must be zero (Llama's o_proj bias)
+        const HFTensorRow* r = &ck->rows[s / c->L];
+        if (strcmp(r->ours, "none") || !ck->src[s]) continue;
+        const StFile* f = &ck->files[ck->src_file[s]];
+        for (int64_t i = 0; i < ck->src[s]->numel; i++)
+            if (st_get(f, ck->src[s], i) != 0.0f)
+                return st_err(err, errlen, "%s: tensor %s: element %lld is %g: a nonzero o_proj bias is not supported (attention_bias true is read as "
+                              "q/k/v biases and a zero o_proj bias; this program's layer has none)", f->path, ck->src[s]->name, (long long)i, st_get(f, ck->src[s], i));
+    }
     if (lm_head) { // tied: it must hold the embedding's values (row 0 of either table)
         const StTensor* wte = ck->src[0];
         const StFile* wf = &ck->files[ck->src_file[0]];
@@ -737,7 +750,7 @@ static int hf_bind(HFCheckpoint* ck, const HFLlmcTensor* t, int n, int Vp, char*
         ck->nbound++;
     }
     for (int k = 0; k < ck->nrows; k++)
-        if (ck->rows[k].present && !covered[k]) return st_err(err, errlen, "internal error: our layout has no tensor %s for %s", ck->rows[k].ours, ck->rows[k].hf);
+        if (ck->rows[k].present && !covered[k] && strcmp(ck->rows[k].ours, "none")) return st_err(err, errlen, "internal error: our layout has no tensor %s for %s", ck->rows[k].ours, ck->rows[k].hf);
     for (int a = 1; a < ck->nbound; a++) // logical order (insertion sort: a dozen entries)
         for (int b = a; b > 0 && ck->bound[b].logical < ck->bound[b - 1].logical; b--) {
             HFBound tmp = ck->bound[b]; ck->bound[b] = ck->bound[b - 1]; ck->bound[b - 1] = tmp;
@@ -805,16 +818,19 @@ static int64_t hf_shard_bytes(void) {
 }
 
 // The architecture an export writes: the source checkpoint's (src, may be NULL) when it can express
-// the model, else Llama, or Qwen2 for q/k/v biases. Copies the source's sliding window and token
-// ids. c holds the shape; 0, or -1 when no architecture we write has this model's tensors.
+// the model, else Qwen2 for q/k/v biases without MLP biases (and head_dim = C / NH), else Llama
+// (q/k/v biases there: attention_bias true with an o_proj bias of zeros). Copies the source's
+// sliding window and token ids. c holds the shape; returns 0 (every model of the family has one).
 static int hf_export_arch(HFConfig* c, const HFConfig* src, char* err, size_t errlen) {
     if (c->arch == HF_ARCH_GPT2) return 0;
     int can[HF_NARCH] = {0,
-                         !c->qkv_bias,                                                  // llama (attention_bias would add an o_proj bias)
+                         1,                                                             // llama (q/k/v biases: attention_bias with a zero o_proj bias)
                          !c->qkv_bias && !c->mlp_bias,                                  // mistral
                          c->qkv_bias && !c->mlp_bias && (int64_t)c->HD * c->NH == c->C}; // qwen2 (4.47: head_dim = hidden / heads)
+    c->o_bias = 0;
     if (src && src->arch != HF_ARCH_GPT2 && can[src->arch]) {
         c->arch = src->arch;
+        c->o_bias = c->arch == HF_ARCH_LLAMA && c->qkv_bias;
         c->window = src->window;
         c->max_window_layers = src->max_window_layers;
         memcpy(c->bos, src->bos, sizeof(c->bos));
@@ -824,11 +840,11 @@ static int hf_export_arch(HFConfig* c, const HFConfig* src, char* err, size_t er
     }
     c->window = 0;
     c->max_window_layers = 28;
-    if (can[HF_ARCH_LLAMA]) { c->arch = HF_ARCH_LLAMA; return 0; }
-    if (can[HF_ARCH_QWEN2]) { c->arch = HF_ARCH_QWEN2; return 0; }
-    return st_err(err, errlen, "no transformers architecture has this model's tensors (q/k/v biases with %s): LlamaForCausalLM's attention_bias adds an o_proj bias, "
-                  "Qwen2ForCausalLM has no MLP biases and head_dim = hidden_size / num_attention_heads",
-                  c->mlp_bias ? "MLP biases" : "head_dim != hidden_size / num_attention_heads");
+    if (c->qkv_bias && can[HF_ARCH_QWEN2]) { c->arch = HF_ARCH_QWEN2; return 0; }
+    c->arch = HF_ARCH_LLAMA; // (with q/k/v biases: attention_bias true and an o_proj bias of zeros)
+    c->o_bias = c->qkv_bias;
+    (void)err; (void)errlen;
+    return 0;
 }
 
 // A float as Python's json writes it (shortest text that reads back, "500000.0" not "5e+05").
@@ -891,7 +907,7 @@ static int hf_config_text(const HFConfig* c, StDtype dtype, char* out, size_t ca
     LINE("\"use_cache\": true");
     LINE("\"vocab_size\": %d", c->V);
     if (c->arch == HF_ARCH_LLAMA) {
-        LINE("\"attention_bias\": false");
+        LINE("\"attention_bias\": %s", c->o_bias ? "true" : "false");
         LINE("\"head_dim\": %d", c->HD);
         LINE("\"mlp_bias\": %s", c->mlp_bias ? "true" : "false");
         LINE("\"pretraining_tp\": 1");
@@ -1173,6 +1189,17 @@ static void hf_remove_stale(const HFWriter* w) {
 
 static int hf_writer_commit(HFWriter* w, char* err, size_t errlen) {
     const HFConfig* c = &w->cfg;
+    for (int s = 0; s < w->nrows * c->L; s++) { // tensors with no counterpart of ours: zeros (Llama's o_proj bias)
+        const HFTensorRow* r = &w->rows[s / c->L];
+        if (strcmp(r->ours, "none") || w->done[s]) continue;
+        size_t n = (size_t)(hf_row_numel(r) * st_esize(w->dtype));
+        unsigned char* zero = (unsigned char*)calloc(n, 1);
+        int f = w->file_of[s];
+        int bad = !zero || hf_write_all(w->fd[f], zero, n, (off_t)(w->data_start[f] + w->off[s]));
+        free(zero);
+        if (bad) { int rc = st_err(err, errlen, "%s: write failed: %s", w->tmp[f], strerror(errno)); hf_writer_abort(w); return rc; }
+        w->done[s] = 1;
+    }
     for (int s = 0; s < w->nrows * c->L; s++)
         if (!w->done[s]) {
             int rc = st_err(err, errlen, "internal error: tensor %s of layer %d never written", w->rows[s / c->L].hf, s % c->L);

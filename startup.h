@@ -325,8 +325,6 @@ static void check_family_flags(Flags* f, const GPTConfig* c) {
         FLAG_SHOW(f, save_model, "0"); // (the run's record keeps this value)
         printf0("note: -save-model 0: llm.c model files hold GPT-2 only; checkpoints of -e %s keep the state files (-export-hf writes the model)\n", f->model);
     }
-    if (f->export_hf[0]) // (the Hugging Face writer for the family: issue 21's hf.h part)
-        die_user("flag -export-hf %s: this build writes Hugging Face GPT-2 checkpoints only, and -e %s is a Llama-family model", f->export_hf, f->model);
 }
 
 // Checks on the training flags that need nothing but the flags and R (exit 2, before any allocation).

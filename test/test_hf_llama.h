@@ -56,11 +56,11 @@ TEST(hf_llama_config_published) {
     cases[3].name = "Mistral-7B-v0.1"; cases[3].text = mistral_7b;
     cases[4].name = "Llama-3.1-8B-Instruct"; cases[4].text = llama3_8b_instruct;
     //                                L   C     NH  V       maxT    arch              NKV HD   F      tied qkvb mlpb eps   theta     rope            factor low high orig  window
-    HFConfig w0 = {16, 2048, 32, 128256, 131072, HF_ARCH_LLAMA,   8,  64,  8192,  1, 0, 0, 1e-5, 500000.0,  HF_ROPE_LLAMA3,  32.0, 1.0, 4.0, 8192, 0,     28, "128000", "128001", ""};
-    HFConfig w1 = {24, 896,  14, 151936, 32768,  HF_ARCH_QWEN2,   2,  64,  4864,  1, 1, 0, 1e-6, 1000000.0, HF_ROPE_DEFAULT, 1.0,  0,   0,   0,    0,     24, "151643", "151643", ""};
-    HFConfig w2 = {30, 576,  9,  49152,  8192,   HF_ARCH_LLAMA,   3,  64,  1536,  1, 0, 0, 1e-5, 100000.0,  HF_ROPE_DEFAULT, 1.0,  0,   0,   0,    0,     28, "0", "0", ""};
-    HFConfig w3 = {32, 4096, 32, 32000,  32768,  HF_ARCH_MISTRAL, 8,  128, 14336, 0, 0, 0, 1e-5, 10000.0,   HF_ROPE_DEFAULT, 1.0,  0,   0,   0,    4096,  28, "1", "2", ""};
-    HFConfig w4 = {32, 4096, 32, 128256, 131072, HF_ARCH_LLAMA,   8,  128, 14336, 0, 0, 0, 1e-5, 500000.0,  HF_ROPE_LLAMA3,  8.0,  1.0, 4.0, 8192, 0,     28, "128000", "[128001, 128008, 128009]", ""};
+    HFConfig w0 = {16, 2048, 32, 128256, 131072, HF_ARCH_LLAMA,   8,  64,  8192,  1, 0, 0, 1e-5, 500000.0,  HF_ROPE_LLAMA3,  32.0, 1.0, 4.0, 8192, 0,     28, "128000", "128001", "", 0};
+    HFConfig w1 = {24, 896,  14, 151936, 32768,  HF_ARCH_QWEN2,   2,  64,  4864,  1, 1, 0, 1e-6, 1000000.0, HF_ROPE_DEFAULT, 1.0,  0,   0,   0,    0,     24, "151643", "151643", "", 0};
+    HFConfig w2 = {30, 576,  9,  49152,  8192,   HF_ARCH_LLAMA,   3,  64,  1536,  1, 0, 0, 1e-5, 100000.0,  HF_ROPE_DEFAULT, 1.0,  0,   0,   0,    0,     28, "0", "0", "", 0};
+    HFConfig w3 = {32, 4096, 32, 32000,  32768,  HF_ARCH_MISTRAL, 8,  128, 14336, 0, 0, 0, 1e-5, 10000.0,   HF_ROPE_DEFAULT, 1.0,  0,   0,   0,    4096,  28, "1", "2", "", 0};
+    HFConfig w4 = {32, 4096, 32, 128256, 131072, HF_ARCH_LLAMA,   8,  128, 14336, 0, 0, 0, 1e-5, 500000.0,  HF_ROPE_LLAMA3,  8.0,  1.0, 4.0, 8192, 0,     28, "128000", "[128001, 128008, 128009]", "", 0};
     cases[0].want = w0; cases[1].want = w1; cases[2].want = w2; cases[3].want = w3; cases[4].want = w4;
     char path[PATH_MAX], err[1024];
     snprintf(path, sizeof(path), "%s/hfl_config.json", test_tmpdir());
@@ -116,7 +116,6 @@ TEST(hf_llama_config_refused) {
         {"qwen2 head_dim", "{\"model_type\": \"qwen2\", \"hidden_size\": 64, \"intermediate_size\": 96, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
                            "\"vocab_size\": 100, \"max_position_embeddings\": 32, \"rms_norm_eps\": 1e-06, \"head_dim\": 32}", {"head_dim = 32", "Qwen2"}},
         {"gelu", "{" HFL_BASE ", \"hidden_act\": \"gelu\"}", {"hidden_act = 'gelu'", "only silu"}},
-        {"attention_bias", "{" HFL_BASE ", \"attention_bias\": true}", {"attention_bias = true", "o_proj bias"}},
         {"yarn", "{" HFL_BASE ", \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}}", {"rope_scaling.rope_type = 'yarn'", "default, linear, llama3"}},
         {"dynamic (older 'type')", "{" HFL_BASE ", \"rope_scaling\": {\"type\": \"dynamic\", \"factor\": 2.0}}", {"rope_type = 'dynamic'", "not supported"}},
         {"llama3 without its fields", "{" HFL_BASE ", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}}", {"rope_scaling.low_freq_factor", "missing"}},
@@ -194,6 +193,13 @@ static HFConfig hfl_tiny(int arch, int tied, int mlp_bias) {
     return c;
 }
 
+// Llama with attention_bias (q/k/v biases and a zero o_proj bias) and mlp_bias, tied.
+static HFConfig hfl_tiny_biases(void) {
+    HFConfig c = hfl_tiny(HF_ARCH_LLAMA, 1, 1);
+    c.qkv_bias = c.o_bias = 1;
+    return c;
+}
+
 // Write our tensors (values hfl_value) as a checkpoint in dir; returns 0 or -1 with err.
 static int hfl_export(const HFConfig* c, int Vp, const char* dir, StDtype dt, char* err, size_t errlen) {
     HflTensor t[16];
@@ -237,6 +243,7 @@ static int64_t hfl_check_back(const HFConfig* c, int Vp, const char* dir, char* 
                 int pad = (!strcmp(t[k].name, "embed") || !strcmp(t[k].name, "lmhead")) && i >= (int64_t)c->V * c->C;
                 float want = pad ? 0.0f : hfl_value(k, l, i), got = all[lt[k].logical + l * t[k].n + i];
                 if (ck.files[0].t[0].dtype == ST_BF16) want = bf16_to_f32(f32_to_bf16(want));
+                if (ck.files[0].t[0].dtype == ST_F16) want = f16_to_f32(f32_to_f16(want));
                 bad += memcmp(&want, &got, 4) != 0;
             }
     // a few Hugging Face tensors by name: k_proj is rows Q..Q+K of wqkv, up_proj rows F..2F of wgu, v's bias
@@ -255,6 +262,7 @@ static int64_t hfl_check_back(const HFConfig* c, int Vp, const char* dir, char* 
         for (int64_t i = 0; i < s->numel; i++) {
             float want = hfl_value(named[q].k, l, named[q].at + i);
             if (s->dtype == ST_BF16) want = bf16_to_f32(f32_to_bf16(want));
+            if (s->dtype == ST_F16) want = f16_to_f32(f32_to_f16(want));
             bad += st_get(&ck.files[fi], s, i) != want;
         }
     }
@@ -269,6 +277,7 @@ TEST(hf_llama_mapping_roundtrip) {
         {"llama untied, mlp_bias, F32", hfl_tiny(HF_ARCH_LLAMA, 0, 1), ST_F32},
         {"qwen2 tied (q/k/v biases), BF16", hfl_tiny(HF_ARCH_QWEN2, 1, 0), ST_BF16},
         {"mistral untied, F32", hfl_tiny(HF_ARCH_MISTRAL, 0, 0), ST_F32},
+        {"llama attention_bias, mlp_bias, tied, F16", hfl_tiny_biases(), ST_F16},
     };
     char dir[PATH_MAX], err[1024];
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -439,11 +448,35 @@ TEST(hf_llama_corrupt) {
     CHECKF(rc != 0 && strstr(err, "model.safetensors.index.json") && strstr(err, "model-00002-of-") && strstr(err, "does not exist"), "a missing shard: %s", rc ? err : "accepted");
     if (rc == 0) hf_close(&ck);
     printf("    %-34s %s\n", "an index naming a missing shard", rc ? err : "accepted");
+    // Llama's attention_bias: the o_proj bias the export writes as zeros loads; a nonzero one is refused
+    HFConfig cb = hfl_tiny_biases();
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    test_run_cmd(cmd, NULL, 0);
+    CHECK(hfl_export(&cb, Vp, dir, ST_F32, err, sizeof(err)) == 0);
+    rc = hf_open(&ck, dir, err, sizeof(err));
+    CHECKF(rc == 0 && ck.cfg.o_bias == 1 && ck.cfg.qkv_bias == 1, "attention_bias true with a zero o_proj bias: %s", rc ? err : "flags");
+    if (rc == 0) hf_close(&ck);
+    StFile sf;
+    snprintf(p, sizeof(p), "%s/model.safetensors", dir);
+    CHECK(st_open(&sf, p, err, sizeof(err)) == 0);
+    const StTensor* ob = st_find(&sf, "model.layers.1.self_attn.o_proj.bias");
+    CHECK(ob != NULL);
+    long at = ob ? (long)(sf.data_start + ob->begin + 4 * 3) : 0;
+    st_close(&sf);
+    FILE* f = fopen(p, "r+b");
+    float half = 0.5f;
+    CHECK(f && ob && fseek(f, at, SEEK_SET) == 0 && fwrite(&half, 4, 1, f) == 1);
+    if (f) fclose(f);
+    rc = hf_open(&ck, dir, err, sizeof(err));
+    CHECKF(rc != 0 && strstr(err, "model.layers.1.self_attn.o_proj.bias") && strstr(err, "element 3 is 0.5") && strstr(err, dir), "a nonzero o_proj bias: %s", rc ? err : "accepted");
+    if (rc == 0) hf_close(&ck);
+    printf("    %-34s %s\n", "a nonzero o_proj bias", rc ? err : "accepted");
     (void)n;
 }
 
-// Which architecture -export-hf writes: the source's when it can hold the model, else Llama, or
-// Qwen2 for q/k/v biases; none for q/k/v biases with MLP biases.
+// Which architecture -export-hf writes: the source's when it can hold the model, else Qwen2 for q/k/v
+// biases (without MLP biases, head_dim = C / NH), else Llama (q/k/v biases: attention_bias true,
+// a zero o_proj bias).
 TEST(hf_llama_export_arch) {
     char err[512];
     HFConfig c = hfl_tiny(HF_ARCH_LLAMA, 0, 0), src = hfl_tiny(HF_ARCH_MISTRAL, 0, 0);
@@ -455,13 +488,11 @@ TEST(hf_llama_export_arch) {
     c = hfl_tiny(HF_ARCH_QWEN2, 1, 0);
     c.arch = HF_ARCH_LLAMA; // (a from-scratch model with q/k/v biases)
     CHECK(hf_export_arch(&c, &src, err, sizeof(err)) == 0 && c.arch == HF_ARCH_QWEN2 && c.window == 0);
-    c.mlp_bias = 1;
-    int rc = hf_export_arch(&c, NULL, err, sizeof(err));
-    CHECKF(rc != 0 && strstr(err, "MLP biases"), "q/k/v + MLP biases: %s", rc ? err : "accepted");
+    c.mlp_bias = 1; // q/k/v + MLP biases: Llama, attention_bias with a zero o_proj bias
+    CHECK(hf_export_arch(&c, NULL, err, sizeof(err)) == 0 && c.arch == HF_ARCH_LLAMA && c.o_bias == 1);
     c = hfl_tiny(HF_ARCH_LLAMA, 0, 0);
-    c.qkv_bias = 1; // head_dim 10 != 16 / 6: not Qwen2 either
-    rc = hf_export_arch(&c, NULL, err, sizeof(err));
-    CHECKF(rc != 0 && strstr(err, "head_dim"), "q/k/v biases, head_dim != C/NH: %s", rc ? err : "accepted");
+    c.qkv_bias = 1; // head_dim 10 != 16 / 6: not Qwen2 either, Llama
+    CHECK(hf_export_arch(&c, &src, err, sizeof(err)) == 0 && c.arch == HF_ARCH_LLAMA && c.o_bias == 1);
 }
 
 
@@ -667,7 +698,9 @@ TEST(hf_llama_vs_transformers) {
 }
 
 #ifndef ENABLE_FP32
-// -export-hf of a Llama-family model, read back by transformers: two fixtures trained 3 steps
+// -export-hf of a Llama-family model, read back by transformers: two fixtures and the
+// llama-tiny-tied descriptor (q/k/v and MLP biases, tied: LlamaForCausalLM with attention_bias,
+// its o_proj bias zeros) trained 3 steps
 // (their weights change; the Llama one at R = 2 under ZeRO-3: loaded per rank, gathered for the
 // export), exported in F32 (the Llama one in shards through the test hook), then
 // our logits through -e EXPORTED against AutoModelForCausalLM.from_pretrained(EXPORTED)'s in
@@ -679,23 +712,28 @@ TEST(hf_llama_export_vs_transformers) {
     if (test_run_cmd(probe, NULL, 0) != 0)
         TEST_SKIP("needs a python with transformers (ZT_HF_PYTHON; .ci/run makes a venv: pip install transformers==4.47.1)");
     static const struct { const char* src; const char* cls; const char* shard_bytes; } cases[] = {
-        {"llama_gqa4_llama3", "LlamaForCausalLM", "50000"}, {"qwen2_single_kv", "Qwen2ForCausalLM", ""}};
+        {"llama_gqa4_llama3", "LlamaForCausalLM", "50000"}, {"qwen2_single_kv", "Qwen2ForCausalLM", ""},
+        {"llama-tiny-tied", "LlamaForCausalLM", ""}}; // a descriptor: q/k/v + MLP biases, tied: attention_bias with a zero o_proj bias
+    const int NC = (int)(sizeof(cases) / sizeof(cases[0]));
     char pycmd[8 * PATH_MAX];
     snprintf(pycmd, sizeof(pycmd), "%s dev/hf_fixtures.py --logits", py);
-    float* ours[2] = {NULL, NULL};
-    int64_t nlog[2] = {0, 0};
-    char theirs[2][PATH_MAX];
-    for (int ci = 0; ci < 2; ci++) {
+    float* ours[3] = {NULL, NULL, NULL};
+    int64_t nlog[3] = {0, 0, 0};
+    char theirs[3][PATH_MAX];
+    for (int ci = 0; ci < NC; ci++) {
         char src[PATH_MAX], dir[PATH_MAX], shard[PATH_MAX], tokens[PATH_MAX], cmd[6 * PATH_MAX], err[512];
         static char out[1 << 16];
-        snprintf(src, sizeof(src), "test/fixtures/hf/%s", cases[ci].src);
+        int descriptor = strchr(cases[ci].src, '-') != NULL;
+        if (descriptor) snprintf(src, sizeof(src), "%s", cases[ci].src);
+        else snprintf(src, sizeof(src), "test/fixtures/hf/%s", cases[ci].src);
         snprintf(dir, sizeof(dir), "%s/hfl_exported_%s", test_tmpdir(), cases[ci].src);
         snprintf(shard, sizeof(shard), "%s/hfl_train_%s.bin", test_tmpdir(), cases[ci].src);
         snprintf(tokens, sizeof(tokens), "%s/hfl_tokens_%s.i32", test_tmpdir(), cases[ci].src);
         snprintf(theirs[ci], sizeof(theirs[ci]), "%s/hfl_logits_%s.f32", test_tmpdir(), cases[ci].src);
         HFConfig hc;
         snprintf(cmd, sizeof(cmd), "%s/config.json", src);
-        CHECK(hf_read_config(cmd, &hc, err, sizeof(err)) == 0);
+        if (descriptor) { memset(&hc, 0, sizeof(hc)); hc.arch = HF_ARCH_LLAMA; hc.V = 50257; }
+        else CHECK(hf_read_config(cmd, &hc, err, sizeof(err)) == 0);
         uint16_t toks[2048]; // KJV tokens modulo the model's vocabulary
         FILE* f = fopen("data/kjv_val.bin", "rb");
         CHECK(f && fseek(f, 1024, SEEK_SET) == 0 && fread(toks, 2, 2048, f) == 2048);
@@ -715,6 +753,7 @@ TEST(hf_llama_export_vs_transformers) {
         snprintf(cmd, sizeof(cmd), "%s/config.json", dir);
         HFConfig back;
         CHECKF(hf_read_config(cmd, &back, err, sizeof(err)) == 0 && back.arch == hc.arch, "%s: exported config.json: %s", src, err);
+        if (descriptor) CHECKF(back.o_bias && back.qkv_bias && back.mlp_bias && back.tied && !strcmp(back.eos, "50256"), "%s: exported config.json", src);
         snprintf(cmd, sizeof(cmd), "%s/model.safetensors.index.json", dir);
         CHECKF(hf_exists(cmd) == (cases[ci].shard_bytes[0] != 0), "%s: sharded %d, want %d", src, hf_exists(cmd), cases[ci].shard_bytes[0] != 0);
         // ours, through -e EXPORTED, on the first batch
@@ -744,7 +783,7 @@ TEST(hf_llama_export_vs_transformers) {
     static char out[1 << 16];
     int rc = test_run_cmd(pycmd, out, sizeof(out));
     CHECKF(rc == 0, "%s failed:\n%s", pycmd, out);
-    for (int ci = 0; ci < 2 && rc == 0; ci++) {
+    for (int ci = 0; ci < NC && rc == 0; ci++) {
         if (!ours[ci]) continue;
         float* ref = (float*)malloc(sizeof(float) * (size_t)nlog[ci]);
         FILE* f = fopen(theirs[ci], "rb");
@@ -755,7 +794,6 @@ TEST(hf_llama_export_vs_transformers) {
         printf("    %-18s -export-hf read by %s.from_pretrained: logits ours vs transformers %.2e\n", cases[ci].src, cases[ci].cls, e);
         free(ref);
     }
-    free(ours[0]);
-    free(ours[1]);
+    for (int ci = 0; ci < NC; ci++) free(ours[ci]);
 }
 #endif
