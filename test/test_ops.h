@@ -828,7 +828,7 @@ TEST(op_adamw_check_overflow) {
         floatX p2[n];
         memcpy(m2, m, sizeof(m)); memcpy(v2, v, sizeof(v)); memcpy(w2, master, sizeof(master)); memcpy(p2, p, sizeof(p));
         op_adamw(p2, w2, m2, v2, gc, segs, 2, &hp);
-        op_adamw_scalars(p, master, m, v, gc, segs, 2, &hp, &sc);
+        op_adamw_scalars(p, master, m, v, gc, segs, 2, &hp, &sc, NULL);
         int unchanged = !memcmp(mb, m, sizeof(m)) && !memcmp(vb, v, sizeof(v)) && !memcmp(wb, master, sizeof(master)) && !memcmp(p, p0, sizeof(p));
         if (c == 0) CHECKF(!memcmp(w2, master, sizeof(w2)) && !memcmp(m2, m, sizeof(m2)) && !memcmp(v2, v, sizeof(v2)) && !memcmp(p2, p, sizeof(p2)),
                            "normal step: not bitwise op_adamw");

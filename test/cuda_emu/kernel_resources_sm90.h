@@ -9,9 +9,11 @@ EMU_KERNEL_RESOURCES(static_cast<void (*)(SumsqSegTable, double*)>(&sumsq_chunks
 #ifndef ENABLE_FP32
 EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, float const*, long)>(&round_params_kernel), "round_params_kernel", 24, 0, 0, 0, 0)
 #endif
-EMU_KERNEL_RESOURCES(static_cast<void (*)(float const*, float const*, float const*, float const*, AdamWSegTable, AdamWParams, StepScalars*)>(&adamw_check_kernel), "adamw_check_kernel", 36, 0, 0, 0, 0)
+EMU_KERNEL_RESOURCES(static_cast<void (*)(float const*, float const*, float const*, float const*, AdamWSegTable, AdamWParams, StepScalars*)>(&adamw_check_kernel), "adamw_check_kernel", 40, 0, 0, 0, 0)
+EMU_KERNEL_RESOURCES(static_cast<void (*)(StepScalars*, AdamWMax const*, AdamWParams)>(&adamw_bound_kernel), "adamw_bound_kernel", 34, 0, 0, 0, 0)
+EMU_KERNEL_RESOURCES(static_cast<void (*)(AdamWMax*, StepScalars const*)>(&adamw_max_begin_kernel), "adamw_max_begin_kernel", 8, 0, 0, 0, 0)
 #ifndef ENABLE_FP32
-EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, float*, float*, float*, float const*, AdamWSegTable, AdamWParams, StepScalars const*)>(&adamw_kernel), "adamw_kernel", 36, 0, 0, 0, 0)
+EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, float*, float*, float*, float const*, AdamWSegTable, AdamWParams, StepScalars const*, AdamWMax*)>(&adamw_kernel), "adamw_kernel", 40, 112, 0, 0, 0)
 #endif
 #ifndef ENABLE_FP32
 EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, float*, int const*, float, int, int, int)>(&classifier_kernel), "classifier_kernel", 26, 128, 0, 0, 0)
@@ -97,7 +99,7 @@ EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, bf16_t const*, bf16_t const*, 
 EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, long)>(&round_params_kernel), "round_params_kernel", 28, 0, 0, 0, 0)
 #endif
 #ifdef ENABLE_FP32
-EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float*, float*, float*, float const*, AdamWSegTable, AdamWParams, StepScalars const*)>(&adamw_kernel), "adamw_kernel", 40, 0, 0, 0, 0)
+EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float*, float*, float*, float const*, AdamWSegTable, AdamWParams, StepScalars const*, AdamWMax*)>(&adamw_kernel), "adamw_kernel", 56, 112, 0, 0, 0)
 #endif
 #ifdef ENABLE_FP32
 EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float*, int const*, float, int, int, int)>(&classifier_kernel), "classifier_kernel", 26, 128, 0, 0, 0)
