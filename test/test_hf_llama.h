@@ -708,9 +708,9 @@ TEST(hf_llama_vs_transformers) {
 TEST(hf_llama_export_vs_transformers) {
     const char* py = getenv("ZT_HF_PYTHON") && *getenv("ZT_HF_PYTHON") ? getenv("ZT_HF_PYTHON") : "python3";
     char probe[PATH_MAX + 64];
-    snprintf(probe, sizeof(probe), "%s -c 'import transformers, safetensors, torch'", py);
-    if (test_run_cmd(probe, NULL, 0) != 0)
-        TEST_SKIP("needs a python with transformers (ZT_HF_PYTHON; .ci/run makes a venv: pip install transformers==4.47.1)");
+    snprintf(probe, sizeof(probe), "%s -c 'import transformers, safetensors, torch; assert tuple(map(int, transformers.__version__.split(\".\")[:2])) >= (4, 47)'", py);
+    if (test_run_cmd(probe, NULL, 0) != 0) // (4.38 has no head_dim for Llama and no rope_type llama3)
+        TEST_SKIP("needs a python with transformers 4.47 or later (ZT_HF_PYTHON; .ci/run makes a venv: pip install transformers==4.47.1)");
     static const struct { const char* src; const char* cls; const char* shard_bytes; } cases[] = {
         {"llama_gqa4_llama3", "LlamaForCausalLM", "50000"}, {"qwen2_single_kv", "Qwen2ForCausalLM", ""},
         {"llama-tiny-tied", "LlamaForCausalLM", ""}}; // a descriptor: q/k/v + MLP biases, tied: attention_bias with a zero o_proj bias
