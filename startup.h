@@ -2,7 +2,7 @@
 // (resolve_defaults), the device (pick_device), the model's shape (-e descriptors, files, overrides:
 // model_config), the flag checks (check_flags), threads (setup_threads), the ranks' agreement
 // (ranks_agree, data_hash), -tokenize (run_tokenize), the output directory, the process's memory
-// (proc_status_bytes, peak_rss_bytes, gather_memory), and what the run prints at start-up
+// (proc_status_bytes, peak_rss_bytes, peak_window_start, gather_memory), and what the run prints at start-up
 // (print_setup: the settings table, the model, batch and per-rank memory tables). train_gpt.cu's trainer_setup calls these in order.
 //
 // May call: flags.h, plan.h (parse_size, the GPU tables), acts.h (acts_bytes), model.h, zero.h (Comm,
@@ -439,7 +439,23 @@ static int64_t proc_status_bytes(const char* name) {
     fclose(f);
     return (int64_t)kb * 1024;
 }
-static int64_t peak_rss_bytes(void) { return proc_status_bytes("VmHWM"); }
+// The run's peak: VmHWM, or what it was before peak_window_start reset it, whichever is larger.
+static int64_t g_peak_rss_floor = 0;
+static int64_t peak_rss_bytes(void) {
+    int64_t now = proc_status_bytes("VmHWM");
+    return now > g_peak_rss_floor ? now : g_peak_rss_floor;
+}
+// Start a window whose own peak proc_status_bytes("VmHWM") gives afterwards (Linux: writing 5 to
+// /proc/self/clear_refs resets VmHWM to the resident memory now); peak_rss_bytes keeps the run's.
+// Returns 0 when the reset worked.
+static int peak_window_start(void) {
+    int64_t before = proc_status_bytes("VmHWM");
+    if (before > g_peak_rss_floor) g_peak_rss_floor = before;
+    FILE* f = fopen("/proc/self/clear_refs", "w");
+    if (!f) return -1;
+    int bad = fputs("5", f) < 0;
+    return fclose(f) != 0 || bad ? -1 : 0;
+}
 
 // Every rank's live bytes per tag and its peak RSS: row r (TAG_COUNT + 1 values) is rank r's.
 // A collective: each rank fills its own row of a zeroed matrix and the rows are summed.

@@ -52,7 +52,7 @@
 #include "acts.h"              // defines: LAYER_ACTS, Acts, LayerActs, acts_alloc, acts_free, layer_acts, ops_workspace_floats
 #include "plan.h"              // defines: PlanRow, plan_config, run_plan, choose_config, mfu_flops_per_token, fmt_bytes, parse_size
 #include "startup.h"           // defines: resolve_defaults, pick_device, model_config, check_flags, setup_threads, ranks_agree,
-                               //          print_setup, run_tokenize, gather_memory, peak_rss_bytes, json_num, mkdir_p
+                               //          print_setup, run_tokenize, gather_memory, peak_rss_bytes, peak_window_start, json_num, mkdir_p
 #include "tune.h"              // defines: TuneTrainer, tune_mark_auto, tune_config, tune_note_record (-tune)
 #include "run_record.h"        // defines: flags_take_recorded, run_record_build, run_record_check (what a checkpoint records of its run)
 
@@ -1194,8 +1194,7 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
         if (from_file == 2) { // Hugging Face: the same logical ranges, from the safetensors files
             HFCheckpoint ck;
             char err[2048];
-            FILE* hwm = fopen("/proc/self/clear_refs", "w"); // VmHWM from here on: the peak while loading (Linux; else the run's peak so far)
-            if (hwm) { fputs("5", hwm); fclose(hwm); }
+            int window = peak_window_start() == 0; // VmHWM from here on: the peak while loading
             double t0 = wall_s(), before = (double)proc_status_bytes("VmRSS"); // (what is resident before: the state allocated)
             if (hf_open(&ck, f->model, err, sizeof(err))) die_user("-e %s", err);
             HFLlmcTensor lt[NUM_TENSORS];
@@ -1209,13 +1208,14 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
             // what loading cost in host memory: each rank's peak above what it held before (the
             // loader's buffer of one block's range, the file pages of one tensor piece at a time)
             double* all = (double*)calloc(2 * (size_t)tr->R, sizeof(double));
-            all[2 * tr->r] = (double)peak_rss_bytes() - before;
-            all[2 * tr->r + 1] = (double)peak_rss_bytes();
+            all[2 * tr->r] = (double)proc_status_bytes("VmHWM") - before;
+            all[2 * tr->r + 1] = (double)proc_status_bytes("VmHWM");
             comm_sum_doubles(&tr->comm, all, 2 * tr->R);
             double most = 0, peak = 0;
             for (int r = 0; r < tr->R; r++) { most = fmax(most, all[2 * r]); peak = fmax(peak, all[2 * r + 1]); }
-            printf0("loaded in %.1f s; host memory: peak resident %.0f MiB on the busiest rank, at most %.0f MiB above what it held before "
-                    "loading (2 x the largest tensor in FP32: %.0f MiB)\n", wall_s() - t0, peak / 1048576.0, most / 1048576.0, 2.0 * largest / 1048576.0);
+            printf0("loaded in %.1f s; host memory: peak resident %.0f MiB on the busiest rank%s, at most %.0f MiB above what it held before "
+                    "loading (2 x the largest tensor in FP32: %.0f MiB)\n", wall_s() - t0, peak / 1048576.0, window ? " while loading" : " (the run's: VmHWM could not be reset)",
+                    most / 1048576.0, 2.0 * largest / 1048576.0);
             free(all);
         } else if (from_file) {
             ModelFile mf;
