@@ -4,7 +4,7 @@
 // layout for R ranks. Nothing here allocates or computes; train_gpt.cu (section 1) and checkpoint.h
 // both build on it.
 //
-// May call: zero.h (the block layout).
+// May call: zero.h (the block layout), ops/rope.cuh (the ROPE_* rules).
 #ifndef ZT_MODEL_H
 #define ZT_MODEL_H
 #include "zero.h" // defines: BlockLayout, layout_init, layout_add_tensor, layout_finish
@@ -12,8 +12,9 @@
 // The model families: a tensor table each (below) and a layer's ops each (train_gpt.cu section 2).
 enum { FAMILY_GPT2 = 0, FAMILY_LLAMA = 1 };
 // Positions: GPT-2 learns them (wpe); Llama rotates q and k (RoPE), with transformers' rope_type
-// rules for the inverse frequencies: "default", "linear" (positions / factor) and "llama3".
-enum { ROPE_NONE = 0, ROPE_DEFAULT = 1, ROPE_LINEAR = 2, ROPE_LLAMA3 = 3 };
+// rules for the inverse frequencies: "default", "linear" (positions / factor) and "llama3" (the
+// ROPE_* values, defined with the rules in ops/rope.cuh).
+#include "ops/rope.cuh" // defines: ROPE_NONE, ROPE_DEFAULT, ROPE_LINEAR, ROPE_LLAMA3
 
 // The first six fields are every family's (and llm.c's model file header); the rest are the Llama
 // family's. A GPTConfig whose family is FAMILY_GPT2 (0: a zeroed config, every llm.c descriptor and

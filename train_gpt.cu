@@ -1,4 +1,4 @@
-// train_gpt.cu — zerotrain: train GPT-2 with BF16 mixed precision, activation recompute and
+// train_gpt.cu — zerotrain: train GPT-2 or a Llama-family model with BF16 mixed precision, activation recompute and
 // ZeRO-1/2/3 sharding, on a GPU (-device cuda) or on the CPU reference device (-device cpu),
 // over N processes (mpirun), configured entirely by flags.
 //
@@ -60,7 +60,9 @@
 // 1. The model. GPT-2 (Radford et al. 2019): token + position embedding, L pre-norm blocks of
 // causal self-attention and a GELU MLP, a final layernorm, and the LM head tied to the token
 // embedding. The vocabulary is padded to a multiple of 128 (Vp) for aligned matmuls; the padded
-// rows of wte are zero and never enter the softmax.
+// rows of wte are zero and never enter the softmax. The Llama family (Llama 3, Qwen2, Mistral,
+// SmolLM2: RMSNorm, RoPE, grouped-query attention, SwiGLU, its own LM head) sits beside it: its
+// table is LLAMA_TENSORS, its layer code the llama_* functions of section 2 (docs/models.md).
 //
 // The tensors are described once, in GPT2_TENSORS, in llm.c's file order. Everything else is
 // derived from it: the block layout (zero.h), the logical offsets used by model files and
@@ -259,8 +261,7 @@ static const FamilyOps GPT2_OPS = {"gpt2", gpt2_embed_forward, gpt2_layer_forwar
 static void llama_rope_for(Model* m, int T) {
     if (m->rope_T == T) return;
     const GPTConfig* c = &m->cfg;
-    RopeParams rp = {c->HD, c->rope_theta, c->rope_type == ROPE_LLAMA3 ? ROPE_KIND_LLAMA3 : c->rope_type == ROPE_LINEAR ? ROPE_KIND_LINEAR : ROPE_KIND_DEFAULT,
-                     c->rope_factor, c->rope_low_freq, c->rope_high_freq, c->rope_orig_maxT};
+    RopeParams rp = {c->HD, c->rope_theta, c->rope_type, c->rope_factor, c->rope_low_freq, c->rope_high_freq, c->rope_orig_maxT};
     rope_table(m->rope_host, &rp, T);
     dev_from_host(m->a.rope, m->rope_host, sizeof(float) * (size_t)T * c->HD);
     m->rope_T = T;
@@ -1174,7 +1175,7 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
         FLAG_SHOW(f, export_dtype, "%s", f->export_hf[0] ? (f->export_path[0] && sizeof(floatX) == 2 ? "fp32 (-export-hf), bf16 (-export)" : "fp32")
                                        : f->export_path[0] ? (sizeof(floatX) == 2 ? "bf16" : "fp32") : "unused: no -export or -export-hf");
     if (g_device == DEV_CUDA)
-        printf0("MFU: llm.c's count, 6N + 6*L*C*T = %.3f GFLOP per token (recompute not counted), against %s\n",
+        printf0("MFU: llm.c's count, 6N + 6*L*C*T (Llama: C read as NH*HD, N without an untied embedding) = %.3f GFLOP per token (recompute not counted), against %s\n",
                 tr->flops_per_token / 1e9, tr->peak_flops > 0 ? "the GPU's BF16 dense peak" : "no known peak for this GPU (n/a)");
 #ifdef __CUDACC__
     if (g_device == DEV_CUDA) { // what the device says is in use, against the plan (allocator rounding, fragmentation)

@@ -26,6 +26,15 @@ MUTANTS = {
         'ops/attention.cuh',
         '        __syncthreads(); // K_j, V_j, dS are used up before the next tile overwrites them\n', '',
         'gpu_attention_hs12', 'backward dQ: the same, in the dQ kernel'),
+    'attention_gqa_dkdv_first_head_only': (
+        'ops/attention.cuh',
+        'steps = (NH / NKV) * nit;', 'steps = nit;',
+        'gpu_attention_tc_gqa_hs64', 'tensor-core dK/dV: the group sum stops after its first query head'),
+    'attention_gqa_wrong_kv_head': (
+        'ops/attention.cuh',
+        'int bh = blockIdx.x, b = bh / NH, h = bh % NH, kh = h / (NH / NKV);\n    int q0 = (gridDim.y - 1 - blockIdx.y) * Br;',
+        'int bh = blockIdx.x, b = bh / NH, h = bh % NH, kh = h % NKV;\n    int q0 = (gridDim.y - 1 - blockIdx.y) * Br;',
+        'gpu_attention_gqa', 'scalar forward: query head h reads kv head h % NKV (interleaved) instead of h / (NH/NKV)'),
     'classifier_missing_barrier': (
         'ops/classifier.cuh',
         '    __syncthreads(); // every warp has read scratch before the next reduction writes it\n', '',
