@@ -52,7 +52,7 @@
 #include "acts.h"              // defines: LAYER_ACTS, Acts, LayerActs, acts_alloc, acts_free, layer_acts, ops_workspace_floats
 #include "plan.h"              // defines: PlanRow, plan_config, run_plan, choose_config, mfu_flops_per_token, fmt_bytes, parse_size
 #include "startup.h"           // defines: resolve_defaults, pick_device, model_config, check_flags, setup_threads, ranks_agree,
-                               //          print_setup, run_tokenize, gather_memory, peak_rss_bytes, json_num, mkdir_p
+                               //          print_setup, run_tokenize, gather_memory, peak_rss_bytes, peak_window_start, json_num, mkdir_p
 #include "tune.h"              // defines: TuneTrainer, tune_mark_auto, tune_config, tune_note_record (-tune)
 #include "run_record.h"        // defines: flags_take_recorded, run_record_build, run_record_check (what a checkpoint records of its run)
 
@@ -703,18 +703,17 @@ static int save_checkpoint(Trainer* tr, int last) {
     return rc;
 }
 
-// The model as a Hugging Face GPT-2 checkpoint (hf.h): config.json + model.safetensors in dir, in
-// `dtype`, from the master weights (F32, F16) or the parameters (BF16). Every rank must call it;
-// rank 0 writes. On failure nothing is left in dir. Returns 0 on success.
-static int write_hf_checkpoint(Model* m, const char* dir, StDtype dtype) {
-    const GPTConfig* c = &m->cfg;
+// The model as a Hugging Face checkpoint (hf.h): config.json (hc: GPT-2, Llama, Mistral or Qwen2;
+// hf_export_config) + model.safetensors (or shards + index above 5 GB) in dir, in `dtype`, from the
+// master weights (F32, F16) or the parameters (BF16). Every rank must call it; rank 0 writes, one
+// block at a time. On failure nothing is left in dir. Returns 0 on success.
+static int write_hf_checkpoint(Model* m, const HFConfig* hc, const char* dir, StDtype dtype) {
     Zero* z = &m->z;
-    HFConfig hc = {c->L, c->C, c->NH, c->V, c->maxT};
     HFWriter w;
     char err[1024] = "";
     int ok = 1;
     if (g_rank == 0) {
-        if (hf_writer_open(&w, dir, &hc, dtype, err, sizeof(err))) ok = 0;
+        if (hf_writer_open(&w, dir, hc, dtype, err, sizeof(err))) ok = 0;
     }
     size_t maxP = 0;
     for (int b = 0; b < z->lay.nblocks; b++) maxP = (size_t)z->lay.P[b] > maxP ? (size_t)z->lay.P[b] : maxP;
@@ -1196,6 +1195,8 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
         if (from_file == 2) { // Hugging Face: the same logical ranges, from the safetensors files
             HFCheckpoint ck;
             char err[2048];
+            int window = peak_window_start() == 0; // VmHWM from here on: the peak while loading
+            double t0 = wall_s(), before = (double)proc_status_bytes("VmRSS"); // (what is resident before: the state allocated)
             if (hf_open(&ck, f->model, err, sizeof(err))) die_user("-e %s", err);
             HFLlmcTensor lt[NUM_TENSORS];
             int nt = 0; // the model's tensors (present ones), in logical order
@@ -1203,7 +1204,20 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
                 if (m->d.t[k].n) lt[nt++] = (HFLlmcTensor){m->d.t[k].name, m->d.t[k].logical, m->d.t[k].n, !m->d.t[k].io};
             if (hf_bind(&ck, lt, nt, c.Vp, err, sizeof(err))) die(1, "-e %s: %s", f->model, err);
             zero_fill_opt(&m->z, 0, hf_fill, &ck);
+            double largest = 4.0 * (double)hf_largest_tensor(&ck);
             hf_close(&ck);
+            // what loading cost in host memory: each rank's peak above what it held before (the
+            // loader's buffer of one block's range, the file pages of one tensor piece at a time)
+            double* all = (double*)calloc(2 * (size_t)tr->R, sizeof(double));
+            all[2 * tr->r] = (double)proc_status_bytes("VmHWM") - before;
+            all[2 * tr->r + 1] = (double)proc_status_bytes("VmHWM");
+            comm_sum_doubles(&tr->comm, all, 2 * tr->R);
+            double most = 0, peak = 0;
+            for (int r = 0; r < tr->R; r++) { most = fmax(most, all[2 * r]); peak = fmax(peak, all[2 * r + 1]); }
+            printf0("loaded in %.1f s; host memory: peak resident %.0f MiB on the busiest rank%s, at most %.0f MiB above what it held before "
+                    "loading (2 x the largest tensor in FP32: %.0f MiB)\n", wall_s() - t0, peak / 1048576.0, window ? " while loading" : " (the run's: VmHWM could not be reset)",
+                    most / 1048576.0, 2.0 * largest / 1048576.0);
+            free(all);
         } else if (from_file) {
             ModelFile mf;
             GPTConfig fc;
@@ -1466,13 +1480,16 @@ static void export_model(Trainer* tr) {
     if (f->export_hf[0]) {
         StDtype hd = !strcmp(dt, "bf16") ? ST_BF16 : !strcmp(dt, "fp16") ? ST_F16 : ST_F32;
         double saved = io_wait_begin(tr);
-        if (write_hf_checkpoint(&tr->model, f->export_hf, hd) != 0) die(1, "-export-hf %s failed", f->export_hf);
+        HFConfig hc;
+        char err[1024];
+        if (hf_export_config(f, &tr->model.cfg, &hc, err, sizeof(err))) die_user("-export-hf %s: %s", f->export_hf, err); // (checked at start-up)
+        if (write_hf_checkpoint(&tr->model, &hc, f->export_hf, hd) != 0) die(1, "-export-hf %s failed", f->export_hf);
         char tpath[4200], terr[1024];  // the tokenizer beside it (tokenizer.json, ...: AutoTokenizer loads the directory)
         const char* tname = tokenizer_for_model(f->tokenizer, TOKENIZER_DEFAULT_PATH, f->model, tpath, sizeof(tpath));
         if (g_rank == 0 && tokenizer_export_files(tname, f->merges, f->export_hf, tr->model.cfg.V, tr->model.cfg.maxT, terr, sizeof(terr)))
             printf0("warning: -export-hf %s: no tokenizer files written: %s\n", f->export_hf, terr);
         io_wait_end(tr, saved);
-        printf0("exported the model at step %d to %s (Hugging Face GPT-2, %s)\n", tr->step, f->export_hf,
+        printf0("exported the model at step %d to %s (Hugging Face %s, %s)\n", tr->step, f->export_hf, hf_archs[hc.arch].cls,
                 hd == ST_F32 ? "F32 from the master weights" : hd == ST_F16 ? "F16 from the master weights" : "BF16 parameters");
     }
 }

@@ -19,6 +19,7 @@
 #include "test_zero.h"       // tests: ZeRO-0..3 over MPI on N processes
 #include "test_plan.h"       // tests: -plan and -z auto
 #include "test_hf.h"         // tests: Hugging Face checkpoints in and out, JSON, safetensors
+#include "test_hf_llama.h"   // tests: Hugging Face Llama/Mistral/Qwen2: configs, mapping, shards, corrupt files
 #include "test_finetune.h"   // tests: loss masks, prompt/completion -tokenize
 #include "test_chat.h"       // tests: conversations: chat templates against transformers, masks, cuts, bad input
 #include "test_perf.h"       // tests: dev/perf_gpu.sh (the GPU benchmark) syntax and dry run
