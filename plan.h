@@ -482,8 +482,12 @@ static void run_plan(const Flags* f, const GPTConfig* c, int R, const Launch* L)
     int n = plan_rows(c, f->B, f->T, R, GA, local, &e, rows);
     ModelDesc d;
     model_describe(&d, c);
-    printf0("plan: L %d C %d NH %d V %d (padded %d): Psi = %lld parameters; B %d x T %d x R %d x GA %d; %s%s %s\n", c->L, c->C, c->NH,
-            c->V, c->Vp, (long long)d.num_params, f->B, f->T, R, GA, g_device == DEV_CUDA ? "cuda, GPU " : "cpu",
+    char shape[160] = ""; // the Llama family's other sizes (GPT-2's follow from C and NH)
+    if (c->family == FAMILY_LLAMA)
+        snprintf(shape, sizeof(shape), " NKV %d head_dim %d F %d, %s head%s", c->NKV, c->HD, c->F, c->tied ? "tied" : "untied",
+                 c->qkv_bias ? ", q/k/v biases" : "");
+    printf0("plan: L %d C %d NH %d%s V %d (padded %d): Psi = %lld parameters; B %d x T %d x R %d x GA %d; %s%s %s\n", c->L, c->C, c->NH,
+            shape, c->V, c->Vp, (long long)d.num_params, f->B, f->T, R, GA, g_device == DEV_CUDA ? "cuda, GPU " : "cpu",
             g_device == DEV_CUDA ? gpu_model_name(f) : "", PRECISION_NAME);
     printf0("  memory per rank %s (%s); headroom %s, " PLAN_HEADROOM_TEXT ": a row fits only if it leaves that free\n",
             fmt_bytes(e.mem).s, e.mem_src, fmt_bytes(e.headroom).s);
@@ -538,7 +542,8 @@ static void run_plan(const Flags* f, const GPTConfig* c, int R, const Launch* L)
         printf0("recommendation: -z %d -r %d%s%s: %suses %s of %s per rank, leaving %s (headroom %s), and has the lowest estimated step time, "
                 "%.3g s (compute %.3g s, communication %.3g s%s)%s\n", p->stage, p->recompute, p->offload ? " -offload " : "",
                 p->offload ? offload_name((Offload)p->offload) : "",
-                p->offload ? "nothing fits without offload; " : "", fmt_bytes((double)p->total).s, fmt_bytes(e.mem).s,
+                !p->offload ? "" : plan_choose(rows, n, R, -1, -1, 1 << OFFLOAD_NONE) < 0 ? "nothing fits without offload; "
+                : "-offload given (rows without offload fit too); ", fmt_bytes((double)p->total).s, fmt_bytes(e.mem).s,
                 fmt_bytes(p->free).s, fmt_bytes(e.headroom).s, p->step_s, p->compute_s, p->comm_s, p->offload ? ", host copies and AdamW" : "",
                 R > 1 ? "; ZeRO-0 is never chosen with R > 1 (ZeRO-1 sends less in less memory)" : "");
     }
