@@ -101,8 +101,12 @@ TEST(sizing_plan_real_models) {
         int rc = zt_mpirun(1, flags, zt_out, sizeof(zt_out));
         CHECKF(rc == 0, "-plan %s failed (%d):\n%s", flags, rc, zt_out);
         if (rc) continue;
-        CHECKF(strstr(zt_out, "recommendation: -z ") != NULL, "%s: no recommendation:\n%s", flags, zt_out);
-        if (runs[k].extra[0]) CHECKF(strstr(zt_out, "-offload cpu") != NULL, "%s: the recommendation does not offload", flags);
+        // a recommendation (none in the FP32 build for the 70B at B 16: 4-byte parameters); with
+        // -offload cpu one of its rows
+        const char* rec = strstr(zt_out, "recommendation: ");
+        CHECKF(rec != NULL, "%s: no recommendation line:\n%s", flags, zt_out);
+        if (rec && runs[k].extra[0] && strncmp(rec, "recommendation: none", 20))
+            CHECKF(strstr(rec, "-offload cpu") != NULL, "%s: the recommendation does not offload: %s", flags, rec);
         snprintf(path, sizeof(path), "%s/plan.jsonl", dir);
         char* s = zt_read_file(path);
         CHECK(s != NULL);
