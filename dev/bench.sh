@@ -83,6 +83,9 @@ printf "   %-44s %10s %12s\n" "run" "tokens/s" "vs HF"
 [ -n "$hf" ] && lrow "transformers $hf_v FP32" "$hf"
 if ./train_cpu_fp32 -e llama-tiny -x 0 -v 0 -s 0 > "$tmp/llama_probe.out" 2>&1; then
     lrow "zerotrain FP32, plain loop (-blas 0)" "$(single ./train_cpu_fp32 "-blas 0" "-e llama-tiny")"
+    if ./train_cpu_fp32 -blas 1 -x 0 -v 0 -s 0 > /dev/null 2>&1; then
+        lrow "zerotrain FP32, OpenBLAS (-blas 1)" "$(single ./train_cpu_fp32 "-blas 1" "-e llama-tiny")"
+    fi
     lrow "zerotrain BF16, plain loop" "$(single ./train_cpu "-blas 0" "-e llama-tiny")"
 else
     echo "   SKIP: ./train_cpu_fp32 -e llama-tiny does not run: $(tail -1 "$tmp/llama_probe.out")"
