@@ -109,6 +109,10 @@ static const LlamaDescriptor g_llama_descriptors[] = {
     // CPU-sized, with grouped-query attention (2 query heads per K/V head), an untied head and the
     // GPT-2 vocabulary (the KJV shards are GPT-2 ids): tests and a default-sized run
     {"llama-tiny", 4, 128, 4, 2, 32, 352, 50257, 256, 0, 0, 0, 1e-5f, ROPE_DEFAULT, 10000.0, 0, 0, 0, 0, "zerotrain's test shape"},
+    // its twin through every optional path: Qwen2's q/k/v biases, MLP biases, a tied head, 4 query
+    // heads per K/V head, head_dim 24 (NH * HD = 192, not C), Llama 3.2's RoPE (theta 500000, llama3
+    // scaling: factor 32, low 1, high 4, original 8192) and eps 1e-6
+    {"llama-tiny-tied", 4, 128, 8, 2, 24, 344, 50257, 256, 1, 1, 1, 1e-6f, ROPE_LLAMA3, 500000.0, 32.0, 1.0, 4.0, 8192, "zerotrain's test shape"},
     // Real models, shapes only (-plan, runs from scratch; their weights load from a checkpoint
     // directory instead): every field is the model's published config.json, from the public copy
     // named in `source` (docs/sizing.md: each source, its commit and the parameter count it gives).
@@ -268,6 +272,26 @@ static void model_config(const Flags* f, GPTConfig* c, int* from_file) {
     if (c->C / c->NH > ATT_MAX_HS && *from_file)
         die_user("-e %s: %s, %d / %d, gives a head size above %d, the most the attention kernels support", f->model, said, c->C, c->NH, ATT_MAX_HS);
     if (c->C / c->NH > ATT_MAX_HS) die_user("model: head size C/NH = %d is above %d. HINT: use more -heads", c->C / c->NH, ATT_MAX_HS);
+}
+
+// The flags a model family decides. llm.c's model files hold GPT-2 only: for the Llama family
+// -export is refused and a checkpoint holds no model file (-save-model 0; the state files are all a
+// resume needs, and -export-hf writes the model for transformers). Exit 2 naming the flag.
+static void check_family_flags(Flags* f, const GPTConfig* c) {
+    if (c->family == FAMILY_GPT2) return;
+    if (f->export_path[0])
+        die_user("flag -export %s: llm.c model files hold GPT-2 only, and -e %s is a Llama-family model. HINT: -export-hf DIR writes it "
+                 "as a Hugging Face checkpoint (config.json + safetensors) that transformers loads", f->export_path, f->model);
+    if (f->save_model_set && strcmp(f->save_model, "0"))
+        die_user("flag -save-model %s: a checkpoint's model file is an llm.c file, which holds GPT-2 only, and -e %s is a Llama-family "
+                 "model. HINT: use -save-model 0 (a resume needs only the state files) and -export-hf DIR for the model", f->save_model, f->model);
+    if (strcmp(f->save_model, "0")) {
+        snprintf(f->save_model, sizeof(f->save_model), "0");
+        FLAG_SHOW(f, save_model, "0"); // (the run's record keeps this value)
+        printf0("note: -save-model 0: llm.c model files hold GPT-2 only; checkpoints of -e %s keep the state files (-export-hf writes the model)\n", f->model);
+    }
+    if (f->export_hf[0]) // (the Hugging Face writer for the family: issue 21's hf.h part)
+        die_user("flag -export-hf %s: this build writes Hugging Face GPT-2 checkpoints only, and -e %s is a Llama-family model", f->export_hf, f->model);
 }
 
 // Checks on the training flags that need nothing but the flags and R (exit 2, before any allocation).
@@ -478,6 +502,9 @@ static void print_setup(const Flags* f, Comm* comm, const Launch* L, const Model
             "(%lld without them); memory below also counts Psi' = %lld, with every tensor padded to 8 elements and every block to 8R\n",
             c->L, c->C, c->NH, c->V, c->Vp, c->maxT, (long long)d->num_params, (long long)d->num_real,
             (long long)z->lay.total);
+    char fam[512];
+    model_family_text(c, fam, sizeof(fam));
+    if (fam[0]) printf0("model: %s\n", fam);
     printf0("batch: B %d x T %d x R %d x GA %d = %lld tokens per step; %d steps; train %lld tokens, val %lld tokens\n",
             B, T, R, GA, (long long)GA * R * B * T, max_steps, (long long)train_tokens, (long long)val_tokens);
     print_memory_table(comm, z, c, B, T, recompute);
@@ -496,12 +523,18 @@ static void run_tokenize(const Flags* f) {
     size_t n = strlen(f->tokenize);
     if (n >= 6 && !strcmp(f->tokenize + n - 6, ".jsonl")) { // prompt/completion pairs (prompts.h)
         PromptStats ps;
-        if (tokenize_prompts_to_shards(&tok, f->tokenize, f->out_dir, f->T, f->val_every_doc, f->shard_tokens, &ps, err, sizeof(err)))
+        char date[32];
+        if (f->chat_date[0] && chat_date_string(f->chat_date, date, err, sizeof(err))) die_user("%s", err);
+        if (tokenize_prompts_to_shards(&tok, f->tokenize, f->out_dir, f->T, f->val_every_doc, f->shard_tokens, f->chat_date, &ps, err, sizeof(err)))
             die_user("-tokenize: %s", err);
         printf("tokenized %s in %.2f s, packed for T = %d: train %lld examples, %lld tokens (%lld counted targets) in %d shard(s); "
-               "val %lld examples, %lld tokens (%lld counted) in %d shard(s); %lld prompt(s) cut at the start; prefix %s (each shard with a .mask)\n",
+               "val %lld examples, %lld tokens (%lld counted) in %d shard(s); %lld %s; prefix %s (each shard with a .mask)\n",
                f->tokenize, wall_s() - t0, f->T, (long long)ps.examples[0], (long long)ps.tokens[0], (long long)ps.counted[0], ps.shards[0],
-               (long long)ps.examples[1], (long long)ps.tokens[1], (long long)ps.counted[1], ps.shards[1], (long long)ps.cut, f->out_dir);
+               (long long)ps.examples[1], (long long)ps.tokens[1], (long long)ps.counted[1], ps.shards[1], (long long)ps.cut,
+               ps.chat_template[0] ? "conversation(s) cut by whole turns at the start" : "prompt(s) cut at the start", f->out_dir);
+        if (ps.chat_template[0]) printf("chat template: %s%s%s\n", ps.chat_template, ps.chat_date[0] ? ", date line " : "", ps.chat_date);
+        if (f->chat_date[0] && !ps.chat_date[0])
+            printf("note: -chat-date %s changed nothing: %s\n", f->chat_date, ps.chat_template[0] ? "this chat template writes no date" : "the file holds no conversations");
         tokenizer_free(&tok);
         return;
     }
