@@ -482,12 +482,8 @@ static void run_plan(const Flags* f, const GPTConfig* c, int R, const Launch* L)
     int n = plan_rows(c, f->B, f->T, R, GA, local, &e, rows);
     ModelDesc d;
     model_describe(&d, c);
-    char shape[160] = ""; // the Llama family's other sizes (GPT-2's follow from C and NH)
-    if (c->family == FAMILY_LLAMA)
-        snprintf(shape, sizeof(shape), " NKV %d head_dim %d F %d, %s head%s", c->NKV, c->HD, c->F, c->tied ? "tied" : "untied",
-                 c->qkv_bias ? ", q/k/v biases" : "");
-    printf0("plan: L %d C %d NH %d%s V %d (padded %d): Psi = %lld parameters; B %d x T %d x R %d x GA %d; %s%s %s\n", c->L, c->C, c->NH,
-            shape, c->V, c->Vp, (long long)d.num_params, f->B, f->T, R, GA, g_device == DEV_CUDA ? "cuda, GPU " : "cpu",
+    printf0("plan: L %d C %d NH %d V %d (padded %d): Psi = %lld parameters; B %d x T %d x R %d x GA %d; %s%s %s\n", c->L, c->C, c->NH,
+            c->V, c->Vp, (long long)d.num_params, f->B, f->T, R, GA, g_device == DEV_CUDA ? "cuda, GPU " : "cpu",
             g_device == DEV_CUDA ? gpu_model_name(f) : "", PRECISION_NAME);
     char fam[512];
     model_family_text(c, fam, sizeof(fam));
