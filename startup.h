@@ -113,6 +113,29 @@ static const LlamaDescriptor g_llama_descriptors[] = {
     // heads per K/V head, head_dim 24 (NH * HD = 192, not C), Llama 3.2's RoPE (theta 500000, llama3
     // scaling: factor 32, low 1, high 4, original 8192) and eps 1e-6
     {"llama-tiny-tied", 4, 128, 8, 2, 24, 344, 50257, 256, 1, 1, 1, 1e-6f, ROPE_LLAMA3, 500000.0, 32.0, 1.0, 4.0, 8192, "zerotrain's test shape"},
+    // Real models, shapes only (-plan, runs from scratch; their weights load from a checkpoint
+    // directory instead): every field is the model's published config.json, from the public copy
+    // named in `source` (docs/sizing.md: each source, its commit and the parameter count it gives).
+    // mlc-llm: mlc-ai/mlc-llm python/mlc_llm/model/model_preset.py (the config.json files as dicts);
+    // maxtext: AI-Hypercomputer/maxtext src/maxtext/checkpoint_conversion/utils/hf_model_configs.py.
+    // Llama 3.1's config (Meta-Llama-3-8B/70B have the same shapes, 8192 positions and no rope_scaling)
+    {"llama3-8b", 32, 4096, 32, 8, 128, 14336, 128256, 131072, 0, 0, 0, 1e-5f, ROPE_LLAMA3, 500000.0, 8.0, 1.0, 4.0, 8192,
+     "Llama-3.1-8B config.json: maxtext llama31_8b_config, mlc-llm llama3_1_8b"},
+    {"llama3-70b", 80, 8192, 64, 8, 128, 28672, 128256, 131072, 0, 0, 0, 1e-5f, ROPE_LLAMA3, 500000.0, 8.0, 1.0, 4.0, 8192,
+     "Llama-3.1-70B config.json: maxtext llama31_70b_config, mlc-llm llama3_1_70b"},
+    {"llama3.2-1b", 16, 2048, 32, 8, 64, 8192, 128256, 131072, 1, 0, 0, 1e-5f, ROPE_LLAMA3, 500000.0, 32.0, 1.0, 4.0, 8192,
+     "Llama-3.2-1B config.json: MatthewGoldsberry/LLM-Projects Llama-3.2-1B/config.json, mlc-llm llama3_2_1b"},
+    // Qwen2 has q/k/v biases whatever the config says (transformers' Qwen2Attention); use_sliding_window false
+    {"qwen2.5-0.5b", 24, 896, 14, 2, 64, 4864, 151936, 32768, 1, 1, 0, 1e-6f, ROPE_DEFAULT, 1000000.0, 0, 0, 0, 0,
+     "Qwen2.5-0.5B config.json: mlc-llm qwen2_0_5b (Qwen2-0.5B's, the same in every field here)"},
+    {"qwen2.5-7b", 28, 3584, 28, 4, 128, 18944, 152064, 32768, 0, 1, 0, 1e-6f, ROPE_DEFAULT, 1000000.0, 0, 0, 0, 0,
+     "Qwen2.5-7B config.json: maxtext qwen25_7b_config"},
+    {"smollm2-135m", 30, 576, 9, 3, 64, 1536, 49152, 8192, 1, 0, 0, 1e-5f, ROPE_DEFAULT, 100000.0, 0, 0, 0, 0,
+     "SmolLM2-135M config.json: mlc-llm smollm2_135m"},
+    // maxT 4096, not its 32768 positions: its sliding window is 4096 and we run full attention, the
+    // same only for T <= 4096
+    {"mistral-7b", 32, 4096, 32, 8, 128, 14336, 32000, 4096, 0, 0, 0, 1e-5f, ROPE_DEFAULT, 10000.0, 0, 0, 0, 0,
+     "Mistral-7B-v0.1 config.json: mlc-llm mistral_7b (sliding_window 4096)"},
 };
 
 static void config_from_llama_descriptor(const LlamaDescriptor* d, GPTConfig* c) {

@@ -4,6 +4,8 @@
 #   Against PyTorch: tokens/s of one training step (forward, backward, AdamW) of the same model
 #   in FP32 on the same number of threads: ./train_cpu_fp32 (plain loop, and OpenBLAS when built
 #   with it) and ./train_cpu (BF16) beside dev/bench_torch.py, as ratios. Goal: >= 0.5x.
+#   Against transformers: -e llama-tiny beside Hugging Face's own LlamaForCausalLM of that shape in
+#   FP32, same threads (dev/bench_llama_hf.py, run by $ZT_HF_PYTHON or /tmp/zt-hf47). Goal: >= 1.3x.
 #   ZeRO stages: tokens/s at -np 2 and -np 4 for each stage as a ratio to ZeRO-0 at the same R,
 #   and the share of the step spent waiting in collectives (from log.jsonl's comm_wait_ms).
 #   Offload: tokens/s with -offload none / cpu / nvme (-z 1, the model of 1.), as ratios to none;
@@ -43,10 +45,10 @@ run() {
 echo "zerotrain CPU benchmark — $(date -u +%Y-%m-%d), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 echo
 
-# one process: median tokens/s of a binary with extra flags
+# one process: median tokens/s of a binary with extra flags (and a model: default -e tiny)
 single() {
     local dir="$tmp/single_$RANDOM"
-    "$1" -e tiny -b 8 -t 64 -v 0 -s 0 -x "$STEPS" -threads "$THREADS" -o "$dir" $2 > "$dir.out" 2>&1 || { tail -5 "$dir.out" >&2; exit 1; }
+    "$1" ${3:--e tiny} -b 8 -t 64 -v 0 -s 0 -x "$STEPS" -threads "$THREADS" -o "$dir" $2 > "$dir.out" 2>&1 || { tail -5 "$dir.out" >&2; exit 1; }
     grep '"loss"' "$dir/log.jsonl" | awk -F'"tok_s": ' 'NR>2 {split($2,a,","); print a[1]}' | median
 }
 echo "1. one process, $THREADS threads: the tiny model (L 4, C 128, NH 4, V 50257), B 8 x T 64, $STEPS steps"
@@ -64,6 +66,30 @@ if ./train_cpu_fp32 -blas 1 -x 0 -v 0 -s 0 > /dev/null 2>&1; then
     row "zerotrain FP32, OpenBLAS (-blas 1)" "$(single ./train_cpu_fp32 "-blas 1")"
 fi
 row "zerotrain BF16, plain loop" "$(single ./train_cpu "-blas 0")"
+echo
+echo "1b. one process, $THREADS threads: llama-tiny (L 4, C 128, NH 4, NKV 2, head_dim 32, F 352, V 50257, untied), B 8 x T 64,"
+echo "    $STEPS steps, beside transformers' own LlamaForCausalLM of that shape in FP32 (dev/bench_llama_hf.py; goal >= 1.3x)"
+HPY=${ZT_HF_PYTHON:-}
+[ -z "$HPY" ] && [ -x /tmp/zt-hf47/bin/python ] && HPY=/tmp/zt-hf47/bin/python
+hf=""
+if [ -n "$HPY" ] && "$HPY" -c 'import transformers, sys; from transformers import LlamaConfig; sys.exit(0 if "head_dim" in LlamaConfig().to_dict() else 1)' 2>/dev/null; then
+    hf=$("$HPY" dev/bench_llama_hf.py --threads "$THREADS" --steps "$STEPS" -B 8 -T 64 2>/dev/null | awk '$1 == "hf_tok_s" {print $2}')
+    hf_v=$("$HPY" -c 'import transformers, torch; print(transformers.__version__, "over torch", torch.__version__)')
+else
+    echo "   (no transformers >= 4.45 for \$ZT_HF_PYTHON (${HPY:-unset}): .ci/run's venv or /tmp/zt-hf47 gives the ratio)"
+fi
+lrow() { awk -v n="$1" -v t="$2" -v p="$hf" 'BEGIN {if (p == "") printf "   %-44s %10.0f %12s\n", n, t, "-"; else printf "   %-44s %10.0f %11.2fx\n", n, t, t / p}'; }
+printf "   %-44s %10s %12s\n" "run" "tokens/s" "vs HF"
+[ -n "$hf" ] && lrow "transformers $hf_v FP32" "$hf"
+if ./train_cpu_fp32 -e llama-tiny -x 0 -v 0 -s 0 > "$tmp/llama_probe.out" 2>&1; then
+    lrow "zerotrain FP32, plain loop (-blas 0)" "$(single ./train_cpu_fp32 "-blas 0" "-e llama-tiny")"
+    if ./train_cpu_fp32 -blas 1 -x 0 -v 0 -s 0 > /dev/null 2>&1; then
+        lrow "zerotrain FP32, OpenBLAS (-blas 1)" "$(single ./train_cpu_fp32 "-blas 1" "-e llama-tiny")"
+    fi
+    lrow "zerotrain BF16, plain loop" "$(single ./train_cpu "-blas 0" "-e llama-tiny")"
+else
+    echo "   SKIP: ./train_cpu_fp32 -e llama-tiny does not run: $(tail -1 "$tmp/llama_probe.out")"
+fi
 echo
 MODEL="-e tiny -b 4 -t 64 -v 0 -s 0"
 echo "2. ZeRO stages: $MODEL, $STEPS steps, one thread per rank (ranks share $(nproc) cores)"

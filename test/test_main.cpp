@@ -18,6 +18,7 @@
 #include "test_checkpoint.h" // tests: the checkpoint protocol: CRC32C, one history, mixed/corrupt files, lock
 #include "test_zero.h"       // tests: ZeRO-0..3 over MPI on N processes
 #include "test_plan.h"       // tests: -plan and -z auto
+#include "test_sizing.h"     // tests: the real models' descriptors against their published counts; -plan for them
 #include "test_hf.h"         // tests: Hugging Face checkpoints in and out, JSON, safetensors
 #include "test_hf_llama.h"   // tests: Hugging Face Llama/Mistral/Qwen2: configs, mapping, shards, corrupt files
 #include "test_finetune.h"   // tests: loss masks, prompt/completion -tokenize
