@@ -35,7 +35,7 @@
 #include "ops/layernorm.cuh"   // defines: op_residual_layernorm_forward, op_layernorm_backward
 #include "ops/matmul.cuh"      // defines: op_matmul_forward, op_matmul_backward, op_gelu_forward
 #include "ops/attention.cuh"   // defines: op_attention_forward, op_attention_backward
-#include "ops/classifier.cuh"  // defines: op_lm_head_forward
+#include "ops/classifier.cuh"  // defines: op_classifier (the chunked LM head, loss and its backward)
 #include "adamw.cuh"           // defines: AdamWParams, op_adamw, op_sumsq_many
 #include "zero.h"              // defines: BlockLayout, Zero, Comm, the zero_* hooks, comm_*
 #include "offload.h"           // defines: offload_init, offload_adamw (-offload cpu: master, m, v on the host)
@@ -187,9 +187,12 @@ static void layer_backward(Model* m, int l, const ParamView* p, const GradView* 
 }
 
 // Forward over a B x T micro-batch (B, T at most the allocated shape) whose tokens are already in
-// A->inputs (and A->targets when with_targets). With targets, per-token losses land in A->losses,
-// and with dloss != 0 the logits gradient (pre-scaled by dloss) replaces the logits, ready for
-// gpt_backward. backward_follows tells ZeRO-3 to keep the last layer and the io block gathered.
+// A->inputs (and A->targets when with_targets). With targets and dloss == 0 (evaluation), per-token
+// losses land in A->losses; without targets the logits of the last rows are in A->logits (from row
+// A->logits_row0). With dloss != 0 (training) the forward ends at the final layernorm: the
+// classifier (logits, losses, dlogits pre-scaled by dloss, and both of its gradients) runs chunk by
+// chunk at the start of gpt_backward, where the io block's gradient buffer is handed out
+// (docs/classifier.md). backward_follows tells ZeRO-3 to keep the last layer and the io block gathered.
 static void gpt_forward(Model* m, int B, int T, int with_targets, float dloss, int backward_follows) {
     const GPTConfig* c = &m->cfg;
     Zero* z = &m->z;
@@ -209,15 +212,18 @@ static void gpt_forward(Model* m, int B, int T, int with_targets, float dloss, i
     // (xL, lnf) = residual + layernorm(xmid of the last layer, its MLP output)
     op_residual_layernorm_forward(A->xL, A->lnf, A->lnf_mean, A->lnf_rstd, layer_acts(A, c->L - 1).xmid,
                                   A->proj, io.t[T_lnfw], io.t[T_lnfb], BT, C);
-    // logits (B,T,Vp) = lnf @ wte^T; losses; dlogits in place when training
-    op_lm_head_forward(A->logits, A->losses, A->lnf, io.t[T_wte], with_targets ? A->targets : NULL, dloss,
-                       dloss != 0.0f, BT, C, c->V, c->Vp);
+    // logits (B,T,Vp) = lnf @ wte^T and the losses, chunk by chunk: here for evaluation and sampling
+    // (without targets: the last rows' logits); in training the whole classifier runs in gpt_backward
+    A->dloss = dloss;
+    if (dloss == 0.0f)
+        A->logits_row0 = op_classifier(A->logits, A->losses, NULL, NULL, A->lnf, io.t[T_wte], with_targets ? A->targets : NULL,
+                                       0.0f, BT, C, c->V, c->Vp, A->chunk);
     zero_after_head(z, backward_follows);
 }
 
-// Backward of the micro-batch gpt_forward just ran (with dloss != 0). Adds every parameter's
-// gradient into the buffers the hooks hand out; the hooks reduce them (micro, last_micro say
-// where in the accumulation we are).
+// Backward of the micro-batch gpt_forward just ran (with dloss != 0), the classifier first: its
+// per-token losses land in A->losses here. Adds every parameter's gradient into the buffers the
+// hooks hand out; the hooks reduce them (micro, last_micro say where in the accumulation we are).
 static void gpt_backward(Model* m, int B, int T, int micro, int last_micro) {
     const GPTConfig* c = &m->cfg;
     Zero* z = &m->z;
@@ -227,8 +233,9 @@ static void gpt_backward(Model* m, int B, int T, int micro, int last_micro) {
     float* io_grads;
     ParamView io = param_view(&m->d, zero_before_head_backward(z, &io_grads), 1);
     GradView gio = grad_view(&m->d, io_grads, 1);
-    // logits = lnf @ wte^T   (A->logits holds dlogits)
-    op_matmul_backward(A->dln, gio.t[T_wte], NULL, A->logits, A->lnf, io.t[T_wte], NULL, BT, C, c->Vp);
+    // logits = lnf @ wte^T, losses, dlogits; dln = dlogits @ wte, dwte += dlogits^T @ lnf: chunk by chunk
+    A->logits_row0 = op_classifier(A->logits, A->losses, A->dln, gio.t[T_wte], A->lnf, io.t[T_wte], A->targets, A->dloss,
+                                   BT, C, c->V, c->Vp, A->chunk);
     // lnf = layernorm(xL): dres = d(xL)
     op_layernorm_backward(A->dres, gio.t[T_lnfw], gio.t[T_lnfb], A->dln, A->xL, io.t[T_lnfw], A->lnf_mean,
                           A->lnf_rstd, BT, C);
@@ -438,8 +445,8 @@ static StepResult train_step(Trainer* tr) {
         if (f->data_trace) trace_batch(tr, micro);
         load_tokens(m, &tr->train, 1);
         gpt_forward(m, B, T, 1, dloss, 1);
+        gpt_backward(m, B, T, micro, micro == tr->GA - 1); // (its classifier computes the losses)
         op_loss_add(sc, m->a.losses, BT); // the loss stays where it is computed
-        gpt_backward(m, B, T, micro, micro == tr->GA - 1);
     }
     zero_grad_sumsq(z, sc);            // the gradient's sum of squares (one launch), summed over ranks
     op_step_scalars(sc, f->grad_clip); // norm, clip scale, finite flag
@@ -658,7 +665,7 @@ static void sample_one(Trainer* tr, const int* ctx, int nctx, int prompt) {
         int len = t < T ? t : T; // the last T tokens are the context
         dev_from_host(m->a.inputs, gen + t - len, sizeof(int) * len);
         gpt_forward(m, 1, len, 0, 0.0f, 0);
-        dev_to_host(row, m->a.logits + (size_t)(len - 1) * c->Vp, sizeof(floatX) * c->Vp);
+        dev_to_host(row, m->a.logits + (size_t)(len - 1 - m->a.logits_row0) * c->Vp, sizeof(floatX) * c->Vp);
         for (int j = 0; j < c->V; j++) logits[j] = ld(row[j]);
         int next = sample_token(logits, c->V, tr->f.temperature, tr->f.top_k, rng_uniform(key, (uint64_t)t), logits + c->V, keep);
         gen[t] = next;
@@ -970,8 +977,9 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     FLAG_SHOW(f, warmup, "%d", f->warmup);
     FLAG_SHOW(f, total_batch, "%lld", (long long)step_tokens * tr->GA);
     tr->run_record = (char*)malloc(CKPT_RUN_MAX); // what every checkpoint records of this run
-    run_record_build(f, &tr->train, tr->has_val ? &tr->val : NULL, tr->run_record);
-    if (tr->recorded_run) run_record_check(f, &tr->train, tr->has_val ? &tr->val : NULL, tr->recorded_run, tr->recorded_step);
+    run_record_build(f, &tr->train, tr->has_val ? &tr->val : NULL, classifier_chunk_rows(c.Vp), tr->run_record);
+    if (tr->recorded_run) run_record_check(f, &tr->train, tr->has_val ? &tr->val : NULL, classifier_chunk_rows(c.Vp), f->B * f->T,
+                                           tr->recorded_run, tr->recorded_step);
     tr->comm.trace = f->comm_trace;
     tr->comm.timeout_s = f->comm_timeout;
     tr->comm.delay_ms = f->comm_delay;

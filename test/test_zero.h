@@ -195,7 +195,8 @@ static void zt_closed_form(int R, int z, int rc_mode, int B, double expect[TAG_C
                      + Lgelu * X * BT * 4 * C                            // fch_gelu
                      + X * BT * C * 3 + 4 * BT * 2 + 4 * BT + 4 * BT * 2 // proj, xL, lnf; lnf stats; losses; inputs, targets
                      + X * BT * (C + C + C + 3 * C + 4 * C);             // dres, dln, datty, dqkv, dfch
-    expect[TAG_LOGITS] = X * BT * Vp;
+    double rows = (double)(1 << 28) / Vp; // classifier rows: 2^28 elements of logits a chunk (Vp 128: a power of two)
+    expect[TAG_LOGITS] = X * (BT < rows ? BT : rows) * Vp; // one chunk, at most the micro-batch
     int64_t maxS = (Pio > Pl ? Pio : Pl) / R, chunk = (1 << 20) / R / 8 * 8;
     expect[TAG_COMM] = R > 1 ? 4.0 * R * (maxS < chunk ? maxS : chunk) : 0;
     expect[TAG_WORK] = 32.0 * (1 << 20) + 4.0 * 64; // cuBLASLt's 32 MiB (counted on both devices: the largest term at
