@@ -261,6 +261,8 @@ static int classifier_buffer_rows(int N, int Vp) {
 static int op_classifier(floatX* logits, float* losses, floatX* dx, float* dW, const floatX* x, const floatX* W,
                          const int* targets, float dloss, int N, int C, int V, int Vp, int chunk) {
     if (N <= 0) return 0;
+    if (chunk < N && chunk % 8 != 0) // every chunk's x and dx rows then start 16-byte aligned whatever C is,
+        die(1, "classifier: chunk of %d rows is not a multiple of 8 (internal error)", chunk); // (cuBLASLt: one plan a shape)
     if (!targets) { // the logits of the last rows, for sampling
         int n0 = N > chunk ? N - chunk : 0;
         op_lm_head_forward(logits, NULL, x + (int64_t)n0 * C, W, NULL, 0.0f, 0, N - n0, C, V, Vp);

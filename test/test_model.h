@@ -162,14 +162,14 @@ TEST(model_vs_pytorch) {
 }
 
 // The classifier in chunks (ops/classifier.cuh) through the whole model: the fixture's micro-batch
-// in one chunk (the unchunked head: its rows fit the natural chunk) and in chunks of 7 rows (not a
-// divisor of B*T). The per-token losses and every gradient but the head weight's are the same bits;
+// in one chunk (the unchunked head: its rows fit the natural chunk) and in chunks of 24 rows (not a
+// divisor of B*T; a multiple of 8, as op_classifier needs). The per-token losses and every gradient but the head weight's are the same bits;
 // wte's within TOL_CLASSIFIER_CHUNK; the loss (per-token sum / B*T) and every gradient against
 // dev/reference.py's fixture; the memory tagged "logits" is one chunk.
 TEST(model_chunked_classifier) {
     Fixture fx;
     if (tm_load_fixture(&fx)) { CHECK(0); return; }
-    int chunks[2] = {0, 7};
+    int chunks[2] = {0, 24};
     float* losses[2] = {NULL, NULL};
     float* grads[2] = {NULL, NULL};
     int64_t n = 0;
@@ -181,7 +181,7 @@ TEST(model_chunked_classifier) {
         const GPTConfig* c = &m->cfg;
         BT = m->B * m->T;
         if (k == 0) CHECKF(m->a.chunk >= BT, "the fixture's %d rows do not fit one natural chunk (%d)", BT, m->a.chunk);
-        CHECKF(g_mem_bytes[TAG_LOGITS] == sizeof(floatX) * (size_t)(k ? 7 : BT) * c->Vp, "logits tagged %zu bytes", g_mem_bytes[TAG_LOGITS]);
+        CHECKF(g_mem_bytes[TAG_LOGITS] == sizeof(floatX) * (size_t)(k ? 24 : BT) * c->Vp, "logits tagged %zu bytes", g_mem_bytes[TAG_LOGITS]);
         dataloader_load(&tr->train, 0);
         load_tokens(m, &tr->train, 1);
         gpt_forward(m, m->B, m->T, 1, 1.0f / BT, 1);
@@ -207,19 +207,25 @@ TEST(model_chunked_classifier) {
             double e = tm_relerr_f(grads[k] + ti->logical, (const float*)ref->data, tn);
             CHECKF(e < TOL_MODEL_GRAD, "chunk %d: %s %.3g", chunks[k], name, e);
             worst = fmax(worst, e);
-            if (k == 1 && t != T_wte)
-                CHECKF(memcmp(grads[0] + ti->logical, grads[1] + ti->logical, sizeof(float) * tn) == 0, "%s differs from the unchunked head", name);
+            if (k == 1 && t != T_wte) {
+                if (g_device == DEV_CPU)
+                    CHECKF(memcmp(grads[0] + ti->logical, grads[1] + ti->logical, sizeof(float) * tn) == 0, "%s differs from the unchunked head", name);
+                else // a GPU's cuBLASLt may pick another algorithm for the logits' matmul at another row count
+                    CHECKF(tm_relerr_f(grads[1] + ti->logical, grads[0] + ti->logical, tn) < TOL_GPU_BWD, "%s differs from the unchunked head", name);
+            }
             if (k == 1 && t == T_wte) {
                 double ec = tm_relerr_f(grads[1] + ti->logical, grads[0] + ti->logical, tn);
-                CHECKF(ec < TOL_CLASSIFIER_CHUNK, "grad.wte chunked vs unchunked %.3g", ec);
-                printf("    chunks of 7 rows: grad.wte vs unchunked %.2e (every other gradient and the losses: the same bits)\n", ec);
+                CHECKF(ec < (g_device == DEV_CPU ? TOL_CLASSIFIER_CHUNK : TOL_GPU_BWD), "grad.wte chunked vs unchunked %.3g", ec);
+                printf("    chunks of 24 rows (B*T = %d): grad.wte vs unchunked %.2e (every other gradient and the losses: %s)\n", BT, ec,
+                       g_device == DEV_CPU ? "the same bits" : "within the GPU tolerance");
             }
         }
-        printf("    %s: loss %.6f vs reference %.6f, worst gradient vs reference %.2e\n", k ? "chunks of 7" : "one chunk ", sum / BT, ref_loss, worst);
+        printf("    %s: loss %.6f vs reference %.6f, worst gradient vs reference %.2e\n", k ? "chunks of 24" : "one chunk   ", sum / BT, ref_loss, worst);
         tm_free(tr);
     }
     classifier_chunk_override = 0;
-    CHECKF(memcmp(losses[0], losses[1], sizeof(float) * BT) == 0, "per-token losses differ from the unchunked head");
+    if (g_device == DEV_CPU) CHECKF(memcmp(losses[0], losses[1], sizeof(float) * BT) == 0, "per-token losses differ from the unchunked head");
+    else CHECKF(tm_relerr_f(losses[1], losses[0], BT) < TOL_GPU_FWD, "per-token losses differ from the unchunked head");
     for (int k = 0; k < 2; k++) { free(losses[k]); free(grads[k]); }
     fixture_free(&fx);
 }
