@@ -22,36 +22,46 @@
 
 
 // X(name, type, elements per layer, keep): kept per layer while -r <= keep, else one shared copy.
+// The sizes come from the model's derived sizes (model_dims: QKV, ATT, FC, F), so one table serves
+// both families; MEAN is 1 for a layernorm (GPT-2), 0 for an RMSNorm (Llama: no mean). In Llama's
+// layer, ln1/ln2 are the RMSNorm outputs, qkv holds q and k after RoPE, fch holds gate ; up (FC =
+// 2F) and fch_gelu the SwiGLU output (F).
 #define LAYER_ACTS(X)                                                                  \
     X(x,        floatX, BT * C,              3) /* (B,T,C)  residual stream entering the layer */ \
     X(ln1,      floatX, BT * C,              1) /* (B,T,C)  layernorm 1 output */              \
-    X(ln1_mean, float,  BT,                  1) /* (B,T) */                                    \
+    X(ln1_mean, float,  BT * MEAN,           1) /* (B,T) */                                    \
     X(ln1_rstd, float,  BT,                  1) /* (B,T) */                                    \
-    X(qkv,      floatX, BT * 3 * C,          2) /* (B,T,3C) */                                 \
-    X(atty,     floatX, BT * C,              2) /* (B,T,C)  attention output, heads concatenated */ \
+    X(qkv,      floatX, BT * QKV,            2) /* (B,T,QKV) q heads ; k heads ; v heads */    \
+    X(atty,     floatX, BT * ATT,            2) /* (B,T,ATT) attention output, heads concatenated */ \
     X(lse,      float,  BT * NH,             2) /* (B,NH,T) log-sum-exp of each score row */   \
     X(xmid,     floatX, BT * C,              2) /* (B,T,C)  x + attention projection */       \
     X(ln2,      floatX, BT * C,              1) /* (B,T,C) */                                  \
-    X(ln2_mean, float,  BT,                  1) /* (B,T) */                                    \
+    X(ln2_mean, float,  BT * MEAN,           1) /* (B,T) */                                    \
     X(ln2_rstd, float,  BT,                  1) /* (B,T) */                                    \
-    X(fch,      floatX, BT * 4 * C,          2) /* (B,T,4C) MLP pre-activation */              \
-    X(fch_gelu, floatX, BT * 4 * C,          0) /* (B,T,4C) gelu(fch) */
+    X(fch,      floatX, BT * FC,             2) /* (B,T,FC) MLP pre-activation */              \
+    X(fch_gelu, floatX, BT * F,              0) /* (B,T,F) gelu(fch) / swiglu(fch) */
 
 // X(name, type, elements): one copy whatever the mode.
 #define SHARED_ACTS(X)                                                                 \
     X(proj,     floatX, BT * C)     /* (B,T,C)  attproj / fcproj output, read by the next residual add */ \
     X(xL,       floatX, BT * C)     /* (B,T,C)  final residual stream */                   \
     X(lnf,      floatX, BT * C)     /* (B,T,C)  final layernorm output */                  \
-    X(lnf_mean, float,  BT)         /* (B,T) */                                            \
+    X(lnf_mean, float,  BT * MEAN)  /* (B,T) */                                            \
     X(lnf_rstd, float,  BT)         /* (B,T) */                                            \
     X(losses,   float,  BT)         /* (B,T)    per-token loss */                          \
     X(inputs,   int,    BT)         /* (B,T)    token ids */                               \
     X(targets,  int,    BT)         /* (B,T)    next-token ids */                          \
     X(dres,     floatX, BT * C)     /* (B,T,C)  gradient of the residual stream */         \
     X(dln,      floatX, BT * C)     /* (B,T,C)  gradient of a layernorm output */          \
-    X(datty,    floatX, BT * C)     /* (B,T,C) */                                          \
-    X(dqkv,     floatX, BT * 3 * C) /* (B,T,3C) */                                         \
-    X(dfch,     floatX, BT * 4 * C) /* (B,T,4C) */
+    X(datty,    floatX, BT * ATT)   /* (B,T,ATT) */                                        \
+    X(dqkv,     floatX, BT * QKV)   /* (B,T,QKV) */                                        \
+    X(dfch,     floatX, BT * FC)    /* (B,T,FC) */
+
+// The sizes the two tables above name, from the config (every one used by each table).
+#define ACTS_SIZES(c, B, T)                                                                              \
+    ModelDims dims_ = model_dims(c);                                                                     \
+    int64_t BT = (int64_t)(B) * (T), C = (c)->C, NH = (c)->NH, L = (c)->L;                               \
+    int64_t QKV = dims_.QKV, ATT = dims_.ATT, FC = dims_.FC, F = dims_.F, MEAN = (c)->family == FAMILY_GPT2
 
 typedef struct {
 #define X(name, type, elems, keep) type* name; int64_t name##_n; int name##_per_layer;
@@ -77,7 +87,7 @@ typedef struct {
 // Bytes of activations (TAG_ACTS) and logits (TAG_LOGITS: one classifier chunk, at most B*T rows)
 // for a micro-batch: the closed form the allocator uses and the planner prints.
 static void acts_bytes(const GPTConfig* c, int B, int T, int recompute, size_t* acts, size_t* logits) {
-    int64_t BT = (int64_t)B * T, C = c->C, NH = c->NH, L = c->L;
+    ACTS_SIZES(c, B, T);
     size_t total = 0;
 #define X(name, type, elems, keep) total += sizeof(type) * (size_t)(elems) * (recompute <= keep ? L : 1);
     LAYER_ACTS(X)
@@ -90,7 +100,7 @@ static void acts_bytes(const GPTConfig* c, int B, int T, int recompute, size_t* 
 }
 
 static void acts_alloc(Acts* a, const GPTConfig* c, int B, int T, int recompute) {
-    int64_t BT = (int64_t)B * T, C = c->C, NH = c->NH, L = c->L;
+    ACTS_SIZES(c, B, T);
     memset(a, 0, sizeof(*a));
 #define X(name, type, elems, keep)                                                   \
     a->name##_n = (elems);                                                           \
@@ -133,7 +143,10 @@ static LayerActs layer_acts(const Acts* a, int l) {
 #define STEP_SCALARS_FLOATS 64 // 256 bytes
 static size_t ops_workspace_floats(const GPTConfig* c, int B, int T, int64_t opt_elems) {
     int64_t BT = (int64_t)B * T;
-    int64_t maxK = 4 * (int64_t)c->C;
+    ModelDims dm = model_dims(c); // the largest K of any matmul, forward (C, ATT, F) or backward (QKV, FC, C, Vp)
+    int64_t maxK = c->C;
+    int64_t ks[] = {dm.QKV, dm.ATT, dm.FC, dm.F};
+    for (int i = 0; i < 4; i++) if (ks[i] > maxK) maxK = ks[i];
     if (c->Vp > maxK) maxK = c->Vp;
     if (BT > maxK) maxK = BT;
     size_t ws = GEMM_PANEL_FLOATS;

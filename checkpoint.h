@@ -75,7 +75,28 @@ enum {
     STATE_H_SEED, STATE_H_NPIECES, STATE_H_LOGICAL, STATE_H_L, STATE_H_C, STATE_H_NH, STATE_H_V, STATE_H_VP,
     STATE_H_MAXT, STATE_H_STEP_TOKENS, STATE_H_TRAIN_TOKENS, STATE_H_NONCE, STATE_H_CHUNK, STATE_H_NCHUNKS,
     STATE_H_META_CRC, // CRC32C of header (this field 0) + pieces + checksums
+    // the model family's fields (all 0 for GPT-2, as in files written before the Llama family):
+    STATE_H_FAMILY, STATE_H_NKV, STATE_H_HD, STATE_H_F, STATE_H_BIASES /* tied | qkv_bias << 1 | mlp_bias << 2 */,
+    STATE_H_ROPE_TYPE, STATE_H_FAMILY_HASH, // FNV-1a of every family field (norm_eps, rope_theta, rope_scaling too)
 };
+
+// The state header's family fields of a config (0 for GPT-2: its files are as before).
+static void state_family_fields(const GPTConfig* c, int64_t* h) {
+    if (c->family == FAMILY_GPT2) return;
+    h[STATE_H_FAMILY] = c->family; h[STATE_H_NKV] = c->NKV; h[STATE_H_HD] = c->HD; h[STATE_H_F] = c->F;
+    h[STATE_H_BIASES] = c->tied | c->qkv_bias << 1 | c->mlp_bias << 2;
+    h[STATE_H_ROPE_TYPE] = c->rope_type;
+    GPTConfig k; // the family's fields alone, padding zeroed, hashed
+    memset(&k, 0, sizeof(k));
+    k.family = c->family; k.NKV = c->NKV; k.HD = c->HD; k.F = c->F; k.tied = c->tied; k.qkv_bias = c->qkv_bias;
+    k.mlp_bias = c->mlp_bias; k.norm_eps = c->norm_eps; k.rope_type = c->rope_type; k.rope_theta = c->rope_theta;
+    k.rope_factor = c->rope_factor; k.rope_low_freq = c->rope_low_freq; k.rope_high_freq = c->rope_high_freq;
+    k.rope_orig_maxT = c->rope_orig_maxT;
+    uint64_t hash = 14695981039346656037ull;
+    const unsigned char* p = (const unsigned char*)&k;
+    for (size_t i = 0; i < sizeof(k); i++) hash = (hash ^ p[i]) * 1099511628211ull;
+    h[STATE_H_FAMILY_HASH] = (int64_t)(hash >> 1);
+}
 
 // What the trainer hands a save, and what a resume hands back (from rank 0's state file).
 typedef struct {
@@ -387,6 +408,7 @@ static void model_file_open(ModelFile* mf, const char* path, GPTConfig* c) {
     if (pread_all(mf->fd, h, sizeof(h), 0) != 0) die_user("-e %s: truncated header (an llm.c model file starts with 1024 bytes)", path);
     if (h[0] != MODEL_MAGIC) die_user("-e %s: wrong magic %d (expected %d: an llm.c GPT-2 model file)", path, h[0], MODEL_MAGIC);
     if (h[1] != 3 && h[1] != 5) die_user("-e %s: unsupported version %d (expected 3: FP32 or 5: BF16)", path, h[1]);
+    memset(c, 0, sizeof(*c)); // an llm.c file is a GPT-2 (FAMILY_GPT2)
     c->maxT = h[2]; c->V = h[3]; c->L = h[4]; c->NH = h[5]; c->C = h[6]; c->Vp = h[7];
     if (c->maxT < 1 || c->V < 1 || c->L < 1 || c->NH < 1 || c->C < 1 || c->Vp < c->V)
         die_user("-e %s: impossible sizes in the header (maxT %d, V %d, L %d, NH %d, C %d, Vp %d)", path, c->maxT, c->V, c->L, c->NH, c->C, c->Vp);
@@ -494,6 +516,7 @@ static int write_state_file(Zero* z, const GPTConfig* c, const CkptMeta* meta, u
     h[STATE_H_STAGE] = z->stage; h[STATE_H_STEP] = meta->step; h[STATE_H_ADAM_T] = meta->adam_t; h[STATE_H_SEED] = meta->seed;
     h[STATE_H_NPIECES] = n; h[STATE_H_LOGICAL] = z->lay.logical_total;
     h[STATE_H_L] = c->L; h[STATE_H_C] = c->C; h[STATE_H_NH] = c->NH; h[STATE_H_V] = c->V; h[STATE_H_VP] = c->Vp; h[STATE_H_MAXT] = c->maxT;
+    state_family_fields(c, h);
     h[STATE_H_STEP_TOKENS] = meta->step_tokens; h[STATE_H_TRAIN_TOKENS] = meta->train_tokens;
     h[STATE_H_NONCE] = (int64_t)nonce; h[STATE_H_CHUNK] = CKPT_CHUNK; h[STATE_H_NCHUNKS] = nchunks;
     int64_t* table = (int64_t*)malloc(sizeof(int64_t) * 2 * (n > 0 ? n : 1));
@@ -1025,6 +1048,16 @@ static void old_state_open(OldState* os, Zero* z, const GPTConfig* c, const char
         if (h[STATE_H_L] != c->L || h[STATE_H_C] != c->C || h[STATE_H_NH] != c->NH || h[STATE_H_V] != c->V || h[STATE_H_VP] != c->Vp || h[STATE_H_MAXT] != c->maxT)
             die_user("resume: %s: the checkpoint's model (L %lld, C %lld, NH %lld, V %lld, maxT %lld) differs from this run's (L %d, C %d, NH %d, V %d, maxT %d). HINT: resume with the same -e and model flags", path,
                      (long long)h[STATE_H_L], (long long)h[STATE_H_C], (long long)h[STATE_H_NH], (long long)h[STATE_H_V], (long long)h[STATE_H_MAXT], c->L, c->C, c->NH, c->V, c->maxT);
+        int64_t fam[STATE_HEADER_INTS] = {0};
+        state_family_fields(c, fam);
+        if (memcmp(h + STATE_H_FAMILY, fam + STATE_H_FAMILY, sizeof(int64_t) * (STATE_H_FAMILY_HASH + 1 - STATE_H_FAMILY)))
+            die_user("resume: %s: the checkpoint's model family or shape (%s, NKV %lld, head size %lld, MLP size %lld, tied/qkv/mlp biases %lld, rope type %lld, "
+                     "family fields hash %llx) differs from this run's (%s, NKV %lld, head size %lld, MLP size %lld, %lld, rope type %lld, %llx: eps, rope_theta "
+                     "and rope_scaling included). HINT: resume with the same -e and model flags", path,
+                     h[STATE_H_FAMILY] == FAMILY_LLAMA ? "llama" : h[STATE_H_FAMILY] == FAMILY_GPT2 ? "gpt2" : "unknown family", (long long)h[STATE_H_NKV],
+                     (long long)h[STATE_H_HD], (long long)h[STATE_H_F], (long long)h[STATE_H_BIASES], (long long)h[STATE_H_ROPE_TYPE], (unsigned long long)h[STATE_H_FAMILY_HASH],
+                     c->family == FAMILY_LLAMA ? "llama" : "gpt2", (long long)fam[STATE_H_NKV], (long long)fam[STATE_H_HD], (long long)fam[STATE_H_F],
+                     (long long)fam[STATE_H_BIASES], (long long)fam[STATE_H_ROPE_TYPE], (unsigned long long)fam[STATE_H_FAMILY_HASH]);
         if (f == 0) {
             meta->step = step; meta->adam_t = h[STATE_H_ADAM_T]; meta->seed = h[STATE_H_SEED];
             meta->step_tokens = h[STATE_H_STEP_TOKENS]; meta->train_tokens = h[STATE_H_TRAIN_TOKENS]; meta->writer_R = R_old;

@@ -1,15 +1,72 @@
-// model.h — the model's description: GPTConfig, the tensor table (GPT2_TENSORS), each tensor's
-// logical offset (llm.c's file order) and the block layout for R ranks. Nothing here allocates or
-// computes; train_gpt.cu (section 1) and checkpoint.h both build on it.
+// model.h — the model's description: GPTConfig (both families' fields) and its derived sizes
+// (model_dims), the two families' tensor tables side by side (GPT2_TENSORS, LLAMA_TENSORS), each
+// tensor's logical offset (llm.c's file order for GPT-2; the table's order for Llama) and the block
+// layout for R ranks. Nothing here allocates or computes; train_gpt.cu (section 1) and checkpoint.h
+// both build on it.
 //
 // May call: zero.h (the block layout).
 #ifndef ZT_MODEL_H
 #define ZT_MODEL_H
 #include "zero.h" // defines: BlockLayout, layout_init, layout_add_tensor, layout_finish
 
+// The model families: a tensor table each (below) and a layer's ops each (train_gpt.cu section 2).
+enum { FAMILY_GPT2 = 0, FAMILY_LLAMA = 1 };
+// Positions: GPT-2 learns them (wpe); Llama rotates q and k (RoPE), with transformers' rope_type
+// rules for the inverse frequencies: "default", "linear" (positions / factor) and "llama3".
+enum { ROPE_NONE = 0, ROPE_DEFAULT = 1, ROPE_LINEAR = 2, ROPE_LLAMA3 = 3 };
+
+// The first six fields are every family's (and llm.c's model file header); the rest are the Llama
+// family's. A GPTConfig whose family is FAMILY_GPT2 (0: a zeroed config, every llm.c descriptor and
+// file) ignores them: model_dims gives GPT-2's sizes from C and NH alone.
 typedef struct {
     int L, C, NH, V, Vp, maxT; // layers, channels, heads, vocabulary (padded: Vp), max sequence
+    int family;        // FAMILY_GPT2 or FAMILY_LLAMA
+    int NKV;           // key/value heads (grouped-query attention: NH % NKV == 0)
+    int HD;            // head size (head_dim; may differ from C / NH)
+    int F;             // MLP hidden size (intermediate_size)
+    int tied;          // LM head tied to the embedding (tie_word_embeddings)
+    int qkv_bias;      // q/k/v biases (attention_bias; Qwen2: 1)
+    int mlp_bias;      // gate/up/down biases (mlp_bias)
+    float norm_eps;    // rms_norm_eps
+    int rope_type;     // ROPE_*
+    double rope_theta; // base of the inverse frequencies
+    double rope_factor, rope_low_freq, rope_high_freq; // rope_scaling: factor (linear, llama3), low/high_freq_factor (llama3)
+    int rope_orig_maxT;                                // rope_scaling's original_max_position_embeddings (llama3)
 } GPTConfig;
+
+// A GPT-2 config from llm.c's six sizes (the other fields zero: FAMILY_GPT2).
+static inline GPTConfig gpt2_config(int L, int C, int NH, int V, int Vp, int maxT) {
+    GPTConfig c;
+    memset(&c, 0, sizeof(c));
+    c.L = L; c.C = C; c.NH = NH; c.V = V; c.Vp = Vp; c.maxT = maxT;
+    return c;
+}
+
+// The sizes derived from a config, the same for every family's code: q/k/v's fused width QKV, the
+// attention output's width ATT, the MLP's fused up-projection width FC (Llama: gate ; up) and its
+// hidden width F (the down projection's input), the key/value heads NKV and the head size HD.
+typedef struct {
+    int64_t QKV, ATT, FC, F;
+    int NKV, HD;
+} ModelDims;
+
+static inline ModelDims model_dims(const GPTConfig* c) {
+    ModelDims m;
+    if (c->family == FAMILY_LLAMA) {
+        m.NKV = c->NKV; m.HD = c->HD;
+        m.QKV = ((int64_t)c->NH + 2 * (int64_t)c->NKV) * c->HD;
+        m.ATT = (int64_t)c->NH * c->HD;
+        m.F = c->F;
+        m.FC = 2 * (int64_t)c->F;
+    } else { // GPT-2: 3C, C, 4C, 4C; NKV = NH, HD = C / NH
+        m.NKV = c->NH; m.HD = c->NH > 0 ? c->C / c->NH : 0;
+        m.QKV = 3 * (int64_t)c->C;
+        m.ATT = c->C;
+        m.F = 4 * (int64_t)c->C;
+        m.FC = m.F;
+    }
+    return m;
+}
 
 typedef enum { INIT_NORMAL, INIT_RESID, INIT_ONE, INIT_ZERO } InitKind;
 
@@ -35,9 +92,31 @@ typedef enum { INIT_NORMAL, INIT_RESID, INIT_ONE, INIT_ZERO } InitKind;
     X(lnfw,     1, 1,                 c->C,              0, INIT_ONE)    \
     X(lnfb,     1, 1,                 c->C,              0, INIT_ZERO)
 
+// The Llama family (Llama 3, Qwen2, Mistral, SmolLM2), in its logical order. q/k/v are one fused
+// tensor (rows: q_proj's NH*HD ; k_proj's NKV*HD ; v_proj's NKV*HD), gate/up one (gate_proj's F rows
+// ; up_proj's F rows): one matmul each, and a Hugging Face tensor is a contiguous logical range.
+// A tensor with 0 rows is absent (not in the layout): the biases unless the config has them, the
+// LM head when it is tied to the embedding. No positional embedding: RoPE (ops/rope.cuh).
+#define LLAMA_TENSORS(X)                                                                        \
+    X(embed,    1, c->Vp,                      c->C,                     1, INIT_NORMAL) /* embed_tokens */    \
+    X(attnnorm, 0, 1,                          c->C,                     0, INIT_ONE)    /* input_layernorm */ \
+    X(wqkv,     0, model_dims(c).QKV,          c->C,                     1, INIT_NORMAL) /* q_proj;k_proj;v_proj */ \
+    X(bqkv,     0, c->qkv_bias ? 1 : 0,        model_dims(c).QKV,        0, INIT_ZERO)                         \
+    X(wo,       0, c->C,                       model_dims(c).ATT,        1, INIT_RESID)  /* o_proj */          \
+    X(mlpnorm,  0, 1,                          c->C,                     0, INIT_ONE)    /* post_attention_layernorm */ \
+    X(wgu,      0, 2 * (int64_t)c->F,          c->C,                     1, INIT_NORMAL) /* gate_proj;up_proj */ \
+    X(bgu,      0, c->mlp_bias ? 1 : 0,        2 * (int64_t)c->F,        0, INIT_ZERO)                         \
+    X(wdown,    0, c->C,                       c->F,                     1, INIT_RESID)  /* down_proj */       \
+    X(bdown,    0, c->mlp_bias ? 1 : 0,        c->C,                     0, INIT_ZERO)                         \
+    X(normf,    1, 1,                          c->C,                     0, INIT_ONE)    /* model.norm */      \
+    X(lmhead,   1, c->tied ? 0 : c->Vp,        c->C,                     1, INIT_NORMAL) /* lm_head */
+
+// One enum over both families' tensors: a model has the tensors of its family (the other family's
+// have 0 elements, like an absent bias). T_wte..T_lnfb keep their llm.c numbers.
 enum {
 #define X(name, io, rows, cols, decay, init) T_##name,
     GPT2_TENSORS(X)
+    LLAMA_TENSORS(X)
 #undef X
     NUM_TENSORS
 };
@@ -45,7 +124,7 @@ enum {
 typedef struct {
     const char* name;
     int io;          // lives in the io block (1) or in every layer block (0)
-    int64_t n;       // elements (per layer for layer tensors)
+    int64_t n;       // elements (per layer for layer tensors); 0: absent (another family's, a bias the config has not)
     int64_t logical; // offset of its first element in the logical vector (llm.c's file order)
     int decay;
     InitKind init;
@@ -59,21 +138,30 @@ typedef struct {
     int64_t num_real;     // the same without the padded vocabulary rows
 } ModelDesc;
 
+// The tensors holding padded vocabulary rows (V..Vp: zero, never in the softmax).
+static inline int tensor_has_vocab_rows(int k) { return k == T_wte || k == T_embed || k == T_lmhead; }
+
 static void model_describe(ModelDesc* d, const GPTConfig* c) {
     memset(d, 0, sizeof(*d));
     d->cfg = *c;
-    int64_t logical = 0;
+    int64_t logical = 0, padded = 0;
+    int fam;
 #define X(tname, tio, rows, cols, tdecay, tinit)                                    \
     {                                                                               \
         TensorInfo* t = &d->t[T_##tname];                                           \
-        t->name = #tname; t->io = tio; t->n = (int64_t)(rows) * (int64_t)(cols);     \
+        t->name = #tname; t->io = tio;                                              \
+        t->n = c->family == fam ? (int64_t)(rows) * (int64_t)(cols) : 0;            \
         t->logical = logical; t->decay = tdecay; t->init = tinit;                   \
         logical += t->n * (tio ? 1 : c->L);                                         \
+        if (t->n && tensor_has_vocab_rows(T_##tname)) padded += (int64_t)(c->Vp - c->V) * c->C; \
     }
+    fam = FAMILY_GPT2;
     GPT2_TENSORS(X)
+    fam = FAMILY_LLAMA;
+    LLAMA_TENSORS(X)
 #undef X
     d->num_params = logical;
-    d->num_real = logical - (int64_t)(c->Vp - c->V) * c->C;
+    d->num_real = logical - padded;
 }
 
 // Block layout for R ranks: block 0 = io tensors, block 1 + l = layer l's tensors, in table order.
@@ -83,7 +171,7 @@ static void model_layout(ModelDesc* d, BlockLayout* lay, int R, int r) {
     for (int b = 0; b <= c->L; b++)
         for (int k = 0; k < NUM_TENSORS; k++) {
             TensorInfo* t = &d->t[k];
-            if (t->io != (b == 0)) continue;
+            if (t->io != (b == 0) || t->n == 0) continue; // (absent tensors are not in the layout)
             int layer = b - 1;
             layout_add_tensor(lay, b, k, t->io ? -1 : layer, t->n, t->logical + (t->io ? 0 : layer * t->n), t->decay);
         }

@@ -118,27 +118,39 @@ static void plan_config(const GPTConfig* c, int B, int T, int R, int GA, int sta
     layout_free(&lay);
 }
 
-// FLOPs per trained token for the planner's time estimate: PaLM's 6 N + 12 L C T for forward and
-// backward (attention's QK^T and AV counted in full), plus one more forward of the layers when -r 3
-// recomputes them (2 N_layers + 4 L C T). The other modes recompute elementwise ops only, which this
-// count ignores. (MFU uses llm.c's count instead: mfu_flops_per_token.)
-static double plan_flops_per_token(const GPTConfig* c, int T, int recompute) {
+// The parameters a token's matmuls multiply by (N in the FLOP counts): every parameter, except the
+// Llama family's embedding when its LM head is untied (a lookup, no matmul; GPT-2's wte is the head
+// too, and llm.c's count keeps wpe). The layers' share (N_layers) leaves out the embeddings and head.
+static void flop_params(const GPTConfig* c, double* N, double* N_layers) {
     ModelDesc d;
     model_describe(&d, c);
-    double N = (double)d.num_params, L = c->L, C = c->C;
-    double f = 6.0 * N + 12.0 * L * C * T;
-    if (recompute == 3) f += 2.0 * (N - (double)c->Vp * C - (double)c->maxT * C) + 4.0 * L * C * T;
+    *N = (double)d.num_params - (d.t[T_lmhead].n ? (double)d.t[T_embed].n : 0.0);
+    *N_layers = (double)d.num_params - (double)(d.t[T_wte].n + d.t[T_wpe].n + d.t[T_embed].n + d.t[T_lmhead].n);
+}
+
+// FLOPs per trained token for the planner's time estimate: PaLM's 6 N + 12 L ATT T for forward and
+// backward (attention's QK^T and AV counted in full; ATT = NH * HD, GPT-2's C), plus one more forward
+// of the layers when -r 3 recomputes them (2 N_layers + 4 L ATT T). The other modes recompute
+// elementwise ops only, which this count ignores. The Llama family's SwiGLU (three matrices) and
+// grouped-query attention (narrower k, v) are in N through the tensor table. (MFU uses llm.c's count
+// instead: mfu_flops_per_token.)
+static double plan_flops_per_token(const GPTConfig* c, int T, int recompute) {
+    double N, N_layers, L = c->L, ATT = (double)model_dims(c).ATT;
+    flop_params(c, &N, &N_layers);
+    double f = 6.0 * N + 12.0 * L * ATT * T;
+    if (recompute == 3) f += 2.0 * N_layers + 4.0 * L * ATT * T;
     return f;
 }
 
 // FLOPs per trained token for MFU: llm.c's count, 6 N + 6 L C T (gpt2_estimate_mfu: N all parameters,
 // padded vocabulary rows included; the attention term halved for causality; no recompute), so that
 // our MFU compares with llm.c's published numbers. PaLM's 12 L C T would read higher: ~7% for d12,
-// ~5% for d48 at T = 1024.
+// ~5% for d48 at T = 1024. The Llama family: N as flop_params (an untied embedding is no matmul), C
+// read as ATT = NH * HD.
 static double mfu_flops_per_token(const GPTConfig* c, int T) {
-    ModelDesc d;
-    model_describe(&d, c);
-    return 6.0 * (double)d.num_params + 6.0 * c->L * (double)c->C * T;
+    double N, N_layers;
+    flop_params(c, &N, &N_layers);
+    return 6.0 * N + 6.0 * c->L * (double)model_dims(c).ATT * T;
 }
 
 // BF16 dense peak of a GPU from its name (TFLOP/s, vendor datasheets), 0 when unknown: MFU then

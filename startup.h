@@ -85,21 +85,78 @@ static Device pick_device(const char* want, int plan) {
 
 // The llm.c model descriptors: -e dN gives depth N with llm.c's width and heads; "tiny" is our
 // CPU default (a few million parameters, most of them the embedding).
+static const struct { const char* name; int L, C, NH; } g_gpt2_descriptors[] = {
+    {"tiny", 4, 128, 4},  {"d6", 6, 384, 6},     {"d12", 12, 768, 12}, {"d24", 24, 1024, 16},
+    {"d36", 36, 1280, 20}, {"d48", 48, 1600, 25}, {"d60", 60, 1920, 30}, {"d72", 72, 2880, 30},
+    {"d84", 84, 3456, 36},
+};
+
+// The Llama family's descriptors: shapes only (no weights), for runs from scratch and for -plan.
+// A row is a config.json's fields; `source` says where the shape comes from.
+typedef struct {
+    const char* name;
+    int L, C, NH, NKV, HD, F, V, maxT; // num_hidden_layers, hidden_size, num_attention_heads, num_key_value_heads,
+                                       // head_dim, intermediate_size, vocab_size, max_position_embeddings
+    int tied, qkv_bias, mlp_bias;      // tie_word_embeddings, attention_bias (Qwen2: q/k/v biases), mlp_bias
+    float norm_eps;                    // rms_norm_eps
+    int rope_type;                     // ROPE_DEFAULT, ROPE_LINEAR, ROPE_LLAMA3
+    double rope_theta, rope_factor, rope_low_freq, rope_high_freq; // rope_theta, rope_scaling's factor, low/high_freq_factor
+    int rope_orig_maxT;                // rope_scaling's original_max_position_embeddings
+    const char* source;
+} LlamaDescriptor;
+
+static const LlamaDescriptor g_llama_descriptors[] = {
+    // CPU-sized, with grouped-query attention (2 query heads per K/V head), an untied head and the
+    // GPT-2 vocabulary (the KJV shards are GPT-2 ids): tests and a default-sized run
+    {"llama-tiny", 4, 128, 4, 2, 32, 352, 50257, 256, 0, 0, 0, 1e-5f, ROPE_DEFAULT, 10000.0, 0, 0, 0, 0, "zerotrain's test shape"},
+};
+
+static void config_from_llama_descriptor(const LlamaDescriptor* d, GPTConfig* c) {
+    memset(c, 0, sizeof(*c));
+    c->family = FAMILY_LLAMA;
+    c->L = d->L; c->C = d->C; c->NH = d->NH; c->NKV = d->NKV; c->HD = d->HD; c->F = d->F; c->V = d->V; c->maxT = d->maxT;
+    c->tied = d->tied; c->qkv_bias = d->qkv_bias; c->mlp_bias = d->mlp_bias; c->norm_eps = d->norm_eps;
+    c->rope_type = d->rope_type; c->rope_theta = d->rope_theta; c->rope_factor = d->rope_factor;
+    c->rope_low_freq = d->rope_low_freq; c->rope_high_freq = d->rope_high_freq; c->rope_orig_maxT = d->rope_orig_maxT;
+}
+
 static int model_from_descriptor(const char* s, GPTConfig* c) {
-    static const struct { const char* name; int L, C, NH; } table[] = {
-        {"tiny", 4, 128, 4},  {"d6", 6, 384, 6},     {"d12", 12, 768, 12}, {"d24", 24, 1024, 16},
-        {"d36", 36, 1280, 20}, {"d48", 48, 1600, 25}, {"d60", 60, 1920, 30}, {"d72", 72, 2880, 30},
-        {"d84", 84, 3456, 36},
-    };
-    for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
-        if (!strcmp(s, table[i].name)) {
-            c->L = table[i].L; c->C = table[i].C; c->NH = table[i].NH;
+    for (size_t i = 0; i < sizeof(g_gpt2_descriptors) / sizeof(g_gpt2_descriptors[0]); i++)
+        if (!strcmp(s, g_gpt2_descriptors[i].name)) {
+            memset(c, 0, sizeof(*c)); // FAMILY_GPT2
+            c->L = g_gpt2_descriptors[i].L; c->C = g_gpt2_descriptors[i].C; c->NH = g_gpt2_descriptors[i].NH;
             c->V = 50257; c->maxT = !strcmp(s, "tiny") ? 256 : 1024;
+            return 0;
+        }
+    for (size_t i = 0; i < sizeof(g_llama_descriptors) / sizeof(g_llama_descriptors[0]); i++)
+        if (!strcmp(s, g_llama_descriptors[i].name)) {
+            config_from_llama_descriptor(&g_llama_descriptors[i], c);
             return 0;
         }
     return -1;
 }
 
+// The descriptors' names, for a message: "tiny, d6, ..., llama-tiny, ...".
+static const char* descriptor_names(void) {
+    static char names[1024];
+    size_t n = 0;
+    names[0] = 0;
+    for (size_t i = 0; i < sizeof(g_gpt2_descriptors) / sizeof(g_gpt2_descriptors[0]); i++)
+        n += snprintf(names + n, sizeof(names) - n, "%s%s", n ? ", " : "", g_gpt2_descriptors[i].name);
+    for (size_t i = 0; i < sizeof(g_llama_descriptors) / sizeof(g_llama_descriptors[0]) && n < sizeof(names); i++)
+        n += snprintf(names + n, sizeof(names) - n, ", %s", g_llama_descriptors[i].name);
+    return names;
+}
+
+// Parameters of a config in floating point (a model file's header is data: C^2 * L can overflow
+// 64 bits), for the bound below.
+static double model_params_approx(const GPTConfig* c) {
+    if (c->family == FAMILY_GPT2)
+        return ((double)c->Vp + c->maxT) * c->C + (double)c->L * (12.0 * c->C * c->C + 13.0 * c->C);
+    double C = c->C, F = c->F, QKV = ((double)c->NH + 2.0 * c->NKV) * c->HD, ATT = (double)c->NH * c->HD;
+    double layer = QKV * C + C * ATT + 3.0 * C * F + 2.0 * C + (c->qkv_bias ? QKV : 0) + (c->mlp_bias ? 2.0 * F + C : 0);
+    return (double)c->Vp * C * (c->tied ? 1 : 2) + C + (double)c->L * layer;
+}
 
 // The largest model sizes accepted: far beyond any GPU today, small enough that every element
 // count and byte offset fits in 64 bits and every per-tensor row count in int.
@@ -110,6 +167,32 @@ static int model_from_descriptor(const char* s, GPTConfig* c) {
 #define MODEL_MAX_PARAMS 1e13
 #define GEN_MAX_TOKENS 1000000
 
+// The Llama family's fields (a descriptor's or a config.json's, after the override flags): exit 2
+// naming the field, or the flag that set it.
+static void llama_config_check(const Flags* f, const GPTConfig* c) {
+    const char* m = f->model;
+    if (c->NKV < 1 || c->NKV > c->NH)
+        die_user("-e %s: num_key_value_heads %d must be between 1 and num_attention_heads %d%s", m, c->NKV, c->NH, f->heads ? " (set by -heads)" : "");
+    if (c->NH % c->NKV != 0)
+        die_user("-e %s: num_attention_heads %d is not a multiple of num_key_value_heads %d (grouped-query attention shares each K/V head "
+                 "among NH / NKV query heads)%s", m, c->NH, c->NKV, f->heads ? ". HINT: -heads must be a multiple of it" : "");
+    if (c->HD < 2 || c->HD % 2 != 0) die_user("-e %s: head_dim %d must be even (RoPE rotates pairs of channels)", m, c->HD);
+    if (c->HD > ATT_MAX_HS) die_user("-e %s: head_dim %d is above %d, the most the attention kernels support", m, c->HD, ATT_MAX_HS);
+    if (c->F < 1 || c->F > MODEL_MAX_C * 8) die_user("-e %s: intermediate_size %d must be between 1 and %d", m, c->F, MODEL_MAX_C * 8);
+    if (!(c->norm_eps > 0.0f) || !isfinite(c->norm_eps)) die_user("-e %s: rms_norm_eps %g must be positive", m, (double)c->norm_eps);
+    if (!(c->rope_theta > 0.0) || !isfinite(c->rope_theta)) die_user("-e %s: rope_theta %g must be positive", m, c->rope_theta);
+    if (c->rope_type != ROPE_DEFAULT && c->rope_type != ROPE_LINEAR && c->rope_type != ROPE_LLAMA3)
+        die_user("-e %s: rope type %d is not default, linear or llama3", m, c->rope_type);
+    if (c->rope_type != ROPE_DEFAULT && !(c->rope_factor > 0.0 && isfinite(c->rope_factor)))
+        die_user("-e %s: rope_scaling's factor %g must be positive", m, c->rope_factor);
+    if (c->rope_type == ROPE_LLAMA3) {
+        if (!(c->rope_low_freq > 0.0) || !(c->rope_high_freq > c->rope_low_freq) || !isfinite(c->rope_high_freq))
+            die_user("-e %s: rope_scaling's low_freq_factor %g and high_freq_factor %g must be positive, high above low", m, c->rope_low_freq, c->rope_high_freq);
+        if (c->rope_orig_maxT < 1) die_user("-e %s: rope_scaling's original_max_position_embeddings %d must be positive", m, c->rope_orig_maxT);
+    }
+    if ((int64_t)c->NH * c->HD > 8 * (int64_t)MODEL_MAX_C) die_user("-e %s: num_attention_heads x head_dim = %lld is too large", m, (long long)c->NH * c->HD);
+}
+
 // The model's shape: -e (descriptor or file) and the override flags; everything checked.
 static void model_config(const Flags* f, GPTConfig* c, int* from_file) {
     memset(c, 0, sizeof(*c));
@@ -117,7 +200,7 @@ static void model_config(const Flags* f, GPTConfig* c, int* from_file) {
     if (model_from_descriptor(f->model, c) != 0) {
         struct stat st;
         if (stat(f->model, &st) != 0)
-            die_user("-e %s: neither a model descriptor (tiny, d6, d12, d24, d36, d48, d60, d72, d84) nor a readable file: %s", f->model, strerror(errno));
+            die_user("-e %s: neither a model descriptor (%s) nor a readable file: %s", f->model, descriptor_names(), strerror(errno));
         if (hf_is_checkpoint_path(f->model)) { // a Hugging Face GPT-2 (hf.h)
             HFCheckpoint ck;
             char err[2048];
@@ -150,9 +233,11 @@ static void model_config(const Flags* f, GPTConfig* c, int* from_file) {
     for (size_t i = 0; i < sizeof(bound) / sizeof(bound[0]); i++)
         if (bound[i].value > bound[i].max)
             die_user("%s%s %d is above %d, the most this program supports", src ? src : "flag ", src ? ": its header's" : bound[i].flag, bound[i].value, bound[i].max);
-    double params = ((double)c->Vp + c->maxT) * c->C + (double)c->L * (12.0 * c->C * c->C + 13.0 * c->C);
+    if (c->family == FAMILY_LLAMA) llama_config_check(f, c);
+    double params = model_params_approx(c);
     if (params > MODEL_MAX_PARAMS)
         die_user("model: %.3g parameters (L %d, C %d) is above %.3g, the most this program supports. HINT: check -layers / -channels", params, c->L, c->C, MODEL_MAX_PARAMS);
+    if (c->family != FAMILY_GPT2) return; // (the checks below are GPT-2's: head size C / NH)
     const char* said = *from_file == 2 ? "its config.json's n_embd / n_head" : "its header's C / NH"; // (a file's shape takes no override flags)
     if (c->C % c->NH != 0 && *from_file)
         die_user("-e %s: %s, %d / %d, is not a whole number: not a GPT-2 this program can train (a corrupt or foreign file?)", f->model, said, c->C, c->NH);

@@ -35,6 +35,9 @@
 #include "ops/layernorm.cuh"   // defines: op_residual_layernorm_forward, op_layernorm_backward
 #include "ops/matmul.cuh"      // defines: op_matmul_forward, op_matmul_backward, op_gelu_forward
 #include "ops/attention.cuh"   // defines: op_attention_forward, op_attention_backward
+#include "ops/rmsnorm.cuh"     // defines: op_residual_rmsnorm_forward, op_rmsnorm_backward
+#include "ops/rope.cuh"        // defines: RopeParams, rope_table, op_rope_forward, op_rope_backward
+#include "ops/swiglu.cuh"      // defines: op_swiglu_forward, op_swiglu_backward
 #include "ops/classifier.cuh"  // defines: op_classifier (the chunked LM head, loss and its backward)
 #include "adamw.cuh"           // defines: AdamWParams, op_adamw, op_sumsq_many
 #include "zero.h"              // defines: BlockLayout, Zero, Comm, the zero_* hooks, comm_*
@@ -71,12 +74,12 @@ typedef struct { float* t[NUM_TENSORS]; } GradView;
 
 static ParamView param_view(const ModelDesc* d, floatX* block, int io) {
     ParamView v;
-    for (int k = 0; k < NUM_TENSORS; k++) v.t[k] = d->t[k].io == io ? block + d->t[k].off : NULL;
+    for (int k = 0; k < NUM_TENSORS; k++) v.t[k] = d->t[k].io == io && d->t[k].n ? block + d->t[k].off : NULL;
     return v;
 }
 static GradView grad_view(const ModelDesc* d, float* block, int io) {
     GradView v;
-    for (int k = 0; k < NUM_TENSORS; k++) v.t[k] = d->t[k].io == io ? block + d->t[k].off : NULL;
+    for (int k = 0; k < NUM_TENSORS; k++) v.t[k] = d->t[k].io == io && d->t[k].n ? block + d->t[k].off : NULL;
     return v;
 }
 
@@ -108,7 +111,7 @@ static void init_fill(void* ctx, float* dst, int64_t logical, int64_t len) {
             case INIT_ZERO: v = 0.0f; break;
             default:
                 v = (float)(std * rng_normal(key, (uint64_t)e));
-                if (k == T_wte && e / c->C >= c->V) v = 0.0f; // padded vocabulary rows
+                if (tensor_has_vocab_rows(k) && e / c->C >= c->V) v = 0.0f; // padded vocabulary rows
             }
             dst[i + j] = v;
         }
@@ -120,19 +123,52 @@ static void init_fill(void* ctx, float* dst, int64_t logical, int64_t len) {
 // 2. Forward and backward. The layer loop never tests the ZeRO stage: it asks the hooks for each
 // block's parameters and gradient buffer, and tells them when a block is done.
 
+typedef struct FamilyOps FamilyOps;
+
 typedef struct {
     ModelDesc d;
     GPTConfig cfg;
+    const FamilyOps* ops; // the family's layer code (family_ops)
     int B, T;          // allocated micro-batch shape (a forward may use a smaller one)
     int recompute;
     Zero z;
     Acts a;
 } Model;
 
+// A family's code: the embedding, one layer and the head, forward and backward. The loop below
+// (gpt_forward, gpt_backward) calls these and the ZeRO hooks around them; it never asks which
+// family it runs. Both families' functions follow, side by side.
+struct FamilyOps {
+    const char* name;
+    // x[0] (B,T,C) of A->inputs, from the io block's parameters
+    void (*embed_forward)(Model* m, const ParamView* io, int B, int T);
+    // one layer: inp1 (+ inp2 when not NULL) is the residual stream entering layer l
+    void (*layer_forward)(Model* m, int l, const ParamView* p, const floatX* inp1, const floatX* inp2, int B, int T);
+    // final norm of (last xmid + its MLP output) into A->lnf; with dloss == 0 the classifier
+    // (op_classifier: losses with targets, else the last rows' logits); with dloss != 0 (training)
+    // nothing more: the classifier runs whole in head_backward (A->dloss is kept for it)
+    void (*head_forward)(Model* m, const ParamView* io, int B, int T, int with_targets, float dloss);
+    // the classifier from A->lnf (op_classifier: logits, losses, dlogits, then dln and the head
+    // weight's gradient, chunk by chunk), then the final norm's backward: A->dres = d(xL); the
+    // head's and final norm's gradients into g
+    void (*head_backward)(Model* m, const ParamView* io, const GradView* g, int B, int T);
+    // on entry A->dres = d(layer output); on exit d(layer input); gradients added into g
+    void (*layer_backward)(Model* m, int l, const ParamView* p, const GradView* g, int B, int T);
+    // the embedding's gradients from A->dres (needs no parameter values)
+    void (*embed_backward)(Model* m, const GradView* g, int B, int T);
+};
+
+// --- GPT-2 ---
+
+// x[0] (B,T,C) = wte[inputs] + wpe[0..T)
+static void gpt2_embed_forward(Model* m, const ParamView* io, int B, int T) {
+    op_encoder_forward(layer_acts(&m->a, 0).x, m->a.inputs, io->t[T_wte], io->t[T_wpe], B, T, m->cfg.C);
+}
+
 // One transformer block, forward. inp1 (+ inp2 when not NULL) is the residual stream entering the
 // layer: the previous layer's xmid + its MLP output, added here so that the add and layernorm 1
 // are one op. With inp2 == NULL, inp1 *is* the layer input a.x (layer 0, or a recompute).
-static void layer_forward(Model* m, int l, const ParamView* p, const floatX* inp1, const floatX* inp2, int B, int T) {
+static void gpt2_layer_forward(Model* m, int l, const ParamView* p, const floatX* inp1, const floatX* inp2, int B, int T) {
     int C = m->cfg.C, NH = m->cfg.NH, BT = B * T;
     Acts* A = &m->a;
     LayerActs a = layer_acts(A, l);
@@ -142,7 +178,7 @@ static void layer_forward(Model* m, int l, const ParamView* p, const floatX* inp
     // qkv (B,T,3C) = ln1 @ qkvw^T + qkvb
     op_matmul_forward(a.qkv, NULL, a.ln1, p->t[T_qkvw], p->t[T_qkvb], BT, C, 3 * C);
     // atty (B,T,C), lse (B,NH,T) = causal attention(qkv)
-    op_attention_forward(a.atty, a.lse, a.qkv, B, T, C, NH);
+    op_attention_forward(a.atty, a.lse, a.qkv, B, T, NH, NH, C / NH);
     // proj (B,T,C) = atty @ attprojw^T + attprojb
     op_matmul_forward(A->proj, NULL, a.atty, p->t[T_attprojw], p->t[T_attprojb], BT, C, C);
     // (xmid, ln2) = residual + layernorm(x, proj)
@@ -154,13 +190,39 @@ static void layer_forward(Model* m, int l, const ParamView* p, const floatX* inp
     op_matmul_forward(A->proj, NULL, a.fch_gelu, p->t[T_fcprojw], p->t[T_fcprojb], BT, 4 * C, C);
 }
 
+// (xL, lnf) = residual + layernorm(xmid of the last layer, its MLP output); evaluation and sampling:
+// logits (B,T,Vp) = lnf @ wte^T and the losses, chunk by chunk (training: in gpt2_head_backward)
+static void gpt2_head_forward(Model* m, const ParamView* io, int B, int T, int with_targets, float dloss) {
+    const GPTConfig* c = &m->cfg;
+    Acts* A = &m->a;
+    int BT = B * T;
+    op_residual_layernorm_forward(A->xL, A->lnf, A->lnf_mean, A->lnf_rstd, layer_acts(A, c->L - 1).xmid,
+                                  A->proj, io->t[T_lnfw], io->t[T_lnfb], BT, c->C);
+    A->dloss = dloss;
+    if (dloss == 0.0f)
+        A->logits_row0 = op_classifier(A->logits, A->losses, NULL, NULL, A->lnf, io->t[T_wte], with_targets ? A->targets : NULL,
+                                       0.0f, BT, c->C, c->V, c->Vp, A->chunk);
+}
+
+static void gpt2_head_backward(Model* m, const ParamView* io, const GradView* g, int B, int T) {
+    const GPTConfig* c = &m->cfg;
+    Acts* A = &m->a;
+    int BT = B * T, C = c->C;
+    // logits = lnf @ wte^T, losses, dlogits; dln = dlogits @ wte, dwte += dlogits^T @ lnf: chunk by chunk
+    A->logits_row0 = op_classifier(A->logits, A->losses, A->dln, g->t[T_wte], A->lnf, io->t[T_wte], A->targets, A->dloss,
+                                   BT, C, c->V, c->Vp, A->chunk);
+    // lnf = layernorm(xL): dres = d(xL)
+    op_layernorm_backward(A->dres, g->t[T_lnfw], g->t[T_lnfb], A->dln, A->xL, io->t[T_lnfw], A->lnf_mean,
+                          A->lnf_rstd, BT, C);
+}
+
 // One transformer block, backward. On entry A->dres holds d(layer output) = d(xmid + proj);
 // on exit it holds d(layer input x). Weight gradients are added (+=) into g.
-static void layer_backward(Model* m, int l, const ParamView* p, const GradView* g, int B, int T) {
+static void gpt2_layer_backward(Model* m, int l, const ParamView* p, const GradView* g, int B, int T) {
     int C = m->cfg.C, NH = m->cfg.NH, BT = B * T, r = m->recompute;
     Acts* A = &m->a;
     LayerActs a = layer_acts(A, l);
-    if (r == 3) layer_forward(m, l, p, a.x, NULL, B, T);                          // [-r 3] the whole layer
+    if (r == 3) gpt2_layer_forward(m, l, p, a.x, NULL, B, T);                     // [-r 3] the whole layer
     if (r == 1 || r == 2) op_gelu_forward(a.fch_gelu, a.fch, (int64_t)BT * 4 * C); // [-r 1,2] GELU
     // proj = fch_gelu @ fcprojw^T + fcprojb, with fch_gelu = gelu(fch): dfch = (dres @ fcprojw) * gelu'(fch)
     op_matmul_backward(A->dfch, g->t[T_fcprojw], g->t[T_fcprojb], A->dres, a.fch_gelu, p->t[T_fcprojw],
@@ -176,7 +238,7 @@ static void layer_backward(Model* m, int l, const ParamView* p, const GradView* 
     op_matmul_backward(A->datty, g->t[T_attprojw], g->t[T_attprojb], A->dres, a.atty, p->t[T_attprojw],
                        NULL, BT, C, C);
     // atty = attention(qkv)
-    op_attention_backward(A->dqkv, A->datty, a.qkv, a.atty, a.lse, B, T, C, NH);
+    op_attention_backward(A->dqkv, A->datty, a.qkv, a.atty, a.lse, B, T, NH, NH, C / NH);
     if (r == 2) op_residual_layernorm_forward(NULL, a.ln1, a.ln1_mean, a.ln1_rstd, a.x, NULL,
                                               p->t[T_ln1w], p->t[T_ln1b], BT, C); // [-r 2] layernorm 1
     // qkv = ln1 @ qkvw^T + qkvb
@@ -184,6 +246,21 @@ static void layer_backward(Model* m, int l, const ParamView* p, const GradView* 
     // ln1 = layernorm(x): dres += d through the normalisation (dres is now d(x))
     op_layernorm_backward(A->dres, g->t[T_ln1w], g->t[T_ln1b], A->dln, a.x, p->t[T_ln1w], a.ln1_mean,
                           a.ln1_rstd, BT, C);
+}
+
+// x[0] = wte[inputs] + wpe: scatter-add dres into dwte, dwpe
+static void gpt2_embed_backward(Model* m, const GradView* g, int B, int T) {
+    op_encoder_backward(g->t[T_wte], g->t[T_wpe], m->a.dres, m->a.inputs, B, T, m->cfg.C, m->cfg.V);
+}
+
+static const FamilyOps GPT2_OPS = {"gpt2", gpt2_embed_forward, gpt2_layer_forward, gpt2_head_forward,
+                                   gpt2_head_backward, gpt2_layer_backward, gpt2_embed_backward};
+
+// The family's code, chosen once when the model is built.
+static const FamilyOps* family_ops(const GPTConfig* c) {
+    if (c->family == FAMILY_GPT2) return &GPT2_OPS;
+    die_user("model: the Llama family cannot train yet (its layer code is not in this build)");
+    return NULL;
 }
 
 // Forward over a B x T micro-batch (B, T at most the allocated shape) whose tokens are already in
@@ -195,29 +272,20 @@ static void layer_backward(Model* m, int l, const ParamView* p, const GradView* 
 // (docs/classifier.md). backward_follows tells ZeRO-3 to keep the last layer and the io block gathered.
 static void gpt_forward(Model* m, int B, int T, int with_targets, float dloss, int backward_follows) {
     const GPTConfig* c = &m->cfg;
+    const FamilyOps* ops = m->ops;
     Zero* z = &m->z;
     Acts* A = &m->a;
-    int BT = B * T, C = c->C;
     ParamView io = param_view(&m->d, zero_before_embedding(z), 1);
-    // x[0] (B,T,C) = wte[inputs] + wpe[0..T)
-    op_encoder_forward(layer_acts(A, 0).x, A->inputs, io.t[T_wte], io.t[T_wpe], B, T, C);
+    ops->embed_forward(m, &io, B, T);
     zero_after_embedding(z);
     for (int l = 0; l < c->L; l++) {
         ParamView p = param_view(&m->d, zero_before_block_forward(z, 1 + l), 0);
-        if (l == 0) layer_forward(m, 0, &p, layer_acts(A, 0).x, NULL, B, T);
-        else layer_forward(m, l, &p, layer_acts(A, l - 1).xmid, A->proj, B, T);
+        if (l == 0) ops->layer_forward(m, 0, &p, layer_acts(A, 0).x, NULL, B, T);
+        else ops->layer_forward(m, l, &p, layer_acts(A, l - 1).xmid, A->proj, B, T);
         zero_after_block_forward(z, 1 + l, backward_follows);
     }
     io = param_view(&m->d, zero_before_head(z), 1);
-    // (xL, lnf) = residual + layernorm(xmid of the last layer, its MLP output)
-    op_residual_layernorm_forward(A->xL, A->lnf, A->lnf_mean, A->lnf_rstd, layer_acts(A, c->L - 1).xmid,
-                                  A->proj, io.t[T_lnfw], io.t[T_lnfb], BT, C);
-    // logits (B,T,Vp) = lnf @ wte^T and the losses, chunk by chunk: here for evaluation and sampling
-    // (without targets: the last rows' logits); in training the whole classifier runs in gpt_backward
-    A->dloss = dloss;
-    if (dloss == 0.0f)
-        A->logits_row0 = op_classifier(A->logits, A->losses, NULL, NULL, A->lnf, io.t[T_wte], with_targets ? A->targets : NULL,
-                                       0.0f, BT, C, c->V, c->Vp, A->chunk);
+    ops->head_forward(m, &io, B, T, with_targets, dloss); // final norm; evaluation, sampling: logits, losses (training: in gpt_backward)
     zero_after_head(z, backward_follows);
 }
 
@@ -226,29 +294,23 @@ static void gpt_forward(Model* m, int B, int T, int with_targets, float dloss, i
 // hooks hand out; the hooks reduce them (micro, last_micro say where in the accumulation we are).
 static void gpt_backward(Model* m, int B, int T, int micro, int last_micro) {
     const GPTConfig* c = &m->cfg;
+    const FamilyOps* ops = m->ops;
     Zero* z = &m->z;
     Acts* A = &m->a;
-    int BT = B * T, C = c->C;
-    dev_zero(A->dres, sizeof(floatX) * (size_t)BT * C);
+    dev_zero(A->dres, sizeof(floatX) * (size_t)B * T * c->C);
     float* io_grads;
     ParamView io = param_view(&m->d, zero_before_head_backward(z, &io_grads), 1);
     GradView gio = grad_view(&m->d, io_grads, 1);
-    // logits = lnf @ wte^T, losses, dlogits; dln = dlogits @ wte, dwte += dlogits^T @ lnf: chunk by chunk
-    A->logits_row0 = op_classifier(A->logits, A->losses, A->dln, gio.t[T_wte], A->lnf, io.t[T_wte], A->targets, A->dloss,
-                                   BT, C, c->V, c->Vp, A->chunk);
-    // lnf = layernorm(xL): dres = d(xL)
-    op_layernorm_backward(A->dres, gio.t[T_lnfw], gio.t[T_lnfb], A->dln, A->xL, io.t[T_lnfw], A->lnf_mean,
-                          A->lnf_rstd, BT, C);
+    ops->head_backward(m, &io, &gio, B, T); // the classifier (losses, dlogits, its gradients), chunk by chunk; dres = d(xL)
     zero_after_head_backward(z);
     for (int l = c->L - 1; l >= 0; l--) {
         float* grads;
         ParamView p = param_view(&m->d, zero_before_block_backward(z, 1 + l, &grads), 0);
         GradView g = grad_view(&m->d, grads, 0);
-        layer_backward(m, l, &p, &g, B, T);
+        ops->layer_backward(m, l, &p, &g, B, T);
         zero_after_block_backward(z, 1 + l, micro, last_micro);
     }
-    // x[0] = wte[inputs] + wpe: scatter-add dres into dwte, dwpe (needs no parameter values)
-    op_encoder_backward(gio.t[T_wte], gio.t[T_wpe], A->dres, A->inputs, B, T, C, c->V);
+    ops->embed_backward(m, &gio, B, T); // (needs no parameter values)
     zero_after_embedding_backward(z, micro, last_micro);
 }
 
@@ -776,6 +838,7 @@ static void trainer_build_model(Trainer* tr, const GPTConfig* c, int stage, int 
     const Flags* f = &tr->f;
     Model* m = &tr->model;
     m->cfg = *c; m->B = f->B; m->T = f->T; m->recompute = recompute;
+    m->ops = family_ops(c);
     model_describe(&m->d, c);
     BlockLayout lay;
     model_layout(&m->d, &lay, tr->R, tr->r);
@@ -1024,8 +1087,10 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
             char err[2048];
             if (hf_open(&ck, f->model, err, sizeof(err))) die_user("-e %s", err);
             HFLlmcTensor lt[NUM_TENSORS];
-            for (int k = 0; k < NUM_TENSORS; k++) lt[k] = (HFLlmcTensor){m->d.t[k].name, m->d.t[k].logical, m->d.t[k].n, !m->d.t[k].io};
-            if (hf_bind(&ck, lt, NUM_TENSORS, c.Vp, err, sizeof(err))) die(1, "-e %s: %s", f->model, err);
+            int nt = 0; // the model's tensors (present ones), in logical order
+            for (int k = 0; k < NUM_TENSORS; k++)
+                if (m->d.t[k].n) lt[nt++] = (HFLlmcTensor){m->d.t[k].name, m->d.t[k].logical, m->d.t[k].n, !m->d.t[k].io};
+            if (hf_bind(&ck, lt, nt, c.Vp, err, sizeof(err))) die(1, "-e %s: %s", f->model, err);
             zero_fill_opt(&m->z, 0, hf_fill, &ck);
             hf_close(&ck);
         } else if (from_file) {

@@ -42,8 +42,8 @@ int main(int argc, char** argv) {
     for (int pass = 0; pass < 2; pass++) {
         for (int r = 0; r < warm + reps; r++) {
             if (r == warm) cudaCheck(cudaEventRecord(e0, g_stream));
-            if (pass == 0) op_attention_forward(out, lse, qkv, B, T, C, NH);
-            else op_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH);
+            if (pass == 0) op_attention_forward(out, lse, qkv, B, T, NH, NH, C / NH);
+            else op_attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NH, C / NH);
         }
         cudaCheck(cudaEventRecord(e1, g_stream));
         cudaCheck(cudaEventSynchronize(e1));
@@ -53,6 +53,6 @@ int main(int argc, char** argv) {
     double fwd = 2.0 * B * NH * (double)T * T * HS, bwd = 2.5 * fwd;
     printf("ours fwd_ms %.4f bwd_ms %.4f fwd_tflops %.1f bwd_tflops %.1f kernels %s\n", ms[0], ms[1],
            fwd / (ms[0] * 1e-3) / 1e12, bwd / (ms[1] * 1e-3) / 1e12,
-           attention_uses_tc(T, C, NH, out, lse, qkv, dqkv) ? "tensor-core" : "scalar");
+           attention_uses_tc(T, C / NH, out, lse, qkv, dqkv) ? "tensor-core" : "scalar");
     return 0;
 }

@@ -761,12 +761,11 @@ static void attention_cuda_setup(int C, int NH) {
 // Which kernels a shape takes: the tensor-core ones (1) or the scalar ones (0). The tensor-core
 // kernels need BF16 storage, HS = 64 or 128, T a multiple of FA_TILE, and 16-byte aligned rows
 // (cp.async copies 16 bytes).
-static int attention_uses_tc(int T, int C, int NH, const void* p0, const void* p1, const void* p2, const void* p3) {
+static int attention_uses_tc(int T, int HS, const void* p0, const void* p1, const void* p2, const void* p3) {
 #ifdef ENABLE_FP32
-    (void)T; (void)C; (void)NH; (void)p0; (void)p1; (void)p2; (void)p3;
+    (void)T; (void)HS; (void)p0; (void)p1; (void)p2; (void)p3;
     return 0;
 #else
-    int HS = C / NH;
     uintptr_t any = (uintptr_t)p0 | (uintptr_t)p1 | (uintptr_t)p2 | (uintptr_t)p3;
     return (HS == 64 || HS == 128) && T % FA_TILE == 0 && any % 16 == 0;
 #endif
@@ -779,11 +778,13 @@ static unsigned att_tiles(int T, int rows) {
     return (unsigned)n;
 }
 
-static void attention_forward_cuda(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH) {
+static void attention_forward_cuda(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int NKV, int HD) {
     if (B <= 0 || T <= 0) return;
+    if (NKV != NH) die(1, "attention: grouped-query attention (NKV %d < NH %d) is not on CUDA yet", NKV, NH);
+    int C = NH * HD;
     attention_cuda_setup(C, NH);
 #ifndef ENABLE_FP32
-    if (attention_uses_tc(T, C, NH, out, lse, qkv, NULL)) {
+    if (attention_uses_tc(T, HD, out, lse, qkv, NULL)) {
         int HS = C / NH;
         void (*fwd_tc)(floatX*, float*, const floatX*, int, int, int) =
             HS == 64 ? attention_forward_tc_kernel<64> : attention_forward_tc_kernel<128>;
@@ -801,8 +802,10 @@ static void attention_forward_cuda(floatX* out, float* lse, const floatX* qkv, i
 
 // Scratch: D (B, NH, T) FP32 in g_work (ops_workspace_floats counts B*T*NH).
 static void attention_backward_cuda(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
-                                    const float* lse, int B, int T, int C, int NH) {
+                                    const float* lse, int B, int T, int NH, int NKV, int HD) {
     if (B <= 0 || T <= 0) return;
+    if (NKV != NH) die(1, "attention: grouped-query attention (NKV %d < NH %d) is not on CUDA yet", NKV, NH);
+    int C = NH * HD;
     attention_cuda_setup(C, NH);
     size_t rows = (size_t)B * NH * T;
     if (rows > g_work_floats)
@@ -811,7 +814,7 @@ static void attention_backward_cuda(floatX* dqkv, const floatX* dout, const floa
     attention_backward_d_kernel<<<(unsigned)ceil_div((int64_t)rows, ATT_THREADS / 32), ATT_THREADS, 0, g_stream>>>(D, dout, out, B, T, C, NH);
     cudaCheck(cudaGetLastError());
 #ifndef ENABLE_FP32
-    if (attention_uses_tc(T, C, NH, dqkv, dout, qkv, lse) && (uintptr_t)D % 16 == 0) {
+    if (attention_uses_tc(T, HD, dqkv, dout, qkv, lse) && (uintptr_t)D % 16 == 0) {
         int HS = C / NH;
         void (*dkdv_tc)(floatX*, const floatX*, const floatX*, const float*, const float*, int, int, int) =
             HS == 64 ? attention_backward_dkdv_tc_kernel<64> : attention_backward_dkdv_tc_kernel<128>;
@@ -834,12 +837,15 @@ static void attention_backward_cuda(floatX* dqkv, const floatX* dout, const floa
 }
 #endif
 
-static void op_attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH) {
+// out (B, T, NH*HD) [=], lse (B, NH, T) [=] from qkv (B, T, (NH + 2 NKV) HD); query head h reads kv
+// head h / (NH / NKV) (transformers' repeat_kv, without the copies).
+static void op_attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int NKV, int HD) {
 #ifdef __CUDACC__
-    if (g_device == DEV_CUDA) { attention_forward_cuda(out, lse, qkv, B, T, C, NH); return; }
+    if (g_device == DEV_CUDA) { attention_forward_cuda(out, lse, qkv, B, T, NH, NKV, HD); return; }
 #endif
-    int HS = C / NH;
-    float scale = 1.0f / sqrtf((float)HS);
+    int64_t QKV = (int64_t)(NH + 2 * NKV) * HD, ATT = (int64_t)NH * HD;
+    int rep = NH / NKV;
+    float scale = 1.0f / sqrtf((float)HD);
 #pragma omp parallel
     {
         float q[ATT_MAX_HS], o[ATT_MAX_HS], s[ATT_BK]; // thread-local row scratch
@@ -847,55 +853,59 @@ static void op_attention_forward(floatX* out, float* lse, const floatX* qkv, int
         for (int b = 0; b < B; b++)
             for (int h = 0; h < NH; h++)
                 for (int i = 0; i < T; i++) {
-                    const floatX* qrow = qkv + ((int64_t)b * T + i) * 3 * C + h * HS;
-                    for (int d = 0; d < HS; d++) { q[d] = ld(qrow[d]); o[d] = 0.0f; }
+                    const floatX* qrow = qkv + ((int64_t)b * T + i) * QKV + h * HD;
+                    int64_t koff = (int64_t)NH * HD + (int64_t)(h / rep) * HD; // k head of h; v = k + NKV*HD
+                    for (int d = 0; d < HD; d++) { q[d] = ld(qrow[d]); o[d] = 0.0f; }
                     float m = -INFINITY, l = 0.0f;
                     for (int j0 = 0; j0 <= i; j0 += ATT_BK) {
                         int jn = i + 1 - j0 < ATT_BK ? i + 1 - j0 : ATT_BK; // causal: keys j <= i
                         float mt = -INFINITY;
                         for (int jj = 0; jj < jn; jj++) {
-                            const floatX* krow = qkv + ((int64_t)b * T + j0 + jj) * 3 * C + C + h * HS;
+                            const floatX* krow = qkv + ((int64_t)b * T + j0 + jj) * QKV + koff;
                             float dot = 0.0f;
-                            for (int d = 0; d < HS; d++) dot += q[d] * ld(krow[d]);
+                            for (int d = 0; d < HD; d++) dot += q[d] * ld(krow[d]);
                             s[jj] = dot * scale;
                             mt = fmaxf(mt, s[jj]);
                         }
                         float mnew = fmaxf(m, mt);
                         float corr = expf(m - mnew); // 0 on the first tile (m = -inf)
                         l *= corr;
-                        for (int d = 0; d < HS; d++) o[d] *= corr;
+                        for (int d = 0; d < HD; d++) o[d] *= corr;
                         for (int jj = 0; jj < jn; jj++) {
                             float p = expf(s[jj] - mnew);
                             l += p;
-                            const floatX* vrow = qkv + ((int64_t)b * T + j0 + jj) * 3 * C + 2 * C + h * HS;
-                            for (int d = 0; d < HS; d++) o[d] += p * ld(vrow[d]);
+                            const floatX* vrow = qkv + ((int64_t)b * T + j0 + jj) * QKV + koff + (int64_t)NKV * HD;
+                            for (int d = 0; d < HD; d++) o[d] += p * ld(vrow[d]);
                         }
                         m = mnew;
                     }
-                    floatX* orow = out + ((int64_t)b * T + i) * C + h * HS;
-                    for (int d = 0; d < HS; d++) orow[d] = rn(o[d] / l);
+                    floatX* orow = out + ((int64_t)b * T + i) * ATT + h * HD;
+                    for (int d = 0; d < HD; d++) orow[d] = rn(o[d] / l);
                     lse[((int64_t)b * NH + h) * T + i] = m + logf(l);
                 }
     }
 }
 
+// dqkv (B, T, (NH + 2 NKV) HD) [=] from dout (B, T, NH*HD), qkv, out and lse. dK/dV of kv head g sum
+// over its query heads h = g*rep .. g*rep + rep - 1 in that order, each over queries i >= j in order.
 static void op_attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
-                                  const float* lse, int B, int T, int C, int NH) {
+                                  const float* lse, int B, int T, int NH, int NKV, int HD) {
 #ifdef __CUDACC__
-    if (g_device == DEV_CUDA) { attention_backward_cuda(dqkv, dout, qkv, out, lse, B, T, C, NH); return; }
+    if (g_device == DEV_CUDA) { attention_backward_cuda(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD); return; }
 #endif
-    int HS = C / NH;
-    float scale = 1.0f / sqrtf((float)HS);
+    int64_t QKV = (int64_t)(NH + 2 * NKV) * HD, ATT = (int64_t)NH * HD, VOFF = (int64_t)NKV * HD;
+    int rep = NH / NKV;
+    float scale = 1.0f / sqrtf((float)HD);
     // D (B, NH, T) = rowsum(dout * out) lives in the workspace
     float* D = g_work;
 #pragma omp parallel for collapse(3) schedule(static)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int i = 0; i < T; i++) {
-                const floatX* dorow = dout + ((int64_t)b * T + i) * C + h * HS;
-                const floatX* orow = out + ((int64_t)b * T + i) * C + h * HS;
+                const floatX* dorow = dout + ((int64_t)b * T + i) * ATT + h * HD;
+                const floatX* orow = out + ((int64_t)b * T + i) * ATT + h * HD;
                 float acc = 0.0f;
-                for (int d = 0; d < HS; d++) acc += ld(dorow[d]) * ld(orow[d]);
+                for (int d = 0; d < HD; d++) acc += ld(dorow[d]) * ld(orow[d]);
                 D[((int64_t)b * NH + h) * T + i] = acc;
             }
 #pragma omp parallel
@@ -906,43 +916,45 @@ static void op_attention_backward(floatX* dqkv, const floatX* dout, const floatX
         for (int b = 0; b < B; b++)
             for (int h = 0; h < NH; h++)
                 for (int i = 0; i < T; i++) {
-                    const floatX* qrow = qkv + ((int64_t)b * T + i) * 3 * C + h * HS;
-                    const floatX* dorow = dout + ((int64_t)b * T + i) * C + h * HS;
-                    for (int d = 0; d < HS; d++) { a[d] = ld(qrow[d]); g[d] = ld(dorow[d]); acc1[d] = 0.0f; }
+                    const floatX* qrow = qkv + ((int64_t)b * T + i) * QKV + h * HD;
+                    const floatX* dorow = dout + ((int64_t)b * T + i) * ATT + h * HD;
+                    int64_t koff = (int64_t)NH * HD + (int64_t)(h / rep) * HD;
+                    for (int d = 0; d < HD; d++) { a[d] = ld(qrow[d]); g[d] = ld(dorow[d]); acc1[d] = 0.0f; }
                     float li = lse[((int64_t)b * NH + h) * T + i], Di = D[((int64_t)b * NH + h) * T + i];
                     for (int j = 0; j <= i; j++) {
-                        const floatX* krow = qkv + ((int64_t)b * T + j) * 3 * C + C + h * HS;
-                        const floatX* vrow = krow + C;
+                        const floatX* krow = qkv + ((int64_t)b * T + j) * QKV + koff;
+                        const floatX* vrow = krow + VOFF;
                         float sdot = 0.0f, pdot = 0.0f;
-                        for (int d = 0; d < HS; d++) { sdot += a[d] * ld(krow[d]); pdot += g[d] * ld(vrow[d]); }
+                        for (int d = 0; d < HD; d++) { sdot += a[d] * ld(krow[d]); pdot += g[d] * ld(vrow[d]); }
                         float p = expf(sdot * scale - li);
                         float ds = p * (pdot - Di);
-                        for (int d = 0; d < HS; d++) acc1[d] += ds * ld(krow[d]);
+                        for (int d = 0; d < HD; d++) acc1[d] += ds * ld(krow[d]);
                     }
-                    floatX* dq = dqkv + ((int64_t)b * T + i) * 3 * C + h * HS;
-                    for (int d = 0; d < HS; d++) dq[d] = rn(acc1[d] * scale);
+                    floatX* dq = dqkv + ((int64_t)b * T + i) * QKV + h * HD;
+                    for (int d = 0; d < HD; d++) dq[d] = rn(acc1[d] * scale);
                 }
-        // pass 2: dk_j = scale * sum_{i >= j} dS_ij q_i,  dv_j = sum_{i >= j} P_ij dout_i
+        // pass 2: dk_j = scale * sum_{h in group} sum_{i >= j} dS_ij q_i,  dv_j = sum_h sum_{i >= j} P_ij dout_i
 #pragma omp for collapse(3) schedule(static)
         for (int b = 0; b < B; b++)
-            for (int h = 0; h < NH; h++)
+            for (int kh = 0; kh < NKV; kh++)
                 for (int j = 0; j < T; j++) {
-                    const floatX* krow = qkv + ((int64_t)b * T + j) * 3 * C + C + h * HS;
-                    const floatX* vrow = krow + C;
-                    for (int d = 0; d < HS; d++) { a[d] = ld(krow[d]); g[d] = ld(vrow[d]); acc1[d] = 0.0f; acc2[d] = 0.0f; }
-                    for (int i = j; i < T; i++) {
-                        const floatX* qrow = qkv + ((int64_t)b * T + i) * 3 * C + h * HS;
-                        const floatX* dorow = dout + ((int64_t)b * T + i) * C + h * HS;
-                        float li = lse[((int64_t)b * NH + h) * T + i], Di = D[((int64_t)b * NH + h) * T + i];
-                        float sdot = 0.0f, pdot = 0.0f;
-                        for (int d = 0; d < HS; d++) { sdot += ld(qrow[d]) * a[d]; pdot += ld(dorow[d]) * g[d]; }
-                        float p = expf(sdot * scale - li);
-                        float ds = p * (pdot - Di);
-                        for (int d = 0; d < HS; d++) { acc1[d] += ds * ld(qrow[d]); acc2[d] += p * ld(dorow[d]); }
-                    }
-                    floatX* dk = dqkv + ((int64_t)b * T + j) * 3 * C + C + h * HS;
-                    floatX* dv = dk + C;
-                    for (int d = 0; d < HS; d++) { dk[d] = rn(acc1[d] * scale); dv[d] = rn(acc2[d]); }
+                    const floatX* krow = qkv + ((int64_t)b * T + j) * QKV + (int64_t)NH * HD + (int64_t)kh * HD;
+                    const floatX* vrow = krow + VOFF;
+                    for (int d = 0; d < HD; d++) { a[d] = ld(krow[d]); g[d] = ld(vrow[d]); acc1[d] = 0.0f; acc2[d] = 0.0f; }
+                    for (int h = kh * rep; h < (kh + 1) * rep; h++)
+                        for (int i = j; i < T; i++) {
+                            const floatX* qrow = qkv + ((int64_t)b * T + i) * QKV + h * HD;
+                            const floatX* dorow = dout + ((int64_t)b * T + i) * ATT + h * HD;
+                            float li = lse[((int64_t)b * NH + h) * T + i], Di = D[((int64_t)b * NH + h) * T + i];
+                            float sdot = 0.0f, pdot = 0.0f;
+                            for (int d = 0; d < HD; d++) { sdot += ld(qrow[d]) * a[d]; pdot += ld(dorow[d]) * g[d]; }
+                            float p = expf(sdot * scale - li);
+                            float ds = p * (pdot - Di);
+                            for (int d = 0; d < HD; d++) { acc1[d] += ds * ld(qrow[d]); acc2[d] += p * ld(dorow[d]); }
+                        }
+                    floatX* dk = dqkv + ((int64_t)b * T + j) * QKV + (int64_t)NH * HD + (int64_t)kh * HD;
+                    floatX* dv = dk + VOFF;
+                    for (int d = 0; d < HD; d++) { dk[d] = rn(acc1[d] * scale); dv[d] = rn(acc2[d]); }
                 }
     }
 }

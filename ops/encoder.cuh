@@ -3,6 +3,8 @@
 //   forward:  out (B, T, C) = wte[tokens[b, t]] + wpe[t]             [floatX, =]
 //   backward: dwte (Vp, C) += scatter-add of dout by token           [FP32, +=]
 //             dwpe (maxT, C) += sum over b of dout[b, t]             [FP32, +=]
+// wpe == NULL (and dwpe == NULL): no learned positions (the Llama family, whose positions are RoPE's
+// rotation inside attention): out = wte[tokens[b, t]], and the backward has no dwpe part.
 // The backward needs no parameter values, which is why under ZeRO-3 the io block's parameters
 // can be released before it runs while its gradient buffer stays alive (see zero.h).
 //
@@ -78,6 +80,11 @@ __global__ static void encoder_forward_kernel(floatX* out, const int* tokens, co
     int t = (int)(bt % T);
     floatX* o = out + bt * C + c0;
     const floatX* we = wte + (int64_t)tokens[bt] * C + c0;
+    if (!wpe) { // no positions (the Llama family): a copy of the token's row
+        if (vec) { store128(o, load128(we)); return; }
+        for (int k = 0; k < PACK_X && c0 + k < C; k++) o[k] = we[k];
+        return;
+    }
     const floatX* pe = wpe + (int64_t)t * C + c0;
     if (vec) {
         Packed128<floatX> a = load128(we), b = load128(pe), r;
@@ -191,7 +198,7 @@ static void encoder_forward_cuda(floatX* out, const int* tokens, const floatX* w
                                  int B, int T, int C) {
     int64_t n = (int64_t)B * T * ceil_div(C, PACK_X);
     if (n <= 0) return;
-    int vec = C % PACK_X == 0 && aligned16(out) && aligned16(wte) && aligned16(wpe);
+    int vec = C % PACK_X == 0 && aligned16(out) && aligned16(wte) && (!wpe || aligned16(wpe));
     encoder_forward_kernel<<<(unsigned)ceil_div(n, 256), 256, 0, g_stream>>>(out, tokens, wte, wpe,
                                                                            (int64_t)B * T, T, C, vec);
     cudaCheck(cudaGetLastError());
@@ -205,8 +212,10 @@ static void encoder_backward_cuda(float* dwte, float* dwpe, const floatX* dout, 
     if (N <= 0 || C <= 0) return;
     int vec_x = C % PACK_X == 0 && aligned16(dout);
     int64_t dwpe_threads = (int64_t)T * ceil_div(C, PACK_X);
-    encoder_backward_dwpe_kernel<<<(unsigned)ceil_div(dwpe_threads, 256), 256, 0, g_stream>>>(dwpe, dout, B, T, C, vec_x);
-    cudaCheck(cudaGetLastError());
+    if (dwpe) {
+        encoder_backward_dwpe_kernel<<<(unsigned)ceil_div(dwpe_threads, 256), 256, 0, g_stream>>>(dwpe, dout, B, T, C, vec_x);
+        cudaCheck(cudaGetLastError());
+    }
     // sort (token, position) pairs by token; tokens are in [0, V), so only the low bits matter
     int end_bit = 1;
     while (end_bit < 32 && ((int64_t)1 << end_bit) < V) end_bit++;
@@ -252,6 +261,7 @@ static void op_encoder_forward(floatX* out, const int* tokens, const floatX* wte
         for (int t = 0; t < T; t++) {
             floatX* o = out + ((int64_t)b * T + t) * C;
             const floatX* we = wte + (int64_t)tokens[b * T + t] * C;
+            if (!wpe) { memcpy(o, we, sizeof(floatX) * C); continue; } // no positions: the token's row
             const floatX* pe = wpe + (int64_t)t * C;
             for (int c = 0; c < C; c++) o[c] = rn(ld(we[c]) + ld(pe[c]));
         }
@@ -262,9 +272,9 @@ static void op_encoder_backward(float* dwte, float* dwpe, const floatX* dout, co
 #ifdef __CUDACC__
     if (g_device == DEV_CUDA) { encoder_backward_cuda(dwte, dwpe, dout, tokens, B, T, C, V); return; }
 #endif
-    // dwpe: each position t sums its B rows in order of b
+    // dwpe: each position t sums its B rows in order of b (no dwpe: a model without positions)
 #pragma omp parallel for schedule(static)
-    for (int t = 0; t < T; t++)
+    for (int t = 0; t < (dwpe ? T : 0); t++)
         for (int b = 0; b < B; b++) {
             const floatX* d = dout + ((int64_t)b * T + t) * C;
             float* dp = dwpe + (int64_t)t * C;

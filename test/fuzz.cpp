@@ -65,7 +65,7 @@ static void fuzz_state(const uint8_t* data, size_t size) {
     static int ready = 0;
     static Zero z;
     static Comm comm;
-    static GPTConfig c = {1, 8, 2, 10, 16, 4};
+    static GPTConfig c = gpt2_config(1, 8, 2, 10, 16, 4);
     if (!ready) {
         ModelDesc d;
         BlockLayout lay;
@@ -262,12 +262,14 @@ static void fuzz_safetensors(const uint8_t* data, size_t size) {
     json_free(&j);
     HFCheckpoint ck;
     if (hf_open(&ck, dir, err, sizeof(err))) { hf_close(&ck); return; }
-    GPTConfig c = {ck.cfg.L, ck.cfg.C, ck.cfg.NH, ck.cfg.V, (int)round_up(ck.cfg.V, 128), ck.cfg.maxT};
+    GPTConfig c = gpt2_config(ck.cfg.L, ck.cfg.C, ck.cfg.NH, ck.cfg.V, (int)round_up(ck.cfg.V, 128), ck.cfg.maxT);
     ModelDesc d;
     model_describe(&d, &c);
     HFLlmcTensor lt[NUM_TENSORS];
-    for (int k = 0; k < NUM_TENSORS; k++) lt[k] = (HFLlmcTensor){d.t[k].name, d.t[k].logical, d.t[k].n, !d.t[k].io};
-    if (hf_bind(&ck, lt, NUM_TENSORS, c.Vp, err, sizeof(err))) { fprintf(stderr, "hf_bind: %s\n", err); abort(); }
+    int nt = 0;
+    for (int k = 0; k < NUM_TENSORS; k++)
+        if (d.t[k].n) lt[nt++] = (HFLlmcTensor){d.t[k].name, d.t[k].logical, d.t[k].n, !d.t[k].io};
+    if (hf_bind(&ck, lt, nt, c.Vp, err, sizeof(err))) { fprintf(stderr, "hf_bind: %s\n", err); abort(); }
     float* whole = (float*)malloc(sizeof(float) * (size_t)d.num_params);
     float* parts = (float*)malloc(sizeof(float) * (size_t)d.num_params);
     hf_fill(&ck, whole, 0, d.num_params);

@@ -28,7 +28,7 @@ static const char* gam_flags(const char* extra) {
 // The trainer's attention takes the tensor-core kernels (else these cases would test the others).
 static int gam_uses_tc(const Model* m) {
     int C = m->cfg.C, NH = m->cfg.NH;
-    return attention_uses_tc(m->T, C, NH, m->a.atty, m->a.lse, m->a.qkv, NULL);
+    return attention_uses_tc(m->T, C / NH, m->a.atty, m->a.lse, m->a.qkv, NULL);
 }
 
 TEST(gpu_attention_tc_model_recompute_bitwise) {

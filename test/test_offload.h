@@ -438,7 +438,7 @@ TEST(offload_plan_counts_checkpoints) {
     char path[PATH_MAX];
     snprintf(path, sizeof(path), "%s/model_00000002.bin", dir);
     CHECKF(access(path, F_OK) != 0, "-nk 2: step 2's checkpoint is still there");
-    GPTConfig c = {ZT_L, ZT_C, ZT_NH, ZT_V, 128, ZT_MAXT};
+    GPTConfig c = gpt2_config(ZT_L, ZT_C, ZT_NH, ZT_V, 128, ZT_MAXT);
     ModelDesc d;
     model_describe(&d, &c);
     BlockLayout lay;
@@ -582,7 +582,7 @@ TEST(offload_emu_grad_copy_faults) { off_grad_faults(1); }
 TEST(offload_emu_z_auto) {
     PlanRow best;
     memset(&best, 0, sizeof(best));
-    GPTConfig c = {ZT_L, ZT_C, ZT_NH, ZT_V, 128, ZT_MAXT};
+    GPTConfig c = gpt2_config(ZT_L, ZT_C, ZT_NH, ZT_V, 128, ZT_MAXT);
     double need = 1e300;
     for (int z = 0; z <= 3; z++) { // (-r 1 is the default, fixed: only -z is chosen)
         plan_config(&c, 2, ZT_T, 1, 1, z, 1, OFFLOAD_NONE, 0, &best);

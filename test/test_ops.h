@@ -253,70 +253,106 @@ TEST(op_residual_layernorm) {
     CHECK(memcmp(out2, out, sizeof(out)) == 0 && memcmp(mean2, mean, sizeof(mean)) == 0 && memcmp(rstd2, rstd, sizeof(rstd)) == 0);
 }
 
-// ---- attention
+// ---- attention (grouped-query: query head h reads kv head h / (NH / NKV))
 
-typedef struct { int B, T, C, NH; double *qkv, *dout; } AttRef;
+typedef struct { int B, T, NH, NKV, HD; double *qkv, *dout; } AttRef;
 
 static double att_ref(void* ctx_, double* out, double* lse) {
     AttRef* a = (AttRef*)ctx_;
-    int B = a->B, T = a->T, C = a->C, NH = a->NH, HS = C / NH;
-    double scale = 1.0 / sqrt((double)HS), L = 0.0;
+    int B = a->B, T = a->T, NH = a->NH, NKV = a->NKV, HD = a->HD;
+    int64_t QKV = (int64_t)(NH + 2 * NKV) * HD, ATT = (int64_t)NH * HD;
+    double scale = 1.0 / sqrt((double)HD), L = 0.0;
     double* p = (double*)malloc(sizeof(double) * T);
     for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++)
+        for (int h = 0; h < NH; h++) {
+            int kh = h * NKV / NH; // the group of h: heads [kh NH/NKV, (kh+1) NH/NKV) share kv head kh
             for (int i = 0; i < T; i++) {
-                const double* q = a->qkv + ((int64_t)b * T + i) * 3 * C + h * HS;
+                const double* q = a->qkv + ((int64_t)b * T + i) * QKV + h * HD;
                 double mx = -1e300;
                 for (int j = 0; j <= i; j++) {
-                    const double* k = a->qkv + ((int64_t)b * T + j) * 3 * C + C + h * HS;
+                    const double* k = a->qkv + ((int64_t)b * T + j) * QKV + (NH + kh) * HD;
                     double s = 0.0;
-                    for (int d = 0; d < HS; d++) s += q[d] * k[d];
+                    for (int d = 0; d < HD; d++) s += q[d] * k[d];
                     p[j] = s * scale;
                     mx = p[j] > mx ? p[j] : mx;
                 }
                 double sum = 0.0;
                 for (int j = 0; j <= i; j++) { p[j] = exp(p[j] - mx); sum += p[j]; }
                 if (lse) lse[((int64_t)b * NH + h) * T + i] = mx + log(sum);
-                for (int d = 0; d < HS; d++) {
+                for (int d = 0; d < HD; d++) {
                     double o = 0.0;
-                    for (int j = 0; j <= i; j++) o += p[j] / sum * a->qkv[((int64_t)b * T + j) * 3 * C + 2 * C + h * HS + d];
-                    if (out) out[((int64_t)b * T + i) * C + h * HS + d] = o;
-                    L += a->dout[((int64_t)b * T + i) * C + h * HS + d] * o;
+                    for (int j = 0; j <= i; j++) o += p[j] / sum * a->qkv[((int64_t)b * T + j) * QKV + (NH + NKV + kh) * HD + d];
+                    if (out) out[((int64_t)b * T + i) * ATT + h * HD + d] = o;
+                    L += a->dout[((int64_t)b * T + i) * ATT + h * HD + d] * o;
                 }
             }
+        }
     free(p);
     return L;
 }
 static double att_loss(void* ctx) { return att_ref(ctx, NULL, NULL); }
 
-TEST(op_attention) {
+// Forward, lse and dqkv (against finite differences) of one shape; T spans two key tiles.
+static void check_attention(int B, int T, int NH, int NKV, int HD, uint64_t seed) {
     ops_workspace();
-    const int B = 2, T = ATT_BK + 7, NH = 2, C = 6; // T spans two key tiles; head size 3
-    int64_t nq = (int64_t)B * T * 3 * C, no = (int64_t)B * T * C;
+    int64_t nq = (int64_t)B * T * (NH + 2 * NKV) * HD, no = (int64_t)B * T * NH * HD, nl = (int64_t)B * NH * T;
     floatX *qkv = (floatX*)calloc(nq, sizeof(floatX)), *out = (floatX*)calloc(no, sizeof(floatX));
     floatX *dout = (floatX*)calloc(no, sizeof(floatX)), *dqkv = (floatX*)calloc(nq, sizeof(floatX));
-    float* lse = (float*)calloc(B * NH * T, sizeof(float));
+    float* lse = (float*)calloc(nl, sizeof(float));
     double *qkvd = (double*)calloc(nq, 8), *doutd = (double*)calloc(no, 8), *ref = (double*)calloc(no, 8), *got = (double*)calloc(nq, 8);
-    double *lsed = (double*)calloc(B * NH * T, 8), *lseg = (double*)calloc(B * NH * T, 8), *fd = (double*)calloc(nq, 8);
-    ops_rand(qkv, qkvd, nq, 1.0, 21);
-    ops_rand(dout, doutd, no, 1.0, 22);
-    op_attention_forward(out, lse, qkv, B, T, C, NH);
-    AttRef a = {B, T, C, NH, qkvd, doutd};
+    double *lsed = (double*)calloc(nl, 8), *lseg = (double*)calloc(nl, 8), *fd = (double*)calloc(nq, 8);
+    ops_rand(qkv, qkvd, nq, 1.0, seed);
+    ops_rand(dout, doutd, no, 1.0, seed + 1);
+    op_attention_forward(out, lse, qkv, B, T, NH, NKV, HD);
+    AttRef a = {B, T, NH, NKV, HD, qkvd, doutd};
     att_ref(&a, ref, lsed);
     ops_to_d(out, got, no);
     double ef = ops_relerr(got, ref, no);
-    ops_f_to_d(lse, lseg, B * NH * T);
-    double el = ops_relerr(lseg, lsed, B * NH * T);
-    op_attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH);
+    ops_f_to_d(lse, lseg, nl);
+    double el = ops_relerr(lseg, lsed, nl);
+    op_attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD);
     ops_fd(qkvd, nq, att_loss, &a, fd);
     ops_to_d(dqkv, got, nq);
     double eb = ops_relerr(got, fd, nq);
-    CHECKF(ef < TOL_OP_FWD, "forward %.3g", ef);
-    CHECKF(el < TOL_OP_FWD, "lse %.3g", el);
-    CHECKF(eb < TOL_OP_BWD, "dqkv %.3g", eb);
-    printf("    attention: fwd %.2e lse %.2e dqkv %.2e\n", ef, el, eb);
+    CHECKF(ef < TOL_OP_FWD, "NH %d NKV %d HD %d: forward %.3g", NH, NKV, HD, ef);
+    CHECKF(el < TOL_OP_FWD, "NH %d NKV %d HD %d: lse %.3g", NH, NKV, HD, el);
+    CHECKF(eb < TOL_OP_BWD, "NH %d NKV %d HD %d: dqkv %.3g", NH, NKV, HD, eb);
+    printf("    attention B %d T %d NH %d NKV %d HD %d: fwd %.2e lse %.2e dqkv %.2e\n", B, T, NH, NKV, HD, ef, el, eb);
     free(qkv); free(out); free(dout); free(dqkv); free(lse); free(qkvd); free(doutd); free(ref); free(got);
     free(lsed); free(lseg); free(fd);
+}
+
+TEST(op_attention) { check_attention(2, ATT_BK + 7, 2, 2, 3, 21); } // GPT-2's case: NKV = NH, head size 3
+
+// Grouped-query attention: 2 query heads per kv head, and a single kv head for 3 query heads.
+TEST(op_attention_gqa) {
+    check_attention(1, ATT_BK + 7, 4, 2, 3, 23);
+    check_attention(1, ATT_BK + 7, 3, 1, 4, 25);
+}
+
+// GQA reads the shared K/V exactly as multi-head attention reads repeated copies (transformers'
+// repeat_kv): the forward's bits must equal those of the MHA op on the expanded qkv.
+TEST(op_attention_gqa_is_repeat_kv) {
+    ops_workspace();
+    const int B = 2, T = ATT_BK + 5, NH = 4, NKV = 2, HD = 5, rep = NH / NKV;
+    int64_t QG = (NH + 2 * NKV) * HD, QM = 3 * NH * HD, no = (int64_t)B * T * NH * HD;
+    floatX *qg = (floatX*)calloc((size_t)B * T * QG, sizeof(floatX)), *qm = (floatX*)calloc((size_t)B * T * QM, sizeof(floatX));
+    floatX *og = (floatX*)calloc(no, sizeof(floatX)), *om = (floatX*)calloc(no, sizeof(floatX));
+    float *lg = (float*)calloc((size_t)B * NH * T, 4), *lm = (float*)calloc((size_t)B * NH * T, 4);
+    double* tmp = (double*)calloc((size_t)B * T * QG, 8);
+    ops_rand(qg, tmp, (int64_t)B * T * QG, 1.0, 27);
+    for (int64_t r = 0; r < (int64_t)B * T; r++) {
+        memcpy(qm + r * QM, qg + r * QG, sizeof(floatX) * NH * HD); // q heads as they are
+        for (int h = 0; h < NH; h++) {
+            memcpy(qm + r * QM + (NH + h) * HD, qg + r * QG + (NH + h / rep) * HD, sizeof(floatX) * HD);
+            memcpy(qm + r * QM + (2 * NH + h) * HD, qg + r * QG + (NH + NKV + h / rep) * HD, sizeof(floatX) * HD);
+        }
+    }
+    op_attention_forward(og, lg, qg, B, T, NH, NKV, HD);
+    op_attention_forward(om, lm, qm, B, T, NH, NH, HD);
+    CHECK(memcmp(og, om, sizeof(floatX) * no) == 0);
+    CHECK(memcmp(lg, lm, sizeof(float) * B * NH * T) == 0);
+    free(qg); free(qm); free(og); free(om); free(lg); free(lm); free(tmp);
 }
 
 // ---- embedding
@@ -358,6 +394,276 @@ TEST(op_encoder) {
     CHECKF(e1 < TOL_OP_BWD, "dwte %.3g", e1);
     CHECKF(e2 < TOL_OP_BWD, "dwpe %.3g", e2);
     printf("    encoder: fwd %.2e dwte %.2e dwpe %.2e\n", ef, e1, e2);
+}
+
+// Without positions (wpe == NULL, the Llama family): out is the token's row, bit for bit; dwte as above.
+TEST(op_encoder_no_positions) {
+    ops_workspace();
+    const int B = 2, T = 5, C = 7, V = 11;
+    int tok[B * T] = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3};
+    floatX wte[V * C], dout[B * T * C], out[B * T * C];
+    double wted[V * C], wped[T * C] = {0}, doutd[B * T * C], got[V * C], fd[V * C];
+    float dwte[V * C] = {0};
+    ops_rand(wte, wted, V * C, 1.0, 34);
+    ops_rand(dout, doutd, B * T * C, 1.0, 35);
+    op_encoder_forward(out, tok, wte, NULL, B, T, C);
+    int same = 1;
+    for (int i = 0; i < B * T; i++) same &= memcmp(out + i * C, wte + tok[i] * C, sizeof(floatX) * C) == 0;
+    CHECK(same);
+    op_encoder_backward(dwte, NULL, dout, tok, B, T, C, V);
+    EncRef e = {B, T, C, tok, wted, wped, doutd}; // wpe all zero: the loss of a model without positions
+    ops_fd(wted, V * C, enc_loss, &e, fd);
+    ops_f_to_d(dwte, got, V * C);
+    double e1 = ops_relerr(got, fd, V * C);
+    CHECKF(e1 < TOL_OP_BWD, "dwte %.3g", e1);
+}
+
+// ---- residual + RMSNorm (transformers' LlamaRMSNorm: x * rsqrt(mean(x^2) + eps), then * weight)
+
+typedef struct { int N, C; double eps; double *a, *b, *w, *dout, *dres; } RmsRef;
+
+static double rms_ref(void* ctx_, double* out, double* rstd) {
+    RmsRef* r = (RmsRef*)ctx_;
+    double L = 0.0;
+    for (int i = 0; i < r->N; i++) {
+        double x[64], ms = 0.0;
+        for (int c = 0; c < r->C; c++) { x[c] = r->a[i * r->C + c] + r->b[i * r->C + c]; ms += x[c] * x[c]; }
+        double s = 1.0 / sqrt(ms / r->C + r->eps);
+        if (rstd) rstd[i] = s;
+        for (int c = 0; c < r->C; c++) {
+            double y = r->w[c] * (x[c] * s);
+            if (out) out[i * r->C + c] = y;
+            L += r->dout[i * r->C + c] * y + r->dres[i * r->C + c] * x[c]; // x also flows on in the residual
+        }
+    }
+    return L;
+}
+static double rms_loss(void* ctx) { return rms_ref(ctx, NULL, NULL); }
+
+TEST(op_residual_rmsnorm) {
+    ops_workspace();
+    const int N = 5, C = 19;
+    const float eps = 1e-6f;
+    floatX a[N * C], b[N * C], w[C], dout[N * C], dres[N * C], res[N * C], out[N * C];
+    double ad[N * C], bd[N * C], wd[C], doutd[N * C], dresd[N * C], ref[N * C], got[N * C], fd[N * C];
+    double resd[N * C], zero[N * C] = {0}, rref[N], rgot[N];
+    float rstd[N], dw[C] = {0};
+    ops_rand(a, ad, N * C, 1.0, 51);
+    ops_rand(b, bd, N * C, 1.0, 52);
+    ops_rand(w, wd, C, 1.0, 53);
+    ops_rand(dout, doutd, N * C, 1.0, 54);
+    ops_rand(dres, dresd, N * C, 1.0, 55);
+    op_residual_rmsnorm_forward(res, out, rstd, a, b, w, N, C, eps);
+    ops_to_d(res, resd, N * C);
+    RmsRef r = {N, C, (double)eps, resd, zero, wd, doutd, dresd}; // normalises the rounded residual, as the op
+    rms_ref(&r, ref, rref);
+    ops_to_d(out, got, N * C);
+    double ef = ops_relerr(got, ref, N * C);
+    ops_f_to_d(rstd, rgot, N);
+    double es = ops_relerr(rgot, rref, N);
+    for (int i = 0; i < N * C; i++) ref[i] = ad[i] + bd[i];
+    double er = ops_relerr(resd, ref, N * C);
+    CHECKF(ef < TOL_OP_FWD, "forward %.3g", ef);
+    CHECKF(es < TOL_OP_FWD, "rstd %.3g", es);
+    CHECKF(er < TOL_OP_FWD, "residual %.3g", er);
+    floatX dinp[N * C];
+    memcpy(dinp, dres, sizeof(dinp));
+    op_rmsnorm_backward(dinp, dw, dout, res, w, rstd, N, C);
+    RmsRef r2 = {N, C, (double)eps, ad, bd, wd, doutd, dresd};
+    ops_fd(ad, N * C, rms_loss, &r2, fd);
+    ops_to_d(dinp, got, N * C);
+    double ei = ops_relerr(got, fd, N * C);
+    double fdw[C], gw[C];
+    ops_fd(wd, C, rms_loss, &r2, fdw);
+    ops_f_to_d(dw, gw, C);
+    double ew = ops_relerr(gw, fdw, C);
+    CHECKF(ei < TOL_OP_BWD, "dinp %.3g", ei);
+    CHECKF(ew < TOL_OP_BWD, "dweight %.3g", ew);
+    printf("    rmsnorm: fwd %.2e rstd %.2e res %.2e dinp %.2e dw %.2e\n", ef, es, er, ei, ew);
+    // normalising the stored residual again (no add) reproduces the bits (what -r 2 relies on)
+    floatX out2[N * C];
+    float rstd2[N];
+    op_residual_rmsnorm_forward(NULL, out2, rstd2, res, NULL, w, N, C, eps);
+    CHECK(memcmp(out2, out, sizeof(out)) == 0 && memcmp(rstd2, rstd, sizeof(rstd)) == 0);
+    // transformers' rounding order: out = rn(w * rn(x * rstd)), not rn(w * x * rstd) (they differ in BF16)
+    int order = 1;
+    for (int i = 0; i < N; i++)
+        for (int c = 0; c < C; c++) {
+            floatX e = rn(ld(w[c]) * ld(rn(ld(res[i * C + c]) * rstd[i])));
+            order &= memcmp(&e, &out[i * C + c], sizeof(floatX)) == 0;
+        }
+    CHECK(order);
+}
+
+// ---- SwiGLU: out = silu(gate) * up, gu = gate ; up per row
+
+typedef struct { int N, F; double *gu, *dout; } SwiRef;
+static double swi_ref(void* ctx_, double* out) {
+    SwiRef* r = (SwiRef*)ctx_;
+    double L = 0.0;
+    for (int n = 0; n < r->N; n++)
+        for (int c = 0; c < r->F; c++) {
+            double g = r->gu[(int64_t)n * 2 * r->F + c], u = r->gu[(int64_t)n * 2 * r->F + r->F + c];
+            double y = g / (1.0 + exp(-g)) * u;
+            if (out) out[n * r->F + c] = y;
+            L += r->dout[n * r->F + c] * y;
+        }
+    return L;
+}
+static double swi_loss(void* ctx) { return swi_ref(ctx, NULL); }
+
+TEST(op_swiglu) {
+    ops_workspace();
+    const int N = 5, F = 13;
+    floatX gu[N * 2 * F], dout[N * F], out[N * F], dgu[N * 2 * F];
+    double gud[N * 2 * F], doutd[N * F], ref[N * F], got[N * 2 * F], fd[N * 2 * F];
+    ops_rand(gu, gud, N * 2 * F, 2.0, 61); // gates over silu's curved range
+    ops_rand(dout, doutd, N * F, 1.0, 62);
+    op_swiglu_forward(out, gu, N, F);
+    SwiRef r = {N, F, gud, doutd};
+    swi_ref(&r, ref);
+    ops_to_d(out, got, N * F);
+    double ef = ops_relerr(got, ref, N * F);
+    op_swiglu_backward(dgu, dout, gu, N, F);
+    ops_fd(gud, N * 2 * F, swi_loss, &r, fd);
+    ops_to_d(dgu, got, N * 2 * F);
+    double eb = ops_relerr(got, fd, N * 2 * F);
+    CHECKF(ef < TOL_OP_FWD, "forward %.3g", ef);
+    CHECKF(eb < TOL_OP_BWD, "dgu %.3g", eb);
+    printf("    swiglu: fwd %.2e dgu %.2e\n", ef, eb);
+}
+
+// ---- RoPE (rotate_half layout on the q and k heads of qkv)
+
+// rope_table against transformers' LlamaRotaryEmbedding (test/fixtures/rope.bin, dev/rope_fixture.py):
+// default, linear and two llama3 cases (one with 500000 and 8192 as Llama 3.1 ships, one whose bands
+// put frequencies in all three llama3 regions), and op_rope_forward against apply_rotary_pos_emb.
+TEST(op_rope_matches_transformers) {
+    Fixture fx;
+    char err[512];
+    if (fixture_load(&fx, "test/fixtures/rope.bin", err, sizeof(err))) { printf("    %s\n", err); CHECK(0); return; }
+    for (int k = 0; k < 4; k++) {
+        char name[64];
+        snprintf(name, sizeof(name), "rope%d.cfg", k);
+        const float* cfg = (const float*)fixture_get(&fx, name)->data;
+        RopeParams p = {(int)cfg[0], (double)cfg[2], (int)cfg[3], (double)cfg[4], (double)cfg[5], (double)cfg[6], (int)cfg[7]};
+        int T = (int)cfg[1], H2 = p.HD / 2;
+        float* tab = (float*)malloc(sizeof(float) * 2 * T * H2);
+        rope_table(tab, &p, T);
+        float inv[ROPE_MAX_HD / 2];
+        rope_inv_freq(inv, &p);
+        snprintf(name, sizeof(name), "rope%d.inv_freq", k);
+        CHECKF(memcmp(inv, fixture_get(&fx, name)->data, sizeof(float) * H2) == 0, "table %d: inv_freq differs from transformers' bits", k);
+        snprintf(name, sizeof(name), "rope%d.cos", k);
+        const float* cref = (const float*)fixture_get(&fx, name)->data;
+        snprintf(name, sizeof(name), "rope%d.sin", k);
+        const float* sref = (const float*)fixture_get(&fx, name)->data;
+        // inv_freq is transformers' to the bit; cos/sin: torch evaluates them with SLEEF's vectorised
+        // cosf/sinf (1-ulp bound), we round the exact value: at most 1 ulp apart, and mostly equal
+        int differ = 0, maxulp = 0;
+        for (int i = 0; i < 2 * T * H2; i++) {
+            float a = tab[i], b = i < T * H2 ? cref[i] : sref[i - T * H2];
+            int32_t ia, ib;
+            memcpy(&ia, &a, 4);
+            memcpy(&ib, &b, 4);
+            int ulp = (a == b) ? 0 : ((ia < 0) != (ib < 0)) ? 1 << 30 : abs(ia - ib);
+            differ += ulp != 0;
+            maxulp = ulp > maxulp ? ulp : maxulp;
+        }
+        printf("    rope table %d (HD %d, kind %d): %d of %d values differ from transformers' bits, max %d ulp\n",
+               k, p.HD, p.kind, differ, 2 * T * H2, maxulp);
+        CHECKF(maxulp <= 1 && differ * 5 < 2 * T * H2, "table %d: %d values differ, up to %d ulp", k, differ, maxulp);
+        if (k == 0) { // apply to q and k
+            const int* sh = (const int*)fixture_get(&fx, "apply.shape")->data;
+            int B = sh[0], NH = sh[2], NKV = sh[3], HD = sh[4];
+            const float* q = (const float*)fixture_get(&fx, "apply.q")->data;
+            const float* kk = (const float*)fixture_get(&fx, "apply.k")->data;
+            const float* qo = (const float*)fixture_get(&fx, "apply.q_out")->data;
+            const float* ko = (const float*)fixture_get(&fx, "apply.k_out")->data;
+            int64_t QKV = (int64_t)(NH + 2 * NKV) * HD, nr = (int64_t)B * T;
+            floatX* qkv = (floatX*)calloc(nr * QKV, sizeof(floatX));
+            double *got = (double*)calloc(nr * (NH + NKV) * HD, 8), *ref = (double*)calloc(nr * (NH + NKV) * HD, 8);
+            for (int64_t r = 0; r < nr; r++) {
+                for (int e = 0; e < NH * HD; e++) qkv[r * QKV + e] = rn(q[r * NH * HD + e]);
+                for (int e = 0; e < NKV * HD; e++) {
+                    qkv[r * QKV + NH * HD + e] = rn(kk[r * NKV * HD + e]);
+                    qkv[r * QKV + (NH + NKV) * HD + e] = rn(7.0f); // v: untouched
+                }
+            }
+            op_rope_forward(qkv, tab, B, T, NH, NKV, HD);
+            int vsame = 1;
+            for (int64_t r = 0; r < nr; r++) {
+                for (int e = 0; e < NH * HD; e++) { got[r * (NH + NKV) * HD + e] = ld(qkv[r * QKV + e]); ref[r * (NH + NKV) * HD + e] = qo[r * NH * HD + e]; }
+                for (int e = 0; e < NKV * HD; e++) {
+                    got[r * (NH + NKV) * HD + NH * HD + e] = ld(qkv[r * QKV + NH * HD + e]);
+                    ref[r * (NH + NKV) * HD + NH * HD + e] = ko[r * NKV * HD + e];
+                    vsame &= ld(qkv[r * QKV + (NH + NKV) * HD + e]) == 7.0f;
+                }
+            }
+            double ea = ops_relerr(got, ref, nr * (NH + NKV) * HD);
+            printf("    rope apply vs apply_rotary_pos_emb: %.2e\n", ea);
+            CHECKF(ea < TOL_OP_FWD, "apply %.3g", ea);
+            CHECK(vsame);
+            free(qkv); free(got); free(ref);
+        }
+        free(tab);
+    }
+    fixture_free(&fx);
+}
+
+// The rotation against a float64 formula written from the paper (angle t * theta^(-2i/HD), pairs
+// (i, i + HD/2)), and the backward against finite differences; GQA layout (NH 3, NKV 1).
+typedef struct { int B, T, NH, NKV, HD; double theta; double *qkv, *dout; } RopeRef;
+static double rope_ref(void* ctx_, double* out) {
+    RopeRef* r = (RopeRef*)ctx_;
+    int H2 = r->HD / 2;
+    int64_t QKV = (int64_t)(r->NH + 2 * r->NKV) * r->HD;
+    double L = 0.0;
+    for (int64_t bt = 0; bt < (int64_t)r->B * r->T; bt++) {
+        int t = (int)(bt % r->T);
+        for (int e = 0; e < QKV; e++) {
+            int head = e / r->HD, d = e % r->HD, i = d % H2;
+            const double* x = r->qkv + bt * QKV + head * r->HD;
+            double y = x[d];
+            if (head < r->NH + r->NKV) {
+                double ang = t * pow(r->theta, -2.0 * i / r->HD);
+                y = d < H2 ? x[i] * cos(ang) - x[i + H2] * sin(ang) : x[i + H2] * cos(ang) + x[i] * sin(ang);
+            }
+            if (out) out[bt * QKV + e] = y;
+            L += r->dout[bt * QKV + e] * y;
+        }
+    }
+    return L;
+}
+static double rope_loss(void* ctx) { return rope_ref(ctx, NULL); }
+
+TEST(op_rope) {
+    const int B = 2, T = 9, NH = 3, NKV = 1, HD = 10;
+    const int64_t n = (int64_t)B * T * (NH + 2 * NKV) * HD;
+    floatX qkv[n], dqkv[n];
+    double qkvd[n], doutd[n], ref[n], got[n], fd[n];
+    RopeParams p = {HD, 10000.0, ROPE_KIND_DEFAULT, 1.0, 0.0, 0.0, 0};
+    float tab[2 * T * HD / 2];
+    rope_table(tab, &p, T);
+    ops_rand(qkv, qkvd, n, 1.0, 71);
+    ops_rand(dqkv, doutd, n, 1.0, 72);
+    op_rope_forward(qkv, tab, B, T, NH, NKV, HD);
+    RopeRef r = {B, T, NH, NKV, HD, 10000.0, qkvd, doutd};
+    rope_ref(&r, ref);
+    ops_to_d(qkv, got, n);
+    double ef = ops_relerr(got, ref, n);
+    // the v heads pass unchanged, bit for bit (ref holds them exactly)
+    int vsame = 1;
+    for (int64_t bt = 0; bt < B * T; bt++)
+        for (int e = (NH + NKV) * HD; e < (NH + 2 * NKV) * HD; e++) vsame &= got[bt * (NH + 2 * NKV) * HD + e] == ref[bt * (NH + 2 * NKV) * HD + e];
+    op_rope_backward(dqkv, tab, B, T, NH, NKV, HD);
+    ops_fd(qkvd, n, rope_loss, &r, fd);
+    ops_to_d(dqkv, got, n);
+    double eb = ops_relerr(got, fd, n);
+    CHECKF(ef < TOL_OP_FWD, "forward %.3g", ef);
+    CHECKF(eb < TOL_OP_BWD, "backward %.3g", eb);
+    CHECK(vsame);
+    printf("    rope: fwd %.2e bwd %.2e\n", ef, eb);
 }
 
 // ---- LM head + softmax cross-entropy (padded vocabulary masked)
@@ -791,7 +1097,7 @@ TEST(op_adamw_simd_bitwise) {
 // whole logical vector of a small model filled with 1 and with 2 threads (and from two halves),
 // compared bitwise; the time per parameter is printed.
 TEST(init_parallel_same_bits) {
-    GPTConfig c = {2, 128, 4, 1000, 1024, 256};
+    GPTConfig c = gpt2_config(2, 128, 4, 1000, 1024, 256);
     ModelDesc d;
     model_describe(&d, &c);
     int64_t n = d.num_params;

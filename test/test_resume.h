@@ -314,7 +314,7 @@ TEST(cli_messages_true) {
     CHECKF(rc == 2 && strstr(rs_out, "flag -m: -5"), "-m -5: exit %d\n%s", rc, rs_out);
     rc = rs_run("", RS_SMALL " -x 0 -temperature -1");
     CHECKF(rc == 2 && strstr(rs_out, "flag -temperature"), "-temperature -1: exit %d\n%s", rc, rs_out);
-    GPTConfig c = {1, 32, 3, 128, 128, 16}; // C = 32 is not a multiple of NH = 3
+    GPTConfig c = gpt2_config(1, 32, 3, 128, 128, 16); // C = 32 is not a multiple of NH = 3
     ModelDesc d;
     model_describe(&d, &c);
     snprintf(path, sizeof(path), "%s/heads3.bin", test_tmpdir());

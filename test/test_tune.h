@@ -441,7 +441,7 @@ TEST(tune_emu_comm_wait_column) {
 // started with the choice; DONE records "-offload cpu"; a resume with -tune reuses it.
 TEST(tune_emu_offload_cpu_when_nothing_else_fits) {
     static char out[1 << 20];
-    GPTConfig c = {ZT_L, ZT_C, ZT_NH, ZT_V, 128, ZT_MAXT};
+    GPTConfig c = gpt2_config(ZT_L, ZT_C, ZT_NH, ZT_V, 128, ZT_MAXT);
     double need = 1e300;
     PlanRow row;
     for (int z = 0; z <= 3; z++)

@@ -50,7 +50,7 @@ TEST(zero_block_sizes_need_tail_padding) {
     for (int R = 2; R <= 4; R++)
         CHECKF(Pio % (8 * R) != 0 && Pl % (8 * R) != 0, "R = %d: a block needs no tail padding (%lld, %lld)", R, (long long)Pio, (long long)Pl);
     // and the closed form agrees with the layout the program builds
-    GPTConfig c = {ZT_L, ZT_C, ZT_NH, ZT_V, 128, ZT_MAXT};
+    GPTConfig c = gpt2_config(ZT_L, ZT_C, ZT_NH, ZT_V, 128, ZT_MAXT);
     ModelDesc d;
     model_describe(&d, &c);
     for (int R = 1; R <= 4; R++) {
@@ -362,7 +362,7 @@ static int zt_hooks_child(int scenario, char* msg, size_t cap) {
     if (pid == 0) {
         if (!freopen(path, "w", stderr)) _exit(99);
         g_abort_hook = NULL; g_finalize_hook = NULL; g_world = 1; g_device = DEV_CPU;
-        GPTConfig c = {ZT_L, ZT_C, ZT_NH, ZT_V, 128, ZT_MAXT};
+        GPTConfig c = gpt2_config(ZT_L, ZT_C, ZT_NH, ZT_V, 128, ZT_MAXT);
         ModelDesc d;
         model_describe(&d, &c);
         BlockLayout lay;
