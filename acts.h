@@ -25,7 +25,7 @@
 // The sizes come from the model's derived sizes (model_dims: QKV, ATT, FC, F), so one table serves
 // both families; MEAN is 1 for a layernorm (GPT-2), 0 for an RMSNorm (Llama: no mean). In Llama's
 // layer, ln1/ln2 are the RMSNorm outputs, qkv holds q and k after RoPE, fch holds gate ; up (FC =
-// 2F) and fch_gelu the SwiGLU output (F).
+// 2F) and fch_gelu the SwiGLU output (F); dswiglu and the RoPE table (DSW, ROPE) are Llama's only.
 #define LAYER_ACTS(X)                                                                  \
     X(x,        floatX, BT * C,              3) /* (B,T,C)  residual stream entering the layer */ \
     X(ln1,      floatX, BT * C,              1) /* (B,T,C)  layernorm 1 output */              \
@@ -55,13 +55,16 @@
     X(dln,      floatX, BT * C)     /* (B,T,C)  gradient of a layernorm output */          \
     X(datty,    floatX, BT * ATT)   /* (B,T,ATT) */                                        \
     X(dqkv,     floatX, BT * QKV)   /* (B,T,QKV) */                                        \
-    X(dfch,     floatX, BT * FC)    /* (B,T,FC) */
+    X(dfch,     floatX, BT * FC)    /* (B,T,FC) */                                         \
+    X(dswiglu,  floatX, BT * DSW)   /* (B,T,F)  [Llama] gradient of the SwiGLU output */   \
+    X(rope,     float,  ROPE)       /* (2,T,HD/2) [Llama] RoPE's cos ; sin (rope_table), FP32 */
 
 // The sizes the two tables above name, from the config (every one used by each table).
 #define ACTS_SIZES(c, B, T)                                                                              \
     ModelDims dims_ = model_dims(c);                                                                     \
     int64_t BT = (int64_t)(B) * (T), C = (c)->C, NH = (c)->NH, L = (c)->L;                               \
-    int64_t QKV = dims_.QKV, ATT = dims_.ATT, FC = dims_.FC, F = dims_.F, MEAN = (c)->family == FAMILY_GPT2
+    int64_t QKV = dims_.QKV, ATT = dims_.ATT, FC = dims_.FC, F = dims_.F, MEAN = (c)->family == FAMILY_GPT2; \
+    int64_t DSW = (c)->family == FAMILY_LLAMA ? F : 0, ROPE = (c)->family == FAMILY_LLAMA ? (int64_t)(T) * dims_.HD : 0
 
 typedef struct {
 #define X(name, type, elems, keep) type* name; int64_t name##_n; int name##_per_layer;

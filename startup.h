@@ -109,6 +109,10 @@ static const LlamaDescriptor g_llama_descriptors[] = {
     // CPU-sized, with grouped-query attention (2 query heads per K/V head), an untied head and the
     // GPT-2 vocabulary (the KJV shards are GPT-2 ids): tests and a default-sized run
     {"llama-tiny", 4, 128, 4, 2, 32, 352, 50257, 256, 0, 0, 0, 1e-5f, ROPE_DEFAULT, 10000.0, 0, 0, 0, 0, "zerotrain's test shape"},
+    // its twin through every optional path: Qwen2's q/k/v biases, MLP biases, a tied head, 4 query
+    // heads per K/V head, head_dim 24 (NH * HD = 192, not C), Llama 3.2's RoPE (theta 500000, llama3
+    // scaling: factor 32, low 1, high 4, original 8192) and eps 1e-6
+    {"llama-tiny-tied", 4, 128, 8, 2, 24, 344, 50257, 256, 1, 1, 1, 1e-6f, ROPE_LLAMA3, 500000.0, 32.0, 1.0, 4.0, 8192, "zerotrain's test shape"},
 };
 
 static void config_from_llama_descriptor(const LlamaDescriptor* d, GPTConfig* c) {
@@ -245,6 +249,26 @@ static void model_config(const Flags* f, GPTConfig* c, int* from_file) {
     if (c->C / c->NH > ATT_MAX_HS && *from_file)
         die_user("-e %s: %s, %d / %d, gives a head size above %d, the most the attention kernels support", f->model, said, c->C, c->NH, ATT_MAX_HS);
     if (c->C / c->NH > ATT_MAX_HS) die_user("model: head size C/NH = %d is above %d. HINT: use more -heads", c->C / c->NH, ATT_MAX_HS);
+}
+
+// The flags a model family decides. llm.c's model files hold GPT-2 only: for the Llama family
+// -export is refused and a checkpoint holds no model file (-save-model 0; the state files are all a
+// resume needs, and -export-hf writes the model for transformers). Exit 2 naming the flag.
+static void check_family_flags(Flags* f, const GPTConfig* c) {
+    if (c->family == FAMILY_GPT2) return;
+    if (f->export_path[0])
+        die_user("flag -export %s: llm.c model files hold GPT-2 only, and -e %s is a Llama-family model. HINT: -export-hf DIR writes it "
+                 "as a Hugging Face checkpoint (config.json + safetensors) that transformers loads", f->export_path, f->model);
+    if (f->save_model_set && strcmp(f->save_model, "0"))
+        die_user("flag -save-model %s: a checkpoint's model file is an llm.c file, which holds GPT-2 only, and -e %s is a Llama-family "
+                 "model. HINT: use -save-model 0 (a resume needs only the state files) and -export-hf DIR for the model", f->save_model, f->model);
+    if (strcmp(f->save_model, "0")) {
+        snprintf(f->save_model, sizeof(f->save_model), "0");
+        FLAG_SHOW(f, save_model, "0"); // (the run's record keeps this value)
+        printf0("note: -save-model 0: llm.c model files hold GPT-2 only; checkpoints of -e %s keep the state files (-export-hf writes the model)\n", f->model);
+    }
+    if (f->export_hf[0]) // (the Hugging Face writer for the family: issue 21's hf.h part)
+        die_user("flag -export-hf %s: this build writes Hugging Face GPT-2 checkpoints only, and -e %s is a Llama-family model", f->export_hf, f->model);
 }
 
 // Checks on the training flags that need nothing but the flags and R (exit 2, before any allocation).

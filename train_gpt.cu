@@ -133,6 +133,8 @@ typedef struct {
     int recompute;
     Zero z;
     Acts a;
+    float* rope_host;  // [Llama] RoPE's table on the host (2 x T x HD/2), uploaded to a.rope for rope_T positions
+    int rope_T;
 } Model;
 
 // A family's code: the embedding, one layer and the head, forward and backward. The loop below
@@ -256,12 +258,117 @@ static void gpt2_embed_backward(Model* m, const GradView* g, int B, int T) {
 static const FamilyOps GPT2_OPS = {"gpt2", gpt2_embed_forward, gpt2_layer_forward, gpt2_head_forward,
                                    gpt2_head_backward, gpt2_layer_backward, gpt2_embed_backward};
 
-// The family's code, chosen once when the model is built.
-static const FamilyOps* family_ops(const GPTConfig* c) {
-    if (c->family == FAMILY_GPT2) return &GPT2_OPS;
-    die_user("model: the Llama family cannot train yet (its layer code is not in this build)");
-    return NULL;
+// --- Llama (Llama 3, Qwen2, Mistral, SmolLM2): RMSNorm, RoPE on q and k, grouped-query attention,
+// a SwiGLU MLP, no positional embedding, an LM head of its own unless tied to the embedding. An
+// absent bias is a NULL view (param_view), which the matmuls skip.
+
+// RoPE's cos/sin table (FP32, transformers' float32 operations: ops/rope.cuh) for T positions in
+// a.rope. Built when the model is built (its T); a forward of another T (sampling) rebuilds it there.
+static void llama_rope_for(Model* m, int T) {
+    if (m->rope_T == T) return;
+    const GPTConfig* c = &m->cfg;
+    RopeParams rp = {c->HD, c->rope_theta, c->rope_type == ROPE_LLAMA3 ? ROPE_KIND_LLAMA3 : c->rope_type == ROPE_LINEAR ? ROPE_KIND_LINEAR : ROPE_KIND_DEFAULT,
+                     c->rope_factor, c->rope_low_freq, c->rope_high_freq, c->rope_orig_maxT};
+    rope_table(m->rope_host, &rp, T);
+    dev_from_host(m->a.rope, m->rope_host, sizeof(float) * (size_t)T * c->HD);
+    m->rope_T = T;
 }
+
+// x[0] (B,T,C) = embed[inputs]   (positions enter through RoPE)
+static void llama_embed_forward(Model* m, const ParamView* io, int B, int T) {
+    llama_rope_for(m, T);
+    op_encoder_forward(layer_acts(&m->a, 0).x, m->a.inputs, io->t[T_embed], NULL, B, T, m->cfg.C);
+}
+
+// One decoder layer, forward (inp1, inp2 as GPT-2's).
+static void llama_layer_forward(Model* m, int l, const ParamView* p, const floatX* inp1, const floatX* inp2, int B, int T) {
+    const GPTConfig* c = &m->cfg;
+    ModelDims d = model_dims(c);
+    int C = c->C, NH = c->NH, BT = B * T;
+    Acts* A = &m->a;
+    LayerActs a = layer_acts(A, l);
+    // (x, ln1) = residual + rmsnorm(inp1, inp2)
+    op_residual_rmsnorm_forward(inp2 ? a.x : NULL, a.ln1, a.ln1_rstd, inp1, inp2, p->t[T_attnnorm], BT, C, c->norm_eps);
+    // qkv (B,T,QKV) = ln1 @ wqkv^T (+ bqkv); q and k rotated in place (RoPE)
+    op_matmul_forward(a.qkv, NULL, a.ln1, p->t[T_wqkv], p->t[T_bqkv], BT, C, (int)d.QKV);
+    op_rope_forward(a.qkv, A->rope, B, T, NH, d.NKV, d.HD);
+    // atty (B,T,ATT), lse (B,NH,T) = causal grouped-query attention(qkv)
+    op_attention_forward(a.atty, a.lse, a.qkv, B, T, NH, d.NKV, d.HD);
+    // proj (B,T,C) = atty @ wo^T
+    op_matmul_forward(A->proj, NULL, a.atty, p->t[T_wo], NULL, BT, (int)d.ATT, C);
+    // (xmid, ln2) = residual + rmsnorm(x, proj)
+    op_residual_rmsnorm_forward(a.xmid, a.ln2, a.ln2_rstd, a.x, A->proj, p->t[T_mlpnorm], BT, C, c->norm_eps);
+    // fch (B,T,2F) = ln2 @ wgu^T (+ bgu): gate ; up;  fch_gelu (B,T,F) = silu(gate) * up
+    op_matmul_forward(a.fch, NULL, a.ln2, p->t[T_wgu], p->t[T_bgu], BT, C, (int)d.FC);
+    op_swiglu_forward(a.fch_gelu, a.fch, BT, (int)d.F);
+    // proj (B,T,C) = fch_gelu @ wdown^T (+ bdown)   (added to xmid by the next layer's first op)
+    op_matmul_forward(A->proj, NULL, a.fch_gelu, p->t[T_wdown], p->t[T_bdown], BT, (int)d.F, C);
+}
+
+// The LM head: its own tensor, or the embedding when tied.
+static int llama_head_tensor(const ParamView* io) { return io->t[T_lmhead] ? T_lmhead : T_embed; }
+
+// (xL, lnf) = residual + rmsnorm(xmid of the last layer, its MLP output); logits (B,T,Vp) = lnf @ lmhead^T
+static void llama_head_forward(Model* m, const ParamView* io, int B, int T, int with_targets, float dloss) {
+    const GPTConfig* c = &m->cfg;
+    Acts* A = &m->a;
+    int BT = B * T;
+    op_residual_rmsnorm_forward(A->xL, A->lnf, A->lnf_rstd, layer_acts(A, c->L - 1).xmid, A->proj, io->t[T_normf], BT, c->C, c->norm_eps);
+    op_lm_head_forward(A->logits, A->losses, A->lnf, io->t[llama_head_tensor(io)], with_targets ? A->targets : NULL, dloss,
+                       dloss != 0.0f, BT, c->C, c->V, c->Vp);
+}
+
+static void llama_head_backward(Model* m, const ParamView* io, const GradView* g, int B, int T) {
+    const GPTConfig* c = &m->cfg;
+    Acts* A = &m->a;
+    int BT = B * T, C = c->C, k = llama_head_tensor(io);
+    // logits = lnf @ lmhead^T   (A->logits holds dlogits)
+    op_matmul_backward(A->dln, g->t[k], NULL, A->logits, A->lnf, io->t[k], NULL, BT, C, c->Vp);
+    // lnf = rmsnorm(xL): dres = d(xL)
+    op_rmsnorm_backward(A->dres, g->t[T_normf], A->dln, A->xL, io->t[T_normf], A->lnf_rstd, BT, C);
+}
+
+// One decoder layer, backward (A->dres as GPT-2's). Recompute: -r 1 SwiGLU, -r 2 also both
+// RMSNorms, -r 3 the whole layer (RoPE included) from its input x.
+static void llama_layer_backward(Model* m, int l, const ParamView* p, const GradView* g, int B, int T) {
+    const GPTConfig* c = &m->cfg;
+    ModelDims d = model_dims(c);
+    int C = c->C, NH = c->NH, BT = B * T, r = m->recompute;
+    Acts* A = &m->a;
+    LayerActs a = layer_acts(A, l);
+    if (r == 3) llama_layer_forward(m, l, p, a.x, NULL, B, T);                    // [-r 3] the whole layer
+    if (r == 1 || r == 2) op_swiglu_forward(a.fch_gelu, a.fch, BT, (int)d.F);     // [-r 1,2] SwiGLU
+    // proj = fch_gelu @ wdown^T (+ bdown)
+    op_matmul_backward(A->dswiglu, g->t[T_wdown], g->t[T_bdown], A->dres, a.fch_gelu, p->t[T_wdown], NULL, BT, (int)d.F, C);
+    // fch_gelu = silu(gate) * up
+    op_swiglu_backward(A->dfch, A->dswiglu, a.fch, BT, (int)d.F);
+    if (r == 2) op_residual_rmsnorm_forward(NULL, a.ln2, a.ln2_rstd, a.xmid, NULL, p->t[T_mlpnorm], BT, C, c->norm_eps); // [-r 2] RMSNorm 2
+    // fch = ln2 @ wgu^T (+ bgu)
+    op_matmul_backward(A->dln, g->t[T_wgu], g->t[T_bgu], A->dfch, a.ln2, p->t[T_wgu], NULL, BT, C, (int)d.FC);
+    // ln2 = rmsnorm(xmid): dres += d through the normalisation (dres is now d(xmid))
+    op_rmsnorm_backward(A->dres, g->t[T_mlpnorm], A->dln, a.xmid, p->t[T_mlpnorm], a.ln2_rstd, BT, C);
+    // proj = atty @ wo^T
+    op_matmul_backward(A->datty, g->t[T_wo], NULL, A->dres, a.atty, p->t[T_wo], NULL, BT, (int)d.ATT, C);
+    // atty = attention(qkv after RoPE); then RoPE's transpose on dq, dk
+    op_attention_backward(A->dqkv, A->datty, a.qkv, a.atty, a.lse, B, T, NH, d.NKV, d.HD);
+    op_rope_backward(A->dqkv, A->rope, B, T, NH, d.NKV, d.HD);
+    if (r == 2) op_residual_rmsnorm_forward(NULL, a.ln1, a.ln1_rstd, a.x, NULL, p->t[T_attnnorm], BT, C, c->norm_eps); // [-r 2] RMSNorm 1
+    // qkv = ln1 @ wqkv^T (+ bqkv)
+    op_matmul_backward(A->dln, g->t[T_wqkv], g->t[T_bqkv], A->dqkv, a.ln1, p->t[T_wqkv], NULL, BT, C, (int)d.QKV);
+    // ln1 = rmsnorm(x): dres += d through the normalisation (dres is now d(x))
+    op_rmsnorm_backward(A->dres, g->t[T_attnnorm], A->dln, a.x, p->t[T_attnnorm], a.ln1_rstd, BT, C);
+}
+
+// x[0] = embed[inputs]: scatter-add dres into dembed
+static void llama_embed_backward(Model* m, const GradView* g, int B, int T) {
+    op_encoder_backward(g->t[T_embed], NULL, m->a.dres, m->a.inputs, B, T, m->cfg.C, m->cfg.V);
+}
+
+static const FamilyOps LLAMA_OPS = {"llama", llama_embed_forward, llama_layer_forward, llama_head_forward,
+                                    llama_head_backward, llama_layer_backward, llama_embed_backward};
+
+// The family's code, chosen once when the model is built.
+static const FamilyOps* family_ops(const GPTConfig* c) { return c->family == FAMILY_LLAMA ? &LLAMA_OPS : &GPT2_OPS; }
 
 // Forward over a B x T micro-batch (B, T at most the allocated shape) whose tokens are already in
 // A->inputs (and A->targets when with_targets). With targets and dloss == 0 (evaluation), per-token
@@ -846,6 +953,13 @@ static void trainer_build_model(Trainer* tr, const GPTConfig* c, int stage, int 
     if (offload != OFFLOAD_NONE) offload_pin_threads(tr->launch.local_rank, tr->launch.local_world); // [offload] the rank's cores
     offload_init(&m->z, f->offload_dir, parse_size(f->offload_buffer)); // [offload] master, m, v in host memory or a file
     acts_alloc(&m->a, c, f->B, f->T, recompute);
+    m->rope_T = 0;
+    m->rope_host = NULL;
+    if (m->a.rope) { // [Llama] RoPE's table, built once for the run's T
+        m->rope_host = (float*)malloc(sizeof(float) * (size_t)f->T * c->HD);
+        if (!m->rope_host) die(1, "out of host memory (RoPE's table: %zu bytes)", sizeof(float) * (size_t)f->T * c->HD);
+        llama_rope_for(m, f->T);
+    }
     dev_upload_reserve((size_t)f->B * f->T * sizeof(int)); // the token uploads' page-locked slots (load_tokens)
     size_t work_floats = ops_workspace_floats(c, f->B, f->T, m->z.opt_total);
     g_work = (float*)dev_alloc(TAG_WORK, work_floats * sizeof(float));
@@ -875,6 +989,8 @@ static void trainer_free_model(Trainer* tr) {
     dev_free(TAG_WORK, g_work, (g_work_floats + STEP_SCALARS_FLOATS) * sizeof(float)); // the ops' part and the step's scalars
     g_work = NULL;
     acts_free(&m->a, m->cfg.L);
+    free(m->rope_host);
+    m->rope_host = NULL;
     offload_free(&m->z);
     zero_free(&m->z);
     layout_free(&m->z.lay);
@@ -975,6 +1091,7 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     if (T_auto && f->T > c.maxT) { f->T = c.maxT; snprintf(f->T_str, sizeof(f->T_str), "%d", f->T); } // "at most the model's"
     int R_plan = f->plan && f->world > 0 ? f->world : tr->R; // -plan -world R plans another world size
     check_flags(f, &c, R_plan);
+    check_family_flags(f, &c); // (llm.c's files are GPT-2's)
     ranks_agree(&tr->comm, flags_hash(f), "was started with different flags once defaults were resolved (another model file?)", "start every rank with the same command line, the same ./train and the same -device");
     if (g_device == DEV_CUDA) tr->peak_flops = gpu_peak_tflops(gpu_model_name(f)) * 1e12; // MFU's denominator
     int threads = setup_threads(f, &tr->launch);

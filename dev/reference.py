@@ -24,6 +24,9 @@ Usage:
   /usr/bin/python3 dev/reference.py --fdcheck               # finite differences vs autograd
   python dev/reference.py --hf-logits DIR TOKENS OUT         # logits of a -export-hf checkpoint
                                                              # (needs the safetensors package)
+  /usr/bin/python3 dev/reference.py --llama-grads CONFIG WEIGHTS TOKENS OUT
+                                       # a Llama-family model (RMSNorm, RoPE, GQA, SwiGLU) in float64:
+                                       # logits, loss, every gradient (test/test_llama.h)
 Exit status: 0 ok, 1 mismatch, 2 usage error.
 
 Limits: CPU only, single thread, float64 — about a second for this tiny config, far too slow for
@@ -403,6 +406,127 @@ def masked_grads_of(model_path, tokens_path, out_path):
     print(f"masked loss {loss.item():.6f} over {(tgt >= 0).sum().item()} of {b * t} targets written to {out_path}")
 
 
+# ------------------------------------------------------------------------------------------------
+# The Llama family (Llama 3, Qwen2, Mistral, SmolLM2), for --llama-grads: written out from PyTorch
+# primitives in float64, independently of our C code and of transformers (test/test_llama.h compares
+# our CPU device's logits, loss and every gradient with it). Each piece as the papers and
+# transformers' modeling_llama.py define it:
+#   RMSNorm  x * rsqrt(mean(x^2) + eps) * w
+#   RoPE     q * cos + rotate_half(q) * sin, rotate_half(q) = (-q2, q1) (pairs d, d + HD/2), the
+#            inverse frequencies 1 / theta^(2i/HD), then rope_scaling's rule: linear (/ factor) or
+#            llama3 (transformers' _compute_llama3_parameters), here in float64
+#   GQA      k, v repeated over NH / NKV query heads (repeat_kv), causal softmax(q k^T / sqrt(HD)) v
+#   SwiGLU   down(silu(gate(x)) * up(x))
+#   head     an untied lm_head, or the embedding when tied
+# The tensors are our internal ones in our logical order (model.h LLAMA_TENSORS): wqkv = q_proj ;
+# k_proj ; v_proj rows, wgu = gate_proj ; up_proj rows, absent ones (biases, a tied head) left out.
+
+def llama_shapes(cfg):
+    """[(name, shape)] of the family's present tensors, in logical order (per layer: leading L)."""
+    L_, C_, NH_, NKV_, HD_, F_, Vp_ = (cfg[k] for k in ("L", "C", "NH", "NKV", "HD", "F", "Vp"))
+    QKV = (NH_ + 2 * NKV_) * HD_
+    rows = [("embed", (Vp_, C_)), ("attnnorm", (L_, C_)), ("wqkv", (L_, QKV, C_))]
+    rows += [("bqkv", (L_, QKV))] if cfg["qkv_bias"] else []
+    rows += [("wo", (L_, C_, NH_ * HD_)), ("mlpnorm", (L_, C_)), ("wgu", (L_, 2 * F_, C_))]
+    rows += [("bgu", (L_, 2 * F_))] if cfg["mlp_bias"] else []
+    rows += [("wdown", (L_, C_, F_))]
+    rows += [("bdown", (L_, C_))] if cfg["mlp_bias"] else []
+    rows += [("normf", (C_,))]
+    rows += [] if cfg["tied"] else [("lmhead", (Vp_, C_))]
+    return rows
+
+
+def llama_inv_freq(cfg):
+    """RoPE's inverse frequencies (HD/2), float64, with rope_scaling's rule."""
+    HD_ = cfg["HD"]
+    inv = 1.0 / cfg["rope_theta"] ** (torch.arange(0, HD_, 2, dtype=torch.float64) / HD_)
+    kind = cfg["rope_type"]
+    if kind == "linear":
+        inv = inv / cfg["rope_factor"]
+    elif kind == "llama3":
+        factor, low, high, orig = cfg["rope_factor"], cfg["rope_low_freq"], cfg["rope_high_freq"], cfg["rope_orig_maxT"]
+        low_wavelen, high_wavelen = orig / low, orig / high
+        wavelen = 2 * math.pi / inv
+        scaled = torch.where(wavelen > low_wavelen, inv / factor, inv)
+        smooth = (orig / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
+        inv = torch.where(medium, smoothed, scaled)
+    elif kind != "default":
+        raise ValueError(f"rope_type {kind}")
+    return inv
+
+
+def llama_forward(cfg, w, idx, tgt):
+    """(logits (B, T, V), mean cross-entropy over targets >= 0) of the float64 model `w`."""
+    NH_, NKV_, HD_, F_, V_, eps = (cfg[k] for k in ("NH", "NKV", "HD", "F", "V", "norm_eps"))
+    b, t = idx.shape
+
+    def rmsnorm(x, weight):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+    def rotate_half(x):
+        return torch.cat((-x[..., HD_ // 2:], x[..., :HD_ // 2]), dim=-1)
+
+    freqs = torch.outer(torch.arange(t, dtype=torch.float64), llama_inv_freq(cfg))
+    emb = torch.cat((freqs, freqs), dim=-1)           # (T, HD)
+    cos, sin = emb.cos(), emb.sin()
+    mask = torch.tril(torch.ones(t, t, dtype=torch.bool))
+    x = w["embed"][idx]
+    for l in range(cfg["L"]):
+        h = rmsnorm(x, w["attnnorm"][l])
+        qkv = h @ w["wqkv"][l].T + (w["bqkv"][l] if "bqkv" in w else 0)
+        q = qkv[..., :NH_ * HD_].reshape(b, t, NH_, HD_).transpose(1, 2)
+        k = qkv[..., NH_ * HD_:(NH_ + NKV_) * HD_].reshape(b, t, NKV_, HD_).transpose(1, 2)
+        v = qkv[..., (NH_ + NKV_) * HD_:].reshape(b, t, NKV_, HD_).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        k = k.repeat_interleave(NH_ // NKV_, dim=1)   # transformers' repeat_kv: head h reads kv head h // rep
+        v = v.repeat_interleave(NH_ // NKV_, dim=1)
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(HD_)
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(b, t, NH_ * HD_)
+        x = x + y @ w["wo"][l].T
+        h = rmsnorm(x, w["mlpnorm"][l])
+        gu = h @ w["wgu"][l].T + (w["bgu"][l] if "bgu" in w else 0)
+        x = x + (F.silu(gu[..., :F_]) * gu[..., F_:]) @ w["wdown"][l].T + (w["bdown"][l] if "bdown" in w else 0)
+    x = rmsnorm(x, w["normf"])
+    head = w["lmhead"] if "lmhead" in w else w["embed"]
+    logits = x @ head[:V_].T
+    loss = F.cross_entropy(logits.reshape(-1, V_), tgt.reshape(-1), ignore_index=-1)
+    return logits, loss
+
+
+def llama_grads_of(cfg_path, weights_path, tokens_path, out_path):
+    """--llama-grads: logits, loss and every present tensor's gradient of a Llama-family model.
+    CONFIG: JSON of the config (L C NH NKV HD F V Vp tied qkv_bias mlp_bias norm_eps rope_type
+    rope_theta rope_factor rope_low_freq rope_high_freq rope_orig_maxT); WEIGHTS: the logical vector,
+    float32; TOKENS: int32 B, T, then B*T inputs and B*T targets (< 0: not counted). Writes an
+    archive: "logits" (B, T, V), "loss" (1), "grad.<name>" per present tensor."""
+    import json
+    cfg = json.load(open(cfg_path))
+    flat = np.fromfile(weights_path, dtype="<f4")
+    w, off = {}, 0
+    for name, shape in llama_shapes(cfg):
+        n = int(np.prod(shape))
+        if off + n > flat.size:
+            raise ValueError(f"{weights_path}: {flat.size} floats, the config needs more (at {name})")
+        w[name] = torch.from_numpy(flat[off:off + n].astype(np.float64).reshape(shape)).requires_grad_(True)
+        off += n
+    if off != flat.size:
+        raise ValueError(f"{weights_path}: {flat.size} floats, the config has {off}")
+    raw = np.fromfile(tokens_path, dtype="<i4")
+    b, t = int(raw[0]), int(raw[1])
+    idx = torch.from_numpy(raw[2:2 + b * t].astype(np.int64)).reshape(b, t)
+    tgt = torch.from_numpy(raw[2 + b * t:2 + 2 * b * t].astype(np.int64)).reshape(b, t)
+    logits, loss = llama_forward(cfg, w, idx, tgt)
+    loss.backward()
+    entries = [("logits", logits.detach().numpy()), ("loss", np.array([loss.item()]))]
+    entries += [("grad." + name, w[name].grad.numpy()) for name, _ in llama_shapes(cfg)]
+    write_archive(out_path, entries)
+    print(f"llama: loss {loss.item():.6f}, {len(entries) - 2} gradients written to {out_path}")
+
+
 def write_archive(path, entries):
     """entries: list of (name, numpy array); float arrays are stored as float32, ints as int32."""
     with open(path, "wb") as f:
@@ -570,6 +694,8 @@ def main():
                       help="loss over the counted targets (target < 0: not counted) and every gradient")
     mode.add_argument("--hf-logits", nargs=3, metavar=("DIR", "TOKENS", "OUT"),
                       help="the same for a Hugging Face checkpoint (needs the safetensors package)")
+    mode.add_argument("--llama-grads", nargs=4, metavar=("CONFIG", "WEIGHTS", "TOKENS", "OUT"),
+                      help="a Llama-family model's logits, loss and every gradient (float64)")
     args = ap.parse_args()   # exits 2 on usage errors
 
     torch.set_num_threads(1)
@@ -592,6 +718,9 @@ def main():
         status = 0
     elif args.hf_logits:
         hf_logits_of(*args.hf_logits)
+        status = 0
+    elif args.llama_grads:
+        llama_grads_of(*args.llama_grads)
         status = 0
     else:
         status = fdcheck()
