@@ -308,22 +308,26 @@ static void llama_layer_forward(Model* m, int l, const ParamView* p, const float
 // The LM head: its own tensor, or the embedding when tied.
 static int llama_head_tensor(const ParamView* io) { return io->t[T_lmhead] ? T_lmhead : T_embed; }
 
-// (xL, lnf) = residual + rmsnorm(xmid of the last layer, its MLP output); logits (B,T,Vp) = lnf @ lmhead^T
+// (xL, lnf) = residual + rmsnorm(xmid of the last layer, its MLP output); evaluation and sampling:
+// logits (B,T,Vp) = lnf @ lmhead^T and the losses, chunk by chunk (training: in llama_head_backward)
 static void llama_head_forward(Model* m, const ParamView* io, int B, int T, int with_targets, float dloss) {
     const GPTConfig* c = &m->cfg;
     Acts* A = &m->a;
     int BT = B * T;
     op_residual_rmsnorm_forward(A->xL, A->lnf, A->lnf_rstd, layer_acts(A, c->L - 1).xmid, A->proj, io->t[T_normf], BT, c->C, c->norm_eps);
-    op_lm_head_forward(A->logits, A->losses, A->lnf, io->t[llama_head_tensor(io)], with_targets ? A->targets : NULL, dloss,
-                       dloss != 0.0f, BT, c->C, c->V, c->Vp);
+    A->dloss = dloss;
+    if (dloss == 0.0f)
+        A->logits_row0 = op_classifier(A->logits, A->losses, NULL, NULL, A->lnf, io->t[llama_head_tensor(io)],
+                                       with_targets ? A->targets : NULL, 0.0f, BT, c->C, c->V, c->Vp, A->chunk);
 }
 
 static void llama_head_backward(Model* m, const ParamView* io, const GradView* g, int B, int T) {
     const GPTConfig* c = &m->cfg;
     Acts* A = &m->a;
     int BT = B * T, C = c->C, k = llama_head_tensor(io);
-    // logits = lnf @ lmhead^T   (A->logits holds dlogits)
-    op_matmul_backward(A->dln, g->t[k], NULL, A->logits, A->lnf, io->t[k], NULL, BT, C, c->Vp);
+    // logits = lnf @ lmhead^T, losses, dlogits; dln = dlogits @ lmhead, dlmhead += dlogits^T @ lnf: chunk by chunk
+    A->logits_row0 = op_classifier(A->logits, A->losses, A->dln, g->t[k], A->lnf, io->t[k], A->targets, A->dloss,
+                                   BT, C, c->V, c->Vp, A->chunk);
     // lnf = rmsnorm(xL): dres = d(xL)
     op_rmsnorm_backward(A->dres, g->t[T_normf], A->dln, A->xL, io->t[T_normf], A->lnf_rstd, BT, C);
 }

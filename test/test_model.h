@@ -232,6 +232,60 @@ TEST(model_chunked_classifier) {
     fixture_free(&fx);
 }
 
+// The chunked classifier on the Llama family's heads: the untied lm_head (llama-tiny) and the head
+// tied to the embedding (llama-tiny-tied), B 2 x T 37 of the KJV, one chunk against chunks of 24
+// rows. The per-token losses and every gradient but the head weight's (lmhead, or embed when tied)
+// are the same bits; the head weight's within TOL_CLASSIFIER_CHUNK (its sums grouped by chunk).
+// (The family itself against dev/reference.py is the Llama tests' subject: a chunked head equal to
+// the unchunked one carries their check over.)
+TEST(model_chunked_classifier_llama) {
+    const char* models[2] = {"llama-tiny", "llama-tiny-tied"};
+    for (int mi = 0; mi < 2; mi++) {
+        float* losses[2] = {NULL, NULL};
+        float* grads[2] = {NULL, NULL};
+        int BT = 0, head = -1;
+        double ec = 0.0;
+        for (int k = 0; k < 2; k++) {
+            char flags[512];
+            snprintf(flags, sizeof(flags), MODEL_DEVICE "-e %s -layers 1 -i data/kjv_train.bin -b 2 -t 37 -x 1 -v 0 -s 0 -blas 0 -r 0 -z 0", models[mi]);
+            classifier_chunk_override = k ? 24 : 0;
+            Trainer* tr = tm_trainer(flags);
+            Model* m = &tr->model;
+            BT = m->B * m->T;
+            head = m->d.t[T_lmhead].n ? T_lmhead : T_embed;
+            dataloader_load(&tr->train, 0);
+            load_tokens(m, &tr->train, 1);
+            gpt_forward(m, m->B, m->T, 1, 1.0f / BT, 1);
+            gpt_backward(m, m->B, m->T, 0, 1);
+            comm_wait_all(&tr->comm);
+            losses[k] = (float*)tm_host(m->a.losses, sizeof(float) * BT);
+            grads[k] = (float*)calloc(m->z.lay.logical_total, sizeof(float));
+            tm_to_logical(&m->z, m->z.full_grads, grads[k]);
+            if (k == 1)
+                for (int t = 0; t < NUM_TENSORS; t++) {
+                    const TensorInfo* ti = &m->d.t[t];
+                    int64_t tn = ti->n * (ti->io ? 1 : m->cfg.L);
+                    if (tn == 0) continue;
+                    if (t == head) { ec = tm_relerr_f(grads[1] + ti->logical, grads[0] + ti->logical, tn); continue; }
+                    if (g_device == DEV_CPU)
+                        CHECKF(!memcmp(grads[0] + ti->logical, grads[1] + ti->logical, sizeof(float) * tn), "%s: %s differs from the unchunked head", models[mi], ti->name);
+                    else
+                        CHECKF(tm_relerr_f(grads[1] + ti->logical, grads[0] + ti->logical, tn) < TOL_GPU_BWD, "%s: %s differs from the unchunked head", models[mi], ti->name);
+                }
+            tm_free(tr);
+        }
+        classifier_chunk_override = 0;
+        CHECKF(ec < (g_device == DEV_CPU ? TOL_CLASSIFIER_CHUNK : TOL_GPU_BWD), "%s: grad.%s chunked vs unchunked %.3g", models[mi], head == T_lmhead ? "lmhead" : "embed", ec);
+        if (g_device == DEV_CPU) CHECKF(!memcmp(losses[0], losses[1], sizeof(float) * BT), "%s: per-token losses differ", models[mi]);
+        else CHECKF(tm_relerr_f(losses[1], losses[0], BT) < TOL_GPU_FWD, "%s: per-token losses differ", models[mi]);
+        double sum = 0.0;
+        for (int i = 0; i < BT; i++) sum += losses[1][i];
+        printf("    %-16s (%s head): loss %.6f; grad.%s chunks of 24 vs one chunk %.2e, the rest %s\n", models[mi], head == T_lmhead ? "untied" : "tied",
+               sum / BT, head == T_lmhead ? "lmhead" : "embed", ec, g_device == DEV_CPU ? "the same bits" : "within the GPU tolerance");
+        for (int k = 0; k < 2; k++) { free(losses[k]); free(grads[k]); }
+    }
+}
+
 // Ten AdamW steps through the real training step and data loader: losses, norms, learning rates
 // and the final parameters against PyTorch's torch.optim.AdamW.
 TEST(model_adamw_trajectory_vs_pytorch) {
