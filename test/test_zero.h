@@ -138,6 +138,25 @@ TEST(zero_stages_bitwise_large_vocab) {
            sizeof(floatX) * (double)rows * Vp / 1048576.0, rows, sizeof(floatX) * 2048.0 * Vp / 1048576.0, ref.loss[0]);
 }
 
+// The classifier's chunk is in every checkpoint's run record: a run trained with the head in one
+// chunk of all rows (--train-unchunked: the chunk another build would use) resumes with the same
+// chunk, and a resume by the build that chunks it differently is refused (exit 2, both named).
+TEST(ckpt_resume_refuses_other_classifier_chunk) {
+    const char* dir = zt_dir("chunk_resume");
+    char cmd[8192];
+    const char* base = ZT_MODEL " -b 2 -v 0 -s 0 -n 2 -threads 1";
+    snprintf(cmd, sizeof(cmd), ZT_CLEAN_ENV "%s --train-unchunked %s -i %s -x 2 -o %s", g_test_self, base, zt_data(0), dir);
+    int rc = test_run_cmd(cmd, zt_out, sizeof(zt_out));
+    CHECKF(rc == 0, "the unchunked run failed (%d):\n%s", rc, zt_out);
+    snprintf(cmd, sizeof(cmd), ZT_CLEAN_ENV "%s --train %s -i %s -x 4 -y 1 -o %s", g_test_self, base, zt_data(0), dir);
+    rc = test_run_cmd(cmd, zt_out, sizeof(zt_out));
+    CHECKF(rc == 2 && strstr(zt_out, "classifier in chunks of 1073741824 rows, this build runs it in chunks of"),
+           "a resume with another chunk (%d):\n%s", rc, zt_out);
+    snprintf(cmd, sizeof(cmd), ZT_CLEAN_ENV "%s --train-unchunked %s -i %s -x 4 -y 1 -o %s", g_test_self, base, zt_data(0), dir);
+    rc = test_run_cmd(cmd, zt_out, sizeof(zt_out));
+    CHECKF(rc == 0, "a resume with the same chunk (%d):\n%s", rc, zt_out);
+}
+
 // Across R: R = 2, 3, 4 match R = 1 at the same global batch (36 sequences of 16 tokens per
 // step), with GA = 1 and GA = 3, within TOL_ACROSS_R per step. make test compares R = 3 (make
 // test-long: 2, 3 and 4).
