@@ -435,12 +435,12 @@ TEST(gpu_classifier_no_targets) {
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) cudaCheck(cudaFree(bufs[i]));
 }
 
-// The whole head in chunks (op_classifier): 300 rows in chunks of 128 (the last one 44 rows), every
+// The whole head in chunks (op_classifier): 150 rows in chunks of 64 (the last one 22 rows), every
 // 7th target masked, dW accumulated onto a nonzero start. The GPU against the CPU op (losses, dx,
 // dW), the GPU's chunked head against its own unchunked one (chunk = N: the one-chunk head),
 // a guard past the one-chunk logits buffer untouched, and two GPU runs the same bits.
 TEST(gpu_classifier_chunked) {
-    const int N = 300, C = 64, V = 1000, Vp = 1024, chunk = 128, guard = 256;
+    const int N = 150, C = 32, V = 500, Vp = 512, chunk = 64, guard = 256;
     floatX* x = (floatX*)malloc(sizeof(floatX) * N * C);
     floatX* w = (floatX*)malloc(sizeof(floatX) * Vp * C);
     int* t = (int*)malloc(sizeof(int) * N);
