@@ -516,7 +516,7 @@ static void print_memory_table(Comm* comm, const Zero* z, const GPTConfig* c, in
         {st >= 2 ? "4 * (P_io + 2 P_layer)" : "-", 4.0 * s->grad_bufs},
         {f_opt, opt_dev}, {f_opt, opt_dev}, {f_opt, opt_dev},
         {"acts(B, T, -r)", (double)acts},
-        {"X * B * T * Vp", (double)logits},
+        {"X * min(B*T, chunk) * Vp", (double)logits},
         {R > 1 ? "4 * R * chunk" : "-", 4.0 * s->comm},
         {"ops_workspace_floats * 4", 4.0 * g_work_floats},
     };
@@ -534,6 +534,10 @@ static void print_memory_table(Comm* comm, const Zero* z, const GPTConfig* c, in
         printf0(" %-24s %9.2f |\n", closed[t].formula, closed[t].bytes / MiB);
     }
     free(all);
+    int chunk = classifier_chunk_rows(c->Vp);
+    printf0("logits: the classifier runs in chunks of %d rows (from Vp = %d alone; docs/classifier.md): %d row(s) of %d held, "
+            "%.2f MiB instead of %.2f MiB for the whole B*T\n", chunk, c->Vp, B * T < chunk ? B * T : chunk, B * T, logits / MiB,
+            X * (double)B * T * c->Vp / MiB);
     // model state: ours against the paper's (2-byte parameters and gradients, 12 bytes of Adam)
     double psi = (double)z->lay.logical_total;
     double ours = X * (s->full_params + s->shard_params) + 4.0 * (s->full_grads + s->shard_grads) + 12.0 * s->opt;

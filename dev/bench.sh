@@ -15,6 +15,9 @@
 #   foreach, fused where the installed version has them; goal: PyTorch's fastest takes >= 3x ours).
 #   -tokenize: MB/s of our C encoder (llm.c's GPT-2 file, and GPT-2 as a tokenizer.json) beside
 #   tiktoken and Hugging Face tokenizers on the same KJV documents (dev/bench_tokenize.py), as ratios.
+#   The chunked classifier: peak memory (VmHWM) and step time of a V = 128,256 model at B*T = 16,384
+#   tokens with the classifier in chunks (test/test_bf16 --train, the trainer) and in one chunk of all
+#   rows (--train-unchunked: the head before ops/classifier.cuh chunked it), as ratios.
 #
 # Numbers are medians over the steps after the first two (warm-up). Timings on a shared or
 # oversubscribed machine are noisy: compare ratios within one run, not across machines.
@@ -164,3 +167,26 @@ if "$TPY" -c 'import tiktoken, tokenizers' 2>/dev/null; then
 else
     echo "   SKIP: $TPY has neither tiktoken nor tokenizers (.ci/run installs both into \$ZT_TIKTOKEN_PYTHON's venv)"
 fi
+echo
+echo "6. the chunked classifier (ops/classifier.cuh, docs/classifier.md): a V = 128,256 model (L 1, C 16, NH 2) at"
+echo "   B 16 x T 1024 = 16,384 tokens, one process, $THREADS threads, 2 steps (the second timed): the classifier in chunks"
+echo "   of 2048 rows (test/test_bf16 --train: the trainer) against all 16,384 rows in one chunk (--train-unchunked: before)"
+CLS_BLAS=0
+test/test_bf16 --train -blas 1 -x 0 -v 0 -s 0 > /dev/null 2>&1 && CLS_BLAS=1
+cls() { # mode -> "VmHWM_MiB step2_ms logits_MiB"
+    local dir="$tmp/cls$1"
+    test/test_bf16 "$1" -e tiny -layers 1 -channels 16 -heads 2 -vocab 128256 -max-seq 1024 -t 1024 -b 16 -x 2 -v 0 -s 0 \
+        -blas "$CLS_BLAS" -threads "$THREADS" -o "$dir" > "$dir.out" 2>&1 || { echo "$1 failed:" >&2; tail -5 "$dir.out" >&2; exit 1; }
+    local end hwm ms lg
+    end=$(grep '"memory": "end"' "$dir/log.jsonl")
+    hwm=$(echo "$end" | grep -o '"vmhwm": [0-9]*' | awk '{print $2 / 1048576}')
+    lg=$(echo "$end" | grep -o '"logits": [0-9]*' | awk '{print $2 / 1048576}')
+    ms=$(grep '"step": 2,' "$dir/log.jsonl" | grep -o '"ms": [0-9.]*' | awk '{print $2}')
+    echo "$hwm $ms $lg"
+}
+read -r h0 t0 l0 < <(cls --train-unchunked)
+read -r h1 t1 l1 < <(cls --train)
+printf "   %-44s %12s %12s %12s\n" "classifier" "logits MiB" "VmHWM MiB" "step ms"
+printf "   %-44s %12.0f %12.0f %12.0f\n" "one chunk of 16,384 rows (before)" "$l0" "$h0" "$t0"
+printf "   %-44s %12.0f %12.0f %12.0f\n" "chunks of 2048 rows (after)" "$l1" "$h1" "$t1"
+awk -v a="$h0" -v b="$h1" -v x="$t0" -v y="$t1" 'BEGIN {printf "   after / before: peak memory %.2fx (%.0f MiB less), step time %.2fx\n", b / a, a - b, y / x}'

@@ -66,8 +66,8 @@ static void llama_forward_backward(Trainer* tr, float* logits, float* loss, floa
         free(lx);
     }
     gpt_forward(m, B, T, 1, 1.0f / BT, 1);
+    gpt_backward(m, B, T, 0, 1); // (its classifier computes the losses: ops/classifier.cuh)
     *loss = (float)(sum_losses(m, BT) / BT);
-    gpt_backward(m, B, T, 0, 1);
     comm_wait_all(&tr->comm);
     tm_to_logical(&m->z, m->z.full_grads, grads);
 }
