@@ -304,7 +304,7 @@ static int hf_read_gpt2(const Json* jj, const char* path, HFConfig* c, char* err
         {"scale_attn_by_inverse_layer_idx", 0, "scaling attention by 1/layer index is not supported"},
     };
     for (size_t f = 0; f < sizeof(flags) / sizeof(flags[0]); f++) {
-        int on;
+        int on = 0; // set by hf_cfg_bool on success (g++ -O3 under nvcc cannot tell: maybe-uninitialized)
         if (hf_cfg_bool(j, path, flags[f].key, flags[f].want, &on, err, errlen)) return -1;
         if (on != flags[f].want) return st_err(err, errlen, "%s: %s = %s: %s", path, flags[f].key, on ? "true" : "false", flags[f].what);
     }
