@@ -251,6 +251,17 @@ static void model_config(const Flags* f, GPTConfig* c, int* from_file) {
     if (c->C / c->NH > ATT_MAX_HS) die_user("model: head size C/NH = %d is above %d. HINT: use more -heads", c->C / c->NH, ATT_MAX_HS);
 }
 
+// [LoRA] What this first increment of LoRA does not do yet: checkpoints (their state files would
+// need the base's identity and no base state), llm.c / Hugging Face exports of the merged model, and
+// -offload. Exit 2 naming the flag.
+static void check_lora_flags(const Flags* f, const GPTConfig* c) {
+    if (!c->lora_r) return;
+    const char* no = f->resume ? "-y 1" : f->ckpt_every > 0 && f->out_dir[0] ? "-n" : f->export_path[0] ? "-export"
+                   : f->export_hf[0] ? "-export-hf" : f->tune ? "-tune" : NULL;
+    if (!no && strcmp(f->offload, "auto") && strcmp(f->offload, "none")) no = "-offload";
+    if (no) die_user("flag %s: not yet with -lora (checkpoints, exports, -tune and -offload of a LoRA run are not built yet; see docs/lora.md)", no);
+}
+
 // The flags a model family decides. llm.c's model files hold GPT-2 only: for the Llama family
 // -export is refused and a checkpoint holds no model file (-save-model 0; the state files are all a
 // resume needs, and -export-hf writes the model for transformers). Exit 2 naming the flag.

@@ -39,6 +39,7 @@
 #include "ops/rope.cuh"        // defines: RopeParams, rope_table, op_rope_forward, op_rope_backward
 #include "ops/swiglu.cuh"      // defines: op_swiglu_forward, op_swiglu_backward
 #include "ops/classifier.cuh"  // defines: op_lm_head_forward
+#include "lora.h"              // defines: Lora, LoraView, proj_forward, proj_backward, lora_config, lora_fill ([LoRA] adapters)
 #include "adamw.cuh"           // defines: AdamWParams, op_adamw, op_sumsq_many
 #include "zero.h"              // defines: BlockLayout, Zero, Comm, the zero_* hooks, comm_*
 #include "offload.h"           // defines: offload_init, offload_adamw (-offload cpu: master, m, v on the host)
@@ -70,6 +71,7 @@
 
 // Views of one block: pointers to each of its tensors (the other entries stay NULL).
 typedef struct { floatX* t[NUM_TENSORS]; } ParamView;
+typedef struct Model Model;
 typedef struct { float* t[NUM_TENSORS]; } GradView;
 
 static ParamView param_view(const ModelDesc* d, floatX* block, int io) {
@@ -77,9 +79,12 @@ static ParamView param_view(const ModelDesc* d, floatX* block, int io) {
     for (int k = 0; k < NUM_TENSORS; k++) v.t[k] = d->t[k].io == io && d->t[k].n ? block + d->t[k].off : NULL;
     return v;
 }
-static GradView grad_view(const ModelDesc* d, float* block, int io) {
+// [LoRA] A frozen block has no gradient (block NULL): its matrices' gradients are NULL (the matmuls
+// skip them), its 1-D tensors' (the norms' fused column sums) go to a discard buffer, never read.
+static GradView grad_view(const ModelDesc* d, float* block, int io, float* discard) {
     GradView v;
-    for (int k = 0; k < NUM_TENSORS; k++) v.t[k] = d->t[k].io == io && d->t[k].n ? block + d->t[k].off : NULL;
+    for (int k = 0; k < NUM_TENSORS; k++)
+        v.t[k] = d->t[k].io != io || !d->t[k].n ? NULL : block ? block + d->t[k].off : d->t[k].decay ? NULL : discard;
     return v;
 }
 
@@ -125,7 +130,7 @@ static void init_fill(void* ctx, float* dst, int64_t logical, int64_t len) {
 
 typedef struct FamilyOps FamilyOps;
 
-typedef struct {
+typedef struct Model {
     ModelDesc d;
     GPTConfig cfg;
     const FamilyOps* ops; // the family's layer code (family_ops)
@@ -135,6 +140,9 @@ typedef struct {
     Acts a;
     float* rope_host;  // [Llama] RoPE's table on the host (2 x T x HD/2), uploaded to a.rope for rope_T positions
     int rope_T;
+    Lora lora;         // [LoRA] the adapters' activations (their tensors: d.lora, the adapter block)
+    floatX* ad_p;      // [LoRA] the adapter block's parameters and gradients for this micro-step (the hooks'), NULL: none
+    float* ad_g;
 } Model;
 
 // A family's code: the embedding, one layer and the head, forward and backward. The loop below
@@ -174,18 +182,19 @@ static void gpt2_layer_forward(Model* m, int l, const ParamView* p, const floatX
     op_residual_layernorm_forward(inp2 ? a.x : NULL, a.ln1, a.ln1_mean, a.ln1_rstd, inp1, inp2,
                                   p->t[T_ln1w], p->t[T_ln1b], BT, C);
     // qkv (B,T,3C) = ln1 @ qkvw^T + qkvb
-    op_matmul_forward(a.qkv, NULL, a.ln1, p->t[T_qkvw], p->t[T_qkvb], BT, C, 3 * C);
+    LoraView lv = lora_view(&m->lora, m->ad_p, m->ad_g, l); // [LoRA] the projections' adapters (none: plain matmuls)
+    proj_forward(&lv, PROJ_QKV, a.qkv, NULL, a.ln1, p->t[T_qkvw], p->t[T_qkvb], BT, C, 3 * C);
     // atty (B,T,C), lse (B,NH,T) = causal attention(qkv)
     op_attention_forward(a.atty, a.lse, a.qkv, B, T, NH, NH, C / NH);
     // proj (B,T,C) = atty @ attprojw^T + attprojb
-    op_matmul_forward(A->proj, NULL, a.atty, p->t[T_attprojw], p->t[T_attprojb], BT, C, C);
+    proj_forward(&lv, PROJ_ATTO, A->proj, NULL, a.atty, p->t[T_attprojw], p->t[T_attprojb], BT, C, C);
     // (xmid, ln2) = residual + layernorm(x, proj)
     op_residual_layernorm_forward(a.xmid, a.ln2, a.ln2_mean, a.ln2_rstd, a.x, A->proj, p->t[T_ln2w],
                                   p->t[T_ln2b], BT, C);
     // fch (B,T,4C) = ln2 @ fcw^T + fcb;  fch_gelu = gelu(fch)
-    op_matmul_forward(a.fch_gelu, a.fch, a.ln2, p->t[T_fcw], p->t[T_fcb], BT, C, 4 * C);
+    proj_forward(&lv, PROJ_UP, a.fch_gelu, a.fch, a.ln2, p->t[T_fcw], p->t[T_fcb], BT, C, 4 * C);
     // proj (B,T,C) = fch_gelu @ fcprojw^T + fcprojb   (added to xmid by the next layer's first op)
-    op_matmul_forward(A->proj, NULL, a.fch_gelu, p->t[T_fcprojw], p->t[T_fcprojb], BT, 4 * C, C);
+    proj_forward(&lv, PROJ_DOWN, A->proj, NULL, a.fch_gelu, p->t[T_fcprojw], p->t[T_fcprojb], BT, 4 * C, C);
 }
 
 // (xL, lnf) = residual + layernorm(xmid of the last layer, its MLP output); logits (B,T,Vp) = lnf @ wte^T
@@ -216,27 +225,28 @@ static void gpt2_layer_backward(Model* m, int l, const ParamView* p, const GradV
     int C = m->cfg.C, NH = m->cfg.NH, BT = B * T, r = m->recompute;
     Acts* A = &m->a;
     LayerActs a = layer_acts(A, l);
+    LoraView lv = lora_view(&m->lora, m->ad_p, m->ad_g, l); // [LoRA]
     if (r == 3) gpt2_layer_forward(m, l, p, a.x, NULL, B, T);                     // [-r 3] the whole layer
     if (r == 1 || r == 2) op_gelu_forward(a.fch_gelu, a.fch, (int64_t)BT * 4 * C); // [-r 1,2] GELU
     // proj = fch_gelu @ fcprojw^T + fcprojb, with fch_gelu = gelu(fch): dfch = (dres @ fcprojw) * gelu'(fch)
-    op_matmul_backward(A->dfch, g->t[T_fcprojw], g->t[T_fcprojb], A->dres, a.fch_gelu, p->t[T_fcprojw],
-                       a.fch, BT, 4 * C, C);
+    proj_backward(&lv, PROJ_DOWN, A->dfch, g->t[T_fcprojw], g->t[T_fcprojb], A->dres, a.fch_gelu, p->t[T_fcprojw],
+                  a.fch, BT, 4 * C, C);
     if (r == 2) op_residual_layernorm_forward(NULL, a.ln2, a.ln2_mean, a.ln2_rstd, a.xmid, NULL,
                                               p->t[T_ln2w], p->t[T_ln2b], BT, C); // [-r 2] layernorm 2
     // fch = ln2 @ fcw^T + fcb
-    op_matmul_backward(A->dln, g->t[T_fcw], g->t[T_fcb], A->dfch, a.ln2, p->t[T_fcw], NULL, BT, C, 4 * C);
+    proj_backward(&lv, PROJ_UP, A->dln, g->t[T_fcw], g->t[T_fcb], A->dfch, a.ln2, p->t[T_fcw], NULL, BT, C, 4 * C);
     // ln2 = layernorm(xmid): dres += d through the normalisation (dres is now d(xmid))
     op_layernorm_backward(A->dres, g->t[T_ln2w], g->t[T_ln2b], A->dln, a.xmid, p->t[T_ln2w], a.ln2_mean,
                           a.ln2_rstd, BT, C);
     // proj = atty @ attprojw^T + attprojb
-    op_matmul_backward(A->datty, g->t[T_attprojw], g->t[T_attprojb], A->dres, a.atty, p->t[T_attprojw],
-                       NULL, BT, C, C);
+    proj_backward(&lv, PROJ_ATTO, A->datty, g->t[T_attprojw], g->t[T_attprojb], A->dres, a.atty, p->t[T_attprojw],
+                  NULL, BT, C, C);
     // atty = attention(qkv)
     op_attention_backward(A->dqkv, A->datty, a.qkv, a.atty, a.lse, B, T, NH, NH, C / NH);
     if (r == 2) op_residual_layernorm_forward(NULL, a.ln1, a.ln1_mean, a.ln1_rstd, a.x, NULL,
                                               p->t[T_ln1w], p->t[T_ln1b], BT, C); // [-r 2] layernorm 1
     // qkv = ln1 @ qkvw^T + qkvb
-    op_matmul_backward(A->dln, g->t[T_qkvw], g->t[T_qkvb], A->dqkv, a.ln1, p->t[T_qkvw], NULL, BT, C, 3 * C);
+    proj_backward(&lv, PROJ_QKV, A->dln, g->t[T_qkvw], g->t[T_qkvb], A->dqkv, a.ln1, p->t[T_qkvw], NULL, BT, C, 3 * C);
     // ln1 = layernorm(x): dres += d through the normalisation (dres is now d(x))
     op_layernorm_backward(A->dres, g->t[T_ln1w], g->t[T_ln1b], A->dln, a.x, p->t[T_ln1w], a.ln1_mean,
                           a.ln1_rstd, BT, C);
@@ -282,19 +292,20 @@ static void llama_layer_forward(Model* m, int l, const ParamView* p, const float
     // (x, ln1) = residual + rmsnorm(inp1, inp2)
     op_residual_rmsnorm_forward(inp2 ? a.x : NULL, a.ln1, a.ln1_rstd, inp1, inp2, p->t[T_attnnorm], BT, C, c->norm_eps);
     // qkv (B,T,QKV) = ln1 @ wqkv^T (+ bqkv); q and k rotated in place (RoPE)
-    op_matmul_forward(a.qkv, NULL, a.ln1, p->t[T_wqkv], p->t[T_bqkv], BT, C, (int)d.QKV);
+    LoraView lv = lora_view(&m->lora, m->ad_p, m->ad_g, l); // [LoRA] the projections' adapters (none: plain matmuls)
+    proj_forward(&lv, PROJ_QKV, a.qkv, NULL, a.ln1, p->t[T_wqkv], p->t[T_bqkv], BT, C, (int)d.QKV);
     op_rope_forward(a.qkv, A->rope, B, T, NH, d.NKV, d.HD);
     // atty (B,T,ATT), lse (B,NH,T) = causal grouped-query attention(qkv)
     op_attention_forward(a.atty, a.lse, a.qkv, B, T, NH, d.NKV, d.HD);
     // proj (B,T,C) = atty @ wo^T
-    op_matmul_forward(A->proj, NULL, a.atty, p->t[T_wo], NULL, BT, (int)d.ATT, C);
+    proj_forward(&lv, PROJ_ATTO, A->proj, NULL, a.atty, p->t[T_wo], NULL, BT, (int)d.ATT, C);
     // (xmid, ln2) = residual + rmsnorm(x, proj)
     op_residual_rmsnorm_forward(a.xmid, a.ln2, a.ln2_rstd, a.x, A->proj, p->t[T_mlpnorm], BT, C, c->norm_eps);
     // fch (B,T,2F) = ln2 @ wgu^T (+ bgu): gate ; up;  fch_gelu (B,T,F) = silu(gate) * up
-    op_matmul_forward(a.fch, NULL, a.ln2, p->t[T_wgu], p->t[T_bgu], BT, C, (int)d.FC);
+    proj_forward(&lv, PROJ_UP, a.fch, NULL, a.ln2, p->t[T_wgu], p->t[T_bgu], BT, C, (int)d.FC);
     op_swiglu_forward(a.fch_gelu, a.fch, BT, (int)d.F);
     // proj (B,T,C) = fch_gelu @ wdown^T (+ bdown)   (added to xmid by the next layer's first op)
-    op_matmul_forward(A->proj, NULL, a.fch_gelu, p->t[T_wdown], p->t[T_bdown], BT, (int)d.F, C);
+    proj_forward(&lv, PROJ_DOWN, A->proj, NULL, a.fch_gelu, p->t[T_wdown], p->t[T_bdown], BT, (int)d.F, C);
 }
 
 // The LM head: its own tensor, or the embedding when tied.
@@ -328,25 +339,26 @@ static void llama_layer_backward(Model* m, int l, const ParamView* p, const Grad
     int C = c->C, NH = c->NH, BT = B * T, r = m->recompute;
     Acts* A = &m->a;
     LayerActs a = layer_acts(A, l);
+    LoraView lv = lora_view(&m->lora, m->ad_p, m->ad_g, l); // [LoRA]
     if (r == 3) llama_layer_forward(m, l, p, a.x, NULL, B, T);                    // [-r 3] the whole layer
     if (r == 1 || r == 2) op_swiglu_forward(a.fch_gelu, a.fch, BT, (int)d.F);     // [-r 1,2] SwiGLU
     // proj = fch_gelu @ wdown^T (+ bdown)
-    op_matmul_backward(A->dswiglu, g->t[T_wdown], g->t[T_bdown], A->dres, a.fch_gelu, p->t[T_wdown], NULL, BT, (int)d.F, C);
+    proj_backward(&lv, PROJ_DOWN, A->dswiglu, g->t[T_wdown], g->t[T_bdown], A->dres, a.fch_gelu, p->t[T_wdown], NULL, BT, (int)d.F, C);
     // fch_gelu = silu(gate) * up
     op_swiglu_backward(A->dfch, A->dswiglu, a.fch, BT, (int)d.F);
     if (r == 2) op_residual_rmsnorm_forward(NULL, a.ln2, a.ln2_rstd, a.xmid, NULL, p->t[T_mlpnorm], BT, C, c->norm_eps); // [-r 2] RMSNorm 2
     // fch = ln2 @ wgu^T (+ bgu)
-    op_matmul_backward(A->dln, g->t[T_wgu], g->t[T_bgu], A->dfch, a.ln2, p->t[T_wgu], NULL, BT, C, (int)d.FC);
+    proj_backward(&lv, PROJ_UP, A->dln, g->t[T_wgu], g->t[T_bgu], A->dfch, a.ln2, p->t[T_wgu], NULL, BT, C, (int)d.FC);
     // ln2 = rmsnorm(xmid): dres += d through the normalisation (dres is now d(xmid))
     op_rmsnorm_backward(A->dres, g->t[T_mlpnorm], A->dln, a.xmid, p->t[T_mlpnorm], a.ln2_rstd, BT, C);
     // proj = atty @ wo^T
-    op_matmul_backward(A->datty, g->t[T_wo], NULL, A->dres, a.atty, p->t[T_wo], NULL, BT, (int)d.ATT, C);
+    proj_backward(&lv, PROJ_ATTO, A->datty, g->t[T_wo], NULL, A->dres, a.atty, p->t[T_wo], NULL, BT, (int)d.ATT, C);
     // atty = attention(qkv after RoPE); then RoPE's transpose on dq, dk
     op_attention_backward(A->dqkv, A->datty, a.qkv, a.atty, a.lse, B, T, NH, d.NKV, d.HD);
     op_rope_backward(A->dqkv, A->rope, B, T, NH, d.NKV, d.HD);
     if (r == 2) op_residual_rmsnorm_forward(NULL, a.ln1, a.ln1_rstd, a.x, NULL, p->t[T_attnnorm], BT, C, c->norm_eps); // [-r 2] RMSNorm 1
     // qkv = ln1 @ wqkv^T (+ bqkv)
-    op_matmul_backward(A->dln, g->t[T_wqkv], g->t[T_bqkv], A->dqkv, a.ln1, p->t[T_wqkv], NULL, BT, C, (int)d.QKV);
+    proj_backward(&lv, PROJ_QKV, A->dln, g->t[T_wqkv], g->t[T_bqkv], A->dqkv, a.ln1, p->t[T_wqkv], NULL, BT, C, (int)d.QKV);
     // ln1 = rmsnorm(x): dres += d through the normalisation (dres is now d(x))
     op_rmsnorm_backward(A->dres, g->t[T_attnnorm], A->dln, a.x, p->t[T_attnnorm], a.ln1_rstd, BT, C);
 }
@@ -362,6 +374,26 @@ static const FamilyOps LLAMA_OPS = {"llama", llama_embed_forward, llama_layer_fo
 // The family's code, chosen once when the model is built.
 static const FamilyOps* family_ops(const GPTConfig* c) { return c->family == FAMILY_LLAMA ? &LLAMA_OPS : &GPT2_OPS; }
 
+// Every parameter from a logical source (a model file, Hugging Face files or init_fill): the master
+// weights and the parameters rounded from them; [LoRA] the frozen base's parameters straight from
+// the source (no master) and the adapters from lora_fill (the base's logical range comes first).
+typedef struct { LogicalFill fill; void* ctx; const Model* m; } ModelFill;
+
+static void model_fill(void* ctx, float* dst, int64_t logical, int64_t len) {
+    const ModelFill* mf = (const ModelFill*)ctx;
+    const ModelDesc* d = &mf->m->d;
+    int64_t base = logical < d->num_params ? (d->num_params - logical < len ? d->num_params - logical : len) : 0;
+    if (base) mf->fill(mf->ctx, dst, logical, base);
+    if (len > base) lora_fill(&d->lora, d->cfg.L, mf->m->lora.seed, dst + base, logical + base, len - base);
+}
+
+static void model_load(Model* m, LogicalFill fill, void* ctx) {
+    ModelFill mf = {fill, ctx, m};
+    zero_fill_opt(&m->z, 0, model_fill, &mf); // (0: master)
+    zero_fill_frozen_params(&m->z, model_fill, &mf);
+    zero_params_from_master(&m->z);
+}
+
 // Forward over a B x T micro-batch (B, T at most the allocated shape) whose tokens are already in
 // A->inputs (and A->targets when with_targets). With targets, per-token losses land in A->losses,
 // and with dloss != 0 the logits gradient (pre-scaled by dloss) replaces the logits, ready for
@@ -372,6 +404,7 @@ static void gpt_forward(Model* m, int B, int T, int with_targets, float dloss, i
     Zero* z = &m->z;
     Acts* A = &m->a;
     ParamView io = param_view(&m->d, zero_before_embedding(z), 1);
+    m->ad_p = zero_adapters(z); // [LoRA] (NULL: none)
     ops->embed_forward(m, &io, B, T);
     zero_after_embedding(z);
     for (int l = 0; l < c->L; l++) {
@@ -396,18 +429,21 @@ static void gpt_backward(Model* m, int B, int T, int micro, int last_micro) {
     dev_zero(A->dres, sizeof(floatX) * (size_t)B * T * c->C);
     float* io_grads;
     ParamView io = param_view(&m->d, zero_before_head_backward(z, &io_grads), 1);
-    GradView gio = grad_view(&m->d, io_grads, 1);
+    GradView gio = grad_view(&m->d, io_grads, 1, m->lora.discard);
+    m->ad_p = zero_adapters(z); // [LoRA] the adapters' parameters and gradient buffer (NULL: none)
+    m->ad_g = zero_adapter_grads(z);
     ops->head_backward(m, &io, &gio, B, T); // dres = d(xL)
     zero_after_head_backward(z);
     for (int l = c->L - 1; l >= 0; l--) {
         float* grads;
         ParamView p = param_view(&m->d, zero_before_block_backward(z, 1 + l, &grads), 0);
-        GradView g = grad_view(&m->d, grads, 0);
+        GradView g = grad_view(&m->d, grads, 0, m->lora.discard);
         ops->layer_backward(m, l, &p, &g, B, T);
         zero_after_block_backward(z, 1 + l, micro, last_micro);
     }
     ops->embed_backward(m, &gio, B, T); // (needs no parameter values)
     zero_after_embedding_backward(z, micro, last_micro);
+    m->ad_p = NULL; m->ad_g = NULL;
 }
 
 // ----------------------------------------------------------------------------
@@ -942,6 +978,7 @@ static void trainer_build_model(Trainer* tr, const GPTConfig* c, int stage, int 
     if (offload != OFFLOAD_NONE) offload_pin_threads(tr->launch.local_rank, tr->launch.local_world); // [offload] the rank's cores
     offload_init(&m->z, f->offload_dir, parse_size(f->offload_buffer)); // [offload] master, m, v in host memory or a file
     acts_alloc(&m->a, c, f->B, f->T, recompute);
+    lora_alloc(&m->lora, &m->d.lora, c->L, (uint64_t)f->seed, (int64_t)f->B * f->T, lora_discard_floats(&m->d)); // [LoRA]
     m->rope_T = 0;
     m->rope_host = NULL;
     if (m->a.rope) { // [Llama] RoPE's table, built once for the run's T
@@ -978,6 +1015,7 @@ static void trainer_free_model(Trainer* tr) {
     dev_free(TAG_WORK, g_work, (g_work_floats + STEP_SCALARS_FLOATS) * sizeof(float)); // the ops' part and the step's scalars
     g_work = NULL;
     acts_free(&m->a, m->cfg.L);
+    lora_free(&m->lora);
     free(m->rope_host);
     m->rope_host = NULL;
     offload_free(&m->z);
@@ -992,8 +1030,7 @@ static size_t tune_build(void* ctx, const GPTConfig* c, int stage, int recompute
     PlanRow plan;
     trainer_build_model(tr, c, stage, recompute, offload, &plan);
     InitCtx ic = {&tr->model.d, (uint64_t)tr->f.seed};
-    zero_fill_opt(&tr->model.z, 0, init_fill, &ic); // (0: master)
-    zero_params_from_master(&tr->model.z);
+    model_load(&tr->model, init_fill, &ic);
     tr->step = 0; tr->adam_t = 0; tr->pending = 0;
     return plan.host_bytes;
 }
@@ -1077,6 +1114,8 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     GPTConfig c;
     int from_file;
     model_config(f, &c, &from_file);
+    lora_config(&c, f->lora, f->lora_alpha, f->lora_targets); // [LoRA] adapters on a frozen base (-lora 0: none)
+    check_lora_flags(f, &c);
     if (T_auto && f->T > c.maxT) { f->T = c.maxT; snprintf(f->T_str, sizeof(f->T_str), "%d", f->T); } // "at most the model's"
     int R_plan = f->plan && f->world > 0 ? f->world : tr->R; // -plan -world R plans another world size
     check_flags(f, &c, R_plan);
@@ -1196,19 +1235,18 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
             for (int k = 0; k < NUM_TENSORS; k++)
                 if (m->d.t[k].n) lt[nt++] = (HFLlmcTensor){m->d.t[k].name, m->d.t[k].logical, m->d.t[k].n, !m->d.t[k].io};
             if (hf_bind(&ck, lt, nt, c.Vp, err, sizeof(err))) die(1, "-e %s: %s", f->model, err);
-            zero_fill_opt(&m->z, 0, hf_fill, &ck);
+            model_load(m, hf_fill, &ck);
             hf_close(&ck);
         } else if (from_file) {
             ModelFile mf;
             GPTConfig fc;
             model_file_open(&mf, f->model, &fc);
-            zero_fill_opt(&m->z, 0, model_file_fill, &mf);
+            model_load(m, model_file_fill, &mf);
             close(mf.fd);
         } else {
             InitCtx ic = {&m->d, (uint64_t)f->seed};
-            zero_fill_opt(&m->z, 0, init_fill, &ic);
+            model_load(m, init_fill, &ic);
         }
-        zero_params_from_master(&m->z);
     }
     double bad = master_nonfinite_all(&m->z); // one pass over what was loaded
     if (bad != 0.0)

@@ -1,0 +1,232 @@
+// lora.h — LoRA (Hu et al. 2021): low-rank adapters on a frozen base, as PEFT defines them. For a
+// target projection y = W x (+ b), W: [out, in], the adapter adds (alpha / r) * B (A x), with
+// A: [r, in] and B: [out, r] (PEFT's shapes and names), A Kaiming-uniform (a = sqrt(5): U(-1/sqrt(in),
+// 1/sqrt(in))) from the counter-based RNG keyed by each element's logical index (the same adapters
+// for any R and stage), B zero: step 0 is the base model exactly.
+//
+// The pieces:
+//   - the flags into the config (lora_config); the targets of each family, the modules and their
+//     tensors in the adapter block are the model's table (model.h: LORA_TARGETS, LoraDesc; one
+//     block after the layers, trainable; the base's blocks frozen: zero.h);
+//   - Lora: the activations the backward needs;
+//   - the projection op: proj_forward / proj_backward are op_matmul_forward / op_matmul_backward
+//     plus the projection's adapters. With no adapter on a projection they are exactly the matmul,
+//     so the layer code calls them unconditionally (no `if (lora)` in the step).
+//
+// defines: Lora, LoraView, lora_config, lora_alloc, lora_free, lora_fill, lora_view, proj_forward,
+//          proj_backward, lora_acts_bytes
+//
+// May call: device.cuh, rng.h, zero.h (the block layout), model.h (GPTConfig, model_dims),
+// ops/matmul.cuh, ops/lora.cuh. Knows nothing of the trainer's types.
+#ifndef ZT_LORA_H
+#define ZT_LORA_H
+#include <math.h>
+#include "device.cuh"       // defines: floatX, dev_alloc, dev_free, die_user, TAG_ACTS
+#include "rng.h"            // defines: rng_key, rng_uniform
+#include "model.h"          // defines: GPTConfig, ModelDims, model_dims, FAMILY_*, BlockLayout, layout_add_tensor
+#include "ops/matmul.cuh"   // defines: op_matmul_forward, op_matmul_backward, op_gelu_forward
+#include "ops/lora.cuh"     // defines: op_lora_add_cols, op_lora_take_cols, op_add_inplace
+
+// The adapters' run-time state: the model's adapter modules (ModelDesc.lora) and the activations
+// the backward needs (allocated for N = B*T rows; TAG_ACTS).
+typedef struct {
+    const LoraDesc* d;  // the modules and their offsets (model.h)
+    int L;
+    uint64_t seed;
+    floatX* u;          // (L, nmods, N, r): u = A x of every module of every layer, kept for dB
+    floatX* tmp;        // (N, max(in, rows)): one adapter's scratch
+    floatX* dv;         // (N, max rows)
+    floatX* du;         // (N, r)
+    float* discard;     // (discard_n): a frozen 1-D tensor's gradient (a norm's gain) lands here, never read
+    int64_t N, maxw, maxrows, discard_n;
+} Lora;
+
+// -lora r, -lora-alpha, -lora-targets into the config (c->lora_*), or the run ends (exit 2) naming
+// the flag: r < 0, alpha < 0, a target the family lacks, r above a target's min(out, in). targets:
+// comma-separated target names, "" or "all" every one of the family's. alpha 0: alpha = r.
+static void lora_config(GPTConfig* c, int r, float alpha, const char* targets) {
+    c->lora_r = 0; c->lora_alpha = 0.0f; c->lora_mask = 0;
+    if (r < 0) die_user("-lora %d: the rank must be positive (0: no adapters)", r);
+    if (r == 0) {
+        if (targets[0] && strcmp(targets, "all")) die_user("-lora-targets %s: needs -lora r (the adapters' rank)", targets);
+        return;
+    }
+    if (alpha < 0 || !isfinite(alpha)) die_user("-lora-alpha %g: must be positive (0: alpha = r)", alpha);
+    ModelDims d = model_dims(c);
+    int all = !targets[0] || !strcmp(targets, "all"), row = 0;
+    char known[256] = "";
+    (void)d;
+#define X(fam, tname, thf, tproj, trow0, trows, tin)                                                            \
+    if ((fam) == c->family) {                                                                                  \
+        int want = all, bit = row++;                                                                           \
+        if (!strstr(known, tname)) snprintf(known + strlen(known), sizeof(known) - strlen(known), "%s%s", known[0] ? "," : "", tname); \
+        for (const char* p = targets; !all && *p;) {                                                           \
+            const char* e = strchr(p, ',');                                                                    \
+            size_t n = e ? (size_t)(e - p) : strlen(p);                                                        \
+            if (n == strlen(tname) && !strncmp(p, tname, n)) want = 1;                                         \
+            p += n + (e ? 1 : 0);                                                                              \
+        }                                                                                                      \
+        if (want && (r > (trows) || r > (tin)))                                                                \
+            die_user("-lora %d: larger than %s (%s: out %lld, in %lld); the rank is at most min(out, in)",     \
+                     r, tname, thf, (long long)(trows), (long long)(tin));                                     \
+        if (want) c->lora_mask |= 1u << bit;                                                                   \
+    }
+    LORA_TARGETS(X)
+#undef X
+    for (const char* p = targets; !all && *p;) { // every name must be one of the family's
+        const char* e = strchr(p, ',');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        char name[64];
+        snprintf(name, sizeof(name), ",%.*s,", (int)(n < 60 ? n : 60), p);
+        char list[260];
+        snprintf(list, sizeof(list), ",%s,", known);
+        if (!n || !strstr(list, name))
+            die_user("-lora-targets %s: '%.*s' is not a projection of the %s family (its targets: %s)", targets, (int)n, p,
+                     c->family == FAMILY_LLAMA ? "Llama" : "GPT-2", known);
+        p += n + (e ? 1 : 0);
+    }
+    c->lora_r = r;
+    c->lora_alpha = alpha > 0 ? alpha : (float)r;
+}
+
+// The discard buffer's floats: the longest 1-D tensor of a LoRA model's base (0 without LoRA).
+static int64_t lora_discard_floats(const ModelDesc* d) {
+    int64_t n = 0;
+    for (int k = 0; d->lora.r && k < NUM_TENSORS; k++)
+        if (!d->t[k].decay && d->t[k].n > n) n = d->t[k].n;
+    return n;
+}
+
+// The activations' bytes for N = B*T rows of an L-layer model (the allocator's and the planner's
+// closed form); discard_n: the longest 1-D tensor of the base.
+static size_t lora_acts_bytes(const LoraDesc* d, int L, int64_t N, int64_t discard_n) {
+    if (!d->r) return 0;
+    int64_t maxw = 0, maxrows = 0;
+    for (int i = 0; i < d->nmods; i++) {
+        const LoraModule* m = &d->mods[i];
+        maxw = m->in > maxw ? m->in : maxw;
+        maxw = m->rows > maxw ? m->rows : maxw;
+        maxrows = m->rows > maxrows ? m->rows : maxrows;
+    }
+    return sizeof(floatX) * (size_t)N * ((size_t)L * d->nmods * d->r + maxw + maxrows + d->r) + sizeof(float) * (size_t)discard_n;
+}
+
+static void lora_alloc(Lora* lo, const LoraDesc* d, int L, uint64_t seed, int64_t N, int64_t discard_n) {
+    memset(lo, 0, sizeof(*lo));
+    lo->d = d; lo->L = L; lo->seed = seed;
+    if (!d->r) return;
+    lo->N = N; lo->discard_n = discard_n;
+    for (int i = 0; i < d->nmods; i++) {
+        const LoraModule* m = &d->mods[i];
+        lo->maxw = m->in > lo->maxw ? m->in : lo->maxw;
+        lo->maxw = m->rows > lo->maxw ? m->rows : lo->maxw;
+        lo->maxrows = m->rows > lo->maxrows ? m->rows : lo->maxrows;
+    }
+    size_t X = sizeof(floatX);
+    lo->u = (floatX*)dev_alloc(TAG_ACTS, X * (size_t)N * L * d->nmods * d->r);
+    lo->tmp = (floatX*)dev_alloc(TAG_ACTS, X * (size_t)N * lo->maxw);
+    lo->dv = (floatX*)dev_alloc(TAG_ACTS, X * (size_t)N * lo->maxrows);
+    lo->du = (floatX*)dev_alloc(TAG_ACTS, X * (size_t)N * d->r);
+    lo->discard = (float*)dev_alloc(TAG_ACTS, sizeof(float) * (size_t)discard_n);
+}
+
+static void lora_free(Lora* lo) {
+    if (!lo->d || !lo->d->r || !lo->u) return;
+    size_t X = sizeof(floatX);
+    const LoraDesc* d = lo->d;
+    dev_free(TAG_ACTS, lo->u, X * (size_t)lo->N * lo->L * d->nmods * d->r);
+    dev_free(TAG_ACTS, lo->tmp, X * (size_t)lo->N * lo->maxw);
+    dev_free(TAG_ACTS, lo->dv, X * (size_t)lo->N * lo->maxrows);
+    dev_free(TAG_ACTS, lo->du, X * (size_t)lo->N * d->r);
+    dev_free(TAG_ACTS, lo->discard, sizeof(float) * (size_t)lo->discard_n);
+    lo->u = NULL;
+}
+
+// The adapters' initial values for the logical range [logical, logical + len) (inside the adapters:
+// logical at or after the first module's logA): A ~ U(-1/sqrt(in), 1/sqrt(in)) (PEFT's
+// kaiming_uniform_ with a = sqrt(5)), keyed by (seed, module, element index); B = 0.
+static void lora_fill(const LoraDesc* d, int L, uint64_t seed, float* dst, int64_t logical, int64_t len) {
+    for (int64_t i = 0; i < len;) {
+        int64_t li = logical + i;
+        int k = 2 * d->nmods - 1; // the tensor holding li: A (even) or B (odd) of module k / 2
+        while ((k % 2 ? d->mods[k / 2].logB : d->mods[k / 2].logA) > li) k--;
+        const LoraModule* m = &d->mods[k / 2];
+        int64_t start = k % 2 ? m->logB : m->logA;
+        int64_t n = k % 2 ? (int64_t)L * m->rows * d->r : (int64_t)L * d->r * m->in;
+        int64_t run = start + n - li < len - i ? start + n - li : len - i;
+        uint64_t key = rng_key(seed, 0x4C4F5241ull /* "LORA" */, (uint64_t)(k / 2));
+        double bound = 1.0 / sqrt((double)m->in);
+        for (int64_t j = 0; j < run; j++)
+            dst[i + j] = k % 2 ? 0.0f : (float)((2.0 * rng_uniform(key, (uint64_t)(li + j - start)) - 1.0) * bound);
+        i += run;
+    }
+}
+
+// One layer's adapters for the projection ops: the adapter block's parameters and (backward) its
+// gradient buffer, as the ZeRO hooks hand them out (p NULL or no adapters: the plain matmul).
+typedef struct {
+    const Lora* lo;
+    const floatX* p; // the adapter block's parameters
+    float* g;        // its gradients (backward), else NULL
+    int l;           // the layer
+} LoraView;
+
+static inline LoraView lora_view(const Lora* lo, const floatX* p, float* g, int l) {
+    LoraView v = {lo, p, g, l};
+    return v;
+}
+
+static inline int lora_on(const LoraView* v, int proj) {
+    if (!v->p || !v->lo->d || !v->lo->d->r) return 0;
+    for (int i = 0; i < v->lo->d->nmods; i++)
+        if (v->lo->d->mods[i].proj == proj) return 1;
+    return 0;
+}
+
+// out (N, OC) = inp (N, C) @ W^T + bias, plus (alpha/r) B (A inp) on each adapted row range; with
+// pre != NULL (GPT-2's c_fc): pre = that, out = gelu(pre) (the adapters add before the GELU).
+static void proj_forward(const LoraView* v, int proj, floatX* out, floatX* pre, const floatX* inp, const floatX* w,
+                         const floatX* bias, int N, int C, int OC) {
+    if (!lora_on(v, proj)) { op_matmul_forward(out, pre, inp, w, bias, N, C, OC); return; }
+    const Lora* lo = v->lo;
+    const LoraDesc* d = lo->d;
+    floatX* y = pre ? pre : out;
+    op_matmul_forward(y, NULL, inp, w, bias, N, C, OC);
+    for (int i = 0; i < d->nmods; i++) {
+        const LoraModule* m = &d->mods[i];
+        if (m->proj != proj) continue;
+        floatX* u = lo->u + ((int64_t)v->l * d->nmods + i) * N * d->r;
+        const floatX* A = v->p + m->offA + (int64_t)v->l * d->r * m->in;
+        const floatX* B = v->p + m->offB + (int64_t)v->l * m->rows * d->r;
+        op_matmul_forward(u, NULL, inp, A, NULL, N, (int)m->in, d->r);          // u (N, r) = x A^T
+        op_matmul_forward(lo->tmp, NULL, u, B, NULL, N, d->r, (int)m->rows);    // (N, rows) = u B^T
+        op_lora_add_cols(y, OC, m->row0, lo->tmp, N, m->rows, d->scale);        // y[:, rows] += scale * that
+    }
+    if (pre) op_gelu_forward(out, pre, (int64_t)N * OC);
+}
+
+// Backward of proj_forward: dinp (=) as op_matmul_backward's, through the adapters too; the base's
+// dW and dbias (NULL: frozen, not computed); the adapters' dA and dB (+=) into v->g. pre_inp: as
+// op_matmul_backward's (inp = gelu(pre_inp): the GELU's backward applies to both paths).
+static void proj_backward(const LoraView* v, int proj, floatX* dinp, float* dw, float* dbias, const floatX* dout,
+                          const floatX* inp, const floatX* w, const floatX* pre_inp, int N, int C, int OC) {
+    op_matmul_backward(dinp, dw, dbias, dout, inp, w, pre_inp, N, C, OC);
+    if (!lora_on(v, proj)) return;
+    const Lora* lo = v->lo;
+    const LoraDesc* d = lo->d;
+    for (int i = 0; i < d->nmods; i++) {
+        const LoraModule* m = &d->mods[i];
+        if (m->proj != proj) continue;
+        const floatX* u = lo->u + ((int64_t)v->l * d->nmods + i) * N * d->r;
+        const floatX* A = v->p + m->offA + (int64_t)v->l * d->r * m->in;
+        const floatX* B = v->p + m->offB + (int64_t)v->l * m->rows * d->r;
+        float* dA = v->g + m->offA + (int64_t)v->l * d->r * m->in;
+        float* dB = v->g + m->offB + (int64_t)v->l * m->rows * d->r;
+        op_lora_take_cols(lo->dv, dout, OC, m->row0, N, m->rows, d->scale);     // dv (N, rows) = scale * dy[:, rows]
+        op_matmul_backward(lo->du, dB, NULL, lo->dv, u, B, NULL, N, d->r, (int)m->rows); // du = dv B; dB += dv^T u
+        op_matmul_backward(dinp ? lo->tmp : NULL, dA, NULL, lo->du, inp, A, pre_inp, N, (int)m->in, d->r); // dx' = du A; dA += du^T x
+        if (dinp) op_add_inplace(dinp, lo->tmp, (int64_t)N * m->in);
+    }
+}
+
+#endif // ZT_LORA_H
