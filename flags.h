@@ -66,7 +66,7 @@ typedef enum { FLAG_FREE, FLAG_RUN, FLAG_KEEP } FlagKind;
     X("-top-k",         top_k,           F_INT,   "0",      FLAG_FREE, "sample from the K most likely tokens only (0: all)")               \
     X("-n",             ckpt_every,      F_INT,   "0",      FLAG_KEEP, "checkpoint every N steps and at the end (0: never; needs -o)")     \
     X("-nk",            ckpt_keep,       F_INT,   "0",      FLAG_KEEP, "keep only the newest N checkpoints (0: keep all)")                 \
-    X("-y",             resume,          F_INT,   "0",      FLAG_FREE, "1: resume from the newest complete checkpoint in -o; the flags it records (the run's: -e, -i, -j, -t, -d, the optimizer's, the schedule's, -seed; and -b, -x, -n, -nk, -v, -m, -s, -g, -save-model, -max-skips) are taken from it when not given")              \
+    X("-y",             resume,          F_INT,   "0",      FLAG_FREE, "1: resume from the newest complete checkpoint in -o; the flags it records (the run's: -e, -i, -j, -t, -d, the optimizer's, the schedule's, -seed, -lora*; and -b, -x, -n, -nk, -v, -m, -s, -g, -save-model, -max-skips) are taken from it when not given")              \
     X("-resume-change", resume_change,   F_STR,   "",       FLAG_FREE, "with -y 1: the run-defining flags this resume changes on purpose, e.g. -i or -i,-l (a given value that differs from the checkpoint's is refused otherwise)") \
     X("-r",             recompute,       F_INT,   "1",      FLAG_FREE, "recompute in backward: 0 none, 1 GELU, 2 GELU+layernorms, 3 whole blocks; auto: with -z auto, the planner's choice") \
     X("-z",             zero_stage,      F_INT,   "0",      FLAG_FREE, "ZeRO stage: 0 replicate, 1 shard optimizer, 2 +gradients, 3 +parameters; auto: the lowest-time stage that fits (see -plan)") \

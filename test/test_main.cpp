@@ -25,6 +25,7 @@
 #include "test_tune.h"       // tests: -tune: candidates that fit, the run bitwise as if started with the choice, resume reuses it
 #include "test_offload.h"    // tests: -offload cpu bit-identical to none, checkpoints across offload, refusals
 #include "test_resume.h"     // tests: a checkpoint knows its run; reading is not resuming; roll-back transactions; prompts; masks by pread
+#include "test_lora.h"      // tests: LoRA: step 0 is the base, the base frozen, adapters' gradients, ZeRO-0..3 bitwise, bad input
 #include "bench_adamw.h"     // make bench: the host AdamW against memcpy
 
 #ifdef ENABLE_FP32

@@ -1,0 +1,197 @@
+// test/test_lora.h — LoRA (lora.h): step 0 is the base model exactly, the base stays byte for byte
+// what it was, the adapters' gradients against central finite differences (FP32 build), ZeRO-0..3
+// bit-identical with adapters, the memory a frozen base saves, and bad input.
+
+// The small models, on zero_runs.h's small-vocabulary data (-i added by lora_flags): GPT-2 in
+// ZT_MODEL's shape and the Llama family's llama-tiny with 2 layers and the same vocabulary.
+#define LORA_GPT2 "-device cpu " ZT_MODEL " -b 2 -v 0 -s 0"
+#define LORA_LLAMA "-device cpu -e llama-tiny -layers 2 -vocab 97 -t 16 -b 2 -v 0 -s 0 -blas 0 -poison 1"
+
+static const char* lora_flags(const char* model, const char* extra) {
+    static char flags[2048];
+    snprintf(flags, sizeof(flags), "%s -i %s -j %s %s", model, zt_data(0), zt_data(1), extra);
+    return flags;
+}
+
+// FNV-1a of the base's parameters (every frozen block; R = 1, ZeRO-0: all of them are here).
+static uint64_t lora_base_hash(const Zero* z) {
+    uint64_t h = FNV_INIT;
+    for (int b = 0; b < z->lay.nblocks; b++) {
+        if (!z->lay.frozen[b]) continue;
+        floatX* p = (floatX*)tm_host(z->full_params + z->lay.off[b], sizeof(floatX) * z->lay.P[b]);
+        h = fnv1a(h, p, sizeof(floatX) * z->lay.P[b]);
+        free(p);
+    }
+    return h;
+}
+
+// The mean loss of batch 0 (a forward only).
+static double lora_loss(Trainer* tr) {
+    Model* m = &tr->model;
+    int BT = m->B * m->T;
+    dataloader_load(&tr->train, 0);
+    load_tokens(m, &tr->train, 1);
+    gpt_forward(m, m->B, m->T, 1, 0.0f, 0);
+    return sum_losses(m, BT) / BT;
+}
+
+// Step 0 with adapters is the base model exactly (B = 0); three steps move the adapters and leave
+// every byte of the base as it was; the frozen base holds no gradient and no optimizer state.
+static void lora_base_case(const char* model, const char* targets) {
+    Trainer* base = tm_trainer(lora_flags(model, "-z 0 -x 3"));
+    double l0 = lora_loss(base);
+    tm_free(base);
+    char extra[256];
+    snprintf(extra, sizeof(extra), "-z 0 -x 3 -l 1e-2 -lora 2 -lora-alpha 4 -lora-targets %s", targets);
+    Trainer* tr = tm_trainer(lora_flags(model, extra));
+    Zero* z = &tr->model.z;
+    double l1 = lora_loss(tr);
+    CHECKF(l0 == l1, "step 0 with adapters: loss %.9g, the base model's %.9g", l1, l0);
+    int A = z->lay.adapter;
+    CHECK(A == z->lay.nblocks - 1 && z->lay.frozen[0] && z->lay.frozen[1] && !z->lay.frozen[A]);
+    CHECKF(z->sz.full_grads == z->lay.P[A] && z->opt_total == z->lay.P[A],
+           "gradients %lld and optimizer state %lld elements: the adapter block has %lld", (long long)z->sz.full_grads,
+           (long long)z->opt_total, (long long)z->lay.P[A]);
+    uint64_t h0 = lora_base_hash(z);
+    floatX* a0 = (floatX*)tm_host(z->full_params + z->lay.off[A], sizeof(floatX) * z->lay.P[A]);
+    for (int s = 0; s < 3; s++) {
+        StepResult r = tm_step(tr);
+        CHECKF(r.skipped == 0, "step %d skipped (%d)", s, r.skipped);
+    }
+    floatX* a1 = (floatX*)tm_host(z->full_params + z->lay.off[A], sizeof(floatX) * z->lay.P[A]);
+    CHECKF(lora_base_hash(z) == h0, "the base's parameters changed in training");
+    CHECKF(memcmp(a0, a1, sizeof(floatX) * z->lay.P[A]) != 0, "the adapters did not change");
+    double l2 = lora_loss(tr);
+    CHECKF(l2 != l1, "the loss did not move (%.9g)", l2);
+    printf("    %s: step 0 %.6f = base; after 3 steps %.6f, the base unchanged (%016llx); %lld adapter elements\n",
+           tr->model.cfg.family == FAMILY_LLAMA ? "llama" : "gpt2", l1, l2, (unsigned long long)h0, (long long)tr->model.d.lora.num_params);
+    free(a0);
+    free(a1);
+    tm_free(tr);
+}
+
+TEST(lora_step0_is_base_and_base_frozen) {
+    lora_base_case(LORA_GPT2, "all");
+    lora_base_case(LORA_LLAMA, "q_proj,v_proj,o_proj,up_proj,down_proj");
+}
+
+#ifdef ENABLE_FP32
+// dA, dB of every module against central differences of the mean loss along a random direction
+// (Richardson-extrapolated from steps h and h/2)
+// (every element of the tensor, all layers: +-1 each), with random B (B = 0 would make dA zero), in
+// FP32, -r 0 on GPT-2 and -r 3 on Llama (the adapters recomputed in the backward).
+static void lora_fd_case(const char* model, const char* extra) {
+    char more[256];
+    snprintf(more, sizeof(more), "-z 0 -x 1 -lora 3 -lora-alpha 6 %s", extra); // (scale 2)
+    Trainer* tr = tm_trainer(lora_flags(model, more));
+    Model* m = &tr->model;
+    Zero* z = &m->z;
+    const LoraDesc* d = &m->d.lora;
+    int A = z->lay.adapter, L = m->cfg.L, BT = m->B * m->T;
+    int64_t P = z->lay.P[A];
+    floatX* p = (floatX*)malloc(sizeof(floatX) * P);
+    floatX* q = (floatX*)malloc(sizeof(floatX) * P);
+    dev_to_host(p, z->full_params + z->lay.off[A], sizeof(floatX) * P);
+    uint64_t key = rng_key(7, 1, 2);
+    for (int i = 0; i < d->nmods; i++) { // B ~ U(-0.05, 0.05) (A as initialised)
+        int64_t nB = (int64_t)L * d->mods[i].rows * d->r;
+        for (int64_t j = 0; j < nB; j++) p[d->mods[i].offB + j] = (floatX)(0.1 * rng_uniform(key, (uint64_t)(i * 1000003 + j)) - 0.05);
+    }
+    dev_from_host(z->full_params + z->lay.off[A], p, sizeof(floatX) * P);
+    zero_zero_grads(z);
+    dataloader_load(&tr->train, 0);
+    load_tokens(m, &tr->train, 1);
+    gpt_forward(m, m->B, m->T, 1, 1.0f / BT, 1);
+    gpt_backward(m, m->B, m->T, 0, 1);
+    comm_wait_all(&tr->comm);
+    float* g = (float*)tm_host(z->full_grads + z->lay.goff[A], sizeof(float) * P);
+    double worst = 0.0;
+    for (int i = 0; i < d->nmods; i++)
+        for (int t = 0; t < 2; t++) { // A, B
+            const LoraModule* mo = &d->mods[i];
+            int64_t off = t ? mo->offB : mo->offA, n = (int64_t)L * (t ? mo->rows * d->r : d->r * mo->in);
+            double gv = 0.0, D[2];
+            for (int64_t j = 0; j < n; j++) gv += (rng_u64(key, 5000000 + j) & 1 ? 1.0 : -1.0) * g[off + j];
+            for (int k = 0; k < 2; k++) { // central differences at h and h/2
+                double h = k ? 2e-3 : 4e-3, l[2];
+                for (int sgn = 0; sgn < 2; sgn++) {
+                    memcpy(q, p, sizeof(floatX) * P);
+                    for (int64_t j = 0; j < n; j++) q[off + j] = (floatX)(p[off + j] + (sgn ? -h : h) * (rng_u64(key, 5000000 + j) & 1 ? 1.0 : -1.0));
+                    dev_from_host(z->full_params + z->lay.off[A], q, sizeof(floatX) * P);
+                    l[sgn] = lora_loss(tr);
+                }
+                D[k] = (l[0] - l[1]) / (2.0 * h);
+            }
+            double num = (4.0 * D[1] - D[0]) / 3.0, err = fabs(num - gv) / fmax(fabs(num), 1e-3); // (Richardson: the h^2 term gone)
+            worst = err > worst ? err : worst;
+            CHECKF(err < 1e-2, "%s %s: analytic %.8g, central difference %.8g (relative %.2e)", mo->target, t ? "B" : "A", gv, num, err);
+        }
+    dev_from_host(z->full_params + z->lay.off[A], p, sizeof(floatX) * P);
+    printf("    %s %s: dA, dB of %d modules along random directions, worst relative difference %.2e\n",
+           m->cfg.family == FAMILY_LLAMA ? "llama" : "gpt2", extra, d->nmods, worst);
+    free(p);
+    free(q);
+    free(g);
+    tm_free(tr);
+}
+
+TEST(lora_grads_finite_differences) {
+    lora_fd_case(LORA_GPT2, "-r 0");
+    lora_fd_case(LORA_LLAMA, "-r 3");
+}
+#endif
+
+// ZeRO-0..3 with adapters over R ranks: the same losses, norms and hashes (parameters, master, m, v)
+// at every stage (-r 0..3 with them). make test: R = 2 on GPT-2 and Llama; make test-long: GPT-2 at
+// R = 1..4, Llama at R = 3.
+static void lora_stages_case(int R, const char* model, const char* lora) {
+    ZtLog ref;
+    char ref_hash[512] = "";
+    for (int z = 0; z <= 3; z++) {
+        char name[64], flags[2048], hash[512];
+        snprintf(name, sizeof(name), "lora_R%d_z%d", R, z);
+        const char* dir = zt_dir(name);
+        snprintf(flags, sizeof(flags), "%s -b 2 -x 3 -v 0 -s 0 -z %d -r %d %s -o %s -log-hash 1", model, z, z % 4, lora, dir);
+        int rc = zt_mpirun(R, flags, zt_out, sizeof(zt_out));
+        CHECKF(rc == 0, "R=%d z=%d failed (%d):\n%s", R, z, rc, zt_out);
+        if (rc) continue;
+        zt_hash_line(zt_out, hash, sizeof(hash));
+        ZtLog lg;
+        zt_read_log(dir, &lg);
+        CHECKF(lg.n == 3, "R=%d z=%d: %d steps logged", R, z, lg.n);
+        if (z == 0) { ref = lg; snprintf(ref_hash, sizeof(ref_hash), "%s", hash); continue; }
+        CHECKF(!memcmp(lg.loss, ref.loss, sizeof(lg.loss)) && !memcmp(lg.norm, ref.norm, sizeof(lg.norm)),
+               "R=%d: ZeRO-%d losses or norms differ from ZeRO-0", R, z);
+        CHECKF(hash[0] && !strcmp(hash, ref_hash), "R=%d: ZeRO-%d hashes differ:\n  %s\n  %s", R, z, hash, ref_hash);
+    }
+    printf("    R=%d %s: ZeRO-0..3 (-r 0..3) identical (%s)\n", R, lora, ref_hash);
+}
+
+TEST(lora_zero_stages_bitwise) {
+    if (test_long()) {
+        for (int R = 1; R <= 4; R++) lora_stages_case(R, ZT_MODEL, "-lora 2");
+        lora_stages_case(3, "-e llama-tiny -layers 3 -vocab 97 -t 16 -poison 1 -blas 0", "-lora 2 -lora-targets q_proj,k_proj,gate_proj,down_proj");
+    } else {
+        lora_stages_case(2, ZT_MODEL, "-lora 2");
+        lora_stages_case(2, "-e llama-tiny -layers 3 -vocab 97 -t 16 -poison 1 -blas 0", "-lora 2 -lora-targets q_proj,k_proj,gate_proj,down_proj");
+    }
+}
+
+// Bad input: exit 2 naming the flag, before any step.
+TEST(lora_bad_input) {
+    static const struct { const char* flags; const char* expect; } cases[] = {
+        {"-e tiny -lora -1", "-lora -1: the rank must be positive"},
+        {"-e tiny -lora 2 -lora-targets q_proj", "-lora-targets q_proj: 'q_proj' is not a projection of the GPT-2 family"},
+        {"-e llama-tiny -lora 2 -lora-targets q_proj,c_attn", "'c_attn' is not a projection of the Llama family"},
+        {"-e tiny -layers 1 -channels 32 -heads 4 -lora 33", "-lora 33: larger than c_attn"},
+        {"-e tiny -lora-targets c_fc", "-lora-targets c_fc: needs -lora r"},
+        {"-e tiny -lora 2 -lora-alpha -1", "-lora-alpha -1: must be positive"},
+        {"-e tiny -lora 2 -export-hf /tmp/x", "flag -export-hf: not yet with -lora"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int rc = cli_run(cases[i].flags, cli_out, sizeof(cli_out));
+        CHECKF(rc == 2, "'%s': exit code %d, expected 2. Output:\n%s", cases[i].flags, rc, cli_out);
+        CHECKF(strstr(cli_out, cases[i].expect) != NULL, "'%s': message lacks '%s'. Output:\n%s", cases[i].flags, cases[i].expect, cli_out);
+        CHECKF(strstr(cli_out, "step ") == NULL, "'%s' started training", cases[i].flags);
+    }
+}
