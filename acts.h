@@ -136,7 +136,8 @@ static LayerActs layer_acts(const Acts* a, int l) {
 // the largest K), attention backward's row sums, the embedding backward's buckets and pieces, the
 // norm's chunk sums. Then STEP_SCALARS_FLOATS at its end that are not scratch: the step's scalars
 // (StepScalars: loss, sum of squares, norm, clip scale, finite flag), which live across steps.
-#define STEP_SCALARS_FLOATS 64 // 256 bytes
+#define STEP_SCALARS_FLOATS 64 // 256 bytes: StepScalars, then the AdamW maxima (AdamWMax: zero.h's adam_max)
+static_assert(sizeof(StepScalars) + sizeof(AdamWMax) <= STEP_SCALARS_FLOATS * sizeof(float), "the step's scalars outgrew their room");
 static size_t ops_workspace_floats(const GPTConfig* c, int B, int T, int64_t opt_elems) {
     int64_t BT = (int64_t)B * T;
     ModelDims dm = model_dims(c); // the largest K of any matmul, forward (C, ATT, F) or backward (QKV, FC, C, Vp)

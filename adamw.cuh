@@ -68,6 +68,8 @@ typedef struct {
     int finite;       // norm is finite: 0 skips the optimizer (op_adamw_scalars)
     int overflow;     // op_adamw_check: a new m, v, master or parameter would not be finite (on some
                       // rank: zero_adamw_check sums it over ranks): 1 skips the optimizer too
+    int proved;       // op_adamw_bound: this rank's check was proved by its bound (adamw_bound_finite):
+                      // its pass read nothing
 } StepScalars;
 
 // norm, grad_scale, finite from sumsq, the same operations on both devices (IEEE double sqrt,
@@ -97,6 +99,38 @@ ZT_HD static inline int adamw_finite(float mi, float vi, float w) {
 static void adamw_bias_corrections(AdamWParams* p, int64_t t) {
     p->bc1 = (float)(1.0 - pow((double)p->beta1, (double)t));
     p->bc2 = (float)(1.0 - pow((double)p->beta2, (double)t));
+}
+
+// ---- The check proved instead of run (-offload, where the check's pass reads the whole state once
+// more: with nvme, from the disk; and on the device, op_adamw_bound). After an update, the maxima
+// fold (adamw_host_max on the host, adamw_kernel with mx on the device) has the largest |m|, v and
+// |w| it left (and whether every value is finite and v >= 0). With those and the gradient's norm
+// every new value of the next update is bounded, element by element, without reading the state:
+//     |g| <= G = 2 sqrt(sumsq) grad_scale   (one element's square is at most the sum; the factor 2
+//                                            covers the sum's FP32 rounding, at most 4096 * 2^-24)
+//     |m - g| <= M + G,  |m'| <= b1 (M + G) + G,  v' <= b2 (V + G^2) + G^2,
+//     |u| <= (|m'| / bc1) / eps  (sqrt(v'/bc2) >= 0),  |w'| <= W + lr (|u| + wd W).
+// When each bound, with a factor 4 for the rounding of the few operations behind it, stays below the
+// largest value that rounds finite in storage, no new m, v, w or parameter can be infinite or NaN:
+// the check's pass would find nothing, so skipping it changes no bit. Otherwise -- maxima unknown
+// (start, a loaded checkpoint), eps < 1e-30, beta outside [0, 1 - 1e-6], a huge learning rate or
+// gradient -- the pass runs (adamw_check_host, adamw_check_kernel). A step that overflows is never proved finite: the
+// bound is sound, not tight (test: op_adamw_bound_sound).
+typedef struct { float m, v, w; int known; } AdamWMax; // largest |m|, v, |w|; known: valid and every value finite, v >= 0
+
+ZT_HD static inline int adamw_bound_finite(const AdamWParams* p, const StepScalars* sc, const AdamWMax* mx) {
+    if (!mx->known || !(p->eps >= 1e-30f) || !(p->bc1 > 0.0f) || !(p->bc2 > 0.0f)) return 0;
+    if (!(p->beta1 >= 0.0f && p->beta1 <= 1.0f - 1e-6f && p->beta2 >= 0.0f && p->beta2 <= 1.0f - 1e-6f)) return 0;
+    double top = fmin((double)FLOATX_ROUNDS_TO_INF, (double)FLT_MAX) / 4.0;
+    double lr = fabs((double)p->lr), wd = fabs((double)p->weight_decay);
+    double G = 2.0 * sqrt(sc->sumsq) * fabs((double)sc->grad_scale), GG = G * G;
+    double dm = (double)mx->m + G, m1 = p->beta1 * dm + G;
+    double dv = (double)mx->v + GG, v1 = p->beta2 * dv + GG;
+    double mh = m1 / p->bc1, u = mh / p->eps, dec = wd * mx->w, upd = lr * (u + dec), w1 = (double)mx->w + upd;
+    double b[] = {G, GG, dm, m1, dv, v1, v1 / p->bc2, mh, u, dec, u + dec, upd, w1};
+    for (size_t i = 0; i < sizeof(b) / sizeof(b[0]); i++)
+        if (!(b[i] < top)) return 0; // (NaN and infinity fail too)
+    return 1;
 }
 
 #ifdef __CUDACC__
@@ -146,26 +180,80 @@ typedef struct {
 // sc (may be NULL): the step's scalars on the device; when given, its grad_scale replaces p's and a
 // step whose norm is not finite, or whose update would not be (overflow), changes nothing (every
 // thread reads the same flags).
-__global__ static void adamw_kernel(floatX* params, float* master, float* m, float* v, const float* grads,
-                                    AdamWSegTable tab, AdamWParams p, const StepScalars* sc) {
+// mx (may be NULL): the maxima of the new state are folded into it (adamw_host_max's fold: largest
+// |m|, v, |w|; known cleared by a value that is not finite or a v < 0): each block reduces its
+// threads' maxima and folds them with atomicMax on the bits (non-negative floats order as their
+// bits), so the result is the same for any launch shape and order.
+__global__ static void __launch_bounds__(ADAMW_THREADS)
+adamw_kernel(floatX* params, float* master, float* m, float* v, const float* grads,
+             AdamWSegTable tab, AdamWParams p, const StepScalars* sc, AdamWMax* mx) {
     if (sc && (!sc->finite || sc->overflow)) return;
     float grad_scale = sc ? sc->grad_scale : p.grad_scale;
     int s = blockIdx.y;
     int64_t off = tab.off[s], len = tab.len[s];
     float wd = tab.wd[s];
+    float am = 0.0f, av = 0.0f, aw = 0.0f;
+    int bad = 0;
     for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < len; k += (int64_t)gridDim.x * blockDim.x) {
         int64_t i = off + k;
-        adamw_element_rn(&params[i], &master[i], &m[i], &v[i], grads[i], p.lr, p.beta1, p.beta2, p.eps, wd,
-                         grad_scale, p.bc1, p.bc2);
+        float mi, vi, w;
+        adamw_math_rn(&mi, &vi, &w, master[i], m[i], v[i], grads[i], p.lr, p.beta1, p.beta2, p.eps, wd,
+                      grad_scale, p.bc1, p.bc2);
+        m[i] = mi;
+        v[i] = vi;
+        master[i] = w;
+        params[i] = rn(w);
+        float ma = fabsf(mi), wa = fabsf(w);
+        bad |= !adamw_finite(ma, vi, wa) | !(vi >= 0.0f);
+        am = ma > am ? ma : am; // (a NaN is caught by bad)
+        av = vi > av ? vi : av;
+        aw = wa > aw ? wa : aw;
     }
+    if (!mx) return;
+    __shared__ float red[3][ADAMW_THREADS / 32];
+    __shared__ int red_bad;
+    if (threadIdx.x == 0) red_bad = 0;
+    for (int o = 16; o > 0; o /= 2) { // warp maxima
+        am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
+        av = fmaxf(av, __shfl_xor_sync(0xffffffffu, av, o));
+        aw = fmaxf(aw, __shfl_xor_sync(0xffffffffu, aw, o));
+    }
+    __syncthreads(); // (red_bad's zero before any store below)
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    if (lane == 0) { red[0][warp] = am; red[1][warp] = av; red[2][warp] = aw; }
+    if (bad) red_bad = 1;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int k = 1; k < ADAMW_THREADS / 32; k++) {
+            am = fmaxf(am, red[0][k]); av = fmaxf(av, red[1][k]); aw = fmaxf(aw, red[2][k]);
+        }
+        atomicMax((unsigned int*)&mx->m, __float_as_uint(am));
+        atomicMax((unsigned int*)&mx->v, __float_as_uint(av));
+        atomicMax((unsigned int*)&mx->w, __float_as_uint(aw));
+        if (red_bad) mx->known = 0;
+    }
+}
+
+// Before an update's launches (op_adamw_max_begin): the maxima restart from {0, 0, 0, known} -- only
+// when the update will run; a skipped step leaves the state, and so its maxima, as they were.
+__global__ static void adamw_max_begin_kernel(AdamWMax* mx, const StepScalars* sc) {
+    if (sc && (!sc->finite || sc->overflow)) return;
+    mx->m = 0.0f; mx->v = 0.0f; mx->w = 0.0f; mx->known = 1;
+}
+
+// op_adamw_bound on the device: one thread decides whether this step's check is proved.
+__global__ static void adamw_bound_kernel(StepScalars* sc, const AdamWMax* mx, AdamWParams p) {
+    p.grad_scale = sc->grad_scale;
+    sc->proved = sc->finite && adamw_bound_finite(&p, sc, mx);
 }
 
 // The check (op_adamw_check): the same arithmetic, nothing written but sc->overflow = 1 when a new
 // value would not be finite. Every thread that finds one stores the same 1 (no ordering needed: the
 // update is the next launch on the stream).
-__global__ static void adamw_check_kernel(const float* master, const float* m, const float* v, const float* grads,
-                                          AdamWSegTable tab, AdamWParams p, StepScalars* sc) {
-    if (!sc->finite) return; // skipped anyway
+__global__ static void __launch_bounds__(ADAMW_THREADS)
+adamw_check_kernel(const float* master, const float* m, const float* v, const float* grads,
+                   AdamWSegTable tab, AdamWParams p, StepScalars* sc) {
+    if (!sc->finite || sc->proved) return; // skipped anyway / proved by the bound: nothing to read
     int s = blockIdx.y;
     int64_t off = tab.off[s], len = tab.len[s];
     float wd = tab.wd[s];
@@ -180,9 +268,10 @@ __global__ static void adamw_check_kernel(const float* master, const float* m, c
     if (bad) sc->overflow = 1;
 }
 
-// check = 0: the update (adamw_kernel); 1: the check (adamw_check_kernel, sc required).
+// check = 0: the update (adamw_kernel, maxima into mx when not NULL); 1: the check (adamw_check_kernel,
+// sc required).
 static void adamw_cuda(floatX* params, float* master, float* m, float* v, const float* grads,
-                       const Segment* segs, int nseg, const AdamWParams* p, const StepScalars* sc, int check) {
+                       const Segment* segs, int nseg, const AdamWParams* p, const StepScalars* sc, AdamWMax* mx, int check) {
     for (int s0 = 0; s0 < nseg; s0 += ADAMW_MAX_SEGS) {
         AdamWSegTable tab;
         memset(&tab, 0, sizeof(tab));
@@ -200,7 +289,7 @@ static void adamw_cuda(floatX* params, float* master, float* m, float* v, const 
         int64_t bx = ceil_div(maxlen, ADAMW_THREADS);
         dim3 grid((unsigned)(bx < ADAMW_MAX_BLOCKS_X ? bx : ADAMW_MAX_BLOCKS_X), (unsigned)n);
         if (check) adamw_check_kernel<<<grid, ADAMW_THREADS, 0, g_stream>>>(master, m, v, grads, tab, *p, (StepScalars*)sc);
-        else adamw_kernel<<<grid, ADAMW_THREADS, 0, g_stream>>>(params, master, m, v, grads, tab, *p, sc);
+        else adamw_kernel<<<grid, ADAMW_THREADS, 0, g_stream>>>(params, master, m, v, grads, tab, *p, sc, mx);
         cudaCheck(cudaGetLastError());
     }
 }
@@ -560,49 +649,6 @@ static void adamw_host(floatX* params, float* master, float* m, float* v, const 
     adamw_host_pass(ADAMW_UPDATE, params, master, m, v, grads, segs, nseg, p, sc ? sc->grad_scale : p->grad_scale, acc);
 }
 
-// Update every element of every segment. All arrays are indexed by the same local offsets. sc (may
-// be NULL): the step's scalars where the step runs; when given, its grad_scale is used and a step
-// that is not finite (norm) or would not be (overflow, op_adamw_check) changes nothing — decided
-// where the numbers are, so a GPU never waits for them.
-static void op_adamw_scalars(floatX* params, float* master, float* m, float* v, const float* grads,
-                             const Segment* segs, int nseg, const AdamWParams* p, const StepScalars* sc) {
-#ifdef __CUDACC__
-    if (g_device == DEV_CUDA) { adamw_cuda(params, master, m, v, grads, segs, nseg, p, sc, 0); return; }
-#endif
-    adamw_host(params, master, m, v, grads, segs, nseg, p, sc);
-}
-static inline void op_adamw(floatX* params, float* master, float* m, float* v, const float* grads,
-                     const Segment* segs, int nseg, const AdamWParams* p) {
-    op_adamw_scalars(params, master, m, v, grads, segs, nseg, p, NULL);
-}
-
-// The check before the update: sc->overflow = 1 when any new m, v, master or parameter of the
-// segments would not be finite (never cleared here: the step zeroes sc; several calls OR together).
-// Writes nothing else. A step whose norm is not finite is not checked (it is skipped anyway).
-// adamw_check_host: the CPU loop, on host memory whatever the device (also -offload's check).
-static void adamw_check_host(const float* master, const float* m, const float* v, const float* grads,
-                             const Segment* segs, int nseg, const AdamWParams* p, StepScalars* sc) {
-    if (!sc->finite) return;
-    float acc[3] = {0.0f, 0.0f, 0.0f};
-    if (adamw_host_pass(ADAMW_CHECK, NULL, (float*)master, (float*)m, (float*)v, grads, segs, nseg, p, sc->grad_scale, acc)) // (nothing written)
-        sc->overflow = 1;
-}
-// ---- The check proved instead of run (used by -offload, where the check's pass reads the whole
-// state once more: with nvme, from the disk). After an update, adamw_host_max has the largest |m|, v
-// and |w| it left (and whether every value is finite and v >= 0). With those and the gradient's norm
-// every new value of the next update is bounded, element by element, without reading the state:
-//     |g| <= G = 2 sqrt(sumsq) grad_scale   (one element's square is at most the sum; the factor 2
-//                                            covers the sum's FP32 rounding, at most 4096 * 2^-24)
-//     |m - g| <= M + G,  |m'| <= b1 (M + G) + G,  v' <= b2 (V + G^2) + G^2,
-//     |u| <= (|m'| / bc1) / eps  (sqrt(v'/bc2) >= 0),  |w'| <= W + lr (|u| + wd W).
-// When each bound, with a factor 4 for the rounding of the few operations behind it, stays below the
-// largest value that rounds finite in storage, no new m, v, w or parameter can be infinite or NaN:
-// the check's pass would find nothing, so skipping it changes no bit. Otherwise -- maxima unknown
-// (start, a loaded checkpoint), eps < 1e-30, beta outside [0, 1 - 1e-6], a huge learning rate or
-// gradient -- the pass runs (adamw_check_host). A step that overflows is never proved finite: the
-// bound is sound, not tight (test: op_adamw_bound_sound).
-typedef struct { float m, v, w; int known; } AdamWMax; // largest |m|, v, |w|; known: valid and every value finite, v >= 0
-
 // adamw_host, also folding the largest new |m|, v, |w| of the segments into mx (the caller starts a
 // pass from {0, 0, 0, 1}). The update's arithmetic is adamw_element's: the same bits as adamw_host.
 static void adamw_host_max(floatX* params, float* master, float* m, float* v, const float* grads,
@@ -612,6 +658,41 @@ static void adamw_host_max(floatX* params, float* master, float* m, float* v, co
     mx->m = acc[0]; mx->v = acc[1]; mx->w = acc[2];
     if (bad) mx->known = 0; // a value not finite, or v < 0
 }
+
+// Update every element of every segment. All arrays are indexed by the same local offsets. sc (may
+// be NULL): the step's scalars where the step runs; when given, its grad_scale is used and a step
+// that is not finite (norm) or would not be (overflow, op_adamw_check) changes nothing — decided
+// where the numbers are, so a GPU never waits for them. mx (may be NULL; where the step runs): the
+// new state's maxima are folded into it (op_adamw_max_begin starts an update's fold), for the next
+// step's op_adamw_bound. The fold reads nothing more and changes no bit of the update.
+static void op_adamw_scalars(floatX* params, float* master, float* m, float* v, const float* grads,
+                             const Segment* segs, int nseg, const AdamWParams* p, const StepScalars* sc, AdamWMax* mx) {
+#ifdef __CUDACC__
+    if (g_device == DEV_CUDA) { adamw_cuda(params, master, m, v, grads, segs, nseg, p, sc, mx, 0); return; }
+#endif
+    if (!mx) { adamw_host(params, master, m, v, grads, segs, nseg, p, sc); return; }
+    if (sc && (!sc->finite || sc->overflow)) return;
+    AdamWParams q = *p;
+    if (sc) q.grad_scale = sc->grad_scale;
+    adamw_host_max(params, master, m, v, grads, segs, nseg, &q, mx);
+}
+static inline void op_adamw(floatX* params, float* master, float* m, float* v, const float* grads,
+                     const Segment* segs, int nseg, const AdamWParams* p) {
+    op_adamw_scalars(params, master, m, v, grads, segs, nseg, p, NULL, NULL);
+}
+
+// The check before the update: sc->overflow = 1 when any new m, v, master or parameter of the
+// segments would not be finite (never cleared here: the step zeroes sc; several calls OR together).
+// Writes nothing else. A step whose norm is not finite is not checked (it is skipped anyway).
+// adamw_check_host: the CPU loop, on host memory whatever the device (also -offload's check).
+static void adamw_check_host(const float* master, const float* m, const float* v, const float* grads,
+                             const Segment* segs, int nseg, const AdamWParams* p, StepScalars* sc) {
+    if (!sc->finite || sc->proved) return; // skipped anyway / proved by its bound (op_adamw_bound)
+    float acc[3] = {0.0f, 0.0f, 0.0f};
+    if (adamw_host_pass(ADAMW_CHECK, NULL, (float*)master, (float*)m, (float*)v, grads, segs, nseg, p, sc->grad_scale, acc)) // (nothing written)
+        sc->overflow = 1;
+}
+
 
 // The host AdamW's rate on this CPU, elements per second per rank, for the planner's -offload rows
 // (measured like its matmul rate, measure_cpu_flops): adamw_host_max -- what -offload runs each step,
@@ -654,27 +735,44 @@ static double adamw_host_rate(double* lo, double* hi) {
 
 // 1 when the bounds above prove that this update leaves every value finite (sc: the step's scalars
 // on the host: sumsq and grad_scale; p: the update's hyperparameters; mx: the state's maxima).
-static int adamw_bound_finite(const AdamWParams* p, const StepScalars* sc, const AdamWMax* mx) {
-    if (!mx->known || !(p->eps >= 1e-30f) || !(p->bc1 > 0.0f) || !(p->bc2 > 0.0f)) return 0;
-    if (!(p->beta1 >= 0.0f && p->beta1 <= 1.0f - 1e-6f && p->beta2 >= 0.0f && p->beta2 <= 1.0f - 1e-6f)) return 0;
-    double top = fmin((double)FLOATX_ROUNDS_TO_INF, (double)FLT_MAX) / 4.0;
-    double lr = fabs((double)p->lr), wd = fabs((double)p->weight_decay);
-    double G = 2.0 * sqrt(sc->sumsq) * fabs((double)sc->grad_scale), GG = G * G;
-    double dm = (double)mx->m + G, m1 = p->beta1 * dm + G;
-    double dv = (double)mx->v + GG, v1 = p->beta2 * dv + GG;
-    double mh = m1 / p->bc1, u = mh / p->eps, dec = wd * mx->w, upd = lr * (u + dec), w1 = (double)mx->w + upd;
-    double b[] = {G, GG, dm, m1, dv, v1, v1 / p->bc2, mh, u, dec, u + dec, upd, w1};
-    for (size_t i = 0; i < sizeof(b) / sizeof(b[0]); i++)
-        if (!(b[i] < top)) return 0; // (NaN and infinity fail too)
-    return 1;
-}
 
 static void op_adamw_check(const float* master, const float* m, const float* v, const float* grads,
                            const Segment* segs, int nseg, const AdamWParams* p, StepScalars* sc) {
 #ifdef __CUDACC__
-    if (g_device == DEV_CUDA) { adamw_cuda(NULL, (float*)master, (float*)m, (float*)v, grads, segs, nseg, p, sc, 1); return; }
+    if (g_device == DEV_CUDA) { adamw_cuda(NULL, (float*)master, (float*)m, (float*)v, grads, segs, nseg, p, sc, NULL, 1); return; }
 #endif
     adamw_check_host(master, m, v, grads, segs, nseg, p, sc);
+}
+
+// The overflow check proved on the device too (where -offload proves it on the host): before the
+// check's launches, sc->proved = the step is finite and adamw_bound_finite holds for this rank's
+// maxima mx (one thread on a GPU: the host never waits); the check's pass then reads nothing
+// (adamw_check_kernel and adamw_check_host return at once). mx->known is 0 after a start, a load
+// or an update that left a value not finite (zero_state_put, the fold): the pass runs.
+static void op_adamw_bound(StepScalars* sc, const AdamWMax* mx, const AdamWParams* p) {
+#ifdef __CUDACC__
+    if (g_device == DEV_CUDA) {
+        adamw_bound_kernel<<<1, 1, 0, g_stream>>>(sc, mx, *p);
+        cudaCheck(cudaGetLastError());
+        return;
+    }
+#endif
+    AdamWParams q = *p;
+    q.grad_scale = sc->grad_scale;
+    sc->proved = sc->finite && adamw_bound_finite(&q, sc, mx);
+}
+// An update's fold starts from {0, 0, 0, known}, unless the step is skipped (sc's flags: then the
+// state, and so its maxima, stay as they are).
+static void op_adamw_max_begin(AdamWMax* mx, const StepScalars* sc) {
+#ifdef __CUDACC__
+    if (g_device == DEV_CUDA) {
+        adamw_max_begin_kernel<<<1, 1, 0, g_stream>>>(mx, sc);
+        cudaCheck(cudaGetLastError());
+        return;
+    }
+#endif
+    if (sc && (!sc->finite || sc->overflow)) return;
+    mx->m = 0.0f; mx->v = 0.0f; mx->w = 0.0f; mx->known = 1;
 }
 
 // params = round_to_nearest(master), elementwise (start-up and after loading a checkpoint).

@@ -4,7 +4,7 @@
 // layout for R ranks. Nothing here allocates or computes; train_gpt.cu (section 1) and checkpoint.h
 // both build on it.
 //
-// May call: zero.h (the block layout).
+// May call: zero.h (the block layout), ops/rope.cuh (the ROPE_* rules).
 #ifndef ZT_MODEL_H
 #define ZT_MODEL_H
 #include "zero.h" // defines: BlockLayout, layout_init, layout_add_tensor, layout_finish
@@ -12,8 +12,9 @@
 // The model families: a tensor table each (below) and a layer's ops each (train_gpt.cu section 2).
 enum { FAMILY_GPT2 = 0, FAMILY_LLAMA = 1 };
 // Positions: GPT-2 learns them (wpe); Llama rotates q and k (RoPE), with transformers' rope_type
-// rules for the inverse frequencies: "default", "linear" (positions / factor) and "llama3".
-enum { ROPE_NONE = 0, ROPE_DEFAULT = 1, ROPE_LINEAR = 2, ROPE_LLAMA3 = 3 };
+// rules for the inverse frequencies: "default", "linear" (positions / factor) and "llama3" (the
+// ROPE_* values, defined with the rules in ops/rope.cuh).
+#include "ops/rope.cuh" // defines: ROPE_NONE, ROPE_DEFAULT, ROPE_LINEAR, ROPE_LLAMA3
 
 // The first six fields are every family's (and llm.c's model file header); the rest are the Llama
 // family's. A GPTConfig whose family is FAMILY_GPT2 (0: a zeroed config, every llm.c descriptor and
@@ -210,6 +211,20 @@ typedef struct {
     int64_t num_real;     // the same without the padded vocabulary rows
     LoraDesc lora;        // [LoRA] the adapters (lora.r 0: none); their logical range follows num_params
 } ModelDesc;
+
+// The family's fields in words, for the start-up and -plan lines ("" for GPT-2).
+static void model_family_text(const GPTConfig* c, char* buf, size_t cap) {
+    buf[0] = 0;
+    if (c->family != FAMILY_LLAMA) return;
+    static const char* const rope[] = {"none", "default", "linear", "llama3"};
+    int n = snprintf(buf, cap, "llama family: NKV %d (%d query heads per K/V head), head_dim %d, MLP %d (SwiGLU), %s head%s%s, "
+                     "RMSNorm eps %g, RoPE %s theta %g", c->NKV, c->NKV > 0 ? c->NH / c->NKV : 0, c->HD, c->F, c->tied ? "tied" : "untied",
+                     c->qkv_bias ? ", q/k/v biases" : "", c->mlp_bias ? ", MLP biases" : "", (double)c->norm_eps,
+                     rope[c->rope_type >= 0 && c->rope_type <= 3 ? c->rope_type : 0], c->rope_theta);
+    if (n > 0 && (size_t)n < cap && c->rope_type == ROPE_LINEAR) snprintf(buf + n, cap - n, " factor %g", c->rope_factor);
+    if (n > 0 && (size_t)n < cap && c->rope_type == ROPE_LLAMA3)
+        snprintf(buf + n, cap - n, " factor %g low %g high %g original %d", c->rope_factor, c->rope_low_freq, c->rope_high_freq, c->rope_orig_maxT);
+}
 
 // The tensors holding padded vocabulary rows (V..Vp: zero, never in the softmax).
 static inline int tensor_has_vocab_rows(int k) { return k == T_wte || k == T_embed || k == T_lmhead; }

@@ -486,6 +486,9 @@ static void run_plan(const Flags* f, const GPTConfig* c, int R, const Launch* L)
     printf0("plan: L %d C %d NH %d V %d (padded %d): Psi = %lld parameters; B %d x T %d x R %d x GA %d; %s%s %s\n", c->L, c->C, c->NH,
             c->V, c->Vp, (long long)d.num_params, f->B, f->T, R, GA, g_device == DEV_CUDA ? "cuda, GPU " : "cpu",
             g_device == DEV_CUDA ? gpu_model_name(f) : "", PRECISION_NAME);
+    char fam[512];
+    model_family_text(c, fam, sizeof(fam));
+    if (fam[0]) printf0("  %s\n", fam);
     printf0("  memory per rank %s (%s); headroom %s, " PLAN_HEADROOM_TEXT ": a row fits only if it leaves that free\n",
             fmt_bytes(e.mem).s, e.mem_src, fmt_bytes(e.headroom).s);
     printf0("  compute %.3g TFLOP/s per rank (%s); link %.0f Gbit/s (%s)\n", e.flops / 1e12, e.flops_src, e.link * 8 / 1e9, e.link_src);

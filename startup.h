@@ -490,6 +490,9 @@ static void print_setup(const Flags* f, Comm* comm, const Launch* L, const Model
             "(%lld without them); memory below also counts Psi' = %lld, with every tensor padded to 8 elements and every block to 8R\n",
             c->L, c->C, c->NH, c->V, c->Vp, c->maxT, (long long)d->num_params, (long long)d->num_real,
             (long long)z->lay.total);
+    char fam[512];
+    model_family_text(c, fam, sizeof(fam));
+    if (fam[0]) printf0("model: %s\n", fam);
     printf0("batch: B %d x T %d x R %d x GA %d = %lld tokens per step; %d steps; train %lld tokens, val %lld tokens\n",
             B, T, R, GA, (long long)GA * R * B * T, max_steps, (long long)train_tokens, (long long)val_tokens);
     print_memory_table(comm, z, c, B, T, recompute);

@@ -1,4 +1,4 @@
-// train_gpt.cu — zerotrain: train GPT-2 with BF16 mixed precision, activation recompute and
+// train_gpt.cu — zerotrain: train GPT-2 or a Llama-family model with BF16 mixed precision, activation recompute and
 // ZeRO-1/2/3 sharding, on a GPU (-device cuda) or on the CPU reference device (-device cpu),
 // over N processes (mpirun), configured entirely by flags.
 //
@@ -61,7 +61,9 @@
 // 1. The model. GPT-2 (Radford et al. 2019): token + position embedding, L pre-norm blocks of
 // causal self-attention and a GELU MLP, a final layernorm, and the LM head tied to the token
 // embedding. The vocabulary is padded to a multiple of 128 (Vp) for aligned matmuls; the padded
-// rows of wte are zero and never enter the softmax.
+// rows of wte are zero and never enter the softmax. The Llama family (Llama 3, Qwen2, Mistral,
+// SmolLM2: RMSNorm, RoPE, grouped-query attention, SwiGLU, its own LM head) sits beside it: its
+// table is LLAMA_TENSORS, its layer code the llama_* functions of section 2 (docs/models.md).
 //
 // The tensors are described once, in GPT2_TENSORS, in llm.c's file order. Everything else is
 // derived from it: the block layout (zero.h), the logical offsets used by model files and
@@ -269,8 +271,7 @@ static const FamilyOps GPT2_OPS = {"gpt2", gpt2_embed_forward, gpt2_layer_forwar
 static void llama_rope_for(Model* m, int T) {
     if (m->rope_T == T) return;
     const GPTConfig* c = &m->cfg;
-    RopeParams rp = {c->HD, c->rope_theta, c->rope_type == ROPE_LLAMA3 ? ROPE_KIND_LLAMA3 : c->rope_type == ROPE_LINEAR ? ROPE_KIND_LINEAR : ROPE_KIND_DEFAULT,
-                     c->rope_factor, c->rope_low_freq, c->rope_high_freq, c->rope_orig_maxT};
+    RopeParams rp = {c->HD, c->rope_theta, c->rope_type, c->rope_factor, c->rope_low_freq, c->rope_high_freq, c->rope_orig_maxT};
     rope_table(m->rope_host, &rp, T);
     dev_from_host(m->a.rope, m->rope_host, sizeof(float) * (size_t)T * c->HD);
     m->rope_T = T;
@@ -494,6 +495,7 @@ typedef struct {
     StepResult pending_res;    // that step's lr, step and collectives, until its numbers are read
     double t_mark;             // when the last result was read (or the first step began)
     int start_step, skips;     // this run's first step; consecutive skipped steps (-max-skips)
+    int64_t checks_proved, checks_run; // steps whose overflow check was proved by its bound / read the state (zero_adamw_check)
     double t_first, first_s;   // the ETA: when this run's first step was logged, and its time
     double peak_flops;      // [CUDA] the GPU's BF16 dense peak (0: unknown)
     size_t mem_baseline;    // [CUDA] device memory in use after the context and communicator exist
@@ -583,6 +585,7 @@ static StepResult step_read_back(Trainer* tr) {
         r.norm = h->norm;
         r.skipped = !h->finite ? 1 : h->overflow ? 3 : 0;
         if (r.skipped == 0) tr->adam_t++;
+        if (h->finite && !tr->model.z.offload) (h->proved ? tr->checks_proved : tr->checks_run)++; // (offload counts its own)
     }
     double now = wall_s();
     r.ms = (now - tr->t_mark) * 1000.0;
@@ -991,6 +994,8 @@ static void trainer_build_model(Trainer* tr, const GPTConfig* c, int stage, int 
     g_work = (float*)dev_alloc(TAG_WORK, work_floats * sizeof(float));
     g_work_floats = work_floats - STEP_SCALARS_FLOATS; // the ops' scratch; then the step's scalars
     tr->scalars = (StepScalars*)(g_work + g_work_floats);
+    m->z.adam_max = (AdamWMax*)(tr->scalars + 1); // the maxima the updates leave, beside the scalars (across steps)
+    dev_zero(m->z.adam_max, sizeof(AdamWMax));    // (unknown: the first step's check runs)
     tr->scalars_host = (StepScalars*)host_pinned_alloc(sizeof(StepScalars));
     tr->readback_lag = g_device == DEV_CUDA && tr->R == 1; // see train_step
     // what was allocated is exactly what the planner computes, tag by tag
@@ -1040,6 +1045,7 @@ static void tune_release(void* ctx) {
     Trainer* tr = (Trainer*)ctx;
     trainer_free_model(tr);
     tr->step = 0; tr->adam_t = 0; tr->pending = 0;
+    tr->checks_proved = 0; tr->checks_run = 0;
 }
 
 // Everything before the first step. Bad input ends here with exit code 2, before allocation.
@@ -1526,6 +1532,10 @@ static int train_main(int argc, char** argv) {
     if (rc == ZT_EXIT_OK && tr->f.log_hash) log_hashes(tr);
     log_memory(tr, "end");
     offload_report(&tr->model.z); // [offload] how often the overflow check read the state
+    if (!tr->model.z.offload && tr->checks_proved + tr->checks_run > 0)
+        printf0("the overflow check was proved by its bound on %lld step(s) (nothing read) and read the state on %lld "
+                "(the first after a start or a load, or when the bound was too loose)\n",
+                (long long)tr->checks_proved, (long long)tr->checks_run);
     int log_failed = tr->log_failed; // rank 0's; every rank ends with the same code
     comm_broadcast(&tr->comm, &log_failed, sizeof(log_failed), 0);
     if (log_failed) printf0("error: writes to %s/log.jsonl failed (see above)\n", tr->f.out_dir);

@@ -375,6 +375,7 @@ typedef struct {
     cudaEvent_t done;  // [CUDA] recorded on the comm stream when it has finished
     // [CUDA] for the watchdog (under Comm.mu): the collective is issued and its `done` not yet seen
     int pending, recorded, step;
+    int warm_up;       // [CUDA] the slot watches comm_nccl_warm_up's collectives (no CollOp)
     double t_issued;
 #endif
 } CommSlot;
@@ -587,9 +588,14 @@ static void* comm_watchdog(void* arg) {
             if (!s->pending) continue;
             cudaError_t q = s->recorded ? cudaEventQuery(s->done) : cudaErrorNotReady;
             if (q == cudaSuccess) { s->pending = 0; continue; }
-            if (q != cudaErrorNotReady)
+            if (q != cudaErrorNotReady && s->warm_up)
+                snprintf(why, sizeof(why), "the NCCL warm-up failed on the GPU: %s", cudaGetErrorString(q));
+            else if (q != cudaErrorNotReady)
                 snprintf(why, sizeof(why), "%s of block %d at step %d failed on the GPU: %s", coll_name[s->op.kind],
                          s->op.block, s->step, cudaGetErrorString(q));
+            else if (c->timeout_s > 0 && wall_s() - s->t_issued > c->timeout_s && s->warm_up)
+                snprintf(why, sizeof(why), "the NCCL warm-up (an all-gather and a reduce-scatter right after ncclCommInitRank) "
+                         "did not complete within %.0f s", c->timeout_s);
             else if (c->timeout_s > 0 && wall_s() - s->t_issued > c->timeout_s)
                 snprintf(why, sizeof(why), "collective %s of block %d at step %d did not complete within %.0f s", coll_name[s->op.kind],
                          s->op.block, s->step, c->timeout_s);
@@ -609,6 +615,10 @@ static void* comm_watchdog(void* arg) {
             if (pthread_mutex_timedlock(&c->nccl_mu, &until) == 0) {
                 if (!c->nccl_aborted) nccl_abort_locked(c); // a collective waiting in NCCL now ends instead of hanging
                 pthread_mutex_unlock(&c->nccl_mu);
+                fprintf(stderr, "[rank %d] NCCL watchdog: aborted the communicator (ncclCommAbort): what waits on it ends\n", c->r);
+            } else {
+                fprintf(stderr, "[rank %d] NCCL watchdog: a call into NCCL has not returned for 2 s: the run ends without "
+                                "ncclCommAbort (the process's exit ends the communicator)\n", c->r);
             }
             char gone[160];
             rdv_gone(c, gone, sizeof(gone)); // launched without MPI: who closed its connection
@@ -1387,14 +1397,27 @@ static void comm_check_cpu_device(const Comm* c) {
 // lazily, at the first collective that needs them. One small all-gather and reduce-scatter, the
 // kinds a run issues, in place as the run's are: the device memory in use afterwards is the baseline
 // the planner's prediction is compared with (train_gpt.cu: mem_baseline), buffers included.
+// The watchdog watches it like a collective (slot 0, marked warm_up): a peer that dies or stops right
+// after the communicator's initialisation ends the run after -comm-timeout instead of hanging it.
 static void comm_nccl_warm_up(Comm* c) {
     const size_t n = 256; // elements per rank
     float* buf = NULL;    // (R * n) FP32
+    CommSlot* s = &c->slots[0]; // (no collective is in flight yet)
     cudaCheck(cudaMalloc((void**)&buf, sizeof(float) * n * c->R));
     cudaCheck(cudaMemsetAsync(buf, 0, sizeof(float) * n * c->R, c->stream));
+    pthread_mutex_lock(&c->mu);
+    s->pending = 1; s->recorded = 0; s->warm_up = 1; s->step = 0; s->t_issued = wall_s();
+    pthread_mutex_unlock(&c->mu);
     ncclIssue(c, ncclAllGather(buf + (size_t)c->r * n, buf, n, ncclFloat, c->nccl, c->stream), "ncclAllGather (warm-up)");
     ncclIssue(c, ncclReduceScatter(buf, buf + (size_t)c->r * n, n, ncclFloat, ncclSum, c->nccl, c->stream), "ncclReduceScatter (warm-up)");
-    cudaCheck(cudaStreamSynchronize(c->stream));
+    cudaCheck(cudaEventRecord(s->done, c->stream));
+    pthread_mutex_lock(&c->mu);
+    s->recorded = 1;
+    pthread_mutex_unlock(&c->mu);
+    cudaCheck(cudaEventSynchronize(s->done)); // (never returning: the watchdog ends the run)
+    pthread_mutex_lock(&c->mu);
+    s->pending = 0; s->warm_up = 0;
+    pthread_mutex_unlock(&c->mu);
     cudaCheck(cudaFree(buf));
 }
 #endif
@@ -1536,6 +1559,8 @@ typedef struct Zero {
     // optimizer state (FP32): everything under ZeRO-0, this rank's shard otherwise
     float *master, *m, *v;   // device memory; [offload] host memory (cpu) or NULL (a file: nvme)
     int64_t opt_total;
+    AdamWMax* adam_max;      // where the step runs (the trainer's, beside its StepScalars), NULL: none:
+                             // the maxima the last update left, which prove the next check (zero_adamw_check)
     // [offload] where master, m, v live when not on the device (-offload, offload.h): state_io moves
     // n floats of array a (0 master, 1 m, 2 v) at offset off to (write 0) or from (write 1) the host
     Offload offload;
@@ -1879,24 +1904,30 @@ static void zero_grad_sumsq(Zero* z, StepScalars* sc) {
 }
 
 // AdamW over the optimizer range of every block; sc: the step's scalars (clip scale, finite and
-// overflow flags: either skips the update on every block).
+// overflow flags: either skips the update on every block). The new state's maxima are folded into
+// z->adam_max as the update runs (for the next step's zero_adamw_check).
 static void zero_adamw(Zero* z, const AdamWParams* hp, const StepScalars* sc) {
     Segment seg[MAX_BLOCK_TENSORS];
+    if (z->adam_max) op_adamw_max_begin(z->adam_max, sc);
     for (int b = 0; b < z->lay.nblocks; b++) {
         if (z->lay.frozen[b]) continue; // [LoRA]
         int n = layout_segments(&z->lay, b, zero_opt_lo(z, b), zero_opt_hi(z, b), seg);
         int64_t o = zero_opt_off(z, b);
-        op_adamw_scalars(zero_opt_params(z, b), z->master + o, z->m + o, z->v + o, zero_opt_grads(z, b), seg, n, hp, sc);
+        op_adamw_scalars(zero_opt_params(z, b), z->master + o, z->m + o, z->v + o, zero_opt_grads(z, b), seg, n, hp, sc,
+                         z->adam_max);
     }
 }
 
 // Before AdamW: would the update leave a non-finite value anywhere (op_adamw_check over every
-// block, nothing written)? The flag sc->overflow is summed over ranks (one scalar reduction, read
-// back for it: one wait per step at R > 1; at R = 1 it stays where the step runs and is only
-// counted), so every rank skips the update together and no shard moves while another stays.
+// block, nothing written)? First the bound (op_adamw_bound, from the norm and the maxima the last
+// update left): when it proves this rank's update finite, the check's launches read nothing. The
+// flag sc->overflow is summed over ranks (one scalar reduction, read back for it: one wait per
+// step at R > 1; at R = 1 it stays where the step runs and is only counted), so every rank skips
+// the update together and no shard moves while another stays.
 static void zero_adamw_check(Zero* z, const AdamWParams* hp, StepScalars* sc) {
     Segment seg[MAX_BLOCK_TENSORS];
     int data = !z->comm->count_only; // counting mode: only the scalar sum is issued
+    if (data && z->adam_max) op_adamw_bound(sc, z->adam_max, hp);
     for (int b = 0; data && b < z->lay.nblocks; b++) {
         if (z->lay.frozen[b]) continue; // [LoRA]
         int n = layout_segments(&z->lay, b, zero_opt_lo(z, b), zero_opt_hi(z, b), seg);
@@ -1996,6 +2027,7 @@ static void zero_state_get(Zero* z, int a, int64_t off, float* host, int64_t n) 
 }
 static void zero_state_put(Zero* z, int a, int64_t off, const float* host, int64_t n) {
     if (z->state_io) { z->state_io(z, a, off, (float*)host, n, 1); return; } // [offload]
+    if (z->adam_max) dev_zero(z->adam_max, sizeof(AdamWMax)); // (a state written here: its maxima unknown)
     float* arr = a == 0 ? z->master : a == 1 ? z->m : z->v;
     dev_from_host(arr + off, host, sizeof(float) * n);
 }

@@ -1,10 +1,15 @@
 // ops/attention.cuh — causal multi-head self-attention, FlashAttention-2 style, both passes.
 //
-//   forward:  qkv (B, T, 3C) -> out (B, T, C)      [floatX, =]
-//                            -> lse (B, NH, T)     [FP32, =]  log-sum-exp of each score row
-//   backward: dout (B, T, C), qkv, out, lse -> dqkv (B, T, 3C)   [floatX, =]
-// q, k, v are the three C-wide thirds of a qkv row; head h uses channels [h*HS, (h+1)*HS).
+//   forward:  qkv (B, T, QKV) -> out (B, T, NH*HS)     [floatX, =]
+//                              -> lse (B, NH, T)       [FP32, =]  log-sum-exp of each score row
+//   backward: dout (B, T, NH*HS), qkv, out, lse -> dqkv (B, T, QKV)   [floatX, =]
+// Grouped-query attention (Ainslie et al. 2023): NH query heads, NKV key/value heads (NKV divides
+// NH), head size HS; a qkv row is q heads (NH*HS) ; k heads (NKV*HS) ; v heads (NKV*HS), QKV =
+// (NH + 2 NKV) HS. Query head h reads kv head h / (NH/NKV), as transformers' repeat_kv, but the K/V
+// rows are read in place (never copied per query head). GPT-2 is NKV = NH, HS = C/NH: QKV = 3C.
 // S = Q K^T / sqrt(HS) with the causal mask (key j <= query i), P = softmax(S), out = P V.
+// dK/dV of a kv head sum over its group's query heads: every kernel and the CPU loop add the heads
+// in increasing order, each over its queries in order (a fixed order: deterministic, no atomics).
 //
 // The T x T matrices S and P are never stored (Dao, "FlashAttention-2", 2023, Alg. 1 and 2).
 // Forward, per query row i, walks the keys in tiles of ATT_BK, keeping a running maximum m, a
@@ -13,7 +18,8 @@
 // and stores out = o / l and lse = m + log(l). Backward recomputes P_ij = exp(s_ij - lse_i) and,
 // with D_i = dout_i . out_i (Alg. 2 line 4), dS_ij = P_ij (dout_i . v_j - D_i):
 //     dq_i = scale * sum_{j<=i} dS_ij k_j          (pass 1, a task per query row)
-//     dk_j = scale * sum_{i>=j} dS_ij q_i,  dv_j = sum_{i>=j} P_ij dout_i   (pass 2, a task per key row)
+//     dk_j = scale * sum_{i>=j} dS_ij q_i,  dv_j = sum_{i>=j} P_ij dout_i   (pass 2, a task per key row
+//                                                      of a kv head: its query heads in order, each i >= j)
 // Two passes instead of atomics: every gradient row is one sum in a fixed order, so the result
 // does not depend on the thread count, exactly as the GPU kernel will do it.
 //
@@ -31,7 +37,7 @@
 #include "tensor_core.cuh"      // defines: tc_mma_bf16, tc_ldmatrix_*, tc_cp_async_* (mma.sync, ldmatrix, cp.async)
 
 #define ATT_BK 64       // key tile (columns of S processed per online-softmax update)
-#define ATT_MAX_HS 256  // largest head size (C / NH); checked when the model is configured
+#define ATT_MAX_HS 256  // largest head size (HD); checked when the model is configured
 
 #ifdef __CUDACC__
 // ---- CUDA kernels: FlashAttention-2 (Dao 2023) Alg. 1 (forward) and Alg. 2 (backward)
@@ -48,8 +54,9 @@
 //   backward (Alg. 2, split in three kernels so that no gradient needs an atomic add)
 //            1. D_i = dout_i . out_i (line 4), from the stored (rounded) out, a warp per row, into
 //               the workspace g_work (B, NH, T);
-//            2. grid (B*NH, ceil(T/16)): a block owns 16 keys j (line 5), walks the query tiles
-//               of 32 rows i that reach them (i >= j) and accumulates dK_j, dV_j (lines 6-19);
+//            2. grid (B*NKV, ceil(T/16)): a block owns 16 keys j of a kv head (line 5) and, for
+//               each query head of its group in order, walks the query tiles of 32 rows i that
+//               reach them (i >= j), accumulating dK_j, dV_j (lines 6-19);
 //            3. grid (B*NH, ceil(T/16)): a block owns 16 queries i and walks the key tiles of
 //               32 keys j <= i, accumulating dQ_i: line 15 as a pass of its own.
 //            Both recompute P_ij = exp(S_ij - L_i) (line 11) from the forward's lse.
@@ -105,18 +112,18 @@ static size_t att_bwd_smem_floats(int HS) {
 }
 
 // Alg. 1. Block (bh = b*NH + h, tile) computes out rows [q0, q0 + Br) of head h and their lse.
-// out (B, T, C) floatX [=], lse (B, NH, T) FP32 [=], qkv (B, T, 3C).
+// out (B, T, NH*HS) floatX [=], lse (B, NH, T) FP32 [=], qkv (B, T, QKV).
 __global__ static void __launch_bounds__(ATT_THREADS)
-attention_forward_kernel(floatX* out, float* lse, const floatX* qkv, int T, int C, int NH) {
+attention_forward_kernel(floatX* out, float* lse, const floatX* qkv, int T, int NH, int NKV, int HS) {
     const int Br = ATT_FWD_BR, Bc = ATT_FWD_BC;
-    int HS = C / NH, W = HS | 1;
-    int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    int W = HS | 1, QKV = (NH + 2 * NKV) * HS, C = NH * HS;
+    int bh = blockIdx.x, b = bh / NH, h = bh % NH, kh = h / (NH / NKV);
     int q0 = (gridDim.y - 1 - blockIdx.y) * Br; // the last tiles (most keys) are scheduled first
     int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     float scale = 1.0f / sqrtf((float)HS);
-    const floatX* q = qkv + (int64_t)b * T * 3 * C + h * HS; // (T, HS), row stride 3C
-    const floatX* k = q + C;
-    const floatX* v = q + 2 * C;
+    const floatX* q = qkv + (int64_t)b * T * QKV + h * HS; // (T, HS), row stride QKV
+    const floatX* k = qkv + (int64_t)b * T * QKV + (NH + kh) * HS; // kv head kh of query head h
+    const floatX* v = k + NKV * HS;
     extern __shared__ float att_smem[];
     float* Qs = att_smem;      // (Br, W) Q_i
     float* Os = Qs + Br * W;   // (Br, W) O_i, unnormalised; thread e % ATT_THREADS owns element e
@@ -128,14 +135,14 @@ attention_forward_kernel(floatX* out, float* lse, const floatX* qkv, int T, int 
     float* cs = ls + Br;       // (Br) this tile's rescaling exp(m_i^(j-1) - m_i^(j))
 
     // line 4: load Q_i; line 5: O_i = 0, l_i = 0, m_i = -inf
-    att_load_tile(Qs, q, 3 * C, q0, Br, T, HS, W);
+    att_load_tile(Qs, q, QKV, q0, Br, T, HS, W);
     for (int e = tid; e < Br * HS; e += ATT_THREADS) Os[(e / HS) * W + e % HS] = 0.0f;
     for (int r = tid; r < Br; r += ATT_THREADS) { ms[r] = -INFINITY; ls[r] = 0.0f; }
     int kend = q0 + Br < T ? q0 + Br : T; // causal: the tile's last row sees keys j < q0 + Br
     for (int k0 = 0; k0 < kend; k0 += Bc) { // line 6
         // line 7: load K_j, V_j
-        att_load_tile(Ks, k, 3 * C, k0, Bc, T, HS, W);
-        att_load_tile(Vs, v, 3 * C, k0, Bc, T, HS, W);
+        att_load_tile(Ks, k, QKV, k0, Bc, T, HS, W);
+        att_load_tile(Vs, v, QKV, k0, Bc, T, HS, W);
         __syncthreads(); // K_j, V_j (and, on the first tile, Q_i, O_i, m_i, l_i) are in place
         // line 8: S_ij = scale * Q_i K_j^T; -inf where key j > query i, or j >= T (rows past T only)
         for (int e = tid; e < Br * Bc; e += ATT_THREADS) {
@@ -185,13 +192,13 @@ attention_forward_kernel(floatX* out, float* lse, const floatX* qkv, int T, int 
 }
 
 // Alg. 2 line 4: D (B, NH, T) FP32 [=], D_i = dout_i . out_i over the head's HS channels, from the
-// stored (rounded) out. A warp per row (b, h, i); dout, out (B, T, C).
+// stored (rounded) out. A warp per row (b, h, i); dout, out (B, T, C), C = NH*HS.
 __global__ static void __launch_bounds__(ATT_THREADS)
-attention_backward_d_kernel(float* D, const floatX* dout, const floatX* out, int B, int T, int C, int NH) {
+attention_backward_d_kernel(float* D, const floatX* dout, const floatX* out, int B, int T, int NH, int HS) {
     int64_t row = (int64_t)blockIdx.x * (ATT_THREADS / 32) + threadIdx.x / 32; // (b*NH + h)*T + i
     int lane = threadIdx.x % 32;
     if (row >= (int64_t)B * NH * T) return; // the whole warp leaves together: the shuffles see 32 lanes
-    int HS = C / NH;
+    int C = NH * HS;
     int i = (int)(row % T), bh = (int)(row / T), b = bh / NH, h = bh % NH;
     const floatX* dorow = dout + ((int64_t)b * T + i) * C + h * HS;
     const floatX* orow = out + ((int64_t)b * T + i) * C + h * HS;
@@ -201,22 +208,21 @@ attention_backward_d_kernel(float* D, const floatX* dout, const floatX* out, int
     if (lane == 0) D[row] = acc;
 }
 
-// Alg. 2 lines 5-19 without line 15. Block (bh = b*NH + h, tile) owns keys [k0, k0 + Bk) of head h
-// and walks the query tiles [q0, q0 + Bq) that hold some i >= k0.
-// dqkv (B, T, 3C) floatX: the k and v thirds [=]; dout (B, T, C), qkv (B, T, 3C), lse, D (B, NH, T).
+// Alg. 2 lines 5-19 without line 15. Block (b*NKV + kh, tile) owns keys [k0, k0 + Bk) of kv head kh
+// and, for each query head h of its group in order, walks the query tiles [q0, q0 + Bq) that hold
+// some i >= k0, adding into the same dK_j, dV_j.
+// dqkv (B, T, QKV) floatX: the k and v heads [=]; dout (B, T, NH*HS), qkv (B, T, QKV), lse, D (B, NH, T).
 __global__ static void __launch_bounds__(ATT_THREADS)
 attention_backward_dkdv_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
-                               const float* D, int T, int C, int NH) {
+                               const float* D, int T, int NH, int NKV, int HS) {
     const int Bk = ATT_BWD_OWN, Bq = ATT_BWD_WALK;
-    int HS = C / NH, W = HS | 1;
-    int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    int W = HS | 1, QKV = (NH + 2 * NKV) * HS, C = NH * HS, rep = NH / NKV;
+    int b = blockIdx.x / NKV, kh = blockIdx.x % NKV;
     int k0 = blockIdx.y * Bk; // the first keys (most queries) are scheduled first
     int tid = threadIdx.x;
     float scale = 1.0f / sqrtf((float)HS);
-    const floatX* q = qkv + (int64_t)b * T * 3 * C + h * HS; // (T, HS), row stride 3C
-    const floatX* k = q + C;
-    const floatX* v = q + 2 * C;
-    const floatX* dO = dout + (int64_t)b * T * C + h * HS;  // (T, HS), row stride C
+    const floatX* k = qkv + (int64_t)b * T * QKV + (NH + kh) * HS; // (T, HS), row stride QKV
+    const floatX* v = k + NKV * HS;
     extern __shared__ float att_smem[];
     float* Ks = att_smem;       // (Bk, W) K_j
     float* Vs = Ks + Bk * W;    // (Bk, W) V_j
@@ -230,78 +236,83 @@ attention_backward_dkdv_kernel(floatX* dqkv, const floatX* dout, const floatX* q
     float* Ds = Ls + Bq;        // (Bq) D_i
 
     // line 6: load K_j, V_j; line 7: dK_j = 0, dV_j = 0
-    att_load_tile(Ks, k, 3 * C, k0, Bk, T, HS, W);
-    att_load_tile(Vs, v, 3 * C, k0, Bk, T, HS, W);
+    att_load_tile(Ks, k, QKV, k0, Bk, T, HS, W);
+    att_load_tile(Vs, v, QKV, k0, Bk, T, HS, W);
     for (int e = tid; e < Bk * HS; e += ATT_THREADS) {
         dKs[(e / HS) * W + e % HS] = 0.0f;
         dVs[(e / HS) * W + e % HS] = 0.0f;
     }
-    for (int q0 = k0 / Bq * Bq; q0 < T; q0 += Bq) { // line 8, causal: only tiles with i >= k0
-        // line 9: load Q_i, dO_i, L_i, D_i (rows past T: zero, and masked below)
-        att_load_tile(Qs, q, 3 * C, q0, Bq, T, HS, W);
-        att_load_tile(dOs, dO, C, q0, Bq, T, HS, W);
-        for (int r = tid; r < Bq; r += ATT_THREADS) {
-            int i = q0 + r;
-            Ls[r] = i < T ? lse[(int64_t)bh * T + i] : 0.0f;
-            Ds[r] = i < T ? D[(int64_t)bh * T + i] : 0.0f;
-        }
-        __syncthreads(); // Q_i, dO_i, L_i, D_i (and, on the first tile, K_j, V_j, dK_j, dV_j) are in place
-        // line 10: S = scale Q_i K_j^T; 11: P = exp(S - L_i); 13: dP = dO_i V_j^T; 14: dS = P (dP - D_i).
-        // Masked (P = dS = 0): key j > query i, and query rows i >= T (keys j >= T then follow).
-        for (int e = tid; e < Bq * Bk; e += ATT_THREADS) {
-            int r = e / Bk, c = e % Bk, i = q0 + r, j = k0 + c;
-            float p = 0.0f, ds = 0.0f;
-            if (j <= i && i < T) {
-                float sdot = 0.0f, pdot = 0.0f;
-                for (int d = 0; d < HS; d++) {
-                    sdot += Qs[r * W + d] * Ks[c * W + d];
-                    pdot += dOs[r * W + d] * Vs[c * W + d];
+    for (int h = kh * rep; h < (kh + 1) * rep; h++) { // the group's query heads, in order
+        int bh = b * NH + h;
+        const floatX* q = qkv + (int64_t)b * T * QKV + h * HS; // (T, HS), row stride QKV
+        const floatX* dO = dout + (int64_t)b * T * C + h * HS;  // (T, HS), row stride C
+        for (int q0 = k0 / Bq * Bq; q0 < T; q0 += Bq) { // line 8, causal: only tiles with i >= k0
+            // line 9: load Q_i, dO_i, L_i, D_i (rows past T: zero, and masked below)
+            att_load_tile(Qs, q, QKV, q0, Bq, T, HS, W);
+            att_load_tile(dOs, dO, C, q0, Bq, T, HS, W);
+            for (int r = tid; r < Bq; r += ATT_THREADS) {
+                int i = q0 + r;
+                Ls[r] = i < T ? lse[(int64_t)bh * T + i] : 0.0f;
+                Ds[r] = i < T ? D[(int64_t)bh * T + i] : 0.0f;
+            }
+            __syncthreads(); // Q_i, dO_i, L_i, D_i (and, on the first tile, K_j, V_j, dK_j, dV_j) are in place
+            // line 10: S = scale Q_i K_j^T; 11: P = exp(S - L_i); 13: dP = dO_i V_j^T; 14: dS = P (dP - D_i).
+            // Masked (P = dS = 0): key j > query i, and query rows i >= T (keys j >= T then follow).
+            for (int e = tid; e < Bq * Bk; e += ATT_THREADS) {
+                int r = e / Bk, c = e % Bk, i = q0 + r, j = k0 + c;
+                float p = 0.0f, ds = 0.0f;
+                if (j <= i && i < T) {
+                    float sdot = 0.0f, pdot = 0.0f;
+                    for (int d = 0; d < HS; d++) {
+                        sdot += Qs[r * W + d] * Ks[c * W + d];
+                        pdot += dOs[r * W + d] * Vs[c * W + d];
+                    }
+                    p = expf(sdot * scale - Ls[r]);
+                    ds = p * (pdot - Ds[r]);
                 }
-                p = expf(sdot * scale - Ls[r]);
-                ds = p * (pdot - Ds[r]);
+                Ps[r * Bk + c] = p;
+                dSs[r * Bk + c] = ds;
             }
-            Ps[r * Bk + c] = p;
-            dSs[r * Bk + c] = ds;
-        }
-        __syncthreads(); // P, dS are complete before lines 12 and 16 sum them down columns
-        // line 12: dV_j += P^T dO_i;  line 16: dK_j += dS^T Q_i (times scale at line 18)
-        for (int e = tid; e < Bk * HS; e += ATT_THREADS) {
-            int c = e / HS, d = e % HS;
-            float dv = dVs[c * W + d], dk = dKs[c * W + d];
-            for (int r = 0; r < Bq; r++) {
-                dv += Ps[r * Bk + c] * dOs[r * W + d];
-                dk += dSs[r * Bk + c] * Qs[r * W + d];
+            __syncthreads(); // P, dS are complete before lines 12 and 16 sum them down columns
+            // line 12: dV_j += P^T dO_i;  line 16: dK_j += dS^T Q_i (times scale at line 18)
+            for (int e = tid; e < Bk * HS; e += ATT_THREADS) {
+                int c = e / HS, d = e % HS;
+                float dv = dVs[c * W + d], dk = dKs[c * W + d];
+                for (int r = 0; r < Bq; r++) {
+                    dv += Ps[r * Bk + c] * dOs[r * W + d];
+                    dk += dSs[r * Bk + c] * Qs[r * W + d];
+                }
+                dVs[c * W + d] = dv;
+                dKs[c * W + d] = dk;
             }
-            dVs[c * W + d] = dv;
-            dKs[c * W + d] = dk;
+            __syncthreads(); // Q_i, dO_i, P, dS are used up before the next tile overwrites them
         }
-        __syncthreads(); // Q_i, dO_i, P, dS are used up before the next tile overwrites them
     }
     // line 18: write dK_j = scale * dK_j, dV_j, rounded once (each thread the elements it owns)
     for (int e = tid; e < Bk * HS; e += ATT_THREADS) {
         int c = e / HS, d = e % HS, j = k0 + c;
         if (j >= T) continue;
-        floatX* dk = dqkv + ((int64_t)b * T + j) * 3 * C + C + h * HS; // (HS) row j of dK, head h
+        floatX* dk = dqkv + ((int64_t)b * T + j) * QKV + (NH + kh) * HS; // (HS) row j of dK, kv head kh
         dk[d] = rn(dKs[c * W + d] * scale);
-        dk[C + d] = rn(dVs[c * W + d]); // the v third follows C channels later
+        dk[NKV * HS + d] = rn(dVs[c * W + d]); // the v heads follow NKV*HS channels later
     }
 }
 
 // Alg. 2 line 15 as its own pass. Block (bh = b*NH + h, tile) owns queries [q0, q0 + Bq) of head h
 // and walks the key tiles [k0, k0 + Bk) with keys j <= i.
-// dqkv (B, T, 3C) floatX: the q third [=]; dout (B, T, C), qkv (B, T, 3C), lse, D (B, NH, T).
+// dqkv (B, T, QKV) floatX: the q heads [=]; dout (B, T, NH*HS), qkv (B, T, QKV), lse, D (B, NH, T).
 __global__ static void __launch_bounds__(ATT_THREADS)
 attention_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
-                             const float* D, int T, int C, int NH) {
+                             const float* D, int T, int NH, int NKV, int HS) {
     const int Bq = ATT_BWD_OWN, Bk = ATT_BWD_WALK;
-    int HS = C / NH, W = HS | 1;
-    int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    int W = HS | 1, QKV = (NH + 2 * NKV) * HS, C = NH * HS;
+    int bh = blockIdx.x, b = bh / NH, h = bh % NH, kh = h / (NH / NKV);
     int q0 = (gridDim.y - 1 - blockIdx.y) * Bq; // the last queries (most keys) are scheduled first
     int tid = threadIdx.x;
     float scale = 1.0f / sqrtf((float)HS);
-    const floatX* q = qkv + (int64_t)b * T * 3 * C + h * HS; // (T, HS), row stride 3C
-    const floatX* k = q + C;
-    const floatX* v = q + 2 * C;
+    const floatX* q = qkv + (int64_t)b * T * QKV + h * HS; // (T, HS), row stride QKV
+    const floatX* k = qkv + (int64_t)b * T * QKV + (NH + kh) * HS; // kv head kh of query head h
+    const floatX* v = k + NKV * HS;
     const floatX* dO = dout + (int64_t)b * T * C + h * HS;  // (T, HS), row stride C
     extern __shared__ float att_smem[];
     float* Qs = att_smem;       // (Bq, W) Q_i
@@ -314,7 +325,7 @@ attention_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv
     float* Ds = Ls + Bq;        // (Bq) D_i
 
     // line 9 (the query side, once): load Q_i, dO_i, L_i, D_i; dQ_i = 0
-    att_load_tile(Qs, q, 3 * C, q0, Bq, T, HS, W);
+    att_load_tile(Qs, q, QKV, q0, Bq, T, HS, W);
     att_load_tile(dOs, dO, C, q0, Bq, T, HS, W);
     for (int e = tid; e < Bq * HS; e += ATT_THREADS) dQs[(e / HS) * W + e % HS] = 0.0f;
     for (int r = tid; r < Bq; r += ATT_THREADS) {
@@ -325,8 +336,8 @@ attention_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv
     int kend = q0 + Bq < T ? q0 + Bq : T; // causal: the tile's last row sees keys j < q0 + Bq
     for (int k0 = 0; k0 < kend; k0 += Bk) {
         // line 6: load K_j, V_j
-        att_load_tile(Ks, k, 3 * C, k0, Bk, T, HS, W);
-        att_load_tile(Vs, v, 3 * C, k0, Bk, T, HS, W);
+        att_load_tile(Ks, k, QKV, k0, Bk, T, HS, W);
+        att_load_tile(Vs, v, QKV, k0, Bk, T, HS, W);
         __syncthreads(); // K_j, V_j (and, on the first tile, Q_i, dO_i, L_i, D_i, dQ_i) are in place
         // lines 10, 11, 13, 14 as in the dK/dV kernel: dS = P (dO_i V_j^T - D_i), masked to 0
         for (int e = tid; e < Bq * Bk; e += ATT_THREADS) {
@@ -356,7 +367,7 @@ attention_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv
     // write dQ_i = scale * dQ_i, rounded once (each thread the elements it owns)
     for (int e = tid; e < Bq * HS; e += ATT_THREADS) {
         int r = e / HS, d = e % HS, i = q0 + r;
-        if (i < T) dqkv[((int64_t)b * T + i) * 3 * C + h * HS + d] = rn(dQs[r * W + d] * scale);
+        if (i < T) dqkv[((int64_t)b * T + i) * QKV + h * HS + d] = rn(dQs[r * W + d] * scale);
     }
 }
 
@@ -468,27 +479,28 @@ __device__ static inline void fa_mma_PV(float O[HS / 8][4], const float P[K / 8]
 __device__ static inline void fa_store2(floatX* x, float v0, float v1) { *(uint32_t*)x = tc_pack_bf16(v0, v1); }
 
 // Alg. 1. Block (bh = b*NH + h, query tile) computes out rows [q0, q0 + FA_TILE) of head h and lse.
-// out (B, T, C) [=], lse (B, NH, T) [=], qkv (B, T, 3C).
+// Query head h reads kv head h / (NH / NKV) in place. out (B, T, NH*HS) [=], lse (B, NH, T) [=],
+// qkv (B, T, QKV).
 template <int HS>
 __global__ static void __launch_bounds__(FA_THREADS, FA_FWD_MIN_BLOCKS(HS))
-attention_forward_tc_kernel(floatX* out, float* lse, const floatX* qkv, int T, int C, int NH) {
-    const int ld = HS + FA_PAD;
-    int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+attention_forward_tc_kernel(floatX* out, float* lse, const floatX* qkv, int T, int NH, int NKV) {
+    const int ld = HS + FA_PAD, QKV = (NH + 2 * NKV) * HS, C = NH * HS;
+    int bh = blockIdx.x, b = bh / NH, h = bh % NH, kh = h / (NH / NKV);
     int qt = gridDim.y - 1 - blockIdx.y, q0 = qt * FA_TILE; // the last tiles (most keys) are scheduled first
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
     float scale = 1.0f / sqrtf((float)HS);
-    const floatX* q = qkv + (int64_t)b * T * 3 * C + h * HS; // (T, HS), row stride 3C
-    const floatX* k = q + C;
-    const floatX* v = q + 2 * C;
+    const floatX* q = qkv + (int64_t)b * T * QKV + h * HS; // (T, HS), row stride QKV
+    const floatX* k = qkv + (int64_t)b * T * QKV + (NH + kh) * HS;
+    const floatX* v = k + NKV * HS;
     extern __shared__ __align__(16) float fa_smem[]; // 16-byte cp.async and ldmatrix rows
     bf16_t* Qs = (bf16_t*)fa_smem;        // (FA_TILE, ld) Q_i
     bf16_t* Ks = Qs + FA_TILE * ld;       // 2 x (FA_TILE, ld) K_j, double-buffered
     bf16_t* Vs = Ks + 2 * FA_TILE * ld;   // 2 x (FA_TILE, ld) V_j
 
     // line 4: load Q_i; line 7 of the first key tile: K_0, V_0 (one cp.async group)
-    fa_load_tile<HS>(Qs, q, 3 * C, q0);
-    fa_load_tile<HS>(Ks, k, 3 * C, 0);
-    fa_load_tile<HS>(Vs, v, 3 * C, 0);
+    fa_load_tile<HS>(Qs, q, QKV, q0);
+    fa_load_tile<HS>(Ks, k, QKV, 0);
+    fa_load_tile<HS>(Vs, v, QKV, 0);
     tc_cp_async_commit();
     // line 5: O_i = 0, l_i = 0, m_i = -inf; this lane's rows: r = 0 -> row g, r = 1 -> row g + 8
     float O[HS / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
@@ -500,8 +512,8 @@ attention_forward_tc_kernel(floatX* out, float* lse, const floatX* qkv, int T, i
         bf16_t* Kj = Ks + (j % 2) * FA_TILE * ld;
         bf16_t* Vj = Vs + (j % 2) * FA_TILE * ld;
         if (j < qt) { // line 7 of the next tile, into the other buffer, while this one is used
-            fa_load_tile<HS>(Ks + ((j + 1) % 2) * FA_TILE * ld, k, 3 * C, (j + 1) * FA_TILE);
-            fa_load_tile<HS>(Vs + ((j + 1) % 2) * FA_TILE * ld, v, 3 * C, (j + 1) * FA_TILE);
+            fa_load_tile<HS>(Ks + ((j + 1) % 2) * FA_TILE * ld, k, QKV, (j + 1) * FA_TILE);
+            fa_load_tile<HS>(Vs + ((j + 1) % 2) * FA_TILE * ld, v, QKV, (j + 1) * FA_TILE);
             tc_cp_async_commit();
             tc_cp_async_wait<1>(); // all but that newest group have landed: Q_i, K_j, V_j
         } else {
@@ -558,23 +570,28 @@ attention_forward_tc_kernel(floatX* out, float* lse, const floatX* qkv, int T, i
 }
 
 // Alg. 2 lines 5-19 without line 15, transposed so that the block's own rows are the M side: block
-// (bh, key tile) owns keys [k0, k0 + FA_TILE) and walks the query tiles (BC = FA_DKDV_BC rows each)
-// from k0 on. Each warp computes, for its 16 keys, S^T = K_j Q_i^T, P^T, dP^T = V_j dO_i^T and dS^T,
-// then dV_j += P^T dO_i and dK_j += dS^T Q_i, all in registers.
-// dqkv (B, T, 3C): the k and v thirds [=]; dout (B, T, C), qkv (B, T, 3C), lse, D (B, NH, T).
+// (b*NKV + kh, key tile) owns keys [k0, k0 + FA_TILE) of kv head kh and walks, for each query head of
+// its group in order (heads kh*rep .. kh*rep + rep - 1, rep = NH / NKV), the query tiles (BC =
+// FA_DKDV_BC rows each) from k0 on: one pipeline of rep * (T/BC - k0/BC) steps, heads outer. Each
+// warp computes, for its 16 keys, S^T = K_j Q_i^T, P^T, dP^T = V_j dO_i^T and dS^T, then dV_j +=
+// P^T dO_i and dK_j += dS^T Q_i, all in registers: the group's sum without atomics, in a fixed order.
+// dqkv (B, T, QKV): the k and v heads [=]; dout (B, T, NH*HS), qkv (B, T, QKV), lse, D (B, NH, T).
 template <int HS>
 __global__ static void __launch_bounds__(FA_THREADS, FA_DKDV_MIN_BLOCKS(HS))
 attention_backward_dkdv_tc_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
-                                  const float* D, int T, int C, int NH) {
-    const int ld = HS + FA_PAD, BC = FA_DKDV_BC(HS);
-    int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+                                  const float* D, int T, int NH, int NKV) {
+    const int ld = HS + FA_PAD, BC = FA_DKDV_BC(HS), QKV = (NH + 2 * NKV) * HS, C = NH * HS;
+    int b = blockIdx.x / NKV, kh = blockIdx.x % NKV, h0 = kh * (NH / NKV); // h0: the group's first query head
     int kt = blockIdx.y, k0 = kt * FA_TILE, it0 = k0 / BC, nq = T / BC; // the first keys (most queries) first
+    int nit = nq - it0, steps = (NH / NKV) * nit; // step s: query head h0 + s / nit, query tile it0 + s % nit
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
     float scale = 1.0f / sqrtf((float)HS);
-    const floatX* q = qkv + (int64_t)b * T * 3 * C + h * HS; // (T, HS), row stride 3C
-    const floatX* k = q + C;
-    const floatX* v = q + 2 * C;
-    const floatX* dO = dout + (int64_t)b * T * C + h * HS;  // (T, HS), row stride C
+    const floatX* q = qkv + (int64_t)b * T * QKV + h0 * HS;  // (T, HS) of head h0, row stride QKV; head h0+e: + e*HS
+    const floatX* k = qkv + (int64_t)b * T * QKV + (NH + kh) * HS;
+    const floatX* v = k + NKV * HS;
+    const floatX* dO = dout + (int64_t)b * T * C + h0 * HS; // (T, HS) of head h0, row stride C; head h0+e: + e*HS
+    const float* L0 = lse + ((int64_t)b * NH + h0) * T;    // (T) of head h0; head h0+e: + e*T
+    const float* D0 = D + ((int64_t)b * NH + h0) * T;
     extern __shared__ __align__(16) float fa_smem[]; // 16-byte cp.async and ldmatrix rows
     bf16_t* Ks = (bf16_t*)fa_smem;        // (FA_TILE, ld) K_j
     bf16_t* Vs = Ks + FA_TILE * ld;       // (FA_TILE, ld) V_j
@@ -584,12 +601,12 @@ attention_backward_dkdv_tc_kernel(floatX* dqkv, const floatX* dout, const floatX
     float* Ds = Ls + 2 * BC;                 // 2 x (BC) D_i
 
     // line 6: load K_j, V_j; line 9 of the first query tile (on the diagonal): Q_i, dO_i, L_i, D_i
-    fa_load_tile<HS>(Ks, k, 3 * C, k0);
-    fa_load_tile<HS>(Vs, v, 3 * C, k0);
-    fa_load_tile<HS, BC>(Qs, q, 3 * C, k0);
+    fa_load_tile<HS>(Ks, k, QKV, k0);
+    fa_load_tile<HS>(Vs, v, QKV, k0);
+    fa_load_tile<HS, BC>(Qs, q, QKV, k0);
     fa_load_tile<HS, BC>(dOs, dO, C, k0);
-    fa_load_vec<BC>(Ls, lse + (int64_t)bh * T + k0);
-    fa_load_vec<BC>(Ds, D + (int64_t)bh * T + k0);
+    fa_load_vec<BC>(Ls, L0 + k0);
+    fa_load_vec<BC>(Ds, D0 + k0);
     tc_cp_async_commit();
     // line 7: dK_j = 0, dV_j = 0 (this warp's 16 keys; this lane's rows g and g + 8 of them)
     float dK[HS / 8][4], dV[HS / 8][4];
@@ -597,18 +614,18 @@ attention_backward_dkdv_tc_kernel(floatX* dqkv, const floatX* dout, const floatX
     for (int n = 0; n < HS / 8; n++)
         #pragma unroll
         for (int i = 0; i < 4; i++) dK[n][i] = dV[n][i] = 0.0f;
-    for (int it = it0; it < nq; it++) { // line 8; causal: query tiles before the key tile are skipped whole
-        int buf = (it - it0) % 2, nbuf = 1 - buf;
+    for (int s = 0; s < steps; s++) { // line 8 per query head; causal: query tiles before the key tile are skipped whole
+        int it = it0 + s % nit, buf = s % 2, nbuf = 1 - buf;
         bf16_t* Qi = Qs + buf * BC * ld;
         bf16_t* dOi = dOs + buf * BC * ld;
         const float* Li = Ls + buf * BC;
         const float* Di = Ds + buf * BC;
-        if (it + 1 < nq) { // line 9 of the next tile, into the other buffer, while this one is used
-            int n0 = (it + 1) * BC;
-            fa_load_tile<HS, BC>(Qs + nbuf * BC * ld, q, 3 * C, n0);
-            fa_load_tile<HS, BC>(dOs + nbuf * BC * ld, dO, C, n0);
-            fa_load_vec<BC>(Ls + nbuf * BC, lse + (int64_t)bh * T + n0);
-            fa_load_vec<BC>(Ds + nbuf * BC, D + (int64_t)bh * T + n0);
+        if (s + 1 < steps) { // line 9 of the next step's tile, into the other buffer, while this one is used
+            int e = (s + 1) / nit, n0 = (it0 + (s + 1) % nit) * BC; // its head h0 + e, its first query row
+            fa_load_tile<HS, BC>(Qs + nbuf * BC * ld, q + e * HS, QKV, n0);
+            fa_load_tile<HS, BC>(dOs + nbuf * BC * ld, dO + e * HS, C, n0);
+            fa_load_vec<BC>(Ls + nbuf * BC, L0 + (int64_t)e * T + n0);
+            fa_load_vec<BC>(Ds + nbuf * BC, D0 + (int64_t)e * T + n0);
             tc_cp_async_commit();
             tc_cp_async_wait<1>(); // all but that newest group have landed
         } else {
@@ -641,11 +658,11 @@ attention_backward_dkdv_tc_kernel(floatX* dqkv, const floatX* dout, const floatX
     #pragma unroll
     for (int r = 0; r < 2; r++) {
         int j = k0 + 16 * warp + g + 8 * r;
-        floatX* dk = dqkv + ((int64_t)b * T + j) * 3 * C + C + h * HS; // (HS) row j of dK, head h
+        floatX* dk = dqkv + ((int64_t)b * T + j) * QKV + (NH + kh) * HS; // (HS) row j of dK, kv head kh
         #pragma unroll
         for (int n = 0; n < HS / 8; n++) {
             fa_store2(dk + 8 * n + 2 * t, dK[n][2 * r] * scale, dK[n][2 * r + 1] * scale);
-            fa_store2(dk + C + 8 * n + 2 * t, dV[n][2 * r], dV[n][2 * r + 1]); // the v third: C channels later
+            fa_store2(dk + NKV * HS + 8 * n + 2 * t, dV[n][2 * r], dV[n][2 * r + 1]); // the v heads: NKV*HS later
         }
     }
 }
@@ -653,19 +670,20 @@ attention_backward_dkdv_tc_kernel(floatX* dqkv, const floatX* dout, const floatX
 // Alg. 2 line 15 as its own pass: block (bh, query tile) owns queries [q0, q0 + FA_TILE) and walks
 // the key tiles up to its own; each warp, for its 16 queries: S = Q_i K_j^T, P, dP = dO_i V_j^T,
 // dS, dQ_i += dS K_j.
-// dqkv (B, T, 3C): the q third [=]; dout (B, T, C), qkv (B, T, 3C), lse, D (B, NH, T).
+// Query head h reads kv head h / (NH / NKV) in place.
+// dqkv (B, T, QKV): the q heads [=]; dout (B, T, NH*HS), qkv (B, T, QKV), lse, D (B, NH, T).
 template <int HS>
 __global__ static void __launch_bounds__(FA_THREADS, FA_DQ_MIN_BLOCKS(HS))
 attention_backward_dq_tc_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
-                                const float* D, int T, int C, int NH) {
-    const int ld = HS + FA_PAD;
-    int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+                                const float* D, int T, int NH, int NKV) {
+    const int ld = HS + FA_PAD, QKV = (NH + 2 * NKV) * HS, C = NH * HS;
+    int bh = blockIdx.x, b = bh / NH, h = bh % NH, kh = h / (NH / NKV);
     int qt = gridDim.y - 1 - blockIdx.y, q0 = qt * FA_TILE; // the last queries (most keys) first
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
     float scale = 1.0f / sqrtf((float)HS);
-    const floatX* q = qkv + (int64_t)b * T * 3 * C + h * HS; // (T, HS), row stride 3C
-    const floatX* k = q + C;
-    const floatX* v = q + 2 * C;
+    const floatX* q = qkv + (int64_t)b * T * QKV + h * HS; // (T, HS), row stride QKV
+    const floatX* k = qkv + (int64_t)b * T * QKV + (NH + kh) * HS;
+    const floatX* v = k + NKV * HS;
     const floatX* dO = dout + (int64_t)b * T * C + h * HS;  // (T, HS), row stride C
     extern __shared__ __align__(16) float fa_smem[]; // 16-byte cp.async and ldmatrix rows
     bf16_t* Qs = (bf16_t*)fa_smem;        // (FA_TILE, ld) Q_i
@@ -676,12 +694,12 @@ attention_backward_dq_tc_kernel(floatX* dqkv, const floatX* dout, const floatX* 
     float* Ds = Ls + FA_TILE;                    // (FA_TILE) D_i
 
     // line 9 (the query side, once): Q_i, dO_i, L_i, D_i; line 6 of the first key tile: K_0, V_0
-    fa_load_tile<HS>(Qs, q, 3 * C, q0);
+    fa_load_tile<HS>(Qs, q, QKV, q0);
     fa_load_tile<HS>(dOs, dO, C, q0);
     fa_load_vec(Ls, lse + (int64_t)bh * T + q0);
     fa_load_vec(Ds, D + (int64_t)bh * T + q0);
-    fa_load_tile<HS>(Ks, k, 3 * C, 0);
-    fa_load_tile<HS>(Vs, v, 3 * C, 0);
+    fa_load_tile<HS>(Ks, k, QKV, 0);
+    fa_load_tile<HS>(Vs, v, QKV, 0);
     tc_cp_async_commit();
     float dQ[HS / 8][4];
     #pragma unroll
@@ -692,8 +710,8 @@ attention_backward_dq_tc_kernel(floatX* dqkv, const floatX* dout, const floatX* 
         bf16_t* Kj = Ks + (j % 2) * FA_TILE * ld;
         bf16_t* Vj = Vs + (j % 2) * FA_TILE * ld;
         if (j < qt) { // line 6 of the next tile, into the other buffer, while this one is used
-            fa_load_tile<HS>(Ks + ((j + 1) % 2) * FA_TILE * ld, k, 3 * C, (j + 1) * FA_TILE);
-            fa_load_tile<HS>(Vs + ((j + 1) % 2) * FA_TILE * ld, v, 3 * C, (j + 1) * FA_TILE);
+            fa_load_tile<HS>(Ks + ((j + 1) % 2) * FA_TILE * ld, k, QKV, (j + 1) * FA_TILE);
+            fa_load_tile<HS>(Vs + ((j + 1) % 2) * FA_TILE * ld, v, QKV, (j + 1) * FA_TILE);
             tc_cp_async_commit();
             tc_cp_async_wait<1>(); // all but that newest group have landed
         } else {
@@ -721,18 +739,19 @@ attention_backward_dq_tc_kernel(floatX* dqkv, const floatX* dout, const floatX* 
     #pragma unroll
     for (int r = 0; r < 2; r++) {
         int i = q0 + 16 * warp + g + 8 * r;
-        floatX* dq = dqkv + ((int64_t)b * T + i) * 3 * C + h * HS;
+        floatX* dq = dqkv + ((int64_t)b * T + i) * QKV + h * HS;
         #pragma unroll
         for (int n = 0; n < HS / 8; n++) fa_store2(dq + 8 * n + 2 * t, dQ[n][2 * r] * scale, dQ[n][2 * r + 1] * scale);
     }
 }
 #endif // !ENABLE_FP32
 
-// Check the head size; once per process, allow the kernels the dynamic shared memory the largest
-// head size needs (over the default 48 KiB), after checking that this GPU has it.
-static void attention_cuda_setup(int C, int NH) {
-    if (NH <= 0 || C % NH != 0 || C / NH > ATT_MAX_HS)
-        die(1, "attention: C = %d, NH = %d: the head size must be C / NH <= %d (internal error)", C, NH, ATT_MAX_HS);
+// Check the heads; once per process, allow the kernels the dynamic shared memory the largest head
+// size needs (over the default 48 KiB), after checking that this GPU has it.
+static void attention_cuda_setup(int NH, int NKV, int HS) {
+    if (NH <= 0 || NKV <= 0 || NH % NKV != 0 || HS <= 0 || HS > ATT_MAX_HS)
+        die(1, "attention: NH = %d, NKV = %d, head size %d: NKV must divide NH and the head size be at most %d "
+               "(internal error)", NH, NKV, HS, ATT_MAX_HS);
     static int done = 0;
     if (done) return;
     size_t fwd = att_fwd_smem_floats(ATT_MAX_HS) * sizeof(float);
@@ -778,61 +797,56 @@ static unsigned att_tiles(int T, int rows) {
     return (unsigned)n;
 }
 
-static void attention_forward_cuda(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int NKV, int HD) {
+static void attention_forward_cuda(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int NKV, int HS) {
     if (B <= 0 || T <= 0) return;
-    if (NKV != NH) die(1, "attention: grouped-query attention (NKV %d < NH %d) is not on CUDA yet", NKV, NH);
-    int C = NH * HD;
-    attention_cuda_setup(C, NH);
+    attention_cuda_setup(NH, NKV, HS);
 #ifndef ENABLE_FP32
-    if (attention_uses_tc(T, HD, out, lse, qkv, NULL)) {
-        int HS = C / NH;
+    if (attention_uses_tc(T, HS, out, lse, qkv, NULL)) {
         void (*fwd_tc)(floatX*, float*, const floatX*, int, int, int) =
             HS == 64 ? attention_forward_tc_kernel<64> : attention_forward_tc_kernel<128>;
         dim3 tc_grid((unsigned)(B * NH), att_tiles(T, FA_TILE));
-        fwd_tc<<<tc_grid, FA_THREADS, fa_smem_bytes(HS, 0), g_stream>>>(out, lse, qkv, T, C, NH);
+        fwd_tc<<<tc_grid, FA_THREADS, fa_smem_bytes(HS, 0), g_stream>>>(out, lse, qkv, T, NH, NKV);
         cudaCheck(cudaGetLastError());
         return;
     }
 #endif
     dim3 grid((unsigned)(B * NH), att_tiles(T, ATT_FWD_BR));
-    size_t smem = att_fwd_smem_floats(C / NH) * sizeof(float);
-    attention_forward_kernel<<<grid, ATT_THREADS, smem, g_stream>>>(out, lse, qkv, T, C, NH);
+    size_t smem = att_fwd_smem_floats(HS) * sizeof(float);
+    attention_forward_kernel<<<grid, ATT_THREADS, smem, g_stream>>>(out, lse, qkv, T, NH, NKV, HS);
     cudaCheck(cudaGetLastError());
 }
 
-// Scratch: D (B, NH, T) FP32 in g_work (ops_workspace_floats counts B*T*NH).
+// Scratch: D (B, NH, T) FP32 in g_work (ops_workspace_floats counts B*T*NH). The dQ kernels run a
+// block per (b, query head), the dK/dV kernels a block per (b, kv head): B*NKV blocks per key tile.
 static void attention_backward_cuda(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
-                                    const float* lse, int B, int T, int NH, int NKV, int HD) {
+                                    const float* lse, int B, int T, int NH, int NKV, int HS) {
     if (B <= 0 || T <= 0) return;
-    if (NKV != NH) die(1, "attention: grouped-query attention (NKV %d < NH %d) is not on CUDA yet", NKV, NH);
-    int C = NH * HD;
-    attention_cuda_setup(C, NH);
+    attention_cuda_setup(NH, NKV, HS);
     size_t rows = (size_t)B * NH * T;
     if (rows > g_work_floats)
         die(1, "attention backward: workspace too small (%zu floats, needs %zu) (internal error)", g_work_floats, rows);
     float* D = g_work;
-    attention_backward_d_kernel<<<(unsigned)ceil_div((int64_t)rows, ATT_THREADS / 32), ATT_THREADS, 0, g_stream>>>(D, dout, out, B, T, C, NH);
+    attention_backward_d_kernel<<<(unsigned)ceil_div((int64_t)rows, ATT_THREADS / 32), ATT_THREADS, 0, g_stream>>>(D, dout, out, B, T, NH, HS);
     cudaCheck(cudaGetLastError());
 #ifndef ENABLE_FP32
-    if (attention_uses_tc(T, HD, dqkv, dout, qkv, lse) && (uintptr_t)D % 16 == 0) {
-        int HS = C / NH;
+    if (attention_uses_tc(T, HS, dqkv, dout, qkv, lse) && (uintptr_t)D % 16 == 0) {
         void (*dkdv_tc)(floatX*, const floatX*, const floatX*, const float*, const float*, int, int, int) =
             HS == 64 ? attention_backward_dkdv_tc_kernel<64> : attention_backward_dkdv_tc_kernel<128>;
         void (*dq_tc)(floatX*, const floatX*, const floatX*, const float*, const float*, int, int, int) =
             HS == 64 ? attention_backward_dq_tc_kernel<64> : attention_backward_dq_tc_kernel<128>;
-        dim3 tc_grid((unsigned)(B * NH), att_tiles(T, FA_TILE));
-        dkdv_tc<<<tc_grid, FA_THREADS, fa_smem_dkdv_bytes(HS), g_stream>>>(dqkv, dout, qkv, lse, D, T, C, NH);
+        dim3 kv_grid((unsigned)(B * NKV), att_tiles(T, FA_TILE)), q_grid((unsigned)(B * NH), att_tiles(T, FA_TILE));
+        dkdv_tc<<<kv_grid, FA_THREADS, fa_smem_dkdv_bytes(HS), g_stream>>>(dqkv, dout, qkv, lse, D, T, NH, NKV);
         cudaCheck(cudaGetLastError());
-        dq_tc<<<tc_grid, FA_THREADS, fa_smem_bytes(HS, 1), g_stream>>>(dqkv, dout, qkv, lse, D, T, C, NH);
+        dq_tc<<<q_grid, FA_THREADS, fa_smem_bytes(HS, 1), g_stream>>>(dqkv, dout, qkv, lse, D, T, NH, NKV);
         cudaCheck(cudaGetLastError());
         return;
     }
 #endif
-    dim3 grid((unsigned)(B * NH), att_tiles(T, ATT_BWD_OWN));
-    size_t smem = att_bwd_smem_floats(C / NH) * sizeof(float);
-    attention_backward_dkdv_kernel<<<grid, ATT_THREADS, smem, g_stream>>>(dqkv, dout, qkv, lse, D, T, C, NH);
+    dim3 kv_grid((unsigned)(B * NKV), att_tiles(T, ATT_BWD_OWN)), q_grid((unsigned)(B * NH), att_tiles(T, ATT_BWD_OWN));
+    size_t smem = att_bwd_smem_floats(HS) * sizeof(float);
+    attention_backward_dkdv_kernel<<<kv_grid, ATT_THREADS, smem, g_stream>>>(dqkv, dout, qkv, lse, D, T, NH, NKV, HS);
     cudaCheck(cudaGetLastError());
-    attention_backward_dq_kernel<<<grid, ATT_THREADS, smem, g_stream>>>(dqkv, dout, qkv, lse, D, T, C, NH);
+    attention_backward_dq_kernel<<<q_grid, ATT_THREADS, smem, g_stream>>>(dqkv, dout, qkv, lse, D, T, NH, NKV, HS);
     cudaCheck(cudaGetLastError());
 }
 #endif

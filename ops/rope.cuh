@@ -27,7 +27,7 @@
 // CPU: rows (b, t) in parallel. CUDA: one thread per (row, head, pair) with explicit _rn intrinsics
 // (no FMA contraction), so both devices give the same bits.
 //
-// defines: RopeParams, ROPE_KIND_*, ROPE_MAX_HD, rope_inv_freq, rope_table, op_rope_forward, op_rope_backward
+// defines: RopeParams, ROPE_NONE, ROPE_DEFAULT, ROPE_LINEAR, ROPE_LLAMA3, ROPE_MAX_HD, rope_inv_freq, rope_table, op_rope_forward, op_rope_backward
 //
 // May call: device.cuh. Knows nothing of the model: the caller fills RopeParams from its config.
 #ifndef ZT_OPS_ROPE_CUH
@@ -38,12 +38,13 @@
 
 #define ROPE_MAX_HD 512 // rope_table's stack array; attention takes head sizes up to ATT_MAX_HS (256)
 
-// The frequency rule (transformers' rope_scaling.rope_type) and its fields.
-enum { ROPE_KIND_DEFAULT = 0, ROPE_KIND_LINEAR = 1, ROPE_KIND_LLAMA3 = 2 };
+// The frequency rules (transformers' rope_scaling.rope_type; GPTConfig.rope_type) and their fields.
+// ROPE_NONE: no rotation (GPT-2's learned positions); the other three are transformers' rules.
+enum { ROPE_NONE = 0, ROPE_DEFAULT = 1, ROPE_LINEAR = 2, ROPE_LLAMA3 = 3 };
 typedef struct {
     int HD;              // head size (even)
     double theta;        // rope_theta
-    int kind;            // ROPE_KIND_*
+    int type;            // ROPE_DEFAULT, ROPE_LINEAR or ROPE_LLAMA3
     double factor;       // linear and llama3: factor
     double low_freq;     // llama3: low_freq_factor
     double high_freq;    // llama3: high_freq_factor
@@ -60,9 +61,9 @@ static void rope_inv_freq(float* inv_freq, const RopeParams* p) {
         float pw = (float)pow((double)theta, (double)e); // torch's float32 pow, correctly rounded here
         inv_freq[i] = 1.0f / pw;
     }
-    if (p->kind == ROPE_KIND_LINEAR)
+    if (p->type == ROPE_LINEAR)
         for (int i = 0; i < H2; i++) inv_freq[i] = inv_freq[i] / factor;
-    if (p->kind == ROPE_KIND_LLAMA3) {
+    if (p->type == ROPE_LLAMA3) {
         float orig = (float)p->orig_maxT, low = (float)p->low_freq;
         float low_wavelen = (float)((double)p->orig_maxT / p->low_freq);   // Python float, then compared as float32
         float high_wavelen = (float)((double)p->orig_maxT / p->high_freq);
@@ -85,8 +86,8 @@ static void rope_inv_freq(float* inv_freq, const RopeParams* p) {
 static void rope_table(float* cos_sin, const RopeParams* p, int T) {
     int H2 = p->HD / 2;
     float inv_freq[ROPE_MAX_HD / 2];
-    if (p->HD > ROPE_MAX_HD || p->HD % 2 != 0 || p->HD <= 0)
-        die(1, "rope: head size %d must be even and at most %d (internal error)", p->HD, ROPE_MAX_HD);
+    if (p->HD > ROPE_MAX_HD || p->HD % 2 != 0 || p->HD <= 0 || p->type < ROPE_DEFAULT || p->type > ROPE_LLAMA3)
+        die(1, "rope: head size %d (even, at most %d) or rope type %d (internal error)", p->HD, ROPE_MAX_HD, p->type);
     rope_inv_freq(inv_freq, p);
     for (int t = 0; t < T; t++)
         for (int i = 0; i < H2; i++) {
@@ -96,17 +97,13 @@ static void rope_table(float* cos_sin, const RopeParams* p, int T) {
         }
 }
 
-// One pair, both devices: forward (x1, x2) -> (x1 c - x2 s, x2 c + x1 s); backward the transpose,
+// One pair: forward (x1, x2) -> (x1 c - x2 s, x2 c + x1 s); backward the transpose,
 // (d1, d2) -> (d1 c + d2 s, d2 c - d1 s), which is the forward's formula at -s (negation is exact).
-ZT_HD static inline void rope_pair(floatX* a, floatX* b, float c, float s) {
+// Host code is never contracted into FMAs (-ffp-contract=off); the kernel's copy uses _rn intrinsics.
+static inline void rope_pair(floatX* a, floatX* b, float c, float s) {
     float x1 = ld(*a), x2 = ld(*b);
-#ifdef __CUDA_ARCH__
-    *a = rn(__fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s)));
-    *b = rn(__fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s)));
-#else
     *a = rn(x1 * c - x2 * s);
     *b = rn(x2 * c + x1 * s);
-#endif
 }
 
 #ifdef __CUDACC__
@@ -125,7 +122,9 @@ __global__ static void rope_kernel(floatX* qkv, const float* cos_sin, int64_t BT
     int t = (int)(bt % T);
     floatX* x = qkv + bt * (int64_t)(NH + 2 * NKV) * HD + (int64_t)head * HD;
     float c = cos_sin[(int64_t)t * H2 + d], s = sgn * cos_sin[((int64_t)T + t) * H2 + d];
-    rope_pair(x + d, x + d + H2, c, s);
+    float x1 = ld(x[d]), x2 = ld(x[d + H2]); // rope_pair's operations, each rounded on its own
+    x[d] = rn(__fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s)));
+    x[d + H2] = rn(__fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s)));
 }
 
 static void rope_cuda(floatX* qkv, const float* cos_sin, int B, int T, int NH, int NKV, int HD, float sgn) {

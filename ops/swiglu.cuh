@@ -13,7 +13,7 @@
 //
 // CPU: rows in parallel. CUDA: one thread per PACK_X elements of out (16-byte accesses when F is a
 // multiple of PACK_X and the pointers are aligned, else one element at a time), the same operations
-// through _rn intrinsics (no FMA contraction); expf differs from the host's by at most 2 ulp.
+// through _rn intrinsics (no FMA contraction); the device's expf differs from the host's by at most 2 ulp.
 //
 // defines: op_swiglu_forward, op_swiglu_backward
 //
@@ -24,47 +24,35 @@
 #include "../device.cuh"   // defines: floatX, ld, rn
 #include "packed.cuh"      // defines: PACK_X, Packed128, load128, store128, aligned16
 
-// silu(x) and sigmoid(x) as torch computes them, FP32; both devices (ZT_HD), no contraction on the
-// host (-ffp-contract=off) and explicit _rn on the device.
-ZT_HD static inline float swiglu_sigmoid(float x) {
-#ifdef __CUDA_ARCH__
-    return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x)));
-#else
-    return 1.0f / (1.0f + expf(-x));
-#endif
-}
-ZT_HD static inline float swiglu_silu(float x) {
-#ifdef __CUDA_ARCH__
-    return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x)));
-#else
-    return x / (1.0f + expf(-x));
-#endif
-}
+// The element, on the host: silu(x) = x / (1 + exp(-x)) and sigmoid as torch computes them, FP32,
+// never contracted into FMAs (-ffp-contract=off). The kernels below have their own copies with _rn
+// intrinsics (a function shared by host and device would be contracted on the device).
+static inline float swiglu_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+static inline float swiglu_silu(float x) { return x / (1.0f + expf(-x)); }
 // out = rn(rn(silu(g)) * u)
-ZT_HD static inline floatX swiglu_fwd1(float g, float u) {
-#ifdef __CUDA_ARCH__
-    return rn(__fmul_rn(ld(rn(swiglu_silu(g))), u));
-#else
-    return rn(ld(rn(swiglu_silu(g))) * u);
-#endif
-}
-// dgate = rn(rn(d * u) * (sig * (1 + g * (1 - sig))) in torch's order), dup = rn(d * rn(silu(g)))
-ZT_HD static inline void swiglu_bwd1(floatX* dg, floatX* du, float d, float g, float u) {
+static inline floatX swiglu_fwd1(float g, float u) { return rn(ld(rn(swiglu_silu(g))) * u); }
+// dgate = rn(rn(d * u) * sig * (1 + g * (1 - sig))) (torch's order), dup = rn(d * rn(silu(g)))
+static inline void swiglu_bwd1(floatX* dg, floatX* du, float d, float g, float u) {
     float sig = swiglu_sigmoid(g);
-#ifdef __CUDA_ARCH__
-    float da = ld(rn(__fmul_rn(d, u)));
-    *dg = rn(__fmul_rn(__fmul_rn(da, sig), __fadd_rn(1.0f, __fmul_rn(g, __fsub_rn(1.0f, sig)))));
-    *du = rn(__fmul_rn(d, ld(rn(swiglu_silu(g)))));
-#else
     float da = ld(rn(d * u));
     *dg = rn(da * sig * (1.0f + g * (1.0f - sig)));
     *du = rn(d * ld(rn(swiglu_silu(g))));
-#endif
 }
 
 #ifdef __CUDACC__
 // ---- CUDA kernels: thread idx owns elements [c0, c0 + PACK_X) of row n (the row's last pack may be
 // short when !vec; with vec, F % PACK_X == 0 and every pointer is 16-byte aligned).
+
+// The host element's operations in the same order, each rounded on its own (no FMA).
+__device__ static inline float swiglu_sigmoid_dev(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x))); }
+__device__ static inline float swiglu_silu_dev(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x))); }
+__device__ static inline floatX swiglu_fwd1_dev(float g, float u) { return rn(__fmul_rn(ld(rn(swiglu_silu_dev(g))), u)); }
+__device__ static inline void swiglu_bwd1_dev(floatX* dg, floatX* du, float d, float g, float u) {
+    float sig = swiglu_sigmoid_dev(g);
+    float da = ld(rn(__fmul_rn(d, u)));
+    *dg = rn(__fmul_rn(__fmul_rn(da, sig), __fadd_rn(1.0f, __fmul_rn(g, __fsub_rn(1.0f, sig)))));
+    *du = rn(__fmul_rn(d, ld(rn(swiglu_silu_dev(g)))));
+}
 
 __global__ static void swiglu_forward_kernel(floatX* out, const floatX* gu, int64_t N, int F, int vec) {
     int64_t packs = ceil_div(F, PACK_X);
@@ -77,11 +65,11 @@ __global__ static void swiglu_forward_kernel(floatX* out, const floatX* gu, int6
     floatX* o = out + n * F + c0;
     if (vec) {
         Packed128<floatX> a = load128(g), b = load128(u), r;
-        for (int k = 0; k < PACK_X; k++) r[k] = swiglu_fwd1(ld(a[k]), ld(b[k]));
+        for (int k = 0; k < PACK_X; k++) r[k] = swiglu_fwd1_dev(ld(a[k]), ld(b[k]));
         store128(o, r);
         return;
     }
-    for (int k = 0; k < PACK_X; k++) if (c0 + k < F) o[k] = swiglu_fwd1(ld(g[k]), ld(u[k]));
+    for (int k = 0; k < PACK_X; k++) if (c0 + k < F) o[k] = swiglu_fwd1_dev(ld(g[k]), ld(u[k]));
 }
 
 __global__ static void swiglu_backward_kernel(floatX* dgu, const floatX* dout, const floatX* gu, int64_t N, int F,
@@ -98,13 +86,13 @@ __global__ static void swiglu_backward_kernel(floatX* dgu, const floatX* dout, c
     floatX* du = dg + F;
     if (vec) {
         Packed128<floatX> a = load128(g), b = load128(u), dd = load128(d), rg, ru;
-        for (int k = 0; k < PACK_X; k++) swiglu_bwd1(&rg[k], &ru[k], ld(dd[k]), ld(a[k]), ld(b[k]));
+        for (int k = 0; k < PACK_X; k++) swiglu_bwd1_dev(&rg[k], &ru[k], ld(dd[k]), ld(a[k]), ld(b[k]));
         store128(dg, rg);
         store128(du, ru);
         return;
     }
     for (int k = 0; k < PACK_X; k++)
-        if (c0 + k < F) swiglu_bwd1(&dg[k], &du[k], ld(d[k]), ld(g[k]), ld(u[k]));
+        if (c0 + k < F) swiglu_bwd1_dev(&dg[k], &du[k], ld(d[k]), ld(g[k]), ld(u[k]));
 }
 
 static void swiglu_forward_cuda(floatX* out, const floatX* gu, int64_t N, int F) {

@@ -1,6 +1,7 @@
 // test/gpu_attention.h — GPU-vs-CPU cases (see test/test_gpu.cu for the helpers).
 //
-// Causal attention, FlashAttention-2 style (ops/attention.cuh): the forward's out and lse, and the
+// Causal attention, FlashAttention-2 style (ops/attention.cuh), multi-head and grouped-query (NKV kv
+// heads shared by NH/NKV query heads each): the forward's out and lse, and the
 // backward's dq, dk, dv (compared apart: dk and dv come from one kernel, dq from another). The
 // backward of both devices reads the CPU forward's out and lse, so a forward error cannot hide in
 // it. GPU outputs start as NaN (all bits set), so an element a kernel forgets to write fails.
@@ -205,27 +206,29 @@ TEST(gpu_tc_cp_async_groups) {
 }
 #endif // !ENABLE_FP32
 
-// ||a - b|| / ||b|| over one third (0: q, 1: k, 2: v) of (N, 3C) tensors.
-static double att_relerr_third(const floatX* a, const floatX* b, int64_t N, int C, int third) {
-    floatX* pa = (floatX*)malloc((size_t)N * C * sizeof(floatX));
-    floatX* pb = (floatX*)malloc((size_t)N * C * sizeof(floatX));
+// ||a - b|| / ||b|| over columns [off, off + width) of (N, QKV) tensors (the q, k or v heads).
+static double att_relerr_part(const floatX* a, const floatX* b, int64_t N, int QKV, int off, int width) {
+    floatX* pa = (floatX*)malloc((size_t)N * width * sizeof(floatX));
+    floatX* pb = (floatX*)malloc((size_t)N * width * sizeof(floatX));
     for (int64_t n = 0; n < N; n++) {
-        memcpy(pa + n * C, a + n * 3 * C + (int64_t)third * C, (size_t)C * sizeof(floatX));
-        memcpy(pb + n * C, b + n * 3 * C + (int64_t)third * C, (size_t)C * sizeof(floatX));
+        memcpy(pa + n * width, a + n * QKV + off, (size_t)width * sizeof(floatX));
+        memcpy(pb + n * width, b + n * QKV + off, (size_t)width * sizeof(floatX));
     }
-    double e = relerr_x(pa, pb, N * C);
+    double e = relerr_x(pa, pb, N * width);
     free(pa);
     free(pb);
     return e;
 }
 
 // One shape: forward and backward on both devices, compared. want_tc: the tensor-core kernels must
-// (1) or must not (0) take this shape, so a case cannot silently test the other path.
-static void gpu_attention_case(int B, int T, int NH, int HS, uint64_t seed, int want_tc = 0) {
-    int C = NH * HS;
-    int64_t nqkv = (int64_t)B * T * 3 * C, nout = (int64_t)B * T * C, nlse = (int64_t)B * NH * T;
+// (1) or must not (0) take this shape, so a case cannot silently test the other path. NKV: key/value
+// heads (grouped-query attention; 0: NH, multi-head attention as GPT-2's).
+static void gpu_attention_case(int B, int T, int NH, int HS, uint64_t seed, int want_tc = 0, int NKV = 0) {
+    if (NKV == 0) NKV = NH;
+    int C = NH * HS, QKV = (NH + 2 * NKV) * HS;
+    int64_t nqkv = (int64_t)B * T * QKV, nout = (int64_t)B * T * C, nlse = (int64_t)B * NH * T;
     size_t bqkv = nqkv * sizeof(floatX), bout = nout * sizeof(floatX), blse = nlse * sizeof(float);
-    printf("    shape B=%d T=%d NH=%d HS=%d\n", B, T, NH, HS);
+    printf("    shape B=%d T=%d NH=%d NKV=%d HS=%d\n", B, T, NH, NKV, HS);
     // host: inputs, the CPU's results, the GPU's results
     floatX* qkv = (floatX*)malloc(bqkv);
     floatX* dout = (floatX*)malloc(bout);
@@ -237,8 +240,8 @@ static void gpu_attention_case(int B, int T, int NH, int HS, uint64_t seed, int 
     floatX* g_dqkv = (floatX*)malloc(bqkv);
     rand_x(qkv, nqkv, 1.0, seed);
     rand_x(dout, nout, 1.0, seed + 1);
-    ON_CPU(op_attention_forward(out, lse, qkv, B, T, NH, NH, C / NH));
-    ON_CPU(op_attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NH, C / NH));
+    ON_CPU(op_attention_forward(out, lse, qkv, B, T, NH, NKV, HS));
+    ON_CPU(op_attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HS));
 
     // forward
     floatX* d_qkv = (floatX*)gpu_copy_of(qkv, bqkv);
@@ -249,7 +252,7 @@ static void gpu_attention_case(int B, int T, int NH, int HS, uint64_t seed, int 
     int tc = attention_uses_tc(T, C / NH, d_out, d_lse, d_qkv, NULL);
     printf("    kernels: %s\n", tc ? "tensor cores (mma.sync)" : "scalar FP32");
     CHECKF(tc == want_tc, "expected the %s kernels", want_tc ? "tensor-core" : "scalar");
-    ON_GPU(op_attention_forward(d_out, d_lse, d_qkv, B, T, NH, NH, C / NH));
+    ON_GPU(op_attention_forward(d_out, d_lse, d_qkv, B, T, NH, NKV, HS));
     gpu_to_host(g_out, d_out, bout);
     gpu_to_host(g_lse, d_lse, blse);
     GPU_COMPARE("attention forward out", relerr_x(g_out, out, nout), TOL_GPU_FWD);
@@ -261,11 +264,12 @@ static void gpu_attention_case(int B, int T, int NH, int HS, uint64_t seed, int 
     float* d_lsec = (float*)gpu_copy_of(lse, blse);
     floatX* d_dqkv = (floatX*)gpu_zeros(bqkv);
     gpu_fill(d_dqkv, 0xFF, bqkv);
-    ON_GPU(op_attention_backward(d_dqkv, d_dout, d_qkv, d_outc, d_lsec, B, T, NH, NH, C / NH));
+    ON_GPU(op_attention_backward(d_dqkv, d_dout, d_qkv, d_outc, d_lsec, B, T, NH, NKV, HS));
     gpu_to_host(g_dqkv, d_dqkv, bqkv);
-    GPU_COMPARE("attention backward dq", att_relerr_third(g_dqkv, dqkv, (int64_t)B * T, C, 0), TOL_GPU_BWD);
-    GPU_COMPARE("attention backward dk", att_relerr_third(g_dqkv, dqkv, (int64_t)B * T, C, 1), TOL_GPU_BWD);
-    GPU_COMPARE("attention backward dv", att_relerr_third(g_dqkv, dqkv, (int64_t)B * T, C, 2), TOL_GPU_BWD);
+    int64_t N = (int64_t)B * T;
+    GPU_COMPARE("attention backward dq", att_relerr_part(g_dqkv, dqkv, N, QKV, 0, C), TOL_GPU_BWD);
+    GPU_COMPARE("attention backward dk", att_relerr_part(g_dqkv, dqkv, N, QKV, C, NKV * HS), TOL_GPU_BWD);
+    GPU_COMPARE("attention backward dv", att_relerr_part(g_dqkv, dqkv, N, QKV, C + NKV * HS, NKV * HS), TOL_GPU_BWD);
 
     free(qkv); free(dout); free(out); free(lse); free(dqkv); free(g_out); free(g_lse); free(g_dqkv);
     cudaCheck(cudaFree(d_qkv)); cudaCheck(cudaFree(d_out)); cudaCheck(cudaFree(d_lse));
@@ -305,11 +309,33 @@ TEST(gpu_attention_tc_hs128) { ATT_TC_ONLY(); gpu_attention_case(1, 256, 2, 128,
 TEST(gpu_attention_hs128) { gpu_attention_case(1, 100, 2, 128, 36); }
 TEST(gpu_attention_hs256) { gpu_attention_case(2, 77, 2, 256, 37); }
 
+// Grouped-query attention (query head h reads kv head h / (NH/NKV); dK/dV summed over the group).
+// Scalar kernels: 2 query heads per kv head at T = 100 (not a tile multiple), and one kv head for 3
+// query heads with HS 32 (llama-tiny's head size).
+TEST(gpu_attention_gqa) {
+    gpu_attention_case(1, 100, 4, 12, 50, 0, 2);
+    gpu_attention_case(2, 77, 3, 32, 51, 0, 1);
+}
+// Tensor cores at T 256 (4 x 4 tiles), HS 64 and 128: GQA ratios 2 and 4, and a single kv head for 3
+// query heads (ratio 1 is gpu_attention_tc_hs64 / _hs128). make test runs HS 64 at ratio 2 and the
+// single kv head at HS 128; make test-long all six.
+static void gpu_attention_tc_gqa_cases(int HS) {
+    const struct { int NH, NKV; } g[] = {{4, 2}, {8, 2}, {3, 1}};
+    for (int i = 0; i < 3; i++) {
+        int sampled = HS == 64 ? i == 0 : i == 2;
+        if (!sampled && !test_long()) continue;
+        gpu_attention_case(1, 256, g[i].NH, HS, 52 + i, ATT_TC, g[i].NKV);
+    }
+}
+TEST(gpu_attention_tc_gqa_hs64) { ATT_TC_ONLY(); gpu_attention_tc_gqa_cases(64); }
+TEST(gpu_attention_tc_gqa_hs128) { ATT_TC_ONLY(); gpu_attention_tc_gqa_cases(128); }
+
 // Deterministic: the same inputs give the same bits, forward and backward (no atomics), on the
 // scalar kernels (T = 300) and on the tensor-core ones (T = 256).
-static void gpu_attention_deterministic_case(int B, int T, int NH, int HS) {
+static void gpu_attention_deterministic_case(int B, int T, int NH, int HS, int NKV = 0) {
+    if (NKV == 0) NKV = NH;
     int C = NH * HS;
-    int64_t nqkv = (int64_t)B * T * 3 * C, nout = (int64_t)B * T * C, nlse = (int64_t)B * NH * T;
+    int64_t nqkv = (int64_t)B * T * (NH + 2 * NKV) * HS, nout = (int64_t)B * T * C, nlse = (int64_t)B * NH * T;
     size_t bqkv = nqkv * sizeof(floatX), bout = nout * sizeof(floatX), blse = nlse * sizeof(float);
     floatX* qkv = (floatX*)malloc(bqkv);
     floatX* dout = (floatX*)malloc(bout);
@@ -326,8 +352,8 @@ static void gpu_attention_deterministic_case(int B, int T, int NH, int HS) {
     for (int run = 0; run < 2; run++) {
         gpu_fill(d_out, 0xFF, bout);
         gpu_fill(d_dqkv, 0xFF, bqkv);
-        ON_GPU(op_attention_forward(d_out, d_lse, d_qkv, B, T, NH, NH, C / NH));
-        ON_GPU(op_attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, NH, NH, C / NH));
+        ON_GPU(op_attention_forward(d_out, d_lse, d_qkv, B, T, NH, NKV, HS));
+        ON_GPU(op_attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, NH, NKV, HS));
         gpu_to_host(run ? out2 : out1, d_out, bout);
         gpu_to_host(run ? lse2 : lse1, d_lse, blse);
         gpu_to_host(run ? dq2 : dq1, d_dqkv, bqkv);
@@ -342,6 +368,10 @@ static void gpu_attention_deterministic_case(int B, int T, int NH, int HS) {
 }
 TEST(gpu_attention_deterministic) { gpu_attention_deterministic_case(2, 300, 4, 64); }
 TEST(gpu_attention_tc_deterministic) { ATT_TC_ONLY(); gpu_attention_deterministic_case(1, 256, 2, 64); }
+TEST(gpu_attention_gqa_deterministic) { // the group's dK/dV sum, both kernel sets
+    gpu_attention_deterministic_case(1, 70, 4, 16, 1);
+    if (ATT_TC) gpu_attention_deterministic_case(1, 256, 4, 64, 2);
+}
 
 // Strictness, planted: the emulator drops every cp.async.wait_group (emu_cp_async_skip_waits), as
 // if the kernel had forgotten them; the copies then never land, the tiles read NaN, and the same

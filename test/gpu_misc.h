@@ -494,13 +494,13 @@ TEST(gpu_step_scalars_clip_and_skip) {
         floatX* pc = (floatX*)calloc(n, sizeof(floatX));
         float *mc = (float*)malloc(sizeof(float) * n), *vc = (float*)malloc(sizeof(float) * n), *wc = (float*)malloc(sizeof(float) * n);
         memcpy(mc, m0, sizeof(float) * n); memcpy(vc, v0, sizeof(float) * n); memcpy(wc, w, sizeof(float) * n);
-        ON_CPU(op_adamw_scalars(pc, wc, mc, vc, g, &seg, 1, &hp, &cs));
+        ON_CPU(op_adamw_scalars(pc, wc, mc, vc, g, &seg, 1, &hp, &cs, NULL));
         floatX* dp = (floatX*)gpu_zeros(sizeof(floatX) * n);
         float* dw = (float*)gpu_copy_of(w, sizeof(float) * n);
         float* dm = (float*)gpu_copy_of(m0, sizeof(float) * n);
         float* dv = (float*)gpu_copy_of(v0, sizeof(float) * n);
         float* dg = (float*)gpu_copy_of(g, sizeof(float) * n);
-        ON_GPU(op_adamw_scalars(dp, dw, dm, dv, dg, &seg, 1, &hp, dsc));
+        ON_GPU(op_adamw_scalars(dp, dw, dm, dv, dg, &seg, 1, &hp, dsc, NULL));
         float* wg = (float*)malloc(sizeof(float) * n);
         gpu_to_host(wg, dw, sizeof(float) * n);
         CHECKF(!memcmp(wg, wc, sizeof(float) * n), "sumsq %g: GPU and CPU masters differ", sumsqs[c]);
@@ -511,6 +511,77 @@ TEST(gpu_step_scalars_clip_and_skip) {
         for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) cudaCheck(cudaFree(bufs[i]));
     }
     free(w); free(g); free(m0); free(v0);
+}
+
+// ---- The overflow check proved on the device (op_adamw_bound, issue 20 item 4): the update folds
+// the new state's largest |m|, v, |w| into AdamWMax as it runs, on the GPU with a block reduction
+// and atomicMax on the bits; the maxima equal the CPU fold's bit for bit (a long segment: many
+// blocks), and an update leaving a value that is not finite clears known
+// on both. With the maxima, the next normal step is proved on both devices (the check kernel then
+// returns at once); the finite learning rate FLT_MAX, or maxima unknown (a start, a load), is not
+// proved, and its check runs and flags the overflow as before.
+TEST(gpu_adamw_bound_proves) {
+    const int64_t n = 200001 + 64;
+    Segment segs[2] = {{0, 33, 1}, {64, 200001, 0}};
+    float *w = (float*)malloc(4 * n), *m = (float*)malloc(4 * n), *v = (float*)malloc(4 * n), *g = (float*)malloc(4 * n);
+    floatX* p = (floatX*)malloc(sizeof(floatX) * n);
+    rand_f(w, n, 0.5, 2201); rand_f(m, n, 0.01, 2202); rand_f(v, n, 1e-4, 2203); rand_f(g, n, 1.0, 2204);
+    for (int64_t i = 0; i < n; i++) { v[i] = fabsf(v[i]); p[i] = rn(w[i]); }
+    for (int c = 0; c < 2; c++) { // 0: a normal update; 1: one whose m - g overflows (known cleared)
+        float *w2 = (float*)malloc(4 * n), *m2 = (float*)malloc(4 * n), *v2 = (float*)malloc(4 * n), *g2 = (float*)malloc(4 * n);
+        floatX* p2 = (floatX*)malloc(sizeof(floatX) * n);
+        memcpy(w2, w, 4 * n); memcpy(m2, m, 4 * n); memcpy(v2, v, 4 * n); memcpy(g2, g, 4 * n); memcpy(p2, p, sizeof(floatX) * n);
+        if (c == 1) { m2[150000] = 3.4e38f; g2[150000] = -3.4e38f; }
+        AdamWParams hp = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0, 0};
+        adamw_bias_corrections(&hp, 5);
+        StepScalars hs;
+        memset(&hs, 0, sizeof(hs));
+        hs.finite = 1;
+        hs.grad_scale = 1.0f;
+        hs.sumsq = 4.0;
+        StepScalars cs = hs;
+        AdamWMax cm = {7.0f, 7.0f, 7.0f, 0}, gm;
+        float *dw = (float*)GM_UP(w2, n), *dm = (float*)GM_UP(m2, n), *dv = (float*)GM_UP(v2, n), *dg = (float*)GM_UP(g2, n);
+        floatX* dp = (floatX*)GM_UP(p2, n);
+        StepScalars* dsc = (StepScalars*)gpu_copy_of(&hs, sizeof(hs));
+        AdamWMax* dmx = (AdamWMax*)gpu_copy_of(&cm, sizeof(cm));
+        ON_CPU(op_adamw_max_begin(&cm, &cs); op_adamw_scalars(p2, w2, m2, v2, g2, segs, 2, &hp, &cs, &cm));
+        ON_GPU(op_adamw_max_begin(dmx, dsc); op_adamw_scalars(dp, dw, dm, dv, dg, segs, 2, &hp, dsc, dmx));
+        gpu_to_host(&gm, dmx, sizeof(gm));
+        printf("    update %d: maxima |m| %g, v %g, |w| %g, known %d (CPU %g, %g, %g, %d)\n", c, gm.m, gm.v, gm.w, gm.known,
+               cm.m, cm.v, cm.w, cm.known);
+        CHECKF(!memcmp(&gm, &cm, sizeof(gm)), "update %d: the GPU's maxima differ from the CPU's", c);
+        CHECKF(cm.known == (c == 0) && (c == 1 || (cm.m > 0.0f && cm.v > 0.0f && cm.w > 0.4f)), "update %d: maxima %g %g %g known %d",
+               c, cm.m, cm.v, cm.w, cm.known);
+        float* hw = (float*)malloc(4 * n);
+        GM_DOWN(hw, dw, n);
+        gm_bitwise("adamw with the maxima fold", hw, w2, n, 4);
+        free(hw);
+        // the next step: normal (proved when known), lr FLT_MAX (never proved), maxima unknown
+        for (int k = 0; k < 3 && c == 0; k++) {
+            AdamWParams np = hp;
+            adamw_bias_corrections(&np, 6);
+            if (k == 1) np.lr = FLT_MAX;
+            AdamWMax ck = cm;
+            if (k == 2) ck.known = 0;
+            gpu_upload(dmx, &ck, sizeof(ck));
+            StepScalars c2 = hs, g2s;
+            gpu_upload(dsc, &hs, sizeof(hs));
+            ON_CPU(op_adamw_bound(&c2, &ck, &np); op_adamw_check(w2, m2, v2, g2, segs, 2, &np, &c2));
+            ON_GPU(op_adamw_bound(dsc, dmx, &np); op_adamw_check(dw, dm, dv, dg, segs, 2, &np, dsc));
+            gpu_to_host(&g2s, dsc, sizeof(g2s));
+            const char* what[3] = {"normal step", "lr FLT_MAX", "maxima unknown"};
+            printf("    %-15s proved GPU %d, CPU %d; overflow GPU %d, CPU %d\n", what[k], g2s.proved, c2.proved, g2s.overflow, c2.overflow);
+            CHECKF(g2s.proved == (k == 0) && c2.proved == (k == 0), "%s: proved GPU %d, CPU %d (expected %d)", what[k], g2s.proved,
+                   c2.proved, k == 0);
+            CHECKF(g2s.overflow == (k == 1) && c2.overflow == (k == 1), "%s: overflow GPU %d, CPU %d (expected %d)", what[k],
+                   g2s.overflow, c2.overflow, k == 1);
+        }
+        void* bufs[] = {dw, dm, dv, dg, dp, dsc, dmx};
+        for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) cudaCheck(cudaFree(bufs[i]));
+        free(w2); free(m2); free(v2); free(g2); free(p2);
+    }
+    free(w); free(m); free(v); free(g); free(p);
 }
 
 // ---- The overflow check (op_adamw_check) on the device: the same flag as the CPU's for a normal
@@ -554,8 +625,8 @@ TEST(gpu_adamw_check_overflow) {
         GM_DOWN(hw, dw, n);
         GM_DOWN(hm, dm, n);
         CHECKF(!memcmp(hw, w2, 4 * n) && !memcmp(hm, m2, 4 * n), "%s: the GPU's check wrote", names[c]);
-        ON_CPU(op_adamw_scalars(p2, w2, m2, v2, g2, segs, 2, &hp, &cs));
-        ON_GPU(op_adamw_scalars(dp, dw, dm, dv, dg, segs, 2, &hp, dsc));
+        ON_CPU(op_adamw_scalars(p2, w2, m2, v2, g2, segs, 2, &hp, &cs, NULL));
+        ON_GPU(op_adamw_scalars(dp, dw, dm, dv, dg, segs, 2, &hp, dsc, NULL));
         GM_DOWN(hw, dw, n);
         char what[96];
         snprintf(what, sizeof(what), "adamw after the check: %s", names[c]);

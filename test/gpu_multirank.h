@@ -118,6 +118,9 @@ TEST(multirank_cuda_update_overflow_skipped) {
         const char* s3 = strstr(out, "step     3/3");
         CHECKF(rc == 0 && s2 && strstr(s2, "SKIPPED: non-finite update") && s3 && !strstr(s3, "SKIPPED"),
                "R=%d: exit %d, step 2 not skipped or the run did not go on:\n%s", R, rc, out);
+        if (R == 1 && !offload) // proved on the device (op_adamw_bound) at step 3 only: step 1 has no maxima, step 2's lr is FLT_MAX
+            CHECKF(strstr(out, "the overflow check was proved by its bound on 1 step(s) (nothing read) and read the state on 2 "),
+                   "R=1: the overflow check's proof count is not 1 proved, 2 read:\n%s", out);
         for (int r = 0; r < R; r++) {
             char path[PATH_MAX];
             char* st[3] = {NULL, NULL, NULL};
@@ -285,5 +288,41 @@ TEST(multirank_nccl_watchdog) {
     while (line && line > s && line[-1] != '\n') line--;
     if (line) printf("    stopped rank: job ended %.1f s after SIGSTOP: %.*s\n", took, (int)strcspn(line, "\n"), line);
     free(s);
+}
+
+// The watchdog's two paths not seen above, R = 2, -comm-timeout 3: (1) the NCCL warm-up (two
+// collectives right after ncclCommInitRank, before any step) stalls on rank 1: the warm-up is
+// watched like a collective and the job ends with the watchdog's message naming it (without the
+// watch it hung forever); (2) rank 1's first collective after the warm-up (#3) stalls on its stream while the call returns
+// (ZT_EMU_NCCL_STALL async, as a non-blocking communicator's kernel waiting for a peer): nothing holds
+// the communicator, so rank 1's watchdog takes it and aborts it (ncclCommAbort under nccl_mu, no
+// NCCL call after it: the emulator stops a run that makes one) before ending the run.
+TEST(multirank_nccl_watchdog_warm_up_and_abort) {
+#ifdef ENABLE_FP32
+    if (!mr_long()) TEST_SKIP("runs in the BF16 emulator build (test/test_emu); make test-long runs it in both");
+#endif
+    char log[PATH_MAX];
+    snprintf(log, sizeof(log), "%s/watchdog2.log", test_tmpdir());
+    const char* flags = "-device cuda -b 2 -x 100000 -v 0 -s 0 -z 3 -comm-timeout 3";
+    const char* env[2] = {"-x ZT_EMU_NCCL_STALL=1:1 -x ZT_EMU_GPUS=2", "-x ZT_EMU_NCCL_STALL=1:3:async -x ZT_EMU_GPUS=2"};
+    const char* want[2] = {"NCCL watchdog: the NCCL warm-up (an all-gather and a reduce-scatter right after ncclCommInitRank) did not complete within 3 s",
+                           "[rank 1] NCCL watchdog: aborted the communicator (ncclCommAbort)"};
+    for (int k = 0; k < 2; k++) {
+        int status = 0;
+        double t0 = test_now_s();
+        pid_t child = mr_spawn(2, env[k], flags, log);
+        int done = mr_reap(child, 90, &status);
+        double took = test_now_s() - t0;
+        char* s = zt_read_file(log);
+        CHECKF(done && WIFEXITED(status) && WEXITSTATUS(status) != 0, "%s: the job did not end with an error within 90 s:\n%s",
+               env[k], s ? s : "(no log)");
+        CHECKF(s && strstr(s, want[k]), "%s: no line \"%s\":\n%s", env[k], want[k], s ? s : "(no log)");
+        CHECKF(s && (k == 0 || strstr(s, "did not complete within 3 s")), "%s: no timeout message:\n%s", env[k], s ? s : "(no log)");
+        const char* line = s ? strstr(s, want[k]) : NULL;
+        while (line && line > s && line[-1] != '\n') line--;
+        if (line) printf("    %s: job ended after %.1f s: %.*s\n", k == 0 ? "warm-up stalled" : "async stall, abort", took,
+                         (int)strcspn(line, "\n"), line);
+        free(s);
+    }
 }
 #endif // USE_MPI && USE_NCCL

@@ -378,6 +378,10 @@ TEST(update_nonfinite_skipped) {
     int rc = ck_run("ZT_FAULT=lr-spike:step2", flags);
     CHECKF(rc == 0, "R = 1: exit %d:\n%s", rc, ck_out);
     ck_check_update_refused(dir, 1, "R = 1");
+    // the check proved by its bound (op_adamw_bound) on steps 3 and 4 (the maxima step 1's update
+    // left; step 2 changed nothing); read on step 1 (maxima unknown at the start) and step 2 (lr FLT_MAX)
+    CHECKF(strstr(ck_out, "the overflow check was proved by its bound on 2 step(s) (nothing read) and read the state on 2 "),
+           "R = 1: the overflow check's proof count is not 2 proved, 2 read:\n%s", ck_out);
     // -offload cpu: the check runs on the host's copy of the state (offload_adamw_check)
     dir = ck_dir("update_spike_offload");
     snprintf(flags, sizeof(flags), CK_SMALL " -z 1 -offload cpu -x 4 -n 1 -o %s", dir);

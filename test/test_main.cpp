@@ -25,7 +25,8 @@
 #include "test_tune.h"       // tests: -tune: candidates that fit, the run bitwise as if started with the choice, resume reuses it
 #include "test_offload.h"    // tests: -offload cpu bit-identical to none, checkpoints across offload, refusals
 #include "test_resume.h"     // tests: a checkpoint knows its run; reading is not resuming; roll-back transactions; prompts; masks by pread
-#include "test_lora.h"      // tests: LoRA: step 0 is the base, the base frozen, adapters' gradients, ZeRO-0..3 bitwise, bad input
+#include "test_llama.h"      // tests: the Llama family on the CPU device: gradients vs float64, recompute, ZeRO, resume, offload, learns
+#include "test_lora.h"       // tests: LoRA: step 0 is the base, the base frozen, adapters' gradients, ZeRO-0..3 bitwise, bad input
 #include "bench_adamw.h"     // make bench: the host AdamW against memcpy
 
 #ifdef ENABLE_FP32
@@ -40,7 +41,7 @@ static const char* const g_fp32_long_only[] = {
     "cli_", "ckpt_", "exit_", "data_", "tok_", "ux_", "perf_", "tune_",
     "zero_peak", "zero_memory", "zero_stages_bitwise", "zero_across", "zero_comm", "zero_checkpoint",
     "zero_data", "zero_stopped", "zero_mismatched", "plan_z_auto", "plan_recommendation",
-    "hf_corrupt", "hf_json", "hf_half", "ft_tokenize", NULL};
+    "hf_corrupt", "hf_json", "hf_half", "ft_tokenize", "llama_zero", "llama_resume", "llama_refusals", NULL};
 #endif
 
 int main(int argc, char** argv) {

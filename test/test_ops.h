@@ -546,7 +546,8 @@ TEST(op_rope_matches_transformers) {
         char name[64];
         snprintf(name, sizeof(name), "rope%d.cfg", k);
         const float* cfg = (const float*)fixture_get(&fx, name)->data;
-        RopeParams p = {(int)cfg[0], (double)cfg[2], (int)cfg[3], (double)cfg[4], (double)cfg[5], (double)cfg[6], (int)cfg[7]};
+        const int types[3] = {ROPE_DEFAULT, ROPE_LINEAR, ROPE_LLAMA3}; // the fixture's 0, 1, 2
+        RopeParams p = {(int)cfg[0], (double)cfg[2], types[(int)cfg[3]], (double)cfg[4], (double)cfg[5], (double)cfg[6], (int)cfg[7]};
         int T = (int)cfg[1], H2 = p.HD / 2;
         float* tab = (float*)malloc(sizeof(float) * 2 * T * H2);
         rope_table(tab, &p, T);
@@ -570,8 +571,8 @@ TEST(op_rope_matches_transformers) {
             differ += ulp != 0;
             maxulp = ulp > maxulp ? ulp : maxulp;
         }
-        printf("    rope table %d (HD %d, kind %d): %d of %d values differ from transformers' bits, max %d ulp\n",
-               k, p.HD, p.kind, differ, 2 * T * H2, maxulp);
+        printf("    rope table %d (HD %d, rope type %d): %d of %d values differ from transformers' bits, max %d ulp\n",
+               k, p.HD, p.type, differ, 2 * T * H2, maxulp);
         CHECKF(maxulp <= 1 && differ * 5 < 2 * T * H2, "table %d: %d values differ, up to %d ulp", k, differ, maxulp);
         if (k == 0) { // apply to q and k
             const int* sh = (const int*)fixture_get(&fx, "apply.shape")->data;
@@ -642,7 +643,7 @@ TEST(op_rope) {
     const int64_t n = (int64_t)B * T * (NH + 2 * NKV) * HD;
     floatX qkv[n], dqkv[n];
     double qkvd[n], doutd[n], ref[n], got[n], fd[n];
-    RopeParams p = {HD, 10000.0, ROPE_KIND_DEFAULT, 1.0, 0.0, 0.0, 0};
+    RopeParams p = {HD, 10000.0, ROPE_DEFAULT, 1.0, 0.0, 0.0, 0};
     float tab[2 * T * HD / 2];
     rope_table(tab, &p, T);
     ops_rand(qkv, qkvd, n, 1.0, 71);
@@ -828,7 +829,7 @@ TEST(op_adamw_check_overflow) {
         floatX p2[n];
         memcpy(m2, m, sizeof(m)); memcpy(v2, v, sizeof(v)); memcpy(w2, master, sizeof(master)); memcpy(p2, p, sizeof(p));
         op_adamw(p2, w2, m2, v2, gc, segs, 2, &hp);
-        op_adamw_scalars(p, master, m, v, gc, segs, 2, &hp, &sc);
+        op_adamw_scalars(p, master, m, v, gc, segs, 2, &hp, &sc, NULL);
         int unchanged = !memcmp(mb, m, sizeof(m)) && !memcmp(vb, v, sizeof(v)) && !memcmp(wb, master, sizeof(master)) && !memcmp(p, p0, sizeof(p));
         if (c == 0) CHECKF(!memcmp(w2, master, sizeof(w2)) && !memcmp(m2, m, sizeof(m2)) && !memcmp(v2, v, sizeof(v2)) && !memcmp(p2, p, sizeof(p2)),
                            "normal step: not bitwise op_adamw");

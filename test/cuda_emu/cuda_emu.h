@@ -95,7 +95,7 @@
 // kernel, printed at exit). Runs on x86-64 Linux (other CPUs: slower fibers through ucontext).
 //
 // defines: the CUDA runtime subset (cudaMalloc ... cudaGetErrorString), dim3, threadIdx, blockIdx,
-//          blockDim, gridDim, __syncthreads, __syncwarp, __shfl_*_sync, the _rn intrinsics, clock64,
+//          blockDim, gridDim, __syncthreads, __syncwarp, __shfl_*_sync, the _rn intrinsics, atomicMax, clock64,
 //          uint4/int4/float4 (alignment-checked) and make_uint4/make_int4/make_float4,
 //          __nanosleep, min/max, __nv_bfloat16, emu_mma_m16n8k16_bf16, emu_ldmatrix, emu_cp_async(_commit,
 //          _wait) (for ops/tensor_core.cuh); for emulate.py's rewrites: emu::launch, EMU_SHARED,
@@ -402,10 +402,28 @@ static bool host_range(const void* p, size_t bytes, const char* call, const char
 // known.
 
 struct Clock { long seq = 0; std::map<const void*, long> known; }; // known: stream -> seq learned
-struct Stream { int flags; Clock clock; };
+// hang[0..1] (fake NCCL's asynchronous stall, ZT_EMU_NCCL_STALL=rank:n:async): the stream's work after
+// the stalled collective is never reached until one of the two flags is set (an abort): events
+// recorded after it stay not ready, and host waits on it block until then.
+struct Stream { int flags; Clock clock; const std::atomic<int>* hang[2] = {nullptr, nullptr}; };
+static inline bool hang_released(const std::atomic<int>* const h[2]) {
+    return !h[0] || h[0]->load() || (h[1] && h[1]->load());
+}
 struct Event { int flags; bool recorded; const void* stream; std::map<const void*, long> clock; double t = 0; // t: the host's clock at the record
-               pthread_t by = pthread_t(); }; // the OS thread that recorded it (only that thread's queries teach the host: no locks)
+               pthread_t by = pthread_t(); // the OS thread that recorded it (only that thread's queries teach the host: no locks)
+               const std::atomic<int>* hang[2] = {nullptr, nullptr}; }; // recorded on a hung stream: never reached until released
 static std::set<const void*> g_streams, g_events;
+static bool stream_hung(const void* s) { return s && !hang_released(((const Stream*)s)->hang); }
+// Make stream s hang (see Stream::hang) until *a or *b is set; fake NCCL calls it.
+static void stream_hang(const void* s, const std::atomic<int>* a, const std::atomic<int>* b) {
+    if (!s || !g_streams.count(s)) fail("stream_hang: %p is not a live stream", s);
+    ((Stream*)s)->hang[0] = a;
+    ((Stream*)s)->hang[1] = b;
+}
+// A host wait on a hung stream blocks until its release, as a GPU's would.
+static void wait_released(const std::atomic<int>* const h[2]) {
+    while (!hang_released(h)) { struct timespec ts = {0, 1000000}; nanosleep(&ts, NULL); }
+}
 static Clock g_legacy_clock, g_host_clock; // the legacy default stream's; what the host has waited for
 
 // Host synchronisations (the host waits for the device: cudaStreamSynchronize, cudaEventSynchronize,
@@ -1285,6 +1303,20 @@ static inline float __fdiv_rn(float a, float b) { return emu_opaque(emu_opaque(a
 static inline float __fsqrt_rn(float a) { return emu_opaque(sqrtf(emu_opaque(a))); }
 static inline float __fmaf_rn(float a, float b, float c) { return emu_opaque(fmaf(a, b, c)); }
 
+// atomicMax on 32-bit unsigned words (adamw_kernel folds its maxima with it) and the bit cast it
+// takes: a compare-and-swap loop, since OpenMP threads run different blocks of one launch at once.
+static inline unsigned int atomicMax(unsigned int* addr, unsigned int val) {
+    unsigned int old = __atomic_load_n(addr, __ATOMIC_SEQ_CST);
+    while (old < val && !__atomic_compare_exchange_n(addr, &old, val, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+    }
+    return old;
+}
+static inline unsigned int __float_as_uint(float f) {
+    unsigned int u;
+    memcpy(&u, &f, sizeof(u));
+    return u;
+}
+
 // clock64: a nanosecond counter (a GPU's runs at ~1-2 GHz); __nanosleep sleeps.
 static inline long long clock64() {
     struct timespec ts;
@@ -1518,6 +1550,7 @@ static cudaError_t cudaStreamDestroy(cudaStream_t s) {
 static cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     emu::context_check("cudaStreamSynchronize");
     if (!emu::stream_ok(s, "cudaStreamSynchronize")) return cudaErrorInvalidResourceHandle;
+    if (s) emu::wait_released(((emu::Stream*)s)->hang);
     emu::g_host_syncs++;
     emu::host_waited(s);
     emu::host_learns(s);
@@ -1572,6 +1605,8 @@ static cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr) {
     ev->recorded = true;
     ev->by = pthread_self();
     ev->stream = (const void*)s; // the event carries its stream's clock
+    ev->hang[0] = s ? ((emu::Stream*)s)->hang[0] : nullptr;
+    ev->hang[1] = s ? ((emu::Stream*)s)->hang[1] : nullptr;
     ev->clock = emu::clock_of(s).known;
     ev->clock[(const void*)s] = emu::clock_of(s).seq;
     struct timespec ts; // work completes when it is issued: the stream reaches the event now
@@ -1603,6 +1638,7 @@ static cudaError_t cudaEventQuery(cudaEvent_t e) {
     if (!e || !emu::g_events.count((const void*)e))
         return emu::note(cudaErrorInvalidResourceHandle, "cudaEventQuery(%p): not a live event", (void*)e);
     emu::Event* ev = (emu::Event*)e;
+    if (ev->recorded && !emu::hang_released(ev->hang)) return cudaErrorNotReady; // behind a stalled collective
     if (ev->recorded && pthread_equal(ev->by, pthread_self())) { // (the watchdog's queries: another thread, no state)
         emu::clock_merge(emu::g_host_clock.known, ev->clock);
         emu::land_pinned_copies();
@@ -1618,6 +1654,7 @@ static cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     emu::g_host_syncs++;
     emu::Event* ev = (emu::Event*)e;
     if (ev->recorded) {
+        emu::wait_released(ev->hang);
         emu::host_waited((cudaStream_t)ev->stream);
         emu::clock_merge(emu::g_host_clock.known, ev->clock);
         emu::land_pinned_copies();
@@ -1633,6 +1670,11 @@ static cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned f
     if (!emu::stream_ok(s, "cudaStreamWaitEvent")) return cudaErrorInvalidResourceHandle;
     if (!((emu::Event*)e)->recorded) emu::fail("cudaStreamWaitEvent: event %p was never recorded: the wait orders nothing", (void*)e);
     emu::clock_merge(emu::clock_of(s).known, ((emu::Event*)e)->clock);
+    emu::Event* ev = (emu::Event*)e;
+    if (s && !emu::hang_released(ev->hang)) { // waiting behind a stalled collective: s hangs with it
+        ((emu::Stream*)s)->hang[0] = ev->hang[0];
+        ((emu::Stream*)s)->hang[1] = ev->hang[1];
+    }
     return cudaSuccess;
 }
 

@@ -31,7 +31,7 @@ import sys
 UNSUPPORTED = [  # (pattern, what to say)
     (r'\b__constant__\b', '__constant__ memory'),
     (r'\b__managed__\b|\bcudaMallocManaged\b', 'managed memory'),
-    (r'\batomic[A-Z]\w*\s*\(', 'atomics'),
+    (r'\batomic(?!Max\b)[A-Z]\w*\s*\(', 'atomics (atomicMax on unsigned is emulated)'),
     (r'\b__ldg\s*\(', '__ldg'),
     (r'\bcooperative_groups\b', 'cooperative groups'),
     (r'\btexture\s*<', 'textures'),

@@ -42,7 +42,8 @@
 // thread is inside one, an abort while another thread is inside one, and any call after the abort
 // stop the run (Turn). (A collective waiting for a peer waits inside its call here; on a GPU the
 // call returns and the kernel waits.)
-// Fault injection: ZT_EMU_NCCL_STALL=rank:n hangs that rank's n-th collective until an abort.
+// Fault injection: ZT_EMU_NCCL_STALL=rank:n hangs that rank's n-th collective until an abort (inside
+// the call); rank:n:async returns from the call and hangs the stream behind it instead.
 //
 // defines: ncclComm_t, ncclUniqueId, ncclResult_t, ncclConfig_t, NCCL_CONFIG_INITIALIZER,
 //          ncclDataType_t, ncclRedOp_t, and the functions above
@@ -249,6 +250,7 @@ static ncclResult_t run(ncclComm_t c, const Op& op) {
     if (!c->ready) emu::fail("fake NCCL: %s on a communicator whose initialisation has not completed (ncclInProgress: poll "
                              "ncclCommGetAsyncError until ncclSuccess first)", kind_name(op.kind));
     if (c->aborted.load() || c->sh->aborted.load()) return ncclRemoteError;
+    if (emu::stream_hung(op.stream)) return ncclSuccess; // queued behind a stalled collective (ZT_EMU_NCCL_STALL async): never reached
     int R = c->nranks, r = c->rank;
     size_t es = dtype_size(op.dtype), n = op.count;
     size_t send_n = op.kind == K_REDUCE_SCATTER ? n * R : n, recv_n = op.kind == K_ALL_GATHER ? n * R : n;
@@ -267,7 +269,16 @@ static ncclResult_t run(ncclComm_t c, const Op& op) {
     emu::cross_stream_write(op.stream, op.recv, recv_n * es, what);
     // fault injection for the watchdog's tests: ZT_EMU_NCCL_STALL=rank:n makes that rank's n-th collective
     // hang (as a kernel waiting for a peer that never comes) until the communicator is aborted
+    // (rank:n:async: the call returns and the collective's stream never reaches it, as a non-blocking
+    // communicator's kernel waiting for its peer: whatever is recorded on the stream after it is never
+    // reached until the abort -- the watchdog's abort-under-lock path)
     const char* stall = getenv("ZT_EMU_NCCL_STALL");
+    if (stall && atoi(stall) == r && strchr(stall, ':') && atol(strchr(stall, ':') + 1) == c->seq + 1 && strstr(stall, ":async")) {
+        fprintf(stderr, "fake NCCL: rank %d stalls in %s #%ld on its stream (ZT_EMU_NCCL_STALL, async)\n", r, what, c->seq + 1);
+        c->seq++; // (one stall per collective number)
+        emu::stream_hang(op.stream, &c->aborted, &c->sh->aborted);
+        return ncclSuccess;
+    }
     if (stall && atoi(stall) == r && strchr(stall, ':') && atol(strchr(stall, ':') + 1) == c->seq + 1) {
         fprintf(stderr, "fake NCCL: rank %d stalls in %s #%ld (ZT_EMU_NCCL_STALL)\n", r, what, c->seq + 1);
         while (!c->aborted.load() && !c->sh->aborted.load()) { struct timespec ts = {0, 1000000}; nanosleep(&ts, NULL); }

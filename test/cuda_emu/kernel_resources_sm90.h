@@ -9,9 +9,11 @@ EMU_KERNEL_RESOURCES(static_cast<void (*)(SumsqSegTable, double*)>(&sumsq_chunks
 #ifndef ENABLE_FP32
 EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, float const*, long)>(&round_params_kernel), "round_params_kernel", 24, 0, 0, 0, 0)
 #endif
-EMU_KERNEL_RESOURCES(static_cast<void (*)(float const*, float const*, float const*, float const*, AdamWSegTable, AdamWParams, StepScalars*)>(&adamw_check_kernel), "adamw_check_kernel", 36, 0, 0, 0, 0)
+EMU_KERNEL_RESOURCES(static_cast<void (*)(float const*, float const*, float const*, float const*, AdamWSegTable, AdamWParams, StepScalars*)>(&adamw_check_kernel), "adamw_check_kernel", 40, 0, 0, 0, 0)
+EMU_KERNEL_RESOURCES(static_cast<void (*)(StepScalars*, AdamWMax const*, AdamWParams)>(&adamw_bound_kernel), "adamw_bound_kernel", 34, 0, 0, 0, 0)
+EMU_KERNEL_RESOURCES(static_cast<void (*)(AdamWMax*, StepScalars const*)>(&adamw_max_begin_kernel), "adamw_max_begin_kernel", 8, 0, 0, 0, 0)
 #ifndef ENABLE_FP32
-EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, float*, float*, float*, float const*, AdamWSegTable, AdamWParams, StepScalars const*)>(&adamw_kernel), "adamw_kernel", 36, 0, 0, 0, 0)
+EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, float*, float*, float*, float const*, AdamWSegTable, AdamWParams, StepScalars const*, AdamWMax*)>(&adamw_kernel), "adamw_kernel", 40, 112, 0, 0, 0)
 #endif
 #ifndef ENABLE_FP32
 EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, float*, int const*, float, int, int, int)>(&classifier_kernel), "classifier_kernel", 26, 128, 0, 0, 0)
@@ -20,34 +22,53 @@ EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, float*, int const*, float, in
 EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, float*, int const*, float, int, int, int, int)>(&classifier_row_kernel), "classifier_row_kernel", 27, 128, 0, 0, 0)
 #endif
 #ifndef ENABLE_FP32
-EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, bf16_t const*, float const*, float const*, int, int, int)>(&attention_backward_dq_tc_kernel<128>), "attention_backward_dq_tc_kernel<128>", 240, 0, 0, 0, 0)
+EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, bf16_t const*, long, int, int)>(&swiglu_backward_kernel), "swiglu_backward_kernel", 32, 0, 0, 0, 0)
+#endif
+#ifndef ENABLE_FP32
+EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, long, int, int)>(&swiglu_forward_kernel), "swiglu_forward_kernel", 26, 0, 0, 0, 0)
+#endif
+#ifndef ENABLE_FP32
+EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, float const*, long, int, int, int, int, float)>(&rope_kernel), "rope_kernel", 24, 0, 0, 0, 0)
+#endif
+EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, int, int)>(&rmsnorm_backward_sum_kernel), "rmsnorm_backward_sum_kernel", 32, 0, 0, 0, 0)
+#ifndef ENABLE_FP32
+EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, bf16_t const*, bf16_t const*, float const*, int, int, int, int)>(&rmsnorm_backward_partial_kernel), "rmsnorm_backward_partial_kernel", 40, 8192, 0, 0, 0)
+#endif
+#ifndef ENABLE_FP32
+EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, bf16_t const*, bf16_t const*, float const*, int, int, int)>(&rmsnorm_backward_dinp_kernel), "rmsnorm_backward_dinp_kernel", 70, 0, 0, 0, 0)
+#endif
+#ifndef ENABLE_FP32
+EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t*, float*, bf16_t const*, bf16_t const*, bf16_t const*, int, int, float, int)>(&residual_rmsnorm_forward_kernel), "residual_rmsnorm_forward_kernel", 56, 0, 0, 0, 0)
+#endif
+#ifndef ENABLE_FP32
+EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, bf16_t const*, float const*, float const*, int, int, int)>(&attention_backward_dq_tc_kernel<128>), "attention_backward_dq_tc_kernel<128>", 238, 0, 0, 0, 0)
 #endif
 #ifndef ENABLE_FP32
 EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, bf16_t const*, float const*, float const*, int, int, int)>(&attention_backward_dq_tc_kernel<64>), "attention_backward_dq_tc_kernel<64>", 168, 0, 0, 0, 0)
 #endif
 #ifndef ENABLE_FP32
-EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, bf16_t const*, float const*, float const*, int, int, int)>(&attention_backward_dkdv_tc_kernel<128>), "attention_backward_dkdv_tc_kernel<128>", 240, 0, 0, 0, 0)
+EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, bf16_t const*, float const*, float const*, int, int, int)>(&attention_backward_dkdv_tc_kernel<128>), "attention_backward_dkdv_tc_kernel<128>", 243, 0, 0, 0, 0)
 #endif
 #ifndef ENABLE_FP32
-EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, bf16_t const*, float const*, float const*, int, int, int)>(&attention_backward_dkdv_tc_kernel<64>), "attention_backward_dkdv_tc_kernel<64>", 240, 0, 0, 0, 0)
+EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, bf16_t const*, float const*, float const*, int, int, int)>(&attention_backward_dkdv_tc_kernel<64>), "attention_backward_dkdv_tc_kernel<64>", 221, 0, 0, 0, 0)
 #endif
 #ifndef ENABLE_FP32
 EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, float*, bf16_t const*, int, int, int)>(&attention_forward_tc_kernel<128>), "attention_forward_tc_kernel<128>", 201, 0, 0, 0, 0)
 #endif
 #ifndef ENABLE_FP32
-EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, float*, bf16_t const*, int, int, int)>(&attention_forward_tc_kernel<64>), "attention_forward_tc_kernel<64>", 162, 0, 0, 0, 0)
+EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, float*, bf16_t const*, int, int, int)>(&attention_forward_tc_kernel<64>), "attention_forward_tc_kernel<64>", 151, 0, 0, 0, 0)
 #endif
 #ifndef ENABLE_FP32
-EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, bf16_t const*, float const*, float const*, int, int, int)>(&attention_backward_dq_kernel), "attention_backward_dq_kernel", 64, 0, 0, 0, 0)
+EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, bf16_t const*, float const*, float const*, int, int, int, int)>(&attention_backward_dq_kernel), "attention_backward_dq_kernel", 40, 0, 0, 0, 0)
 #endif
 #ifndef ENABLE_FP32
-EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, bf16_t const*, float const*, float const*, int, int, int)>(&attention_backward_dkdv_kernel), "attention_backward_dkdv_kernel", 62, 0, 0, 0, 0)
+EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, bf16_t const*, float const*, float const*, int, int, int, int)>(&attention_backward_dkdv_kernel), "attention_backward_dkdv_kernel", 32, 0, 0, 0, 0)
 #endif
 #ifndef ENABLE_FP32
 EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, bf16_t const*, bf16_t const*, int, int, int, int)>(&attention_backward_d_kernel), "attention_backward_d_kernel", 30, 0, 0, 0, 0)
 #endif
 #ifndef ENABLE_FP32
-EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, float*, bf16_t const*, int, int, int)>(&attention_forward_kernel), "attention_forward_kernel", 62, 0, 0, 0, 0)
+EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, float*, bf16_t const*, int, int, int, int)>(&attention_forward_kernel), "attention_forward_kernel", 48, 0, 0, 0, 0)
 #endif
 EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, int, int)>(&bias_grad_finish_kernel), "bias_grad_finish_kernel", 32, 0, 0, 0, 0)
 #ifndef ENABLE_FP32
@@ -97,7 +118,7 @@ EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, bf16_t const*, bf16_t const*, 
 EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, long)>(&round_params_kernel), "round_params_kernel", 28, 0, 0, 0, 0)
 #endif
 #ifdef ENABLE_FP32
-EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float*, float*, float*, float const*, AdamWSegTable, AdamWParams, StepScalars const*)>(&adamw_kernel), "adamw_kernel", 40, 0, 0, 0, 0)
+EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float*, float*, float*, float const*, AdamWSegTable, AdamWParams, StepScalars const*, AdamWMax*)>(&adamw_kernel), "adamw_kernel", 56, 112, 0, 0, 0)
 #endif
 #ifdef ENABLE_FP32
 EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float*, int const*, float, int, int, int)>(&classifier_kernel), "classifier_kernel", 26, 128, 0, 0, 0)
@@ -106,16 +127,34 @@ EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float*, int const*, float, int
 EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float*, int const*, float, int, int, int, int)>(&classifier_row_kernel), "classifier_row_kernel", 24, 128, 0, 0, 0)
 #endif
 #ifdef ENABLE_FP32
-EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, float const*, float const*, float const*, int, int, int)>(&attention_backward_dq_kernel), "attention_backward_dq_kernel", 64, 0, 0, 0, 0)
+EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, float const*, long, int, int)>(&swiglu_backward_kernel), "swiglu_backward_kernel", 34, 0, 0, 0, 0)
 #endif
 #ifdef ENABLE_FP32
-EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, float const*, float const*, float const*, int, int, int)>(&attention_backward_dkdv_kernel), "attention_backward_dkdv_kernel", 64, 0, 0, 0, 0)
+EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, long, int, int)>(&swiglu_forward_kernel), "swiglu_forward_kernel", 26, 0, 0, 0, 0)
+#endif
+#ifdef ENABLE_FP32
+EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, long, int, int, int, int, float)>(&rope_kernel), "rope_kernel", 24, 0, 0, 0, 0)
+#endif
+#ifdef ENABLE_FP32
+EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, float const*, float const*, int, int, int, int)>(&rmsnorm_backward_partial_kernel), "rmsnorm_backward_partial_kernel", 40, 4096, 0, 0, 0)
+#endif
+#ifdef ENABLE_FP32
+EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, float const*, float const*, float const*, int, int, int)>(&rmsnorm_backward_dinp_kernel), "rmsnorm_backward_dinp_kernel", 44, 0, 0, 0, 0)
+#endif
+#ifdef ENABLE_FP32
+EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float*, float*, float const*, float const*, float const*, int, int, float, int)>(&residual_rmsnorm_forward_kernel), "residual_rmsnorm_forward_kernel", 40, 0, 0, 0, 0)
+#endif
+#ifdef ENABLE_FP32
+EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, float const*, float const*, float const*, int, int, int, int)>(&attention_backward_dq_kernel), "attention_backward_dq_kernel", 40, 0, 0, 0, 0)
+#endif
+#ifdef ENABLE_FP32
+EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, float const*, float const*, float const*, int, int, int, int)>(&attention_backward_dkdv_kernel), "attention_backward_dkdv_kernel", 32, 0, 0, 0, 0)
 #endif
 #ifdef ENABLE_FP32
 EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, float const*, int, int, int, int)>(&attention_backward_d_kernel), "attention_backward_d_kernel", 30, 0, 0, 0, 0)
 #endif
 #ifdef ENABLE_FP32
-EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float*, float const*, int, int, int)>(&attention_forward_kernel), "attention_forward_kernel", 62, 0, 0, 0, 0)
+EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float*, float const*, int, int, int, int)>(&attention_forward_kernel), "attention_forward_kernel", 48, 0, 0, 0, 0)
 #endif
 #ifdef ENABLE_FP32
 EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, int, int, int)>(&bias_grad_partial_kernel), "bias_grad_partial_kernel", 32, 4096, 0, 0, 0)

@@ -26,6 +26,15 @@ MUTANTS = {
         'ops/attention.cuh',
         '        __syncthreads(); // K_j, V_j, dS are used up before the next tile overwrites them\n', '',
         'gpu_attention_hs12', 'backward dQ: the same, in the dQ kernel'),
+    'attention_gqa_dkdv_first_head_only': (
+        'ops/attention.cuh',
+        'steps = (NH / NKV) * nit;', 'steps = nit;',
+        'gpu_attention_tc_gqa_hs64', 'tensor-core dK/dV: the group sum stops after its first query head'),
+    'attention_gqa_wrong_kv_head': (
+        'ops/attention.cuh',
+        'int bh = blockIdx.x, b = bh / NH, h = bh % NH, kh = h / (NH / NKV);\n    int q0 = (gridDim.y - 1 - blockIdx.y) * Br;',
+        'int bh = blockIdx.x, b = bh / NH, h = bh % NH, kh = h % NKV;\n    int q0 = (gridDim.y - 1 - blockIdx.y) * Br;',
+        'gpu_attention_gqa', 'scalar forward: query head h reads kv head h % NKV (interleaved) instead of h / (NH/NKV)'),
     'classifier_missing_barrier': (
         'ops/classifier.cuh',
         '    __syncthreads(); // every warp has read scratch before the next reduction writes it\n', '',
@@ -33,8 +42,8 @@ MUTANTS = {
     'sumsq_missing_barrier': (
         'adamw.cuh',
         "        __syncthreads(); // this level's sums are written before the next level reads them\n"
-        '    }\n    if (threadIdx.x == 0) part[blockIdx.x]',
-        '    }\n    if (threadIdx.x == 0) part[blockIdx.x]',
+        '    }\n    if (threadIdx.x == 0) part[c]',
+        '    }\n    if (threadIdx.x == 0) part[c]',
         'gpu_sumsq', 'tree reduction without a barrier between levels'),
     'biasgrad_missing_barrier': (
         'ops/matmul.cuh',
@@ -192,8 +201,21 @@ MUTANTS = {
         'gpu_encoder', 'a run crossing several chunk edges adds only its first two pieces'),
     'adamw_contracted': (
         'adamw.cuh',
-        'float vi = __fmaf_rn(beta2, __fsub_rn(*v, gg), gg);', 'float vi = __fmaf_rn(beta2, *v - g * g, gg);',
+        '*vi = __fmaf_rn(beta2, __fsub_rn(v, gg), gg);', '*vi = __fmaf_rn(beta2, v - g * g, gg);',
         'gpu_adamw', 'plain arithmetic where the CPU\'s rounding must be kept: nvcc fuses it into an FMA'),
+    'adamw_max_missing_barrier': (
+        'adamw.cuh',
+        '    if (bad) red_bad = 1;\n    __syncthreads();\n', '    if (bad) red_bad = 1;\n',
+        'gpu_adamw_bound_proves', 'the maxima fold: thread 0 reads the other warps\' maxima before they are written'),
+    'adamw_bound_ignores_lr': (
+        'adamw.cuh',
+        'upd = lr * (u + dec)', 'upd = (lr > 0) * (u + dec)',
+        'gpu_adamw_bound_proves', 'the bound forgets the learning rate: an overflowing update is proved finite and lands'),
+    'nccl_warm_up_unwatched': (
+        'zero.h',
+        '    s->pending = 1; s->recorded = 0; s->warm_up = 1; s->step = 0; s->t_issued = wall_s();\n',
+        '    s->recorded = 0; s->warm_up = 1; s->step = 0; s->t_issued = wall_s();\n',
+        'multirank_nccl_watchdog_warm_up_and_abort', 'the NCCL warm-up not watched: a peer that stops right after init hangs the run'),
     'matmul_fixed_plan_table': (
         'ops/matmul.cuh',
         'int cap = g_matmul_cap ? 2 * g_matmul_cap : 64;',
