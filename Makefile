@@ -118,7 +118,7 @@ GPU_DEFS       := $(filter -DENABLE_FP32 -DZT_DEBUG,$(DEFS))
 GPU_NVCC_FLAGS := -O3 -std=c++17 $(GPU_ARCH) -Werror all-warnings -Xcompiler "$(GPU_HOST_FLAGS) -Werror -Wno-format-truncation"
 GPU_LIBS       := -lcublasLt -lcublas -lgomp -Xcompiler -static-libstdc++ -Xcompiler -static-libgcc
 
-SOURCES := train_gpt.cu flags.h acts.h plan.h startup.h tune.h run_record.h device.cuh zero.h offload.h model.h lora.h checkpoint.h adamw.cuh dataloader.h tokenizer.h unicode_tables.h unicode_nfc.h rng.h safetensors.h hf.h prompts.h $(wildcard ops/*.cuh)
+SOURCES := train_gpt.cu flags.h acts.h plan.h startup.h tune.h run_record.h device.cuh zero.h offload.h model.h lora.h checkpoint.h adamw.cuh dataloader.h tokenizer.h unicode_tables.h unicode_nfc.h rng.h safetensors.h hf.h prompts.h chat.h $(wildcard ops/*.cuh)
 TEST_SOURCES := $(wildcard test/*.cpp test/*.h)
 
 .PHONY: all FORCE test test-long test-binaries nvcc-check test-gpu gpu-binaries bench plot clean print-% fuzz test-sanitize kernel-resources
@@ -176,7 +176,7 @@ test/test_bf16: $(SOURCES) $(TEST_SOURCES)
 test/test_fp32: $(SOURCES) $(TEST_SOURCES)
 	$(CXX_HOST) $(TEST_FLAGS) $(filter-out -DENABLE_FP32,$(DEFS)) -DENABLE_FP32 $(MPI_CFLAGS) test/test_main.cpp -o $@ $(MPI_LIBS)
 
-# libFuzzer harnesses (test/fuzz.cpp: model, shard, state, tokenizer, bpe, safetensors, jsonl, hfjson), built with clang when it
+# libFuzzer harnesses (test/fuzz.cpp: model, shard, state, tokenizer, bpe, safetensors, jsonl, hfjson, chat), built with clang when it
 # is installed (Debian: clang, libclang-rt-14-dev). make test replays test/fuzz_corpus/ and runs a
 # fixed number of seeded inputs per harness; make fuzz runs each for FUZZ_SECONDS into build/fuzz/.
 CLANGXX    ?= $(shell command -v clang++ 2>/dev/null)
@@ -186,7 +186,7 @@ test/fuzz: $(SOURCES) test/fuzz.cpp
 	$(CLANGXX) $(FUZZ_FLAGS) test/fuzz.cpp -o $@
 FUZZ_SECONDS ?= 60
 fuzz: test/fuzz
-	for h in model shard state tokenizer bpe safetensors jsonl hfjson; do mkdir -p build/fuzz/$$h; \
+	for h in model shard state tokenizer bpe safetensors jsonl hfjson chat; do mkdir -p build/fuzz/$$h; \
 	  ASAN_OPTIONS=detect_leaks=0 test/fuzz $$h -max_total_time=$(FUZZ_SECONDS) -max_len=16384 -print_final_stats=1 \
 	    build/fuzz/$$h test/fuzz_corpus/$$h > build/fuzz/$$h.log 2>&1; rc=$$?; \
 	  echo "$$h: $$(grep -E 'stat::number_of_executed_units' build/fuzz/$$h.log)"; \

@@ -1,25 +1,38 @@
-// prompts.h — prompt/completion fine-tuning data: `-tokenize data.jsonl` (TRL's prompt-completion
-// format, one JSON object per line with string fields "prompt" and "completion") into llm.c token
-// shards plus a loss mask beside each (PATH.mask, the format in dataloader.h).
+// prompts.h — fine-tuning data: `-tokenize data.jsonl` into llm.c token shards plus a loss mask
+// beside each (PATH.mask, the format in dataloader.h). One JSON object per line, in one of TRL's two
+// dataset formats (one format per file):
+//   prompt/completion strings: {"prompt": "...", "completion": "..."}; encoded separately, as TRL does;
+//   conversations: {"messages": [{"role", "content"}, ...]} or {"prompt": [messages], "completion":
+//     [messages]}; rendered with the model's chat template and encoded whole (chat.h).
 //
 // Packing, for the T given by -t (recorded in every mask file; training with another T is an error):
-//   the stream is  EOT p1.. c1.. EOT p2.. c2.. EOT ...  where each example is its prompt's tokens,
-//   its completion's tokens (encoded separately, as TRL does) and an EOT, preceded by the EOT that
-//   ended the example before it (or the shard's first token). A *sample* is T+1 tokens starting at
-//   a multiple of T (dataloader.h), so an example together with its leading EOT is placed inside
-//   one sample: when it does not fit in what is left of the current sample, the rest is filled with
-//   EOT padding and it starts in the next. No example crosses a sample boundary.
-//   An example longer than T tokens loses the *start of its prompt* (left truncation, counted and
-//   reported); one whose completion + EOT alone is longer than T is refused, naming its line.
-// The mask: the completion's tokens and the EOT after them count (the model learns to stop);
-// the prompt, the leading EOT and the padding do not. Examples packed into one sample attend to the
-// examples before them in it (there is no attention mask): as in most packed fine-tuning, each
-// starts after an EOT, which GPT-2 was trained to treat as a document boundary.
+//   the stream is  D e1 D e2 D ...  where D is the tokenizer's document token (GPT-2's EOT; a
+//   tokenizer.json's tok->eot_token) and each example e is placed together with the D before it
+//   (the one that ended the example before, the shard's first token, or padding) inside one
+//   sample: a *sample* is T+1 tokens starting at a multiple of T (dataloader.h); an example that
+//   does not fit in what is left of the current sample starts the next, the gap padded with D.
+//   No example crosses a sample boundary.
+//   Strings: e = the prompt's tokens, the completion's; the D after it counts (the model learns to
+//     stop). An example longer than T tokens loses the *start of its prompt* (left truncation,
+//     counted and reported); one whose completion + D alone is longer than T is refused, naming its line.
+//   Conversations: e = the rendering's tokens, without its first token when that is D (Llama's
+//     BOS: the D before the example is it); counted: each counted assistant message's content and
+//     the end-of-turn token after it (chat.h says exactly which tokens); the D after it does not
+//     count (the template's end-of-turn token is the stop). "messages": every assistant message
+//     counts; prompt/completion lists: the completion's (assistant messages only), not the
+//     prompt's. The last message must be the assistant's. A conversation longer than T - 1 tokens
+//     loses whole turns from its start (a turn: a user message and what follows it up to the next
+//     user message), keeping a first system message, re-rendered until it fits (counted as cut);
+//     one whose last turn alone does not fit is refused, naming its line.
+// The prompt, the D before an example and the padding never count. Examples packed into one sample
+// attend to the examples before them in it (there is no attention mask): as in most packed
+// fine-tuning, each starts after a D, which the models were trained to treat as a document boundary.
 // Splits: example i goes to the val shards when val_every > 0 and i % val_every == val_every - 1.
 // Shards: at most shard_tokens tokens (at least one sample), named as -tokenize names them.
 // Errors (exit 2 in the caller): the line number and what is wrong (bad JSON, a missing field, a
-// field that is not a string, invalid UTF-8, an example that cannot fit); every file this run
-// wrote is removed again.
+// field that is not a string or a list of messages, an unknown role, a missing or non-string
+// content, invalid UTF-8, an example that cannot fit, a chat template this build does not render
+// (naming tokenizer_config.json and its hash)); every file this run wrote is removed again.
 //
 // -prompt's side (below tokenize_prompts_to_shards): prompt_file_read reads @FILE as a stream (a
 // pipe, /dev/stdin, <(...) or a file: its size is never trusted), prompt_split cuts it into prompts
@@ -27,10 +40,10 @@
 // newlines, e.g. "Q: ...\nA:"; a {"prompt": ...} object, the training format, also works), and
 // sample_token is the sampling rule of -prompt and the samples (-temperature, -top-k, greedy).
 //
-// defines: PromptStats, tokenize_prompts_to_shards, PromptList, prompt_file_read, prompt_split,
+// defines: PromptStats, tokenize_prompts_to_shards, prompt_messages, prompt_conversation, PromptList, prompt_file_read, prompt_split,
 //          prompt_list_free, sample_token
 //
-// May call: safetensors.h (the JSON parser), tokenizer.h and dataloader.h.
+// May call: safetensors.h (the JSON parser), tokenizer.h, dataloader.h and chat.h.
 #ifndef ZT_PROMPTS_H
 #define ZT_PROMPTS_H
 
@@ -39,13 +52,16 @@
 #include "safetensors.h" // defines: Json, json_parse, json_get (the strict parser)
 #include "tokenizer.h"   // defines: Tokenizer, tokenizer_encode, tokenize_shard_path
 #include "dataloader.h"  // defines: write_token_shard, MASK_MAGIC
+#include "chat.h"        // defines: Chat, ChatMsg, chat_init, chat_encode (conversations: chat templates in C)
 
 #define PROMPT_EOT 50256  // GPT-2's; a tokenizer.json brings its own document token (tok->eot_token)
 
 typedef struct {
     int64_t examples[2], tokens[2], counted[2]; // [0] train, [1] val
-    int64_t cut;                                // examples whose prompt was cut at the start
+    int64_t cut;                                // examples cut at the start (a prompt's start; a conversation's first turns)
     int shards[2];
+    char chat_template[16];                     // conversations: the template recognised ("" for strings)
+    char chat_date[32];                         // and the date its system block wrote ("" for none)
 } PromptStats;
 
 typedef struct {           // one split being packed
@@ -73,6 +89,23 @@ static int prompt_push(PromptSplit* s, uint32_t t, uint8_t m) {
     s->tok[s->n] = t;
     s->mask[s->n] = m;
     s->n++;
+    return 0;
+}
+
+// Append id (with its mask byte m) to a growable id array and its mask (mask holds *nids bytes).
+static int prompt_push_id(uint32_t** ids, size_t* nids, size_t* icap, uint8_t** mask, uint32_t id, uint8_t m) {
+    if (*nids == *icap) {
+        size_t cap = *icap ? 2 * *icap : 64;
+        uint32_t* ni = (uint32_t*)realloc(*ids, sizeof(uint32_t) * cap);
+        if (!ni) return -1;
+        *ids = ni;
+        *icap = cap;
+    }
+    uint8_t* nm = (uint8_t*)realloc(*mask, *nids + 1);
+    if (!nm) return -1;
+    *mask = nm;
+    (*ids)[*nids] = id;
+    (*mask)[(*nids)++] = m;
     return 0;
 }
 
@@ -110,9 +143,124 @@ static int prompt_flush(PromptSplit* s, int T, const char* prefix, char (*writte
     return prompt_push(s, s->eot, 0); // every shard starts with the EOT before its first example
 }
 
+// Place one example in split s: ids[0, n) with their mask bytes, the last one the document token
+// that ends it (and leads the next). It goes in the current sample when it fits after the token
+// before it; else that sample is padded with the document token and it starts the next (closing
+// the shard first when the next sample would pass shard_tokens). 0, or -1 with err.
+static int prompt_place(PromptSplit* s, const uint32_t* ids, const uint8_t* mask, int64_t n, int T, int64_t shard_tokens, const char* prefix,
+                        char (**written)[4200], int* nwritten, int* max_files, PromptStats* st, int which, char* err, size_t errlen) {
+    if (s->n + n - 1 > s->ws + T) { // does not fit in this sample: pad it, move to the next
+        while (s->n < s->ws + T + 1) if (prompt_push(s, s->eot, 0)) return st_err(err, errlen, "out of memory");
+        if (s->ws + 2 * T + 1 > shard_tokens) { // a next sample would overflow the shard: close it
+            if (*nwritten + 2 > *max_files) {
+                char (*nw)[4200] = (char (*)[4200])realloc(*written, sizeof(**written) * 2 * *max_files);
+                if (!nw) return st_err(err, errlen, "out of memory");
+                *written = nw;
+                *max_files *= 2;
+            }
+            if (prompt_flush(s, T, prefix, *written, nwritten, st, which, err, errlen)) return -1;
+        } else {
+            s->ws += T; // the next sample starts at this one's last token
+        }
+    }
+    for (int64_t i = 0; i < n; i++)
+        if (prompt_push(s, ids[i], mask[i])) return st_err(err, errlen, "out of memory");
+    return 0;
+}
+
+// A JSON list of messages (node `list` of j, the line's "messages", "prompt" or "completion") appended
+// to (*m, *n): role and content checked. counted: 1 for a completion's messages (all the assistant's),
+// 2 for "messages" (its assistant messages count), 0 for a prompt. 0, or -1 with err naming file:line.
+static int prompt_messages(const Json* j, int list, const char* field, int counted, ChatMsg** m, int* n, int* cap, const char* path,
+                           long long lineno, char* err, size_t errlen) {
+    if (j->nodes[list].type != JSON_ARRAY) return st_err(err, errlen, "%s:%lld: \"%s\" is not a list of messages", path, lineno, field);
+    int k = 0;
+    for (int e = j->nodes[list].first; e >= 0; e = j->nodes[e].next, k++) {
+        int r = json_get(j, e, "role"), c = json_get(j, e, "content"), role = -1;
+        if (j->nodes[e].type != JSON_OBJECT) return st_err(err, errlen, "%s:%lld: %s[%d] is not a message object ({\"role\": ..., \"content\": ...})", path, lineno, field, k);
+        if (r < 0 || j->nodes[r].type != JSON_STRING) return st_err(err, errlen, "%s:%lld: %s[%d] has no string \"role\"", path, lineno, field, k);
+        for (int q = 0; q < 3; q++) if (!strcmp(j->nodes[r].str, CHAT_ROLE[q])) role = q;
+        if (role < 0) return st_err(err, errlen, "%s:%lld: %s[%d]: unknown role \"%.60s\" (system, user or assistant)", path, lineno, field, k, j->nodes[r].str);
+        if (json_get(j, e, "tool_calls") >= 0) return st_err(err, errlen, "%s:%lld: %s[%d]: tool calls are not supported", path, lineno, field, k);
+        if (c < 0) return st_err(err, errlen, "%s:%lld: %s[%d] has no \"content\"", path, lineno, field, k);
+        if (j->nodes[c].type != JSON_STRING) return st_err(err, errlen, "%s:%lld: %s[%d]: \"content\" is not a string", path, lineno, field, k);
+        if (counted == 1 && role != CHAT_ASSISTANT) return st_err(err, errlen, "%s:%lld: %s[%d] is a \"%s\" message: a completion holds the assistant's messages only", path, lineno, field, k, CHAT_ROLE[role]);
+        if (*n == *cap) {
+            int nc = *cap ? 2 * *cap : 16;
+            ChatMsg* nm = (ChatMsg*)realloc(*m, sizeof(ChatMsg) * (size_t)nc);
+            if (!nm) return st_err(err, errlen, "out of memory");
+            *m = nm;
+            *cap = nc;
+        }
+        ChatMsg* msg = &(*m)[(*n)++];
+        msg->role = role;
+        msg->content = j->nodes[c].str;
+        msg->len = (size_t)j->nodes[c].len;
+        msg->counted = counted && role == CHAT_ASSISTANT;
+    }
+    if (k == 0) return st_err(err, errlen, "%s:%lld: \"%s\" is an empty list", path, lineno, field);
+    return 0;
+}
+
+// One conversation m[0, n) (its last message the assistant's) encoded for packing: its ids and mask
+// without the leading document token (Llama's rendering starts with the BOS, which is that token:
+// the one before the example stands for it), at most T - 1 of them (the document token after it
+// must fit too). Too long: whole turns are dropped from the start, as few as make it fit, a turn
+// being a user message and what follows it up to the next user message; a system message first
+// stays. *cut = 1 when that happened. 0, or -1 with err naming the line when the last turn alone
+// does not fit. Every message of a rendering is a block between special tokens, tokenised on its
+// own, so the length falls with every turn dropped: the fewest drops are found by bisection
+// (a few encodings per conversation, not one per turn).
+static int prompt_conversation(Chat* chat, Tokenizer* tok, ChatMsg* m, int n, int T, uint32_t eot, ChatText* work, uint32_t** ids, size_t* nids,
+                               size_t* icap, uint8_t** mask, int64_t* skip, int* cut, const char* path, long long lineno, char* err, size_t errlen) {
+    int sys = m[0].role == CHAT_SYSTEM; // messages [0, sys) and [from, n) are rendered
+    ChatMsg* sel = (ChatMsg*)malloc(sizeof(ChatMsg) * (size_t)n);
+    int* from = (int*)malloc(sizeof(int) * (size_t)n); // the candidate starts: no drop, then each user message after it
+    if (!sel || !from) { free(sel); free(from); return st_err(err, errlen, "out of memory"); }
+    int nf = 0, encoded = -1, rc = 0;
+    from[nf++] = sys;
+    for (int k = sys + 1; k < n; k++) if (m[k].role == CHAT_USER) from[nf++] = k;
+    int64_t len = 0;
+    for (int step = 0, lo = -1, hi = nf - 1, at = 0; !rc; step++) { // invariant: from[lo] does not fit, from[hi] may
+        if (encoded != at) {
+            int k = 0;
+            if (sys) sel[k++] = m[0];
+            for (int i = from[at]; i < n; i++) sel[k++] = m[i];
+            char cerr[512];
+            if (chat_encode(chat, tok, sel, k, work, ids, nids, icap, mask, cerr, sizeof(cerr))) { rc = st_err(err, errlen, "%s:%lld: %s", path, lineno, cerr); break; }
+            encoded = at;
+            *skip = *nids > 0 && (*ids)[0] == eot;
+            len = (int64_t)*nids - *skip;
+        }
+        int fits = len + 1 <= T;
+        if (step == 0 && fits) break;           // the whole conversation fits: the usual case
+        if (step == 0) { lo = 0; at = hi; continue; }
+        if (step == 1 && !fits) {
+            rc = st_err(err, errlen, "%s:%lld: the conversation's last turn (%s%d message(s) from its last user message on) is %lld tokens: with the "
+                        "document token after it longer than T = %d. HINT: a larger -t", path, lineno, sys ? "the system prompt and " : "", n - from[at],
+                        (long long)len, T);
+            break;
+        }
+        if (fits) hi = at;
+        else lo = at;
+        if (hi - lo <= 1) {
+            if (encoded == hi) break;
+            at = hi;   // encode from[hi] (it fits), then stop
+            continue;
+        }
+        at = lo + (hi - lo) / 2;
+    }
+    if (!rc && len + 1 > T) rc = st_err(err, errlen, "%s:%lld: internal: the conversation cut to fit is %lld tokens", path, lineno, (long long)len);
+    *cut = !rc && encoded > 0;
+    free(sel);
+    free(from);
+    return rc;
+}
+
 // The whole job; returns 0, or -1 with err naming the file and line (and every written file removed).
+// chat_date: -chat-date (YYYY-MM-DD, "" for the template's default), for conversations only.
 static int tokenize_prompts_to_shards(Tokenizer* tok, const char* in_path, const char* prefix, int T, int val_every,
-                                      int64_t shard_tokens, PromptStats* st, char* err, size_t errlen) {
+                                      int64_t shard_tokens, const char* chat_date, PromptStats* st, char* err, size_t errlen) {
     memset(st, 0, sizeof(*st));
     if (T < 2) return st_err(err, errlen, "-t %d: packing needs T >= 2", T);
     if (shard_tokens < T + 1) shard_tokens = T + 1;
@@ -128,14 +276,19 @@ static int tokenize_prompts_to_shards(Tokenizer* tok, const char* in_path, const
     }
     int max_files = 64;
     char (*written)[4200] = (char (*)[4200])malloc(sizeof(*written) * max_files);
-    int nwritten = 0, rc = 0;
+    int nwritten = 0, rc = written ? 0 : st_err(err, errlen, "out of memory");
     char* line = NULL;
     size_t lcap = 0;
     ssize_t len;
     int64_t lineno = 0, example = 0;
+    int format = 0, chat_ready = 0, nmsg = 0, mcap = 0; // format: 1 prompt/completion strings, 2 conversations
+    Chat chat;
+    ChatText work = {NULL, 0, 0};
+    ChatMsg* msgs = NULL;
     uint32_t* ids = NULL;
+    uint8_t* mask = NULL;
     size_t nids = 0, icap = 0;
-    for (int k = 0; k < 2; k++) prompt_push(&sp[k], sp[k].eot, 0);
+    for (int k = 0; k < 2 && !rc; k++) rc = prompt_push(&sp[k], sp[k].eot, 0) ? st_err(err, errlen, "out of memory") : 0;
     while (rc == 0 && (len = getline(&line, &lcap, in)) >= 0) {
         lineno++;
         while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
@@ -143,51 +296,87 @@ static int tokenize_prompts_to_shards(Tokenizer* tok, const char* in_path, const
         Json j;
         char jerr[256];
         if (json_parse(&j, line, (size_t)len, jerr, sizeof(jerr))) { rc = st_err(err, errlen, "%s:%lld: %s", in_path, (long long)lineno, jerr); json_free(&j); break; }
-        int fp = json_get(&j, 0, "prompt"), fc = json_get(&j, 0, "completion");
+        int fp = json_get(&j, 0, "prompt"), fc = json_get(&j, 0, "completion"), fm = json_get(&j, 0, "messages");
+        int is_chat = fm >= 0 || (fp >= 0 && j.nodes[fp].type == JSON_ARRAY) || (fc >= 0 && j.nodes[fc].type == JSON_ARRAY);
         if (j.nodes[0].type != JSON_OBJECT) rc = st_err(err, errlen, "%s:%lld: not a JSON object", in_path, (long long)lineno);
-        else if (fp < 0 || fc < 0) rc = st_err(err, errlen, "%s:%lld: no \"%s\" field (each line needs string fields \"prompt\" and \"completion\")", in_path, (long long)lineno, fp < 0 ? "prompt" : "completion");
-        else if (j.nodes[fp].type != JSON_STRING || j.nodes[fc].type != JSON_STRING)
-            rc = st_err(err, errlen, "%s:%lld: \"%s\" is not a string (conversational lists are not supported)", in_path, (long long)lineno, j.nodes[fp].type != JSON_STRING ? "prompt" : "completion");
+        else if (fm < 0 && (fp < 0 || fc < 0))
+            rc = st_err(err, errlen, "%s:%lld: no \"%s\" field (each line needs \"messages\", or \"prompt\" and \"completion\": strings, or lists of messages)",
+                        in_path, (long long)lineno, fp < 0 ? "prompt" : "completion");
+        else if (fm < 0 && (j.nodes[fp].type == JSON_ARRAY) != (j.nodes[fc].type == JSON_ARRAY))
+            rc = st_err(err, errlen, "%s:%lld: \"%s\" is a list of messages and \"%s\" is not: both strings, or both lists of messages", in_path,
+                        (long long)lineno, j.nodes[fp].type == JSON_ARRAY ? "prompt" : "completion", j.nodes[fp].type == JSON_ARRAY ? "completion" : "prompt");
+        else if (!is_chat && (j.nodes[fp].type != JSON_STRING || j.nodes[fc].type != JSON_STRING))
+            rc = st_err(err, errlen, "%s:%lld: \"%s\" is not a string (nor a list of messages)", in_path, (long long)lineno, j.nodes[fp].type != JSON_STRING ? "prompt" : "completion");
+        else if (format && format != 1 + is_chat)
+            rc = st_err(err, errlen, "%s:%lld: %s, but the lines before are %s: one format per file", in_path, (long long)lineno,
+                        is_chat ? "a conversation" : "prompt/completion strings", is_chat ? "prompt/completion strings" : "conversations");
         if (rc) { json_free(&j); break; }
-        nids = 0;
-        if (tokenizer_encode(tok, (const unsigned char*)j.nodes[fp].str, (size_t)j.nodes[fp].len, &ids, &nids, &icap)) rc = st_err(err, errlen, "tokenizer: out of memory");
-        size_t np = nids;
-        if (!rc && tokenizer_encode(tok, (const unsigned char*)j.nodes[fc].str, (size_t)j.nodes[fc].len, &ids, &nids, &icap)) rc = st_err(err, errlen, "tokenizer: out of memory");
-        json_free(&j);
-        if (rc) break;
-        int64_t nc = (int64_t)(nids - np), skip = 0;
-        if (nc + 1 > T) { rc = st_err(err, errlen, "%s:%lld: the completion is %lld tokens: with its EOT longer than T = %d. HINT: a larger -t", in_path, (long long)lineno, (long long)nc, T); break; }
-        if ((int64_t)nids + 1 > T) { skip = (int64_t)nids + 1 - T; st->cut++; } // cut the prompt's start
-        int64_t n = (int64_t)nids - skip + 1;                                  // tokens placed, EOT included
+        format = 1 + is_chat;
         int which = val_every > 0 && example % val_every == val_every - 1;
-        example++;
         PromptSplit* s = &sp[which];
-        if (s->n + n - 1 > s->ws + T) { // does not fit in this sample: pad it, move to the next
-            while (s->n < s->ws + T + 1) if (prompt_push(s, s->eot, 0)) { rc = st_err(err, errlen, "out of memory"); break; }
+        int64_t n = 0, skip = 0, counted = 0;
+        if (is_chat) {
+            if (!chat_ready && chat_init(&chat, tok, chat_date, err, errlen)) { rc = -1; json_free(&j); break; }
+            chat_ready = 1;
+            nmsg = 0;
+            if (fm >= 0) rc = prompt_messages(&j, fm, "messages", 2, &msgs, &nmsg, &mcap, in_path, (long long)lineno, err, errlen);
+            else rc = prompt_messages(&j, fp, "prompt", 0, &msgs, &nmsg, &mcap, in_path, (long long)lineno, err, errlen) ||
+                      prompt_messages(&j, fc, "completion", 1, &msgs, &nmsg, &mcap, in_path, (long long)lineno, err, errlen);
+            if (!rc && msgs[nmsg - 1].role != CHAT_ASSISTANT)
+                rc = st_err(err, errlen, "%s:%lld: the last message is the %s's: a conversation ends with the assistant's answer (what is learned)", in_path,
+                            (long long)lineno, CHAT_ROLE[msgs[nmsg - 1].role]);
+            int cut = 0;
+            if (!rc) rc = prompt_conversation(&chat, tok, msgs, nmsg, T, s->eot, &work, &ids, &nids, &icap, &mask, &skip, &cut, in_path, (long long)lineno, err, errlen);
+            json_free(&j);
             if (rc) break;
-            if (s->ws + 2 * T + 1 > shard_tokens) { // a next sample would overflow the shard: close it
-                if (nwritten + 2 > max_files) { max_files *= 2; written = (char (*)[4200])realloc(written, sizeof(*written) * max_files); }
-                if (prompt_flush(s, T, prefix, written, &nwritten, st, which, err, errlen)) { rc = -1; break; }
-            } else {
-                s->ws += T; // the next sample starts at this one's last token
-            }
+            st->cut += cut;
+            n = (int64_t)nids - skip + 1; // the conversation and the document token after it (not counted)
+            if (prompt_push_id(&ids, &nids, &icap, &mask, s->eot, 0)) { rc = st_err(err, errlen, "out of memory"); break; }
+            for (size_t i = (size_t)skip; i < nids; i++) counted += mask[i];
+        } else {
+            nids = 0;
+            if (tokenizer_encode(tok, (const unsigned char*)j.nodes[fp].str, (size_t)j.nodes[fp].len, &ids, &nids, &icap)) rc = st_err(err, errlen, "tokenizer: out of memory");
+            size_t np = nids;
+            if (!rc && tokenizer_encode(tok, (const unsigned char*)j.nodes[fc].str, (size_t)j.nodes[fc].len, &ids, &nids, &icap)) rc = st_err(err, errlen, "tokenizer: out of memory");
+            json_free(&j);
+            if (rc) break;
+            int64_t nc = (int64_t)(nids - np);
+            if (nc + 1 > T) { rc = st_err(err, errlen, "%s:%lld: the completion is %lld tokens: with its EOT longer than T = %d. HINT: a larger -t", in_path, (long long)lineno, (long long)nc, T); break; }
+            if ((int64_t)nids + 1 > T) { skip = (int64_t)nids + 1 - T; st->cut++; } // cut the prompt's start
+            n = (int64_t)nids - skip + 1;                                            // tokens placed, EOT included
+            uint8_t* nm = (uint8_t*)realloc(mask, nids + 1);
+            if (!nm || prompt_push_id(&ids, &nids, &icap, &nm, s->eot, 1)) { mask = nm; rc = st_err(err, errlen, "out of memory"); break; }
+            mask = nm;
+            for (size_t i = 0; i + 1 < nids; i++) mask[i] = i >= np; // the completion and the EOT after it count
+            counted = nc + 1;
         }
-        for (int64_t i = skip; i < (int64_t)nids && !rc; i++) rc = prompt_push(s, ids[i], i >= (int64_t)np);
-        if (!rc) rc = prompt_push(s, s->eot, 1);
-        if (rc) { rc = st_err(err, errlen, "out of memory"); break; }
+        example++;
+        if (prompt_place(s, ids + skip, mask + skip, n, T, shard_tokens, prefix, &written, &nwritten, &max_files, st, which, err, errlen)) { rc = -1; break; }
         st->examples[which]++;
-        st->counted[which] += nc + 1;
+        st->counted[which] += counted;
     }
     if (rc == 0 && ferror(in)) rc = st_err(err, errlen, "%s: read error", in_path);
     if (rc == 0 && example == 0) rc = st_err(err, errlen, "%s: no examples", in_path);
     for (int k = 0; k < 2 && rc == 0; k++) {
-        if (nwritten + 2 > max_files) { max_files *= 2; written = (char (*)[4200])realloc(written, sizeof(*written) * max_files); }
+        if (nwritten + 2 > max_files) {
+            char (*nw)[4200] = (char (*)[4200])realloc(written, sizeof(*written) * 2 * max_files);
+            if (!nw) { rc = st_err(err, errlen, "out of memory"); break; }
+            written = nw;
+            max_files *= 2;
+        }
         if (prompt_flush(&sp[k], T, prefix, written, &nwritten, st, k, err, errlen)) rc = -1;
     }
     if (rc) for (int i = 0; i < nwritten; i++) remove(written[i]); // nothing half-done survives
     fclose(in);
+    if (chat_ready) {
+        snprintf(st->chat_template, sizeof(st->chat_template), "%s", chat.t->name);
+        snprintf(st->chat_date, sizeof(st->chat_date), "%s", chat.date);
+    }
     free(line);
     free(ids);
+    free(mask);
+    free(msgs);
+    free(work.s);
     free(written);
     for (int k = 0; k < 2; k++) { free(sp[k].tok); free(sp[k].mask); }
     return rc;

@@ -511,12 +511,18 @@ static void run_tokenize(const Flags* f) {
     size_t n = strlen(f->tokenize);
     if (n >= 6 && !strcmp(f->tokenize + n - 6, ".jsonl")) { // prompt/completion pairs (prompts.h)
         PromptStats ps;
-        if (tokenize_prompts_to_shards(&tok, f->tokenize, f->out_dir, f->T, f->val_every_doc, f->shard_tokens, &ps, err, sizeof(err)))
+        char date[32];
+        if (f->chat_date[0] && chat_date_string(f->chat_date, date, err, sizeof(err))) die_user("%s", err);
+        if (tokenize_prompts_to_shards(&tok, f->tokenize, f->out_dir, f->T, f->val_every_doc, f->shard_tokens, f->chat_date, &ps, err, sizeof(err)))
             die_user("-tokenize: %s", err);
         printf("tokenized %s in %.2f s, packed for T = %d: train %lld examples, %lld tokens (%lld counted targets) in %d shard(s); "
-               "val %lld examples, %lld tokens (%lld counted) in %d shard(s); %lld prompt(s) cut at the start; prefix %s (each shard with a .mask)\n",
+               "val %lld examples, %lld tokens (%lld counted) in %d shard(s); %lld %s; prefix %s (each shard with a .mask)\n",
                f->tokenize, wall_s() - t0, f->T, (long long)ps.examples[0], (long long)ps.tokens[0], (long long)ps.counted[0], ps.shards[0],
-               (long long)ps.examples[1], (long long)ps.tokens[1], (long long)ps.counted[1], ps.shards[1], (long long)ps.cut, f->out_dir);
+               (long long)ps.examples[1], (long long)ps.tokens[1], (long long)ps.counted[1], ps.shards[1], (long long)ps.cut,
+               ps.chat_template[0] ? "conversation(s) cut by whole turns at the start" : "prompt(s) cut at the start", f->out_dir);
+        if (ps.chat_template[0]) printf("chat template: %s%s%s\n", ps.chat_template, ps.chat_date[0] ? ", date line " : "", ps.chat_date);
+        if (f->chat_date[0] && !ps.chat_date[0])
+            printf("note: -chat-date %s changed nothing: %s\n", f->chat_date, ps.chat_template[0] ? "this chat template writes no date" : "the file holds no conversations");
         tokenizer_free(&tok);
         return;
     }

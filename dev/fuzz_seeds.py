@@ -94,3 +94,17 @@ lines = [{"prompt": "The capital of France is", "completion": " Paris."},
 good = "\n".join(json.dumps(x, ensure_ascii=k % 2 == 0) for k, x in enumerate(lines)) + "\n\n"
 put("jsonl", "good.jsonl", good.encode())
 put("jsonl", "bad_line.jsonl", (json.dumps(lines[0]) + "\n" + json.dumps(lines[2]) + "\n" + '{"prompt": "x", "completion": 3}\n').encode())
+
+# chat: conversations; the first byte picks the template of test/fuzz's chat harness ("0": SmolLM2's
+# ChatML, "1": Llama 3.1's). Two good files (both formats, a system prompt, whitespace that trim
+# removes), one to cut by whole turns at T = 128, one with an unknown role (refused).
+def msg(role, content):
+    return {"role": role, "content": content}
+chat_lines = [{"messages": [msg("system", "Be brief."), msg("user", "Hi ab"), msg("assistant", "Hello!")]},
+              {"messages": [msg("user", "x"), msg("assistant", "y"), msg("user", "z"), msg("assistant", "w")]},
+              {"messages": [msg("system", "  Sys  "), msg("user", " q\n"), msg("assistant", "\u00a0a\u3000")]},
+              {"prompt": [msg("user", "p")], "completion": [msg("assistant", "c")]}]
+put("chat", "chatml.jsonl", ("0" + "".join(json.dumps(x) + "\n" for x in chat_lines[:2])).encode())
+put("chat", "llama31.jsonl", ("1" + "".join(json.dumps(x) + "\n" for x in chat_lines[2:])).encode())
+put("chat", "cut.jsonl", ("1" + json.dumps({"messages": [msg("user", "a" * 100), msg("assistant", "x"), msg("user", "q"), msg("assistant", "y")]}) + "\n").encode())
+put("chat", "bad_role.jsonl", ("0" + json.dumps({"messages": [msg("robot", "x"), msg("assistant", "y")]}) + "\n").encode())

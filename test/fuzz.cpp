@@ -20,6 +20,10 @@
 //                                                 (T 16) either refuses and leaves no file, or every
 //                                                 shard + mask it wrote loads (dataloader_init, all
 //                                                 batches, masks present)
+//   test/fuzz chat   ...                          conversations JSONL (first byte: SmolLM2's or Llama
+//                                                 3.1's chat template): tokenize_prompts_to_shards
+//                                                 (T 128) refuses and leaves no file, or its shards
+//                                                 load and every conversation counts its end of turn
 //
 // (Modes that start child processes — -merge, -fork, -jobs — need the name in ZT_FUZZ_HARNESS.)
 // Built by `make test/fuzz` (clang, -fsanitize=fuzzer,address,undefined). `make test` replays the
@@ -293,7 +297,7 @@ static void fuzz_jsonl(const uint8_t* data, size_t size) {
     char prefix[400], pattern[500], err[2048];
     snprintf(prefix, sizeof(prefix), "%s/p", dir);
     PromptStats ps;
-    if (tokenize_prompts_to_shards(tok, g_fuzz_path, prefix, T, 3, 40, &ps, err, sizeof(err))) {
+    if (tokenize_prompts_to_shards(tok, g_fuzz_path, prefix, T, 3, 40, "", &ps, err, sizeof(err))) {
         if (fuzz_count_files(dir)) { fprintf(stderr, "refused (%s) but left files behind\n", err); abort(); }
         return;
     }
@@ -311,10 +315,96 @@ static void fuzz_jsonl(const uint8_t* data, size_t size) {
     }
 }
 
+// A byte-level tokenizer.json written here (the 256 byte tokens, "ab", and the special tokens of
+// ChatML and Llama 3) beside a tokenizer_config.json whose chat_template is the committed text of
+// test/fixtures/chat/NAME.jinja: DIR, the directory, once per template.
+static const char* fuzz_chat_tokenizer(const char* name) {
+    static char dirs[2][400];
+    int k = !strcmp(name, "smollm2") ? 0 : 1;
+    if (dirs[k][0]) return dirs[k];
+    snprintf(dirs[k], sizeof(dirs[k]), "%s.tok_%s", g_fuzz_path, name);
+    mkdir(dirs[k], 0755);
+    char path[600];
+    snprintf(path, sizeof(path), "%s/tokenizer.json", dirs[k]);
+    FILE* f = fopen(path, "wb");
+    if (!f) abort();
+    static const char* const specials[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"};
+    fprintf(f, "{\"added_tokens\": [");
+    for (int i = 0; i < 7; i++)
+        fprintf(f, "%s{\"id\": %d, \"content\": \"%s\", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, \"normalized\": false, \"special\": true}",
+                i ? ", " : "", 257 + i, specials[i]);
+    fprintf(f, "], \"normalizer\": null, \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": true}, "
+               "\"post_processor\": null, \"decoder\": {\"type\": \"ByteLevel\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {");
+    for (int b = 0; b < 256; b++) {
+        unsigned char sp[4];
+        int l = tokenizer_put_utf8(sp, tokenizer_byte_char(b));
+        fprintf(f, "\"%s%.*s\": %d, ", sp[0] == '"' ? "\\\"" : sp[0] == '\\' ? "\\\\" : "", sp[0] == '"' || sp[0] == '\\' ? 0 : l, (const char*)sp, b);
+    }
+    fprintf(f, "\"ab\": 256}, \"merges\": [\"a b\"]}}");
+    fclose(f);
+    snprintf(path, sizeof(path), "test/fixtures/chat/%s.jinja", name);
+    size_t n = 0;
+    char err[512];
+    char* t = tokenizer_read_file(path, &n, err, sizeof(err));
+    if (!t) { fprintf(stderr, "fuzz chat: %s (run from the repository root)\n", err); exit(1); }
+    snprintf(path, sizeof(path), "%s/tokenizer_config.json", dirs[k]);
+    f = fopen(path, "wb");
+    if (!f) abort();
+    fprintf(f, "{\"bos_token\": \"<|begin_of_text|>\", \"chat_template\": \"");
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)t[i];
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c < 0x20) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fprintf(f, "\"}");
+    fclose(f);
+    free(t);
+    return dirs[k];
+}
+
+// Conversations (TRL's "messages" and prompt/completion message lists) through -tokenize's packer:
+// the first byte picks the template (even: SmolLM2's ChatML; odd: Llama 3.1's, with trim and the
+// date line), the rest is the JSONL. It either refuses and leaves no file, or every shard it wrote
+// loads with its mask, and every conversation counts at least its last end-of-turn token.
+static void fuzz_chat(const uint8_t* data, size_t size) {
+    static Tokenizer toks[2];
+    static int ready[2];
+    int k = size ? data[0] & 1 : 0;
+    char err[2048];
+    if (!ready[k]) {
+        if (tokenizer_init(&toks[k], fuzz_chat_tokenizer(k ? "llama3.1" : "smollm2"), err, sizeof(err))) { fprintf(stderr, "fuzz chat: %s\n", err); exit(1); }
+        ready[k] = 1;
+    }
+    const char* dir = fuzz_scratch_dir();
+    fuzz_write(size ? data + 1 : data, size ? size - 1 : 0);
+    const int T = 128;
+    char prefix[400], pattern[500];
+    snprintf(prefix, sizeof(prefix), "%s/p", dir);
+    PromptStats ps;
+    if (tokenize_prompts_to_shards(&toks[k], g_fuzz_path, prefix, T, 3, 4 * T + 1, "2024-07-26", &ps, err, sizeof(err))) {
+        if (fuzz_count_files(dir)) { fprintf(stderr, "refused (%s) but left files behind\n", err); abort(); }
+        return;
+    }
+    if (fuzz_count_files(dir) != 2 * (ps.shards[0] + ps.shards[1])) abort();
+    if (ps.chat_template[0] && ps.counted[0] + ps.counted[1] < ps.examples[0] + ps.examples[1]) abort();
+    static const char* splits[2] = {"train", "val"};
+    for (int s = 0; s < 2; s++) {
+        if (!ps.shards[s]) continue;
+        snprintf(pattern, sizeof(pattern), "%s_%s_*.bin", prefix, splits[s]);
+        DataLoader dl;
+        if (dataloader_init(&dl, pattern, 1, T, (int)toks[k].vocab_size, 1, 7, err, sizeof(err))) { fprintf(stderr, "dataloader_init: %s\n", err); abort(); }
+        if (!dl.has_mask || dl.nshards != ps.shards[s]) abort();
+        for (int64_t u = 0; u < dl.total_samples + 1; u++)
+            if (dataloader_load(&dl, u) != 0) abort();
+        dataloader_free(&dl);
+    }
+}
+
 // The harnesses, by name: this table drives the dispatch and the usage line.
 static const struct { const char* name; void (*fn)(const uint8_t*, size_t); } g_fuzz_harnesses[] = {
     {"model", fuzz_model}, {"shard", fuzz_shard}, {"state", fuzz_state}, {"tokenizer", fuzz_tokenizer},
-    {"bpe", fuzz_bpe}, {"safetensors", fuzz_safetensors}, {"jsonl", fuzz_jsonl}, {"hfjson", fuzz_hfjson},
+    {"bpe", fuzz_bpe}, {"safetensors", fuzz_safetensors}, {"jsonl", fuzz_jsonl}, {"hfjson", fuzz_hfjson}, {"chat", fuzz_chat},
 };
 static void (*g_fuzz_fn)(const uint8_t*, size_t) = NULL;
 

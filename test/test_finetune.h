@@ -180,7 +180,7 @@ TEST(ft_tokenize_jsonl_packing) {
     }
     fclose(f);
     PromptStats st;
-    int rc = tokenize_prompts_to_shards(&tok, in, prefix, T, 0, 40, &st, err, sizeof(err)); // small shards: several
+    int rc = tokenize_prompts_to_shards(&tok, in, prefix, T, 0, 40, "", &st, err, sizeof(err)); // small shards: several
     CHECKF(rc == 0, "%s", err);
     CHECKF(st.examples[0] == NEX && st.cut > 0 && st.shards[0] >= 3, "examples %lld, cut %lld, shards %d", (long long)st.examples[0], (long long)st.cut, st.shards[0]);
     int64_t cut = 0;
@@ -242,7 +242,8 @@ TEST(ft_tokenize_jsonl_packing) {
     static const struct { const char* text; const char* expect; } bad[] = {
         {"{\"prompt\": \"a\", \"completion\": \"b\"}\n{\"prompt\": \"a\" \"completion\": \"b\"}\n", ":2: JSON"},
         {"{\"prompt\": \"a\", \"completion\": \"b\"}\n\n{\"prompt\": \"a\"}\n", ":3: no \"completion\""},
-        {"{\"prompt\": [\"a\"], \"completion\": \"b\"}\n", ":1: \"prompt\" is not a string"},
+        {"{\"prompt\": [\"a\"], \"completion\": \"b\"}\n", ":1: \"prompt\" is a list of messages and \"completion\" is not"},
+        {"{\"prompt\": 3, \"completion\": \"b\"}\n", ":1: \"prompt\" is not a string"},
         {"{\"prompt\": \"a\", \"completion\": \"\xff\"}\n", ":1: JSON: invalid UTF-8"},
         {"[1, 2]\n", ":1: not a JSON object"},
     };
@@ -252,7 +253,7 @@ TEST(ft_tokenize_jsonl_packing) {
         f = fopen(in, "w");
         fputs(bad[i].text, f);
         fclose(f);
-        rc = tokenize_prompts_to_shards(&tok, in, bprefix, T, 0, 40, &st, err, sizeof(err));
+        rc = tokenize_prompts_to_shards(&tok, in, bprefix, T, 0, 40, "", &st, err, sizeof(err));
         snprintf(cmd, sizeof(cmd), "ls %s* 2>/dev/null | wc -l", bprefix);
         char got[64];
         test_run_cmd(cmd, got, sizeof(got));
@@ -262,7 +263,7 @@ TEST(ft_tokenize_jsonl_packing) {
     f = fopen(in, "w");
     fprintf(f, "{\"prompt\": \"a\", \"completion\": \"one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen\"}\n");
     fclose(f);
-    rc = tokenize_prompts_to_shards(&tok, in, prefix, T, 0, 40, &st, err, sizeof(err));
+    rc = tokenize_prompts_to_shards(&tok, in, prefix, T, 0, 40, "", &st, err, sizeof(err));
     CHECKF(rc != 0 && strstr(err, ":1: the completion is"), "%s", rc ? err : "accepted");
     tokenizer_free(&tok);
 }

@@ -20,6 +20,7 @@
 #include "test_plan.h"       // tests: -plan and -z auto
 #include "test_hf.h"         // tests: Hugging Face checkpoints in and out, JSON, safetensors
 #include "test_finetune.h"   // tests: loss masks, prompt/completion -tokenize
+#include "test_chat.h"       // tests: conversations: chat templates against transformers, masks, cuts, bad input
 #include "test_perf.h"       // tests: dev/perf_gpu.sh (the GPU benchmark) syntax and dry run
 #include "test_ux.h"         // tests: the settings table as resolved, one Psi, ETA, line-buffered stdout
 #include "test_tune.h"       // tests: -tune: candidates that fit, the run bitwise as if started with the choice, resume reuses it

@@ -1,0 +1,428 @@
+// chat.h — conversations as fine-tuning data: TRL's conversational format rendered with the
+// model's chat template, in C, byte for byte as transformers' apply_chat_template renders it, then
+// tokenised with the model's tokenizer.json and masked so that only the assistant's turns count.
+// prompts.h calls it for the .jsonl lines of -tokenize that hold message lists; the user's view is
+// docs/chat.md.
+//
+// A C program does not run Jinja. The templates that matter are recognised by the SHA-256 of the
+// template (chat_template.jinja, else tokenizer_config.json's "chat_template": chat_init; CHAT_TEMPLATES below; each text is committed in
+// test/fixtures/chat/ with its source) and rendered by hand-written C that follows the template
+// line by line (chat_render). Any other template is refused, naming the file and its hash: a
+// rendering that differs by one newline from what the model was trained on silently degrades a
+// fine-tune, so there is no "close enough" fallback.
+//
+// What is rendered: messages whose role is "system", "user" or "assistant" and whose content is a
+// string (add_generation_prompt false, no tools: the training case). Per family:
+//   ChatML (Qwen2.5, SmolLM2): when messages[0] is not a system message the template's default
+//     system prompt comes first; then each message as
+//       <|im_start|>ROLE\nCONTENT<|im_end|>\n
+//   Llama 3 (Meta-Llama-3-*-Instruct): BOS, then each message as
+//       <|start_header_id|>ROLE<|end_header_id|>\n\nTRIM(CONTENT)<|eot_id|>
+//   Llama 3.1 / 3.2: BOS, a system block that is always there,
+//       <|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\n
+//       Today Date: DATE\n\nTRIM(SYSTEM CONTENT or "")<|eot_id|>
+//     then every other message as Llama 3 does. DATE is "%d %b %Y" ("26 Jul 2024"): -chat-date
+//     YYYY-MM-DD when given (transformers' date_string); else 3.1's template default "26 Jul 2024",
+//     3.2's strftime_now, i.e. today — taken once, in UTC, by the one process that runs -tokenize.
+//   TRIM is Jinja's trim filter: Python's str.strip(), the whitespace of str.isspace (chat_trim).
+//
+// Which tokens count (the loss mask, chat_encode): the rendered text is encoded whole, as
+// apply_chat_template(tokenize=True) does (special tokens matched), and a token counts when its
+// bytes overlap the content of a counted assistant message (as rendered: trimmed for Llama 3), or
+// when it is the end-of-turn token written right after that content (<|im_end|> for ChatML,
+// <|eot_id|> for Llama 3). Nothing else counts: not the role headers, not the "\n" after
+// <|im_end|>, not system or user text, not the BOS. A token that holds template text and the
+// first bytes of an answer together (ChatML, an answer starting with whitespace the pre-tokenizer
+// joins to the header's "\n") counts. Token spans come from the decoded bytes of the ids, checked to spell the rendering (its
+// NFC, for Qwen2's normalizer) exactly.
+//
+// defines: Chat, ChatMsg, ChatText, CHAT_TEMPLATES, CHAT_ROLE, chat_sha256_hex, chat_date_string,
+//          chat_init, chat_trim, chat_render, chat_encode
+//
+// May call: safetensors.h (the JSON parser), tokenizer.h (encode, decode lengths, NFC) and libc.
+#ifndef ZT_CHAT_H
+#define ZT_CHAT_H
+
+#include <time.h>
+#include "safetensors.h" // defines: Json, json_parse, json_get, st_err
+#include "tokenizer.h"   // defines: Tokenizer, tokenizer_encode, tokenizer_nfc, tokenizer_read_file
+
+// -----------------------------------------------------------------------------------------------
+// SHA-256 (FIPS 180-4), for recognising a template by its text.
+
+static const uint32_t CHAT_SHA_K[64] = {
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be,
+    0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa,
+    0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85,
+    0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3,
+    0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f,
+    0x682e6ff3, 0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+
+static inline uint32_t chat_rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
+
+static void chat_sha256_block(uint32_t h[8], const unsigned char* p) {
+    uint32_t w[64];
+    for (int i = 0; i < 16; i++) w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
+    for (int i = 16; i < 64; i++) {
+        uint32_t s0 = chat_rotr(w[i - 15], 7) ^ chat_rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
+        uint32_t s1 = chat_rotr(w[i - 2], 17) ^ chat_rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
+        w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+    }
+    uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6], k = h[7];
+    for (int i = 0; i < 64; i++) {
+        uint32_t t1 = k + (chat_rotr(e, 6) ^ chat_rotr(e, 11) ^ chat_rotr(e, 25)) + ((e & f) ^ (~e & g)) + CHAT_SHA_K[i] + w[i];
+        uint32_t t2 = (chat_rotr(a, 2) ^ chat_rotr(a, 13) ^ chat_rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+        k = g; g = f; f = e; e = d + t1; d = c; c = b; b = a; a = t1 + t2;
+    }
+    h[0] += a; h[1] += b; h[2] += c; h[3] += d; h[4] += e; h[5] += f; h[6] += g; h[7] += k;
+}
+
+// The SHA-256 of p[0, n) as 64 lower-case hex digits (and a NUL) in hex.
+static void chat_sha256_hex(const void* data, size_t n, char hex[65]) {
+    uint32_t h[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+    const unsigned char* p = (const unsigned char*)data;
+    size_t at = 0;
+    for (; at + 64 <= n; at += 64) chat_sha256_block(h, p + at);
+    unsigned char last[128] = {0};
+    size_t rest = n - at, len = rest + 9 <= 64 ? 64 : 128;
+    memcpy(last, p + at, rest);
+    last[rest] = 0x80;
+    uint64_t bits = (uint64_t)n * 8;
+    for (int i = 0; i < 8; i++) last[len - 1 - i] = (unsigned char)(bits >> (8 * i));
+    for (size_t b = 0; b < len; b += 64) chat_sha256_block(h, last + b);
+    for (int i = 0; i < 8; i++) snprintf(hex + 8 * i, 9, "%08x", h[i]);
+}
+
+// -----------------------------------------------------------------------------------------------
+// The templates this build renders: one row each (the hash is of the chat_template string as
+// tokenizer_config.json holds it, JSON-decoded, UTF-8). Texts and sources: test/fixtures/chat/.
+
+typedef enum { CHAT_CHATML, CHAT_LLAMA3, CHAT_LLAMA31 } ChatFamily;
+typedef struct {
+    const char* name;            // the fixture's name: test/fixtures/chat/NAME.jinja
+    const char* sha256;
+    const char* models;          // whose tokenizer_config.json ships it (for messages and docs)
+    ChatFamily family;
+    const char* default_system;  // ChatML: the system prompt rendered when messages[0] is not one
+    const char* end_of_turn;     // the token the template writes right after every message
+    const char* default_date;    // Llama 3.1/3.2: the date when -chat-date is not given ("": today)
+} ChatTemplateInfo;
+
+static const ChatTemplateInfo CHAT_TEMPLATES[] = {
+    {"qwen2.5", "cd8e9439f0570856fd70470bf8889ebd8b5d1107207f67a5efb46e342330527f", "Qwen2.5-*-Instruct", CHAT_CHATML,
+     "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.", "<|im_end|>", NULL},
+    {"smollm2", "872be49dbb638044ad01b60388f48d469ff2980e5f0dccdc22ec907db54d0788", "SmolLM2-*-Instruct", CHAT_CHATML,
+     "You are a helpful AI assistant named SmolLM, trained by Hugging Face", "<|im_end|>", NULL},
+    {"llama3", "ba03a121d097859c7b5b9cd03af99aafe95275210d2876f642ad9929a150f122", "Meta-Llama-3-8B/70B-Instruct", CHAT_LLAMA3, NULL,
+     "<|eot_id|>", NULL},
+    {"llama3.1", "e10ca381b1ccc5cf9db52e371f3b6651576caee0a630b452e2816b2d404d4b65", "Llama-3.1-8B/70B/405B-Instruct", CHAT_LLAMA31, NULL,
+     "<|eot_id|>", "26 Jul 2024"},
+    {"llama3.2", "5816fce10444e03c2e9ee1ef8a4a1ea61ae7e69e438613f3b17b69d0426223a4", "Llama-3.2-1B/3B-Instruct", CHAT_LLAMA31, NULL,
+     "<|eot_id|>", ""},
+};
+#define CHAT_NTEMPLATES ((int)(sizeof(CHAT_TEMPLATES) / sizeof(CHAT_TEMPLATES[0])))
+
+enum { CHAT_SYSTEM, CHAT_USER, CHAT_ASSISTANT };
+static const char* const CHAT_ROLE[] = {"system", "user", "assistant"};
+
+typedef struct {
+    int role;             // CHAT_SYSTEM, CHAT_USER, CHAT_ASSISTANT
+    const char* content;  // its bytes (UTF-8, from the JSON parser; may hold NUL: see len)
+    size_t len;
+    int counted;          // an assistant message whose tokens count
+} ChatMsg;
+
+typedef struct {
+    const ChatTemplateInfo* t;
+    char path[4200];        // tokenizer_config.json, for messages
+    char bos[256];          // Llama: tokenizer_config.json's bos_token (the template writes it first)
+    char date[32];          // Llama 3.1/3.2: the date line's date
+    uint32_t end_of_turn;   // the id of t->end_of_turn
+} Chat;
+
+typedef struct { char* s; size_t n, cap; } ChatText;  // a growable byte string
+
+static int chat_put(ChatText* t, const char* s, size_t n) {
+    if (t->n + n + 1 > t->cap) {
+        size_t cap = t->cap ? t->cap : 1024;
+        while (cap < t->n + n + 1) cap *= 2;
+        char* ns = (char*)realloc(t->s, cap);
+        if (!ns) return -1;
+        t->s = ns;
+        t->cap = cap;
+    }
+    memcpy(t->s + t->n, s, n);
+    t->n += n;
+    t->s[t->n] = 0;
+    return 0;
+}
+static int chat_puts(ChatText* t, const char* s) { return chat_put(t, s, strlen(s)); }
+
+// -chat-date YYYY-MM-DD as "%d %b %Y" in the C locale ("2024-07-26" -> "26 Jul 2024"); "" is today
+// in UTC. 0, or -1 with err (a date that does not exist, or another form).
+static int chat_date_string(const char* iso, char out[32], char* err, size_t errlen) {
+    static const char* const mon[12] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+    int y, m, d;
+    if (!iso || !*iso) {
+        time_t now = time(NULL);
+        struct tm tm;
+        if (now == (time_t)-1 || !gmtime_r(&now, &tm)) return st_err(err, errlen, "-chat-date: the clock cannot be read: give -chat-date YYYY-MM-DD");
+        y = tm.tm_year + 1900, m = tm.tm_mon + 1, d = tm.tm_mday;
+    } else {
+        char tail;
+        if (strlen(iso) != 10 || iso[4] != '-' || iso[7] != '-' || sscanf(iso, "%4d-%2d-%2d%c", &y, &m, &d, &tail) != 3)
+            return st_err(err, errlen, "-chat-date %s: not a date YYYY-MM-DD", iso);
+        static const int days[12] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+        int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+        if (y < 1 || m < 1 || m > 12 || d < 1 || d > days[m - 1] || (m == 2 && d == 29 && !leap))
+            return st_err(err, errlen, "-chat-date %s: no such date", iso);
+    }
+    snprintf(out, 32, "%02d %s %04d", d, mon[m - 1], y);
+    return 0;
+}
+
+// Read the JSON file at path into *j: 1, 0 when there is no such file, -1 with err.
+static int chat_read_json(const char* path, Json* j, char* err, size_t errlen) {
+    struct stat sb;
+    memset(j, 0, sizeof(*j));
+    if (stat(path, &sb) != 0) return 0;
+    size_t len;
+    char ferr[512], jerr[256];
+    char* text = tokenizer_read_file(path, &len, ferr, sizeof(ferr));
+    if (!text) return st_err(err, errlen, "%s", ferr);
+    int rc = json_parse(j, text, len, jerr, sizeof(jerr));
+    free(text);
+    if (rc || j->nodes[0].type != JSON_OBJECT) { json_free(j); memset(j, 0, sizeof(*j)); return st_err(err, errlen, "tokenizer config %s: %s", path, rc ? jerr : "not a JSON object"); }
+    return 1;
+}
+
+// A special token of a config (a string, or an object with "content") into out; 0 if absent.
+static int chat_config_token(const Json* j, const char* key, char* out, size_t cap) {
+    int b = json_get(j, 0, key);
+    if (b >= 0 && j->nodes[b].type == JSON_OBJECT) b = json_get(j, b, "content");
+    if (b < 0 || j->nodes[b].type != JSON_STRING || j->nodes[b].len == 0 || j->nodes[b].len >= (int64_t)cap) return 0;
+    memcpy(out, j->nodes[b].str, (size_t)j->nodes[b].len + 1);
+    return 1;
+}
+
+// Find the model's chat template beside tok's tokenizer.json — chat_template.jinja when there is one
+// (recent transformers, 4.5x, save the template there and read it first), else tokenizer_config.json's
+// "chat_template" (a list of named templates: the one named "default", as transformers takes it) —
+// recognise it, and find what rendering needs (Llama: bos_token, from tokenizer_config.json or
+// special_tokens_map.json). chat_date: -chat-date ("" for the template's own default). 0, or -1 with
+// err naming the file (and, for an unknown template, its hash and the known ones).
+static int chat_init(Chat* c, const Tokenizer* tok, const char* chat_date, char* err, size_t errlen) {
+    memset(c, 0, sizeof(*c));
+    if (!tok->hf)
+        return st_err(err, errlen, "conversations need the model's chat template: -tokenizer is llm.c's GPT-2 file. HINT: -tokenizer DIR "
+                                   "(the model's directory, with tokenizer.json and tokenizer_config.json)");
+    const char* cfg = tok->hf->src_config;
+    const char* slash = strrchr(cfg, '/');
+    int dirlen = slash ? (int)(slash - cfg + 1) : 0;
+    char jinja[4200], stmap[4200];
+    snprintf(jinja, sizeof(jinja), "%.*schat_template.jinja", dirlen, cfg);
+    snprintf(stmap, sizeof(stmap), "%.*sspecial_tokens_map.json", dirlen, cfg);
+    Json j;
+    int have = chat_read_json(cfg, &j, err, errlen);
+    if (have < 0) return -1;
+    char* text = NULL;  // the template's bytes
+    size_t tlen = 0;
+    struct stat sb;
+    if (stat(jinja, &sb) == 0) {
+        char ferr[512];
+        if (!(text = tokenizer_read_file(jinja, &tlen, ferr, sizeof(ferr)))) { if (have) json_free(&j); return st_err(err, errlen, "%s", ferr); }
+        snprintf(c->path, sizeof(c->path), "%s", jinja);
+    } else {
+        int ct = have ? json_get(&j, 0, "chat_template") : -1;
+        if (ct >= 0 && j.nodes[ct].type == JSON_ARRAY) {  // named templates: transformers takes "default"
+            int pick = -1;
+            for (int e = j.nodes[ct].first; e >= 0; e = j.nodes[e].next) {
+                int nm = json_get(&j, e, "name");
+                if (nm >= 0 && j.nodes[nm].type == JSON_STRING && !strcmp(j.nodes[nm].str, "default")) pick = json_get(&j, e, "template");
+            }
+            ct = pick;
+        }
+        if (ct < 0 || j.nodes[ct].type != JSON_STRING) {
+            if (have) json_free(&j);
+            return st_err(err, errlen, "conversations need the model's chat template: %s %s, and there is no %s (a base model without a chat "
+                          "template cannot render conversations)", cfg, have ? "has no chat_template string" : "does not exist", jinja);
+        }
+        tlen = (size_t)j.nodes[ct].len;
+        text = (char*)malloc(tlen + 1);
+        if (!text) { json_free(&j); return st_err(err, errlen, "out of memory"); }
+        memcpy(text, j.nodes[ct].str, tlen + 1);
+        snprintf(c->path, sizeof(c->path), "%s", cfg);
+    }
+    char hex[65];
+    chat_sha256_hex(text, tlen, hex);
+    free(text);
+    for (int i = 0; i < CHAT_NTEMPLATES && !c->t; i++)
+        if (!strcmp(hex, CHAT_TEMPLATES[i].sha256)) c->t = &CHAT_TEMPLATES[i];
+    if (!c->t) {
+        char known[512] = "";
+        for (int i = 0; i < CHAT_NTEMPLATES; i++)
+            snprintf(known + strlen(known), sizeof(known) - strlen(known), "%s%s (%s)", i ? ", " : "", CHAT_TEMPLATES[i].name, CHAT_TEMPLATES[i].models);
+        if (have) json_free(&j);
+        return st_err(err, errlen, "%s: the chat template with SHA-256 %s is not one this build renders exactly (known: %s); "
+                                   "docs/chat.md says how to add one", c->path, hex, known);
+    }
+    if (c->t->family != CHAT_CHATML) {  // the template writes bos_token first
+        int found = have && chat_config_token(&j, "bos_token", c->bos, sizeof(c->bos));
+        Json m;
+        int hm = found ? 0 : chat_read_json(stmap, &m, err, errlen);
+        if (hm < 0) { if (have) json_free(&j); return -1; }
+        if (hm) {
+            found = chat_config_token(&m, "bos_token", c->bos, sizeof(c->bos));
+            json_free(&m);
+        }
+        if (!found) {
+            if (have) json_free(&j);
+            return st_err(err, errlen, "%s: the %s template writes bos_token first, and neither %s nor %s names one", c->path, c->t->name, cfg, stmap);
+        }
+    }
+    if (have) json_free(&j);
+    if (c->t->default_date) {  // -chat-date is transformers' date_string; else the template's default
+        if (chat_date && *chat_date) { if (chat_date_string(chat_date, c->date, err, errlen) != 0) return -1; }
+        else if (c->t->default_date[0]) snprintf(c->date, sizeof(c->date), "%s", c->t->default_date);
+        else if (chat_date_string("", c->date, err, errlen) != 0) return -1;
+    }
+    const TokenizerHF* h = tok->hf;
+    int found = 0;
+    for (int a = 0; a < h->nadded && !found; a++)
+        if (!strcmp(h->added[a].content, c->t->end_of_turn)) c->end_of_turn = h->added[a].id, found = 1;
+    if (!found) return st_err(err, errlen, "tokenizer %s: no added token %s, which the %s template ends every turn with", h->src_json, c->t->end_of_turn, c->t->name);
+    return 0;
+}
+
+// Python's str.isspace for one code point: Jinja's trim is str.strip().
+static int chat_isspace(uint32_t cp) {
+    return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+           (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
+}
+
+// Jinja's trim on s[0, n) (valid UTF-8): the offsets [*a, *b) of what is left.
+static void chat_trim(const char* s, size_t n, size_t* a, size_t* b) {
+    const unsigned char* u = (const unsigned char*)s;
+    size_t i = 0, j = n;
+    uint32_t cp;
+    while (i < j) {
+        int l = tokenizer_utf8(u + i, j - i, &cp);
+        if (l <= 0 || !chat_isspace(cp)) break;
+        i += (size_t)l;
+    }
+    while (j > i) {
+        size_t k = j - 1;
+        while (k > i && (u[k] & 0xC0) == 0x80) k--; // the start of the last character
+        int l = tokenizer_utf8(u + k, j - k, &cp);
+        if (l <= 0 || (size_t)l != j - k || !chat_isspace(cp)) break;
+        j = k;
+    }
+    *a = i;
+    *b = j;
+}
+
+// Append message m's content as the template writes it (trimmed for Llama 3), its span in *span.
+static int chat_put_content(const Chat* c, ChatText* t, const ChatMsg* m, size_t span[2]) {
+    size_t a = 0, b = m->len;
+    if (c->t->family != CHAT_CHATML) chat_trim(m->content, m->len, &a, &b);
+    span[0] = t->n;
+    int rc = chat_put(t, m->content + a, b - a);
+    span[1] = t->n;
+    return rc;
+}
+
+// Render messages m[0, n) as the template does (add_generation_prompt false) into *out (replaced);
+// spans[i] = where message i's content landed in it ([0, 0) for none). 0, or -1: out of memory.
+static int chat_render(const Chat* c, const ChatMsg* m, int n, ChatText* out, size_t (*spans)[2]) {
+    out->n = 0;
+    int rc = chat_put(out, "", 0), from = 0;
+    for (int i = 0; i < n; i++) spans[i][0] = spans[i][1] = 0;
+    if (c->t->family == CHAT_CHATML) {
+        // {%- if messages[0]['role'] == 'system' %} ... {%- else %} the default system prompt (Qwen2.5's
+        // first block; SmolLM2's loop.first test): both give the same bytes
+        if (n > 0 && m[0].role != CHAT_SYSTEM)
+            rc |= chat_puts(out, "<|im_start|>system\n") | chat_puts(out, c->t->default_system) | chat_puts(out, "<|im_end|>\n");
+        for (int i = 0; i < n; i++)  // '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>' + '\n'
+            rc |= chat_puts(out, "<|im_start|>") | chat_puts(out, CHAT_ROLE[m[i].role]) | chat_puts(out, "\n") |
+                  chat_put_content(c, out, &m[i], spans[i]) | chat_puts(out, "<|im_end|>\n");
+        return rc ? -1 : 0;
+    }
+    rc |= chat_puts(out, c->bos);  // bos_token (Llama 3: inside the first message's block; same bytes)
+    if (c->t->family == CHAT_LLAMA31) {  // the system block, always written
+        rc |= chat_puts(out, "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: ") |
+              chat_puts(out, c->date) | chat_puts(out, "\n\n");
+        if (n > 0 && m[0].role == CHAT_SYSTEM) rc |= chat_put_content(c, out, &m[0], spans[0]), from = 1;
+        rc |= chat_puts(out, "<|eot_id|>");
+    }
+    for (int i = from; i < n; i++)  // '<|start_header_id|>' + role + '<|end_header_id|>\n\n' + content | trim + '<|eot_id|>'
+        rc |= chat_puts(out, "<|start_header_id|>") | chat_puts(out, CHAT_ROLE[m[i].role]) | chat_puts(out, "<|end_header_id|>\n\n") |
+              chat_put_content(c, out, &m[i], spans[i]) | chat_puts(out, "<|eot_id|>");
+    return rc ? -1 : 0;
+}
+
+// Render m[0, n) and encode it whole (special tokens matched, as apply_chat_template(tokenize=True)):
+// ids into (*ids, *nids, *icap) (replaced), the loss mask (1 = predicting this token counts) into
+// *mask (nids bytes, realloc'ed). work: scratch (the rendering, kept for the caller to read).
+// 0, or -1 with err (out of memory, or the ids do not spell the rendering: a bug, named).
+static int chat_encode(const Chat* c, Tokenizer* tok, const ChatMsg* m, int n, ChatText* work, uint32_t** ids, size_t* nids, size_t* icap,
+                       uint8_t** mask, char* err, size_t errlen) {
+    size_t(*spans)[2] = (size_t(*)[2])malloc(sizeof(*spans) * (size_t)(n > 0 ? n : 1));
+    if (!spans || chat_render(c, m, n, work, spans) != 0) { free(spans); return st_err(err, errlen, "out of memory"); }
+    int keep = tok->hf->match_specials;
+    tok->hf->match_specials = 1;
+    *nids = 0;
+    int rc = tokenizer_encode(tok, (const unsigned char*)work->s, work->n, ids, nids, icap);
+    tok->hf->match_specials = keep;
+    uint8_t* nm = rc ? NULL : (uint8_t*)realloc(*mask, *nids ? *nids : 1);
+    if (!nm) { free(spans); return st_err(err, errlen, "out of memory"); }
+    *mask = nm;
+    // token spans: the ids decode to the rendering, or (a normalizer) to it with NFC contents
+    ChatText norm = {NULL, 0, 0};
+    const char* spell = work->s;
+    size_t spell_n = work->n;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        size_t at = 0;
+        rc = 0;
+        for (size_t i = 0; i < *nids && !rc; i++) {
+            uint32_t id = (*ids)[i], len = tok->token_len[id];
+            rc = at + len > spell_n || memcmp(spell + at, tok->token_table[id], len) != 0;
+            at += len;
+        }
+        if (!rc && at == spell_n) break;
+        if (attempt == 1 || !tok->hf->nfc) { free(norm.s); free(spans); return st_err(err, errlen, "internal: the ids of a rendering (%zu bytes) do not spell it", work->n); }
+        ChatMsg* mm = (ChatMsg*)malloc(sizeof(ChatMsg) * (size_t)(n > 0 ? n : 1));
+        char** nfc = (char**)calloc((size_t)(n > 0 ? n : 1), sizeof(char*));
+        rc = !mm || !nfc;
+        for (int i = 0; i < n && !rc; i++) {  // NFC of each content (the template text is ASCII)
+            const unsigned char* t;
+            size_t tn;
+            mm[i] = m[i];
+            if (tokenizer_nfc(tok->hf, (const unsigned char*)m[i].content, m[i].len, &t, &tn) != 0 || !(nfc[i] = (char*)malloc(tn + 1))) { rc = 1; break; }
+            memcpy(nfc[i], t, tn);
+            mm[i].content = nfc[i];
+            mm[i].len = tn;
+        }
+        if (!rc) rc = chat_render(c, mm, n, &norm, spans);
+        for (int i = 0; nfc && i < n; i++) free(nfc[i]);
+        free(nfc);
+        free(mm);
+        if (rc) { free(norm.s); free(spans); return st_err(err, errlen, "out of memory"); }
+        spell = norm.s;
+        spell_n = norm.n;
+    }
+    size_t at = 0;
+    int k = 0;  // the next counted message that does not end before `at` (spans and tokens both run forward)
+    for (size_t i = 0; i < *nids; i++) {  // token i spans [at, at + len) of spell
+        uint32_t id = (*ids)[i], len = tok->token_len[id];
+        while (k < n && (!m[k].counted || spans[k][1] < at)) k++;
+        size_t a = k < n ? spans[k][0] : 0, b = k < n ? spans[k][1] : 0;
+        int count = k < n && ((at < b && at + len > a) || (id == c->end_of_turn && at == b));  // the content, or the end of turn right after it
+        (*mask)[i] = (uint8_t)count;
+        at += len;
+    }
+    free(norm.s);
+    free(spans);
+    return rc;
+}
+
+#endif // ZT_CHAT_H

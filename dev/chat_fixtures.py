@@ -1,0 +1,237 @@
+#!/usr/bin/env python3
+"""
+dev/chat_fixtures.py — what transformers' apply_chat_template and `tokenizers` make of a set of
+conversations, for every chat template chat.h recognises (test/fixtures/chat/*.jinja), for the C
+test chat_templates_vs_transformers (test/test_chat.h).
+
+No real tokenizer can be downloaded here, so for each template's family a small byte-level BPE is
+trained with `tokenizers` under the real files' pipeline (the patterns of dev/hf_tokenizer_fixtures.py)
+and the special tokens the template writes:
+
+  qwen2.5             NFC + Split(Qwen2) + ByteLevel; <|endoftext|> <|im_start|> <|im_end|>
+  smollm2             Digits(individual) + ByteLevel(use_regex); <|endoftext|> <|im_start|> <|im_end|>
+  llama3, 3.1, 3.2    Split(Llama 3) + ByteLevel, ignore_merges, TemplateProcessing BOS;
+                      <|begin_of_text|> <|end_of_text|> <|start_header_id|> <|end_header_id|> <|eot_id|>
+
+    $ZT_HF_PYTHON dev/chat_fixtures.py --out DIR [--T 160] [--date 2026-02-03]
+
+writes DIR/conversations.jsonl (the same lines for every template: "messages" and prompt/completion
+message lists, with and without system prompts) and, for each template NAME, DIR/NAME/ with
+tokenizer.json, tokenizer_config.json (chat_template = the committed text, read back and checked
+against transformers' own) and expected.json: per line
+  rendered  apply_chat_template(messages, tokenize=False) — for prompt/completion: prompt + completion,
+            as TRL renders them — with date_string = --date as "%d %b %Y" (Llama 3.1/3.2)
+  ids, mask the example as -tokenize must pack it for T: `tokenizers`' ids of the rendering
+            (add_special_tokens=False: apply_chat_template(tokenize=True) gives the same, checked),
+            whole turns dropped from the start while it is longer than T - 1 tokens, its first id
+            dropped when it is the document token; mask 1 on the tokens whose offsets overlap a
+            counted assistant content (as rendered) and on the end-of-turn token right after one
+  cut       whether turns were dropped
+Exit 0, or 1 with a message; 3 when this python lacks transformers >= 4.47, jinja2 or tokenizers.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import sys
+
+try:
+    import jinja2  # noqa: F401  (apply_chat_template needs it)
+    import tokenizers
+    import transformers
+    from tokenizers import Tokenizer, Regex, models, pre_tokenizers, trainers, decoders, normalizers, processors
+    from transformers import AutoTokenizer
+except ImportError as e:
+    print(f"chat_fixtures: needs transformers >= 4.47, jinja2 and tokenizers: {e}", file=sys.stderr)
+    sys.exit(3)
+if tuple(int(x) for x in transformers.__version__.split(".")[:2]) < (4, 47):
+    print(f"chat_fixtures: needs transformers >= 4.47 (this is {transformers.__version__})", file=sys.stderr)
+    sys.exit(3)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hf_tokenizer_fixtures import LLAMA3_RE, QWEN2_RE  # noqa: E402  (one copy of each pattern)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TEMPLATES = {  # name -> (family, end of turn)
+    "qwen2.5": ("qwen2", "<|im_end|>"),
+    "smollm2": ("smollm2", "<|im_end|>"),
+    "llama3": ("llama3", "<|eot_id|>"),
+    "llama3.1": ("llama3", "<|eot_id|>"),
+    "llama3.2": ("llama3", "<|eot_id|>"),
+}
+
+S, U, A = "system", "user", "assistant"
+
+
+def m(role, content):
+    return {"role": role, "content": content}
+
+
+LONG = " ".join(f"step {i}: mix the flour, the water and the salt" for i in range(12))
+MID = " ".join(f"point {i}: the water" for i in range(6))
+CONVERSATIONS = [
+    {"messages": [m(U, "What is 2+2?"), m(A, "4.")]},
+    {"messages": [m(S, "You are terse."), m(U, "Name a colour."), m(A, "Blue."), m(U, "Another?"), m(A, "Green.")]},
+    {"messages": [m(U, "  Leading and trailing spaces  "), m(A, "\n\n  An answer that starts with newlines.\n\n"),
+                  m(U, "tabs\tand\u00a0nbsp\u3000"), m(A, "\u2003wide space around\u2003")]},
+    {"prompt": [m(S, "  Answer in French. "), m(U, "Hello")], "completion": [m(A, "Bonjour !")]},
+    {"prompt": [m(U, "Count:"), m(A, "1 2 3"), m(U, "Go on")], "completion": [m(A, "4 5 6")]},
+    {"messages": [m(U, "Caf\u0065\u0301 or caf\u00e9? \u1100\u1161 \U0001F469\u200D\U0001F4BB"), m(A, "Both: e\u0301 and \u00e9 (NFC).")]},
+    {"messages": [m(U, "Numbers 1234567 and 3.14159"), m(A, "12345 + 67 = 12412")]},
+    {"messages": [m(S, "System first."), m(U, "Hi"), m(A, ""), m(S, "A second system message."), m(U, "Again"), m(A, "  ok  ")]},
+    {"messages": [m(U, "Quote: <|im_start|> is text here? {{ not jinja }} {% raw %}"), m(A, "It's a 'quote' \"here\" \\ backslash.")]},
+    {"messages": [m(S, "Keep me."), m(U, "Recipe one? " + LONG), m(A, "Here: " + LONG), m(U, "Recipe two? " + LONG),
+                  m(A, "Again: " + LONG), m(U, "Shorter?"), m(A, "Flour, water, salt.")]},
+    {"messages": [m(S, "Three turns; the first one goes."), m(U, "One? " + MID), m(A, "One: " + MID), m(U, "Two? " + MID),
+                  m(A, "Two: " + MID), m(U, "Three?"), m(A, "Three.")]},
+    {"messages": [m(U if i % 2 == 0 else A, f"turn {i // 2}: " + " ".join(["water"] * (3 + i % 5))) for i in range(24)]},
+    {"messages": [m(U, "Old question " + LONG), m(A, "Old answer " + LONG), m(U, "New question"), m(A, "New answer.")]},
+]
+
+
+def corpus():
+    texts = []
+    for c in CONVERSATIONS:
+        for msg in c.get("messages", []) + c.get("prompt", []) + c.get("completion", []):
+            texts.append(msg["content"])
+    texts += ["The quick brown fox jumps over the lazy dog. " * 3, "system user assistant " * 5,
+              "Cutting Knowledge Date: December 2023 Today Date: 03 Feb 2026", LONG] * 4
+    return texts
+
+
+def train(family):
+    tok = Tokenizer(models.BPE(ignore_merges=(family == "llama3")))
+    if family == "llama3":
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(LLAMA3_RE), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+    elif family == "qwen2":
+        tok.normalizer = normalizers.NFC()
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(QWEN2_RE), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    else:
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+        specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=700, show_progress=False, special_tokens=specials,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(corpus(), trainer=trainer)
+    if family == "llama3":
+        bos = tok.token_to_id("<|begin_of_text|>")
+        tok.post_processor = processors.Sequence([
+            processors.ByteLevel(trim_offsets=False),
+            processors.TemplateProcessing(single="<|begin_of_text|> $A", pair="<|begin_of_text|> $A <|begin_of_text|> $B:1",
+                                          special_tokens=[("<|begin_of_text|>", bos)])])
+    else:
+        tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    return tok
+
+
+def spans(name, rendered, msgs, date):
+    """Where each message's content landed in the rendering: found through the template's own
+    delimiters, in order (independent of chat.h's bookkeeping)."""
+    family = TEMPLATES[name][0]
+    out, at = [], 0
+    for i, msg in enumerate(msgs):
+        content = msg["content"] if family != "llama3" else msg["content"].strip()
+        if family != "llama3":
+            before, after = f"<|im_start|>{msg['role']}\n", "<|im_end|>\n"
+        elif name != "llama3" and i == 0 and msg["role"] == S:
+            before, after = f"Today Date: {date}\n\n", "<|eot_id|>"
+        else:
+            before, after = f"<|start_header_id|>{msg['role']}<|end_header_id|>\n\n", "<|eot_id|>"
+        k = rendered.find(before + content + after, at)
+        if k < 0:
+            raise SystemExit(f"chat_fixtures: {name}: message {i} not found in the rendering")
+        a = k + len(before)
+        out.append((a, a + len(content)))
+        at = a + len(content)
+    return out
+
+
+def expected(name, hf, fast, line, T, date, doc_id, eot_id):
+    if "messages" in line:
+        msgs = line["messages"]
+        counted = [x["role"] == A for x in msgs]
+    else:
+        msgs = line["prompt"] + line["completion"]
+        counted = [False] * len(line["prompt"]) + [True] * len(line["completion"])
+    kw = {"date_string": date} if name in ("llama3.1", "llama3.2") else {}
+    full = hf.apply_chat_template(msgs, tokenize=False, **kw)
+    sys_first = msgs[0]["role"] == S
+    start, cut = int(sys_first), False
+    while True:
+        sel = ([msgs[0]] if sys_first else []) + msgs[start:]
+        cnt = ([counted[0]] if sys_first else []) + counted[start:]
+        rendered = hf.apply_chat_template(sel, tokenize=False, **kw)
+        enc = fast.encode(rendered, add_special_tokens=False)
+        ids = enc.ids
+        if hf.apply_chat_template(sel, tokenize=True, **kw) != ids:
+            raise SystemExit(f"chat_fixtures: {name}: apply_chat_template(tokenize=True) and tokenizers disagree")
+        skip = 1 if ids and ids[0] == doc_id else 0
+        if len(ids) - skip + 1 <= T:
+            break
+        nxt = start + 1
+        while nxt < len(msgs) and msgs[nxt]["role"] != U:
+            nxt += 1
+        if nxt >= len(msgs):
+            raise SystemExit(f"chat_fixtures: {name}: a conversation's last turn is longer than T = {T}")
+        start, cut = nxt, True
+    sp = spans(name, rendered, sel, date)
+    mask = []
+    for tid, (s, e) in zip(ids, enc.offsets):
+        c = any(cnt[k] and ((s < b and e > a) or (tid == eot_id and s == b)) for k, (a, b) in enumerate(sp))
+        mask.append(1 if c else 0)
+    row = {"rendered": full, "ids": ids[skip:], "mask": mask[skip:], "cut": cut, "kept": len(sel)}
+    if kw:  # the template's own date: 3.1's fixed default, 3.2's strftime_now (run with TZ=UTC: chat.h's today)
+        row["rendered_default"] = hf.apply_chat_template(msgs, tokenize=False)
+    return row
+
+
+def main():
+    ap = argparse.ArgumentParser(description="Chat template renderings and ids from transformers and tokenizers.")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--T", type=int, default=160)
+    ap.add_argument("--date", default="2026-02-03", help="-chat-date (YYYY-MM-DD) for Llama 3.1/3.2")
+    args = ap.parse_args()
+    date = datetime.date.fromisoformat(args.date).strftime("%d %b %Y")
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "conversations.jsonl"), "w", encoding="utf-8") as f:
+        for c in CONVERSATIONS:
+            f.write(json.dumps(c, ensure_ascii=False) + "\n")
+    trained = {}
+    for name, (family, eot) in TEMPLATES.items():
+        if family not in trained:
+            trained[family] = train(family)
+        d = os.path.join(args.out, name)
+        os.makedirs(d, exist_ok=True)
+        trained[family].save(os.path.join(d, "tokenizer.json"))
+        with open(os.path.join(HERE, "..", "test", "fixtures", "chat", name + ".jinja"), encoding="utf-8") as f:
+            template = f.read()
+        llama = family == "llama3"
+        cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 4096, "chat_template": template,
+               "bos_token": "<|begin_of_text|>" if llama else ("<|im_start|>" if name == "smollm2" else None),
+               "eos_token": eot, "clean_up_tokenization_spaces": False}
+        with open(os.path.join(d, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+            json.dump(cfg, f, ensure_ascii=False, indent=2)
+        hf = AutoTokenizer.from_pretrained(d)
+        if hf.chat_template != template:
+            raise SystemExit(f"chat_fixtures: {name}: transformers read another template back")
+        fast = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+        doc_id = fast.token_to_id("<|begin_of_text|>" if llama else "<|endoftext|>")
+        rows = [expected(name, hf, fast, c, args.T, date, doc_id, fast.token_to_id(eot)) for c in CONVERSATIONS]
+        with open(os.path.join(d, "expected.json"), "w", encoding="utf-8") as f:
+            json.dump(rows, f, ensure_ascii=False)
+        print(f"{name}: {len(rows)} conversations, {sum(len(r['ids']) for r in rows)} ids, {sum(map(sum, (r['mask'] for r in rows)))} counted, "
+              f"{sum(r['cut'] for r in rows)} cut at T = {args.T} (messages kept: {[r['kept'] for r in rows if r['cut']]})")
+    print(f"transformers {transformers.__version__}, tokenizers {tokenizers.__version__}")
+
+
+if __name__ == "__main__":
+    main()
