@@ -417,6 +417,10 @@ static void print_memory_table(Comm* comm, const Zero* z, const GPTConfig* c, in
     const char* f_params = st <= 2 ? "X * Psi'" : "X * Psi' / R";
     const char* f_grads = st <= 1 ? "4 * Psi'" : "4 * Psi' / R";
     const char* f_opt = st == 0 ? "4 * Psi'" : "4 * Psi' / R";
+    if (z->lay.adapter) { // [LoRA] the adapters' (P_A) only
+        f_grads = st <= 1 ? "4 * P_A" : "4 * P_A / R";
+        f_opt = st == 0 ? "4 * P_A" : "4 * P_A / R";
+    }
     int off = z->offload != OFFLOAD_NONE; // [offload] master, m, v are not on the device: 0 here
     double opt_dev = off ? 0.0 : 4.0 * s->opt;
     if (off) f_opt = z->offload == OFFLOAD_CPU ? "- (-offload cpu: host)" : "- (-offload nvme: file)";
@@ -452,7 +456,14 @@ static void print_memory_table(Comm* comm, const Zero* z, const GPTConfig* c, in
     const char* form[4] = {"16 Psi", "4 Psi + 12 Psi/R", "2 Psi + 14 Psi/R", "16 Psi/R"};
     const char* ourform[4] = {"(X + 16) Psi'", "(X + 4) Psi' + 12 Psi'/R", "X Psi' + 16 Psi'/R", "(X + 16) Psi'/R"};
     printf0("model state per rank (params + grads + master + m + v), Psi = %lld parameters (the model line's: padded vocabulary rows included):\n", (long long)psi);
-    printf0("  ours:  %-26s = %9.2f MiB\n", ourform[st], ours / MiB);
+    const char* loraform[4] = {"X Psi' + 16 P_A", "X Psi' + 4 P_A + 12 P_A/R", "X Psi' + 16 P_A/R", "X Psi'/R + 16 P_A/R"};
+    int A = z->lay.adapter; // [LoRA] the base frozen: gradients, master, m, v for the adapter block (P_A) only
+    printf0("  ours:  %-26s = %9.2f MiB\n", A ? loraform[st] : ourform[st], ours / MiB);
+    if (A)
+        printf0("         LoRA: the base (Psi' - P_A) is frozen, parameters only; the adapters, P_A = %lld elements, hold the gradients,\n"
+                "         master, m and v (full fine-tuning of the same model: %s = %.2f MiB)\n", (long long)z->lay.P[A], ourform[st],
+                (X * (st == 3 ? (double)z->lay.total / R : (double)z->lay.total) + (st <= 1 ? 4.0 * z->lay.total : 4.0 * z->lay.total / R) +
+                 12.0 * (st == 0 ? (double)z->lay.total : (double)z->lay.total / R)) / MiB);
     if (off) // [offload] the device holds the parameters and gradients only
         printf0("         of which 12 Psi'/R = %.2f MiB (master, m, v) %s, %.2f MiB on the device\n", 12.0 * s->opt / MiB,
                 z->offload == OFFLOAD_CPU ? "in host memory (-offload cpu)" : "in the -offload-dir file (-offload nvme)", (ours - 12.0 * s->opt) / MiB);
