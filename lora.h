@@ -14,7 +14,7 @@
 //     so the layer code calls them unconditionally (no `if (lora)` in the step).
 //
 // defines: Lora, LoraView, lora_config, lora_alloc, lora_free, lora_fill, lora_view, proj_forward,
-//          proj_backward, lora_acts_bytes
+//          proj_backward, lora_acts_bytes, lora_write_peft
 //
 // May call: device.cuh, rng.h, zero.h (the block layout), model.h (GPTConfig, model_dims),
 // ops/matmul.cuh, ops/lora.cuh. Knows nothing of the trainer's types.
@@ -26,6 +26,7 @@
 #include "model.h"          // defines: GPTConfig, ModelDims, model_dims, FAMILY_*, BlockLayout, layout_add_tensor
 #include "ops/matmul.cuh"   // defines: op_matmul_forward, op_matmul_backward, op_gelu_forward
 #include "ops/lora.cuh"     // defines: op_lora_add_cols, op_lora_take_cols, op_add_inplace
+#include "safetensors.h"    // defines: StSpec, st_make_header (the PEFT adapter file)
 
 // The adapters' run-time state: the model's adapter modules (ModelDesc.lora) and the activations
 // the backward needs (allocated for N = B*T rows; TAG_ACTS).
@@ -227,6 +228,87 @@ static void proj_backward(const LoraView* v, int proj, floatX* dinp, float* dw, 
         op_matmul_backward(dinp ? lo->tmp : NULL, dA, NULL, lo->du, inp, A, pre_inp, N, (int)m->in, d->r); // dx' = du A; dA += du^T x
         if (dinp) op_add_inplace(dinp, lo->tmp, (int64_t)N * m->in);
     }
+}
+
+// ---- PEFT's files. -lora-export DIR writes what PEFT 0.13.2's save_pretrained writes for a LoRA
+// adapter: adapter_model.safetensors (base_model.model.<module>.lora_A.weight [r, in] and
+// .lora_B.weight [out, r], F32) and adapter_config.json (peft_type LORA, r, lora_alpha,
+// target_modules, lora_dropout 0, bias none, task_type CAUSAL_LM, base_model_name_or_path,
+// fan_in_fan_out: true for GPT-2's Conv1D). block: the adapter block's values (padded coordinates,
+// FP32: the master weights). Each file is written to a temporary name and renamed: a failure leaves
+// no partial file. Returns 0, or -1 with a message in err.
+static int lora_write_file(const char* dir, const char* name, const void* a, size_t na, const float* block, const StSpec* sp,
+                           const int64_t* src, int n, char* err, size_t errlen) {
+    char path[4200], tmp[4300];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
+    FILE* fp = fopen(tmp, "wb");
+    if (!fp) { snprintf(err, errlen, "cannot create %.512s: %s", tmp, strerror(errno)); return -1; }
+    int ok = fwrite(a, 1, na, fp) == na;
+    for (int k = 0; ok && k < n; k++) ok = fwrite(block + src[k], sizeof(float), (size_t)(sp[k].shape[0] * sp[k].shape[1]), fp) == (size_t)(sp[k].shape[0] * sp[k].shape[1]);
+    ok = (fflush(fp) == 0) & ok;
+    ok = (fsync(fileno(fp)) == 0) & ok;
+    ok = (fclose(fp) == 0) & ok;
+    if (!ok || rename(tmp, path) != 0) {
+        snprintf(err, errlen, "writing %.512s failed: %s", path, strerror(errno));
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+static int lora_write_peft(const LoraDesc* d, const GPTConfig* c, const float* block, const char* dir, const char* base,
+                           char* err, size_t errlen) {
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) { snprintf(err, errlen, "cannot create %.512s: %s", dir, strerror(errno)); return -1; }
+    int n = 2 * d->nmods * c->L;
+    StSpec* sp = (StSpec*)calloc((size_t)n, sizeof(StSpec));
+    int64_t* src = (int64_t*)malloc(sizeof(int64_t) * (size_t)n);
+    int64_t* offs = (int64_t*)malloc(sizeof(int64_t) * (size_t)n);
+    if (!sp || !src || !offs) die(1, "out of host memory (%d adapter tensors)", n);
+    for (int l = 0, k = 0; l < c->L; l++)
+        for (int i = 0; i < d->nmods; i++)
+            for (int t = 0; t < 2; t++, k++) {
+                const LoraModule* m = &d->mods[i];
+                char mod[96];
+                snprintf(mod, sizeof(mod), m->hf, l);
+                snprintf(sp[k].name, sizeof(sp[k].name), "base_model.model.%s.lora_%s.weight", mod, t ? "B" : "A");
+                sp[k].dtype = ST_F32; sp[k].ndim = 2;
+                sp[k].shape[0] = t ? m->rows : d->r;
+                sp[k].shape[1] = t ? d->r : m->in;
+                src[k] = t ? m->offB + (int64_t)l * m->rows * d->r : m->offA + (int64_t)l * d->r * m->in;
+            }
+    int64_t hlen;
+    char* h = st_make_header(sp, n, offs, &hlen);
+    int rc = lora_write_file(dir, "adapter_model.safetensors", h, (size_t)hlen, block, sp, src, n, err, errlen);
+    free(h);
+    // adapter_config.json: PEFT 0.13.2's LoraConfig fields, in its (sorted) order
+    char targets[256] = "";
+    for (int i = 0; i < d->nmods; i++) {
+        int seen = 0;
+        for (int j = 0; j < i; j++) seen |= !strcmp(d->mods[j].target, d->mods[i].target);
+        if (!seen) snprintf(targets + strlen(targets), sizeof(targets) - strlen(targets), "%s\"%s\"", targets[0] ? ", " : "", d->mods[i].target);
+    }
+    char esc[1024]; // the base's name as a JSON string's contents
+    size_t e = 0;
+    for (const char* q = base; *q && e + 7 < sizeof(esc); q++) {
+        if (*q == '"' || *q == '\\') { esc[e++] = '\\'; esc[e++] = *q; }
+        else if ((unsigned char)*q < 0x20) e += (size_t)snprintf(esc + e, sizeof(esc) - e, "\\u%04x", (unsigned char)*q);
+        else esc[e++] = *q;
+    }
+    esc[e] = 0;
+    char json[4096];
+    int nj = snprintf(json, sizeof(json),
+        "{\n  \"alpha_pattern\": {},\n  \"auto_mapping\": null,\n  \"base_model_name_or_path\": \"%s\",\n  \"bias\": \"none\",\n"
+        "  \"fan_in_fan_out\": %s,\n  \"inference_mode\": true,\n  \"init_lora_weights\": true,\n  \"layer_replication\": null,\n"
+        "  \"layers_pattern\": null,\n  \"layers_to_transform\": null,\n  \"loftq_config\": {},\n  \"lora_alpha\": %.9g,\n"
+        "  \"lora_dropout\": 0.0,\n  \"megatron_config\": null,\n  \"megatron_core\": \"megatron.core\",\n  \"modules_to_save\": null,\n"
+        "  \"peft_type\": \"LORA\",\n  \"r\": %d,\n  \"rank_pattern\": {},\n  \"revision\": null,\n  \"target_modules\": [%s],\n"
+        "  \"task_type\": \"CAUSAL_LM\",\n  \"use_dora\": false,\n  \"use_rslora\": false\n}\n",
+        esc, c->family == FAMILY_GPT2 ? "true" : "false", (double)d->alpha, d->r, targets);
+    if (rc == 0 && (nj <= 0 || nj >= (int)sizeof(json))) { snprintf(err, errlen, "adapter_config.json: the base's name is too long"); rc = -1; }
+    if (rc == 0) rc = lora_write_file(dir, "adapter_config.json", json, (size_t)nj, NULL, NULL, NULL, 0, err, errlen);
+    free(sp); free(src); free(offs);
+    return rc;
 }
 
 #endif // ZT_LORA_H

@@ -118,7 +118,7 @@ typedef struct {
 
 typedef struct {
     int r, nmods;       // rank (0: off), modules per layer
-    float scale;        // alpha / r
+    float alpha, scale; // alpha, alpha / r
     LoraModule mods[LORA_MAX_MODULES];
     int64_t num_params; // adapter elements, all layers
 } LoraDesc;
@@ -128,7 +128,7 @@ static void lora_describe(LoraDesc* lo, const GPTConfig* c) {
     memset(lo, 0, sizeof(*lo));
     if (!c->lora_r) return;
     ModelDims d = model_dims(c);
-    lo->r = c->lora_r; lo->scale = c->lora_alpha / (float)c->lora_r;
+    lo->r = c->lora_r; lo->alpha = c->lora_alpha; lo->scale = c->lora_alpha / (float)c->lora_r;
     int row = 0;
 #define X(fam, tname, thf, tproj, trow0, trows, tin)                                     \
     if ((fam) == c->family && ((c->lora_mask >> row++) & 1)) {                           \

@@ -1490,10 +1490,26 @@ static void trainer_free(Trainer* tr) {
     free(tr->prompt_len);
 }
 
+// [LoRA] -lora-export: the adapters as PEFT's files (lora.h), from the master weights (every rank
+// takes part: the adapter block's shards are gathered to rank 0, which writes).
+static void export_lora(Trainer* tr) {
+    Zero* z = &tr->model.z;
+    int A = z->lay.adapter;
+    float* host = (float*)calloc((size_t)z->lay.P[A], sizeof(float));
+    if (!host) die(1, "out of host memory (%lld adapter elements)", (long long)z->lay.P[A]);
+    block_values(z, A, 1, host);
+    char err[1024];
+    if (g_rank == 0 && lora_write_peft(&tr->model.d.lora, &tr->model.cfg, host, tr->f.lora_export, tr->f.model, err, sizeof(err)))
+        die(1, "-lora-export %s: %s. HINT: check free disk space and permissions", tr->f.lora_export, err);
+    free(host);
+    printf0("exported the adapters at step %d to %s (PEFT: adapter_model.safetensors F32, adapter_config.json)\n", tr->step, tr->f.lora_export);
+}
+
 // -export and -export-hf at the end of training (every rank takes part: blocks are gathered).
 static void export_model(Trainer* tr) {
     const Flags* f = &tr->f;
     const char* dt = f->export_dtype;
+    if (f->lora_export[0]) export_lora(tr);
     if (f->export_path[0]) {
         int fp32 = !strcmp(dt, "fp32") || (!strcmp(dt, "auto") && sizeof(floatX) == 4);
         double saved = io_wait_begin(tr);

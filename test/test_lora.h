@@ -177,6 +177,46 @@ TEST(lora_zero_stages_bitwise) {
     }
 }
 
+#ifdef ENABLE_FP32
+// -lora-export against PEFT 0.13.2 itself ($ZT_HF_PYTHON with transformers and peft; SKIP without):
+// the base as -export-hf writes it (a run without adapters: same seed, same base), adapters trained
+// three steps and written by -lora-export; PEFT loads the adapter onto the base (every lora_A /
+// lora_B from the file, none missing), and its FP32 loss on our batch equals ours (1e-5 relative).
+TEST(lora_export_loads_in_peft) {
+    const char* py = getenv("ZT_HF_PYTHON");
+    if (!py || !*py) TEST_SKIP("needs $ZT_HF_PYTHON with transformers and peft 0.13.2 (.ci/run makes it)");
+    char base_dir[PATH_MAX], ad_dir[PATH_MAX + 16], tok[PATH_MAX + 16], cmd[4 * PATH_MAX], out[8192];
+    snprintf(base_dir, sizeof(base_dir), "%s/lora_base", test_tmpdir());
+    snprintf(ad_dir, sizeof(ad_dir), "%s/lora_adapter", test_tmpdir());
+    snprintf(tok, sizeof(tok), "%s/lora_tokens.bin", test_tmpdir());
+    Trainer* b = tm_trainer(lora_flags(LORA_GPT2, "-z 0 -x 3"));
+    CHECK(write_hf_checkpoint(&b->model, base_dir, ST_F32) == 0);
+    tm_free(b);
+    char extra[PATH_MAX + 128];
+    snprintf(extra, sizeof(extra), "-z 1 -x 3 -l 1e-2 -lora 2 -lora-alpha 4 -lora-export %s", ad_dir);
+    Trainer* tr = tm_trainer(lora_flags(LORA_GPT2, extra));
+    for (int s = 0; s < 3; s++) tm_step(tr);
+    export_model(tr);
+    double ours = lora_loss(tr); // batch 0, now in tr->train
+    int B = tr->model.B, T = tr->model.T;
+    FILE* fp = fopen(tok, "wb");
+    int32_t bt[2] = {B, T};
+    CHECK(fp && fwrite(bt, 4, 2, fp) == 2 && fwrite(tr->train.inputs, 4, (size_t)B * T, fp) == (size_t)B * T &&
+          fwrite(tr->train.targets, 4, (size_t)B * T, fp) == (size_t)B * T && fclose(fp) == 0);
+    tm_free(tr);
+    snprintf(cmd, sizeof(cmd), "%s dev/peft_check.py %s %s %s 2>&1", py, base_dir, ad_dir, tok);
+    int rc = test_run_cmd(cmd, out, sizeof(out));
+    if (rc == 3) TEST_SKIP("$ZT_HF_PYTHON lacks transformers or peft");
+    CHECKF(rc == 0, "dev/peft_check.py failed (%d):\n%s", rc, out);
+    const char* p = strstr(out, "peft loss ");
+    CHECKF(p != NULL, "no loss from PEFT:\n%s", out);
+    if (!p) return;
+    double theirs = atof(p + 10), rel = fabs(theirs - ours) / fabs(ours);
+    CHECKF(rel < 1e-5, "loss: ours %.9g, PEFT's %.9g (relative %.2e)", ours, theirs, rel);
+    printf("    loss: ours %.9f, PEFT's %.9f (relative %.1e); %s", ours, theirs, rel, strstr(out, "peft tensors") ? strstr(out, "peft tensors") : "\n");
+}
+#endif
+
 // Bad input: exit 2 naming the flag, before any step.
 TEST(lora_bad_input) {
     static const struct { const char* flags; const char* expect; } cases[] = {
@@ -187,6 +227,7 @@ TEST(lora_bad_input) {
         {"-e tiny -lora-targets c_fc", "-lora-targets c_fc: needs -lora r"},
         {"-e tiny -lora 2 -lora-alpha -1", "-lora-alpha -1: must be positive"},
         {"-e tiny -lora 2 -export-hf /tmp/x", "flag -export-hf: not yet with -lora"},
+        {"-e tiny -lora-export /tmp/x", "flag -lora-export /tmp/x: needs -lora r"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         int rc = cli_run(cases[i].flags, cli_out, sizeof(cli_out));
