@@ -14,7 +14,7 @@
 //     so the layer code calls them unconditionally (no `if (lora)` in the step).
 //
 // defines: Lora, LoraView, lora_config, lora_alloc, lora_free, lora_fill, lora_view, proj_forward,
-//          proj_backward, lora_acts_bytes, lora_write_peft
+//          proj_backward, lora_acts_bytes, lora_write_peft, LoraPeft, lora_peft_open, lora_peft_fill, lora_peft_close
 //
 // May call: device.cuh, rng.h, zero.h (the block layout), model.h (GPTConfig, model_dims),
 // ops/matmul.cuh, ops/lora.cuh. Knows nothing of the trainer's types.
@@ -309,6 +309,131 @@ static int lora_write_peft(const LoraDesc* d, const GPTConfig* c, const float* b
     if (rc == 0) rc = lora_write_file(dir, "adapter_config.json", json, (size_t)nj, NULL, NULL, NULL, 0, err, errlen);
     free(sp); free(src); free(offs);
     return rc;
+}
+
+// -lora-init DIR: a PEFT LoRA adapter (adapter_config.json + adapter_model.safetensors) as the
+// adapters' initial values. Refused (exit 2, naming the file and both values): another peft_type,
+// rank, alpha, target list or base (base_model_name_or_path against -e, compared by their last path
+// component), a tensor missing, of another shape, or one the run has no place for.
+typedef struct {
+    StFile st;
+    const LoraDesc* d;
+    int L;
+    const StTensor** t; // (L, nmods, 2): layer l, module i, A / B
+} LoraPeft;
+
+static const char* lora_base_name(const char* p, char* buf, size_t cap) { // the last path component
+    snprintf(buf, cap, "%s", p);
+    size_t n = strlen(buf);
+    while (n > 1 && buf[n - 1] == '/') buf[--n] = 0;
+    const char* s = strrchr(buf, '/');
+    return s ? s + 1 : buf;
+}
+
+static void lora_peft_open(LoraPeft* lp, const char* dir, const LoraDesc* d, const GPTConfig* c, const char* model) {
+    memset(lp, 0, sizeof(*lp));
+    lp->d = d; lp->L = c->L;
+    char path[4200], err[1024];
+    snprintf(path, sizeof(path), "%s/adapter_config.json", dir);
+    FILE* fp = fopen(path, "rb");
+    if (!fp) die_user("-lora-init %s: cannot read %s: %s", dir, path, strerror(errno));
+    char* text = NULL;
+    size_t len = 0, cap = 0, got;
+    char chunk[4096];
+    while ((got = fread(chunk, 1, sizeof(chunk), fp)) > 0) {
+        if (len + got + 1 > cap) { cap = 2 * (len + got + 1); text = (char*)realloc(text, cap); if (!text) die(1, "out of host memory"); }
+        memcpy(text + len, chunk, got);
+        len += got;
+    }
+    fclose(fp);
+    Json j;
+    if (!text || json_parse(&j, text, len, err, sizeof(err))) die_user("-lora-init %s: not JSON: %s", path, text ? err : "empty");
+    int pt = json_get(&j, 0, "peft_type"), r = json_get(&j, 0, "r"), al = json_get(&j, 0, "lora_alpha"),
+        tm = json_get(&j, 0, "target_modules"), bm = json_get(&j, 0, "base_model_name_or_path");
+    if (pt < 0 || j.nodes[pt].type != JSON_STRING || strcmp(j.nodes[pt].str, "LORA"))
+        die_user("-lora-init %s: peft_type %s, not LORA", path, pt >= 0 && j.nodes[pt].type == JSON_STRING ? j.nodes[pt].str : "missing");
+    if (r < 0 || j.nodes[r].type != JSON_NUMBER || j.nodes[r].num != d->r)
+        die_user("-lora-init %s: r %g, this run's -lora %d", path, r >= 0 ? j.nodes[r].num : -1.0, d->r);
+    if (al < 0 || j.nodes[al].type != JSON_NUMBER || (float)j.nodes[al].num != d->alpha)
+        die_user("-lora-init %s: lora_alpha %g, this run's -lora-alpha %g. HINT: give -lora-alpha %g", path, al >= 0 ? j.nodes[al].num : -1.0,
+                 (double)d->alpha, al >= 0 ? j.nodes[al].num : 0.0);
+    // target_modules: the same set of names as this run's
+    char mine[256] = "", theirs[256] = "";
+    int same = tm >= 0 && j.nodes[tm].type == JSON_ARRAY;
+    for (int i = 0; i < d->nmods; i++) {
+        int seen = 0, found = 0;
+        for (int k = 0; k < i; k++) seen |= !strcmp(d->mods[k].target, d->mods[i].target);
+        if (seen) continue;
+        snprintf(mine + strlen(mine), sizeof(mine) - strlen(mine), "%s%s", mine[0] ? "," : "", d->mods[i].target);
+        for (int k = same ? j.nodes[tm].first : -1; k >= 0; k = j.nodes[k].next)
+            found |= j.nodes[k].type == JSON_STRING && !strcmp(j.nodes[k].str, d->mods[i].target);
+        same &= found;
+    }
+    for (int k = tm >= 0 && j.nodes[tm].type == JSON_ARRAY ? j.nodes[tm].first : -1; k >= 0; k = j.nodes[k].next) {
+        int known = 0;
+        for (int i = 0; i < d->nmods; i++) known |= j.nodes[k].type == JSON_STRING && !strcmp(j.nodes[k].str, d->mods[i].target);
+        same &= known;
+        snprintf(theirs + strlen(theirs), sizeof(theirs) - strlen(theirs), "%s%s", theirs[0] ? "," : "", j.nodes[k].type == JSON_STRING ? j.nodes[k].str : "?");
+    }
+    if (!same) die_user("-lora-init %s: target_modules [%s], this run's -lora-targets %s", path, theirs, mine);
+    if (bm >= 0 && j.nodes[bm].type == JSON_STRING) {
+        char b1[1024], b2[1024];
+        const char* n1 = lora_base_name(j.nodes[bm].str, b1, sizeof(b1));
+        const char* n2 = lora_base_name(model, b2, sizeof(b2));
+        if (strcmp(n1, n2))
+            die_user("-lora-init %s: an adapter for the base %s, and this run's -e is %s", path, j.nodes[bm].str, model);
+    }
+    json_free(&j);
+    free(text);
+    snprintf(path, sizeof(path), "%s/adapter_model.safetensors", dir);
+    if (st_open(&lp->st, path, err, sizeof(err))) die_user("-lora-init %s", err);
+    int n = c->L * d->nmods * 2;
+    lp->t = (const StTensor**)calloc((size_t)n, sizeof(*lp->t));
+    if (!lp->t) die(1, "out of host memory");
+    for (int l = 0, k = 0; l < c->L; l++)
+        for (int i = 0; i < d->nmods; i++)
+            for (int t = 0; t < 2; t++, k++) {
+                const LoraModule* m = &d->mods[i];
+                char mod[96], name[160];
+                snprintf(mod, sizeof(mod), m->hf, l);
+                snprintf(name, sizeof(name), "base_model.model.%s.lora_%s.weight", mod, t ? "B" : "A");
+                const StTensor* x = st_find(&lp->st, name);
+                int64_t r0 = t ? m->rows : d->r, c0 = t ? d->r : m->in;
+                if (!x) die_user("-lora-init %s: no tensor %s", path, name);
+                if (x->ndim != 2 || x->shape[0] != r0 || x->shape[1] != c0 || x->dtype == ST_OTHER)
+                    die_user("-lora-init %s: %s is %s %lld x %lld, this run's is F32/F16/BF16 %lld x %lld (another base?)", path, name,
+                             x->dtype_name, (long long)x->shape[0], (long long)(x->ndim > 1 ? x->shape[1] : 0), (long long)r0, (long long)c0);
+                lp->t[k] = x;
+            }
+    if (lp->st.n != n) // a tensor this run has no place for (another target, layer or model)
+        for (int q = 0; q < lp->st.n; q++) {
+            int used = 0;
+            for (int k = 0; k < n; k++) used |= lp->t[k] == &lp->st.t[q];
+            if (!used) die_user("-lora-init %s: %s is not an adapter of this run (another base or target list?)", path, lp->st.t[q].name);
+        }
+}
+
+// The file's values for the logical range [logical, logical + len) of the adapters (as lora_fill).
+static void lora_peft_fill(const LoraPeft* lp, float* dst, int64_t logical, int64_t len) {
+    const LoraDesc* d = lp->d;
+    for (int64_t i = 0; i < len;) {
+        int64_t li = logical + i;
+        int k = 2 * d->nmods - 1;
+        while ((k % 2 ? d->mods[k / 2].logB : d->mods[k / 2].logA) > li) k--;
+        const LoraModule* m = &d->mods[k / 2];
+        int64_t start = k % 2 ? m->logB : m->logA, per = k % 2 ? m->rows * d->r : d->r * m->in;
+        int64_t e = li - start, l = e / per, within = e % per;
+        int64_t run = per - within < len - i ? per - within : len - i;
+        const StTensor* x = lp->t[((int64_t)l * d->nmods + k / 2) * 2 + k % 2];
+        for (int64_t q = 0; q < run; q++) dst[i + q] = st_get(&lp->st, x, within + q);
+        i += run;
+    }
+}
+
+static void lora_peft_close(LoraPeft* lp) {
+    st_close(&lp->st);
+    free(lp->t);
+    memset(lp, 0, sizeof(*lp));
 }
 
 #endif // ZT_LORA_H

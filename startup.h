@@ -256,6 +256,7 @@ static void model_config(const Flags* f, GPTConfig* c, int* from_file) {
 // -offload. Exit 2 naming the flag.
 static void check_lora_flags(const Flags* f, const GPTConfig* c) {
     if (!c->lora_r && f->lora_export[0]) die_user("flag -lora-export %s: needs -lora r (no adapters to write)", f->lora_export);
+    if (!c->lora_r && f->lora_init[0]) die_user("flag -lora-init %s: needs -lora r (the adapter's rank)", f->lora_init);
     if (!c->lora_r) return;
     const char* no = f->resume ? "-y 1" : f->ckpt_every > 0 && f->out_dir[0] ? "-n" : f->export_path[0] ? "-export"
                    : f->export_hf[0] ? "-export-hf" : f->tune ? "-tune" : NULL;

@@ -378,21 +378,26 @@ static const FamilyOps* family_ops(const GPTConfig* c) { return c->family == FAM
 // Every parameter from a logical source (a model file, Hugging Face files or init_fill): the master
 // weights and the parameters rounded from them; [LoRA] the frozen base's parameters straight from
 // the source (no master) and the adapters from lora_fill (the base's logical range comes first).
-typedef struct { LogicalFill fill; void* ctx; const Model* m; } ModelFill;
+typedef struct { LogicalFill fill; void* ctx; const Model* m; const LoraPeft* peft; } ModelFill;
 
 static void model_fill(void* ctx, float* dst, int64_t logical, int64_t len) {
     const ModelFill* mf = (const ModelFill*)ctx;
     const ModelDesc* d = &mf->m->d;
     int64_t base = logical < d->num_params ? (d->num_params - logical < len ? d->num_params - logical : len) : 0;
     if (base) mf->fill(mf->ctx, dst, logical, base);
-    if (len > base) lora_fill(&d->lora, d->cfg.L, mf->m->lora.seed, dst + base, logical + base, len - base);
+    if (len > base && mf->peft) lora_peft_fill(mf->peft, dst + base, logical + base, len - base); // [LoRA] -lora-init
+    else if (len > base) lora_fill(&d->lora, d->cfg.L, mf->m->lora.seed, dst + base, logical + base, len - base);
 }
 
-static void model_load(Model* m, LogicalFill fill, void* ctx) {
-    ModelFill mf = {fill, ctx, m};
+// peft_dir: [LoRA] -lora-init's adapter ("" or NULL: PEFT's initialisation); model: -e (its name is checked).
+static void model_load(Model* m, LogicalFill fill, void* ctx, const char* peft_dir, const char* model) {
+    LoraPeft lp;
+    if (peft_dir && peft_dir[0]) lora_peft_open(&lp, peft_dir, &m->d.lora, &m->cfg, model);
+    ModelFill mf = {fill, ctx, m, peft_dir && peft_dir[0] ? &lp : NULL};
     zero_fill_opt(&m->z, 0, model_fill, &mf); // (0: master)
     zero_fill_frozen_params(&m->z, model_fill, &mf);
     zero_params_from_master(&m->z);
+    if (mf.peft) lora_peft_close(&lp);
 }
 
 // Forward over a B x T micro-batch (B, T at most the allocated shape) whose tokens are already in
@@ -1035,7 +1040,7 @@ static size_t tune_build(void* ctx, const GPTConfig* c, int stage, int recompute
     PlanRow plan;
     trainer_build_model(tr, c, stage, recompute, offload, &plan);
     InitCtx ic = {&tr->model.d, (uint64_t)tr->f.seed};
-    model_load(&tr->model, init_fill, &ic);
+    model_load(&tr->model, init_fill, &ic, tr->f.lora_init, tr->f.model);
     tr->step = 0; tr->adam_t = 0; tr->pending = 0;
     return plan.host_bytes;
 }
@@ -1241,17 +1246,17 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
             for (int k = 0; k < NUM_TENSORS; k++)
                 if (m->d.t[k].n) lt[nt++] = (HFLlmcTensor){m->d.t[k].name, m->d.t[k].logical, m->d.t[k].n, !m->d.t[k].io};
             if (hf_bind(&ck, lt, nt, c.Vp, err, sizeof(err))) die(1, "-e %s: %s", f->model, err);
-            model_load(m, hf_fill, &ck);
+            model_load(m, hf_fill, &ck, f->lora_init, f->model);
             hf_close(&ck);
         } else if (from_file) {
             ModelFile mf;
             GPTConfig fc;
             model_file_open(&mf, f->model, &fc);
-            model_load(m, model_file_fill, &mf);
+            model_load(m, model_file_fill, &mf, f->lora_init, f->model);
             close(mf.fd);
         } else {
             InitCtx ic = {&m->d, (uint64_t)f->seed};
-            model_load(m, init_fill, &ic);
+            model_load(m, init_fill, &ic, f->lora_init, f->model);
         }
     }
     double bad = master_nonfinite_all(&m->z); // one pass over what was loaded

@@ -215,7 +215,80 @@ TEST(lora_export_loads_in_peft) {
     CHECKF(rel < 1e-5, "loss: ours %.9g, PEFT's %.9g (relative %.2e)", ours, theirs, rel);
     printf("    loss: ours %.9f, PEFT's %.9f (relative %.1e); %s", ours, theirs, rel, strstr(out, "peft tensors") ? strstr(out, "peft tensors") : "\n");
 }
+
+// An adapter PEFT itself writes (LoraConfig with init_lora_weights=False: A and B random;
+// save_pretrained) starts our run through -lora-init: our FP32 loss on the batch equals PEFT's.
+TEST(lora_init_from_peft) {
+    const char* py = getenv("ZT_HF_PYTHON");
+    if (!py || !*py) TEST_SKIP("needs $ZT_HF_PYTHON with transformers and peft 0.13.2 (.ci/run makes it)");
+    char base_dir[PATH_MAX], ad_dir[PATH_MAX + 16], tok[PATH_MAX + 16], cmd[4 * PATH_MAX], out[8192];
+    snprintf(base_dir, sizeof(base_dir), "%s/lora_base2", test_tmpdir());
+    snprintf(ad_dir, sizeof(ad_dir), "%s/lora_peft_written", test_tmpdir());
+    snprintf(tok, sizeof(tok), "%s/lora_tokens2.bin", test_tmpdir());
+    Trainer* b = tm_trainer(lora_flags(LORA_GPT2, "-z 0 -x 1"));
+    CHECK(write_hf_checkpoint(&b->model, base_dir, ST_F32) == 0);
+    dataloader_load(&b->train, 0);
+    int B = b->model.B, T = b->model.T;
+    FILE* fp = fopen(tok, "wb");
+    int32_t bt[2] = {B, T};
+    CHECK(fp && fwrite(bt, 4, 2, fp) == 2 && fwrite(b->train.inputs, 4, (size_t)B * T, fp) == (size_t)B * T &&
+          fwrite(b->train.targets, 4, (size_t)B * T, fp) == (size_t)B * T && fclose(fp) == 0);
+    tm_free(b);
+    snprintf(cmd, sizeof(cmd), "%s dev/peft_check.py %s %s %s --write 2 4 c_attn,c_fc 2>&1", py, base_dir, ad_dir, tok);
+    int rc = test_run_cmd(cmd, out, sizeof(out));
+    if (rc == 3) TEST_SKIP("$ZT_HF_PYTHON lacks transformers or peft");
+    CHECKF(rc == 0, "dev/peft_check.py --write failed (%d):\n%s", rc, out);
+    const char* p = strstr(out, "peft loss ");
+    CHECKF(p != NULL, "no loss from PEFT:\n%s", out);
+    if (!p) return;
+    double theirs = atof(p + 10);
+    char extra[PATH_MAX + 128];
+    // PEFT wrote base_model_name_or_path = the base directory: -e names it (the same name)
+    snprintf(extra, sizeof(extra), "-z 2 -x 1 -lora 2 -lora-alpha 4 -lora-targets c_attn,c_fc -lora-init %s", ad_dir);
+    char flags[4096];
+    snprintf(flags, sizeof(flags), "%s", lora_flags(LORA_GPT2, extra));
+    char* e = strstr(flags, "-e tiny");
+    if (e) { // the same shape, from the exported base (ZT_MODEL's shape flags do not apply to a file)
+        char rest[4096];
+        snprintf(rest, sizeof(rest), "%s", e + 7);
+        snprintf(e, sizeof(flags) - (e - flags), "-e %s%s", base_dir, rest);
+        char* l = strstr(flags, " -layers 3 -channels 28 -heads 4 -vocab 97 -max-seq 62");
+        if (l) memmove(l, l + strlen(" -layers 3 -channels 28 -heads 4 -vocab 97 -max-seq 62"), strlen(l + strlen(" -layers 3 -channels 28 -heads 4 -vocab 97 -max-seq 62")) + 1);
+    }
+    Trainer* tr = tm_trainer(flags);
+    double ours = lora_loss(tr), rel = fabs(theirs - ours) / fabs(ours);
+    tm_free(tr);
+    CHECKF(rel < 1e-5, "loss: ours %.9g, PEFT's %.9g (relative %.2e)", ours, theirs, rel);
+    printf("    an adapter PEFT wrote, read by -lora-init: loss ours %.9f, PEFT's %.9f (relative %.1e)\n", ours, theirs, rel);
+}
 #endif
+
+// -lora-export then -lora-init: the adapters' master weights come back bit for bit (F32), so the
+// loss is the same; at another ZeRO stage.
+TEST(lora_export_init_round_trip) {
+    char dir[PATH_MAX], extra[PATH_MAX + 128];
+    snprintf(dir, sizeof(dir), "%s/lora_round_trip", test_tmpdir());
+    snprintf(extra, sizeof(extra), "-z 1 -x 2 -l 1e-2 -lora 2 -lora-targets c_attn,c_proj -lora-export %s", dir);
+    Trainer* a = tm_trainer(lora_flags(LORA_GPT2, extra));
+    for (int s = 0; s < 2; s++) tm_step(a);
+    export_model(a);
+    double la = lora_loss(a);
+    Zero* z = &a->model.z;
+    float* ma = (float*)tm_host(z->master + zero_opt_off(z, z->lay.adapter), sizeof(float) * z->lay.P[z->lay.adapter]);
+    int64_t P = z->lay.P[z->lay.adapter];
+    tm_free(a);
+    snprintf(extra, sizeof(extra), "-z 3 -x 2 -lora 2 -lora-targets c_attn,c_proj -lora-init %s", dir);
+    Trainer* b = tm_trainer(lora_flags(LORA_GPT2, extra));
+    z = &b->model.z;
+    float* mb = (float*)tm_host(z->master + zero_opt_off(z, z->lay.adapter), sizeof(float) * P);
+    double lb = lora_loss(b);
+    CHECKF(!memcmp(ma, mb, sizeof(float) * P), "the adapters' master weights differ after -lora-export / -lora-init");
+    CHECKF(la == lb, "loss %.9g after -lora-init, %.9g before", lb, la);
+    printf("    %lld adapter elements back bit for bit; loss %.6f both\n", (long long)P, la);
+    free(ma);
+    free(mb);
+    tm_free(b);
+}
 
 // Bad input: exit 2 naming the flag, before any step.
 TEST(lora_bad_input) {
@@ -229,6 +302,27 @@ TEST(lora_bad_input) {
         {"-e tiny -lora 2 -export-hf /tmp/x", "flag -export-hf: not yet with -lora"},
         {"-e tiny -lora-export /tmp/x", "flag -lora-export /tmp/x: needs -lora r"},
     };
+    char dir[PATH_MAX], flags[2 * PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s/lora_bad_adapter", test_tmpdir());
+    snprintf(flags, sizeof(flags), "-e tiny -layers 1 -channels 32 -heads 4 -t 16 -b 1 -x 1 -v 0 -s 0 -lora 2 -lora-targets c_fc -lora-export %s", dir);
+    CHECKF(cli_run(flags, cli_out, sizeof(cli_out)) == 0, "writing an adapter failed:\n%s", cli_out);
+    static const struct { const char* flags; const char* expect; } init_cases[] = {
+        {"-e tiny -layers 1 -channels 32 -heads 4 -lora 4 -lora-targets c_fc -lora-init DIR", "r 2, this run's -lora 4"},
+        {"-e tiny -layers 1 -channels 32 -heads 4 -lora 2 -lora-targets c_attn -lora-init DIR", "target_modules [c_fc], this run's -lora-targets c_attn"},
+        {"-e tiny -layers 1 -channels 32 -heads 4 -lora 2 -lora-alpha 8 -lora-targets c_fc -lora-init DIR", "lora_alpha 2, this run's -lora-alpha 8"},
+        {"-e tiny -layers 1 -channels 64 -heads 4 -lora 2 -lora-targets c_fc -lora-init DIR", "is F32 2 x 32, this run's is F32/F16/BF16 2 x 64"},
+        {"-e tiny -layers 2 -channels 32 -heads 4 -lora 2 -lora-targets c_fc -lora-init DIR", "no tensor base_model.model.transformer.h.1.mlp.c_fc.lora_A.weight"},
+        {"-e d6 -lora 2 -lora-targets c_fc -lora-init DIR", "an adapter for the base tiny, and this run's -e is d6"},
+        {"-e tiny -lora-init DIR", "flag -lora-init"},
+    };
+    for (size_t i = 0; i < sizeof(init_cases) / sizeof(init_cases[0]); i++) {
+        char f2[4 * PATH_MAX];
+        snprintf(f2, sizeof(f2), "%s", init_cases[i].flags);
+        char* d = strstr(f2, "DIR");
+        if (d) snprintf(d, sizeof(f2) - (d - f2), "%s -x 1 -v 0 -s 0", dir);
+        int rc = cli_run(f2, cli_out, sizeof(cli_out));
+        CHECKF(rc == 2 && strstr(cli_out, init_cases[i].expect), "'%s': exit %d, expected 2 with '%s':\n%s", f2, rc, init_cases[i].expect, cli_out);
+    }
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         int rc = cli_run(cases[i].flags, cli_out, sizeof(cli_out));
         CHECKF(rc == 2, "'%s': exit code %d, expected 2. Output:\n%s", cases[i].flags, rc, cli_out);
