@@ -56,6 +56,7 @@ static void op_lora_add_cols(floatX* out, int64_t ld_out, int64_t col0, const fl
 #ifdef __CUDACC__
     if (g_device == DEV_CUDA) {
         if (N > 0 && cols > 0) lora_add_cols_kernel<<<(unsigned)ceil_div(N * cols, 256), 256, 0, g_stream>>>(out, ld_out, col0, v, N, cols, scale);
+        cudaCheck(cudaGetLastError());
         return;
     }
 #endif
@@ -71,6 +72,7 @@ static void op_lora_take_cols(floatX* dv, const floatX* dout, int64_t ld_out, in
 #ifdef __CUDACC__
     if (g_device == DEV_CUDA) {
         if (N > 0 && cols > 0) lora_take_cols_kernel<<<(unsigned)ceil_div(N * cols, 256), 256, 0, g_stream>>>(dv, dout, ld_out, col0, N, cols, scale);
+        cudaCheck(cudaGetLastError());
         return;
     }
 #endif
@@ -83,6 +85,7 @@ static void op_add_inplace(floatX* dst, const floatX* src, int64_t n) {
 #ifdef __CUDACC__
     if (g_device == DEV_CUDA) {
         if (n > 0) add_inplace_kernel<<<(unsigned)ceil_div(n, 256), 256, 0, g_stream>>>(dst, src, n);
+        cudaCheck(cudaGetLastError());
         return;
     }
 #endif

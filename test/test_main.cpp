@@ -42,7 +42,7 @@ static const char* const g_fp32_long_only[] = {
     "cli_", "ckpt_", "exit_", "data_", "tok_", "ux_", "perf_", "tune_",
     "zero_peak", "zero_memory", "zero_stages_bitwise", "zero_across", "zero_comm", "zero_checkpoint",
     "zero_data", "zero_stopped", "zero_mismatched", "plan_z_auto", "plan_recommendation",
-    "hf_corrupt", "hf_json", "hf_half", "ft_tokenize", "llama_zero", "llama_resume", "llama_refusals", "lora_zero", "lora_bad", NULL};
+    "hf_corrupt", "hf_json", "hf_half", "ft_tokenize", "llama_zero", "llama_resume", "llama_refusals", "lora_zero", "lora_bad", "lora_export_init", NULL};
 #endif
 
 int main(int argc, char** argv) {
