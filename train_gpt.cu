@@ -1220,7 +1220,7 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
         FLAG_SHOW(f, export_dtype, "%s", f->export_hf[0] ? (f->export_path[0] && sizeof(floatX) == 2 ? "fp32 (-export-hf), bf16 (-export)" : "fp32")
                                        : f->export_path[0] ? (sizeof(floatX) == 2 ? "bf16" : "fp32") : "unused: no -export or -export-hf");
     if (g_device == DEV_CUDA)
-        printf0("MFU: llm.c's count, 6N + 6*L*C*T = %.3f GFLOP per token (recompute not counted), against %s\n",
+        printf0("MFU: llm.c's count, 6N + 6*L*C*T (Llama: C read as NH*HD, N without an untied embedding) = %.3f GFLOP per token (recompute not counted), against %s\n",
                 tr->flops_per_token / 1e9, tr->peak_flops > 0 ? "the GPU's BF16 dense peak" : "no known peak for this GPU (n/a)");
 #ifdef __CUDACC__
     if (g_device == DEV_CUDA) { // what the device says is in use, against the plan (allocator rounding, fragmentation)
