@@ -82,10 +82,11 @@ static void llama_write_config(const GPTConfig* c, const char* path) {
 }
 
 // Logits, loss and the gradient of every tensor against the float64 reference, for both shapes.
-// make test: both shapes in the FP32 build (tight tolerances), llama-tiny-tied in BF16; make test-long: both.
+// make test: llama-tiny in the FP32 build (tight tolerances), llama-tiny-tied in BF16; make test-long:
+// both in both.
 static int llama_shape_sampled(int shape) {
 #ifdef ENABLE_FP32
-    return test_long() || shape == 0 || shape == 1;
+    return test_long() || shape == 0;
 #else
     return test_long() || shape == 1;
 #endif
@@ -193,8 +194,8 @@ TEST(llama_recompute_modes_bitwise) {
 }
 
 // ZeRO-0..3 at R ranks: the same losses, norms, val losses and final hashes of parameters,
-// master, m and v. make test: R = 3 for llama-tiny, R = 2 for llama-tiny-tied; make test-long:
-// R = 1..4 for both.
+// master, m and v. make test: R = 3 for llama-tiny-tied (its blocks need tail padding; R = 2 runs in
+// llama_resume_offload); make test-long: R = 1..4 for both shapes.
 static void llama_zero_stages(int shape, int R) {
     ZtLog ref;
     char ref_hash[512] = "";
@@ -222,10 +223,7 @@ TEST(llama_zero_stages_bitwise) {
     if (test_long()) {
         for (int shape = 0; shape < 2; shape++)
             for (int R = 1; R <= 4; R++) llama_zero_stages(shape, R);
-    } else {
-        llama_zero_stages(0, 3);
-        llama_zero_stages(1, 2);
-    }
+    } else llama_zero_stages(1, 3);
 }
 
 // Checkpoints: 12 sequences a step (B = 12 / R), checkpoints at steps 3 and 6.
@@ -298,7 +296,7 @@ TEST(llama_refusals) {
 #define LLAMA_RUN_STEPS_SHORT 15
 #define LLAMA_RUN_MAX_VAL_LOSS_SHORT 8.5 // measured 7.8747 on 2026-12-01 (-b 4 -t 32 -l 4e-3 -x 15 -v 15 -m 2)
 #define LLAMA_RUN_STEPS_LONG 150
-#define LLAMA_RUN_MAX_VAL_LOSS_LONG 6.5
+#define LLAMA_RUN_MAX_VAL_LOSS_LONG 5.6 // measured 5.3476 on 2026-12-01 (-e llama-tiny -x 150 -v 150 -m 4 -s 0)
 TEST(llama_tiny_learns) {
     int steps = test_long() ? LLAMA_RUN_STEPS_LONG : LLAMA_RUN_STEPS_SHORT;
     double max_vl = test_long() ? LLAMA_RUN_MAX_VAL_LOSS_LONG : LLAMA_RUN_MAX_VAL_LOSS_SHORT;
