@@ -252,16 +252,15 @@ static void model_config(const Flags* f, GPTConfig* c, int* from_file) {
 }
 
 // [LoRA] What this first increment of LoRA does not do yet: checkpoints (their state files would
-// need the base's identity and no base state), llm.c / Hugging Face exports of the merged model, and
-// -offload. Exit 2 naming the flag.
+// need the base's identity and no base state), llm.c / Hugging Face exports of the merged model and
+// -tune. Exit 2 naming the flag. (-offload moves the adapters' state like any trainable block's.)
 static void check_lora_flags(const Flags* f, const GPTConfig* c) {
     if (!c->lora_r && f->lora_export[0]) die_user("flag -lora-export %s: needs -lora r (no adapters to write)", f->lora_export);
     if (!c->lora_r && f->lora_init[0]) die_user("flag -lora-init %s: needs -lora r (the adapter's rank)", f->lora_init);
     if (!c->lora_r) return;
     const char* no = f->resume ? "-y 1" : f->ckpt_every > 0 && f->out_dir[0] ? "-n" : f->export_path[0] ? "-export"
                    : f->export_hf[0] ? "-export-hf" : f->tune ? "-tune" : NULL;
-    if (!no && strcmp(f->offload, "auto") && strcmp(f->offload, "none")) no = "-offload";
-    if (no) die_user("flag %s: not yet with -lora (checkpoints, exports, -tune and -offload of a LoRA run are not built yet; see docs/lora.md)", no);
+    if (no) die_user("flag %s: not yet with -lora (checkpoints, merged exports and -tune of a LoRA run are not built yet; -lora-export writes the adapters; see docs/lora.md)", no);
 }
 
 // The flags a model family decides. llm.c's model files hold GPT-2 only: for the Llama family

@@ -142,7 +142,7 @@ TEST(lora_grads_finite_differences) {
 #endif
 
 // ZeRO-0..3 with adapters over R ranks: the same losses, norms and hashes (parameters, master, m, v)
-// at every stage (-r 0..3 with them). make test: R = 2 on GPT-2 and Llama; make test-long: GPT-2 at
+// at every stage, and at R = 2 with the adapters' state offloaded (-offload cpu at ZeRO-3, nvme at 1) (-r 0..3 with them). make test: R = 2 on GPT-2 and Llama; make test-long: GPT-2 at
 // R = 1..4, Llama at R = 3.
 static void lora_stages_case(int R, const char* model, const char* lora) {
     ZtLog ref;
@@ -164,7 +164,19 @@ static void lora_stages_case(int R, const char* model, const char* lora) {
                "R=%d: ZeRO-%d losses or norms differ from ZeRO-0", R, z);
         CHECKF(hash[0] && !strcmp(hash, ref_hash), "R=%d: ZeRO-%d hashes differ:\n  %s\n  %s", R, z, hash, ref_hash);
     }
-    printf("    R=%d %s: ZeRO-0..3 (-r 0..3) identical (%s)\n", R, lora, ref_hash);
+    for (int k = 0; R == 2 && k < 2; k++) { // the adapters' state offloaded: the same bits
+        char flags[2048], hash[512], odir[PATH_MAX];
+        const char* dir = zt_dir(k ? "lora_off_nvme" : "lora_off_cpu");
+        snprintf(odir, sizeof(odir), "%s_state", dir);
+        mkdir(odir, 0755);
+        snprintf(flags, sizeof(flags), "%s -b 2 -x 3 -v 0 -s 0 -z %d %s -o %s -log-hash 1 -offload %s%s%s", model, k ? 1 : 3, lora, dir,
+                 k ? "nvme" : "cpu", k ? " -offload-dir " : "", k ? odir : "");
+        int rc = zt_mpirun(R, flags, zt_out, sizeof(zt_out));
+        CHECKF(rc == 0, "-offload %s failed (%d):\n%s", k ? "nvme" : "cpu", rc, zt_out);
+        zt_hash_line(zt_out, hash, sizeof(hash));
+        CHECKF(!strcmp(hash, ref_hash), "R=2 -offload %s differs:\n  %s\n  %s", k ? "nvme" : "cpu", hash, ref_hash);
+    }
+    printf("    R=%d %s: ZeRO-0..3 (-r 0..3)%s identical (%s)\n", R, lora, R == 2 ? " and -offload cpu (z3), nvme (z1)" : "", ref_hash);
 }
 
 TEST(lora_zero_stages_bitwise) {
