@@ -389,15 +389,18 @@ static void model_fill(void* ctx, float* dst, int64_t logical, int64_t len) {
     else if (len > base) lora_fill(&d->lora, d->cfg.L, mf->m->lora.seed, dst + base, logical + base, len - base);
 }
 
-// peft_dir: [LoRA] -lora-init's adapter ("" or NULL: PEFT's initialisation); model: -e (its name is checked).
-static void model_load(Model* m, LogicalFill fill, void* ctx, const char* peft_dir, const char* model) {
+// peft_dir: [LoRA] -lora-init's adapter ("" or NULL: PEFT's initialisation); model: -e (its name is
+// checked). Returns the non-finite values this rank read into the frozen base (0 without LoRA: the
+// master weights hold everything, checked by master_nonfinite_all).
+static int64_t model_load(Model* m, LogicalFill fill, void* ctx, const char* peft_dir, const char* model) {
     LoraPeft lp;
     if (peft_dir && peft_dir[0]) lora_peft_open(&lp, peft_dir, &m->d.lora, &m->cfg, model);
     ModelFill mf = {fill, ctx, m, peft_dir && peft_dir[0] ? &lp : NULL};
     zero_fill_opt(&m->z, 0, model_fill, &mf); // (0: master)
-    zero_fill_frozen_params(&m->z, model_fill, &mf);
+    int64_t bad = zero_fill_frozen_params(&m->z, model_fill, &mf);
     zero_params_from_master(&m->z);
     if (mf.peft) lora_peft_close(&lp);
+    return bad;
 }
 
 // Forward over a B x T micro-batch (B, T at most the allocated shape) whose tokens are already in
@@ -1234,6 +1237,7 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
 #endif
     // parameters: a checkpoint, a model file, or initialisation (a line first: each can take seconds)
     if (f->resume) printf0("resume: looking for the %s complete checkpoint in %s ...\n", f->resume_step ? "requested" : "newest", f->out_dir);
+    double frozen_bad = 0.0; // [LoRA] non-finite values read into the frozen base
     if (!(f->resume && resume_checkpoint(tr))) {
         if (from_file) printf0("loading %lld parameters from %s ...\n", (long long)m->d.num_params, f->model);
         else printf0("initialising %lld parameters from seed %d ...\n", (long long)m->d.num_params, f->seed);
@@ -1246,20 +1250,21 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
             for (int k = 0; k < NUM_TENSORS; k++)
                 if (m->d.t[k].n) lt[nt++] = (HFLlmcTensor){m->d.t[k].name, m->d.t[k].logical, m->d.t[k].n, !m->d.t[k].io};
             if (hf_bind(&ck, lt, nt, c.Vp, err, sizeof(err))) die(1, "-e %s: %s", f->model, err);
-            model_load(m, hf_fill, &ck, f->lora_init, f->model);
+            frozen_bad = (double)model_load(m, hf_fill, &ck, f->lora_init, f->model);
             hf_close(&ck);
         } else if (from_file) {
             ModelFile mf;
             GPTConfig fc;
             model_file_open(&mf, f->model, &fc);
-            model_load(m, model_file_fill, &mf, f->lora_init, f->model);
+            frozen_bad = (double)model_load(m, model_file_fill, &mf, f->lora_init, f->model);
             close(mf.fd);
         } else {
             InitCtx ic = {&m->d, (uint64_t)f->seed};
-            model_load(m, init_fill, &ic, f->lora_init, f->model);
+            frozen_bad = (double)model_load(m, init_fill, &ic, f->lora_init, f->model);
         }
     }
-    double bad = master_nonfinite_all(&m->z); // one pass over what was loaded
+    comm_sum_doubles(&tr->comm, &frozen_bad, 1); // [LoRA] the frozen base (no master)
+    double bad = master_nonfinite_all(&m->z) + frozen_bad; // one pass over what was loaded
     if (bad != 0.0)
         die_user("%s: the loaded weights hold %.0f non-finite value(s). HINT: %s", tr->step > 0 ? "resume" : f->model, bad,
                  tr->step > 0 ? "-resume-step an earlier checkpoint" : "the model file is corrupt or its training diverged");

@@ -2077,8 +2077,10 @@ static void zero_params_from_master(Zero* z) {
 // [LoRA] A frozen block's parameters straight from a logical source (no master to round from):
 // each rank rounds its optimizer-range-sized part (the block under ZeRO-0, its shard otherwise) to
 // floatX exactly as zero_params_from_master would, then [ZeRO-1/2] the frozen blocks are gathered.
-static void zero_fill_frozen_params(Zero* z, LogicalFill fill, void* ctx) {
+// Returns the non-finite values this rank read (a frozen block has no master for the usual check).
+static int64_t zero_fill_frozen_params(Zero* z, LogicalFill fill, void* ctx) {
     Piece pc[MAX_BLOCK_TENSORS];
+    int64_t bad = 0;
     for (int b = 0; b < z->lay.nblocks; b++) {
         if (!z->lay.frozen[b]) continue;
         int64_t lo = zero_opt_lo(z, b), n = (z->stage == 0 ? z->lay.P[b] : (z->r + 1) * z->lay.S[b]) - lo;
@@ -2087,7 +2089,7 @@ static void zero_fill_frozen_params(Zero* z, LogicalFill fill, void* ctx) {
         if (!host || !px) die(1, "out of host memory (%lld floats for block %d)", (long long)n, b);
         int k = layout_pieces(&z->lay, b, lo, lo + n, pc);
         for (int i = 0; i < k; i++) fill(ctx, host + pc[i].local, pc[i].logical, pc[i].len);
-        for (int64_t i = 0; i < n; i++) px[i] = rn(host[i]);
+        for (int64_t i = 0; i < n; i++) { px[i] = rn(host[i]); bad += !isfinite(host[i]); }
         floatX* dst = z->stage == 0 ? z->full_params + z->lay.off[b]
                     : z->stage <= 2 ? z->full_params + z->lay.off[b] + lo : z->shard_params + z->lay.shard_off[b];
         dev_from_host(dst, px, sizeof(floatX) * n);
@@ -2095,6 +2097,7 @@ static void zero_fill_frozen_params(Zero* z, LogicalFill fill, void* ctx) {
         free(px);
     }
     zero_gather_params(z, 1);
+    return bad;
 }
 
 #endif // ZT_ZERO_H

@@ -335,6 +335,17 @@ TEST(lora_bad_input) {
         int rc = cli_run(f2, cli_out, sizeof(cli_out));
         CHECKF(rc == 2 && strstr(cli_out, init_cases[i].expect), "'%s': exit %d, expected 2 with '%s':\n%s", f2, rc, init_cases[i].expect, cli_out);
     }
+    // a base with a NaN: caught though the frozen base has no master weights
+    char model[PATH_MAX + 16];
+    snprintf(model, sizeof(model), "%s/lora_nan.bin", test_tmpdir());
+    snprintf(flags, sizeof(flags), "-e tiny -layers 1 -channels 32 -heads 4 -t 16 -b 1 -x 1 -v 0 -s 0 -export %s -export-dtype fp32", model);
+    CHECKF(cli_run(flags, cli_out, sizeof(cli_out)) == 0, "exporting a base failed:\n%s", cli_out);
+    FILE* fp = fopen(model, "r+b");
+    uint32_t nan_bits = 0x7FC00000u;
+    CHECK(fp && fseek(fp, 1024 + 4 * 100, SEEK_SET) == 0 && fwrite(&nan_bits, 4, 1, fp) == 1 && fclose(fp) == 0);
+    snprintf(flags, sizeof(flags), "-e %s -t 16 -b 1 -x 1 -v 0 -s 0 -lora 2", model);
+    int nrc = cli_run(flags, cli_out, sizeof(cli_out));
+    CHECKF(nrc == 2 && strstr(cli_out, "non-finite"), "a NaN in the frozen base: exit %d\n%s", nrc, cli_out);
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         int rc = cli_run(cases[i].flags, cli_out, sizeof(cli_out));
         CHECKF(rc == 2, "'%s': exit code %d, expected 2. Output:\n%s", cases[i].flags, rc, cli_out);
