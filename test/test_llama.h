@@ -7,7 +7,11 @@
 // Two shapes, shrunk from the descriptors by the model flags: llama-tiny (GQA 2, untied head, default
 // RoPE) and llama-tiny-tied (q/k/v and MLP biases, tied head, GQA 4, head_dim 24 with NH * HD != C,
 // llama3 RoPE at theta 500000). Both have odd sizes (V 97, C 28 or 48, T 16 or 37).
-// Needs test_model.h (tm_*), test_cli.h (cli_*) and zero_runs.h (zt_*) before it.
+// Needs test_model.h (tm_*), test_cli.h (cli_*) and zero_runs.h (zt_*) before it. The GPU suite
+// (test/test_gpu.cu, ZT_GPU_SUITE) runs the in-process cases on the CUDA device (MODEL_DEVICE):
+// the gradients against the same float64 reference and the recompute modes bitwise.
+
+#include "zero_runs.h" // defines: zt_data, zt_mpirun, zt_dir, ZtLog, zt_read_log, ZT_V, ZT_T
 
 // The two shapes for in-process cases (-b 2 -t 37 over the ZeRO tests' small-vocabulary shards).
 static const char* const g_llama_shapes[2] = {
@@ -193,6 +197,7 @@ TEST(llama_recompute_modes_bitwise) {
     }
 }
 
+#ifndef ZT_GPU_SUITE
 // ZeRO-0..3 at R ranks: the same losses, norms, val losses and final hashes of parameters,
 // master, m and v. make test: R = 3 for llama-tiny-tied (its blocks need tail padding; R = 2 runs in
 // llama_resume_offload); make test-long: R = 1..4 for both shapes.
@@ -333,3 +338,4 @@ TEST(llama_plan_closed_forms) {
     int rc = cli_run("-device cpu -e llama-tiny-tied -plan -b 4 -t 128 -world 4 -tflops 100 -host-mem 64GiB", cli_out, sizeof(cli_out));
     CHECKF(rc == 0 && strstr(cli_out, "llama family: NKV 2 (4 query heads per K/V head), head_dim 24"), "-plan -e llama-tiny-tied: exit %d\n%s", rc, cli_out);
 }
+#endif // ZT_GPU_SUITE
