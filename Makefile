@@ -199,7 +199,7 @@ test-binaries: test/test_bf16 test/test_fp32 test/test_emu test/test_emu_fp32 te
 # The sanitizer subset (.ci/run runs it after make test): the test program built with ASan + UBSan
 # (g++), running the cases that feed the readers bad and changing input, and the trainer processes
 # they start (the same binary, so sanitized too).
-SANITIZE_CASES ?= ckpt_mixed ckpt_leftovers exit_ data_ cli_bad_input cli_bounds
+SANITIZE_CASES ?= ckpt_mixed ckpt_leftovers exit_ data_ cli_bad_input cli_bounds hf_corrupt hf_llama_corrupt hf_llama_config
 test/test_sanitize: $(SOURCES) $(TEST_SOURCES)
 	$(CXX_HOST) $(filter-out -O2,$(TEST_FLAGS)) -O1 -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer \
 	  $(filter-out -DENABLE_FP32 -DUSE_BLAS,$(DEFS)) $(MPI_CFLAGS) test/test_main.cpp -o $@ $(filter-out -lopenblas,$(MPI_LIBS))
@@ -222,6 +222,7 @@ test-long: test/test_emu test/test_emu_fp32 test/test_emu_nompi test/test_bf16 t
 	  ZT_TEST_LONG=1 test/test_emu gpu_attention_tc_gqa && \
 	  ZT_TEST_LONG=1 test/test_bf16 cli_default_run_learns && ZT_TEST_LONG=1 test/test_bf16 zero_stages_bitwise && \
 	  ZT_TEST_LONG=1 test/test_bf16 zero_across && ZT_TEST_LONG=1 test/test_bf16 zero_memory && \
+	  ZT_TEST_LONG=1 test/test_bf16 hf_llama_export_vs && \
 	  ZT_TEST_LONG=1 test/test_fp32 --long-only && ZT_TEST_LONG=1 test/test_emu_fp32 --long-only
 
 # The nvcc build of ./train for several GPUs (MPI and NCCL, every architecture), compiled without

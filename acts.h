@@ -17,6 +17,7 @@
 #include "model.h"           // defines: GPTConfig, MAX_BLOCK_TENSORS (zero.h)
 #include "ops/matmul.cuh"    // defines: GEMM_PANEL_FLOATS, GEMM_NR, MATMUL_WORKSPACE_BYTES
 #include "ops/encoder.cuh"   // defines: encoder_workspace_ints
+#include "ops/classifier.cuh" // defines: classifier_chunk_rows, classifier_buffer_rows
 #include "adamw.cuh"         // defines: NORM_CHUNK
 
 
@@ -72,7 +73,11 @@ typedef struct {
 #define X(name, type, elems) type* name; int64_t name##_n;
     SHARED_ACTS(X)
 #undef X
-    floatX* logits;  // (B, T, Vp) logits, then their gradient in place (TAG_LOGITS)
+    floatX* logits;  // (logits_rows, Vp) one chunk of logits, then their gradient in place (TAG_LOGITS)
+    int chunk;       // rows per classifier chunk (classifier_chunk_rows: from Vp alone)
+    int logits_rows; // min(B * T, chunk): the rows the logits buffer holds
+    int logits_row0; // the (b*T + t) row of the buffer's first row after the last classifier (op_classifier)
+    float dloss;     // gpt_forward's loss pre-scale, for the classifier gpt_backward runs (0: none)
     size_t bytes, logits_bytes; // TAG_ACTS and TAG_LOGITS totals
 } Acts;
 
@@ -82,8 +87,8 @@ typedef struct {
 #undef X
 } LayerActs;
 
-// Bytes of activations (TAG_ACTS) and logits (TAG_LOGITS) for a micro-batch: the closed form
-// the allocator uses and the planner prints.
+// Bytes of activations (TAG_ACTS) and logits (TAG_LOGITS: one classifier chunk, at most B*T rows)
+// for a micro-batch: the closed form the allocator uses and the planner prints.
 static void acts_bytes(const GPTConfig* c, int B, int T, int recompute, size_t* acts, size_t* logits) {
     ACTS_SIZES(c, B, T);
     size_t total = 0;
@@ -94,7 +99,7 @@ static void acts_bytes(const GPTConfig* c, int B, int T, int recompute, size_t* 
     SHARED_ACTS(X)
 #undef X
     *acts = total;
-    *logits = sizeof(floatX) * (size_t)BT * c->Vp;
+    *logits = sizeof(floatX) * (size_t)classifier_buffer_rows((int)BT, c->Vp) * c->Vp;
 }
 
 static void acts_alloc(Acts* a, const GPTConfig* c, int B, int T, int recompute) {
@@ -110,6 +115,8 @@ static void acts_alloc(Acts* a, const GPTConfig* c, int B, int T, int recompute)
     SHARED_ACTS(X)
 #undef X
     acts_bytes(c, B, T, recompute, &a->bytes, &a->logits_bytes);
+    a->chunk = classifier_chunk_rows(c->Vp);
+    a->logits_rows = classifier_buffer_rows((int)BT, c->Vp);
     a->logits = (floatX*)dev_alloc(TAG_LOGITS, a->logits_bytes);
 }
 

@@ -231,7 +231,7 @@ static void cuda_init(int local_rank) {
     X(TAG_ADAM_M,    "adam m",      "FP32 first moment")                                \
     X(TAG_ADAM_V,    "adam v",      "FP32 second moment")                               \
     X(TAG_ACTS,      "activations", "kept for backward, per micro-batch")               \
-    X(TAG_LOGITS,    "logits",      "B*T*Vp logits / their gradient, in place")         \
+    X(TAG_LOGITS,    "logits",      "one classifier chunk of logits / their gradient")  \
     X(TAG_COMM,      "comm",        "collective staging buffers")                       \
     X(TAG_WORK,      "workspace",   "op scratch")
 

@@ -26,7 +26,7 @@ typedef enum { FLAG_FREE, FLAG_RUN, FLAG_KEEP } FlagKind;
 // X(flag, field, type, default, run, help)
 #define FLAG_TABLE(X)                                                                                   \
     X("-device",        device,          F_STR,   "auto",   FLAG_FREE, "cpu | cuda | auto (cuda when a GPU is present)")                    \
-    X("-e",             model,           F_STR,   "auto",   FLAG_RUN,  "model: dN (d6 d12 d24 d36 d48 d60 d72 d84), tiny, a Llama-family descriptor (llama-tiny, ...: docs/models.md lists them), an llm.c .bin file, or a Hugging Face GPT-2 (a directory with config.json + model.safetensors or its index, or a .safetensors file); auto: d12 on cuda, tiny on cpu") \
+    X("-e",             model,           F_STR,   "auto",   FLAG_RUN,  "model: dN (d6 d12 d24 d36 d48 d60 d72 d84), tiny, a Llama-family descriptor (llama-tiny, ...: docs/models.md lists them), an llm.c .bin file, or a Hugging Face GPT-2, Llama, Mistral or Qwen2 (a directory with config.json + model.safetensors or its index, or a .safetensors file); auto: d12 on cuda, tiny on cpu") \
     X("-layers",        layers,          F_INT,   "0",      FLAG_RUN,  "override L, the number of layers (0: from -e)")                   \
     X("-channels",      channels,        F_INT,   "0",      FLAG_RUN,  "override C, the width (0: from -e)")                               \
     X("-heads",         heads,           F_INT,   "0",      FLAG_RUN,  "override NH, the attention heads (0: from -e)")                    \
@@ -92,7 +92,7 @@ typedef enum { FLAG_FREE, FLAG_RUN, FLAG_KEEP } FlagKind;
     X("-max-skips",     max_skips,       F_INT,   "10",     FLAG_KEEP, "end the run with exit code 4 after this many consecutive skipped steps (non-finite gradient norm or update; 0: never)") \
     X("-save-model",    save_model,      F_STR,   "1",      FLAG_KEEP, "llm.c model file in each checkpoint: 1 every one, last only the final one, 0 none (resume needs only the state files)") \
     X("-io-timeout",    io_timeout,      F_FLOAT, "auto",   FLAG_FREE, "seconds ranks wait for rank 0's checkpoint or -export writes and for each other's evaluation reads (auto: bytes rank 0 writes at 50 MB/s, at least 600; 0: forever)") \
-    X("-export-hf",     export_hf,       F_STR,   "",       FLAG_FREE, "when training ends, write the model as a Hugging Face GPT-2 checkpoint into this directory (config.json + model.safetensors)") \
+    X("-export-hf",     export_hf,       F_STR,   "",       FLAG_FREE, "when training ends, write the model as a Hugging Face checkpoint into this directory (config.json + model.safetensors, or shards + index above 5 GB): GPT2LMHeadModel, or for the Llama family the -e checkpoint's architecture (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM)") \
     X("-prompt",        prompt,          F_STR,   "",       FLAG_FREE, "generate from this prompt (or from each line of @FILE; @FILE.jsonl: one JSON string per line, so a prompt may hold newlines) at the sample steps and at the end, up to -g tokens or an EOT (encoded with -merges)") \
     X("-export-dtype",  export_dtype,    F_STR,   "auto",   FLAG_FREE, "dtype of -export / -export-hf: fp32 (from the FP32 master weights), bf16 (the parameters as trained), fp16 (-export-hf only); auto: -export the parameters' dtype, -export-hf fp32") \
     X("-gpu",           gpu,             F_STR,   "auto",   FLAG_FREE, "GPU model for -plan and MFU: h100, h200, a100, l40s, l4, a10, ... (auto: the GPU present; h100 when planning without one)") \

@@ -1,76 +1,174 @@
-// hf.h — Hugging Face GPT-2 checkpoints (transformers' GPT2LMHeadModel) in and out.
+// hf.h — Hugging Face checkpoints in and out: GPT-2 (GPT2LMHeadModel) and the Llama family
+// (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM).
 //
 // In:  a directory with config.json and model.safetensors (or model.safetensors.index.json and
 //      its shards), or a model.safetensors file with config.json beside it. The config is read and
-//      every architecture option we do not implement is refused by name; every tensor is found
-//      (with or without the "transformer." prefix), its shape checked against the config and its
-//      dtype (F32, F16, BF16) widened to FP32 as it is read. The result is a LogicalFill source
-//      (zero.h): it fills the same logical ranges, in llm.c's order, as an llm.c model file does,
-//      so ZeRO sharding, resume and export need nothing new.
-// Out: config.json + model.safetensors with {"format": "pt"} metadata, the tied lm_head omitted
-//      (transformers ties it back), in F32, BF16 or F16.
+//      every architecture option we do not implement is refused by name, with its value; every
+//      tensor is found, its shape checked against the config and its dtype (F32, F16, BF16)
+//      widened to FP32 as it is read. The result is a LogicalFill source (zero.h): it fills the
+//      same logical ranges as an llm.c model file does, so ZeRO sharding, resume and export need
+//      nothing new. A rank reads only the ranges it keeps (each file is mapped, and the pages of a
+//      range are dropped again once it is read): no rank holds the whole model in host memory.
+// Out: config.json (as transformers writes it for the architecture) + model.safetensors with
+//      {"format": "pt"} metadata, or above HF_SHARD_BYTES (5 GB, transformers' max_shard_size)
+//      model-0000k-of-0000n.safetensors shards and model.safetensors.index.json; a tied head is
+//      omitted (transformers ties it back); F32, BF16 or F16.
 //
-// The mapping (one table, HF_GPT2_TENSORS): transformers' GPT-2 uses Conv1D, whose weight is
-// stored (in, out) — the transpose of llm.c's (out, in) — for c_attn, c_proj and c_fc. The buffers
-// attn.bias (the causal mask) and attn.masked_bias of older checkpoints are not parameters and are
-// skipped. lm_head.weight, when stored, must equal wte (we only train the tied head).
+// The mapping: one table per family (HF_GPT2_TENSORS, HF_LLAMA_TENSORS), a row per Hugging Face
+// tensor, naming the tensor of ours it fills (model.h's names) and where in it. Several Hugging
+// Face tensors fill consecutive rows of one of ours: q_proj, k_proj, v_proj make the fused wqkv
+// (their biases bqkv), gate_proj and up_proj the fused wgu (nn.Linear stores (out, in), as we do).
+// GPT-2's Conv1D weights are stored (in, out), the transpose of ours, for c_attn, c_proj and c_fc.
+// Rows V..Vp of the embedding and of an untied head are padding: zero in, not written out.
+// Buffers that are not parameters are skipped: GPT-2's attn.bias / attn.masked_bias, older Llama
+// conversions' rotary_emb.inv_freq. lm_head.weight with a tied head must equal the embedding.
 //
-// Not supported (refused by name when the config asks for it): n_inner other than 4*n_embd,
-// untied embeddings, cross-attention, scale_attn_weights false, scale_attn_by_inverse_layer_idx,
-// activations other than gelu_new / gelu_pytorch_tanh, layer_norm_epsilon other than 1e-5, other
-// architectures (model_type other than gpt2), pytorch_model.bin (pickle) files.
+// Not supported, refused by name with the value found:
+//   GPT-2: n_inner other than 4*n_embd, untied embeddings, cross-attention, scale_attn_weights
+//   false, scale_attn_by_inverse_layer_idx, activations other than gelu_new / gelu_pytorch_tanh,
+//   layer_norm_epsilon other than 1e-5.
+//   Llama family: hidden_act other than silu, rope_scaling types other than default / linear /
+//   llama3 (dynamic, yarn, longrope, ...), partial_rotary_factor other than 1, a nonzero o_proj
+//   bias (Llama's attention_bias adds one to the q/k/v biases: we have none, so it must be zero;
+//   the export writes zeros), mixture-of-experts fields,
+//   qk-norm, multimodal RoPE (use_mrope), interleaved RoPE pairs, num_attention_heads not a
+//   multiple of num_key_value_heads, an odd head_dim; a sliding window shorter than the run's T
+//   (hf_check_run: Mistral's window of 4096 is full attention for T <= 4096; Qwen2's applies only
+//   with use_sliding_window).
+//   Every family: other model_types, pytorch_model.bin (pickle) files.
+// Dropout fields (attention_dropout, resid_pdrop, ...) are read by transformers only in training
+// mode; we train without dropout, for either family.
 //
-// This header knows nothing of the trainer's types: the caller describes llm.c's logical layout
-// (HFLlmcTensor) and hands blocks of FP32 values to the writer.
+// This header knows nothing of the trainer's types: the caller describes its logical layout
+// (HFLlmcTensor: name, logical offset, elements per layer) and hands tensors of FP32 values to
+// the writer.
 //
-// defines: HFConfig, HFCheckpoint, hf_is_checkpoint_path, hf_open, hf_bind, hf_fill, hf_close,
-//          HFWriter, hf_writer_open, hf_writer_put, hf_writer_commit, hf_writer_abort
+// defines: HFConfig, hf_read_config, hf_check_run, hf_arch_name, HFCheckpoint, hf_is_checkpoint_path,
+//          hf_open, hf_bind, hf_fill, hf_close, hf_largest_tensor, HFWriter, hf_writer_open, hf_writer_put,
+//          hf_writer_commit, hf_writer_abort, HF_SHARD_BYTES
 //
 // May call: safetensors.h and the C library.
 #ifndef ZT_HF_H
 #define ZT_HF_H
 
 #include <limits.h>
+#include <math.h>
 #include <dirent.h>
 #include "safetensors.h" // defines: Json, json_parse, StFile, st_open, st_find, st_get, st_make_header
 
-typedef struct { int L, C, NH, V, maxT; } HFConfig; // n_layer, n_embd, n_head, vocab_size, n_positions
+enum { HF_ARCH_GPT2, HF_ARCH_LLAMA, HF_ARCH_MISTRAL, HF_ARCH_QWEN2, HF_NARCH };
+static const struct { const char* model_type; const char* cls; } hf_archs[HF_NARCH] = {
+    {"gpt2", "GPT2LMHeadModel"}, {"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"}};
+static const char* hf_arch_name(int arch) { return arch >= 0 && arch < HF_NARCH ? hf_archs[arch].model_type : "?"; }
 
-// X(llm.c name, HF name without "transformer." ("%d": the layer), per layer, Conv1D (stored
-//   transposed), HF dim 0, HF dim 1 (0: a 1-D tensor)) — in terms of HFConfig* c.
-#define HF_GPT2_TENSORS(X)                                                      \
-    X(wte,      "wte.weight",              0, 0, c->V,     c->C)                \
-    X(wpe,      "wpe.weight",              0, 0, c->maxT,  c->C)                \
-    X(ln1w,     "h.%d.ln_1.weight",        1, 0, c->C,     0)                   \
-    X(ln1b,     "h.%d.ln_1.bias",          1, 0, c->C,     0)                   \
-    X(qkvw,     "h.%d.attn.c_attn.weight", 1, 1, c->C,     3 * c->C)            \
-    X(qkvb,     "h.%d.attn.c_attn.bias",   1, 0, 3 * c->C, 0)                   \
-    X(attprojw, "h.%d.attn.c_proj.weight", 1, 1, c->C,     c->C)                \
-    X(attprojb, "h.%d.attn.c_proj.bias",   1, 0, c->C,     0)                   \
-    X(ln2w,     "h.%d.ln_2.weight",        1, 0, c->C,     0)                   \
-    X(ln2b,     "h.%d.ln_2.bias",          1, 0, c->C,     0)                   \
-    X(fcw,      "h.%d.mlp.c_fc.weight",    1, 1, c->C,     4 * c->C)            \
-    X(fcb,      "h.%d.mlp.c_fc.bias",      1, 0, 4 * c->C, 0)                   \
-    X(fcprojw,  "h.%d.mlp.c_proj.weight",  1, 1, 4 * c->C, c->C)                \
-    X(fcprojb,  "h.%d.mlp.c_proj.bias",    1, 0, c->C,     0)                   \
-    X(lnfw,     "ln_f.weight",             0, 0, c->C,     0)                   \
-    X(lnfb,     "ln_f.bias",               0, 0, c->C,     0)
+enum { HF_ROPE_NONE, HF_ROPE_DEFAULT, HF_ROPE_LINEAR, HF_ROPE_LLAMA3 }; // (GPT-2: none, learned positions)
 
-enum {
-#define X(name, hf, per_layer, conv1d, d0, d1) HF_##name,
-    HF_GPT2_TENSORS(X)
-#undef X
-    HF_NT
-};
+// The model config.json describes. The first five fields are GPT-2's (and every family's); the
+// rest default to GPT-2's values when zero-initialised (arch gpt2).
+typedef struct {
+    int L, C, NH, V, maxT;     // num_hidden_layers (n_layer), hidden_size (n_embd), num_attention_heads
+                               // (n_head), vocab_size, max_position_embeddings (n_positions)
+    int arch;                  // HF_ARCH_*: model_type
+    int NKV, HD, F;            // num_key_value_heads, head_dim, intermediate_size (GPT-2: NH, C/NH, 4C)
+    int tied;                  // tie_word_embeddings (GPT-2: always)
+    int qkv_bias, mlp_bias;    // q/k/v biases (Qwen2: always), gate/up/down biases (Llama's mlp_bias)
+    double norm_eps;           // rms_norm_eps (GPT-2: layer_norm_epsilon, 1e-5)
+    double rope_theta;         // rope_theta
+    int rope_type;             // HF_ROPE_*
+    double rope_factor, rope_low_freq, rope_high_freq; // rope_scaling's factor, low_freq_factor, high_freq_factor
+    int rope_orig_maxT;        // rope_scaling's original_max_position_embeddings (llama3)
+    int window;                // sliding window in tokens (0: none): a run's T must not exceed it
+    int max_window_layers;     // Qwen2's, written back as read (28 when absent)
+    char bos[96], eos[96], pad[96]; // bos/eos/pad_token_id as the JSON text read ("": absent), written back
+    int o_bias;                // Llama's attention_bias: q/k/v biases and an o_proj bias, which must be zero (we have none)
+} HFConfig;
 
-typedef struct { const char* llmc; const char* hf; int per_layer, conv1d; int64_t d0, d1; } HFTensorRow;
-
-static void hf_rows(const HFConfig* c, HFTensorRow* rows) {
-    int k = 0;
-#define X(name, hfname, pl, cv, dim0, dim1) rows[k++] = (HFTensorRow){#name, hfname, pl, cv, (int64_t)(dim0), (int64_t)(dim1)};
-    HF_GPT2_TENSORS(X)
-#undef X
+// A GPT-2's config from its five dimensions.
+static HFConfig hf_gpt2_config(int L, int C, int NH, int V, int maxT) {
+    HFConfig c;
+    memset(&c, 0, sizeof(c));
+    c.L = L; c.C = C; c.NH = NH; c.V = V; c.maxT = maxT;
+    c.arch = HF_ARCH_GPT2;
+    c.NKV = NH; c.HD = NH > 0 && C % NH == 0 ? C / NH : 0; c.F = 4 * C;
+    c.tied = 1; c.qkv_bias = 1; c.mlp_bias = 1; c.norm_eps = 1e-5; c.rope_type = HF_ROPE_NONE;
+    return c;
 }
+
+// X(ours, Hugging Face name ("%d": the layer), per layer, Conv1D (stored transposed), HF dim 0,
+//   HF dim 1 (0: a 1-D tensor), first element inside ours, present in this config, vocabulary rows
+//   (ours has Vp rows: V..Vp are padding)) — in terms of HFConfig* c. Rows in transformers'
+//   state_dict order (the order shards are filled in); ours in model.h's logical order is rebuilt
+//   from `ours` and `at` by hf_bind.
+#define HF_GPT2_TENSORS(X)                                                                          \
+    X(wte,      "wte.weight",              0, 0, c->V,     c->C,     0, 1, 1)                       \
+    X(wpe,      "wpe.weight",              0, 0, c->maxT,  c->C,     0, 1, 0)                       \
+    X(ln1w,     "h.%d.ln_1.weight",        1, 0, c->C,     0,        0, 1, 0)                       \
+    X(ln1b,     "h.%d.ln_1.bias",          1, 0, c->C,     0,        0, 1, 0)                       \
+    X(qkvw,     "h.%d.attn.c_attn.weight", 1, 1, c->C,     3 * c->C, 0, 1, 0)                       \
+    X(qkvb,     "h.%d.attn.c_attn.bias",   1, 0, 3 * c->C, 0,        0, 1, 0)                       \
+    X(attprojw, "h.%d.attn.c_proj.weight", 1, 1, c->C,     c->C,     0, 1, 0)                       \
+    X(attprojb, "h.%d.attn.c_proj.bias",   1, 0, c->C,     0,        0, 1, 0)                       \
+    X(ln2w,     "h.%d.ln_2.weight",        1, 0, c->C,     0,        0, 1, 0)                       \
+    X(ln2b,     "h.%d.ln_2.bias",          1, 0, c->C,     0,        0, 1, 0)                       \
+    X(fcw,      "h.%d.mlp.c_fc.weight",    1, 1, c->C,     4 * c->C, 0, 1, 0)                       \
+    X(fcb,      "h.%d.mlp.c_fc.bias",      1, 0, 4 * c->C, 0,        0, 1, 0)                       \
+    X(fcprojw,  "h.%d.mlp.c_proj.weight",  1, 1, 4 * c->C, c->C,     0, 1, 0)                       \
+    X(fcprojb,  "h.%d.mlp.c_proj.bias",    1, 0, c->C,     0,        0, 1, 0)                       \
+    X(lnfw,     "ln_f.weight",             0, 0, c->C,     0,        0, 1, 0)                       \
+    X(lnfb,     "ln_f.bias",               0, 0, c->C,     0,        0, 1, 0)
+
+// Q = NH*HD rows of queries, K = NKV*HD rows of keys (and of values): wqkv is (Q + 2K, C), wgu (2F, C).
+// `none`: a tensor with no counterpart of ours, all zeros (Llama's o_proj bias with attention_bias:
+// read and checked to be zero, written as zeros).
+#define HF_LLAMA_TENSORS(X)                                                                                                  \
+    X(embed,    "model.embed_tokens.weight",                       0, 0, c->V, c->C, 0,                  1,           1)      \
+    X(wqkv,     "model.layers.%d.self_attn.q_proj.weight",         1, 0, Q,    c->C, 0,                  1,           0)      \
+    X(bqkv,     "model.layers.%d.self_attn.q_proj.bias",           1, 0, Q,    0,    0,                  c->qkv_bias, 0)      \
+    X(wqkv,     "model.layers.%d.self_attn.k_proj.weight",         1, 0, K,    c->C, Q * c->C,           1,           0)      \
+    X(bqkv,     "model.layers.%d.self_attn.k_proj.bias",           1, 0, K,    0,    Q,                  c->qkv_bias, 0)      \
+    X(wqkv,     "model.layers.%d.self_attn.v_proj.weight",         1, 0, K,    c->C, (Q + K) * c->C,     1,           0)      \
+    X(bqkv,     "model.layers.%d.self_attn.v_proj.bias",           1, 0, K,    0,    Q + K,              c->qkv_bias, 0)      \
+    X(wo,       "model.layers.%d.self_attn.o_proj.weight",         1, 0, c->C, Q,    0,                  1,           0)      \
+    X(none,     "model.layers.%d.self_attn.o_proj.bias",           1, 0, c->C, 0,    0,                  c->o_bias,   0)      \
+    X(wgu,      "model.layers.%d.mlp.gate_proj.weight",            1, 0, c->F, c->C, 0,                  1,           0)      \
+    X(bgu,      "model.layers.%d.mlp.gate_proj.bias",              1, 0, c->F, 0,    0,                  c->mlp_bias, 0)      \
+    X(wgu,      "model.layers.%d.mlp.up_proj.weight",              1, 0, c->F, c->C, (int64_t)c->F * c->C, 1,         0)      \
+    X(bgu,      "model.layers.%d.mlp.up_proj.bias",                1, 0, c->F, 0,    c->F,               c->mlp_bias, 0)      \
+    X(wdown,    "model.layers.%d.mlp.down_proj.weight",            1, 0, c->C, c->F, 0,                  1,           0)      \
+    X(bdown,    "model.layers.%d.mlp.down_proj.bias",              1, 0, c->C, 0,    0,                  c->mlp_bias, 0)      \
+    X(attnnorm, "model.layers.%d.input_layernorm.weight",          1, 0, c->C, 0,    0,                  1,           0)      \
+    X(mlpnorm,  "model.layers.%d.post_attention_layernorm.weight", 1, 0, c->C, 0,    0,                  1,           0)      \
+    X(normf,    "model.norm.weight",                               0, 0, c->C, 0,    0,                  1,           0)      \
+    X(lmhead,   "lm_head.weight",                                  0, 0, c->V, c->C, 0,                  !c->tied,    1)
+
+#define HF_MAX_ROWS 24
+
+typedef struct {
+    const char* ours;     // our tensor (model.h's name)
+    const char* hf;       // its Hugging Face name ("%d": the layer)
+    int per_layer, conv1d;
+    int64_t d0, d1;       // the Hugging Face shape (d1 = 0: 1-D)
+    int64_t at;           // its first element inside ours (per layer)
+    int present;          // in a checkpoint of this config
+    int vocab;            // ours has Vp rows, this tensor V
+} HFTensorRow;
+
+// The rows of c's family; returns their number.
+static int hf_rows(const HFConfig* c, HFTensorRow* rows) {
+    int k = 0;
+#define X(name, hfname, pl, cv, dim0, dim1, first, pres, voc) \
+    rows[k++] = (HFTensorRow){#name, hfname, pl, cv, (int64_t)(dim0), (int64_t)(dim1), (int64_t)(first), (pres) ? 1 : 0, voc};
+    if (c->arch == HF_ARCH_GPT2) {
+        HF_GPT2_TENSORS(X)
+    } else {
+        int64_t Q = (int64_t)c->NH * c->HD, K = (int64_t)c->NKV * c->HD;
+        HF_LLAMA_TENSORS(X)
+    }
+#undef X
+    return k;
+}
+
+static int64_t hf_row_numel(const HFTensorRow* r) { return r->d0 * (r->d1 ? r->d1 : 1); }
 
 static void hf_name(const HFTensorRow* r, int layer, char* out, size_t cap) { // cap >= 64: the names are short
     int n = r->per_layer ? snprintf(out, cap, r->hf, layer) : snprintf(out, cap, "%s", r->hf);
@@ -84,6 +182,7 @@ static int hf_read_file(const char* path, char** out, size_t* len, size_t cap, c
     FILE* f = fopen(path, "rb");
     if (!f) return st_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
     char* buf = (char*)malloc(cap + 1);
+    if (!buf) { fclose(f); return st_err(err, errlen, "%s: out of memory", path); }
     size_t n = fread(buf, 1, cap + 1, f);
     int bad = ferror(f);
     fclose(f);
@@ -95,93 +194,294 @@ static int hf_read_file(const char* path, char** out, size_t* len, size_t cap, c
     return 0;
 }
 
-// Read config.json: the dimensions (transformers' GPT2Config defaults where a key is absent) and a
-// refusal, by name, of every option we do not implement.
+// A JSON value as an error message shows it: 'text', 12, 0.5, true, null, [...], {...}.
+static const char* hf_show(const Json* j, int k, char* buf, size_t cap) {
+    const JsonNode* n = &j->nodes[k];
+    switch (n->type) {
+    case JSON_NULL: return "null";
+    case JSON_TRUE: return "true";
+    case JSON_FALSE: return "false";
+    case JSON_NUMBER: if (n->is_int) snprintf(buf, cap, "%lld", (long long)n->i); else snprintf(buf, cap, "%g", n->num); return buf;
+    case JSON_STRING: snprintf(buf, cap, "'%.60s'", n->str); return buf;
+    case JSON_ARRAY: return "[...]";
+    default: return "{...}";
+    }
+}
+
+// A field of object `obj` (the root, or rope_scaling): an integer, a number, a boolean. `def` when
+// absent (or null, where allow_null); a missing required field, a wrong type or a value out of
+// range is an error naming the file, the field and the value.
+static int hf_cfg_int(const Json* j, int obj, const char* path, const char* key, int required, int allow_null, int64_t def,
+                      int64_t lo, int64_t hi, int* out, char* err, size_t errlen) {
+    int k = json_get(j, obj, key);
+    const char* pre = obj ? "rope_scaling." : ""; // the one nested object we read
+    if (k < 0 || (allow_null && j->nodes[k].type == JSON_NULL)) {
+        if (required) return st_err(err, errlen, "%s: %s%s is missing (an integer; transformers' config needs it)", path, pre, key);
+        *out = (int)def;
+        return 0;
+    }
+    char b[96];
+    const JsonNode* n = &j->nodes[k];
+    if (n->type != JSON_NUMBER || !n->is_int || n->i < lo || n->i > hi)
+        return st_err(err, errlen, "%s: %s%s = %s: must be an integer from %lld to %lld", path, pre, key, hf_show(j, k, b, sizeof(b)), (long long)lo, (long long)hi);
+    *out = (int)n->i;
+    return 0;
+}
+
+static int hf_cfg_num(const Json* j, int obj, const char* path, const char* key, int required, double def, double* out, char* err, size_t errlen) {
+    int k = json_get(j, obj, key);
+    const char* pre = obj ? "rope_scaling." : "";
+    if (k < 0) {
+        if (required) return st_err(err, errlen, "%s: %s%s is missing (a number; transformers' config needs it)", path, pre, key);
+        *out = def;
+        return 0;
+    }
+    char b[96];
+    if (j->nodes[k].type != JSON_NUMBER || !(j->nodes[k].num > 0) || !isfinite(j->nodes[k].num))
+        return st_err(err, errlen, "%s: %s%s = %s: must be a positive number", path, pre, key, hf_show(j, k, b, sizeof(b)));
+    *out = j->nodes[k].num;
+    return 0;
+}
+
+static int hf_cfg_bool(const Json* j, const char* path, const char* key, int def, int* out, char* err, size_t errlen) {
+    int k = json_get(j, 0, key);
+    if (k < 0) { *out = def; return 0; }
+    char b[96];
+    if (j->nodes[k].type != JSON_TRUE && j->nodes[k].type != JSON_FALSE)
+        return st_err(err, errlen, "%s: %s = %s: must be true or false", path, key, hf_show(j, k, b, sizeof(b)));
+    *out = j->nodes[k].type == JSON_TRUE;
+    return 0;
+}
+
+// A token id field (an integer, a list of them, or null) kept as JSON text for the exporter.
+static void hf_cfg_token(const Json* j, const char* key, char* out, size_t cap) {
+    out[0] = 0;
+    int k = json_get(j, 0, key);
+    if (k < 0) return;
+    const JsonNode* n = &j->nodes[k];
+    if (n->type == JSON_NUMBER && n->is_int) { snprintf(out, cap, "%lld", (long long)n->i); return; }
+    if (n->type == JSON_NULL) { snprintf(out, cap, "null"); return; }
+    if (n->type != JSON_ARRAY) return;
+    size_t len = (size_t)snprintf(out, cap, "[");
+    for (int ch = n->first; ch >= 0; ch = j->nodes[ch].next) {
+        if (j->nodes[ch].type != JSON_NUMBER || !j->nodes[ch].is_int || len + 24 >= cap) { out[0] = 0; return; }
+        len += (size_t)snprintf(out + len, cap - len, "%s%lld", ch == n->first ? "" : ", ", (long long)j->nodes[ch].i);
+    }
+    snprintf(out + len, cap - len, "]");
+}
+
+// GPT-2 (GPT2Config): the dimensions (transformers' defaults where a key is absent) and a refusal,
+// by name, of every option we do not implement.
+static int hf_read_gpt2(const Json* jj, const char* path, HFConfig* c, char* err, size_t errlen) {
+    const Json* j = jj;
+    const JsonNode* N = j->nodes;
+    char b[96];
+    int k;
+    static const struct { const char* key; int def; } dims[] = {
+        {"n_layer", 12}, {"n_embd", 768}, {"n_head", 12}, {"vocab_size", 50257}, {"n_positions", 1024}};
+    int v[5];
+    for (int d = 0; d < 5; d++) {
+        k = json_get(j, 0, dims[d].key);
+        v[d] = dims[d].def;
+        if (k >= 0) {
+            if (N[k].type != JSON_NUMBER || !N[k].is_int || N[k].i < 1 || N[k].i > (1 << 24))
+                return st_err(err, errlen, "%s: %s must be a positive integer", path, dims[d].key);
+            v[d] = (int)N[k].i;
+        }
+    }
+    *c = hf_gpt2_config(v[0], v[1], v[2], v[3], v[4]);
+    if ((k = json_get(j, 0, "n_inner")) >= 0 && N[k].type != JSON_NULL && !(N[k].type == JSON_NUMBER && N[k].is_int && N[k].i == 4ll * c->C))
+        return st_err(err, errlen, "%s: n_inner = %s is not supported (only null or 4*n_embd = %d)", path, hf_show(j, k, b, sizeof(b)), 4 * c->C);
+    if ((k = json_get(j, 0, "activation_function")) >= 0 &&
+        (N[k].type != JSON_STRING || (strcmp(N[k].str, "gelu_new") && strcmp(N[k].str, "gelu_pytorch_tanh"))))
+        return st_err(err, errlen, "%s: activation_function %s is not supported (only gelu_new or gelu_pytorch_tanh: GELU, tanh approximation)",
+                      path, hf_show(j, k, b, sizeof(b)));
+    // booleans that must have GPT-2's value: (key, required value, what the other value means)
+    static const struct { const char* key; int want; const char* what; } flags[] = {
+        {"tie_word_embeddings", 1, "untied embeddings (a separate lm_head) are not supported for GPT-2"},
+        {"add_cross_attention", 0, "cross-attention is not supported"},
+        {"scale_attn_weights", 1, "attention without the 1/sqrt(head size) scale is not supported"},
+        {"scale_attn_by_inverse_layer_idx", 0, "scaling attention by 1/layer index is not supported"},
+    };
+    for (size_t f = 0; f < sizeof(flags) / sizeof(flags[0]); f++) {
+        int on;
+        if (hf_cfg_bool(j, path, flags[f].key, flags[f].want, &on, err, errlen)) return -1;
+        if (on != flags[f].want) return st_err(err, errlen, "%s: %s = %s: %s", path, flags[f].key, on ? "true" : "false", flags[f].what);
+    }
+    if ((k = json_get(j, 0, "layer_norm_epsilon")) >= 0 && (N[k].type != JSON_NUMBER || fabs(N[k].num - 1e-5) > 1e-12))
+        return st_err(err, errlen, "%s: layer_norm_epsilon = %s is not supported (only 1e-5, GPT-2's)", path, hf_show(j, k, b, sizeof(b)));
+    return 0;
+}
+
+// The Llama family (LlamaConfig, MistralConfig, Qwen2Config as transformers 4.47 reads them): the
+// shape fields are required (transformers' defaults are some 7B model's, never what a checkpoint
+// means); the others take transformers' default for the model_type when absent.
+static int hf_read_llama(const Json* j, const char* path, int arch, HFConfig* c, char* err, size_t errlen) {
+    const JsonNode* N = j->nodes;
+    char b[96];
+    int k;
+    const int big = 1 << 24;
+    c->arch = arch;
+    if (hf_cfg_int(j, 0, path, "num_hidden_layers", 1, 0, 0, 1, big, &c->L, err, errlen) ||
+        hf_cfg_int(j, 0, path, "hidden_size", 1, 0, 0, 1, big, &c->C, err, errlen) ||
+        hf_cfg_int(j, 0, path, "num_attention_heads", 1, 0, 0, 1, big, &c->NH, err, errlen) ||
+        hf_cfg_int(j, 0, path, "intermediate_size", 1, 0, 0, 1, big, &c->F, err, errlen) ||
+        hf_cfg_int(j, 0, path, "vocab_size", 1, 0, 0, 2, big, &c->V, err, errlen) ||
+        hf_cfg_int(j, 0, path, "max_position_embeddings", 1, 0, 0, 1, big, &c->maxT, err, errlen) ||
+        hf_cfg_int(j, 0, path, "num_key_value_heads", 0, 1, c->NH, 1, c->NH, &c->NKV, err, errlen) ||
+        hf_cfg_num(j, 0, path, "rms_norm_eps", 1, 0.0, &c->norm_eps, err, errlen) ||
+        hf_cfg_num(j, 0, path, "rope_theta", 0, 10000.0, &c->rope_theta, err, errlen) ||
+        hf_cfg_bool(j, path, "tie_word_embeddings", 0, &c->tied, err, errlen))
+        return -1;
+    if (c->NH % c->NKV != 0)
+        return st_err(err, errlen, "%s: num_attention_heads = %d is not a multiple of num_key_value_heads = %d (grouped-query attention needs whole groups)",
+                      path, c->NH, c->NKV);
+    // head_dim: Llama and Mistral read it (null or absent: hidden_size / heads); Qwen2 (4.47) never does
+    k = json_get(j, 0, "head_dim");
+    if (arch == HF_ARCH_QWEN2 || k < 0 || N[k].type == JSON_NULL) {
+        if (c->C % c->NH != 0)
+            return st_err(err, errlen, "%s: hidden_size = %d is not a multiple of num_attention_heads = %d, and no head_dim is given", path, c->C, c->NH);
+        c->HD = c->C / c->NH;
+        if (arch == HF_ARCH_QWEN2 && k >= 0 && N[k].type != JSON_NULL && !(N[k].type == JSON_NUMBER && N[k].is_int && N[k].i == c->HD))
+            return st_err(err, errlen, "%s: head_dim = %s: Qwen2 (transformers 4.47) always uses hidden_size / num_attention_heads = %d",
+                          path, hf_show(j, k, b, sizeof(b)), c->HD);
+    } else if (hf_cfg_int(j, 0, path, "head_dim", 0, 1, 0, 1, big, &c->HD, err, errlen)) return -1;
+    if (c->HD % 2) return st_err(err, errlen, "%s: head_dim = %d is odd: RoPE rotates pairs (d, d + head_dim/2)", path, c->HD);
+    // the activation: SwiGLU with SiLU (transformers' ACT2FN: "silu" and "swish" are both nn.SiLU)
+    if ((k = json_get(j, 0, "hidden_act")) >= 0 && (N[k].type != JSON_STRING || (strcmp(N[k].str, "silu") && strcmp(N[k].str, "swish"))))
+        return st_err(err, errlen, "%s: hidden_act = %s is not supported (only silu: SwiGLU)", path, hf_show(j, k, b, sizeof(b)));
+    // biases: Qwen2 always has q/k/v biases (and never an o_proj or MLP bias); Mistral none; Llama's
+    // attention_bias adds q/k/v AND o_proj biases, mlp_bias gate/up/down biases
+    c->qkv_bias = arch == HF_ARCH_QWEN2;
+    c->mlp_bias = 0;
+    if (arch == HF_ARCH_LLAMA) { // (its o_proj bias must then be zero: hf_open checks the values)
+        if (hf_cfg_bool(j, path, "attention_bias", 0, &c->qkv_bias, err, errlen) || hf_cfg_bool(j, path, "mlp_bias", 0, &c->mlp_bias, err, errlen)) return -1;
+        c->o_bias = c->qkv_bias;
+    }
+    // RoPE: rope_scaling null, or {"rope_type" (or the older "type"): default | linear | llama3, ...}
+    c->rope_type = HF_ROPE_DEFAULT;
+    c->rope_factor = 1.0;
+    k = json_get(j, 0, "rope_scaling");
+    if (k >= 0 && N[k].type != JSON_NULL) {
+        if (N[k].type != JSON_OBJECT) return st_err(err, errlen, "%s: rope_scaling = %s: must be null or an object", path, hf_show(j, k, b, sizeof(b)));
+        int t = json_get(j, k, "rope_type");
+        if (t < 0) t = json_get(j, k, "type");
+        if (t < 0 || N[t].type != JSON_STRING) return st_err(err, errlen, "%s: rope_scaling has no rope_type string", path);
+        const char* rt = N[t].str;
+        if (!strcmp(rt, "default")) c->rope_type = HF_ROPE_DEFAULT;
+        else if (!strcmp(rt, "linear")) {
+            c->rope_type = HF_ROPE_LINEAR;
+            if (hf_cfg_num(j, k, path, "factor", 1, 1.0, &c->rope_factor, err, errlen)) return -1;
+        } else if (!strcmp(rt, "llama3")) {
+            c->rope_type = HF_ROPE_LLAMA3;
+            if (hf_cfg_num(j, k, path, "factor", 1, 1.0, &c->rope_factor, err, errlen) ||
+                hf_cfg_num(j, k, path, "low_freq_factor", 1, 1.0, &c->rope_low_freq, err, errlen) ||
+                hf_cfg_num(j, k, path, "high_freq_factor", 1, 1.0, &c->rope_high_freq, err, errlen) ||
+                hf_cfg_int(j, k, path, "original_max_position_embeddings", 1, 0, 0, 1, big, &c->rope_orig_maxT, err, errlen))
+                return -1;
+            if (!(c->rope_high_freq > c->rope_low_freq))
+                return st_err(err, errlen, "%s: rope_scaling (llama3): high_freq_factor = %g must be above low_freq_factor = %g", path, c->rope_high_freq, c->rope_low_freq);
+        } else
+            return st_err(err, errlen, "%s: rope_scaling.rope_type = '%.40s' is not supported (only default, linear, llama3)", path, rt);
+        for (int ch = N[k].first; ch >= 0; ch = N[ch].next) // a field the type does not use changes nothing in transformers either
+            if (!strcmp(N[ch].key, "attention_factor") || !strcmp(N[ch].key, "mscale") || !strcmp(N[ch].key, "mscale_all_dim"))
+                return st_err(err, errlen, "%s: rope_scaling.%s = %s is not supported (only default, linear, llama3 RoPE, unscaled attention)",
+                              path, N[ch].key, hf_show(j, ch, b, sizeof(b)));
+    }
+    // what other Llama-like models add, refused by name: (key, what it would mean)
+    static const struct { const char* key; const char* what; } refused[] = {
+        {"num_local_experts", "mixture of experts is not supported"}, {"num_experts", "mixture of experts is not supported"},
+        {"num_experts_per_tok", "mixture of experts is not supported"}, {"n_routed_experts", "mixture of experts is not supported"},
+        {"moe_intermediate_size", "mixture of experts is not supported"}, {"n_shared_experts", "mixture of experts is not supported"},
+        {"shared_expert_intermediate_size", "mixture of experts is not supported"}, {"qk_layernorm", "qk-norm is not supported"},
+        {"use_qk_norm", "qk-norm is not supported"}, {"qk_norm", "qk-norm is not supported"},
+        {"use_mrope", "multimodal RoPE (Qwen2-VL) is not supported"},
+        {"rope_interleaved", "interleaved RoPE pairs are not supported (transformers ignores the field and rotates halves, so the checkpoint would mean another model)"},
+    };
+    for (size_t f = 0; f < sizeof(refused) / sizeof(refused[0]); f++) {
+        k = json_get(j, 0, refused[f].key);
+        if (k < 0 || N[k].type == JSON_NULL || N[k].type == JSON_FALSE || (N[k].type == JSON_NUMBER && N[k].num == 0)) continue;
+        return st_err(err, errlen, "%s: %s = %s: %s", path, refused[f].key, hf_show(j, k, b, sizeof(b)), refused[f].what);
+    }
+    if ((k = json_get(j, 0, "partial_rotary_factor")) >= 0 && !(N[k].type == JSON_NUMBER && N[k].num == 1.0))
+        return st_err(err, errlen, "%s: partial_rotary_factor = %s is not supported (only 1: RoPE on the whole head)", path, hf_show(j, k, b, sizeof(b)));
+    // the sliding window: Mistral's sliding_window (null: none); Qwen2's only with use_sliding_window
+    c->window = 0;
+    c->max_window_layers = 28;
+    if (arch == HF_ARCH_MISTRAL) { // absent: MistralConfig's 4096; null: none
+        k = json_get(j, 0, "sliding_window");
+        if (k >= 0 && N[k].type == JSON_NULL) c->window = 0;
+        else if (hf_cfg_int(j, 0, path, "sliding_window", 0, 0, 4096, 1, INT_MAX, &c->window, err, errlen)) return -1;
+    }
+    if (arch == HF_ARCH_QWEN2) {
+        int use;
+        if (hf_cfg_bool(j, path, "use_sliding_window", 0, &use, err, errlen) ||
+            hf_cfg_int(j, 0, path, "max_window_layers", 0, 1, 28, 0, big, &c->max_window_layers, err, errlen)) return -1;
+        k = json_get(j, 0, "sliding_window"); // absent: Qwen2Config's 4096; null: none
+        if (use && !(k >= 0 && N[k].type == JSON_NULL) && hf_cfg_int(j, 0, path, "sliding_window", 0, 0, 4096, 1, INT_MAX, &c->window, err, errlen)) return -1;
+    }
+    hf_cfg_token(j, "bos_token_id", c->bos, sizeof(c->bos));
+    hf_cfg_token(j, "eos_token_id", c->eos, sizeof(c->eos));
+    hf_cfg_token(j, "pad_token_id", c->pad, sizeof(c->pad));
+    return 0;
+}
+
+// Read config.json into c: model_type gpt2 (the default when absent, as older GPT-2 files have
+// none), llama, mistral or qwen2. 0, or -1 with err naming the file, the field and its value.
 static int hf_read_config(const char* path, HFConfig* c, char* err, size_t errlen) {
+    memset(c, 0, sizeof(*c));
     char* text;
     size_t len;
     if (hf_read_file(path, &text, &len, 1 << 20, err, errlen)) return -1;
     Json j;
-    char jerr[512];
-    if (json_parse(&j, text, len, jerr, sizeof(jerr))) { json_free(&j); free(text); return st_err(err, errlen, "%s: %s", path, jerr); }
+    char jerr[512], b[96];
     int rc = -1;
-    const JsonNode* N = j.nodes;
-    int k;
-    if (N[0].type != JSON_OBJECT) { st_err(err, errlen, "%s: not a JSON object", path); goto done; }
-    {
-        static const struct { const char* key; int def; } dims[] = {
-            {"n_layer", 12}, {"n_embd", 768}, {"n_head", 12}, {"vocab_size", 50257}, {"n_positions", 1024}};
-        int v[5];
-        for (int d = 0; d < 5; d++) {
-            k = json_get(&j, 0, dims[d].key);
-            v[d] = dims[d].def;
-            if (k >= 0) {
-                if (N[k].type != JSON_NUMBER || !N[k].is_int || N[k].i < 1 || N[k].i > (1 << 24)) {
-                    st_err(err, errlen, "%s: %s must be a positive integer", path, dims[d].key);
-                    goto done;
-                }
-                v[d] = (int)N[k].i;
-            }
-        }
-        c->L = v[0]; c->C = v[1]; c->NH = v[2]; c->V = v[3]; c->maxT = v[4];
+    if (json_parse(&j, text, len, jerr, sizeof(jerr))) st_err(err, errlen, "%s: %s", path, jerr);
+    else if (j.nodes[0].type != JSON_OBJECT) st_err(err, errlen, "%s: not a JSON object", path);
+    else {
+        int k = json_get(&j, 0, "model_type"), arch = -1;
+        if (k < 0) arch = HF_ARCH_GPT2;
+        else if (j.nodes[k].type == JSON_STRING)
+            for (int a = 0; a < HF_NARCH; a++) if (!strcmp(j.nodes[k].str, hf_archs[a].model_type)) arch = a;
+        if (arch < 0)
+            st_err(err, errlen, "%s: model_type %s is not supported (only gpt2: GPT2LMHeadModel; llama, mistral, qwen2: LlamaForCausalLM, "
+                   "MistralForCausalLM, Qwen2ForCausalLM)", path, hf_show(&j, k, b, sizeof(b)));
+        else rc = arch == HF_ARCH_GPT2 ? hf_read_gpt2(&j, path, c, err, errlen) : hf_read_llama(&j, path, arch, c, err, errlen);
     }
-    if ((k = json_get(&j, 0, "model_type")) >= 0 && (N[k].type != JSON_STRING || strcmp(N[k].str, "gpt2"))) {
-        st_err(err, errlen, "%s: model_type '%s' is not supported (only gpt2: GPT2LMHeadModel)", path, N[k].type == JSON_STRING ? N[k].str : "?");
-        goto done;
-    }
-    if ((k = json_get(&j, 0, "n_inner")) >= 0 && N[k].type != JSON_NULL && !(N[k].type == JSON_NUMBER && N[k].is_int && N[k].i == 4ll * c->C)) {
-        st_err(err, errlen, "%s: n_inner = %g is not supported (only null or 4*n_embd = %d)", path, N[k].num, 4 * c->C);
-        goto done;
-    }
-    if ((k = json_get(&j, 0, "activation_function")) >= 0 &&
-        (N[k].type != JSON_STRING || (strcmp(N[k].str, "gelu_new") && strcmp(N[k].str, "gelu_pytorch_tanh")))) {
-        st_err(err, errlen, "%s: activation_function '%s' is not supported (only gelu_new or gelu_pytorch_tanh: GELU, tanh approximation)",
-               path, N[k].type == JSON_STRING ? N[k].str : "?");
-        goto done;
-    }
-    {   // booleans that must have GPT-2's value: (key, required value, what the other value means)
-        static const struct { const char* key; int want; const char* what; } flags[] = {
-            {"tie_word_embeddings", 1, "untied embeddings (a separate lm_head) are not supported"},
-            {"add_cross_attention", 0, "cross-attention is not supported"},
-            {"scale_attn_weights", 1, "attention without the 1/sqrt(head size) scale is not supported"},
-            {"scale_attn_by_inverse_layer_idx", 0, "scaling attention by 1/layer index is not supported"},
-        };
-        for (size_t f = 0; f < sizeof(flags) / sizeof(flags[0]); f++) {
-            k = json_get(&j, 0, flags[f].key);
-            if (k < 0) continue;
-            if (N[k].type != JSON_TRUE && N[k].type != JSON_FALSE) { st_err(err, errlen, "%s: %s must be true or false", path, flags[f].key); goto done; }
-            if ((N[k].type == JSON_TRUE) != flags[f].want) {
-                st_err(err, errlen, "%s: %s = %s: %s", path, flags[f].key, flags[f].want ? "false" : "true", flags[f].what);
-                goto done;
-            }
-        }
-    }
-    if ((k = json_get(&j, 0, "layer_norm_epsilon")) >= 0 && (N[k].type != JSON_NUMBER || fabs(N[k].num - 1e-5) > 1e-12)) {
-        st_err(err, errlen, "%s: layer_norm_epsilon = %g is not supported (only 1e-5, GPT-2's)", path, N[k].num);
-        goto done;
-    }
-    rc = 0;
-done:
     json_free(&j);
     free(text);
     return rc;
 }
 
+// What the config says about a run of T tokens: a sliding window shorter than T is refused
+// (attention over the last `window` positions only, which we do not implement).
+static int hf_check_run(const HFConfig* c, int T, const char* config_path, char* err, size_t errlen) {
+    if (c->window > 0 && T > c->window)
+        return st_err(err, errlen, "%s: sliding_window = %d is shorter than the run's T = %d: sliding-window attention is not supported "
+                      "(up to T = %d it equals full attention). HINT: use -t %d or less", config_path, c->window, T, c->window, c->window);
+    return 0;
+}
+
 // ----------------------------------------------------------------------------
 // Reading a checkpoint.
 
-typedef struct { const char* name; int64_t logical, n; int per_layer; } HFLlmcTensor; // llm.c's layout, from the caller
+typedef struct { const char* name; int64_t logical, n; int per_layer; } HFLlmcTensor; // one of ours, from the caller (n: per layer)
+
+// One of our tensors bound to its Hugging Face rows (in `at` order; elements past the last are padding).
+typedef struct { int64_t logical, n; int per_layer; int nrows; int rows[4]; } HFBound;
 
 typedef struct {
     HFConfig cfg;
     char config_path[PATH_MAX + 64];
     StFile* files;
     int nfiles;
-    const StTensor** src; // (HF_NT * L): the tensor of row k, layer l (io rows use l = 0)
-    int* src_file;        // (HF_NT * L)
-    HFTensorRow rows[HF_NT];
-    // bound to llm.c's logical layout by hf_bind
-    HFLlmcTensor llmc[HF_NT];
+    int nrows;
+    HFTensorRow rows[HF_MAX_ROWS];
+    const StTensor** src; // (nrows * L): the tensor of row k, layer l (io rows use l = 0)
+    int* src_file;        // (nrows * L)
+    // bound to our logical layout by hf_bind, in logical order
+    HFBound bound[HF_MAX_ROWS];
+    int nbound;
     int Vp;
 } HFCheckpoint;
 
@@ -207,6 +507,15 @@ static void hf_close(HFCheckpoint* ck) {
     memset(ck, 0, sizeof(*ck));
 }
 
+// Drop the pages of bytes [p, p + n) of a mapped file from this process (they stay in the page
+// cache): what a rank has read and converted does not stay in its resident memory.
+static void hf_drop_pages(const StFile* f, const unsigned char* p, int64_t n) {
+    static long page = 0;
+    if (!page) page = sysconf(_SC_PAGESIZE) > 0 ? sysconf(_SC_PAGESIZE) : 4096;
+    uintptr_t a = ((uintptr_t)p + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page, b = ((uintptr_t)p + (uintptr_t)n) / (uintptr_t)page * (uintptr_t)page;
+    if (f->map && b > a) madvise((void*)a, b - a, MADV_DONTNEED); // (advice: a failure changes nothing read)
+}
+
 // The shards an index names (distinct, in order of first appearance), checked to be plain file
 // names in the index's directory. Fills files[] (opened) and returns the index JSON in *idx.
 static int hf_open_index(HFCheckpoint* ck, const char* dir, const char* index_path, Json* idx, char** idx_text, char* err, size_t errlen) {
@@ -229,7 +538,8 @@ static int hf_open_index(HFCheckpoint* ck, const char* dir, const char* index_pa
         char p[2 * PATH_MAX];
         snprintf(p, sizeof(p), "%s/%.*s", dir, PATH_MAX - 1, nd->str);
         names[ck->nfiles] = nd->str;
-        if (st_open(&ck->files[ck->nfiles++], p, err, errlen)) rc = -1;
+        if (!hf_exists(p)) rc = st_err(err, errlen, "%s: tensor %s: the index names the shard %s, which does not exist", index_path, nd->key, p);
+        else if (st_open(&ck->files[ck->nfiles++], p, err, errlen)) rc = -1;
     }
     // every tensor the index names is in the shard it names, and every shard tensor is named
     for (int ch = idx->nodes[wm].first; ch >= 0 && rc == 0; ch = idx->nodes[ch].next) {
@@ -246,6 +556,28 @@ static int hf_open_index(HFCheckpoint* ck, const char* dir, const char* index_pa
         }
     free(names);
     return rc;
+}
+
+// Is `name` a stored buffer that is not a parameter (skipped)?
+static int hf_is_buffer(const HFConfig* c, const char* bare) {
+    int layer = -1;
+    char rest[160];
+    if (c->arch == HF_ARCH_GPT2) // the causal-mask buffers of older GPT-2 files
+        return sscanf(bare, "h.%d.%150s", &layer, rest) == 2 && (!strcmp(rest, "attn.bias") || !strcmp(rest, "attn.masked_bias"));
+    return sscanf(bare, "model.layers.%d.%150s", &layer, rest) == 2 && !strcmp(rest, "self_attn.rotary_emb.inv_freq"); // older Llama conversions
+}
+
+static void hf_shape_text(const int64_t* shape, int ndim, char* out, size_t cap) {
+    out[0] = 0;
+    for (int d = 0; d < ndim; d++) snprintf(out + strlen(out), cap - strlen(out), d ? ", %lld" : "%lld", (long long)shape[d]);
+}
+
+// The config's settings that decide which tensors exist, for an error message.
+static void hf_settings_text(const HFConfig* c, char* out, size_t cap) {
+    if (c->arch == HF_ARCH_GPT2) snprintf(out, cap, "n_layer %d", c->L);
+    else snprintf(out, cap, "num_hidden_layers %d, %s, mlp_bias %s, tie_word_embeddings %s", c->L,
+                  c->arch == HF_ARCH_QWEN2 ? "q/k/v biases (qwen2)" : c->qkv_bias ? "attention_bias true" : "no attention biases",
+                  c->mlp_bias ? "true" : "false", c->tied ? "true" : "false");
 }
 
 // Open a checkpoint (see the top of this file for what `path` may be), read its config and find
@@ -265,7 +597,7 @@ static int hf_open(HFCheckpoint* ck, const char* path, char* err, size_t errlen)
             snprintf(bin, sizeof(bin), "%s/pytorch_model.bin", dir);
             if (hf_exists(bin))
                 return st_err(err, errlen, "%s holds pytorch_model.bin (a pickle) but no model.safetensors: not supported. HINT: convert it with "
-                              "transformers: GPT2LMHeadModel.from_pretrained(dir).save_pretrained(dir, safe_serialization=True)", dir);
+                              "transformers: AutoModelForCausalLM.from_pretrained(dir).save_pretrained(dir, safe_serialization=True)", dir);
             return st_err(err, errlen, "%s: no model.safetensors or model.safetensors.index.json in this directory", dir);
         }
     } else {
@@ -278,7 +610,7 @@ static int hf_open(HFCheckpoint* ck, const char* path, char* err, size_t errlen)
     }
     snprintf(ck->config_path, sizeof(ck->config_path), "%s/config.json", dir);
     if (!hf_exists(ck->config_path))
-        return st_err(err, errlen, "%s: no config.json beside the weights (it gives n_head and the architecture). HINT: download it with the model", dir);
+        return st_err(err, errlen, "%s: no config.json beside the weights (it gives the architecture and the heads). HINT: download it with the model", dir);
     if (hf_read_config(ck->config_path, &ck->cfg, err, errlen)) return -1;
     Json idx;
     memset(&idx, 0, sizeof(idx));
@@ -294,189 +626,449 @@ static int hf_open(HFCheckpoint* ck, const char* path, char* err, size_t errlen)
     json_free(&idx);
     free(idx_text);
     if (rc) return -1;
-    // find every tensor: with or without the prefix, once
+    // find every tensor once: GPT-2's with or without the "transformer." prefix
     const HFConfig* c = &ck->cfg;
-    hf_rows(c, ck->rows);
-    ck->src = (const StTensor**)calloc((size_t)HF_NT * c->L, sizeof(StTensor*));
-    ck->src_file = (int*)calloc((size_t)HF_NT * c->L, sizeof(int));
+    int gpt2 = c->arch == HF_ARCH_GPT2;
+    ck->nrows = hf_rows(c, ck->rows);
+    ck->src = (const StTensor**)calloc((size_t)ck->nrows * c->L, sizeof(StTensor*));
+    ck->src_file = (int*)calloc((size_t)ck->nrows * c->L, sizeof(int));
+    char (*want)[96] = (char(*)[96])calloc((size_t)ck->nrows * c->L, 96); // the expected name of each (row, layer) slot ("" : none)
+    for (int k = 0; k < ck->nrows; k++)
+        for (int l = 0; l < (ck->rows[k].per_layer ? c->L : 1); l++)
+            if (ck->rows[k].present) hf_name(&ck->rows[k], l, want[k * c->L + l], 96);
     const StTensor* lm_head = NULL;
     int lm_head_file = 0;
-    for (int fi = 0; fi < ck->nfiles; fi++) {
+    char settings[256];
+    hf_settings_text(c, settings, sizeof(settings));
+    for (int fi = 0; fi < ck->nfiles && rc == 0; fi++) {
         const StFile* f = &ck->files[fi];
-        for (int t = 0; t < f->n; t++) {
+        for (int t = 0; t < f->n && rc == 0; t++) {
             const char* name = f->t[t].name;
-            const char* bare = !strncmp(name, "transformer.", 12) ? name + 12 : name;
-            if (!strcmp(name, "lm_head.weight")) { lm_head = &f->t[t]; lm_head_file = fi; continue; }
-            int layer = -1, pos = 0;
-            char rest[160];
-            if (sscanf(bare, "h.%d.%150s%n", &layer, rest, &pos) == 2 && (!strcmp(rest, "attn.bias") || !strcmp(rest, "attn.masked_bias")))
-                continue; // the causal-mask buffers: not parameters
-            int found = 0;
-            for (int k = 0; k < HF_NT && !found; k++) {
-                const HFTensorRow* r = &ck->rows[k];
-                for (int l = 0; l < (r->per_layer ? c->L : 1) && !found; l++) {
-                    char want[160];
-                    hf_name(r, l, want, sizeof(want));
-                    if (strcmp(bare, want)) continue;
-                    found = 1;
-                    int slot = k * c->L + l;
-                    if (ck->src[slot])
-                        return st_err(err, errlen, "%s: tensor %s: stored twice (with and without the transformer. prefix?)", f->path, name);
-                    const StTensor* s = &f->t[t];
-                    int want_ndim = r->d1 ? 2 : 1;
-                    if (s->ndim != want_ndim || s->shape[0] != r->d0 || (r->d1 && s->shape[1] != r->d1)) {
-                        char shp[96] = "";
-                        for (int d = 0; d < s->ndim; d++) snprintf(shp + strlen(shp), sizeof(shp) - strlen(shp), d ? ", %lld" : "%lld", (long long)s->shape[d]);
-                        if (r->d1) return st_err(err, errlen, "%s: tensor %s: shape (%s), but %s says (%lld, %lld)", f->path, name, shp, ck->config_path, (long long)r->d0, (long long)r->d1);
-                        return st_err(err, errlen, "%s: tensor %s: shape (%s), but %s says (%lld)", f->path, name, shp, ck->config_path, (long long)r->d0);
-                    }
-                    if (s->dtype == ST_OTHER)
-                        return st_err(err, errlen, "%s: tensor %s: dtype %s is not supported (F32, F16, BF16)", f->path, name, s->dtype_name);
-                    ck->src[slot] = s;
-                    ck->src_file[slot] = fi;
-                }
+            const char* bare = gpt2 && !strncmp(name, "transformer.", 12) ? name + 12 : name;
+            if (hf_is_buffer(c, bare)) continue;
+            int slot = -1;
+            for (int s = 0; s < ck->nrows * c->L && slot < 0; s++) if (want[s][0] && !strcmp(want[s], bare)) slot = s;
+            if (slot < 0 && !strcmp(name, "lm_head.weight") && (gpt2 || c->tied)) { lm_head = &f->t[t]; lm_head_file = fi; continue; }
+            if (slot < 0) {
+                rc = st_err(err, errlen, "%s: tensor %s is not part of a %s with %s's settings (%s): another architecture?",
+                            f->path, name, hf_arch_name(c->arch), ck->config_path, settings);
+                break;
             }
-            if (!found)
-                return st_err(err, errlen, "%s: tensor %s is not part of a GPT-2 with %s's config (n_layer %d): another architecture?",
-                              f->path, name, ck->config_path, c->L);
+            const HFTensorRow* r = &ck->rows[slot / c->L];
+            if (ck->src[slot]) { rc = st_err(err, errlen, "%s: tensor %s: stored twice (with and without the transformer. prefix?)", f->path, name); break; }
+            const StTensor* s = &f->t[t];
+            int want_ndim = r->d1 ? 2 : 1;
+            if (s->ndim != want_ndim || s->shape[0] != r->d0 || (r->d1 && s->shape[1] != r->d1)) {
+                char shp[96];
+                hf_shape_text(s->shape, s->ndim, shp, sizeof(shp));
+                if (r->d1) rc = st_err(err, errlen, "%s: tensor %s: shape (%s), but %s says (%lld, %lld)", f->path, name, shp, ck->config_path, (long long)r->d0, (long long)r->d1);
+                else rc = st_err(err, errlen, "%s: tensor %s: shape (%s), but %s says (%lld)", f->path, name, shp, ck->config_path, (long long)r->d0);
+                break;
+            }
+            if (s->dtype == ST_OTHER) { rc = st_err(err, errlen, "%s: tensor %s: dtype %s is not supported (F32, F16, BF16)", f->path, name, s->dtype_name); break; }
+            ck->src[slot] = s;
+            ck->src_file[slot] = fi;
         }
     }
-    for (int k = 0; k < HF_NT; k++)
-        for (int l = 0; l < (ck->rows[k].per_layer ? c->L : 1); l++)
-            if (!ck->src[k * c->L + l]) {
-                char want[160];
-                hf_name(&ck->rows[k], l, want, sizeof(want));
-                return st_err(err, errlen, "%s: tensor %s (or transformer.%s) is missing", ck->nfiles == 1 ? ck->files[0].path : index, want, want);
-            }
-    if (lm_head) { // tied: it must hold wte's values
-        const StTensor* wte = ck->src[HF_wte * c->L];
-        const StFile* wf = &ck->files[ck->src_file[HF_wte * c->L]];
+    for (int s = 0; s < ck->nrows * c->L && rc == 0; s++)
+        if (want[s][0] && !ck->src[s])
+            rc = st_err(err, errlen, gpt2 ? "%s: tensor %s (or transformer.%s) is missing" : "%s: tensor %s is missing%.0s",
+                        ck->nfiles == 1 ? ck->files[0].path : index, want[s], want[s]);
+    free(want);
+    if (rc) return -1;
+    for (int s = 0; s < ck->nrows * c->L; s++) { // tensors with no counterpart of ours must be zero (Llama's o_proj bias)
+        const HFTensorRow* r = &ck->rows[s / c->L];
+        if (strcmp(r->ours, "none") || !ck->src[s]) continue;
+        const StFile* f = &ck->files[ck->src_file[s]];
+        for (int64_t i = 0; i < ck->src[s]->numel; i++)
+            if (st_get(f, ck->src[s], i) != 0.0f)
+                return st_err(err, errlen, "%s: tensor %s: element %lld is %g: a nonzero o_proj bias is not supported (attention_bias true is read as "
+                              "q/k/v biases and a zero o_proj bias; this program's layer has none)", f->path, ck->src[s]->name, (long long)i, st_get(f, ck->src[s], i));
+    }
+    if (lm_head) { // tied: it must hold the embedding's values (row 0 of either table)
+        const StTensor* wte = ck->src[0];
+        const StFile* wf = &ck->files[ck->src_file[0]];
         const StFile* lf = &ck->files[lm_head_file];
+        const char* untied = gpt2 ? "an untied head is not supported for GPT-2" : "the config ties the head (tie_word_embeddings)";
         if (lm_head->ndim != 2 || lm_head->shape[0] != wte->shape[0] || lm_head->shape[1] != wte->shape[1] || lm_head->dtype == ST_OTHER)
-            return st_err(err, errlen, "%s: tensor lm_head.weight: shape or dtype differs from wte: an untied head is not supported", lf->path);
-        for (int64_t i = 0; i < wte->numel; i++)
-            if (st_get(lf, lm_head, i) != st_get(wf, wte, i))
-                return st_err(err, errlen, "%s: tensor lm_head.weight differs from wte.weight (element %lld): an untied head is not supported",
-                              lf->path, (long long)i);
+            return st_err(err, errlen, "%s: tensor lm_head.weight: shape or dtype differs from %s: %s", lf->path, wte->name, untied);
+        const unsigned char* a = wf->map + wf->data_start + wte->begin;
+        const unsigned char* b = lf->map + lf->data_start + lm_head->begin;
+        int differ = -1;
+        if (lm_head->dtype == wte->dtype) { if (memcmp(a, b, (size_t)(wte->end - wte->begin))) differ = 0; }
+        if (differ == 0 || lm_head->dtype != wte->dtype) {
+            differ = -1;
+            for (int64_t i = 0; i < wte->numel && differ < 0; i++)
+                if (st_get(lf, lm_head, i) != st_get(wf, wte, i)) differ = (int)(i < INT_MAX ? i : INT_MAX);
+        }
+        hf_drop_pages(wf, a, wte->end - wte->begin);
+        hf_drop_pages(lf, b, lm_head->end - lm_head->begin);
+        if (differ >= 0)
+            return st_err(err, errlen, "%s: tensor lm_head.weight differs from %s (element %d): %s", lf->path, wte->name, differ, untied);
     }
     return 0;
 }
 
-// Bind to llm.c's logical layout: for every llm.c tensor the caller's (name, logical offset, elements
-// per layer). Checks that the two tables describe the same tensors with the same sizes.
+// The elements of the checkpoint's largest tensor (what a rank may hold twice while loading).
+static int64_t hf_largest_tensor(const HFCheckpoint* ck) {
+    int64_t most = 0;
+    for (int k = 0; k < ck->nrows; k++) if (ck->rows[k].present && hf_row_numel(&ck->rows[k]) > most) most = hf_row_numel(&ck->rows[k]);
+    return most;
+}
+
+// Bind to our logical layout: for each of our tensors the caller's (name, logical offset, elements
+// per layer, per layer); tensors with 0 elements do not exist in this model. Checks that every
+// tensor the checkpoint fills is there with the size its rows make (rows V..Vp of the vocabulary
+// tensors included), and that every tensor of ours has a source.
 static int hf_bind(HFCheckpoint* ck, const HFLlmcTensor* t, int n, int Vp, char* err, size_t errlen) {
-    if (n != HF_NT) return st_err(err, errlen, "internal error: %d llm.c tensors, the Hugging Face table has %d", n, HF_NT);
     ck->Vp = Vp;
-    for (int k = 0; k < HF_NT; k++) {
-        const HFTensorRow* r = &ck->rows[k];
-        if (strcmp(t[k].name, r->llmc) || t[k].per_layer != r->per_layer)
-            return st_err(err, errlen, "internal error: llm.c tensor %d is %s, the Hugging Face table says %s", k, t[k].name, r->llmc);
-        int64_t want = (k == HF_wte ? (int64_t)Vp : r->d0) * (r->d1 ? r->d1 : 1);
-        if (t[k].n != want) return st_err(err, errlen, "internal error: %s has %lld elements, expected %lld", r->llmc, (long long)t[k].n, (long long)want);
-        ck->llmc[k] = t[k];
+    ck->nbound = 0;
+    int covered[HF_MAX_ROWS] = {0};
+    for (int i = 0; i < n; i++) {
+        if (t[i].n == 0) continue;
+        HFBound* b = &ck->bound[ck->nbound];
+        memset(b, 0, sizeof(*b));
+        b->logical = t[i].logical; b->n = t[i].n; b->per_layer = t[i].per_layer;
+        for (int64_t at = 0, more = 1; more;) { // the rows of t[i] in `at` order: each starts where the one before ends
+            more = 0;
+            for (int k = 0; k < ck->nrows; k++) {
+                const HFTensorRow* r = &ck->rows[k];
+                if (!r->present || strcmp(r->ours, t[i].name) || r->at != at || covered[k]) continue;
+                if (r->per_layer != t[i].per_layer || b->nrows == 4)
+                    return st_err(err, errlen, "internal error: %s is %s, the Hugging Face table says otherwise", t[i].name, t[i].per_layer ? "per layer" : "in the io block");
+                b->rows[b->nrows++] = k;
+                covered[k] = 1;
+                at += r->vocab ? (int64_t)Vp * r->d1 : hf_row_numel(r);
+                more = 1;
+                break;
+            }
+            if (!more && b->nrows == 0)
+                return st_err(err, errlen, "internal error: %s has no Hugging Face tensor in the %s table", t[i].name, hf_arch_name(ck->cfg.arch));
+            if (!more && at != t[i].n)
+                return st_err(err, errlen, "internal error: %s has %lld elements, its Hugging Face tensors %lld", t[i].name, (long long)t[i].n, (long long)at);
+        }
+        ck->nbound++;
     }
+    for (int k = 0; k < ck->nrows; k++)
+        if (ck->rows[k].present && !covered[k] && strcmp(ck->rows[k].ours, "none")) return st_err(err, errlen, "internal error: our layout has no tensor %s for %s", ck->rows[k].ours, ck->rows[k].hf);
+    for (int a = 1; a < ck->nbound; a++) // logical order (insertion sort: a dozen entries)
+        for (int b = a; b > 0 && ck->bound[b].logical < ck->bound[b - 1].logical; b--) {
+            HFBound tmp = ck->bound[b]; ck->bound[b] = ck->bound[b - 1]; ck->bound[b - 1] = tmp;
+        }
     return 0;
 }
 
-// LogicalFill (zero.h): dst[i] = logical parameter (logical + i), i < len, widened to FP32.
+// LogicalFill (zero.h): dst[i] = logical parameter (logical + i), i < len, widened to FP32. Reads
+// only the bytes of that range, and drops their pages again.
 static void hf_fill(void* ctx, float* dst, int64_t logical, int64_t len) {
     const HFCheckpoint* ck = (const HFCheckpoint*)ctx;
     const HFConfig* c = &ck->cfg;
+    int bi = ck->nbound - 1;
     for (int64_t i = 0; i < len;) {
         int64_t li = logical + i;
-        int k = HF_NT - 1; // the llm.c tensor holding li (in logical order)
-        while (ck->llmc[k].logical > li) k--;
-        const HFLlmcTensor* t = &ck->llmc[k];
-        const HFTensorRow* r = &ck->rows[k];
-        int64_t within = li - t->logical;
-        int l = (int)(within / t->n);
-        int64_t e = within % t->n;
-        int64_t run = t->n - e < len - i ? t->n - e : len - i;
-        const StTensor* s = ck->src[k * c->L + (r->per_layer ? l : 0)];
-        const StFile* f = &ck->files[ck->src_file[k * c->L + (r->per_layer ? l : 0)]];
-        for (int64_t j = 0; j < run; j++) {
-            int64_t x = e + j; // llm.c element within this layer's tensor
-            float v;
-            if (k == HF_wte && x >= s->numel) v = 0.0f;   // padded vocabulary rows Vp > V
-            else if (r->conv1d) {                         // llm.c (out, in) from Conv1D (in, out) = (d0, d1)
-                int64_t o = x / r->d0, in = x % r->d0;
-                v = st_get(f, s, in * r->d1 + o);
-            } else v = st_get(f, s, x);
-            dst[i + j] = v;
+        while (bi > 0 && ck->bound[bi].logical > li) bi--; // our tensor holding li (logical order)
+        while (bi + 1 < ck->nbound && ck->bound[bi + 1].logical <= li) bi++;
+        const HFBound* b = &ck->bound[bi];
+        int64_t within = li - b->logical;
+        int l = (int)(within / b->n);
+        int64_t e = within % b->n;
+        const HFTensorRow* r = NULL;
+        int k = -1;
+        int64_t at = 0;
+        for (int q = 0; q < b->nrows && !r; q++) { // the row holding element e: rows are consecutive from 0
+            const HFTensorRow* rq = &ck->rows[b->rows[q]];
+            if (e >= rq->at && e < rq->at + hf_row_numel(rq)) { r = rq; k = b->rows[q]; at = rq->at; }
+        }
+        if (!r) { // padded vocabulary rows V..Vp: zero
+            int64_t run = b->n - e < len - i ? b->n - e : len - i;
+            memset(dst + i, 0, sizeof(float) * (size_t)run);
+            i += run;
+            continue;
+        }
+        int64_t x0 = e - at, run = hf_row_numel(r) - x0 < len - i ? hf_row_numel(r) - x0 : len - i;
+        int slot = k * c->L + (r->per_layer ? l : 0);
+        const StTensor* s = ck->src[slot];
+        const StFile* f = &ck->files[ck->src_file[slot]];
+        if (r->conv1d) {                     // ours (out, in) from Conv1D (in, out) = (d0, d1)
+            for (int64_t j = 0; j < run; j++) {
+                int64_t x = x0 + j, o = x / r->d0, in = x % r->d0;
+                dst[i + j] = st_get(f, s, in * r->d1 + o);
+            }
+        } else {
+            for (int64_t j = 0; j < run; j++) dst[i + j] = st_get(f, s, x0 + j);
+            hf_drop_pages(f, f->map + f->data_start + s->begin + x0 * s->esize, run * s->esize);
         }
         i += run;
     }
 }
 
 // ----------------------------------------------------------------------------
-// Writing a checkpoint: hf_writer_open (header of every tensor), hf_writer_put for each llm.c
-// tensor of each layer, hf_writer_commit (fsync, rename model.safetensors, then config.json).
-// Everything goes to temporary names first; on any error nothing is left behind.
+// Writing a checkpoint: hf_writer_open (the shard plan and every header), hf_writer_put for each
+// of our tensors of each layer, hf_writer_commit (fsync, rename the shards, the index, then
+// config.json). Everything goes to temporary names first; on any error nothing is left behind.
+
+#define HF_SHARD_BYTES 5000000000ll // transformers' save_pretrained(max_shard_size="5GB"): 5 * 10^9 bytes, as huggingface_hub reads it
+
+// The shard limit: HF_SHARD_BYTES, or ZT_HF_SHARD_BYTES from the environment (a test hook, so that
+// tests shard kilobyte models; not a user setting).
+static int64_t hf_shard_bytes(void) {
+    const char* e = getenv("ZT_HF_SHARD_BYTES");
+    long long v = e && *e ? atoll(e) : 0;
+    return v > 0 ? (int64_t)v : HF_SHARD_BYTES;
+}
+
+// The architecture an export writes: the source checkpoint's (src, may be NULL) when it can express
+// the model, else Qwen2 for q/k/v biases without MLP biases (and head_dim = C / NH), else Llama
+// (q/k/v biases there: attention_bias true with an o_proj bias of zeros). Copies the source's
+// sliding window and token ids. c holds the shape; returns 0 (every model of the family has one).
+static int hf_export_arch(HFConfig* c, const HFConfig* src, char* err, size_t errlen) {
+    if (c->arch == HF_ARCH_GPT2) return 0;
+    int can[HF_NARCH] = {0,
+                         1,                                                             // llama (q/k/v biases: attention_bias with a zero o_proj bias)
+                         !c->qkv_bias && !c->mlp_bias,                                  // mistral
+                         c->qkv_bias && !c->mlp_bias && (int64_t)c->HD * c->NH == c->C}; // qwen2 (4.47: head_dim = hidden / heads)
+    c->o_bias = 0;
+    if (src && src->arch != HF_ARCH_GPT2 && can[src->arch]) {
+        c->arch = src->arch;
+        c->o_bias = c->arch == HF_ARCH_LLAMA && c->qkv_bias;
+        c->window = src->window;
+        c->max_window_layers = src->max_window_layers;
+        memcpy(c->bos, src->bos, sizeof(c->bos));
+        memcpy(c->eos, src->eos, sizeof(c->eos));
+        memcpy(c->pad, src->pad, sizeof(c->pad));
+        return 0;
+    }
+    c->window = 0;
+    c->max_window_layers = 28;
+    if (c->qkv_bias && can[HF_ARCH_QWEN2]) { c->arch = HF_ARCH_QWEN2; return 0; }
+    c->arch = HF_ARCH_LLAMA; // (with q/k/v biases: attention_bias true and an o_proj bias of zeros)
+    c->o_bias = c->qkv_bias;
+    (void)err; (void)errlen;
+    return 0;
+}
+
+// A float as Python's json writes it (shortest text that reads back, "500000.0" not "5e+05").
+static void hf_float(double v, char* out, size_t cap) {
+    int p = 1;
+    for (; p < 17; p++) { snprintf(out, cap, "%.*g", p, v); if (strtod(out, NULL) == v) break; }
+    if (strchr(out, 'e') && fabs(v) >= 1e-4 && fabs(v) < 1e16) { // Python uses exponents below 1e-4 and from 1e16 only
+        for (int d = 0; d < 20; d++) { snprintf(out, cap, "%.*f", d, v); if (strtod(out, NULL) == v) break; }
+    }
+    if (!strpbrk(out, ".eEni")) snprintf(out + strlen(out), cap - strlen(out), ".0");
+}
+
+static int hf_cmp_line(const void* a, const void* b) { return strcmp(*(const char* const*)a, *(const char* const*)b); }
+
+// config.json as transformers writes it for the architecture (keys sorted, two-space indent).
+// Returns its length in out, or -1 when it does not fit.
+static int hf_config_text(const HFConfig* c, StDtype dtype, char* out, size_t cap) {
+    const char* tdt = dtype == ST_F32 ? "float32" : dtype == ST_F16 ? "float16" : "bfloat16";
+    if (c->arch == HF_ARCH_GPT2) {
+        char tokens[96] = "";
+        if (c->V > 50256) snprintf(tokens, sizeof(tokens), "  \"bos_token_id\": 50256,\n  \"eos_token_id\": 50256,\n");
+        int n = snprintf(out, cap,
+            "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n  \"vocab_size\": %d,\n  \"n_positions\": %d,\n"
+            "  \"n_ctx\": %d,\n  \"n_embd\": %d,\n  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_inner\": null,\n"
+            "  \"activation_function\": \"gelu_new\",\n  \"layer_norm_epsilon\": 1e-05,\n  \"initializer_range\": 0.02,\n"
+            "  \"resid_pdrop\": 0.1,\n  \"embd_pdrop\": 0.1,\n  \"attn_pdrop\": 0.1,\n  \"scale_attn_weights\": true,\n"
+            "  \"tie_word_embeddings\": true,\n  \"use_cache\": true,\n%s  \"torch_dtype\": \"%s\"\n}\n",
+            c->V, c->maxT, c->maxT, c->C, c->L, c->NH, tokens, tdt);
+        return n < 0 || (size_t)n >= cap ? -1 : n;
+    }
+    char lines[40][384], f1[40], f2[40], f3[40], f4[40];
+    int n = 0;
+#define LINE(...) snprintf(lines[n++], sizeof(lines[0]), __VA_ARGS__)
+    LINE("\"architectures\": [\n    \"%s\"\n  ]", hf_archs[c->arch].cls);
+    LINE("\"model_type\": \"%s\"", hf_archs[c->arch].model_type);
+    LINE("\"attention_dropout\": 0.0");
+    LINE("\"hidden_act\": \"silu\"");
+    LINE("\"hidden_size\": %d", c->C);
+    LINE("\"initializer_range\": 0.02");
+    LINE("\"intermediate_size\": %d", c->F);
+    LINE("\"max_position_embeddings\": %d", c->maxT);
+    LINE("\"num_attention_heads\": %d", c->NH);
+    LINE("\"num_hidden_layers\": %d", c->L);
+    LINE("\"num_key_value_heads\": %d", c->NKV);
+    hf_float(c->norm_eps, f1, sizeof(f1));
+    LINE("\"rms_norm_eps\": %s", f1);
+    hf_float(c->rope_theta, f1, sizeof(f1));
+    LINE("\"rope_theta\": %s", f1);
+    hf_float(c->rope_factor, f1, sizeof(f1));
+    hf_float(c->rope_low_freq, f2, sizeof(f2));
+    hf_float(c->rope_high_freq, f3, sizeof(f3));
+    snprintf(f4, sizeof(f4), "%d", c->rope_orig_maxT);
+    if (c->rope_type == HF_ROPE_LINEAR) LINE("\"rope_scaling\": {\n    \"factor\": %s,\n    \"rope_type\": \"linear\"\n  }", f1);
+    else if (c->rope_type == HF_ROPE_LLAMA3)
+        LINE("\"rope_scaling\": {\n    \"factor\": %s,\n    \"high_freq_factor\": %s,\n    \"low_freq_factor\": %s,\n"
+             "    \"original_max_position_embeddings\": %s,\n    \"rope_type\": \"llama3\"\n  }", f1, f3, f2, f4);
+    else LINE("\"rope_scaling\": null");
+    LINE("\"tie_word_embeddings\": %s", c->tied ? "true" : "false");
+    LINE("\"torch_dtype\": \"%s\"", tdt);
+    LINE("\"use_cache\": true");
+    LINE("\"vocab_size\": %d", c->V);
+    if (c->arch == HF_ARCH_LLAMA) {
+        LINE("\"attention_bias\": %s", c->o_bias ? "true" : "false");
+        LINE("\"head_dim\": %d", c->HD);
+        LINE("\"mlp_bias\": %s", c->mlp_bias ? "true" : "false");
+        LINE("\"pretraining_tp\": 1");
+    } else if (c->arch == HF_ARCH_MISTRAL) {
+        LINE("\"head_dim\": %d", c->HD);
+        if (c->window) LINE("\"sliding_window\": %d", c->window); else LINE("\"sliding_window\": null");
+    } else {
+        LINE("\"max_window_layers\": %d", c->max_window_layers);
+        LINE("\"use_sliding_window\": %s", c->window ? "true" : "false");
+        if (c->window) LINE("\"sliding_window\": %d", c->window); else LINE("\"sliding_window\": null");
+    }
+    if (c->bos[0]) LINE("\"bos_token_id\": %s", c->bos);
+    if (c->eos[0]) LINE("\"eos_token_id\": %s", c->eos);
+    if (c->pad[0]) LINE("\"pad_token_id\": %s", c->pad);
+#undef LINE
+    const char* sorted[40];
+    for (int i = 0; i < n; i++) sorted[i] = lines[i];
+    qsort(sorted, (size_t)n, sizeof(char*), hf_cmp_line);
+    size_t len = (size_t)snprintf(out, cap, "{\n");
+    for (int i = 0; i < n && len < cap; i++) len += (size_t)snprintf(out + len, cap - len, "  %s%s\n", sorted[i], i + 1 < n ? "," : "");
+    if (len < cap) len += (size_t)snprintf(out + len, cap - len, "}\n");
+    return len >= cap ? -1 : (int)len;
+}
 
 typedef struct {
     HFConfig cfg;
     StDtype dtype;
-    char dir[PATH_MAX], tmp[PATH_MAX + 64], path[PATH_MAX + 32];
-    int fd;
-    HFTensorRow rows[HF_NT];
-    int64_t data_start;
-    int64_t* off;     // (HF_NT * L) byte offset of each tensor in the data section
-    char* done;       // (HF_NT * L)
+    char dir[PATH_MAX];
+    int nrows;
+    HFTensorRow rows[HF_MAX_ROWS];
+    int nfiles;           // 1: model.safetensors; more: model-0000k-of-0000n.safetensors + the index
+    int* fd;              // (nfiles)
+    char (*path)[PATH_MAX + 64]; // (nfiles) final names
+    char (*tmp)[PATH_MAX + 96];  // (nfiles) temporary names
+    int64_t* data_start;  // (nfiles) first data byte
+    int* file_of;         // (nrows * L) the shard of each (row, layer)
+    int64_t* off;         // (nrows * L) its byte offset in that shard's data
+    char* done;           // (nrows * L)
+    int64_t total;        // bytes of tensor data (the index's metadata.total_size)
 } HFWriter;
 
-static int hf_writer_open(HFWriter* w, const char* dir, const HFConfig* c, StDtype dtype, char* err, size_t errlen) {
-    memset(w, 0, sizeof(*w));
-    w->fd = -1;
-    w->cfg = *c;
-    w->dtype = dtype;
-    snprintf(w->dir, sizeof(w->dir), "%s", dir);
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) return st_err(err, errlen, "%s: cannot create the directory: %s", dir, strerror(errno));
-    hf_rows(c, w->rows);
-    StSpec* spec = (StSpec*)calloc((size_t)HF_NT * c->L, sizeof(StSpec));
-    int* slot_of = (int*)calloc((size_t)HF_NT * c->L, sizeof(int));
-    int n = 0;
-    // order: wte, wpe, h.0.*, h.1.*, ..., ln_f.* (transformers' own order)
-    for (int pass = 0; pass < 3; pass++)
-        for (int l = 0; l < (pass == 1 ? c->L : 1); l++)
-            for (int k = 0; k < HF_NT; k++) {
-                const HFTensorRow* r = &w->rows[k];
-                int in_pass = r->per_layer ? 1 : (k == HF_lnfw || k == HF_lnfb) ? 2 : 0;
-                if (in_pass != pass) continue;
-                hf_name(r, l, spec[n].name, sizeof(spec[n].name));
-                spec[n].dtype = dtype;
-                spec[n].ndim = r->d1 ? 2 : 1;
-                spec[n].shape[0] = r->d0;
-                spec[n].shape[1] = r->d1;
-                slot_of[n] = k * c->L + l;
-                n++;
-            }
-    int64_t* offs = (int64_t*)calloc((size_t)n, sizeof(int64_t));
-    int64_t hlen;
-    char* header = st_make_header(spec, n, offs, &hlen);
-    w->off = (int64_t*)calloc((size_t)HF_NT * c->L, sizeof(int64_t));
-    w->done = (char*)calloc((size_t)HF_NT * c->L, 1);
-    for (int s = 0; s < n; s++) w->off[slot_of[s]] = offs[s];
-    for (int s = 0; s < HF_NT * c->L; s++) { // slots that do not exist (io rows, l > 0) count as done
-        int k = s / c->L, l = s % c->L;
-        if (!w->rows[k].per_layer && l > 0) w->done[s] = 1;
+static int hf_write_all(int fd, const void* buf, size_t n, off_t at) {
+    const unsigned char* p = (const unsigned char*)buf;
+    while (n > 0) {
+        ssize_t w = pwrite(fd, p, n, at);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        p += w; n -= (size_t)w; at += w;
     }
-    w->data_start = hlen;
-    snprintf(w->path, sizeof(w->path), "%s/model.safetensors", dir);
-    snprintf(w->tmp, sizeof(w->tmp), "%s.tmp.%d", w->path, (int)getpid());
-    w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int rc = 0;
-    if (w->fd < 0) rc = st_err(err, errlen, "%s: cannot create: %s", w->tmp, strerror(errno));
-    else if (pwrite(w->fd, header, (size_t)hlen, 0) != hlen) rc = st_err(err, errlen, "%s: write failed: %s", w->tmp, strerror(errno));
-    free(header); free(offs); free(spec); free(slot_of);
-    return rc;
+    return 0;
 }
 
 static void hf_writer_abort(HFWriter* w) {
-    if (w->fd >= 0) { close(w->fd); unlink(w->tmp); }
-    free(w->off);
-    free(w->done);
+    for (int i = 0; i < w->nfiles; i++)
+        if (w->fd && w->fd[i] >= 0) { close(w->fd[i]); unlink(w->tmp[i]); }
+    free(w->fd); free(w->path); free(w->tmp); free(w->data_start);
+    free(w->file_of); free(w->off); free(w->done);
     memset(w, 0, sizeof(*w));
-    w->fd = -1;
+}
+
+typedef struct { int slot; int64_t bytes; int shard; } HFPlanEntry;
+
+static int hf_cmp_spec(const void* a, const void* b) { return strcmp(((const StSpec*)a)->name, ((const StSpec*)b)->name); }
+
+// Open the writer for config c (its arch decided: hf_export_arch) into dir: the tensors in
+// transformers' state_dict order, cut into shards of at most hf_shard_bytes() as huggingface_hub's
+// split_torch_state_dict_into_shards cuts them (a tensor larger than the limit gets a shard of its
+// own), each shard's header in name order as the safetensors library writes it.
+static int hf_writer_open(HFWriter* w, const char* dir, const HFConfig* c, StDtype dtype, char* err, size_t errlen) {
+    memset(w, 0, sizeof(*w));
+    w->cfg = *c;
+    c = &w->cfg;
+    w->dtype = dtype;
+    snprintf(w->dir, sizeof(w->dir), "%s", dir);
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) return st_err(err, errlen, "%s: cannot create the directory: %s", dir, strerror(errno));
+    w->nrows = hf_rows(c, w->rows);
+    int S = w->nrows * c->L, es = st_esize(dtype);
+    w->file_of = (int*)calloc((size_t)S, sizeof(int));
+    w->off = (int64_t*)calloc((size_t)S, sizeof(int64_t));
+    w->done = (char*)calloc((size_t)S, 1);
+    HFPlanEntry* plan = (HFPlanEntry*)calloc((size_t)S, sizeof(HFPlanEntry));
+    int first_layer_row = 0;
+    while (first_layer_row < w->nrows && !w->rows[first_layer_row].per_layer) first_layer_row++;
+    int n = 0;
+    for (int pass = 0; pass < 3; pass++) // io rows before the layers, the layers, io rows after
+        for (int l = 0; l < (pass == 1 ? c->L : 1); l++)
+            for (int k = 0; k < w->nrows; k++) {
+                const HFTensorRow* r = &w->rows[k];
+                int in_pass = r->per_layer ? 1 : k < first_layer_row ? 0 : 2;
+                if (in_pass != pass || !r->present) continue;
+                plan[n].slot = k * c->L + l;
+                plan[n].bytes = hf_row_numel(r) * es;
+                n++;
+            }
+    for (int s = 0; s < S; s++) // slots that do not exist (io rows at l > 0, absent rows) count as done
+        if ((!w->rows[s / c->L].per_layer && s % c->L > 0) || !w->rows[s / c->L].present) w->done[s] = 1;
+    // the shard plan: shard numbers in the order huggingface_hub appends them
+    int64_t limit = hf_shard_bytes(), cur_bytes = 0;
+    int nshards = 0;
+    int* pending = (int*)calloc((size_t)n + 1, sizeof(int));
+    int npending = 0;
+    for (int i = 0; i < n; i++) {
+        w->total += plan[i].bytes;
+        if (plan[i].bytes > limit) { plan[i].shard = nshards++; continue; } // its own shard, appended now
+        if (npending > 0 && cur_bytes + plan[i].bytes > limit) {           // the open shard is full: appended now
+            for (int q = 0; q < npending; q++) plan[pending[q]].shard = nshards;
+            nshards++;
+            npending = 0;
+            cur_bytes = 0;
+        }
+        pending[npending++] = i;
+        cur_bytes += plan[i].bytes;
+    }
+    if (npending > 0) { for (int q = 0; q < npending; q++) plan[pending[q]].shard = nshards; nshards++; }
+    free(pending);
+    w->nfiles = nshards;
+    w->fd = (int*)malloc(sizeof(int) * (size_t)nshards);
+    w->path = (char(*)[PATH_MAX + 64])calloc((size_t)nshards, sizeof(*w->path));
+    w->tmp = (char(*)[PATH_MAX + 96])calloc((size_t)nshards, sizeof(*w->tmp));
+    w->data_start = (int64_t*)calloc((size_t)nshards, sizeof(int64_t));
+    for (int f = 0; f < nshards; f++) w->fd[f] = -1;
+    StSpec* spec = (StSpec*)calloc((size_t)n + 1, sizeof(StSpec));
+    int* slot_of = (int*)calloc((size_t)n + 1, sizeof(int));
+    int64_t* offs = (int64_t*)calloc((size_t)n + 1, sizeof(int64_t));
+    int rc = 0;
+    for (int f = 0; f < nshards && rc == 0; f++) {
+        if (nshards == 1) snprintf(w->path[f], sizeof(w->path[f]), "%s/model.safetensors", dir);
+        else snprintf(w->path[f], sizeof(w->path[f]), "%s/model-%05d-of-%05d.safetensors", dir, f + 1, nshards);
+        snprintf(w->tmp[f], sizeof(w->tmp[f]), "%s.tmp.%d", w->path[f], (int)getpid());
+        int m = 0;
+        for (int i = 0; i < n; i++) {
+            if (plan[i].shard != f) continue;
+            const HFTensorRow* r = &w->rows[plan[i].slot / c->L];
+            hf_name(r, plan[i].slot % c->L, spec[m].name, sizeof(spec[m].name));
+            spec[m].dtype = dtype;
+            spec[m].ndim = r->d1 ? 2 : 1;
+            spec[m].shape[0] = r->d0;
+            spec[m].shape[1] = r->d1;
+            m++;
+        }
+        qsort(spec, (size_t)m, sizeof(StSpec), hf_cmp_spec);
+        for (int q = 0; q < m; q++) { // the slot of each sorted name
+            for (int i = 0; i < n; i++) {
+                if (plan[i].shard != f) continue;
+                char nm[128];
+                hf_name(&w->rows[plan[i].slot / c->L], plan[i].slot % c->L, nm, sizeof(nm));
+                if (!strcmp(nm, spec[q].name)) { slot_of[q] = plan[i].slot; break; }
+            }
+        }
+        int64_t hlen;
+        char* header = st_make_header(spec, m, offs, &hlen);
+        for (int q = 0; q < m; q++) { w->file_of[slot_of[q]] = f; w->off[slot_of[q]] = offs[q]; }
+        w->data_start[f] = hlen;
+        w->fd[f] = open(w->tmp[f], O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (w->fd[f] < 0) rc = st_err(err, errlen, "%s: cannot create: %s", w->tmp[f], strerror(errno));
+        else if (hf_write_all(w->fd[f], header, (size_t)hlen, 0)) rc = st_err(err, errlen, "%s: write failed: %s", w->tmp[f], strerror(errno));
+        free(header);
+    }
+    free(spec); free(slot_of); free(offs); free(plan);
+    if (rc) hf_writer_abort(w);
+    return rc;
 }
 
 static inline uint16_t hf_bf16_round(float f) { // nearest even, NaN kept (as device.cuh's f32_to_bf16)
@@ -487,34 +1079,86 @@ static inline uint16_t hf_bf16_round(float f) { // nearest even, NaN kept (as de
     return (uint16_t)(u >> 16);
 }
 
-// Tensor `llmc` (an llm.c name) of `layer` (0 for io tensors): v holds it in llm.c's shape (wte
-// with its Vp rows: only the first V are written).
-static int hf_writer_put(HFWriter* w, const char* llmc, int layer, const float* v, char* err, size_t errlen) {
-    int k = 0;
-    while (k < HF_NT && strcmp(w->rows[k].llmc, llmc)) k++;
-    if (k == HF_NT) return st_err(err, errlen, "internal error: no Hugging Face tensor for %s", llmc);
-    const HFTensorRow* r = &w->rows[k];
-    int64_t numel = r->d0 * (r->d1 ? r->d1 : 1);
-    int es = st_esize(w->dtype);
-    unsigned char* buf = (unsigned char*)malloc((size_t)(numel * es));
-    for (int64_t x = 0; x < numel; x++) { // x: the HF element; Conv1D (in, out) from llm.c (out, in)
-        float val = r->conv1d ? v[(x % r->d1) * r->d0 + x / r->d1] : v[x];
-        if (w->dtype == ST_F32) memcpy(buf + 4 * x, &val, 4);
-        else { uint16_t h = w->dtype == ST_F16 ? f32_to_f16(val) : hf_bf16_round(val); memcpy(buf + 2 * x, &h, 2); }
-    }
-    int slot = k * w->cfg.L + (r->per_layer ? layer : 0);
-    off_t at = (off_t)(w->data_start + w->off[slot]);
-    const unsigned char* p = buf;
-    size_t left = (size_t)(numel * es);
-    int rc = 0;
-    while (left > 0) {
-        ssize_t n = pwrite(w->fd, p, left, at);
-        if (n <= 0) { if (n < 0 && errno == EINTR) continue; rc = st_err(err, errlen, "%s: write failed: %s", w->tmp, strerror(errno)); break; }
-        p += n; left -= (size_t)n; at += n;
+// Our tensor `ours` (model.h's name) of `layer` (0 for io tensors): v holds it in our shape (a
+// vocabulary tensor with its Vp rows: only the first V are written; the fused wqkv / wgu as their
+// q, k, v / gate, up tensors). Converted and written in pieces of at most 4M elements.
+static int hf_writer_put(HFWriter* w, const char* ours, int layer, const float* v, char* err, size_t errlen) {
+    const int64_t CHUNK = 1 << 22;
+    int es = st_esize(w->dtype), found = 0;
+    unsigned char* buf = NULL;
+    for (int k = 0; k < w->nrows; k++) {
+        const HFTensorRow* r = &w->rows[k];
+        if (strcmp(r->ours, ours) || !r->present) continue;
+        found = 1;
+        int slot = k * w->cfg.L + (r->per_layer ? layer : 0);
+        int64_t numel = hf_row_numel(r);
+        if (!buf) buf = (unsigned char*)malloc((size_t)CHUNK * es);
+        if (!buf) return st_err(err, errlen, "out of host memory writing %s", r->hf);
+        for (int64_t x0 = 0; x0 < numel; x0 += CHUNK) {
+            int64_t m = numel - x0 < CHUNK ? numel - x0 : CHUNK;
+            for (int64_t j = 0; j < m; j++) { // x: the HF element; Conv1D (in, out) from ours (out, in)
+                int64_t x = x0 + j;
+                float val = r->conv1d ? v[(x % r->d1) * r->d0 + x / r->d1] : v[r->at + x];
+                if (w->dtype == ST_F32) memcpy(buf + 4 * j, &val, 4);
+                else { uint16_t h = w->dtype == ST_F16 ? f32_to_f16(val) : hf_bf16_round(val); memcpy(buf + 2 * j, &h, 2); }
+            }
+            int f = w->file_of[slot];
+            if (hf_write_all(w->fd[f], buf, (size_t)(m * es), (off_t)(w->data_start[f] + w->off[slot] + x0 * es))) {
+                free(buf);
+                return st_err(err, errlen, "%s: write failed: %s", w->tmp[f], strerror(errno));
+            }
+        }
+        w->done[slot] = 1;
     }
     free(buf);
-    if (rc == 0) w->done[slot] = 1;
-    return rc;
+    if (!found) return st_err(err, errlen, "internal error: no Hugging Face tensor for %s", ours);
+    return 0;
+}
+
+static int hf_write_small(const char* path, const char* text, size_t n, int* fd_out, char* err, size_t errlen) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || hf_write_all(fd, text, n, 0)) {
+        int rc = st_err(err, errlen, "%s: cannot write: %s", path, strerror(errno));
+        if (fd >= 0) { close(fd); unlink(path); }
+        return rc;
+    }
+    *fd_out = fd;
+    return 0;
+}
+
+// The index as transformers writes it: {"metadata": {"total_size": bytes}, "weight_map": {name: shard}},
+// keys sorted, two-space indent. malloc'd; NULL when out of memory.
+static char* hf_index_text(const HFWriter* w, size_t* len_out) {
+    const HFConfig* c = &w->cfg;
+    int S = w->nrows * c->L, n = 0;
+    char** lines = (char**)calloc((size_t)S + 1, sizeof(char*));
+    size_t cap = 256;
+    for (int s = 0; s < S; s++) {
+        const HFTensorRow* r = &w->rows[s / c->L];
+        if (!r->present || (!r->per_layer && s % c->L > 0)) continue;
+        char nm[128];
+        hf_name(r, s % c->L, nm, sizeof(nm));
+        const char* file = strrchr(w->path[w->file_of[s]], '/');
+        file = file ? file + 1 : w->path[w->file_of[s]];
+        size_t need = strlen(nm) + strlen(file) + 16;
+        lines[n] = (char*)malloc(need);
+        if (!lines[n]) break;
+        snprintf(lines[n], need, "\"%s\": \"%s\"", nm, file);
+        cap += need + 8;
+        n++;
+    }
+    qsort(lines, (size_t)n, sizeof(char*), hf_cmp_line);
+    char* out = (char*)malloc(cap);
+    size_t len = 0;
+    if (out) {
+        len += (size_t)snprintf(out + len, cap - len, "{\n  \"metadata\": {\n    \"total_size\": %lld\n  },\n  \"weight_map\": {\n", (long long)w->total);
+        for (int i = 0; i < n; i++) len += (size_t)snprintf(out + len, cap - len, "    %s%s\n", lines[i], i + 1 < n ? "," : "");
+        len += (size_t)snprintf(out + len, cap - len, "  }\n}\n");
+    }
+    for (int i = 0; i < n; i++) free(lines[i]);
+    free(lines);
+    *len_out = len;
+    return out;
 }
 
 static int hf_commit_fd(int fd, const char* tmp, const char* path, char* err, size_t errlen) {
@@ -523,38 +1167,82 @@ static int hf_commit_fd(int fd, const char* tmp, const char* path, char* err, si
     return 0;
 }
 
-// The config transformers needs for GPT2LMHeadModel (GPT-2's defaults for what we do not train).
+// After a commit: the weights of an earlier export into the same directory in the other layout
+// (model.safetensors beside a new index, or an old index and shards beside a new single file, or
+// shards of another count) would be read instead of, or mixed with, the new ones: removed.
+static void hf_remove_stale(const HFWriter* w) {
+    char p[PATH_MAX + 96];
+    snprintf(p, sizeof(p), "%s/%s", w->dir, w->nfiles == 1 ? "model.safetensors.index.json" : "model.safetensors");
+    unlink(p);
+    DIR* d = opendir(w->dir);
+    if (!d) return;
+    struct dirent* e;
+    while ((e = readdir(d))) {
+        int a, b, used = 0;
+        if (sscanf(e->d_name, "model-%5d-of-%5d.safetensors%n", &a, &b, &used) != 2 || e->d_name[used] != 0 || strlen(e->d_name) != 32) continue;
+        if (w->nfiles > 1 && b == w->nfiles) continue; // one of ours
+        snprintf(p, sizeof(p), "%s/%s", w->dir, e->d_name);
+        unlink(p);
+    }
+    closedir(d);
+}
+
 static int hf_writer_commit(HFWriter* w, char* err, size_t errlen) {
     const HFConfig* c = &w->cfg;
-    for (int s = 0; s < HF_NT * c->L; s++)
-        if (!w->done[s]) { int rc = st_err(err, errlen, "internal error: tensor %s of layer %d never written", w->rows[s / c->L].llmc, s % c->L); hf_writer_abort(w); return rc; }
-    char cfg[2048], cpath[PATH_MAX + 32], ctmp[PATH_MAX + 64];
-    char tokens[96] = "";
-    if (c->V > 50256) snprintf(tokens, sizeof(tokens), "  \"bos_token_id\": 50256,\n  \"eos_token_id\": 50256,\n");
-    int n = snprintf(cfg, sizeof(cfg),
-        "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n  \"vocab_size\": %d,\n  \"n_positions\": %d,\n"
-        "  \"n_ctx\": %d,\n  \"n_embd\": %d,\n  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_inner\": null,\n"
-        "  \"activation_function\": \"gelu_new\",\n  \"layer_norm_epsilon\": 1e-05,\n  \"initializer_range\": 0.02,\n"
-        "  \"resid_pdrop\": 0.1,\n  \"embd_pdrop\": 0.1,\n  \"attn_pdrop\": 0.1,\n  \"scale_attn_weights\": true,\n"
-        "  \"tie_word_embeddings\": true,\n  \"use_cache\": true,\n%s  \"torch_dtype\": \"%s\"\n}\n",
-        c->V, c->maxT, c->maxT, c->C, c->L, c->NH, tokens,
-        w->dtype == ST_F32 ? "float32" : w->dtype == ST_F16 ? "float16" : "bfloat16");
+    for (int s = 0; s < w->nrows * c->L; s++) { // tensors with no counterpart of ours: zeros (Llama's o_proj bias)
+        const HFTensorRow* r = &w->rows[s / c->L];
+        if (strcmp(r->ours, "none") || w->done[s]) continue;
+        size_t n = (size_t)(hf_row_numel(r) * st_esize(w->dtype));
+        unsigned char* zero = (unsigned char*)calloc(n, 1);
+        int f = w->file_of[s];
+        int bad = !zero || hf_write_all(w->fd[f], zero, n, (off_t)(w->data_start[f] + w->off[s]));
+        free(zero);
+        if (bad) { int rc = st_err(err, errlen, "%s: write failed: %s", w->tmp[f], strerror(errno)); hf_writer_abort(w); return rc; }
+        w->done[s] = 1;
+    }
+    for (int s = 0; s < w->nrows * c->L; s++)
+        if (!w->done[s]) {
+            int rc = st_err(err, errlen, "internal error: tensor %s of layer %d never written", w->rows[s / c->L].hf, s % c->L);
+            hf_writer_abort(w);
+            return rc;
+        }
+    char cfg[8192], cpath[PATH_MAX + 32], ctmp[PATH_MAX + 64], ipath[PATH_MAX + 64], itmp[PATH_MAX + 96];
+    int n = hf_config_text(c, w->dtype, cfg, sizeof(cfg));
+    if (n < 0) { int rc = st_err(err, errlen, "internal error: config.json longer than %zu bytes", sizeof(cfg)); hf_writer_abort(w); return rc; }
     snprintf(cpath, sizeof(cpath), "%s/config.json", w->dir);
     snprintf(ctmp, sizeof(ctmp), "%s.tmp.%d", cpath, (int)getpid());
-    int cfd = open(ctmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (cfd < 0 || write(cfd, cfg, (size_t)n) != n) {
-        int rc = st_err(err, errlen, "%s: cannot write: %s", ctmp, strerror(errno));
-        if (cfd >= 0) { close(cfd); unlink(ctmp); }
-        hf_writer_abort(w);
-        return rc;
+    snprintf(ipath, sizeof(ipath), "%s/model.safetensors.index.json", w->dir);
+    snprintf(itmp, sizeof(itmp), "%s.tmp.%d", ipath, (int)getpid());
+    int cfd = -1, ifd = -1;
+    if (hf_write_small(ctmp, cfg, (size_t)n, &cfd, err, errlen)) { hf_writer_abort(w); return -1; }
+    if (w->nfiles > 1) {
+        size_t ilen;
+        char* itext = hf_index_text(w, &ilen);
+        int bad = !itext || hf_write_small(itmp, itext, ilen, &ifd, err, errlen);
+        if (!itext) st_err(err, errlen, "out of host memory for %s", ipath);
+        free(itext);
+        if (bad) { close(cfd); unlink(ctmp); hf_writer_abort(w); return -1; }
     }
-    int fd = w->fd;
-    w->fd = -1;
-    int rc = hf_commit_fd(fd, w->tmp, w->path, err, errlen);
-    if (rc == 0) rc = hf_commit_fd(cfd, ctmp, cpath, err, errlen);
-    else { close(cfd); unlink(ctmp); }
-    if (rc == 0) { int dfd = open(w->dir, O_RDONLY); if (dfd >= 0) { fsync(dfd); close(dfd); } }
-    hf_writer_abort(w); // frees (fd is already closed)
+    int rc = 0, renamed = 0;
+    for (int f = 0; f < w->nfiles && rc == 0; f++) { // the shards, then the index, then config.json
+        int fd = w->fd[f];
+        w->fd[f] = -1;
+        rc = hf_commit_fd(fd, w->tmp[f], w->path[f], err, errlen);
+        if (rc == 0) renamed++;
+    }
+    if (rc == 0 && ifd >= 0) { rc = hf_commit_fd(ifd, itmp, ipath, err, errlen); ifd = -1; if (rc) unlink(ipath); }
+    if (rc == 0) { rc = hf_commit_fd(cfd, ctmp, cpath, err, errlen); cfd = -1; }
+    if (rc) { // nothing half-written: what was renamed goes again
+        for (int f = 0; f < renamed; f++) unlink(w->path[f]);
+        if (w->nfiles > 1) unlink(ipath);
+        if (ifd >= 0) { close(ifd); unlink(itmp); }
+        if (cfd >= 0) { close(cfd); unlink(ctmp); }
+    } else {
+        hf_remove_stale(w);
+        int dfd = open(w->dir, O_RDONLY);
+        if (dfd >= 0) { fsync(dfd); close(dfd); }
+    }
+    hf_writer_abort(w); // frees (every fd is closed or -1)
     return rc;
 }
 

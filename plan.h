@@ -542,7 +542,8 @@ static void run_plan(const Flags* f, const GPTConfig* c, int R, const Launch* L)
         printf0("recommendation: -z %d -r %d%s%s: %suses %s of %s per rank, leaving %s (headroom %s), and has the lowest estimated step time, "
                 "%.3g s (compute %.3g s, communication %.3g s%s)%s\n", p->stage, p->recompute, p->offload ? " -offload " : "",
                 p->offload ? offload_name((Offload)p->offload) : "",
-                p->offload ? "nothing fits without offload; " : "", fmt_bytes((double)p->total).s, fmt_bytes(e.mem).s,
+                !p->offload ? "" : plan_choose(rows, n, R, -1, -1, 1 << OFFLOAD_NONE) < 0 ? "nothing fits without offload; "
+                : "-offload given (rows without offload fit too); ", fmt_bytes((double)p->total).s, fmt_bytes(e.mem).s,
                 fmt_bytes(p->free).s, fmt_bytes(e.headroom).s, p->step_s, p->compute_s, p->comm_s, p->offload ? ", host copies and AdamW" : "",
                 R > 1 ? "; ZeRO-0 is never chosen with R > 1 (ZeRO-1 sends less in less memory)" : "");
     }

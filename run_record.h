@@ -116,11 +116,15 @@ static void shards_text(const DataLoader* dl, char* out, size_t cap) {
              dl->has_mask ? "loss masks" : "no masks", (unsigned long long)h);
 }
 
-// This run's record into out (CKPT_RUN_MAX bytes): the recorded flags' resolved values and what
-// -i and -j (val may be NULL: none) matched. "" (said) when it does not fit.
-static void run_record_build(const Flags* f, const DataLoader* train, const DataLoader* val, char* out) {
+// This run's record into out (CKPT_RUN_MAX bytes): the recorded flags' resolved values, what
+// -i and -j (val may be NULL: none) matched and the classifier's chunk rows (ops/classifier.cuh:
+// they group the head weight's gradient sums, so a resume must run with the same). "" (said) when
+// it does not fit.
+static void run_record_build(const Flags* f, const DataLoader* train, const DataLoader* val, int chunk, char* out) {
     char now[256];
     int bad = flags_run_record(f, out, CKPT_RUN_MAX);
+    snprintf(now, sizeof(now), "%d", chunk);
+    bad = bad || ckpt_run_add(out, CKPT_RUN_MAX, "classifier-chunk", now);
     shards_text(train, now, sizeof(now));
     bad = bad || ckpt_run_add(out, CKPT_RUN_MAX, "shards-i", now);
     if (val) shards_text(val, now, sizeof(now));
@@ -133,10 +137,24 @@ static void run_record_build(const Flags* f, const DataLoader* train, const Data
 
 // A resume, once every flag is resolved and the data is open: the flags given and the data
 // against the record of the checkpoint of `step` (exit 2 on a difference -resume-change does not
-// name; said when it does).
-static void run_record_check(const Flags* f, const DataLoader* train, const DataLoader* val, const char* recorded, int step) {
+// name; said when it does). The classifier's chunk rows (chunk: this build's for the model) must
+// be the record's: another chunk groups the head's gradient sums otherwise, and the resumed run
+// would not be the run continued (no flag changes it: only a build with another rule can differ).
+// A record without it (a build before the chunked classifier) ran the head unchunked: the same
+// bits when one chunk holds the micro-batch (rows: B * T), else refused too.
+static void run_record_check(const Flags* f, const DataLoader* train, const DataLoader* val, int chunk, int rows,
+                             const char* recorded, int step) {
     char now[256], then[256];
     flags_check_recorded(f, recorded, step);
+    if (recorded[0]) {
+        int had = ckpt_run_find(recorded, "classifier-chunk", then, sizeof(then));
+        snprintf(now, sizeof(now), "%d", chunk);
+        if (had ? strcmp(then, now) != 0 : rows > chunk)
+            die_user("resume: the checkpoint of step %d was trained with the classifier in chunks of %s rows, this build runs it in "
+                     "chunks of %d (B*T = %d rows): the head's gradient sums would be grouped differently. HINT: resume with the "
+                     "build that wrote it, or start a new run from the model (-e with -save-model's file)", step,
+                     had ? then : "all B*T (unchunked)", chunk, rows);
+    }
     for (int k = 0; k < 1 + (val != NULL); k++) {
         const char* flag = k ? "-j" : "-i";
         shards_text(k ? val : train, now, sizeof(now));

@@ -2,7 +2,7 @@
 // (resolve_defaults), the device (pick_device), the model's shape (-e descriptors, files, overrides:
 // model_config), the flag checks (check_flags), threads (setup_threads), the ranks' agreement
 // (ranks_agree, data_hash), -tokenize (run_tokenize), the output directory, the process's memory
-// (proc_status_bytes, peak_rss_bytes, gather_memory), and what the run prints at start-up
+// (proc_status_bytes, peak_rss_bytes, peak_window_start, gather_memory), and what the run prints at start-up
 // (print_setup: the settings table, the model, batch and per-rank memory tables). train_gpt.cu's trainer_setup calls these in order.
 //
 // May call: flags.h, plan.h (parse_size, the GPU tables), acts.h (acts_bytes), model.h, zero.h (Comm,
@@ -113,6 +113,29 @@ static const LlamaDescriptor g_llama_descriptors[] = {
     // heads per K/V head, head_dim 24 (NH * HD = 192, not C), Llama 3.2's RoPE (theta 500000, llama3
     // scaling: factor 32, low 1, high 4, original 8192) and eps 1e-6
     {"llama-tiny-tied", 4, 128, 8, 2, 24, 344, 50257, 256, 1, 1, 1, 1e-6f, ROPE_LLAMA3, 500000.0, 32.0, 1.0, 4.0, 8192, "zerotrain's test shape"},
+    // Real models, shapes only (-plan, runs from scratch; their weights load from a checkpoint
+    // directory instead): every field is the model's published config.json, from the public copy
+    // named in `source` (docs/sizing.md: each source, its commit and the parameter count it gives).
+    // mlc-llm: mlc-ai/mlc-llm python/mlc_llm/model/model_preset.py (the config.json files as dicts);
+    // maxtext: AI-Hypercomputer/maxtext src/maxtext/checkpoint_conversion/utils/hf_model_configs.py.
+    // Llama 3.1's config (Meta-Llama-3-8B/70B have the same shapes, 8192 positions and no rope_scaling)
+    {"llama3-8b", 32, 4096, 32, 8, 128, 14336, 128256, 131072, 0, 0, 0, 1e-5f, ROPE_LLAMA3, 500000.0, 8.0, 1.0, 4.0, 8192,
+     "Llama-3.1-8B config.json: maxtext llama31_8b_config, mlc-llm llama3_1_8b"},
+    {"llama3-70b", 80, 8192, 64, 8, 128, 28672, 128256, 131072, 0, 0, 0, 1e-5f, ROPE_LLAMA3, 500000.0, 8.0, 1.0, 4.0, 8192,
+     "Llama-3.1-70B config.json: maxtext llama31_70b_config, mlc-llm llama3_1_70b"},
+    {"llama3.2-1b", 16, 2048, 32, 8, 64, 8192, 128256, 131072, 1, 0, 0, 1e-5f, ROPE_LLAMA3, 500000.0, 32.0, 1.0, 4.0, 8192,
+     "Llama-3.2-1B config.json: MatthewGoldsberry/LLM-Projects Llama-3.2-1B/config.json, mlc-llm llama3_2_1b"},
+    // Qwen2 has q/k/v biases whatever the config says (transformers' Qwen2Attention); use_sliding_window false
+    {"qwen2.5-0.5b", 24, 896, 14, 2, 64, 4864, 151936, 32768, 1, 1, 0, 1e-6f, ROPE_DEFAULT, 1000000.0, 0, 0, 0, 0,
+     "Qwen2.5-0.5B config.json: mlc-llm qwen2_0_5b (Qwen2-0.5B's, the same in every field here)"},
+    {"qwen2.5-7b", 28, 3584, 28, 4, 128, 18944, 152064, 32768, 0, 1, 0, 1e-6f, ROPE_DEFAULT, 1000000.0, 0, 0, 0, 0,
+     "Qwen2.5-7B config.json: maxtext qwen25_7b_config"},
+    {"smollm2-135m", 30, 576, 9, 3, 64, 1536, 49152, 8192, 1, 0, 0, 1e-5f, ROPE_DEFAULT, 100000.0, 0, 0, 0, 0,
+     "SmolLM2-135M config.json: mlc-llm smollm2_135m"},
+    // maxT 4096, not its 32768 positions: its sliding window is 4096 and we run full attention, the
+    // same only for T <= 4096
+    {"mistral-7b", 32, 4096, 32, 8, 128, 14336, 32000, 4096, 0, 0, 0, 1e-5f, ROPE_DEFAULT, 10000.0, 0, 0, 0, 0,
+     "Mistral-7B-v0.1 config.json: mlc-llm mistral_7b (sliding_window 4096)"},
 };
 
 static void config_from_llama_descriptor(const LlamaDescriptor* d, GPTConfig* c) {
@@ -122,6 +145,63 @@ static void config_from_llama_descriptor(const LlamaDescriptor* d, GPTConfig* c)
     c->tied = d->tied; c->qkv_bias = d->qkv_bias; c->mlp_bias = d->mlp_bias; c->norm_eps = d->norm_eps;
     c->rope_type = d->rope_type; c->rope_theta = d->rope_theta; c->rope_factor = d->rope_factor;
     c->rope_low_freq = d->rope_low_freq; c->rope_high_freq = d->rope_high_freq; c->rope_orig_maxT = d->rope_orig_maxT;
+}
+
+// A Hugging Face config.json (hf.h) as our config: GPT-2's five sizes, or the Llama family's fields.
+static void config_from_hf(const HFConfig* h, GPTConfig* c) {
+    memset(c, 0, sizeof(*c));
+    c->L = h->L; c->C = h->C; c->NH = h->NH; c->V = h->V; c->maxT = h->maxT;
+    if (h->arch == HF_ARCH_GPT2) return; // FAMILY_GPT2: the other fields stay 0
+    c->family = FAMILY_LLAMA;
+    c->NKV = h->NKV; c->HD = h->HD; c->F = h->F; c->tied = h->tied; c->qkv_bias = h->qkv_bias; c->mlp_bias = h->mlp_bias;
+    c->norm_eps = (float)h->norm_eps; // (transformers adds it to an FP32 variance: the same float)
+    c->rope_type = h->rope_type == HF_ROPE_LINEAR ? ROPE_LINEAR : h->rope_type == HF_ROPE_LLAMA3 ? ROPE_LLAMA3 : ROPE_DEFAULT;
+    c->rope_theta = h->rope_theta; c->rope_factor = h->rope_factor;
+    c->rope_low_freq = h->rope_low_freq; c->rope_high_freq = h->rope_high_freq; c->rope_orig_maxT = h->rope_orig_maxT;
+}
+
+// The reverse, for -export-hf: our config as a Hugging Face one (the architecture still to choose:
+// hf_export_arch).
+static HFConfig hf_from_config(const GPTConfig* c) {
+    if (c->family == FAMILY_GPT2) return hf_gpt2_config(c->L, c->C, c->NH, c->V, c->maxT);
+    HFConfig h;
+    memset(&h, 0, sizeof(h));
+    h.L = c->L; h.C = c->C; h.NH = c->NH; h.V = c->V; h.maxT = c->maxT;
+    h.arch = HF_ARCH_LLAMA;
+    h.NKV = c->NKV; h.HD = c->HD; h.F = c->F; h.tied = c->tied; h.qkv_bias = c->qkv_bias; h.mlp_bias = c->mlp_bias;
+    char eps[32]; // the shortest decimal of the float (1e-05, not 9.99999974737875e-06)
+    for (int p = 1; p <= 9; p++) { snprintf(eps, sizeof(eps), "%.*g", p, (double)c->norm_eps); if ((float)strtod(eps, NULL) == c->norm_eps) break; }
+    h.norm_eps = strtod(eps, NULL);
+    h.rope_type = c->rope_type == ROPE_LINEAR ? HF_ROPE_LINEAR : c->rope_type == ROPE_LLAMA3 ? HF_ROPE_LLAMA3 : HF_ROPE_DEFAULT;
+    h.rope_theta = c->rope_theta; h.rope_factor = c->rope_type == ROPE_DEFAULT ? 1.0 : c->rope_factor;
+    h.rope_low_freq = c->rope_low_freq; h.rope_high_freq = c->rope_high_freq; h.rope_orig_maxT = c->rope_orig_maxT;
+    h.max_window_layers = 28;
+    return h;
+}
+
+// What -export-hf writes for config c: hf_from_config, the architecture (and the sliding window,
+// token ids) of -e's config.json when -e is a Hugging Face checkpoint that can hold the model
+// (hf_export_arch). 0, or -1 with err.
+static int hf_export_config(const Flags* f, const GPTConfig* c, HFConfig* out, char* err, size_t errlen) {
+    *out = hf_from_config(c);
+    HFConfig src;
+    int have_src = 0;
+    if (c->family != FAMILY_GPT2 && hf_is_checkpoint_path(f->model)) {
+        char path[PATH_MAX + 32], dir[PATH_MAX];
+        struct stat st;
+        snprintf(dir, sizeof(dir), "%s", f->model);
+        if (!(stat(dir, &st) == 0 && S_ISDIR(st.st_mode))) { char* sl = strrchr(dir, '/'); if (sl) *sl = 0; else snprintf(dir, sizeof(dir), "."); }
+        snprintf(path, sizeof(path), "%s/config.json", dir);
+        have_src = hf_read_config(path, &src, err, errlen) == 0;
+    }
+    if (hf_export_arch(out, have_src ? &src : NULL, err, errlen)) return -1;
+    char tbuf[PATH_MAX + 32]; // no source config: GPT-2's tokenizer (llm.c's file) gives <|endoftext|> = 50256, as GPT-2's export says
+    if (c->family != FAMILY_GPT2 && !have_src && c->V > 50256 &&
+        !strcmp(tokenizer_for_model(f->tokenizer, TOKENIZER_DEFAULT_PATH, f->model, tbuf, sizeof(tbuf)), TOKENIZER_DEFAULT_PATH)) {
+        snprintf(out->bos, sizeof(out->bos), "50256");
+        snprintf(out->eos, sizeof(out->eos), "50256");
+    }
+    return 0;
 }
 
 static int model_from_descriptor(const char* s, GPTConfig* c) {
@@ -205,11 +285,12 @@ static void model_config(const Flags* f, GPTConfig* c, int* from_file) {
         struct stat st;
         if (stat(f->model, &st) != 0)
             die_user("-e %s: neither a model descriptor (%s) nor a readable file: %s", f->model, descriptor_names(), strerror(errno));
-        if (hf_is_checkpoint_path(f->model)) { // a Hugging Face GPT-2 (hf.h)
+        if (hf_is_checkpoint_path(f->model)) { // a Hugging Face GPT-2, Llama, Mistral or Qwen2 (hf.h)
             HFCheckpoint ck;
             char err[2048];
             if (hf_open(&ck, f->model, err, sizeof(err))) die_user("-e %s", err);
-            c->L = ck.cfg.L; c->C = ck.cfg.C; c->NH = ck.cfg.NH; c->V = ck.cfg.V; c->maxT = ck.cfg.maxT;
+            if (hf_check_run(&ck.cfg, f->T, ck.config_path, err, sizeof(err))) die_user("-e %s", err);
+            config_from_hf(&ck.cfg, c);
             hf_close(&ck);
             *from_file = 2;
         } else {
@@ -279,8 +360,6 @@ static void check_family_flags(Flags* f, const GPTConfig* c) {
         FLAG_SHOW(f, save_model, "0"); // (the run's record keeps this value)
         printf0("note: -save-model 0: llm.c model files hold GPT-2 only; checkpoints of -e %s keep the state files (-export-hf writes the model)\n", f->model);
     }
-    if (f->export_hf[0]) // (the Hugging Face writer for the family: issue 21's hf.h part)
-        die_user("flag -export-hf %s: this build writes Hugging Face GPT-2 checkpoints only, and -e %s is a Llama-family model", f->export_hf, f->model);
 }
 
 // Checks on the training flags that need nothing but the flags and R (exit 2, before any allocation).
@@ -309,6 +388,11 @@ static void check_flags(const Flags* f, const GPTConfig* c, int R) {
     if (strcmp(ed, "auto") && strcmp(ed, "fp32") && strcmp(ed, "bf16") && strcmp(ed, "fp16"))
         die_user("flag -export-dtype: '%s' is not auto, fp32, bf16 or fp16", ed);
     if (!strcmp(ed, "fp16") && f->export_path[0]) die_user("flag -export-dtype fp16: llm.c model files have no FP16 version (use it with -export-hf only)");
+    if (f->export_hf[0]) { // a model no transformers architecture holds is refused now, not after training
+        HFConfig hc;
+        char err[1024];
+        if (hf_export_config(f, c, &hc, err, sizeof(err))) die_user("flag -export-hf %s: %s", f->export_hf, err);
+    }
     if (strcmp(f->gpu, "auto") && gpu_peak_index(f->gpu) < 0)
         die_user("flag -gpu: '%s' is not a GPU this program knows (h100, h200, a100, a800, gh200, l40s, l4, a10; a device name such as "
                  "'NVIDIA H100 PCIe' also works). HINT: for another GPU give its rate with -tflops", f->gpu);
@@ -390,7 +474,23 @@ static int64_t proc_status_bytes(const char* name) {
     fclose(f);
     return (int64_t)kb * 1024;
 }
-static int64_t peak_rss_bytes(void) { return proc_status_bytes("VmHWM"); }
+// The run's peak: VmHWM, or what it was before peak_window_start reset it, whichever is larger.
+static int64_t g_peak_rss_floor = 0;
+static int64_t peak_rss_bytes(void) {
+    int64_t now = proc_status_bytes("VmHWM");
+    return now > g_peak_rss_floor ? now : g_peak_rss_floor;
+}
+// Start a window whose own peak proc_status_bytes("VmHWM") gives afterwards (Linux: writing 5 to
+// /proc/self/clear_refs resets VmHWM to the resident memory now); peak_rss_bytes keeps the run's.
+// Returns 0 when the reset worked.
+static int peak_window_start(void) {
+    int64_t before = proc_status_bytes("VmHWM");
+    if (before > g_peak_rss_floor) g_peak_rss_floor = before;
+    FILE* f = fopen("/proc/self/clear_refs", "w");
+    if (!f) return -1;
+    int bad = fputs("5", f) < 0;
+    return fclose(f) != 0 || bad ? -1 : 0;
+}
 
 // Every rank's live bytes per tag and its peak RSS: row r (TAG_COUNT + 1 values) is rank r's.
 // A collective: each rank fills its own row of a zeroed matrix and the rows are summed.
@@ -432,7 +532,7 @@ static void print_memory_table(Comm* comm, const Zero* z, const GPTConfig* c, in
         {st >= 2 ? "4 * (P_io + 2 P_layer)" : "-", 4.0 * s->grad_bufs},
         {f_opt, opt_dev}, {f_opt, opt_dev}, {f_opt, opt_dev},
         {"acts(B, T, -r)", (double)acts},
-        {"X * B * T * Vp", (double)logits},
+        {"X * min(B*T, chunk) * Vp", (double)logits},
         {R > 1 ? "4 * R * chunk" : "-", 4.0 * s->comm},
         {"ops_workspace_floats * 4", 4.0 * g_work_floats},
     };
@@ -450,6 +550,10 @@ static void print_memory_table(Comm* comm, const Zero* z, const GPTConfig* c, in
         printf0(" %-24s %9.2f |\n", closed[t].formula, closed[t].bytes / MiB);
     }
     free(all);
+    int chunk = classifier_chunk_rows(c->Vp);
+    printf0("logits: the classifier runs in chunks of %d rows (from Vp = %d alone; docs/classifier.md): %d row(s) of %d held, "
+            "%.2f MiB instead of %.2f MiB for the whole B*T\n", chunk, c->Vp, B * T < chunk ? B * T : chunk, B * T, logits / MiB,
+            X * (double)B * T * c->Vp / MiB);
     // model state: ours against the paper's (2-byte parameters and gradients, 12 bytes of Adam)
     double psi = (double)z->lay.logical_total;
     double ours = X * (s->full_params + s->shard_params) + 4.0 * (s->full_grads + s->shard_grads) + 12.0 * s->opt;

@@ -38,7 +38,7 @@
 #include "ops/rmsnorm.cuh"     // defines: op_residual_rmsnorm_forward, op_rmsnorm_backward
 #include "ops/rope.cuh"        // defines: RopeParams, rope_table, op_rope_forward, op_rope_backward
 #include "ops/swiglu.cuh"      // defines: op_swiglu_forward, op_swiglu_backward
-#include "ops/classifier.cuh"  // defines: op_lm_head_forward
+#include "ops/classifier.cuh"  // defines: op_classifier (the chunked LM head, loss and its backward)
 #include "lora.h"              // defines: Lora, LoraView, proj_forward, proj_backward, lora_config, lora_fill ([LoRA] adapters)
 #include "adamw.cuh"           // defines: AdamWParams, op_adamw, op_sumsq_many
 #include "zero.h"              // defines: BlockLayout, Zero, Comm, the zero_* hooks, comm_*
@@ -53,7 +53,7 @@
 #include "acts.h"              // defines: LAYER_ACTS, Acts, LayerActs, acts_alloc, acts_free, layer_acts, ops_workspace_floats
 #include "plan.h"              // defines: PlanRow, plan_config, run_plan, choose_config, mfu_flops_per_token, fmt_bytes, parse_size
 #include "startup.h"           // defines: resolve_defaults, pick_device, model_config, check_flags, setup_threads, ranks_agree,
-                               //          print_setup, run_tokenize, gather_memory, peak_rss_bytes, json_num, mkdir_p
+                               //          print_setup, run_tokenize, gather_memory, peak_rss_bytes, peak_window_start, json_num, mkdir_p
 #include "tune.h"              // defines: TuneTrainer, tune_mark_auto, tune_config, tune_note_record (-tune)
 #include "run_record.h"        // defines: flags_take_recorded, run_record_build, run_record_check (what a checkpoint records of its run)
 
@@ -156,9 +156,13 @@ struct FamilyOps {
     void (*embed_forward)(Model* m, const ParamView* io, int B, int T);
     // one layer: inp1 (+ inp2 when not NULL) is the residual stream entering layer l
     void (*layer_forward)(Model* m, int l, const ParamView* p, const floatX* inp1, const floatX* inp2, int B, int T);
-    // final norm of (last xmid + its MLP output), logits, losses and (dloss != 0) dlogits in place
+    // final norm of (last xmid + its MLP output) into A->lnf; with dloss == 0 the classifier
+    // (op_classifier: losses with targets, else the last rows' logits); with dloss != 0 (training)
+    // nothing more: the classifier runs whole in head_backward (A->dloss is kept for it)
     void (*head_forward)(Model* m, const ParamView* io, int B, int T, int with_targets, float dloss);
-    // from dlogits (A->logits) to A->dres = d(xL); the head's and final norm's gradients into g
+    // the classifier from A->lnf (op_classifier: logits, losses, dlogits, then dln and the head
+    // weight's gradient, chunk by chunk), then the final norm's backward: A->dres = d(xL); the
+    // head's and final norm's gradients into g
     void (*head_backward)(Model* m, const ParamView* io, const GradView* g, int B, int T);
     // on entry A->dres = d(layer output); on exit d(layer input); gradients added into g
     void (*layer_backward)(Model* m, int l, const ParamView* p, const GradView* g, int B, int T);
@@ -199,23 +203,27 @@ static void gpt2_layer_forward(Model* m, int l, const ParamView* p, const floatX
     proj_forward(&lv, PROJ_DOWN, A->proj, NULL, a.fch_gelu, p->t[T_fcprojw], p->t[T_fcprojb], BT, 4 * C, C);
 }
 
-// (xL, lnf) = residual + layernorm(xmid of the last layer, its MLP output); logits (B,T,Vp) = lnf @ wte^T
+// (xL, lnf) = residual + layernorm(xmid of the last layer, its MLP output); evaluation and sampling:
+// logits (B,T,Vp) = lnf @ wte^T and the losses, chunk by chunk (training: in gpt2_head_backward)
 static void gpt2_head_forward(Model* m, const ParamView* io, int B, int T, int with_targets, float dloss) {
     const GPTConfig* c = &m->cfg;
     Acts* A = &m->a;
     int BT = B * T;
     op_residual_layernorm_forward(A->xL, A->lnf, A->lnf_mean, A->lnf_rstd, layer_acts(A, c->L - 1).xmid,
                                   A->proj, io->t[T_lnfw], io->t[T_lnfb], BT, c->C);
-    op_lm_head_forward(A->logits, A->losses, A->lnf, io->t[T_wte], with_targets ? A->targets : NULL, dloss,
-                       dloss != 0.0f, BT, c->C, c->V, c->Vp);
+    A->dloss = dloss;
+    if (dloss == 0.0f)
+        A->logits_row0 = op_classifier(A->logits, A->losses, NULL, NULL, A->lnf, io->t[T_wte], with_targets ? A->targets : NULL,
+                                       0.0f, BT, c->C, c->V, c->Vp, A->chunk);
 }
 
 static void gpt2_head_backward(Model* m, const ParamView* io, const GradView* g, int B, int T) {
     const GPTConfig* c = &m->cfg;
     Acts* A = &m->a;
     int BT = B * T, C = c->C;
-    // logits = lnf @ wte^T   (A->logits holds dlogits)
-    op_matmul_backward(A->dln, g->t[T_wte], NULL, A->logits, A->lnf, io->t[T_wte], NULL, BT, C, c->Vp);
+    // logits = lnf @ wte^T, losses, dlogits; dln = dlogits @ wte, dwte += dlogits^T @ lnf: chunk by chunk
+    A->logits_row0 = op_classifier(A->logits, A->losses, A->dln, g->t[T_wte], A->lnf, io->t[T_wte], A->targets, A->dloss,
+                                   BT, C, c->V, c->Vp, A->chunk);
     // lnf = layernorm(xL): dres = d(xL)
     op_layernorm_backward(A->dres, g->t[T_lnfw], g->t[T_lnfb], A->dln, A->xL, io->t[T_lnfw], A->lnf_mean,
                           A->lnf_rstd, BT, C);
@@ -312,22 +320,26 @@ static void llama_layer_forward(Model* m, int l, const ParamView* p, const float
 // The LM head: its own tensor, or the embedding when tied.
 static int llama_head_tensor(const ParamView* io) { return io->t[T_lmhead] ? T_lmhead : T_embed; }
 
-// (xL, lnf) = residual + rmsnorm(xmid of the last layer, its MLP output); logits (B,T,Vp) = lnf @ lmhead^T
+// (xL, lnf) = residual + rmsnorm(xmid of the last layer, its MLP output); evaluation and sampling:
+// logits (B,T,Vp) = lnf @ lmhead^T and the losses, chunk by chunk (training: in llama_head_backward)
 static void llama_head_forward(Model* m, const ParamView* io, int B, int T, int with_targets, float dloss) {
     const GPTConfig* c = &m->cfg;
     Acts* A = &m->a;
     int BT = B * T;
     op_residual_rmsnorm_forward(A->xL, A->lnf, A->lnf_rstd, layer_acts(A, c->L - 1).xmid, A->proj, io->t[T_normf], BT, c->C, c->norm_eps);
-    op_lm_head_forward(A->logits, A->losses, A->lnf, io->t[llama_head_tensor(io)], with_targets ? A->targets : NULL, dloss,
-                       dloss != 0.0f, BT, c->C, c->V, c->Vp);
+    A->dloss = dloss;
+    if (dloss == 0.0f)
+        A->logits_row0 = op_classifier(A->logits, A->losses, NULL, NULL, A->lnf, io->t[llama_head_tensor(io)],
+                                       with_targets ? A->targets : NULL, 0.0f, BT, c->C, c->V, c->Vp, A->chunk);
 }
 
 static void llama_head_backward(Model* m, const ParamView* io, const GradView* g, int B, int T) {
     const GPTConfig* c = &m->cfg;
     Acts* A = &m->a;
     int BT = B * T, C = c->C, k = llama_head_tensor(io);
-    // logits = lnf @ lmhead^T   (A->logits holds dlogits)
-    op_matmul_backward(A->dln, g->t[k], NULL, A->logits, A->lnf, io->t[k], NULL, BT, C, c->Vp);
+    // logits = lnf @ lmhead^T, losses, dlogits; dln = dlogits @ lmhead, dlmhead += dlogits^T @ lnf: chunk by chunk
+    A->logits_row0 = op_classifier(A->logits, A->losses, A->dln, g->t[k], A->lnf, io->t[k], A->targets, A->dloss,
+                                   BT, C, c->V, c->Vp, A->chunk);
     // lnf = rmsnorm(xL): dres = d(xL)
     op_rmsnorm_backward(A->dres, g->t[T_normf], A->dln, A->xL, io->t[T_normf], A->lnf_rstd, BT, C);
 }
@@ -404,9 +416,12 @@ static int64_t model_load(Model* m, LogicalFill fill, void* ctx, const char* pef
 }
 
 // Forward over a B x T micro-batch (B, T at most the allocated shape) whose tokens are already in
-// A->inputs (and A->targets when with_targets). With targets, per-token losses land in A->losses,
-// and with dloss != 0 the logits gradient (pre-scaled by dloss) replaces the logits, ready for
-// gpt_backward. backward_follows tells ZeRO-3 to keep the last layer and the io block gathered.
+// A->inputs (and A->targets when with_targets). With targets and dloss == 0 (evaluation), per-token
+// losses land in A->losses; without targets the logits of the last rows are in A->logits (from row
+// A->logits_row0). With dloss != 0 (training) the forward ends at the final layernorm: the
+// classifier (logits, losses, dlogits pre-scaled by dloss, and both of its gradients) runs chunk by
+// chunk at the start of gpt_backward, where the io block's gradient buffer is handed out
+// (docs/classifier.md). backward_follows tells ZeRO-3 to keep the last layer and the io block gathered.
 static void gpt_forward(Model* m, int B, int T, int with_targets, float dloss, int backward_follows) {
     const GPTConfig* c = &m->cfg;
     const FamilyOps* ops = m->ops;
@@ -423,13 +438,13 @@ static void gpt_forward(Model* m, int B, int T, int with_targets, float dloss, i
         zero_after_block_forward(z, 1 + l, backward_follows);
     }
     io = param_view(&m->d, zero_before_head(z), 1);
-    ops->head_forward(m, &io, B, T, with_targets, dloss); // logits, losses; dlogits in place when training
+    ops->head_forward(m, &io, B, T, with_targets, dloss); // final norm; evaluation, sampling: logits, losses (training: in gpt_backward)
     zero_after_head(z, backward_follows);
 }
 
-// Backward of the micro-batch gpt_forward just ran (with dloss != 0). Adds every parameter's
-// gradient into the buffers the hooks hand out; the hooks reduce them (micro, last_micro say
-// where in the accumulation we are).
+// Backward of the micro-batch gpt_forward just ran (with dloss != 0), the classifier first: its
+// per-token losses land in A->losses here. Adds every parameter's gradient into the buffers the
+// hooks hand out; the hooks reduce them (micro, last_micro say where in the accumulation we are).
 static void gpt_backward(Model* m, int B, int T, int micro, int last_micro) {
     const GPTConfig* c = &m->cfg;
     const FamilyOps* ops = m->ops;
@@ -441,7 +456,7 @@ static void gpt_backward(Model* m, int B, int T, int micro, int last_micro) {
     GradView gio = grad_view(&m->d, io_grads, 1, m->lora.discard);
     m->ad_p = zero_adapters(z); // [LoRA] the adapters' parameters and gradient buffer (NULL: none)
     m->ad_g = zero_adapter_grads(z);
-    ops->head_backward(m, &io, &gio, B, T); // dres = d(xL)
+    ops->head_backward(m, &io, &gio, B, T); // the classifier (losses, dlogits, its gradients), chunk by chunk; dres = d(xL)
     zero_after_head_backward(z);
     for (int l = c->L - 1; l >= 0; l--) {
         float* grads;
@@ -650,8 +665,8 @@ static StepResult train_step(Trainer* tr) {
         if (f->data_trace) trace_batch(tr, micro);
         load_tokens(m, &tr->train, 1);
         gpt_forward(m, B, T, 1, dloss, 1);
+        gpt_backward(m, B, T, micro, micro == tr->GA - 1); // (its classifier computes the losses)
         op_loss_add(sc, m->a.losses, BT); // the loss stays where it is computed
-        gpt_backward(m, B, T, micro, micro == tr->GA - 1);
     }
     zero_grad_sumsq(z, sc);            // the gradient's sum of squares (one launch), summed over ranks
     op_step_scalars(sc, f->grad_clip); // norm, clip scale, finite flag
@@ -747,18 +762,17 @@ static int save_checkpoint(Trainer* tr, int last) {
     return rc;
 }
 
-// The model as a Hugging Face GPT-2 checkpoint (hf.h): config.json + model.safetensors in dir, in
-// `dtype`, from the master weights (F32, F16) or the parameters (BF16). Every rank must call it;
-// rank 0 writes. On failure nothing is left in dir. Returns 0 on success.
-static int write_hf_checkpoint(Model* m, const char* dir, StDtype dtype) {
-    const GPTConfig* c = &m->cfg;
+// The model as a Hugging Face checkpoint (hf.h): config.json (hc: GPT-2, Llama, Mistral or Qwen2;
+// hf_export_config) + model.safetensors (or shards + index above 5 GB) in dir, in `dtype`, from the
+// master weights (F32, F16) or the parameters (BF16). Every rank must call it; rank 0 writes, one
+// block at a time. On failure nothing is left in dir. Returns 0 on success.
+static int write_hf_checkpoint(Model* m, const HFConfig* hc, const char* dir, StDtype dtype) {
     Zero* z = &m->z;
-    HFConfig hc = {c->L, c->C, c->NH, c->V, c->maxT};
     HFWriter w;
     char err[1024] = "";
     int ok = 1;
     if (g_rank == 0) {
-        if (hf_writer_open(&w, dir, &hc, dtype, err, sizeof(err))) ok = 0;
+        if (hf_writer_open(&w, dir, hc, dtype, err, sizeof(err))) ok = 0;
     }
     size_t maxP = 0;
     for (int b = 0; b < z->lay.nblocks; b++) maxP = (size_t)z->lay.P[b] > maxP ? (size_t)z->lay.P[b] : maxP;
@@ -870,7 +884,7 @@ static void sample_one(Trainer* tr, const int* ctx, int nctx, int prompt) {
         int len = t < T ? t : T; // the last T tokens are the context
         dev_from_host(m->a.inputs, gen + t - len, sizeof(int) * len);
         gpt_forward(m, 1, len, 0, 0.0f, 0);
-        dev_to_host(row, m->a.logits + (size_t)(len - 1) * c->Vp, sizeof(floatX) * c->Vp);
+        dev_to_host(row, m->a.logits + (size_t)(len - 1 - m->a.logits_row0) * c->Vp, sizeof(floatX) * c->Vp);
         for (int j = 0; j < c->V; j++) logits[j] = ld(row[j]);
         int next = sample_token(logits, c->V, tr->f.temperature, tr->f.top_k, rng_uniform(key, (uint64_t)t), logits + c->V, keep);
         gen[t] = next;
@@ -1199,8 +1213,9 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     FLAG_SHOW(f, warmup, "%d", f->warmup);
     FLAG_SHOW(f, total_batch, "%lld", (long long)step_tokens * tr->GA);
     tr->run_record = (char*)malloc(CKPT_RUN_MAX); // what every checkpoint records of this run
-    run_record_build(f, &tr->train, tr->has_val ? &tr->val : NULL, tr->run_record);
-    if (tr->recorded_run) run_record_check(f, &tr->train, tr->has_val ? &tr->val : NULL, tr->recorded_run, tr->recorded_step);
+    run_record_build(f, &tr->train, tr->has_val ? &tr->val : NULL, classifier_chunk_rows(c.Vp), tr->run_record);
+    if (tr->recorded_run) run_record_check(f, &tr->train, tr->has_val ? &tr->val : NULL, classifier_chunk_rows(c.Vp), f->B * f->T,
+                                           tr->recorded_run, tr->recorded_step);
     tr->comm.trace = f->comm_trace;
     tr->comm.timeout_s = f->comm_timeout;
     tr->comm.delay_ms = f->comm_delay;
@@ -1244,6 +1259,8 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
         if (from_file == 2) { // Hugging Face: the same logical ranges, from the safetensors files
             HFCheckpoint ck;
             char err[2048];
+            int window = peak_window_start() == 0; // VmHWM from here on: the peak while loading
+            double t0 = wall_s(), before = (double)proc_status_bytes("VmRSS"); // (what is resident before: the state allocated)
             if (hf_open(&ck, f->model, err, sizeof(err))) die_user("-e %s", err);
             HFLlmcTensor lt[NUM_TENSORS];
             int nt = 0; // the model's tensors (present ones), in logical order
@@ -1251,7 +1268,20 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
                 if (m->d.t[k].n) lt[nt++] = (HFLlmcTensor){m->d.t[k].name, m->d.t[k].logical, m->d.t[k].n, !m->d.t[k].io};
             if (hf_bind(&ck, lt, nt, c.Vp, err, sizeof(err))) die(1, "-e %s: %s", f->model, err);
             frozen_bad = (double)model_load(m, hf_fill, &ck, f->lora_init, f->model);
+            double largest = 4.0 * (double)hf_largest_tensor(&ck);
             hf_close(&ck);
+            // what loading cost in host memory: each rank's peak above what it held before (the
+            // loader's buffer of one block's range, the file pages of one tensor piece at a time)
+            double* all = (double*)calloc(2 * (size_t)tr->R, sizeof(double));
+            all[2 * tr->r] = (double)proc_status_bytes("VmHWM") - before;
+            all[2 * tr->r + 1] = (double)proc_status_bytes("VmHWM");
+            comm_sum_doubles(&tr->comm, all, 2 * tr->R);
+            double most = 0, peak = 0;
+            for (int r = 0; r < tr->R; r++) { most = fmax(most, all[2 * r]); peak = fmax(peak, all[2 * r + 1]); }
+            printf0("loaded in %.1f s; host memory: peak resident %.0f MiB on the busiest rank%s, at most %.0f MiB above what it held before "
+                    "loading (2 x the largest tensor in FP32: %.0f MiB)\n", wall_s() - t0, peak / 1048576.0, window ? " while loading" : " (the run's: VmHWM could not be reset)",
+                    most / 1048576.0, 2.0 * largest / 1048576.0);
+            free(all);
         } else if (from_file) {
             ModelFile mf;
             GPTConfig fc;
@@ -1530,13 +1560,16 @@ static void export_model(Trainer* tr) {
     if (f->export_hf[0]) {
         StDtype hd = !strcmp(dt, "bf16") ? ST_BF16 : !strcmp(dt, "fp16") ? ST_F16 : ST_F32;
         double saved = io_wait_begin(tr);
-        if (write_hf_checkpoint(&tr->model, f->export_hf, hd) != 0) die(1, "-export-hf %s failed", f->export_hf);
+        HFConfig hc;
+        char err[1024];
+        if (hf_export_config(f, &tr->model.cfg, &hc, err, sizeof(err))) die_user("-export-hf %s: %s", f->export_hf, err); // (checked at start-up)
+        if (write_hf_checkpoint(&tr->model, &hc, f->export_hf, hd) != 0) die(1, "-export-hf %s failed", f->export_hf);
         char tpath[4200], terr[1024];  // the tokenizer beside it (tokenizer.json, ...: AutoTokenizer loads the directory)
         const char* tname = tokenizer_for_model(f->tokenizer, TOKENIZER_DEFAULT_PATH, f->model, tpath, sizeof(tpath));
         if (g_rank == 0 && tokenizer_export_files(tname, f->merges, f->export_hf, tr->model.cfg.V, tr->model.cfg.maxT, terr, sizeof(terr)))
             printf0("warning: -export-hf %s: no tokenizer files written: %s\n", f->export_hf, terr);
         io_wait_end(tr, saved);
-        printf0("exported the model at step %d to %s (Hugging Face GPT-2, %s)\n", tr->step, f->export_hf,
+        printf0("exported the model at step %d to %s (Hugging Face %s, %s)\n", tr->step, f->export_hf, hf_archs[hc.arch].cls,
                 hd == ST_F32 ? "F32 from the master weights" : hd == ST_F16 ? "F16 from the master weights" : "BF16 parameters");
     }
 }

@@ -4,6 +4,8 @@
 #   Against PyTorch: tokens/s of one training step (forward, backward, AdamW) of the same model
 #   in FP32 on the same number of threads: ./train_cpu_fp32 (plain loop, and OpenBLAS when built
 #   with it) and ./train_cpu (BF16) beside dev/bench_torch.py, as ratios. Goal: >= 0.5x.
+#   Against transformers: -e llama-tiny beside Hugging Face's own LlamaForCausalLM of that shape in
+#   FP32, same threads (dev/bench_llama_hf.py, run by $ZT_HF_PYTHON or /tmp/zt-hf47). Goal: >= 1.3x.
 #   ZeRO stages: tokens/s at -np 2 and -np 4 for each stage as a ratio to ZeRO-0 at the same R,
 #   and the share of the step spent waiting in collectives (from log.jsonl's comm_wait_ms).
 #   Offload: tokens/s with -offload none / cpu / nvme (-z 1, the model of 1.), as ratios to none;
@@ -13,6 +15,9 @@
 #   foreach, fused where the installed version has them; goal: PyTorch's fastest takes >= 3x ours).
 #   -tokenize: MB/s of our C encoder (llm.c's GPT-2 file, and GPT-2 as a tokenizer.json) beside
 #   tiktoken and Hugging Face tokenizers on the same KJV documents (dev/bench_tokenize.py), as ratios.
+#   The chunked classifier: peak memory (VmHWM) and step time of a V = 128,256 model at B*T = 16,384
+#   tokens with the classifier in chunks (test/test_bf16 --train, the trainer) and in one chunk of all
+#   rows (--train-unchunked: the head before ops/classifier.cuh chunked it), as ratios.
 #
 # Numbers are medians over the steps after the first two (warm-up). Timings on a shared or
 # oversubscribed machine are noisy: compare ratios within one run, not across machines.
@@ -43,10 +48,10 @@ run() {
 echo "zerotrain CPU benchmark — $(date -u +%Y-%m-%d), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 echo
 
-# one process: median tokens/s of a binary with extra flags
+# one process: median tokens/s of a binary with extra flags (and a model: default -e tiny)
 single() {
     local dir="$tmp/single_$RANDOM"
-    "$1" -e tiny -b 8 -t 64 -v 0 -s 0 -x "$STEPS" -threads "$THREADS" -o "$dir" $2 > "$dir.out" 2>&1 || { tail -5 "$dir.out" >&2; exit 1; }
+    "$1" ${3:--e tiny} -b 8 -t 64 -v 0 -s 0 -x "$STEPS" -threads "$THREADS" -o "$dir" $2 > "$dir.out" 2>&1 || { tail -5 "$dir.out" >&2; exit 1; }
     grep '"loss"' "$dir/log.jsonl" | awk -F'"tok_s": ' 'NR>2 {split($2,a,","); print a[1]}' | median
 }
 echo "1. one process, $THREADS threads: the tiny model (L 4, C 128, NH 4, V 50257), B 8 x T 64, $STEPS steps"
@@ -64,6 +69,30 @@ if ./train_cpu_fp32 -blas 1 -x 0 -v 0 -s 0 > /dev/null 2>&1; then
     row "zerotrain FP32, OpenBLAS (-blas 1)" "$(single ./train_cpu_fp32 "-blas 1")"
 fi
 row "zerotrain BF16, plain loop" "$(single ./train_cpu "-blas 0")"
+echo
+echo "1b. one process, $THREADS threads: llama-tiny (L 4, C 128, NH 4, NKV 2, head_dim 32, F 352, V 50257, untied), B 8 x T 64,"
+echo "    $STEPS steps, beside transformers' own LlamaForCausalLM of that shape in FP32 (dev/bench_llama_hf.py; goal >= 1.3x)"
+HPY=${ZT_HF_PYTHON:-}
+[ -z "$HPY" ] && [ -x /tmp/zt-hf47/bin/python ] && HPY=/tmp/zt-hf47/bin/python
+hf=""
+if [ -n "$HPY" ] && "$HPY" -c 'import transformers, sys; from transformers import LlamaConfig; sys.exit(0 if "head_dim" in LlamaConfig().to_dict() else 1)' 2>/dev/null; then
+    hf=$("$HPY" dev/bench_llama_hf.py --threads "$THREADS" --steps "$STEPS" -B 8 -T 64 2>/dev/null | awk '$1 == "hf_tok_s" {print $2}')
+    hf_v=$("$HPY" -c 'import transformers, torch; print(transformers.__version__, "over torch", torch.__version__)')
+else
+    echo "   (no transformers >= 4.45 for \$ZT_HF_PYTHON (${HPY:-unset}): .ci/run's venv or /tmp/zt-hf47 gives the ratio)"
+fi
+lrow() { awk -v n="$1" -v t="$2" -v p="$hf" 'BEGIN {if (p == "") printf "   %-44s %10.0f %12s\n", n, t, "-"; else printf "   %-44s %10.0f %11.2fx\n", n, t, t / p}'; }
+printf "   %-44s %10s %12s\n" "run" "tokens/s" "vs HF"
+[ -n "$hf" ] && lrow "transformers $hf_v FP32" "$hf"
+if ./train_cpu_fp32 -e llama-tiny -x 0 -v 0 -s 0 > "$tmp/llama_probe.out" 2>&1; then
+    lrow "zerotrain FP32, plain loop (-blas 0)" "$(single ./train_cpu_fp32 "-blas 0" "-e llama-tiny")"
+    if ./train_cpu_fp32 -blas 1 -x 0 -v 0 -s 0 > /dev/null 2>&1; then
+        lrow "zerotrain FP32, OpenBLAS (-blas 1)" "$(single ./train_cpu_fp32 "-blas 1" "-e llama-tiny")"
+    fi
+    lrow "zerotrain BF16, plain loop" "$(single ./train_cpu "-blas 0" "-e llama-tiny")"
+else
+    echo "   SKIP: ./train_cpu_fp32 -e llama-tiny does not run: $(tail -1 "$tmp/llama_probe.out")"
+fi
 echo
 MODEL="-e tiny -b 4 -t 64 -v 0 -s 0"
 echo "2. ZeRO stages: $MODEL, $STEPS steps, one thread per rank (ranks share $(nproc) cores)"
@@ -138,3 +167,26 @@ if "$TPY" -c 'import tiktoken, tokenizers' 2>/dev/null; then
 else
     echo "   SKIP: $TPY has neither tiktoken nor tokenizers (.ci/run installs both into \$ZT_TIKTOKEN_PYTHON's venv)"
 fi
+echo
+echo "6. the chunked classifier (ops/classifier.cuh, docs/classifier.md): a V = 128,256 model (L 1, C 16, NH 2) at"
+echo "   B 16 x T 1024 = 16,384 tokens, one process, $THREADS threads, 2 steps (the second timed): the classifier in chunks"
+echo "   of 2048 rows (test/test_bf16 --train: the trainer) against all 16,384 rows in one chunk (--train-unchunked: before)"
+CLS_BLAS=0
+test/test_bf16 --train -blas 1 -x 0 -v 0 -s 0 > /dev/null 2>&1 && CLS_BLAS=1
+cls() { # mode -> "VmHWM_MiB step2_ms logits_MiB"
+    local dir="$tmp/cls$1"
+    test/test_bf16 "$1" -e tiny -layers 1 -channels 16 -heads 2 -vocab 128256 -max-seq 1024 -t 1024 -b 16 -x 2 -v 0 -s 0 \
+        -blas "$CLS_BLAS" -threads "$THREADS" -o "$dir" > "$dir.out" 2>&1 || { echo "$1 failed:" >&2; tail -5 "$dir.out" >&2; exit 1; }
+    local end hwm ms lg
+    end=$(grep '"memory": "end"' "$dir/log.jsonl")
+    hwm=$(echo "$end" | grep -o '"vmhwm": [0-9]*' | awk '{print $2 / 1048576}')
+    lg=$(echo "$end" | grep -o '"logits": [0-9]*' | awk '{print $2 / 1048576}')
+    ms=$(grep '"step": 2,' "$dir/log.jsonl" | grep -o '"ms": [0-9.]*' | awk '{print $2}')
+    echo "$hwm $ms $lg"
+}
+read -r h0 t0 l0 < <(cls --train-unchunked)
+read -r h1 t1 l1 < <(cls --train)
+printf "   %-44s %12s %12s %12s\n" "classifier" "logits MiB" "VmHWM MiB" "step ms"
+printf "   %-44s %12.0f %12.0f %12.0f\n" "one chunk of 16,384 rows (before)" "$l0" "$h0" "$t0"
+printf "   %-44s %12.0f %12.0f %12.0f\n" "chunks of 2048 rows (after)" "$l1" "$h1" "$t1"
+awk -v a="$h0" -v b="$h1" -v x="$t0" -v y="$t1" 'BEGIN {printf "   after / before: peak memory %.2fx (%.0f MiB less), step time %.2fx\n", b / a, a - b, y / x}'

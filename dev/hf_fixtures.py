@@ -1,27 +1,38 @@
 #!/usr/bin/env python3
-"""dev/hf_fixtures.py — small Hugging Face GPT-2 checkpoints made by transformers, and what
-GPT2LMHeadModel computes on them: the fixtures of test/test_hf.h (our -e DIR loader).
+"""dev/hf_fixtures.py — small Hugging Face checkpoints made by transformers, and what transformers
+computes on them: the fixtures of test/test_hf.h and test/test_hf_llama.h (our -e DIR loader).
 
 Each fixture is a directory under test/fixtures/hf/ holding what transformers (or the hub) would
 hand a user: config.json and model.safetensors (or model.safetensors.index.json + shards), plus
 ref.bin (a test/fixture.h archive: "tokens" (B, T+1) int32, "logits" (B, T, V) and "loss" (1) of
-GPT2LMHeadModel in float64 on tokens[:, :T] -> tokens[:, 1:]).
+AutoModelForCausalLM in float64 on tokens[:, :T] -> tokens[:, 1:]).
 
-The cases (odd sizes on purpose):
+GPT-2 (GPT2LMHeadModel), odd sizes on purpose, random tokens:
   f32_prefix    L=2 C=36 NH=3 V=101 maxT=48  F32, save_pretrained: "transformer." names, no lm_head
   bf16_bare     L=3 C=20 NH=5 V=77  maxT=16  BF16, names without the prefix, the old attn.bias /
                                              attn.masked_bias buffers stored, lm_head.weight stored (= wte)
   f16_sharded   L=2 C=24 NH=2 V=50  maxT=20  F16, save_pretrained with a small max_shard_size: an index
                                              and several shards; activation gelu_pytorch_tanh
-Every parameter is perturbed away from transformers' init (biases nonzero, layernorm gains != 1), so a
-mapping mistake (a transpose, a swapped bias) changes the logits.
+The Llama family (LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM), save_pretrained, on
+the first KJV tokens of data/kjv_val.bin (GPT-2 ids) modulo V:
+  llama_gqa4_llama3  L=2 C=40 NH=8 NKV=2 head_dim=6 (!= C/NH) F=57 V=131, untied, mlp_bias, rope_theta
+                     500000 with llama3 scaling (its three frequency bands all used), F32
+  llama_mha_linear   L=2 C=24 NH=3 NKV=3 (GQA ratio 1) F=44 V=97, tied, linear RoPE scaling x2, BF16
+  qwen2_single_kv    L=2 C=32 NH=4 NKV=1 F=50 V=113, tied, q/k/v biases, rms_norm_eps 1e-6, theta 1e6,
+                     F16 in shards with an index
+  mistral_gqa2       L=3 C=28 NH=4 NKV=2 head_dim=10 F=46 V=89, untied, sliding_window 4096, BF16
+Every parameter is drawn away from transformers' init (biases nonzero, norm gains != 1), so a
+mapping mistake (a transpose, a swapped bias, q and k exchanged) changes the logits. transformers
+computes RMSNorm, the eager softmax and RoPE's cos/sin in FP32 even in a float64 model (torch 1.13
+has no SDPA): the reference is float64 elsewhere.
 
 Usage (needs torch, transformers, safetensors; tested with the versions in PINNED below):
   python dev/hf_fixtures.py --out test/fixtures/hf      # write the fixtures
   python dev/hf_fixtures.py --check test/fixtures/hf    # regenerate in a temp dir; compare the
                                                         # tensors and the reference outputs; exit 0/1
-  python dev/hf_fixtures.py --logits DIR TOKENS OUT     # GPT2LMHeadModel.from_pretrained(DIR) logits
-                                                        # (float64) on int32 [b, t, tokens...] -> OUT f32
+  python dev/hf_fixtures.py --logits DIR TOKENS OUT ... # AutoModelForCausalLM.from_pretrained(DIR) logits
+                                                        # (float64) on int32 [b, t, tokens...] -> OUT f32,
+                                                        # for each DIR TOKENS OUT triple
 """
 import argparse
 import json
@@ -33,7 +44,7 @@ import tempfile
 import numpy as np
 import torch
 
-PINNED = {"transformers": "4.38.2", "safetensors": "0.4.5"}
+PINNED = {"transformers": "4.47.1", "safetensors": "0.4.5"}
 CASES = [
     # name, config, dtype, "transformer." prefix, old attn buffers, lm_head stored, sharded
     ("f32_prefix", dict(n_layer=2, n_embd=36, n_head=3, vocab_size=101, n_positions=48), torch.float32, True, False, True, False),
@@ -41,6 +52,25 @@ CASES = [
     ("f16_sharded", dict(n_layer=2, n_embd=24, n_head=2, vocab_size=50, n_positions=20,
                          activation_function="gelu_pytorch_tanh"), torch.float16, True, False, False, True),
 ]
+# name, model_type, config, dtype, sharded
+LLAMA_CASES = [
+    ("llama_gqa4_llama3", "llama", dict(num_hidden_layers=2, hidden_size=40, num_attention_heads=8, num_key_value_heads=2, head_dim=6,
+                                         intermediate_size=57, vocab_size=131, max_position_embeddings=48, rms_norm_eps=1e-5,
+                                         tie_word_embeddings=False, mlp_bias=True, rope_theta=500000.0,
+                                         rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                                           original_max_position_embeddings=16)), torch.float32, False),
+    ("llama_mha_linear", "llama", dict(num_hidden_layers=2, hidden_size=24, num_attention_heads=3, num_key_value_heads=3,
+                                        intermediate_size=44, vocab_size=97, max_position_embeddings=48, rms_norm_eps=1e-5,
+                                        tie_word_embeddings=True, rope_theta=10000.0, rope_scaling=dict(rope_type="linear", factor=2.0)),
+     torch.bfloat16, False),
+    ("qwen2_single_kv", "qwen2", dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, num_key_value_heads=1,
+                                       intermediate_size=50, vocab_size=113, max_position_embeddings=48, rms_norm_eps=1e-6,
+                                       tie_word_embeddings=True, rope_theta=1000000.0, use_sliding_window=False), torch.float16, True),
+    ("mistral_gqa2", "mistral", dict(num_hidden_layers=3, hidden_size=28, num_attention_heads=4, num_key_value_heads=2, head_dim=10,
+                                      intermediate_size=46, vocab_size=89, max_position_embeddings=48, rms_norm_eps=1e-5,
+                                      tie_word_embeddings=False, rope_theta=1000000.0, sliding_window=4096), torch.bfloat16, False),
+]
+LLAMA_T = 40
 B = 2
 TOLERANCE = 1e-6   # --check: relative L2 per tensor (float64 forward, stored as float32)
 
@@ -74,9 +104,9 @@ def read_archive(path):
 
 
 def reference(model_dir, tokens):
-    """GPT2LMHeadModel.from_pretrained in float64: logits (B,T,V) and the mean loss."""
-    from transformers import GPT2LMHeadModel
-    model = GPT2LMHeadModel.from_pretrained(model_dir, torch_dtype=torch.float64).eval()
+    """AutoModelForCausalLM.from_pretrained in float64: logits (B,T,V) and the mean loss."""
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float64).eval()
     idx = torch.from_numpy(tokens.astype(np.int64))
     with torch.no_grad():
         logits = model(idx[:, :-1]).logits                                  # (B,T,V)
@@ -123,9 +153,40 @@ def make_case(name, cfg, dtype, prefix, buffers, lm_head, sharded, outdir):
     return d
 
 
+def kjv_tokens(n, V):
+    """The first n GPT-2 tokens of data/kjv_val.bin (an llm.c shard: 256 int32 header, uint16), modulo V."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "kjv_val.bin")
+    raw = np.fromfile(path, dtype="<u2", count=512 + n)
+    return (raw[512:512 + n].astype(np.int64) % V).astype(np.int32)
+
+
+def make_llama_case(name, model_type, cfg, dtype, sharded, outdir):
+    from transformers import AutoConfig, AutoModelForCausalLM
+    torch.manual_seed(4321)
+    config = AutoConfig.for_model(model_type, **cfg)
+    model = AutoModelForCausalLM.from_config(config).eval()
+    with torch.no_grad():
+        for pname, p in model.named_parameters():   # away from the init: every tensor matters
+            if pname.endswith("norm.weight"):
+                p.copy_(1.0 + 0.1 * torch.randn(p.shape))
+            else:
+                p.copy_(0.1 * torch.randn(p.shape))
+    model = model.to(dtype)
+    d = os.path.join(outdir, name)
+    os.makedirs(d, exist_ok=True)
+    model.save_pretrained(d, safe_serialization=True, max_shard_size="8KB" if sharded else "5GB")
+    tokens = kjv_tokens(B * (LLAMA_T + 1), cfg["vocab_size"]).reshape(B, LLAMA_T + 1)
+    logits, loss = reference(d, tokens)
+    write_archive(os.path.join(d, "ref.bin"), [("tokens", tokens), ("logits", logits), ("loss", np.array([loss]))])
+    return d
+
+
 def generate(outdir):
     for case in CASES:
         d = make_case(*case, outdir)
+        print(f"  {case[0]}: {sorted(os.listdir(d))}")
+    for case in LLAMA_CASES:
+        d = make_llama_case(*case, outdir)
         print(f"  {case[0]}: {sorted(os.listdir(d))}")
 
 
@@ -134,7 +195,7 @@ def check(fixdir):
     with tempfile.TemporaryDirectory() as tmp:
         generate(tmp)
         from safetensors.torch import load_file
-        for name, *_ in CASES:
+        for name in [c[0] for c in CASES] + [c[0] for c in LLAMA_CASES]:
             new_d, old_d = os.path.join(tmp, name), os.path.join(fixdir, name)
             files = sorted(f for f in os.listdir(new_d) if f.endswith(".safetensors"))
             if files != sorted(f for f in os.listdir(old_d) if f.endswith(".safetensors")):
@@ -160,7 +221,9 @@ def main():
     mode = ap.add_mutually_exclusive_group(required=True)
     mode.add_argument("--out", metavar="DIR")
     mode.add_argument("--check", metavar="DIR")
-    mode.add_argument("--logits", nargs=3, metavar=("DIR", "TOKENS", "OUT"))
+    mode.add_argument("--random-1b", metavar="DIR", help="a random 1.03B Llama (TinyLlama's shape, V 32000, tied) in BF16, "
+                      "save_pretrained in 1 GB shards: docs/hf_llama.md's host-memory measurement")
+    mode.add_argument("--logits", nargs="+", metavar="DIR TOKENS OUT", help="one or more triples (one python start for several models)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
@@ -175,12 +238,25 @@ def main():
         return 0
     if args.check:
         return check(args.check)
-    raw = np.fromfile(args.logits[1], dtype="<i4")
-    b, t = int(raw[0]), int(raw[1])
-    tokens = raw[2:2 + b * t].reshape(b, t)
-    logits, _ = reference(args.logits[0], np.concatenate([tokens, tokens[:, -1:]], axis=1))
-    logits.astype("<f4").tofile(args.logits[2])
-    print(f"logits {logits.shape} of {args.logits[0]} written to {args.logits[2]}")
+    if args.random_1b:
+        from transformers import LlamaConfig, AutoModelForCausalLM
+        torch.manual_seed(0)
+        cfg = LlamaConfig(num_hidden_layers=22, hidden_size=2048, num_attention_heads=32, num_key_value_heads=4, intermediate_size=5632,
+                          vocab_size=32000, max_position_embeddings=2048, rms_norm_eps=1e-5, tie_word_embeddings=True)
+        model = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.bfloat16)
+        model.save_pretrained(args.random_1b, safe_serialization=True, max_shard_size="1GB")
+        print(f"{sum(p.numel() for p in model.parameters())} parameters written to {args.random_1b}")
+        return 0
+    if len(args.logits) % 3:
+        ap.error("--logits takes DIR TOKENS OUT triples")
+    for k in range(0, len(args.logits), 3):
+        model_dir, tokens_path, out = args.logits[k:k + 3]
+        raw = np.fromfile(tokens_path, dtype="<i4")
+        b, t = int(raw[0]), int(raw[1])
+        tokens = raw[2:2 + b * t].reshape(b, t)
+        logits, _ = reference(model_dir, np.concatenate([tokens, tokens[:, -1:]], axis=1))
+        logits.astype("<f4").tofile(out)
+        print(f"logits {logits.shape} of {model_dir} written to {out}")
     return 0
 
 

@@ -1,22 +1,41 @@
-// ops/classifier.cuh — the LM head fused with softmax cross-entropy and the logits gradient.
+// ops/classifier.cuh — the LM head fused with softmax cross-entropy and the logits gradient, and
+// the whole head (forward and backward) run chunk by chunk so that the B*T*Vp logits never exist.
 //
-//   logits (N, Vp) = x (N, C) @ wte (Vp, C)^T                               [floatX, =]
+// op_lm_head_forward, one block of rows (N of them):
+//   logits (N, Vp) = x (N, C) @ W (Vp, C)^T                                 [floatX, =]
 //   losses (N)     = logsumexp(logits[n, :V]) - logits[n, target[n]]         [FP32, =]
 //   with dloss:    logits[n, j] <- (softmax(logits[n, :V])_j - [j == target[n]]) * dloss   for j < V
 //                  logits[n, j] <- 0 for the padded columns V <= j < Vp       [floatX, in place]
+// W is the head's weight: wte (tied, GPT-2) or lmhead (an untied head).
 // The loss mask: a negative target[n] (-1, like PyTorch's ignore_index) is a position that does
 // not count: losses[n] = 0 and, with dloss, its whole logits row becomes 0 (no gradient). dloss is
 // then 1 / (counted targets of the global batch). With every target >= 0 nothing changes.
-// The padded vocabulary columns (wte rows V..Vp-1 are zero) never enter the softmax and get a
+// The padded vocabulary columns (W rows V..Vp-1 are zero) never enter the softmax and get a
 // zero gradient. dloss is the loss gradient's pre-scale, 1 / (R * GA * B * T) in training, so
 // that every later reduction is a plain SUM (zero.h). Without targets the logits are left as
 // they are (sampling reads them).
 // The softmax reads the *rounded* logits, as the GPU does after its BF16 matmul.
 //
-// CUDA: the matmul through op_matmul_forward (cuBLASLt), the rest in classifier_row_kernel (one
-// block per row, the row read from global memory once, deterministic block reductions).
+// op_classifier, the whole head over N rows in chunks of `chunk` rows (classifier_chunk_rows),
+// n0 = 0, chunk, 2 chunk, ... in that order, each chunk's logits in one (chunk, Vp) buffer:
+//   logits (nc, Vp) = x[n0:n0+nc] @ W^T ; losses[n0:n0+nc] ; dlogits in place   (op_lm_head_forward)
+//   dx[n0:n0+nc] (nc, C) = dlogits @ W                                           [floatX, =]
+//   dW (Vp, C)          += dlogits^T @ x[n0:n0+nc]                               [FP32, +=, chunk order]
+// So at most one chunk of logits exists (the memory tag "logits" is chunk * Vp elements), and the
+// three matmuls of the unchunked head are done once each (Liger's fused linear cross-entropy; no
+// recompute). Per row, everything (logits, loss, dlogits, dx) is the unchunked path's bits; only
+// dW's FP32 sum over rows is grouped by chunk (one partial sum per chunk, added in chunk order):
+// docs/classifier.md gives the tolerance against the unchunked head. The chunk depends on the
+// vocabulary only (classifier_chunk_rows), never on R, the stage or the memory, so runs are
+// bit-identical across stages and ranks, and the run record (run_record.h) refuses a resume whose
+// chunk differs.
 //
-// defines: op_lm_head_forward, classifier_row_max
+// CUDA: the matmuls through op_matmul_forward / op_matmul_backward (cuBLASLt), the rest in
+// classifier_row_kernel (one block per row, the row read from global memory once, deterministic
+// block reductions).
+//
+// defines: op_lm_head_forward, op_classifier, classifier_chunk_rows, classifier_row_max,
+//          classifier_chunk_override (TESTING)
 //
 // May call: device.cuh, matmul.cuh and packed.cuh.
 #ifndef ZT_OPS_CLASSIFIER_CUH
@@ -201,6 +220,65 @@ static void op_lm_head_forward(floatX* logits, float* losses, const floatX* x, c
         }
         for (int j = V; j < Vp; j++) row[j] = rn(0.0f);
     }
+}
+
+// ----------------------------------------------------------------------------
+// The chunked head.
+
+// Rows per chunk of logits, from the padded vocabulary alone: the largest power of two whose
+// (rows, Vp) logits have at most CLASSIFIER_CHUNK_ELEMS elements (512 MiB in BF16), and at least
+// CLASSIFIER_MIN_ROWS. Why these numbers: the chunk's weight-gradient GEMM reads and writes the
+// FP32 dW (Vp, C) once per chunk and does 2 rows C Vp flops: about rows / 4 flops per byte of dW
+// traffic whatever C is, so rows >= 1024 keeps it compute-bound on an H200 (~200 flops per byte);
+// Vp <= 262,144 (every vocabulary in use) gets 1024 rows or more. GPT-2 (Vp 50,304): 4096 rows;
+// Llama 3 (128,256): 2048; Qwen2 (151,936): 1024. C does not enter (see above), nor B, T, R, the
+// stage or any memory size: the same chunk on every rank, stage and resume.
+#define CLASSIFIER_CHUNK_ELEMS ((int64_t)1 << 28)
+#define CLASSIFIER_MIN_ROWS 64
+#ifdef TESTING
+static int classifier_chunk_override = 0; // > 0: the tests' chunk rows (to cut a small batch into several)
+#endif
+static int classifier_chunk_rows(int Vp) {
+#ifdef TESTING
+    if (classifier_chunk_override > 0) return classifier_chunk_override;
+#endif
+    int rows = CLASSIFIER_MIN_ROWS;
+    while ((int64_t)rows * 2 * Vp <= CLASSIFIER_CHUNK_ELEMS) rows *= 2;
+    return rows;
+}
+
+// Rows the logits buffer holds for a micro-batch of N rows: one chunk, or N when smaller.
+static int classifier_buffer_rows(int N, int Vp) {
+    int chunk = classifier_chunk_rows(Vp);
+    return N < chunk ? N : chunk;
+}
+
+// The LM head over N rows, chunk by chunk (see the file's top). logits: (min(N, chunk), Vp)
+// scratch; losses (N) [=] with targets; with dloss != 0 (training, targets needed) also dx (N, C)
+// [=] and dW (Vp, C) [+=]. Without targets only the last min(N, chunk) rows' logits are computed
+// (sampling reads the last row). Returns the first row whose logits (or, with dloss, dlogits) the
+// buffer holds on return: logits row i of the buffer is row row0 + i of x.
+static int op_classifier(floatX* logits, float* losses, floatX* dx, float* dW, const floatX* x, const floatX* W,
+                         const int* targets, float dloss, int N, int C, int V, int Vp, int chunk) {
+    if (N <= 0) return 0;
+    if (chunk < N && chunk % 8 != 0) // every chunk's x and dx rows then start 16-byte aligned whatever C is,
+        die(1, "classifier: chunk of %d rows is not a multiple of 8 (internal error)", chunk); // (cuBLASLt: one plan a shape)
+    if (!targets) { // the logits of the last rows, for sampling
+        int n0 = N > chunk ? N - chunk : 0;
+        op_lm_head_forward(logits, NULL, x + (int64_t)n0 * C, W, NULL, 0.0f, 0, N - n0, C, V, Vp);
+        return n0;
+    }
+    int train = dloss != 0.0f;
+    for (int n0 = 0; n0 < N; n0 += chunk) {
+        int nc = N - n0 < chunk ? N - n0 : chunk;
+        const floatX* xc = x + (int64_t)n0 * C;
+        // logits (nc, Vp) = xc @ W^T; losses; dlogits in place when training
+        op_lm_head_forward(logits, losses + n0, xc, W, targets + n0, dloss, train, nc, C, V, Vp);
+        if (!train) continue;
+        // logits = xc @ W^T: dx[n0:] = dlogits @ W; dW += dlogits^T @ xc (chunks in order)
+        op_matmul_backward(dx + (int64_t)n0 * C, dW, NULL, logits, xc, W, NULL, nc, C, Vp);
+    }
+    return ((N - 1) / chunk) * chunk; // the last chunk's first row
 }
 
 #endif // ZT_OPS_CLASSIFIER_CUH

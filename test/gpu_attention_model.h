@@ -47,8 +47,8 @@ TEST(gpu_attention_tc_model_recompute_bitwise) {
         dataloader_load(&tr->train, 1);
         load_tokens(m, &tr->train, 1);
         gpt_forward(m, m->B, m->T, 1, 1.0f / BT, 1);
+        gpt_backward(m, m->B, m->T, 0, 1); // (its classifier computes the losses)
         float loss = (float)sum_losses(m, BT);
-        gpt_backward(m, m->B, m->T, 0, 1);
         comm_wait_all(&tr->comm);
         int64_t n = m->z.lay.total;
         float* g = (float*)tm_host(m->z.full_grads, sizeof(float) * n);

@@ -435,6 +435,74 @@ TEST(gpu_classifier_no_targets) {
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) cudaCheck(cudaFree(bufs[i]));
 }
 
+// The whole head in chunks (op_classifier): 150 rows in chunks of 64 (the last one 22 rows), every
+// 7th target masked, dW accumulated onto a nonzero start. The GPU against the CPU op (losses, dx,
+// dW), the GPU's chunked head against its own unchunked one (chunk = N: the one-chunk head),
+// a guard past the one-chunk logits buffer untouched, and two GPU runs the same bits.
+TEST(gpu_classifier_chunked) {
+    const int N = 150, C = 32, V = 500, Vp = 512, chunk = 64, guard = 256;
+    floatX* x = (floatX*)malloc(sizeof(floatX) * N * C);
+    floatX* w = (floatX*)malloc(sizeof(floatX) * Vp * C);
+    int* t = (int*)malloc(sizeof(int) * N);
+    float* dw0 = (float*)malloc(sizeof(float) * Vp * C);
+    rand_x(x, (int64_t)N * C, 1.0, 51);
+    rand_x(w, (int64_t)Vp * C, 1.0 / sqrt((double)C), 52);
+    for (int64_t i = (int64_t)V * C; i < (int64_t)Vp * C; i++) w[i] = rn(0.0f);
+    for (int n = 0; n < N; n++) t[n] = n % 7 == 3 ? -1 : (n * 37 + 5) % V;
+    rand_f(dw0, (int64_t)Vp * C, 0.01, 53); // about the head's contribution: a lost "+=" is an error of order 1, and the
+                                            // start's own FP32 rounding stays below the FP32 build's tolerance
+    float dloss = 1.0f / N;
+    // CPU reference: the chunked head on the CPU device
+    floatX* logits = (floatX*)malloc(sizeof(floatX) * chunk * Vp);
+    float* l_cpu = (float*)malloc(sizeof(float) * N);
+    floatX* dx_cpu = (floatX*)malloc(sizeof(floatX) * N * C);
+    float* dw_cpu = (float*)malloc(sizeof(float) * Vp * C);
+    memcpy(dw_cpu, dw0, sizeof(float) * Vp * C);
+    ON_CPU(op_classifier(logits, l_cpu, dx_cpu, dw_cpu, x, w, t, dloss, N, C, V, Vp, chunk));
+    floatX* d_x = (floatX*)gpu_copy_of(x, sizeof(floatX) * N * C);
+    floatX* d_w = (floatX*)gpu_copy_of(w, sizeof(floatX) * Vp * C);
+    int* d_t = (int*)gpu_copy_of(t, sizeof(int) * N);
+    floatX* d_logits = (floatX*)gpu_nans(sizeof(floatX) * ((size_t)N * Vp + guard)); // big enough for one chunk = N
+    float* d_l = (float*)gpu_nans(sizeof(float) * N);
+    floatX* d_dx = (floatX*)gpu_nans(sizeof(floatX) * N * C);
+    float* d_dw = (float*)gpu_zeros(sizeof(float) * Vp * C);
+    float* l_gpu[3]; floatX* dx_gpu[3]; float* dw_gpu[3];
+    int chunks[3] = {chunk, chunk, N};
+    int guard_ok = 1;
+    for (int run = 0; run < 3; run++) {
+        l_gpu[run] = (float*)malloc(sizeof(float) * N);
+        dx_gpu[run] = (floatX*)malloc(sizeof(floatX) * N * C);
+        dw_gpu[run] = (float*)malloc(sizeof(float) * Vp * C);
+        gpu_upload(d_dw, dw0, sizeof(float) * Vp * C);
+        gpu_fill(d_logits + (size_t)chunks[run] * Vp, 0x7F, sizeof(floatX) * guard);
+        ON_GPU(op_classifier(d_logits, d_l, d_dx, d_dw, d_x, d_w, d_t, dloss, N, C, V, Vp, chunks[run]));
+        gpu_to_host(l_gpu[run], d_l, sizeof(float) * N);
+        gpu_to_host(dx_gpu[run], d_dx, sizeof(floatX) * N * C);
+        gpu_to_host(dw_gpu[run], d_dw, sizeof(float) * Vp * C);
+        unsigned char* g = (unsigned char*)malloc(sizeof(floatX) * guard);
+        gpu_to_host(g, d_logits + (size_t)chunks[run] * Vp, sizeof(floatX) * guard);
+        for (size_t i = 0; i < sizeof(floatX) * guard; i++) guard_ok &= g[i] == 0x7F;
+        free(g);
+    }
+    CHECKF(guard_ok, "the GPU's chunked head wrote past one chunk of logits");
+    for (int64_t i = 0; i < (int64_t)Vp * C; i++) { dw_cpu[i] -= dw0[i]; for (int r = 0; r < 3; r++) dw_gpu[r][i] -= dw0[i]; }
+    GPU_COMPARE("chunked head losses", relerr_f(l_gpu[0], l_cpu, N), TOL_GPU_FWD);
+    GPU_COMPARE("chunked head dx", relerr_x(dx_gpu[0], dx_cpu, (int64_t)N * C), TOL_GPU_BWD);
+    GPU_COMPARE("chunked head dW (added)", relerr_f(dw_gpu[0], dw_cpu, (int64_t)Vp * C), TOL_GPU_BWD);
+    GPU_COMPARE("GPU chunked vs one chunk: losses", relerr_f(l_gpu[0], l_gpu[2], N), TOL_GPU_FWD);
+    GPU_COMPARE("GPU chunked vs one chunk: dx", relerr_x(dx_gpu[0], dx_gpu[2], (int64_t)N * C), TOL_GPU_BWD);
+    GPU_COMPARE("GPU chunked vs one chunk: dW", relerr_f(dw_gpu[0], dw_gpu[2], (int64_t)Vp * C), TOL_GPU_BWD);
+    int same = !memcmp(l_gpu[0], l_gpu[1], sizeof(float) * N) && !memcmp(dx_gpu[0], dx_gpu[1], sizeof(floatX) * N * C) &&
+               !memcmp(dw_gpu[0], dw_gpu[1], sizeof(float) * Vp * C);
+    printf("    chunked head deterministic: %s; chunked vs one chunk on the GPU: losses %s, dx %s\n", same ? "ok" : "FAIL",
+           memcmp(l_gpu[0], l_gpu[2], sizeof(float) * N) ? "differ" : "the same bits", memcmp(dx_gpu[0], dx_gpu[2], sizeof(floatX) * N * C) ? "differ" : "the same bits");
+    CHECKF(same, "two GPU runs of the chunked head differ");
+    free(x); free(w); free(t); free(dw0); free(logits); free(l_cpu); free(dx_cpu); free(dw_cpu);
+    for (int r = 0; r < 3; r++) { free(l_gpu[r]); free(dx_gpu[r]); free(dw_gpu[r]); }
+    void* bufs[] = {d_x, d_w, d_t, d_logits, d_l, d_dx, d_dw};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) cudaCheck(cudaFree(bufs[i]));
+}
+
 // Sampling runs the model at every sequence length 1..T: about 5 GEMM shapes per length, hundreds in
 // all, far more than a training step's ~13. Each shape gets its plan and the CPU's result (forward
 // with bias at N = 1..200 rows; the plan table once stopped the program at 128).

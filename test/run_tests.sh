@@ -270,14 +270,15 @@ stage_end unicode_tables_regenerate
 echo "=== Hugging Face fixtures regenerated with transformers and compared"
 HF_PY=${ZT_HF_PYTHON:-python3}
 stage_start
-if "$HF_PY" -c 'import transformers, safetensors, torch' 2>/dev/null; then
+# (4.47 or later: the Llama-family fixtures need head_dim and rope_type llama3, which 4.38 lacks)
+if "$HF_PY" -c 'import transformers, safetensors, torch; assert tuple(map(int, transformers.__version__.split(".")[:2])) >= (4, 47)' 2>/dev/null; then
     if "$HF_PY" dev/hf_fixtures.py --check test/fixtures/hf; then
         echo "PASS hf_fixtures_regenerate"; passed=$((passed + 1))
     else
         echo "FAIL hf_fixtures_regenerate"; failed=$((failed + 1))
     fi
 else
-    echo "SKIP hf_fixtures_regenerate: $HF_PY has no transformers (pip install transformers==4.38.2 safetensors==0.4.5; .ci/run makes a venv)"; skipped=$((skipped + 1))
+    echo "SKIP hf_fixtures_regenerate: $HF_PY has no transformers 4.47 or later (pip install transformers==4.47.1 safetensors==0.4.5 jinja2; .ci/run makes a venv)"; skipped=$((skipped + 1))
 fi
 stage_end hf_fixtures_regenerate
 

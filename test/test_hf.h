@@ -223,12 +223,12 @@ static void hf_write_case(const char* dir, const char* config, void (*edit)(char
     char cmd[PATH_MAX + 32];
     snprintf(cmd, sizeof(cmd), "rm -rf %s && mkdir -p %s", dir, dir);
     test_run_cmd(cmd, NULL, 0);
-    HFConfig c = {1, 8, 2, 10, 4};
-    HFTensorRow rows[HF_NT];
-    hf_rows(&c, rows);
-    StSpec spec[HF_NT];
-    int64_t offs[HF_NT], data = 0;
-    for (int k = 0; k < HF_NT; k++) {
+    HFConfig c = hf_gpt2_config(1, 8, 2, 10, 4);
+    HFTensorRow rows[HF_MAX_ROWS];
+    int nrows = hf_rows(&c, rows);
+    StSpec spec[HF_MAX_ROWS];
+    int64_t offs[HF_MAX_ROWS], data = 0;
+    for (int k = 0; k < nrows; k++) {
         hf_name(&rows[k], 0, spec[k].name, sizeof(spec[k].name));
         spec[k].dtype = ST_F32;
         spec[k].ndim = rows[k].d1 ? 2 : 1;
@@ -237,7 +237,7 @@ static void hf_write_case(const char* dir, const char* config, void (*edit)(char
         data += rows[k].d0 * (rows[k].d1 ? rows[k].d1 : 1) * 4;
     }
     int64_t hlen;
-    char* h = st_make_header(spec, HF_NT, offs, &hlen);
+    char* h = st_make_header(spec, nrows, offs, &hlen);
     char text[8192];
     memcpy(text, h + 8, hlen - 8);
     text[hlen - 8] = 0;
@@ -311,7 +311,7 @@ TEST(hf_corrupt_checkpoints) {
         {"unscaled attention", NULL, 0, 0, "{\"n_layer\": 1, \"n_embd\": 8, \"n_head\": 2, \"vocab_size\": 10, \"n_positions\": 4, \"scale_attn_weights\": false}", {"config.json", "scale_attn_weights"}},
         {"inverse layer idx", NULL, 0, 0, "{\"n_layer\": 1, \"n_embd\": 8, \"n_head\": 2, \"vocab_size\": 10, \"n_positions\": 4, \"scale_attn_by_inverse_layer_idx\": true}", {"config.json", "scale_attn_by_inverse_layer_idx"}},
         {"activation", NULL, 0, 0, "{\"n_layer\": 1, \"n_embd\": 8, \"n_head\": 2, \"vocab_size\": 10, \"n_positions\": 4, \"activation_function\": \"relu\"}", {"config.json", "activation_function 'relu'"}},
-        {"another architecture", NULL, 0, 0, "{\"model_type\": \"llama\"}", {"config.json", "model_type 'llama'"}},
+        {"another architecture", NULL, 0, 0, "{\"model_type\": \"gpt_neox\"}", {"config.json", "model_type 'gpt_neox'"}},
         {"more layers in the config", NULL, 0, 0, "{\"n_layer\": 2, \"n_embd\": 8, \"n_head\": 2, \"vocab_size\": 10, \"n_positions\": 4}", {"h.1.ln_1.weight", "missing"}},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -454,7 +454,7 @@ TEST(hf_export_logits_vs_transformers) {
     char probe[PATH_MAX + 64];
     snprintf(probe, sizeof(probe), "%s -c 'import transformers, safetensors, torch'", hf_python());
     if (test_run_cmd(probe, NULL, 0) != 0)
-        TEST_SKIP("needs a python with transformers (ZT_HF_PYTHON; .ci/run makes a venv: pip install transformers==4.38.2)");
+        TEST_SKIP("needs a python with transformers (ZT_HF_PYTHON; .ci/run makes a venv: pip install transformers==4.47.1)");
     hf_export_logits("dev/hf_fixtures.py --logits", "transformers", "transformers");
 }
 #endif // ENABLE_FP32

@@ -3,6 +3,8 @@
 //   test/test_bf16 [filter]          run the tests whose name contains filter (all by default)
 //   test/test_bf16 --train [flags]   be the trainer (./train), e.g. under mpirun for ZeRO tests
 //   test/test_bf16 --bench-adamw     make bench's host AdamW against memcpy (test/bench_adamw.h)
+//   test/test_bf16 --train-unchunked [flags]  the trainer with the classifier in one chunk of all B*T
+//                                    rows (the head before ops/classifier.cuh chunked it): make bench's "before"
 // Built twice by the Makefile: test_bf16 (BF16 storage) and test_fp32 (FP32, tight tolerances).
 #ifndef TESTING
 #define TESTING
@@ -18,7 +20,9 @@
 #include "test_checkpoint.h" // tests: the checkpoint protocol: CRC32C, one history, mixed/corrupt files, lock
 #include "test_zero.h"       // tests: ZeRO-0..3 over MPI on N processes
 #include "test_plan.h"       // tests: -plan and -z auto
+#include "test_sizing.h"     // tests: the real models' descriptors against their published counts; -plan for them
 #include "test_hf.h"         // tests: Hugging Face checkpoints in and out, JSON, safetensors
+#include "test_hf_llama.h"   // tests: Hugging Face Llama/Mistral/Qwen2: configs, mapping, shards, corrupt files
 #include "test_finetune.h"   // tests: loss masks, prompt/completion -tokenize
 #include "test_chat.h"       // tests: conversations: chat templates against transformers, masks, cuts, bad input
 #include "test_perf.h"       // tests: dev/perf_gpu.sh (the GPU benchmark) syntax and dry run
@@ -42,11 +46,18 @@ static const char* const g_fp32_long_only[] = {
     "cli_", "ckpt_", "exit_", "data_", "tok_", "ux_", "perf_", "tune_",
     "zero_peak", "zero_memory", "zero_stages_bitwise", "zero_across", "zero_comm", "zero_checkpoint",
     "zero_data", "zero_stopped", "zero_mismatched", "plan_z_auto", "plan_recommendation",
-    "hf_corrupt", "hf_json", "hf_half", "ft_tokenize", "llama_zero", "llama_resume", "llama_refusals", "lora_zero", "lora_bad", "lora_export_init", NULL};
+    "hf_corrupt", "hf_json", "hf_half", "ft_tokenize", "llama_zero", "llama_resume", "llama_refusals",
+    "model_chunked_classifier_llama", // (its GPT-2 twin model_chunked_classifier stays: FP32's own tolerance)
+    "lora_zero", "lora_bad", "lora_export_init",
+    NULL};
 #endif
 
 int main(int argc, char** argv) {
     if (argc > 1 && !strcmp(argv[1], "--train")) return train_main(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "--train-unchunked")) {
+        classifier_chunk_override = 1 << 30; // every micro-batch in one chunk: the whole B*T x Vp logits
+        return train_main(argc - 1, argv + 1);
+    }
 #ifdef ENABLE_FP32
     test_long_only(g_fp32_long_only);
 #endif

@@ -736,6 +736,69 @@ TEST(op_lm_head_cross_entropy) {
     printf("    lm head: logits %.2e losses %.2e dx %.2e dwte %.2e\n", ez, el, ex, ew);
 }
 
+// The whole head chunk by chunk (op_classifier) against the same head in one chunk (the unchunked
+// path: one op_lm_head_forward and one op_matmul_backward over all rows) and against float64: the
+// losses and dx bit for bit, dW within TOL_CLASSIFIER_CHUNK (its FP32 sum grouped by chunk); the
+// logits never need more than one chunk (a guard past the chunk's buffer stays untouched); masked
+// rows (-1) count nothing; dW accumulates (+=); evaluation (dloss 0) and sampling (no targets:
+// the last rows' logits) give the unchunked bits.
+TEST(op_classifier_chunked) {
+    ops_workspace();
+    const int N = 37, C = 9, V = 13, Vp = 16, chunk = 8, guard = 64;
+    int tgt[N];
+    int counted = 0;
+    for (int n = 0; n < N; n++) { tgt[n] = n % 5 == 3 ? -1 : (n * 7 + 2) % V; counted += tgt[n] >= 0; }
+    static floatX x[N * C], wte[Vp * C], whole[N * Vp], part[chunk * Vp + guard], dx1[N * C], dx2[N * C];
+    static double xd[N * C], wted[Vp * C], fd[Vp * C], got[Vp * C];
+    static float l1[N], l2[N], dw1[Vp * C], dw2[Vp * C];
+    ops_rand(x, xd, N * C, 1.0, 43);
+    ops_rand(wte, wted, Vp * C, 1.0, 44);
+    for (int i = V * C; i < Vp * C; i++) { wte[i] = rn(0.0f); wted[i] = 0.0; } // padded rows are zero
+    for (int i = 0; i < Vp * C; i++) dw1[i] = dw2[i] = 0.25f * (float)(i % 3); // += onto what is there
+    for (int i = 0; i < guard; i++) part[chunk * Vp + i] = rn(7.0f);
+    float dloss = 1.0f / (float)counted;
+    int r1 = op_classifier(whole, l1, dx1, dw1, x, wte, tgt, dloss, N, C, V, Vp, N);   // one chunk
+    int r2 = op_classifier(part, l2, dx2, dw2, x, wte, tgt, dloss, N, C, V, Vp, chunk); // five
+    int guard_ok = 1;
+    for (int i = 0; i < guard; i++) guard_ok &= ld(part[chunk * Vp + i]) == 7.0f;
+    CHECKF(guard_ok, "the chunked head wrote past one chunk of logits");
+    CHECKF(r1 == 0 && r2 == 32, "row0 %d, %d (expected 0, 32)", r1, r2);
+    CHECKF(memcmp(part, whole + 32 * Vp, sizeof(floatX) * 5 * Vp) == 0, "the last chunk's dlogits differ from the unchunked rows");
+    CHECKF(memcmp(l1, l2, sizeof(l1)) == 0, "per-token losses differ from the unchunked head");
+    CHECKF(memcmp(dx1, dx2, sizeof(dx1)) == 0, "dx differs from the unchunked head");
+    for (int i = 0; i < Vp * C; i++) { dw1[i] -= 0.25f * (float)(i % 3); dw2[i] -= 0.25f * (float)(i % 3); }
+    double d1[Vp * C], d2[Vp * C];
+    ops_f_to_d(dw1, d1, Vp * C);
+    ops_f_to_d(dw2, d2, Vp * C);
+    double ec = ops_relerr(d2, d1, Vp * C);
+    CHECKF(ec < TOL_CLASSIFIER_CHUNK, "chunked dW vs unchunked %.3g", ec);
+    // against float64 (finite differences of the masked mean loss): only counted rows enter
+    int tk[N], nk = 0;
+    static double xk[N * C];
+    for (int n = 0; n < N; n++)
+        if (tgt[n] >= 0) { tk[nk] = tgt[n]; memcpy(xk + nk * C, xd + n * C, sizeof(double) * C); nk++; }
+    ClsRef r = {nk, C, V, Vp, tk, xk, wted, dloss};
+    ops_fd(wted, V * C, cls_loss, &r, fd);
+    ops_f_to_d(dw2, got, Vp * C);
+    double ew = ops_relerr(got, fd, V * C);
+    CHECKF(ew < TOL_OP_BWD, "chunked dW vs float64 %.3g", ew);
+    int masked_ok = 1;
+    for (int n = 0; n < N; n++) if (tgt[n] < 0) { masked_ok &= l2[n] == 0.0f; for (int c = 0; c < C; c++) masked_ok &= ld(dx2[n * C + c]) == 0.0f; }
+    CHECKF(masked_ok, "a masked row has a loss or a gradient");
+    // evaluation: losses only, the last chunk's logits in the buffer
+    float l3[N];
+    int r3 = op_classifier(part, l3, NULL, NULL, x, wte, tgt, 0.0f, N, C, V, Vp, chunk);
+    op_lm_head_forward(whole, NULL, x, wte, NULL, 0.0f, 0, N, C, V, Vp);
+    CHECKF(r3 == 32 && memcmp(part, whole + 32 * Vp, sizeof(floatX) * 5 * Vp) == 0, "evaluation's last chunk of logits");
+    int same = 1;
+    for (int n = 0; n < N; n++) same &= l3[n] == l1[n];
+    CHECKF(same, "evaluation's losses differ from training's");
+    // sampling: the logits of the last `chunk` rows
+    int r4 = op_classifier(part, NULL, NULL, NULL, x, wte, NULL, 0.0f, N, C, V, Vp, chunk);
+    CHECKF(r4 == N - chunk && memcmp(part, whole + (N - chunk) * Vp, sizeof(floatX) * chunk * Vp) == 0, "sampling's logits (row0 %d)", r4);
+    printf("    chunked head (%d rows, chunks of %d): losses, dx identical; dW vs unchunked %.2e, vs float64 %.2e\n", N, chunk, ec, ew);
+}
+
 // ---- AdamW: one update against the documented formula in float64
 
 TEST(op_adamw) {

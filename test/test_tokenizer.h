@@ -1411,7 +1411,7 @@ TEST(tok_hf_reader) {
 
 // -export-hf's tokenizer files: GPT-2 (llm.c's file + merges) written as tokenizer.json, vocab.json,
 // merges.txt and tokenizer_config.json; our reader encodes the KJV with it exactly as with llm.c's
-// file, and transformers' AutoTokenizer ($ZT_HF_PYTHON, transformers 4.38.2) loads the directory
+// file, and transformers' AutoTokenizer ($ZT_HF_PYTHON, transformers 4.47.1) loads the directory
 // and gives the same ids on the hard cases (GPT2TokenizerFast from tokenizer.json, and the slow
 // GPT2Tokenizer from vocab.json + merges.txt).
 TEST(tok_hf_export_gpt2) {
@@ -1449,7 +1449,7 @@ TEST(tok_hf_export_gpt2) {
     const char* py = getenv("ZT_HF_PYTHON");
     char probe[1200], cmd[3000], out[1 << 16];
     snprintf(probe, sizeof(probe), "%s -c 'import transformers' 2>/dev/null", py && *py ? py : "python3");
-    if (test_run_cmd(probe, NULL, 0) != 0) TEST_SKIP("needs a python with transformers (ZT_HF_PYTHON; .ci/run makes a venv: transformers==4.38.2)");
+    if (test_run_cmd(probe, NULL, 0) != 0) TEST_SKIP("needs a python with transformers (ZT_HF_PYTHON; .ci/run makes a venv: transformers==4.47.1)");
     // the hard cases that are UTF-8, through both of transformers' GPT-2 tokenizers, against ours
     const char* script =
         "import ast, sys\n"
@@ -1524,7 +1524,7 @@ TEST(tok_hf_export_gpt2) {
         }
         free(cases.data);
         CHECKF(differ == 0 && i > 20, "%d of %d hard cases differ between transformers and us on the exported GPT-2 tokenizer", differ, i);
-        printf("    exported GPT-2 tokenizer: transformers 4.38.2 AutoTokenizer (fast and slow) = ours on %d hard cases\n", i);
+        printf("    exported GPT-2 tokenizer: transformers' AutoTokenizer (fast and slow) = ours on %d hard cases\n", i);
     }
     tokenizer_free(&h2);
     CHECK(ncase > 20);
