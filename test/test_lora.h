@@ -202,7 +202,10 @@ TEST(lora_export_loads_in_peft) {
     snprintf(ad_dir, sizeof(ad_dir), "%s/lora_adapter", test_tmpdir());
     snprintf(tok, sizeof(tok), "%s/lora_tokens.bin", test_tmpdir());
     Trainer* b = tm_trainer(lora_flags(LORA_GPT2, "-z 0 -x 3"));
-    CHECK(write_hf_checkpoint(&b->model, base_dir, ST_F32) == 0);
+    HFConfig hc;
+    char herr[1024];
+    CHECKF(hf_export_config(&b->f, &b->model.cfg, &hc, herr, sizeof(herr)) == 0, "%s", herr);
+    CHECK(write_hf_checkpoint(&b->model, &hc, base_dir, ST_F32) == 0);
     tm_free(b);
     char extra[PATH_MAX + 128];
     snprintf(extra, sizeof(extra), "-z 1 -x 3 -l 1e-2 -lora 2 -lora-alpha 4 -lora-export %s", ad_dir);
@@ -238,7 +241,10 @@ TEST(lora_init_from_peft) {
     snprintf(ad_dir, sizeof(ad_dir), "%s/lora_peft_written", test_tmpdir());
     snprintf(tok, sizeof(tok), "%s/lora_tokens2.bin", test_tmpdir());
     Trainer* b = tm_trainer(lora_flags(LORA_GPT2, "-z 0 -x 1"));
-    CHECK(write_hf_checkpoint(&b->model, base_dir, ST_F32) == 0);
+    HFConfig hc;
+    char herr[1024];
+    CHECKF(hf_export_config(&b->f, &b->model.cfg, &hc, herr, sizeof(herr)) == 0, "%s", herr);
+    CHECK(write_hf_checkpoint(&b->model, &hc, base_dir, ST_F32) == 0);
     dataloader_load(&b->train, 0);
     int B = b->model.B, T = b->model.T;
     FILE* fp = fopen(tok, "wb");
