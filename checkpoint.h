@@ -451,6 +451,7 @@ static int state_pieces(const Zero* z, StatePiece* out) {
     int n = 0;
     Piece pc[MAX_BLOCK_TENSORS];
     for (int b = 0; b < z->lay.nblocks; b++) {
+        if (z->lay.frozen[b]) continue; // [LoRA] a frozen block has no master, m or v
         int64_t lo = z->r * z->lay.S[b];
         int k = layout_pieces(&z->lay, b, lo, lo + z->lay.S[b], pc);
         for (int i = 0; i < k; i++) {
@@ -473,6 +474,7 @@ static int64_t ckpt_state_file_bytes(const BlockLayout* lay, int q) {
     int64_t n = 0, total = 0;
     Piece pc[MAX_BLOCK_TENSORS];
     for (int b = 0; b < lay->nblocks; b++) {
+        if (lay->frozen[b]) continue; // [LoRA] (no optimizer state)
         int k = layout_pieces(lay, b, q * lay->S[b], (q + 1) * lay->S[b], pc);
         for (int i = 0; i < k; i++) total += pc[i].len;
         n += k;

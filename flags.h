@@ -56,6 +56,11 @@ typedef enum { FLAG_FREE, FLAG_RUN, FLAG_KEEP } FlagKind;
     X("-grad-clip",     grad_clip,       F_FLOAT, "1.0",    FLAG_RUN,  "clip the global gradient norm to this (0: off)")                   \
     X("-seed",          seed,            F_INT,   "1337",   FLAG_RUN,  "seed of initialisation, data order and sampling")                  \
     X("-shuffle",       shuffle,         F_INT,   "1",      FLAG_RUN,  "1: shuffle samples every epoch; 0: llm.c's sequential order")      \
+    X("-lora",          lora,            F_INT,   "0",      FLAG_RUN,  "LoRA: train rank-r adapters on a frozen base (0: off, every tensor trains); the base holds no gradient, master or AdamW state (docs/lora.md)") \
+    X("-lora-alpha",    lora_alpha,      F_FLOAT, "0",      FLAG_RUN,  "LoRA: the update is scaled by alpha / r (0: alpha = r, scale 1)") \
+    X("-lora-targets",  lora_targets,    F_STR,   "all",    FLAG_RUN,  "LoRA: comma-separated projections to adapt, PEFT's names: GPT-2 c_attn,c_proj,c_fc; Llama q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj (all: every one)") \
+    X("-lora-export",   lora_export,     F_STR,   "",       FLAG_FREE, "LoRA: when training ends, write the adapters as PEFT does into this directory (adapter_model.safetensors, F32 from the master weights, and adapter_config.json)") \
+    X("-lora-init",     lora_init,       F_STR,   "",       FLAG_RUN,  "LoRA: start the adapters from a PEFT adapter directory (adapter_config.json + adapter_model.safetensors) instead of PEFT's initialisation; its r, lora_alpha, target_modules and base must be this run's") \
     X("-v",             val_every,       F_INT,   "auto",   FLAG_KEEP, "validation loss every N steps (auto: 25 on cpu, 250 on cuda; 0: never)") \
     X("-m",             val_steps,       F_INT,   "20",     FLAG_KEEP, "validation batches per evaluation (-1: the whole val set)")       \
     X("-s",             sample_every,    F_INT,   "auto",   FLAG_KEEP, "sample text every N steps (auto: 100 on cpu, 500 on cuda; 0: never)") \
@@ -64,7 +69,7 @@ typedef enum { FLAG_FREE, FLAG_RUN, FLAG_KEEP } FlagKind;
     X("-top-k",         top_k,           F_INT,   "0",      FLAG_FREE, "sample from the K most likely tokens only (0: all)")               \
     X("-n",             ckpt_every,      F_INT,   "0",      FLAG_KEEP, "checkpoint every N steps and at the end (0: never; needs -o)")     \
     X("-nk",            ckpt_keep,       F_INT,   "0",      FLAG_KEEP, "keep only the newest N checkpoints (0: keep all)")                 \
-    X("-y",             resume,          F_INT,   "0",      FLAG_FREE, "1: resume from the newest complete checkpoint in -o; the flags it records (the run's: -e, -i, -j, -t, -d, the optimizer's, the schedule's, -seed; and -b, -x, -n, -nk, -v, -m, -s, -g, -save-model, -max-skips) are taken from it when not given")              \
+    X("-y",             resume,          F_INT,   "0",      FLAG_FREE, "1: resume from the newest complete checkpoint in -o; the flags it records (the run's: -e, -i, -j, -t, -d, the optimizer's, the schedule's, -seed, -lora*; and -b, -x, -n, -nk, -v, -m, -s, -g, -save-model, -max-skips) are taken from it when not given")              \
     X("-resume-change", resume_change,   F_STR,   "",       FLAG_FREE, "with -y 1: the run-defining flags this resume changes on purpose, e.g. -i or -i,-l (a given value that differs from the checkpoint's is refused otherwise)") \
     X("-r",             recompute,       F_INT,   "1",      FLAG_FREE, "recompute in backward: 0 none, 1 GELU, 2 GELU+layernorms, 3 whole blocks; auto: with -z auto, the planner's choice") \
     X("-z",             zero_stage,      F_INT,   "0",      FLAG_FREE, "ZeRO stage: 0 replicate, 1 shard optimizer, 2 +gradients, 3 +parameters; auto: the lowest-time stage that fits (see -plan)") \

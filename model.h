@@ -33,6 +33,11 @@ typedef struct {
     double rope_theta; // base of the inverse frequencies
     double rope_factor, rope_low_freq, rope_high_freq; // rope_scaling: factor (linear, llama3), low/high_freq_factor (llama3)
     int rope_orig_maxT;                                // rope_scaling's original_max_position_embeddings (llama3)
+    // [LoRA] low-rank adapters on a frozen base (lora.h sets these from -lora*; 0: off, every
+    // tensor trains). lora_mask: bit i = row i of the family's rows in LORA_TARGETS.
+    int lora_r;
+    float lora_alpha;
+    unsigned lora_mask;
 } GPTConfig;
 
 // A GPT-2 config from llm.c's six sizes (the other fields zero: FAMILY_GPT2).
@@ -49,6 +54,7 @@ static inline GPTConfig gpt2_config(int L, int C, int NH, int V, int Vp, int max
 typedef struct {
     int64_t QKV, ATT, FC, F;
     int NKV, HD;
+    int64_t KVW; // k's (and v's) width: NKV * HD
 } ModelDims;
 
 static inline ModelDims model_dims(const GPTConfig* c) {
@@ -66,7 +72,73 @@ static inline ModelDims model_dims(const GPTConfig* c) {
         m.F = 4 * (int64_t)c->C;
         m.FC = m.F;
     }
+    m.KVW = (int64_t)m.NKV * m.HD;
     return m;
+}
+
+// [LoRA] A layer's four projections, the same slots in both families (the projection op, lora.h,
+// adds the adapters of its slot).
+typedef enum {
+    PROJ_QKV,  // GPT-2 c_attn; Llama q;k;v (wqkv)
+    PROJ_ATTO, // GPT-2 attn.c_proj; Llama o_proj (wo)
+    PROJ_UP,   // GPT-2 c_fc; Llama gate;up (wgu)
+    PROJ_DOWN, // GPT-2 mlp.c_proj; Llama down_proj (wdown)
+    NUM_PROJ
+} Proj;
+
+// [LoRA] The adapter targets: X(family, target name (PEFT's target_modules), Hugging Face module (%d:
+// the layer), projection, first output row, output rows, input width). An adapter writes only its
+// rows of a fused projection's output (q_proj: q's rows of wqkv's). PEFT matches a target name
+// against the end of a module's name, so GPT-2's "c_proj" adapts both attn.c_proj and mlp.c_proj.
+#define LORA_TARGETS(X)                                                                                             \
+    X(FAMILY_GPT2,  "c_attn",    "transformer.h.%d.attn.c_attn",     PROJ_QKV,  0,        d.QKV,    c->C)  \
+    X(FAMILY_GPT2,  "c_proj",    "transformer.h.%d.attn.c_proj",     PROJ_ATTO, 0,        c->C,     d.ATT) \
+    X(FAMILY_GPT2,  "c_fc",      "transformer.h.%d.mlp.c_fc",        PROJ_UP,   0,        d.FC,     c->C)  \
+    X(FAMILY_GPT2,  "c_proj",    "transformer.h.%d.mlp.c_proj",      PROJ_DOWN, 0,        c->C,     d.F)   \
+    X(FAMILY_LLAMA, "q_proj",    "model.layers.%d.self_attn.q_proj", PROJ_QKV,  0,        d.ATT,    c->C)  \
+    X(FAMILY_LLAMA, "k_proj",    "model.layers.%d.self_attn.k_proj", PROJ_QKV,  d.ATT,    d.KVW,    c->C)  \
+    X(FAMILY_LLAMA, "v_proj",    "model.layers.%d.self_attn.v_proj", PROJ_QKV,  d.ATT + d.KVW, d.KVW, c->C) \
+    X(FAMILY_LLAMA, "o_proj",    "model.layers.%d.self_attn.o_proj", PROJ_ATTO, 0,        c->C,     d.ATT) \
+    X(FAMILY_LLAMA, "gate_proj", "model.layers.%d.mlp.gate_proj",    PROJ_UP,   0,        d.F,      c->C)  \
+    X(FAMILY_LLAMA, "up_proj",   "model.layers.%d.mlp.up_proj",      PROJ_UP,   d.F,      d.F,      c->C)  \
+    X(FAMILY_LLAMA, "down_proj", "model.layers.%d.mlp.down_proj",    PROJ_DOWN, 0,        c->C,     d.F)
+
+#define LORA_MAX_MODULES 8 // per layer (Llama: 7); two tensors each fit one block (MAX_BLOCK_TENSORS)
+
+// [LoRA] One adapted module: A [r, in] and B [rows, r] per layer, each module's tensors holding every
+// layer's (layer-major) in the adapter block, after the base's logical vector.
+typedef struct {
+    const char* target; // PEFT's target name ("q_proj")
+    const char* hf;     // the Hugging Face module, %d the layer ("model.layers.%d.self_attn.q_proj")
+    int proj;           // Proj
+    int64_t row0, rows, in; // rows [row0, row0 + rows) of the projection's output
+    int64_t offA, offB; // in the adapter block: layer l's A at offA + l * r * in, its B at offB + l * rows * r
+    int64_t logA, logB; // logical offsets of the same
+} LoraModule;
+
+typedef struct {
+    int r, nmods;       // rank (0: off), modules per layer
+    float alpha, scale; // alpha, alpha / r
+    LoraModule mods[LORA_MAX_MODULES];
+    int64_t num_params; // adapter elements, all layers
+} LoraDesc;
+
+// The modules a config's lora_mask selects, with their shapes (offsets: model_layout).
+static void lora_describe(LoraDesc* lo, const GPTConfig* c) {
+    memset(lo, 0, sizeof(*lo));
+    if (!c->lora_r) return;
+    ModelDims d = model_dims(c);
+    lo->r = c->lora_r; lo->alpha = c->lora_alpha; lo->scale = c->lora_alpha / (float)c->lora_r;
+    int row = 0;
+#define X(fam, tname, thf, tproj, trow0, trows, tin)                                     \
+    if ((fam) == c->family && ((c->lora_mask >> row++) & 1)) {                           \
+        LoraModule* m = &lo->mods[lo->nmods++];                                          \
+        m->target = tname; m->hf = thf; m->proj = tproj;                                 \
+        m->row0 = (trow0); m->rows = (trows); m->in = (tin);                             \
+        lo->num_params += (int64_t)c->L * c->lora_r * (m->in + m->rows);                 \
+    }
+    LORA_TARGETS(X)
+#undef X
 }
 
 typedef enum { INIT_NORMAL, INIT_RESID, INIT_ONE, INIT_ZERO } InitKind;
@@ -137,6 +209,7 @@ typedef struct {
     TensorInfo t[NUM_TENSORS];
     int64_t num_params;   // logical elements (llm.c's count, padded vocabulary rows included)
     int64_t num_real;     // the same without the padded vocabulary rows
+    LoraDesc lora;        // [LoRA] the adapters (lora.r 0: none); their logical range follows num_params
 } ModelDesc;
 
 // The family's fields in words, for the start-up and -plan lines ("" for GPT-2).
@@ -177,12 +250,16 @@ static void model_describe(ModelDesc* d, const GPTConfig* c) {
 #undef X
     d->num_params = logical;
     d->num_real = logical - padded;
+    lora_describe(&d->lora, c);
 }
 
 // Block layout for R ranks: block 0 = io tensors, block 1 + l = layer l's tensors, in table order.
+// [LoRA] Then the base's blocks are frozen and block 1 + L holds the adapters (A then B of each
+// module, every layer's in one tensor; table indices NUM_TENSORS + 2 i, + 2 i + 1), trainable.
 static void model_layout(ModelDesc* d, BlockLayout* lay, int R, int r) {
     const GPTConfig* c = &d->cfg;
-    layout_init(lay, 1 + c->L, R, r);
+    LoraDesc* lo = &d->lora;
+    layout_init(lay, 1 + c->L + (lo->r > 0), R, r);
     for (int b = 0; b <= c->L; b++)
         for (int k = 0; k < NUM_TENSORS; k++) {
             TensorInfo* t = &d->t[k];
@@ -190,6 +267,20 @@ static void model_layout(ModelDesc* d, BlockLayout* lay, int R, int r) {
             int layer = b - 1;
             layout_add_tensor(lay, b, k, t->io ? -1 : layer, t->n, t->logical + (t->io ? 0 : layer * t->n), t->decay);
         }
+    if (lo->r) {
+        int b = 1 + c->L;
+        int64_t logical = d->num_params;
+        for (int i = 0; i < lo->nmods; i++) {
+            LoraModule* m = &lo->mods[i];
+            int64_t nA = (int64_t)c->L * lo->r * m->in, nB = (int64_t)c->L * m->rows * lo->r;
+            layout_add_tensor(lay, b, NUM_TENSORS + 2 * i, -1, nA, logical, 1); // (matrices decay, as the base's would)
+            m->offA = lay->tensors[b][lay->ntensors[b] - 1].off; m->logA = logical; logical += nA;
+            layout_add_tensor(lay, b, NUM_TENSORS + 2 * i + 1, -1, nB, logical, 1);
+            m->offB = lay->tensors[b][lay->ntensors[b] - 1].off; m->logB = logical; logical += nB;
+        }
+        for (int k = 0; k < b; k++) lay->frozen[k] = 1;
+        lay->adapter = b;
+    }
     layout_finish(lay);
     for (int b = 0; b < 2 && b <= c->L; b++) // offsets inside a block are the same for every layer
         for (int k = 0; k < lay->ntensors[b]; k++) d->t[lay->tensors[b][k].tensor].off = lay->tensors[b][k].off;

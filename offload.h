@@ -111,7 +111,7 @@ static const char* offload_name(Offload k) { return k == OFFLOAD_CPU ? "cpu" : k
 // The largest shard of one block: the staging buffers' length (elements) under -offload cpu.
 static int64_t offload_max_shard(const BlockLayout* lay) {
     int64_t maxS = 0;
-    for (int b = 0; b < lay->nblocks; b++) maxS = lay->S[b] > maxS ? lay->S[b] : maxS;
+    for (int b = 0; b < lay->nblocks; b++) maxS = !lay->frozen[b] && lay->S[b] > maxS ? lay->S[b] : maxS; // [LoRA] (a frozen block has no state)
     return maxS;
 }
 
@@ -136,7 +136,7 @@ static int64_t offload_unit(const BlockLayout* lay, Offload k, double buffer) {
 // allocates exactly this, the planner prints it.
 static size_t offload_host_bytes(const BlockLayout* lay, Offload k, double buffer) {
     if (k == OFFLOAD_NONE) return 0;
-    size_t K = (size_t)offload_unit(lay, k, buffer), S = (size_t)lay->shard_total;
+    size_t K = (size_t)offload_unit(lay, k, buffer), S = (size_t)lay->train_shard_total; // [LoRA] the trainable blocks'
     if (k == OFFLOAD_CPU) return 3 * 4 * S + 4 * S + 2 * sizeof(floatX) * K;
     return 3 * 12 * K + 2 * (4 + sizeof(floatX)) * K;
 }
@@ -608,7 +608,7 @@ static void offload_grads_arrived(Zero* z, OffloadState* o) {
     }
 #endif
     for (int b = 0; b < z->lay.nblocks; b++)
-        if (o->copied[b] != 1)
+        if (o->copied[b] != !z->lay.frozen[b]) // [LoRA] a frozen block has no gradient
             die(1, "internal error: block %d's gradient shard went to the host %d times this step (once expected: after its "
                    "last reduction). HINT: a bug in the zero_reduce_block -> offload_grad_reduced hook", b, o->copied[b]);
     memset(o->copied, 0, sizeof(int) * (size_t)z->lay.nblocks);

@@ -19,6 +19,7 @@
 #include "device.cuh"     // defines: floatX, TAG_*, mem_tag_name, g_device, g_work, num_threads, die_user
 #include "flags.h"        // defines: Flags, FLAG_SHOW
 #include "acts.h"         // defines: acts_bytes, ops_workspace_floats
+#include "lora.h"         // defines: lora_acts_bytes, lora_discard_floats ([LoRA] the adapters' activations)
 #include "model.h"        // defines: GPTConfig, ModelDesc, model_describe, model_layout
 #include "zero.h"         // defines: BlockLayout, zero_sizes, zero_count_step, Comm, comm_broadcast, Launch, COLL_*
 #include "offload.h"      // defines: Offload, offload_host_bytes, offload_name, offload_parse
@@ -104,7 +105,7 @@ static void plan_config(const GPTConfig* c, int B, int T, int R, int GA, int sta
     p->pcie_bytes = offload ? (double)(4 + X) * s.opt : 0.0;
     p->pcie_d2h_hidden = offload == OFFLOAD_CPU ? 4.0 * (double)(s.opt - lay.S[0]) : 0.0;
     p->state_bytes = offload ? 12.0 * (double)s.opt : 0.0;
-    p->bytes[TAG_ACTS] = acts;
+    p->bytes[TAG_ACTS] = acts + lora_acts_bytes(&d.lora, c->L, (int64_t)B * T, lora_discard_floats(&d)); // [LoRA] the adapters' (lora.h)
     p->bytes[TAG_LOGITS] = logits;
     p->bytes[TAG_COMM] = 4 * s.comm;
     p->bytes[TAG_WORK] = 4 * ops_workspace_floats(c, B, T, s.opt);

@@ -332,6 +332,18 @@ static void model_config(const Flags* f, GPTConfig* c, int* from_file) {
     if (c->C / c->NH > ATT_MAX_HS) die_user("model: head size C/NH = %d is above %d. HINT: use more -heads", c->C / c->NH, ATT_MAX_HS);
 }
 
+// [LoRA] What this first increment of LoRA does not do yet: checkpoints (their state files would
+// need the base's identity and no base state), llm.c / Hugging Face exports of the merged model and
+// -tune. Exit 2 naming the flag. (-offload moves the adapters' state like any trainable block's.)
+static void check_lora_flags(const Flags* f, const GPTConfig* c) {
+    if (!c->lora_r && f->lora_export[0]) die_user("flag -lora-export %s: needs -lora r (no adapters to write)", f->lora_export);
+    if (!c->lora_r && f->lora_init[0]) die_user("flag -lora-init %s: needs -lora r (the adapter's rank)", f->lora_init);
+    if (!c->lora_r) return;
+    const char* no = f->resume ? "-y 1" : f->ckpt_every > 0 && f->out_dir[0] ? "-n" : f->export_path[0] ? "-export"
+                   : f->export_hf[0] ? "-export-hf" : f->tune ? "-tune" : NULL;
+    if (no) die_user("flag %s: not yet with -lora (checkpoints, merged exports and -tune of a LoRA run are not built yet; -lora-export writes the adapters; see docs/lora.md)", no);
+}
+
 // The flags a model family decides. llm.c's model files hold GPT-2 only: for the Llama family
 // -export is refused and a checkpoint holds no model file (-save-model 0; the state files are all a
 // resume needs, and -export-hf writes the model for transformers). Exit 2 naming the flag.
@@ -506,6 +518,10 @@ static void print_memory_table(Comm* comm, const Zero* z, const GPTConfig* c, in
     const char* f_params = st <= 2 ? "X * Psi'" : "X * Psi' / R";
     const char* f_grads = st <= 1 ? "4 * Psi'" : "4 * Psi' / R";
     const char* f_opt = st == 0 ? "4 * Psi'" : "4 * Psi' / R";
+    if (z->lay.adapter) { // [LoRA] the adapters' (P_A) only
+        f_grads = st <= 1 ? "4 * P_A" : "4 * P_A / R";
+        f_opt = st == 0 ? "4 * P_A" : "4 * P_A / R";
+    }
     int off = z->offload != OFFLOAD_NONE; // [offload] master, m, v are not on the device: 0 here
     double opt_dev = off ? 0.0 : 4.0 * s->opt;
     if (off) f_opt = z->offload == OFFLOAD_CPU ? "- (-offload cpu: host)" : "- (-offload nvme: file)";
@@ -545,7 +561,14 @@ static void print_memory_table(Comm* comm, const Zero* z, const GPTConfig* c, in
     const char* form[4] = {"16 Psi", "4 Psi + 12 Psi/R", "2 Psi + 14 Psi/R", "16 Psi/R"};
     const char* ourform[4] = {"(X + 16) Psi'", "(X + 4) Psi' + 12 Psi'/R", "X Psi' + 16 Psi'/R", "(X + 16) Psi'/R"};
     printf0("model state per rank (params + grads + master + m + v), Psi = %lld parameters (the model line's: padded vocabulary rows included):\n", (long long)psi);
-    printf0("  ours:  %-26s = %9.2f MiB\n", ourform[st], ours / MiB);
+    const char* loraform[4] = {"X Psi' + 16 P_A", "X Psi' + 4 P_A + 12 P_A/R", "X Psi' + 16 P_A/R", "X Psi'/R + 16 P_A/R"};
+    int A = z->lay.adapter; // [LoRA] the base frozen: gradients, master, m, v for the adapter block (P_A) only
+    printf0("  ours:  %-26s = %9.2f MiB\n", A ? loraform[st] : ourform[st], ours / MiB);
+    if (A)
+        printf0("         LoRA: the base (Psi' - P_A) is frozen, parameters only; the adapters, P_A = %lld elements, hold the gradients,\n"
+                "         master, m and v (full fine-tuning of the same model: %s = %.2f MiB)\n", (long long)z->lay.P[A], ourform[st],
+                (X * (st == 3 ? (double)z->lay.total / R : (double)z->lay.total) + (st <= 1 ? 4.0 * z->lay.total : 4.0 * z->lay.total / R) +
+                 12.0 * (st == 0 ? (double)z->lay.total : (double)z->lay.total / R)) / MiB);
     if (off) // [offload] the device holds the parameters and gradients only
         printf0("         of which 12 Psi'/R = %.2f MiB (master, m, v) %s, %.2f MiB on the device\n", 12.0 * s->opt / MiB,
                 z->offload == OFFLOAD_CPU ? "in host memory (-offload cpu)" : "in the -offload-dir file (-offload nvme)", (ours - 12.0 * s->opt) / MiB);

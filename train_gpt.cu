@@ -39,6 +39,7 @@
 #include "ops/rope.cuh"        // defines: RopeParams, rope_table, op_rope_forward, op_rope_backward
 #include "ops/swiglu.cuh"      // defines: op_swiglu_forward, op_swiglu_backward
 #include "ops/classifier.cuh"  // defines: op_classifier (the chunked LM head, loss and its backward)
+#include "lora.h"              // defines: Lora, LoraView, proj_forward, proj_backward, lora_config, lora_fill ([LoRA] adapters)
 #include "adamw.cuh"           // defines: AdamWParams, op_adamw, op_sumsq_many
 #include "zero.h"              // defines: BlockLayout, Zero, Comm, the zero_* hooks, comm_*
 #include "offload.h"           // defines: offload_init, offload_adamw (-offload cpu: master, m, v on the host)
@@ -72,6 +73,7 @@
 
 // Views of one block: pointers to each of its tensors (the other entries stay NULL).
 typedef struct { floatX* t[NUM_TENSORS]; } ParamView;
+typedef struct Model Model;
 typedef struct { float* t[NUM_TENSORS]; } GradView;
 
 static ParamView param_view(const ModelDesc* d, floatX* block, int io) {
@@ -79,9 +81,12 @@ static ParamView param_view(const ModelDesc* d, floatX* block, int io) {
     for (int k = 0; k < NUM_TENSORS; k++) v.t[k] = d->t[k].io == io && d->t[k].n ? block + d->t[k].off : NULL;
     return v;
 }
-static GradView grad_view(const ModelDesc* d, float* block, int io) {
+// [LoRA] A frozen block has no gradient (block NULL): its matrices' gradients are NULL (the matmuls
+// skip them), its 1-D tensors' (the norms' fused column sums) go to a discard buffer, never read.
+static GradView grad_view(const ModelDesc* d, float* block, int io, float* discard) {
     GradView v;
-    for (int k = 0; k < NUM_TENSORS; k++) v.t[k] = d->t[k].io == io && d->t[k].n ? block + d->t[k].off : NULL;
+    for (int k = 0; k < NUM_TENSORS; k++)
+        v.t[k] = d->t[k].io != io || !d->t[k].n ? NULL : block ? block + d->t[k].off : d->t[k].decay ? NULL : discard;
     return v;
 }
 
@@ -127,7 +132,7 @@ static void init_fill(void* ctx, float* dst, int64_t logical, int64_t len) {
 
 typedef struct FamilyOps FamilyOps;
 
-typedef struct {
+typedef struct Model {
     ModelDesc d;
     GPTConfig cfg;
     const FamilyOps* ops; // the family's layer code (family_ops)
@@ -137,6 +142,9 @@ typedef struct {
     Acts a;
     float* rope_host;  // [Llama] RoPE's table on the host (2 x T x HD/2), uploaded to a.rope for rope_T positions
     int rope_T;
+    Lora lora;         // [LoRA] the adapters' activations (their tensors: d.lora, the adapter block)
+    floatX* ad_p;      // [LoRA] the adapter block's parameters and gradients for this micro-step (the hooks'), NULL: none
+    float* ad_g;
 } Model;
 
 // A family's code: the embedding, one layer and the head, forward and backward. The loop below
@@ -180,18 +188,19 @@ static void gpt2_layer_forward(Model* m, int l, const ParamView* p, const floatX
     op_residual_layernorm_forward(inp2 ? a.x : NULL, a.ln1, a.ln1_mean, a.ln1_rstd, inp1, inp2,
                                   p->t[T_ln1w], p->t[T_ln1b], BT, C);
     // qkv (B,T,3C) = ln1 @ qkvw^T + qkvb
-    op_matmul_forward(a.qkv, NULL, a.ln1, p->t[T_qkvw], p->t[T_qkvb], BT, C, 3 * C);
+    LoraView lv = lora_view(&m->lora, m->ad_p, m->ad_g, l); // [LoRA] the projections' adapters (none: plain matmuls)
+    proj_forward(&lv, PROJ_QKV, a.qkv, NULL, a.ln1, p->t[T_qkvw], p->t[T_qkvb], BT, C, 3 * C);
     // atty (B,T,C), lse (B,NH,T) = causal attention(qkv)
     op_attention_forward(a.atty, a.lse, a.qkv, B, T, NH, NH, C / NH);
     // proj (B,T,C) = atty @ attprojw^T + attprojb
-    op_matmul_forward(A->proj, NULL, a.atty, p->t[T_attprojw], p->t[T_attprojb], BT, C, C);
+    proj_forward(&lv, PROJ_ATTO, A->proj, NULL, a.atty, p->t[T_attprojw], p->t[T_attprojb], BT, C, C);
     // (xmid, ln2) = residual + layernorm(x, proj)
     op_residual_layernorm_forward(a.xmid, a.ln2, a.ln2_mean, a.ln2_rstd, a.x, A->proj, p->t[T_ln2w],
                                   p->t[T_ln2b], BT, C);
     // fch (B,T,4C) = ln2 @ fcw^T + fcb;  fch_gelu = gelu(fch)
-    op_matmul_forward(a.fch_gelu, a.fch, a.ln2, p->t[T_fcw], p->t[T_fcb], BT, C, 4 * C);
+    proj_forward(&lv, PROJ_UP, a.fch_gelu, a.fch, a.ln2, p->t[T_fcw], p->t[T_fcb], BT, C, 4 * C);
     // proj (B,T,C) = fch_gelu @ fcprojw^T + fcprojb   (added to xmid by the next layer's first op)
-    op_matmul_forward(A->proj, NULL, a.fch_gelu, p->t[T_fcprojw], p->t[T_fcprojb], BT, 4 * C, C);
+    proj_forward(&lv, PROJ_DOWN, A->proj, NULL, a.fch_gelu, p->t[T_fcprojw], p->t[T_fcprojb], BT, 4 * C, C);
 }
 
 // (xL, lnf) = residual + layernorm(xmid of the last layer, its MLP output); evaluation and sampling:
@@ -226,27 +235,28 @@ static void gpt2_layer_backward(Model* m, int l, const ParamView* p, const GradV
     int C = m->cfg.C, NH = m->cfg.NH, BT = B * T, r = m->recompute;
     Acts* A = &m->a;
     LayerActs a = layer_acts(A, l);
+    LoraView lv = lora_view(&m->lora, m->ad_p, m->ad_g, l); // [LoRA]
     if (r == 3) gpt2_layer_forward(m, l, p, a.x, NULL, B, T);                     // [-r 3] the whole layer
     if (r == 1 || r == 2) op_gelu_forward(a.fch_gelu, a.fch, (int64_t)BT * 4 * C); // [-r 1,2] GELU
     // proj = fch_gelu @ fcprojw^T + fcprojb, with fch_gelu = gelu(fch): dfch = (dres @ fcprojw) * gelu'(fch)
-    op_matmul_backward(A->dfch, g->t[T_fcprojw], g->t[T_fcprojb], A->dres, a.fch_gelu, p->t[T_fcprojw],
-                       a.fch, BT, 4 * C, C);
+    proj_backward(&lv, PROJ_DOWN, A->dfch, g->t[T_fcprojw], g->t[T_fcprojb], A->dres, a.fch_gelu, p->t[T_fcprojw],
+                  a.fch, BT, 4 * C, C);
     if (r == 2) op_residual_layernorm_forward(NULL, a.ln2, a.ln2_mean, a.ln2_rstd, a.xmid, NULL,
                                               p->t[T_ln2w], p->t[T_ln2b], BT, C); // [-r 2] layernorm 2
     // fch = ln2 @ fcw^T + fcb
-    op_matmul_backward(A->dln, g->t[T_fcw], g->t[T_fcb], A->dfch, a.ln2, p->t[T_fcw], NULL, BT, C, 4 * C);
+    proj_backward(&lv, PROJ_UP, A->dln, g->t[T_fcw], g->t[T_fcb], A->dfch, a.ln2, p->t[T_fcw], NULL, BT, C, 4 * C);
     // ln2 = layernorm(xmid): dres += d through the normalisation (dres is now d(xmid))
     op_layernorm_backward(A->dres, g->t[T_ln2w], g->t[T_ln2b], A->dln, a.xmid, p->t[T_ln2w], a.ln2_mean,
                           a.ln2_rstd, BT, C);
     // proj = atty @ attprojw^T + attprojb
-    op_matmul_backward(A->datty, g->t[T_attprojw], g->t[T_attprojb], A->dres, a.atty, p->t[T_attprojw],
-                       NULL, BT, C, C);
+    proj_backward(&lv, PROJ_ATTO, A->datty, g->t[T_attprojw], g->t[T_attprojb], A->dres, a.atty, p->t[T_attprojw],
+                  NULL, BT, C, C);
     // atty = attention(qkv)
     op_attention_backward(A->dqkv, A->datty, a.qkv, a.atty, a.lse, B, T, NH, NH, C / NH);
     if (r == 2) op_residual_layernorm_forward(NULL, a.ln1, a.ln1_mean, a.ln1_rstd, a.x, NULL,
                                               p->t[T_ln1w], p->t[T_ln1b], BT, C); // [-r 2] layernorm 1
     // qkv = ln1 @ qkvw^T + qkvb
-    op_matmul_backward(A->dln, g->t[T_qkvw], g->t[T_qkvb], A->dqkv, a.ln1, p->t[T_qkvw], NULL, BT, C, 3 * C);
+    proj_backward(&lv, PROJ_QKV, A->dln, g->t[T_qkvw], g->t[T_qkvb], A->dqkv, a.ln1, p->t[T_qkvw], NULL, BT, C, 3 * C);
     // ln1 = layernorm(x): dres += d through the normalisation (dres is now d(x))
     op_layernorm_backward(A->dres, g->t[T_ln1w], g->t[T_ln1b], A->dln, a.x, p->t[T_ln1w], a.ln1_mean,
                           a.ln1_rstd, BT, C);
@@ -291,19 +301,20 @@ static void llama_layer_forward(Model* m, int l, const ParamView* p, const float
     // (x, ln1) = residual + rmsnorm(inp1, inp2)
     op_residual_rmsnorm_forward(inp2 ? a.x : NULL, a.ln1, a.ln1_rstd, inp1, inp2, p->t[T_attnnorm], BT, C, c->norm_eps);
     // qkv (B,T,QKV) = ln1 @ wqkv^T (+ bqkv); q and k rotated in place (RoPE)
-    op_matmul_forward(a.qkv, NULL, a.ln1, p->t[T_wqkv], p->t[T_bqkv], BT, C, (int)d.QKV);
+    LoraView lv = lora_view(&m->lora, m->ad_p, m->ad_g, l); // [LoRA] the projections' adapters (none: plain matmuls)
+    proj_forward(&lv, PROJ_QKV, a.qkv, NULL, a.ln1, p->t[T_wqkv], p->t[T_bqkv], BT, C, (int)d.QKV);
     op_rope_forward(a.qkv, A->rope, B, T, NH, d.NKV, d.HD);
     // atty (B,T,ATT), lse (B,NH,T) = causal grouped-query attention(qkv)
     op_attention_forward(a.atty, a.lse, a.qkv, B, T, NH, d.NKV, d.HD);
     // proj (B,T,C) = atty @ wo^T
-    op_matmul_forward(A->proj, NULL, a.atty, p->t[T_wo], NULL, BT, (int)d.ATT, C);
+    proj_forward(&lv, PROJ_ATTO, A->proj, NULL, a.atty, p->t[T_wo], NULL, BT, (int)d.ATT, C);
     // (xmid, ln2) = residual + rmsnorm(x, proj)
     op_residual_rmsnorm_forward(a.xmid, a.ln2, a.ln2_rstd, a.x, A->proj, p->t[T_mlpnorm], BT, C, c->norm_eps);
     // fch (B,T,2F) = ln2 @ wgu^T (+ bgu): gate ; up;  fch_gelu (B,T,F) = silu(gate) * up
-    op_matmul_forward(a.fch, NULL, a.ln2, p->t[T_wgu], p->t[T_bgu], BT, C, (int)d.FC);
+    proj_forward(&lv, PROJ_UP, a.fch, NULL, a.ln2, p->t[T_wgu], p->t[T_bgu], BT, C, (int)d.FC);
     op_swiglu_forward(a.fch_gelu, a.fch, BT, (int)d.F);
     // proj (B,T,C) = fch_gelu @ wdown^T (+ bdown)   (added to xmid by the next layer's first op)
-    op_matmul_forward(A->proj, NULL, a.fch_gelu, p->t[T_wdown], p->t[T_bdown], BT, (int)d.F, C);
+    proj_forward(&lv, PROJ_DOWN, A->proj, NULL, a.fch_gelu, p->t[T_wdown], p->t[T_bdown], BT, (int)d.F, C);
 }
 
 // The LM head: its own tensor, or the embedding when tied.
@@ -341,25 +352,26 @@ static void llama_layer_backward(Model* m, int l, const ParamView* p, const Grad
     int C = c->C, NH = c->NH, BT = B * T, r = m->recompute;
     Acts* A = &m->a;
     LayerActs a = layer_acts(A, l);
+    LoraView lv = lora_view(&m->lora, m->ad_p, m->ad_g, l); // [LoRA]
     if (r == 3) llama_layer_forward(m, l, p, a.x, NULL, B, T);                    // [-r 3] the whole layer
     if (r == 1 || r == 2) op_swiglu_forward(a.fch_gelu, a.fch, BT, (int)d.F);     // [-r 1,2] SwiGLU
     // proj = fch_gelu @ wdown^T (+ bdown)
-    op_matmul_backward(A->dswiglu, g->t[T_wdown], g->t[T_bdown], A->dres, a.fch_gelu, p->t[T_wdown], NULL, BT, (int)d.F, C);
+    proj_backward(&lv, PROJ_DOWN, A->dswiglu, g->t[T_wdown], g->t[T_bdown], A->dres, a.fch_gelu, p->t[T_wdown], NULL, BT, (int)d.F, C);
     // fch_gelu = silu(gate) * up
     op_swiglu_backward(A->dfch, A->dswiglu, a.fch, BT, (int)d.F);
     if (r == 2) op_residual_rmsnorm_forward(NULL, a.ln2, a.ln2_rstd, a.xmid, NULL, p->t[T_mlpnorm], BT, C, c->norm_eps); // [-r 2] RMSNorm 2
     // fch = ln2 @ wgu^T (+ bgu)
-    op_matmul_backward(A->dln, g->t[T_wgu], g->t[T_bgu], A->dfch, a.ln2, p->t[T_wgu], NULL, BT, C, (int)d.FC);
+    proj_backward(&lv, PROJ_UP, A->dln, g->t[T_wgu], g->t[T_bgu], A->dfch, a.ln2, p->t[T_wgu], NULL, BT, C, (int)d.FC);
     // ln2 = rmsnorm(xmid): dres += d through the normalisation (dres is now d(xmid))
     op_rmsnorm_backward(A->dres, g->t[T_mlpnorm], A->dln, a.xmid, p->t[T_mlpnorm], a.ln2_rstd, BT, C);
     // proj = atty @ wo^T
-    op_matmul_backward(A->datty, g->t[T_wo], NULL, A->dres, a.atty, p->t[T_wo], NULL, BT, (int)d.ATT, C);
+    proj_backward(&lv, PROJ_ATTO, A->datty, g->t[T_wo], NULL, A->dres, a.atty, p->t[T_wo], NULL, BT, (int)d.ATT, C);
     // atty = attention(qkv after RoPE); then RoPE's transpose on dq, dk
     op_attention_backward(A->dqkv, A->datty, a.qkv, a.atty, a.lse, B, T, NH, d.NKV, d.HD);
     op_rope_backward(A->dqkv, A->rope, B, T, NH, d.NKV, d.HD);
     if (r == 2) op_residual_rmsnorm_forward(NULL, a.ln1, a.ln1_rstd, a.x, NULL, p->t[T_attnnorm], BT, C, c->norm_eps); // [-r 2] RMSNorm 1
     // qkv = ln1 @ wqkv^T (+ bqkv)
-    op_matmul_backward(A->dln, g->t[T_wqkv], g->t[T_bqkv], A->dqkv, a.ln1, p->t[T_wqkv], NULL, BT, C, (int)d.QKV);
+    proj_backward(&lv, PROJ_QKV, A->dln, g->t[T_wqkv], g->t[T_bqkv], A->dqkv, a.ln1, p->t[T_wqkv], NULL, BT, C, (int)d.QKV);
     // ln1 = rmsnorm(x): dres += d through the normalisation (dres is now d(x))
     op_rmsnorm_backward(A->dres, g->t[T_attnnorm], A->dln, a.x, p->t[T_attnnorm], a.ln1_rstd, BT, C);
 }
@@ -375,6 +387,34 @@ static const FamilyOps LLAMA_OPS = {"llama", llama_embed_forward, llama_layer_fo
 // The family's code, chosen once when the model is built.
 static const FamilyOps* family_ops(const GPTConfig* c) { return c->family == FAMILY_LLAMA ? &LLAMA_OPS : &GPT2_OPS; }
 
+// Every parameter from a logical source (a model file, Hugging Face files or init_fill): the master
+// weights and the parameters rounded from them; [LoRA] the frozen base's parameters straight from
+// the source (no master) and the adapters from lora_fill (the base's logical range comes first).
+typedef struct { LogicalFill fill; void* ctx; const Model* m; const LoraPeft* peft; } ModelFill;
+
+static void model_fill(void* ctx, float* dst, int64_t logical, int64_t len) {
+    const ModelFill* mf = (const ModelFill*)ctx;
+    const ModelDesc* d = &mf->m->d;
+    int64_t base = logical < d->num_params ? (d->num_params - logical < len ? d->num_params - logical : len) : 0;
+    if (base) mf->fill(mf->ctx, dst, logical, base);
+    if (len > base && mf->peft) lora_peft_fill(mf->peft, dst + base, logical + base, len - base); // [LoRA] -lora-init
+    else if (len > base) lora_fill(&d->lora, d->cfg.L, mf->m->lora.seed, dst + base, logical + base, len - base);
+}
+
+// peft_dir: [LoRA] -lora-init's adapter ("" or NULL: PEFT's initialisation); model: -e (its name is
+// checked). Returns the non-finite values this rank read into the frozen base (0 without LoRA: the
+// master weights hold everything, checked by master_nonfinite_all).
+static int64_t model_load(Model* m, LogicalFill fill, void* ctx, const char* peft_dir, const char* model) {
+    LoraPeft lp;
+    if (peft_dir && peft_dir[0]) lora_peft_open(&lp, peft_dir, &m->d.lora, &m->cfg, model);
+    ModelFill mf = {fill, ctx, m, peft_dir && peft_dir[0] ? &lp : NULL};
+    zero_fill_opt(&m->z, 0, model_fill, &mf); // (0: master)
+    int64_t bad = zero_fill_frozen_params(&m->z, model_fill, &mf);
+    zero_params_from_master(&m->z);
+    if (mf.peft) lora_peft_close(&lp);
+    return bad;
+}
+
 // Forward over a B x T micro-batch (B, T at most the allocated shape) whose tokens are already in
 // A->inputs (and A->targets when with_targets). With targets and dloss == 0 (evaluation), per-token
 // losses land in A->losses; without targets the logits of the last rows are in A->logits (from row
@@ -388,6 +428,7 @@ static void gpt_forward(Model* m, int B, int T, int with_targets, float dloss, i
     Zero* z = &m->z;
     Acts* A = &m->a;
     ParamView io = param_view(&m->d, zero_before_embedding(z), 1);
+    m->ad_p = zero_adapters(z); // [LoRA] (NULL: none)
     ops->embed_forward(m, &io, B, T);
     zero_after_embedding(z);
     for (int l = 0; l < c->L; l++) {
@@ -412,18 +453,21 @@ static void gpt_backward(Model* m, int B, int T, int micro, int last_micro) {
     dev_zero(A->dres, sizeof(floatX) * (size_t)B * T * c->C);
     float* io_grads;
     ParamView io = param_view(&m->d, zero_before_head_backward(z, &io_grads), 1);
-    GradView gio = grad_view(&m->d, io_grads, 1);
+    GradView gio = grad_view(&m->d, io_grads, 1, m->lora.discard);
+    m->ad_p = zero_adapters(z); // [LoRA] the adapters' parameters and gradient buffer (NULL: none)
+    m->ad_g = zero_adapter_grads(z);
     ops->head_backward(m, &io, &gio, B, T); // the classifier (losses, dlogits, its gradients), chunk by chunk; dres = d(xL)
     zero_after_head_backward(z);
     for (int l = c->L - 1; l >= 0; l--) {
         float* grads;
         ParamView p = param_view(&m->d, zero_before_block_backward(z, 1 + l, &grads), 0);
-        GradView g = grad_view(&m->d, grads, 0);
+        GradView g = grad_view(&m->d, grads, 0, m->lora.discard);
         ops->layer_backward(m, l, &p, &g, B, T);
         zero_after_block_backward(z, 1 + l, micro, last_micro);
     }
     ops->embed_backward(m, &gio, B, T); // (needs no parameter values)
     zero_after_embedding_backward(z, micro, last_micro);
+    m->ad_p = NULL; m->ad_g = NULL;
 }
 
 // ----------------------------------------------------------------------------
@@ -959,6 +1003,7 @@ static void trainer_build_model(Trainer* tr, const GPTConfig* c, int stage, int 
     if (offload != OFFLOAD_NONE) offload_pin_threads(tr->launch.local_rank, tr->launch.local_world); // [offload] the rank's cores
     offload_init(&m->z, f->offload_dir, parse_size(f->offload_buffer)); // [offload] master, m, v in host memory or a file
     acts_alloc(&m->a, c, f->B, f->T, recompute);
+    lora_alloc(&m->lora, &m->d.lora, c->L, (uint64_t)f->seed, (int64_t)f->B * f->T, lora_discard_floats(&m->d)); // [LoRA]
     m->rope_T = 0;
     m->rope_host = NULL;
     if (m->a.rope) { // [Llama] RoPE's table, built once for the run's T
@@ -997,6 +1042,7 @@ static void trainer_free_model(Trainer* tr) {
     dev_free(TAG_WORK, g_work, (g_work_floats + STEP_SCALARS_FLOATS) * sizeof(float)); // the ops' part and the step's scalars
     g_work = NULL;
     acts_free(&m->a, m->cfg.L);
+    lora_free(&m->lora);
     free(m->rope_host);
     m->rope_host = NULL;
     offload_free(&m->z);
@@ -1011,8 +1057,7 @@ static size_t tune_build(void* ctx, const GPTConfig* c, int stage, int recompute
     PlanRow plan;
     trainer_build_model(tr, c, stage, recompute, offload, &plan);
     InitCtx ic = {&tr->model.d, (uint64_t)tr->f.seed};
-    zero_fill_opt(&tr->model.z, 0, init_fill, &ic); // (0: master)
-    zero_params_from_master(&tr->model.z);
+    model_load(&tr->model, init_fill, &ic, tr->f.lora_init, tr->f.model);
     tr->step = 0; tr->adam_t = 0; tr->pending = 0;
     return plan.host_bytes;
 }
@@ -1097,6 +1142,8 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     GPTConfig c;
     int from_file;
     model_config(f, &c, &from_file);
+    lora_config(&c, f->lora, f->lora_alpha, f->lora_targets); // [LoRA] adapters on a frozen base (-lora 0: none)
+    check_lora_flags(f, &c);
     if (T_auto && f->T > c.maxT) { f->T = c.maxT; snprintf(f->T_str, sizeof(f->T_str), "%d", f->T); } // "at most the model's"
     int R_plan = f->plan && f->world > 0 ? f->world : tr->R; // -plan -world R plans another world size
     check_flags(f, &c, R_plan);
@@ -1205,6 +1252,7 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
 #endif
     // parameters: a checkpoint, a model file, or initialisation (a line first: each can take seconds)
     if (f->resume) printf0("resume: looking for the %s complete checkpoint in %s ...\n", f->resume_step ? "requested" : "newest", f->out_dir);
+    double frozen_bad = 0.0; // [LoRA] non-finite values read into the frozen base
     if (!(f->resume && resume_checkpoint(tr))) {
         if (from_file) printf0("loading %lld parameters from %s ...\n", (long long)m->d.num_params, f->model);
         else printf0("initialising %lld parameters from seed %d ...\n", (long long)m->d.num_params, f->seed);
@@ -1219,7 +1267,7 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
             for (int k = 0; k < NUM_TENSORS; k++)
                 if (m->d.t[k].n) lt[nt++] = (HFLlmcTensor){m->d.t[k].name, m->d.t[k].logical, m->d.t[k].n, !m->d.t[k].io};
             if (hf_bind(&ck, lt, nt, c.Vp, err, sizeof(err))) die(1, "-e %s: %s", f->model, err);
-            zero_fill_opt(&m->z, 0, hf_fill, &ck);
+            frozen_bad = (double)model_load(m, hf_fill, &ck, f->lora_init, f->model);
             double largest = 4.0 * (double)hf_largest_tensor(&ck);
             hf_close(&ck);
             // what loading cost in host memory: each rank's peak above what it held before (the
@@ -1238,15 +1286,15 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
             ModelFile mf;
             GPTConfig fc;
             model_file_open(&mf, f->model, &fc);
-            zero_fill_opt(&m->z, 0, model_file_fill, &mf);
+            frozen_bad = (double)model_load(m, model_file_fill, &mf, f->lora_init, f->model);
             close(mf.fd);
         } else {
             InitCtx ic = {&m->d, (uint64_t)f->seed};
-            zero_fill_opt(&m->z, 0, init_fill, &ic);
+            frozen_bad = (double)model_load(m, init_fill, &ic, f->lora_init, f->model);
         }
-        zero_params_from_master(&m->z);
     }
-    double bad = master_nonfinite_all(&m->z); // one pass over what was loaded
+    comm_sum_doubles(&tr->comm, &frozen_bad, 1); // [LoRA] the frozen base (no master)
+    double bad = master_nonfinite_all(&m->z) + frozen_bad; // one pass over what was loaded
     if (bad != 0.0)
         die_user("%s: the loaded weights hold %.0f non-finite value(s). HINT: %s", tr->step > 0 ? "resume" : f->model, bad,
                  tr->step > 0 ? "-resume-step an earlier checkpoint" : "the model file is corrupt or its training diverged");
@@ -1482,10 +1530,26 @@ static void trainer_free(Trainer* tr) {
     free(tr->prompt_len);
 }
 
+// [LoRA] -lora-export: the adapters as PEFT's files (lora.h), from the master weights (every rank
+// takes part: the adapter block's shards are gathered to rank 0, which writes).
+static void export_lora(Trainer* tr) {
+    Zero* z = &tr->model.z;
+    int A = z->lay.adapter;
+    float* host = (float*)calloc((size_t)z->lay.P[A], sizeof(float));
+    if (!host) die(1, "out of host memory (%lld adapter elements)", (long long)z->lay.P[A]);
+    block_values(z, A, 1, host);
+    char err[1024];
+    if (g_rank == 0 && lora_write_peft(&tr->model.d.lora, &tr->model.cfg, host, tr->f.lora_export, tr->f.model, err, sizeof(err)))
+        die(1, "-lora-export %s: %s. HINT: check free disk space and permissions", tr->f.lora_export, err);
+    free(host);
+    printf0("exported the adapters at step %d to %s (PEFT: adapter_model.safetensors F32, adapter_config.json)\n", tr->step, tr->f.lora_export);
+}
+
 // -export and -export-hf at the end of training (every rank takes part: blocks are gathered).
 static void export_model(Trainer* tr) {
     const Flags* f = &tr->f;
     const char* dt = f->export_dtype;
+    if (f->lora_export[0]) export_lora(tr);
     if (f->export_path[0]) {
         int fp32 = !strcmp(dt, "fp32") || (!strcmp(dt, "auto") && sizeof(floatX) == 4);
         double saved = io_wait_begin(tr);

@@ -202,6 +202,16 @@ typedef struct {
     int64_t* S;         // (nblocks) shard size P/R
     int64_t* shard_off; // (nblocks) offset of the block's shard in the rank's flat shard arrays
     int64_t total, shard_total, logical_total;
+    // [LoRA] Frozen blocks hold parameters only: no gradient, no master, no m, no v (gathered under
+    // ZeRO-3, never reduced). The trainable blocks' gradients and optimizer state are laid out as if
+    // the frozen blocks were not there: goff / gshard_off, train_total / train_shard_total (with no
+    // frozen block they equal off / shard_off, total / shard_total). The adapter block (the last one,
+    // 0: none) lives like the io block: gathered once per micro-step, reduced after the embedding.
+    int* frozen;        // (nblocks) 1: parameters only
+    int64_t* goff;      // (nblocks) offset of the block in the trainable arrays (frozen: where it would be)
+    int64_t* gshard_off;// (nblocks) offset of the block's shard in the trainable shard arrays
+    int64_t train_total, train_shard_total;
+    int adapter;        // the adapter block's index (the last block), 0: none
     int* ntensors;                                  // (nblocks)
     BlockTensor (*tensors)[MAX_BLOCK_TENSORS];      // (nblocks)
 } BlockLayout;
@@ -215,6 +225,9 @@ static void layout_init(BlockLayout* lay, int nblocks, int R, int r) {
     lay->off = (int64_t*)calloc(nblocks, sizeof(int64_t));
     lay->S = (int64_t*)calloc(nblocks, sizeof(int64_t));
     lay->shard_off = (int64_t*)calloc(nblocks, sizeof(int64_t));
+    lay->frozen = (int*)calloc(nblocks, sizeof(int));
+    lay->goff = (int64_t*)calloc(nblocks, sizeof(int64_t));
+    lay->gshard_off = (int64_t*)calloc(nblocks, sizeof(int64_t));
     lay->ntensors = (int*)calloc(nblocks, sizeof(int));
     lay->tensors = (BlockTensor(*)[MAX_BLOCK_TENSORS])calloc(nblocks, sizeof(*lay->tensors));
 }
@@ -230,21 +243,27 @@ static void layout_add_tensor(BlockLayout* lay, int b, int tensor, int layer, in
 }
 
 static void layout_finish(BlockLayout* lay) {
-    int64_t off = 0, soff = 0;
+    int64_t off = 0, soff = 0, goff = 0, gsoff = 0;
     for (int b = 0; b < lay->nblocks; b++) {
         lay->P[b] = round_up(lay->P[b], (int64_t)TENSOR_ALIGN * lay->R); // tail padding: R aligned shards
         lay->S[b] = lay->P[b] / lay->R;
         lay->off[b] = off;
         lay->shard_off[b] = soff;
+        lay->goff[b] = goff;
+        lay->gshard_off[b] = gsoff;
         off += lay->P[b];
         soff += lay->S[b];
+        if (!lay->frozen[b]) { goff += lay->P[b]; gsoff += lay->S[b]; }
     }
     lay->total = off;
     lay->shard_total = soff;
+    lay->train_total = goff;
+    lay->train_shard_total = gsoff;
 }
 
 static void layout_free(BlockLayout* lay) {
     free(lay->P); free(lay->off); free(lay->S); free(lay->shard_off); free(lay->ntensors); free(lay->tensors);
+    free(lay->frozen); free(lay->goff); free(lay->gshard_off);
     memset(lay, 0, sizeof(*lay));
 }
 
@@ -307,12 +326,14 @@ static inline int64_t zero_comm_chunk(const BlockLayout* lay) {
 static ZeroSizes zero_sizes(const BlockLayout* lay, int stage) {
     ZeroSizes s;
     memset(&s, 0, sizeof(s));
-    int64_t P_io = lay->P[0], P_layer = lay->nblocks > 1 ? lay->P[1] : 0;
+    int64_t P_io = lay->P[0], P_layer = lay->nblocks > 1 + (lay->adapter > 0) ? lay->P[1] : 0;
+    int64_t P_ad = lay->adapter ? lay->P[lay->adapter] : 0; // [LoRA]
+    int io_tr = !lay->frozen[0], layer_tr = lay->nblocks > 1 && !lay->frozen[1];
     if (stage <= 2) s.full_params = lay->total;
-    else { s.shard_params = lay->shard_total; s.param_bufs = P_io + 2 * P_layer; }
-    if (stage <= 1) s.full_grads = lay->total;
-    else { s.shard_grads = lay->shard_total; s.grad_bufs = P_io + 2 * P_layer; }
-    s.opt = stage == 0 ? lay->total : lay->shard_total;
+    else { s.shard_params = lay->shard_total; s.param_bufs = P_io + 2 * P_layer + P_ad; }
+    if (stage <= 1) s.full_grads = lay->train_total;
+    else { s.shard_grads = lay->train_shard_total; s.grad_bufs = io_tr * P_io + layer_tr * 2 * P_layer + P_ad; }
+    s.opt = stage == 0 ? lay->train_total : lay->train_shard_total;
     s.comm = lay->R > 1 ? zero_comm_chunk(lay) * lay->R : 0;
     return s;
 }
@@ -1526,15 +1547,15 @@ typedef struct Zero {
     // parameters (floatX)
     floatX* full_params;     // [Z0,1,2] (lay.total)
     floatX* shard_params;    // [Z3]     (lay.shard_total)
-    floatX* param_buf[3];    // [Z3]     [0] io block (P_0), [1], [2] layer blocks (P_1)
-    int resident[3];         // [Z3]     block held by each param_buf, -1 none
-    BufState buf_state[3];   // [Z3]     where each param_buf is in its life (BUF_FREE ... BUF_RELEASED)
-    int gather_h[3];         // [Z3]     gather in flight into each param_buf, -1 none
+    floatX* param_buf[4];    // [Z3]     [0] io block (P_0), [1], [2] layer blocks (P_1), [3] [LoRA] the adapter block
+    int resident[4];         // [Z3]     block held by each param_buf, -1 none
+    BufState buf_state[4];   // [Z3]     where each param_buf is in its life (BUF_FREE ... BUF_RELEASED)
+    int gather_h[4];         // [Z3]     gather in flight into each param_buf, -1 none
     // gradients (FP32)
     float* full_grads;       // [Z0,1]   (lay.total)
     float* shard_grads;      // [Z2,3]   (lay.shard_total)
-    float* grad_buf[3];      // [Z2,3]   [0] io block, [1], [2] layer blocks
-    int reduce_h[3];         // [Z2,3]   reduce-scatter in flight from each grad_buf
+    float* grad_buf[4];      // [Z2,3]   [0] io block, [1], [2] layer blocks, [3] [LoRA] the adapter block (frozen blocks: none)
+    int reduce_h[4];         // [Z2,3]   reduce-scatter in flight from each grad_buf
     // optimizer state (FP32): everything under ZeRO-0, this rank's shard otherwise
     float *master, *m, *v;   // device memory; [offload] host memory (cpu) or NULL (a file: nvme)
     int64_t opt_total;
@@ -1550,35 +1571,34 @@ typedef struct Zero {
     void* offload_ctx;
 } Zero;
 
-// Which param/grad buffer slot a block uses under ZeRO-2/3: io -> 0, layers alternate 1, 2.
-static inline int zero_slot(int b) { return b == 0 ? 0 : 1 + (b - 1) % 2; }
+// Which param/grad buffer slot a block uses under ZeRO-2/3: io -> 0, layers alternate 1, 2, [LoRA]
+// the adapter block 3; and the slot's size.
+static inline int zero_slot(const Zero* z, int b) { return b == 0 ? 0 : b == z->lay.adapter ? 3 : 1 + (b - 1) % 2; }
+static inline int64_t zero_slot_elems(const Zero* z, int slot) {
+    return slot == 0 ? z->lay.P[0] : slot == 3 ? z->lay.P[z->lay.adapter] : z->lay.P[1];
+}
 
 // offload: OFFLOAD_NONE allocates master, m, v on the device; otherwise offload_init (offload.h)
 // places them, after this.
 static void zero_init(Zero* z, BlockLayout* lay, int stage, Comm* comm, int poison, Offload offload) {
     memset(z, 0, sizeof(*z));
     z->offload = offload;
-    z->stage = stage; z->R = lay->R; z->r = lay->r; z->L = lay->nblocks - 1;
+    z->stage = stage; z->R = lay->R; z->r = lay->r; z->L = lay->nblocks - 1 - (lay->adapter > 0);
     z->lay = *lay;
     z->comm = comm;
     z->poison = poison;
     z->sz = zero_sizes(lay, stage);
-    int64_t P_io = lay->P[0], P_layer = lay->nblocks > 1 ? lay->P[1] : 0;
     size_t X = sizeof(floatX);
     z->full_params = (floatX*)dev_alloc(TAG_PARAMS, z->sz.full_params * X);
     z->shard_params = (floatX*)dev_alloc(TAG_PARAMS, z->sz.shard_params * X);
-    if (stage == 3) {
-        z->param_buf[0] = (floatX*)dev_alloc(TAG_PARAM_BUF, P_io * X);
-        z->param_buf[1] = (floatX*)dev_alloc(TAG_PARAM_BUF, P_layer * X);
-        z->param_buf[2] = (floatX*)dev_alloc(TAG_PARAM_BUF, P_layer * X);
+    for (int i = 0; i < 4; i++) { // slot i's block: 0 io, 1 and 2 the layers, 3 the adapters
+        int b = i == 3 ? lay->adapter : i == 0 ? 0 : 1;
+        if (i == 3 ? !lay->adapter : b >= lay->nblocks - (lay->adapter > 0)) continue;
+        if (stage == 3) z->param_buf[i] = (floatX*)dev_alloc(TAG_PARAM_BUF, zero_slot_elems(z, i) * X);
+        if (stage >= 2 && !lay->frozen[b]) z->grad_buf[i] = (float*)dev_alloc(TAG_GRAD_BUF, zero_slot_elems(z, i) * 4);
     }
     z->full_grads = (float*)dev_alloc(TAG_GRADS, z->sz.full_grads * 4);
     z->shard_grads = (float*)dev_alloc(TAG_GRADS, z->sz.shard_grads * 4);
-    if (stage >= 2) {
-        z->grad_buf[0] = (float*)dev_alloc(TAG_GRAD_BUF, P_io * 4);
-        z->grad_buf[1] = (float*)dev_alloc(TAG_GRAD_BUF, P_layer * 4);
-        z->grad_buf[2] = (float*)dev_alloc(TAG_GRAD_BUF, P_layer * 4);
-    }
     z->opt_total = z->sz.opt;
     if (offload == OFFLOAD_NONE) {
         z->master = (float*)dev_alloc(TAG_MASTER, z->opt_total * 4);
@@ -1589,16 +1609,15 @@ static void zero_init(Zero* z, BlockLayout* lay, int stage, Comm* comm, int pois
         comm->chunk = zero_comm_chunk(lay);
         comm->stage_buf = (float*)dev_alloc(TAG_COMM, z->sz.comm * 4);
     }
-    for (int i = 0; i < 3; i++) { z->resident[i] = -1; z->buf_state[i] = BUF_FREE; z->gather_h[i] = -1; z->reduce_h[i] = -1; }
+    for (int i = 0; i < 4; i++) { z->resident[i] = -1; z->buf_state[i] = BUF_FREE; z->gather_h[i] = -1; z->reduce_h[i] = -1; }
 }
 
 static void zero_free(Zero* z) {
     size_t X = sizeof(floatX);
-    int64_t P_io = z->lay.P[0], P_layer = z->lay.nblocks > 1 ? z->lay.P[1] : 0;
     dev_free(TAG_PARAMS, z->full_params, z->sz.full_params * X);
     dev_free(TAG_PARAMS, z->shard_params, z->sz.shard_params * X);
-    for (int i = 0; i < 3; i++) {
-        int64_t n = i == 0 ? P_io : P_layer;
+    for (int i = 0; i < 4; i++) {
+        int64_t n = z->param_buf[i] || z->grad_buf[i] ? zero_slot_elems(z, i) : 0;
         if (z->param_buf[i]) dev_free(TAG_PARAM_BUF, z->param_buf[i], n * X);
         if (z->grad_buf[i]) dev_free(TAG_GRAD_BUF, z->grad_buf[i], n * 4);
     }
@@ -1619,18 +1638,23 @@ static void zero_free(Zero* z) {
 // the checkpoint files use the shard at every stage, so they are stage-independent).
 
 static inline int64_t zero_opt_lo(const Zero* z, int b) { return z->stage == 0 ? 0 : z->r * z->lay.S[b]; }
-static inline int64_t zero_opt_hi(const Zero* z, int b) { return z->stage == 0 ? z->lay.P[b] : (z->r + 1) * z->lay.S[b]; }
+// [LoRA] a frozen block's optimizer range is empty (lo == hi): it has no master, m, v or gradient
+static inline int64_t zero_opt_hi(const Zero* z, int b) {
+    return z->lay.frozen[b] ? zero_opt_lo(z, b) : z->stage == 0 ? z->lay.P[b] : (z->r + 1) * z->lay.S[b];
+}
 // offset of block b's optimizer range in master/m/v
-static inline int64_t zero_opt_off(const Zero* z, int b) { return z->stage == 0 ? z->lay.off[b] : z->lay.shard_off[b]; }
+static inline int64_t zero_opt_off(const Zero* z, int b) { return z->stage == 0 ? z->lay.goff[b] : z->lay.gshard_off[b]; }
 
 // The rank's shard of block b's reduced gradient (valid after the step's reductions).
 static inline float* zero_shard_grads(const Zero* z, int b) {
-    if (z->stage <= 1) return z->full_grads + z->lay.off[b] + z->r * z->lay.S[b];
-    return z->shard_grads + z->lay.shard_off[b];
+    if (z->lay.frozen[b]) return NULL;
+    if (z->stage <= 1) return z->full_grads + z->lay.goff[b] + z->r * z->lay.S[b];
+    return z->shard_grads + z->lay.gshard_off[b];
 }
 // The reduced gradient of block b's optimizer range.
 static inline float* zero_opt_grads(const Zero* z, int b) {
-    return z->stage == 0 ? z->full_grads + z->lay.off[b] : zero_shard_grads(z, b);
+    if (z->lay.frozen[b]) return NULL;
+    return z->stage == 0 ? z->full_grads + z->lay.goff[b] : zero_shard_grads(z, b);
 }
 // The BF16 parameters of block b's optimizer range (what AdamW writes).
 static inline floatX* zero_opt_params(const Zero* z, int b) {
@@ -1650,7 +1674,7 @@ static void zero_poison(Zero* z, floatX* p, int64_t n) {
 
 // [ZeRO-3] A hook was called out of order: end the run naming the block, the buffer and its state.
 static void zero_order_error(const Zero* z, const char* what, int b) {
-    int slot = zero_slot(b);
+    int slot = zero_slot(z, b);
     die(1, "ZeRO-3 hook out of order: %s block %d, but its buffer %d holds block %d (%s). HINT: this is a bug in "
            "the order of the zero_* hook calls (see the hook table in zero.h)", what, b, slot, z->resident[slot],
         buf_state_name[z->buf_state[slot]]);
@@ -1659,7 +1683,7 @@ static void zero_order_error(const Zero* z, const char* what, int b) {
 // [ZeRO-3] Start gathering block b into its buffer (no-op if it is there or on its way). The buffer
 // must be free or released: a gather never overwrites parameters a hook still holds.
 static void zero_gather_start(Zero* z, int b) {
-    int slot = zero_slot(b);
+    int slot = zero_slot(z, b);
     if (z->resident[slot] == b && z->buf_state[slot] != BUF_RELEASED) return;
     if (z->buf_state[slot] != BUF_FREE && z->buf_state[slot] != BUF_RELEASED) zero_order_error(z, "gathering", b);
     CollOp op = {COLL_ALL_GATHER, b, z->param_buf[slot], z->shard_params + z->lay.shard_off[b], z->lay.S[b], 0};
@@ -1671,7 +1695,7 @@ static void zero_gather_start(Zero* z, int b) {
 // [ZeRO-3] Block b's full parameters for the hook's computation (gathering and waiting if needed):
 // READY -> IN_USE. Handing out a block that is already in use is an ordering bug.
 static floatX* zero_acquire(Zero* z, int b) {
-    int slot = zero_slot(b);
+    int slot = zero_slot(z, b);
     zero_gather_start(z, b);
     if (z->buf_state[slot] == BUF_GATHERING) {
         comm_wait(z->comm, z->gather_h[slot]);
@@ -1685,17 +1709,17 @@ static floatX* zero_acquire(Zero* z, int b) {
 
 // [ZeRO-3] Block b stays gathered for a later hook: IN_USE -> READY.
 static void zero_keep(Zero* z, int b) {
-    int slot = zero_slot(b);
+    int slot = zero_slot(z, b);
     if (z->resident[slot] != b || z->buf_state[slot] != BUF_IN_USE) zero_order_error(z, "keeping", b);
     z->buf_state[slot] = BUF_READY;
 }
 
 // [ZeRO-3] Block b's computation is done and its buffer may be reused: IN_USE -> RELEASED.
 static void zero_release_block(Zero* z, int b) {
-    int slot = zero_slot(b);
+    int slot = zero_slot(z, b);
     if (z->resident[slot] != b || z->buf_state[slot] != BUF_IN_USE) zero_order_error(z, "releasing", b);
     z->buf_state[slot] = BUF_RELEASED;
-    zero_poison(z, z->param_buf[slot], slot == 0 ? z->lay.P[0] : z->lay.P[1]);
+    zero_poison(z, z->param_buf[slot], zero_slot_elems(z, slot));
 }
 
 // Block b's parameters for a computation (stages 0-2: always present; [ZeRO-3] acquired), and the
@@ -1717,8 +1741,25 @@ static inline void zero_release(Zero* z, int b) {
 // Forward, io block, before the embedding. [ZeRO-3] gather io, prefetch layer 1.
 static floatX* zero_before_embedding(Zero* z) {
     floatX* p = zero_params(z, 0);
+    if (z->stage == 3 && z->lay.adapter) zero_gather_start(z, z->lay.adapter); // [LoRA] once per micro-step
     if (z->stage == 3 && z->L >= 1) zero_gather_start(z, 1);
     return p;
+}
+
+// [LoRA] The adapter block's parameters, for any hook of the micro-step (NULL: no adapters).
+// [ZeRO-3] gathered (started with the io block's) and kept until zero_after_head (no backward) or
+// zero_after_embedding_backward.
+static floatX* zero_adapters(Zero* z) {
+    if (!z->lay.adapter) return NULL;
+    floatX* p = zero_params(z, z->lay.adapter);
+    if (z->stage == 3) zero_keep(z, z->lay.adapter);
+    return p;
+}
+// [LoRA] [ZeRO-3] the micro-step is done with the adapters' parameters.
+static void zero_release_adapters(Zero* z) {
+    if (z->stage != 3 || !z->lay.adapter) return;
+    zero_acquire(z, z->lay.adapter);
+    zero_release_block(z, z->lay.adapter);
 }
 // [ZeRO-3] The embedding is done: keep the io block for the LM head.
 static void zero_after_embedding(Zero* z) {
@@ -1745,17 +1786,19 @@ static floatX* zero_before_head(Zero* z) { return zero_params(z, 0); }
 static void zero_after_head(Zero* z, int backward_follows) {
     if (z->stage != 3) return;
     if (backward_follows) zero_keep(z, 0);
-    else zero_release_block(z, 0);
+    else { zero_release_block(z, 0); zero_release_adapters(z); }
 }
 
 // The gradient buffer block b accumulates into this micro-step. [ZeRO-2/3] the per-block buffer,
 // once the reduce-scatter that last read it is done, zeroed.
+// [LoRA] A frozen block has none: NULL.
 static float* zero_grad_buffer(Zero* z, int b) {
-    if (z->stage <= 1) return z->full_grads + z->lay.off[b];
-    int slot = zero_slot(b);
+    if (z->lay.frozen[b]) return NULL;
+    if (z->stage <= 1) return z->full_grads + z->lay.goff[b];
+    int slot = zero_slot(z, b);
     comm_wait(z->comm, z->reduce_h[slot]);
     z->reduce_h[slot] = -1;
-    dev_zero(z->grad_buf[slot], (slot == 0 ? z->lay.P[0] : z->lay.P[1]) * 4);
+    dev_zero(z->grad_buf[slot], zero_slot_elems(z, slot) * 4);
     return z->grad_buf[slot];
 }
 
@@ -1788,17 +1831,18 @@ static floatX* zero_before_block_backward(Zero* z, int b, float** grads) {
 // reduce-scatter every micro-step into the FP32 shard (= on the first, += after).
 static void zero_reduce_block(Zero* z, int b, int micro, int last_micro) {
     const BlockLayout* lay = &z->lay;
+    if (lay->frozen[b]) return; // [LoRA] no gradient
     if (z->stage <= 1) {
         if (!last_micro) return;
-        float* full = z->full_grads + lay->off[b];
+        float* full = z->full_grads + lay->goff[b];
         CollOp op = {z->stage == 0 ? COLL_ALL_REDUCE : COLL_REDUCE_SCATTER, b, full,
                      full + z->r * lay->S[b], lay->S[b], 0};
         int h = comm_start(z->comm, &op); // waited for in zero_step
         if (z->grad_reduced) z->grad_reduced(z, b, h, micro, 1); // [offload] the shard to the host once reduced
         return;
     }
-    int slot = zero_slot(b);
-    CollOp op = {COLL_REDUCE_SCATTER, b, z->grad_buf[slot], z->shard_grads + lay->shard_off[b], lay->S[b], micro > 0};
+    int slot = zero_slot(z, b);
+    CollOp op = {COLL_REDUCE_SCATTER, b, z->grad_buf[slot], z->shard_grads + lay->gshard_off[b], lay->S[b], micro > 0};
     z->reduce_h[slot] = comm_start(z->comm, &op);
     if (z->grad_reduced) z->grad_reduced(z, b, z->reduce_h[slot], micro, last_micro); // [offload] the shard to the host once reduced
 }
@@ -1809,9 +1853,16 @@ static void zero_after_block_backward(Zero* z, int b, int micro, int last_micro)
     zero_release(z, b);
 }
 
-// After the embedding backward: the io block's gradient is complete; reduce it.
+// [LoRA] The adapter block's gradient buffer for this micro-step's backward (NULL: no adapters).
+static float* zero_adapter_grads(Zero* z) { return z->lay.adapter ? zero_grad_buffer(z, z->lay.adapter) : NULL; }
+
+// After the embedding backward: the io block's gradient is complete; reduce it. [LoRA] So is the
+// adapter block's: reduce it; [ZeRO-3] release its parameters.
 static void zero_after_embedding_backward(Zero* z, int micro, int last_micro) {
     zero_reduce_block(z, 0, micro, last_micro);
+    if (!z->lay.adapter) return;
+    zero_reduce_block(z, z->lay.adapter, micro, last_micro);
+    zero_release_adapters(z);
 }
 
 // ----------------------------------------------------------------------------
@@ -1827,6 +1878,7 @@ static void zero_local_sumsq(Zero* z, double* out) {
     int64_t* len = (int64_t*)malloc(sizeof(int64_t) * cap);
     Segment seg[MAX_BLOCK_TENSORS];
     for (int b = 0; b < z->lay.nblocks; b++) {
+        if (z->lay.frozen[b]) continue; // [LoRA] no gradient
         int k = layout_segments(&z->lay, b, z->r * z->lay.S[b], (z->r + 1) * z->lay.S[b], seg);
         const float* g = zero_shard_grads(z, b);
         for (int i = 0; i < k; i++, n++) { ptr[n] = g + seg[i].off; len[n] = seg[i].len; }
@@ -1842,7 +1894,7 @@ static void zero_local_sumsq(Zero* z, double* out) {
 // carries both (at R = 1 it is only counted).
 static void zero_grad_sumsq(Zero* z, StepScalars* sc) {
     comm_wait_all(z->comm);
-    for (int i = 0; i < 3; i++) z->reduce_h[i] = -1;
+    for (int i = 0; i < 4; i++) z->reduce_h[i] = -1;
     int data = !z->comm->count_only; // counting mode: no data, only the scalar sum is issued
     if (data) zero_local_sumsq(z, &sc->sumsq);
     double sums[2] = {0.0, 0.0};
@@ -1858,6 +1910,7 @@ static void zero_adamw(Zero* z, const AdamWParams* hp, const StepScalars* sc) {
     Segment seg[MAX_BLOCK_TENSORS];
     if (z->adam_max) op_adamw_max_begin(z->adam_max, sc);
     for (int b = 0; b < z->lay.nblocks; b++) {
+        if (z->lay.frozen[b]) continue; // [LoRA]
         int n = layout_segments(&z->lay, b, zero_opt_lo(z, b), zero_opt_hi(z, b), seg);
         int64_t o = zero_opt_off(z, b);
         op_adamw_scalars(zero_opt_params(z, b), z->master + o, z->m + o, z->v + o, zero_opt_grads(z, b), seg, n, hp, sc,
@@ -1876,6 +1929,7 @@ static void zero_adamw_check(Zero* z, const AdamWParams* hp, StepScalars* sc) {
     int data = !z->comm->count_only; // counting mode: only the scalar sum is issued
     if (data && z->adam_max) op_adamw_bound(sc, z->adam_max, hp);
     for (int b = 0; data && b < z->lay.nblocks; b++) {
+        if (z->lay.frozen[b]) continue; // [LoRA]
         int n = layout_segments(&z->lay, b, zero_opt_lo(z, b), zero_opt_hi(z, b), seg);
         int64_t o = zero_opt_off(z, b);
         op_adamw_check(z->master + o, z->m + o, z->v + o, zero_opt_grads(z, b), seg, n, hp, sc);
@@ -1888,10 +1942,13 @@ static void zero_adamw_check(Zero* z, const AdamWParams* hp, StepScalars* sc) {
     if (data && z->comm->R > 1) dev_from_host(&sc->overflow, &flag, sizeof(flag));
 }
 
-// After the optimizer: [ZeRO-1/2] all-gather every block's parameters in place.
-static void zero_after_step(Zero* z) {
+// After the optimizer: [ZeRO-1/2] all-gather every block's parameters in place ([LoRA] the
+// trainable blocks (frozen 0): a frozen block never changes; its are gathered once, when loaded
+// (frozen 1)).
+static void zero_gather_params(Zero* z, int frozen) {
     if (z->stage == 1 || z->stage == 2) {
         for (int b = 0; b < z->lay.nblocks; b++) {
+            if (z->lay.frozen[b] != frozen) continue;
             floatX* full = z->full_params + z->lay.off[b];
             CollOp op = {COLL_ALL_GATHER, b, full, full + z->r * z->lay.S[b], z->lay.S[b], 0};
             comm_start(z->comm, &op);
@@ -1899,11 +1956,12 @@ static void zero_after_step(Zero* z) {
         comm_wait_all(z->comm);
     }
 }
+static void zero_after_step(Zero* z) { zero_gather_params(z, 0); }
 
 // Gradients start the next step at zero. [ZeRO-0/1] full_grads accumulate across micro-steps;
 // [ZeRO-2/3] the shard is written (=) by the first micro-step's reduce-scatter, so nothing to do.
 static void zero_zero_grads(Zero* z) {
-    if (z->stage <= 1) dev_zero(z->full_grads, z->lay.total * 4);
+    if (z->stage <= 1) dev_zero(z->full_grads, z->lay.train_total * 4);
 }
 
 // ----------------------------------------------------------------------------
@@ -1922,23 +1980,26 @@ static void zero_count_step(const BlockLayout* lay, int stage, int GA, int64_t c
     c.count_only = 1;
     Zero z;
     memset(&z, 0, sizeof(z));
-    z.stage = stage; z.R = lay->R; z.r = 0; z.L = lay->nblocks - 1;
+    z.stage = stage; z.R = lay->R; z.r = 0; z.L = lay->nblocks - 1 - (lay->adapter > 0);
     z.lay = *lay;
     z.sz = zero_sizes(lay, stage);
     z.comm = &c;
-    for (int i = 0; i < 3; i++) { z.resident[i] = -1; z.buf_state[i] = BUF_FREE; z.gather_h[i] = -1; z.reduce_h[i] = -1; }
+    for (int i = 0; i < 4; i++) { z.resident[i] = -1; z.buf_state[i] = BUF_FREE; z.gather_h[i] = -1; z.reduce_h[i] = -1; }
     float* grads;
     for (int micro = 0; micro < GA; micro++) {
         int last = micro == GA - 1;
         zero_before_embedding(&z); // gpt_forward, backward_follows = 1
+        zero_adapters(&z);
         zero_after_embedding(&z);
         for (int b = 1; b <= z.L; b++) {
             zero_before_block_forward(&z, b);
             zero_after_block_forward(&z, b, 1);
         }
         zero_before_head(&z);
+        zero_adapters(&z);
         zero_after_head(&z, 1);
         zero_before_head_backward(&z, &grads); // gpt_backward
+        zero_adapter_grads(&z);
         zero_after_head_backward(&z);
         for (int b = z.L; b >= 1; b--) {
             zero_before_block_backward(&z, b, &grads);
@@ -2011,6 +2072,32 @@ static void zero_params_from_master(Zero* z) {
         free(px);
     }
     zero_after_step(z);
+}
+
+// [LoRA] A frozen block's parameters straight from a logical source (no master to round from):
+// each rank rounds its optimizer-range-sized part (the block under ZeRO-0, its shard otherwise) to
+// floatX exactly as zero_params_from_master would, then [ZeRO-1/2] the frozen blocks are gathered.
+// Returns the non-finite values this rank read (a frozen block has no master for the usual check).
+static int64_t zero_fill_frozen_params(Zero* z, LogicalFill fill, void* ctx) {
+    Piece pc[MAX_BLOCK_TENSORS];
+    int64_t bad = 0;
+    for (int b = 0; b < z->lay.nblocks; b++) {
+        if (!z->lay.frozen[b]) continue;
+        int64_t lo = zero_opt_lo(z, b), n = (z->stage == 0 ? z->lay.P[b] : (z->r + 1) * z->lay.S[b]) - lo;
+        float* host = (float*)calloc(n > 0 ? n : 1, sizeof(float));
+        floatX* px = (floatX*)malloc(sizeof(floatX) * (n > 0 ? n : 1));
+        if (!host || !px) die(1, "out of host memory (%lld floats for block %d)", (long long)n, b);
+        int k = layout_pieces(&z->lay, b, lo, lo + n, pc);
+        for (int i = 0; i < k; i++) fill(ctx, host + pc[i].local, pc[i].logical, pc[i].len);
+        for (int64_t i = 0; i < n; i++) { px[i] = rn(host[i]); bad += !isfinite(host[i]); }
+        floatX* dst = z->stage == 0 ? z->full_params + z->lay.off[b]
+                    : z->stage <= 2 ? z->full_params + z->lay.off[b] + lo : z->shard_params + z->lay.shard_off[b];
+        dev_from_host(dst, px, sizeof(floatX) * n);
+        free(host);
+        free(px);
+    }
+    zero_gather_params(z, 1);
+    return bad;
 }
 
 #endif // ZT_ZERO_H

@@ -269,6 +269,7 @@ static void op_encoder_forward(floatX* out, const int* tokens, const floatX* wte
 
 static void op_encoder_backward(float* dwte, float* dwpe, const floatX* dout, const int* tokens,
                                 int B, int T, int C, int V) {
+    if (!dwte && !dwpe) return; // a frozen embedding (LoRA's base): no gradient
 #ifdef __CUDACC__
     if (g_device == DEV_CUDA) { encoder_backward_cuda(dwte, dwpe, dout, tokens, B, T, C, V); return; }
 #endif

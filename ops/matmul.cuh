@@ -636,8 +636,8 @@ static void cuda_matmul_backward(floatX* dinp, float* dweight, float* dbias, con
         cuda_gemm(0, 0, C, N, OC, weight, C, dout, OC, dinp, C, NULL, 0);
         if (pre_inp) cuda_gelu_backward_inplace(dinp, pre_inp, (int64_t)N * C);
     }
-    // dweight^T (C, OC) += inp^T (C, N) @ dout (N, OC)
-    cuda_gemm(0, 1, C, OC, N, inp, C, dout, OC, dweight, C, NULL, 1);
+    // dweight^T (C, OC) += inp^T (C, N) @ dout (N, OC)   (NULL: a frozen weight, LoRA's base)
+    if (dweight) cuda_gemm(0, 1, C, OC, N, inp, C, dout, OC, dweight, C, NULL, 1);
     if (dbias && !FAULT(drop_bias_grad)) cuda_bias_grad(dbias, dout, N, OC);
 }
 #endif // __CUDACC__
@@ -656,7 +656,8 @@ static void op_matmul_forward(floatX* out, floatX* pre, const floatX* inp, const
     cpu_matmul(N, OC, C, inp, C, 1, weight, 1, C, &o);
 }
 
-// Backward of op_matmul_forward. dinp may be NULL (nothing upstream needs it); pre_inp is the GELU
+// Backward of op_matmul_forward. dinp may be NULL (nothing upstream needs it), and dweight (a frozen
+// weight: nothing computed); pre_inp is the GELU
 // pre-activation of *inp* (when inp = gelu(pre_inp), fusing that GELU's backward), else NULL.
 static void op_matmul_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
                                const floatX* inp, const floatX* weight, const floatX* pre_inp,
@@ -671,9 +672,9 @@ static void op_matmul_backward(floatX* dinp, float* dweight, float* dbias, const
         GemmOut o = {pre_inp ? EPI_STORE_X_DGELU : EPI_STORE_X, dinp, NULL, (floatX*)pre_inp, NULL};
         cpu_matmul(N, C, OC, dout, OC, 1, weight, C, 1, &o);
     }
-    // dweight (OC, C) += dout^T (OC, N) @ inp (N, C)
+    // dweight (OC, C) += dout^T (OC, N) @ inp (N, C)   (NULL: a frozen weight, LoRA's base)
     GemmOut w = {EPI_ACCUM_F32, NULL, dweight, NULL, NULL};
-    cpu_matmul(OC, C, N, dout, 1, OC, inp, C, 1, &w);
+    if (dweight) cpu_matmul(OC, C, N, dout, 1, OC, inp, C, 1, &w);
     if (dbias && !FAULT(drop_bias_grad)) cpu_bias_grad(dbias, dout, N, OC);
 }
 

@@ -31,6 +31,7 @@
 #include "test_offload.h"    // tests: -offload cpu bit-identical to none, checkpoints across offload, refusals
 #include "test_resume.h"     // tests: a checkpoint knows its run; reading is not resuming; roll-back transactions; prompts; masks by pread
 #include "test_llama.h"      // tests: the Llama family on the CPU device: gradients vs float64, recompute, ZeRO, resume, offload, learns
+#include "test_lora.h"       // tests: LoRA: step 0 is the base, the base frozen, adapters' gradients, ZeRO-0..3 bitwise, bad input
 #include "bench_adamw.h"     // make bench: the host AdamW against memcpy
 
 #ifdef ENABLE_FP32
@@ -47,6 +48,7 @@ static const char* const g_fp32_long_only[] = {
     "zero_data", "zero_stopped", "zero_mismatched", "plan_z_auto", "plan_recommendation",
     "hf_corrupt", "hf_json", "hf_half", "ft_tokenize", "llama_zero", "llama_resume", "llama_refusals",
     "model_chunked_classifier_llama", // (its GPT-2 twin model_chunked_classifier stays: FP32's own tolerance)
+    "lora_zero", "lora_bad", "lora_export_init",
     NULL};
 #endif
 

@@ -186,3 +186,21 @@ EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, int, int, int, i
 #ifdef ENABLE_FP32
 EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, int const*, float const*, float const*, long, int, int, int)>(&encoder_forward_kernel), "encoder_forward_kernel", 22, 0, 0, 0, 0)
 #endif
+#ifndef ENABLE_FP32
+EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, long)>(&add_inplace_kernel), "add_inplace_kernel", 10, 0, 0, 0, 0)
+#endif
+#ifndef ENABLE_FP32
+EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, long, long, long, long, float)>(&lora_take_cols_kernel), "lora_take_cols_kernel", 16, 0, 0, 0, 0)
+#endif
+#ifndef ENABLE_FP32
+EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, long, long, bf16_t const*, long, long, float)>(&lora_add_cols_kernel), "lora_add_cols_kernel", 16, 0, 0, 0, 0)
+#endif
+#ifdef ENABLE_FP32
+EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, long)>(&add_inplace_kernel), "add_inplace_kernel", 10, 0, 0, 0, 0)
+#endif
+#ifdef ENABLE_FP32
+EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, long, long, long, long, float)>(&lora_take_cols_kernel), "lora_take_cols_kernel", 16, 0, 0, 0, 0)
+#endif
+#ifdef ENABLE_FP32
+EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, long, long, float const*, long, long, float)>(&lora_add_cols_kernel), "lora_add_cols_kernel", 16, 0, 0, 0, 0)
+#endif

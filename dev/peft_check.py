@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""dev/peft_check.py — an adapter -lora-export wrote, loaded by PEFT itself (test/test_lora.h runs it).
+
+    ZT_HF_PYTHON dev/peft_check.py BASE_DIR ADAPTER_DIR TOKENS_FILE [--write R ALPHA TARGETS]
+
+BASE_DIR: the base model as -export-hf writes it (Hugging Face GPT-2, F32). ADAPTER_DIR: what
+-lora-export wrote (adapter_model.safetensors, adapter_config.json). TOKENS_FILE: int32 B, T, then
+B*T inputs and B*T targets. Loads the base with transformers, the adapter with
+PeftModel.from_pretrained (no key may be missing or unexpected: every lora_A / lora_B of the model
+must come from the file), runs the inputs in FP32 and prints "peft loss X": the mean cross-entropy
+over the targets. With --write, PEFT first makes the adapter itself (LoraConfig(r, lora_alpha,
+target_modules, init_lora_weights=False: B random too, fan_in_fan_out for GPT-2's Conv1D), saves it
+into ADAPTER_DIR with save_pretrained, then does the same (-lora-init reads it). Exit 3 when
+transformers or peft cannot be imported (the test SKIPs).
+"""
+import sys
+try:
+    import numpy as np
+    import torch
+    from transformers import AutoModelForCausalLM
+    from peft import PeftModel
+    from safetensors.torch import load_file
+except Exception as e:  # noqa: BLE001 — any import failure means "not this venv"
+    print("peft_check: cannot import transformers/peft/safetensors:", e)
+    sys.exit(3)
+
+base_dir, ad_dir, tok_path = sys.argv[1:4]
+raw = np.fromfile(tok_path, dtype=np.int32)
+B, T = int(raw[0]), int(raw[1])
+inputs = torch.tensor(raw[2:2 + B * T].reshape(B, T), dtype=torch.long)
+targets = torch.tensor(raw[2 + B * T:2 + 2 * B * T].reshape(B, T), dtype=torch.long)
+base = AutoModelForCausalLM.from_pretrained(base_dir, torch_dtype=torch.float32)
+if "--write" in sys.argv:
+    from peft import LoraConfig, get_peft_model
+    i = sys.argv.index("--write")
+    r, alpha, modules = int(sys.argv[i + 1]), float(sys.argv[i + 2]), sys.argv[i + 3].split(",")
+    torch.manual_seed(0)
+    cfg = LoraConfig(r=r, lora_alpha=alpha, target_modules=modules, lora_dropout=0.0, bias="none", task_type="CAUSAL_LM",
+                     init_lora_weights=False, fan_in_fan_out=base.config.model_type == "gpt2")
+    written = get_peft_model(base, cfg)
+    written.save_pretrained(ad_dir)
+    base = AutoModelForCausalLM.from_pretrained(base_dir, torch_dtype=torch.float32)
+model = PeftModel.from_pretrained(base, ad_dir)
+model.eval()
+# every adapter weight of the PEFT model equals the file's (nothing left at PEFT's init)
+sd = load_file(ad_dir + "/adapter_model.safetensors")
+mine = {k: v for k, v in model.state_dict().items() if "lora_" in k}
+want = {k.replace(".weight", ".default.weight"): v for k, v in sd.items()}
+if set(mine) != set(want):
+    print("peft_check: the model's adapter tensors and the file's differ:", sorted(set(mine) ^ set(want))[:6])
+    sys.exit(1)
+for k, v in want.items():
+    if not torch.equal(mine[k], v):
+        print("peft_check: %s differs from the file" % k)
+        sys.exit(1)
+with torch.no_grad():
+    logits = model(input_ids=inputs).logits.float()
+    loss = torch.nn.functional.cross_entropy(logits.reshape(B * T, -1), targets.reshape(-1))
+print("peft tensors %d" % len(want))
+print("peft loss %.9g" % loss.item())

@@ -1,0 +1,361 @@
+// test/test_lora.h — LoRA (lora.h): step 0 is the base model exactly, the base stays byte for byte
+// what it was, the adapters' gradients against central finite differences (FP32 build), ZeRO-0..3
+// bit-identical with adapters, the memory a frozen base saves, and bad input.
+
+// The small models, on zero_runs.h's small-vocabulary data (-i added by lora_flags): GPT-2 in
+// ZT_MODEL's shape and the Llama family's llama-tiny with 2 layers and the same vocabulary.
+#define LORA_GPT2 "-device cpu " ZT_MODEL " -b 2 -v 0 -s 0"
+#define LORA_LLAMA "-device cpu -e llama-tiny -layers 2 -vocab 97 -t 16 -b 2 -v 0 -s 0 -blas 0 -poison 1"
+
+static const char* lora_flags(const char* model, const char* extra) {
+    static char flags[2048];
+    snprintf(flags, sizeof(flags), "%s -i %s -j %s %s", model, zt_data(0), zt_data(1), extra);
+    return flags;
+}
+
+// FNV-1a of the base's parameters (every frozen block; R = 1, ZeRO-0: all of them are here).
+static uint64_t lora_base_hash(const Zero* z) {
+    uint64_t h = FNV_INIT;
+    for (int b = 0; b < z->lay.nblocks; b++) {
+        if (!z->lay.frozen[b]) continue;
+        floatX* p = (floatX*)tm_host(z->full_params + z->lay.off[b], sizeof(floatX) * z->lay.P[b]);
+        h = fnv1a(h, p, sizeof(floatX) * z->lay.P[b]);
+        free(p);
+    }
+    return h;
+}
+
+// The mean loss of batch 0 (a forward only).
+static double lora_loss(Trainer* tr) {
+    Model* m = &tr->model;
+    int BT = m->B * m->T;
+    dataloader_load(&tr->train, 0);
+    load_tokens(m, &tr->train, 1);
+    gpt_forward(m, m->B, m->T, 1, 0.0f, 0);
+    return sum_losses(m, BT) / BT;
+}
+
+// Step 0 with adapters is the base model exactly (B = 0); three steps move the adapters and leave
+// every byte of the base as it was; the frozen base holds no gradient and no optimizer state.
+static void lora_base_case(const char* model, const char* targets) {
+    Trainer* base = tm_trainer(lora_flags(model, "-z 0 -x 3"));
+    double l0 = lora_loss(base);
+    tm_free(base);
+    char extra[256];
+    snprintf(extra, sizeof(extra), "-z 0 -x 3 -l 1e-2 -lora 2 -lora-alpha 4 -lora-targets %s", targets);
+    Trainer* tr = tm_trainer(lora_flags(model, extra));
+    Zero* z = &tr->model.z;
+    double l1 = lora_loss(tr);
+    CHECKF(l0 == l1, "step 0 with adapters: loss %.9g, the base model's %.9g", l1, l0);
+    int A = z->lay.adapter;
+    CHECK(A == z->lay.nblocks - 1 && z->lay.frozen[0] && z->lay.frozen[1] && !z->lay.frozen[A]);
+    CHECKF(z->sz.full_grads == z->lay.P[A] && z->opt_total == z->lay.P[A],
+           "gradients %lld and optimizer state %lld elements: the adapter block has %lld", (long long)z->sz.full_grads,
+           (long long)z->opt_total, (long long)z->lay.P[A]);
+    uint64_t h0 = lora_base_hash(z);
+    floatX* a0 = (floatX*)tm_host(z->full_params + z->lay.off[A], sizeof(floatX) * z->lay.P[A]);
+    for (int s = 0; s < 3; s++) {
+        StepResult r = tm_step(tr);
+        CHECKF(r.skipped == 0, "step %d skipped (%d)", s, r.skipped);
+    }
+    floatX* a1 = (floatX*)tm_host(z->full_params + z->lay.off[A], sizeof(floatX) * z->lay.P[A]);
+    CHECKF(lora_base_hash(z) == h0, "the base's parameters changed in training");
+    CHECKF(memcmp(a0, a1, sizeof(floatX) * z->lay.P[A]) != 0, "the adapters did not change");
+    double l2 = lora_loss(tr);
+    CHECKF(l2 != l1, "the loss did not move (%.9g)", l2);
+    printf("    %s: step 0 %.6f = base; after 3 steps %.6f, the base unchanged (%016llx); %lld adapter elements\n",
+           tr->model.cfg.family == FAMILY_LLAMA ? "llama" : "gpt2", l1, l2, (unsigned long long)h0, (long long)tr->model.d.lora.num_params);
+    free(a0);
+    free(a1);
+    tm_free(tr);
+}
+
+TEST(lora_step0_is_base_and_base_frozen) {
+    lora_base_case(LORA_GPT2, "all");
+    lora_base_case(LORA_LLAMA, "q_proj,v_proj,o_proj,up_proj,down_proj");
+}
+
+#ifdef ENABLE_FP32
+// dA, dB of every module against central differences of the mean loss along a random direction
+// (Richardson-extrapolated from steps h and h/2)
+// (every element of the tensor, all layers: +-1 each), with random B (B = 0 would make dA zero), in
+// FP32, -r 0 on GPT-2 and -r 3 on Llama (the adapters recomputed in the backward).
+static void lora_fd_case(const char* model, const char* extra) {
+    char more[256];
+    snprintf(more, sizeof(more), "-z 0 -x 1 -lora 3 -lora-alpha 6 %s", extra); // (scale 2)
+    Trainer* tr = tm_trainer(lora_flags(model, more));
+    Model* m = &tr->model;
+    Zero* z = &m->z;
+    const LoraDesc* d = &m->d.lora;
+    int A = z->lay.adapter, L = m->cfg.L, BT = m->B * m->T;
+    int64_t P = z->lay.P[A];
+    floatX* p = (floatX*)malloc(sizeof(floatX) * P);
+    floatX* q = (floatX*)malloc(sizeof(floatX) * P);
+    dev_to_host(p, z->full_params + z->lay.off[A], sizeof(floatX) * P);
+    uint64_t key = rng_key(7, 1, 2);
+    for (int i = 0; i < d->nmods; i++) { // B ~ U(-0.05, 0.05) (A as initialised)
+        int64_t nB = (int64_t)L * d->mods[i].rows * d->r;
+        for (int64_t j = 0; j < nB; j++) p[d->mods[i].offB + j] = (floatX)(0.1 * rng_uniform(key, (uint64_t)(i * 1000003 + j)) - 0.05);
+    }
+    dev_from_host(z->full_params + z->lay.off[A], p, sizeof(floatX) * P);
+    zero_zero_grads(z);
+    dataloader_load(&tr->train, 0);
+    load_tokens(m, &tr->train, 1);
+    gpt_forward(m, m->B, m->T, 1, 1.0f / BT, 1);
+    gpt_backward(m, m->B, m->T, 0, 1);
+    comm_wait_all(&tr->comm);
+    float* g = (float*)tm_host(z->full_grads + z->lay.goff[A], sizeof(float) * P);
+    double worst = 0.0;
+    for (int i = 0; i < d->nmods; i++)
+        for (int t = 0; t < 2; t++) { // A, B
+            const LoraModule* mo = &d->mods[i];
+            int64_t off = t ? mo->offB : mo->offA, n = (int64_t)L * (t ? mo->rows * d->r : d->r * mo->in);
+            double gv = 0.0, D[2];
+            for (int64_t j = 0; j < n; j++) gv += (rng_u64(key, 5000000 + j) & 1 ? 1.0 : -1.0) * g[off + j];
+            for (int k = 0; k < 2; k++) { // central differences at h and h/2
+                double h = k ? 2e-3 : 4e-3, l[2];
+                for (int sgn = 0; sgn < 2; sgn++) {
+                    memcpy(q, p, sizeof(floatX) * P);
+                    for (int64_t j = 0; j < n; j++) q[off + j] = (floatX)(p[off + j] + (sgn ? -h : h) * (rng_u64(key, 5000000 + j) & 1 ? 1.0 : -1.0));
+                    dev_from_host(z->full_params + z->lay.off[A], q, sizeof(floatX) * P);
+                    l[sgn] = lora_loss(tr);
+                }
+                D[k] = (l[0] - l[1]) / (2.0 * h);
+            }
+            double num = (4.0 * D[1] - D[0]) / 3.0, err = fabs(num - gv) / fmax(fabs(num), 1e-3); // (Richardson: the h^2 term gone)
+            worst = err > worst ? err : worst;
+            CHECKF(err < 1e-2, "%s %s: analytic %.8g, central difference %.8g (relative %.2e)", mo->target, t ? "B" : "A", gv, num, err);
+        }
+    dev_from_host(z->full_params + z->lay.off[A], p, sizeof(floatX) * P);
+    printf("    %s %s: dA, dB of %d modules along random directions, worst relative difference %.2e\n",
+           m->cfg.family == FAMILY_LLAMA ? "llama" : "gpt2", extra, d->nmods, worst);
+    free(p);
+    free(q);
+    free(g);
+    tm_free(tr);
+}
+
+TEST(lora_grads_finite_differences) {
+    lora_fd_case(LORA_GPT2, "-r 0");
+    lora_fd_case(LORA_LLAMA, "-r 3");
+}
+#endif
+
+// ZeRO-0..3 with adapters over R ranks: the same losses, norms and hashes (parameters, master, m, v)
+// at every stage, and at R = 2 with the adapters' state offloaded (-offload cpu at ZeRO-3, nvme at 1) (-r 0..3 with them). make test: R = 2 on GPT-2 and Llama; make test-long: GPT-2 at
+// R = 1..4, Llama at R = 3.
+static void lora_stages_case(int R, const char* model, const char* lora) {
+    ZtLog ref;
+    char ref_hash[512] = "";
+    for (int z = 0; z <= 3; z++) {
+        char name[64], flags[2048], hash[512];
+        snprintf(name, sizeof(name), "lora_R%d_z%d", R, z);
+        const char* dir = zt_dir(name);
+        snprintf(flags, sizeof(flags), "%s -b 2 -x 3 -v 0 -s 0 -z %d -r %d %s -o %s -log-hash 1", model, z, z % 4, lora, dir);
+        int rc = zt_mpirun(R, flags, zt_out, sizeof(zt_out));
+        CHECKF(rc == 0, "R=%d z=%d failed (%d):\n%s", R, z, rc, zt_out);
+        if (rc) continue;
+        zt_hash_line(zt_out, hash, sizeof(hash));
+        ZtLog lg;
+        zt_read_log(dir, &lg);
+        CHECKF(lg.n == 3, "R=%d z=%d: %d steps logged", R, z, lg.n);
+        if (z == 0) { ref = lg; snprintf(ref_hash, sizeof(ref_hash), "%s", hash); continue; }
+        CHECKF(!memcmp(lg.loss, ref.loss, sizeof(lg.loss)) && !memcmp(lg.norm, ref.norm, sizeof(lg.norm)),
+               "R=%d: ZeRO-%d losses or norms differ from ZeRO-0", R, z);
+        CHECKF(hash[0] && !strcmp(hash, ref_hash), "R=%d: ZeRO-%d hashes differ:\n  %s\n  %s", R, z, hash, ref_hash);
+    }
+    for (int k = 0; R == 2 && k < 2; k++) { // the adapters' state offloaded: the same bits
+        char flags[2048], hash[512], odir[PATH_MAX];
+        const char* dir = zt_dir(k ? "lora_off_nvme" : "lora_off_cpu");
+        snprintf(odir, sizeof(odir), "%s_state", dir);
+        mkdir(odir, 0755);
+        snprintf(flags, sizeof(flags), "%s -b 2 -x 3 -v 0 -s 0 -z %d %s -o %s -log-hash 1 -offload %s%s%s", model, k ? 1 : 3, lora, dir,
+                 k ? "nvme" : "cpu", k ? " -offload-dir " : "", k ? odir : "");
+        int rc = zt_mpirun(R, flags, zt_out, sizeof(zt_out));
+        CHECKF(rc == 0, "-offload %s failed (%d):\n%s", k ? "nvme" : "cpu", rc, zt_out);
+        zt_hash_line(zt_out, hash, sizeof(hash));
+        CHECKF(!strcmp(hash, ref_hash), "R=2 -offload %s differs:\n  %s\n  %s", k ? "nvme" : "cpu", hash, ref_hash);
+    }
+    printf("    R=%d %s: ZeRO-0..3 (-r 0..3)%s identical (%s)\n", R, lora, R == 2 ? " and -offload cpu (z3), nvme (z1)" : "", ref_hash);
+}
+
+TEST(lora_zero_stages_bitwise) {
+    if (test_long()) {
+        for (int R = 1; R <= 4; R++) lora_stages_case(R, ZT_MODEL, "-lora 2");
+        lora_stages_case(3, "-e llama-tiny -layers 3 -vocab 97 -t 16 -poison 1 -blas 0", "-lora 2 -lora-targets q_proj,k_proj,gate_proj,down_proj");
+    } else {
+        lora_stages_case(2, ZT_MODEL, "-lora 2");
+        lora_stages_case(2, "-e llama-tiny -layers 3 -vocab 97 -t 16 -poison 1 -blas 0", "-lora 2 -lora-targets q_proj,k_proj,gate_proj,down_proj");
+    }
+}
+
+#ifdef ENABLE_FP32
+// -lora-export against PEFT 0.13.2 itself ($ZT_HF_PYTHON with transformers and peft; SKIP without):
+// the base as -export-hf writes it (a run without adapters: same seed, same base), adapters trained
+// three steps and written by -lora-export; PEFT loads the adapter onto the base (every lora_A /
+// lora_B from the file, none missing), and its FP32 loss on our batch equals ours (1e-5 relative).
+TEST(lora_export_loads_in_peft) {
+    const char* py = getenv("ZT_HF_PYTHON");
+    if (!py || !*py) TEST_SKIP("needs $ZT_HF_PYTHON with transformers and peft 0.13.2 (.ci/run makes it)");
+    char base_dir[PATH_MAX], ad_dir[PATH_MAX + 16], tok[PATH_MAX + 16], cmd[4 * PATH_MAX], out[8192];
+    snprintf(base_dir, sizeof(base_dir), "%s/lora_base", test_tmpdir());
+    snprintf(ad_dir, sizeof(ad_dir), "%s/lora_adapter", test_tmpdir());
+    snprintf(tok, sizeof(tok), "%s/lora_tokens.bin", test_tmpdir());
+    Trainer* b = tm_trainer(lora_flags(LORA_GPT2, "-z 0 -x 3"));
+    HFConfig hc;
+    char herr[1024];
+    CHECKF(hf_export_config(&b->f, &b->model.cfg, &hc, herr, sizeof(herr)) == 0, "%s", herr);
+    CHECK(write_hf_checkpoint(&b->model, &hc, base_dir, ST_F32) == 0);
+    tm_free(b);
+    char extra[PATH_MAX + 128];
+    snprintf(extra, sizeof(extra), "-z 1 -x 3 -l 1e-2 -lora 2 -lora-alpha 4 -lora-export %s", ad_dir);
+    Trainer* tr = tm_trainer(lora_flags(LORA_GPT2, extra));
+    for (int s = 0; s < 3; s++) tm_step(tr);
+    export_model(tr);
+    double ours = lora_loss(tr); // batch 0, now in tr->train
+    int B = tr->model.B, T = tr->model.T;
+    FILE* fp = fopen(tok, "wb");
+    int32_t bt[2] = {B, T};
+    CHECK(fp && fwrite(bt, 4, 2, fp) == 2 && fwrite(tr->train.inputs, 4, (size_t)B * T, fp) == (size_t)B * T &&
+          fwrite(tr->train.targets, 4, (size_t)B * T, fp) == (size_t)B * T && fclose(fp) == 0);
+    tm_free(tr);
+    snprintf(cmd, sizeof(cmd), "%s dev/peft_check.py %s %s %s 2>&1", py, base_dir, ad_dir, tok);
+    int rc = test_run_cmd(cmd, out, sizeof(out));
+    if (rc == 3) TEST_SKIP("$ZT_HF_PYTHON lacks transformers or peft");
+    CHECKF(rc == 0, "dev/peft_check.py failed (%d):\n%s", rc, out);
+    const char* p = strstr(out, "peft loss ");
+    CHECKF(p != NULL, "no loss from PEFT:\n%s", out);
+    if (!p) return;
+    double theirs = atof(p + 10), rel = fabs(theirs - ours) / fabs(ours);
+    CHECKF(rel < 1e-5, "loss: ours %.9g, PEFT's %.9g (relative %.2e)", ours, theirs, rel);
+    printf("    loss: ours %.9f, PEFT's %.9f (relative %.1e); %s", ours, theirs, rel, strstr(out, "peft tensors") ? strstr(out, "peft tensors") : "\n");
+}
+
+// An adapter PEFT itself writes (LoraConfig with init_lora_weights=False: A and B random;
+// save_pretrained) starts our run through -lora-init: our FP32 loss on the batch equals PEFT's.
+TEST(lora_init_from_peft) {
+    const char* py = getenv("ZT_HF_PYTHON");
+    if (!py || !*py) TEST_SKIP("needs $ZT_HF_PYTHON with transformers and peft 0.13.2 (.ci/run makes it)");
+    char base_dir[PATH_MAX], ad_dir[PATH_MAX + 16], tok[PATH_MAX + 16], cmd[4 * PATH_MAX], out[8192];
+    snprintf(base_dir, sizeof(base_dir), "%s/lora_base2", test_tmpdir());
+    snprintf(ad_dir, sizeof(ad_dir), "%s/lora_peft_written", test_tmpdir());
+    snprintf(tok, sizeof(tok), "%s/lora_tokens2.bin", test_tmpdir());
+    Trainer* b = tm_trainer(lora_flags(LORA_GPT2, "-z 0 -x 1"));
+    HFConfig hc;
+    char herr[1024];
+    CHECKF(hf_export_config(&b->f, &b->model.cfg, &hc, herr, sizeof(herr)) == 0, "%s", herr);
+    CHECK(write_hf_checkpoint(&b->model, &hc, base_dir, ST_F32) == 0);
+    dataloader_load(&b->train, 0);
+    int B = b->model.B, T = b->model.T;
+    FILE* fp = fopen(tok, "wb");
+    int32_t bt[2] = {B, T};
+    CHECK(fp && fwrite(bt, 4, 2, fp) == 2 && fwrite(b->train.inputs, 4, (size_t)B * T, fp) == (size_t)B * T &&
+          fwrite(b->train.targets, 4, (size_t)B * T, fp) == (size_t)B * T && fclose(fp) == 0);
+    tm_free(b);
+    snprintf(cmd, sizeof(cmd), "%s dev/peft_check.py %s %s %s --write 2 4 c_attn,c_fc 2>&1", py, base_dir, ad_dir, tok);
+    int rc = test_run_cmd(cmd, out, sizeof(out));
+    if (rc == 3) TEST_SKIP("$ZT_HF_PYTHON lacks transformers or peft");
+    CHECKF(rc == 0, "dev/peft_check.py --write failed (%d):\n%s", rc, out);
+    const char* p = strstr(out, "peft loss ");
+    CHECKF(p != NULL, "no loss from PEFT:\n%s", out);
+    if (!p) return;
+    double theirs = atof(p + 10);
+    char extra[PATH_MAX + 128];
+    // PEFT wrote base_model_name_or_path = the base directory: -e names it (the same name)
+    snprintf(extra, sizeof(extra), "-z 2 -x 1 -lora 2 -lora-alpha 4 -lora-targets c_attn,c_fc -lora-init %s", ad_dir);
+    char flags[4096];
+    snprintf(flags, sizeof(flags), "%s", lora_flags(LORA_GPT2, extra));
+    char* e = strstr(flags, "-e tiny");
+    if (e) { // the same shape, from the exported base (ZT_MODEL's shape flags do not apply to a file)
+        char rest[4096];
+        snprintf(rest, sizeof(rest), "%s", e + 7);
+        snprintf(e, sizeof(flags) - (e - flags), "-e %s%s", base_dir, rest);
+        char* l = strstr(flags, " -layers 3 -channels 28 -heads 4 -vocab 97 -max-seq 62");
+        if (l) memmove(l, l + strlen(" -layers 3 -channels 28 -heads 4 -vocab 97 -max-seq 62"), strlen(l + strlen(" -layers 3 -channels 28 -heads 4 -vocab 97 -max-seq 62")) + 1);
+    }
+    Trainer* tr = tm_trainer(flags);
+    double ours = lora_loss(tr), rel = fabs(theirs - ours) / fabs(ours);
+    tm_free(tr);
+    CHECKF(rel < 1e-5, "loss: ours %.9g, PEFT's %.9g (relative %.2e)", ours, theirs, rel);
+    printf("    an adapter PEFT wrote, read by -lora-init: loss ours %.9f, PEFT's %.9f (relative %.1e)\n", ours, theirs, rel);
+}
+#endif
+
+// -lora-export then -lora-init: the adapters' master weights come back bit for bit (F32), so the
+// loss is the same; at another ZeRO stage.
+TEST(lora_export_init_round_trip) {
+    char dir[PATH_MAX], extra[PATH_MAX + 128];
+    snprintf(dir, sizeof(dir), "%s/lora_round_trip", test_tmpdir());
+    snprintf(extra, sizeof(extra), "-z 1 -x 2 -l 1e-2 -lora 2 -lora-targets c_attn,c_proj -lora-export %s", dir);
+    Trainer* a = tm_trainer(lora_flags(LORA_GPT2, extra));
+    for (int s = 0; s < 2; s++) tm_step(a);
+    export_model(a);
+    double la = lora_loss(a);
+    Zero* z = &a->model.z;
+    float* ma = (float*)tm_host(z->master + zero_opt_off(z, z->lay.adapter), sizeof(float) * z->lay.P[z->lay.adapter]);
+    int64_t P = z->lay.P[z->lay.adapter];
+    tm_free(a);
+    snprintf(extra, sizeof(extra), "-z 3 -x 2 -lora 2 -lora-targets c_attn,c_proj -lora-init %s", dir);
+    Trainer* b = tm_trainer(lora_flags(LORA_GPT2, extra));
+    z = &b->model.z;
+    float* mb = (float*)tm_host(z->master + zero_opt_off(z, z->lay.adapter), sizeof(float) * P);
+    double lb = lora_loss(b);
+    CHECKF(!memcmp(ma, mb, sizeof(float) * P), "the adapters' master weights differ after -lora-export / -lora-init");
+    CHECKF(la == lb, "loss %.9g after -lora-init, %.9g before", lb, la);
+    printf("    %lld adapter elements back bit for bit; loss %.6f both\n", (long long)P, la);
+    free(ma);
+    free(mb);
+    tm_free(b);
+}
+
+// Bad input: exit 2 naming the flag, before any step.
+TEST(lora_bad_input) {
+    static const struct { const char* flags; const char* expect; } cases[] = {
+        {"-e tiny -lora -1", "-lora -1: the rank must be positive"},
+        {"-e tiny -lora 2 -lora-targets q_proj", "-lora-targets q_proj: 'q_proj' is not a projection of the GPT-2 family"},
+        {"-e llama-tiny -lora 2 -lora-targets q_proj,c_attn", "'c_attn' is not a projection of the Llama family"},
+        {"-e tiny -layers 1 -channels 32 -heads 4 -lora 33", "-lora 33: larger than c_attn"},
+        {"-e tiny -lora-targets c_fc", "-lora-targets c_fc: needs -lora r"},
+        {"-e tiny -lora 2 -lora-alpha -1", "-lora-alpha -1: must be positive"},
+        {"-e tiny -lora 2 -export-hf /tmp/x", "flag -export-hf: not yet with -lora"},
+        {"-e tiny -lora-export /tmp/x", "flag -lora-export /tmp/x: needs -lora r"},
+    };
+    char dir[PATH_MAX], flags[2 * PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s/lora_bad_adapter", test_tmpdir());
+    snprintf(flags, sizeof(flags), "-e tiny -layers 1 -channels 32 -heads 4 -t 16 -b 1 -x 1 -v 0 -s 0 -lora 2 -lora-targets c_fc -lora-export %s", dir);
+    CHECKF(cli_run(flags, cli_out, sizeof(cli_out)) == 0, "writing an adapter failed:\n%s", cli_out);
+    static const struct { const char* flags; const char* expect; } init_cases[] = {
+        {"-e tiny -layers 1 -channels 32 -heads 4 -lora 4 -lora-targets c_fc -lora-init DIR", "r 2, this run's -lora 4"},
+        {"-e tiny -layers 1 -channels 32 -heads 4 -lora 2 -lora-targets c_attn -lora-init DIR", "target_modules [c_fc], this run's -lora-targets c_attn"},
+        {"-e tiny -layers 1 -channels 32 -heads 4 -lora 2 -lora-alpha 8 -lora-targets c_fc -lora-init DIR", "lora_alpha 2, this run's -lora-alpha 8"},
+        {"-e tiny -layers 1 -channels 64 -heads 4 -lora 2 -lora-targets c_fc -lora-init DIR", "is F32 2 x 32, this run's is F32/F16/BF16 2 x 64"},
+        {"-e tiny -layers 2 -channels 32 -heads 4 -lora 2 -lora-targets c_fc -lora-init DIR", "no tensor base_model.model.transformer.h.1.mlp.c_fc.lora_A.weight"},
+        {"-e d6 -lora 2 -lora-targets c_fc -lora-init DIR", "an adapter for the base tiny, and this run's -e is d6"},
+        {"-e tiny -lora-init DIR", "flag -lora-init"},
+    };
+    for (size_t i = 0; i < sizeof(init_cases) / sizeof(init_cases[0]); i++) {
+        char f2[4 * PATH_MAX];
+        snprintf(f2, sizeof(f2), "%s", init_cases[i].flags);
+        char* d = strstr(f2, "DIR");
+        if (d) snprintf(d, sizeof(f2) - (d - f2), "%s -x 1 -v 0 -s 0", dir);
+        int rc = cli_run(f2, cli_out, sizeof(cli_out));
+        CHECKF(rc == 2 && strstr(cli_out, init_cases[i].expect), "'%s': exit %d, expected 2 with '%s':\n%s", f2, rc, init_cases[i].expect, cli_out);
+    }
+    // a base with a NaN: caught though the frozen base has no master weights
+    char model[PATH_MAX + 16];
+    snprintf(model, sizeof(model), "%s/lora_nan.bin", test_tmpdir());
+    snprintf(flags, sizeof(flags), "-e tiny -layers 1 -channels 32 -heads 4 -t 16 -b 1 -x 1 -v 0 -s 0 -export %s -export-dtype fp32", model);
+    CHECKF(cli_run(flags, cli_out, sizeof(cli_out)) == 0, "exporting a base failed:\n%s", cli_out);
+    FILE* fp = fopen(model, "r+b");
+    uint32_t nan_bits = 0x7FC00000u;
+    CHECK(fp && fseek(fp, 1024 + 4 * 100, SEEK_SET) == 0 && fwrite(&nan_bits, 4, 1, fp) == 1 && fclose(fp) == 0);
+    snprintf(flags, sizeof(flags), "-e %s -t 16 -b 1 -x 1 -v 0 -s 0 -lora 2", model);
+    int nrc = cli_run(flags, cli_out, sizeof(cli_out));
+    CHECKF(nrc == 2 && strstr(cli_out, "non-finite"), "a NaN in the frozen base: exit %d\n%s", nrc, cli_out);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int rc = cli_run(cases[i].flags, cli_out, sizeof(cli_out));
+        CHECKF(rc == 2, "'%s': exit code %d, expected 2. Output:\n%s", cases[i].flags, rc, cli_out);
+        CHECKF(strstr(cli_out, cases[i].expect) != NULL, "'%s': message lacks '%s'. Output:\n%s", cases[i].flags, cases[i].expect, cli_out);
+        CHECKF(strstr(cli_out, "step ") == NULL, "'%s' started training", cases[i].flags);
+    }
+}
