@@ -239,9 +239,6 @@ TEST(model_chunked_classifier) {
 // (The family itself against dev/reference.py is the Llama tests' subject: a chunked head equal to
 // the unchunked one carries their check over.)
 TEST(model_chunked_classifier_llama) {
-#ifdef ZT_GPU_SUITE // (the family's CUDA kernels are issue 21's: its GPU cases will cover the head there)
-    TEST_SKIP("the Llama family on the CUDA device: not in the emulator's kernel table yet");
-#endif
     const char* models[2] = {"llama-tiny", "llama-tiny-tied"};
     for (int mi = 0; mi < 2; mi++) {
         float* losses[2] = {NULL, NULL};
