@@ -34,6 +34,8 @@
 #   model_vs_pytorch          20    180  logits, loss, every gradient and 10 AdamW steps against the PyTorch fixture
 #   recompute_bitwise         16    120  -r 0..3: the same hashes of parameters, master, m, v
 #   zero_bitwise              18    120  -z 0..3 (poisoned, delayed collectives): the same hashes
+#   llama_family              20    180  llama3.2-1b's shape at 2 layers (tensor-core GQA): -r 0 / -r 3 / -z 3 bitwise, -lora 4 -z 0 / -z 3
+#                                        bitwise; llama_grads_vs_reference, llama_recompute_modes_bitwise, model_chunked_classifier_llama
 #   offload_bitwise           18    120  -offload cpu (-z 1, -z 3) and nvme (-z 1, a 1 MiB buffer), and cpu with each host AdamW path forced (ZT_SIMD): the hashes of -z 1 without
 #   grad_accumulation         10    120  GA 2 = GA 1 at the same global batch (losses within 1e-2); -z 3 = -z 0 at GA 2 (1e-3)
 #   checkpoint_resume         12    120  4 steps = 2 steps, checkpoint, resume, 2 steps (bitwise)
@@ -46,7 +48,7 @@
 #   perf_d48                  25    240  d48, B 4, T 1024: tokens/s and MFU
 #   no_cublaslt_fallback       0     10  no log says "cuBLASLt has no algorithm"
 #   torch_perf (--torch)     120    300  PyTorch tokens/s for d12 and d48 on the same GPU
-#   total                   ~375         (~465 with a build on the box)
+#   total                   ~395         (~485 with a build on the box)
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -141,8 +143,17 @@ else
     OPS_CASES="gpu_"
     MODEL_CASES="model_vs_pytorch model_adamw_trajectory_vs_pytorch"
 fi
-SAN_CASES="gpu_attention_hs7 gpu_layernorm_backward gpu_classifier_small gpu_sumsq_many_segments"
-export ROOT MODE TRAIN TRAIN32 TESTGPU SMALL SB ST STEPS BIG20 OPS_CASES MODEL_CASES SAN_CASES WORK LOGS TORCH
+# the Llama family in training (RMSNorm, RoPE, SwiGLU, grouped-query attention: on a GPU at head size
+# 64, the tensor-core kernels) and LoRA's kernels; the family's model cases (test_emu runs them in make test)
+if [ "$MODE" = emu ]; then
+    LLAMA="-device cuda -e llama-tiny-tied -layers 2 -vocab 256 -max-seq 32 -i $WORK/train.bin -j $WORK/val.bin -b 2 -t 20 -u 1"
+    LLAMA_CASES=""
+else
+    LLAMA="-device cuda -e llama3.2-1b -layers 2 -b 4 -t 256 -u 1"
+    LLAMA_CASES="llama_grads_vs_reference llama_recompute_modes_bitwise model_chunked_classifier_llama"
+fi
+SAN_CASES="gpu_attention_hs7 gpu_layernorm_backward gpu_classifier_small gpu_sumsq_many_segments gpu_rmsnorm_backward gpu_attention_gqa_deterministic gpu_adamw_bound_proves"
+export ROOT MODE TRAIN TRAIN32 TESTGPU SMALL SB ST STEPS BIG20 OPS_CASES MODEL_CASES SAN_CASES LLAMA LLAMA_CASES WORK LOGS TORCH
 export ZT_TORCH_PYTHON=${ZT_TORCH_PYTHON:-python3}
 
 # cuBLASLt and NCCL from Python's nvidia-* wheels, when the toolkit's folders lack them
@@ -249,6 +260,15 @@ same_hashes() {
 export -f same_hashes
 stage recompute_bitwise 16 120 'same_hashes "-r 0" "-r 1" "-r 2" "-r 3"'
 stage zero_bitwise 18 120 'same_hashes "-z 0 -poison 1 -comm-delay 5" "-z 1 -poison 1 -comm-delay 5" "-z 2 -poison 1 -comm-delay 5" "-z 3 -poison 1 -comm-delay 5"'
+
+# the Llama family: -r 0 = -r 3 = -z 3 (poisoned) bitwise, then LoRA (-lora 4) -z 0 = -z 3 bitwise
+st_llama() {
+    if [ -n "$LLAMA_CASES" ]; then run_cases "$TESTGPU" $LLAMA_CASES || return 1; fi
+    SMALL="$LLAMA" same_hashes "-r 0 -z 0" "-r 3 -z 0" "-r 1 -z 3 -poison 1" || return 1
+    SMALL="$LLAMA" same_hashes "-z 0 -lora 4" "-z 3 -lora 4 -poison 1"
+}
+export -f st_llama
+stage llama_family 20 180 st_llama
 
 # -offload (the host AdamW, the copies on their own stream, each block's gradient copied as its
 # reduction completes, nvme streaming through a small buffer): the same hashes as without offload
