@@ -140,6 +140,7 @@ typedef struct {
                                   //    default); 0: they are plain text (-tokenize; see below)
     int bos_token;                // the post-processor's leading special token (Llama 3's
                                   //    <|begin_of_text|>), -1 when it adds none
+    int export_bos, export_eos;   // the BOS and EOS an export names (tokenizer_special_ids), -1: none
     TokenizerAdded* added;        // (nadded) sorted by first byte, then longest first
     int nadded;
     int added_first[257];         // added[added_first[b] .. added_first[b+1]) start with byte b
@@ -1043,6 +1044,13 @@ static inline int tokenizer_added_cmp(const void* a, const void* b) {
     return 0;
 }
 
+// The id of the added token whose content is name, -1 if there is none.
+static inline int tokenizer_added_id(const TokenizerHF* h, const char* name) {
+    for (int b = 0; b < h->nadded; b++)
+        if (!strcmp(h->added[b].content, name)) return (int)h->added[b].id;
+    return -1;
+}
+
 // Read a tokenizer.json (or the directory holding it) into tok: vocabulary, merges, pipeline.
 // Returns 0, or -1 with a one-line message naming the file and the field, nothing left allocated.
 static inline int tokenizer_init_hf(Tokenizer* tok, const char* path_in, char* err, size_t errlen) {
@@ -1068,7 +1076,7 @@ static inline int tokenizer_init_hf(Tokenizer* tok, const char* path_in, char* e
         free(text);
         return tokenizer_fail(tok, err, errlen, "tokenizer %s: out of memory", path);
     }
-    h->bos_token = -1;
+    h->bos_token = h->export_bos = h->export_eos = -1;
     h->match_specials = 1;
     h->src_json = strdup(path);
     h->src_config = strdup(cfg_path);
@@ -1327,9 +1335,7 @@ static inline int tokenizer_init_hf(Tokenizer* tok, const char* path_in, char* e
     catbuf = NULL;
 #undef HF_FAIL
     // --- the document token: the post-processor's BOS, else "<|endoftext|>", else the config's eos_token
-    tok->eot_token = h->bos_token;
-    for (int b = 0; b < h->nadded && tok->eot_token < 0; b++)
-        if (!strcmp(h->added[b].content, "<|endoftext|>")) tok->eot_token = (int)h->added[b].id;
+    tok->eot_token = h->bos_token >= 0 ? h->bos_token : tokenizer_added_id(h, "<|endoftext|>");
     if (stat(cfg_path, &st) == 0) {
         size_t clen;
         char* ctext = tokenizer_read_file(cfg_path, &clen, err, errlen);
@@ -1344,14 +1350,27 @@ static inline int tokenizer_init_hf(Tokenizer* tok, const char* path_in, char* e
             return tokenizer_fail(tok, err, errlen, "tokenizer config %s: %s", cfg_path, jerr[0] ? jerr : "not a JSON object");
         }
         char name[256];
-        if (tok->eot_token < 0 && tokenizer_config_token(&c, "eos_token", name, sizeof(name))) {
-            for (int b = 0; b < h->nadded; b++)
-                if (!strcmp(h->added[b].content, name)) tok->eot_token = (int)h->added[b].id;
-        }
+        if (tokenizer_config_token(&c, "eos_token", name, sizeof(name))) h->export_eos = tokenizer_added_id(h, name);
+        if (tokenizer_config_token(&c, "bos_token", name, sizeof(name))) h->export_bos = tokenizer_added_id(h, name);
+        if (tok->eot_token < 0) tok->eot_token = h->export_eos;
         json_free(&c);
         free(ctext);
     }
+    // what an export names when the config does not: the post-processor's BOS; Llama 3's
+    // "<|end_of_text|>", else "<|endoftext|>" (GPT-2, Qwen2, SmolLM2) as the EOS
+    if (h->export_bos < 0) h->export_bos = h->bos_token;
+    if (h->export_eos < 0) h->export_eos = tokenizer_added_id(h, "<|end_of_text|>");
+    if (h->export_eos < 0) h->export_eos = tokenizer_added_id(h, "<|endoftext|>");
     return 0;
+}
+
+// The BOS and EOS ids a model exported with tok names (config.json's bos_token_id and
+// eos_token_id, tokenizer_config.json's bos_token and eos_token), -1 where none: for a
+// tokenizer.json, its tokenizer_config.json's bos_token and eos_token, else the post-processor's
+// BOS and the added token "<|end_of_text|>" or "<|endoftext|>"; for llm.c's file, EOT for both.
+static inline void tokenizer_special_ids(const Tokenizer* tok, int* bos, int* eos) {
+    *bos = tok->hf ? tok->hf->export_bos : tok->eot_token;
+    *eos = tok->hf ? tok->hf->export_eos : tok->eot_token;
 }
 
 // -----------------------------------------------------------------------------------------------
@@ -2112,6 +2131,18 @@ static inline void tokenizer_text(TokenizerText* t, const char* fmt, ...) {
     }
 }
 
+// s[0..n) (UTF-8) as a JSON string, quotes included.
+static inline void tokenizer_json_string(TokenizerText* t, const char* s, size_t n) {
+    tokenizer_text(t, "\"");
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') tokenizer_text(t, "\\%c", c);
+        else if (c < 0x20) tokenizer_text(t, "\\u%04x", c);
+        else tokenizer_text(t, "%c", c);
+    }
+    tokenizer_text(t, "\"");
+}
+
 // Token id's spelling in the byte-level alphabet, JSON-escaped, into out (room for 8 per byte + 1).
 static inline void tokenizer_spell_json(const Tokenizer* tok, uint32_t id, char* out) {
     size_t o = 0;
@@ -2141,7 +2172,25 @@ static inline int tokenizer_write_hf(const Tokenizer* tok, const char* dir, int 
         struct stat st;
         if (tok->hf->src_config && stat(tok->hf->src_config, &st) == 0)
             return tokenizer_copy_file(tok->hf->src_config, dir, "tokenizer_config.json", err, errlen);
-        return 0;
+        // no tokenizer_config.json: without one, AutoTokenizer takes the class from config.json's
+        // model_type (LlamaTokenizerFast for a Llama), which adds its own "<s>" BOS as a new token;
+        // PreTrainedTokenizerFast runs tokenizer.json as it is (its post-processor adds the BOS)
+        TokenizerText cfg = {NULL, 0, 0, 0};
+        int ids[2];
+        tokenizer_special_ids(tok, &ids[0], &ids[1]);
+        tokenizer_text(&cfg, "{\"tokenizer_class\": \"PreTrainedTokenizerFast\"");
+        const char* keys[2] = {"bos_token", "eos_token"};
+        for (int k = 0; k < 2; k++) {
+            tokenizer_text(&cfg, ", \"%s\": ", keys[k]);
+            if (ids[k] < 0) tokenizer_text(&cfg, "null");
+            for (int a = 0; ids[k] >= 0 && a < tok->hf->nadded; a++)
+                if ((int)tok->hf->added[a].id == ids[k]) tokenizer_json_string(&cfg, tok->hf->added[a].content, tok->hf->added[a].len);
+        }
+        tokenizer_text(&cfg, ", \"model_max_length\": %d, \"clean_up_tokenization_spaces\": false}\n", max_T);
+        int rc = cfg.oom ? tokenize_error(err, errlen, "tokenizer: out of memory writing tokenizer_config.json")
+                         : tokenizer_put_file(dir, "tokenizer_config.json", cfg.s, cfg.n, err, errlen);
+        free(cfg.s);
+        return rc;
     }
     const TokenizerEncoder* e = &tok->enc;
     if (!tok->token_table || e->nmerges == 0 || tok->eot_token < 0)

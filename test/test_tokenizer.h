@@ -1530,4 +1530,128 @@ TEST(tok_hf_export_gpt2) {
     CHECK(ncase > 20);
 }
 
+// -export-hf of a Llama-family model run with a Llama 3-style tokenizer.json, and with a Qwen2-style
+// one (NFC): the fixtures of dev/hf_tokenizer_fixtures.py (llama3: Split + ByteLevel(use_regex
+// false), ignore_merges, special added tokens, TemplateProcessing BOS, V = 70,500; qwen2: NFC, the
+// merges in pair form), each given as tokenizer.json alone (no tokenizer_config.json beside it, as a
+// user may bring one). The trainer (-e llama-tiny with the tokenizer's vocabulary, one step) writes
+// tokenizer.json + tokenizer_config.json beside the weights; dev/hf_tokenizer_export_check.py
+// (transformers 4.47.1, $ZT_HF_PYTHON) loads the directory with AutoTokenizer and
+// AutoModelForCausalLM: its ids on the KJV (special tokens as text, as -tokenize) equal our
+// -tokenize of the KJV through the exported directory, its ids on the hard cases equal ours
+// (the post-processor's BOS first), and config.json's bos/eos_token_id are the tokenizer's.
+TEST(tok_hf_export_llama3) {
+    const char* py = getenv("ZT_HF_PYTHON") && *getenv("ZT_HF_PYTHON") ? getenv("ZT_HF_PYTHON") : "python3";
+    char probe[1200];
+    snprintf(probe, sizeof(probe), "%s -c 'import transformers, torch, safetensors' 2>/dev/null", py);
+    if (test_run_cmd(probe, NULL, 0) != 0) TEST_SKIP("needs a python with transformers (ZT_HF_PYTHON; .ci/run makes a venv: transformers==4.47.1)");
+    int skip;
+    const char* fx = tok_hf_fixtures(&skip);
+    if (skip) TEST_SKIP("needs a python with tokenizers for the fixtures (ZT_TOKENIZERS_PYTHON or ZT_TIKTOKEN_PYTHON; .ci/run installs tokenizers==0.21.0)");
+    if (!fx) return;
+    char self[PATH_MAX];  // this binary, run as the trainer
+    ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    CHECK(sl > 0);
+    if (sl <= 0) return;
+    self[sl] = 0;
+    static const struct { const char* kind; uint32_t V; const char* eos; } kinds[] = {{"llama3", 70500, "<|end_of_text|>"}, {"qwen2", 6000, "<|endoftext|>"}};
+    char pycmd[8000], kjv[700], err[1024] = "";
+    static char out[1 << 16];
+    tok_path(kjv, sizeof(kjv), "hf_kjv.txt");
+    snprintf(pycmd, sizeof(pycmd), "%s dev/hf_tokenizer_export_check.py %s test/fixtures/hf_hard_cases.txt", py, kjv);
+    int exported[2] = {0, 0};
+    for (int k = 0; k < 2; k++) {
+        char src[700], dir[700], shard[700], cmd[6000], path[900];
+        snprintf(src, sizeof(src), "%s/export_src_%s", test_tmpdir(), kinds[k].kind);
+        snprintf(dir, sizeof(dir), "%s/export_%s", test_tmpdir(), kinds[k].kind);
+        snprintf(shard, sizeof(shard), "%s/export_train_%s.bin", test_tmpdir(), kinds[k].kind);
+        snprintf(cmd, sizeof(cmd), "rm -rf %s %s && mkdir -p %s && cp %s/%s/tokenizer.json %s/", src, dir, src, fx, kinds[k].kind, src);
+        CHECK(test_run_cmd(cmd, NULL, 0) == 0);
+        uint16_t toks[256];  // a training shard: KJV ids modulo the vocabulary
+        FILE* f = fopen("data/kjv_val.bin", "rb");
+        CHECK(f && fseek(f, 1024, SEEK_SET) == 0 && fread(toks, 2, 256, f) == 256);
+        if (f) fclose(f);
+        for (int i = 0; i < 256; i++) toks[i] = (uint16_t)(toks[i] % kinds[k].V);
+        CHECK(write_token_shard(shard, toks, 256, err, sizeof(err)) == 0);
+        snprintf(cmd, sizeof(cmd), "OMP_NUM_THREADS=2 %s --train -device cpu -e llama-tiny -layers 1 -vocab %u -tokenizer %s/tokenizer.json -i %s -j '' "
+                 "-b 1 -t 32 -x 1 -v 0 -s 0 -export-dtype bf16 -export-hf %s 2>&1", self, kinds[k].V, src, shard, dir);
+        int rc = test_run_cmd(cmd, out, sizeof(out));
+        CHECKF(rc == 0 && !strstr(out, "warning: -export-hf"), "%s: training and -export-hf failed or warned:\n%s", kinds[k].kind, out);
+        if (rc != 0) continue;
+        // the generated tokenizer_config.json names the tokenizer's own BOS and EOS
+        snprintf(path, sizeof(path), "%s/tokenizer_config.json", dir);
+        size_t n = 0;
+        char* cfg = (char*)tok_read_file(path, &n);
+        CHECKF(cfg != NULL, "%s: no tokenizer_config.json written", kinds[k].kind);
+        if (!cfg) continue;
+        cfg[n] = 0;
+        char want[300];
+        snprintf(want, sizeof(want), "\"eos_token\": \"%s\"", kinds[k].eos);
+        CHECKF(strstr(cfg, "\"tokenizer_class\": \"PreTrainedTokenizerFast\"") && strstr(cfg, want) &&
+               strstr(cfg, k == 0 ? "\"bos_token\": \"<|begin_of_text|>\"" : "\"bos_token\": null"), "%s: tokenizer_config.json: %s", kinds[k].kind, cfg);
+        free(cfg);
+        snprintf(pycmd + strlen(pycmd), sizeof(pycmd) - strlen(pycmd), " %s %s/export_theirs_%s", dir, test_tmpdir(), kinds[k].kind);
+        exported[k] = 1;
+    }
+    if (!exported[0] || !exported[1]) return;
+    // transformers' ids, both directories in one python start
+    strncat(pycmd, " 2>&1", sizeof(pycmd) - strlen(pycmd) - 1);
+    double t0 = test_now_s();
+    int rc = test_run_cmd(pycmd, out, sizeof(out));
+    CHECKF(rc == 0, "dev/hf_tokenizer_export_check.py failed:\n%s", out);
+    if (rc != 0) return;
+    printf("    transformers (%.1f s):\n%s", test_now_s() - t0, out);
+    for (int k = 0; k < 2; k++) {
+        char dir[700], prefix[700], path[900];
+        snprintf(dir, sizeof(dir), "%s/export_%s", test_tmpdir(), kinds[k].kind);
+        snprintf(prefix, sizeof(prefix), "%s/export_ours_%s", test_tmpdir(), kinds[k].kind);
+        // ours: the KJV through -tokenize with the exported directory as the tokenizer
+        Tokenizer tok;
+        CHECKF(tokenizer_init(&tok, dir, err, sizeof(err)) == 0, "%s: %s", kinds[k].kind, err);
+        if (!tok.hf) continue;
+        CHECK(tokenize_file_to_shards(&tok, kjv, prefix, 0, 100000000, err, sizeof(err)) == 0);
+        snprintf(path, sizeof(path), "%s_train_000000.bin", prefix);
+        size_t ngot = 0, nwant = 0;
+        uint32_t* got = tok_read_shard(path, &ngot);
+        remove(path);
+        snprintf(path, sizeof(path), "%s/export_theirs_%s.kjv", test_tmpdir(), kinds[k].kind);
+        uint32_t* theirs = (uint32_t*)tok_read_file(path, &nwant);
+        nwant /= 4;
+        size_t i = 0;
+        while (got && theirs && i < ngot && i < nwant && got[i] == theirs[i]) i++;
+        CHECKF(got && theirs && ngot == nwant && i == ngot && ngot > 1000000, "%s: KJV: ours %zu ids, transformers %zu; first difference at %zu",
+               kinds[k].kind, ngot, nwant, i);
+        free(got);
+        free(theirs);
+        // the hard cases, special tokens matched, the post-processor's BOS first
+        TokRecs cases = {NULL, 0, 0}, ids = {NULL, 0, 0};
+        snprintf(path, sizeof(path), "%s/hard.bin", fx);
+        cases.data = tok_read_file(path, &cases.size);
+        snprintf(path, sizeof(path), "%s/export_theirs_%s.hard", test_tmpdir(), kinds[k].kind);
+        ids.data = tok_read_file(path, &ids.size);
+        const unsigned char *c, *w;
+        int32_t nc, nw;
+        int ncase = 0, bad = 0;
+        while (cases.data && ids.data && tok_recs_next(&cases, 1, &c, &nc) && tok_recs_next(&ids, 4, &w, &nw)) {
+            if (nw < 0) continue;  // not UTF-8: transformers cannot take it
+            uint32_t* e = NULL;
+            size_t ne = 0, cap = 0;
+            uint32_t bos = (uint32_t)tok.hf->bos_token;
+            if (tok.hf->bos_token >= 0) CHECK(tokenizer_append(&e, &ne, &cap, &bos, 1) == 0);
+            CHECK(tokenizer_encode(&tok, c, (size_t)nc, &e, &ne, &cap) == 0);
+            if (ne != (size_t)nw || memcmp(e, w, ne * 4) != 0) {
+                bad++;
+                printf("    %s: hard case %.*s: ours %zu ids, transformers %d\n", kinds[k].kind, nc > 60 ? 60 : nc, (const char*)c, ne, nw);
+            }
+            free(e);
+            ncase++;
+        }
+        CHECKF(bad == 0 && ncase > 25, "%s: %d of %d hard cases differ between transformers and us", kinds[k].kind, bad, ncase);
+        printf("    %s: AutoTokenizer on the export = ours on the KJV (%zu ids) and %d hard cases; AutoModelForCausalLM loads it\n", kinds[k].kind, ngot, ncase);
+        free(cases.data);
+        free(ids.data);
+        tokenizer_free(&tok);
+    }
+}
+
 #endif // ZT_TEST_TOKENIZER_H
