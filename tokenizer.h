@@ -1637,16 +1637,120 @@ static inline int tokenizer_hf_encode_pass(Tokenizer* tok, const unsigned char* 
     return tokenizer_hf_stretch(tok, s + from, n - from, pass, out, nout, cap);
 }
 
+// -----------------------------------------------------------------------------------------------
+// Streaming a tokenizer.json text: safe cuts
+//
+// A long text (a document larger than -tokenize's read buffer) is encoded in parts, cut where
+// encoding the two sides apart gives exactly the ids of encoding them together. A cut at byte c is
+// safe when all of these hold (tokenizer_hf_encode_part looks for the last such c in view):
+//   1. added tokens: every place before c where an added token could start has been looked at with
+//      the longest token's bytes all in view, and none covers c (the scan of
+//      tokenizer_hf_encode_pass then finds the same tokens whether or not the text goes on after
+//      c); with NFC and "normalized" added tokens, also no such token has a prefix that is a tail
+//      of the normalized text before c. Right after an added token is always a safe cut.
+//   2. pre-tokenizer: the character before c is a letter (\p{L}) and the one at c is not. Every
+//      split pattern (GPT-2's, Llama 3's, Qwen2's) ends a piece there whatever follows: a letter
+//      run ends at a non-letter, a contraction ends in a letter, and no alternative looks back past
+//      the start of its piece. Digits cuts only between \p{N} and the rest (at c or not at all).
+//   3. NFC: the character at c is a stable starter (canonical class 0, no canonical decomposition,
+//      never the second of a composition: tokenizer_nfc_stable), so NFC(left + right) = NFC(left)
+//      + NFC(right) (UAX #15), and the letter before c stays a letter (only Hangul V/T jamo compose
+//      backwards, into syllables, which are letters).
+// Both characters must be complete, well-formed UTF-8 in view. Text with no such place (a run of
+// letters only, or of spaces, digits or punctuation only, or bytes that are not UTF-8) is carried
+// whole until one comes: memory grows with the longest such run, as BPE's work arrays do with the
+// longest piece (tok_tokenize_hf_streamed: the same ids at any buffer size, and bounded memory).
+
+// Can a cut go before code point cp without changing NFC? (3. above)
+static inline int tokenizer_nfc_stable(uint32_t cp) {
+    if (cp < NFC_STABLE_BELOW) return 1;
+    if (tokenizer_ccc(cp) != 0 || (cp >= TOKENIZER_HANGUL_L && cp < 0x1200) || (cp >= TOKENIZER_HANGUL_S && cp < TOKENIZER_HANGUL_S + 11172))
+        return 0;
+    int lo = 0, hi = NFC_NDECOMP - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        if (cp < nfc_decomp[mid].cp) hi = mid - 1;
+        else if (cp > nfc_decomp[mid].cp) lo = mid + 1;
+        else return 0;
+    }
+    for (int i = 0; i < NFC_NCOMP; i++)  // (sorted by the first of the pair: a plain search; only for non-letters after letters)
+        if (nfc_comp[i].b == cp) return 0;
+    return 1;
+}
+
+// The last c in (from, hi] with a letter before it and a non-letter at it (2. and 3. above), both
+// complete in s[0..n) and the letter at or after from (the stretch's start); 0 if none.
+static inline size_t tokenizer_hf_last_cut(const TokenizerHF* h, const unsigned char* s, size_t n, size_t from, size_t hi) {
+    for (size_t c = hi; c > from; c--) {
+        if (c >= n || (s[c] >= 0x80 && s[c] < 0xC2)) continue;
+        uint32_t cp;
+        int l = tokenizer_utf8(s + c, n - c, &cp);
+        if (l == 0 || (cp < 0x80 ? tokenizer_char_class(s + c, 1, &l) : tokenizer_unicode_class(cp)) == UC_L) continue;
+        if (h->nfc && !tokenizer_nfc_stable(cp)) continue;
+        size_t k = 1;  // the character before c: its lead byte is the first byte back that is not 10xxxxxx
+        while (k < 4 && c - k > from && s[c - k] >= 0x80 && s[c - k] < 0xC0) k++;
+        uint32_t before;
+        if (c - k < from || tokenizer_utf8(s + c - k, k, &before) != (int)k) continue;
+        int len;
+        if ((before < 0x80 ? tokenizer_char_class(s + c - k, 1, &len) : tokenizer_unicode_class(before)) == UC_L) return c;
+    }
+    return 0;
+}
+
+// Does an added token of this pass (active: see tokenizer_hf_added_at) begin with a tail of s[0..n)?
+static inline int tokenizer_hf_tail_open(const TokenizerHF* h, const unsigned char* s, size_t n, int pass) {
+    for (int a = 0; a < h->nadded; a++) {
+        const TokenizerAdded* t = &h->added[a];
+        if ((t->special && !h->match_specials) || (h->nfc && t->normalized != pass)) continue;
+        for (size_t k = 1; k < t->len && k <= n; k++)
+            if (memcmp(s + n - k, t->content, k) == 0) return 1;
+    }
+    return 0;
+}
+
+// A part of a text that goes on after s[0..n): encode up to the last safe cut (see above), its
+// length in *consumed (0: none in view; the caller reads more). Returns 0 / -1.
+static inline int tokenizer_hf_encode_part(Tokenizer* tok, const unsigned char* s, size_t n, size_t* consumed, uint32_t** out, size_t* nout, size_t* cap) {
+    TokenizerHF* h = tok->hf;
+    size_t maxlen = 0;  // the longest added token matched in the raw text
+    int pass1 = 0;      // any matched in the normalized text?
+    for (int a = 0; a < h->nadded; a++) {
+        const TokenizerAdded* t = &h->added[a];
+        if (t->special && !h->match_specials) continue;
+        if (h->nfc && t->normalized) pass1 = 1;
+        else if (t->len > maxlen) maxlen = t->len;
+    }
+    size_t from = 0, i = maxlen ? 0 : n;  // 1. the added-token scan as far as it is certain
+    while (i < n && i + maxlen <= n) {
+        uint32_t id;
+        size_t l = tokenizer_hf_added_at(h, s + i, n - i, 0, &id);
+        i += l ? l : 1;
+        if (l) from = i;
+    }
+    size_t c = tokenizer_hf_last_cut(h, s, n, from, i < n ? i : n - 1);
+    while (c > from && pass1) {  // NFC with normalized added tokens: none may start in the normalized tail
+        const unsigned char* t;
+        size_t tn;
+        if (tokenizer_nfc(h, s + from, c - from, &t, &tn) != 0) return -1;
+        if (!tokenizer_hf_tail_open(h, t, tn, 1)) break;
+        c = tokenizer_hf_last_cut(h, s, n, from, c - 1);
+    }
+    if (c <= from) c = from;  // none in the open stretch: up to the last added token (0: nothing yet)
+    *consumed = c;
+    return c ? tokenizer_hf_encode_pass(tok, s, c, 0, out, nout, cap) : 0;
+}
+
 // Encode the pieces of text[0..n). final = 1: the text ends at n, everything is encoded.
-// final = 0: more text follows n; only the pieces that end at least TOKENIZER_LOOKAHEAD bytes
-// before n are encoded (no byte past that can change them), and *consumed says how many bytes
-// that was, so the caller carries the rest over. Appends to (*out, *nout, *cap). Returns 0, or -1 if the merges are not loaded or
-// memory ran out.
+// final = 0: more text follows n; only what no later byte can change is encoded, and *consumed
+// says how many bytes that was, so the caller carries the rest over: with llm.c's file, the
+// pieces that end at least TOKENIZER_LOOKAHEAD bytes before n; with a tokenizer.json, up to the
+// last safe cut (above). Appends to (*out, *nout, *cap). Returns 0, or -1 if the merges are not
+// loaded or memory ran out.
 static inline int tokenizer_encode_part(Tokenizer* tok, const unsigned char* text, size_t n, int final, size_t* consumed,
                                         uint32_t** out, size_t* nout, size_t* cap) {
     *consumed = 0;
-    if (tok->hf) {  // a tokenizer.json: whole texts only (its added tokens and NFC are not cut at chunk ends)
-        if (!final) return 0;
+    if (tok->hf) {
+        if (!final) return n ? tokenizer_hf_encode_part(tok, text, n, consumed, out, nout, cap) : 0;
         *consumed = n;
         return tokenizer_hf_encode_pass(tok, text, n, 0, out, nout, cap);
     }
@@ -1691,9 +1795,11 @@ static inline int tokenizer_encode(Tokenizer* tok, const unsigned char* text, si
 // under a final name. A split that gets no document writes no file.
 //
 // Streaming: the input is read in chunks of chunk_bytes; the bytes that might still belong to an
-// unfinished piece (the last TOKENIZER_LOOKAHEAD bytes, and a separator that may be starting) are
-// carried over to the next chunk, so a piece or a separator across a chunk boundary is handled as
-// if the file were read whole. Memory: the chunk, the longest piece, one shard per split.
+// unfinished piece (llm.c's file: the last TOKENIZER_LOOKAHEAD bytes; a tokenizer.json: what
+// follows the last safe cut, see "Streaming a tokenizer.json text") and a separator that may be
+// starting are carried over to the next chunk, so a piece or a separator across a chunk boundary
+// is handled as if the file were read whole. Memory: the chunk, the longest piece (a
+// tokenizer.json: the longest stretch without a safe cut), one shard per split.
 //
 // Errors (a one-line message naming the file; nonzero return; every shard this run had written is
 // removed again): unreadable input, empty input, input with no text but separators, missing or
@@ -1806,7 +1912,8 @@ static inline size_t tokenize_text_limit(const unsigned char* buf, size_t len, i
 // copy of the encoder's work state (TokenizerWorker: the piece cache, BPE arrays, NFC buffers; the
 // vocabulary and merges are shared, read-only), then written in file order: the shards are the
 // same bytes as with one thread. A document longer than what the buffer holds goes the streamed
-// way. Without OpenMP, or with one thread, everything is streamed.
+// way (one thread, memory bounded as above). Without OpenMP, or with one thread, everything is
+// streamed.
 #define TOKENIZE_BATCH_DOCS 4096
 #ifdef _OPENMP
 #include <omp.h>
@@ -2089,8 +2196,11 @@ static inline int tokenize_file_to_shards(Tokenizer* tok, const char* in_path, c
 // -----------------------------------------------------------------------------------------------
 // Writing the tokenizer beside an exported model (-export-hf), so that transformers'
 // AutoTokenizer.from_pretrained(DIR) loads it:
-//   read from a tokenizer.json: that file and its tokenizer_config.json (if it had one), copied
-//     byte for byte (the pipeline is theirs, we change nothing);
+//   read from a tokenizer.json: that file and its tokenizer_config.json, copied byte for byte
+//     (the pipeline is theirs, we change nothing); without a tokenizer_config.json beside it, one
+//     is written (PreTrainedTokenizerFast, the BOS and EOS of tokenizer_special_ids,
+//     model_max_length = max_T), else transformers would pick the class from config.json's
+//     model_type (LlamaTokenizerFast adds its own "<s>" as a new token);
 //   read from llm.c's file + merges (GPT-2): tokenizer.json (byte-level BPE as GPT-2's own:
 //     ByteLevel pre-tokenizer and decoder, the vocabulary spelled in GPT-2's byte-to-unicode
 //     alphabet, merges in rank order, "<|endoftext|>" as a special added token), vocab.json and

@@ -970,6 +970,154 @@ TEST(tok_tokenize_parallel_same) {
 #endif
 }
 
+// Streaming a tokenizer.json text (tokenizer_hf_encode_part): at every cut of a random text,
+// encoding text[0..cut) as "more follows" and then the rest gives the ids of the whole text, for
+// each kind of the fuzz corpus (GPT-2, Llama 3, Qwen2 with NFC and a normalized added token,
+// SmolLM2 with Digits), special tokens matched and not; and the carried part stays short (the
+// text has a cut, a letter before a non-letter, every few atoms).
+static const char* const tok_hf_atoms[] = {
+    "The", " word", " don't", "'RE", "'S", "'\xC5\xBF", "ll", "\xC3\xA9t\xC3\xA9", "e\xCC\x81", "e\xCC\x81\xCC\xA3", "\xE1\x84\x80\xE1\x85\xA1",
+    "\xEA\xB0\x80\xE1\x86\xA8", "\xE4\xB8\xAD\xE6\x96\x87", "\xE3\x80\x82", "\xF0\x9F\x98\x80", "\xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD", "123", "4567",
+    "\xD9\xA3\xD9\xA4", " ", "  ", "\n", "\n\n", "\t", "\r\n", "!", "?!", "(", "\xFF", "\xE2\x82", "\xCC\x81", "\xC2\xA0", "\xE2\x80\x8B",
+    "\xE3\x80\x80", "<|endoftext|>", "<|begin_of_text|>", "<|im_start|>", "<think>", "<thi", "nk>", "<|begin_of", "_text|>", "<|",
+    "\xE2\x89\xA0", "=\xCC\xB8", "a\xE0\xA4\xBE", "\xE0\xA4\x95\xE0\xA5\x8D",
+};
+
+TEST(tok_hf_encode_part_every_cut) {
+    const char* kinds[4] = {"gpt2", "llama3", "qwen2", "smollm2"};
+    uint64_t seed = 4242;
+    size_t n = 0;
+    unsigned char* text = (unsigned char*)malloc(1800);
+    while (n < 1500) {
+        uint64_t r = tok_rand(&seed);
+        const char* a = tok_hf_atoms[(r >> 8) % (sizeof(tok_hf_atoms) / sizeof(tok_hf_atoms[0]))];
+        memcpy(text + n, a, strlen(a));
+        n += strlen(a);
+    }
+    for (int k = 0; k < 4; k++) {
+        char path[200], err[1024];
+        snprintf(path, sizeof(path), "test/fuzz_corpus/hfjson/%s.json", kinds[k]);
+        Tokenizer tok;
+        CHECKF(tokenizer_init(&tok, path, err, sizeof(err)) == 0, "%s", err);
+        if (!tok.hf) continue;
+        for (int m = 0; m < 2; m++) {
+            tok.hf->match_specials = m;
+            uint32_t *whole, *ids = NULL;
+            size_t nwhole = tok_encode(&tok, text, n, &whole), nids = 0, cap = 0, carried = 0;
+            int bad = 0;
+            for (size_t cut = 0; cut <= n; cut++) {
+                size_t used = 0;
+                nids = 0;
+                CHECK(tokenizer_encode_part(&tok, text, cut, 0, &used, &ids, &nids, &cap) == 0);
+                CHECK(tokenizer_encode(&tok, text + used, n - used, &ids, &nids, &cap) == 0);
+                if (used > cut || nids != nwhole || memcmp(ids, whole, nids * sizeof(uint32_t)) != 0) {
+                    if (bad++ < 3) CHECKF(0, "%s (specials %s): cut at %zu (encoded up to %zu): ids differ from the whole text's", kinds[k],
+                                         m ? "matched" : "as text", cut, used);
+                }
+                if (cut - used > carried) carried = cut - used;
+            }
+            CHECKF(bad == 0 && carried < 100, "%s: %d of %zu cuts differ; at most %zu bytes carried", kinds[k], bad, n + 1, carried);
+            printf("    %s, special tokens %s: every cut of %zu bytes gives the whole text's %zu ids; at most %zu bytes carried\n", kinds[k], m ? "matched" : "as text", n, nwhole, carried);
+            free(whole);
+            free(ids);
+        }
+        tokenizer_free(&tok);
+    }
+    free(text);
+}
+
+// A document larger than -tokenize's buffer, through a tokenizer.json: the KJV's chapters joined
+// by "\n" (one 4.3 MB document, no separator) through GPT-2 written as tokenizer.json, with a
+// 4093-byte buffer, gives byte for byte the shard of llm.c's GPT-2 file (tiktoken's ids); and in a
+// child, the same document four times over (17 MB) with a 1 MiB buffer and shards of 2^20 tokens
+// raises the peak resident memory (VmHWM) by less than 12 MB (read whole, the text and its ids
+// alone would take 35 MB).
+TEST(tok_tokenize_hf_streamed) {
+    Tokenizer* g = tok_gpt2();
+    TokKjv k;
+    if (!g || tok_kjv_load(g, &k) != 0) {
+        if (g) tok_kjv_free(&k);
+        return;
+    }
+    char dir[700], in[700], big[700], pa[700], pb[700], err[1024] = "";
+    tok_path(dir, sizeof(dir), "stream_gpt2_json");
+    tok_path(in, sizeof(in), "stream_doc.txt");
+    tok_path(big, sizeof(big), "stream_doc4.txt");
+    tok_path(pa, sizeof(pa), "stream_ours");
+    tok_path(pb, sizeof(pb), "stream_llmc");
+    mkdir(dir, 0755);
+    CHECKF(tokenizer_write_hf(g, dir, 1024, err, sizeof(err)) == 0, "%s", err);
+    FILE* f = fopen(in, "wb");
+    FILE* f4 = fopen(big, "wb");
+    CHECK(f && f4);
+    for (int r = 0; f && f4 && r < 4; r++)
+        for (int i = 0; i < k.ndocs; i++) {
+            if (r == 0) CHECK(fwrite(k.docs[i].text, 1, k.docs[i].len, f) == k.docs[i].len && fputc('\n', f) == '\n');
+            CHECK(fwrite(k.docs[i].text, 1, k.docs[i].len, f4) == k.docs[i].len && fputc('\n', f4) == '\n');
+        }
+    if (f) fclose(f);
+    if (f4) fclose(f4);
+    tok_kjv_free(&k);
+    Tokenizer h;
+    CHECKF(tokenizer_init(&h, dir, err, sizeof(err)) == 0, "%s", err);
+    if (!h.hf) return;
+    TokenizeStats st;
+    CHECKF(tokenize_file_to_shards_ex(&h, in, pa, 0, 100000000, 4093, &st, err, sizeof(err)) == 0, "%s", err);
+    CHECK(st.documents[0] == 1 && st.bytes > 4000000);
+    CHECKF(tokenize_file_to_shards(g, in, pb, 0, 100000000, err, sizeof(err)) == 0, "%s", err);
+    char a[800], b[800];
+    snprintf(a, sizeof(a), "%s_train_000000.bin", pa);
+    snprintf(b, sizeof(b), "%s_train_000000.bin", pb);
+    size_t na = 0, nb = 0;
+    unsigned char* x = tok_read_file(a, &na);
+    unsigned char* y = tok_read_file(b, &nb);
+    CHECKF(x && y && na == nb && memcmp(x, y, na) == 0, "one %lld-byte document through tokenizer.json with a 4093-byte buffer: %zu shard bytes, "
+           "llm.c's file %zu, %s", (long long)st.bytes, na, nb, x && y && na == nb ? "different ids" : "different lengths");
+    printf("    one %.1f MB document, 4093-byte buffer: %lld ids, the same as llm.c's GPT-2 file + merges\n", st.bytes / 1e6, (long long)st.tokens[0]);
+    free(x);
+    free(y);
+    remove(a);
+    remove(b);
+    // the peak memory, measured in a child (one thread: a single document is never in a batch)
+    typedef struct { int rc; long rss_kb, hwm_kb; long long bytes, tokens; int shards; } Measured;
+    int fd[2];
+    CHECK(pipe(fd) == 0);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        Measured m = {-1, 0, 0, 0, 0, 0};
+        TokenizeStats s4;
+        char e2[512];
+        m.rss_kb = tok_status_kb("VmRSS:");
+        m.rc = tokenize_file_to_shards_ex(&h, big, pa, 0, 1 << 20, TOKENIZE_CHUNK_BYTES, &s4, e2, sizeof(e2));
+        m.hwm_kb = tok_status_kb("VmHWM:");
+        m.bytes = s4.bytes;
+        m.tokens = s4.tokens[0];
+        m.shards = s4.shards[0];
+        ssize_t w = write(fd[1], &m, sizeof(m));
+        _exit(w == (ssize_t)sizeof(m) ? 0 : 1);
+    }
+    close(fd[1]);
+    Measured m;
+    memset(&m, 0, sizeof(m));
+    ssize_t r = pid > 0 ? read(fd[0], &m, sizeof(m)) : -1;
+    close(fd[0]);
+    int status = 0;
+    if (pid > 0) waitpid(pid, &status, 0);
+    CHECKF(pid > 0 && r == (ssize_t)sizeof(m) && WIFEXITED(status) && WEXITSTATUS(status) == 0 && m.rc == 0, "the measuring child failed");
+    double grew = (m.hwm_kb - m.rss_kb) / 1024.0;
+    printf("    one %.1f MB document (%lld ids, %d shards of 2^20), 1 MiB buffer: VmHWM %.1f MB above VmRSS at the start\n", m.bytes / 1e6,
+           m.tokens, m.shards, grew);
+    CHECKF(m.bytes > 16000000 && m.shards >= 4 && grew < 12.0, "peak memory grew by %.1f MB for a %lld-byte document (bound 12 MB)", grew, m.bytes);
+    for (int i = 0; i < m.shards; i++) {
+        snprintf(a, sizeof(a), "%s_train_%06d.bin", pa, i);
+        remove(a);
+    }
+    remove(in);
+    remove(big);
+    tokenizer_free(&h);
+}
+
 // Every error: a one-line message naming the file or directory, nonzero return, and no file
 // with the prefix left behind (not even a temporary one).
 static void tok_expect_tokenize_error(Tokenizer* tok, const char* in, const char* prefix, const char* prefix_name, int val_every,
