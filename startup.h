@@ -656,9 +656,11 @@ static void run_tokenize(const Flags* f) {
     TokenizeStats st;
     if (tokenize_file_to_shards_ex(&tok, f->tokenize, f->out_dir, f->val_every_doc, f->shard_tokens, TOKENIZE_CHUNK_BYTES, &st, err, sizeof(err)))
         die_user("-tokenize: %s", err);
-    printf("tokenized %s (%lld bytes) in %.2f s: train %lld documents, %lld tokens in %d shard(s); val %lld documents, %lld tokens in %d shard(s); prefix %s\n",
+    printf("tokenized %s (%lld bytes) in %.2f s: train %lld documents, %lld tokens in %d shard(s); val %lld documents, %lld tokens in %d shard(s); prefix %s; "
+           "%lld of %lld documents encoded in parallel batches on %d thread(s), the others streamed on one\n",
            f->tokenize, (long long)st.bytes, wall_s() - t0, (long long)st.documents[0], (long long)st.tokens[0], st.shards[0],
-           (long long)st.documents[1], (long long)st.tokens[1], st.shards[1], f->out_dir);
+           (long long)st.documents[1], (long long)st.tokens[1], st.shards[1], f->out_dir, (long long)st.batched,
+           (long long)(st.documents[0] + st.documents[1]), st.threads);
     tokenizer_free(&tok);
 }
 

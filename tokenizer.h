@@ -1815,6 +1815,8 @@ typedef struct {
     int64_t documents[2];  // [0] train, [1] val
     int64_t tokens[2];     // tokens written, EOTs included
     int shards[2];         // shard files written
+    int64_t batched;       // documents encoded in parallel batches (the others were streamed)
+    int threads;           // the most threads that encoded a batch together (1: none did)
 } TokenizeStats;
 
 typedef struct {           // one split's output
@@ -1907,8 +1909,9 @@ static inline size_t tokenize_text_limit(const unsigned char* buf, size_t len, i
     return len;
 }
 
-// Parallel encoding: while no document is open, the complete documents waiting in the buffer (up
-// to TOKENIZE_BATCH_DOCS) are encoded at once, one per thread (OpenMP), each thread with its own
+// Parallel encoding: the input is read a chunk per thread at a time; while no document is open,
+// the complete documents waiting in the buffer (up to TOKENIZE_BATCH_DOCS) are encoded at once,
+// one per thread (OpenMP, dynamic schedule), each thread with its own
 // copy of the encoder's work state (TokenizerWorker: the piece cache, BPE arrays, NFC buffers; the
 // vocabulary and merges are shared, read-only), then written in file order: the shards are the
 // same bytes as with one thread. A document longer than what the buffer holds goes the streamed
@@ -2000,6 +2003,7 @@ static inline int tokenize_file_to_shards_ex(Tokenizer* tok, const char* in_path
     TokenizeStats local;
     if (!stats) stats = &local;
     memset(stats, 0, sizeof(*stats));
+    stats->threads = 1;
     // --- arguments, then the output directory, then the input: fail before writing anything
     if (tok->hf && tok->eot_token < 0) {
         return tokenize_error(err, errlen, "tokenize %s: the tokenizer has no document token: its post-processor adds no BOS, it has "
@@ -2057,7 +2061,9 @@ static inline int tokenize_file_to_shards_ex(Tokenizer* tok, const char* in_path
 #endif
     TokenizerWorker* workers = NULL;
     TokenizeDoc* docs = NULL;
+    size_t read_bytes = chunk_bytes;
     if (nworkers > 1) {
+        read_bytes = chunk_bytes * (size_t)nworkers;  // a chunk per thread: documents up to about a chunk still come in batches
         workers = (TokenizerWorker*)calloc((size_t)nworkers, sizeof(TokenizerWorker));
         docs = (TokenizeDoc*)calloc(TOKENIZE_BATCH_DOCS, sizeof(TokenizeDoc));
         if (!workers || !docs) nworkers = 1;  // streamed then: slower, not wrong
@@ -2068,7 +2074,7 @@ static inline int tokenize_file_to_shards_ex(Tokenizer* tok, const char* in_path
             if (at > 0) memmove(buf, buf + at, len - at);
             len -= at;
             at = 0;
-            size_t want = chunk_bytes > len ? chunk_bytes : len;
+            size_t want = read_bytes > len ? read_bytes : len;
             if (tokenizer_grow((void**)&buf, &bufcap, len + want, 1) != 0) {
                 rc = tokenize_error(err, errlen, "tokenize: input %s: out of memory for %zu bytes", in_path, len + want);
                 break;
@@ -2086,17 +2092,25 @@ static inline int tokenize_file_to_shards_ex(Tokenizer* tok, const char* in_path
             unsigned char* b = buf + at;
             int nd = tokenize_find_docs(b, len - at, line_start, eof, docs, TOKENIZE_BATCH_DOCS);
             if (nd >= 2) {
+                int team = 1;
                 #pragma omp parallel for schedule(dynamic, 1) num_threads(nworkers)
                 for (int d = 0; d < nd; d++) {
                     int w = 0;
 #ifdef _OPENMP
                     w = omp_get_thread_num();
+                    if (d == 0) team = omp_get_num_threads();
 #endif
-                    size_t used;
-                    docs[d].nids = 0;
-                    docs[d].rc = docs[d].len ? tokenizer_encode_part(&workers[w].t, b + docs[d].start, docs[d].len, 1, &used, &docs[d].ids,
-                                                                     &docs[d].nids, &docs[d].cap) : 0;
+                    // the ids grow in locals: docs[d] shares cache lines with the documents other
+                    // threads encode, and writing its count at every piece would bounce them
+                    uint32_t* ids_d = docs[d].ids;
+                    size_t used, nids_d = 0, cap_d = docs[d].cap;
+                    int rc_d = docs[d].len ? tokenizer_encode_part(&workers[w].t, b + docs[d].start, docs[d].len, 1, &used, &ids_d, &nids_d, &cap_d) : 0;
+                    docs[d].ids = ids_d;
+                    docs[d].nids = nids_d;
+                    docs[d].cap = cap_d;
+                    docs[d].rc = rc_d;
                 }
+                if (team > stats->threads) stats->threads = team;
                 for (int d = 0; d < nd && rc == 0; d++) {
                     if (docs[d].rc != 0) {
                         rc = tokenize_error(err, errlen, "tokenize: input %s: out of memory while encoding", in_path);
@@ -2106,6 +2120,7 @@ static inline int tokenize_file_to_shards_ex(Tokenizer* tok, const char* in_path
                         which = val_every > 0 && ndocs % val_every == val_every - 1;
                         ndocs++;
                         stats->documents[which]++;
+                        stats->batched++;
                         stats->tokens[which] += (int64_t)docs[d].nids + 1;
                         if (tokenize_emit(&split[which], &eot, 1, (size_t)shard_tokens, out_prefix, V, err, errlen) != 0 ||
                             tokenize_emit(&split[which], docs[d].ids, docs[d].nids, (size_t)shard_tokens, out_prefix, V, err, errlen) != 0) rc = -1;

@@ -919,8 +919,10 @@ TEST(tok_tokenize_kjv_file) {
 }
 
 // Documents encoded in parallel (OpenMP, one worker per thread) give the same shards, byte for
-// byte, as one thread: the KJV chapters at 1 and 4 threads, with a 1 MiB chunk (whole batches)
-// and a 4093-byte one (batches mixed with streamed documents).
+// byte, as one thread: the KJV's 1,189 chapters (and some empty documents) at 1 and 2 threads,
+// with llm.c's GPT-2 file and a 1 MiB chunk (every document in a batch: the stats must say so, two
+// threads in the team) and a 4093-byte one (batches mixed with streamed documents), and with a
+// tokenizer.json (the fuzz corpus's Llama 3 kind: every 4th chapter) and a 1 MiB chunk.
 TEST(tok_tokenize_parallel_same) {
 #ifndef _OPENMP
     TEST_SKIP("built without OpenMP: -tokenize runs on one thread");
@@ -931,42 +933,62 @@ TEST(tok_tokenize_parallel_same) {
         if (tok) tok_kjv_free(&k);
         return;
     }
-    char in[700], err[1024] = "";
-    tok_path(in, sizeof(in), "kjv_par.txt");
-    FILE* f = fopen(in, "wb");
-    CHECK(f != NULL);
-    for (int i = 0; f && i < k.ndocs; i++) {
-        if (i > 0) fputs(i % 7 ? "<|endoftext|>\n" : "<|endoftext|>\n<|endoftext|>\n", f);  // some empty documents too
-        CHECK(fwrite(k.docs[i].text, 1, k.docs[i].len, f) == k.docs[i].len);
+    char ins[2][700], err[1024] = "";
+    int ndocs[2] = {k.ndocs, 0};
+    for (int kind = 0; kind < 2; kind++) {  // all chapters; every 4th for the (slower) tokenizer.json
+        tok_path(ins[kind], sizeof(ins[kind]), kind ? "kjv_par4.txt" : "kjv_par.txt");
+        FILE* f = fopen(ins[kind], "wb");
+        CHECK(f != NULL);
+        for (int i = 0; f && i < k.ndocs; i += kind ? 4 : 1) {
+            if (i > 0) fputs(i % 7 ? "<|endoftext|>\n" : "<|endoftext|>\n<|endoftext|>\n", f);  // some empty documents too
+            CHECK(fwrite(k.docs[i].text, 1, k.docs[i].len, f) == k.docs[i].len);
+            if (kind) ndocs[1]++;
+        }
+        if (f) fclose(f);
     }
-    if (f) fclose(f);
     tok_kjv_free(&k);
+    Tokenizer hf;
+    CHECKF(tokenizer_init(&hf, "test/fuzz_corpus/hfjson/llama3.json", err, sizeof(err)) == 0, "%s", err);
     int saved = omp_get_max_threads();
     const size_t chunks[2] = {TOKENIZE_CHUNK_BYTES, 4093};
-    for (int c = 0; c < 2; c++) {
-        unsigned char* shard[2][2] = {{NULL, NULL}, {NULL, NULL}};
-        size_t size[2][2] = {{0, 0}, {0, 0}};
-        for (int t = 0; t < 2; t++) {
-            char prefix[700];
-            snprintf(prefix, sizeof(prefix), "%s/par_%d", test_tmpdir(), t);
-            omp_set_num_threads(t ? 4 : 1);
-            TokenizeStats st;
-            CHECKF(tokenize_file_to_shards_ex(tok, in, prefix, 20, 300000, chunks[c], &st, err, sizeof(err)) == 0, "%s", err);
-            for (int s = 0; s < 2; s++) {
-                char path[800];
-                snprintf(path, sizeof(path), "%s_%s_000000.bin", prefix, s ? "val" : "train");
-                shard[t][s] = tok_read_file(path, &size[t][s]);
+    for (int kind = 0; kind < 2 && hf.hf; kind++) {
+        Tokenizer* t = kind ? &hf : tok;
+        for (int c = 0; c < 2 - kind; c++) {  // (the tokenizer.json at the 1 MiB chunk only: its path past the batch is the same)
+            unsigned char* shard[2][2] = {{NULL, NULL}, {NULL, NULL}};
+            size_t size[2][2] = {{0, 0}, {0, 0}};
+            TokenizeStats st[2];
+            for (int th = 0; th < 2; th++) {
+                char prefix[700];
+                snprintf(prefix, sizeof(prefix), "%s/par_%d", test_tmpdir(), th);
+                omp_set_num_threads(th + 1);
+                CHECKF(tokenize_file_to_shards_ex(t, ins[kind], prefix, 20, 300000, chunks[c], &st[th], err, sizeof(err)) == 0, "%s", err);
+                for (int s = 0; s < 2; s++) {
+                    char path[800];
+                    snprintf(path, sizeof(path), "%s_%s_000000.bin", prefix, s ? "val" : "train");
+                    shard[th][s] = tok_read_file(path, &size[th][s]);
+                    remove(path);
+                }
             }
-        }
-        for (int s = 0; s < 2; s++) {
-            CHECKF(shard[0][s] && shard[1][s] && size[0][s] == size[1][s] && memcmp(shard[0][s], shard[1][s], size[0][s]) == 0,
-                   "chunk %zu: the %s shard differs between 1 and 4 threads", chunks[c], s ? "val" : "train");
-            free(shard[0][s]);
-            free(shard[1][s]);
+            const char* name = kind ? "tokenizer.json (Llama 3 kind)" : "llm.c's GPT-2 file";
+            for (int s = 0; s < 2; s++) {
+                CHECKF(shard[0][s] && shard[1][s] && size[0][s] == size[1][s] && memcmp(shard[0][s], shard[1][s], size[0][s]) == 0,
+                       "%s, chunk %zu: the %s shard differs between 1 and 2 threads", name, chunks[c], s ? "val" : "train");
+                free(shard[0][s]);
+                free(shard[1][s]);
+            }
+            int64_t docs = st[1].documents[0] + st[1].documents[1];
+            CHECKF(docs == ndocs[kind] && st[0].batched == 0 && st[0].threads == 1 && st[1].threads == 2 &&
+                   (c == 0 ? st[1].batched == docs : st[1].batched > 0 && st[1].batched < docs),
+                   "%s, chunk %zu: %lld documents, %lld of them in parallel batches on %d threads (1 thread: %lld on %d)", name, chunks[c],
+                   (long long)docs, (long long)st[1].batched, st[1].threads, (long long)st[0].batched, st[0].threads);
+            printf("    %s, chunk %zu: the same shards at 1 and 2 threads; %lld of %lld documents encoded in parallel batches\n", name, chunks[c],
+                   (long long)st[1].batched, (long long)docs);
         }
     }
+    tokenizer_free(&hf);
     omp_set_num_threads(saved);
-    remove(in);
+    remove(ins[0]);
+    remove(ins[1]);
 #endif
 }
 
