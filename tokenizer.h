@@ -1914,8 +1914,11 @@ static inline size_t tokenize_text_limit(const unsigned char* buf, size_t len, i
 // one per thread (OpenMP, dynamic schedule), each thread with its own
 // copy of the encoder's work state (TokenizerWorker: the piece cache, BPE arrays, NFC buffers; the
 // vocabulary and merges are shared, read-only), then written in file order: the shards are the
-// same bytes as with one thread. A document longer than what the buffer holds goes the streamed
-// way (one thread, memory bounded as above). Without OpenMP, or with one thread, everything is
+// same bytes as with one thread. A batch's ids go into the shards (tokenize_emit_batch) on one
+// thread while the others encode the next batch; before anything else is written (a streamed
+// document, the last shards) the batch still pending goes out first. A document longer than
+// what the buffer holds goes the streamed way (one thread, memory bounded as above). Without
+// OpenMP, or with one thread, everything is
 // streamed.
 #define TOKENIZE_BATCH_DOCS 4096
 #ifdef _OPENMP
@@ -1972,6 +1975,25 @@ typedef struct {
     size_t nids, cap;
     int rc;
 } TokenizeDoc;
+
+// A batch's documents, in order, into the splits (EOT, then the ids; an empty document skipped):
+// document *ndocs goes to val when val_every says so. Returns 0, or -1 with the message in err.
+static inline int tokenize_emit_batch(const TokenizeDoc* docs, int nd, TokenizeSplit* split, int val_every, int64_t* ndocs, TokenizeStats* stats,
+                                      uint32_t eot, int64_t shard_tokens, const char* out_prefix, uint32_t V, const char* in_path,
+                                      char* err, size_t errlen) {
+    for (int d = 0; d < nd; d++) {
+        if (docs[d].rc != 0) return tokenize_error(err, errlen, "tokenize: input %s: out of memory while encoding", in_path);
+        if (docs[d].len == 0) continue;
+        int which = val_every > 0 && *ndocs % val_every == val_every - 1;
+        (*ndocs)++;
+        stats->documents[which]++;
+        stats->batched++;
+        stats->tokens[which] += (int64_t)docs[d].nids + 1;
+        if (tokenize_emit(&split[which], &eot, 1, (size_t)shard_tokens, out_prefix, V, err, errlen) != 0 ||
+            tokenize_emit(&split[which], docs[d].ids, docs[d].nids, (size_t)shard_tokens, out_prefix, V, err, errlen) != 0) return -1;
+    }
+    return 0;
+}
 
 // The complete documents at the start of b[0..n) (line_start: is b[0] at a line start), at most
 // max of them: their extents in docs. Returns how many.
@@ -2060,13 +2082,15 @@ static inline int tokenize_file_to_shards_ex(Tokenizer* tok, const char* in_path
     nworkers = omp_get_max_threads();
 #endif
     TokenizerWorker* workers = NULL;
-    TokenizeDoc* docs = NULL;
+    TokenizeDoc* batch[2] = {NULL, NULL};  // (TOKENIZE_BATCH_DOCS) each: the batch being encoded and the one before it
+    int cur = 0, pending = 0;               // batch[cur] is filled next; pending: documents of batch[1 - cur] not yet emitted
     size_t read_bytes = chunk_bytes;
     if (nworkers > 1) {
         read_bytes = chunk_bytes * (size_t)nworkers;  // a chunk per thread: documents up to about a chunk still come in batches
         workers = (TokenizerWorker*)calloc((size_t)nworkers, sizeof(TokenizerWorker));
-        docs = (TokenizeDoc*)calloc(TOKENIZE_BATCH_DOCS, sizeof(TokenizeDoc));
-        if (!workers || !docs) nworkers = 1;  // streamed then: slower, not wrong
+        batch[0] = (TokenizeDoc*)calloc(TOKENIZE_BATCH_DOCS, sizeof(TokenizeDoc));
+        batch[1] = (TokenizeDoc*)calloc(TOKENIZE_BATCH_DOCS, sizeof(TokenizeDoc));
+        if (!workers || !batch[0] || !batch[1]) nworkers = 1;  // streamed then: slower, not wrong
         for (int w = 0; nworkers > 1 && w < nworkers; w++) tokenizer_worker_init(&workers[w], tok);
     }
     while (rc == 0) {
@@ -2090,49 +2114,58 @@ static inline int tokenize_file_to_shards_ex(Tokenizer* tok, const char* in_path
         }
         if (!in_doc && nworkers > 1) {  // complete documents in buf: a batch, in parallel
             unsigned char* b = buf + at;
+            TokenizeDoc* docs = batch[cur];
             int nd = tokenize_find_docs(b, len - at, line_start, eof, docs, TOKENIZE_BATCH_DOCS);
             if (nd >= 2) {
-                int team = 1;
-                #pragma omp parallel for schedule(dynamic, 1) num_threads(nworkers)
-                for (int d = 0; d < nd; d++) {
-                    int w = 0;
+                int team = 1, emit_rc = 0;
+                #pragma omp parallel num_threads(nworkers)
+                {
+                    // one thread emits the batch before (copies its ids into the shards, writes the
+                    // shards that fill) while the others start on this one: the output's order is
+                    // the file's, and the copying and writing overlap the encoding
+                    #pragma omp single nowait
+                    {
+                        if (pending) emit_rc = tokenize_emit_batch(batch[1 - cur], pending, split, val_every, &ndocs, stats, eot, shard_tokens,
+                                                                   out_prefix, V, in_path, err, errlen);
+                    }
+                    #pragma omp for schedule(dynamic, 1)
+                    for (int d = 0; d < nd; d++) {
+                        int w = 0;
 #ifdef _OPENMP
-                    w = omp_get_thread_num();
-                    if (d == 0) team = omp_get_num_threads();
+                        w = omp_get_thread_num();
+                        if (d == 0) team = omp_get_num_threads();
 #endif
-                    // the ids grow in locals: docs[d] shares cache lines with the documents other
-                    // threads encode, and writing its count at every piece would bounce them
-                    uint32_t* ids_d = docs[d].ids;
-                    size_t used, nids_d = 0, cap_d = docs[d].cap;
-                    int rc_d = docs[d].len ? tokenizer_encode_part(&workers[w].t, b + docs[d].start, docs[d].len, 1, &used, &ids_d, &nids_d, &cap_d) : 0;
-                    docs[d].ids = ids_d;
-                    docs[d].nids = nids_d;
-                    docs[d].cap = cap_d;
-                    docs[d].rc = rc_d;
+                        // the ids grow in locals: docs[d] shares cache lines with the documents other
+                        // threads encode, and writing its count at every piece would bounce them
+                        uint32_t* ids_d = docs[d].ids;
+                        size_t used, nids_d = 0, cap_d = docs[d].cap;
+                        int rc_d = docs[d].len ? tokenizer_encode_part(&workers[w].t, b + docs[d].start, docs[d].len, 1, &used, &ids_d, &nids_d, &cap_d) : 0;
+                        docs[d].ids = ids_d;
+                        docs[d].nids = nids_d;
+                        docs[d].cap = cap_d;
+                        docs[d].rc = rc_d;
+                    }
                 }
                 if (team > stats->threads) stats->threads = team;
-                for (int d = 0; d < nd && rc == 0; d++) {
-                    if (docs[d].rc != 0) {
-                        rc = tokenize_error(err, errlen, "tokenize: input %s: out of memory while encoding", in_path);
-                        break;
-                    }
-                    if (docs[d].len > 0) {  // an empty document is skipped
-                        which = val_every > 0 && ndocs % val_every == val_every - 1;
-                        ndocs++;
-                        stats->documents[which]++;
-                        stats->batched++;
-                        stats->tokens[which] += (int64_t)docs[d].nids + 1;
-                        if (tokenize_emit(&split[which], &eot, 1, (size_t)shard_tokens, out_prefix, V, err, errlen) != 0 ||
-                            tokenize_emit(&split[which], docs[d].ids, docs[d].nids, (size_t)shard_tokens, out_prefix, V, err, errlen) != 0) rc = -1;
-                    }
+                if (emit_rc != 0) {
+                    rc = -1;
+                    break;
                 }
-                if (rc != 0) break;
+                pending = nd;
+                cur = 1 - cur;
                 at += docs[nd - 1].next;
                 line_start = buf[at - 1] == '\n';
                 look_again = 0;  // buf holds no complete document now: read on
                 if (eof && at == len) break;
                 continue;
             }
+        }
+        if (pending) {  // the batch before goes out first: what follows comes after it in the file
+            if (tokenize_emit_batch(batch[1 - cur], pending, split, val_every, &ndocs, stats, eot, shard_tokens, out_prefix, V, in_path, err, errlen) != 0) {
+                rc = -1;
+                break;
+            }
+            pending = 0;
         }
         // where this pass stops: the document's end (a separator line, or the end of the input),
         // else before any line at the end of buf that may still turn into a separator
@@ -2169,13 +2202,17 @@ static inline int tokenize_file_to_shards_ex(Tokenizer* tok, const char* in_path
         look_again = found;  // more separators may wait in buf: look before reading
         if (eof && !found) break;
     }
+    if (rc == 0 && pending) rc = tokenize_emit_batch(batch[1 - cur], pending, split, val_every, &ndocs, stats, eot, shard_tokens, out_prefix, V,
+                                                     in_path, err, errlen);
     fclose(f);
     free(buf);
     free(ids);
     for (int w = 0; workers && nworkers > 1 && w < nworkers; w++) tokenizer_worker_free(&workers[w]);
     free(workers);
-    for (int d = 0; docs && d < TOKENIZE_BATCH_DOCS; d++) free(docs[d].ids);
-    free(docs);
+    for (int k = 0; k < 2; k++) {
+        for (int d = 0; batch[k] && d < TOKENIZE_BATCH_DOCS; d++) free(batch[k][d].ids);
+        free(batch[k]);
+    }
     if (tok->hf) tok->hf->match_specials = match_specials;
     if (rc == 0 && stats->bytes == 0) rc = tokenize_error(err, errlen, "tokenize: input %s is empty", in_path);
     if (rc == 0 && ndocs == 0) {
