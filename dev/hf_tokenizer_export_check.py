@@ -4,12 +4,12 @@ dev/hf_tokenizer_export_check.py — transformers' side of test/test_tokenizer.h
 an -export-hf directory (config.json, model.safetensors, tokenizer.json, tokenizer_config.json)
 loaded as a user would load it, and the ids transformers gives, for the C test to compare.
 
-    $ZT_HF_PYTHON dev/hf_tokenizer_export_check.py KJV.txt HARD_CASES.txt DIR OUT_PREFIX [DIR OUT_PREFIX ...]
+    $ZT_HF_PYTHON dev/hf_tokenizer_export_check.py HARD_CASES.txt DIR OUT_PREFIX KJV.txt|- [DIR OUT_PREFIX KJV.txt|- ...]
 
 for each DIR (one python start for all: importing transformers and torch is most of the time):
 
   AutoTokenizer.from_pretrained(DIR) with split_special_tokens=True (as -tokenize: special tokens
-  in a document are text): OUT_PREFIX.kjv = uint32 LE, per document of KJV.txt (split at
+  in a document are text), unless KJV.txt is "-": OUT_PREFIX.kjv = uint32 LE, per document of KJV.txt (split at
   "<|endoftext|>" lines as tokenizer.h does) the document token (the BOS when the tokenizer has
   one, else the EOS), then the document's ids without special tokens added;
   AutoTokenizer.from_pretrained(DIR) as it comes: OUT_PREFIX.hard = per case, int32 n and n uint32
@@ -35,14 +35,16 @@ def check(d, kjv, hard, out):
     print(f"AutoTokenizer: {type(tok).__name__}, bos {tok.bos_token!r} = {tok.bos_token_id}, eos {tok.eos_token!r} = {tok.eos_token_id}, "
           f"{len(tok)} ids")
     doc_token = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
-    data = open(kjv, "rb").read()
-    docs = [x.decode("utf-8") for x in re.split(rb"(?:\A|(?<=\n))<\|endoftext\|>(?:\n|\Z)", data) if x]
-    stream = []
-    for ids in split(docs, add_special_tokens=False)["input_ids"]:
-        stream.append(doc_token)
-        stream.extend(ids)
-    with open(out + ".kjv", "wb") as f:
-        f.write(struct.pack(f"<{len(stream)}I", *stream))
+    if kjv != "-":
+        data = open(kjv, "rb").read()
+        docs = [x.decode("utf-8") for x in re.split(rb"(?:\A|(?<=\n))<\|endoftext\|>(?:\n|\Z)", data) if x]
+        stream = []
+        for ids in split(docs, add_special_tokens=False)["input_ids"]:
+            stream.append(doc_token)
+            stream.extend(ids)
+        with open(out + ".kjv", "wb") as f:
+            f.write(struct.pack(f"<{len(stream)}I", *stream))
+        print(f"KJV: {len(docs)} documents, {len(stream)} ids")
     with open(hard, encoding="utf-8") as f, open(out + ".hard", "wb") as o:
         for line in f:
             line = line.rstrip("\n")
@@ -56,7 +58,6 @@ def check(d, kjv, hard, out):
                 continue
             ids = tok(s).input_ids
             o.write(struct.pack(f"<i{len(ids)}I", len(ids), *ids))
-    print(f"KJV: {len(docs)} documents, {len(stream)} ids")
     model = AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32)
     cfg = model.config
     if cfg.vocab_size < len(tok):
@@ -74,12 +75,12 @@ def check(d, kjv, hard, out):
 
 
 def main():
-    kjv, hard, rest = sys.argv[1], sys.argv[2], sys.argv[3:]
-    if len(rest) < 2 or len(rest) % 2:
-        sys.exit("usage: hf_tokenizer_export_check.py KJV.txt HARD_CASES.txt DIR OUT_PREFIX [DIR OUT_PREFIX ...]")
-    for i in range(0, len(rest), 2):
+    hard, rest = sys.argv[1], sys.argv[2:]
+    if len(rest) < 3 or len(rest) % 3:
+        sys.exit("usage: hf_tokenizer_export_check.py HARD_CASES.txt DIR OUT_PREFIX KJV.txt|- [DIR OUT_PREFIX KJV.txt|- ...]")
+    for i in range(0, len(rest), 3):
         print(f"{rest[i]}:")
-        check(rest[i], kjv, hard, rest[i + 1])
+        check(rest[i], rest[i + 2], hard, rest[i + 1])
 
 
 if __name__ == "__main__":

@@ -1707,8 +1707,9 @@ TEST(tok_hf_export_gpt2) {
 // user may bring one). The trainer (-e llama-tiny with the tokenizer's vocabulary, one step) writes
 // tokenizer.json + tokenizer_config.json beside the weights; dev/hf_tokenizer_export_check.py
 // (transformers 4.47.1, $ZT_HF_PYTHON) loads the directory with AutoTokenizer and
-// AutoModelForCausalLM: its ids on the KJV (special tokens as text, as -tokenize) equal our
-// -tokenize of the KJV through the exported directory, its ids on the hard cases equal ours
+// AutoModelForCausalLM: its ids on the KJV (special tokens as text, as -tokenize; Llama 3 only, the
+// KJV gives NFC nothing to do) equal our -tokenize of the KJV through the exported directory,
+// its ids on the hard cases equal ours
 // (the post-processor's BOS first), and config.json's bos/eos_token_id are the tokenizer's.
 TEST(tok_hf_export_llama3) {
     const char* py = getenv("ZT_HF_PYTHON") && *getenv("ZT_HF_PYTHON") ? getenv("ZT_HF_PYTHON") : "python3";
@@ -1728,7 +1729,7 @@ TEST(tok_hf_export_llama3) {
     char pycmd[8000], kjv[700], err[1024] = "";
     static char out[1 << 16];
     tok_path(kjv, sizeof(kjv), "hf_kjv.txt");
-    snprintf(pycmd, sizeof(pycmd), "%s dev/hf_tokenizer_export_check.py %s test/fixtures/hf_hard_cases.txt", py, kjv);
+    snprintf(pycmd, sizeof(pycmd), "%s dev/hf_tokenizer_export_check.py test/fixtures/hf_hard_cases.txt", py);
     int exported[2] = {0, 0};
     for (int k = 0; k < 2; k++) {
         char src[700], dir[700], shard[700], cmd[6000], path[900];
@@ -1760,7 +1761,7 @@ TEST(tok_hf_export_llama3) {
         CHECKF(strstr(cfg, "\"tokenizer_class\": \"PreTrainedTokenizerFast\"") && strstr(cfg, want) &&
                strstr(cfg, k == 0 ? "\"bos_token\": \"<|begin_of_text|>\"" : "\"bos_token\": null"), "%s: tokenizer_config.json: %s", kinds[k].kind, cfg);
         free(cfg);
-        snprintf(pycmd + strlen(pycmd), sizeof(pycmd) - strlen(pycmd), " %s %s/export_theirs_%s", dir, test_tmpdir(), kinds[k].kind);
+        snprintf(pycmd + strlen(pycmd), sizeof(pycmd) - strlen(pycmd), " %s %s/export_theirs_%s %s", dir, test_tmpdir(), kinds[k].kind, k == 0 ? kjv : "-");
         exported[k] = 1;
     }
     if (!exported[0] || !exported[1]) return;
@@ -1775,24 +1776,28 @@ TEST(tok_hf_export_llama3) {
         char dir[700], prefix[700], path[900];
         snprintf(dir, sizeof(dir), "%s/export_%s", test_tmpdir(), kinds[k].kind);
         snprintf(prefix, sizeof(prefix), "%s/export_ours_%s", test_tmpdir(), kinds[k].kind);
-        // ours: the KJV through -tokenize with the exported directory as the tokenizer
+        // ours: the KJV through -tokenize with the exported directory as the tokenizer (Llama 3 only:
+        // the KJV is ASCII, Qwen2's NFC has nothing to do there; its hard cases have)
         Tokenizer tok;
         CHECKF(tokenizer_init(&tok, dir, err, sizeof(err)) == 0, "%s: %s", kinds[k].kind, err);
         if (!tok.hf) continue;
-        CHECK(tokenize_file_to_shards(&tok, kjv, prefix, 0, 100000000, err, sizeof(err)) == 0);
-        snprintf(path, sizeof(path), "%s_train_000000.bin", prefix);
-        size_t ngot = 0, nwant = 0;
-        uint32_t* got = tok_read_shard(path, &ngot);
-        remove(path);
-        snprintf(path, sizeof(path), "%s/export_theirs_%s.kjv", test_tmpdir(), kinds[k].kind);
-        uint32_t* theirs = (uint32_t*)tok_read_file(path, &nwant);
-        nwant /= 4;
-        size_t i = 0;
-        while (got && theirs && i < ngot && i < nwant && got[i] == theirs[i]) i++;
-        CHECKF(got && theirs && ngot == nwant && i == ngot && ngot > 1000000, "%s: KJV: ours %zu ids, transformers %zu; first difference at %zu",
-               kinds[k].kind, ngot, nwant, i);
-        free(got);
-        free(theirs);
+        if (k == 0) {
+            size_t ngot = 0, nwant = 0;
+            CHECK(tokenize_file_to_shards(&tok, kjv, prefix, 0, 100000000, err, sizeof(err)) == 0);
+            snprintf(path, sizeof(path), "%s_train_000000.bin", prefix);
+            uint32_t* got = tok_read_shard(path, &ngot);
+            remove(path);
+            snprintf(path, sizeof(path), "%s/export_theirs_%s.kjv", test_tmpdir(), kinds[k].kind);
+            uint32_t* theirs = (uint32_t*)tok_read_file(path, &nwant);
+            nwant /= 4;
+            size_t i = 0;
+            while (got && theirs && i < ngot && i < nwant && got[i] == theirs[i]) i++;
+            CHECKF(got && theirs && ngot == nwant && i == ngot && ngot > 1000000, "%s: KJV: ours %zu ids, transformers %zu; first difference at %zu",
+                   kinds[k].kind, ngot, nwant, i);
+            printf("    %s: KJV through -tokenize: %zu ids, transformers' the same\n", kinds[k].kind, ngot);
+            free(got);
+            free(theirs);
+        }
         // the hard cases, special tokens matched, the post-processor's BOS first
         TokRecs cases = {NULL, 0, 0}, ids = {NULL, 0, 0};
         snprintf(path, sizeof(path), "%s/hard.bin", fx);
@@ -1817,7 +1822,8 @@ TEST(tok_hf_export_llama3) {
             ncase++;
         }
         CHECKF(bad == 0 && ncase > 25, "%s: %d of %d hard cases differ between transformers and us", kinds[k].kind, bad, ncase);
-        printf("    %s: AutoTokenizer on the export = ours on the KJV (%zu ids) and %d hard cases; AutoModelForCausalLM loads it\n", kinds[k].kind, ngot, ncase);
+        printf("    %s: AutoTokenizer on the export = ours on %s%d hard cases; AutoModelForCausalLM loads it\n", kinds[k].kind, k == 0 ? "the KJV and " : "",
+               ncase);
         free(cases.data);
         free(ids.data);
         tokenizer_free(&tok);
