@@ -1799,7 +1799,8 @@ static inline int tokenizer_encode(Tokenizer* tok, const unsigned char* text, si
 // follows the last safe cut, see "Streaming a tokenizer.json text") and a separator that may be
 // starting are carried over to the next chunk, so a piece or a separator across a chunk boundary
 // is handled as if the file were read whole. Memory: the chunk, the longest piece (a
-// tokenizer.json: the longest stretch without a safe cut), one shard per split.
+// tokenizer.json: the longest stretch without a safe cut), TOKENIZE_WRITE_IDS ids per split (a
+// shard is written as it fills: tokenize_emit).
 //
 // Errors (a one-line message naming the file; nonzero return; every shard this run had written is
 // removed again): unreadable input, empty input, input with no text but separators, missing or
@@ -1819,11 +1820,17 @@ typedef struct {
     int threads;           // the most threads that encoded a batch together (1: none did)
 } TokenizeStats;
 
+#define TOKENIZE_WRITE_IDS ((size_t)1 << 16)  // ids gathered before they go to the open shard file
+
 typedef struct {           // one split's output
     const char* name;      // "train" or "val"
-    uint32_t* toks;        // the shard being filled, at most shard_tokens
+    uint32_t* toks;        // ids not yet in the shard file, at most TOKENIZE_WRITE_IDS
     size_t n, cap;
-    int shards;            // shard files written so far
+    int shards;            // shard files finished (renamed to their names) so far
+    FILE* f;               // the shard being written, under its temporary name tmp; NULL: none open
+    char tmp[4200];
+    int64_t in_shard;      // ids in that shard so far (in the file and in toks)
+    void* narrow;          // (TOKENIZE_WRITE_IDS) uint16 or uint32 ids as the file holds them
 } TokenizeSplit;
 
 static inline void tokenize_shard_path(char* path, size_t cap, const char* prefix, const char* split, int index) {
@@ -1842,29 +1849,76 @@ static inline int tokenize_write_ids(const char* path, const uint32_t* ids, size
     return rc;
 }
 
-// Write the split's buffered tokens as its next shard. Returns 0 / -1 with the message in err.
-static inline int tokenize_flush(TokenizeSplit* s, const char* prefix, uint32_t V, char* err, size_t errlen) {
+// Shards are written as they fill, not held whole: the split's ids go to its open shard file
+// (created under a temporary name with a header that counts no ids yet) TOKENIZE_WRITE_IDS at a
+// time; when the shard holds shard_tokens ids, or at the end, the header gets its count and the
+// file is flushed, fsynced and renamed to its name (the protocol of write_token_shard: no reader
+// ever sees a half-written shard). Memory per split: TOKENIZE_WRITE_IDS ids, not a shard.
+
+// Write the split's gathered ids into its open shard file (opening it first). Returns 0 / -1.
+static inline int tokenize_write_block(TokenizeSplit* s, const char* prefix, uint32_t V, char* err, size_t errlen) {
+    int width = V > 65536 ? 4 : 2;
     char path[4096];
     tokenize_shard_path(path, sizeof(path), prefix, s->name, s->shards);
-    if (tokenize_write_ids(path, s->toks, s->n, V, err, errlen) != 0) return -1;
-    s->shards++;
+    if (!s->f) {
+        snprintf(s->tmp, sizeof(s->tmp), "%s.tmp.%ld", path, (long)getpid());
+        s->f = fopen(s->tmp, "wb");
+        if (!s->f) return tokenize_error(err, errlen, "shard %s: cannot create %s: %s", path, s->tmp, strerror(errno));
+        int32_t header[SHARD_HEADER_INTS] = {0};  // the count comes at the end (tokenize_close_shard)
+        if (fwrite(header, sizeof(header), 1, s->f) != 1) return tokenize_error(err, errlen, "shard %s: cannot write %s: %s", path, s->tmp, strerror(errno));
+    }
+    if (!s->narrow && !(s->narrow = malloc(TOKENIZE_WRITE_IDS * 4))) return tokenize_error(err, errlen, "shard %s: out of memory", path);
+    const void* out = s->toks;
+    if (width == 2) {
+        uint16_t* nw = (uint16_t*)s->narrow;
+        for (size_t i = 0; i < s->n; i++) nw[i] = (uint16_t)s->toks[i];  // every id < V <= 65536
+        out = nw;
+    }
+    if (s->n > 0 && fwrite(out, (size_t)width, s->n, s->f) != s->n) return tokenize_error(err, errlen, "shard %s: cannot write %s: %s", path, s->tmp, strerror(errno));
     s->n = 0;
     return 0;
 }
 
-// Append ids to the split, writing a shard each time one fills up. Returns 0 / -1.
+// Finish the split's open shard: its last ids, the count in its header, flush, fsync, rename.
+static inline int tokenize_close_shard(TokenizeSplit* s, const char* prefix, uint32_t V, char* err, size_t errlen) {
+    if (tokenize_write_block(s, prefix, V, err, errlen) != 0) return -1;
+    char path[4096];
+    tokenize_shard_path(path, sizeof(path), prefix, s->name, s->shards);
+    int32_t head[3] = {V > 65536 ? SHARD_MAGIC32 : SHARD_MAGIC, V > 65536 ? SHARD_VERSION32 : SHARD_VERSION, (int32_t)s->in_shard};
+    int ok = fseek(s->f, 0, SEEK_SET) == 0 && fwrite(head, sizeof(head), 1, s->f) == 1 && fflush(s->f) == 0 && fsync(fileno(s->f)) == 0;
+    int e = errno;
+    if (fclose(s->f) != 0 && ok) {
+        ok = 0;
+        e = errno;
+    }
+    s->f = NULL;
+    if (!ok || rename(s->tmp, path) != 0) {
+        if (ok) e = errno;
+        remove(s->tmp);
+        return tokenize_error(err, errlen, "shard %s: cannot write %s: %s", path, s->tmp, strerror(e));
+    }
+    s->shards++;
+    s->in_shard = 0;
+    return 0;
+}
+
+// Append ids to the split, finishing a shard each time one fills up. Returns 0 / -1.
 static inline int tokenize_emit(TokenizeSplit* s, const uint32_t* ids, size_t n, size_t shard_tokens, const char* prefix,
                                 uint32_t V, char* err, size_t errlen) {
+    if (!s->toks && !(s->toks = (uint32_t*)malloc(TOKENIZE_WRITE_IDS * sizeof(uint32_t))))
+        return tokenize_error(err, errlen, "tokenize %s: out of memory", prefix);
     while (n > 0) {
-        size_t take = shard_tokens - s->n < n ? shard_tokens - s->n : n;
-        if (tokenizer_grow((void**)&s->toks, &s->cap, s->n + take, sizeof(uint32_t)) != 0) {
-            return tokenize_error(err, errlen, "tokenize %s: out of memory for a shard of %zu tokens", prefix, shard_tokens);
-        }
+        size_t take = TOKENIZE_WRITE_IDS - s->n;
+        if ((size_t)s->in_shard + take > shard_tokens) take = shard_tokens - (size_t)s->in_shard;
+        if (take > n) take = n;
         memcpy(s->toks + s->n, ids, take * sizeof(uint32_t));
         s->n += take;
+        s->in_shard += (int64_t)take;
         ids += take;
         n -= take;
-        if (s->n == shard_tokens && tokenize_flush(s, prefix, V, err, errlen) != 0) return -1;
+        if ((size_t)s->in_shard == shard_tokens) {
+            if (tokenize_close_shard(s, prefix, V, err, errlen) != 0) return -1;
+        } else if (s->n == TOKENIZE_WRITE_IDS && tokenize_write_block(s, prefix, V, err, errlen) != 0) return -1;
     }
     return 0;
 }
@@ -2067,7 +2121,10 @@ static inline int tokenize_file_to_shards_ex(Tokenizer* tok, const char* in_path
     }
 
     // --- the stream: buf[at..len) is input not yet encoded, starting inside the current document
-    TokenizeSplit split[2] = {{"train", NULL, 0, 0, 0}, {"val", NULL, 0, 0, 0}};
+    TokenizeSplit split[2];
+    memset(split, 0, sizeof(split));
+    split[0].name = "train";
+    split[1].name = "val";
     unsigned char* buf = NULL;
     size_t at = 0, len = 0, bufcap = 0;
     uint32_t* ids = NULL;    // one pass's ids, then handed to the document's split
@@ -2219,7 +2276,7 @@ static inline int tokenize_file_to_shards_ex(Tokenizer* tok, const char* in_path
         rc = tokenize_error(err, errlen, "tokenize: input %s has no text, only \"%s\" separator lines", in_path, TOKENIZE_SEPARATOR);
     }
     for (int s = 0; s < 2 && rc == 0; s++) {  // the last, partial shards
-        if (split[s].n > 0 && tokenize_flush(&split[s], out_prefix, V, err, errlen) != 0) rc = -1;
+        if (split[s].in_shard > 0 && tokenize_close_shard(&split[s], out_prefix, V, err, errlen) != 0) rc = -1;
     }
     for (int s = 0; s < 2; s++) {
         if (rc != 0) {  // leave nothing behind: remove the shards this run wrote
@@ -2229,8 +2286,13 @@ static inline int tokenize_file_to_shards_ex(Tokenizer* tok, const char* in_path
                 remove(path);
             }
         }
+        if (split[s].f) {  // a shard left open by an error: its temporary file goes too
+            fclose(split[s].f);
+            remove(split[s].tmp);
+        }
         stats->shards[s] = rc == 0 ? split[s].shards : 0;
         free(split[s].toks);
+        free(split[s].narrow);
     }
     return rc;
 }
