@@ -196,10 +196,21 @@ static int hf_export_config(const Flags* f, const GPTConfig* c, HFConfig* out, c
     }
     if (hf_export_arch(out, have_src ? &src : NULL, err, errlen)) return -1;
     char tbuf[PATH_MAX + 32]; // no source config: GPT-2's tokenizer (llm.c's file) gives <|endoftext|> = 50256, as GPT-2's export says
-    if (c->family != FAMILY_GPT2 && !have_src && c->V > 50256 &&
-        !strcmp(tokenizer_for_model(f->tokenizer, TOKENIZER_DEFAULT_PATH, f->model, tbuf, sizeof(tbuf)), TOKENIZER_DEFAULT_PATH)) {
+    const char* tname = tokenizer_for_model(f->tokenizer, TOKENIZER_DEFAULT_PATH, f->model, tbuf, sizeof(tbuf));
+    if (c->family != FAMILY_GPT2 && !have_src && c->V > 50256 && !strcmp(tname, TOKENIZER_DEFAULT_PATH)) {
         snprintf(out->bos, sizeof(out->bos), "50256");
         snprintf(out->eos, sizeof(out->eos), "50256");
+    } else if (c->family != FAMILY_GPT2 && !have_src && tokenizer_is_hf(tname)) { // a tokenizer.json: the BOS and EOS its export names
+        Tokenizer t;
+        char terr[1024];
+        if (tokenizer_init(&t, tname, terr, sizeof(terr)) == 0) { // (a bad one: the export's tokenizer warning says why)
+            int bos, eos;
+            tokenizer_special_ids(&t, &bos, &eos);
+            if (bos < 0) bos = eos; // no BOS (Qwen2): its config.json names the EOS (else LlamaConfig's default, id 1, would stand)
+            if (bos >= 0 && bos < c->V) snprintf(out->bos, sizeof(out->bos), "%d", bos);
+            if (eos >= 0 && eos < c->V) snprintf(out->eos, sizeof(out->eos), "%d", eos);
+            tokenizer_free(&t);
+        }
     }
     return 0;
 }
@@ -645,9 +656,11 @@ static void run_tokenize(const Flags* f) {
     TokenizeStats st;
     if (tokenize_file_to_shards_ex(&tok, f->tokenize, f->out_dir, f->val_every_doc, f->shard_tokens, TOKENIZE_CHUNK_BYTES, &st, err, sizeof(err)))
         die_user("-tokenize: %s", err);
-    printf("tokenized %s (%lld bytes) in %.2f s: train %lld documents, %lld tokens in %d shard(s); val %lld documents, %lld tokens in %d shard(s); prefix %s\n",
+    printf("tokenized %s (%lld bytes) in %.2f s: train %lld documents, %lld tokens in %d shard(s); val %lld documents, %lld tokens in %d shard(s); prefix %s; "
+           "%lld of %lld documents encoded in parallel batches on %d thread(s), the others streamed on one\n",
            f->tokenize, (long long)st.bytes, wall_s() - t0, (long long)st.documents[0], (long long)st.tokens[0], st.shards[0],
-           (long long)st.documents[1], (long long)st.tokens[1], st.shards[1], f->out_dir);
+           (long long)st.documents[1], (long long)st.tokens[1], st.shards[1], f->out_dir, (long long)st.batched,
+           (long long)(st.documents[0] + st.documents[1]), st.threads);
     tokenizer_free(&tok);
 }
 

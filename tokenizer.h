@@ -140,6 +140,7 @@ typedef struct {
                                   //    default); 0: they are plain text (-tokenize; see below)
     int bos_token;                // the post-processor's leading special token (Llama 3's
                                   //    <|begin_of_text|>), -1 when it adds none
+    int export_bos, export_eos;   // the BOS and EOS an export names (tokenizer_special_ids), -1: none
     TokenizerAdded* added;        // (nadded) sorted by first byte, then longest first
     int nadded;
     int added_first[257];         // added[added_first[b] .. added_first[b+1]) start with byte b
@@ -1043,6 +1044,13 @@ static inline int tokenizer_added_cmp(const void* a, const void* b) {
     return 0;
 }
 
+// The id of the added token whose content is name, -1 if there is none.
+static inline int tokenizer_added_id(const TokenizerHF* h, const char* name) {
+    for (int b = 0; b < h->nadded; b++)
+        if (!strcmp(h->added[b].content, name)) return (int)h->added[b].id;
+    return -1;
+}
+
 // Read a tokenizer.json (or the directory holding it) into tok: vocabulary, merges, pipeline.
 // Returns 0, or -1 with a one-line message naming the file and the field, nothing left allocated.
 static inline int tokenizer_init_hf(Tokenizer* tok, const char* path_in, char* err, size_t errlen) {
@@ -1068,7 +1076,7 @@ static inline int tokenizer_init_hf(Tokenizer* tok, const char* path_in, char* e
         free(text);
         return tokenizer_fail(tok, err, errlen, "tokenizer %s: out of memory", path);
     }
-    h->bos_token = -1;
+    h->bos_token = h->export_bos = h->export_eos = -1;
     h->match_specials = 1;
     h->src_json = strdup(path);
     h->src_config = strdup(cfg_path);
@@ -1327,9 +1335,7 @@ static inline int tokenizer_init_hf(Tokenizer* tok, const char* path_in, char* e
     catbuf = NULL;
 #undef HF_FAIL
     // --- the document token: the post-processor's BOS, else "<|endoftext|>", else the config's eos_token
-    tok->eot_token = h->bos_token;
-    for (int b = 0; b < h->nadded && tok->eot_token < 0; b++)
-        if (!strcmp(h->added[b].content, "<|endoftext|>")) tok->eot_token = (int)h->added[b].id;
+    tok->eot_token = h->bos_token >= 0 ? h->bos_token : tokenizer_added_id(h, "<|endoftext|>");
     if (stat(cfg_path, &st) == 0) {
         size_t clen;
         char* ctext = tokenizer_read_file(cfg_path, &clen, err, errlen);
@@ -1344,14 +1350,27 @@ static inline int tokenizer_init_hf(Tokenizer* tok, const char* path_in, char* e
             return tokenizer_fail(tok, err, errlen, "tokenizer config %s: %s", cfg_path, jerr[0] ? jerr : "not a JSON object");
         }
         char name[256];
-        if (tok->eot_token < 0 && tokenizer_config_token(&c, "eos_token", name, sizeof(name))) {
-            for (int b = 0; b < h->nadded; b++)
-                if (!strcmp(h->added[b].content, name)) tok->eot_token = (int)h->added[b].id;
-        }
+        if (tokenizer_config_token(&c, "eos_token", name, sizeof(name))) h->export_eos = tokenizer_added_id(h, name);
+        if (tokenizer_config_token(&c, "bos_token", name, sizeof(name))) h->export_bos = tokenizer_added_id(h, name);
+        if (tok->eot_token < 0) tok->eot_token = h->export_eos;
         json_free(&c);
         free(ctext);
     }
+    // what an export names when the config does not: the post-processor's BOS; Llama 3's
+    // "<|end_of_text|>", else "<|endoftext|>" (GPT-2, Qwen2, SmolLM2) as the EOS
+    if (h->export_bos < 0) h->export_bos = h->bos_token;
+    if (h->export_eos < 0) h->export_eos = tokenizer_added_id(h, "<|end_of_text|>");
+    if (h->export_eos < 0) h->export_eos = tokenizer_added_id(h, "<|endoftext|>");
     return 0;
+}
+
+// The BOS and EOS ids a model exported with tok names (config.json's bos_token_id and
+// eos_token_id, tokenizer_config.json's bos_token and eos_token), -1 where none: for a
+// tokenizer.json, its tokenizer_config.json's bos_token and eos_token, else the post-processor's
+// BOS and the added token "<|end_of_text|>" or "<|endoftext|>"; for llm.c's file, EOT for both.
+static inline void tokenizer_special_ids(const Tokenizer* tok, int* bos, int* eos) {
+    *bos = tok->hf ? tok->hf->export_bos : tok->eot_token;
+    *eos = tok->hf ? tok->hf->export_eos : tok->eot_token;
 }
 
 // -----------------------------------------------------------------------------------------------
@@ -1618,16 +1637,120 @@ static inline int tokenizer_hf_encode_pass(Tokenizer* tok, const unsigned char* 
     return tokenizer_hf_stretch(tok, s + from, n - from, pass, out, nout, cap);
 }
 
+// -----------------------------------------------------------------------------------------------
+// Streaming a tokenizer.json text: safe cuts
+//
+// A long text (a document larger than -tokenize's read buffer) is encoded in parts, cut where
+// encoding the two sides apart gives exactly the ids of encoding them together. A cut at byte c is
+// safe when all of these hold (tokenizer_hf_encode_part looks for the last such c in view):
+//   1. added tokens: every place before c where an added token could start has been looked at with
+//      the longest token's bytes all in view, and none covers c (the scan of
+//      tokenizer_hf_encode_pass then finds the same tokens whether or not the text goes on after
+//      c); with NFC and "normalized" added tokens, also no such token has a prefix that is a tail
+//      of the normalized text before c. Right after an added token is always a safe cut.
+//   2. pre-tokenizer: the character before c is a letter (\p{L}) and the one at c is not. Every
+//      split pattern (GPT-2's, Llama 3's, Qwen2's) ends a piece there whatever follows: a letter
+//      run ends at a non-letter, a contraction ends in a letter, and no alternative looks back past
+//      the start of its piece. Digits cuts only between \p{N} and the rest (at c or not at all).
+//   3. NFC: the character at c is a stable starter (canonical class 0, no canonical decomposition,
+//      never the second of a composition: tokenizer_nfc_stable), so NFC(left + right) = NFC(left)
+//      + NFC(right) (UAX #15), and the letter before c stays a letter (only Hangul V/T jamo compose
+//      backwards, into syllables, which are letters).
+// Both characters must be complete, well-formed UTF-8 in view. Text with no such place (a run of
+// letters only, or of spaces, digits or punctuation only, or bytes that are not UTF-8) is carried
+// whole until one comes: memory grows with the longest such run, as BPE's work arrays do with the
+// longest piece (tok_tokenize_hf_streamed: the same ids at any buffer size, and bounded memory).
+
+// Can a cut go before code point cp without changing NFC? (3. above)
+static inline int tokenizer_nfc_stable(uint32_t cp) {
+    if (cp < NFC_STABLE_BELOW) return 1;
+    if (tokenizer_ccc(cp) != 0 || (cp >= TOKENIZER_HANGUL_L && cp < 0x1200) || (cp >= TOKENIZER_HANGUL_S && cp < TOKENIZER_HANGUL_S + 11172))
+        return 0;
+    int lo = 0, hi = NFC_NDECOMP - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        if (cp < nfc_decomp[mid].cp) hi = mid - 1;
+        else if (cp > nfc_decomp[mid].cp) lo = mid + 1;
+        else return 0;
+    }
+    for (int i = 0; i < NFC_NCOMP; i++)  // (sorted by the first of the pair: a plain search; only for non-letters after letters)
+        if (nfc_comp[i].b == cp) return 0;
+    return 1;
+}
+
+// The last c in (from, hi] with a letter before it and a non-letter at it (2. and 3. above), both
+// complete in s[0..n) and the letter at or after from (the stretch's start); 0 if none.
+static inline size_t tokenizer_hf_last_cut(const TokenizerHF* h, const unsigned char* s, size_t n, size_t from, size_t hi) {
+    for (size_t c = hi; c > from; c--) {
+        if (c >= n || (s[c] >= 0x80 && s[c] < 0xC2)) continue;
+        uint32_t cp;
+        int l = tokenizer_utf8(s + c, n - c, &cp);
+        if (l == 0 || (cp < 0x80 ? tokenizer_char_class(s + c, 1, &l) : tokenizer_unicode_class(cp)) == UC_L) continue;
+        if (h->nfc && !tokenizer_nfc_stable(cp)) continue;
+        size_t k = 1;  // the character before c: its lead byte is the first byte back that is not 10xxxxxx
+        while (k < 4 && c - k > from && s[c - k] >= 0x80 && s[c - k] < 0xC0) k++;
+        uint32_t before;
+        if (c - k < from || tokenizer_utf8(s + c - k, k, &before) != (int)k) continue;
+        int len;
+        if ((before < 0x80 ? tokenizer_char_class(s + c - k, 1, &len) : tokenizer_unicode_class(before)) == UC_L) return c;
+    }
+    return 0;
+}
+
+// Does an added token of this pass (active: see tokenizer_hf_added_at) begin with a tail of s[0..n)?
+static inline int tokenizer_hf_tail_open(const TokenizerHF* h, const unsigned char* s, size_t n, int pass) {
+    for (int a = 0; a < h->nadded; a++) {
+        const TokenizerAdded* t = &h->added[a];
+        if ((t->special && !h->match_specials) || (h->nfc && t->normalized != pass)) continue;
+        for (size_t k = 1; k < t->len && k <= n; k++)
+            if (memcmp(s + n - k, t->content, k) == 0) return 1;
+    }
+    return 0;
+}
+
+// A part of a text that goes on after s[0..n): encode up to the last safe cut (see above), its
+// length in *consumed (0: none in view; the caller reads more). Returns 0 / -1.
+static inline int tokenizer_hf_encode_part(Tokenizer* tok, const unsigned char* s, size_t n, size_t* consumed, uint32_t** out, size_t* nout, size_t* cap) {
+    TokenizerHF* h = tok->hf;
+    size_t maxlen = 0;  // the longest added token matched in the raw text
+    int pass1 = 0;      // any matched in the normalized text?
+    for (int a = 0; a < h->nadded; a++) {
+        const TokenizerAdded* t = &h->added[a];
+        if (t->special && !h->match_specials) continue;
+        if (h->nfc && t->normalized) pass1 = 1;
+        else if (t->len > maxlen) maxlen = t->len;
+    }
+    size_t from = 0, i = maxlen ? 0 : n;  // 1. the added-token scan as far as it is certain
+    while (i < n && i + maxlen <= n) {
+        uint32_t id;
+        size_t l = tokenizer_hf_added_at(h, s + i, n - i, 0, &id);
+        i += l ? l : 1;
+        if (l) from = i;
+    }
+    size_t c = tokenizer_hf_last_cut(h, s, n, from, i < n ? i : n - 1);
+    while (c > from && pass1) {  // NFC with normalized added tokens: none may start in the normalized tail
+        const unsigned char* t;
+        size_t tn;
+        if (tokenizer_nfc(h, s + from, c - from, &t, &tn) != 0) return -1;
+        if (!tokenizer_hf_tail_open(h, t, tn, 1)) break;
+        c = tokenizer_hf_last_cut(h, s, n, from, c - 1);
+    }
+    if (c <= from) c = from;  // none in the open stretch: up to the last added token (0: nothing yet)
+    *consumed = c;
+    return c ? tokenizer_hf_encode_pass(tok, s, c, 0, out, nout, cap) : 0;
+}
+
 // Encode the pieces of text[0..n). final = 1: the text ends at n, everything is encoded.
-// final = 0: more text follows n; only the pieces that end at least TOKENIZER_LOOKAHEAD bytes
-// before n are encoded (no byte past that can change them), and *consumed says how many bytes
-// that was, so the caller carries the rest over. Appends to (*out, *nout, *cap). Returns 0, or -1 if the merges are not loaded or
-// memory ran out.
+// final = 0: more text follows n; only what no later byte can change is encoded, and *consumed
+// says how many bytes that was, so the caller carries the rest over: with llm.c's file, the
+// pieces that end at least TOKENIZER_LOOKAHEAD bytes before n; with a tokenizer.json, up to the
+// last safe cut (above). Appends to (*out, *nout, *cap). Returns 0, or -1 if the merges are not
+// loaded or memory ran out.
 static inline int tokenizer_encode_part(Tokenizer* tok, const unsigned char* text, size_t n, int final, size_t* consumed,
                                         uint32_t** out, size_t* nout, size_t* cap) {
     *consumed = 0;
-    if (tok->hf) {  // a tokenizer.json: whole texts only (its added tokens and NFC are not cut at chunk ends)
-        if (!final) return 0;
+    if (tok->hf) {
+        if (!final) return n ? tokenizer_hf_encode_part(tok, text, n, consumed, out, nout, cap) : 0;
         *consumed = n;
         return tokenizer_hf_encode_pass(tok, text, n, 0, out, nout, cap);
     }
@@ -1672,9 +1795,12 @@ static inline int tokenizer_encode(Tokenizer* tok, const unsigned char* text, si
 // under a final name. A split that gets no document writes no file.
 //
 // Streaming: the input is read in chunks of chunk_bytes; the bytes that might still belong to an
-// unfinished piece (the last TOKENIZER_LOOKAHEAD bytes, and a separator that may be starting) are
-// carried over to the next chunk, so a piece or a separator across a chunk boundary is handled as
-// if the file were read whole. Memory: the chunk, the longest piece, one shard per split.
+// unfinished piece (llm.c's file: the last TOKENIZER_LOOKAHEAD bytes; a tokenizer.json: what
+// follows the last safe cut, see "Streaming a tokenizer.json text") and a separator that may be
+// starting are carried over to the next chunk, so a piece or a separator across a chunk boundary
+// is handled as if the file were read whole. Memory: the chunk, the longest piece (a
+// tokenizer.json: the longest stretch without a safe cut), TOKENIZE_WRITE_IDS ids per split (a
+// shard is written as it fills: tokenize_emit).
 //
 // Errors (a one-line message naming the file; nonzero return; every shard this run had written is
 // removed again): unreadable input, empty input, input with no text but separators, missing or
@@ -1690,13 +1816,21 @@ typedef struct {
     int64_t documents[2];  // [0] train, [1] val
     int64_t tokens[2];     // tokens written, EOTs included
     int shards[2];         // shard files written
+    int64_t batched;       // documents encoded in parallel batches (the others were streamed)
+    int threads;           // the most threads that encoded a batch together (1: none did)
 } TokenizeStats;
+
+#define TOKENIZE_WRITE_IDS ((size_t)1 << 16)  // ids gathered before they go to the open shard file
 
 typedef struct {           // one split's output
     const char* name;      // "train" or "val"
-    uint32_t* toks;        // the shard being filled, at most shard_tokens
+    uint32_t* toks;        // ids not yet in the shard file, at most TOKENIZE_WRITE_IDS
     size_t n, cap;
-    int shards;            // shard files written so far
+    int shards;            // shard files finished (renamed to their names) so far
+    FILE* f;               // the shard being written, under its temporary name tmp; NULL: none open
+    char tmp[4200];
+    int64_t in_shard;      // ids in that shard so far (in the file and in toks)
+    void* narrow;          // (TOKENIZE_WRITE_IDS) uint16 or uint32 ids as the file holds them
 } TokenizeSplit;
 
 static inline void tokenize_shard_path(char* path, size_t cap, const char* prefix, const char* split, int index) {
@@ -1715,29 +1849,76 @@ static inline int tokenize_write_ids(const char* path, const uint32_t* ids, size
     return rc;
 }
 
-// Write the split's buffered tokens as its next shard. Returns 0 / -1 with the message in err.
-static inline int tokenize_flush(TokenizeSplit* s, const char* prefix, uint32_t V, char* err, size_t errlen) {
+// Shards are written as they fill, not held whole: the split's ids go to its open shard file
+// (created under a temporary name with a header that counts no ids yet) TOKENIZE_WRITE_IDS at a
+// time; when the shard holds shard_tokens ids, or at the end, the header gets its count and the
+// file is flushed, fsynced and renamed to its name (the protocol of write_token_shard: no reader
+// ever sees a half-written shard). Memory per split: TOKENIZE_WRITE_IDS ids, not a shard.
+
+// Write the split's gathered ids into its open shard file (opening it first). Returns 0 / -1.
+static inline int tokenize_write_block(TokenizeSplit* s, const char* prefix, uint32_t V, char* err, size_t errlen) {
+    int width = V > 65536 ? 4 : 2;
     char path[4096];
     tokenize_shard_path(path, sizeof(path), prefix, s->name, s->shards);
-    if (tokenize_write_ids(path, s->toks, s->n, V, err, errlen) != 0) return -1;
-    s->shards++;
+    if (!s->f) {
+        snprintf(s->tmp, sizeof(s->tmp), "%s.tmp.%ld", path, (long)getpid());
+        s->f = fopen(s->tmp, "wb");
+        if (!s->f) return tokenize_error(err, errlen, "shard %s: cannot create %s: %s", path, s->tmp, strerror(errno));
+        int32_t header[SHARD_HEADER_INTS] = {0};  // the count comes at the end (tokenize_close_shard)
+        if (fwrite(header, sizeof(header), 1, s->f) != 1) return tokenize_error(err, errlen, "shard %s: cannot write %s: %s", path, s->tmp, strerror(errno));
+    }
+    if (!s->narrow && !(s->narrow = malloc(TOKENIZE_WRITE_IDS * 4))) return tokenize_error(err, errlen, "shard %s: out of memory", path);
+    const void* out = s->toks;
+    if (width == 2) {
+        uint16_t* nw = (uint16_t*)s->narrow;
+        for (size_t i = 0; i < s->n; i++) nw[i] = (uint16_t)s->toks[i];  // every id < V <= 65536
+        out = nw;
+    }
+    if (s->n > 0 && fwrite(out, (size_t)width, s->n, s->f) != s->n) return tokenize_error(err, errlen, "shard %s: cannot write %s: %s", path, s->tmp, strerror(errno));
     s->n = 0;
     return 0;
 }
 
-// Append ids to the split, writing a shard each time one fills up. Returns 0 / -1.
+// Finish the split's open shard: its last ids, the count in its header, flush, fsync, rename.
+static inline int tokenize_close_shard(TokenizeSplit* s, const char* prefix, uint32_t V, char* err, size_t errlen) {
+    if (tokenize_write_block(s, prefix, V, err, errlen) != 0) return -1;
+    char path[4096];
+    tokenize_shard_path(path, sizeof(path), prefix, s->name, s->shards);
+    int32_t head[3] = {V > 65536 ? SHARD_MAGIC32 : SHARD_MAGIC, V > 65536 ? SHARD_VERSION32 : SHARD_VERSION, (int32_t)s->in_shard};
+    int ok = fseek(s->f, 0, SEEK_SET) == 0 && fwrite(head, sizeof(head), 1, s->f) == 1 && fflush(s->f) == 0 && fsync(fileno(s->f)) == 0;
+    int e = errno;
+    if (fclose(s->f) != 0 && ok) {
+        ok = 0;
+        e = errno;
+    }
+    s->f = NULL;
+    if (!ok || rename(s->tmp, path) != 0) {
+        if (ok) e = errno;
+        remove(s->tmp);
+        return tokenize_error(err, errlen, "shard %s: cannot write %s: %s", path, s->tmp, strerror(e));
+    }
+    s->shards++;
+    s->in_shard = 0;
+    return 0;
+}
+
+// Append ids to the split, finishing a shard each time one fills up. Returns 0 / -1.
 static inline int tokenize_emit(TokenizeSplit* s, const uint32_t* ids, size_t n, size_t shard_tokens, const char* prefix,
                                 uint32_t V, char* err, size_t errlen) {
+    if (!s->toks && !(s->toks = (uint32_t*)malloc(TOKENIZE_WRITE_IDS * sizeof(uint32_t))))
+        return tokenize_error(err, errlen, "tokenize %s: out of memory", prefix);
     while (n > 0) {
-        size_t take = shard_tokens - s->n < n ? shard_tokens - s->n : n;
-        if (tokenizer_grow((void**)&s->toks, &s->cap, s->n + take, sizeof(uint32_t)) != 0) {
-            return tokenize_error(err, errlen, "tokenize %s: out of memory for a shard of %zu tokens", prefix, shard_tokens);
-        }
+        size_t take = TOKENIZE_WRITE_IDS - s->n;
+        if ((size_t)s->in_shard + take > shard_tokens) take = shard_tokens - (size_t)s->in_shard;
+        if (take > n) take = n;
         memcpy(s->toks + s->n, ids, take * sizeof(uint32_t));
         s->n += take;
+        s->in_shard += (int64_t)take;
         ids += take;
         n -= take;
-        if (s->n == shard_tokens && tokenize_flush(s, prefix, V, err, errlen) != 0) return -1;
+        if ((size_t)s->in_shard == shard_tokens) {
+            if (tokenize_close_shard(s, prefix, V, err, errlen) != 0) return -1;
+        } else if (s->n == TOKENIZE_WRITE_IDS && tokenize_write_block(s, prefix, V, err, errlen) != 0) return -1;
     }
     return 0;
 }
@@ -1782,12 +1963,17 @@ static inline size_t tokenize_text_limit(const unsigned char* buf, size_t len, i
     return len;
 }
 
-// Parallel encoding: while no document is open, the complete documents waiting in the buffer (up
-// to TOKENIZE_BATCH_DOCS) are encoded at once, one per thread (OpenMP), each thread with its own
+// Parallel encoding: the input is read a chunk per thread at a time; while no document is open,
+// the complete documents waiting in the buffer (up to TOKENIZE_BATCH_DOCS) are encoded at once,
+// one per thread (OpenMP, dynamic schedule), each thread with its own
 // copy of the encoder's work state (TokenizerWorker: the piece cache, BPE arrays, NFC buffers; the
 // vocabulary and merges are shared, read-only), then written in file order: the shards are the
-// same bytes as with one thread. A document longer than what the buffer holds goes the streamed
-// way. Without OpenMP, or with one thread, everything is streamed.
+// same bytes as with one thread. A batch's ids go into the shards (tokenize_emit_batch) on one
+// thread while the others encode the next batch; before anything else is written (a streamed
+// document, the last shards) the batch still pending goes out first. A document longer than
+// what the buffer holds goes the streamed way (one thread, memory bounded as above). Without
+// OpenMP, or with one thread, everything is
+// streamed.
 #define TOKENIZE_BATCH_DOCS 4096
 #ifdef _OPENMP
 #include <omp.h>
@@ -1844,6 +2030,25 @@ typedef struct {
     int rc;
 } TokenizeDoc;
 
+// A batch's documents, in order, into the splits (EOT, then the ids; an empty document skipped):
+// document *ndocs goes to val when val_every says so. Returns 0, or -1 with the message in err.
+static inline int tokenize_emit_batch(const TokenizeDoc* docs, int nd, TokenizeSplit* split, int val_every, int64_t* ndocs, TokenizeStats* stats,
+                                      uint32_t eot, int64_t shard_tokens, const char* out_prefix, uint32_t V, const char* in_path,
+                                      char* err, size_t errlen) {
+    for (int d = 0; d < nd; d++) {
+        if (docs[d].rc != 0) return tokenize_error(err, errlen, "tokenize: input %s: out of memory while encoding", in_path);
+        if (docs[d].len == 0) continue;
+        int which = val_every > 0 && *ndocs % val_every == val_every - 1;
+        (*ndocs)++;
+        stats->documents[which]++;
+        stats->batched++;
+        stats->tokens[which] += (int64_t)docs[d].nids + 1;
+        if (tokenize_emit(&split[which], &eot, 1, (size_t)shard_tokens, out_prefix, V, err, errlen) != 0 ||
+            tokenize_emit(&split[which], docs[d].ids, docs[d].nids, (size_t)shard_tokens, out_prefix, V, err, errlen) != 0) return -1;
+    }
+    return 0;
+}
+
 // The complete documents at the start of b[0..n) (line_start: is b[0] at a line start), at most
 // max of them: their extents in docs. Returns how many.
 static inline int tokenize_find_docs(const unsigned char* b, size_t n, int line_start, int eof, TokenizeDoc* docs, int max) {
@@ -1874,6 +2079,7 @@ static inline int tokenize_file_to_shards_ex(Tokenizer* tok, const char* in_path
     TokenizeStats local;
     if (!stats) stats = &local;
     memset(stats, 0, sizeof(*stats));
+    stats->threads = 1;
     // --- arguments, then the output directory, then the input: fail before writing anything
     if (tok->hf && tok->eot_token < 0) {
         return tokenize_error(err, errlen, "tokenize %s: the tokenizer has no document token: its post-processor adds no BOS, it has "
@@ -1915,7 +2121,10 @@ static inline int tokenize_file_to_shards_ex(Tokenizer* tok, const char* in_path
     }
 
     // --- the stream: buf[at..len) is input not yet encoded, starting inside the current document
-    TokenizeSplit split[2] = {{"train", NULL, 0, 0, 0}, {"val", NULL, 0, 0, 0}};
+    TokenizeSplit split[2];
+    memset(split, 0, sizeof(split));
+    split[0].name = "train";
+    split[1].name = "val";
     unsigned char* buf = NULL;
     size_t at = 0, len = 0, bufcap = 0;
     uint32_t* ids = NULL;    // one pass's ids, then handed to the document's split
@@ -1930,11 +2139,15 @@ static inline int tokenize_file_to_shards_ex(Tokenizer* tok, const char* in_path
     nworkers = omp_get_max_threads();
 #endif
     TokenizerWorker* workers = NULL;
-    TokenizeDoc* docs = NULL;
+    TokenizeDoc* batch[2] = {NULL, NULL};  // (TOKENIZE_BATCH_DOCS) each: the batch being encoded and the one before it
+    int cur = 0, pending = 0;               // batch[cur] is filled next; pending: documents of batch[1 - cur] not yet emitted
+    size_t read_bytes = chunk_bytes;
     if (nworkers > 1) {
+        read_bytes = chunk_bytes * (size_t)nworkers;  // a chunk per thread: documents up to about a chunk still come in batches
         workers = (TokenizerWorker*)calloc((size_t)nworkers, sizeof(TokenizerWorker));
-        docs = (TokenizeDoc*)calloc(TOKENIZE_BATCH_DOCS, sizeof(TokenizeDoc));
-        if (!workers || !docs) nworkers = 1;  // streamed then: slower, not wrong
+        batch[0] = (TokenizeDoc*)calloc(TOKENIZE_BATCH_DOCS, sizeof(TokenizeDoc));
+        batch[1] = (TokenizeDoc*)calloc(TOKENIZE_BATCH_DOCS, sizeof(TokenizeDoc));
+        if (!workers || !batch[0] || !batch[1]) nworkers = 1;  // streamed then: slower, not wrong
         for (int w = 0; nworkers > 1 && w < nworkers; w++) tokenizer_worker_init(&workers[w], tok);
     }
     while (rc == 0) {
@@ -1942,7 +2155,7 @@ static inline int tokenize_file_to_shards_ex(Tokenizer* tok, const char* in_path
             if (at > 0) memmove(buf, buf + at, len - at);
             len -= at;
             at = 0;
-            size_t want = chunk_bytes > len ? chunk_bytes : len;
+            size_t want = read_bytes > len ? read_bytes : len;
             if (tokenizer_grow((void**)&buf, &bufcap, len + want, 1) != 0) {
                 rc = tokenize_error(err, errlen, "tokenize: input %s: out of memory for %zu bytes", in_path, len + want);
                 break;
@@ -1958,40 +2171,58 @@ static inline int tokenize_file_to_shards_ex(Tokenizer* tok, const char* in_path
         }
         if (!in_doc && nworkers > 1) {  // complete documents in buf: a batch, in parallel
             unsigned char* b = buf + at;
+            TokenizeDoc* docs = batch[cur];
             int nd = tokenize_find_docs(b, len - at, line_start, eof, docs, TOKENIZE_BATCH_DOCS);
             if (nd >= 2) {
-                #pragma omp parallel for schedule(dynamic, 1) num_threads(nworkers)
-                for (int d = 0; d < nd; d++) {
-                    int w = 0;
+                int team = 1, emit_rc = 0;
+                #pragma omp parallel num_threads(nworkers)
+                {
+                    // one thread emits the batch before (copies its ids into the shards, writes the
+                    // shards that fill) while the others start on this one: the output's order is
+                    // the file's, and the copying and writing overlap the encoding
+                    #pragma omp single nowait
+                    {
+                        if (pending) emit_rc = tokenize_emit_batch(batch[1 - cur], pending, split, val_every, &ndocs, stats, eot, shard_tokens,
+                                                                   out_prefix, V, in_path, err, errlen);
+                    }
+                    #pragma omp for schedule(dynamic, 1)
+                    for (int d = 0; d < nd; d++) {
+                        int w = 0;
 #ifdef _OPENMP
-                    w = omp_get_thread_num();
+                        w = omp_get_thread_num();
+                        if (d == 0) team = omp_get_num_threads();
 #endif
-                    size_t used;
-                    docs[d].nids = 0;
-                    docs[d].rc = docs[d].len ? tokenizer_encode_part(&workers[w].t, b + docs[d].start, docs[d].len, 1, &used, &docs[d].ids,
-                                                                     &docs[d].nids, &docs[d].cap) : 0;
-                }
-                for (int d = 0; d < nd && rc == 0; d++) {
-                    if (docs[d].rc != 0) {
-                        rc = tokenize_error(err, errlen, "tokenize: input %s: out of memory while encoding", in_path);
-                        break;
-                    }
-                    if (docs[d].len > 0) {  // an empty document is skipped
-                        which = val_every > 0 && ndocs % val_every == val_every - 1;
-                        ndocs++;
-                        stats->documents[which]++;
-                        stats->tokens[which] += (int64_t)docs[d].nids + 1;
-                        if (tokenize_emit(&split[which], &eot, 1, (size_t)shard_tokens, out_prefix, V, err, errlen) != 0 ||
-                            tokenize_emit(&split[which], docs[d].ids, docs[d].nids, (size_t)shard_tokens, out_prefix, V, err, errlen) != 0) rc = -1;
+                        // the ids grow in locals: docs[d] shares cache lines with the documents other
+                        // threads encode, and writing its count at every piece would bounce them
+                        uint32_t* ids_d = docs[d].ids;
+                        size_t used, nids_d = 0, cap_d = docs[d].cap;
+                        int rc_d = docs[d].len ? tokenizer_encode_part(&workers[w].t, b + docs[d].start, docs[d].len, 1, &used, &ids_d, &nids_d, &cap_d) : 0;
+                        docs[d].ids = ids_d;
+                        docs[d].nids = nids_d;
+                        docs[d].cap = cap_d;
+                        docs[d].rc = rc_d;
                     }
                 }
-                if (rc != 0) break;
+                if (team > stats->threads) stats->threads = team;
+                if (emit_rc != 0) {
+                    rc = -1;
+                    break;
+                }
+                pending = nd;
+                cur = 1 - cur;
                 at += docs[nd - 1].next;
                 line_start = buf[at - 1] == '\n';
                 look_again = 0;  // buf holds no complete document now: read on
                 if (eof && at == len) break;
                 continue;
             }
+        }
+        if (pending) {  // the batch before goes out first: what follows comes after it in the file
+            if (tokenize_emit_batch(batch[1 - cur], pending, split, val_every, &ndocs, stats, eot, shard_tokens, out_prefix, V, in_path, err, errlen) != 0) {
+                rc = -1;
+                break;
+            }
+            pending = 0;
         }
         // where this pass stops: the document's end (a separator line, or the end of the input),
         // else before any line at the end of buf that may still turn into a separator
@@ -2028,20 +2259,24 @@ static inline int tokenize_file_to_shards_ex(Tokenizer* tok, const char* in_path
         look_again = found;  // more separators may wait in buf: look before reading
         if (eof && !found) break;
     }
+    if (rc == 0 && pending) rc = tokenize_emit_batch(batch[1 - cur], pending, split, val_every, &ndocs, stats, eot, shard_tokens, out_prefix, V,
+                                                     in_path, err, errlen);
     fclose(f);
     free(buf);
     free(ids);
     for (int w = 0; workers && nworkers > 1 && w < nworkers; w++) tokenizer_worker_free(&workers[w]);
     free(workers);
-    for (int d = 0; docs && d < TOKENIZE_BATCH_DOCS; d++) free(docs[d].ids);
-    free(docs);
+    for (int k = 0; k < 2; k++) {
+        for (int d = 0; batch[k] && d < TOKENIZE_BATCH_DOCS; d++) free(batch[k][d].ids);
+        free(batch[k]);
+    }
     if (tok->hf) tok->hf->match_specials = match_specials;
     if (rc == 0 && stats->bytes == 0) rc = tokenize_error(err, errlen, "tokenize: input %s is empty", in_path);
     if (rc == 0 && ndocs == 0) {
         rc = tokenize_error(err, errlen, "tokenize: input %s has no text, only \"%s\" separator lines", in_path, TOKENIZE_SEPARATOR);
     }
     for (int s = 0; s < 2 && rc == 0; s++) {  // the last, partial shards
-        if (split[s].n > 0 && tokenize_flush(&split[s], out_prefix, V, err, errlen) != 0) rc = -1;
+        if (split[s].in_shard > 0 && tokenize_close_shard(&split[s], out_prefix, V, err, errlen) != 0) rc = -1;
     }
     for (int s = 0; s < 2; s++) {
         if (rc != 0) {  // leave nothing behind: remove the shards this run wrote
@@ -2051,8 +2286,13 @@ static inline int tokenize_file_to_shards_ex(Tokenizer* tok, const char* in_path
                 remove(path);
             }
         }
+        if (split[s].f) {  // a shard left open by an error: its temporary file goes too
+            fclose(split[s].f);
+            remove(split[s].tmp);
+        }
         stats->shards[s] = rc == 0 ? split[s].shards : 0;
         free(split[s].toks);
+        free(split[s].narrow);
     }
     return rc;
 }
@@ -2070,8 +2310,11 @@ static inline int tokenize_file_to_shards(Tokenizer* tok, const char* in_path, c
 // -----------------------------------------------------------------------------------------------
 // Writing the tokenizer beside an exported model (-export-hf), so that transformers'
 // AutoTokenizer.from_pretrained(DIR) loads it:
-//   read from a tokenizer.json: that file and its tokenizer_config.json (if it had one), copied
-//     byte for byte (the pipeline is theirs, we change nothing);
+//   read from a tokenizer.json: that file and its tokenizer_config.json, copied byte for byte
+//     (the pipeline is theirs, we change nothing); without a tokenizer_config.json beside it, one
+//     is written (PreTrainedTokenizerFast, the BOS and EOS of tokenizer_special_ids,
+//     model_max_length = max_T), else transformers would pick the class from config.json's
+//     model_type (LlamaTokenizerFast adds its own "<s>" as a new token);
 //   read from llm.c's file + merges (GPT-2): tokenizer.json (byte-level BPE as GPT-2's own:
 //     ByteLevel pre-tokenizer and decoder, the vocabulary spelled in GPT-2's byte-to-unicode
 //     alphabet, merges in rank order, "<|endoftext|>" as a special added token), vocab.json and
@@ -2112,6 +2355,18 @@ static inline void tokenizer_text(TokenizerText* t, const char* fmt, ...) {
     }
 }
 
+// s[0..n) (UTF-8) as a JSON string, quotes included.
+static inline void tokenizer_json_string(TokenizerText* t, const char* s, size_t n) {
+    tokenizer_text(t, "\"");
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') tokenizer_text(t, "\\%c", c);
+        else if (c < 0x20) tokenizer_text(t, "\\u%04x", c);
+        else tokenizer_text(t, "%c", c);
+    }
+    tokenizer_text(t, "\"");
+}
+
 // Token id's spelling in the byte-level alphabet, JSON-escaped, into out (room for 8 per byte + 1).
 static inline void tokenizer_spell_json(const Tokenizer* tok, uint32_t id, char* out) {
     size_t o = 0;
@@ -2141,7 +2396,25 @@ static inline int tokenizer_write_hf(const Tokenizer* tok, const char* dir, int 
         struct stat st;
         if (tok->hf->src_config && stat(tok->hf->src_config, &st) == 0)
             return tokenizer_copy_file(tok->hf->src_config, dir, "tokenizer_config.json", err, errlen);
-        return 0;
+        // no tokenizer_config.json: without one, AutoTokenizer takes the class from config.json's
+        // model_type (LlamaTokenizerFast for a Llama), which adds its own "<s>" BOS as a new token;
+        // PreTrainedTokenizerFast runs tokenizer.json as it is (its post-processor adds the BOS)
+        TokenizerText cfg = {NULL, 0, 0, 0};
+        int ids[2];
+        tokenizer_special_ids(tok, &ids[0], &ids[1]);
+        tokenizer_text(&cfg, "{\"tokenizer_class\": \"PreTrainedTokenizerFast\"");
+        const char* keys[2] = {"bos_token", "eos_token"};
+        for (int k = 0; k < 2; k++) {
+            tokenizer_text(&cfg, ", \"%s\": ", keys[k]);
+            if (ids[k] < 0) tokenizer_text(&cfg, "null");
+            for (int a = 0; ids[k] >= 0 && a < tok->hf->nadded; a++)
+                if ((int)tok->hf->added[a].id == ids[k]) tokenizer_json_string(&cfg, tok->hf->added[a].content, tok->hf->added[a].len);
+        }
+        tokenizer_text(&cfg, ", \"model_max_length\": %d, \"clean_up_tokenization_spaces\": false}\n", max_T);
+        int rc = cfg.oom ? tokenize_error(err, errlen, "tokenizer: out of memory writing tokenizer_config.json")
+                         : tokenizer_put_file(dir, "tokenizer_config.json", cfg.s, cfg.n, err, errlen);
+        free(cfg.s);
+        return rc;
     }
     const TokenizerEncoder* e = &tok->enc;
     if (!tok->token_table || e->nmerges == 0 || tok->eot_token < 0)

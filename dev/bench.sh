@@ -144,21 +144,28 @@ TPY=${ZT_TIKTOKEN_PYTHON:-python3}
 if "$TPY" -c 'import tiktoken, tokenizers' 2>/dev/null; then
     "$TPY" dev/bench_tokenize.py prepare "$tmp/tok"
     bytes=$(stat -c %s "$tmp/tok/kjv.txt")
-    ours() {  # best of 3, MB/s, from the wall time of -tokenize
-        local best=""
+    ours() {  # best of 3: "MB/s (from the wall time of -tokenize) CPU-seconds (user + sys of that run)"
+        local best="" cpu="" TIMEFORMAT='%R %U %S'
         for _ in 1 2 3; do
-            local t0 t1
-            t0=$(date +%s.%N); ./train_cpu -tokenize "$tmp/tok/kjv.txt" "$@" -o "$tmp/tok/out" > /dev/null; t1=$(date +%s.%N)
-            best=$(awk -v a="$t0" -v b="$t1" -v p="$best" 'BEGIN {d = b - a; print (p == "" || d < p) ? d : p}')
+            local t
+            t=$( { time ./train_cpu -tokenize "$tmp/tok/kjv.txt" "$@" -o "$tmp/tok/out" > /dev/null; } 2>&1 | tail -1)
+            read -r w u s <<< "$t"
+            if [ -z "$best" ] || awk -v a="$w" -v b="$best" 'BEGIN {exit !(a < b)}'; then best=$w; cpu=$(awk -v u="$u" -v s="$s" 'BEGIN {print u + s}'); fi
         done
-        awk -v n="$bytes" -v t="$best" 'BEGIN {printf "%.2f", n / t / 1e6}'
+        awk -v n="$bytes" -v t="$best" -v c="$cpu" 'BEGIN {printf "%.2f %.3f", n / t / 1e6, c}'
     }
-    o1=$(OMP_NUM_THREADS=1 ours)
-    o2=$(OMP_NUM_THREADS=1 ours -tokenizer "$tmp/tok/gpt2")
-    oN=$(ours)
+    echo "   load average before: $(cut -d' ' -f1-3 /proc/loadavg) on $THREADS cores (a busy machine muddies the thread ratio)"
+    read -r o1 c1 <<< "$(OMP_NUM_THREADS=1 ours)"
+    read -r oN cN <<< "$(ours)"
+    read -r o2 c2 <<< "$(OMP_NUM_THREADS=1 ours -tokenizer "$tmp/tok/gpt2")"
+    read -r o2N c2N <<< "$(ours -tokenizer "$tmp/tok/gpt2")"
+    echo "   load average after ours: $(cut -d' ' -f1-3 /proc/loadavg)"
+    ./train_cpu -tokenize "$tmp/tok/kjv.txt" -o "$tmp/tok/out" | grep -o '[0-9]* of [0-9]* documents encoded in parallel batches on [0-9]* thread(s)' | sed 's/^/   /'
+    awk -v a="$o1" -v b="$oN" -v c="$o2" -v d="$o2N" -v t="$THREADS" 'BEGIN {printf "   parallel speed-up (wall), %d threads against 1: llm.c file %.2fx, tokenizer.json %.2fx\n", t, b / a, d / c}'
+    awk -v a="$c1" -v b="$cN" -v c="$c2" -v d="$c2N" -v t="$THREADS" 'BEGIN {printf "   CPU seconds, %d threads against 1 (work added by going parallel, spin-waiting included): llm.c file %.2fx (%.2f s / %.2f s), tokenizer.json %.2fx\n", t, b / a, b, a, d / c}'
     printf "   %-52s %8s %14s\n" "encoder" "MB/s" "ours (1 thr) vs"
     for row in "ours, llm.c file + merges (1 thread):$o1" "ours, GPT-2 tokenizer.json (1 thread):$o2" \
-               "ours, llm.c file + merges ($THREADS threads):$oN" \
+               "ours, llm.c file + merges ($THREADS threads):$oN" "ours, GPT-2 tokenizer.json ($THREADS threads):$o2N" \
                "tiktoken 0.14 encode_ordinary (1 thread):$("$TPY" dev/bench_tokenize.py time "$tmp/tok" tiktoken1)" \
                "tokenizers 0.21 encode_batch (1 thread):$("$TPY" dev/bench_tokenize.py time "$tmp/tok" tokenizers1)" \
                "tokenizers 0.21 encode_batch ($THREADS threads):$("$TPY" dev/bench_tokenize.py time "$tmp/tok" tokenizersN)"; do

@@ -164,6 +164,16 @@ static void fuzz_hf_encode(Tokenizer* tok, const uint8_t* text, size_t n, int ro
         at += (size_t)len;
     }
     if (round_trip && at != n) abort();
+    // streamed (tokenizer_hf_encode_part): encoding up to a safe cut before each of a few places
+    // and then the rest gives the same ids
+    for (size_t cut = n / 3; cut <= n; cut += n / 3 + 1) {
+        uint32_t* parts = NULL;
+        size_t nparts = 0, pcap = 0, consumed = 0, rest = 0;
+        if (tokenizer_encode_part(tok, text, cut, 0, &consumed, &parts, &nparts, &pcap) != 0 || consumed > cut) abort();
+        if (tokenizer_encode_part(tok, text + consumed, n - consumed, 1, &rest, &parts, &nparts, &pcap) != 0) abort();
+        if (nparts != nids || (nids && memcmp(parts, ids, nids * sizeof(uint32_t)))) abort();
+        free(parts);
+    }
     free(ids);
 }
 

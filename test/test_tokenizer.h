@@ -919,8 +919,10 @@ TEST(tok_tokenize_kjv_file) {
 }
 
 // Documents encoded in parallel (OpenMP, one worker per thread) give the same shards, byte for
-// byte, as one thread: the KJV chapters at 1 and 4 threads, with a 1 MiB chunk (whole batches)
-// and a 4093-byte one (batches mixed with streamed documents).
+// byte, as one thread: the KJV's 1,189 chapters (and some empty documents) at 1 and 2 threads,
+// with llm.c's GPT-2 file and a 1 MiB chunk (every document in a batch: the stats must say so, two
+// threads in the team) and a 4093-byte one (batches mixed with streamed documents), and with a
+// tokenizer.json (the fuzz corpus's Llama 3 kind: every 4th chapter) and a 1 MiB chunk.
 TEST(tok_tokenize_parallel_same) {
 #ifndef _OPENMP
     TEST_SKIP("built without OpenMP: -tokenize runs on one thread");
@@ -931,43 +933,211 @@ TEST(tok_tokenize_parallel_same) {
         if (tok) tok_kjv_free(&k);
         return;
     }
-    char in[700], err[1024] = "";
-    tok_path(in, sizeof(in), "kjv_par.txt");
-    FILE* f = fopen(in, "wb");
-    CHECK(f != NULL);
-    for (int i = 0; f && i < k.ndocs; i++) {
-        if (i > 0) fputs(i % 7 ? "<|endoftext|>\n" : "<|endoftext|>\n<|endoftext|>\n", f);  // some empty documents too
-        CHECK(fwrite(k.docs[i].text, 1, k.docs[i].len, f) == k.docs[i].len);
+    char ins[2][700], err[1024] = "";
+    int ndocs[2] = {k.ndocs, 0};
+    for (int kind = 0; kind < 2; kind++) {  // all chapters; every 4th for the (slower) tokenizer.json
+        tok_path(ins[kind], sizeof(ins[kind]), kind ? "kjv_par4.txt" : "kjv_par.txt");
+        FILE* f = fopen(ins[kind], "wb");
+        CHECK(f != NULL);
+        for (int i = 0; f && i < k.ndocs; i += kind ? 4 : 1) {
+            if (i > 0) fputs(i % 7 ? "<|endoftext|>\n" : "<|endoftext|>\n<|endoftext|>\n", f);  // some empty documents too
+            CHECK(fwrite(k.docs[i].text, 1, k.docs[i].len, f) == k.docs[i].len);
+            if (kind) ndocs[1]++;
+        }
+        if (f) fclose(f);
     }
-    if (f) fclose(f);
     tok_kjv_free(&k);
+    Tokenizer hf;
+    CHECKF(tokenizer_init(&hf, "test/fuzz_corpus/hfjson/llama3.json", err, sizeof(err)) == 0, "%s", err);
     int saved = omp_get_max_threads();
     const size_t chunks[2] = {TOKENIZE_CHUNK_BYTES, 4093};
-    for (int c = 0; c < 2; c++) {
-        unsigned char* shard[2][2] = {{NULL, NULL}, {NULL, NULL}};
-        size_t size[2][2] = {{0, 0}, {0, 0}};
-        for (int t = 0; t < 2; t++) {
-            char prefix[700];
-            snprintf(prefix, sizeof(prefix), "%s/par_%d", test_tmpdir(), t);
-            omp_set_num_threads(t ? 4 : 1);
-            TokenizeStats st;
-            CHECKF(tokenize_file_to_shards_ex(tok, in, prefix, 20, 300000, chunks[c], &st, err, sizeof(err)) == 0, "%s", err);
-            for (int s = 0; s < 2; s++) {
-                char path[800];
-                snprintf(path, sizeof(path), "%s_%s_000000.bin", prefix, s ? "val" : "train");
-                shard[t][s] = tok_read_file(path, &size[t][s]);
+    for (int kind = 0; kind < 2 && hf.hf; kind++) {
+        Tokenizer* t = kind ? &hf : tok;
+        for (int c = 0; c < 2 - kind; c++) {  // (the tokenizer.json at the 1 MiB chunk only: its path past the batch is the same)
+            unsigned char* shard[2][2] = {{NULL, NULL}, {NULL, NULL}};
+            size_t size[2][2] = {{0, 0}, {0, 0}};
+            TokenizeStats st[2];
+            for (int th = 0; th < 2; th++) {
+                char prefix[700];
+                snprintf(prefix, sizeof(prefix), "%s/par_%d", test_tmpdir(), th);
+                omp_set_num_threads(th + 1);
+                CHECKF(tokenize_file_to_shards_ex(t, ins[kind], prefix, 20, 300000, chunks[c], &st[th], err, sizeof(err)) == 0, "%s", err);
+                for (int s = 0; s < 2; s++) {
+                    char path[800];
+                    snprintf(path, sizeof(path), "%s_%s_000000.bin", prefix, s ? "val" : "train");
+                    shard[th][s] = tok_read_file(path, &size[th][s]);
+                    remove(path);
+                }
             }
-        }
-        for (int s = 0; s < 2; s++) {
-            CHECKF(shard[0][s] && shard[1][s] && size[0][s] == size[1][s] && memcmp(shard[0][s], shard[1][s], size[0][s]) == 0,
-                   "chunk %zu: the %s shard differs between 1 and 4 threads", chunks[c], s ? "val" : "train");
-            free(shard[0][s]);
-            free(shard[1][s]);
+            const char* name = kind ? "tokenizer.json (Llama 3 kind)" : "llm.c's GPT-2 file";
+            for (int s = 0; s < 2; s++) {
+                CHECKF(shard[0][s] && shard[1][s] && size[0][s] == size[1][s] && memcmp(shard[0][s], shard[1][s], size[0][s]) == 0,
+                       "%s, chunk %zu: the %s shard differs between 1 and 2 threads", name, chunks[c], s ? "val" : "train");
+                free(shard[0][s]);
+                free(shard[1][s]);
+            }
+            int64_t docs = st[1].documents[0] + st[1].documents[1];
+            CHECKF(docs == ndocs[kind] && st[0].batched == 0 && st[0].threads == 1 && st[1].threads == 2 &&
+                   (c == 0 ? st[1].batched == docs : st[1].batched > 0 && st[1].batched < docs),
+                   "%s, chunk %zu: %lld documents, %lld of them in parallel batches on %d threads (1 thread: %lld on %d)", name, chunks[c],
+                   (long long)docs, (long long)st[1].batched, st[1].threads, (long long)st[0].batched, st[0].threads);
+            printf("    %s, chunk %zu: the same shards at 1 and 2 threads; %lld of %lld documents encoded in parallel batches\n", name, chunks[c],
+                   (long long)st[1].batched, (long long)docs);
         }
     }
+    tokenizer_free(&hf);
     omp_set_num_threads(saved);
-    remove(in);
+    remove(ins[0]);
+    remove(ins[1]);
 #endif
+}
+
+// Streaming a tokenizer.json text (tokenizer_hf_encode_part): at every cut of a random text,
+// encoding text[0..cut) as "more follows" and then the rest gives the ids of the whole text, for
+// each kind of the fuzz corpus (GPT-2, Llama 3, Qwen2 with NFC and a normalized added token,
+// SmolLM2 with Digits), special tokens matched and not; and the carried part stays short (the
+// text has a cut, a letter before a non-letter, every few atoms).
+static const char* const tok_hf_atoms[] = {
+    "The", " word", " don't", "'RE", "'S", "'\xC5\xBF", "ll", "\xC3\xA9t\xC3\xA9", "e\xCC\x81", "e\xCC\x81\xCC\xA3", "\xE1\x84\x80\xE1\x85\xA1",
+    "\xEA\xB0\x80\xE1\x86\xA8", "\xE4\xB8\xAD\xE6\x96\x87", "\xE3\x80\x82", "\xF0\x9F\x98\x80", "\xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD", "123", "4567",
+    "\xD9\xA3\xD9\xA4", " ", "  ", "\n", "\n\n", "\t", "\r\n", "!", "?!", "(", "\xFF", "\xE2\x82", "\xCC\x81", "\xC2\xA0", "\xE2\x80\x8B",
+    "\xE3\x80\x80", "<|endoftext|>", "<|begin_of_text|>", "<|im_start|>", "<think>", "<thi", "nk>", "<|begin_of", "_text|>", "<|",
+    "\xE2\x89\xA0", "=\xCC\xB8", "a\xE0\xA4\xBE", "\xE0\xA4\x95\xE0\xA5\x8D",
+};
+
+TEST(tok_hf_encode_part_every_cut) {
+    const char* kinds[4] = {"gpt2", "llama3", "qwen2", "smollm2"};
+    uint64_t seed = 4242;
+    size_t n = 0;
+    unsigned char* text = (unsigned char*)malloc(1800);
+    while (n < 1500) {
+        uint64_t r = tok_rand(&seed);
+        const char* a = tok_hf_atoms[(r >> 8) % (sizeof(tok_hf_atoms) / sizeof(tok_hf_atoms[0]))];
+        memcpy(text + n, a, strlen(a));
+        n += strlen(a);
+    }
+    for (int k = 0; k < 4; k++) {
+        char path[200], err[1024];
+        snprintf(path, sizeof(path), "test/fuzz_corpus/hfjson/%s.json", kinds[k]);
+        Tokenizer tok;
+        CHECKF(tokenizer_init(&tok, path, err, sizeof(err)) == 0, "%s", err);
+        if (!tok.hf) continue;
+        for (int m = 0; m < 2; m++) {
+            tok.hf->match_specials = m;
+            uint32_t *whole, *ids = NULL;
+            size_t nwhole = tok_encode(&tok, text, n, &whole), nids = 0, cap = 0, carried = 0;
+            int bad = 0;
+            for (size_t cut = 0; cut <= n; cut++) {
+                size_t used = 0;
+                nids = 0;
+                CHECK(tokenizer_encode_part(&tok, text, cut, 0, &used, &ids, &nids, &cap) == 0);
+                CHECK(tokenizer_encode(&tok, text + used, n - used, &ids, &nids, &cap) == 0);
+                if (used > cut || nids != nwhole || memcmp(ids, whole, nids * sizeof(uint32_t)) != 0) {
+                    if (bad++ < 3) CHECKF(0, "%s (specials %s): cut at %zu (encoded up to %zu): ids differ from the whole text's", kinds[k],
+                                         m ? "matched" : "as text", cut, used);
+                }
+                if (cut - used > carried) carried = cut - used;
+            }
+            CHECKF(bad == 0 && carried < 100, "%s: %d of %zu cuts differ; at most %zu bytes carried", kinds[k], bad, n + 1, carried);
+            printf("    %s, special tokens %s: every cut of %zu bytes gives the whole text's %zu ids; at most %zu bytes carried\n", kinds[k], m ? "matched" : "as text", n, nwhole, carried);
+            free(whole);
+            free(ids);
+        }
+        tokenizer_free(&tok);
+    }
+    free(text);
+}
+
+// A document larger than -tokenize's buffer, through a tokenizer.json: the KJV's chapters joined
+// by "\n" (one 4.3 MB document, no separator) through GPT-2 written as tokenizer.json, with a
+// 4093-byte buffer, gives byte for byte the shard of llm.c's GPT-2 file (tiktoken's ids); and in a
+// child, the same document four times over (17 MB) with a 1 MiB buffer, into one shard, raises the
+// peak resident memory (VmHWM) by less than 12 MB (read whole, the text and its ids alone would
+// take 35 MB; the shard is written as it fills, not held).
+TEST(tok_tokenize_hf_streamed) {
+    Tokenizer* g = tok_gpt2();
+    TokKjv k;
+    if (!g || tok_kjv_load(g, &k) != 0) {
+        if (g) tok_kjv_free(&k);
+        return;
+    }
+    char dir[700], in[700], big[700], pa[700], pb[700], err[1024] = "";
+    tok_path(dir, sizeof(dir), "stream_gpt2_json");
+    tok_path(in, sizeof(in), "stream_doc.txt");
+    tok_path(big, sizeof(big), "stream_doc4.txt");
+    tok_path(pa, sizeof(pa), "stream_ours");
+    tok_path(pb, sizeof(pb), "stream_llmc");
+    mkdir(dir, 0755);
+    CHECKF(tokenizer_write_hf(g, dir, 1024, err, sizeof(err)) == 0, "%s", err);
+    FILE* f = fopen(in, "wb");
+    FILE* f4 = fopen(big, "wb");
+    CHECK(f && f4);
+    for (int r = 0; f && f4 && r < 4; r++)
+        for (int i = 0; i < k.ndocs; i++) {
+            if (r == 0) CHECK(fwrite(k.docs[i].text, 1, k.docs[i].len, f) == k.docs[i].len && fputc('\n', f) == '\n');
+            CHECK(fwrite(k.docs[i].text, 1, k.docs[i].len, f4) == k.docs[i].len && fputc('\n', f4) == '\n');
+        }
+    if (f) fclose(f);
+    if (f4) fclose(f4);
+    tok_kjv_free(&k);
+    Tokenizer h;
+    CHECKF(tokenizer_init(&h, dir, err, sizeof(err)) == 0, "%s", err);
+    if (!h.hf) return;
+    TokenizeStats st;
+    CHECKF(tokenize_file_to_shards_ex(&h, in, pa, 0, 100000000, 4093, &st, err, sizeof(err)) == 0, "%s", err);
+    CHECK(st.documents[0] == 1 && st.bytes > 4000000);
+    CHECKF(tokenize_file_to_shards(g, in, pb, 0, 100000000, err, sizeof(err)) == 0, "%s", err);
+    char a[800], b[800];
+    snprintf(a, sizeof(a), "%s_train_000000.bin", pa);
+    snprintf(b, sizeof(b), "%s_train_000000.bin", pb);
+    size_t na = 0, nb = 0;
+    unsigned char* x = tok_read_file(a, &na);
+    unsigned char* y = tok_read_file(b, &nb);
+    CHECKF(x && y && na == nb && memcmp(x, y, na) == 0, "one %lld-byte document through tokenizer.json with a 4093-byte buffer: %zu shard bytes, "
+           "llm.c's file %zu, %s", (long long)st.bytes, na, nb, x && y && na == nb ? "different ids" : "different lengths");
+    printf("    one %.1f MB document, 4093-byte buffer: %lld ids, the same as llm.c's GPT-2 file + merges\n", st.bytes / 1e6, (long long)st.tokens[0]);
+    free(x);
+    free(y);
+    remove(a);
+    remove(b);
+    // the peak memory, measured in a child (one thread: a single document is never in a batch)
+    typedef struct { int rc; long rss_kb, hwm_kb; long long bytes, tokens; int shards; } Measured;
+    int fd[2];
+    CHECK(pipe(fd) == 0);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        Measured m = {-1, 0, 0, 0, 0, 0};
+        TokenizeStats s4;
+        char e2[512];
+        m.rss_kb = tok_status_kb("VmRSS:");
+        m.rc = tokenize_file_to_shards_ex(&h, big, pa, 0, 100000000, TOKENIZE_CHUNK_BYTES, &s4, e2, sizeof(e2));
+        m.hwm_kb = tok_status_kb("VmHWM:");
+        m.bytes = s4.bytes;
+        m.tokens = s4.tokens[0];
+        m.shards = s4.shards[0];
+        ssize_t w = write(fd[1], &m, sizeof(m));
+        _exit(w == (ssize_t)sizeof(m) ? 0 : 1);
+    }
+    close(fd[1]);
+    Measured m;
+    memset(&m, 0, sizeof(m));
+    ssize_t r = pid > 0 ? read(fd[0], &m, sizeof(m)) : -1;
+    close(fd[0]);
+    int status = 0;
+    if (pid > 0) waitpid(pid, &status, 0);
+    CHECKF(pid > 0 && r == (ssize_t)sizeof(m) && WIFEXITED(status) && WEXITSTATUS(status) == 0 && m.rc == 0, "the measuring child failed");
+    double grew = (m.hwm_kb - m.rss_kb) / 1024.0;
+    printf("    one %.1f MB document (%lld ids, %d shard), 1 MiB buffer: VmHWM %.1f MB above VmRSS at the start\n", m.bytes / 1e6,
+           m.tokens, m.shards, grew);
+    CHECKF(m.bytes > 16000000 && m.shards == 1 && grew < 12.0, "peak memory grew by %.1f MB for a %lld-byte document (bound 12 MB)", grew, m.bytes);
+    for (int i = 0; i < m.shards; i++) {
+        snprintf(a, sizeof(a), "%s_train_%06d.bin", pa, i);
+        remove(a);
+    }
+    remove(in);
+    remove(big);
+    tokenizer_free(&h);
 }
 
 // Every error: a one-line message naming the file or directory, nonzero return, and no file
@@ -1528,6 +1698,136 @@ TEST(tok_hf_export_gpt2) {
     }
     tokenizer_free(&h2);
     CHECK(ncase > 20);
+}
+
+// -export-hf of a Llama-family model run with a Llama 3-style tokenizer.json, and with a Qwen2-style
+// one (NFC): the fixtures of dev/hf_tokenizer_fixtures.py (llama3: Split + ByteLevel(use_regex
+// false), ignore_merges, special added tokens, TemplateProcessing BOS, V = 70,500; qwen2: NFC, the
+// merges in pair form), each given as tokenizer.json alone (no tokenizer_config.json beside it, as a
+// user may bring one). The trainer (-e llama-tiny with the tokenizer's vocabulary, one step) writes
+// tokenizer.json + tokenizer_config.json beside the weights; dev/hf_tokenizer_export_check.py
+// (transformers 4.47.1, $ZT_HF_PYTHON) loads the directory with AutoTokenizer and
+// AutoModelForCausalLM: its ids on the KJV (special tokens as text, as -tokenize; Llama 3 only, the
+// KJV gives NFC nothing to do) equal our -tokenize of the KJV through the exported directory,
+// its ids on the hard cases equal ours
+// (the post-processor's BOS first), and config.json's bos/eos_token_id are the tokenizer's.
+TEST(tok_hf_export_llama3) {
+    const char* py = getenv("ZT_HF_PYTHON") && *getenv("ZT_HF_PYTHON") ? getenv("ZT_HF_PYTHON") : "python3";
+    char probe[1200];
+    snprintf(probe, sizeof(probe), "%s -c 'import transformers, torch, safetensors' 2>/dev/null", py);
+    if (test_run_cmd(probe, NULL, 0) != 0) TEST_SKIP("needs a python with transformers (ZT_HF_PYTHON; .ci/run makes a venv: transformers==4.47.1)");
+    int skip;
+    const char* fx = tok_hf_fixtures(&skip);
+    if (skip) TEST_SKIP("needs a python with tokenizers for the fixtures (ZT_TOKENIZERS_PYTHON or ZT_TIKTOKEN_PYTHON; .ci/run installs tokenizers==0.21.0)");
+    if (!fx) return;
+    char self[PATH_MAX];  // this binary, run as the trainer
+    ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    CHECK(sl > 0);
+    if (sl <= 0) return;
+    self[sl] = 0;
+    static const struct { const char* kind; uint32_t V; const char* eos; } kinds[] = {{"llama3", 70500, "<|end_of_text|>"}, {"qwen2", 6000, "<|endoftext|>"}};
+    char pycmd[8000], kjv[700], err[1024] = "";
+    static char out[1 << 16];
+    tok_path(kjv, sizeof(kjv), "hf_kjv.txt");
+    snprintf(pycmd, sizeof(pycmd), "%s dev/hf_tokenizer_export_check.py test/fixtures/hf_hard_cases.txt", py);
+    int exported[2] = {0, 0};
+    for (int k = 0; k < 2; k++) {
+        char src[700], dir[700], shard[700], cmd[6000], path[900];
+        snprintf(src, sizeof(src), "%s/export_src_%s", test_tmpdir(), kinds[k].kind);
+        snprintf(dir, sizeof(dir), "%s/export_%s", test_tmpdir(), kinds[k].kind);
+        snprintf(shard, sizeof(shard), "%s/export_train_%s.bin", test_tmpdir(), kinds[k].kind);
+        snprintf(cmd, sizeof(cmd), "rm -rf %s %s && mkdir -p %s && cp %s/%s/tokenizer.json %s/", src, dir, src, fx, kinds[k].kind, src);
+        CHECK(test_run_cmd(cmd, NULL, 0) == 0);
+        uint16_t toks[256];  // a training shard: KJV ids modulo the vocabulary
+        FILE* f = fopen("data/kjv_val.bin", "rb");
+        CHECK(f && fseek(f, 1024, SEEK_SET) == 0 && fread(toks, 2, 256, f) == 256);
+        if (f) fclose(f);
+        for (int i = 0; i < 256; i++) toks[i] = (uint16_t)(toks[i] % kinds[k].V);
+        CHECK(write_token_shard(shard, toks, 256, err, sizeof(err)) == 0);
+        snprintf(cmd, sizeof(cmd), "OMP_NUM_THREADS=2 %s --train -device cpu -e llama-tiny -layers 1 -vocab %u -tokenizer %s/tokenizer.json -i %s -j '' "
+                 "-b 1 -t 32 -x 1 -v 0 -s 0 -export-dtype bf16 -export-hf %s 2>&1", self, kinds[k].V, src, shard, dir);
+        int rc = test_run_cmd(cmd, out, sizeof(out));
+        CHECKF(rc == 0 && !strstr(out, "warning: -export-hf"), "%s: training and -export-hf failed or warned:\n%s", kinds[k].kind, out);
+        if (rc != 0) continue;
+        // the generated tokenizer_config.json names the tokenizer's own BOS and EOS
+        snprintf(path, sizeof(path), "%s/tokenizer_config.json", dir);
+        size_t n = 0;
+        char* cfg = (char*)tok_read_file(path, &n);
+        CHECKF(cfg != NULL, "%s: no tokenizer_config.json written", kinds[k].kind);
+        if (!cfg) continue;
+        cfg[n] = 0;
+        char want[300];
+        snprintf(want, sizeof(want), "\"eos_token\": \"%s\"", kinds[k].eos);
+        CHECKF(strstr(cfg, "\"tokenizer_class\": \"PreTrainedTokenizerFast\"") && strstr(cfg, want) &&
+               strstr(cfg, k == 0 ? "\"bos_token\": \"<|begin_of_text|>\"" : "\"bos_token\": null"), "%s: tokenizer_config.json: %s", kinds[k].kind, cfg);
+        free(cfg);
+        snprintf(pycmd + strlen(pycmd), sizeof(pycmd) - strlen(pycmd), " %s %s/export_theirs_%s %s", dir, test_tmpdir(), kinds[k].kind, k == 0 ? kjv : "-");
+        exported[k] = 1;
+    }
+    if (!exported[0] || !exported[1]) return;
+    // transformers' ids, both directories in one python start
+    strncat(pycmd, " 2>&1", sizeof(pycmd) - strlen(pycmd) - 1);
+    double t0 = test_now_s();
+    int rc = test_run_cmd(pycmd, out, sizeof(out));
+    CHECKF(rc == 0, "dev/hf_tokenizer_export_check.py failed:\n%s", out);
+    if (rc != 0) return;
+    printf("    transformers (%.1f s):\n%s", test_now_s() - t0, out);
+    for (int k = 0; k < 2; k++) {
+        char dir[700], prefix[700], path[900];
+        snprintf(dir, sizeof(dir), "%s/export_%s", test_tmpdir(), kinds[k].kind);
+        snprintf(prefix, sizeof(prefix), "%s/export_ours_%s", test_tmpdir(), kinds[k].kind);
+        // ours: the KJV through -tokenize with the exported directory as the tokenizer (Llama 3 only:
+        // the KJV is ASCII, Qwen2's NFC has nothing to do there; its hard cases have)
+        Tokenizer tok;
+        CHECKF(tokenizer_init(&tok, dir, err, sizeof(err)) == 0, "%s: %s", kinds[k].kind, err);
+        if (!tok.hf) continue;
+        if (k == 0) {
+            size_t ngot = 0, nwant = 0;
+            CHECK(tokenize_file_to_shards(&tok, kjv, prefix, 0, 100000000, err, sizeof(err)) == 0);
+            snprintf(path, sizeof(path), "%s_train_000000.bin", prefix);
+            uint32_t* got = tok_read_shard(path, &ngot);
+            remove(path);
+            snprintf(path, sizeof(path), "%s/export_theirs_%s.kjv", test_tmpdir(), kinds[k].kind);
+            uint32_t* theirs = (uint32_t*)tok_read_file(path, &nwant);
+            nwant /= 4;
+            size_t i = 0;
+            while (got && theirs && i < ngot && i < nwant && got[i] == theirs[i]) i++;
+            CHECKF(got && theirs && ngot == nwant && i == ngot && ngot > 1000000, "%s: KJV: ours %zu ids, transformers %zu; first difference at %zu",
+                   kinds[k].kind, ngot, nwant, i);
+            printf("    %s: KJV through -tokenize: %zu ids, transformers' the same\n", kinds[k].kind, ngot);
+            free(got);
+            free(theirs);
+        }
+        // the hard cases, special tokens matched, the post-processor's BOS first
+        TokRecs cases = {NULL, 0, 0}, ids = {NULL, 0, 0};
+        snprintf(path, sizeof(path), "%s/hard.bin", fx);
+        cases.data = tok_read_file(path, &cases.size);
+        snprintf(path, sizeof(path), "%s/export_theirs_%s.hard", test_tmpdir(), kinds[k].kind);
+        ids.data = tok_read_file(path, &ids.size);
+        const unsigned char *c, *w;
+        int32_t nc, nw;
+        int ncase = 0, bad = 0;
+        while (cases.data && ids.data && tok_recs_next(&cases, 1, &c, &nc) && tok_recs_next(&ids, 4, &w, &nw)) {
+            if (nw < 0) continue;  // not UTF-8: transformers cannot take it
+            uint32_t* e = NULL;
+            size_t ne = 0, cap = 0;
+            uint32_t bos = (uint32_t)tok.hf->bos_token;
+            if (tok.hf->bos_token >= 0) CHECK(tokenizer_append(&e, &ne, &cap, &bos, 1) == 0);
+            CHECK(tokenizer_encode(&tok, c, (size_t)nc, &e, &ne, &cap) == 0);
+            if (ne != (size_t)nw || memcmp(e, w, ne * 4) != 0) {
+                bad++;
+                printf("    %s: hard case %.*s: ours %zu ids, transformers %d\n", kinds[k].kind, nc > 60 ? 60 : nc, (const char*)c, ne, nw);
+            }
+            free(e);
+            ncase++;
+        }
+        CHECKF(bad == 0 && ncase > 25, "%s: %d of %d hard cases differ between transformers and us", kinds[k].kind, bad, ncase);
+        printf("    %s: AutoTokenizer on the export = ours on %s%d hard cases; AutoModelForCausalLM loads it\n", kinds[k].kind, k == 0 ? "the KJV and " : "",
+               ncase);
+        free(cases.data);
+        free(ids.data);
+        tokenizer_free(&tok);
+    }
 }
 
 #endif // ZT_TEST_TOKENIZER_H
