@@ -189,6 +189,92 @@ TEST(lora_zero_stages_bitwise) {
     }
 }
 
+// Checkpoints of a LoRA run: the adapters' state (parameters, masters, m, v) and the base's
+// identity, not the base. An uninterrupted 6-step run (R = 2, ZeRO-1, checkpoints at 3 and 6)
+// against a resume of step 3: at ZeRO-3 (same R: bit-identical, the hashes of parameters, master,
+// m and v) and at R = 3, ZeRO-2 (steps 4..6 within TOL_ACROSS_R: the sums associate differently).
+static int lora_ckpt_train(int R, int z, const char* model, const char* dir, const char* extra, char* hash) {
+    char flags[2048];
+    snprintf(flags, sizeof(flags), "%s -b %d -d %d -x 6 -n 3 -v 0 -s 0 -z %d -o %s -log-hash 1 %s", model, 12 / R, 12 * 16, z, dir, extra);
+    int rc = zt_mpirun(R, flags, zt_out, sizeof(zt_out));
+    if (hash) zt_hash_line(zt_out, hash, 512);
+    if (rc) printf("    run failed (%d):\n%s\n", rc, zt_out);
+    return rc;
+}
+
+static void lora_resume_case(const char* name, const char* model) {
+    char a[PATH_MAX], d[PATH_MAX], h_ref[512] = "", h[512] = "", path[PATH_MAX + 64];
+    snprintf(a, sizeof(a), "%s", zt_dir(name));
+    CHECK(lora_ckpt_train(2, 1, model, a, "", h_ref) == 0);
+    ZtLog ref, lg;
+    zt_read_log(a, &ref);
+    struct stat st;
+    snprintf(path, sizeof(path), "%s/model_00000003.bin", a);
+    CHECKF(stat(path, &st) != 0, "a LoRA checkpoint wrote the base again (%s)", path);
+    snprintf(path, sizeof(path), "%s/DONE_00000003", a);
+    char* done = zt_read_file(path);
+    CHECKF(done && strstr(done, "run lora-base "), "DONE records no lora-base:\n%s", done ? done : "(missing)");
+    free(done);
+    snprintf(path, sizeof(path), "%s/state_00000003_00000.bin", a); // the adapters' state only
+    Trainer* tr = tm_trainer(lora_flags(model, "-z 1 -x 1"));
+    int64_t want = ckpt_state_file_bytes(&tr->model.z.lay, 0); // (R = 1: the whole adapter block)
+    int64_t adapters = tr->model.d.lora.num_params;
+    tm_free(tr);
+    int64_t got = 0;
+    for (int q = 0; q < 2; q++) {
+        snprintf(path, sizeof(path), "%s/state_00000003_%05d.bin", a, q);
+        got += stat(path, &st) == 0 ? (int64_t)st.st_size : -1;
+    }
+    CHECKF(got < want + 4096 && got > 12 * adapters, "state files %lld bytes; the adapters' state is %lld", (long long)got, (long long)(12 * adapters));
+    snprintf(d, sizeof(d), "%s_z3", a); // ZeRO-1 -> ZeRO-3 at R = 2: bit-identical
+    zt_copy_dir(a, d);
+    CHECK(lora_ckpt_train(2, 3, model, d, "-y 1", h) == 0);
+    CHECKF(strstr(zt_out, "resume: step 3") != NULL, "did not resume from step 3:\n%s", zt_out);
+    CHECKF(h[0] && !strcmp(h, h_ref), "ZeRO-1 -> ZeRO-3 resume differs:\n  %s\n  %s", h, h_ref);
+    snprintf(d, sizeof(d), "%s_R3", a); // R = 2 -> 3 at ZeRO-2
+    zt_copy_dir(a, d);
+    CHECK(lora_ckpt_train(3, 2, model, d, "-y 1", NULL) == 0);
+    CHECKF(strstr(zt_out, "resume: step 3") != NULL, "R = 3 did not resume from step 3:\n%s", zt_out);
+    zt_read_log(d, &lg);
+    double worst = 0.0;
+    for (int s = 3; s < 6; s++) worst = fmax(worst, fabs(lg.loss[s] - ref.loss[s]) / ref.loss[s]);
+    CHECKF(lg.n == 6 && worst < TOL_ACROSS_R, "2 -> 3 ranks: steps 4-6 differ by %.3g", worst);
+    printf("    %s: the checkpoint holds no model file, state %lld bytes (%lld adapter elements); ZeRO-1 -> 3 bit-identical; "
+           "2 -> 3 ranks: worst relative loss difference over steps 4-6 %.2e\n", name, (long long)got, (long long)adapters, worst);
+}
+
+TEST(lora_checkpoint_resume) {
+    lora_resume_case("lora_ckpt_gpt2", ZT_MODEL " -lora 2 -lora-alpha 4");
+    lora_resume_case("lora_ckpt_llama", "-e llama-tiny -layers 2 -vocab 97 -t 16 -poison 1 -blas 0 -lora 2 -lora-targets q_proj,v_proj,down_proj");
+}
+
+// The base's identity at resume: a LoRA run on a base file checkpoints; the file changes (one value)
+// and the resume is refused naming it, exit 2, nothing changed; -save-model 1 with -lora refused.
+TEST(lora_resume_refuses_other_base) {
+    char base[PATH_MAX], dir[PATH_MAX], flags[3 * PATH_MAX];
+    snprintf(base, sizeof(base), "%s/lora_ckpt_base.bin", test_tmpdir());
+    snprintf(dir, sizeof(dir), "%s/lora_ckpt_other_base", test_tmpdir());
+    snprintf(flags, sizeof(flags), "-e tiny -layers 1 -channels 32 -heads 4 -t 16 -b 1 -x 0 -v 0 -s 0 -export %s -export-dtype fp32", base);
+    CHECKF(cli_run(flags, cli_out, sizeof(cli_out)) == 0, "exporting a base failed:\n%s", cli_out);
+    char rm[PATH_MAX + 16];
+    snprintf(rm, sizeof(rm), "rm -rf %s", dir);
+    test_run_cmd(rm, NULL, 0);
+    snprintf(flags, sizeof(flags), "-e %s -t 16 -b 1 -x 2 -n 1 -v 0 -s 0 -lora 2 -o %s", base, dir);
+    int rc = cli_run(flags, cli_out, sizeof(cli_out));
+    CHECKF(rc == 0 && strstr(cli_out, "checkpoint: step 2"), "the LoRA run with checkpoints failed (%d):\n%s", rc, cli_out);
+    FILE* fp = fopen(base, "r+b");
+    float v = 0.125f;
+    CHECK(fp && fseek(fp, 1024 + 4 * 100, SEEK_SET) == 0 && fwrite(&v, 4, 1, fp) == 1 && fclose(fp) == 0);
+    snprintf(flags, sizeof(flags), "-x 3 -o %s -y 1", dir);
+    rc = cli_run(flags, cli_out, sizeof(cli_out));
+    CHECKF(rc == 2 && strstr(cli_out, "is not the base the checkpoint of step 2 was trained on") && strstr(cli_out, base),
+           "a resume on a changed base: exit %d\n%s", rc, cli_out);
+    CHECKF(strstr(cli_out, "step 3") == NULL, "the resume on another base trained");
+    snprintf(flags, sizeof(flags), "-e tiny -layers 1 -channels 32 -heads 4 -t 16 -b 1 -x 1 -v 0 -s 0 -lora 2 -save-model 1");
+    rc = cli_run(flags, cli_out, sizeof(cli_out));
+    CHECKF(rc == 2 && strstr(cli_out, "flag -save-model 1: a checkpoint of a LoRA run holds the adapters' state"), "-save-model 1 -lora: exit %d\n%s", rc, cli_out);
+}
+
 #ifdef ENABLE_FP32
 // -lora-export against PEFT 0.13.2 itself ($ZT_HF_PYTHON with transformers and peft; SKIP without):
 // the base as -export-hf writes it (a run without adapters: same seed, same base), adapters trained
