@@ -429,6 +429,7 @@ static void gpt_forward(Model* m, int B, int T, int with_targets, float dloss, i
     Acts* A = &m->a;
     ParamView io = param_view(&m->d, zero_before_embedding(z), 1);
     m->ad_p = zero_adapters(z); // [LoRA] (NULL: none)
+    m->lora.training = dloss != 0.0f; // [LoRA] -lora-dropout in training forwards only (and their recompute)
     ops->embed_forward(m, &io, B, T);
     zero_after_embedding(z);
     for (int l = 0; l < c->L; l++) {
@@ -664,6 +665,7 @@ static StepResult train_step(Trainer* tr) {
         if (dataloader_load(&tr->train, unit) != 0) die_user("-i: %s", tr->train.err);
         if (f->data_trace) trace_batch(tr, micro);
         load_tokens(m, &tr->train, 1);
+        lora_set_batch(&m->lora, unit * B, T); // [LoRA] -lora-dropout's mask is keyed by the samples' stream positions
         gpt_forward(m, B, T, 1, dloss, 1);
         gpt_backward(m, B, T, micro, micro == tr->GA - 1); // (its classifier computes the losses)
         op_loss_add(sc, m->a.losses, BT); // the loss stays where it is computed
@@ -1168,7 +1170,7 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     GPTConfig c;
     int from_file;
     model_config(f, &c, &from_file);
-    lora_config(&c, f->lora, f->lora_alpha, f->lora_targets); // [LoRA] adapters on a frozen base (-lora 0: none)
+    lora_config(&c, f->lora, f->lora_alpha, f->lora_targets, f->lora_dropout); // [LoRA] adapters on a frozen base (-lora 0: none)
     check_lora_flags(f, &c);
     if (T_auto && f->T > c.maxT) { f->T = c.maxT; snprintf(f->T_str, sizeof(f->T_str), "%d", f->T); } // "at most the model's"
     int R_plan = f->plan && f->world > 0 ? f->world : tr->R; // -plan -world R plans another world size

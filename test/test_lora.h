@@ -87,6 +87,8 @@ static void lora_fd_case(const char* model, const char* extra) {
     Model* m = &tr->model;
     Zero* z = &m->z;
     const LoraDesc* d = &m->d.lora;
+    lora_set_batch(&m->lora, 36, m->T); // (-lora-dropout: a mask of some micro-batch, fixed)
+    m->lora.drop_eval = 1;              // the evaluation forwards below apply the same mask
     int A = z->lay.adapter, L = m->cfg.L, BT = m->B * m->T;
     int64_t P = z->lay.P[A];
     floatX* p = (floatX*)malloc(sizeof(floatX) * P);
@@ -113,7 +115,7 @@ static void lora_fd_case(const char* model, const char* extra) {
             double gv = 0.0, D[2];
             for (int64_t j = 0; j < n; j++) gv += (rng_u64(key, 5000000 + j) & 1 ? 1.0 : -1.0) * g[off + j];
             for (int k = 0; k < 2; k++) { // central differences at h and h/2
-                double h = k ? 2e-3 : 4e-3, l[2];
+                double h = k ? 4e-3 : 8e-3, l[2];
                 for (int sgn = 0; sgn < 2; sgn++) {
                     memcpy(q, p, sizeof(floatX) * P);
                     for (int64_t j = 0; j < n; j++) q[off + j] = (floatX)(p[off + j] + (sgn ? -h : h) * (rng_u64(key, 5000000 + j) & 1 ? 1.0 : -1.0));
@@ -127,6 +129,12 @@ static void lora_fd_case(const char* model, const char* extra) {
             CHECKF(err < 1e-2, "%s %s: analytic %.8g, central difference %.8g (relative %.2e)", mo->target, t ? "B" : "A", gv, num, err);
         }
     dev_from_host(z->full_params + z->lay.off[A], p, sizeof(floatX) * P);
+    if (d->dropout > 0.0f) { // the differences above went through the mask: without it the loss is another
+        double with = lora_loss(tr);
+        m->lora.drop_eval = 0;
+        double without = lora_loss(tr);
+        CHECKF(with != without, "-lora-dropout %g: the loss with the mask (%.9g) is the loss without it", (double)d->dropout, with);
+    }
     printf("    %s %s: dA, dB of %d modules along random directions, worst relative difference %.2e\n",
            m->cfg.family == FAMILY_LLAMA ? "llama" : "gpt2", extra, d->nmods, worst);
     free(p);
@@ -138,6 +146,8 @@ static void lora_fd_case(const char* model, const char* extra) {
 TEST(lora_grads_finite_differences) {
     lora_fd_case(LORA_GPT2, "-r 0");
     lora_fd_case(LORA_LLAMA, "-r 3");
+    lora_fd_case(LORA_GPT2, "-r 0 -lora-dropout 0.3"); // the mask fixed: dropout's forward and backward (GPT-2's c_proj: through the GELU)
+    lora_fd_case(LORA_LLAMA, "-r 3 -lora-dropout 0.3 -lora-targets q_proj,down_proj"); // (the mask made again in the recompute)
 }
 #endif
 
@@ -190,9 +200,10 @@ TEST(lora_zero_stages_bitwise) {
 }
 
 // Checkpoints of a LoRA run: the adapters' state (parameters, masters, m, v) and the base's
-// identity, not the base. An uninterrupted 6-step run (R = 2, ZeRO-1, checkpoints at 3 and 6)
+// identity, not the base (BF16 build only: the seconds of make test). An uninterrupted 6-step run (R = 2, ZeRO-1, checkpoints at 3 and 6)
 // against a resume of step 3: at ZeRO-3 (same R: bit-identical, the hashes of parameters, master,
 // m and v) and at R = 3, ZeRO-2 (steps 4..6 within TOL_ACROSS_R: the sums associate differently).
+#ifndef ENABLE_FP32
 static int lora_ckpt_train(int R, int z, const char* model, const char* dir, const char* extra, char* hash) {
     char flags[2048];
     snprintf(flags, sizeof(flags), "%s -b %d -d %d -x 6 -n 3 -v 0 -s 0 -z %d -o %s -log-hash 1 %s", model, 12 / R, 12 * 16, z, dir, extra);
@@ -274,6 +285,7 @@ TEST(lora_resume_refuses_other_base) {
     rc = cli_run(flags, cli_out, sizeof(cli_out));
     CHECKF(rc == 2 && strstr(cli_out, "flag -save-model 1: a checkpoint of a LoRA run holds the adapters' state"), "-save-model 1 -lora: exit %d\n%s", rc, cli_out);
 }
+#endif
 
 #ifdef ENABLE_FP32
 // -lora-export against PEFT 0.13.2 itself ($ZT_HF_PYTHON with transformers and peft; SKIP without):
@@ -394,6 +406,112 @@ TEST(lora_export_init_round_trip) {
     tm_free(b);
 }
 
+// -lora-dropout's mask (ops/lora.cuh) through the op: over 2^20 elements of ones the dropped
+// fraction is within 5 standard deviations (sqrt(p (1-p) / n)) plus the threshold's rounding
+// (2^-25) of p; a kept element is rn(1/(1-p)); the mask of a sample is its stream position's (a
+// micro-batch split at another row, as at another R, gives the same rows the same mask); another
+// layer or module (another key) gives another mask; p = 0 keeps everything.
+TEST(lora_dropout_mask) {
+    const int64_t T = 16, N = 4 * T, cols = 16384, n = N * cols; // 2^20
+    floatX* ones = (floatX*)malloc(sizeof(floatX) * n);
+    floatX* a = (floatX*)malloc(sizeof(floatX) * n);
+    floatX* b = (floatX*)malloc(sizeof(floatX) * n);
+    for (int64_t i = 0; i < n; i++) ones[i] = rn(1.0f);
+    const float ps[] = {0.0f, 0.1f, 0.5f, 0.9f};
+    for (int k = 0; k < 4; k++) {
+        float p = ps[k];
+        LoraDrop d = {rng_key(1337, LORA_DROP_LABEL, 5), 40, T, lora_drop_threshold(p), 1.0f / (1.0f - p)};
+        op_lora_dropout(a, ones, NULL, N, cols, d);
+        int64_t dropped = 0, bad = 0;
+        for (int64_t i = 0; i < n; i++) {
+            float v = ld(a[i]);
+            dropped += v == 0.0f;
+            bad += v != 0.0f && v != ld(rn(1.0f / (1.0f - p)));
+        }
+        double rate = (double)dropped / n, bound = 5.0 * sqrt(p * (1.0 - p) / n) + 1.0 / 33554432.0;
+        CHECKF(fabs(rate - p) <= bound, "p %g: dropped %.6f of %lld, allowed %g +- %.2e", p, rate, (long long)n, p, bound);
+        CHECKF(bad == 0, "p %g: %lld kept values are not rn(1/(1-p))", p, (long long)bad);
+        if (p == 0.0f) { CHECK(dropped == 0); continue; }
+        // rows 2T.. of a micro-batch at position 40 = rows 0.. of one at position 42
+        LoraDrop d2 = d;
+        d2.pos0 = 42;
+        op_lora_dropout(b, ones, NULL, N - 2 * T, cols, d2);
+        CHECKF(!memcmp(a + 2 * T * cols, b, sizeof(floatX) * (N - 2 * T) * cols), "p %g: the mask depends on the row, not the sample's position", p);
+        d2 = d;
+        d2.key = rng_key(1337, LORA_DROP_LABEL, 6); // another module
+        op_lora_dropout(b, ones, NULL, N, cols, d2);
+        int64_t same = 0;
+        for (int64_t i = 0; i < n; i++) same += (ld(a[i]) == 0.0f) == (ld(b[i]) == 0.0f);
+        double agree = (double)same / n, expect = p * p + (1 - p) * (1 - p);
+        CHECKF(fabs(agree - expect) < 0.01, "p %g: another module's mask agrees on %.4f of elements (independent: %.4f)", p, agree, expect);
+        printf("    p %.1f: dropped %.6f of 2^20 (bound %.1e); kept = rn(1/(1-p)); position-keyed; another module's mask agrees on %.4f (independent: %.4f)\n",
+               p, rate, bound, agree, expect);
+    }
+    free(ones); free(a); free(b);
+}
+
+// -lora-dropout in training: ZeRO-0 (-r 0) and ZeRO-3 (-r 3: the mask made again in the recompute)
+// bit-identical at R = 2 with p 0.25, GPT-2 and Llama; the dropout changes the run (against p 0);
+// -lora-dropout 0 given is the run without the flag, bit for bit; R = 1 within TOL_ACROSS_R of
+// R = 2 (the mask is keyed by the samples' positions, not the rank's rows); adapter_config.json
+// says lora_dropout 0.25. (The R = 1 difference must also stay below a tenth of what the dropout
+// itself changes: a mask keyed by the rank's rows would move the loss about as much.) BF16 build
+// only, as the checkpoint cases (the seconds of make test).
+#ifndef ENABLE_FP32
+static void lora_dropout_run(int R, const char* model, const char* extra, char* hash, ZtLog* lg, const char* name) {
+    char flags[2048];
+    const char* dir = zt_dir(name);
+    snprintf(flags, sizeof(flags), "%s -b %d -d %d -x 3 -v 0 -s 0 -l 1e-2 -o %s -log-hash 1 %s", model, 4 / R, 4 * 16, dir, extra);
+    int rc = zt_mpirun(R, flags, zt_out, sizeof(zt_out));
+    CHECKF(rc == 0, "%s failed (%d):\n%s", name, rc, zt_out);
+    zt_hash_line(zt_out, hash, 512);
+    zt_read_log(dir, lg);
+}
+
+static void lora_dropout_case(const char* model, const char* lora, const char* tag) {
+    char h0[512], h3[512], hp0[512], hnone[512], h1[512], extra[512], name[64];
+    ZtLog l0, l3, lp0, lnone, l1;
+    snprintf(extra, sizeof(extra), "%s -lora-dropout 0.25 -z 0 -r 0", lora);
+    snprintf(name, sizeof(name), "lora_drop_%s_z0", tag);
+    lora_dropout_run(2, model, extra, h0, &l0, name);
+    snprintf(extra, sizeof(extra), "%s -lora-dropout 0.25 -z 3 -r 3", lora);
+    snprintf(name, sizeof(name), "lora_drop_%s_z3", tag);
+    lora_dropout_run(2, model, extra, h3, &l3, name);
+    CHECKF(h0[0] && !strcmp(h0, h3) && !memcmp(l0.loss, l3.loss, sizeof(l0.loss)), "%s: -lora-dropout 0.25: ZeRO-3 -r 3 differs from ZeRO-0:\n  %s\n  %s", tag, h3, h0);
+    snprintf(extra, sizeof(extra), "%s -lora-dropout 0 -z 1", lora);
+    snprintf(name, sizeof(name), "lora_drop_%s_p0", tag);
+    lora_dropout_run(2, model, extra, hp0, &lp0, name);
+    snprintf(extra, sizeof(extra), "%s -z 1", lora);
+    snprintf(name, sizeof(name), "lora_drop_%s_none", tag);
+    lora_dropout_run(2, model, extra, hnone, &lnone, name);
+    CHECKF(hp0[0] && !strcmp(hp0, hnone), "%s: -lora-dropout 0 differs from no flag:\n  %s\n  %s", tag, hp0, hnone);
+    CHECKF(strcmp(hp0, h0) && l0.loss[2] != lp0.loss[2], "%s: the dropout changed nothing", tag);
+    snprintf(extra, sizeof(extra), "%s -lora-dropout 0.25 -z 0", lora);
+    snprintf(name, sizeof(name), "lora_drop_%s_R1", tag);
+    lora_dropout_run(1, model, extra, h1, &l1, name);
+    double worst = 0.0, moved = 0.0;
+    for (int s = 0; s < 3; s++) {
+        worst = fmax(worst, fabs(l1.loss[s] - l0.loss[s]) / l0.loss[s]);
+        moved = fmax(moved, fabs(lp0.loss[s] - l0.loss[s]) / l0.loss[s]);
+    }
+    CHECKF(worst < TOL_ACROSS_R && worst <= moved / 10, "%s: -lora-dropout 0.25 at R = 1 differs from R = 2 by %.3g (the dropout itself moves the loss by %.3g)", tag, worst, moved);
+    printf("    %s: p 0.25 ZeRO-0 -r 0 = ZeRO-3 -r 3 at R = 2 (%s); p 0 = no flag; R 1 vs 2: %.2e (p 0 vs 0.25: %.2e)\n", tag, h0, worst, moved);
+}
+
+TEST(lora_dropout_bitwise) {
+    lora_dropout_case(ZT_MODEL, "-lora 2", "gpt2");
+    lora_dropout_case("-e llama-tiny -layers 2 -vocab 97 -t 16 -poison 1 -blas 0", "-lora 2 -lora-targets q_proj,v_proj,up_proj,down_proj", "llama");
+    char dir[PATH_MAX], flags[2 * PATH_MAX], path[PATH_MAX + 32];
+    snprintf(dir, sizeof(dir), "%s/lora_drop_adapter", test_tmpdir());
+    snprintf(flags, sizeof(flags), "-e tiny -layers 1 -channels 32 -heads 4 -t 16 -b 1 -x 1 -v 0 -s 0 -lora 2 -lora-dropout 0.25 -lora-export %s", dir);
+    CHECKF(cli_run(flags, cli_out, sizeof(cli_out)) == 0, "-lora-export failed:\n%s", cli_out);
+    snprintf(path, sizeof(path), "%s/adapter_config.json", dir);
+    char* js = zt_read_file(path);
+    CHECKF(js && strstr(js, "\"lora_dropout\": 0.25,"), "adapter_config.json lacks lora_dropout 0.25:\n%s", js ? js : "(missing)");
+    free(js);
+}
+#endif
+
 // Bad input: exit 2 naming the flag, before any step.
 TEST(lora_bad_input) {
     static const struct { const char* flags; const char* expect; } cases[] = {
@@ -403,6 +521,8 @@ TEST(lora_bad_input) {
         {"-e tiny -layers 1 -channels 32 -heads 4 -lora 33", "-lora 33: larger than c_attn"},
         {"-e tiny -lora-targets c_fc", "-lora-targets c_fc: needs -lora r"},
         {"-e tiny -lora 2 -lora-alpha -1", "-lora-alpha -1: must be positive"},
+        {"-e tiny -lora 2 -lora-dropout 1", "-lora-dropout 1: the probability must be in [0, 1)"},
+        {"-e tiny -lora-dropout 0.1", "-lora-dropout 0.1: needs -lora r"},
         {"-e tiny -lora 2 -export-hf /tmp/x", "flag -export-hf: not yet with -lora"},
         {"-e tiny -lora-export /tmp/x", "flag -lora-export /tmp/x: needs -lora r"},
     };
