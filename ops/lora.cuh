@@ -46,54 +46,49 @@ ZT_HD static inline int lora_drop_keep(const LoraDrop* k, int64_t n, int64_t j) 
     return (uint32_t)(rng_u64(row, (uint64_t)j) >> 40) >= k->thr;
 }
 
-ZT_HD static inline floatX lora_drop1(const LoraDrop* k, int64_t n, int64_t j, float x, const floatX* pre, int64_t i) {
+// One element of each op, the host's and the kernel's. Host code is never contracted into FMAs
+// (-ffp-contract=off); the kernels' copies spell every rounding out with _rn intrinsics, so nvcc's
+// contraction (--fmad=true) cannot fuse them either: both devices round identically. (Kernels call
+// the _dev copies explicitly rather than branching on __CUDA_ARCH__ in one host-device function, so
+// the CUDA emulator, which compiles kernels as contracted host code, runs what the GPU runs.)
+static inline floatX lora_axpy1(float o, float s, float v) { return rn(o + s * v); }
+static inline floatX lora_scale1(float s, float v) { return rn(s * v); }
+static inline floatX lora_drop1(const LoraDrop* k, int64_t n, int64_t j, float x, const floatX* pre, int64_t i) {
     if (!lora_drop_keep(k, n, j)) return rn(0.0f);
-#ifdef __CUDA_ARCH__
-    float y = ld(rn(__fmul_rn(x, k->scale)));
-    return pre ? rn(__fmul_rn(y, gelu_bwd(ld(pre[i])))) : rn(y);
-#else
     float y = ld(rn(x * k->scale));
     return pre ? rn(y * gelu_bwd(ld(pre[i]))) : rn(y);
-#endif
-}
-
-ZT_HD static inline floatX lora_axpy1(float o, float s, float v) {
-#ifdef __CUDA_ARCH__
-    return rn(__fadd_rn(o, __fmul_rn(s, v)));
-#else
-    return rn(o + s * v);
-#endif
-}
-ZT_HD static inline floatX lora_scale1(float s, float v) {
-#ifdef __CUDA_ARCH__
-    return rn(__fmul_rn(s, v));
-#else
-    return rn(s * v);
-#endif
 }
 
 #ifdef __CUDACC__
+__device__ static inline floatX lora_axpy1_dev(float o, float s, float v) { return rn(__fadd_rn(o, __fmul_rn(s, v))); }
+__device__ static inline floatX lora_scale1_dev(float s, float v) { return rn(__fmul_rn(s, v)); }
+__device__ static inline floatX lora_drop1_dev(const LoraDrop* k, int64_t n, int64_t j, float x, const floatX* pre, int64_t i) {
+    if (!lora_drop_keep(k, n, j)) return rn(0.0f);
+    float y = ld(rn(__fmul_rn(x, k->scale)));
+    return pre ? rn(__fmul_rn(y, gelu_bwd(ld(pre[i])))) : rn(y); // (gelu' itself: within ulps of the host's tanhf)
+}
+
 __global__ static void lora_add_cols_kernel(floatX* out, int64_t ld_out, int64_t col0, const floatX* v, int64_t N, int64_t cols, float scale) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= N * cols) return;
     int64_t n = i / cols, j = i % cols;
     floatX* o = out + n * ld_out + col0 + j;
-    *o = lora_axpy1(ld(*o), scale, ld(v[i]));
+    *o = lora_axpy1_dev(ld(*o), scale, ld(v[i]));
 }
 __global__ static void lora_take_cols_kernel(floatX* dv, const floatX* dout, int64_t ld_out, int64_t col0, int64_t N, int64_t cols, float scale) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= N * cols) return;
     int64_t n = i / cols, j = i % cols;
-    dv[i] = lora_scale1(scale, ld(dout[n * ld_out + col0 + j]));
+    dv[i] = lora_scale1_dev(scale, ld(dout[n * ld_out + col0 + j]));
 }
 __global__ static void lora_dropout_kernel(floatX* out, const floatX* in, const floatX* pre, int64_t N, int64_t cols, LoraDrop k) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= N * cols) return;
-    out[i] = lora_drop1(&k, i / cols, i % cols, ld(in[i]), pre, i);
+    out[i] = lora_drop1_dev(&k, i / cols, i % cols, ld(in[i]), pre, i);
 }
 __global__ static void add_inplace_kernel(floatX* dst, const floatX* src, int64_t n) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) dst[i] = lora_axpy1(ld(dst[i]), 1.0f, ld(src[i]));
+    if (i < n) dst[i] = lora_axpy1_dev(ld(dst[i]), 1.0f, ld(src[i]));
 }
 #endif
 
