@@ -151,6 +151,126 @@ TEST(lora_grads_finite_differences) {
 }
 #endif
 
+// dA, dB of every module against dev/reference.py --lora-grads (float64 autograd through PyTorch's
+// layers: GPT-2 written out for any shape, the Llama family's llama_forward; the adapters as PEFT
+// defines them), with random B (B = 0 would make dA zero) and the loss: GPT-2 (all targets, -r 0)
+// and Llama (every target, -r 3: the adapters recomputed), at TOL_LORA_GRAD. FP32 build (BF16: make
+// test-long, at TOL_MODEL_GRAD).
+static void lora_ref_case(const char* model, const char* extra) {
+    char probe[PATH_MAX + 64];
+    snprintf(probe, sizeof(probe), "%s -c 'import torch, numpy'", tm_torch_python());
+    if (test_run_cmd(probe, NULL, 0) != 0) { printf("    SKIP: needs PyTorch and numpy\n"); return; }
+    char more[256];
+    snprintf(more, sizeof(more), "-z 0 -x 1 -lora 3 -lora-alpha 6 %s", extra);
+    Trainer* tr = tm_trainer(lora_flags(model, more));
+    Model* m = &tr->model;
+    Zero* z = &m->z;
+    const GPTConfig* c = &m->cfg;
+    const LoraDesc* d = &m->d.lora;
+    int A = z->lay.adapter, L = c->L, B = m->B, T = m->T, BT = B * T;
+    int64_t P = z->lay.P[A], nlog = z->lay.logical_total;
+    floatX* p = (floatX*)tm_host(z->full_params + z->lay.off[A], sizeof(floatX) * P);
+    uint64_t key = rng_key(11, 1, 2);
+    for (int i = 0; i < d->nmods; i++) { // B ~ U(-0.05, 0.05) (A as initialised)
+        int64_t nB = (int64_t)L * d->mods[i].rows * d->r;
+        for (int64_t j = 0; j < nB; j++) p[d->mods[i].offB + j] = rn((float)(0.1 * rng_uniform(key, (uint64_t)(i * 1000003 + j)) - 0.05));
+    }
+    dev_from_host(z->full_params + z->lay.off[A], p, sizeof(floatX) * P);
+    free(p);
+    zero_zero_grads(z);
+    dataloader_load(&tr->train, 0);
+    load_tokens(m, &tr->train, 1);
+    gpt_forward(m, B, T, 1, 1.0f / BT, 1);
+    gpt_backward(m, B, T, 0, 1);
+    float loss = (float)(sum_losses(m, BT) / BT);
+    comm_wait_all(&tr->comm);
+    float* g = (float*)tm_host(z->full_grads + z->lay.goff[A], sizeof(float) * P);
+    // every parameter in the logical order (the base's frozen blocks and the adapters: the parameters)
+    float* w = (float*)calloc(nlog, sizeof(float));
+    floatX* all = (floatX*)tm_host(z->full_params, sizeof(floatX) * z->lay.total);
+    Piece pc[MAX_BLOCK_TENSORS];
+    for (int b = 0; b < z->lay.nblocks; b++) {
+        int n = layout_pieces(&z->lay, b, 0, z->lay.P[b], pc);
+        for (int i = 0; i < n; i++)
+            for (int64_t j = 0; j < pc[i].len; j++) w[pc[i].logical + j] = ld(all[z->lay.off[b] + pc[i].local + j]);
+    }
+    free(all);
+    const char* fam = c->family == FAMILY_LLAMA ? "llama" : "gpt2";
+    char cfg[PATH_MAX], wpath[PATH_MAX], tpath[PATH_MAX], out[PATH_MAX], cmd[5 * PATH_MAX];
+    snprintf(cfg, sizeof(cfg), "%s/lora_ref_%s.json", test_tmpdir(), fam);
+    snprintf(wpath, sizeof(wpath), "%s/lora_ref_%s.f32", test_tmpdir(), fam);
+    snprintf(tpath, sizeof(tpath), "%s/lora_ref_%s.i32", test_tmpdir(), fam);
+    snprintf(out, sizeof(out), "%s/lora_ref_%s.bin", test_tmpdir(), fam);
+    char head[2048] = "";
+    if (c->family == FAMILY_LLAMA) { // the family's fields as --llama-grads reads them, then ours
+        llama_write_config(c, cfg);
+        FILE* f = fopen(cfg, "r");
+        size_t n = f ? fread(head, 1, sizeof(head) - 1, f) : 0;
+        if (f) fclose(f);
+        head[n] = 0;
+        char* e = strrchr(head, '}');
+        if (e) *e = 0;
+    } else snprintf(head, sizeof(head), "{\"L\": %d, \"C\": %d, \"NH\": %d, \"V\": %d, \"Vp\": %d, \"maxT\": %d", L, c->C, c->NH, c->V, c->Vp, c->maxT);
+    FILE* f = fopen(cfg, "w");
+    CHECK(f != NULL);
+    if (!f) return;
+    static const char* projs[] = {"qkv", "atto", "up", "down"}; // (model.h's Proj order)
+    fprintf(f, "%s, \"family\": \"%s\", \"lora\": {\"r\": %d, \"alpha\": %.9g, \"modules\": [", head, fam, d->r, (double)d->alpha);
+    for (int i = 0; i < d->nmods; i++) {
+        const LoraModule* mo = &d->mods[i];
+        fprintf(f, "%s{\"proj\": \"%s\", \"row0\": %lld, \"rows\": %lld, \"in\": %lld, \"logA\": %lld, \"logB\": %lld}", i ? ", " : "",
+                projs[mo->proj], (long long)mo->row0, (long long)mo->rows, (long long)mo->in, (long long)mo->logA, (long long)mo->logB);
+    }
+    fprintf(f, "]}}\n");
+    fclose(f);
+    f = fopen(wpath, "wb");
+    CHECK(f && fwrite(w, sizeof(float), nlog, f) == (size_t)nlog);
+    if (f) fclose(f);
+    f = fopen(tpath, "wb");
+    int hdr[2] = {B, T};
+    CHECK(f && fwrite(hdr, sizeof(int), 2, f) == 2 && fwrite(tr->train.inputs, sizeof(int), BT, f) == (size_t)BT &&
+          fwrite(tr->train.targets, sizeof(int), BT, f) == (size_t)BT);
+    if (f) fclose(f);
+    snprintf(cmd, sizeof(cmd), "%s dev/reference.py --lora-grads %s %s %s %s", tm_torch_python(), cfg, wpath, tpath, out);
+    static char pyout[8192];
+    int rc = test_run_cmd(cmd, pyout, sizeof(pyout));
+    CHECKF(rc == 0, "dev/reference.py --lora-grads failed:\n%s", pyout);
+    Fixture fx;
+    char err[512];
+    if (rc == 0 && fixture_load(&fx, out, err, sizeof(err)) == 0) {
+        float ref_loss = ((const float*)fixture_get(&fx, "loss")->data)[0];
+        CHECKF(fabs(loss - ref_loss) / fabs(ref_loss) < TOL_MODEL_LOSS, "loss %.9f vs %.9f", loss, ref_loss);
+        double worst = 0.0;
+        for (int i = 0; i < d->nmods; i++)
+            for (int t = 0; t < 2; t++) {
+                const LoraModule* mo = &d->mods[i];
+                char name[32];
+                snprintf(name, sizeof(name), "grad.%s%d", t ? "B" : "A", i);
+                const FixtureTensor* ref = fixture_get(&fx, name);
+                int64_t n = (int64_t)L * (t ? mo->rows * d->r : d->r * mo->in);
+                CHECKF(ref && ref->n == n, "%s missing or of the wrong size", name);
+                if (!ref || ref->n != n) continue;
+                double e = tm_relerr_f(g + (t ? mo->offB : mo->offA), (const float*)ref->data, n);
+                CHECKF(e < TOL_LORA_GRAD, "%s %s (%s): %.3g", fam, name, mo->target, e);
+                worst = e > worst ? e : worst;
+            }
+        printf("    %s %s: loss %.9f vs %.9f; dA, dB of %d modules against float64, worst relative %.2e (tol %.0e)\n", fam, extra, loss,
+               ref_loss, d->nmods, worst, (double)TOL_LORA_GRAD);
+        fixture_free(&fx);
+    } else CHECKF(0, "%s: %s", out, err);
+    free(g);
+    free(w);
+    tm_free(tr);
+}
+
+TEST(lora_grads_vs_reference) {
+#ifndef ENABLE_FP32
+    if (!test_long()) TEST_SKIP("BF16: make test-long (make test runs it in the FP32 build)");
+#endif
+    lora_ref_case(LORA_GPT2, "-r 0");
+    lora_ref_case(LORA_LLAMA, "-r 3");
+}
+
 // ZeRO-0..3 with adapters over R ranks: the same losses, norms and hashes (parameters, master, m, v)
 // at every stage, and at R = 2 with the adapters' state offloaded (-offload cpu at ZeRO-3, nvme at 1) (-r 0..3 with them). make test: R = 2 on GPT-2 and Llama; make test-long: GPT-2 at
 // R = 1..4, Llama at R = 3.
