@@ -411,7 +411,9 @@ TEST(lora_resume_refuses_other_base) {
 // -lora-export against PEFT 0.13.2 itself ($ZT_HF_PYTHON with transformers and peft; SKIP without):
 // the base as -export-hf writes it (a run without adapters: same seed, same base), adapters trained
 // three steps and written by -lora-export; PEFT loads the adapter onto the base (every lora_A /
-// lora_B from the file, none missing), and its FP32 loss on our batch equals ours (1e-5 relative).
+// lora_B from the file, none missing), and its FP32 loss on our batch equals ours (1e-5 relative),
+// and so do the adapters' gradients there (PEFT's autograd: every lora_A / lora_B of every layer,
+// TOL_LORA_PEFT_GRAD; the adapters trained, so B is not zero and dA counts).
 TEST(lora_export_loads_in_peft) {
     const char* py = getenv("ZT_HF_PYTHON");
     if (!py || !*py) TEST_SKIP("needs $ZT_HF_PYTHON with transformers and peft 0.13.2 (.ci/run makes it)");
@@ -432,21 +434,65 @@ TEST(lora_export_loads_in_peft) {
     export_model(tr);
     double ours = lora_loss(tr); // batch 0, now in tr->train
     int B = tr->model.B, T = tr->model.T;
+    Model* m = &tr->model;
+    Zero* z = &m->z;
+    zero_zero_grads(z); // the adapters' gradients of the mean loss on batch 0 (R = 1, ZeRO-1: full_grads holds them all)
+    gpt_forward(m, B, T, 1, 1.0f / (B * T), 1);
+    gpt_backward(m, B, T, 0, 1);
+    comm_wait_all(&tr->comm);
+    int Ablk = z->lay.adapter;
+    float* g = (float*)tm_host(z->full_grads + z->lay.goff[Ablk], sizeof(float) * z->lay.P[Ablk]);
+    char gpath[PATH_MAX + 16];
+    snprintf(gpath, sizeof(gpath), "%s/lora_peft_grads.safetensors", test_tmpdir());
     FILE* fp = fopen(tok, "wb");
     int32_t bt[2] = {B, T};
     CHECK(fp && fwrite(bt, 4, 2, fp) == 2 && fwrite(tr->train.inputs, 4, (size_t)B * T, fp) == (size_t)B * T &&
           fwrite(tr->train.targets, 4, (size_t)B * T, fp) == (size_t)B * T && fclose(fp) == 0);
-    tm_free(tr);
-    snprintf(cmd, sizeof(cmd), "%s dev/peft_check.py %s %s %s 2>&1", py, base_dir, ad_dir, tok);
+    snprintf(cmd, sizeof(cmd), "%s dev/peft_check.py %s %s %s --grads %s 2>&1", py, base_dir, ad_dir, tok, gpath);
     int rc = test_run_cmd(cmd, out, sizeof(out));
-    if (rc == 3) TEST_SKIP("$ZT_HF_PYTHON lacks transformers or peft");
+    if (rc == 3) { free(g); tm_free(tr); TEST_SKIP("$ZT_HF_PYTHON lacks transformers or peft"); }
+    StFile st;
+    char serr[512];
+    double gworst = 0.0;
+    int compared = 0;
+    const LoraDesc* d = &m->d.lora;
+    if (rc == 0 && st_open(&st, gpath, serr, sizeof(serr)) == 0) {
+        for (int l = 0; l < m->cfg.L; l++)
+            for (int i = 0; i < d->nmods; i++)
+                for (int t = 0; t < 2; t++) {
+                    const LoraModule* mo = &d->mods[i];
+                    char mod[96], name[160];
+                    snprintf(mod, sizeof(mod), mo->hf, l);
+                    snprintf(name, sizeof(name), "base_model.model.%s.lora_%s.weight", mod, t ? "B" : "A");
+                    const StTensor* x = st_find(&st, name);
+                    int64_t n = t ? mo->rows * d->r : d->r * mo->in;
+                    CHECKF(x && x->ndim == 2 && x->shape[0] * x->shape[1] == n, "PEFT's gradients: %s missing or of another size", name);
+                    if (!x) continue;
+                    const float* ours_g = g + (t ? mo->offB + (int64_t)l * n : mo->offA + (int64_t)l * n);
+                    double num = 0.0, den = 0.0;
+                    for (int64_t k = 0; k < n; k++) {
+                        double v = st_get(&st, x, k), e = ours_g[k] - v;
+                        num += e * e; den += v * v;
+                    }
+                    double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+                    CHECKF(rel < TOL_LORA_PEFT_GRAD, "%s: our gradient against PEFT's: %.3g", name, rel);
+                    gworst = rel > gworst ? rel : gworst;
+                    compared++;
+                }
+        st_close(&st);
+    } else CHECKF(rc != 0, "%s: %s", gpath, serr);
+    int want_n = 2 * d->nmods * m->cfg.L;
+    free(g);
+    tm_free(tr);
     CHECKF(rc == 0, "dev/peft_check.py failed (%d):\n%s", rc, out);
     const char* p = strstr(out, "peft loss ");
     CHECKF(p != NULL, "no loss from PEFT:\n%s", out);
     if (!p) return;
     double theirs = atof(p + 10), rel = fabs(theirs - ours) / fabs(ours);
     CHECKF(rel < 1e-5, "loss: ours %.9g, PEFT's %.9g (relative %.2e)", ours, theirs, rel);
-    printf("    loss: ours %.9f, PEFT's %.9f (relative %.1e); %s", ours, theirs, rel, strstr(out, "peft tensors") ? strstr(out, "peft tensors") : "\n");
+    printf("    loss: ours %.9f, PEFT's %.9f (relative %.1e); dA, dB of %d tensors against PEFT's autograd: worst relative %.2e (tol %.0e); %s",
+           ours, theirs, rel, compared, gworst, (double)TOL_LORA_PEFT_GRAD, strstr(out, "peft tensors") ? strstr(out, "peft tensors") : "\n");
+    CHECKF(compared == want_n, "%d of PEFT's %d gradients compared", compared, want_n);
 }
 
 // An adapter PEFT itself writes (LoraConfig with init_lora_weights=False: A and B random;

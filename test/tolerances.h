@@ -24,6 +24,7 @@
 #define TOL_MODEL_GRAD 1e-4  // parameter gradients: sums over B*T rows of products of the above
 #define TOL_LORA_GRAD  2e-6  // LoRA's dA, dB against float64 (dev/reference.py --lora-grads): short FP32 sums
                              // (the r-wide adapter path, B*T rows); measured 3.8e-7 (GPT-2), 6.8e-7 (Llama)
+#define TOL_LORA_PEFT_GRAD 1e-5 // the same against PEFT 0.13.2's FP32 autograd (issue 22: 1e-5): both FP32, in other orders
 #define TOL_TRAJ_LOSS  1e-5  // 10 AdamW steps: losses stay within the per-step gradient error
 #define TOL_TRAJ_PARAM 3e-4  // parameters after 10 steps: AdamW divides each coordinate by its own RMS
                              // gradient, so a small gradient's relative error becomes an update error of
