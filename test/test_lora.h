@@ -322,7 +322,7 @@ TEST(lora_zero_stages_bitwise) {
 // Checkpoints of a LoRA run: the adapters' state (parameters, masters, m, v) and the base's
 // identity, not the base (BF16 build only: the seconds of make test). An uninterrupted 6-step run (R = 2, ZeRO-1, checkpoints at 3 and 6)
 // against a resume of step 3: at ZeRO-3 (same R: bit-identical, the hashes of parameters, master,
-// m and v) and at R = 3, ZeRO-2 (steps 4..6 within TOL_ACROSS_R: the sums associate differently).
+// m and v; with the adapters' state offloaded, -offload cpu) and at R = 3, ZeRO-2 (steps 4..6 within TOL_ACROSS_R: the sums associate differently).
 #ifndef ENABLE_FP32
 static int lora_ckpt_train(int R, int z, const char* model, const char* dir, const char* extra, char* hash) {
     char flags[2048];
@@ -357,11 +357,11 @@ static void lora_resume_case(const char* name, const char* model) {
         got += stat(path, &st) == 0 ? (int64_t)st.st_size : -1;
     }
     CHECKF(got < want + 4096 && got > 12 * adapters, "state files %lld bytes; the adapters' state is %lld", (long long)got, (long long)(12 * adapters));
-    snprintf(d, sizeof(d), "%s_z3", a); // ZeRO-1 -> ZeRO-3 at R = 2: bit-identical
+    snprintf(d, sizeof(d), "%s_z3", a); // ZeRO-1 -> ZeRO-3 at R = 2, the adapters' state offloaded: bit-identical
     zt_copy_dir(a, d);
-    CHECK(lora_ckpt_train(2, 3, model, d, "-y 1", h) == 0);
+    CHECK(lora_ckpt_train(2, 3, model, d, "-y 1 -offload cpu", h) == 0);
     CHECKF(strstr(zt_out, "resume: step 3") != NULL, "did not resume from step 3:\n%s", zt_out);
-    CHECKF(h[0] && !strcmp(h, h_ref), "ZeRO-1 -> ZeRO-3 resume differs:\n  %s\n  %s", h, h_ref);
+    CHECKF(h[0] && !strcmp(h, h_ref), "ZeRO-1 -> ZeRO-3 -offload cpu resume differs:\n  %s\n  %s", h, h_ref);
     snprintf(d, sizeof(d), "%s_R3", a); // R = 2 -> 3 at ZeRO-2
     zt_copy_dir(a, d);
     CHECK(lora_ckpt_train(3, 2, model, d, "-y 1", NULL) == 0);
@@ -370,7 +370,7 @@ static void lora_resume_case(const char* name, const char* model) {
     double worst = 0.0;
     for (int s = 3; s < 6; s++) worst = fmax(worst, fabs(lg.loss[s] - ref.loss[s]) / ref.loss[s]);
     CHECKF(lg.n == 6 && worst < TOL_ACROSS_R, "2 -> 3 ranks: steps 4-6 differ by %.3g", worst);
-    printf("    %s: the checkpoint holds no model file, state %lld bytes (%lld adapter elements); ZeRO-1 -> 3 bit-identical; "
+    printf("    %s: the checkpoint holds no model file, state %lld bytes (%lld adapter elements); ZeRO-1 -> 3 (-offload cpu) bit-identical; "
            "2 -> 3 ranks: worst relative loss difference over steps 4-6 %.2e\n", name, (long long)got, (long long)adapters, worst);
 }
 
