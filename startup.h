@@ -332,9 +332,10 @@ static void model_config(const Flags* f, GPTConfig* c, int* from_file) {
     if (c->C / c->NH > ATT_MAX_HS) die_user("model: head size C/NH = %d is above %d. HINT: use more -heads", c->C / c->NH, ATT_MAX_HS);
 }
 
-// [LoRA] What this first increment of LoRA does not do yet: checkpoints (their state files would
-// need the base's identity and no base state), llm.c / Hugging Face exports of the merged model and
-// -tune. Exit 2 naming the flag. (-offload moves the adapters' state like any trainable block's.)
+// [LoRA] What LoRA does not do yet: llm.c / Hugging Face exports of the merged model and -tune. Exit
+// 2 naming the flag. A checkpoint holds the adapters' state and the base's identity, never the base
+// (-save-model is 0; another value given is refused). (-offload moves the adapters' state like any
+// trainable block's.)
 static void check_lora_flags(Flags* f, const GPTConfig* c) {
     if (!c->lora_r && f->lora_export[0]) die_user("flag -lora-export %s: needs -lora r (no adapters to write)", f->lora_export);
     if (!c->lora_r && f->lora_init[0]) die_user("flag -lora-init %s: needs -lora r (the adapter's rank)", f->lora_init);
