@@ -15,6 +15,9 @@
 //                         The header's last field is the CRC32C of header + pieces + checksums. Any
 //                         rank count or stage reads exactly the pieces it needs, from whichever
 //                         files hold them, and verifies every chunk it touches.
+//                         [LoRA] the trainable blocks only: the adapters' master, m, v; the header
+//                         records the rank and targets; no model file (the base is -e's, named in
+//                         DONE's run record with its bytes and CRC32C: ckpt_base_identity)
 //   DONE_%08d             written by rank 0 once every rank reported success: step, nonce, ranks,
 //                         and the model file's size and CRC32C (llm.c's header has no room for it);
 //                         a run that chose its flags with -tune adds a line "tune -z 2 -r 1" (the
@@ -78,6 +81,9 @@ enum {
     // the model family's fields (all 0 for GPT-2, as in files written before the Llama family):
     STATE_H_FAMILY, STATE_H_NKV, STATE_H_HD, STATE_H_F, STATE_H_BIASES /* tied | qkv_bias << 1 | mlp_bias << 2 */,
     STATE_H_ROPE_TYPE, STATE_H_FAMILY_HASH, // FNV-1a of every family field (norm_eps, rope_theta, rope_scaling too)
+    // [LoRA] the adapters (0 without: files as before): the rank r and the targets' mask (the pieces
+    // then cover the adapter block only; the frozen base is -e's, identified in DONE's run record)
+    STATE_H_LORA_R, STATE_H_LORA_MASK,
 };
 
 // The state header's family fields of a config (0 for GPT-2: its files are as before).
@@ -307,6 +313,53 @@ static int file_crc32c(const char* path, uint32_t* crc, int64_t* bytes) {
     return 0;
 }
 
+// [LoRA] The base's identity: a checkpoint of a LoRA run holds the adapters' state, not the base
+// again, so it records which base it was trained on and a resume checks it (run_record.h's
+// "lora-base"). For a file (llm.c's model): "BYTES CRC32C"; for a Hugging Face directory: its
+// config.json and *.safetensors in name order, "BYTES CRC32C" over their sizes and CRCs; for a
+// descriptor (-e tiny: initialised from -seed, no file) "0 00000000" (the seed and shape are the
+// run's recorded flags). Reads the whole base once (CRC32C at memory speed: seconds for GBs).
+// Returns 0, or -1 with errno when a file cannot be read.
+static int cmp_cstr(const void* a, const void* b) { return strcmp(*(char* const*)a, *(char* const*)b); }
+static int ckpt_base_identity(const char* model, char* out, size_t cap) {
+    struct stat st;
+    uint32_t crc = 0;
+    int64_t bytes = 0;
+    if (stat(model, &st) != 0) { snprintf(out, cap, "0 00000000"); return 0; } // a descriptor
+    if (!S_ISDIR(st.st_mode)) {
+        if (file_crc32c(model, &crc, &bytes) != 0) return -1;
+        snprintf(out, cap, "%lld %08x", (long long)bytes, crc);
+        return 0;
+    }
+    DIR* d = opendir(model);
+    if (!d) return -1;
+    char** names = NULL;
+    int n = 0;
+    struct dirent* e;
+    while ((e = readdir(d)) != NULL) {
+        size_t k = strlen(e->d_name);
+        if (strcmp(e->d_name, "config.json") && !(k > 12 && !strcmp(e->d_name + k - 12, ".safetensors"))) continue;
+        names = (char**)realloc(names, sizeof(char*) * (n + 1));
+        if (!names) die(1, "out of host memory");
+        names[n++] = strdup(e->d_name);
+    }
+    closedir(d);
+    qsort(names, n, sizeof(char*), cmp_cstr);
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        char path[PATH_MAX];
+        uint32_t c;
+        int64_t b;
+        snprintf(path, sizeof(path), "%s/%s", model, names[i]);
+        if (rc == 0 && file_crc32c(path, &c, &b) != 0) rc = -1;
+        if (rc == 0) { crc = crc32c_update(crc, names[i], strlen(names[i])); crc = crc32c_update(crc, &c, 4); bytes += b; }
+        free(names[i]);
+    }
+    free(names);
+    snprintf(out, cap, "%lld %08x", (long long)bytes, crc);
+    return rc;
+}
+
 // A small text file (markers) written atomically. Returns 0 on success.
 static int write_text_file(const char* path, const char* text) {
     char tmp[PATH_MAX + 32];
@@ -519,6 +572,7 @@ static int write_state_file(Zero* z, const GPTConfig* c, const CkptMeta* meta, u
     h[STATE_H_NPIECES] = n; h[STATE_H_LOGICAL] = z->lay.logical_total;
     h[STATE_H_L] = c->L; h[STATE_H_C] = c->C; h[STATE_H_NH] = c->NH; h[STATE_H_V] = c->V; h[STATE_H_VP] = c->Vp; h[STATE_H_MAXT] = c->maxT;
     state_family_fields(c, h);
+    h[STATE_H_LORA_R] = c->lora_r; h[STATE_H_LORA_MASK] = c->lora_mask;
     h[STATE_H_STEP_TOKENS] = meta->step_tokens; h[STATE_H_TRAIN_TOKENS] = meta->train_tokens;
     h[STATE_H_NONCE] = (int64_t)nonce; h[STATE_H_CHUNK] = CKPT_CHUNK; h[STATE_H_NCHUNKS] = nchunks;
     int64_t* table = (int64_t*)malloc(sizeof(int64_t) * 2 * (n > 0 ? n : 1));
@@ -1060,6 +1114,10 @@ static void old_state_open(OldState* os, Zero* z, const GPTConfig* c, const char
                      (long long)h[STATE_H_HD], (long long)h[STATE_H_F], (long long)h[STATE_H_BIASES], (long long)h[STATE_H_ROPE_TYPE], (unsigned long long)h[STATE_H_FAMILY_HASH],
                      c->family == FAMILY_LLAMA ? "llama" : "gpt2", (long long)fam[STATE_H_NKV], (long long)fam[STATE_H_HD], (long long)fam[STATE_H_F],
                      (long long)fam[STATE_H_BIASES], (long long)fam[STATE_H_ROPE_TYPE], (unsigned long long)fam[STATE_H_FAMILY_HASH]);
+        if (h[STATE_H_LORA_R] != c->lora_r || h[STATE_H_LORA_MASK] != (int64_t)c->lora_mask)
+            die_user("resume: %s holds the state of %s, and this run trains %s (-lora %d, targets mask %x). HINT: resume with the checkpoint's -lora and "
+                     "-lora-targets, or start a new run (-e)", path, h[STATE_H_LORA_R] ? "LoRA adapters" : "every parameter (full fine-tuning)",
+                     c->lora_r ? "LoRA adapters" : "every parameter", c->lora_r, c->lora_mask);
         if (f == 0) {
             meta->step = step; meta->adam_t = h[STATE_H_ADAM_T]; meta->seed = h[STATE_H_SEED];
             meta->step_tokens = h[STATE_H_STEP_TOKENS]; meta->train_tokens = h[STATE_H_TRAIN_TOKENS]; meta->writer_R = R_old;
@@ -1084,12 +1142,35 @@ static void old_state_open(OldState* os, Zero* z, const GPTConfig* c, const char
                      (long long)(os->data_off[f] + os->size[f]), (long long)nchunks, (long long)os->size[f]);
     }
     qsort(os->pieces, os->npieces, sizeof(OldPiece), cmp_oldpiece);
-    int64_t covered = 0; // the pieces must tile the logical vector exactly
-    for (int i = 0; i < os->npieces; i++) {
-        if (os->pieces[i].logical != covered) die_user("resume: the state files of step %d do not cover the parameters (gap or overlap at %lld)", step, (long long)covered);
-        covered += os->pieces[i].len;
+    // the pieces must tile the trainable logical ranges exactly: every parameter's without LoRA,
+    // the adapters' with it ([LoRA] a frozen block has no state; its logical ranges are skipped)
+    int nt = 0;
+    for (int b = 0; b < z->lay.nblocks; b++) nt += z->lay.frozen[b] ? 0 : z->lay.ntensors[b];
+    OldPiece* want = (OldPiece*)calloc((size_t)nt + 1, sizeof(OldPiece));
+    int64_t need = 0;
+    nt = 0;
+    for (int b = 0; b < z->lay.nblocks; b++)
+        for (int k = 0; !z->lay.frozen[b] && k < z->lay.ntensors[b]; k++) {
+            want[nt].logical = z->lay.tensors[b][k].logical; want[nt].len = z->lay.tensors[b][k].len;
+            need += want[nt++].len;
+        }
+    qsort(want, nt, sizeof(OldPiece), cmp_oldpiece);
+    int nm = 0; // adjacent ranges merged (a piece may span tensors)
+    for (int k = 0; k < nt; k++) {
+        if (nm && want[nm - 1].logical + want[nm - 1].len == want[k].logical) want[nm - 1].len += want[k].len;
+        else want[nm++] = want[k];
     }
-    if (covered != logical_total) die_user("resume: the state files of step %d hold %lld parameters, the model has %lld", step, (long long)covered, (long long)logical_total);
+    nt = nm;
+    int64_t covered = 0, at = nt ? want[0].logical : 0; // `at`: the next logical element the pieces must start at
+    for (int i = 0, w = 0; i < os->npieces; i++) {
+        while (w < nt && at >= want[w].logical + want[w].len) { w++; if (w < nt) at = want[w].logical; } // the next trainable range
+        if (w >= nt || os->pieces[i].logical != at || os->pieces[i].len > want[w].logical + want[w].len - at)
+            die_user("resume: the state files of step %d do not cover the trainable parameters (gap or overlap at %lld)", step, (long long)at);
+        covered += os->pieces[i].len;
+        at += os->pieces[i].len;
+    }
+    free(want);
+    if (covered != need) die_user("resume: the state files of step %d hold %lld parameters, the model trains %lld", step, (long long)covered, (long long)need);
 }
 
 // Bytes [off, off + n) of file f's payload, through verified chunks.

@@ -59,6 +59,7 @@ typedef enum { FLAG_FREE, FLAG_RUN, FLAG_KEEP } FlagKind;
     X("-lora",          lora,            F_INT,   "0",      FLAG_RUN,  "LoRA: train rank-r adapters on a frozen base (0: off, every tensor trains); the base holds no gradient, master or AdamW state (docs/lora.md)") \
     X("-lora-alpha",    lora_alpha,      F_FLOAT, "0",      FLAG_RUN,  "LoRA: the update is scaled by alpha / r (0: alpha = r, scale 1)") \
     X("-lora-targets",  lora_targets,    F_STR,   "all",    FLAG_RUN,  "LoRA: comma-separated projections to adapt, PEFT's names: GPT-2 c_attn,c_proj,c_fc; Llama q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj (all: every one)") \
+    X("-lora-dropout",  lora_dropout,    F_FLOAT, "0",      FLAG_RUN,  "LoRA: dropout p on each adapter's input in training, as PEFT's lora_dropout (0: none); a counter-based mask, the same for any R, stage, recompute or offload") \
     X("-lora-export",   lora_export,     F_STR,   "",       FLAG_FREE, "LoRA: when training ends, write the adapters as PEFT does into this directory (adapter_model.safetensors, F32 from the master weights, and adapter_config.json)") \
     X("-lora-init",     lora_init,       F_STR,   "",       FLAG_RUN,  "LoRA: start the adapters from a PEFT adapter directory (adapter_config.json + adapter_model.safetensors) instead of PEFT's initialisation; its r, lora_alpha, target_modules and base must be this run's") \
     X("-v",             val_every,       F_INT,   "auto",   FLAG_KEEP, "validation loss every N steps (auto: 25 on cpu, 250 on cuda; 0: never)") \

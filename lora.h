@@ -38,20 +38,29 @@ typedef struct {
     floatX* tmp;        // (N, max(in, rows)): one adapter's scratch
     floatX* dv;         // (N, max rows)
     floatX* du;         // (N, r)
+    floatX* xd;         // (N, max in): dropout(x) of one adapter (-lora-dropout > 0; else NULL), made again in the backward
     float* discard;     // (discard_n): a frozen 1-D tensor's gradient (a norm's gain) lands here, never read
-    int64_t N, maxw, maxrows, discard_n;
+    int64_t N, maxw, maxrows, maxin, discard_n;
+    // -lora-dropout: what keys the mask of the micro-batch in hand (lora_set_batch, per micro-step)
+    int64_t pos0;       // the stream position of the micro-batch's first sample (dataloader.h: unit * B)
+    int T;              // tokens per sample
+    int training;       // 1: a training forward (dropout applies), 0: evaluation, sampling (none)
+    int drop_eval;      // tests: dropout in an evaluation forward too (finite differences with the mask fixed)
 } Lora;
 
-// -lora r, -lora-alpha, -lora-targets into the config (c->lora_*), or the run ends (exit 2) naming
-// the flag: r < 0, alpha < 0, a target the family lacks, r above a target's min(out, in). targets:
-// comma-separated target names, "" or "all" every one of the family's. alpha 0: alpha = r.
-static void lora_config(GPTConfig* c, int r, float alpha, const char* targets) {
-    c->lora_r = 0; c->lora_alpha = 0.0f; c->lora_mask = 0;
+// -lora r, -lora-alpha, -lora-targets, -lora-dropout into the config (c->lora_*), or the run ends
+// (exit 2) naming the flag: r < 0, alpha < 0, a target the family lacks, r above a target's
+// min(out, in), dropout outside [0, 1). targets: comma-separated target names, "" or "all" every
+// one of the family's. alpha 0: alpha = r.
+static void lora_config(GPTConfig* c, int r, float alpha, const char* targets, float dropout) {
+    c->lora_r = 0; c->lora_alpha = 0.0f; c->lora_mask = 0; c->lora_dropout = 0.0f;
     if (r < 0) die_user("-lora %d: the rank must be positive (0: no adapters)", r);
     if (r == 0) {
         if (targets[0] && strcmp(targets, "all")) die_user("-lora-targets %s: needs -lora r (the adapters' rank)", targets);
+        if (dropout != 0.0f) die_user("-lora-dropout %g: needs -lora r (the adapters' rank)", dropout);
         return;
     }
+    if (!(dropout >= 0.0f && dropout < 1.0f)) die_user("-lora-dropout %g: the probability must be in [0, 1)", dropout);
     if (alpha < 0 || !isfinite(alpha)) die_user("-lora-alpha %g: must be positive (0: alpha = r)", alpha);
     ModelDims d = model_dims(c);
     int all = !targets[0] || !strcmp(targets, "all"), row = 0;
@@ -88,6 +97,7 @@ static void lora_config(GPTConfig* c, int r, float alpha, const char* targets) {
     }
     c->lora_r = r;
     c->lora_alpha = alpha > 0 ? alpha : (float)r;
+    c->lora_dropout = dropout;
 }
 
 // The discard buffer's floats: the longest 1-D tensor of a LoRA model's base (0 without LoRA).
@@ -102,14 +112,16 @@ static int64_t lora_discard_floats(const ModelDesc* d) {
 // closed form); discard_n: the longest 1-D tensor of the base.
 static size_t lora_acts_bytes(const LoraDesc* d, int L, int64_t N, int64_t discard_n) {
     if (!d->r) return 0;
-    int64_t maxw = 0, maxrows = 0;
+    int64_t maxw = 0, maxrows = 0, maxin = 0;
     for (int i = 0; i < d->nmods; i++) {
         const LoraModule* m = &d->mods[i];
         maxw = m->in > maxw ? m->in : maxw;
         maxw = m->rows > maxw ? m->rows : maxw;
         maxrows = m->rows > maxrows ? m->rows : maxrows;
+        maxin = m->in > maxin ? m->in : maxin;
     }
-    return sizeof(floatX) * (size_t)N * ((size_t)L * d->nmods * d->r + maxw + maxrows + d->r) + sizeof(float) * (size_t)discard_n;
+    int64_t xd = d->dropout > 0.0f ? maxin : 0; // dropout(x) of one adapter
+    return sizeof(floatX) * (size_t)N * ((size_t)L * d->nmods * d->r + maxw + maxrows + d->r + xd) + sizeof(float) * (size_t)discard_n;
 }
 
 static void lora_alloc(Lora* lo, const LoraDesc* d, int L, uint64_t seed, int64_t N, int64_t discard_n) {
@@ -122,8 +134,10 @@ static void lora_alloc(Lora* lo, const LoraDesc* d, int L, uint64_t seed, int64_
         lo->maxw = m->in > lo->maxw ? m->in : lo->maxw;
         lo->maxw = m->rows > lo->maxw ? m->rows : lo->maxw;
         lo->maxrows = m->rows > lo->maxrows ? m->rows : lo->maxrows;
+        lo->maxin = m->in > lo->maxin ? m->in : lo->maxin;
     }
     size_t X = sizeof(floatX);
+    if (d->dropout > 0.0f) lo->xd = (floatX*)dev_alloc(TAG_ACTS, X * (size_t)N * lo->maxin);
     lo->u = (floatX*)dev_alloc(TAG_ACTS, X * (size_t)N * L * d->nmods * d->r);
     lo->tmp = (floatX*)dev_alloc(TAG_ACTS, X * (size_t)N * lo->maxw);
     lo->dv = (floatX*)dev_alloc(TAG_ACTS, X * (size_t)N * lo->maxrows);
@@ -140,7 +154,8 @@ static void lora_free(Lora* lo) {
     dev_free(TAG_ACTS, lo->dv, X * (size_t)lo->N * lo->maxrows);
     dev_free(TAG_ACTS, lo->du, X * (size_t)lo->N * d->r);
     dev_free(TAG_ACTS, lo->discard, sizeof(float) * (size_t)lo->discard_n);
-    lo->u = NULL;
+    if (lo->xd) dev_free(TAG_ACTS, lo->xd, X * (size_t)lo->N * lo->maxin);
+    lo->u = NULL; lo->xd = NULL;
 }
 
 // The adapters' initial values for the logical range [logical, logical + len) (inside the adapters:
@@ -184,6 +199,28 @@ static inline int lora_on(const LoraView* v, int proj) {
     return 0;
 }
 
+// ---- -lora-dropout: PEFT's y = W x + (alpha/r) B (A dropout(x)), dropout as torch's (a kept element
+// scaled by 1/(1-p), a dropped one 0), in training forwards only. The mask is counter-based
+// (ops/lora.cuh: lora_drop_keep), keyed by (-seed, layer, module, the sample's position in the data
+// stream, token, column): the position pos0 + b (dataloader.h: unit u = (step*GA + micro)*R + rank
+// holds positions u*B ..) names the step, the micro-step and the global sample at once, and is the
+// same sample's for any R with the same global batch, so the mask is the same for any R, ZeRO
+// stage, recompute mode or offload. It is never stored: the backward (and a recompute) makes it
+// again from the same key, so dropout costs one (N, in) scratch, not a mask per layer.
+// The micro-batch in hand: called by the training loop before each micro-step's forward.
+static inline void lora_set_batch(Lora* lo, int64_t pos0, int T) { lo->pos0 = pos0; lo->T = T; }
+
+static inline int lora_drop_on(const Lora* lo) { return lo->d && lo->d->dropout > 0.0f && (lo->training || lo->drop_eval); }
+
+static inline LoraDrop lora_drop(const Lora* lo, int l, int i) {
+    LoraDrop k;
+    k.key = rng_key(lo->seed, LORA_DROP_LABEL, (uint64_t)l * LORA_MAX_MODULES + (uint64_t)i);
+    k.pos0 = lo->pos0; k.T = lo->T > 0 ? lo->T : 1;
+    k.thr = lora_drop_threshold(lo->d->dropout);
+    k.scale = 1.0f / (1.0f - lo->d->dropout);
+    return k;
+}
+
 // out (N, OC) = inp (N, C) @ W^T + bias, plus (alpha/r) B (A inp) on each adapted row range; with
 // pre != NULL (GPT-2's c_fc): pre = that, out = gelu(pre) (the adapters add before the GELU).
 static void proj_forward(const LoraView* v, int proj, floatX* out, floatX* pre, const floatX* inp, const floatX* w,
@@ -199,7 +236,9 @@ static void proj_forward(const LoraView* v, int proj, floatX* out, floatX* pre, 
         floatX* u = lo->u + ((int64_t)v->l * d->nmods + i) * N * d->r;
         const floatX* A = v->p + m->offA + (int64_t)v->l * d->r * m->in;
         const floatX* B = v->p + m->offB + (int64_t)v->l * m->rows * d->r;
-        op_matmul_forward(u, NULL, inp, A, NULL, N, (int)m->in, d->r);          // u (N, r) = x A^T
+        const floatX* x = inp;
+        if (lora_drop_on(lo)) { op_lora_dropout(lo->xd, inp, NULL, N, m->in, lora_drop(lo, v->l, i)); x = lo->xd; } // xd = dropout(x)
+        op_matmul_forward(u, NULL, x, A, NULL, N, (int)m->in, d->r);            // u (N, r) = xd A^T
         op_matmul_forward(lo->tmp, NULL, u, B, NULL, N, d->r, (int)m->rows);    // (N, rows) = u B^T
         op_lora_add_cols(y, OC, m->row0, lo->tmp, N, m->rows, d->scale);        // y[:, rows] += scale * that
     }
@@ -225,7 +264,14 @@ static void proj_backward(const LoraView* v, int proj, floatX* dinp, float* dw, 
         float* dB = v->g + m->offB + (int64_t)v->l * m->rows * d->r;
         op_lora_take_cols(lo->dv, dout, OC, m->row0, N, m->rows, d->scale);     // dv (N, rows) = scale * dy[:, rows]
         op_matmul_backward(lo->du, dB, NULL, lo->dv, u, B, NULL, N, d->r, (int)m->rows); // du = dv B; dB += dv^T u
-        op_matmul_backward(dinp ? lo->tmp : NULL, dA, NULL, lo->du, inp, A, pre_inp, N, (int)m->in, d->r); // dx' = du A; dA += du^T x
+        if (lora_drop_on(lo)) { // u = dropout(x) A^T: the mask made again (the same key), never stored
+            LoraDrop k = lora_drop(lo, v->l, i);
+            op_lora_dropout(lo->xd, inp, NULL, N, m->in, k);                    // xd = dropout(x), as the forward's
+            op_matmul_backward(dinp ? lo->tmp : NULL, dA, NULL, lo->du, lo->xd, A, NULL, N, (int)m->in, d->r); // dxd = du A; dA += du^T xd
+            if (dinp) op_lora_dropout(lo->tmp, lo->tmp, pre_inp, N, m->in, k);  // dx' = dropout(dxd) (* gelu'(pre): c_proj's input)
+        } else {
+            op_matmul_backward(dinp ? lo->tmp : NULL, dA, NULL, lo->du, inp, A, pre_inp, N, (int)m->in, d->r); // dx' = du A; dA += du^T x
+        }
         if (dinp) op_add_inplace(dinp, lo->tmp, (int64_t)N * m->in);
     }
 }
@@ -233,7 +279,7 @@ static void proj_backward(const LoraView* v, int proj, floatX* dinp, float* dw, 
 // ---- PEFT's files. -lora-export DIR writes what PEFT 0.13.2's save_pretrained writes for a LoRA
 // adapter: adapter_model.safetensors (base_model.model.<module>.lora_A.weight [r, in] and
 // .lora_B.weight [out, r], F32) and adapter_config.json (peft_type LORA, r, lora_alpha,
-// target_modules, lora_dropout 0, bias none, task_type CAUSAL_LM, base_model_name_or_path,
+// target_modules, lora_dropout (-lora-dropout), bias none, task_type CAUSAL_LM, base_model_name_or_path,
 // fan_in_fan_out: true for GPT-2's Conv1D). block: the adapter block's values (padded coordinates,
 // FP32: the master weights). Each file is written to a temporary name and renamed: a failure leaves
 // no partial file. Returns 0, or -1 with a message in err.
@@ -301,10 +347,10 @@ static int lora_write_peft(const LoraDesc* d, const GPTConfig* c, const float* b
         "{\n  \"alpha_pattern\": {},\n  \"auto_mapping\": null,\n  \"base_model_name_or_path\": \"%s\",\n  \"bias\": \"none\",\n"
         "  \"fan_in_fan_out\": %s,\n  \"inference_mode\": true,\n  \"init_lora_weights\": true,\n  \"layer_replication\": null,\n"
         "  \"layers_pattern\": null,\n  \"layers_to_transform\": null,\n  \"loftq_config\": {},\n  \"lora_alpha\": %.9g,\n"
-        "  \"lora_dropout\": 0.0,\n  \"megatron_config\": null,\n  \"megatron_core\": \"megatron.core\",\n  \"modules_to_save\": null,\n"
+        "  \"lora_dropout\": %.7g,\n  \"megatron_config\": null,\n  \"megatron_core\": \"megatron.core\",\n  \"modules_to_save\": null,\n"
         "  \"peft_type\": \"LORA\",\n  \"r\": %d,\n  \"rank_pattern\": {},\n  \"revision\": null,\n  \"target_modules\": [%s],\n"
         "  \"task_type\": \"CAUSAL_LM\",\n  \"use_dora\": false,\n  \"use_rslora\": false\n}\n",
-        esc, c->family == FAMILY_GPT2 ? "true" : "false", (double)d->alpha, d->r, targets);
+        esc, c->family == FAMILY_GPT2 ? "true" : "false", (double)d->alpha, (double)d->dropout, d->r, targets);
     if (rc == 0 && (nj <= 0 || nj >= (int)sizeof(json))) { snprintf(err, errlen, "adapter_config.json: the base's name is too long"); rc = -1; }
     if (rc == 0) rc = lora_write_file(dir, "adapter_config.json", json, (size_t)nj, NULL, NULL, NULL, 0, err, errlen);
     free(sp); free(src); free(offs);

@@ -38,6 +38,7 @@ typedef struct {
     int lora_r;
     float lora_alpha;
     unsigned lora_mask;
+    float lora_dropout; // p of the dropout on the adapters' input (0: none)
 } GPTConfig;
 
 // A GPT-2 config from llm.c's six sizes (the other fields zero: FAMILY_GPT2).
@@ -119,6 +120,7 @@ typedef struct {
 typedef struct {
     int r, nmods;       // rank (0: off), modules per layer
     float alpha, scale; // alpha, alpha / r
+    float dropout;      // p of the dropout on each adapter's input (training only; 0: none)
     LoraModule mods[LORA_MAX_MODULES];
     int64_t num_params; // adapter elements, all layers
 } LoraDesc;
@@ -129,6 +131,7 @@ static void lora_describe(LoraDesc* lo, const GPTConfig* c) {
     if (!c->lora_r) return;
     ModelDims d = model_dims(c);
     lo->r = c->lora_r; lo->alpha = c->lora_alpha; lo->scale = c->lora_alpha / (float)c->lora_r;
+    lo->dropout = c->lora_dropout;
     int row = 0;
 #define X(fam, tname, thf, tproj, trow0, trows, tin)                                     \
     if ((fam) == c->family && ((c->lora_mask >> row++) & 1)) {                           \

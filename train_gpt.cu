@@ -429,6 +429,7 @@ static void gpt_forward(Model* m, int B, int T, int with_targets, float dloss, i
     Acts* A = &m->a;
     ParamView io = param_view(&m->d, zero_before_embedding(z), 1);
     m->ad_p = zero_adapters(z); // [LoRA] (NULL: none)
+    m->lora.training = dloss != 0.0f; // [LoRA] -lora-dropout in training forwards only (and their recompute)
     ops->embed_forward(m, &io, B, T);
     zero_after_embedding(z);
     for (int l = 0; l < c->L; l++) {
@@ -664,6 +665,7 @@ static StepResult train_step(Trainer* tr) {
         if (dataloader_load(&tr->train, unit) != 0) die_user("-i: %s", tr->train.err);
         if (f->data_trace) trace_batch(tr, micro);
         load_tokens(m, &tr->train, 1);
+        lora_set_batch(&m->lora, unit * B, T); // [LoRA] -lora-dropout's mask is keyed by the samples' stream positions
         gpt_forward(m, B, T, 1, dloss, 1);
         gpt_backward(m, B, T, micro, micro == tr->GA - 1); // (its classifier computes the losses)
         op_loss_add(sc, m->a.losses, BT); // the loss stays where it is computed
@@ -790,6 +792,32 @@ static int write_hf_checkpoint(Model* m, const HFConfig* hc, const char* dir, St
     if (!ok) hf_writer_abort(&w); // (a failed commit has cleaned up already)
     fprintf(stderr, "error: -export-hf %s: %s. HINT: check free disk space and permissions\n", dir, err);
     return -1;
+}
+
+// [LoRA] A checkpoint of a LoRA run holds the adapters' state, not the base again: the run's record
+// names the base (-e's path, bytes and CRC32C: ckpt_base_identity, read by rank 0) as "lora-base",
+// and a resume whose -e is another base (other bytes or checksum) is refused naming both. Only a
+// run that can write or read checkpoints reads the base for its checksum.
+static void lora_base_record(Trainer* tr, const GPTConfig* c) {
+    const Flags* f = &tr->f;
+    if (!c->lora_r || !f->out_dir[0] || !(f->resume || f->ckpt_every > 0)) return;
+    char id[160] = "", now[PATH_MAX + 200], then[PATH_MAX + 200];
+    if (tr->r == 0 && ckpt_base_identity(f->model, id, sizeof(id)) != 0)
+        snprintf(id, sizeof(id), "error %.120s", strerror(errno));
+    comm_broadcast(&tr->comm, id, sizeof(id), 0);
+    if (!strncmp(id, "error ", 6)) die_user("-e %s: cannot read the LoRA base for its checksum: %s", f->model, id + 6);
+    snprintf(now, sizeof(now), "%s %s", id, f->model);
+    if (tr->run_record[0] && ckpt_run_add(tr->run_record, CKPT_RUN_MAX, "lora-base", now))
+        printf0("warning: the run's record is full (%d bytes): its checkpoints do not record the LoRA base\n", CKPT_RUN_MAX);
+    if (!tr->recorded_run || !ckpt_run_find(tr->recorded_run, "lora-base", then, sizeof(then))) return;
+    long long b0 = -1, b1 = -1;
+    unsigned c0 = 0, c1 = 0;
+    int n = 0;
+    sscanf(then, "%lld %x %n", &b0, &c0, &n);
+    sscanf(id, "%lld %x", &b1, &c1);
+    if (b0 != b1 || c0 != c1)
+        die_user("-e %s (%lld bytes, CRC32C %08x) is not the base the checkpoint of step %d was trained on: %s (%lld bytes, CRC32C %08x). "
+                 "HINT: resume with that base (its adapters were trained on it)", f->model, b1, c1, tr->recorded_step, then + n, b0, c0);
 }
 
 // Resume from the checkpoint LATEST names (or -resume-step). Returns 1 if one was loaded.
@@ -1142,7 +1170,7 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     GPTConfig c;
     int from_file;
     model_config(f, &c, &from_file);
-    lora_config(&c, f->lora, f->lora_alpha, f->lora_targets); // [LoRA] adapters on a frozen base (-lora 0: none)
+    lora_config(&c, f->lora, f->lora_alpha, f->lora_targets, f->lora_dropout); // [LoRA] adapters on a frozen base (-lora 0: none)
     check_lora_flags(f, &c);
     if (T_auto && f->T > c.maxT) { f->T = c.maxT; snprintf(f->T_str, sizeof(f->T_str), "%d", f->T); } // "at most the model's"
     int R_plan = f->plan && f->world > 0 ? f->world : tr->R; // -plan -world R plans another world size
@@ -1216,6 +1244,7 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     run_record_build(f, &tr->train, tr->has_val ? &tr->val : NULL, classifier_chunk_rows(c.Vp), tr->run_record);
     if (tr->recorded_run) run_record_check(f, &tr->train, tr->has_val ? &tr->val : NULL, classifier_chunk_rows(c.Vp), f->B * f->T,
                                            tr->recorded_run, tr->recorded_step);
+    lora_base_record(tr, &c); // [LoRA] the base's identity: recorded, and a resume's -e checked against it
     tr->comm.trace = f->comm_trace;
     tr->comm.timeout_s = f->comm_timeout;
     tr->comm.delay_ms = f->comm_delay;
@@ -1253,7 +1282,11 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     // parameters: a checkpoint, a model file, or initialisation (a line first: each can take seconds)
     if (f->resume) printf0("resume: looking for the %s complete checkpoint in %s ...\n", f->resume_step ? "requested" : "newest", f->out_dir);
     double frozen_bad = 0.0; // [LoRA] non-finite values read into the frozen base
-    if (!(f->resume && resume_checkpoint(tr))) {
+    // [LoRA] a checkpoint holds the adapters only: the base comes from -e first (the adapters
+    // initialised, then replaced by the checkpoint's: -lora-init is not read when a checkpoint is)
+    int lora_resume = f->resume && c.lora_r;
+    const char* peft_dir = lora_resume && tr->recorded_run ? "" : f->lora_init;
+    if (!(f->resume && !lora_resume && resume_checkpoint(tr))) {
         if (from_file) printf0("loading %lld parameters from %s ...\n", (long long)m->d.num_params, f->model);
         else printf0("initialising %lld parameters from seed %d ...\n", (long long)m->d.num_params, f->seed);
         if (from_file == 2) { // Hugging Face: the same logical ranges, from the safetensors files
@@ -1267,7 +1300,7 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
             for (int k = 0; k < NUM_TENSORS; k++)
                 if (m->d.t[k].n) lt[nt++] = (HFLlmcTensor){m->d.t[k].name, m->d.t[k].logical, m->d.t[k].n, !m->d.t[k].io};
             if (hf_bind(&ck, lt, nt, c.Vp, err, sizeof(err))) die(1, "-e %s: %s", f->model, err);
-            frozen_bad = (double)model_load(m, hf_fill, &ck, f->lora_init, f->model);
+            frozen_bad = (double)model_load(m, hf_fill, &ck, peft_dir, f->model);
             double largest = 4.0 * (double)hf_largest_tensor(&ck);
             hf_close(&ck);
             // what loading cost in host memory: each rank's peak above what it held before (the
@@ -1286,13 +1319,14 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
             ModelFile mf;
             GPTConfig fc;
             model_file_open(&mf, f->model, &fc);
-            frozen_bad = (double)model_load(m, model_file_fill, &mf, f->lora_init, f->model);
+            frozen_bad = (double)model_load(m, model_file_fill, &mf, peft_dir, f->model);
             close(mf.fd);
         } else {
             InitCtx ic = {&m->d, (uint64_t)f->seed};
-            frozen_bad = (double)model_load(m, init_fill, &ic, f->lora_init, f->model);
+            frozen_bad = (double)model_load(m, init_fill, &ic, peft_dir, f->model);
         }
     }
+    if (lora_resume) resume_checkpoint(tr); // [LoRA] the adapters' parameters, masters, m and v
     comm_sum_doubles(&tr->comm, &frozen_bad, 1); // [LoRA] the frozen base (no master)
     double bad = master_nonfinite_all(&m->z) + frozen_bad; // one pass over what was loaded
     if (bad != 0.0)

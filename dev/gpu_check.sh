@@ -35,7 +35,7 @@
 #   recompute_bitwise         16    120  -r 0..3: the same hashes of parameters, master, m, v
 #   zero_bitwise              18    120  -z 0..3 (poisoned, delayed collectives): the same hashes
 #   llama_family              20    180  llama3.2-1b's shape at 2 layers (tensor-core GQA): -r 0 / -r 3 / -z 3 bitwise, -lora 4 -z 0 / -z 3
-#                                        bitwise; llama_grads_vs_reference, llama_recompute_modes_bitwise, model_chunked_classifier_llama
+#                                        bitwise (and with -lora-dropout 0.1, -z 3 -r 3; --emu: that pair only); llama_grads_vs_reference, llama_recompute_modes_bitwise, model_chunked_classifier_llama
 #   offload_bitwise           18    120  -offload cpu (-z 1, -z 3) and nvme (-z 1, a 1 MiB buffer), and cpu with each host AdamW path forced (ZT_SIMD): the hashes of -z 1 without
 #   grad_accumulation         10    120  GA 2 = GA 1 at the same global batch (losses within 1e-2); -z 3 = -z 0 at GA 2 (1e-3)
 #   checkpoint_resume         12    120  4 steps = 2 steps, checkpoint, resume, 2 steps (bitwise)
@@ -129,7 +129,7 @@ EOF
     SB=2; ST=20                                    # SMALL's B and T (T not a multiple of the 32-key tile)
     STEPS=2                                        # steps of each bitwise run
     BIG20="$SMALL -x 8"                            # "20 steps" of a model that learns: 8 emulated steps
-    OPS_CASES="gpu_attention_hs7 gpu_classifier_small gpu_classifier_rows_past_2pow31 gpu_layernorm_backward gpu_sumsq_many_segments gpu_round_params_bitwise gpu_matmul_plan_key_alignment"
+    OPS_CASES="gpu_attention_hs7 gpu_classifier_small gpu_classifier_rows_past_2pow31 gpu_layernorm_backward gpu_sumsq_many_segments gpu_round_params_bitwise gpu_matmul_plan_key_alignment gpu_lora_cols_ops gpu_lora_dropout"
     MODEL_CASES="model_vs_pytorch"
 else
     TRAIN="$ROOT/train_gpu"
@@ -152,7 +152,7 @@ else
     LLAMA="-device cuda -e llama3.2-1b -layers 2 -b 4 -t 256 -u 1"
     LLAMA_CASES="llama_grads_vs_reference llama_recompute_modes_bitwise model_chunked_classifier_llama"
 fi
-SAN_CASES="gpu_attention_hs7 gpu_layernorm_backward gpu_classifier_small gpu_sumsq_many_segments gpu_rmsnorm_backward gpu_attention_gqa_deterministic gpu_attention_seg_deterministic gpu_encoder_seg gpu_rope_seg gpu_adamw_bound_proves"
+SAN_CASES="gpu_attention_hs7 gpu_layernorm_backward gpu_classifier_small gpu_sumsq_many_segments gpu_rmsnorm_backward gpu_attention_gqa_deterministic gpu_attention_seg_deterministic gpu_encoder_seg gpu_rope_seg gpu_adamw_bound_proves gpu_lora_cols_ops gpu_lora_dropout"
 export ROOT MODE TRAIN TRAIN32 TESTGPU SMALL SB ST STEPS BIG20 OPS_CASES MODEL_CASES SAN_CASES LLAMA LLAMA_CASES WORK LOGS TORCH
 export ZT_TORCH_PYTHON=${ZT_TORCH_PYTHON:-python3}
 
@@ -261,11 +261,14 @@ export -f same_hashes
 stage recompute_bitwise 16 120 'same_hashes "-r 0" "-r 1" "-r 2" "-r 3"'
 stage zero_bitwise 18 120 'same_hashes "-z 0 -poison 1 -comm-delay 5" "-z 1 -poison 1 -comm-delay 5" "-z 2 -poison 1 -comm-delay 5" "-z 3 -poison 1 -comm-delay 5"'
 
-# the Llama family: -r 0 = -r 3 = -z 3 (poisoned) bitwise, then LoRA (-lora 4) -z 0 = -z 3 bitwise
+# the Llama family: -r 0 = -r 3 = -z 3 (poisoned) bitwise, then LoRA (-lora 4) -z 0 = -z 3 bitwise, and
+# with -lora-dropout (the mask's kernel; -r 3: made again in the recompute)
 st_llama() {
     if [ -n "$LLAMA_CASES" ]; then run_cases "$TESTGPU" $LLAMA_CASES || return 1; fi
     SMALL="$LLAMA" same_hashes "-r 0 -z 0" "-r 3 -z 0" "-r 1 -z 3 -poison 1" || return 1
-    SMALL="$LLAMA" same_hashes "-z 0 -lora 4" "-z 3 -lora 4 -poison 1"
+    # (--emu: the dropout pair only, which runs every LoRA kernel too: the stage's seconds)
+    if [ "$MODE" != emu ]; then SMALL="$LLAMA" same_hashes "-z 0 -lora 4" "-z 3 -lora 4 -poison 1" || return 1; fi
+    SMALL="$LLAMA" same_hashes "-z 0 -lora 4 -lora-dropout 0.1" "-z 3 -r 3 -lora 4 -lora-dropout 0.1 -poison 1"
 }
 export -f st_llama
 stage llama_family 20 180 st_llama

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """dev/peft_check.py — an adapter -lora-export wrote, loaded by PEFT itself (test/test_lora.h runs it).
 
-    ZT_HF_PYTHON dev/peft_check.py BASE_DIR ADAPTER_DIR TOKENS_FILE [--write R ALPHA TARGETS]
+    ZT_HF_PYTHON dev/peft_check.py BASE_DIR ADAPTER_DIR TOKENS_FILE [--write R ALPHA TARGETS] [--grads OUT]
 
 BASE_DIR: the base model as -export-hf writes it (Hugging Face GPT-2, F32). ADAPTER_DIR: what
 -lora-export wrote (adapter_model.safetensors, adapter_config.json). TOKENS_FILE: int32 B, T, then
@@ -10,7 +10,9 @@ PeftModel.from_pretrained (no key may be missing or unexpected: every lora_A / l
 must come from the file), runs the inputs in FP32 and prints "peft loss X": the mean cross-entropy
 over the targets. With --write, PEFT first makes the adapter itself (LoraConfig(r, lora_alpha,
 target_modules, init_lora_weights=False: B random too, fan_in_fan_out for GPT-2's Conv1D), saves it
-into ADAPTER_DIR with save_pretrained, then does the same (-lora-init reads it). Exit 3 when
+into ADAPTER_DIR with save_pretrained, then does the same (-lora-init reads it). With --grads OUT,
+PEFT's autograd gives the mean loss's gradient of every lora_A / lora_B (FP32), written to OUT as
+safetensors under the adapter file's names (test/test_lora.h compares ours). Exit 3 when
 transformers or peft cannot be imported (the test SKIPs).
 """
 import sys
@@ -53,8 +55,18 @@ for k, v in want.items():
     if not torch.equal(mine[k], v):
         print("peft_check: %s differs from the file" % k)
         sys.exit(1)
-with torch.no_grad():
+grads = "--grads" in sys.argv
+for name, prm in model.named_parameters():  # (from_pretrained loads the adapter for inference: frozen)
+    prm.requires_grad_(grads and "lora_" in name)
+with torch.set_grad_enabled(grads):
     logits = model(input_ids=inputs).logits.float()
     loss = torch.nn.functional.cross_entropy(logits.reshape(B * T, -1), targets.reshape(-1))
+if grads:
+    from safetensors.torch import save_file
+    loss.backward()
+    named = dict(model.named_parameters())
+    out = {k: named[k.replace(".weight", ".default.weight")].grad.detach().contiguous() for k in sd}
+    save_file(out, sys.argv[sys.argv.index("--grads") + 1])
+    print("peft grads %d" % len(out))
 print("peft tensors %d" % len(want))
 print("peft loss %.9g" % loss.item())

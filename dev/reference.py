@@ -27,6 +27,9 @@ Usage:
   /usr/bin/python3 dev/reference.py --llama-grads CONFIG WEIGHTS TOKENS OUT
                                        # a Llama-family model (RMSNorm, RoPE, GQA, SwiGLU) in float64:
                                        # logits, loss, every gradient (test/test_llama.h)
+  /usr/bin/python3 dev/reference.py --lora-grads CONFIG WEIGHTS TOKENS OUT
+                                       # LoRA adapters on a GPT-2 or Llama-family base in float64:
+                                       # loss, dA and dB of every module (test/test_lora.h)
 Exit status: 0 ok, 1 mismatch, 2 usage error.
 
 Limits: CPU only, single thread, float64 — about a second for this tiny config, far too slow for
@@ -457,7 +460,12 @@ def llama_inv_freq(cfg):
     return inv
 
 
-def llama_forward(cfg, w, idx, tgt):
+def plain_linear(l, kind, x, weight, bias):
+    """A projection x @ W^T + b (kind: "qkv", "atto", "up", "down"; --lora-grads adds adapters)."""
+    return x @ weight.T + bias
+
+
+def llama_forward(cfg, w, idx, tgt, lin=plain_linear):
     """(logits (B, T, V), mean cross-entropy over targets >= 0) of the float64 model `w`."""
     NH_, NKV_, HD_, F_, V_, eps = (cfg[k] for k in ("NH", "NKV", "HD", "F", "V", "norm_eps"))
     b, t = idx.shape
@@ -475,7 +483,7 @@ def llama_forward(cfg, w, idx, tgt):
     x = w["embed"][idx]
     for l in range(cfg["L"]):
         h = rmsnorm(x, w["attnnorm"][l])
-        qkv = h @ w["wqkv"][l].T + (w["bqkv"][l] if "bqkv" in w else 0)
+        qkv = lin(l, "qkv", h, w["wqkv"][l], w["bqkv"][l] if "bqkv" in w else 0)
         q = qkv[..., :NH_ * HD_].reshape(b, t, NH_, HD_).transpose(1, 2)
         k = qkv[..., NH_ * HD_:(NH_ + NKV_) * HD_].reshape(b, t, NKV_, HD_).transpose(1, 2)
         v = qkv[..., (NH_ + NKV_) * HD_:].reshape(b, t, NKV_, HD_).transpose(1, 2)
@@ -486,10 +494,10 @@ def llama_forward(cfg, w, idx, tgt):
         att = (q @ k.transpose(-2, -1)) / math.sqrt(HD_)
         att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
         y = (att @ v).transpose(1, 2).reshape(b, t, NH_ * HD_)
-        x = x + y @ w["wo"][l].T
+        x = x + lin(l, "atto", y, w["wo"][l], 0)
         h = rmsnorm(x, w["mlpnorm"][l])
-        gu = h @ w["wgu"][l].T + (w["bgu"][l] if "bgu" in w else 0)
-        x = x + (F.silu(gu[..., :F_]) * gu[..., F_:]) @ w["wdown"][l].T + (w["bdown"][l] if "bdown" in w else 0)
+        gu = lin(l, "up", h, w["wgu"][l], w["bgu"][l] if "bgu" in w else 0)
+        x = x + lin(l, "down", F.silu(gu[..., :F_]) * gu[..., F_:], w["wdown"][l], w["bdown"][l] if "bdown" in w else 0)
     x = rmsnorm(x, w["normf"])
     head = w["lmhead"] if "lmhead" in w else w["embed"]
     logits = x @ head[:V_].T
@@ -525,6 +533,98 @@ def llama_grads_of(cfg_path, weights_path, tokens_path, out_path):
     entries += [("grad." + name, w[name].grad.numpy()) for name, _ in llama_shapes(cfg)]
     write_archive(out_path, entries)
     print(f"llama: loss {loss.item():.6f}, {len(entries) - 2} gradients written to {out_path}")
+
+
+# ------------------------------------------------------------------------------------------------
+# LoRA (--lora-grads): adapters on a frozen base, as PEFT defines them (Hu et al. 2021): each target
+# projection y = x W^T + b gains (alpha / r) (x A^T) B^T on its rows [row0, row0 + rows) of the
+# output (a fused projection's q, k or v rows), A (r, in), B (rows, r). GPT-2 written out here from
+# PyTorch primitives for any shape (F.layer_norm, F.gelu(approximate="tanh"), causal softmax), the
+# Llama family through llama_forward; autograd differentiates A and B in float64. Independent of our
+# proj_forward / proj_backward (lora.h): only the tensors' logical layout is ours.
+
+GPT2_SHAPES = [("wte", "Vp C"), ("wpe", "maxT C"), ("ln1w", "L C"), ("ln1b", "L C"), ("qkvw", "L 3C C"), ("qkvb", "L 3C"),
+               ("attprojw", "L C C"), ("attprojb", "L C"), ("ln2w", "L C"), ("ln2b", "L C"), ("fcw", "L 4C C"),
+               ("fcb", "L 4C"), ("fcprojw", "L C 4C"), ("fcprojb", "L C"), ("lnfw", "C"), ("lnfb", "C")]
+
+
+def gpt2_shapes(cfg):
+    """[(name, shape)] of GPT-2's tensors in llm.c's (our logical) order, for any L, C, Vp, maxT."""
+    dims = {"L": cfg["L"], "C": cfg["C"], "3C": 3 * cfg["C"], "4C": 4 * cfg["C"], "Vp": cfg["Vp"], "maxT": cfg["maxT"]}
+    return [(name, tuple(dims[d] for d in shape.split())) for name, shape in GPT2_SHAPES]
+
+
+def gpt2_forward(cfg, w, idx, tgt, lin=plain_linear):
+    """(logits (B, T, V), mean cross-entropy) of a float64 GPT-2 of any shape, tied head."""
+    L_, C_, NH_, V_ = cfg["L"], cfg["C"], cfg["NH"], cfg["V"]
+    HS_ = C_ // NH_
+    b, t = idx.shape
+    mask = torch.tril(torch.ones(t, t, dtype=torch.bool))
+    x = w["wte"][idx] + w["wpe"][:t]
+    for l in range(L_):
+        h = F.layer_norm(x, (C_,), w["ln1w"][l], w["ln1b"][l], LN_EPS)
+        q, k, v = lin(l, "qkv", h, w["qkvw"][l], w["qkvb"][l]).split(C_, dim=2)
+        q, k, v = (z.reshape(b, t, NH_, HS_).transpose(1, 2) for z in (q, k, v))
+        att = ((q @ k.transpose(-2, -1)) / math.sqrt(HS_)).masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(b, t, C_)
+        x = x + lin(l, "atto", y, w["attprojw"][l], w["attprojb"][l])
+        h = F.layer_norm(x, (C_,), w["ln2w"][l], w["ln2b"][l], LN_EPS)
+        a = F.gelu(lin(l, "up", h, w["fcw"][l], w["fcb"][l]), approximate="tanh")  # the adapter adds before the GELU
+        x = x + lin(l, "down", a, w["fcprojw"][l], w["fcprojb"][l])
+    x = F.layer_norm(x, (C_,), w["lnfw"], w["lnfb"], LN_EPS)
+    logits = x @ w["wte"][:V_].T
+    loss = F.cross_entropy(logits.reshape(-1, V_), tgt.reshape(-1), ignore_index=-1)
+    return logits, loss
+
+
+def lora_grads_of(cfg_path, weights_path, tokens_path, out_path):
+    """--lora-grads: the loss and dA, dB of every adapter module. CONFIG: JSON with "family" ("gpt2":
+    L C NH V Vp maxT; "llama": as --llama-grads) and "lora": {"r", "alpha", "modules": [{"proj" (qkv,
+    atto, up, down), "row0", "rows", "in", "logA", "logB"}]}; WEIGHTS: the logical vector, float32
+    (the base's tensors, then each module's A (L, r, in) and B (L, rows, r) at logA, logB); TOKENS as
+    --llama-grads. Writes an archive: "loss" (1), "grad.A<i>" (L, r, in) and "grad.B<i>" (L, rows, r)."""
+    import json
+    cfg = json.load(open(cfg_path))
+    flat = np.fromfile(weights_path, dtype="<f4")
+    shapes = gpt2_shapes(cfg) if cfg["family"] == "gpt2" else llama_shapes(cfg)
+    w, off = {}, 0
+    for name, shape in shapes:
+        n = int(np.prod(shape))
+        if off + n > flat.size:
+            raise ValueError(f"{weights_path}: {flat.size} floats, the config needs more (at {name})")
+        w[name] = torch.from_numpy(flat[off:off + n].astype(np.float64).reshape(shape))
+        off += n
+    lo = cfg["lora"]
+    r, scale, L_ = lo["r"], lo["alpha"] / lo["r"], cfg["L"]
+    mods = []
+    for m in lo["modules"]:
+        nA, nB = L_ * r * m["in"], L_ * m["rows"] * r
+        if m["logA"] < off or m["logA"] + nA > flat.size or m["logB"] + nB > flat.size:
+            raise ValueError(f"{weights_path}: module {m} outside the {flat.size} floats (the base has {off})")
+        A = torch.from_numpy(flat[m["logA"]:m["logA"] + nA].astype(np.float64).reshape(L_, r, m["in"])).requires_grad_(True)
+        B = torch.from_numpy(flat[m["logB"]:m["logB"] + nB].astype(np.float64).reshape(L_, m["rows"], r)).requires_grad_(True)
+        mods.append((m, A, B))
+
+    def lin(l, kind, x, weight, bias):
+        y = x @ weight.T + bias
+        for m, A, B in mods:
+            if m["proj"] != kind:
+                continue
+            delta = scale * ((x @ A[l].T) @ B[l].T)                     # (b, t, rows)
+            y = y + F.pad(delta, (m["row0"], weight.shape[0] - m["row0"] - m["rows"]))
+        return y
+
+    raw = np.fromfile(tokens_path, dtype="<i4")
+    b, t = int(raw[0]), int(raw[1])
+    idx = torch.from_numpy(raw[2:2 + b * t].astype(np.int64)).reshape(b, t)
+    tgt = torch.from_numpy(raw[2 + b * t:2 + 2 * b * t].astype(np.int64)).reshape(b, t)
+    _, loss = (gpt2_forward if cfg["family"] == "gpt2" else llama_forward)(cfg, w, idx, tgt, lin)
+    loss.backward()
+    entries = [("loss", np.array([loss.item()]))]
+    for i, (m, A, B) in enumerate(mods):
+        entries += [(f"grad.A{i}", A.grad.numpy()), (f"grad.B{i}", B.grad.numpy())]
+    write_archive(out_path, entries)
+    print(f"lora ({cfg['family']}): loss {loss.item():.9f}, dA and dB of {len(mods)} modules written to {out_path}")
 
 
 def write_archive(path, entries):
@@ -694,6 +794,8 @@ def main():
                       help="loss over the counted targets (target < 0: not counted) and every gradient")
     mode.add_argument("--hf-logits", nargs=3, metavar=("DIR", "TOKENS", "OUT"),
                       help="the same for a Hugging Face checkpoint (needs the safetensors package)")
+    mode.add_argument("--lora-grads", nargs=4, metavar=("CONFIG", "WEIGHTS", "TOKENS", "OUT"),
+                      help="LoRA on a GPT-2 or Llama base: loss, every adapter's dA and dB (float64)")
     mode.add_argument("--llama-grads", nargs=4, metavar=("CONFIG", "WEIGHTS", "TOKENS", "OUT"),
                       help="a Llama-family model's logits, loss and every gradient (float64)")
     args = ap.parse_args()   # exits 2 on usage errors
@@ -721,6 +823,9 @@ def main():
         status = 0
     elif args.llama_grads:
         llama_grads_of(*args.llama_grads)
+        status = 0
+    elif args.lora_grads:
+        lora_grads_of(*args.lora_grads)
         status = 0
     else:
         status = fdcheck()

@@ -87,6 +87,8 @@ static void lora_fd_case(const char* model, const char* extra) {
     Model* m = &tr->model;
     Zero* z = &m->z;
     const LoraDesc* d = &m->d.lora;
+    lora_set_batch(&m->lora, 36, m->T); // (-lora-dropout: a mask of some micro-batch, fixed)
+    m->lora.drop_eval = 1;              // the evaluation forwards below apply the same mask
     int A = z->lay.adapter, L = m->cfg.L, BT = m->B * m->T;
     int64_t P = z->lay.P[A];
     floatX* p = (floatX*)malloc(sizeof(floatX) * P);
@@ -113,7 +115,7 @@ static void lora_fd_case(const char* model, const char* extra) {
             double gv = 0.0, D[2];
             for (int64_t j = 0; j < n; j++) gv += (rng_u64(key, 5000000 + j) & 1 ? 1.0 : -1.0) * g[off + j];
             for (int k = 0; k < 2; k++) { // central differences at h and h/2
-                double h = k ? 2e-3 : 4e-3, l[2];
+                double h = k ? 4e-3 : 8e-3, l[2];
                 for (int sgn = 0; sgn < 2; sgn++) {
                     memcpy(q, p, sizeof(floatX) * P);
                     for (int64_t j = 0; j < n; j++) q[off + j] = (floatX)(p[off + j] + (sgn ? -h : h) * (rng_u64(key, 5000000 + j) & 1 ? 1.0 : -1.0));
@@ -127,6 +129,12 @@ static void lora_fd_case(const char* model, const char* extra) {
             CHECKF(err < 1e-2, "%s %s: analytic %.8g, central difference %.8g (relative %.2e)", mo->target, t ? "B" : "A", gv, num, err);
         }
     dev_from_host(z->full_params + z->lay.off[A], p, sizeof(floatX) * P);
+    if (d->dropout > 0.0f) { // the differences above went through the mask: without it the loss is another
+        double with = lora_loss(tr);
+        m->lora.drop_eval = 0;
+        double without = lora_loss(tr);
+        CHECKF(with != without, "-lora-dropout %g: the loss with the mask (%.9g) is the loss without it", (double)d->dropout, with);
+    }
     printf("    %s %s: dA, dB of %d modules along random directions, worst relative difference %.2e\n",
            m->cfg.family == FAMILY_LLAMA ? "llama" : "gpt2", extra, d->nmods, worst);
     free(p);
@@ -138,8 +146,131 @@ static void lora_fd_case(const char* model, const char* extra) {
 TEST(lora_grads_finite_differences) {
     lora_fd_case(LORA_GPT2, "-r 0");
     lora_fd_case(LORA_LLAMA, "-r 3");
+    lora_fd_case(LORA_GPT2, "-r 0 -lora-dropout 0.3"); // the mask fixed: dropout's forward and backward (GPT-2's c_proj: through the GELU)
+    if (test_long()) lora_fd_case(LORA_LLAMA, "-r 3 -lora-dropout 0.3 -lora-targets q_proj,down_proj"); // (the mask made again in the recompute)
 }
 #endif
+
+// dA, dB of every module against dev/reference.py --lora-grads (float64 autograd through PyTorch's
+// layers: GPT-2 written out for any shape, the Llama family's llama_forward; the adapters as PEFT
+// defines them), with random B (B = 0 would make dA zero) and the loss: GPT-2 (all targets, -r 0)
+// and Llama (every target, -r 3: the adapters recomputed), at TOL_LORA_GRAD. FP32 build, Llama (GPT-2's
+// gradients are checked against PEFT's in lora_export_loads_in_peft); make test-long: both, and BF16
+// at TOL_MODEL_GRAD.
+static void lora_ref_case(const char* model, const char* extra) {
+    char probe[PATH_MAX + 64];
+    snprintf(probe, sizeof(probe), "%s -c 'import torch, numpy'", tm_torch_python());
+    if (test_run_cmd(probe, NULL, 0) != 0) { printf("    SKIP: needs PyTorch and numpy\n"); return; }
+    char more[256];
+    snprintf(more, sizeof(more), "-z 0 -x 1 -lora 3 -lora-alpha 6 %s", extra);
+    Trainer* tr = tm_trainer(lora_flags(model, more));
+    Model* m = &tr->model;
+    Zero* z = &m->z;
+    const GPTConfig* c = &m->cfg;
+    const LoraDesc* d = &m->d.lora;
+    int A = z->lay.adapter, L = c->L, B = m->B, T = m->T, BT = B * T;
+    int64_t P = z->lay.P[A], nlog = z->lay.logical_total;
+    floatX* p = (floatX*)tm_host(z->full_params + z->lay.off[A], sizeof(floatX) * P);
+    uint64_t key = rng_key(11, 1, 2);
+    for (int i = 0; i < d->nmods; i++) { // B ~ U(-0.05, 0.05) (A as initialised)
+        int64_t nB = (int64_t)L * d->mods[i].rows * d->r;
+        for (int64_t j = 0; j < nB; j++) p[d->mods[i].offB + j] = rn((float)(0.1 * rng_uniform(key, (uint64_t)(i * 1000003 + j)) - 0.05));
+    }
+    dev_from_host(z->full_params + z->lay.off[A], p, sizeof(floatX) * P);
+    free(p);
+    zero_zero_grads(z);
+    dataloader_load(&tr->train, 0);
+    load_tokens(m, &tr->train, 1);
+    gpt_forward(m, B, T, 1, 1.0f / BT, 1);
+    gpt_backward(m, B, T, 0, 1);
+    float loss = (float)(sum_losses(m, BT) / BT);
+    comm_wait_all(&tr->comm);
+    float* g = (float*)tm_host(z->full_grads + z->lay.goff[A], sizeof(float) * P);
+    // every parameter in the logical order (the base's frozen blocks and the adapters: the parameters)
+    float* w = (float*)calloc(nlog, sizeof(float));
+    floatX* all = (floatX*)tm_host(z->full_params, sizeof(floatX) * z->lay.total);
+    Piece pc[MAX_BLOCK_TENSORS];
+    for (int b = 0; b < z->lay.nblocks; b++) {
+        int n = layout_pieces(&z->lay, b, 0, z->lay.P[b], pc);
+        for (int i = 0; i < n; i++)
+            for (int64_t j = 0; j < pc[i].len; j++) w[pc[i].logical + j] = ld(all[z->lay.off[b] + pc[i].local + j]);
+    }
+    free(all);
+    const char* fam = c->family == FAMILY_LLAMA ? "llama" : "gpt2";
+    char cfg[PATH_MAX], wpath[PATH_MAX], tpath[PATH_MAX], out[PATH_MAX], cmd[5 * PATH_MAX];
+    snprintf(cfg, sizeof(cfg), "%s/lora_ref_%s.json", test_tmpdir(), fam);
+    snprintf(wpath, sizeof(wpath), "%s/lora_ref_%s.f32", test_tmpdir(), fam);
+    snprintf(tpath, sizeof(tpath), "%s/lora_ref_%s.i32", test_tmpdir(), fam);
+    snprintf(out, sizeof(out), "%s/lora_ref_%s.bin", test_tmpdir(), fam);
+    char head[2048] = "";
+    if (c->family == FAMILY_LLAMA) { // the family's fields as --llama-grads reads them, then ours
+        llama_write_config(c, cfg);
+        FILE* f = fopen(cfg, "r");
+        size_t n = f ? fread(head, 1, sizeof(head) - 1, f) : 0;
+        if (f) fclose(f);
+        head[n] = 0;
+        char* e = strrchr(head, '}');
+        if (e) *e = 0;
+    } else snprintf(head, sizeof(head), "{\"L\": %d, \"C\": %d, \"NH\": %d, \"V\": %d, \"Vp\": %d, \"maxT\": %d", L, c->C, c->NH, c->V, c->Vp, c->maxT);
+    FILE* f = fopen(cfg, "w");
+    CHECK(f != NULL);
+    if (!f) return;
+    static const char* projs[] = {"qkv", "atto", "up", "down"}; // (model.h's Proj order)
+    fprintf(f, "%s, \"family\": \"%s\", \"lora\": {\"r\": %d, \"alpha\": %.9g, \"modules\": [", head, fam, d->r, (double)d->alpha);
+    for (int i = 0; i < d->nmods; i++) {
+        const LoraModule* mo = &d->mods[i];
+        fprintf(f, "%s{\"proj\": \"%s\", \"row0\": %lld, \"rows\": %lld, \"in\": %lld, \"logA\": %lld, \"logB\": %lld}", i ? ", " : "",
+                projs[mo->proj], (long long)mo->row0, (long long)mo->rows, (long long)mo->in, (long long)mo->logA, (long long)mo->logB);
+    }
+    fprintf(f, "]}}\n");
+    fclose(f);
+    f = fopen(wpath, "wb");
+    CHECK(f && fwrite(w, sizeof(float), nlog, f) == (size_t)nlog);
+    if (f) fclose(f);
+    f = fopen(tpath, "wb");
+    int hdr[2] = {B, T};
+    CHECK(f && fwrite(hdr, sizeof(int), 2, f) == 2 && fwrite(tr->train.inputs, sizeof(int), BT, f) == (size_t)BT &&
+          fwrite(tr->train.targets, sizeof(int), BT, f) == (size_t)BT);
+    if (f) fclose(f);
+    snprintf(cmd, sizeof(cmd), "%s dev/reference.py --lora-grads %s %s %s %s", tm_torch_python(), cfg, wpath, tpath, out);
+    static char pyout[8192];
+    int rc = test_run_cmd(cmd, pyout, sizeof(pyout));
+    CHECKF(rc == 0, "dev/reference.py --lora-grads failed:\n%s", pyout);
+    Fixture fx;
+    char err[512];
+    if (rc == 0 && fixture_load(&fx, out, err, sizeof(err)) == 0) {
+        float ref_loss = ((const float*)fixture_get(&fx, "loss")->data)[0];
+        CHECKF(fabs(loss - ref_loss) / fabs(ref_loss) < TOL_MODEL_LOSS, "loss %.9f vs %.9f", loss, ref_loss);
+        double worst = 0.0;
+        for (int i = 0; i < d->nmods; i++)
+            for (int t = 0; t < 2; t++) {
+                const LoraModule* mo = &d->mods[i];
+                char name[32];
+                snprintf(name, sizeof(name), "grad.%s%d", t ? "B" : "A", i);
+                const FixtureTensor* ref = fixture_get(&fx, name);
+                int64_t n = (int64_t)L * (t ? mo->rows * d->r : d->r * mo->in);
+                CHECKF(ref && ref->n == n, "%s missing or of the wrong size", name);
+                if (!ref || ref->n != n) continue;
+                double e = tm_relerr_f(g + (t ? mo->offB : mo->offA), (const float*)ref->data, n);
+                CHECKF(e < TOL_LORA_GRAD, "%s %s (%s): %.3g", fam, name, mo->target, e);
+                worst = e > worst ? e : worst;
+            }
+        printf("    %s %s: loss %.9f vs %.9f; dA, dB of %d modules against float64, worst relative %.2e (tol %.0e)\n", fam, extra, loss,
+               ref_loss, d->nmods, worst, (double)TOL_LORA_GRAD);
+        fixture_free(&fx);
+    } else CHECKF(0, "%s: %s", out, err);
+    free(g);
+    free(w);
+    tm_free(tr);
+}
+
+TEST(lora_grads_vs_reference) {
+#ifndef ENABLE_FP32
+    if (!test_long()) TEST_SKIP("BF16: make test-long (make test runs it in the FP32 build)");
+#endif
+    if (test_long()) lora_ref_case(LORA_GPT2, "-r 0"); // (make test: GPT-2's against PEFT's, lora_export_loads_in_peft)
+    lora_ref_case(LORA_LLAMA, "-r 3");
+}
 
 // ZeRO-0..3 with adapters over R ranks: the same losses, norms and hashes (parameters, master, m, v)
 // at every stage, and at R = 2 with the adapters' state offloaded (-offload cpu at ZeRO-3, nvme at 1) (-r 0..3 with them). make test: R = 2 on GPT-2 and Llama; make test-long: GPT-2 at
@@ -189,11 +320,101 @@ TEST(lora_zero_stages_bitwise) {
     }
 }
 
+// Checkpoints of a LoRA run: the adapters' state (parameters, masters, m, v) and the base's
+// identity, not the base (BF16 build only: the seconds of make test). An uninterrupted 6-step run (R = 2, ZeRO-1, checkpoints at 3 and 6)
+// against a resume of step 3: at ZeRO-3 (same R: bit-identical, the hashes of parameters, master,
+// m and v; with the adapters' state offloaded, -offload cpu) and at R = 3, ZeRO-2 (steps 4..6 within TOL_ACROSS_R: the sums associate differently).
+#ifndef ENABLE_FP32
+static int lora_ckpt_train(int R, int z, const char* model, const char* dir, const char* extra, char* hash) {
+    char flags[2048];
+    snprintf(flags, sizeof(flags), "%s -b %d -d %d -x 6 -n 3 -v 0 -s 0 -z %d -o %s -log-hash 1 %s", model, 12 / R, 12 * 16, z, dir, extra);
+    int rc = zt_mpirun(R, flags, zt_out, sizeof(zt_out));
+    if (hash) zt_hash_line(zt_out, hash, 512);
+    if (rc) printf("    run failed (%d):\n%s\n", rc, zt_out);
+    return rc;
+}
+
+static void lora_resume_case(const char* name, const char* model) {
+    char a[PATH_MAX], d[PATH_MAX], h_ref[512] = "", h[512] = "", path[PATH_MAX + 64];
+    snprintf(a, sizeof(a), "%s", zt_dir(name));
+    CHECK(lora_ckpt_train(2, 1, model, a, "", h_ref) == 0);
+    ZtLog ref, lg;
+    zt_read_log(a, &ref);
+    struct stat st;
+    snprintf(path, sizeof(path), "%s/model_00000003.bin", a);
+    CHECKF(stat(path, &st) != 0, "a LoRA checkpoint wrote the base again (%s)", path);
+    snprintf(path, sizeof(path), "%s/DONE_00000003", a);
+    char* done = zt_read_file(path);
+    CHECKF(done && strstr(done, "run lora-base "), "DONE records no lora-base:\n%s", done ? done : "(missing)");
+    free(done);
+    snprintf(path, sizeof(path), "%s/state_00000003_00000.bin", a); // the adapters' state only
+    Trainer* tr = tm_trainer(lora_flags(model, "-z 1 -x 1"));
+    int64_t want = ckpt_state_file_bytes(&tr->model.z.lay, 0); // (R = 1: the whole adapter block)
+    int64_t adapters = tr->model.d.lora.num_params;
+    tm_free(tr);
+    int64_t got = 0;
+    for (int q = 0; q < 2; q++) {
+        snprintf(path, sizeof(path), "%s/state_00000003_%05d.bin", a, q);
+        got += stat(path, &st) == 0 ? (int64_t)st.st_size : -1;
+    }
+    CHECKF(got < want + 4096 && got > 12 * adapters, "state files %lld bytes; the adapters' state is %lld", (long long)got, (long long)(12 * adapters));
+    snprintf(d, sizeof(d), "%s_z3", a); // ZeRO-1 -> ZeRO-3 at R = 2, the adapters' state offloaded: bit-identical
+    zt_copy_dir(a, d);
+    CHECK(lora_ckpt_train(2, 3, model, d, "-y 1 -offload cpu", h) == 0);
+    CHECKF(strstr(zt_out, "resume: step 3") != NULL, "did not resume from step 3:\n%s", zt_out);
+    CHECKF(h[0] && !strcmp(h, h_ref), "ZeRO-1 -> ZeRO-3 -offload cpu resume differs:\n  %s\n  %s", h, h_ref);
+    snprintf(d, sizeof(d), "%s_R3", a); // R = 2 -> 3 at ZeRO-2
+    zt_copy_dir(a, d);
+    CHECK(lora_ckpt_train(3, 2, model, d, "-y 1", NULL) == 0);
+    CHECKF(strstr(zt_out, "resume: step 3") != NULL, "R = 3 did not resume from step 3:\n%s", zt_out);
+    zt_read_log(d, &lg);
+    double worst = 0.0;
+    for (int s = 3; s < 6; s++) worst = fmax(worst, fabs(lg.loss[s] - ref.loss[s]) / ref.loss[s]);
+    CHECKF(lg.n == 6 && worst < TOL_ACROSS_R, "2 -> 3 ranks: steps 4-6 differ by %.3g", worst);
+    printf("    %s: the checkpoint holds no model file, state %lld bytes (%lld adapter elements); ZeRO-1 -> 3 (-offload cpu) bit-identical; "
+           "2 -> 3 ranks: worst relative loss difference over steps 4-6 %.2e\n", name, (long long)got, (long long)adapters, worst);
+}
+
+TEST(lora_checkpoint_resume) {
+    lora_resume_case("lora_ckpt_gpt2", ZT_MODEL " -lora 2 -lora-alpha 4");
+    lora_resume_case("lora_ckpt_llama", "-e llama-tiny -layers 2 -vocab 97 -t 16 -poison 1 -blas 0 -lora 2 -lora-targets q_proj,v_proj,down_proj");
+}
+
+// The base's identity at resume: a LoRA run on a base file checkpoints; the file changes (one value)
+// and the resume is refused naming it, exit 2, nothing changed; -save-model 1 with -lora refused.
+TEST(lora_resume_refuses_other_base) {
+    char base[PATH_MAX], dir[PATH_MAX], flags[3 * PATH_MAX];
+    snprintf(base, sizeof(base), "%s/lora_ckpt_base.bin", test_tmpdir());
+    snprintf(dir, sizeof(dir), "%s/lora_ckpt_other_base", test_tmpdir());
+    snprintf(flags, sizeof(flags), "-e tiny -layers 1 -channels 32 -heads 4 -t 16 -b 1 -x 0 -v 0 -s 0 -export %s -export-dtype fp32", base);
+    CHECKF(cli_run(flags, cli_out, sizeof(cli_out)) == 0, "exporting a base failed:\n%s", cli_out);
+    char rm[PATH_MAX + 16];
+    snprintf(rm, sizeof(rm), "rm -rf %s", dir);
+    test_run_cmd(rm, NULL, 0);
+    snprintf(flags, sizeof(flags), "-e %s -t 16 -b 1 -x 2 -n 1 -v 0 -s 0 -lora 2 -o %s", base, dir);
+    int rc = cli_run(flags, cli_out, sizeof(cli_out));
+    CHECKF(rc == 0 && strstr(cli_out, "checkpoint: step 2"), "the LoRA run with checkpoints failed (%d):\n%s", rc, cli_out);
+    FILE* fp = fopen(base, "r+b");
+    float v = 0.125f;
+    CHECK(fp && fseek(fp, 1024 + 4 * 100, SEEK_SET) == 0 && fwrite(&v, 4, 1, fp) == 1 && fclose(fp) == 0);
+    snprintf(flags, sizeof(flags), "-x 3 -o %s -y 1", dir);
+    rc = cli_run(flags, cli_out, sizeof(cli_out));
+    CHECKF(rc == 2 && strstr(cli_out, "is not the base the checkpoint of step 2 was trained on") && strstr(cli_out, base),
+           "a resume on a changed base: exit %d\n%s", rc, cli_out);
+    CHECKF(strstr(cli_out, "step 3") == NULL, "the resume on another base trained");
+    snprintf(flags, sizeof(flags), "-e tiny -layers 1 -channels 32 -heads 4 -t 16 -b 1 -x 1 -v 0 -s 0 -lora 2 -save-model 1");
+    rc = cli_run(flags, cli_out, sizeof(cli_out));
+    CHECKF(rc == 2 && strstr(cli_out, "flag -save-model 1: a checkpoint of a LoRA run holds the adapters' state"), "-save-model 1 -lora: exit %d\n%s", rc, cli_out);
+}
+#endif
+
 #ifdef ENABLE_FP32
 // -lora-export against PEFT 0.13.2 itself ($ZT_HF_PYTHON with transformers and peft; SKIP without):
 // the base as -export-hf writes it (a run without adapters: same seed, same base), adapters trained
 // three steps and written by -lora-export; PEFT loads the adapter onto the base (every lora_A /
-// lora_B from the file, none missing), and its FP32 loss on our batch equals ours (1e-5 relative).
+// lora_B from the file, none missing), and its FP32 loss on our batch equals ours (1e-5 relative),
+// and so do the adapters' gradients there (PEFT's autograd: every lora_A / lora_B of every layer,
+// TOL_LORA_PEFT_GRAD; the adapters trained, so B is not zero and dA counts).
 TEST(lora_export_loads_in_peft) {
     const char* py = getenv("ZT_HF_PYTHON");
     if (!py || !*py) TEST_SKIP("needs $ZT_HF_PYTHON with transformers and peft 0.13.2 (.ci/run makes it)");
@@ -214,21 +435,65 @@ TEST(lora_export_loads_in_peft) {
     export_model(tr);
     double ours = lora_loss(tr); // batch 0, now in tr->train
     int B = tr->model.B, T = tr->model.T;
+    Model* m = &tr->model;
+    Zero* z = &m->z;
+    zero_zero_grads(z); // the adapters' gradients of the mean loss on batch 0 (R = 1, ZeRO-1: full_grads holds them all)
+    gpt_forward(m, B, T, 1, 1.0f / (B * T), 1);
+    gpt_backward(m, B, T, 0, 1);
+    comm_wait_all(&tr->comm);
+    int Ablk = z->lay.adapter;
+    float* g = (float*)tm_host(z->full_grads + z->lay.goff[Ablk], sizeof(float) * z->lay.P[Ablk]);
+    char gpath[PATH_MAX + 16];
+    snprintf(gpath, sizeof(gpath), "%s/lora_peft_grads.safetensors", test_tmpdir());
     FILE* fp = fopen(tok, "wb");
     int32_t bt[2] = {B, T};
     CHECK(fp && fwrite(bt, 4, 2, fp) == 2 && fwrite(tr->train.inputs, 4, (size_t)B * T, fp) == (size_t)B * T &&
           fwrite(tr->train.targets, 4, (size_t)B * T, fp) == (size_t)B * T && fclose(fp) == 0);
-    tm_free(tr);
-    snprintf(cmd, sizeof(cmd), "%s dev/peft_check.py %s %s %s 2>&1", py, base_dir, ad_dir, tok);
+    snprintf(cmd, sizeof(cmd), "%s dev/peft_check.py %s %s %s --grads %s 2>&1", py, base_dir, ad_dir, tok, gpath);
     int rc = test_run_cmd(cmd, out, sizeof(out));
-    if (rc == 3) TEST_SKIP("$ZT_HF_PYTHON lacks transformers or peft");
+    if (rc == 3) { free(g); tm_free(tr); TEST_SKIP("$ZT_HF_PYTHON lacks transformers or peft"); }
+    StFile st;
+    char serr[512];
+    double gworst = 0.0;
+    int compared = 0;
+    const LoraDesc* d = &m->d.lora;
+    if (rc == 0 && st_open(&st, gpath, serr, sizeof(serr)) == 0) {
+        for (int l = 0; l < m->cfg.L; l++)
+            for (int i = 0; i < d->nmods; i++)
+                for (int t = 0; t < 2; t++) {
+                    const LoraModule* mo = &d->mods[i];
+                    char mod[96], name[160];
+                    snprintf(mod, sizeof(mod), mo->hf, l);
+                    snprintf(name, sizeof(name), "base_model.model.%s.lora_%s.weight", mod, t ? "B" : "A");
+                    const StTensor* x = st_find(&st, name);
+                    int64_t n = t ? mo->rows * d->r : d->r * mo->in;
+                    CHECKF(x && x->ndim == 2 && x->shape[0] * x->shape[1] == n, "PEFT's gradients: %s missing or of another size", name);
+                    if (!x) continue;
+                    const float* ours_g = g + (t ? mo->offB + (int64_t)l * n : mo->offA + (int64_t)l * n);
+                    double num = 0.0, den = 0.0;
+                    for (int64_t k = 0; k < n; k++) {
+                        double v = st_get(&st, x, k), e = ours_g[k] - v;
+                        num += e * e; den += v * v;
+                    }
+                    double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+                    CHECKF(rel < TOL_LORA_PEFT_GRAD, "%s: our gradient against PEFT's: %.3g", name, rel);
+                    gworst = rel > gworst ? rel : gworst;
+                    compared++;
+                }
+        st_close(&st);
+    } else CHECKF(rc != 0, "%s: %s", gpath, serr);
+    int want_n = 2 * d->nmods * m->cfg.L;
+    free(g);
+    tm_free(tr);
     CHECKF(rc == 0, "dev/peft_check.py failed (%d):\n%s", rc, out);
     const char* p = strstr(out, "peft loss ");
     CHECKF(p != NULL, "no loss from PEFT:\n%s", out);
     if (!p) return;
     double theirs = atof(p + 10), rel = fabs(theirs - ours) / fabs(ours);
     CHECKF(rel < 1e-5, "loss: ours %.9g, PEFT's %.9g (relative %.2e)", ours, theirs, rel);
-    printf("    loss: ours %.9f, PEFT's %.9f (relative %.1e); %s", ours, theirs, rel, strstr(out, "peft tensors") ? strstr(out, "peft tensors") : "\n");
+    printf("    loss: ours %.9f, PEFT's %.9f (relative %.1e); dA, dB of %d tensors against PEFT's autograd: worst relative %.2e (tol %.0e); %s",
+           ours, theirs, rel, compared, gworst, (double)TOL_LORA_PEFT_GRAD, strstr(out, "peft tensors") ? strstr(out, "peft tensors") : "\n");
+    CHECKF(compared == want_n, "%d of PEFT's %d gradients compared", compared, want_n);
 }
 
 // An adapter PEFT itself writes (LoraConfig with init_lora_weights=False: A and B random;
@@ -308,6 +573,115 @@ TEST(lora_export_init_round_trip) {
     tm_free(b);
 }
 
+// -lora-dropout's mask (ops/lora.cuh) through the op: over 2^20 elements of ones the dropped
+// fraction is within 5 standard deviations (sqrt(p (1-p) / n)) plus the threshold's rounding
+// (2^-25) of p; a kept element is rn(1/(1-p)); the mask of a sample is its stream position's (a
+// micro-batch split at another row, as at another R, gives the same rows the same mask); another
+// layer or module (another key) gives another mask; p = 0 keeps everything.
+TEST(lora_dropout_mask) {
+    const int64_t T = 16, N = 4 * T, cols = 16384, n = N * cols; // 2^20
+    floatX* ones = (floatX*)malloc(sizeof(floatX) * n);
+    floatX* a = (floatX*)malloc(sizeof(floatX) * n);
+    floatX* b = (floatX*)malloc(sizeof(floatX) * n);
+    for (int64_t i = 0; i < n; i++) ones[i] = rn(1.0f);
+    const float ps[] = {0.0f, 0.1f, 0.5f, 0.9f};
+    for (int k = 0; k < 4; k++) {
+        float p = ps[k];
+        LoraDrop d = {rng_key(1337, LORA_DROP_LABEL, 5), 40, T, lora_drop_threshold(p), 1.0f / (1.0f - p)};
+        op_lora_dropout(a, ones, NULL, N, cols, d);
+        int64_t dropped = 0, bad = 0;
+        for (int64_t i = 0; i < n; i++) {
+            float v = ld(a[i]);
+            dropped += v == 0.0f;
+            bad += v != 0.0f && v != ld(rn(1.0f / (1.0f - p)));
+        }
+        double rate = (double)dropped / n, bound = 5.0 * sqrt(p * (1.0 - p) / n) + 1.0 / 33554432.0;
+        CHECKF(fabs(rate - p) <= bound, "p %g: dropped %.6f of %lld, allowed %g +- %.2e", p, rate, (long long)n, p, bound);
+        CHECKF(bad == 0, "p %g: %lld kept values are not rn(1/(1-p))", p, (long long)bad);
+        if (p == 0.0f) { CHECK(dropped == 0); continue; }
+        // rows 2T.. of a micro-batch at position 40 = rows 0.. of one at position 42
+        LoraDrop d2 = d;
+        d2.pos0 = 42;
+        op_lora_dropout(b, ones, NULL, N - 2 * T, cols, d2);
+        CHECKF(!memcmp(a + 2 * T * cols, b, sizeof(floatX) * (N - 2 * T) * cols), "p %g: the mask depends on the row, not the sample's position", p);
+        d2 = d;
+        d2.key = rng_key(1337, LORA_DROP_LABEL, 6); // another module
+        op_lora_dropout(b, ones, NULL, N, cols, d2);
+        int64_t same = 0;
+        for (int64_t i = 0; i < n; i++) same += (ld(a[i]) == 0.0f) == (ld(b[i]) == 0.0f);
+        double agree = (double)same / n, expect = p * p + (1 - p) * (1 - p);
+        CHECKF(fabs(agree - expect) < 0.01, "p %g: another module's mask agrees on %.4f of elements (independent: %.4f)", p, agree, expect);
+        printf("    p %.1f: dropped %.6f of 2^20 (bound %.1e); kept = rn(1/(1-p)); position-keyed; another module's mask agrees on %.4f (independent: %.4f)\n",
+               p, rate, bound, agree, expect);
+    }
+    free(ones); free(a); free(b);
+}
+
+// -lora-dropout in training: ZeRO-0 (-r 0) and ZeRO-3 (-r 3: the mask made again in the recompute)
+// bit-identical at R = 2 with p 0.25, GPT-2 and Llama; and (GPT-2; Llama in make test-long) the
+// dropout changes the run (against p 0); -lora-dropout 0 given is the run without the flag, bit for
+// bit; R = 1 within TOL_ACROSS_R of
+// R = 2 (the mask is keyed by the samples' positions, not the rank's rows); adapter_config.json
+// says lora_dropout 0.25. (The R = 1 difference must also stay below a tenth of what the dropout
+// itself changes: a mask keyed by the rank's rows would move the loss about as much.) BF16 build
+// only, as the checkpoint cases (the seconds of make test).
+#ifndef ENABLE_FP32
+static void lora_dropout_run(int R, const char* model, const char* extra, char* hash, ZtLog* lg, const char* name) {
+    char flags[2048];
+    const char* dir = zt_dir(name);
+    snprintf(flags, sizeof(flags), "%s -b %d -d %d -x 3 -v 0 -s 0 -l 1e-2 -o %s -log-hash 1 %s", model, 4 / R, 4 * 16, dir, extra);
+    int rc = zt_mpirun(R, flags, zt_out, sizeof(zt_out));
+    CHECKF(rc == 0, "%s failed (%d):\n%s", name, rc, zt_out);
+    zt_hash_line(zt_out, hash, 512);
+    zt_read_log(dir, lg);
+}
+
+static void lora_dropout_case(const char* model, const char* lora, const char* tag, int all) {
+    char h0[512], h3[512], hp0[512], hnone[512], h1[512], extra[512], name[64];
+    ZtLog l0, l3, lp0, lnone, l1;
+    snprintf(extra, sizeof(extra), "%s -lora-dropout 0.25 -z 0 -r 0", lora);
+    snprintf(name, sizeof(name), "lora_drop_%s_z0", tag);
+    lora_dropout_run(2, model, extra, h0, &l0, name);
+    snprintf(extra, sizeof(extra), "%s -lora-dropout 0.25 -z 3 -r 3", lora);
+    snprintf(name, sizeof(name), "lora_drop_%s_z3", tag);
+    lora_dropout_run(2, model, extra, h3, &l3, name);
+    CHECKF(h0[0] && !strcmp(h0, h3) && !memcmp(l0.loss, l3.loss, sizeof(l0.loss)), "%s: -lora-dropout 0.25: ZeRO-3 -r 3 differs from ZeRO-0:\n  %s\n  %s", tag, h3, h0);
+    if (!all) { printf("    %s: p 0.25 ZeRO-0 -r 0 = ZeRO-3 -r 3 at R = 2 (%s)\n", tag, h0); return; }
+    snprintf(extra, sizeof(extra), "%s -lora-dropout 0 -z 1", lora);
+    snprintf(name, sizeof(name), "lora_drop_%s_p0", tag);
+    lora_dropout_run(2, model, extra, hp0, &lp0, name);
+    snprintf(extra, sizeof(extra), "%s -z 1", lora);
+    snprintf(name, sizeof(name), "lora_drop_%s_none", tag);
+    lora_dropout_run(2, model, extra, hnone, &lnone, name);
+    CHECKF(hp0[0] && !strcmp(hp0, hnone), "%s: -lora-dropout 0 differs from no flag:\n  %s\n  %s", tag, hp0, hnone);
+    CHECKF(strcmp(hp0, h0) && l0.loss[2] != lp0.loss[2], "%s: the dropout changed nothing", tag);
+    snprintf(extra, sizeof(extra), "%s -lora-dropout 0.25 -z 0", lora);
+    snprintf(name, sizeof(name), "lora_drop_%s_R1", tag);
+    lora_dropout_run(1, model, extra, h1, &l1, name);
+    double worst = 0.0, moved = 0.0;
+    for (int s = 0; s < 3; s++) {
+        worst = fmax(worst, fabs(l1.loss[s] - l0.loss[s]) / l0.loss[s]);
+        moved = fmax(moved, fabs(lp0.loss[s] - l0.loss[s]) / l0.loss[s]);
+    }
+    CHECKF(worst < TOL_ACROSS_R && worst <= moved / 10, "%s: -lora-dropout 0.25 at R = 1 differs from R = 2 by %.3g (the dropout itself moves the loss by %.3g)", tag, worst, moved);
+    printf("    %s: p 0.25 ZeRO-0 -r 0 = ZeRO-3 -r 3 at R = 2 (%s); p 0 = no flag; R 1 vs 2: %.2e (p 0 vs 0.25: %.2e)\n", tag, h0, worst, moved);
+}
+
+TEST(lora_dropout_bitwise) {
+    lora_dropout_case(ZT_MODEL, "-lora 2", "gpt2", 1);
+    lora_dropout_case("-e llama-tiny -layers 2 -vocab 97 -t 16 -poison 1 -blas 0", "-lora 2 -lora-targets q_proj,v_proj,up_proj,down_proj", "llama",
+                      test_long()); // (make test: the stages pair only)
+    char dir[PATH_MAX], flags[2 * PATH_MAX], path[PATH_MAX + 32];
+    snprintf(dir, sizeof(dir), "%s/lora_drop_adapter", test_tmpdir());
+    snprintf(flags, sizeof(flags), "-e tiny -layers 1 -channels 32 -heads 4 -t 16 -b 1 -x 1 -v 0 -s 0 -lora 2 -lora-dropout 0.25 -lora-export %s", dir);
+    CHECKF(cli_run(flags, cli_out, sizeof(cli_out)) == 0, "-lora-export failed:\n%s", cli_out);
+    snprintf(path, sizeof(path), "%s/adapter_config.json", dir);
+    char* js = zt_read_file(path);
+    CHECKF(js && strstr(js, "\"lora_dropout\": 0.25,"), "adapter_config.json lacks lora_dropout 0.25:\n%s", js ? js : "(missing)");
+    free(js);
+}
+#endif
+
 // Bad input: exit 2 naming the flag, before any step.
 TEST(lora_bad_input) {
     static const struct { const char* flags; const char* expect; } cases[] = {
@@ -317,6 +691,8 @@ TEST(lora_bad_input) {
         {"-e tiny -layers 1 -channels 32 -heads 4 -lora 33", "-lora 33: larger than c_attn"},
         {"-e tiny -lora-targets c_fc", "-lora-targets c_fc: needs -lora r"},
         {"-e tiny -lora 2 -lora-alpha -1", "-lora-alpha -1: must be positive"},
+        {"-e tiny -lora 2 -lora-dropout 1", "-lora-dropout 1: the probability must be in [0, 1)"},
+        {"-e tiny -lora-dropout 0.1", "-lora-dropout 0.1: needs -lora r"},
         {"-e tiny -lora 2 -export-hf /tmp/x", "flag -export-hf: not yet with -lora"},
         {"-e tiny -lora-export /tmp/x", "flag -lora-export /tmp/x: needs -lora r"},
     };

@@ -22,6 +22,9 @@
 #define TOL_HF_LLAMA_LOGITS 1e-5 // a Llama-family model from transformers: the same chain of FP32 ops as TOL_MODEL_FWD
 #define TOL_HF_LLAMA_LOSS 1e-5   // issue 21: loss within 1e-5 relative in the FP32 build (measured: equal to 7 digits)
 #define TOL_MODEL_GRAD 1e-4  // parameter gradients: sums over B*T rows of products of the above
+#define TOL_LORA_GRAD  2e-6  // LoRA's dA, dB against float64 (dev/reference.py --lora-grads): short FP32 sums
+                             // (the r-wide adapter path, B*T rows); measured 3.8e-7 (GPT-2), 6.8e-7 (Llama)
+#define TOL_LORA_PEFT_GRAD 1e-5 // the same against PEFT 0.13.2's FP32 autograd (issue 22: 1e-5): both FP32, in other orders
 #define TOL_TRAJ_LOSS  1e-5  // 10 AdamW steps: losses stay within the per-step gradient error
 #define TOL_TRAJ_PARAM 3e-4  // parameters after 10 steps: AdamW divides each coordinate by its own RMS
                              // gradient, so a small gradient's relative error becomes an update error of
@@ -35,6 +38,7 @@
 #define TOL_HF_LLAMA_LOGITS 2e-2 // as TOL_MODEL_FWD: ~25 BF16 roundings (2^-9 each) through 2-3 layers; measured 6.3e-3 .. 9.1e-3
 #define TOL_HF_LLAMA_LOSS 1e-3   // the mean loss averages the per-token errors; measured 1.6e-5 .. 9.2e-5
 #define TOL_MODEL_GRAD 6e-2  // gradients: BF16 activation gradients through 2 layers, differences of near-equal terms
+#define TOL_LORA_GRAD  TOL_MODEL_GRAD // the adapters' gradients: the same BF16 activation gradients
 #define TOL_TRAJ_LOSS  5e-3  // 10 steps: per-step loss error of the BF16 forward
 #define TOL_TRAJ_PARAM 6e-2  // AdamW moves every coordinate by about +-lr whatever its gradient's size, so
                              // coordinates whose gradient is below the BF16 noise (~1e-2 of the tensor)

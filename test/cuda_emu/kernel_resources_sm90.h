@@ -4,6 +4,9 @@
 EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, long)>(&add_inplace_kernel), "add_inplace_kernel", 10, 0, 0, 0, 0)
 #endif
 #ifndef ENABLE_FP32
+EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, bf16_t const*, long, long, LoraDrop)>(&lora_dropout_kernel), "lora_dropout_kernel", 26, 0, 0, 0, 0)
+#endif
+#ifndef ENABLE_FP32
 EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, long, long, long, long, float)>(&lora_take_cols_kernel), "lora_take_cols_kernel", 16, 0, 0, 0, 0)
 #endif
 #ifndef ENABLE_FP32
@@ -144,6 +147,9 @@ EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, bf16_t const*, bf16_t const*, 
 #endif
 #ifdef ENABLE_FP32
 EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, long)>(&add_inplace_kernel), "add_inplace_kernel", 10, 0, 0, 0, 0)
+#endif
+#ifdef ENABLE_FP32
+EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, float const*, long, long, LoraDrop)>(&lora_dropout_kernel), "lora_dropout_kernel", 30, 0, 0, 0, 0)
 #endif
 #ifdef ENABLE_FP32
 EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, long, long, long, long, float)>(&lora_take_cols_kernel), "lora_take_cols_kernel", 16, 0, 0, 0, 0)
