@@ -332,16 +332,16 @@ static void model_config(const Flags* f, GPTConfig* c, int* from_file) {
     if (c->C / c->NH > ATT_MAX_HS) die_user("model: head size C/NH = %d is above %d. HINT: use more -heads", c->C / c->NH, ATT_MAX_HS);
 }
 
-// [LoRA] What this first increment of LoRA does not do yet: checkpoints (their state files would
-// need the base's identity and no base state), llm.c / Hugging Face exports of the merged model and
-// -tune. Exit 2 naming the flag. (-offload moves the adapters' state like any trainable block's.)
+// [LoRA] What LoRA does not do yet: checkpoints (their state files would need the base's identity
+// and no base state), the llm.c export of the merged model and -tune. Exit 2 naming the flag.
+// (-offload moves the adapters' state like any trainable block's; -export-hf writes the merged model.)
 static void check_lora_flags(const Flags* f, const GPTConfig* c) {
     if (!c->lora_r && f->lora_export[0]) die_user("flag -lora-export %s: needs -lora r (no adapters to write)", f->lora_export);
     if (!c->lora_r && f->lora_init[0]) die_user("flag -lora-init %s: needs -lora r (the adapter's rank)", f->lora_init);
     if (!c->lora_r) return;
     const char* no = f->resume ? "-y 1" : f->ckpt_every > 0 && f->out_dir[0] ? "-n" : f->export_path[0] ? "-export"
-                   : f->export_hf[0] ? "-export-hf" : f->tune ? "-tune" : NULL;
-    if (no) die_user("flag %s: not yet with -lora (checkpoints, merged exports and -tune of a LoRA run are not built yet; -lora-export writes the adapters; see docs/lora.md)", no);
+                   : f->tune ? "-tune" : NULL;
+    if (no) die_user("flag %s: not yet with -lora (checkpoints, the llm.c export and -tune of a LoRA run are not built yet; -lora-export writes the adapters, -export-hf the merged model; see docs/lora.md)", no);
 }
 
 // The flags a model family decides. llm.c's model files hold GPT-2 only: for the Llama family

@@ -190,28 +190,37 @@ TEST(lora_zero_stages_bitwise) {
 }
 
 #ifdef ENABLE_FP32
-// -lora-export against PEFT 0.13.2 itself ($ZT_HF_PYTHON with transformers and peft; SKIP without):
-// the base as -export-hf writes it (a run without adapters: same seed, same base), adapters trained
-// three steps and written by -lora-export; PEFT loads the adapter onto the base (every lora_A /
-// lora_B from the file, none missing), and its FP32 loss on our batch equals ours (1e-5 relative).
-TEST(lora_export_loads_in_peft) {
-    const char* py = getenv("ZT_HF_PYTHON");
-    if (!py || !*py) TEST_SKIP("needs $ZT_HF_PYTHON with transformers and peft 0.13.2 (.ci/run makes it)");
-    char base_dir[PATH_MAX], ad_dir[PATH_MAX + 16], tok[PATH_MAX + 16], cmd[4 * PATH_MAX], out[8192];
-    snprintf(base_dir, sizeof(base_dir), "%s/lora_base", test_tmpdir());
-    snprintf(ad_dir, sizeof(ad_dir), "%s/lora_adapter", test_tmpdir());
-    snprintf(tok, sizeof(tok), "%s/lora_tokens.bin", test_tmpdir());
-    Trainer* b = tm_trainer(lora_flags(LORA_GPT2, "-z 0 -x 3"));
+// -lora-export and the merged -export-hf against PEFT 0.13.2 itself ($ZT_HF_PYTHON with transformers
+// and peft; SKIP without), GPT-2 and Llama: the base as -export-hf writes it (a run without
+// adapters: same seed, same base), adapters trained three steps (at ZeRO-3 for Llama: the base's
+// shards gathered for the merge) and written by -lora-export, and the merged model by -export-hf
+// (F32) and in BF16. PEFT loads the adapter onto the base (every lora_A / lora_B from the file, none
+// missing): its FP32 loss on our batch equals ours (1e-5 relative). Its merge_and_unload() equals
+// our merged F32 export tensor by tensor (||ours - PEFT's|| / ||PEFT's|| < 1e-6, the tolerance of
+// two FP32 roundings of B A's sum), and our BF16 export is PEFT's FP32 merge rounded to BF16 within
+// one BF16 ulp per element (our sum over the rank and torch's may round the last FP32 bit apart:
+// a tie then breaks the other way). The merged F32 export, loaded by from_pretrained alone, gives
+// the adapter-applied loss (1e-5).
+static void lora_peft_case(const char* py, const char* model, const char* name, const char* lora) {
+    char base_dir[PATH_MAX], ad_dir[PATH_MAX + 16], mg_dir[PATH_MAX + 16], mb_dir[PATH_MAX + 16], tok[PATH_MAX + 16];
+    char cmd[6 * PATH_MAX], out[8192];
+    snprintf(base_dir, sizeof(base_dir), "%s/%s_base", test_tmpdir(), name);
+    snprintf(ad_dir, sizeof(ad_dir), "%s/%s_adapter", test_tmpdir(), name);
+    snprintf(mg_dir, sizeof(mg_dir), "%s/%s_merged", test_tmpdir(), name);
+    snprintf(mb_dir, sizeof(mb_dir), "%s/%s_merged_bf16", test_tmpdir(), name);
+    snprintf(tok, sizeof(tok), "%s/%s_tokens.bin", test_tmpdir(), name);
+    Trainer* b = tm_trainer(lora_flags(model, "-z 0 -x 3"));
     HFConfig hc;
     char herr[1024];
     CHECKF(hf_export_config(&b->f, &b->model.cfg, &hc, herr, sizeof(herr)) == 0, "%s", herr);
     CHECK(write_hf_checkpoint(&b->model, &hc, base_dir, ST_F32) == 0);
     tm_free(b);
-    char extra[PATH_MAX + 128];
-    snprintf(extra, sizeof(extra), "-z 1 -x 3 -l 1e-2 -lora 2 -lora-alpha 4 -lora-export %s", ad_dir);
-    Trainer* tr = tm_trainer(lora_flags(LORA_GPT2, extra));
+    char extra[3 * PATH_MAX];
+    snprintf(extra, sizeof(extra), "-x 3 -l 1e-2 %s -lora-export %s -export-hf %s", lora, ad_dir, mg_dir);
+    Trainer* tr = tm_trainer(lora_flags(model, extra));
     for (int s = 0; s < 3; s++) tm_step(tr);
     export_model(tr);
+    CHECK(write_hf_checkpoint(&tr->model, &hc, mb_dir, ST_BF16) == 0);
     double ours = lora_loss(tr); // batch 0, now in tr->train
     int B = tr->model.B, T = tr->model.T;
     FILE* fp = fopen(tok, "wb");
@@ -219,16 +228,30 @@ TEST(lora_export_loads_in_peft) {
     CHECK(fp && fwrite(bt, 4, 2, fp) == 2 && fwrite(tr->train.inputs, 4, (size_t)B * T, fp) == (size_t)B * T &&
           fwrite(tr->train.targets, 4, (size_t)B * T, fp) == (size_t)B * T && fclose(fp) == 0);
     tm_free(tr);
-    snprintf(cmd, sizeof(cmd), "%s dev/peft_check.py %s %s %s 2>&1", py, base_dir, ad_dir, tok);
+    snprintf(cmd, sizeof(cmd), "%s dev/peft_check.py %s %s %s --merged %s --merged-bf16 %s 2>&1", py, base_dir, ad_dir, tok, mg_dir, mb_dir);
     int rc = test_run_cmd(cmd, out, sizeof(out));
     if (rc == 3) TEST_SKIP("$ZT_HF_PYTHON lacks transformers or peft");
     CHECKF(rc == 0, "dev/peft_check.py failed (%d):\n%s", rc, out);
-    const char* p = strstr(out, "peft loss ");
-    CHECKF(p != NULL, "no loss from PEFT:\n%s", out);
-    if (!p) return;
-    double theirs = atof(p + 10), rel = fabs(theirs - ours) / fabs(ours);
-    CHECKF(rel < 1e-5, "loss: ours %.9g, PEFT's %.9g (relative %.2e)", ours, theirs, rel);
-    printf("    loss: ours %.9f, PEFT's %.9f (relative %.1e); %s", ours, theirs, rel, strstr(out, "peft tensors") ? strstr(out, "peft tensors") : "\n");
+    const char *p = strstr(out, "peft loss "), *mw = strstr(out, "merged worst "), *ml = strstr(out, "merged loss "), *bu = strstr(out, "bf16 ulps ");
+    CHECKF(p && mw && ml && bu, "no loss or merge figures from PEFT:\n%s", out);
+    if (!p || !mw || !ml || !bu) return;
+    double theirs = atof(p + 10), rel = fabs(theirs - ours) / fabs(ours), worst = atof(mw + 13), mloss = atof(ml + 12);
+    double mrel = fabs(mloss - ours) / fabs(ours);
+    long far = 0, differ = 0, total = 0;
+    CHECK(sscanf(bu + 10, "%ld %ld of %ld", &far, &differ, &total) == 3);
+    CHECKF(rel < 1e-5, "%s: loss: ours %.9g, PEFT's %.9g (relative %.2e)", name, ours, theirs, rel);
+    CHECKF(worst < 1e-6, "%s: the merged F32 export against PEFT's merge_and_unload(): relative %.3g", name, worst);
+    CHECKF(mrel < 1e-5, "%s: the merged export's loss (from_pretrained) %.9g, ours with adapters %.9g", name, mloss, ours);
+    CHECKF(far == 0 && total > 0, "%s: %ld of %ld BF16 elements more than one ulp from PEFT's merge rounded to BF16", name, far, total);
+    printf("    %s: loss ours %.9f, PEFT's %.9f (%.1e); merged F32 vs merge_and_unload() %.2e, its loss %.9f (%.1e); "
+           "BF16: %ld of %ld elements one ulp apart, none more\n", name, ours, theirs, rel, worst, mloss, mrel, differ, total);
+}
+
+TEST(lora_export_loads_in_peft) {
+    const char* py = getenv("ZT_HF_PYTHON");
+    if (!py || !*py) TEST_SKIP("needs $ZT_HF_PYTHON with transformers and peft 0.13.2 (.ci/run makes it)");
+    lora_peft_case(py, LORA_GPT2, "lora_gpt2", "-z 1 -lora 2 -lora-alpha 4");
+    lora_peft_case(py, LORA_LLAMA, "lora_llama", "-z 3 -lora 2 -lora-alpha 6 -lora-targets q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj");
 }
 
 // An adapter PEFT itself writes (LoraConfig with init_lora_weights=False: A and B random;
@@ -317,7 +340,7 @@ TEST(lora_bad_input) {
         {"-e tiny -layers 1 -channels 32 -heads 4 -lora 33", "-lora 33: larger than c_attn"},
         {"-e tiny -lora-targets c_fc", "-lora-targets c_fc: needs -lora r"},
         {"-e tiny -lora 2 -lora-alpha -1", "-lora-alpha -1: must be positive"},
-        {"-e tiny -lora 2 -export-hf /tmp/x", "flag -export-hf: not yet with -lora"},
+        {"-e tiny -lora 2 -export /tmp/x", "flag -export: not yet with -lora"},
         {"-e tiny -lora-export /tmp/x", "flag -lora-export /tmp/x: needs -lora r"},
     };
     char dir[PATH_MAX], flags[2 * PATH_MAX];
