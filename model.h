@@ -38,6 +38,7 @@ typedef struct {
     int lora_r;
     float lora_alpha;
     unsigned lora_mask;
+    int lora_rep;      // [LoRA] 1: under ZeRO-3 every rank holds the whole frozen base (never gathered; -lora-base replicated)
 } GPTConfig;
 
 // A GPT-2 config from llm.c's six sizes (the other fields zero: FAMILY_GPT2).
@@ -280,6 +281,7 @@ static void model_layout(ModelDesc* d, BlockLayout* lay, int R, int r) {
         }
         for (int k = 0; k < b; k++) lay->frozen[k] = 1;
         lay->adapter = b;
+        lay->rep_frozen = c->lora_rep;
     }
     layout_finish(lay);
     for (int b = 0; b < 2 && b <= c->L; b++) // offsets inside a block are the same for every layer

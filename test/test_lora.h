@@ -189,6 +189,96 @@ TEST(lora_zero_stages_bitwise) {
     }
 }
 
+// -lora-base replicated at R = 2 (the whole frozen base on every rank, the adapters sharded by
+// ZeRO-3) against -lora-base sharded: the same losses, norms and hashes (parameters, master, m, v)
+// and the same merged -export-hf bytes; the replicated run gathers only the adapters (one all-gather
+// a step) and the sharded one every block. The replicated run is -z 3 -r auto with a slow link
+// (-link-gbps 0.001: the base's gathers cost more than anything else), so -z auto's planner itself
+// chooses the replicated row; -tune at -z 3 -r 1 measures both bases and runs the one it picks.
+// The planner's rows for the seeds' question: at 8 x 80 GiB Llama-3-70B's replicated base does
+// not fit (ZeRO-3 sharded is chosen), Llama-3-8B's does (the base replicated: ZeRO-1, no gathers).
+TEST(lora_replicated_base) {
+    ZtLog lg[2];
+    char hash[2][512], path[2][PATH_MAX];
+    for (int k = 0; k < 2; k++) {
+        char flags[3 * PATH_MAX];
+        const char* dir = zt_dir(k ? "lora_rep" : "lora_shard");
+        snprintf(path[k], sizeof(path[k]), "%s/hf/model.safetensors", dir);
+        snprintf(flags, sizeof(flags), "%s -b 2 -x 3 -v 0 -s 0 -lora 2 -lora-alpha 4 %s -o %s -log-hash 1 -export-hf %s/hf -export-dtype bf16",
+                 ZT_MODEL, k ? "-z 3 -r auto -link-gbps 0.001" : "-z 3 -r 3 -lora-base sharded", dir, dir);
+        int rc = zt_mpirun(2, flags, zt_out, sizeof(zt_out));
+        CHECKF(rc == 0, "-lora-base %s failed (%d):\n%s", k ? "auto" : "sharded", rc, zt_out);
+        if (rc) return;
+        CHECKF(!k || strstr(zt_out, "-lora-base replicated chosen"), "-z auto did not choose the replicated base:\n%s", zt_out);
+        CHECKF(!k || strstr(zt_out, "→ replicated (-z auto: the planner's choice)"), "the settings table does not show the choice:\n%s", zt_out);
+        zt_hash_line(zt_out, hash[k], sizeof(hash[k]));
+        zt_read_log(dir, &lg[k]);
+        CHECKF(lg[k].n == 3, "%d steps logged", lg[k].n);
+    }
+    CHECKF(!memcmp(lg[0].loss, lg[1].loss, sizeof(lg[0].loss)) && !memcmp(lg[0].norm, lg[1].norm, sizeof(lg[0].norm)),
+           "replicated and sharded bases: losses or norms differ");
+    { // the replicated run's parameter bytes per rank, written out: the base whole, the adapters' shard and one adapter buffer
+        Trainer* t = tm_trainer(lora_flags(LORA_GPT2, "-z 0 -x 1 -lora 2 -lora-alpha 4"));
+        const BlockLayout* lay = &t->model.z.lay; // (R = 1: block sizes are padded to 8R; recompute them for R = 2)
+        int64_t base = 0, PA = 0;
+        for (int b = 0; b < lay->nblocks; b++) {
+            int64_t P2 = (lay->P[b] + 15) / 16 * 16; // (8 * R with R = 2)
+            if (lay->frozen[b]) base += P2; else PA = P2;
+        }
+        tm_free(t);
+        char mp[PATH_MAX + 32];
+        snprintf(mp, sizeof(mp), "%s/lora_rep/log.jsonl", test_tmpdir());
+        char* log = zt_read_file(mp);
+        const char* mem = log ? strstr(log, "{\"memory\": \"start\"") : NULL;
+        const char* pp = mem ? strstr(mem, "\"params\": ") : NULL;
+        const char* pb = mem ? strstr(mem, "\"param bufs\": ") : NULL;
+        double want_p = (double)sizeof(floatX) * (base + PA / 2), want_b = (double)sizeof(floatX) * PA;
+        CHECKF(pp && pb && atof(pp + 10) == want_p && atof(pb + 14) == want_b, "replicated base: params %.0f, param bufs %.0f bytes; "
+               "X (Psi' - P_A + P_A/R) = %.0f, X P_A = %.0f", pp ? atof(pp + 10) : -1.0, pb ? atof(pb + 14) : -1.0, want_p, want_b);
+        free(log);
+    }
+    CHECKF(hash[0][0] && !strcmp(hash[0], hash[1]), "replicated and sharded bases: hashes differ:\n  %s\n  %s", hash[0], hash[1]);
+    for (int s = 0; s < 3; s++) // L = 3: the sharded base gathers io, 3 layers (2 of them twice: backward) and the adapters
+        CHECKF(lg[1].count[s][COLL_ALL_GATHER] == 1 && lg[0].count[s][COLL_ALL_GATHER] == 7,
+               "step %d: all-gathers replicated %lld (expected 1: the adapters), sharded %lld (expected 7)", s + 1,
+               (long long)lg[1].count[s][COLL_ALL_GATHER], (long long)lg[0].count[s][COLL_ALL_GATHER]);
+    char* a = zt_read_file(path[0]);
+    char* b = zt_read_file(path[1]);
+    CHECKF(a && b && strlen(a) == strlen(b), "the merged exports: %s, %s", path[0], path[1]);
+    if (a && b) {
+        FILE* fa = fopen(path[0], "rb");
+        FILE* fb = fopen(path[1], "rb");
+        int same = fa && fb, ca, cb;
+        while (same && (ca = fgetc(fa)) != EOF) { cb = fgetc(fb); same = ca == cb; }
+        same = same && fgetc(fb) == EOF;
+        CHECKF(same, "the merged BF16 exports of the replicated and sharded runs differ");
+        if (fa) fclose(fa);
+        if (fb) fclose(fb);
+    }
+    free(a);
+    free(b);
+    // -tune with LoRA: both bases measured at -z 3 -r 1, the choice run
+    char flags[2 * PATH_MAX];
+    snprintf(flags, sizeof(flags), "%s -b 2 -x 1 -v 0 -s 0 -lora 2 -z 3 -r 1 -tune -tune-rows 2 -tune-steps 1", ZT_MODEL);
+    int rc = zt_mpirun(2, flags, zt_out, sizeof(zt_out));
+    CHECKF(rc == 0, "-tune with -lora failed (%d):\n%s", rc, zt_out);
+    CHECKF(strstr(zt_out, "tune: |  3b |  1 |") && strstr(zt_out, "tune: |  3  |  1 |") && strstr(zt_out, "(-tune: the fastest measured)"),
+           "-tune did not measure both bases or show its choice:\n%s", zt_out);
+    // the planner at scale (-plan: closed forms, nothing allocated)
+    static const struct { const char* model; const char* want; } plans[] = {
+        {"llama3-70b", "recommendation: -z 3 -r 3 -lora-base sharded"},
+        {"llama3-8b", "recommendation: -z 1 -r 1 -lora-base replicated"},
+    };
+    for (int i = 0; i < 2; i++) {
+        snprintf(flags, sizeof(flags), "-plan -device cuda -gpu-mem 80GiB -gpu h100 -world 8 -lora 16 -e %s", plans[i].model);
+        rc = cli_run(flags, cli_out, sizeof(cli_out));
+        CHECKF(rc == 0 && strstr(cli_out, plans[i].want) && strstr(cli_out, "| 3 | 3 b |"), "-plan %s: expected '%s' and the replicated rows:\n%s",
+               plans[i].model, plans[i].want, cli_out);
+    }
+    printf("    R=2: -lora-base replicated (chosen by -z auto) = sharded bitwise (%s), 1 all-gather a step against 7, the merged "
+           "exports byte-equal; -tune measured both; -plan: 70B sharded, 8B replicated\n", hash[0]);
+}
+
 #ifdef ENABLE_FP32
 // -lora-export and the merged -export-hf against PEFT 0.13.2 itself ($ZT_HF_PYTHON with transformers
 // and peft; SKIP without), GPT-2 and Llama: the base as -export-hf writes it (a run without
