@@ -632,7 +632,8 @@ static void choose_config(Flags* f, const GPTConfig* c, int R, const Launch* L, 
             base, why);
     if (c->lora_r && !strcmp(f->lora_base, "auto")) {
         snprintf(f->lora_base, sizeof(f->lora_base), "%s", choice[3] ? "replicated" : "sharded");
-        FLAG_SHOW(f, lora_base, "%s (-z auto: the planner's choice%s)", f->lora_base, choice[0] < 3 ? "; ZeRO-0/1/2 hold the whole base" : "");
+        FLAG_SHOW(f, lora_base, "%s (-z auto: the planner's choice%s)", choice[3] ? "replicated" : "sharded",
+                  choice[0] < 3 ? "; ZeRO-0/1/2 hold the whole base" : "");
     }
     if (!strcmp(f->offload, "auto")) snprintf(f->offload, sizeof(f->offload), "%s", offload_name((Offload)choice[2]));
     f->zero_stage = choice[0];

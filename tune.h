@@ -394,7 +394,8 @@ static void tune_config(Flags* f, const GPTConfig* c, int GA, Comm* comm, const 
     (void)word;
     if (c->lora_r && !strcmp(f->lora_base, "auto")) { // [LoRA] the measured row's base
         snprintf(f->lora_base, sizeof(f->lora_base), "%s", cand_rep[best] ? "replicated" : "sharded");
-        FLAG_SHOW(f, lora_base, "%s (-tune: the fastest measured%s)", f->lora_base, cand[best][TD_zero_stage] < 3 ? "; ZeRO-0/1/2 hold the whole base" : "");
+        FLAG_SHOW(f, lora_base, "%s (-tune: the fastest measured%s)", cand_rep[best] ? "replicated" : "sharded",
+                  cand[best][TD_zero_stage] < 3 ? "; ZeRO-0/1/2 hold the whole base" : "");
     }
     tune_text(f, choice, cap);
     if (comm->r == 0) {
