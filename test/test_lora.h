@@ -197,6 +197,7 @@ TEST(lora_zero_stages_bitwise) {
 // chooses the replicated row; -tune at -z 3 -r 1 measures both bases and runs the one it picks.
 // The planner's rows for the seeds' question: at 8 x 80 GiB Llama-3-70B's replicated base does
 // not fit (ZeRO-3 sharded is chosen), Llama-3-8B's does (the base replicated: ZeRO-1, no gathers).
+// make test-long: replicated = sharded at R = 3 and 4 (with -offload cpu), and on Llama at R = 2, 3.
 TEST(lora_replicated_base) {
     ZtLog lg[2];
     char hash[2][512], path[2][PATH_MAX];
@@ -274,6 +275,25 @@ TEST(lora_replicated_base) {
         rc = cli_run(flags, cli_out, sizeof(cli_out));
         CHECKF(rc == 0 && strstr(cli_out, plans[i].want) && strstr(cli_out, "| 3 | 3 b |"), "-plan %s: expected '%s' and the replicated rows:\n%s",
                plans[i].model, plans[i].want, cli_out);
+    }
+    // make test-long: more ranks, Llama, and the adapters' state offloaded with the base replicated
+    static const struct { int R; const char* model; const char* extra; } more[] = {
+        {3, ZT_MODEL, "-lora 2"},
+        {4, ZT_MODEL, "-lora 3 -offload cpu"},
+        {2, "-e llama-tiny -layers 3 -vocab 97 -t 16 -poison 1 -blas 0", "-lora 2 -lora-targets q_proj,v_proj,up_proj,down_proj"},
+        {3, "-e llama-tiny -layers 3 -vocab 97 -t 16 -poison 1 -blas 0", "-lora 2 -r 0"},
+    };
+    for (size_t i = 0; test_long() && i < sizeof(more) / sizeof(more[0]); i++) {
+        char h[2][512];
+        for (int k = 0; k < 2; k++) {
+            snprintf(flags, sizeof(flags), "%s -b 2 -x 3 -v 0 -s 0 -z 3 %s -lora-base %s -log-hash 1", more[i].model, more[i].extra,
+                     k ? "replicated" : "sharded");
+            rc = zt_mpirun(more[i].R, flags, zt_out, sizeof(zt_out));
+            CHECKF(rc == 0, "R=%d %s failed (%d):\n%s", more[i].R, flags, rc, zt_out);
+            zt_hash_line(zt_out, h[k], sizeof(h[k]));
+        }
+        CHECKF(h[0][0] && !strcmp(h[0], h[1]), "R=%d %s %s: replicated and sharded differ:\n  %s\n  %s", more[i].R, more[i].model,
+               more[i].extra, h[0], h[1]);
     }
     printf("    R=2: -lora-base replicated (chosen by -z auto) = sharded bitwise (%s), 1 all-gather a step against 7, the merged "
            "exports byte-equal; -tune measured both; -plan: 70B sharded, 8B replicated\n", hash[0]);
