@@ -451,6 +451,9 @@ TEST(lora_bad_input) {
         {"-e tiny -lora-targets c_fc", "-lora-targets c_fc: needs -lora r"},
         {"-e tiny -lora 2 -lora-alpha -1", "-lora-alpha -1: must be positive"},
         {"-e tiny -lora 2 -export /tmp/x", "flag -export: not yet with -lora"},
+        {"-e tiny -lora-base replicated", "flag -lora-base replicated: needs -lora r"},
+        {"-e tiny -lora 2 -lora-base sideways", "flag -lora-base: 'sideways' is not sharded, replicated or auto"},
+        {"-e tiny -lora 2 -z 1 -lora-base sharded", "flag -lora-base sharded: only ZeRO-3 shards parameters, and this run has -z 1"},
         {"-e tiny -lora-export /tmp/x", "flag -lora-export /tmp/x: needs -lora r"},
     };
     char dir[PATH_MAX], flags[2 * PATH_MAX];
