@@ -1182,11 +1182,6 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
         if (!f->host_mem[0]) FLAG_SHOW(f, host_mem, "unused: only -plan, -z auto and -r auto plan");
         if (!strcmp(f->offload, "auto") && f->offload_dir[0]) die_user("flag -offload-dir is for -offload nvme (or -offload auto with -z auto / -r auto)");
         if (!strcmp(f->offload, "auto")) snprintf(f->offload, sizeof(f->offload), "none"); // nothing plans: none
-        if (c.lora_r && !strcmp(f->lora_base, "auto")) { // [LoRA] nothing plans: ZeRO-3 shards the base (the fewest bytes)
-            snprintf(f->lora_base, sizeof(f->lora_base), "%s", f->zero_stage == 3 ? "sharded" : "replicated");
-            FLAG_SHOW(f, lora_base, "%s", f->zero_stage == 3 ? "sharded (nothing plans this run: ZeRO-3's default)"
-                                                             : "replicated (ZeRO-0/1/2 hold the whole base)");
-        }
     }
     if (!c.lora_r) FLAG_SHOW(f, lora_base, "unused: no -lora");
     if (strcmp(f->offload_str, f->offload)) FLAG_SHOW(f, offload, "%s", f->offload);
@@ -1240,7 +1235,12 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
         tune_config(f, &c, tr->GA, &tr->comm, &tr->launch, &t, tr->tune_choice, sizeof(tr->tune_choice), &tr->tune_mem, &tr->tune_mem_len);
     } else if (f->resume) tune_note_record(f, tr->r);
     // the model: layout, ZeRO buffers, activations, workspace
-    c.lora_rep = c.lora_r && !strcmp(f->lora_base, "replicated"); // [LoRA] (resolved above: given, planned or tuned)
+    if (c.lora_r && !strcmp(f->lora_base, "auto")) { // [LoRA] nothing chose it (given stages, a reused -tune choice): ZeRO-3 shards the base
+        snprintf(f->lora_base, sizeof(f->lora_base), "%s", f->zero_stage == 3 ? "sharded" : "replicated");
+        FLAG_SHOW(f, lora_base, "%s", f->zero_stage == 3 ? "sharded (nothing chose it: ZeRO-3's default)"
+                                                         : "replicated (ZeRO-0/1/2 hold the whole base)");
+    }
+    c.lora_rep = c.lora_r && !strcmp(f->lora_base, "replicated"); // [LoRA] given, planned, tuned or the default above
     PlanRow plan;
     trainer_build_model(tr, &c, f->zero_stage, f->recompute, (Offload)offload_parse(f->offload), &plan);
     Model* m = &tr->model;
