@@ -14,7 +14,7 @@
 //     so the layer code calls them unconditionally (no `if (lora)` in the step).
 //
 // defines: Lora, LoraView, lora_config, lora_alloc, lora_free, lora_fill, lora_view, proj_forward,
-//          proj_backward, lora_acts_bytes, lora_write_peft, LoraPeft, lora_peft_open, lora_peft_fill, lora_peft_close
+//          proj_backward, lora_acts_bytes, lora_proj_tensor, lora_merge, lora_write_peft, LoraPeft, lora_peft_open, lora_peft_fill, lora_peft_close
 //
 // May call: device.cuh, rng.h, zero.h (the block layout), model.h (GPTConfig, model_dims),
 // ops/matmul.cuh, ops/lora.cuh. Knows nothing of the trainer's types.
@@ -273,6 +273,36 @@ static void proj_backward(const LoraView* v, int proj, floatX* dinp, float* dw, 
             op_matmul_backward(dinp ? lo->tmp : NULL, dA, NULL, lo->du, inp, A, pre_inp, N, (int)m->in, d->r); // dx' = du A; dA += du^T x
         }
         if (dinp) op_add_inplace(dinp, lo->tmp, (int64_t)N * m->in);
+    }
+}
+
+// ---- The merged model (-export-hf with -lora: what PEFT's merge_and_unload() gives). The weight of
+// each projection, by family (the projection op's slots: PROJ_QKV .. PROJ_DOWN).
+static int lora_proj_tensor(int family, int proj) {
+    static const int gpt2[NUM_PROJ] = {T_qkvw, T_attprojw, T_fcw, T_fcprojw};
+    static const int llama[NUM_PROJ] = {T_wqkv, T_wo, T_wgu, T_wdown};
+    return family == FAMILY_LLAMA ? llama[proj] : gpt2[proj];
+}
+
+// Layer l's weight of projection proj, w (OC, in) in our layout (+=): every module on it adds
+// scale * B A to its rows [row0, row0 + rows), in FP32 (PEFT: W + (B @ A) * scaling; each sum over
+// the rank in double, rounded once). ad: the adapter block's values (FP32: the master weights).
+// The Hugging Face writer then transposes GPT-2's Conv1D and splits the fused q/k/v and gate/up as
+// it does for every export, so the merge happens once, in our layout.
+static void lora_merge(const LoraDesc* d, int l, int proj, float* w, const float* ad) {
+    for (int i = 0; i < d->nmods; i++) {
+        const LoraModule* m = &d->mods[i];
+        if (m->proj != proj) continue;
+        const float* A = ad + m->offA + (int64_t)l * d->r * m->in;   // (r, in)
+        const float* B = ad + m->offB + (int64_t)l * m->rows * d->r; // (rows, r)
+        for (int64_t o = 0; o < m->rows; o++) {
+            float* row = w + (m->row0 + o) * m->in;
+            for (int64_t j = 0; j < m->in; j++) {
+                double s = 0.0;
+                for (int k = 0; k < d->r; k++) s += (double)B[o * d->r + k] * (double)A[(int64_t)k * m->in + j];
+                row[j] += (float)s * d->scale;
+            }
+        }
     }
 }
 

@@ -39,6 +39,7 @@ typedef struct {
     float lora_alpha;
     unsigned lora_mask;
     float lora_dropout; // p of the dropout on the adapters' input (0: none)
+    int lora_rep;      // [LoRA] 1: under ZeRO-3 every rank holds the whole frozen base (never gathered; -lora-base replicated)
 } GPTConfig;
 
 // A GPT-2 config from llm.c's six sizes (the other fields zero: FAMILY_GPT2).
@@ -283,6 +284,7 @@ static void model_layout(ModelDesc* d, BlockLayout* lay, int R, int r) {
         }
         for (int k = 0; k < b; k++) lay->frozen[k] = 1;
         lay->adapter = b;
+        lay->rep_frozen = c->lora_rep;
     }
     layout_finish(lay);
     for (int b = 0; b < 2 && b <= c->L; b++) // offsets inside a block are the same for every layer

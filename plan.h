@@ -30,6 +30,8 @@
 
 typedef struct {
     int stage, recompute, offload;  // offload: the optimizer state lives on the host (-offload cpu)
+    int rep_base;                   // [LoRA] 1: every rank holds the whole frozen base (ZeRO-0/1/2 always; ZeRO-3 with
+                                    // -lora-base replicated: never gathered, the adapters alone sharded); 0: sharded (or no LoRA)
     size_t bytes[TAG_COUNT];        // per rank
     size_t total;                   // on the device (offload rows: without the optimizer state)
     size_t host_per_node;           // offload rows: host bytes per node (host_bytes x ranks on a node)
@@ -86,6 +88,7 @@ static void plan_config(const GPTConfig* c, int B, int T, int R, int GA, int sta
     p->stage = stage;
     p->recompute = recompute;
     p->offload = offload;
+    p->rep_base = c->lora_r && (stage <= 2 || c->lora_rep);
     ModelDesc d;
     model_describe(&d, c);
     BlockLayout lay;
@@ -340,7 +343,7 @@ static void plan_env(const Flags* f, const Launch* L, int R, PlanEnv* e) {
 }
 
 // Every stage x recompute row (and the offload rows), with fit and time: at most PLAN_MAX_ROWS.
-#define PLAN_MAX_ROWS 48 // 4 stages x 4 recompute modes x 3 places of the optimizer state
+#define PLAN_MAX_ROWS 48 // 4 stages x 4 recompute modes without offload, [LoRA] + 4 (ZeRO-3, base replicated), 3 x 4 x 2 with
 static int plan_rows(const GPTConfig* c, int B, int T, int R, int GA, int local_ranks, const PlanEnv* e, PlanRow* rows) {
     int n = 0;
     // the checkpoints kept, on the node of rank 0 (the model files and ranks 0 .. local_ranks-1's
@@ -356,10 +359,13 @@ static int plan_rows(const GPTConfig* c, int B, int T, int R, int GA, int local_
         ckpt = (size_t)e->ckpt_kept * (size_t)states + (size_t)e->ckpt_models * (size_t)ckpt_model_file_bytes(&lay);
         layout_free(&lay);
     }
-    for (int z = 0; z <= 3; z++) {
+    // z = 4: [LoRA] ZeRO-3 with the frozen base replicated (-lora-base replicated), after ZeRO-3's rows
+    for (int z = 0; z <= 3 + (c->lora_r > 0); z++) {
+        GPTConfig cz = *c;
+        cz.lora_rep = z == 4;
         for (int r = 0; r <= 3; r++) {
             PlanRow* p = &rows[n++];
-            plan_config(c, B, T, R, GA, z, r, OFFLOAD_NONE, 0, p);
+            plan_config(&cz, B, T, R, GA, z == 4 ? 3 : z, r, OFFLOAD_NONE, 0, p);
             p->compute_s = plan_flops_per_token(c, T, r) * B * T * GA / e->flops;
             p->comm_s = p->traffic / e->link;
             p->step_s = p->compute_s + p->comm_s; // no overlap assumed
@@ -375,11 +381,13 @@ static int plan_rows(const GPTConfig* c, int B, int T, int R, int GA, int local_
     // On the CPU device the host is the device: the host bytes count against the same memory.
     // [nvme] the same with the state in a file per rank: the host holds -offload-buffer; the step also
     // reads and writes the state once at the node's disk bandwidth, shared by its ranks.
+    GPTConfig cs = *c;
+    cs.lora_rep = 0; // [LoRA] the offload rows shard the base at ZeRO-3 (its adapters' state is what moves)
     for (int k = OFFLOAD_CPU; k <= OFFLOAD_NVME; k++)
     for (int z = 1; z <= 3; z++)
         for (int r = 0; r <= 3; r++) {
             PlanRow* p = &rows[n++];
-            plan_config(c, B, T, R, GA, z, r, (Offload)k, e->offload_buffer, p);
+            plan_config(&cs, B, T, R, GA, z, r, (Offload)k, e->offload_buffer, p);
             double state = p->state_bytes; // master, m, v of the shard: 12 bytes an element
             p->compute_s = plan_flops_per_token(c, T, r) * B * T * GA / e->flops;
             p->comm_s = p->traffic / e->link;
@@ -406,10 +414,11 @@ static int plan_rows(const GPTConfig* c, int B, int T, int R, int GA, int local_
 // The recommendation: among the rows that fit with the headroom, the lowest estimated step time;
 // ties (within 1%) go to the lower stage, then to less recompute, the order users are taught.
 // With R > 1 ZeRO-0 is never chosen: ZeRO-1 sends less (BF16 gather instead of FP32) in less memory.
-// stage / recompute >= 0 fix that choice. kinds: a mask of the offload kinds allowed (1 << OFFLOAD_*),
+// stage / recompute >= 0 fix that choice; base >= 0 ([LoRA] -lora-base: 0 sharded, 1 replicated) too.
+// kinds: a mask of the offload kinds allowed (1 << OFFLOAD_*),
 // tried in order: none, then cpu only when no row without offload fits, then nvme only when no cpu
 // row fits either. Returns the row index or -1.
-static int plan_choose(const PlanRow* rows, int n, int R, int stage, int recompute, int kinds) {
+static int plan_choose(const PlanRow* rows, int n, int R, int stage, int recompute, int base, int kinds) {
     int best = -1;
     for (int pass = OFFLOAD_NONE; pass <= OFFLOAD_NVME && best < 0; pass++) {
         if (!(kinds & (1 << pass))) continue;
@@ -417,11 +426,14 @@ static int plan_choose(const PlanRow* rows, int n, int R, int stage, int recompu
             const PlanRow* p = &rows[i];
             if (p->offload != pass || !p->fits || (R > 1 && p->stage == 0 && stage != 0)) continue;
             if ((stage >= 0 && p->stage != stage) || (recompute >= 0 && p->recompute != recompute)) continue;
+            if (base >= 0 && p->rep_base != base) continue; // [LoRA]
             if (best < 0 || p->step_s < rows[best].step_s * 0.99) best = i; // rows come in (stage, recompute) order
         }
     }
     return best;
 }
+// [LoRA] -lora-base as plan_choose's base: -1 auto (either), 0 sharded, 1 replicated.
+static int plan_base_arg(const Flags* f) { return !strcmp(f->lora_base, "replicated") ? 1 : !strcmp(f->lora_base, "sharded") ? 0 : -1; }
 // -offload as plan_choose's mask: auto: none, cpu, and nvme when -offload-dir says where; else that kind.
 static int plan_offload_arg(const Flags* f) {
     if (strcmp(f->offload, "auto")) return 1 << offload_parse(f->offload);
@@ -511,6 +523,7 @@ static void run_plan(const Flags* f, const GPTConfig* c, int R, const Launch* L)
     for (int i = 0; i < n; i++) {
         const PlanRow* p = &rows[i];
         if (p->offload) printf0("| %d | %d %c |", p->stage, p->recompute, p->offload == OFFLOAD_NVME ? 'n' : 'o');
+        else if (p->stage == 3 && p->rep_base) printf0("| %d | %d b |", p->stage, p->recompute); // [LoRA]
         else printf0("| %d | %d   |", p->stage, p->recompute);
         for (int t = 0; t < TAG_COUNT; t++) printf0(" %*s |", w[t], p->bytes[t] ? fmt_bytes((double)p->bytes[t]).s : "-");
         int64_t cb = 0;
@@ -522,6 +535,10 @@ static void run_plan(const Flags* f, const GPTConfig* c, int R, const Launch* L)
     printf0("fits: yes = leaves at least the headroom free; tight = fits in the memory but leaves less (never chosen); no = does not fit\n");
     printf0("-r N o: -offload cpu (master, m, v and pinned staging on the host: host/node; total is on the device%s); est s/step adds the "
             "copies (the gradient's run during the backward: only what exceeds it counts) and the host AdamW; chosen only when no row without offload fits\n", g_device == DEV_CPU ? ", free counts the host bytes too" : "");
+    if (c->lora_r)
+        printf0("-r N b: [LoRA] ZeRO-3 with -lora-base replicated: every rank holds the whole frozen base (params; never gathered), only the "
+                "adapters are sharded and gathered; the plain ZeRO-3 rows shard the base and gather it layer by layer (-lora-base sharded); "
+                "ZeRO-1/2 hold the whole base too\n");
     printf0("-r N n: -offload nvme (the state in a file per rank: disk/node, with the checkpoints kept; the host holds -offload-buffer %s per rank "
             "and the staging); est s/step also reads and writes the state at %.0f Gbit/s per node (%s); chosen only when no cpu row fits, "
             "and with -z auto only when -offload-dir is given\n", fmt_bytes(e.offload_buffer).s, e.disk * 8 / 1e9, e.disk_src);
@@ -532,17 +549,17 @@ static void run_plan(const Flags* f, const GPTConfig* c, int R, const Launch* L)
                 local < R ? local : R, (local < R ? local : R) > 1 ? "s" : "");
     else if (e.ckpt_kept < 0)
         printf0("disk/node: checkpoints not counted: -x -1 (one epoch) with -nk 0 keeps every one, how many the data decides. HINT: -nk N\n");
-    int best = plan_choose(rows, n, R, -1, -1, plan_offload_arg(f));
+    int best = plan_choose(rows, n, R, -1, -1, plan_base_arg(f), plan_offload_arg(f));
     if (best < 0) {
         char why[1024];
         plan_explain_misfit(c, f->B, f->T, R, GA, &e, why, sizeof(why));
         printf0("recommendation: none: %s\n", why);
     } else {
         const PlanRow* p = &rows[best];
-        printf0("recommendation: -z %d -r %d%s%s: %suses %s of %s per rank, leaving %s (headroom %s), and has the lowest estimated step time, "
+        printf0("recommendation: -z %d -r %d%s%s%s: %suses %s of %s per rank, leaving %s (headroom %s), and has the lowest estimated step time, "
                 "%.3g s (compute %.3g s, communication %.3g s%s)%s\n", p->stage, p->recompute, p->offload ? " -offload " : "",
-                p->offload ? offload_name((Offload)p->offload) : "",
-                !p->offload ? "" : plan_choose(rows, n, R, -1, -1, 1 << OFFLOAD_NONE) < 0 ? "nothing fits without offload; "
+                p->offload ? offload_name((Offload)p->offload) : "", !c->lora_r ? "" : p->rep_base ? " -lora-base replicated" : " -lora-base sharded",
+                !p->offload ? "" : plan_choose(rows, n, R, -1, -1, plan_base_arg(f), 1 << OFFLOAD_NONE) < 0 ? "nothing fits without offload; "
                 : "-offload given (rows without offload fit too); ", fmt_bytes((double)p->total).s, fmt_bytes(e.mem).s,
                 fmt_bytes(p->free).s, fmt_bytes(e.headroom).s, p->step_s, p->compute_s, p->comm_s, p->offload ? ", host copies and AdamW" : "",
                 R > 1 ? "; ZeRO-0 is never chosen with R > 1 (ZeRO-1 sends less in less memory)" : "");
@@ -563,7 +580,7 @@ static void run_plan(const Flags* f, const GPTConfig* c, int R, const Launch* L)
                     p->host_bytes, p->host_per_node, p->pcie_bytes, p->pcie_s, p->host_s);
             fprintf(fp, ", \"disk_per_node\": %zu, \"ckpt_per_node\": %zu, \"disk_s\": %.6g", p->disk_per_node, p->ckpt_per_node, p->disk_s);
             for (int k = 0; k < COLL_KINDS; k++) fprintf(fp, ", \"%s\": [%lld, %lld]", coll_name[k], (long long)p->coll_count[k], (long long)p->coll_bytes[k]);
-            fprintf(fp, "}\n");
+            fprintf(fp, ", \"rep_base\": %d}\n", p->rep_base); // [LoRA] 1: the frozen base whole on every rank
         }
         fclose(fp);
     }
@@ -583,7 +600,7 @@ static void plan_env_show(Flags* f, const PlanEnv* e) {
 // -z auto / -r auto: rank 0 plans with its own view of the memory and broadcasts the choice, so
 // ranks that see different free memory never choose differently. One line says what and why.
 static void choose_config(Flags* f, const GPTConfig* c, int R, const Launch* L, Comm* comm) {
-    int choice[3] = {f->zero_stage, f->recompute, 0};
+    int choice[4] = {f->zero_stage, f->recompute, 0, 0};
     char why[1024] = "";
     if (g_rank == 0) {
         int GA = plan_GA(f, R);
@@ -591,7 +608,7 @@ static void choose_config(Flags* f, const GPTConfig* c, int R, const Launch* L, 
         plan_env(f, L, R, &e);
         PlanRow rows[PLAN_MAX_ROWS];
         int n = plan_rows(c, f->B, f->T, R, GA, L->local_world, &e, rows);
-        int best = plan_choose(rows, n, R, f->zero_stage, f->recompute, plan_offload_arg(f));
+        int best = plan_choose(rows, n, R, f->zero_stage, f->recompute, plan_base_arg(f), plan_offload_arg(f));
         plan_env_show(f, &e);
         if (best < 0) {
             plan_explain_misfit(c, f->B, f->T, R, GA, &e, why, sizeof(why));
@@ -600,6 +617,7 @@ static void choose_config(Flags* f, const GPTConfig* c, int R, const Launch* L, 
             choice[0] = rows[best].stage;
             choice[1] = rows[best].recompute;
             choice[2] = rows[best].offload;
+            choice[3] = rows[best].rep_base;
             snprintf(why, sizeof(why), "%suses %s of %s per rank (%s), leaving %s (headroom %s, " PLAN_HEADROOM_TEXT "), estimated %.3g s/step",
                      rows[best].offload == OFFLOAD_CPU && !strcmp(f->offload, "auto") ? "nothing fits without offload, so the optimizer state goes to the host; "
                      : rows[best].offload == OFFLOAD_NVME && !strcmp(f->offload, "auto") ? "nothing fits without offload nor with it in host memory, so the optimizer state goes to -offload-dir; " : "",
@@ -609,7 +627,14 @@ static void choose_config(Flags* f, const GPTConfig* c, int R, const Launch* L, 
     }
     comm_broadcast(comm, choice, sizeof(choice), 0);
     if (choice[0] == -2) die_user("-z auto: %s", g_rank == 0 ? why : "rank 0 found no configuration that fits (see its message)");
-    printf0("auto: -z %d -r %d%s%s chosen: %s\n", choice[0], choice[1], choice[2] ? " -offload " : "", choice[2] ? offload_name((Offload)choice[2]) : "", why);
+    const char* base = !c->lora_r ? "" : choice[3] ? " -lora-base replicated" : " -lora-base sharded"; // [LoRA]
+    printf0("auto: -z %d -r %d%s%s%s chosen: %s\n", choice[0], choice[1], choice[2] ? " -offload " : "", choice[2] ? offload_name((Offload)choice[2]) : "",
+            base, why);
+    if (c->lora_r && !strcmp(f->lora_base, "auto")) {
+        snprintf(f->lora_base, sizeof(f->lora_base), "%s", choice[3] ? "replicated" : "sharded");
+        FLAG_SHOW(f, lora_base, "%s (-z auto: the planner's choice%s)", choice[3] ? "replicated" : "sharded",
+                  choice[0] < 3 ? "; ZeRO-0/1/2 hold the whole base" : "");
+    }
     if (!strcmp(f->offload, "auto")) snprintf(f->offload, sizeof(f->offload), "%s", offload_name((Offload)choice[2]));
     f->zero_stage = choice[0];
     f->recompute = choice[1];

@@ -343,16 +343,20 @@ static void model_config(const Flags* f, GPTConfig* c, int* from_file) {
     if (c->C / c->NH > ATT_MAX_HS) die_user("model: head size C/NH = %d is above %d. HINT: use more -heads", c->C / c->NH, ATT_MAX_HS);
 }
 
-// [LoRA] What LoRA does not do yet: llm.c / Hugging Face exports of the merged model and -tune. Exit
-// 2 naming the flag. A checkpoint holds the adapters' state and the base's identity, never the base
-// (-save-model is 0; another value given is refused). (-offload moves the adapters' state like any
-// trainable block's.)
+// [LoRA] What LoRA does not do yet: the llm.c export of the merged model. Exit 2 naming the flag;
+// -lora-base's words, and sharded only where ZeRO-3 shards. A checkpoint holds the adapters' state
+// and the base's identity, never the base (-save-model is 0; another value given is refused).
+// (-offload moves the adapters' state like any trainable block's; -export-hf writes the merged model.)
 static void check_lora_flags(Flags* f, const GPTConfig* c) {
     if (!c->lora_r && f->lora_export[0]) die_user("flag -lora-export %s: needs -lora r (no adapters to write)", f->lora_export);
     if (!c->lora_r && f->lora_init[0]) die_user("flag -lora-init %s: needs -lora r (the adapter's rank)", f->lora_init);
+    if (strcmp(f->lora_base, "auto") && strcmp(f->lora_base, "sharded") && strcmp(f->lora_base, "replicated"))
+        die_user("flag -lora-base: '%s' is not sharded, replicated or auto", f->lora_base);
+    if (!c->lora_r && strcmp(f->lora_base, "auto")) die_user("flag -lora-base %s: needs -lora r (no frozen base without adapters)", f->lora_base);
+    if (!strcmp(f->lora_base, "sharded") && f->zero_stage >= 0 && f->zero_stage <= 2)
+        die_user("flag -lora-base sharded: only ZeRO-3 shards parameters, and this run has -z %d (its ranks hold the whole base). HINT: -z 3, or -z auto", f->zero_stage);
     if (!c->lora_r) return;
-    const char* no = f->export_path[0] ? "-export" : f->export_hf[0] ? "-export-hf" : f->tune ? "-tune" : NULL;
-    if (no) die_user("flag %s: not yet with -lora (merged exports and -tune of a LoRA run are not built yet; -lora-export writes the adapters; see docs/lora.md)", no);
+    if (f->export_path[0]) die_user("flag -export: not yet with -lora (llm.c's export of a LoRA run is not built yet; -lora-export writes the adapters, -export-hf the merged model; see docs/lora.md)");
     // a checkpoint of a LoRA run holds the adapters' state and the base's identity, not the base again
     if (f->save_model_set && strcmp(f->save_model, "0"))
         die_user("flag -save-model %s: a checkpoint of a LoRA run holds the adapters' state, not the base again (the base is -e %s). "
@@ -537,16 +541,18 @@ static void print_memory_table(Comm* comm, const Zero* z, const GPTConfig* c, in
     const char* f_params = st <= 2 ? "X * Psi'" : "X * Psi' / R";
     const char* f_grads = st <= 1 ? "4 * Psi'" : "4 * Psi' / R";
     const char* f_opt = st == 0 ? "4 * Psi'" : "4 * Psi' / R";
+    int rep = st == 3 && z->lay.adapter && z->lay.rep_frozen; // [LoRA] -lora-base replicated
     if (z->lay.adapter) { // [LoRA] the adapters' (P_A) only
         f_grads = st <= 1 ? "4 * P_A" : "4 * P_A / R";
         f_opt = st == 0 ? "4 * P_A" : "4 * P_A / R";
     }
+    if (rep) f_params = "X * (Psi' - P_A + P_A / R)";
     int off = z->offload != OFFLOAD_NONE; // [offload] master, m, v are not on the device: 0 here
     double opt_dev = off ? 0.0 : 4.0 * s->opt;
     if (off) f_opt = z->offload == OFFLOAD_CPU ? "- (-offload cpu: host)" : "- (-offload nvme: file)";
     struct { const char* formula; double bytes; } closed[TAG_COUNT] = {
         {f_params, X * (s->full_params + s->shard_params)},
-        {st == 3 ? "X * (P_io + 2 P_layer)" : "-", X * s->param_bufs},
+        {rep ? "X * P_A" : st == 3 ? "X * (P_io + 2 P_layer)" : "-", X * s->param_bufs},
         {f_grads, 4.0 * (s->full_grads + s->shard_grads)},
         {st >= 2 ? "4 * (P_io + 2 P_layer)" : "-", 4.0 * s->grad_bufs},
         {f_opt, opt_dev}, {f_opt, opt_dev}, {f_opt, opt_dev},
@@ -582,7 +588,9 @@ static void print_memory_table(Comm* comm, const Zero* z, const GPTConfig* c, in
     printf0("model state per rank (params + grads + master + m + v), Psi = %lld parameters (the model line's: padded vocabulary rows included):\n", (long long)psi);
     const char* loraform[4] = {"X Psi' + 16 P_A", "X Psi' + 4 P_A + 12 P_A/R", "X Psi' + 16 P_A/R", "X Psi'/R + 16 P_A/R"};
     int A = z->lay.adapter; // [LoRA] the base frozen: gradients, master, m, v for the adapter block (P_A) only
-    printf0("  ours:  %-26s = %9.2f MiB\n", A ? loraform[st] : ourform[st], ours / MiB);
+    printf0("  ours:  %-26s = %9.2f MiB\n", rep ? "X (Psi' - P_A) + (X + 16) P_A/R" : A ? loraform[st] : ourform[st], ours / MiB);
+    if (rep)
+        printf0("         -lora-base replicated: every rank holds the whole frozen base (never gathered); only the adapters are sharded\n");
     if (A)
         printf0("         LoRA: the base (Psi' - P_A) is frozen, parameters only; the adapters, P_A = %lld elements, hold the gradients,\n"
                 "         master, m and v (full fine-tuning of the same model: %s = %.2f MiB)\n", (long long)z->lay.P[A], ourform[st],

@@ -768,25 +768,35 @@ static int save_checkpoint(Trainer* tr, int last) {
 // hf_export_config) + model.safetensors (or shards + index above 5 GB) in dir, in `dtype`, from the
 // master weights (F32, F16) or the parameters (BF16). Every rank must call it; rank 0 writes, one
 // block at a time. On failure nothing is left in dir. Returns 0 on success.
+// [LoRA] The merged model: each target's W + (alpha / r) B A (lora_merge), in FP32 from the
+// adapters' master weights and the frozen base's parameters (it has no master), then `dtype`:
+// what PEFT's merge_and_unload() gives, for every family the writer knows.
 static int write_hf_checkpoint(Model* m, const HFConfig* hc, const char* dir, StDtype dtype) {
     Zero* z = &m->z;
     HFWriter w;
     char err[1024] = "";
-    int ok = 1;
+    int ok = 1, A = z->lay.adapter;
     if (g_rank == 0) {
         if (hf_writer_open(&w, dir, hc, dtype, err, sizeof(err))) ok = 0;
     }
     size_t maxP = 0;
     for (int b = 0; b < z->lay.nblocks; b++) maxP = (size_t)z->lay.P[b] > maxP ? (size_t)z->lay.P[b] : maxP;
     float* host = (float*)malloc(maxP * sizeof(float));
+    float* ad = A ? (float*)malloc((size_t)z->lay.P[A] * sizeof(float)) : NULL; // [LoRA] the adapters (FP32 masters)
+    if (!host || (A && !ad)) die(1, "out of host memory (%zu elements for an export)", maxP);
+    if (A) block_values(z, A, 1, ad);
     for (int b = 0; b < z->lay.nblocks; b++) {
-        block_values(z, b, dtype != ST_BF16, host);
+        if (A && b == A) continue; // [LoRA] merged into the layers' weights below
+        block_values(z, b, dtype != ST_BF16 && !z->lay.frozen[b], host);
+        for (int p = 0; A && b > 0 && g_rank == 0 && p < NUM_PROJ; p++) // [LoRA] W += (alpha / r) B A
+            lora_merge(&m->d.lora, b - 1, p, host + m->d.t[lora_proj_tensor(m->cfg.family, p)].off, ad);
         for (int k = 0; g_rank == 0 && ok && k < z->lay.ntensors[b]; k++) {
             const BlockTensor* t = &z->lay.tensors[b][k];
             if (hf_writer_put(&w, m->d.t[t->tensor].name, b == 0 ? 0 : b - 1, host + t->off, err, sizeof(err))) ok = 0;
         }
     }
     free(host);
+    free(ad);
     if (g_rank != 0) return 0;
     if (ok && hf_writer_commit(&w, err, sizeof(err)) == 0) return 0;
     if (!ok) hf_writer_abort(&w); // (a failed commit has cleaned up already)
@@ -1201,6 +1211,7 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
         if (!strcmp(f->offload, "auto") && f->offload_dir[0]) die_user("flag -offload-dir is for -offload nvme (or -offload auto with -z auto / -r auto)");
         if (!strcmp(f->offload, "auto")) snprintf(f->offload, sizeof(f->offload), "none"); // nothing plans: none
     }
+    if (!c.lora_r) FLAG_SHOW(f, lora_base, "unused: no -lora");
     if (strcmp(f->offload_str, f->offload)) FLAG_SHOW(f, offload, "%s", f->offload);
     // data, tokenizer, output directory
     char err[1024];
@@ -1253,6 +1264,12 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
         tune_config(f, &c, tr->GA, &tr->comm, &tr->launch, &t, tr->tune_choice, sizeof(tr->tune_choice), &tr->tune_mem, &tr->tune_mem_len);
     } else if (f->resume) tune_note_record(f, tr->r);
     // the model: layout, ZeRO buffers, activations, workspace
+    if (c.lora_r && !strcmp(f->lora_base, "auto")) { // [LoRA] nothing chose it (given stages, a reused -tune choice): ZeRO-3 shards the base
+        snprintf(f->lora_base, sizeof(f->lora_base), "%s", f->zero_stage == 3 ? "sharded" : "replicated");
+        FLAG_SHOW(f, lora_base, "%s", f->zero_stage == 3 ? "sharded (nothing chose it: ZeRO-3's default)"
+                                                         : "replicated (ZeRO-0/1/2 hold the whole base)");
+    }
+    c.lora_rep = c.lora_r && !strcmp(f->lora_base, "replicated"); // [LoRA] given, planned, tuned or the default above
     PlanRow plan;
     trainer_build_model(tr, &c, f->zero_stage, f->recompute, (Offload)offload_parse(f->offload), &plan);
     Model* m = &tr->model;
@@ -1603,8 +1620,13 @@ static void export_model(Trainer* tr) {
         if (g_rank == 0 && tokenizer_export_files(tname, f->merges, f->export_hf, tr->model.cfg.V, tr->model.cfg.maxT, terr, sizeof(terr)))
             printf0("warning: -export-hf %s: no tokenizer files written: %s\n", f->export_hf, terr);
         io_wait_end(tr, saved);
-        printf0("exported the model at step %d to %s (Hugging Face %s, %s)\n", tr->step, f->export_hf, hf_archs[hc.arch].cls,
-                hd == ST_F32 ? "F32 from the master weights" : hd == ST_F16 ? "F16 from the master weights" : "BF16 parameters");
+        if (tr->model.d.lora.r) // [LoRA]
+            printf0("exported the merged model at step %d to %s (Hugging Face %s, %s: W + %g B A on %d module(s) a layer, in FP32 from the "
+                    "adapters' master weights and the frozen base)\n", tr->step, f->export_hf, hf_archs[hc.arch].cls,
+                    hd == ST_F32 ? "F32" : hd == ST_F16 ? "F16" : "BF16", (double)tr->model.d.lora.scale, tr->model.d.lora.nmods);
+        else
+            printf0("exported the model at step %d to %s (Hugging Face %s, %s)\n", tr->step, f->export_hf, hf_archs[hc.arch].cls,
+                    hd == ST_F32 ? "F32 from the master weights" : hd == ST_F16 ? "F16 from the master weights" : "BF16 parameters");
     }
 }
 

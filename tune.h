@@ -137,13 +137,16 @@ typedef struct {
 } TuneTrainer;
 
 // Build the candidate, run it on scratch state, measure, free it. mine: this rank's TM_COLS values.
-static void tune_measure(const Flags* f, Comm* comm, const TuneTrainer* t, const GPTConfig* c, const int v[TUNE_NDIMS], double* mine) {
+// rep: [LoRA] the candidate's -lora-base (1 replicated: c's lora_rep for its build).
+static void tune_measure(const Flags* f, Comm* comm, const TuneTrainer* t, const GPTConfig* c, const int v[TUNE_NDIMS], int rep, double* mine) {
+    GPTConfig cr = *c;
+    cr.lora_rep = c->lora_r && rep;
     int fd = open("/proc/self/clear_refs", O_WRONLY); // VmHWM := VmRSS (Linux >= 4.0)
     int reset = fd >= 0 && write(fd, "5", 1) == 1;
     if (fd >= 0) close(fd);
     mine[TM_BASE] = (double)proc_status_bytes("VmRSS");
     mem_peak_reset();
-    size_t host_bytes = t->build(t->ctx, c, v[TD_zero_stage], v[TD_recompute], (Offload)v[TD_offload]); // scratch: as a new run, thrown away
+    size_t host_bytes = t->build(t->ctx, &cr, v[TD_zero_stage], v[TD_recompute], (Offload)v[TD_offload]); // scratch: as a new run, thrown away
     t->step(t->ctx); // warm-up: first touches, threads, cuBLASLt's choices
     t->wait(t->ctx);
     comm_reset_stats(comm);
@@ -190,6 +193,7 @@ static int tune_candidates(const PlanRow* rows, int n, const Flags* f, int R, in
 #define X(flag, field, row, max, kind, old) if (TUNE_GET_##kind(f, field) >= 0 && p->row != TUNE_GET_##kind(f, field)) keep = 0;
                 TUNE_DIMS(X)
 #undef X
+                if (plan_base_arg(f) >= 0 && p->rep_base != plan_base_arg(f)) keep = 0; // [LoRA] -lora-base given
                 for (int j = 0; j < got; j++) keep = keep && idx[j] != i;
                 if (keep && (best < 0 || p->step_s < rows[best].step_s)) best = i;
             }
@@ -280,6 +284,7 @@ static void tune_config(Flags* f, const GPTConfig* c, int GA, Comm* comm, const 
     PlanRow rows[PLAN_MAX_ROWS];
     int idx[TUNE_MAX_ROWS], n = 0, nrows = 0;
     int cand[TUNE_MAX_ROWS][TUNE_NDIMS]; // each candidate's value of every tuned flag
+    int cand_rep[TUNE_MAX_ROWS] = {0};   // [LoRA] each candidate's -lora-base (1: replicated; the rows' rep_base)
     char why[1024] = "";
     if (comm->r == 0) {
         plan_env(f, L, comm->R, &e);
@@ -290,11 +295,13 @@ static void tune_config(Flags* f, const GPTConfig* c, int GA, Comm* comm, const 
 #define X(flag, field, row, max, kind, old) cand[i][TD_##field] = rows[idx[i]].row;
             TUNE_DIMS(X)
 #undef X
+            cand_rep[i] = rows[idx[i]].rep_base;
         }
         if (n == 0) plan_explain_misfit(c, f->B, f->T, comm->R, GA, &e, why, sizeof(why));
     }
     comm_broadcast(comm, &n, sizeof(n), 0);
     comm_broadcast(comm, cand, sizeof(cand), 0);
+    comm_broadcast(comm, cand_rep, sizeof(cand_rep), 0);
     if (n == 0) die_user("-tune: %s", comm->r == 0 ? why : "rank 0 found no configuration that fits (see its message)");
     if (cand[0][TD_offload] != OFFLOAD_NONE && !strcmp(f->offload_given, "auto")) // [offload] the planner's order (see the banner)
         printf0("tune: nothing fits without offload%s: the candidates are -offload %s rows\n",
@@ -302,7 +309,7 @@ static void tune_config(Flags* f, const GPTConfig* c, int GA, Comm* comm, const 
     printf0("tune: measuring %d candidate(s), the planner's fastest rows that fit %s per rank with the headroom %s: 1 warm-up + %d timed "
             "step(s) each, on scratch state (initialised from -seed, freed afterwards) ...\n", n, comm->r == 0 ? fmt_bytes(e.mem).s : "",
             comm->r == 0 ? fmt_bytes(e.headroom).s : "", f->tune_steps);
-    printf0("tune: | -z | -r | -offload | est s/step | est tok/s |     tok/s |  ms/step | comm wait ms/step | tagged peak | process peak | fits |\n");
+    printf0("tune: | -z%s | -r | -offload | est s/step | est tok/s |     tok/s |  ms/step | comm wait ms/step | tagged peak | process peak | fits |\n", c->lora_r ? " " : "");
     int trace = comm->trace, data_trace = f->data_trace;
     comm->trace = 0; f->data_trace = 0; // the tuning steps' collectives and batches are not the run's
     double* meas = (double*)calloc((size_t)n * comm->R * TM_COLS, sizeof(double));
@@ -311,7 +318,7 @@ static void tune_config(Flags* f, const GPTConfig* c, int GA, Comm* comm, const 
     const char* process_kind = g_device == DEV_CUDA ? "device" : "vmhwm";
     for (int i = 0; i < n; i++) {
         double* all = meas + (size_t)i * comm->R * TM_COLS;
-        tune_measure(f, comm, t, c, cand[i], all + comm->r * TM_COLS);
+        tune_measure(f, comm, t, c, cand[i], cand_rep[i], all + comm->r * TM_COLS);
         comm_sum_doubles(comm, all, comm->R * TM_COLS);
         double secs = 0, wait = 0, tagged = 0, process = 0;
         foot[i] = 0;
@@ -330,14 +337,15 @@ static void tune_config(Flags* f, const GPTConfig* c, int GA, Comm* comm, const 
             fits[i] = foot[i] + e.headroom <= e.mem;
             char waitc[32];
             snprintf(waitc, sizeof(waitc), "%.2f", 1000.0 * wait / f->tune_steps);
-            printf0("tune: | %2d | %2d | %-8s | %10.3g | %9.0f | %9.0f | %8.2f | %17s | %11s | %12s | %-4s |\n", p->stage, p->recompute,
-                    offload_name((Offload)p->offload), p->step_s,
+            printf0("tune: | %2d%s | %2d | %-8s | %10.3g | %9.0f | %9.0f | %8.2f | %17s | %11s | %12s | %-4s |\n", p->stage, !c->lora_r ? "" : p->stage == 3 && p->rep_base ? "b" : " ",
+                    p->recompute, offload_name((Offload)p->offload), p->step_s,
                     (double)step_tokens / p->step_s, tok_s[i], 1000.0 * secs / f->tune_steps, waitc, fmt_bytes(tagged).s, fmt_bytes(process).s,
                     fits[i] ? "yes" : "no");
             if (fits[i] && (best < 0 || tok_s[i] > tok_s[best])) best = i;
         }
     }
     comm->trace = trace; f->data_trace = data_trace;
+    if (c->lora_r) printf0("tune: -z 3b: [LoRA] ZeRO-3 with -lora-base replicated (the whole frozen base on every rank, never gathered)\n");
     printf0("tune: est: the planner's estimate; tok/s, ms/step: the slowest rank; comm wait: %s; tagged peak: "
             "the allocator's; process peak: %s; fits: the larger of the tagged peak%s and the process's growth, plus the headroom, within "
             "the memory\n", g_device == DEV_CUDA ? "the compute stream's stalls on block collectives (events around each wait) and the host's waits in scalar ones, the largest rank's"
@@ -384,11 +392,17 @@ static void tune_config(Flags* f, const GPTConfig* c, int GA, Comm* comm, const 
     TUNE_DIMS(X)
 #undef X
     (void)word;
+    if (c->lora_r && !strcmp(f->lora_base, "auto")) { // [LoRA] the measured row's base
+        snprintf(f->lora_base, sizeof(f->lora_base), "%s", cand_rep[best] ? "replicated" : "sharded");
+        FLAG_SHOW(f, lora_base, "%s (-tune: the fastest measured%s)", cand_rep[best] ? "replicated" : "sharded",
+                  cand[best][TD_zero_stage] < 3 ? "; ZeRO-0/1/2 hold the whole base" : "");
+    }
     tune_text(f, choice, cap);
     if (comm->r == 0) {
         const PlanRow* p = &rows[idx[best]];
-        printf0("tune: chose %s: %.0f tok/s measured, the fastest of the %d candidate(s) that fit (the planner estimated %.0f tok/s); "
-                "the run starts from its source as if started with %s\n", choice, tok_s[best], n, (double)step_tokens / p->step_s, choice);
+        const char* base = !c->lora_r ? "" : cand_rep[best] ? " -lora-base replicated" : " -lora-base sharded"; // [LoRA]
+        printf0("tune: chose %s%s: %.0f tok/s measured, the fastest of the %d candidate(s) that fit (the planner estimated %.0f tok/s); "
+                "the run starts from its source as if started with %s%s\n", choice, base, tok_s[best], n, (double)step_tokens / p->step_s, choice, base);
     }
 }
 

@@ -212,6 +212,11 @@ typedef struct {
     int64_t* gshard_off;// (nblocks) offset of the block's shard in the trainable shard arrays
     int64_t train_total, train_shard_total;
     int adapter;        // the adapter block's index (the last block), 0: none
+    // [LoRA] -lora-base replicated: under ZeRO-3 every rank holds the frozen blocks whole (in
+    // full_params, as ZeRO-1/2 do: they are blocks 0..L, so their offsets are off[]) and never
+    // gathers them; only the adapter block is sharded (shard_params holds its shard alone) and
+    // gathered. The other stages hold every block whole anyway.
+    int rep_frozen;
     int* ntensors;                                  // (nblocks)
     BlockTensor (*tensors)[MAX_BLOCK_TENSORS];      // (nblocks)
 } BlockLayout;
@@ -330,7 +335,11 @@ static ZeroSizes zero_sizes(const BlockLayout* lay, int stage) {
     int64_t P_ad = lay->adapter ? lay->P[lay->adapter] : 0; // [LoRA]
     int io_tr = !lay->frozen[0], layer_tr = lay->nblocks > 1 && !lay->frozen[1];
     if (stage <= 2) s.full_params = lay->total;
-    else { s.shard_params = lay->shard_total; s.param_bufs = P_io + 2 * P_layer + P_ad; }
+    else if (lay->rep_frozen && lay->adapter) { // [LoRA] the base whole, the adapters sharded
+        s.full_params = lay->off[lay->adapter];
+        s.shard_params = lay->S[lay->adapter];
+        s.param_bufs = P_ad;
+    } else { s.shard_params = lay->shard_total; s.param_bufs = P_io + 2 * P_layer + P_ad; }
     if (stage <= 1) s.full_grads = lay->train_total;
     else { s.shard_grads = lay->train_shard_total; s.grad_bufs = io_tr * P_io + layer_tr * 2 * P_layer + P_ad; }
     s.opt = stage == 0 ? lay->train_total : lay->train_shard_total;
@@ -1571,6 +1580,14 @@ typedef struct Zero {
     void* offload_ctx;
 } Zero;
 
+// [ZeRO-3] Block b's parameters are sharded and gathered for each use: every block under ZeRO-3,
+// except [LoRA] the frozen base's with -lora-base replicated (held whole, like ZeRO-1/2's).
+static inline int zero_gathered(const Zero* z, int b) { return z->stage == 3 && !(z->lay.rep_frozen && z->lay.frozen[b]); }
+// [ZeRO-3] This rank's shard of block b's parameters (with a replicated base: the adapters' alone).
+static inline floatX* zero_shard_params(const Zero* z, int b) {
+    return z->shard_params + z->lay.shard_off[b] - (z->lay.rep_frozen && z->lay.adapter ? z->lay.shard_off[z->lay.adapter] : 0);
+}
+
 // Which param/grad buffer slot a block uses under ZeRO-2/3: io -> 0, layers alternate 1, 2, [LoRA]
 // the adapter block 3; and the slot's size.
 static inline int zero_slot(const Zero* z, int b) { return b == 0 ? 0 : b == z->lay.adapter ? 3 : 1 + (b - 1) % 2; }
@@ -1594,7 +1611,7 @@ static void zero_init(Zero* z, BlockLayout* lay, int stage, Comm* comm, int pois
     for (int i = 0; i < 4; i++) { // slot i's block: 0 io, 1 and 2 the layers, 3 the adapters
         int b = i == 3 ? lay->adapter : i == 0 ? 0 : 1;
         if (i == 3 ? !lay->adapter : b >= lay->nblocks - (lay->adapter > 0)) continue;
-        if (stage == 3) z->param_buf[i] = (floatX*)dev_alloc(TAG_PARAM_BUF, zero_slot_elems(z, i) * X);
+        if (zero_gathered(z, b)) z->param_buf[i] = (floatX*)dev_alloc(TAG_PARAM_BUF, zero_slot_elems(z, i) * X);
         if (stage >= 2 && !lay->frozen[b]) z->grad_buf[i] = (float*)dev_alloc(TAG_GRAD_BUF, zero_slot_elems(z, i) * 4);
     }
     z->full_grads = (float*)dev_alloc(TAG_GRADS, z->sz.full_grads * 4);
@@ -1659,8 +1676,8 @@ static inline float* zero_opt_grads(const Zero* z, int b) {
 // The BF16 parameters of block b's optimizer range (what AdamW writes).
 static inline floatX* zero_opt_params(const Zero* z, int b) {
     if (z->stage == 0) return z->full_params + z->lay.off[b];
-    if (z->stage <= 2) return z->full_params + z->lay.off[b] + z->r * z->lay.S[b];
-    return z->shard_params + z->lay.shard_off[b];
+    if (!zero_gathered(z, b)) return z->full_params + z->lay.off[b] + z->r * z->lay.S[b];
+    return zero_shard_params(z, b);
 }
 
 static void zero_poison(Zero* z, floatX* p, int64_t n) {
@@ -1683,10 +1700,11 @@ static void zero_order_error(const Zero* z, const char* what, int b) {
 // [ZeRO-3] Start gathering block b into its buffer (no-op if it is there or on its way). The buffer
 // must be free or released: a gather never overwrites parameters a hook still holds.
 static void zero_gather_start(Zero* z, int b) {
+    if (!zero_gathered(z, b)) return; // [LoRA] a replicated base is always here
     int slot = zero_slot(z, b);
     if (z->resident[slot] == b && z->buf_state[slot] != BUF_RELEASED) return;
     if (z->buf_state[slot] != BUF_FREE && z->buf_state[slot] != BUF_RELEASED) zero_order_error(z, "gathering", b);
-    CollOp op = {COLL_ALL_GATHER, b, z->param_buf[slot], z->shard_params + z->lay.shard_off[b], z->lay.S[b], 0};
+    CollOp op = {COLL_ALL_GATHER, b, z->param_buf[slot], zero_shard_params(z, b), z->lay.S[b], 0};
     z->gather_h[slot] = comm_start(z->comm, &op);
     z->resident[slot] = b;
     z->buf_state[slot] = BUF_GATHERING;
@@ -1709,6 +1727,7 @@ static floatX* zero_acquire(Zero* z, int b) {
 
 // [ZeRO-3] Block b stays gathered for a later hook: IN_USE -> READY.
 static void zero_keep(Zero* z, int b) {
+    if (!zero_gathered(z, b)) return;
     int slot = zero_slot(z, b);
     if (z->resident[slot] != b || z->buf_state[slot] != BUF_IN_USE) zero_order_error(z, "keeping", b);
     z->buf_state[slot] = BUF_READY;
@@ -1716,6 +1735,7 @@ static void zero_keep(Zero* z, int b) {
 
 // [ZeRO-3] Block b's computation is done and its buffer may be reused: IN_USE -> RELEASED.
 static void zero_release_block(Zero* z, int b) {
+    if (!zero_gathered(z, b)) return;
     int slot = zero_slot(z, b);
     if (z->resident[slot] != b || z->buf_state[slot] != BUF_IN_USE) zero_order_error(z, "releasing", b);
     z->buf_state[slot] = BUF_RELEASED;
@@ -1725,11 +1745,11 @@ static void zero_release_block(Zero* z, int b) {
 // Block b's parameters for a computation (stages 0-2: always present; [ZeRO-3] acquired), and the
 // matching release when it is done (nothing to do at stages 0-2).
 static inline floatX* zero_params(Zero* z, int b) {
-    if (z->stage <= 2) return z->full_params + z->lay.off[b];
+    if (!zero_gathered(z, b)) return z->full_params + z->lay.off[b];
     return zero_acquire(z, b);
 }
 static inline void zero_release(Zero* z, int b) {
-    if (z->stage == 3) zero_release_block(z, b);
+    if (zero_gathered(z, b)) zero_release_block(z, b);
 }
 
 // ----------------------------------------------------------------------------
@@ -1946,7 +1966,7 @@ static void zero_adamw_check(Zero* z, const AdamWParams* hp, StepScalars* sc) {
 // trainable blocks (frozen 0): a frozen block never changes; its are gathered once, when loaded
 // (frozen 1)).
 static void zero_gather_params(Zero* z, int frozen) {
-    if (z->stage == 1 || z->stage == 2) {
+    if (z->stage == 1 || z->stage == 2 || (z->stage == 3 && frozen && z->lay.rep_frozen)) { // [LoRA] a replicated base: once
         for (int b = 0; b < z->lay.nblocks; b++) {
             if (z->lay.frozen[b] != frozen) continue;
             floatX* full = z->full_params + z->lay.off[b];
@@ -2091,7 +2111,7 @@ static int64_t zero_fill_frozen_params(Zero* z, LogicalFill fill, void* ctx) {
         for (int i = 0; i < k; i++) fill(ctx, host + pc[i].local, pc[i].logical, pc[i].len);
         for (int64_t i = 0; i < n; i++) { px[i] = rn(host[i]); bad += !isfinite(host[i]); }
         floatX* dst = z->stage == 0 ? z->full_params + z->lay.off[b]
-                    : z->stage <= 2 ? z->full_params + z->lay.off[b] + lo : z->shard_params + z->lay.shard_off[b];
+                    : !zero_gathered(z, b) ? z->full_params + z->lay.off[b] + lo : zero_shard_params(z, b);
         dev_from_host(dst, px, sizeof(floatX) * n);
         free(host);
         free(px);

@@ -18,6 +18,8 @@
 #   The chunked classifier: peak memory (VmHWM) and step time of a V = 128,256 model at B*T = 16,384
 #   tokens with the classifier in chunks (test/test_bf16 --train, the trainer) and in one chunk of all
 #   rows (--train-unchunked: the head before ops/classifier.cuh chunked it), as ratios.
+#   LoRA (dev/bench_lora.sh): peak memory per rank (VmHWM) and step time of -lora 8 against full
+#   fine-tuning of the same model at R = 2, ZeRO-1 and ZeRO-3 (the base sharded and replicated), as ratios.
 #
 # Numbers are medians over the steps after the first two (warm-up). Timings on a shared or
 # oversubscribed machine are noisy: compare ratios within one run, not across machines.
@@ -197,3 +199,5 @@ printf "   %-44s %12s %12s %12s\n" "classifier" "logits MiB" "VmHWM MiB" "step m
 printf "   %-44s %12.0f %12.0f %12.0f\n" "one chunk of 16,384 rows (before)" "$l0" "$h0" "$t0"
 printf "   %-44s %12.0f %12.0f %12.0f\n" "chunks of 2048 rows (after)" "$l1" "$h1" "$t1"
 awk -v a="$h0" -v b="$h1" -v x="$t0" -v y="$t1" 'BEGIN {printf "   after / before: peak memory %.2fx (%.0f MiB less), step time %.2fx\n", b / a, a - b, y / x}'
+echo
+bash dev/bench_lora.sh "$BIN" "$STEPS"

@@ -408,31 +408,148 @@ TEST(lora_resume_refuses_other_base) {
 }
 #endif
 
+// -lora-base replicated at R = 2 (the whole frozen base on every rank, the adapters sharded by
+// ZeRO-3) against -lora-base sharded: the same losses, norms and hashes (parameters, master, m, v)
+// and the same merged -export-hf bytes; the replicated run gathers only the adapters (one all-gather
+// a step) and the sharded one every block. The replicated run is -z 3 -r auto with a slow link
+// (-link-gbps 0.001: the base's gathers cost more than anything else), so -z auto's planner itself
+// chooses the replicated row; -tune at -z 3 -r 1 measures both bases and runs the one it picks.
+// The planner's rows for the seeds' question: at 8 x 80 GiB Llama-3-70B's replicated base does
+// not fit (ZeRO-3 sharded is chosen), Llama-3-8B's does (the base replicated: ZeRO-1, no gathers).
+// make test-long: replicated = sharded at R = 3 and 4 (with -offload cpu), and on Llama at R = 2, 3.
+TEST(lora_replicated_base) {
+    ZtLog lg[2];
+    char hash[2][512], path[2][PATH_MAX];
+    for (int k = 0; k < 2; k++) {
+        char flags[3 * PATH_MAX];
+        const char* dir = zt_dir(k ? "lora_rep" : "lora_shard");
+        snprintf(path[k], sizeof(path[k]), "%s/hf/model.safetensors", dir);
+        snprintf(flags, sizeof(flags), "%s -b 2 -x 3 -v 0 -s 0 -lora 2 -lora-alpha 4 %s -o %s -log-hash 1 -export-hf %s/hf -export-dtype bf16",
+                 ZT_MODEL, k ? "-z 3 -r auto -link-gbps 0.001" : "-z 3 -r 3 -lora-base sharded", dir, dir);
+        int rc = zt_mpirun(2, flags, zt_out, sizeof(zt_out));
+        CHECKF(rc == 0, "-lora-base %s failed (%d):\n%s", k ? "auto" : "sharded", rc, zt_out);
+        if (rc) return;
+        CHECKF(!k || strstr(zt_out, "-lora-base replicated chosen"), "-z auto did not choose the replicated base:\n%s", zt_out);
+        CHECKF(!k || strstr(zt_out, "→ replicated (-z auto: the planner's choice)"), "the settings table does not show the choice:\n%s", zt_out);
+        zt_hash_line(zt_out, hash[k], sizeof(hash[k]));
+        zt_read_log(dir, &lg[k]);
+        CHECKF(lg[k].n == 3, "%d steps logged", lg[k].n);
+    }
+    CHECKF(!memcmp(lg[0].loss, lg[1].loss, sizeof(lg[0].loss)) && !memcmp(lg[0].norm, lg[1].norm, sizeof(lg[0].norm)),
+           "replicated and sharded bases: losses or norms differ");
+    { // the replicated run's parameter bytes per rank, written out: the base whole, the adapters' shard and one adapter buffer
+        Trainer* t = tm_trainer(lora_flags(LORA_GPT2, "-z 0 -x 1 -lora 2 -lora-alpha 4"));
+        const BlockLayout* lay = &t->model.z.lay; // (R = 1: block sizes are padded to 8R; recompute them for R = 2)
+        int64_t base = 0, PA = 0;
+        for (int b = 0; b < lay->nblocks; b++) {
+            int64_t P2 = (lay->P[b] + 15) / 16 * 16; // (8 * R with R = 2)
+            if (lay->frozen[b]) base += P2; else PA = P2;
+        }
+        tm_free(t);
+        char mp[PATH_MAX + 32];
+        snprintf(mp, sizeof(mp), "%s/lora_rep/log.jsonl", test_tmpdir());
+        char* log = zt_read_file(mp);
+        const char* mem = log ? strstr(log, "{\"memory\": \"start\"") : NULL;
+        const char* pp = mem ? strstr(mem, "\"params\": ") : NULL;
+        const char* pb = mem ? strstr(mem, "\"param bufs\": ") : NULL;
+        double want_p = (double)sizeof(floatX) * (base + PA / 2), want_b = (double)sizeof(floatX) * PA;
+        CHECKF(pp && pb && atof(pp + 10) == want_p && atof(pb + 14) == want_b, "replicated base: params %.0f, param bufs %.0f bytes; "
+               "X (Psi' - P_A + P_A/R) = %.0f, X P_A = %.0f", pp ? atof(pp + 10) : -1.0, pb ? atof(pb + 14) : -1.0, want_p, want_b);
+        free(log);
+    }
+    CHECKF(hash[0][0] && !strcmp(hash[0], hash[1]), "replicated and sharded bases: hashes differ:\n  %s\n  %s", hash[0], hash[1]);
+    for (int s = 0; s < 3; s++) // L = 3: the sharded base gathers io, 3 layers (2 of them twice: backward) and the adapters
+        CHECKF(lg[1].count[s][COLL_ALL_GATHER] == 1 && lg[0].count[s][COLL_ALL_GATHER] == 7,
+               "step %d: all-gathers replicated %lld (expected 1: the adapters), sharded %lld (expected 7)", s + 1,
+               (long long)lg[1].count[s][COLL_ALL_GATHER], (long long)lg[0].count[s][COLL_ALL_GATHER]);
+    char* a = zt_read_file(path[0]);
+    char* b = zt_read_file(path[1]);
+    CHECKF(a && b && strlen(a) == strlen(b), "the merged exports: %s, %s", path[0], path[1]);
+    if (a && b) {
+        FILE* fa = fopen(path[0], "rb");
+        FILE* fb = fopen(path[1], "rb");
+        int same = fa && fb, ca, cb;
+        while (same && (ca = fgetc(fa)) != EOF) { cb = fgetc(fb); same = ca == cb; }
+        same = same && fgetc(fb) == EOF;
+        CHECKF(same, "the merged BF16 exports of the replicated and sharded runs differ");
+        if (fa) fclose(fa);
+        if (fb) fclose(fb);
+    }
+    free(a);
+    free(b);
+    // -tune with LoRA: both bases measured at -z 3 -r 1, the choice run
+    char flags[2 * PATH_MAX];
+    snprintf(flags, sizeof(flags), "%s -b 2 -x 1 -v 0 -s 0 -lora 2 -z 3 -r 1 -tune -tune-rows 2 -tune-steps 1", ZT_MODEL);
+    int rc = zt_mpirun(2, flags, zt_out, sizeof(zt_out));
+    CHECKF(rc == 0, "-tune with -lora failed (%d):\n%s", rc, zt_out);
+    CHECKF(strstr(zt_out, "tune: |  3b |  1 |") && strstr(zt_out, "tune: |  3  |  1 |") && strstr(zt_out, "(-tune: the fastest measured)"),
+           "-tune did not measure both bases or show its choice:\n%s", zt_out);
+    // the planner at scale (-plan: closed forms, nothing allocated)
+    static const struct { const char* model; const char* want; } plans[] = {
+        {"llama3-70b", "recommendation: -z 3 -r 3 -lora-base sharded"},
+        {"llama3-8b", "recommendation: -z 1 -r 1 -lora-base replicated"},
+    };
+    for (int i = 0; i < 2 && sizeof(floatX) == 2; i++) { // (the BF16 build's bytes: FP32's 4-byte base fits neither)
+        snprintf(flags, sizeof(flags), "-plan -device cuda -gpu-mem 80GiB -gpu h100 -world 8 -lora 16 -e %s", plans[i].model);
+        rc = cli_run(flags, cli_out, sizeof(cli_out));
+        CHECKF(rc == 0 && strstr(cli_out, plans[i].want) && strstr(cli_out, "| 3 | 3 b |"), "-plan %s: expected '%s' and the replicated rows:\n%s",
+               plans[i].model, plans[i].want, cli_out);
+    }
+    // make test-long: more ranks, Llama, and the adapters' state offloaded with the base replicated
+    static const struct { int R; const char* model; const char* extra; } more[] = {
+        {3, ZT_MODEL, "-lora 2"},
+        {4, ZT_MODEL, "-lora 3 -offload cpu"},
+        {2, "-e llama-tiny -layers 3 -vocab 97 -t 16 -poison 1 -blas 0", "-lora 2 -lora-targets q_proj,v_proj,up_proj,down_proj"},
+        {3, "-e llama-tiny -layers 3 -vocab 97 -t 16 -poison 1 -blas 0", "-lora 2 -r 0"},
+    };
+    for (size_t i = 0; test_long() && i < sizeof(more) / sizeof(more[0]); i++) {
+        char h[2][512];
+        for (int k = 0; k < 2; k++) {
+            snprintf(flags, sizeof(flags), "%s -b 2 -x 3 -v 0 -s 0 -z 3 %s -lora-base %s -log-hash 1", more[i].model, more[i].extra,
+                     k ? "replicated" : "sharded");
+            rc = zt_mpirun(more[i].R, flags, zt_out, sizeof(zt_out));
+            CHECKF(rc == 0, "R=%d %s failed (%d):\n%s", more[i].R, flags, rc, zt_out);
+            zt_hash_line(zt_out, h[k], sizeof(h[k]));
+        }
+        CHECKF(h[0][0] && !strcmp(h[0], h[1]), "R=%d %s %s: replicated and sharded differ:\n  %s\n  %s", more[i].R, more[i].model,
+               more[i].extra, h[0], h[1]);
+    }
+    printf("    R=2: -lora-base replicated (chosen by -z auto) = sharded bitwise (%s), 1 all-gather a step against 7, the merged "
+           "exports byte-equal; -tune measured both; -plan: 70B sharded, 8B replicated\n", hash[0]);
+}
+
 #ifdef ENABLE_FP32
-// -lora-export against PEFT 0.13.2 itself ($ZT_HF_PYTHON with transformers and peft; SKIP without):
-// the base as -export-hf writes it (a run without adapters: same seed, same base), adapters trained
-// three steps and written by -lora-export; PEFT loads the adapter onto the base (every lora_A /
-// lora_B from the file, none missing), and its FP32 loss on our batch equals ours (1e-5 relative),
-// and so do the adapters' gradients there (PEFT's autograd: every lora_A / lora_B of every layer,
-// TOL_LORA_PEFT_GRAD; the adapters trained, so B is not zero and dA counts).
-TEST(lora_export_loads_in_peft) {
-    const char* py = getenv("ZT_HF_PYTHON");
-    if (!py || !*py) TEST_SKIP("needs $ZT_HF_PYTHON with transformers and peft 0.13.2 (.ci/run makes it)");
-    char base_dir[PATH_MAX], ad_dir[PATH_MAX + 16], tok[PATH_MAX + 16], cmd[4 * PATH_MAX], out[8192];
-    snprintf(base_dir, sizeof(base_dir), "%s/lora_base", test_tmpdir());
-    snprintf(ad_dir, sizeof(ad_dir), "%s/lora_adapter", test_tmpdir());
-    snprintf(tok, sizeof(tok), "%s/lora_tokens.bin", test_tmpdir());
-    Trainer* b = tm_trainer(lora_flags(LORA_GPT2, "-z 0 -x 3"));
+// -lora-export and the merged -export-hf against PEFT 0.13.2 itself ($ZT_HF_PYTHON with transformers
+// and peft; SKIP without), GPT-2 and Llama: the base as -export-hf writes it (a run without
+// adapters: same seed, same base), adapters trained three steps (at ZeRO-3 for Llama: the base's
+// shards gathered for the merge) and written by -lora-export, and the merged model by -export-hf
+// (F32) and in BF16. PEFT loads the adapter onto the base (every lora_A / lora_B from the file, none
+// missing): its FP32 loss on our batch equals ours (1e-5 relative). Its merge_and_unload() equals
+// our merged F32 export tensor by tensor (||ours - PEFT's|| / ||PEFT's|| < 1e-6, the tolerance of
+// two FP32 roundings of B A's sum), and our BF16 export is PEFT's FP32 merge rounded to BF16 within
+// one BF16 ulp per element (our sum over the rank and torch's may round the last FP32 bit apart:
+// a tie then breaks the other way). The merged F32 export, loaded by from_pretrained alone, gives
+// the adapter-applied loss (1e-5).
+static void lora_peft_case(const char* py, const char* model, const char* name, const char* lora) {
+    char base_dir[PATH_MAX], ad_dir[PATH_MAX + 16], mg_dir[PATH_MAX + 16], mb_dir[PATH_MAX + 16], tok[PATH_MAX + 16];
+    char cmd[6 * PATH_MAX], out[8192];
+    snprintf(base_dir, sizeof(base_dir), "%s/%s_base", test_tmpdir(), name);
+    snprintf(ad_dir, sizeof(ad_dir), "%s/%s_adapter", test_tmpdir(), name);
+    snprintf(mg_dir, sizeof(mg_dir), "%s/%s_merged", test_tmpdir(), name);
+    snprintf(mb_dir, sizeof(mb_dir), "%s/%s_merged_bf16", test_tmpdir(), name);
+    snprintf(tok, sizeof(tok), "%s/%s_tokens.bin", test_tmpdir(), name);
+    Trainer* b = tm_trainer(lora_flags(model, "-z 0 -x 3"));
     HFConfig hc;
     char herr[1024];
     CHECKF(hf_export_config(&b->f, &b->model.cfg, &hc, herr, sizeof(herr)) == 0, "%s", herr);
     CHECK(write_hf_checkpoint(&b->model, &hc, base_dir, ST_F32) == 0);
     tm_free(b);
-    char extra[PATH_MAX + 128];
-    snprintf(extra, sizeof(extra), "-z 1 -x 3 -l 1e-2 -lora 2 -lora-alpha 4 -lora-export %s", ad_dir);
-    Trainer* tr = tm_trainer(lora_flags(LORA_GPT2, extra));
+    char extra[3 * PATH_MAX];
+    snprintf(extra, sizeof(extra), "-x 3 -l 1e-2 %s -lora-export %s -export-hf %s", lora, ad_dir, mg_dir);
+    Trainer* tr = tm_trainer(lora_flags(model, extra));
     for (int s = 0; s < 3; s++) tm_step(tr);
     export_model(tr);
+    CHECK(write_hf_checkpoint(&tr->model, &hc, mb_dir, ST_BF16) == 0);
     double ours = lora_loss(tr); // batch 0, now in tr->train
     int B = tr->model.B, T = tr->model.T;
     Model* m = &tr->model;
@@ -449,7 +566,8 @@ TEST(lora_export_loads_in_peft) {
     int32_t bt[2] = {B, T};
     CHECK(fp && fwrite(bt, 4, 2, fp) == 2 && fwrite(tr->train.inputs, 4, (size_t)B * T, fp) == (size_t)B * T &&
           fwrite(tr->train.targets, 4, (size_t)B * T, fp) == (size_t)B * T && fclose(fp) == 0);
-    snprintf(cmd, sizeof(cmd), "%s dev/peft_check.py %s %s %s --grads %s 2>&1", py, base_dir, ad_dir, tok, gpath);
+    snprintf(cmd, sizeof(cmd), "%s dev/peft_check.py %s %s %s --grads %s --merged %s --merged-bf16 %s 2>&1", py, base_dir, ad_dir, tok, gpath,
+             mg_dir, mb_dir);
     int rc = test_run_cmd(cmd, out, sizeof(out));
     if (rc == 3) { free(g); tm_free(tr); TEST_SKIP("$ZT_HF_PYTHON lacks transformers or peft"); }
     StFile st;
@@ -486,14 +604,28 @@ TEST(lora_export_loads_in_peft) {
     free(g);
     tm_free(tr);
     CHECKF(rc == 0, "dev/peft_check.py failed (%d):\n%s", rc, out);
-    const char* p = strstr(out, "peft loss ");
-    CHECKF(p != NULL, "no loss from PEFT:\n%s", out);
-    if (!p) return;
-    double theirs = atof(p + 10), rel = fabs(theirs - ours) / fabs(ours);
-    CHECKF(rel < 1e-5, "loss: ours %.9g, PEFT's %.9g (relative %.2e)", ours, theirs, rel);
-    printf("    loss: ours %.9f, PEFT's %.9f (relative %.1e); dA, dB of %d tensors against PEFT's autograd: worst relative %.2e (tol %.0e); %s",
-           ours, theirs, rel, compared, gworst, (double)TOL_LORA_PEFT_GRAD, strstr(out, "peft tensors") ? strstr(out, "peft tensors") : "\n");
-    CHECKF(compared == want_n, "%d of PEFT's %d gradients compared", compared, want_n);
+    const char *p = strstr(out, "peft loss "), *mw = strstr(out, "merged worst "), *ml = strstr(out, "merged loss "), *bu = strstr(out, "bf16 ulps ");
+    CHECKF(p && mw && ml && bu, "no loss or merge figures from PEFT:\n%s", out);
+    if (!p || !mw || !ml || !bu) return;
+    double theirs = atof(p + 10), rel = fabs(theirs - ours) / fabs(ours), worst = atof(mw + 13), mloss = atof(ml + 12);
+    double mrel = fabs(mloss - ours) / fabs(ours);
+    long far = 0, differ = 0, total = 0;
+    CHECK(sscanf(bu + 10, "%ld %ld of %ld", &far, &differ, &total) == 3);
+    CHECKF(rel < 1e-5, "%s: loss: ours %.9g, PEFT's %.9g (relative %.2e)", name, ours, theirs, rel);
+    CHECKF(worst < 1e-6, "%s: the merged F32 export against PEFT's merge_and_unload(): relative %.3g", name, worst);
+    CHECKF(mrel < 1e-5, "%s: the merged export's loss (from_pretrained) %.9g, ours with adapters %.9g", name, mloss, ours);
+    CHECKF(far == 0 && total > 0, "%s: %ld of %ld BF16 elements more than one ulp from PEFT's merge rounded to BF16", name, far, total);
+    printf("    %s: loss ours %.9f, PEFT's %.9f (%.1e); merged F32 vs merge_and_unload() %.2e, its loss %.9f (%.1e); "
+           "BF16: %ld of %ld elements one ulp apart, none more; dA, dB of %d tensors against PEFT's autograd: worst %.2e (tol %.0e)\n",
+           name, ours, theirs, rel, worst, mloss, mrel, differ, total, compared, gworst, (double)TOL_LORA_PEFT_GRAD);
+    CHECKF(compared == want_n, "%s: %d of PEFT's %d gradients compared", name, compared, want_n);
+}
+
+TEST(lora_export_loads_in_peft) {
+    const char* py = getenv("ZT_HF_PYTHON");
+    if (!py || !*py) TEST_SKIP("needs $ZT_HF_PYTHON with transformers and peft 0.13.2 (.ci/run makes it)");
+    lora_peft_case(py, LORA_GPT2, "lora_gpt2", "-z 1 -lora 2 -lora-alpha 4");
+    lora_peft_case(py, LORA_LLAMA, "lora_llama", "-z 3 -lora 2 -lora-alpha 6 -lora-targets q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj");
 }
 
 // An adapter PEFT itself writes (LoraConfig with init_lora_weights=False: A and B random;
@@ -693,7 +825,10 @@ TEST(lora_bad_input) {
         {"-e tiny -lora 2 -lora-alpha -1", "-lora-alpha -1: must be positive"},
         {"-e tiny -lora 2 -lora-dropout 1", "-lora-dropout 1: the probability must be in [0, 1)"},
         {"-e tiny -lora-dropout 0.1", "-lora-dropout 0.1: needs -lora r"},
-        {"-e tiny -lora 2 -export-hf /tmp/x", "flag -export-hf: not yet with -lora"},
+        {"-e tiny -lora 2 -export /tmp/x", "flag -export: not yet with -lora"},
+        {"-e tiny -lora-base replicated", "flag -lora-base replicated: needs -lora r"},
+        {"-e tiny -lora 2 -lora-base sideways", "flag -lora-base: 'sideways' is not sharded, replicated or auto"},
+        {"-e tiny -lora 2 -z 1 -lora-base sharded", "flag -lora-base sharded: only ZeRO-3 shards parameters, and this run has -z 1"},
         {"-e tiny -lora-export /tmp/x", "flag -lora-export /tmp/x: needs -lora r"},
     };
     char dir[PATH_MAX], flags[2 * PATH_MAX];
