@@ -554,14 +554,14 @@ static void lora_peft_case(const char* py, const char* model, const char* name, 
     int B = tr->model.B, T = tr->model.T;
     Model* m = &tr->model;
     Zero* z = &m->z;
-    zero_zero_grads(z); // the adapters' gradients of the mean loss on batch 0 (R = 1, ZeRO-1: full_grads holds them all)
+    zero_zero_grads(z); // the adapters' gradients of the mean loss on batch 0 (R = 1: the rank's shard is the whole block)
     gpt_forward(m, B, T, 1, 1.0f / (B * T), 1);
     gpt_backward(m, B, T, 0, 1);
     comm_wait_all(&tr->comm);
     int Ablk = z->lay.adapter;
-    float* g = (float*)tm_host(z->full_grads + z->lay.goff[Ablk], sizeof(float) * z->lay.P[Ablk]);
+    float* g = (float*)tm_host(zero_shard_grads(z, Ablk), sizeof(float) * z->lay.P[Ablk]);
     char gpath[PATH_MAX + 16];
-    snprintf(gpath, sizeof(gpath), "%s/lora_peft_grads.safetensors", test_tmpdir());
+    snprintf(gpath, sizeof(gpath), "%s/%s_peft_grads.safetensors", test_tmpdir(), name);
     FILE* fp = fopen(tok, "wb");
     int32_t bt[2] = {B, T};
     CHECK(fp && fwrite(bt, 4, 2, fp) == 2 && fwrite(tr->train.inputs, 4, (size_t)B * T, fp) == (size_t)B * T &&
