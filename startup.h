@@ -400,6 +400,8 @@ static void check_flags(const Flags* f, const GPTConfig* c, int R) {
     if (f->lr < 0) die_user("flag -l: learning rate %g is negative", f->lr);
     if (f->warmup < -1) die_user("flag -u: warmup %d is negative", f->warmup);
     if (f->lr_final < 0 || f->lr_final > 1) die_user("flag -q: final fraction %g is not in [0, 1]", f->lr_final);
+    if (strcmp(f->doc_attention, "auto") && strcmp(f->doc_attention, "0") && strcmp(f->doc_attention, "1"))
+        die_user("flag -doc-attention: '%s' is not 0, 1 or auto", f->doc_attention);
     if (strcmp(f->lr_schedule, "cosine") && strcmp(f->lr_schedule, "linear") && strcmp(f->lr_schedule, "constant"))
         die_user("flag -k: schedule '%s' is not cosine, linear or constant", f->lr_schedule);
     if (f->beta1 < 0 || f->beta1 >= 1 || f->beta2 < 0 || f->beta2 >= 1) die_user("flags -beta1/-beta2: %g, %g must be in [0, 1)", f->beta1, f->beta2);
