@@ -73,6 +73,8 @@ typedef struct {
 #define X(name, type, elems) type* name; int64_t name##_n;
     SHARED_ACTS(X)
 #undef X
+    int* seg;        // (B,T) segment table: seg[b*T + t] = the index in row b of the first token of t's
+                     // example (positions t - seg, keys seg..t); NULL = one example per row (causal, 0..T-1)
     floatX* logits;  // (logits_rows, Vp) one chunk of logits, then their gradient in place (TAG_LOGITS)
     int chunk;       // rows per classifier chunk (classifier_chunk_rows: from Vp alone)
     int logits_rows; // min(B * T, chunk): the rows the logits buffer holds

@@ -174,7 +174,7 @@ struct FamilyOps {
 
 // x[0] (B,T,C) = wte[inputs] + wpe[0..T)
 static void gpt2_embed_forward(Model* m, const ParamView* io, int B, int T) {
-    op_encoder_forward(layer_acts(&m->a, 0).x, m->a.inputs, io->t[T_wte], io->t[T_wpe], B, T, m->cfg.C);
+    op_encoder_forward(layer_acts(&m->a, 0).x, m->a.inputs, m->a.seg, io->t[T_wte], io->t[T_wpe], B, T, m->cfg.C);
 }
 
 // One transformer block, forward. inp1 (+ inp2 when not NULL) is the residual stream entering the
@@ -191,7 +191,7 @@ static void gpt2_layer_forward(Model* m, int l, const ParamView* p, const floatX
     LoraView lv = lora_view(&m->lora, m->ad_p, m->ad_g, l); // [LoRA] the projections' adapters (none: plain matmuls)
     proj_forward(&lv, PROJ_QKV, a.qkv, NULL, a.ln1, p->t[T_qkvw], p->t[T_qkvb], BT, C, 3 * C);
     // atty (B,T,C), lse (B,NH,T) = causal attention(qkv)
-    op_attention_forward(a.atty, a.lse, a.qkv, B, T, NH, NH, C / NH);
+    op_attention_forward(a.atty, a.lse, a.qkv, A->seg, B, T, NH, NH, C / NH);
     // proj (B,T,C) = atty @ attprojw^T + attprojb
     proj_forward(&lv, PROJ_ATTO, A->proj, NULL, a.atty, p->t[T_attprojw], p->t[T_attprojb], BT, C, C);
     // (xmid, ln2) = residual + layernorm(x, proj)
@@ -252,7 +252,7 @@ static void gpt2_layer_backward(Model* m, int l, const ParamView* p, const GradV
     proj_backward(&lv, PROJ_ATTO, A->datty, g->t[T_attprojw], g->t[T_attprojb], A->dres, a.atty, p->t[T_attprojw],
                   NULL, BT, C, C);
     // atty = attention(qkv)
-    op_attention_backward(A->dqkv, A->datty, a.qkv, a.atty, a.lse, B, T, NH, NH, C / NH);
+    op_attention_backward(A->dqkv, A->datty, a.qkv, a.atty, a.lse, A->seg, B, T, NH, NH, C / NH);
     if (r == 2) op_residual_layernorm_forward(NULL, a.ln1, a.ln1_mean, a.ln1_rstd, a.x, NULL,
                                               p->t[T_ln1w], p->t[T_ln1b], BT, C); // [-r 2] layernorm 1
     // qkv = ln1 @ qkvw^T + qkvb
@@ -264,7 +264,7 @@ static void gpt2_layer_backward(Model* m, int l, const ParamView* p, const GradV
 
 // x[0] = wte[inputs] + wpe: scatter-add dres into dwte, dwpe
 static void gpt2_embed_backward(Model* m, const GradView* g, int B, int T) {
-    op_encoder_backward(g->t[T_wte], g->t[T_wpe], m->a.dres, m->a.inputs, B, T, m->cfg.C, m->cfg.V);
+    op_encoder_backward(g->t[T_wte], g->t[T_wpe], m->a.dres, m->a.inputs, m->a.seg, B, T, m->cfg.C, m->cfg.V);
 }
 
 static const FamilyOps GPT2_OPS = {"gpt2", gpt2_embed_forward, gpt2_layer_forward, gpt2_head_forward,
@@ -288,7 +288,7 @@ static void llama_rope_for(Model* m, int T) {
 // x[0] (B,T,C) = embed[inputs]   (positions enter through RoPE)
 static void llama_embed_forward(Model* m, const ParamView* io, int B, int T) {
     llama_rope_for(m, T);
-    op_encoder_forward(layer_acts(&m->a, 0).x, m->a.inputs, io->t[T_embed], NULL, B, T, m->cfg.C);
+    op_encoder_forward(layer_acts(&m->a, 0).x, m->a.inputs, m->a.seg, io->t[T_embed], NULL, B, T, m->cfg.C);
 }
 
 // One decoder layer, forward (inp1, inp2 as GPT-2's).
@@ -303,9 +303,9 @@ static void llama_layer_forward(Model* m, int l, const ParamView* p, const float
     // qkv (B,T,QKV) = ln1 @ wqkv^T (+ bqkv); q and k rotated in place (RoPE)
     LoraView lv = lora_view(&m->lora, m->ad_p, m->ad_g, l); // [LoRA] the projections' adapters (none: plain matmuls)
     proj_forward(&lv, PROJ_QKV, a.qkv, NULL, a.ln1, p->t[T_wqkv], p->t[T_bqkv], BT, C, (int)d.QKV);
-    op_rope_forward(a.qkv, A->rope, B, T, NH, d.NKV, d.HD);
+    op_rope_forward(a.qkv, A->rope, A->seg, B, T, NH, d.NKV, d.HD);
     // atty (B,T,ATT), lse (B,NH,T) = causal grouped-query attention(qkv)
-    op_attention_forward(a.atty, a.lse, a.qkv, B, T, NH, d.NKV, d.HD);
+    op_attention_forward(a.atty, a.lse, a.qkv, A->seg, B, T, NH, d.NKV, d.HD);
     // proj (B,T,C) = atty @ wo^T
     proj_forward(&lv, PROJ_ATTO, A->proj, NULL, a.atty, p->t[T_wo], NULL, BT, (int)d.ATT, C);
     // (xmid, ln2) = residual + rmsnorm(x, proj)
@@ -367,8 +367,8 @@ static void llama_layer_backward(Model* m, int l, const ParamView* p, const Grad
     // proj = atty @ wo^T
     proj_backward(&lv, PROJ_ATTO, A->datty, g->t[T_wo], NULL, A->dres, a.atty, p->t[T_wo], NULL, BT, (int)d.ATT, C);
     // atty = attention(qkv after RoPE); then RoPE's transpose on dq, dk
-    op_attention_backward(A->dqkv, A->datty, a.qkv, a.atty, a.lse, B, T, NH, d.NKV, d.HD);
-    op_rope_backward(A->dqkv, A->rope, B, T, NH, d.NKV, d.HD);
+    op_attention_backward(A->dqkv, A->datty, a.qkv, a.atty, a.lse, A->seg, B, T, NH, d.NKV, d.HD);
+    op_rope_backward(A->dqkv, A->rope, A->seg, B, T, NH, d.NKV, d.HD);
     if (r == 2) op_residual_rmsnorm_forward(NULL, a.ln1, a.ln1_rstd, a.x, NULL, p->t[T_attnnorm], BT, C, c->norm_eps); // [-r 2] RMSNorm 1
     // qkv = ln1 @ wqkv^T (+ bqkv)
     proj_backward(&lv, PROJ_QKV, A->dln, g->t[T_wqkv], g->t[T_bqkv], A->dqkv, a.ln1, p->t[T_wqkv], NULL, BT, C, (int)d.QKV);
@@ -378,7 +378,7 @@ static void llama_layer_backward(Model* m, int l, const ParamView* p, const Grad
 
 // x[0] = embed[inputs]: scatter-add dres into dembed
 static void llama_embed_backward(Model* m, const GradView* g, int B, int T) {
-    op_encoder_backward(g->t[T_embed], NULL, m->a.dres, m->a.inputs, B, T, m->cfg.C, m->cfg.V);
+    op_encoder_backward(g->t[T_embed], NULL, m->a.dres, m->a.inputs, m->a.seg, B, T, m->cfg.C, m->cfg.V);
 }
 
 static const FamilyOps LLAMA_OPS = {"llama", llama_embed_forward, llama_layer_forward, llama_head_forward,

@@ -42,8 +42,8 @@ int main(int argc, char** argv) {
     for (int pass = 0; pass < 2; pass++) {
         for (int r = 0; r < warm + reps; r++) {
             if (r == warm) cudaCheck(cudaEventRecord(e0, g_stream));
-            if (pass == 0) op_attention_forward(out, lse, qkv, B, T, NH, NH, C / NH);
-            else op_attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NH, C / NH);
+            if (pass == 0) op_attention_forward(out, lse, qkv, NULL, B, T, NH, NH, C / NH);
+            else op_attention_backward(dqkv, dout, qkv, out, lse, NULL, B, T, NH, NH, C / NH);
         }
         cudaCheck(cudaEventRecord(e1, g_stream));
         cudaCheck(cudaEventSynchronize(e1));

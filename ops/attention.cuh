@@ -853,7 +853,8 @@ static void attention_backward_cuda(floatX* dqkv, const floatX* dout, const floa
 
 // out (B, T, NH*HD) [=], lse (B, NH, T) [=] from qkv (B, T, (NH + 2 NKV) HD); query head h reads kv
 // head h / (NH / NKV) (transformers' repeat_kv, without the copies).
-static void op_attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int NKV, int HD) {
+static void op_attention_forward(floatX* out, float* lse, const floatX* qkv, const int* seg, int B, int T, int NH, int NKV, int HD) {
+    if (seg) die(1, "op_attention_forward: the segment table (per-example attention) is not implemented yet (internal error)");
 #ifdef __CUDACC__
     if (g_device == DEV_CUDA) { attention_forward_cuda(out, lse, qkv, B, T, NH, NKV, HD); return; }
 #endif
@@ -903,7 +904,8 @@ static void op_attention_forward(floatX* out, float* lse, const floatX* qkv, int
 // dqkv (B, T, (NH + 2 NKV) HD) [=] from dout (B, T, NH*HD), qkv, out and lse. dK/dV of kv head g sum
 // over its query heads h = g*rep .. g*rep + rep - 1 in that order, each over queries i >= j in order.
 static void op_attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
-                                  const float* lse, int B, int T, int NH, int NKV, int HD) {
+                                  const float* lse, const int* seg, int B, int T, int NH, int NKV, int HD) {
+    if (seg) die(1, "op_attention_backward: the segment table (per-example attention) is not implemented yet (internal error)");
 #ifdef __CUDACC__
     if (g_device == DEV_CUDA) { attention_backward_cuda(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD); return; }
 #endif

@@ -251,8 +251,9 @@ static void encoder_backward_cuda(float* dwte, float* dwpe, const floatX* dout, 
 }
 #endif
 
-static void op_encoder_forward(floatX* out, const int* tokens, const floatX* wte, const floatX* wpe,
+static void op_encoder_forward(floatX* out, const int* tokens, const int* seg, const floatX* wte, const floatX* wpe,
                                int B, int T, int C) {
+    if (seg && wpe) die(1, "op_encoder_forward: the segment table (per-example positions) is not implemented yet (internal error)");
 #ifdef __CUDACC__
     if (g_device == DEV_CUDA) { encoder_forward_cuda(out, tokens, wte, wpe, B, T, C); return; }
 #endif
@@ -267,9 +268,10 @@ static void op_encoder_forward(floatX* out, const int* tokens, const floatX* wte
         }
 }
 
-static void op_encoder_backward(float* dwte, float* dwpe, const floatX* dout, const int* tokens,
+static void op_encoder_backward(float* dwte, float* dwpe, const floatX* dout, const int* tokens, const int* seg,
                                 int B, int T, int C, int V) {
     if (!dwte && !dwpe) return; // a frozen embedding (LoRA's base): no gradient
+    if (seg && dwpe) die(1, "op_encoder_backward: the segment table (per-example positions) is not implemented yet (internal error)");
 #ifdef __CUDACC__
     if (g_device == DEV_CUDA) { encoder_backward_cuda(dwte, dwpe, dout, tokens, B, T, C, V); return; }
 #endif

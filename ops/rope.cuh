@@ -136,7 +136,8 @@ static void rope_cuda(floatX* qkv, const float* cos_sin, int B, int T, int NH, i
 #endif
 
 // Rotate the q and k heads of qkv (B, T, (NH + 2 NKV) HD) in place; cos_sin from rope_table(T).
-static void op_rope_forward(floatX* qkv, const float* cos_sin, int B, int T, int NH, int NKV, int HD) {
+static void op_rope_forward(floatX* qkv, const float* cos_sin, const int* seg, int B, int T, int NH, int NKV, int HD) {
+    if (seg) die(1, "op_rope_forward: the segment table (per-example positions) is not implemented yet (internal error)");
 #ifdef __CUDACC__
     if (g_device == DEV_CUDA) { rope_cuda(qkv, cos_sin, B, T, NH, NKV, HD, 1.0f); return; }
 #endif
@@ -154,7 +155,8 @@ static void op_rope_forward(floatX* qkv, const float* cos_sin, int B, int T, int
 }
 
 // Backward of the forward rotation (its transpose, the rotation by -angle) on dq, dk of dqkv, in place.
-static void op_rope_backward(floatX* dqkv, const float* cos_sin, int B, int T, int NH, int NKV, int HD) {
+static void op_rope_backward(floatX* dqkv, const float* cos_sin, const int* seg, int B, int T, int NH, int NKV, int HD) {
+    if (seg) die(1, "op_rope_backward: the segment table (per-example positions) is not implemented yet (internal error)");
 #ifdef __CUDACC__
     if (g_device == DEV_CUDA) { rope_cuda(dqkv, cos_sin, B, T, NH, NKV, HD, -1.0f); return; }
 #endif

@@ -240,8 +240,8 @@ static void gpu_attention_case(int B, int T, int NH, int HS, uint64_t seed, int 
     floatX* g_dqkv = (floatX*)malloc(bqkv);
     rand_x(qkv, nqkv, 1.0, seed);
     rand_x(dout, nout, 1.0, seed + 1);
-    ON_CPU(op_attention_forward(out, lse, qkv, B, T, NH, NKV, HS));
-    ON_CPU(op_attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HS));
+    ON_CPU(op_attention_forward(out, lse, qkv, NULL, B, T, NH, NKV, HS));
+    ON_CPU(op_attention_backward(dqkv, dout, qkv, out, lse, NULL, B, T, NH, NKV, HS));
 
     // forward
     floatX* d_qkv = (floatX*)gpu_copy_of(qkv, bqkv);
@@ -252,7 +252,7 @@ static void gpu_attention_case(int B, int T, int NH, int HS, uint64_t seed, int 
     int tc = attention_uses_tc(T, C / NH, d_out, d_lse, d_qkv, NULL);
     printf("    kernels: %s\n", tc ? "tensor cores (mma.sync)" : "scalar FP32");
     CHECKF(tc == want_tc, "expected the %s kernels", want_tc ? "tensor-core" : "scalar");
-    ON_GPU(op_attention_forward(d_out, d_lse, d_qkv, B, T, NH, NKV, HS));
+    ON_GPU(op_attention_forward(d_out, d_lse, d_qkv, NULL, B, T, NH, NKV, HS));
     gpu_to_host(g_out, d_out, bout);
     gpu_to_host(g_lse, d_lse, blse);
     GPU_COMPARE("attention forward out", relerr_x(g_out, out, nout), TOL_GPU_FWD);
@@ -264,7 +264,7 @@ static void gpu_attention_case(int B, int T, int NH, int HS, uint64_t seed, int 
     float* d_lsec = (float*)gpu_copy_of(lse, blse);
     floatX* d_dqkv = (floatX*)gpu_zeros(bqkv);
     gpu_fill(d_dqkv, 0xFF, bqkv);
-    ON_GPU(op_attention_backward(d_dqkv, d_dout, d_qkv, d_outc, d_lsec, B, T, NH, NKV, HS));
+    ON_GPU(op_attention_backward(d_dqkv, d_dout, d_qkv, d_outc, d_lsec, NULL, B, T, NH, NKV, HS));
     gpu_to_host(g_dqkv, d_dqkv, bqkv);
     int64_t N = (int64_t)B * T;
     GPU_COMPARE("attention backward dq", att_relerr_part(g_dqkv, dqkv, N, QKV, 0, C), TOL_GPU_BWD);
@@ -352,8 +352,8 @@ static void gpu_attention_deterministic_case(int B, int T, int NH, int HS, int N
     for (int run = 0; run < 2; run++) {
         gpu_fill(d_out, 0xFF, bout);
         gpu_fill(d_dqkv, 0xFF, bqkv);
-        ON_GPU(op_attention_forward(d_out, d_lse, d_qkv, B, T, NH, NKV, HS));
-        ON_GPU(op_attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, NH, NKV, HS));
+        ON_GPU(op_attention_forward(d_out, d_lse, d_qkv, NULL, B, T, NH, NKV, HS));
+        ON_GPU(op_attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, NULL, B, T, NH, NKV, HS));
         gpu_to_host(run ? out2 : out1, d_out, bout);
         gpu_to_host(run ? lse2 : lse1, d_lse, blse);
         gpu_to_host(run ? dq2 : dq1, d_dqkv, bqkv);
@@ -389,7 +389,7 @@ TEST(gpu_attention_tc_planted_missing_wait) {
     floatX* g_out = (floatX*)malloc(nout * sizeof(floatX));
     float* lse = (float*)malloc(nlse * sizeof(float));
     rand_x(qkv, nqkv, 1.0, 40);
-    ON_CPU(op_attention_forward(out, lse, qkv, B, T, NH, NH, C / NH));
+    ON_CPU(op_attention_forward(out, lse, qkv, NULL, B, T, NH, NH, C / NH));
     floatX* d_qkv = (floatX*)gpu_copy_of(qkv, nqkv * sizeof(floatX));
     floatX* d_out = (floatX*)gpu_zeros(nout * sizeof(floatX));
     float* d_lse = (float*)gpu_zeros(nlse * sizeof(float));
@@ -400,7 +400,7 @@ TEST(gpu_attention_tc_planted_missing_wait) {
     for (int planted = 0; planted < 2; planted++) {
         emu_cp_async_skip_waits = planted;
         gpu_fill(d_out, 0xFF, nout * sizeof(floatX));
-        ON_GPU(op_attention_forward(d_out, d_lse, d_qkv, B, T, NH, NH, C / NH));
+        ON_GPU(op_attention_forward(d_out, d_lse, d_qkv, NULL, B, T, NH, NH, C / NH));
         emu_cp_async_skip_waits = 0;
         gpu_to_host(g_out, d_out, nout * sizeof(floatX));
         err[planted] = relerr_x(g_out, out, nout);

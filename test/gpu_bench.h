@@ -130,7 +130,7 @@ static int gb_bench_width(int N, int C, int V, int reps) {
     // embedding forward: read N rows of wte and wpe, write out
     bytes = 6.0 * NC;
     for (int p = 0; p < 2; p++) {
-        double s = gb_time([&] { op_encoder_forward(outs[p][1] + p, dtok, wte[p] + p, wpe[p] + p, B, T, C); }, reps);
+        double s = gb_time([&] { op_encoder_forward(outs[p][1] + p, dtok, NULL, wte[p] + p, wpe[p] + p, B, T, C); }, reps);
         gb_line("embedding fwd", C, names[p], s, bytes, p == 0 ? ">= 3.0 TB/s" : "~2 TB/s (before)");
     }
     differ += !gb_same(outs[0][1], outs[1][1] + 1, NC, sizeof(floatX));
@@ -138,7 +138,7 @@ static int gb_bench_width(int N, int C, int V, int reps) {
     // and written once per distinct token (about N/10 + 1 of them)
     bytes = 4.0 * NC + 8.0 * C * (N / 10 + 1);
     for (int p = 0; p < 2; p++) {
-        double s = gb_time([&] { op_encoder_backward(dwte[p], dwpe, b[p] + p, dtok, B, T, C, V); }, reps);
+        double s = gb_time([&] { op_encoder_backward(dwte[p], dwpe, b[p] + p, dtok, NULL, B, T, C, V); }, reps);
         gb_line("embedding bwd (skewed)", C, names[p], s, bytes, "< 0.1 ms (the serial version: 1.5-4 ms)");
     }
     differ += !gb_same(dwte[0], dwte[1], (int64_t)V * C, 4);

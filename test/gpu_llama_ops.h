@@ -145,10 +145,10 @@ TEST(gpu_rope) {
         floatX* dx = (floatX*)GM_UP(x, n);
         char what[96];
         for (int bwd = 0; bwd < 2; bwd++) {
-            if (bwd) ON_CPU(op_rope_backward(xc, tab, k.B, k.T, k.NH, k.NKV, k.HD));
-            else ON_CPU(op_rope_forward(xc, tab, k.B, k.T, k.NH, k.NKV, k.HD));
-            if (bwd) ON_GPU(op_rope_backward(dx, dtab, k.B, k.T, k.NH, k.NKV, k.HD));
-            else ON_GPU(op_rope_forward(dx, dtab, k.B, k.T, k.NH, k.NKV, k.HD));
+            if (bwd) ON_CPU(op_rope_backward(xc, tab, NULL, k.B, k.T, k.NH, k.NKV, k.HD));
+            else ON_CPU(op_rope_forward(xc, tab, NULL, k.B, k.T, k.NH, k.NKV, k.HD));
+            if (bwd) ON_GPU(op_rope_backward(dx, dtab, NULL, k.B, k.T, k.NH, k.NKV, k.HD));
+            else ON_GPU(op_rope_forward(dx, dtab, NULL, k.B, k.T, k.NH, k.NKV, k.HD));
             GM_DOWN(xg, dx, n);
             snprintf(what, sizeof(what), "rope %s (B %d T %d HD %d)", bwd ? "bwd (after fwd)" : "fwd", k.B, k.T, k.HD);
             gm_bitwise(what, xg, xc, n, sizeof(floatX));
@@ -213,14 +213,14 @@ TEST(gpu_encoder_no_positions) {
         rand_x(dout, NC, 1.0, 3500 + ci);
         floatX *out_c = (floatX*)malloc(sizeof(floatX) * NC), *out_g = (floatX*)malloc(sizeof(floatX) * NC);
         float *dwte_c = (float*)calloc(VC, 4), *dwte_g = (float*)malloc(4 * VC);
-        ON_CPU(op_encoder_forward(out_c, tok, wte, NULL, B, T, C));
-        ON_CPU(op_encoder_backward(dwte_c, NULL, dout, tok, B, T, C, V));
+        ON_CPU(op_encoder_forward(out_c, tok, NULL, wte, NULL, B, T, C));
+        ON_CPU(op_encoder_backward(dwte_c, NULL, dout, tok, NULL, B, T, C, V));
         int* dtok = (int*)GM_UP(tok, N);
         floatX *dwte_p = (floatX*)GM_UP(wte, VC), *ddout = (floatX*)GM_UP(dout, NC);
         floatX* dout_fwd = (floatX*)gpu_nans(sizeof(floatX) * NC);
         float* ddwte = (float*)gpu_zeros(4 * VC);
-        ON_GPU(op_encoder_forward(dout_fwd, dtok, dwte_p, NULL, B, T, C));
-        ON_GPU(op_encoder_backward(ddwte, NULL, ddout, dtok, B, T, C, V));
+        ON_GPU(op_encoder_forward(dout_fwd, dtok, NULL, dwte_p, NULL, B, T, C));
+        ON_GPU(op_encoder_backward(ddwte, NULL, ddout, dtok, NULL, B, T, C, V));
         GM_DOWN(out_g, dout_fwd, NC);
         GM_DOWN(dwte_g, ddwte, VC);
         char what[96];

@@ -253,21 +253,21 @@ TEST(gpu_encoder) {
         float* dwpe_c = (float*)malloc(4 * TC);
         memcpy(dwte_c, dwte0, 4 * VC);
         memcpy(dwpe_c, dwpe0, 4 * TC);
-        ON_CPU(op_encoder_forward(out_c, tok, wte, wpe, B, T, C));
-        ON_CPU(op_encoder_backward(dwte_c, dwpe_c, dout, tok, B, T, C, V));
+        ON_CPU(op_encoder_forward(out_c, tok, NULL, wte, wpe, B, T, C));
+        ON_CPU(op_encoder_backward(dwte_c, dwpe_c, dout, tok, NULL, B, T, C, V));
         // GPU: forward once, backward twice from the same starting values
         int* dtok = (int*)GM_UP(tok, N);
         floatX *dwte_p = (floatX*)GM_UP(wte, VC), *dwpe_p = (floatX*)GM_UP(wpe, TC), *ddout = (floatX*)GM_UP(dout, NC);
         floatX* dout_fwd = (floatX*)gpu_nans(sizeof(floatX) * NC);
         float *ddwte = (float*)gpu_zeros(4 * VC), *ddwpe = (float*)gpu_zeros(4 * TC);
-        ON_GPU(op_encoder_forward(dout_fwd, dtok, dwte_p, dwpe_p, B, T, C));
+        ON_GPU(op_encoder_forward(dout_fwd, dtok, NULL, dwte_p, dwpe_p, B, T, C));
         floatX* out_g = (floatX*)malloc(sizeof(floatX) * NC);
         GM_DOWN(out_g, dout_fwd, NC);
         float *dwte_g[2], *dwpe_g[2];
         for (int run = 0; run < 2; run++) {
             gpu_upload(ddwte, dwte0, 4 * VC);
             gpu_upload(ddwpe, dwpe0, 4 * TC);
-            ON_GPU(op_encoder_backward(ddwte, ddwpe, ddout, dtok, B, T, C, V));
+            ON_GPU(op_encoder_backward(ddwte, ddwpe, ddout, dtok, NULL, B, T, C, V));
             dwte_g[run] = (float*)malloc(4 * VC);
             dwpe_g[run] = (float*)malloc(4 * TC);
             GM_DOWN(dwte_g[run], ddwte, VC);

@@ -303,14 +303,14 @@ static void check_attention(int B, int T, int NH, int NKV, int HD, uint64_t seed
     double *lsed = (double*)calloc(nl, 8), *lseg = (double*)calloc(nl, 8), *fd = (double*)calloc(nq, 8);
     ops_rand(qkv, qkvd, nq, 1.0, seed);
     ops_rand(dout, doutd, no, 1.0, seed + 1);
-    op_attention_forward(out, lse, qkv, B, T, NH, NKV, HD);
+    op_attention_forward(out, lse, qkv, NULL, B, T, NH, NKV, HD);
     AttRef a = {B, T, NH, NKV, HD, qkvd, doutd};
     att_ref(&a, ref, lsed);
     ops_to_d(out, got, no);
     double ef = ops_relerr(got, ref, no);
     ops_f_to_d(lse, lseg, nl);
     double el = ops_relerr(lseg, lsed, nl);
-    op_attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD);
+    op_attention_backward(dqkv, dout, qkv, out, lse, NULL, B, T, NH, NKV, HD);
     ops_fd(qkvd, nq, att_loss, &a, fd);
     ops_to_d(dqkv, got, nq);
     double eb = ops_relerr(got, fd, nq);
@@ -348,8 +348,8 @@ TEST(op_attention_gqa_is_repeat_kv) {
             memcpy(qm + r * QM + (2 * NH + h) * HD, qg + r * QG + (NH + NKV + h / rep) * HD, sizeof(floatX) * HD);
         }
     }
-    op_attention_forward(og, lg, qg, B, T, NH, NKV, HD);
-    op_attention_forward(om, lm, qm, B, T, NH, NH, HD);
+    op_attention_forward(og, lg, qg, NULL, B, T, NH, NKV, HD);
+    op_attention_forward(om, lm, qm, NULL, B, T, NH, NH, HD);
     CHECK(memcmp(og, om, sizeof(floatX) * no) == 0);
     CHECK(memcmp(lg, lm, sizeof(float) * B * NH * T) == 0);
     free(qg); free(qm); free(og); free(om); free(lg); free(lm); free(tmp);
@@ -377,12 +377,12 @@ TEST(op_encoder) {
     ops_rand(wte, wted, V * C, 1.0, 31);
     ops_rand(wpe, wped, T * C, 1.0, 32);
     ops_rand(dout, doutd, B * T * C, 1.0, 33);
-    op_encoder_forward(out, tok, wte, wpe, B, T, C);
+    op_encoder_forward(out, tok, NULL, wte, wpe, B, T, C);
     for (int i = 0; i < B * T; i++)
         for (int c = 0; c < C; c++) ref[i * C + c] = wted[tok[i] * C + c] + wped[(i % T) * C + c];
     ops_to_d(out, outd, B * T * C);
     double ef = ops_relerr(outd, ref, B * T * C);
-    op_encoder_backward(dwte, dwpe, dout, tok, B, T, C, V);
+    op_encoder_backward(dwte, dwpe, dout, tok, NULL, B, T, C, V);
     EncRef e = {B, T, C, tok, wted, wped, doutd};
     ops_fd(wted, V * C, enc_loss, &e, fd);
     ops_f_to_d(dwte, got, V * C);
@@ -406,11 +406,11 @@ TEST(op_encoder_no_positions) {
     float dwte[V * C] = {0};
     ops_rand(wte, wted, V * C, 1.0, 34);
     ops_rand(dout, doutd, B * T * C, 1.0, 35);
-    op_encoder_forward(out, tok, wte, NULL, B, T, C);
+    op_encoder_forward(out, tok, NULL, wte, NULL, B, T, C);
     int same = 1;
     for (int i = 0; i < B * T; i++) same &= memcmp(out + i * C, wte + tok[i] * C, sizeof(floatX) * C) == 0;
     CHECK(same);
-    op_encoder_backward(dwte, NULL, dout, tok, B, T, C, V);
+    op_encoder_backward(dwte, NULL, dout, tok, NULL, B, T, C, V);
     EncRef e = {B, T, C, tok, wted, wped, doutd}; // wpe all zero: the loss of a model without positions
     ops_fd(wted, V * C, enc_loss, &e, fd);
     ops_f_to_d(dwte, got, V * C);
@@ -591,7 +591,7 @@ TEST(op_rope_matches_transformers) {
                     qkv[r * QKV + (NH + NKV) * HD + e] = rn(7.0f); // v: untouched
                 }
             }
-            op_rope_forward(qkv, tab, B, T, NH, NKV, HD);
+            op_rope_forward(qkv, tab, NULL, B, T, NH, NKV, HD);
             int vsame = 1;
             for (int64_t r = 0; r < nr; r++) {
                 for (int e = 0; e < NH * HD; e++) { got[r * (NH + NKV) * HD + e] = ld(qkv[r * QKV + e]); ref[r * (NH + NKV) * HD + e] = qo[r * NH * HD + e]; }
@@ -648,7 +648,7 @@ TEST(op_rope) {
     rope_table(tab, &p, T);
     ops_rand(qkv, qkvd, n, 1.0, 71);
     ops_rand(dqkv, doutd, n, 1.0, 72);
-    op_rope_forward(qkv, tab, B, T, NH, NKV, HD);
+    op_rope_forward(qkv, tab, NULL, B, T, NH, NKV, HD);
     RopeRef r = {B, T, NH, NKV, HD, 10000.0, qkvd, doutd};
     rope_ref(&r, ref);
     ops_to_d(qkv, got, n);
@@ -657,7 +657,7 @@ TEST(op_rope) {
     int vsame = 1;
     for (int64_t bt = 0; bt < B * T; bt++)
         for (int e = (NH + NKV) * HD; e < (NH + 2 * NKV) * HD; e++) vsame &= got[bt * (NH + 2 * NKV) * HD + e] == ref[bt * (NH + 2 * NKV) * HD + e];
-    op_rope_backward(dqkv, tab, B, T, NH, NKV, HD);
+    op_rope_backward(dqkv, tab, NULL, B, T, NH, NKV, HD);
     ops_fd(qkvd, n, rope_loss, &r, fd);
     ops_to_d(dqkv, got, n);
     double eb = ops_relerr(got, fd, n);
