@@ -549,11 +549,15 @@ static float lr_at(const Flags* f, int step, int max_steps) {
 }
 
 
-// Copy a loader's micro-batch into the model's token buffers (through page-locked slots: no host wait).
+// Copy a loader's micro-batch into the model's token buffers (through page-locked slots: no host wait),
+// and its segment table when the loader makes one (-doc-attention 1): a.seg points at it, else is
+// NULL (one example per row, as every forward that writes a.inputs itself: sampling).
 static void load_tokens(Model* m, const DataLoader* dl, int with_targets) {
     size_t bytes = sizeof(int) * (size_t)dl->B * dl->T;
     dev_upload(m->a.inputs, dl->inputs, bytes);
     if (with_targets) dev_upload(m->a.targets, dl->targets, bytes);
+    if (dl->seg) dev_upload(m->a.segs, dl->seg, bytes);
+    m->a.seg = dl->seg ? m->a.segs : NULL;
 }
 
 // Sum of the first n per-token losses, in order.
@@ -883,6 +887,7 @@ static void sample_one(Trainer* tr, const int* ctx, int nctx, int prompt) {
     for (int t = nctx; t < nctx + n; t++) {
         int len = t < T ? t : T; // the last T tokens are the context
         dev_from_host(m->a.inputs, gen + t - len, sizeof(int) * len);
+        m->a.seg = NULL; // one sequence: the prompt after its EOT, or what was sampled
         gpt_forward(m, 1, len, 0, 0.0f, 0);
         dev_to_host(row, m->a.logits + (size_t)(len - 1 - m->a.logits_row0) * c->Vp, sizeof(floatX) * c->Vp);
         for (int j = 0; j < c->V; j++) logits[j] = ld(row[j]);
@@ -1098,7 +1103,10 @@ static void setup_doc_attention(Trainer* tr, const char* tokenizer_path) {
         snprintf(f->doc_attention, sizeof(f->doc_attention), "%d", tr->train.has_starts);
         FLAG_SHOW(f, doc_attention, "%d", tr->train.has_starts);
     }
-    if (strcmp(f->doc_attention, "1")) return;
+    if (strcmp(f->doc_attention, "1")) {
+        if (tr->train.has_starts) printf0("doc attention: off (-doc-attention 0): packed examples attend to the examples before them in their sample\n");
+        return;
+    }
     int eot = -1;
     char err[1024] = "";
     if (!tr->train.has_starts || (tr->has_val && !tr->val.has_starts)) { // plain shards, or version-1 masks: the document token
