@@ -634,7 +634,7 @@ static void run_tokenize(const Flags* f) {
         if (tokenize_prompts_to_shards(&tok, f->tokenize, f->out_dir, f->T, f->val_every_doc, f->shard_tokens, f->chat_date, &ps, err, sizeof(err)))
             die_user("-tokenize: %s", err);
         printf("tokenized %s in %.2f s, packed for T = %d: train %lld examples, %lld tokens (%lld counted targets) in %d shard(s); "
-               "val %lld examples, %lld tokens (%lld counted) in %d shard(s); %lld %s; prefix %s (each shard with a .mask)\n",
+               "val %lld examples, %lld tokens (%lld counted) in %d shard(s); %lld %s; prefix %s (each shard with a .mask: the loss mask and where each example starts)\n",
                f->tokenize, wall_s() - t0, f->T, (long long)ps.examples[0], (long long)ps.tokens[0], (long long)ps.counted[0], ps.shards[0],
                (long long)ps.examples[1], (long long)ps.tokens[1], (long long)ps.counted[1], ps.shards[1], (long long)ps.cut,
                ps.chat_template[0] ? "conversation(s) cut by whole turns at the start" : "prompt(s) cut at the start", f->out_dir);
