@@ -436,7 +436,7 @@ TEST(packing_cli_record_resume_refusals) {
     snprintf(cmd, sizeof(cmd), "OMP_NUM_THREADS=1 %s --train -device cpu " ZT_MODEL " -b 2 -x 1 -v 0 -s 0 -n 1 -o %s -i %s", g_test_self, dir, pk_zt_masked());
     int rc = test_run_cmd(cmd, out, sizeof(out));
     CHECKF(rc == 0 && strstr(out, "doc attention: on for -i") && strstr(out, "| -doc-attention  | auto \u2192 1"), "a run on version-2 masks: rc %d\n%s", rc, out);
-    snprintf(done, sizeof(done), "%s/ckpt_000001/DONE", dir);
+    snprintf(done, sizeof(done), "%s/DONE_00000001", dir);
     char* rec = zt_read_file(done);
     CHECKF(rec && strstr(rec, "-doc-attention 1"), "the checkpoint does not record -doc-attention 1:\n%s", rec ? rec : "(no DONE)");
     free(rec);
