@@ -8,6 +8,11 @@
 // (NH + 2 NKV) HS. Query head h reads kv head h / (NH/NKV), as transformers' repeat_kv, but the K/V
 // rows are read in place (never copied per query head). GPT-2 is NKV = NH, HS = C/NH: QKV = 3C.
 // S = Q K^T / sqrt(HS) with the causal mask (key j <= query i), P = softmax(S), out = P V.
+// Packed examples (issue 25): with the segment table seg (B, T) int32, seg[b*T + i] = the index of
+// the first token of i's example, query i sees keys seg[b*T + i] <= j <= i only (a block-diagonal
+// causal mask); seg == NULL is one example per row (the causal mask above, the same bits as before).
+// Every loop and kernel starts a query's key walk at its example's first key, so an example packed
+// anywhere in a row computes the same sums in the same order as the example alone at a row's start.
 // dK/dV of a kv head sum over its group's query heads: every kernel and the CPU loop add the heads
 // in increasing order, each over its queries in order (a fixed order: deterministic, no atomics).
 //
@@ -852,10 +857,11 @@ static void attention_backward_cuda(floatX* dqkv, const floatX* dout, const floa
 #endif
 
 // out (B, T, NH*HD) [=], lse (B, NH, T) [=] from qkv (B, T, (NH + 2 NKV) HD); query head h reads kv
-// head h / (NH / NKV) (transformers' repeat_kv, without the copies).
+// head h / (NH / NKV) (transformers' repeat_kv, without the copies). seg (B, T) or NULL: query i sees
+// keys seg[b*T + i] .. i (NULL: 0 .. i); the key tiles start at seg[b*T + i].
 static void op_attention_forward(floatX* out, float* lse, const floatX* qkv, const int* seg, int B, int T, int NH, int NKV, int HD) {
-    if (seg) die(1, "op_attention_forward: the segment table (per-example attention) is not implemented yet (internal error)");
 #ifdef __CUDACC__
+    if (seg && g_device == DEV_CUDA) die(1, "op_attention_forward: the segment table is not implemented on CUDA yet (internal error)");
     if (g_device == DEV_CUDA) { attention_forward_cuda(out, lse, qkv, B, T, NH, NKV, HD); return; }
 #endif
     int64_t QKV = (int64_t)(NH + 2 * NKV) * HD, ATT = (int64_t)NH * HD;
@@ -872,7 +878,8 @@ static void op_attention_forward(floatX* out, float* lse, const floatX* qkv, con
                     int64_t koff = (int64_t)NH * HD + (int64_t)(h / rep) * HD; // k head of h; v = k + NKV*HD
                     for (int d = 0; d < HD; d++) { q[d] = ld(qrow[d]); o[d] = 0.0f; }
                     float m = -INFINITY, l = 0.0f;
-                    for (int j0 = 0; j0 <= i; j0 += ATT_BK) {
+                    int jlo = seg ? seg[b * T + i] : 0; // the first key of i's example (0: causal over the row)
+                    for (int j0 = jlo; j0 <= i; j0 += ATT_BK) { // tiles from jlo: an example computes as alone
                         int jn = i + 1 - j0 < ATT_BK ? i + 1 - j0 : ATT_BK; // causal: keys j <= i
                         float mt = -INFINITY;
                         for (int jj = 0; jj < jn; jj++) {
@@ -902,11 +909,12 @@ static void op_attention_forward(floatX* out, float* lse, const floatX* qkv, con
 }
 
 // dqkv (B, T, (NH + 2 NKV) HD) [=] from dout (B, T, NH*HD), qkv, out and lse. dK/dV of kv head g sum
-// over its query heads h = g*rep .. g*rep + rep - 1 in that order, each over queries i >= j in order.
+// over its query heads h = g*rep .. g*rep + rep - 1 in that order, each over queries i >= j in order
+// (with seg: the queries of j's example, i from j to the example's end; dq over keys seg[b*T + i] .. i).
 static void op_attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
                                   const float* lse, const int* seg, int B, int T, int NH, int NKV, int HD) {
-    if (seg) die(1, "op_attention_backward: the segment table (per-example attention) is not implemented yet (internal error)");
 #ifdef __CUDACC__
+    if (seg && g_device == DEV_CUDA) die(1, "op_attention_backward: the segment table is not implemented on CUDA yet (internal error)");
     if (g_device == DEV_CUDA) { attention_backward_cuda(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD); return; }
 #endif
     int64_t QKV = (int64_t)(NH + 2 * NKV) * HD, ATT = (int64_t)NH * HD, VOFF = (int64_t)NKV * HD;
@@ -937,7 +945,7 @@ static void op_attention_backward(floatX* dqkv, const floatX* dout, const floatX
                     int64_t koff = (int64_t)NH * HD + (int64_t)(h / rep) * HD;
                     for (int d = 0; d < HD; d++) { a[d] = ld(qrow[d]); g[d] = ld(dorow[d]); acc1[d] = 0.0f; }
                     float li = lse[((int64_t)b * NH + h) * T + i], Di = D[((int64_t)b * NH + h) * T + i];
-                    for (int j = 0; j <= i; j++) {
+                    for (int j = seg ? seg[b * T + i] : 0; j <= i; j++) { // keys of i's example, j <= i
                         const floatX* krow = qkv + ((int64_t)b * T + j) * QKV + koff;
                         const floatX* vrow = krow + VOFF;
                         float sdot = 0.0f, pdot = 0.0f;
@@ -957,8 +965,10 @@ static void op_attention_backward(floatX* dqkv, const floatX* dout, const floatX
                     const floatX* krow = qkv + ((int64_t)b * T + j) * QKV + (int64_t)NH * HD + (int64_t)kh * HD;
                     const floatX* vrow = krow + VOFF;
                     for (int d = 0; d < HD; d++) { a[d] = ld(krow[d]); g[d] = ld(vrow[d]); acc1[d] = 0.0f; acc2[d] = 0.0f; }
+                    int iend = T; // one past the last query that sees key j: the end of j's example
+                    if (seg) for (iend = j + 1; iend < T && seg[b * T + iend] <= j; iend++) {}
                     for (int h = kh * rep; h < (kh + 1) * rep; h++)
-                        for (int i = j; i < T; i++) {
+                        for (int i = j; i < iend; i++) {
                             const floatX* qrow = qkv + ((int64_t)b * T + i) * QKV + h * HD;
                             const floatX* dorow = dout + ((int64_t)b * T + i) * ATT + h * HD;
                             float li = lse[((int64_t)b * NH + h) * T + i], Di = D[((int64_t)b * NH + h) * T + i];

@@ -1,8 +1,12 @@
 // ops/encoder.cuh — token + position embedding, forward and backward.
 //
-//   forward:  out (B, T, C) = wte[tokens[b, t]] + wpe[t]             [floatX, =]
+//   forward:  out (B, T, C) = wte[tokens[b, t]] + wpe[p]             [floatX, =]
 //   backward: dwte (Vp, C) += scatter-add of dout by token           [FP32, +=]
-//             dwpe (maxT, C) += sum over b of dout[b, t]             [FP32, +=]
+//             dwpe (maxT, C) += scatter-add of dout by position p    [FP32, +=]
+// The position p of token (b, t) is t (seg == NULL: one example per row; dwpe[t] = the sum over b of
+// dout[b, t], b in order), or with the segment table seg (B, T) of packed examples t - seg[b*T + t],
+// its place in its example: positions then repeat irregularly, and dwpe is summed exactly as dwte
+// with the position as the key (below), a fixed order on both devices.
 // wpe == NULL (and dwpe == NULL): no learned positions (the Llama family, whose positions are RoPE's
 // rotation inside attention): out = wte[tokens[b, t]], and the backward has no dwpe part.
 // The backward needs no parameter values, which is why under ZeRO-3 the io block's parameters
@@ -49,8 +53,10 @@
 
 // Scratch ints the backward needs in g_work (a closed form of the shapes: ops_workspace_floats
 // takes the largest op's need; the device does not enter into it, so -plan is the same for both).
-//   CPU:  bucket starts (V+1) and positions (N = B*T).
-//   CUDA: the run pieces that cross a chunk's edge, 2 per chunk, (2 * ceil(N / ENC_CHUNK), C) FP32;
+//   CPU:  bucket starts (V+1) and positions (N = B*T); dwpe with a segment table: each row's position
+//         (N), then bucket starts (T+1) and rows (N).
+//   CUDA: with a segment table, each row's position (N, +64 to keep the next start aligned) first
+//         (dwpe sorts by it as dwte sorts by token); then the run pieces that cross a chunk's edge, 2 per chunk, (2 * ceil(N / ENC_CHUNK), C) FP32;
 //         positions 0..N-1, sorted tokens, sorted positions (N each, each start 256-byte aligned:
 //         +64 ints), then CUB's radix-sort temp storage. CUB (onesweep, CUDA 12/13) asks for two
 //         N-element alternate buffers (2N), a lookback table of 256 ints per tile of >= 6528 items
@@ -59,9 +65,10 @@
 //         for the exact number every call and stops with a message if it does not fit.
 static inline size_t encoder_workspace_ints(int B, int T, int C, int V) {
     size_t N = (size_t)B * T;
-    size_t cpu = (size_t)V + 1 + N;
+    size_t cpu = (size_t)V + 1 + N, cpu_pos = 2 * N + (size_t)T + 1;
+    if (cpu_pos > cpu) cpu = cpu_pos;
     size_t pieces = (size_t)round_up(2 * (int64_t)ceil_div((int64_t)N, ENC_CHUNK) * C, 64);
-    size_t cuda = pieces + 3 * (N + 64) + (2 * N + N / 4 + 65536);
+    size_t cuda = (N + 64) + pieces + 3 * (N + 64) + (2 * N + N / 4 + 65536);
     return cpu > cuda ? cpu : cuda;
 }
 
@@ -251,50 +258,20 @@ static void encoder_backward_cuda(float* dwte, float* dwpe, const floatX* dout, 
 }
 #endif
 
-static void op_encoder_forward(floatX* out, const int* tokens, const int* seg, const floatX* wte, const floatX* wpe,
-                               int B, int T, int C) {
-    if (seg && wpe) die(1, "op_encoder_forward: the segment table (per-example positions) is not implemented yet (internal error)");
-#ifdef __CUDACC__
-    if (g_device == DEV_CUDA) { encoder_forward_cuda(out, tokens, wte, wpe, B, T, C); return; }
-#endif
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++) {
-            floatX* o = out + ((int64_t)b * T + t) * C;
-            const floatX* we = wte + (int64_t)tokens[b * T + t] * C;
-            if (!wpe) { memcpy(o, we, sizeof(floatX) * C); continue; } // no positions: the token's row
-            const floatX* pe = wpe + (int64_t)t * C;
-            for (int c = 0; c < C; c++) o[c] = rn(ld(we[c]) + ld(pe[c]));
-        }
-}
-
-static void op_encoder_backward(float* dwte, float* dwpe, const floatX* dout, const int* tokens, const int* seg,
-                                int B, int T, int C, int V) {
-    if (!dwte && !dwpe) return; // a frozen embedding (LoRA's base): no gradient
-    if (seg && dwpe) die(1, "op_encoder_backward: the segment table (per-example positions) is not implemented yet (internal error)");
-#ifdef __CUDACC__
-    if (g_device == DEV_CUDA) { encoder_backward_cuda(dwte, dwpe, dout, tokens, B, T, C, V); return; }
-#endif
-    // dwpe: each position t sums its B rows in order of b (no dwpe: a model without positions)
-#pragma omp parallel for schedule(static)
-    for (int t = 0; t < (dwpe ? T : 0); t++)
-        for (int b = 0; b < B; b++) {
-            const floatX* d = dout + ((int64_t)b * T + t) * C;
-            float* dp = dwpe + (int64_t)t * C;
-            for (int c = 0; c < C; c++) dp[c] += ld(d[c]);
-        }
-    // dwte: stable counting sort of positions by token, then one task per token (see the top)
-    int N = B * T;
-    int* start = (int*)g_work; // (V + 1)
-    int* pos = start + V + 1;  // (N)
-    memset(start, 0, sizeof(int) * (V + 1));
-    for (int i = 0; i < N; i++) start[tokens[i] + 1]++;
-    for (int v = 0; v < V; v++) start[v + 1] += start[v];
-    for (int i = 0; i < N; i++) pos[start[tokens[i]]++] = i; // start[v] now = end of bucket v
+// dw (K, C) FP32 [+=]: row key[i] of dw += row i of dout (N, C), for keys in [0, K): a stable
+// counting sort of the rows by key, then one task per key (the order described at the top).
+// work: (K + 1 + N) ints of scratch (bucket ends, sorted rows).
+static void encoder_scatter_rows(float* dw_all, const floatX* dout, const int* key, int N, int C, int K, int* work) {
+    int* start = work;        // (K + 1)
+    int* pos = start + K + 1; // (N)
+    memset(start, 0, sizeof(int) * (K + 1));
+    for (int i = 0; i < N; i++) start[key[i] + 1]++;
+    for (int v = 0; v < K; v++) start[v + 1] += start[v];
+    for (int i = 0; i < N; i++) pos[start[key[i]]++] = i; // start[v] now = end of bucket v
 #pragma omp parallel for schedule(dynamic, 64)
-    for (int v = 0; v < V; v++) {
+    for (int v = 0; v < K; v++) {
         int begin = v == 0 ? 0 : start[v - 1], end = start[v];
-        float* dw = dwte + (int64_t)v * C;
+        float* dw = dw_all + (int64_t)v * C;
         for (int c0 = 0; c0 < C && begin < end; c0 += 64) { // 64 columns at a time: acc, piece on the stack
             int cn = C - c0 < 64 ? C - c0 : 64;
             float acc[64], piece[64];
@@ -308,6 +285,52 @@ static void op_encoder_backward(float* dwte, float* dwpe, const floatX* dout, co
             for (int c = 0; c < cn; c++) dw[c0 + c] = acc[c] + piece[c];
         }
     }
+}
+
+static void op_encoder_forward(floatX* out, const int* tokens, const int* seg, const floatX* wte, const floatX* wpe,
+                               int B, int T, int C) {
+#ifdef __CUDACC__
+    if (seg && wpe && g_device == DEV_CUDA) die(1, "op_encoder_forward: the segment table is not implemented on CUDA yet (internal error)");
+    if (g_device == DEV_CUDA) { encoder_forward_cuda(out, tokens, wte, wpe, B, T, C); return; }
+#endif
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            floatX* o = out + ((int64_t)b * T + t) * C;
+            const floatX* we = wte + (int64_t)tokens[b * T + t] * C;
+            if (!wpe) { memcpy(o, we, sizeof(floatX) * C); continue; } // no positions: the token's row
+            const floatX* pe = wpe + (int64_t)(t - (seg ? seg[b * T + t] : 0)) * C; // the position in t's example
+            for (int c = 0; c < C; c++) o[c] = rn(ld(we[c]) + ld(pe[c]));
+        }
+}
+
+static void op_encoder_backward(float* dwte, float* dwpe, const floatX* dout, const int* tokens, const int* seg,
+                                int B, int T, int C, int V) {
+    if (!dwte && !dwpe) return; // a frozen embedding (LoRA's base): no gradient
+#ifdef __CUDACC__
+    if (seg && dwpe && g_device == DEV_CUDA) die(1, "op_encoder_backward: the segment table is not implemented on CUDA yet (internal error)");
+    if (g_device == DEV_CUDA) { encoder_backward_cuda(dwte, dwpe, dout, tokens, B, T, C, V); return; }
+#endif
+    int N = B * T;
+    int* work = (int*)g_work;
+    if (dwpe && !seg) {
+        // dwpe: each position t sums its B rows in order of b
+#pragma omp parallel for schedule(static)
+        for (int t = 0; t < T; t++)
+            for (int b = 0; b < B; b++) {
+                const floatX* d = dout + ((int64_t)b * T + t) * C;
+                float* dp = dwpe + (int64_t)t * C;
+                for (int c = 0; c < C; c++) dp[c] += ld(d[c]);
+            }
+    } else if (dwpe) {
+        // dwpe with examples: positions t - seg repeat irregularly, so dwpe is dwte's scatter-add with
+        // the position as the key (T rows): the same fixed order, independent of the thread count
+        int* key = work; // (N) the position of each row
+        for (int i = 0; i < N; i++) key[i] = i % T - seg[i];
+        encoder_scatter_rows(dwpe, dout, key, N, C, T, key + N);
+    }
+    // dwte: the scatter-add of rows by token (the workspace is free again)
+    if (dwte) encoder_scatter_rows(dwte, dout, tokens, N, C, V, work);
 }
 
 #endif // ZT_OPS_ENCODER_CUH

@@ -7,6 +7,8 @@
 //                 x[d] = rn(x1 cos - x2 sin),  x[d + HD/2] = rn(x2 cos + x1 sin)   [floatX, in place]
 //             (transformers: q * cos + rotate_half(q) * sin, rotate_half(q) = (-q2, q1));
 //             the v heads are untouched.
+//             With the segment table seg (B, T) (packed examples), a token's position is t - seg[b*T + t],
+//             its place in its example (the table's row of that position); seg == NULL: position t.
 //   backward: the transpose rotation on the dq and dk heads of dqkv (dv untouched):
 //                 dx[d] = rn(d1 cos + d2 sin),  dx[d + HD/2] = rn(d2 cos - d1 sin)  [floatX, in place]
 //
@@ -137,14 +139,14 @@ static void rope_cuda(floatX* qkv, const float* cos_sin, int B, int T, int NH, i
 
 // Rotate the q and k heads of qkv (B, T, (NH + 2 NKV) HD) in place; cos_sin from rope_table(T).
 static void op_rope_forward(floatX* qkv, const float* cos_sin, const int* seg, int B, int T, int NH, int NKV, int HD) {
-    if (seg) die(1, "op_rope_forward: the segment table (per-example positions) is not implemented yet (internal error)");
 #ifdef __CUDACC__
+    if (seg && g_device == DEV_CUDA) die(1, "op_rope_forward: the segment table is not implemented on CUDA yet (internal error)");
     if (g_device == DEV_CUDA) { rope_cuda(qkv, cos_sin, B, T, NH, NKV, HD, 1.0f); return; }
 #endif
     int H2 = HD / 2, heads = NH + NKV;
 #pragma omp parallel for schedule(static)
     for (int64_t bt = 0; bt < (int64_t)B * T; bt++) {
-        int t = (int)(bt % T);
+        int t = (int)(bt % T) - (seg ? seg[bt] : 0); // the position: t within the token's example
         const float* c = cos_sin + (int64_t)t * H2;
         const float* s = cos_sin + ((int64_t)T + t) * H2;
         for (int h = 0; h < heads; h++) {
@@ -156,14 +158,14 @@ static void op_rope_forward(floatX* qkv, const float* cos_sin, const int* seg, i
 
 // Backward of the forward rotation (its transpose, the rotation by -angle) on dq, dk of dqkv, in place.
 static void op_rope_backward(floatX* dqkv, const float* cos_sin, const int* seg, int B, int T, int NH, int NKV, int HD) {
-    if (seg) die(1, "op_rope_backward: the segment table (per-example positions) is not implemented yet (internal error)");
 #ifdef __CUDACC__
+    if (seg && g_device == DEV_CUDA) die(1, "op_rope_backward: the segment table is not implemented on CUDA yet (internal error)");
     if (g_device == DEV_CUDA) { rope_cuda(dqkv, cos_sin, B, T, NH, NKV, HD, -1.0f); return; }
 #endif
     int H2 = HD / 2, heads = NH + NKV;
 #pragma omp parallel for schedule(static)
     for (int64_t bt = 0; bt < (int64_t)B * T; bt++) {
-        int t = (int)(bt % T);
+        int t = (int)(bt % T) - (seg ? seg[bt] : 0); // the position: t within the token's example
         const float* c = cos_sin + (int64_t)t * H2;
         const float* s = cos_sin + ((int64_t)T + t) * H2;
         for (int h = 0; h < heads; h++) {
