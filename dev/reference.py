@@ -547,7 +547,7 @@ def llama_grads_of(cfg_path, weights_path, tokens_path, out_path):
     CONFIG: JSON of the config (L C NH NKV HD F V Vp tied qkv_bias mlp_bias norm_eps rope_type
     rope_theta rope_factor rope_low_freq rope_high_freq rope_orig_maxT); WEIGHTS: the logical vector,
     float32; TOKENS: int32 B, T, then B*T inputs and B*T targets (< 0: not counted). Writes an
-    archive: "logits" (B, T, V), "loss" (1), "grad.<name>" per present tensor."""
+    archive: "logits" (B, T, V), "loss" (1), "losses" (B, T: 0 where not counted), "grad.<name>" per present tensor."""
     import json
     cfg = json.load(open(cfg_path))
     flat = np.fromfile(weights_path, dtype="<f4")
@@ -562,11 +562,12 @@ def llama_grads_of(cfg_path, weights_path, tokens_path, out_path):
         raise ValueError(f"{weights_path}: {flat.size} floats, the config has {off}")
     idx, tgt, doc_mask, pos_ids = read_tokens(tokens_path)
     logits, loss = llama_forward(cfg, w, idx, tgt, doc_mask, pos_ids)
+    losses = F.cross_entropy(logits.reshape(-1, cfg["V"]), tgt.reshape(-1), ignore_index=-1, reduction="none").reshape(idx.shape)
     loss.backward()
-    entries = [("logits", logits.detach().numpy()), ("loss", np.array([loss.item()]))]
+    entries = [("logits", logits.detach().numpy()), ("loss", np.array([loss.item()])), ("losses", losses.detach().numpy())]
     entries += [("grad." + name, w[name].grad.numpy()) for name, _ in llama_shapes(cfg)]
     write_archive(out_path, entries)
-    print(f"llama: loss {loss.item():.6f}, {len(entries) - 2} gradients written to {out_path}")
+    print(f"llama: loss {loss.item():.6f}, {len(entries) - 3} gradients written to {out_path}")
 
 
 def write_archive(path, entries):

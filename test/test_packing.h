@@ -42,8 +42,9 @@ static void pk_batch(Trainer* tr, int* in, int* tg, int* seg) {
 }
 
 // Forward and backward of one micro-batch (micro of `last`: the gradients accumulate over the
-// micro-steps of one zero_zero_grads), seg NULL: one sequence per row. Per-token losses into losses.
-static void pk_run(Trainer* tr, const int* in, const int* tg, const int* seg, float* losses, int micro, int last) {
+// micro-steps of one zero_zero_grads), seg NULL: one sequence per row, the loss gradient scaled by
+// dloss. Per-token losses into losses.
+static void pk_run(Trainer* tr, const int* in, const int* tg, const int* seg, float* losses, float dloss, int micro, int last) {
     Model* m = &tr->model;
     int B = m->B, T = m->T;
     size_t bytes = sizeof(int) * (size_t)B * T;
@@ -51,7 +52,7 @@ static void pk_run(Trainer* tr, const int* in, const int* tg, const int* seg, fl
     dev_from_host(m->a.targets, tg, bytes);
     if (seg) dev_from_host(m->a.segs, seg, bytes);
     m->a.seg = seg ? m->a.segs : NULL;
-    gpt_forward(m, B, T, 1, 1.0f, 1);
+    gpt_forward(m, B, T, 1, dloss, 1);
     gpt_backward(m, B, T, micro, last); // (its classifier computes the losses)
     dev_to_host(losses, m->a.losses, sizeof(float) * B * T);
 }
@@ -74,9 +75,9 @@ static void pk_packed_vs_alone(Trainer* tr, double* loss_err, double* grad_err, 
     int n = pk_examples(T, ex);
     pk_batch(tr, in, tg, seg);
     zero_zero_grads(&m->z);
-    pk_run(tr, in, tg, NULL, l0, 0, 1); // not isolated (its gradients are discarded)
+    pk_run(tr, in, tg, NULL, l0, 1.0f, 0, 1); // not isolated (its gradients are discarded)
     zero_zero_grads(&m->z);
-    pk_run(tr, in, tg, seg, lp, 0, 1);
+    pk_run(tr, in, tg, seg, lp, 1.0f, 0, 1);
     comm_wait_all(&tr->comm);
     tm_to_logical(&m->z, m->z.full_grads, gp);
     zero_zero_grads(&m->z);
@@ -89,7 +90,7 @@ static void pk_packed_vs_alone(Trainer* tr, double* loss_err, double* grad_err, 
             memcpy(ain + b * T, in + e->row * T + e->start, sizeof(int) * e->len);
             memcpy(atg + b * T, tg + e->row * T + e->start, sizeof(int) * e->len);
         }
-        pk_run(tr, ain, atg, NULL, la, r, r == runs - 1);
+        pk_run(tr, ain, atg, NULL, la, 1.0f, r, r == runs - 1);
         for (int b = 0; b < B && r * B + b < n; b++) {
             double s = 0.0;
             for (int i = 0; i < ex[r * B + b].len; i++) s += la[b * T + i];
@@ -107,14 +108,16 @@ static void pk_packed_vs_alone(Trainer* tr, double* loss_err, double* grad_err, 
         if (ex[k].start > 0) *off_err = fmax(*off_err, fabs(s0 - alone_sum[k]) / fabs(alone_sum[k]));
     }
     *grad_err = 0.0;
+    const char* worst = "";
     for (int k = 0; k < NUM_TENSORS; k++) {
         const TensorInfo* t = &m->d.t[k];
         if (t->n == 0) continue;
         int64_t len = t->n * (t->io ? 1 : m->cfg.L);
         double e = tm_relerr_f(gp + t->logical, ga + t->logical, len);
-        if (e > *grad_err) printf("      worst so far: %s %.2e\n", t->name, e);
+        if (e > *grad_err) worst = t->name;
         *grad_err = fmax(*grad_err, e);
     }
+    printf("      worst gradient: %s\n", worst);
     free(in); free(tg); free(seg); free(ain); free(atg); free(lp); free(l0); free(la); free(gp); free(ga);
 }
 
@@ -136,7 +139,7 @@ TEST(packed_examples_equal_alone) {
                name, tr->model.T, le, ge, TOL_PACKED_LOSS, TOL_PACKED_GRAD, off);
         CHECKF(le < TOL_PACKED_LOSS, "%s: a packed example's loss sum is %.3g off its loss alone", name, le);
         CHECKF(ge < TOL_PACKED_GRAD, "%s: packed gradients %.3g off the sum of the examples' alone", name, ge);
-        CHECKF(off > 100 * TOL_PACKED_LOSS, "%s: without isolation the packed examples are only %.3g off (the test cannot tell)", name, off);
+        CHECKF(off > 10 * TOL_PACKED_LOSS, "%s: without isolation the packed examples are only %.3g off (the test cannot tell)", name, off);
         tm_free(tr);
     }
     fixture_free(&fx);
@@ -153,83 +156,98 @@ TEST(packed_vs_pytorch_block_diagonal) {
     if (test_run_cmd(probe, NULL, 0) != 0) TEST_SKIP("needs a python with torch and numpy (ZT_TORCH_PYTHON or /usr/bin/python3)");
     Fixture fx;
     if (tm_load_fixture(&fx)) { CHECK(0); return; }
-    for (int fam = 0; fam < 2; fam++) {
+    struct { TensorInfo t[NUM_TENSORS]; int L, BT; int* tg; float *losses, *g; int64_t counted; float loss; char out[PATH_MAX]; } F[2];
+    static char pycmd[2][4 * PATH_MAX];
+    for (int fam = 0; fam < 2; fam++) { // ours, and the reference's inputs (one trainer at a time: the allocator's totals are global)
         Trainer* tr = fam == 0 ? tm_trainer(tm_fixture_flags(&fx, "-r 0 -z 0")) : llama_trainer(0, "-r 0 -z 0");
         Model* m = &tr->model;
-        const GPTConfig* c = &m->cfg;
         if (fam > 0) { zero_fill_opt(&m->z, 0, llama_test_fill, &m->d); zero_params_from_master(&m->z); }
         int B = m->B, T = m->T, BT = B * T;
         int64_t nlog = m->z.lay.logical_total;
-        int *in = (int*)malloc(sizeof(int) * BT), *tg = (int*)malloc(sizeof(int) * BT), *seg = (int*)malloc(sizeof(int) * BT);
-        float* losses = (float*)malloc(sizeof(float) * BT);
-        float *g = (float*)calloc(nlog, sizeof(float)), *w = (float*)calloc(nlog, sizeof(float));
+        int *in = (int*)malloc(sizeof(int) * BT), *seg = (int*)malloc(sizeof(int) * BT);
+        int* tg = F[fam].tg = (int*)malloc(sizeof(int) * BT);
+        float* losses = F[fam].losses = (float*)malloc(sizeof(float) * BT);
+        F[fam].g = (float*)calloc(nlog, sizeof(float));
         pk_batch(tr, in, tg, seg);
         int64_t counted = 0;
         for (int i = 0; i < BT; i++) counted += tg[i] >= 0;
+        F[fam].counted = counted;
         zero_zero_grads(&m->z);
-        pk_run(tr, in, tg, seg, losses, 0, 1);
+        pk_run(tr, in, tg, seg, losses, 1.0f / (float)counted, 0, 1); // (the reference's gradient is the mean's)
         comm_wait_all(&tr->comm);
-        tm_to_logical(&m->z, m->z.full_grads, g);
+        tm_to_logical(&m->z, m->z.full_grads, F[fam].g);
         double sum = 0.0;
         for (int i = 0; i < BT; i++) sum += losses[i];
-        float loss = (float)(sum / (double)counted);
-        char tpath[PATH_MAX], out[PATH_MAX], cfg[PATH_MAX], wpath[PATH_MAX], cmd[6 * PATH_MAX];
-        static char pyout[8192];
+        F[fam].loss = (float)(sum / (double)counted);
+        char tpath[PATH_MAX], cfg[PATH_MAX], wpath[PATH_MAX];
         snprintf(tpath, sizeof(tpath), "%s/packed%d.i32", test_tmpdir(), fam);
-        snprintf(out, sizeof(out), "%s/packed%d_ref.bin", test_tmpdir(), fam);
+        snprintf(F[fam].out, sizeof(F[fam].out), "%s/packed%d_ref.bin", test_tmpdir(), fam);
         FILE* f = fopen(tpath, "wb");
         int hdr[2] = {B, T};
         CHECK(f && fwrite(hdr, sizeof(int), 2, f) == 2 && fwrite(in, sizeof(int), BT, f) == (size_t)BT && fwrite(tg, sizeof(int), BT, f) == (size_t)BT &&
               fwrite(seg, sizeof(int), BT, f) == (size_t)BT);
         if (f) fclose(f);
         if (fam == 0) {
-            snprintf(cmd, sizeof(cmd), "%s dev/reference.py --masked-grads test/fixtures/ref_model.bin %s %s", tm_torch_python(), tpath, out);
+            snprintf(pycmd[fam], sizeof(pycmd[fam]), "%s dev/reference.py --masked-grads test/fixtures/ref_model.bin %s %s", tm_torch_python(), tpath, F[fam].out);
         } else {
+            float* w = (float*)calloc(nlog, sizeof(float));
             snprintf(cfg, sizeof(cfg), "%s/packed_llama.json", test_tmpdir());
             snprintf(wpath, sizeof(wpath), "%s/packed_llama.f32", test_tmpdir());
-            llama_write_config(c, cfg);
+            llama_write_config(&m->cfg, cfg);
             tm_to_logical(&m->z, m->z.master, w);
             f = fopen(wpath, "wb");
             CHECK(f && fwrite(w, sizeof(float), nlog, f) == (size_t)nlog);
             if (f) fclose(f);
-            snprintf(cmd, sizeof(cmd), "%s dev/reference.py --llama-grads %s %s %s %s", tm_torch_python(), cfg, wpath, tpath, out);
+            free(w);
+            snprintf(pycmd[fam], sizeof(pycmd[fam]), "%s dev/reference.py --llama-grads %s %s %s %s", tm_torch_python(), cfg, wpath, tpath, F[fam].out);
         }
-        int rc = test_run_cmd(cmd, pyout, sizeof(pyout));
-        CHECKF(rc == 0, "dev/reference.py failed:\n%s", pyout);
+        memcpy(F[fam].t, m->d.t, sizeof(F[fam].t));
+        F[fam].L = m->cfg.L;
+        F[fam].BT = BT;
+        free(in);
+        free(seg);
+        tm_free(tr);
+    }
+    // both references at once (each is mostly PyTorch's start-up): the exit status is either's failure
+    static char cmd[9 * PATH_MAX], pyout[16384];
+    snprintf(cmd, sizeof(cmd), "%s & p=$!; %s; b=$?; wait $p; a=$?; exit $((a | b))", pycmd[0], pycmd[1]);
+    int rc = test_run_cmd(cmd, pyout, sizeof(pyout));
+    CHECKF(rc == 0, "dev/reference.py failed:\n%s", pyout);
+    for (int fam = 0; fam < 2; fam++) {
+        int BT = F[fam].BT;
         Fixture rf;
         char err[512];
-        if (rc == 0 && fixture_load(&rf, out, err, sizeof(err)) == 0) {
-            float ref_loss = ((const float*)fixture_get(&rf, "loss")->data)[0];
+        if (rc == 0 && fixture_load(&rf, F[fam].out, err, sizeof(err)) == 0) {
+            float loss = F[fam].loss, ref_loss = ((const float*)fixture_get(&rf, "loss")->data)[0];
             double lerr = fabs(loss - ref_loss) / fabs(ref_loss), worst = 0.0, tok_err = -1.0;
             const FixtureTensor* rl = fixture_get(&rf, "losses");
-            if (rl && rl->n == BT) { // (GPT-2's reference writes the per-token losses too)
+            CHECKF(rl && rl->n == BT, "the reference wrote no per-token losses");
+            if (rl && rl->n == BT) {
                 float* masked = (float*)malloc(sizeof(float) * BT);
-                for (int i = 0; i < BT; i++) masked[i] = tg[i] >= 0 ? losses[i] : 0.0f;
+                for (int i = 0; i < BT; i++) masked[i] = F[fam].tg[i] >= 0 ? F[fam].losses[i] : 0.0f;
                 tok_err = tm_relerr_f(masked, (const float*)rl->data, BT);
                 free(masked);
                 CHECKF(tok_err < TOL_MODEL_FWD, "per-token losses %.3g off PyTorch's", tok_err);
             }
             CHECKF(lerr < TOL_MODEL_LOSS, "packed loss %.7f vs PyTorch %.7f", loss, ref_loss);
             for (int k = 0; k < NUM_TENSORS; k++) {
-                const TensorInfo* t = &m->d.t[k];
+                const TensorInfo* t = &F[fam].t[k];
                 if (t->n == 0) continue;
                 char name[80];
                 snprintf(name, sizeof(name), "grad.%s", t->name);
                 const FixtureTensor* r = fixture_get(&rf, name);
-                int64_t n = t->n * (t->io ? 1 : c->L);
+                int64_t n = t->n * (t->io ? 1 : F[fam].L);
                 CHECKF(r && r->n == n, "%s missing or of the wrong size", name);
                 if (!r || r->n != n) continue;
-                double e = tm_relerr_f(g + t->logical, (const float*)r->data, n);
+                double e = tm_relerr_f(F[fam].g + t->logical, (const float*)r->data, n);
                 worst = fmax(worst, e);
                 CHECKF(e < TOL_MODEL_GRAD, "%s %.3g", name, e);
             }
-            printf("    %s packed (5 examples, %lld of %d targets counted): loss %.7f vs PyTorch %.7f, per-token %s%.2e, worst gradient %.2e\n",
-                   fam ? "llama-tiny" : "gpt-2", (long long)counted, BT, loss, ref_loss, tok_err < 0 ? "(not written) " : "",
-                   tok_err < 0 ? 0.0 : tok_err, worst);
+            printf("    %s packed (5 examples, %lld of %d targets counted): loss %.7f vs PyTorch %.7f, per-token losses %.2e, worst gradient %.2e\n",
+                   fam ? "llama-tiny" : "gpt-2", (long long)F[fam].counted, BT, loss, ref_loss, tok_err, worst);
             fixture_free(&rf);
-        } else CHECKF(0, "%s: %s", out, rc ? "no output" : err);
-        free(in); free(tg); free(seg); free(losses); free(g); free(w);
-        tm_free(tr);
+        } else CHECKF(0, "%s: %s", F[fam].out, rc ? "no output" : err);
+        free(F[fam].tg); free(F[fam].losses); free(F[fam].g);
     }
     fixture_free(&fx);
 }
@@ -355,6 +373,7 @@ TEST(packing_bad_masks_named) {
 }
 #endif // ENABLE_FP32
 
+#ifdef ENABLE_FP32 // (the 1e-6 bound is FP32's; the BF16 path is packed_examples_equal_alone's)
 // The motivating case: two prompt/completion examples packed in one sample give, at lr 0,
 // the mean loss of the same examples each alone (their counted targets' weighted mean); without
 // isolation (-doc-attention 0) they did not (~1e-3 relative). -doc-attention auto is 1 for such data.
@@ -384,7 +403,7 @@ TEST(packing_two_examples_mean_loss) {
         for (int k = 0; k < 3; k++) {
             char flags[2 * PATH_MAX], shard[PATH_MAX + 32];
             tokenize_shard_path(shard, sizeof(shard), prefix[k], "train", 0);
-            snprintf(flags, sizeof(flags), MODEL_DEVICE "-e tiny -layers 2 -channels 32 -heads 2 -b 1 -t %d -l 0 -x 1 -v 0 -s 0 -shuffle 0 -r 0 -z 0 -i %s%s",
+            snprintf(flags, sizeof(flags), MODEL_DEVICE "-e tiny -layers 2 -channels 16 -heads 2 -b 1 -t %d -l 0 -x 1 -v 0 -s 0 -shuffle 0 -r 0 -z 0 -i %s%s",
                      T, shard, iso ? "" : " -doc-attention 0");
             Trainer* tr = tm_trainer(flags);
             CHECKF(tr->train.has_starts && tr->train.total_samples == 1, "%s: %lld samples", shard, (long long)tr->train.total_samples);
@@ -402,8 +421,9 @@ TEST(packing_two_examples_mean_loss) {
     printf("    packed %.7f vs alone %.7f, %.7f (%lld + %lld targets): %.2e relative (tol %.0e); -doc-attention 0: %.2e\n", loss[1][0],
            loss[1][1], loss[1][2], (long long)counted[1], (long long)counted[2], rel[1], TOL_PACKED_LOSS, rel[0]);
     CHECKF(rel[1] < TOL_PACKED_LOSS, "isolated: packed %.3g off the examples alone", rel[1]);
-    CHECKF(rel[0] > 100 * TOL_PACKED_LOSS, "-doc-attention 0: packed only %.3g off the examples alone", rel[0]);
+    CHECKF(rel[0] > 10 * TOL_PACKED_LOSS, "-doc-attention 0: packed only %.3g off the examples alone", rel[0]);
 }
+#endif
 #endif // !ZT_GPU_SUITE
 
 #if !defined(ENABLE_FP32) && !defined(ZT_GPU_SUITE) // (processes: the BF16 binary only)
