@@ -152,7 +152,7 @@ else
     LLAMA="-device cuda -e llama3.2-1b -layers 2 -b 4 -t 256 -u 1"
     LLAMA_CASES="llama_grads_vs_reference llama_recompute_modes_bitwise model_chunked_classifier_llama"
 fi
-SAN_CASES="gpu_attention_hs7 gpu_layernorm_backward gpu_classifier_small gpu_sumsq_many_segments gpu_rmsnorm_backward gpu_attention_gqa_deterministic gpu_adamw_bound_proves"
+SAN_CASES="gpu_attention_hs7 gpu_layernorm_backward gpu_classifier_small gpu_sumsq_many_segments gpu_rmsnorm_backward gpu_attention_gqa_deterministic gpu_attention_seg_deterministic gpu_encoder_seg gpu_rope_seg gpu_adamw_bound_proves"
 export ROOT MODE TRAIN TRAIN32 TESTGPU SMALL SB ST STEPS BIG20 OPS_CASES MODEL_CASES SAN_CASES LLAMA LLAMA_CASES WORK LOGS TORCH
 export ZT_TORCH_PYTHON=${ZT_TORCH_PYTHON:-python3}
 

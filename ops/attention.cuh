@@ -32,7 +32,7 @@
 // multiple of 64 in the BF16 build) and scalar FP32 ones for every other shape (attention_uses_tc
 // decides; docs/cuda.md "Attention on tensor cores" lists both and what to expect of them).
 //
-// defines: op_attention_forward, op_attention_backward, attention_uses_tc, ATT_BK, ATT_MAX_HS
+// defines: op_attention_forward, op_attention_backward, attention_uses_tc, attention_tc_tiles, ATT_BK, ATT_MAX_HS
 //
 // May call: device.cuh and tensor_core.cuh. Each op here knows nothing of the model or ZeRO.
 #ifndef ZT_OPS_ATTENTION_CUH
@@ -43,6 +43,40 @@
 
 #define ATT_BK 64       // key tile (columns of S processed per online-softmax update)
 #define ATT_MAX_HS 256  // largest head size (HD); checked when the model is configured
+
+// The tensor-core kernels' tiles (below, CUDA BF16 build; here for attention_tc_tiles too).
+#define FA_TILE 64                   // rows a block owns = rows of each tile it walks (B_r = B_c; but FA_DKDV_BC)
+// dK/dV walks query tiles of FA_DKDV_BC rows: FA_TILE, but 32 at HS = 128, where the accumulators dK
+// and dV (2 x 64 FP32 registers a lane) leave no room for 64-column P and dS (ptxas: 255 registers
+// and spills); with 32 columns, P and dS take 32 registers. The sums are the same, in the same order
+// (16 queries per mma, in order): the bits do not depend on it.
+#define FA_DKDV_BC(HS) ((HS) == 128 ? 32 : FA_TILE)
+
+// Their walks with a segment table sg (one row's (T), non-decreasing; NULL: causal over the row):
+// the query tile at q0 needs keys from sg[q0] (its smallest example start) on, so key tiles before
+// the tile holding sg[q0] are skipped whole; the key tile whose last key is klast is seen by the
+// queries i >= its first key with sg[i] <= klast, which end at the first query tile (of bc rows,
+// from it0 on, nq in all) whose first row's example starts after klast.
+ZT_HD static inline int att_first_key_tile(const int* sg, int q0, int tile) { return sg ? sg[q0] / tile : 0; }
+ZT_HD static inline int att_query_tile_end(const int* sg, int klast, int it0, int nq, int bc) {
+    if (!sg) return nq;
+    int it = it0;
+    while (it < nq && sg[it * bc] <= klast) it++;
+    return it;
+}
+// The tiles those walks visit for one row (sg (T) or NULL: causal; T a multiple of FA_TILE), counted
+// on the host with the kernels' own functions: *fwd = the (query tile, key tile) pairs of the
+// forward (and of dQ, the same walk), *dkdv = the (key tile, query tile of FA_DKDV_BC(HS) rows)
+// pairs of dK/dV (per query head). docs/ops.md's prediction of the work skipped is from here.
+static void attention_tc_tiles(const int* sg, int T, int HS, int64_t* fwd, int64_t* dkdv) {
+    int nt = T / FA_TILE, bc = FA_DKDV_BC(HS), nq = T / bc;
+    *fwd = *dkdv = 0;
+    for (int qt = 0; qt < nt; qt++) *fwd += qt + 1 - att_first_key_tile(sg, qt * FA_TILE, FA_TILE);
+    for (int kt = 0; kt < nt; kt++) {
+        int it0 = kt * FA_TILE / bc;
+        *dkdv += att_query_tile_end(sg, kt * FA_TILE + FA_TILE - 1, it0, nq, bc) - it0;
+    }
+}
 
 #ifdef __CUDACC__
 // ---- CUDA kernels: FlashAttention-2 (Dao 2023) Alg. 1 (forward) and Alg. 2 (backward)
@@ -68,7 +102,10 @@
 // Every output element is accumulated by one thread, in a fixed order, so the result is bitwise
 // reproducible. Scores are S = scale * Q K^T with scale = 1/sqrt(HS); the paper leaves the scale
 // out, so it appears in S and once more in dQ and dK (dS is the gradient of the scaled score).
-// Masks: key j > query i, and rows past T (tiles are zero-filled there and masked out).
+// Masks: key j > query i, and rows past T (tiles are zero-filled there and masked out); with a
+// segment table also keys before the query's example (the forward and dQ start their key walk at
+// the block's first row's example, dK/dV stops at the first query tile whose example starts after
+// the block's last key: att_query_tile_end).
 // Shared memory at HS = 256: ~133 KiB per block (forward, and both backward kernels), under the
 // 163 KiB a block may use on A100 (sm_80) and the 227 KiB of H100/H200 (sm_90).
 // Limits: FP32 FMAs from shared memory, 20-40x slower than the tensor-core kernels; never run on a GPU yet.
@@ -119,7 +156,7 @@ static size_t att_bwd_smem_floats(int HS) {
 // Alg. 1. Block (bh = b*NH + h, tile) computes out rows [q0, q0 + Br) of head h and their lse.
 // out (B, T, NH*HS) floatX [=], lse (B, NH, T) FP32 [=], qkv (B, T, QKV).
 __global__ static void __launch_bounds__(ATT_THREADS)
-attention_forward_kernel(floatX* out, float* lse, const floatX* qkv, int T, int NH, int NKV, int HS) {
+attention_forward_kernel(floatX* out, float* lse, const floatX* qkv, const int* seg, int T, int NH, int NKV, int HS) {
     const int Br = ATT_FWD_BR, Bc = ATT_FWD_BC;
     int W = HS | 1, QKV = (NH + 2 * NKV) * HS, C = NH * HS;
     int bh = blockIdx.x, b = bh / NH, h = bh % NH, kh = h / (NH / NKV);
@@ -144,16 +181,19 @@ attention_forward_kernel(floatX* out, float* lse, const floatX* qkv, int T, int 
     for (int e = tid; e < Br * HS; e += ATT_THREADS) Os[(e / HS) * W + e % HS] = 0.0f;
     for (int r = tid; r < Br; r += ATT_THREADS) { ms[r] = -INFINITY; ls[r] = 0.0f; }
     int kend = q0 + Br < T ? q0 + Br : T; // causal: the tile's last row sees keys j < q0 + Br
-    for (int k0 = 0; k0 < kend; k0 += Bc) { // line 6
+    const int* sg = seg ? seg + (int64_t)b * T : NULL; // this row's segment table (NULL: one example)
+    int kbeg = sg ? sg[q0] : 0; // the first key of the tile's first (smallest) example: earlier keys are skipped
+    for (int k0 = kbeg; k0 < kend; k0 += Bc) { // line 6
         // line 7: load K_j, V_j
         att_load_tile(Ks, k, QKV, k0, Bc, T, HS, W);
         att_load_tile(Vs, v, QKV, k0, Bc, T, HS, W);
         __syncthreads(); // K_j, V_j (and, on the first tile, Q_i, O_i, m_i, l_i) are in place
-        // line 8: S_ij = scale * Q_i K_j^T; -inf where key j > query i, or j >= T (rows past T only)
+        // line 8: S_ij = scale * Q_i K_j^T; -inf where key j > query i, j >= T (rows past T only), or
+        // j before the first key of i's example
         for (int e = tid; e < Br * Bc; e += ATT_THREADS) {
             int r = e / Bc, c = e % Bc, i = q0 + r, j = k0 + c;
             float s = -INFINITY;
-            if (j <= i && j < T) {
+            if (j <= i && j < T && (!sg || i >= T || j >= sg[i])) {
                 float dot = 0.0f;
                 for (int d = 0; d < HS; d++) dot += Qs[r * W + d] * Ks[c * W + d];
                 s = dot * scale;
@@ -162,16 +202,19 @@ attention_forward_kernel(floatX* out, float* lse, const floatX* qkv, int T, int 
         }
         __syncthreads(); // S_ij is complete before line 9 reads whole rows of it
         // line 9: m_new = max(m, rowmax(S)), P~ = exp(S - m_new), l = exp(m - m_new) l + rowsum(P~).
-        // A warp per row, lane c holds column c. m_new is finite: column k0 <= q0 <= i is visible.
+        // A warp per row, lane c holds column c. Causal alone, m_new is finite (column k0 <= q0 <= i is
+        // visible); with examples a row may see no key of the first tiles (its example starts later):
+        // m_new = -inf there, and the exponents use 0 instead (P~ = 0, l and O stay 0).
         for (int r = warp; r < Br; r += ATT_THREADS / 32) {
             float s = Ps[r * Bc + lane];
             float m_old = ms[r];
             float m_new = fmaxf(m_old, att_warp_max(s));
-            float p = expf(s - m_new); // masked: exp(-inf) = 0
+            float m_exp = m_new == -INFINITY ? 0.0f : m_new; // no visible key yet (never without seg)
+            float p = expf(s - m_exp); // masked: exp(-inf) = 0
             float rowsum = att_warp_sum(p);
             Ps[r * Bc + lane] = p;
             if (lane == 0) {
-                float corr = expf(m_old - m_new); // 0 on the first tile (m_old = -inf)
+                float corr = expf(m_old - m_exp); // 0 on the first tile (m_old = -inf)
                 cs[r] = corr;
                 ls[r] = corr * ls[r] + rowsum;
                 ms[r] = m_new;
@@ -219,7 +262,7 @@ attention_backward_d_kernel(float* D, const floatX* dout, const floatX* out, int
 // dqkv (B, T, QKV) floatX: the k and v heads [=]; dout (B, T, NH*HS), qkv (B, T, QKV), lse, D (B, NH, T).
 __global__ static void __launch_bounds__(ATT_THREADS)
 attention_backward_dkdv_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
-                               const float* D, int T, int NH, int NKV, int HS) {
+                               const float* D, const int* seg, int T, int NH, int NKV, int HS) {
     const int Bk = ATT_BWD_OWN, Bq = ATT_BWD_WALK;
     int W = HS | 1, QKV = (NH + 2 * NKV) * HS, C = NH * HS, rep = NH / NKV;
     int b = blockIdx.x / NKV, kh = blockIdx.x % NKV;
@@ -247,11 +290,16 @@ attention_backward_dkdv_kernel(floatX* dqkv, const floatX* dout, const floatX* q
         dKs[(e / HS) * W + e % HS] = 0.0f;
         dVs[(e / HS) * W + e % HS] = 0.0f;
     }
+    const int* sg = seg ? seg + (int64_t)b * T : NULL; // this row's segment table (NULL: one example)
+    // the queries that see a key of the block: i >= k0 with seg[i] <= its last key (seg is
+    // non-decreasing, so they end at the first query tile whose first row's example starts later)
+    int klast = (k0 + Bk < T ? k0 + Bk : T) - 1;
+    int qend = att_query_tile_end(sg, klast, k0 / Bq, (int)ceil_div(T, Bq), Bq) * Bq; // <= T + Bq - 1
     for (int h = kh * rep; h < (kh + 1) * rep; h++) { // the group's query heads, in order
         int bh = b * NH + h;
         const floatX* q = qkv + (int64_t)b * T * QKV + h * HS; // (T, HS), row stride QKV
         const floatX* dO = dout + (int64_t)b * T * C + h * HS;  // (T, HS), row stride C
-        for (int q0 = k0 / Bq * Bq; q0 < T; q0 += Bq) { // line 8, causal: only tiles with i >= k0
+        for (int q0 = k0 / Bq * Bq; q0 < qend; q0 += Bq) { // line 8, causal: only tiles with i >= k0
             // line 9: load Q_i, dO_i, L_i, D_i (rows past T: zero, and masked below)
             att_load_tile(Qs, q, QKV, q0, Bq, T, HS, W);
             att_load_tile(dOs, dO, C, q0, Bq, T, HS, W);
@@ -262,11 +310,12 @@ attention_backward_dkdv_kernel(floatX* dqkv, const floatX* dout, const floatX* q
             }
             __syncthreads(); // Q_i, dO_i, L_i, D_i (and, on the first tile, K_j, V_j, dK_j, dV_j) are in place
             // line 10: S = scale Q_i K_j^T; 11: P = exp(S - L_i); 13: dP = dO_i V_j^T; 14: dS = P (dP - D_i).
-            // Masked (P = dS = 0): key j > query i, and query rows i >= T (keys j >= T then follow).
+            // Masked (P = dS = 0): key j > query i, query rows i >= T (keys j >= T then follow), and
+            // keys before the first key of i's example.
             for (int e = tid; e < Bq * Bk; e += ATT_THREADS) {
                 int r = e / Bk, c = e % Bk, i = q0 + r, j = k0 + c;
                 float p = 0.0f, ds = 0.0f;
-                if (j <= i && i < T) {
+                if (j <= i && i < T && (!sg || j >= sg[i])) {
                     float sdot = 0.0f, pdot = 0.0f;
                     for (int d = 0; d < HS; d++) {
                         sdot += Qs[r * W + d] * Ks[c * W + d];
@@ -308,7 +357,7 @@ attention_backward_dkdv_kernel(floatX* dqkv, const floatX* dout, const floatX* q
 // dqkv (B, T, QKV) floatX: the q heads [=]; dout (B, T, NH*HS), qkv (B, T, QKV), lse, D (B, NH, T).
 __global__ static void __launch_bounds__(ATT_THREADS)
 attention_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
-                             const float* D, int T, int NH, int NKV, int HS) {
+                             const float* D, const int* seg, int T, int NH, int NKV, int HS) {
     const int Bq = ATT_BWD_OWN, Bk = ATT_BWD_WALK;
     int W = HS | 1, QKV = (NH + 2 * NKV) * HS, C = NH * HS;
     int bh = blockIdx.x, b = bh / NH, h = bh % NH, kh = h / (NH / NKV);
@@ -339,7 +388,9 @@ attention_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv
         Ds[r] = i < T ? D[(int64_t)bh * T + i] : 0.0f;
     }
     int kend = q0 + Bq < T ? q0 + Bq : T; // causal: the tile's last row sees keys j < q0 + Bq
-    for (int k0 = 0; k0 < kend; k0 += Bk) {
+    const int* sg = seg ? seg + (int64_t)b * T : NULL; // this row's segment table (NULL: one example)
+    int kbeg = sg ? sg[q0] : 0; // the first key of the tile's first (smallest) example
+    for (int k0 = kbeg; k0 < kend; k0 += Bk) {
         // line 6: load K_j, V_j
         att_load_tile(Ks, k, QKV, k0, Bk, T, HS, W);
         att_load_tile(Vs, v, QKV, k0, Bk, T, HS, W);
@@ -348,7 +399,7 @@ attention_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv
         for (int e = tid; e < Bq * Bk; e += ATT_THREADS) {
             int r = e / Bk, c = e % Bk, i = q0 + r, j = k0 + c;
             float ds = 0.0f;
-            if (j <= i && i < T) {
+            if (j <= i && i < T && (!sg || j >= sg[i])) {
                 float sdot = 0.0f, pdot = 0.0f;
                 for (int d = 0; d < HS; d++) {
                     sdot += Qs[r * W + d] * Ks[c * W + d];
@@ -393,18 +444,16 @@ attention_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv
 // lane holds rows g and g + 8 of its warp's 16 (g = lane / 4); a row's 4 lanes combine by shuffles.
 // Backward: as the scalar kernels, three passes without atomics: D (the scalar kernel), dK/dV
 // with a block per key tile (Alg. 2 lines 5-19 without 15), dQ with a block per query tile.
+// Each kernel is a template on SEG: false is the causal kernel; true takes a segment table (packed
+// examples): key tiles wholly before the query tile's first example are skipped
+// (att_first_key_tile), the partial ones masked per row, and dK/dV's query walk ends at
+// att_query_tile_end. SEG = false compiles to the causal code alone (its registers are unchanged).
 // Performance expectations are in docs/cuda.md ("Attention on tensor cores"); never run on a GPU yet.
 #ifndef ENABLE_FP32
-#define FA_TILE 64                   // rows a block owns = rows of each tile it walks (B_r = B_c; but FA_DKDV_BC)
 #define FA_WARPS 4                   // 16 of the owned rows each
 #define FA_THREADS (32 * FA_WARPS)
 #define FA_PAD 8                     // shared rows are HS + FA_PAD elements (16 bytes more)
 static_assert(FA_TILE == 16 * FA_WARPS, "each warp owns the 16 rows of one m16n8k16 A operand");
-// dK/dV walks query tiles of FA_DKDV_BC rows: FA_TILE, but 32 at HS = 128, where the accumulators dK
-// and dV (2 x 64 FP32 registers a lane) leave no room for 64-column P and dS (ptxas: 255 registers
-// and spills); with 32 columns, P and dS take 32 registers. The sums are the same, in the same order
-// (16 queries per mma, in order): the bits do not depend on it.
-#define FA_DKDV_BC(HS) ((HS) == 128 ? 32 : FA_TILE)
 // Blocks per SM each kernel is compiled for (__launch_bounds__' second argument: ptxas keeps to
 // 65536 / (FA_THREADS * n) registers a thread, and spills what does not fit). Two at HS = 128, where
 // shared memory allows two (dK/dV: three); at HS = 64 the forward and dQ fit in 168 registers
@@ -419,10 +468,11 @@ static_assert(FA_TILE == 16 * FA_WARPS, "each warp owns the 16 rows of one m16n8
 static size_t fa_smem_bytes(int HS, int backward) {
     return (size_t)(backward ? 6 : 5) * FA_TILE * (HS + FA_PAD) * sizeof(bf16_t) + (backward ? 4 * FA_TILE * sizeof(float) : 0);
 }
-// dK/dV: K_j, V_j (FA_TILE rows each), 2 x Q_i and 2 x dO_i (FA_DKDV_BC rows each), 2 x L_i and D_i.
+// dK/dV: K_j, V_j (FA_TILE rows each), 2 x Q_i and 2 x dO_i (FA_DKDV_BC rows each), 2 x L_i, D_i
+// and (with a segment table) seg_i.
 static size_t fa_smem_dkdv_bytes(int HS) {
     size_t bc = HS == 128 ? FA_DKDV_BC(128) : FA_DKDV_BC(64);
-    return (2 * FA_TILE + 4 * bc) * (HS + FA_PAD) * sizeof(bf16_t) + 4 * bc * sizeof(float);
+    return (2 * FA_TILE + 4 * bc) * (HS + FA_PAD) * sizeof(bf16_t) + 6 * bc * sizeof(float);
 }
 
 // Rows [row0, row0 + ROWS) x HS of x (row stride xs elements) into the shared tile s (row stride
@@ -434,8 +484,8 @@ template <int HS, int ROWS = FA_TILE> __device__ static inline void fa_load_tile
         tc_cp_async_16(s + r * (HS + FA_PAD) + c, x + (int64_t)(row0 + r) * xs + c);
     }
 }
-// N floats of x (a row of L or D) into s by cp.async (the first N / 4 threads).
-template <int N = FA_TILE> __device__ static inline void fa_load_vec(float* s, const float* x) {
+// N floats (or ints) of x (a row of L, D or seg) into s by cp.async (the first N / 4 threads).
+template <int N = FA_TILE, typename E> __device__ static inline void fa_load_vec(E* s, const E* x) {
     if (threadIdx.x < N / 4) tc_cp_async_16(s + 4 * threadIdx.x, x + 4 * threadIdx.x);
 }
 
@@ -486,9 +536,9 @@ __device__ static inline void fa_store2(floatX* x, float v0, float v1) { *(uint3
 // Alg. 1. Block (bh = b*NH + h, query tile) computes out rows [q0, q0 + FA_TILE) of head h and lse.
 // Query head h reads kv head h / (NH / NKV) in place. out (B, T, NH*HS) [=], lse (B, NH, T) [=],
 // qkv (B, T, QKV).
-template <int HS>
+template <int HS, bool SEG>
 __global__ static void __launch_bounds__(FA_THREADS, FA_FWD_MIN_BLOCKS(HS))
-attention_forward_tc_kernel(floatX* out, float* lse, const floatX* qkv, int T, int NH, int NKV) {
+attention_forward_tc_kernel(floatX* out, float* lse, const floatX* qkv, const int* seg, int T, int NH, int NKV) {
     const int ld = HS + FA_PAD, QKV = (NH + 2 * NKV) * HS, C = NH * HS;
     int bh = blockIdx.x, b = bh / NH, h = bh % NH, kh = h / (NH / NKV);
     int qt = gridDim.y - 1 - blockIdx.y, q0 = qt * FA_TILE; // the last tiles (most keys) are scheduled first
@@ -501,11 +551,19 @@ attention_forward_tc_kernel(floatX* out, float* lse, const floatX* qkv, int T, i
     bf16_t* Qs = (bf16_t*)fa_smem;        // (FA_TILE, ld) Q_i
     bf16_t* Ks = Qs + FA_TILE * ld;       // 2 x (FA_TILE, ld) K_j, double-buffered
     bf16_t* Vs = Ks + 2 * FA_TILE * ld;   // 2 x (FA_TILE, ld) V_j
+    // [SEG] lo: the first key of the examples of this lane's rows (g, g + 8); j0: the first key tile
+    int lo[2] = {0, 0}, j0 = 0;
+    if (SEG) {
+        const int* sg = seg + (int64_t)b * T;
+        lo[0] = sg[q0 + 16 * warp + g];
+        lo[1] = sg[q0 + 16 * warp + g + 8];
+        j0 = att_first_key_tile(sg, q0, FA_TILE);
+    }
 
-    // line 4: load Q_i; line 7 of the first key tile: K_0, V_0 (one cp.async group)
+    // line 4: load Q_i; line 7 of the first key tile: K_j0, V_j0 (one cp.async group)
     fa_load_tile<HS>(Qs, q, QKV, q0);
-    fa_load_tile<HS>(Ks, k, QKV, 0);
-    fa_load_tile<HS>(Vs, v, QKV, 0);
+    fa_load_tile<HS>(Ks, k, QKV, j0 * FA_TILE);
+    fa_load_tile<HS>(Vs, v, QKV, j0 * FA_TILE);
     tc_cp_async_commit();
     // line 5: O_i = 0, l_i = 0, m_i = -inf; this lane's rows: r = 0 -> row g, r = 1 -> row g + 8
     float O[HS / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
@@ -513,19 +571,20 @@ attention_forward_tc_kernel(floatX* out, float* lse, const floatX* qkv, int T, i
     for (int n = 0; n < HS / 8; n++)
         #pragma unroll
         for (int i = 0; i < 4; i++) O[n][i] = 0.0f;
-    for (int j = 0; j <= qt; j++) { // line 6; causal: key tiles past the query tile are skipped whole
-        bf16_t* Kj = Ks + (j % 2) * FA_TILE * ld;
-        bf16_t* Vj = Vs + (j % 2) * FA_TILE * ld;
+    for (int j = j0; j <= qt; j++) { // line 6; causal: key tiles past the query tile are skipped whole
+        bf16_t* Kj = Ks + ((j - j0) % 2) * FA_TILE * ld;
+        bf16_t* Vj = Vs + ((j - j0) % 2) * FA_TILE * ld;
         if (j < qt) { // line 7 of the next tile, into the other buffer, while this one is used
-            fa_load_tile<HS>(Ks + ((j + 1) % 2) * FA_TILE * ld, k, QKV, (j + 1) * FA_TILE);
-            fa_load_tile<HS>(Vs + ((j + 1) % 2) * FA_TILE * ld, v, QKV, (j + 1) * FA_TILE);
+            fa_load_tile<HS>(Ks + ((j + 1 - j0) % 2) * FA_TILE * ld, k, QKV, (j + 1) * FA_TILE);
+            fa_load_tile<HS>(Vs + ((j + 1 - j0) % 2) * FA_TILE * ld, v, QKV, (j + 1) * FA_TILE);
             tc_cp_async_commit();
             tc_cp_async_wait<1>(); // all but that newest group have landed: Q_i, K_j, V_j
         } else {
             tc_cp_async_wait<0>();
         }
         __syncthreads(); // every thread's copies of K_j, V_j (and Q_i) are visible to every warp
-        // line 8: S_ij = scale Q_i K_j^T (this warp's 16 rows); on the diagonal tile -inf where key > query
+        // line 8: S_ij = scale Q_i K_j^T (this warp's 16 rows); on the diagonal tile -inf where key >
+        // query, and [SEG] -inf where the key is before the first key of the query's example
         float S[FA_TILE / 8][4];
         fa_mma_ABt<HS>(S, Qs + 16 * warp * ld, Kj);
         #pragma unroll
@@ -533,10 +592,13 @@ attention_forward_tc_kernel(floatX* out, float* lse, const floatX* qkv, int T, i
             #pragma unroll
             for (int i = 0; i < 4; i++) {
                 int row = 16 * warp + g + 8 * (i / 2), col = 8 * n + 2 * t + (i % 2);
-                S[n][i] = (j == qt && col > row) ? -INFINITY : S[n][i] * scale;
+                int masked = (j == qt && col > row) || (SEG && j * FA_TILE + col < lo[i / 2]);
+                S[n][i] = masked ? -INFINITY : S[n][i] * scale;
             }
         // line 9: m_new = max(m, rowmax S); P~ = exp(S - m_new); l = exp(m - m_new) l + rowsum P~.
-        // m_new is finite: every row sees key 0 in tile 0, and its own key on the diagonal.
+        // Causal, m_new is finite: every row sees key 0 in tile 0, and its own key on the diagonal.
+        // [SEG] a row whose example starts in a later tile sees no key yet: m_new = -inf, and the
+        // exponents use 0 instead (P~ = 0; l and O stay 0 until its first key).
         #pragma unroll
         for (int r = 0; r < 2; r++) {
             float mx = m[r];
@@ -544,12 +606,13 @@ attention_forward_tc_kernel(floatX* out, float* lse, const floatX* qkv, int T, i
             for (int n = 0; n < FA_TILE / 8; n++) mx = fmaxf(mx, fmaxf(S[n][2 * r], S[n][2 * r + 1]));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1)); // the 4 lanes of a row: t = 0..3
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            float corr = expf(m[r] - mx), sum = 0.0f; // corr = 0 on the first tile (m = -inf)
+            float mexp = SEG && mx == -INFINITY ? 0.0f : mx;
+            float corr = expf(m[r] - mexp), sum = 0.0f; // corr = 0 on the first tile (m = -inf)
             #pragma unroll
             for (int n = 0; n < FA_TILE / 8; n++)
                 #pragma unroll
                 for (int e = 2 * r; e < 2 * r + 2; e++) {
-                    S[n][e] = expf(S[n][e] - mx); // masked: exp(-inf) = 0
+                    S[n][e] = expf(S[n][e] - mexp); // masked: exp(-inf) = 0
                     sum += S[n][e];
                 }
             sum += __shfl_xor_sync(0xffffffffu, sum, 1);
@@ -581,14 +644,18 @@ attention_forward_tc_kernel(floatX* out, float* lse, const floatX* qkv, int T, i
 // warp computes, for its 16 keys, S^T = K_j Q_i^T, P^T, dP^T = V_j dO_i^T and dS^T, then dV_j +=
 // P^T dO_i and dK_j += dS^T Q_i, all in registers: the group's sum without atomics, in a fixed order.
 // dqkv (B, T, QKV): the k and v heads [=]; dout (B, T, NH*HS), qkv (B, T, QKV), lse, D (B, NH, T).
-template <int HS>
+template <int HS, bool SEG>
 __global__ static void __launch_bounds__(FA_THREADS, FA_DKDV_MIN_BLOCKS(HS))
 attention_backward_dkdv_tc_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
-                                  const float* D, int T, int NH, int NKV) {
+                                  const float* D, const int* seg, int T, int NH, int NKV) {
     const int ld = HS + FA_PAD, BC = FA_DKDV_BC(HS), QKV = (NH + 2 * NKV) * HS, C = NH * HS;
     int b = blockIdx.x / NKV, kh = blockIdx.x % NKV, h0 = kh * (NH / NKV); // h0: the group's first query head
     int kt = blockIdx.y, k0 = kt * FA_TILE, it0 = k0 / BC, nq = T / BC; // the first keys (most queries) first
-    int nit = nq - it0, steps = (NH / NKV) * nit; // step s: query head h0 + s / nit, query tile it0 + s % nit
+    const int* sg = SEG ? seg + (int64_t)b * T : NULL; // [SEG] this row's segment table
+    // causal: the query tiles from the key tile's own on; [SEG] up to the last that holds a query of
+    // an example that reaches the block's last key
+    int nit = (SEG ? att_query_tile_end(sg, k0 + FA_TILE - 1, it0, nq, BC) : nq) - it0;
+    int steps = (NH / NKV) * nit; // step s: query head h0 + s / nit, query tile it0 + s % nit
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
     float scale = 1.0f / sqrtf((float)HS);
     const floatX* q = qkv + (int64_t)b * T * QKV + h0 * HS;  // (T, HS) of head h0, row stride QKV; head h0+e: + e*HS
@@ -604,6 +671,7 @@ attention_backward_dkdv_tc_kernel(floatX* dqkv, const floatX* dout, const floatX
     bf16_t* dOs = Qs + 2 * BC * ld;       // 2 x (BC, ld) dO_i
     float* Ls = (float*)(dOs + 2 * BC * ld); // 2 x (BC) L_i
     float* Ds = Ls + 2 * BC;                 // 2 x (BC) D_i
+    int* Sgs = (int*)(Ds + 2 * BC);          // [SEG] 2 x (BC) seg_i: the first key of each query's example
 
     // line 6: load K_j, V_j; line 9 of the first query tile (on the diagonal): Q_i, dO_i, L_i, D_i
     fa_load_tile<HS>(Ks, k, QKV, k0);
@@ -612,6 +680,7 @@ attention_backward_dkdv_tc_kernel(floatX* dqkv, const floatX* dout, const floatX
     fa_load_tile<HS, BC>(dOs, dO, C, k0);
     fa_load_vec<BC>(Ls, L0 + k0);
     fa_load_vec<BC>(Ds, D0 + k0);
+    if (SEG) fa_load_vec<BC>(Sgs, sg + k0);
     tc_cp_async_commit();
     // line 7: dK_j = 0, dV_j = 0 (this warp's 16 keys; this lane's rows g and g + 8 of them)
     float dK[HS / 8][4], dV[HS / 8][4];
@@ -625,12 +694,14 @@ attention_backward_dkdv_tc_kernel(floatX* dqkv, const floatX* dout, const floatX
         bf16_t* dOi = dOs + buf * BC * ld;
         const float* Li = Ls + buf * BC;
         const float* Di = Ds + buf * BC;
+        const int* Sgi = Sgs + buf * BC;
         if (s + 1 < steps) { // line 9 of the next step's tile, into the other buffer, while this one is used
             int e = (s + 1) / nit, n0 = (it0 + (s + 1) % nit) * BC; // its head h0 + e, its first query row
             fa_load_tile<HS, BC>(Qs + nbuf * BC * ld, q + e * HS, QKV, n0);
             fa_load_tile<HS, BC>(dOs + nbuf * BC * ld, dO + e * HS, C, n0);
             fa_load_vec<BC>(Ls + nbuf * BC, L0 + (int64_t)e * T + n0);
             fa_load_vec<BC>(Ds + nbuf * BC, D0 + (int64_t)e * T + n0);
+            if (SEG) fa_load_vec<BC>(Sgs + nbuf * BC, sg + n0);
             tc_cp_async_commit();
             tc_cp_async_wait<1>(); // all but that newest group have landed
         } else {
@@ -638,7 +709,7 @@ attention_backward_dkdv_tc_kernel(floatX* dqkv, const floatX* dout, const floatX
         }
         __syncthreads(); // every thread's copies of Q_i, dO_i, L_i, D_i (and K_j, V_j) are visible
         // line 10: S^T = scale K_j Q_i^T; line 11: P^T = exp(S^T - L_i), 0 where query < key (the tiles
-        // that overlap the block's keys)
+        // that overlap the block's keys) and [SEG] where the query's example starts after the key
         float P[BC / 8][4], dS[BC / 8][4];
         fa_mma_ABt<HS, BC>(P, Ks + 16 * warp * ld, Qi);
         // line 13: dP^T = V_j dO_i^T
@@ -650,7 +721,8 @@ attention_backward_dkdv_tc_kernel(floatX* dqkv, const floatX* dout, const floatX
             #pragma unroll
             for (int i = 0; i < 4; i++) {
                 int key = k0 + 16 * warp + g + 8 * (i / 2), col = 8 * n + 2 * t + (i % 2);
-                float p = (diag && it * BC + col < key) ? 0.0f : expf(P[n][i] * scale - Li[col]);
+                int masked = (diag && it * BC + col < key) || (SEG && Sgi[col] > key);
+                float p = masked ? 0.0f : expf(P[n][i] * scale - Li[col]);
                 P[n][i] = p;
                 dS[n][i] = p * (dS[n][i] - Di[col]);
             }
@@ -677,10 +749,10 @@ attention_backward_dkdv_tc_kernel(floatX* dqkv, const floatX* dout, const floatX
 // dS, dQ_i += dS K_j.
 // Query head h reads kv head h / (NH / NKV) in place.
 // dqkv (B, T, QKV): the q heads [=]; dout (B, T, NH*HS), qkv (B, T, QKV), lse, D (B, NH, T).
-template <int HS>
+template <int HS, bool SEG>
 __global__ static void __launch_bounds__(FA_THREADS, FA_DQ_MIN_BLOCKS(HS))
 attention_backward_dq_tc_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
-                                const float* D, int T, int NH, int NKV) {
+                                const float* D, const int* seg, int T, int NH, int NKV) {
     const int ld = HS + FA_PAD, QKV = (NH + 2 * NKV) * HS, C = NH * HS;
     int bh = blockIdx.x, b = bh / NH, h = bh % NH, kh = h / (NH / NKV);
     int qt = gridDim.y - 1 - blockIdx.y, q0 = qt * FA_TILE; // the last queries (most keys) first
@@ -697,26 +769,34 @@ attention_backward_dq_tc_kernel(floatX* dqkv, const floatX* dout, const floatX* 
     bf16_t* Vs = Ks + 2 * FA_TILE * ld;   // 2 x (FA_TILE, ld) V_j
     float* Ls = (float*)(Vs + 2 * FA_TILE * ld); // (FA_TILE) L_i
     float* Ds = Ls + FA_TILE;                    // (FA_TILE) D_i
+    // [SEG] lo: the first key of the examples of this lane's rows (g, g + 8); j0: the first key tile
+    int lo[2] = {0, 0}, j0 = 0;
+    if (SEG) {
+        const int* sg = seg + (int64_t)b * T;
+        lo[0] = sg[q0 + 16 * warp + g];
+        lo[1] = sg[q0 + 16 * warp + g + 8];
+        j0 = att_first_key_tile(sg, q0, FA_TILE);
+    }
 
-    // line 9 (the query side, once): Q_i, dO_i, L_i, D_i; line 6 of the first key tile: K_0, V_0
+    // line 9 (the query side, once): Q_i, dO_i, L_i, D_i; line 6 of the first key tile: K_j0, V_j0
     fa_load_tile<HS>(Qs, q, QKV, q0);
     fa_load_tile<HS>(dOs, dO, C, q0);
     fa_load_vec(Ls, lse + (int64_t)bh * T + q0);
     fa_load_vec(Ds, D + (int64_t)bh * T + q0);
-    fa_load_tile<HS>(Ks, k, QKV, 0);
-    fa_load_tile<HS>(Vs, v, QKV, 0);
+    fa_load_tile<HS>(Ks, k, QKV, j0 * FA_TILE);
+    fa_load_tile<HS>(Vs, v, QKV, j0 * FA_TILE);
     tc_cp_async_commit();
     float dQ[HS / 8][4];
     #pragma unroll
     for (int n = 0; n < HS / 8; n++)
         #pragma unroll
         for (int i = 0; i < 4; i++) dQ[n][i] = 0.0f;
-    for (int j = 0; j <= qt; j++) { // causal: key tiles past the query tile are skipped whole
-        bf16_t* Kj = Ks + (j % 2) * FA_TILE * ld;
-        bf16_t* Vj = Vs + (j % 2) * FA_TILE * ld;
+    for (int j = j0; j <= qt; j++) { // causal: key tiles past the query tile are skipped whole
+        bf16_t* Kj = Ks + ((j - j0) % 2) * FA_TILE * ld;
+        bf16_t* Vj = Vs + ((j - j0) % 2) * FA_TILE * ld;
         if (j < qt) { // line 6 of the next tile, into the other buffer, while this one is used
-            fa_load_tile<HS>(Ks + ((j + 1) % 2) * FA_TILE * ld, k, QKV, (j + 1) * FA_TILE);
-            fa_load_tile<HS>(Vs + ((j + 1) % 2) * FA_TILE * ld, v, QKV, (j + 1) * FA_TILE);
+            fa_load_tile<HS>(Ks + ((j + 1 - j0) % 2) * FA_TILE * ld, k, QKV, (j + 1) * FA_TILE);
+            fa_load_tile<HS>(Vs + ((j + 1 - j0) % 2) * FA_TILE * ld, v, QKV, (j + 1) * FA_TILE);
             tc_cp_async_commit();
             tc_cp_async_wait<1>(); // all but that newest group have landed
         } else {
@@ -733,7 +813,8 @@ attention_backward_dq_tc_kernel(floatX* dqkv, const floatX* dout, const floatX* 
             #pragma unroll
             for (int i = 0; i < 4; i++) {
                 int row = 16 * warp + g + 8 * (i / 2), col = 8 * n + 2 * t + (i % 2);
-                float p = (j == qt && col > row) ? 0.0f : expf(P[n][i] * scale - Ls[row]);
+                int masked = (j == qt && col > row) || (SEG && j * FA_TILE + col < lo[i / 2]);
+                float p = masked ? 0.0f : expf(P[n][i] * scale - Ls[row]);
                 dS[n][i] = p * (dS[n][i] - Ds[row]);
             }
         // line 15: dQ_i += dS K_j (times scale at the end)
@@ -750,6 +831,17 @@ attention_backward_dq_tc_kernel(floatX* dqkv, const floatX* dout, const floatX* 
     }
 }
 #endif // !ENABLE_FP32
+
+#ifndef ENABLE_FP32
+// Allow the tensor-core kernels of one head size and mask (SEG: with a segment table) the dynamic
+// shared memory of the HS = 128 ones.
+template <int HS, bool SEG> static void fa_set_smem(void) {
+    int tc_fwd = (int)fa_smem_bytes(128, 0), tc_bwd = (int)fa_smem_bytes(128, 1);
+    cudaCheck(cudaFuncSetAttribute(attention_forward_tc_kernel<HS, SEG>, cudaFuncAttributeMaxDynamicSharedMemorySize, tc_fwd));
+    cudaCheck(cudaFuncSetAttribute(attention_backward_dkdv_tc_kernel<HS, SEG>, cudaFuncAttributeMaxDynamicSharedMemorySize, tc_bwd));
+    cudaCheck(cudaFuncSetAttribute(attention_backward_dq_tc_kernel<HS, SEG>, cudaFuncAttributeMaxDynamicSharedMemorySize, tc_bwd));
+}
+#endif
 
 // Check the heads; once per process, allow the kernels the dynamic shared memory the largest head
 // size needs (over the default 48 KiB), after checking that this GPU has it.
@@ -770,14 +862,12 @@ static void attention_cuda_setup(int NH, int NKV, int HS) {
     cudaCheck(cudaFuncSetAttribute(attention_backward_dkdv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd));
     cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd));
 #ifndef ENABLE_FP32
-    // the tensor-core kernels: ~85 KiB (forward) and ~103 KiB (backward) at HS = 128
-    int tc_fwd = (int)fa_smem_bytes(128, 0), tc_bwd = (int)fa_smem_bytes(128, 1);
-    cudaCheck(cudaFuncSetAttribute(attention_forward_tc_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, tc_fwd));
-    cudaCheck(cudaFuncSetAttribute(attention_forward_tc_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, tc_fwd));
-    cudaCheck(cudaFuncSetAttribute(attention_backward_dkdv_tc_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, tc_bwd));
-    cudaCheck(cudaFuncSetAttribute(attention_backward_dkdv_tc_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, tc_bwd));
-    cudaCheck(cudaFuncSetAttribute(attention_backward_dq_tc_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, tc_bwd));
-    cudaCheck(cudaFuncSetAttribute(attention_backward_dq_tc_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, tc_bwd));
+    // the tensor-core kernels, causal and with a segment table: ~85 KiB (forward) and ~103 KiB
+    // (backward) at HS = 128
+    fa_set_smem<64, false>();
+    fa_set_smem<128, false>();
+    fa_set_smem<64, true>();
+    fa_set_smem<128, true>();
 #endif
     done = 1;
 }
@@ -802,29 +892,30 @@ static unsigned att_tiles(int T, int rows) {
     return (unsigned)n;
 }
 
-static void attention_forward_cuda(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int NKV, int HS) {
+static void attention_forward_cuda(floatX* out, float* lse, const floatX* qkv, const int* seg, int B, int T, int NH, int NKV, int HS) {
     if (B <= 0 || T <= 0) return;
     attention_cuda_setup(NH, NKV, HS);
 #ifndef ENABLE_FP32
-    if (attention_uses_tc(T, HS, out, lse, qkv, NULL)) {
-        void (*fwd_tc)(floatX*, float*, const floatX*, int, int, int) =
-            HS == 64 ? attention_forward_tc_kernel<64> : attention_forward_tc_kernel<128>;
+    if (attention_uses_tc(T, HS, out, lse, qkv, seg)) {
+        void (*fwd_tc)(floatX*, float*, const floatX*, const int*, int, int, int) =
+            HS == 64 ? (seg ? attention_forward_tc_kernel<64, true> : attention_forward_tc_kernel<64, false>)
+                     : (seg ? attention_forward_tc_kernel<128, true> : attention_forward_tc_kernel<128, false>);
         dim3 tc_grid((unsigned)(B * NH), att_tiles(T, FA_TILE));
-        fwd_tc<<<tc_grid, FA_THREADS, fa_smem_bytes(HS, 0), g_stream>>>(out, lse, qkv, T, NH, NKV);
+        fwd_tc<<<tc_grid, FA_THREADS, fa_smem_bytes(HS, 0), g_stream>>>(out, lse, qkv, seg, T, NH, NKV);
         cudaCheck(cudaGetLastError());
         return;
     }
 #endif
     dim3 grid((unsigned)(B * NH), att_tiles(T, ATT_FWD_BR));
     size_t smem = att_fwd_smem_floats(HS) * sizeof(float);
-    attention_forward_kernel<<<grid, ATT_THREADS, smem, g_stream>>>(out, lse, qkv, T, NH, NKV, HS);
+    attention_forward_kernel<<<grid, ATT_THREADS, smem, g_stream>>>(out, lse, qkv, seg, T, NH, NKV, HS);
     cudaCheck(cudaGetLastError());
 }
 
 // Scratch: D (B, NH, T) FP32 in g_work (ops_workspace_floats counts B*T*NH). The dQ kernels run a
 // block per (b, query head), the dK/dV kernels a block per (b, kv head): B*NKV blocks per key tile.
 static void attention_backward_cuda(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
-                                    const float* lse, int B, int T, int NH, int NKV, int HS) {
+                                    const float* lse, const int* seg, int B, int T, int NH, int NKV, int HS) {
     if (B <= 0 || T <= 0) return;
     attention_cuda_setup(NH, NKV, HS);
     size_t rows = (size_t)B * NH * T;
@@ -834,24 +925,26 @@ static void attention_backward_cuda(floatX* dqkv, const floatX* dout, const floa
     attention_backward_d_kernel<<<(unsigned)ceil_div((int64_t)rows, ATT_THREADS / 32), ATT_THREADS, 0, g_stream>>>(D, dout, out, B, T, NH, HS);
     cudaCheck(cudaGetLastError());
 #ifndef ENABLE_FP32
-    if (attention_uses_tc(T, HS, dqkv, dout, qkv, lse) && (uintptr_t)D % 16 == 0) {
-        void (*dkdv_tc)(floatX*, const floatX*, const floatX*, const float*, const float*, int, int, int) =
-            HS == 64 ? attention_backward_dkdv_tc_kernel<64> : attention_backward_dkdv_tc_kernel<128>;
-        void (*dq_tc)(floatX*, const floatX*, const floatX*, const float*, const float*, int, int, int) =
-            HS == 64 ? attention_backward_dq_tc_kernel<64> : attention_backward_dq_tc_kernel<128>;
+    if (attention_uses_tc(T, HS, dqkv, dout, qkv, lse) && (uintptr_t)D % 16 == 0 && (uintptr_t)seg % 16 == 0) {
+        void (*dkdv_tc)(floatX*, const floatX*, const floatX*, const float*, const float*, const int*, int, int, int) =
+            HS == 64 ? (seg ? attention_backward_dkdv_tc_kernel<64, true> : attention_backward_dkdv_tc_kernel<64, false>)
+                     : (seg ? attention_backward_dkdv_tc_kernel<128, true> : attention_backward_dkdv_tc_kernel<128, false>);
+        void (*dq_tc)(floatX*, const floatX*, const floatX*, const float*, const float*, const int*, int, int, int) =
+            HS == 64 ? (seg ? attention_backward_dq_tc_kernel<64, true> : attention_backward_dq_tc_kernel<64, false>)
+                     : (seg ? attention_backward_dq_tc_kernel<128, true> : attention_backward_dq_tc_kernel<128, false>);
         dim3 kv_grid((unsigned)(B * NKV), att_tiles(T, FA_TILE)), q_grid((unsigned)(B * NH), att_tiles(T, FA_TILE));
-        dkdv_tc<<<kv_grid, FA_THREADS, fa_smem_dkdv_bytes(HS), g_stream>>>(dqkv, dout, qkv, lse, D, T, NH, NKV);
+        dkdv_tc<<<kv_grid, FA_THREADS, fa_smem_dkdv_bytes(HS), g_stream>>>(dqkv, dout, qkv, lse, D, seg, T, NH, NKV);
         cudaCheck(cudaGetLastError());
-        dq_tc<<<q_grid, FA_THREADS, fa_smem_bytes(HS, 1), g_stream>>>(dqkv, dout, qkv, lse, D, T, NH, NKV);
+        dq_tc<<<q_grid, FA_THREADS, fa_smem_bytes(HS, 1), g_stream>>>(dqkv, dout, qkv, lse, D, seg, T, NH, NKV);
         cudaCheck(cudaGetLastError());
         return;
     }
 #endif
     dim3 kv_grid((unsigned)(B * NKV), att_tiles(T, ATT_BWD_OWN)), q_grid((unsigned)(B * NH), att_tiles(T, ATT_BWD_OWN));
     size_t smem = att_bwd_smem_floats(HS) * sizeof(float);
-    attention_backward_dkdv_kernel<<<kv_grid, ATT_THREADS, smem, g_stream>>>(dqkv, dout, qkv, lse, D, T, NH, NKV, HS);
+    attention_backward_dkdv_kernel<<<kv_grid, ATT_THREADS, smem, g_stream>>>(dqkv, dout, qkv, lse, D, seg, T, NH, NKV, HS);
     cudaCheck(cudaGetLastError());
-    attention_backward_dq_kernel<<<q_grid, ATT_THREADS, smem, g_stream>>>(dqkv, dout, qkv, lse, D, T, NH, NKV, HS);
+    attention_backward_dq_kernel<<<q_grid, ATT_THREADS, smem, g_stream>>>(dqkv, dout, qkv, lse, D, seg, T, NH, NKV, HS);
     cudaCheck(cudaGetLastError());
 }
 #endif
@@ -861,8 +954,7 @@ static void attention_backward_cuda(floatX* dqkv, const floatX* dout, const floa
 // keys seg[b*T + i] .. i (NULL: 0 .. i); the key tiles start at seg[b*T + i].
 static void op_attention_forward(floatX* out, float* lse, const floatX* qkv, const int* seg, int B, int T, int NH, int NKV, int HD) {
 #ifdef __CUDACC__
-    if (seg && g_device == DEV_CUDA) die(1, "op_attention_forward: the segment table is not implemented on CUDA yet (internal error)");
-    if (g_device == DEV_CUDA) { attention_forward_cuda(out, lse, qkv, B, T, NH, NKV, HD); return; }
+    if (g_device == DEV_CUDA) { attention_forward_cuda(out, lse, qkv, seg, B, T, NH, NKV, HD); return; }
 #endif
     int64_t QKV = (int64_t)(NH + 2 * NKV) * HD, ATT = (int64_t)NH * HD;
     int rep = NH / NKV;
@@ -914,8 +1006,7 @@ static void op_attention_forward(floatX* out, float* lse, const floatX* qkv, con
 static void op_attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
                                   const float* lse, const int* seg, int B, int T, int NH, int NKV, int HD) {
 #ifdef __CUDACC__
-    if (seg && g_device == DEV_CUDA) die(1, "op_attention_backward: the segment table is not implemented on CUDA yet (internal error)");
-    if (g_device == DEV_CUDA) { attention_backward_cuda(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD); return; }
+    if (g_device == DEV_CUDA) { attention_backward_cuda(dqkv, dout, qkv, out, lse, seg, B, T, NH, NKV, HD); return; }
 #endif
     int64_t QKV = (int64_t)(NH + 2 * NKV) * HD, ATT = (int64_t)NH * HD, VOFF = (int64_t)NKV * HD;
     int rep = NH / NKV;

@@ -27,7 +27,8 @@
 // sequence of FP32 additions onto the same starting value; no FMA is possible in a sum):
 //   forward  one thread per PACK_X elements of a row (16-byte accesses when C % PACK_X == 0 and the
 //            pointers are aligned, else per element);
-//   dwpe     one thread per (t, pack of columns), adding b = 0..B-1 in order;
+//   dwpe     one thread per (t, pack of columns), adding b = 0..B-1 in order; with a segment table,
+//            dwte's scatter below with each row's position as the key (the CPU's order again);
 //   dwte     CUB's radix sort of the pairs (token, position), which is stable (the CPU's array);
 //            then (1) one block per chunk: for each run piece in the chunk, the block sums its rows
 //            (a thread per PACK_X columns); a run wholly inside the chunk is added to dwte at once
@@ -77,14 +78,14 @@ static inline size_t encoder_workspace_ints(int B, int T, int C, int V) {
 
 // out[bt, c0..c0+PACK_X) = rn(wte[tokens[bt], c] + wpe[t, c]), one thread per pack of a row (vec:
 // one 16-byte access each; else per element, the row's last pack possibly short).
-__global__ static void encoder_forward_kernel(floatX* out, const int* tokens, const floatX* wte,
+__global__ static void encoder_forward_kernel(floatX* out, const int* tokens, const int* seg, const floatX* wte,
                                               const floatX* wpe, int64_t N, int T, int C, int vec) {
     int64_t packs_per_row = ceil_div(C, PACK_X);
     int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= N * packs_per_row) return;
     int64_t bt = idx / packs_per_row;
     int c0 = (int)(idx % packs_per_row) * PACK_X;
-    int t = (int)(bt % T);
+    int t = (int)(bt % T) - (seg ? seg[bt] : 0); // the position: t within the token's example
     floatX* o = out + bt * C + c0;
     const floatX* we = wte + (int64_t)tokens[bt] * C + c0;
     if (!wpe) { // no positions (the Llama family): a copy of the token's row
@@ -201,40 +202,40 @@ __global__ static void encoder_backward_dwte_spans_kernel(float* dwte, const flo
     }
 }
 
-static void encoder_forward_cuda(floatX* out, const int* tokens, const floatX* wte, const floatX* wpe,
+static void encoder_forward_cuda(floatX* out, const int* tokens, const int* seg, const floatX* wte, const floatX* wpe,
                                  int B, int T, int C) {
     int64_t n = (int64_t)B * T * ceil_div(C, PACK_X);
     if (n <= 0) return;
     int vec = C % PACK_X == 0 && aligned16(out) && aligned16(wte) && (!wpe || aligned16(wpe));
-    encoder_forward_kernel<<<(unsigned)ceil_div(n, 256), 256, 0, g_stream>>>(out, tokens, wte, wpe,
+    encoder_forward_kernel<<<(unsigned)ceil_div(n, 256), 256, 0, g_stream>>>(out, tokens, seg, wte, wpe,
                                                                            (int64_t)B * T, T, C, vec);
     cudaCheck(cudaGetLastError());
 }
 
-// Scratch (g_work, as ints; see encoder_workspace_ints): the crossing pieces (2 * nchunks, C) FP32,
-// then pos_in, key_out, pos_out (N each, 64-int aligned), then CUB's temp storage.
-static void encoder_backward_cuda(float* dwte, float* dwpe, const floatX* dout, const int* tokens,
-                                  int B, int T, int C, int V) {
-    int N = B * T;
-    if (N <= 0 || C <= 0) return;
-    int vec_x = C % PACK_X == 0 && aligned16(dout);
-    int64_t dwpe_threads = (int64_t)T * ceil_div(C, PACK_X);
-    if (dwpe) {
-        encoder_backward_dwpe_kernel<<<(unsigned)ceil_div(dwpe_threads, 256), 256, 0, g_stream>>>(dwpe, dout, B, T, C, vec_x);
-        cudaCheck(cudaGetLastError());
-    }
-    // sort (token, position) pairs by token; tokens are in [0, V), so only the low bits matter
+// key[i] = the position of row i in its example, i % T - seg[i] (dwpe's sort key with a segment table).
+__global__ static void encoder_positions_kernel(unsigned* key, const int* seg, int N, int T) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N) key[i] = (unsigned)(i % T - seg[i]);
+}
+
+// dw (K, C) FP32 [+=]: row key[i] of dw += row i of dout (N, C), keys in [0, K), in the order at the
+// top (sorted by key, ENC_CHUNK pieces). Scratch (ints, from base in g_work; see
+// encoder_workspace_ints): the crossing pieces (2 * nchunks, C) FP32, then pos_in, key_out, pos_out
+// (N each, 64-int aligned), then CUB's temp storage.
+static void encoder_scatter_cuda(float* dw, const floatX* dout, const unsigned* keys, int N, int C, int K,
+                                 int* base, int vec_x) {
+    // sort (key, row) pairs by key; keys are in [0, K), so only the low bits matter
     int end_bit = 1;
-    while (end_bit < 32 && ((int64_t)1 << end_bit) < V) end_bit++;
+    while (end_bit < 32 && ((int64_t)1 << end_bit) < K) end_bit++;
     int nchunks = (int)ceil_div(N, ENC_CHUNK);
     size_t Na = (size_t)round_up(N, 64);
-    float* pieces = g_work;
-    int* pos_in = (int*)g_work + round_up(2 * (int64_t)nchunks * C, 64);
+    float* pieces = (float*)base;
+    int* pos_in = base + round_up(2 * (int64_t)nchunks * C, 64);
     unsigned* key_out = (unsigned*)(pos_in + Na);
     int* pos_out = (int*)(key_out + Na);
     void* temp = (void*)(pos_out + Na);
     size_t temp_bytes = 0;
-    cudaCheck(cub::DeviceRadixSort::SortPairs(NULL, temp_bytes, (const unsigned*)tokens, key_out, pos_in,
+    cudaCheck(cub::DeviceRadixSort::SortPairs(NULL, temp_bytes, keys, key_out, pos_in,
                                               pos_out, N, 0, end_bit, g_stream)); // size query only
     size_t need_ints = (size_t)((int*)temp - (int*)g_work) + ceil_div((int64_t)temp_bytes, 4);
     if (need_ints > g_work_floats)
@@ -242,19 +243,40 @@ static void encoder_backward_cuda(float* dwte, float* dwpe, const floatX* dout, 
                "(internal error: enlarge encoder_workspace_ints)", g_work_floats, need_ints, temp_bytes, N);
     encoder_iota_kernel<<<(unsigned)ceil_div(N, 256), 256, 0, g_stream>>>(pos_in, N);
     cudaCheck(cudaGetLastError());
-    cudaCheck(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, (const unsigned*)tokens, key_out, pos_in,
+    cudaCheck(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, key_out, pos_in,
                                               pos_out, N, 0, end_bit, g_stream));
     cudaCheck(cudaGetLastError());
-    // pieces and dwte rows are read in packs when every row of both starts 16-byte aligned
-    int vec = vec_x && aligned16(dwte) && aligned16(pieces);
+    // pieces and dw rows are read in packs when every row of both starts 16-byte aligned
+    int vec = vec_x && aligned16(dw) && aligned16(pieces);
     int per_thread = vec ? PACK_X : 1;
     int threads = (int)round_up(ceil_div(C, per_thread), 32);
     if (threads > 256) threads = 256;
-    encoder_backward_dwte_chunk_kernel<<<(unsigned)nchunks, threads, 0, g_stream>>>(dwte, pieces, dout, key_out,
+    encoder_backward_dwte_chunk_kernel<<<(unsigned)nchunks, threads, 0, g_stream>>>(dw, pieces, dout, key_out,
                                                                                     pos_out, N, C, vec);
     cudaCheck(cudaGetLastError());
-    encoder_backward_dwte_spans_kernel<<<(unsigned)nchunks, 256, 0, g_stream>>>(dwte, pieces, key_out, N, C);
+    encoder_backward_dwte_spans_kernel<<<(unsigned)nchunks, 256, 0, g_stream>>>(dw, pieces, key_out, N, C);
     cudaCheck(cudaGetLastError());
+}
+
+// dwpe: without a segment table the per-position sum over b; with one, the scatter by position
+// (keys in the first round_up(N, 64) ints of g_work, the scatter's scratch after them). dwte: the
+// scatter by token (the workspace is free again).
+static void encoder_backward_cuda(float* dwte, float* dwpe, const floatX* dout, const int* tokens, const int* seg,
+                                  int B, int T, int C, int V) {
+    int N = B * T;
+    if (N <= 0 || C <= 0) return;
+    int vec_x = C % PACK_X == 0 && aligned16(dout);
+    if (dwpe && !seg) {
+        int64_t dwpe_threads = (int64_t)T * ceil_div(C, PACK_X);
+        encoder_backward_dwpe_kernel<<<(unsigned)ceil_div(dwpe_threads, 256), 256, 0, g_stream>>>(dwpe, dout, B, T, C, vec_x);
+        cudaCheck(cudaGetLastError());
+    } else if (dwpe) {
+        unsigned* key = (unsigned*)g_work; // (N) each row's position
+        encoder_positions_kernel<<<(unsigned)ceil_div(N, 256), 256, 0, g_stream>>>(key, seg, N, T);
+        cudaCheck(cudaGetLastError());
+        encoder_scatter_cuda(dwpe, dout, key, N, C, T, (int*)g_work + round_up(N, 64), vec_x);
+    }
+    if (dwte) encoder_scatter_cuda(dwte, dout, (const unsigned*)tokens, N, C, V, (int*)g_work, vec_x);
 }
 #endif
 
@@ -290,8 +312,7 @@ static void encoder_scatter_rows(float* dw_all, const floatX* dout, const int* k
 static void op_encoder_forward(floatX* out, const int* tokens, const int* seg, const floatX* wte, const floatX* wpe,
                                int B, int T, int C) {
 #ifdef __CUDACC__
-    if (seg && wpe && g_device == DEV_CUDA) die(1, "op_encoder_forward: the segment table is not implemented on CUDA yet (internal error)");
-    if (g_device == DEV_CUDA) { encoder_forward_cuda(out, tokens, wte, wpe, B, T, C); return; }
+    if (g_device == DEV_CUDA) { encoder_forward_cuda(out, tokens, seg, wte, wpe, B, T, C); return; }
 #endif
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++)
@@ -308,8 +329,7 @@ static void op_encoder_backward(float* dwte, float* dwpe, const floatX* dout, co
                                 int B, int T, int C, int V) {
     if (!dwte && !dwpe) return; // a frozen embedding (LoRA's base): no gradient
 #ifdef __CUDACC__
-    if (seg && dwpe && g_device == DEV_CUDA) die(1, "op_encoder_backward: the segment table is not implemented on CUDA yet (internal error)");
-    if (g_device == DEV_CUDA) { encoder_backward_cuda(dwte, dwpe, dout, tokens, B, T, C, V); return; }
+    if (g_device == DEV_CUDA) { encoder_backward_cuda(dwte, dwpe, dout, tokens, seg, B, T, C, V); return; }
 #endif
     int N = B * T;
     int* work = (int*)g_work;

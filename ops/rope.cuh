@@ -112,8 +112,8 @@ static inline void rope_pair(floatX* a, floatX* b, float c, float s) {
 // ---- CUDA kernel: thread idx = ((b*T + t) * (NH + NKV) + head) * H2 + d, rotating pair d of that
 // head (q heads first, then k heads: the first (NH + NKV) HD columns of the row). sgn -1 flips sin
 // (the backward's transpose rotation).
-__global__ static void rope_kernel(floatX* qkv, const float* cos_sin, int64_t BT, int T, int NH, int NKV, int HD,
-                                   float sgn) {
+__global__ static void rope_kernel(floatX* qkv, const float* cos_sin, const int* seg, int64_t BT, int T, int NH,
+                                   int NKV, int HD, float sgn) {
     int H2 = HD / 2, heads = NH + NKV;
     int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= BT * heads * H2) return;
@@ -121,7 +121,7 @@ __global__ static void rope_kernel(floatX* qkv, const float* cos_sin, int64_t BT
     int64_t rh = idx / H2;
     int head = (int)(rh % heads);
     int64_t bt = rh / heads;
-    int t = (int)(bt % T);
+    int t = (int)(bt % T) - (seg ? seg[bt] : 0); // the position: t within the token's example
     floatX* x = qkv + bt * (int64_t)(NH + 2 * NKV) * HD + (int64_t)head * HD;
     float c = cos_sin[(int64_t)t * H2 + d], s = sgn * cos_sin[((int64_t)T + t) * H2 + d];
     float x1 = ld(x[d]), x2 = ld(x[d + H2]); // rope_pair's operations, each rounded on its own
@@ -129,10 +129,10 @@ __global__ static void rope_kernel(floatX* qkv, const float* cos_sin, int64_t BT
     x[d + H2] = rn(__fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s)));
 }
 
-static void rope_cuda(floatX* qkv, const float* cos_sin, int B, int T, int NH, int NKV, int HD, float sgn) {
+static void rope_cuda(floatX* qkv, const float* cos_sin, const int* seg, int B, int T, int NH, int NKV, int HD, float sgn) {
     int64_t n = (int64_t)B * T * (NH + NKV) * (HD / 2);
     if (n <= 0) return;
-    rope_kernel<<<(unsigned)ceil_div(n, 256), 256, 0, g_stream>>>(qkv, cos_sin, (int64_t)B * T, T, NH, NKV, HD, sgn);
+    rope_kernel<<<(unsigned)ceil_div(n, 256), 256, 0, g_stream>>>(qkv, cos_sin, seg, (int64_t)B * T, T, NH, NKV, HD, sgn);
     cudaCheck(cudaGetLastError());
 }
 #endif
@@ -140,8 +140,7 @@ static void rope_cuda(floatX* qkv, const float* cos_sin, int B, int T, int NH, i
 // Rotate the q and k heads of qkv (B, T, (NH + 2 NKV) HD) in place; cos_sin from rope_table(T).
 static void op_rope_forward(floatX* qkv, const float* cos_sin, const int* seg, int B, int T, int NH, int NKV, int HD) {
 #ifdef __CUDACC__
-    if (seg && g_device == DEV_CUDA) die(1, "op_rope_forward: the segment table is not implemented on CUDA yet (internal error)");
-    if (g_device == DEV_CUDA) { rope_cuda(qkv, cos_sin, B, T, NH, NKV, HD, 1.0f); return; }
+    if (g_device == DEV_CUDA) { rope_cuda(qkv, cos_sin, seg, B, T, NH, NKV, HD, 1.0f); return; }
 #endif
     int H2 = HD / 2, heads = NH + NKV;
 #pragma omp parallel for schedule(static)
@@ -159,8 +158,7 @@ static void op_rope_forward(floatX* qkv, const float* cos_sin, const int* seg, i
 // Backward of the forward rotation (its transpose, the rotation by -angle) on dq, dk of dqkv, in place.
 static void op_rope_backward(floatX* dqkv, const float* cos_sin, const int* seg, int B, int T, int NH, int NKV, int HD) {
 #ifdef __CUDACC__
-    if (seg && g_device == DEV_CUDA) die(1, "op_rope_backward: the segment table is not implemented on CUDA yet (internal error)");
-    if (g_device == DEV_CUDA) { rope_cuda(dqkv, cos_sin, B, T, NH, NKV, HD, -1.0f); return; }
+    if (g_device == DEV_CUDA) { rope_cuda(dqkv, cos_sin, seg, B, T, NH, NKV, HD, -1.0f); return; }
 #endif
     int H2 = HD / 2, heads = NH + NKV;
 #pragma omp parallel for schedule(static)

@@ -222,13 +222,16 @@ static double att_relerr_part(const floatX* a, const floatX* b, int64_t N, int Q
 
 // One shape: forward and backward on both devices, compared. want_tc: the tensor-core kernels must
 // (1) or must not (0) take this shape, so a case cannot silently test the other path. NKV: key/value
-// heads (grouped-query attention; 0: NH, multi-head attention as GPT-2's).
-static void gpu_attention_case(int B, int T, int NH, int HS, uint64_t seed, int want_tc = 0, int NKV = 0) {
+// heads (grouped-query attention; 0: NH, multi-head attention as GPT-2's). seg: a segment table (B,
+// T) on the host (packed examples), or NULL.
+static void gpu_attention_case(int B, int T, int NH, int HS, uint64_t seed, int want_tc = 0, int NKV = 0,
+                               const int* seg = NULL) {
     if (NKV == 0) NKV = NH;
     int C = NH * HS, QKV = (NH + 2 * NKV) * HS;
     int64_t nqkv = (int64_t)B * T * QKV, nout = (int64_t)B * T * C, nlse = (int64_t)B * NH * T;
     size_t bqkv = nqkv * sizeof(floatX), bout = nout * sizeof(floatX), blse = nlse * sizeof(float);
-    printf("    shape B=%d T=%d NH=%d NKV=%d HS=%d\n", B, T, NH, NKV, HS);
+    printf("    shape B=%d T=%d NH=%d NKV=%d HS=%d%s\n", B, T, NH, NKV, HS, seg ? ", packed examples" : "");
+    int* d_seg = seg ? (int*)gpu_copy_of(seg, sizeof(int) * B * T) : NULL;
     // host: inputs, the CPU's results, the GPU's results
     floatX* qkv = (floatX*)malloc(bqkv);
     floatX* dout = (floatX*)malloc(bout);
@@ -240,8 +243,8 @@ static void gpu_attention_case(int B, int T, int NH, int HS, uint64_t seed, int 
     floatX* g_dqkv = (floatX*)malloc(bqkv);
     rand_x(qkv, nqkv, 1.0, seed);
     rand_x(dout, nout, 1.0, seed + 1);
-    ON_CPU(op_attention_forward(out, lse, qkv, NULL, B, T, NH, NKV, HS));
-    ON_CPU(op_attention_backward(dqkv, dout, qkv, out, lse, NULL, B, T, NH, NKV, HS));
+    ON_CPU(op_attention_forward(out, lse, qkv, seg, B, T, NH, NKV, HS));
+    ON_CPU(op_attention_backward(dqkv, dout, qkv, out, lse, seg, B, T, NH, NKV, HS));
 
     // forward
     floatX* d_qkv = (floatX*)gpu_copy_of(qkv, bqkv);
@@ -249,10 +252,10 @@ static void gpu_attention_case(int B, int T, int NH, int HS, uint64_t seed, int 
     float* d_lse = (float*)gpu_zeros(blse);
     gpu_fill(d_out, 0xFF, bout); // NaN: unwritten elements fail
     gpu_fill(d_lse, 0xFF, blse);
-    int tc = attention_uses_tc(T, C / NH, d_out, d_lse, d_qkv, NULL);
+    int tc = attention_uses_tc(T, C / NH, d_out, d_lse, d_qkv, d_seg);
     printf("    kernels: %s\n", tc ? "tensor cores (mma.sync)" : "scalar FP32");
     CHECKF(tc == want_tc, "expected the %s kernels", want_tc ? "tensor-core" : "scalar");
-    ON_GPU(op_attention_forward(d_out, d_lse, d_qkv, NULL, B, T, NH, NKV, HS));
+    ON_GPU(op_attention_forward(d_out, d_lse, d_qkv, d_seg, B, T, NH, NKV, HS));
     gpu_to_host(g_out, d_out, bout);
     gpu_to_host(g_lse, d_lse, blse);
     GPU_COMPARE("attention forward out", relerr_x(g_out, out, nout), TOL_GPU_FWD);
@@ -264,7 +267,7 @@ static void gpu_attention_case(int B, int T, int NH, int HS, uint64_t seed, int 
     float* d_lsec = (float*)gpu_copy_of(lse, blse);
     floatX* d_dqkv = (floatX*)gpu_zeros(bqkv);
     gpu_fill(d_dqkv, 0xFF, bqkv);
-    ON_GPU(op_attention_backward(d_dqkv, d_dout, d_qkv, d_outc, d_lsec, NULL, B, T, NH, NKV, HS));
+    ON_GPU(op_attention_backward(d_dqkv, d_dout, d_qkv, d_outc, d_lsec, d_seg, B, T, NH, NKV, HS));
     gpu_to_host(g_dqkv, d_dqkv, bqkv);
     int64_t N = (int64_t)B * T;
     GPU_COMPARE("attention backward dq", att_relerr_part(g_dqkv, dqkv, N, QKV, 0, C), TOL_GPU_BWD);
@@ -275,6 +278,7 @@ static void gpu_attention_case(int B, int T, int NH, int HS, uint64_t seed, int 
     cudaCheck(cudaFree(d_qkv)); cudaCheck(cudaFree(d_out)); cudaCheck(cudaFree(d_lse));
     cudaCheck(cudaFree(d_dout)); cudaCheck(cudaFree(d_outc)); cudaCheck(cudaFree(d_lsec));
     cudaCheck(cudaFree(d_dqkv));
+    if (d_seg) cudaCheck(cudaFree(d_seg));
 }
 
 // One row: the softmax has a single term, out = v, lse = s_00, dv = dout and dq = dk = 0 exactly on
@@ -332,8 +336,9 @@ TEST(gpu_attention_tc_gqa_hs128) { ATT_TC_ONLY(); gpu_attention_tc_gqa_cases(128
 
 // Deterministic: the same inputs give the same bits, forward and backward (no atomics), on the
 // scalar kernels (T = 300) and on the tensor-core ones (T = 256).
-static void gpu_attention_deterministic_case(int B, int T, int NH, int HS, int NKV = 0) {
+static void gpu_attention_deterministic_case(int B, int T, int NH, int HS, int NKV = 0, const int* seg = NULL) {
     if (NKV == 0) NKV = NH;
+    int* d_seg = seg ? (int*)gpu_copy_of(seg, sizeof(int) * B * T) : NULL;
     int C = NH * HS;
     int64_t nqkv = (int64_t)B * T * (NH + 2 * NKV) * HS, nout = (int64_t)B * T * C, nlse = (int64_t)B * NH * T;
     size_t bqkv = nqkv * sizeof(floatX), bout = nout * sizeof(floatX), blse = nlse * sizeof(float);
@@ -352,8 +357,8 @@ static void gpu_attention_deterministic_case(int B, int T, int NH, int HS, int N
     for (int run = 0; run < 2; run++) {
         gpu_fill(d_out, 0xFF, bout);
         gpu_fill(d_dqkv, 0xFF, bqkv);
-        ON_GPU(op_attention_forward(d_out, d_lse, d_qkv, NULL, B, T, NH, NKV, HS));
-        ON_GPU(op_attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, NULL, B, T, NH, NKV, HS));
+        ON_GPU(op_attention_forward(d_out, d_lse, d_qkv, d_seg, B, T, NH, NKV, HS));
+        ON_GPU(op_attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, d_seg, B, T, NH, NKV, HS));
         gpu_to_host(run ? out2 : out1, d_out, bout);
         gpu_to_host(run ? lse2 : lse1, d_lse, blse);
         gpu_to_host(run ? dq2 : dq1, d_dqkv, bqkv);
@@ -361,7 +366,9 @@ static void gpu_attention_deterministic_case(int B, int T, int NH, int HS, int N
     CHECKF(memcmp(out1, out2, bout) == 0, "forward out differs between two runs");
     CHECKF(memcmp(lse1, lse2, blse) == 0, "forward lse differs between two runs");
     CHECKF(memcmp(dq1, dq2, bqkv) == 0, "backward dqkv differs between two runs");
-    printf("    two runs, forward and backward: %s\n", memcmp(dq1, dq2, bqkv) == 0 ? "bitwise equal" : "DIFFERENT");
+    printf("    two runs%s, forward and backward: %s\n", seg ? " with a segment table" : "",
+           memcmp(dq1, dq2, bqkv) == 0 ? "bitwise equal" : "DIFFERENT");
+    if (d_seg) cudaCheck(cudaFree(d_seg));
     free(qkv); free(dout); free(out1); free(out2); free(lse1); free(lse2); free(dq1); free(dq2);
     cudaCheck(cudaFree(d_qkv)); cudaCheck(cudaFree(d_dout)); cudaCheck(cudaFree(d_out));
     cudaCheck(cudaFree(d_lse)); cudaCheck(cudaFree(d_dqkv));
@@ -371,6 +378,42 @@ TEST(gpu_attention_tc_deterministic) { ATT_TC_ONLY(); gpu_attention_deterministi
 TEST(gpu_attention_gqa_deterministic) { // the group's dK/dV sum, both kernel sets
     gpu_attention_deterministic_case(1, 70, 4, 16, 1);
     if (ATT_TC) gpu_attention_deterministic_case(1, 256, 2, 64, 1);
+}
+
+// ---- Packed examples: the segment table (issue 25; query i sees keys seg[i] .. i of its own row)
+// The same comparison with a table, on the scalar kernels (T = 100: examples starting mid-tile and
+// on the 16- and 32-row tile edges, GQA) and the tensor-core ones (T = 256: many short examples
+// and one long one, starts mid-tile and on the 64-row edges, a row with an example that begins in a
+// later key tile than the query tile's first row's, HS 64 and 128). Then both kernel sets twice:
+// bitwise the same (the fixed order without atomics holds with the table).
+static const int gseg_scalar[] = {1, 15, 16, 33, 35, /* row 1 */ 3, 97};
+static const int gseg_tc64[] = {1, 7, 56, 64, 3, 5, 10, 110, /* row 1 */ 200, 56};
+static const int gseg_tc128[] = {30, 2, 32, 150, 42};
+TEST(gpu_attention_seg) {
+    int seg[2 * 100];
+    gm_seg_from_lengths(seg, 2, 100, gseg_scalar, 7);
+    gpu_attention_case(2, 100, 4, 12, 60, 0, 2, seg);
+}
+TEST(gpu_attention_tc_seg_hs64) {
+    ATT_TC_ONLY();
+    int seg[2 * 256];
+    gm_seg_from_lengths(seg, 2, 256, gseg_tc64, 10);
+    gpu_attention_case(2, 256, 2, 64, 61, ATT_TC, 1, seg);
+}
+TEST(gpu_attention_tc_seg_hs128) {
+    ATT_TC_ONLY();
+    int seg[256];
+    gm_seg_from_lengths(seg, 1, 256, gseg_tc128, 5);
+    gpu_attention_case(1, 256, 2, 128, 62, ATT_TC, 1, seg);
+}
+TEST(gpu_attention_seg_deterministic) { // both kernel sets, GQA (the group's dK/dV sum) with a table
+    int seg[2 * 256];
+    gm_seg_from_lengths(seg, 2, 100, gseg_scalar, 7);
+    gpu_attention_deterministic_case(2, 100, 4, 16, 1, seg);
+    if (ATT_TC) {
+        gm_seg_from_lengths(seg, 2, 256, gseg_tc64, 10);
+        gpu_attention_deterministic_case(2, 256, 2, 64, 1, seg);
+    }
 }
 
 // Strictness, planted: the emulator drops every cp.async.wait_group (emu_cp_async_skip_waits), as

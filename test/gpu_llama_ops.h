@@ -165,6 +165,37 @@ TEST(gpu_rope) {
     }
 }
 
+// Packed examples: RoPE at positions t - seg (examples of 1-9 tokens, and one to the row's end),
+// forward and backward bitwise equal to the CPU.
+TEST(gpu_rope_seg) {
+    const int B = 2, T = 64, NH = 4, NKV = 2, HD = 32;
+    int64_t n = (int64_t)B * T * (NH + 2 * NKV) * HD, ntab = (int64_t)T * HD;
+    int seg[B * T];
+    for (int b = 0; b < B; b++)
+        for (int t = 0, s = 0; t < T; t++) {
+            if (t == 0 || (t < 40 && t == s + 1 + (s * 5 + b) % 9)) s = t;
+            seg[b * T + t] = s;
+        }
+    RopeParams p = {HD, 10000.0, ROPE_DEFAULT, 1.0, 0.0, 0.0, 0};
+    float* tab = (float*)malloc(sizeof(float) * ntab);
+    rope_table(tab, &p, T);
+    floatX *x = (floatX*)malloc(sizeof(floatX) * n), *xg = (floatX*)malloc(sizeof(floatX) * n);
+    rand_x(x, n, 1.0, 3101);
+    float* dtab = (float*)GM_UP(tab, ntab);
+    floatX* dx = (floatX*)GM_UP(x, n);
+    int* dseg = (int*)GM_UP(seg, B * T);
+    for (int bwd = 0; bwd < 2; bwd++) {
+        if (bwd) ON_CPU(op_rope_backward(x, tab, seg, B, T, NH, NKV, HD));
+        else ON_CPU(op_rope_forward(x, tab, seg, B, T, NH, NKV, HD));
+        if (bwd) ON_GPU(op_rope_backward(dx, dtab, dseg, B, T, NH, NKV, HD));
+        else ON_GPU(op_rope_forward(dx, dtab, dseg, B, T, NH, NKV, HD));
+        GM_DOWN(xg, dx, n);
+        gm_bitwise(bwd ? "rope bwd with seg (after fwd)" : "rope fwd with seg", xg, x, n, sizeof(floatX));
+    }
+    free(tab); free(x); free(xg);
+    cudaCheck(cudaFree(dtab)); cudaCheck(cudaFree(dx)); cudaCheck(cudaFree(dseg));
+}
+
 // SwiGLU forward and backward (dgu written, "=": the device buffer starts as NaN).
 TEST(gpu_swiglu) {
     const GlShape shapes[] = {{5, 13}, {37, 352}, {GPU_BIG(2048, 64), 8192}}; // odd F; llama-tiny's F; Llama 3 8B's

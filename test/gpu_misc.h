@@ -219,6 +219,18 @@ static void gm_tokens(int* tok, int N, int V, int kind, uint64_t seed) {
     if (kind != 1) { tok[0] = 0; tok[N - 1] = V - 1; }
 }
 
+// seg (B, T) of rows packed with examples of the given lengths, row after row (each row's lengths
+// sum to T): seg[b*T + t] = the index of the first token of t's example (ops/attention.cuh).
+static void gm_seg_from_lengths(int* seg, int B, int T, const int* len, int nlen) {
+    int b = 0, t = 0;
+    for (int e = 0; e < nlen; e++) {
+        for (int k = 0; k < len[e]; k++) seg[b * T + t + k] = t;
+        t += len[e];
+        if (t == T) { b++; t = 0; }
+    }
+    if (b != B || t != 0) { fprintf(stderr, "gm_seg_from_lengths: the lengths do not fill %d rows of %d\n", B, T); exit(1); }
+}
+
 TEST(gpu_encoder) {
     typedef struct { int B, T, C, V, kind; } EncCase;
     const EncCase cases[] = {
@@ -291,6 +303,64 @@ TEST(gpu_encoder) {
         cudaCheck(cudaFree(dtok)); cudaCheck(cudaFree(dwte_p)); cudaCheck(cudaFree(dwpe_p)); cudaCheck(cudaFree(ddout));
         cudaCheck(cudaFree(dout_fwd)); cudaCheck(cudaFree(ddwte)); cudaCheck(cudaFree(ddwpe));
     }
+}
+
+// Packed examples (a segment table): positions t - seg. The forward, and dwpe, which then sums each
+// position's rows over every example (dwte's sorted scatter keyed by position), bitwise equal to the
+// CPU and to a second run; examples of 1-9 tokens so that position 0's rows cross ENC_CHUNK edges,
+// on the 16-byte path (C 40) and the element path (C 19).
+TEST(gpu_encoder_seg) {
+    const int B = 3, T = 200, V = 1000, N = B * T;
+    int* seg = (int*)malloc(sizeof(int) * N);
+    int* tok = (int*)malloc(sizeof(int) * N);
+    for (int b = 0; b < B; b++)
+        for (int t = 0, s = 0; t < T; t++) { // example lengths 1..9 from a fixed pattern, the last one cut at T
+            if (t == s + 1 + (s * 7 + b) % 9 || t == 0) s = t;
+            seg[b * T + t] = s;
+        }
+    gm_tokens(tok, N, V, 2, 1600);
+    int* dtok = (int*)GM_UP(tok, N);
+    int* dseg = (int*)GM_UP(seg, N);
+    const int Cs[] = {40, 19};
+    for (int ci = 0; ci < 2; ci++) {
+        int C = Cs[ci];
+        int64_t VC = (int64_t)V * C, TC = (int64_t)T * C, NC = (int64_t)N * C;
+        printf("  B %d T %d C %d V %d, examples of 1-9 tokens\n", B, T, C, V);
+        floatX *wte = (floatX*)malloc(sizeof(floatX) * VC), *wpe = (floatX*)malloc(sizeof(floatX) * TC);
+        floatX *dout = (floatX*)malloc(sizeof(floatX) * NC), *out_c = (floatX*)malloc(sizeof(floatX) * NC);
+        floatX* out_g = (floatX*)malloc(sizeof(floatX) * NC);
+        rand_x(wte, VC, 0.1, 1700 + ci);
+        rand_x(wpe, TC, 0.1, 1710 + ci);
+        rand_x(dout, NC, 1.0, 1720 + ci);
+        float *dwte_c = (float*)calloc(VC, 4), *dwpe_c = (float*)calloc(TC, 4);
+        ON_CPU(op_encoder_forward(out_c, tok, seg, wte, wpe, B, T, C));
+        ON_CPU(op_encoder_backward(dwte_c, dwpe_c, dout, tok, seg, B, T, C, V));
+        floatX *dwte_p = (floatX*)GM_UP(wte, VC), *dwpe_p = (floatX*)GM_UP(wpe, TC), *ddout = (floatX*)GM_UP(dout, NC);
+        floatX* dout_fwd = (floatX*)gpu_nans(sizeof(floatX) * NC);
+        float *ddwte = (float*)gpu_zeros(4 * VC), *ddwpe = (float*)gpu_zeros(4 * TC);
+        ON_GPU(op_encoder_forward(dout_fwd, dtok, dseg, dwte_p, dwpe_p, B, T, C));
+        GM_DOWN(out_g, dout_fwd, NC);
+        gm_bitwise("encoder fwd out, positions t - seg", out_g, out_c, NC, sizeof(floatX));
+        float *dwte_g[2], *dwpe_g[2];
+        for (int run = 0; run < 2; run++) {
+            cudaCheck(cudaMemsetAsync(ddwte, 0, 4 * VC, g_stream));
+            cudaCheck(cudaMemsetAsync(ddwpe, 0, 4 * TC, g_stream));
+            ON_GPU(op_encoder_backward(ddwte, ddwpe, ddout, dtok, dseg, B, T, C, V));
+            dwte_g[run] = (float*)malloc(4 * VC);
+            dwpe_g[run] = (float*)malloc(4 * TC);
+            GM_DOWN(dwte_g[run], ddwte, VC);
+            GM_DOWN(dwpe_g[run], ddwpe, TC);
+        }
+        gm_bitwise("encoder bwd dwpe by position", dwpe_g[0], dwpe_c, TC, 4);
+        gm_bitwise("encoder bwd dwte", dwte_g[0], dwte_c, VC, 4);
+        gm_bitwise("encoder bwd dwpe by position, run twice", dwpe_g[1], dwpe_g[0], TC, 4);
+        for (int run = 0; run < 2; run++) { free(dwte_g[run]); free(dwpe_g[run]); }
+        free(wte); free(wpe); free(dout); free(out_c); free(out_g); free(dwte_c); free(dwpe_c);
+        cudaCheck(cudaFree(dwte_p)); cudaCheck(cudaFree(dwpe_p)); cudaCheck(cudaFree(ddout));
+        cudaCheck(cudaFree(dout_fwd)); cudaCheck(cudaFree(ddwte)); cudaCheck(cudaFree(ddwpe));
+    }
+    free(seg); free(tok);
+    cudaCheck(cudaFree(dtok)); cudaCheck(cudaFree(dseg));
 }
 
 // ---- AdamW: GPU and CPU bitwise over several steps

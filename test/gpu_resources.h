@@ -29,13 +29,20 @@ TEST(gpu_kernel_resources_no_spills) {
 #ifndef ENABLE_FP32
     // occupancy of the tensor-core kernels: blocks per SM by registers (per warp, in units of 256) and by
     // shared memory (228 KiB an SM, 1 KiB reserved per block), FA_THREADS threads each
+    // (each causal, and with a segment table: "+seg")
     const struct { const void* fn; const char* what; int HS; size_t smem; } tc[] = {
-        {(const void*)attention_forward_tc_kernel<64>, "forward", 64, fa_smem_bytes(64, 0)},
-        {(const void*)attention_forward_tc_kernel<128>, "forward", 128, fa_smem_bytes(128, 0)},
-        {(const void*)attention_backward_dkdv_tc_kernel<64>, "dK/dV", 64, fa_smem_dkdv_bytes(64)},
-        {(const void*)attention_backward_dkdv_tc_kernel<128>, "dK/dV", 128, fa_smem_dkdv_bytes(128)},
-        {(const void*)attention_backward_dq_tc_kernel<64>, "dQ", 64, fa_smem_bytes(64, 1)},
-        {(const void*)attention_backward_dq_tc_kernel<128>, "dQ", 128, fa_smem_bytes(128, 1)},
+        {(const void*)attention_forward_tc_kernel<64, false>, "forward", 64, fa_smem_bytes(64, 0)},
+        {(const void*)attention_forward_tc_kernel<128, false>, "forward", 128, fa_smem_bytes(128, 0)},
+        {(const void*)attention_backward_dkdv_tc_kernel<64, false>, "dK/dV", 64, fa_smem_dkdv_bytes(64)},
+        {(const void*)attention_backward_dkdv_tc_kernel<128, false>, "dK/dV", 128, fa_smem_dkdv_bytes(128)},
+        {(const void*)attention_backward_dq_tc_kernel<64, false>, "dQ", 64, fa_smem_bytes(64, 1)},
+        {(const void*)attention_backward_dq_tc_kernel<128, false>, "dQ", 128, fa_smem_bytes(128, 1)},
+        {(const void*)attention_forward_tc_kernel<64, true>, "fwd+seg", 64, fa_smem_bytes(64, 0)},
+        {(const void*)attention_forward_tc_kernel<128, true>, "fwd+seg", 128, fa_smem_bytes(128, 0)},
+        {(const void*)attention_backward_dkdv_tc_kernel<64, true>, "dKV+seg", 64, fa_smem_dkdv_bytes(64)},
+        {(const void*)attention_backward_dkdv_tc_kernel<128, true>, "dKV+seg", 128, fa_smem_dkdv_bytes(128)},
+        {(const void*)attention_backward_dq_tc_kernel<64, true>, "dQ+seg", 64, fa_smem_bytes(64, 1)},
+        {(const void*)attention_backward_dq_tc_kernel<128, true>, "dQ+seg", 128, fa_smem_bytes(128, 1)},
     };
     for (auto& k : tc) {
         auto it = emu::g_resources.find(k.fn);

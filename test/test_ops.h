@@ -855,6 +855,81 @@ TEST(op_encoder_seg) {
     free(wte); free(wpe); free(dout); free(out); free(wted); free(wped); free(doutd); free(refte); free(refpe); free(got); free(dwte);
 }
 
+// The tensor-core kernels' walks with a segment table (att_first_key_tile, att_query_tile_end in
+// ops/attention.cuh; the emulator cases check the kernels' results, this one the walks' coverage on
+// the host, where it is cheap): for packed rows at T 2048, a tile is visited exactly when it holds a
+// (query, key) pair the mask lets through -- none needed is skipped, none visited is wasted -- for
+// the forward/dQ walk and for dK/dV at both head sizes' query-tile heights. Then the prediction
+// docs/ops.md quotes: the tiles visited against causal attention for two SFT length mixes.
+
+// Row of T tokens packed with examples whose lengths are log-uniform in [lo, hi] (the last one cut at
+// the row's end, as a packed sample cuts it); returns the number of examples started.
+static int seg_pack_row(int* seg, int T, int lo, int hi, uint64_t key, uint64_t* ctr) {
+    int n = 0;
+    for (int t = 0; t < T; n++) {
+        int len = (int)floor(exp(log((double)lo) + rng_uniform(key, (*ctr)++) * (log((double)hi + 1) - log((double)lo))));
+        for (int k = 0; k < len && t < T; k++, t++) seg[t] = t - k;
+    }
+    return n;
+}
+// Does the tile [q0, q0 + nq) x [k0, k0 + nk) hold a pair with seg[i] <= j <= i?
+static int seg_tile_needed(const int* seg, int q0, int nq, int k0, int nk) {
+    for (int i = q0; i < q0 + nq; i++) {
+        int a = seg[i] > k0 ? seg[i] : k0, z = i < k0 + nk - 1 ? i : k0 + nk - 1;
+        if (a <= z) return 1;
+    }
+    return 0;
+}
+
+TEST(op_attention_tc_walk) {
+    const int T = 2048, nt = T / FA_TILE, rows = 200;
+    const struct { int lo, hi; const char* what; } mixes[] = {
+        {16, 512, "short SFT mix (Alpaca-like: log-uniform 16..512 tokens, mean ~140)"},
+        {64, 2048, "long SFT mix (chat-like: log-uniform 64..2048 tokens, mean ~570)"},
+    };
+    int* seg = (int*)malloc(sizeof(int) * T);
+    int64_t cf, ckv64, ckv128;
+    attention_tc_tiles(NULL, T, 64, &cf, &ckv64);
+    attention_tc_tiles(NULL, T, 128, &cf, &ckv128);
+    int bad = 0;
+    for (int m = 0; m < 2; m++) {
+        uint64_t key = rng_key(2025, m, 0), ctr = 0;
+        int64_t f = 0, kv64 = 0, kv128 = 0, examples = 0;
+        double pairs = 0.0; // (query, key) pairs the mask lets through: the work at element granularity
+        for (int r = 0; r < rows; r++) {
+            examples += seg_pack_row(seg, T, mixes[m].lo, mixes[m].hi, key, &ctr);
+            for (int i = 0; i < T; i++) pairs += i - seg[i] + 1;
+            int64_t a, b, c;
+            attention_tc_tiles(seg, T, 64, &a, &b);
+            attention_tc_tiles(seg, T, 128, &a, &c);
+            f += a; kv64 += b; kv128 += c;
+            if (r >= 20) continue; // the exhaustive check on the first 20 rows of each mix
+            for (int qt = 0; qt < nt; qt++)
+                for (int kt = 0; kt <= qt; kt++) {
+                    int visited = kt >= att_first_key_tile(seg, qt * FA_TILE, FA_TILE);
+                    bad += visited != seg_tile_needed(seg, qt * FA_TILE, FA_TILE, kt * FA_TILE, FA_TILE);
+                }
+            for (int HS = 64; HS <= 128; HS += 64) {
+                int bc = FA_DKDV_BC(HS), nq = T / bc;
+                for (int kt = 0; kt < nt; kt++) {
+                    int it0 = kt * FA_TILE / bc, end = att_query_tile_end(seg, kt * FA_TILE + FA_TILE - 1, it0, nq, bc);
+                    for (int it = it0; it < nq; it++)
+                        bad += (it < end) != seg_tile_needed(seg, it * bc, bc, kt * FA_TILE, FA_TILE);
+                }
+            }
+        }
+        printf("    T %d, %s: %.1f examples a row; tiles visited against causal: forward and dQ %.1f%%, "
+               "dK/dV %.1f%% (HS 64) %.1f%% (HS 128); unmasked pairs %.1f%%\n", T, mixes[m].what,
+               (double)examples / rows, 100.0 * f / (cf * rows), 100.0 * kv64 / (ckv64 * rows),
+               100.0 * kv128 / (ckv128 * rows), 100.0 * pairs / (rows * (double)T * (T + 1) / 2));
+        CHECKF(f < cf * rows && kv64 < ckv64 * rows, "packing skipped no tile");
+    }
+    CHECKF(bad == 0, "%d tiles visited without a visible pair, or skipped with one", bad);
+    // no table: the causal walk, every tile on or below the diagonal
+    CHECK(cf == (int64_t)nt * (nt + 1) / 2);
+    free(seg);
+}
+
 // ---- LM head + softmax cross-entropy (padded vocabulary masked)
 
 typedef struct { int N, C, V, Vp; const int* tgt; double *x, *wte; double dloss; } ClsRef;

@@ -37,7 +37,7 @@ EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, bf16_t const*,
 EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, long, int, int)>(&swiglu_forward_kernel), "swiglu_forward_kernel", 26, 0, 0, 0, 0)
 #endif
 #ifndef ENABLE_FP32
-EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, float const*, long, int, int, int, int, float)>(&rope_kernel), "rope_kernel", 24, 0, 0, 0, 0)
+EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, float const*, int const*, long, int, int, int, int, float)>(&rope_kernel), "rope_kernel", 24, 0, 0, 0, 0)
 #endif
 EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, int, int)>(&rmsnorm_backward_sum_kernel), "rmsnorm_backward_sum_kernel", 32, 0, 0, 0, 0)
 #ifndef ENABLE_FP32
@@ -50,34 +50,52 @@ EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, bf16_t const*,
 EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t*, float*, bf16_t const*, bf16_t const*, bf16_t const*, int, int, float, int)>(&residual_rmsnorm_forward_kernel), "residual_rmsnorm_forward_kernel", 56, 0, 0, 0, 0)
 #endif
 #ifndef ENABLE_FP32
-EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, bf16_t const*, float const*, float const*, int, int, int)>(&attention_backward_dq_tc_kernel<128>), "attention_backward_dq_tc_kernel<128>", 238, 0, 0, 0, 0)
+EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, bf16_t const*, float const*, float const*, int const*, int, int, int)>(&attention_backward_dq_tc_kernel<128, false>), "attention_backward_dq_tc_kernel<128, false>", 238, 0, 0, 0, 0)
 #endif
 #ifndef ENABLE_FP32
-EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, bf16_t const*, float const*, float const*, int, int, int)>(&attention_backward_dq_tc_kernel<64>), "attention_backward_dq_tc_kernel<64>", 168, 0, 0, 0, 0)
+EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, bf16_t const*, float const*, float const*, int const*, int, int, int)>(&attention_backward_dq_tc_kernel<128, true>), "attention_backward_dq_tc_kernel<128, true>", 240, 0, 0, 0, 0)
 #endif
 #ifndef ENABLE_FP32
-EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, bf16_t const*, float const*, float const*, int, int, int)>(&attention_backward_dkdv_tc_kernel<128>), "attention_backward_dkdv_tc_kernel<128>", 243, 0, 0, 0, 0)
+EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, bf16_t const*, float const*, float const*, int const*, int, int, int)>(&attention_backward_dq_tc_kernel<64, false>), "attention_backward_dq_tc_kernel<64, false>", 168, 0, 0, 0, 0)
 #endif
 #ifndef ENABLE_FP32
-EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, bf16_t const*, float const*, float const*, int, int, int)>(&attention_backward_dkdv_tc_kernel<64>), "attention_backward_dkdv_tc_kernel<64>", 221, 0, 0, 0, 0)
+EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, bf16_t const*, float const*, float const*, int const*, int, int, int)>(&attention_backward_dq_tc_kernel<64, true>), "attention_backward_dq_tc_kernel<64, true>", 168, 0, 0, 0, 0)
 #endif
 #ifndef ENABLE_FP32
-EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, float*, bf16_t const*, int, int, int)>(&attention_forward_tc_kernel<128>), "attention_forward_tc_kernel<128>", 201, 0, 0, 0, 0)
+EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, bf16_t const*, float const*, float const*, int const*, int, int, int)>(&attention_backward_dkdv_tc_kernel<128, false>), "attention_backward_dkdv_tc_kernel<128, false>", 243, 0, 0, 0, 0)
 #endif
 #ifndef ENABLE_FP32
-EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, float*, bf16_t const*, int, int, int)>(&attention_forward_tc_kernel<64>), "attention_forward_tc_kernel<64>", 151, 0, 0, 0, 0)
+EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, bf16_t const*, float const*, float const*, int const*, int, int, int)>(&attention_backward_dkdv_tc_kernel<128, true>), "attention_backward_dkdv_tc_kernel<128, true>", 242, 0, 0, 0, 0)
 #endif
 #ifndef ENABLE_FP32
-EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, bf16_t const*, float const*, float const*, int, int, int, int)>(&attention_backward_dq_kernel), "attention_backward_dq_kernel", 40, 0, 0, 0, 0)
+EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, bf16_t const*, float const*, float const*, int const*, int, int, int)>(&attention_backward_dkdv_tc_kernel<64, false>), "attention_backward_dkdv_tc_kernel<64, false>", 221, 0, 0, 0, 0)
 #endif
 #ifndef ENABLE_FP32
-EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, bf16_t const*, float const*, float const*, int, int, int, int)>(&attention_backward_dkdv_kernel), "attention_backward_dkdv_kernel", 32, 0, 0, 0, 0)
+EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, bf16_t const*, float const*, float const*, int const*, int, int, int)>(&attention_backward_dkdv_tc_kernel<64, true>), "attention_backward_dkdv_tc_kernel<64, true>", 210, 0, 0, 0, 0)
+#endif
+#ifndef ENABLE_FP32
+EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, float*, bf16_t const*, int const*, int, int, int)>(&attention_forward_tc_kernel<128, false>), "attention_forward_tc_kernel<128, false>", 201, 0, 0, 0, 0)
+#endif
+#ifndef ENABLE_FP32
+EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, float*, bf16_t const*, int const*, int, int, int)>(&attention_forward_tc_kernel<128, true>), "attention_forward_tc_kernel<128, true>", 184, 0, 0, 0, 0)
+#endif
+#ifndef ENABLE_FP32
+EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, float*, bf16_t const*, int const*, int, int, int)>(&attention_forward_tc_kernel<64, false>), "attention_forward_tc_kernel<64, false>", 151, 0, 0, 0, 0)
+#endif
+#ifndef ENABLE_FP32
+EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, float*, bf16_t const*, int const*, int, int, int)>(&attention_forward_tc_kernel<64, true>), "attention_forward_tc_kernel<64, true>", 162, 0, 0, 0, 0)
+#endif
+#ifndef ENABLE_FP32
+EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, bf16_t const*, float const*, float const*, int const*, int, int, int, int)>(&attention_backward_dq_kernel), "attention_backward_dq_kernel", 32, 0, 0, 0, 0)
+#endif
+#ifndef ENABLE_FP32
+EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, bf16_t const*, float const*, float const*, int const*, int, int, int, int)>(&attention_backward_dkdv_kernel), "attention_backward_dkdv_kernel", 40, 0, 0, 0, 0)
 #endif
 #ifndef ENABLE_FP32
 EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, bf16_t const*, bf16_t const*, int, int, int, int)>(&attention_backward_d_kernel), "attention_backward_d_kernel", 30, 0, 0, 0, 0)
 #endif
 #ifndef ENABLE_FP32
-EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, float*, bf16_t const*, int, int, int, int)>(&attention_forward_kernel), "attention_forward_kernel", 48, 0, 0, 0, 0)
+EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, float*, bf16_t const*, int const*, int, int, int, int)>(&attention_forward_kernel), "attention_forward_kernel", 64, 0, 0, 0, 0)
 #endif
 EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, int, int)>(&bias_grad_finish_kernel), "bias_grad_finish_kernel", 32, 0, 0, 0, 0)
 #ifndef ENABLE_FP32
@@ -102,6 +120,7 @@ EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, bf16_t const*,
 #ifndef ENABLE_FP32
 EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t*, float*, float*, bf16_t const*, bf16_t const*, bf16_t const*, bf16_t const*, int, int, int)>(&residual_layernorm_forward_kernel), "residual_layernorm_forward_kernel", 62, 0, 0, 0, 0)
 #endif
+EMU_KERNEL_RESOURCES(static_cast<void (*)(unsigned int*, int const*, int, int)>(&encoder_positions_kernel), "encoder_positions_kernel", 14, 0, 0, 0, 0)
 EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, unsigned int const*, int, int)>(&encoder_backward_dwte_spans_kernel), "encoder_backward_dwte_spans_kernel", 32, 0, 0, 0, 0)
 #ifndef ENABLE_FP32
 EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float*, bf16_t const*, unsigned int const*, int const*, int, int, int)>(&encoder_backward_dwte_chunk_kernel), "encoder_backward_dwte_chunk_kernel", 32, 0, 0, 0, 0)
@@ -111,7 +130,7 @@ EMU_KERNEL_RESOURCES(static_cast<void (*)(int*, int)>(&encoder_iota_kernel), "en
 EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, bf16_t const*, int, int, int, int)>(&encoder_backward_dwpe_kernel), "encoder_backward_dwpe_kernel", 38, 0, 0, 0, 0)
 #endif
 #ifndef ENABLE_FP32
-EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, int const*, bf16_t const*, bf16_t const*, long, int, int, int)>(&encoder_forward_kernel), "encoder_forward_kernel", 23, 0, 0, 0, 0)
+EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, int const*, int const*, bf16_t const*, bf16_t const*, long, int, int, int)>(&encoder_forward_kernel), "encoder_forward_kernel", 23, 0, 0, 0, 0)
 #endif
 EMU_KERNEL_RESOURCES(static_cast<void (*)(unsigned short*, unsigned short, unsigned long)>(&fill_u16_kernel), "fill_u16_kernel", 10, 0, 0, 0, 0)
 #ifndef ENABLE_FP32
@@ -151,7 +170,7 @@ EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, float const*, lo
 EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, long, int, int)>(&swiglu_forward_kernel), "swiglu_forward_kernel", 26, 0, 0, 0, 0)
 #endif
 #ifdef ENABLE_FP32
-EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, long, int, int, int, int, float)>(&rope_kernel), "rope_kernel", 24, 0, 0, 0, 0)
+EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, int const*, long, int, int, int, int, float)>(&rope_kernel), "rope_kernel", 24, 0, 0, 0, 0)
 #endif
 #ifdef ENABLE_FP32
 EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, float const*, float const*, int, int, int, int)>(&rmsnorm_backward_partial_kernel), "rmsnorm_backward_partial_kernel", 40, 4096, 0, 0, 0)
@@ -163,16 +182,16 @@ EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, float const*, fl
 EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float*, float*, float const*, float const*, float const*, int, int, float, int)>(&residual_rmsnorm_forward_kernel), "residual_rmsnorm_forward_kernel", 40, 0, 0, 0, 0)
 #endif
 #ifdef ENABLE_FP32
-EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, float const*, float const*, float const*, int, int, int, int)>(&attention_backward_dq_kernel), "attention_backward_dq_kernel", 40, 0, 0, 0, 0)
+EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, float const*, float const*, float const*, int const*, int, int, int, int)>(&attention_backward_dq_kernel), "attention_backward_dq_kernel", 32, 0, 0, 0, 0)
 #endif
 #ifdef ENABLE_FP32
-EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, float const*, float const*, float const*, int, int, int, int)>(&attention_backward_dkdv_kernel), "attention_backward_dkdv_kernel", 32, 0, 0, 0, 0)
+EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, float const*, float const*, float const*, int const*, int, int, int, int)>(&attention_backward_dkdv_kernel), "attention_backward_dkdv_kernel", 40, 0, 0, 0, 0)
 #endif
 #ifdef ENABLE_FP32
 EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, float const*, int, int, int, int)>(&attention_backward_d_kernel), "attention_backward_d_kernel", 30, 0, 0, 0, 0)
 #endif
 #ifdef ENABLE_FP32
-EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float*, float const*, int, int, int, int)>(&attention_forward_kernel), "attention_forward_kernel", 48, 0, 0, 0, 0)
+EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float*, float const*, int const*, int, int, int, int)>(&attention_forward_kernel), "attention_forward_kernel", 64, 0, 0, 0, 0)
 #endif
 #ifdef ENABLE_FP32
 EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, int, int, int)>(&bias_grad_partial_kernel), "bias_grad_partial_kernel", 32, 4096, 0, 0, 0)
@@ -202,5 +221,5 @@ EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float*, float const*, unsigned
 EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, int, int, int, int)>(&encoder_backward_dwpe_kernel), "encoder_backward_dwpe_kernel", 34, 0, 0, 0, 0)
 #endif
 #ifdef ENABLE_FP32
-EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, int const*, float const*, float const*, long, int, int, int)>(&encoder_forward_kernel), "encoder_forward_kernel", 22, 0, 0, 0, 0)
+EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, int const*, int const*, float const*, float const*, long, int, int, int)>(&encoder_forward_kernel), "encoder_forward_kernel", 22, 0, 0, 0, 0)
 #endif
