@@ -1142,6 +1142,13 @@ static void take_run_record(Trainer* tr) {
         tr->recorded_run = strdup(mk->run);
         tr->recorded_step = step;
         flags_take_recorded(f, mk->run, step);
+        char v[16];
+        if (mk->run[0] && !f->doc_attention_set && !ckpt_run_find(mk->run, "-doc-attention", v, sizeof(v))) { // [-doc-attention] a record
+            snprintf(f->doc_attention_str, sizeof(f->doc_attention_str), "0");                              // from before it: no isolation
+            snprintf(f->doc_attention_given, sizeof(f->doc_attention_given), "(from checkpoint)");
+            printf0("resume: the checkpoint of step %d was written before -doc-attention existed: its run had no isolation, so this one has none "
+                    "either (-doc-attention 1 changes that)\n", step);
+        }
     }
     free(mk);
 }

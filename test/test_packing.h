@@ -476,7 +476,8 @@ TEST(packing_two_examples_mean_loss) {
 
 #if !defined(ENABLE_FP32) && !defined(ZT_GPU_SUITE) // (processes: the BF16 binary only)
 // The trainer as a process: the setting in the run record and resolved in the settings table; a
-// resume that changes it refused (exit 2, naming the flag), one that keeps it accepted;
+// resume that changes it refused (exit 2, naming the flag), one that keeps it accepted, one of a
+// checkpoint from before the flag runs without isolation (as that run did);
 // -doc-attention 1 on plain shards without a document token in the vocabulary refused; a bad
 // value refused. On the ZeRO tests' small-vocabulary data with a version-2 mask.
 static const char* pk_zt_masked(void) {
@@ -514,6 +515,13 @@ TEST(packing_cli_record_resume_refusals) {
     snprintf(cmd, sizeof(cmd), "OMP_NUM_THREADS=1 %s --train -device cpu -o %s -y 1 -x 2", g_test_self, dir);
     rc = test_run_cmd(cmd, out, sizeof(out));
     CHECKF(rc == 0 && strstr(out, "doc attention: on for -i"), "a resume keeping it: rc %d\n%s", rc, out);
+    // a checkpoint from before the flag (its record has no -doc-attention line): that run had no isolation, nor has its resume
+    snprintf(cmd, sizeof(cmd), "sed -i '/^run -doc-attention /d' %s/DONE_00000002 %s/LATEST", dir, dir);
+    CHECK(test_run_cmd(cmd, NULL, 0) == 0);
+    snprintf(cmd, sizeof(cmd), "OMP_NUM_THREADS=1 %s --train -device cpu -o %s -y 1 -x 3", g_test_self, dir);
+    rc = test_run_cmd(cmd, out, sizeof(out));
+    CHECKF(rc == 0 && strstr(out, "written before -doc-attention existed") && strstr(out, "| -doc-attention  | (from checkpoint) \u2192 0") &&
+           strstr(out, "doc attention: off"), "a resume of a checkpoint from before the flag: rc %d\n%s", rc, out);
     // plain shards: auto is 0; 1 needs the document token inside the vocabulary (GPT-2's 50256 is not, at V = 97)
     snprintf(cmd, sizeof(cmd), "OMP_NUM_THREADS=1 %s --train -device cpu " ZT_MODEL " -b 2 -x 0 -v 0 -s 0 -i %s -doc-attention 1", g_test_self, zt_data(0));
     rc = test_run_cmd(cmd, out, sizeof(out));
