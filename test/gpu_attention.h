@@ -384,14 +384,16 @@ TEST(gpu_attention_gqa_deterministic) { // the group's dK/dV sum, both kernel se
 // The same comparison with a table, on the scalar kernels (T = 100: examples starting mid-tile and
 // on the 16- and 32-row tile edges, GQA) and the tensor-core ones (T = 256: many short examples
 // and one long one, starts mid-tile and on the 64-row edges, a row with an example that begins in a
-// later key tile than the query tile's first row's, HS 64 and 128). Then both kernel sets twice:
+// later key tile than the query tile's first row's, HS 64 and 128). Both sets also hold an example
+// that starts at a key block's last key and runs into the next query tile (47 -> 64 scalar, 63 ->
+// 64 at HS 128): the dK/dV walk must not stop before that tile. Then both kernel sets twice:
 // bitwise the same (the fixed order without atomics holds with the table).
-static const int gseg_scalar[] = {1, 15, 16, 33, 35, /* row 1 */ 3, 97};
+static const int gseg_scalar[] = {1, 15, 16, 15, 18, 35, /* row 1 */ 3, 97};
 static const int gseg_tc64[] = {1, 7, 56, 64, 3, 5, 10, 110, /* row 1 */ 200, 56};
-static const int gseg_tc128[] = {30, 2, 32, 150, 42};
+static const int gseg_tc128[] = {30, 2, 31, 151, 42};
 TEST(gpu_attention_seg) {
     int seg[2 * 100];
-    gm_seg_from_lengths(seg, 2, 100, gseg_scalar, 7);
+    gm_seg_from_lengths(seg, 2, 100, gseg_scalar, 8);
     gpu_attention_case(2, 100, 4, 12, 60, 0, 2, seg);
 }
 TEST(gpu_attention_tc_seg_hs64) {
@@ -408,7 +410,7 @@ TEST(gpu_attention_tc_seg_hs128) {
 }
 TEST(gpu_attention_seg_deterministic) { // both kernel sets, GQA (the group's dK/dV sum) with a table
     int seg[2 * 256];
-    gm_seg_from_lengths(seg, 2, 100, gseg_scalar, 7);
+    gm_seg_from_lengths(seg, 2, 100, gseg_scalar, 8);
     gpu_attention_deterministic_case(2, 100, 4, 16, 1, seg);
     if (ATT_TC) {
         gm_seg_from_lengths(seg, 2, 256, gseg_tc64, 10);

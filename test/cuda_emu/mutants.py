@@ -106,14 +106,28 @@ MUTANTS = {
         'gpu_attention_tc_hs64', 'forward: the prefetch overwrites K_j, V_j while other warps still read them'),
     'tc_mask_off_by_one': (
         'ops/attention.cuh',
-        'S[n][i] = (j == qt && col > row) ? -INFINITY : S[n][i] * scale;',
-        'S[n][i] = (j == qt && col >= row) ? -INFINITY : S[n][i] * scale;',
+        'int masked = (j == qt && col > row) || (SEG && j * FA_TILE + col < lo[i / 2]);\n                S[n][i] =',
+        'int masked = (j == qt && col >= row) || (SEG && j * FA_TILE + col < lo[i / 2]);\n                S[n][i] =',
         'gpu_attention_tc_hs64', 'forward: the causal mask hides the diagonal (each query\'s own key)'),
     'tc_dq_skips_diagonal': (
         'ops/attention.cuh',
-        '    for (int j = 0; j <= qt; j++) { // causal: key tiles past the query tile are skipped whole\n        bf16_t* Kj = Ks + (j % 2) * FA_TILE * ld;\n        bf16_t* Vj = Vs + (j % 2) * FA_TILE * ld;\n        if (j < qt) { // line 6',
-        '    for (int j = 0; j < qt; j++) { // causal: key tiles past the query tile are skipped whole\n        bf16_t* Kj = Ks + (j % 2) * FA_TILE * ld;\n        bf16_t* Vj = Vs + (j % 2) * FA_TILE * ld;\n        if (j < qt) { // line 6',
+        '    for (int j = j0; j <= qt; j++) { // causal: key tiles past the query tile are skipped whole\n        bf16_t* Kj = Ks + ((j - j0) % 2) * FA_TILE * ld;\n        bf16_t* Vj = Vs + ((j - j0) % 2) * FA_TILE * ld;\n        if (j < qt) { // line 6',
+        '    for (int j = j0; j < qt; j++) { // causal: key tiles past the query tile are skipped whole\n        bf16_t* Kj = Ks + ((j - j0) % 2) * FA_TILE * ld;\n        bf16_t* Vj = Vs + ((j - j0) % 2) * FA_TILE * ld;\n        if (j < qt) { // line 6',
         'gpu_attention_tc_hs64', 'dQ: the diagonal key tile skipped along with those above it'),
+    # packed examples (a segment table, issue 25)
+    'tc_seg_dkdv_unmasked': (
+        'ops/attention.cuh',
+        'int masked = (diag && it * BC + col < key) || (SEG && Sgi[col] > key);',
+        'int masked = (diag && it * BC + col < key) || (SEG && Sgi[col] > key + 64);',
+        'gpu_attention_tc_seg_hs64', 'dK/dV: queries of the next example still see the last keys of this one'),
+    'tc_seg_empty_row': (
+        'ops/attention.cuh',
+        'float mexp = SEG && mx == -INFINITY ? 0.0f : mx;', 'float mexp = mx;',
+        'gpu_attention_tc_seg_hs64', 'forward: a row whose example starts in a later key tile takes exp(-inf - -inf) = NaN'),
+    'seg_walk_stops_early': (
+        'ops/attention.cuh',
+        'while (it < nq && sg[it * bc] <= klast) it++;', 'while (it < nq && sg[it * bc] < klast) it++;',
+        'gpu_attention_seg', 'dK/dV: the walk stops before a query tile whose example starts at the block\'s last key'),
     # the emulator's instructions themselves: a wrong layout must fail the instruction tests
     'emu_mma_b_layout': (
         'test/cuda_emu/cuda_emu.h',
@@ -167,7 +181,7 @@ MUTANTS = {
         '', 'gpu_attention_hs128', 'over 48 KiB of dynamic shared memory without cudaFuncSetAttribute'),
     'encoder_sort_bits': (
         'ops/encoder.cuh',
-        'while (end_bit < 32 && ((int64_t)1 << end_bit) < V) end_bit++;', 'end_bit = 8 + 0 * V;',
+        'while (end_bit < 32 && ((int64_t)1 << end_bit) < K) end_bit++;', 'end_bit = 8 + 0 * K;',
         'gpu_encoder', 'the radix sort looks at too few key bits: tokens grouped wrongly, rows written twice'),
     'encoder_temp_storage': (
         'ops/encoder.cuh',
