@@ -453,6 +453,7 @@ TEST(packing_two_examples_mean_loss) {
     int64_t counted[3];
     for (int iso = 0; iso < 2; iso++)
         for (int k = 0; k < 3; k++) {
+            if (!iso && k > 0) continue; // (an example alone is the same either way: one example per sample)
             char flags[2 * PATH_MAX], shard[PATH_MAX + 32];
             tokenize_shard_path(shard, sizeof(shard), prefix[k], "train", 0);
             snprintf(flags, sizeof(flags), MODEL_DEVICE "-e tiny -layers 2 -channels 16 -heads 2 -b 1 -t %d -l 0 -x 1 -v 0 -s 0 -shuffle 0 -r 0 -z 0 -i %s%s",
@@ -465,6 +466,8 @@ TEST(packing_two_examples_mean_loss) {
             tm_free(tr);
         }
     CHECK(counted[0] == counted[1] + counted[2]);
+    loss[0][1] = loss[1][1];
+    loss[0][2] = loss[1][2];
     double rel[2];
     for (int iso = 0; iso < 2; iso++) {
         double mean = (loss[iso][1] * counted[1] + loss[iso][2] * counted[2]) / (double)counted[0];
