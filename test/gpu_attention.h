@@ -385,10 +385,10 @@ TEST(gpu_attention_gqa_deterministic) { // the group's dK/dV sum, both kernel se
 // on the 16- and 32-row tile edges, GQA) and the tensor-core ones (T = 256: many short examples
 // and one long one, starts mid-tile and on the 64-row edges, a row with an example that begins in a
 // later key tile than the query tile's first row's, HS 64 and 128). Both sets also hold an example
-// that starts at a key block's last key and runs into the next query tile (47 -> 64 scalar, 63 ->
-// 64 at HS 128): the dK/dV walk must not stop before that tile. Then both kernel sets twice:
+// that starts at a key block's last key and runs well into the next query tile (47 -> 81 scalar, 63 ->
+// 213 at HS 128): the dK/dV walk must not stop before that tile. Then both kernel sets twice:
 // bitwise the same (the fixed order without atomics holds with the table).
-static const int gseg_scalar[] = {1, 15, 16, 15, 18, 35, /* row 1 */ 3, 97};
+static const int gseg_scalar[] = {1, 15, 16, 15, 35, 18, /* row 1 */ 3, 97};
 static const int gseg_tc64[] = {1, 7, 56, 64, 3, 5, 10, 110, /* row 1 */ 200, 56};
 static const int gseg_tc128[] = {30, 2, 31, 151, 42};
 TEST(gpu_attention_seg) {
