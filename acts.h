@@ -51,6 +51,7 @@
     X(losses,   float,  BT)         /* (B,T)    per-token loss */                          \
     X(inputs,   int,    BT)         /* (B,T)    token ids */                               \
     X(targets,  int,    BT)         /* (B,T)    next-token ids */                          \
+    X(segs,     int,    BT)         /* (B,T)    [-doc-attention 1] the uploaded segment table (seg points here, or is NULL) */ \
     X(dres,     floatX, BT * C)     /* (B,T,C)  gradient of the residual stream */         \
     X(dln,      floatX, BT * C)     /* (B,T,C)  gradient of a layernorm output */          \
     X(datty,    floatX, BT * ATT)   /* (B,T,ATT) */                                        \

@@ -28,13 +28,28 @@
 //
 // Loss masks (prompt/completion fine-tuning, written by -tokenize of a .jsonl file): beside shard
 // PATH an optional mask file PATH.mask (the suffix keeps it out of a "*.bin" glob):
-//   header   256 little-endian int32: [0] = 20261201 (magic), [1] = 1 (version), [2] = N tokens
-//            (the shard's), [3] = T the examples were packed for
-//   mask     N uint8: mask[i] = 1 when token i counts as a target (predicting it from the tokens
-//            before it enters the loss), 0 when not (prompt, padding)
+//   header   256 little-endian int32: [0] = 20261201 (magic), [1] = version (1 or 2), [2] = N
+//            tokens (the shard's), [3] = T the examples were packed for
+//   mask     N uint8, one per token i:
+//            bit 0 (MASK_COUNTS) = 1 when token i counts as a target (predicting it from the tokens
+//                    before it enters the loss), 0 when not (prompt, padding);
+//            bit 1 (MASK_STARTS, version 2 only) = 1 when an example starts at token i: token i is
+//                    the token that opens it (the EOT/BOS before its prompt), its first input.
+//            Version 1 (written before example starts were recorded) holds 0 or 1: it carries no
+//            boundaries. Version 2 holds 0..3; an example start on the shard's last token is
+//            refused (no input follows it: nothing can start there).
 // With masks, a masked target is loaded as -1 (the classifier's "does not count"); the T a mask was
 // packed for must be the T of the run (packing keeps every example inside one sample of T+1
-// tokens, which only holds for that T). Either every shard of a pattern has a mask or none.
+// tokens, which only holds for that T). Either every shard of a pattern has a mask or none, and
+// the masks of a pattern are all version 1 or all version 2.
+//
+// Segments (-doc-attention 1, docs/packing.md): dataloader_segments turns on a table dl->seg,
+// (B, T) int32, filled by every dataloader_load beside inputs: seg[b*T + t] = the index within row
+// b of the first token of the example holding token t (so seg[b*T] = 0, non-decreasing, and an
+// example starts at t exactly where seg[b*T + t] = t). Its starts come from the masks' bit 1 when
+// they carry it (dl->has_starts), else from the document token (each input equal to `eot` opens
+// the document after it; llm.c's plain shards). A sample's first token always starts a (possibly
+// partial) example. The table is a function of the sample alone: the same for any R.
 //
 // Every shard is checked at init, each problem a one-line error naming the file: header, magic,
 // version, file size against the header's count, at least T+1 tokens, and every token id below
@@ -52,8 +67,9 @@
 // Header-only, all functions static: include it in one translation unit. POSIX (glob, mmap);
 // compiles as C, as C++ and under nvcc (host code only).
 // defines: DataLoader, DataShard, dataloader_init, dataloader_load, dataloader_total_tokens,
-//          dataloader_count_targets, dataloader_free, write_token_shard, write_token_shard32,
-//          write_token_shard_width, dataloader_shard_token, MASK_MAGIC
+//          dataloader_count_targets, dataloader_free, dataloader_segments, write_token_shard,
+//          write_token_shard32, write_token_shard_width, dataloader_shard_token, MASK_MAGIC,
+//          MASK_VERSION, MASK_COUNTS, MASK_STARTS
 //
 // May call: rng.h and the C library. Knows nothing of ranks, the model or the trainer.
 #ifndef ZT_DATALOADER_H
@@ -100,6 +116,7 @@ typedef struct {
     int64_t nsamples;       // n_i = (N_i - 1) / T
     int64_t first_sample;   // global number of this shard's sample 0 (sum of n over earlier shards)
     int mask_fd;            // PATH.mask, open for the loader's lifetime (-1: no mask file); read with pread
+    int mask_version;       // its version: 1 (no example starts) or 2 (bit 1: example starts); 0: no mask
     int64_t mask_counted;   // targets that count in this shard's samples (mask ones at 1 .. nsamples*T)
 } DataShard;
 
@@ -120,6 +137,9 @@ typedef struct {
     int has_mask;           // every shard has a loss mask (PATH.mask)
     uint8_t* mask_buf;      // (T+1) one sample's mask as read from its file
     int64_t mask_counted;   // [masks] targets that count over all samples (0: nothing to learn from)
+    int has_starts;         // [masks] every mask is version 2: the data records where examples start
+    int* seg;               // (B, T) the segment table, written by dataloader_load; NULL: off (dataloader_segments)
+    int seg_eot;            // [seg] without recorded starts: the document token that opens an example
 } DataLoader;
 
 // Unmap and free everything; safe on a zeroed, half-built or already freed loader.
@@ -136,6 +156,7 @@ static inline void dataloader_free(DataLoader* dl) {
     free(dl->targets);
     free(dl->sample_buf);
     free(dl->mask_buf);
+    free(dl->seg);
     memset(dl, 0, sizeof(*dl));
     dl->perm_epoch = -1;
 }
@@ -153,11 +174,13 @@ static inline int dataloader_error(char* err, size_t errlen, const char* fmt, ..
 }
 
 #define MASK_MAGIC 20261201
-#define MASK_VERSION 1
+#define MASK_VERSION 2   // what -tokenize writes; version 1 (no example starts) is still read
+#define MASK_COUNTS 1    // bit 0 of a mask byte: the token counts as a target
+#define MASK_STARTS 2    // bit 1 (version 2): an example starts at the token (it opens the example)
 
 // The shard's loss mask PATH.mask, if there is one: opened (kept open: batches read it with pread,
 // like the tokens) and checked whole once (header, N, T, size, every value 0 or 1), counting the
-// targets that count.
+// targets that count. Version 1: bytes 0 or 1; version 2: 0..3, no start on the last token.
 static inline int dataloader_open_mask(DataShard* sh, int T, char* err, size_t errlen) {
     char mpath[4096];
     if (snprintf(mpath, sizeof(mpath), "%s.mask", sh->path) >= (int)sizeof(mpath)) return dataloader_error(err, errlen, "shard %s: path too long", sh->path);
@@ -173,8 +196,10 @@ static inline int dataloader_open_mask(DataShard* sh, int T, char* err, size_t e
                                 (long long)st.st_size, (long long)(SHARD_HEADER_BYTES + sh->ntok), sh->path);
     int32_t h[4];
     if (pread(fd, h, sizeof(h), 0) != (ssize_t)sizeof(h)) return dataloader_error(err, errlen, "mask %s: cannot read its header: %s", mpath, strerror(errno));
-    if (h[0] != MASK_MAGIC || h[1] != MASK_VERSION)
-        return dataloader_error(err, errlen, "mask %s: wrong magic/version %d/%d (expected %d/%d)", mpath, h[0], h[1], MASK_MAGIC, MASK_VERSION);
+    if (h[0] != MASK_MAGIC || h[1] < 1 || h[1] > MASK_VERSION)
+        return dataloader_error(err, errlen, "mask %s: wrong magic/version %d/%d (expected %d and version 1 or %d)", mpath, h[0], h[1], MASK_MAGIC, MASK_VERSION);
+    sh->mask_version = h[1];
+    uint8_t top = h[1] == 1 ? MASK_COUNTS : MASK_COUNTS | MASK_STARTS; // the largest valid byte
     if (h[2] != sh->ntok) return dataloader_error(err, errlen, "mask %s: counts %d tokens, its shard %lld", mpath, h[2], (long long)sh->ntok);
     if (h[3] != T)
         return dataloader_error(err, errlen, "mask %s: the examples were packed for T = %d, this run has T = %d. HINT: train with -t %d, "
@@ -185,8 +210,12 @@ static inline int dataloader_open_mask(DataShard* sh, int T, char* err, size_t e
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) return dataloader_error(err, errlen, "mask %s: cannot read byte %lld: %s", mpath, (long long)i, r < 0 ? strerror(errno) : "end of file");
         for (ssize_t k = 0; k < r; k++) {
-            if (buf[k] > 1) return dataloader_error(err, errlen, "mask %s: value %u at index %lld is not 0 or 1", mpath, buf[k], (long long)(i + k));
-            if (i + k >= 1 && i + k <= sh->nsamples * T) sh->mask_counted += buf[k]; // a target of some sample
+            if (buf[k] > top) return dataloader_error(err, errlen, "mask %s: value %u at index %lld is not %s", mpath, buf[k], (long long)(i + k),
+                                                     top == 1 ? "0 or 1 (a version-1 mask records no example starts)" : "0..3 (bit 0: counts, bit 1: an example starts)");
+            if ((buf[k] & MASK_STARTS) && i + k == sh->ntok - 1)
+                return dataloader_error(err, errlen, "mask %s: an example starts at index %lld, the shard's last token: no input follows it, "
+                                        "so no example can start there", mpath, (long long)(i + k));
+            if (i + k >= 1 && i + k <= sh->nsamples * T) sh->mask_counted += buf[k] & MASK_COUNTS; // a target of some sample
         }
         i += r;
     }
@@ -318,13 +347,20 @@ static inline int dataloader_init(DataLoader* dl, const char* pattern, int B, in
         dataloader_free(dl);
         return -1;
     }
-    for (int i = 0; dl->has_mask && i < dl->nshards; i++)
-        if (dl->shards[i].mask_fd < 0) {
-            char e[512];
+    for (int i = 0; dl->has_mask && i < dl->nshards; i++) {
+        char e[1024] = "";
+        if (dl->shards[i].mask_fd < 0)
             snprintf(e, sizeof(e), "shard %s: no loss mask (%s.mask) while other shards of '%s' have one", dl->shards[i].path, dl->shards[i].path, pattern);
+        else if (dl->shards[i].mask_version != dl->shards[0].mask_version)
+            snprintf(e, sizeof(e), "mask %s.mask: version %d while %s.mask is version %d: every mask of '%s' must record example starts (2) "
+                     "or none (1). HINT: -tokenize the data again", dl->shards[i].path, dl->shards[i].mask_version, dl->shards[0].path,
+                     dl->shards[0].mask_version, pattern);
+        if (e[0]) {
             dataloader_free(dl);
             return dataloader_error(err, errlen, "%s", e);
         }
+    }
+    dl->has_starts = dl->has_mask && dl->shards[0].mask_version >= 2;
 
     // --- buffers: everything dataloader_load touches is allocated here
     size_t BT = (size_t)B * (size_t)T;
@@ -416,10 +452,11 @@ static inline int dataloader_read_mask(DataLoader* dl, int64_t sample, const uin
                                     sh->path, (long long)first, (long long)(first + dl->T), r < 0 ? strerror(errno) : "the file is shorter than at start-up");
         got += (size_t)r;
     }
+    uint8_t top = sh->mask_version == 1 ? MASK_COUNTS : MASK_COUNTS | MASK_STARTS;
     for (int t = 0; t <= dl->T; t++)
-        if (dl->mask_buf[t] > 1)
-            return dataloader_error(dl->err, sizeof(dl->err), "mask %s.mask: value %u at index %lld is not 0 or 1 (the file changed since start-up)",
-                                    sh->path, dl->mask_buf[t], (long long)(first + t));
+        if (dl->mask_buf[t] > top)
+            return dataloader_error(dl->err, sizeof(dl->err), "mask %s.mask: value %u at index %lld is not %s (the file changed since start-up)",
+                                    sh->path, dl->mask_buf[t], (long long)(first + t), top == 1 ? "0 or 1" : "0..3");
     *m = dl->mask_buf;
     return 0;
 }
@@ -442,7 +479,7 @@ static inline int64_t dataloader_count_targets(DataLoader* dl, int64_t unit) {
     for (int b = 0; b < B; b++) {
         const uint8_t* m;
         if (dataloader_read_mask(dl, dataloader_position_sample(dl, unit * B + b), &m) != 0) return -1;
-        for (int t = 1; t <= T; t++) n += m[t];
+        for (int t = 1; t <= T; t++) n += m[t] & MASK_COUNTS;
     }
     return n;
 }
@@ -454,9 +491,23 @@ static inline void dataloader_fault_slow(const DataShard* sh) {
     if (f && !strncmp(f, "slow-read:", 10) && f[10] && strstr(sh->path, f + 10)) sleep(3);
 }
 
+// Turn the segment table on (once, before the first dataloader_load; allocates it): starts from the
+// masks' bit 1 when every mask records them, else at each input equal to `eot` (-1 there: refused,
+// as is an eot outside the vocabulary). 0, or -1 with err.
+static inline int dataloader_segments(DataLoader* dl, int eot, char* err, size_t errlen) {
+    if (!dl->has_starts && (eot < 0 || eot >= dl->vocab_size))
+        return dataloader_error(err, errlen, "shard %s: its data records no example starts (%s), and no document token %s opens one",
+                                dl->shards[0].path, dl->has_mask ? "version-1 loss masks" : "no loss masks",
+                                eot < 0 ? "is known" : "inside the vocabulary");
+    dl->seg_eot = eot;
+    if (!dl->seg) dl->seg = (int*)malloc(sizeof(int) * (size_t)dl->B * (size_t)dl->T);
+    if (!dl->seg) return dataloader_error(err, errlen, "dataloader: out of memory for the segment table");
+    return 0;
+}
+
 // Fill dl->inputs and dl->targets, (B, T) each, with unit `unit`: positions unit*B + b,
-// b = 0..B-1, of the sample stream. A unit may straddle epochs; each position uses its own.
-// Returns 0, or -1 with a one-line message in dl->err naming the shard.
+// b = 0..B-1, of the sample stream, and dl->seg when it is on. A unit may straddle epochs; each
+// position uses its own. Returns 0, or -1 with a one-line message in dl->err naming the shard.
 static inline int dataloader_load(DataLoader* dl, int64_t unit) {
     if (unit < 0) return dataloader_error(dl->err, sizeof(dl->err), "dataloader: unit %lld is negative", (long long)unit);
     int B = dl->B, T = dl->T;
@@ -469,7 +520,13 @@ static inline int dataloader_load(DataLoader* dl, int64_t unit) {
         if (dataloader_read_mask(dl, sample, &m) != 0) return -1;
         for (int t = 0; t < T; t++) {
             dl->inputs[b * T + t] = (int)tok[t];
-            dl->targets[b * T + t] = !m || m[t + 1] ? (int)tok[t + 1] : -1; // -1: masked (does not count)
+            dl->targets[b * T + t] = !m || (m[t + 1] & MASK_COUNTS) ? (int)tok[t + 1] : -1; // -1: masked (does not count)
+        }
+        if (!dl->seg) continue;
+        int* seg = dl->seg + (size_t)b * T; // [seg] the first token of each token's example
+        for (int t = 0; t < T; t++) {
+            int starts = t == 0 || (dl->has_starts ? (m[t] & MASK_STARTS) != 0 : tok[t] == (uint32_t)dl->seg_eot);
+            seg[t] = starts ? t : seg[t - 1];
         }
     }
     return 0;

@@ -56,6 +56,7 @@ typedef enum { FLAG_FREE, FLAG_RUN, FLAG_KEEP } FlagKind;
     X("-grad-clip",     grad_clip,       F_FLOAT, "1.0",    FLAG_RUN,  "clip the global gradient norm to this (0: off)")                   \
     X("-seed",          seed,            F_INT,   "1337",   FLAG_RUN,  "seed of initialisation, data order and sampling")                  \
     X("-shuffle",       shuffle,         F_INT,   "1",      FLAG_RUN,  "1: shuffle samples every epoch; 0: llm.c's sequential order")      \
+    X("-doc-attention", doc_attention,   F_STR,   "auto",   FLAG_RUN,  "1: each example of a packed sample attends only to itself, at positions from 0 (examples start where the .mask files record them, else at each EOT of plain shards); 0: a sample is one sequence (llm.c); auto: 1 when the data records example starts (-tokenize of a .jsonl), else 0 (docs/packing.md)") \
     X("-lora",          lora,            F_INT,   "0",      FLAG_RUN,  "LoRA: train rank-r adapters on a frozen base (0: off, every tensor trains); the base holds no gradient, master or AdamW state (docs/lora.md)") \
     X("-lora-alpha",    lora_alpha,      F_FLOAT, "0",      FLAG_RUN,  "LoRA: the update is scaled by alpha / r (0: alpha = r, scale 1)") \
     X("-lora-targets",  lora_targets,    F_STR,   "all",    FLAG_RUN,  "LoRA: comma-separated projections to adapt, PEFT's names: GPT-2 c_attn,c_proj,c_fc; Llama q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj (all: every one)") \
@@ -71,7 +72,7 @@ typedef enum { FLAG_FREE, FLAG_RUN, FLAG_KEEP } FlagKind;
     X("-top-k",         top_k,           F_INT,   "0",      FLAG_FREE, "sample from the K most likely tokens only (0: all)")               \
     X("-n",             ckpt_every,      F_INT,   "0",      FLAG_KEEP, "checkpoint every N steps and at the end (0: never; needs -o)")     \
     X("-nk",            ckpt_keep,       F_INT,   "0",      FLAG_KEEP, "keep only the newest N checkpoints (0: keep all)")                 \
-    X("-y",             resume,          F_INT,   "0",      FLAG_FREE, "1: resume from the newest complete checkpoint in -o; the flags it records (the run's: -e, -i, -j, -t, -d, the optimizer's, the schedule's, -seed, -lora*; and -b, -x, -n, -nk, -v, -m, -s, -g, -save-model, -max-skips) are taken from it when not given")              \
+    X("-y",             resume,          F_INT,   "0",      FLAG_FREE, "1: resume from the newest complete checkpoint in -o; the flags it records (the run's: -e, -i, -j, -t, -d, the optimizer's, the schedule's, -seed, -doc-attention, -lora*; and -b, -x, -n, -nk, -v, -m, -s, -g, -save-model, -max-skips) are taken from it when not given")              \
     X("-resume-change", resume_change,   F_STR,   "",       FLAG_FREE, "with -y 1: the run-defining flags this resume changes on purpose, e.g. -i or -i,-l (a given value that differs from the checkpoint's is refused otherwise)") \
     X("-r",             recompute,       F_INT,   "1",      FLAG_FREE, "recompute in backward: 0 none, 1 GELU, 2 GELU+layernorms, 3 whole blocks; auto: with -z auto, the planner's choice") \
     X("-z",             zero_stage,      F_INT,   "0",      FLAG_FREE, "ZeRO stage: 0 replicate, 1 shard optimizer, 2 +gradients, 3 +parameters; auto: the lowest-time stage that fits (see -plan)") \

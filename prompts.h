@@ -24,9 +24,10 @@
 //     loses whole turns from its start (a turn: a user message and what follows it up to the next
 //     user message), keeping a first system message, re-rendered until it fits (counted as cut);
 //     one whose last turn alone does not fit is refused, naming its line.
-// The prompt, the D before an example and the padding never count. Examples packed into one sample
-// attend to the examples before them in it (there is no attention mask): as in most packed
-// fine-tuning, each starts after a D, which the models were trained to treat as a document boundary.
+// The prompt, the D before an example and the padding never count. The mask (version 2) records
+// where each example starts: bit 1 on the D before it, the token that opens it. With
+// -doc-attention 1 (the default for such data) each packed example attends only to itself, at
+// positions from 0, as it would alone at the start of a sample (docs/packing.md).
 // Splits: example i goes to the val shards when val_every > 0 and i % val_every == val_every - 1.
 // Shards: at most shard_tokens tokens (at least one sample), named as -tokenize names them.
 // Errors (exit 2 in the caller): the line number and what is wrong (bad JSON, a missing field, a
@@ -109,14 +110,15 @@ static int prompt_push_id(uint32_t** ids, size_t* nids, size_t* icap, uint8_t** 
     return 0;
 }
 
-// Write the mask of a shard atomically (temporary name, fsync, rename).
-static int write_mask_file(const char* path, const uint8_t* mask, int64_t n, int T, char* err, size_t errlen) {
+// Write the mask of a shard atomically (temporary name, fsync, rename), in format `version` (1: the
+// bytes are 0/1, no example starts; MASK_VERSION: bit 1 marks them; dataloader.h).
+static int write_mask_file(const char* path, const uint8_t* mask, int64_t n, int T, int version, char* err, size_t errlen) {
     char tmp[4400];
     snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
     FILE* f = fopen(tmp, "wb");
     if (!f) return st_err(err, errlen, "mask %s: cannot create: %s", tmp, strerror(errno));
     int32_t h[SHARD_HEADER_INTS] = {0};
-    h[0] = MASK_MAGIC; h[1] = MASK_VERSION; h[2] = (int32_t)n; h[3] = T;
+    h[0] = MASK_MAGIC; h[1] = version; h[2] = (int32_t)n; h[3] = T;
     int ok = fwrite(h, sizeof(h), 1, f) == 1 && fwrite(mask, 1, (size_t)n, f) == (size_t)n && fflush(f) == 0 && fsync(fileno(f)) == 0;
     if (fclose(f) != 0) ok = 0;
     if (!ok || rename(tmp, path) != 0) { remove(tmp); return st_err(err, errlen, "mask %s: write failed: %s", path, strerror(errno)); }
@@ -134,7 +136,7 @@ static int prompt_flush(PromptSplit* s, int T, const char* prefix, char (*writte
     snprintf(written[(*nwritten)++], 4200, "%s", path);
     char mpath[4200];
     snprintf(mpath, sizeof(mpath), "%s.mask", path);
-    if (write_mask_file(mpath, s->mask, s->n, T, err, errlen)) return -1;
+    if (write_mask_file(mpath, s->mask, s->n, T, MASK_VERSION, err, errlen)) return -1;
     snprintf(written[(*nwritten)++], 4200, "%s", mpath);
     st->tokens[which] += s->n;
     st->shards[which]++;
@@ -146,7 +148,8 @@ static int prompt_flush(PromptSplit* s, int T, const char* prefix, char (*writte
 // Place one example in split s: ids[0, n) with their mask bytes, the last one the document token
 // that ends it (and leads the next). It goes in the current sample when it fits after the token
 // before it; else that sample is padded with the document token and it starts the next (closing
-// the shard first when the next sample would pass shard_tokens). 0, or -1 with err.
+// the shard first when the next sample would pass shard_tokens). The token before it, which opens
+// it, gets MASK_STARTS. 0, or -1 with err.
 static int prompt_place(PromptSplit* s, const uint32_t* ids, const uint8_t* mask, int64_t n, int T, int64_t shard_tokens, const char* prefix,
                         char (**written)[4200], int* nwritten, int* max_files, PromptStats* st, int which, char* err, size_t errlen) {
     if (s->n + n - 1 > s->ws + T) { // does not fit in this sample: pad it, move to the next
@@ -163,6 +166,7 @@ static int prompt_place(PromptSplit* s, const uint32_t* ids, const uint8_t* mask
             s->ws += T; // the next sample starts at this one's last token
         }
     }
+    s->mask[s->n - 1] |= MASK_STARTS; // the D before the example opens it (s->n >= 1: every shard starts with one)
     for (int64_t i = 0; i < n; i++)
         if (prompt_push(s, ids[i], mask[i])) return st_err(err, errlen, "out of memory");
     return 0;

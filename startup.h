@@ -423,6 +423,8 @@ static void check_flags(const Flags* f, const GPTConfig* c, int R) {
     if (f->lr < 0) die_user("flag -l: learning rate %g is negative", f->lr);
     if (f->warmup < -1) die_user("flag -u: warmup %d is negative", f->warmup);
     if (f->lr_final < 0 || f->lr_final > 1) die_user("flag -q: final fraction %g is not in [0, 1]", f->lr_final);
+    if (strcmp(f->doc_attention, "auto") && strcmp(f->doc_attention, "0") && strcmp(f->doc_attention, "1"))
+        die_user("flag -doc-attention: '%s' is not 0, 1 or auto", f->doc_attention);
     if (strcmp(f->lr_schedule, "cosine") && strcmp(f->lr_schedule, "linear") && strcmp(f->lr_schedule, "constant"))
         die_user("flag -k: schedule '%s' is not cosine, linear or constant", f->lr_schedule);
     if (f->beta1 < 0 || f->beta1 >= 1 || f->beta2 < 0 || f->beta2 >= 1) die_user("flags -beta1/-beta2: %g, %g must be in [0, 1)", f->beta1, f->beta2);
@@ -659,7 +661,7 @@ static void run_tokenize(const Flags* f) {
         if (tokenize_prompts_to_shards(&tok, f->tokenize, f->out_dir, f->T, f->val_every_doc, f->shard_tokens, f->chat_date, &ps, err, sizeof(err)))
             die_user("-tokenize: %s", err);
         printf("tokenized %s in %.2f s, packed for T = %d: train %lld examples, %lld tokens (%lld counted targets) in %d shard(s); "
-               "val %lld examples, %lld tokens (%lld counted) in %d shard(s); %lld %s; prefix %s (each shard with a .mask)\n",
+               "val %lld examples, %lld tokens (%lld counted) in %d shard(s); %lld %s; prefix %s (each shard with a .mask: the loss mask and where each example starts)\n",
                f->tokenize, wall_s() - t0, f->T, (long long)ps.examples[0], (long long)ps.tokens[0], (long long)ps.counted[0], ps.shards[0],
                (long long)ps.examples[1], (long long)ps.tokens[1], (long long)ps.counted[1], ps.shards[1], (long long)ps.cut,
                ps.chat_template[0] ? "conversation(s) cut by whole turns at the start" : "prompt(s) cut at the start", f->out_dir);

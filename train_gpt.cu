@@ -550,11 +550,15 @@ static float lr_at(const Flags* f, int step, int max_steps) {
 }
 
 
-// Copy a loader's micro-batch into the model's token buffers (through page-locked slots: no host wait).
+// Copy a loader's micro-batch into the model's token buffers (through page-locked slots: no host wait),
+// and its segment table when the loader makes one (-doc-attention 1): a.seg points at it, else is
+// NULL (one example per row, as every forward that writes a.inputs itself: sampling).
 static void load_tokens(Model* m, const DataLoader* dl, int with_targets) {
     size_t bytes = sizeof(int) * (size_t)dl->B * dl->T;
     dev_upload(m->a.inputs, dl->inputs, bytes);
     if (with_targets) dev_upload(m->a.targets, dl->targets, bytes);
+    if (dl->seg) dev_upload(m->a.segs, dl->seg, bytes);
+    m->a.seg = dl->seg ? m->a.segs : NULL;
 }
 
 // Sum of the first n per-token losses, in order.
@@ -921,6 +925,7 @@ static void sample_one(Trainer* tr, const int* ctx, int nctx, int prompt) {
     for (int t = nctx; t < nctx + n; t++) {
         int len = t < T ? t : T; // the last T tokens are the context
         dev_from_host(m->a.inputs, gen + t - len, sizeof(int) * len);
+        m->a.seg = NULL; // one sequence: the prompt after its EOT, or what was sampled
         gpt_forward(m, 1, len, 0, 0.0f, 0);
         dev_to_host(row, m->a.logits + (size_t)(len - 1 - m->a.logits_row0) * c->Vp, sizeof(floatX) * c->Vp);
         for (int j = 0; j < c->V; j++) logits[j] = ld(row[j]);
@@ -1126,6 +1131,41 @@ static void say_loss_masks(const Trainer* tr) {
     }
 }
 
+// [-doc-attention] auto becomes 1 when -i records example starts (mask version 2), else 0. On, -i's
+// and -j's loaders fill a segment table per micro-batch (dataloader.h): from their recorded starts,
+// or at each document token (the -tokenizer's end-of-text) of data that records none. Said; a
+// document token this run cannot know is an error naming the flag (exit 2). Needs tr->has_tok set.
+static void setup_doc_attention(Trainer* tr, const char* tokenizer_path) {
+    Flags* f = &tr->f;
+    if (!strcmp(f->doc_attention, "auto")) {
+        snprintf(f->doc_attention, sizeof(f->doc_attention), "%d", tr->train.has_starts);
+        FLAG_SHOW(f, doc_attention, "%d", tr->train.has_starts);
+    }
+    if (strcmp(f->doc_attention, "1")) {
+        if (tr->train.has_starts) printf0("doc attention: off (-doc-attention 0): packed examples attend to the examples before them in their sample\n");
+        return;
+    }
+    int eot = -1;
+    char err[1024] = "";
+    if (!tr->train.has_starts || (tr->has_val && !tr->val.has_starts)) { // plain shards, or version-1 masks: the document token
+        Tokenizer tok;
+        const Tokenizer* t = &tr->tok;
+        if (!tr->has_tok && tokenizer_init(&tok, tokenizer_path, err, sizeof(err)) == 0) t = &tok;
+        eot = tr->has_tok || t == &tok ? t->eot_token : -1;
+        if (t == &tok) tokenizer_free(&tok);
+        if (eot < 0 && !err[0]) snprintf(err, sizeof(err), "-tokenizer %s names no end-of-text token", tokenizer_path);
+    }
+    for (int k = 0; k < 1 + tr->has_val; k++) {
+        DataLoader* dl = k ? &tr->val : &tr->train;
+        char derr[1024];
+        if (dataloader_segments(dl, eot, derr, sizeof(derr)))
+            die_user("flag -doc-attention 1: %s: %s%s%s. HINT: -tokenize the .jsonl again (its masks then record where examples start), "
+                     "give the -tokenizer whose end-of-text token separates the documents, or -doc-attention 0", k ? "-j" : "-i", derr, err[0] ? ": " : "", err);
+        if (dl->has_starts) printf0("doc attention: on for %s: each packed example attends only to itself, at positions from 0 (the .mask files record where examples start)\n", k ? "-j" : "-i");
+        else printf0("doc attention: on for %s: each document attends only to itself, at positions from 0 (a document starts at each end-of-text token %d)\n", k ? "-j" : "-i", eot);
+    }
+}
+
 // -y 1, before defaults are resolved: rank 0 reads the marker of the checkpoint the resume will take
 // (quietly: it is loaded and checked later) and every rank takes the recorded flags not given.
 static void take_run_record(Trainer* tr) {
@@ -1140,6 +1180,13 @@ static void take_run_record(Trainer* tr) {
         tr->recorded_run = strdup(mk->run);
         tr->recorded_step = step;
         flags_take_recorded(f, mk->run, step);
+        char v[16];
+        if (mk->run[0] && !f->doc_attention_set && !ckpt_run_find(mk->run, "-doc-attention", v, sizeof(v))) { // [-doc-attention] a record
+            snprintf(f->doc_attention_str, sizeof(f->doc_attention_str), "0");                              // from before it: no isolation
+            snprintf(f->doc_attention_given, sizeof(f->doc_attention_given), "(from checkpoint)");
+            printf0("resume: the checkpoint of step %d was written before -doc-attention existed: its run had no isolation, so this one has none "
+                    "either (-doc-attention 1 changes that)\n", step);
+        }
     }
     free(mk);
 }
@@ -1236,6 +1283,7 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
         printf0("warning: -tokenizer %s %s: it does not say which token is <|endoftext|>, so samples%s start after token 0%s. "
                 "HINT: data/gpt2_tokenizer.bin (version 2, dev/make_vocab.py) names it\n", tname, tr->tok.hf ? "(a tokenizer.json) names no end-of-text or BOS token" : "is a version-1 file", f->prompt[0] ? " and prompts" : "",
                 f->prompt[0] ? " and a sampled end of text cannot end a completion" : "");
+    setup_doc_attention(tr, tname); // [-doc-attention] auto resolved from -i; on: the loaders' segment tables
     if (f->out_dir[0]) mkdir_p(f->out_dir);
     if (f->out_dir[0] && tr->r == 0) {
         ckpt_lock_dir(f->out_dir); // two trainers never share one; nothing in it changes before commit_out_dir

@@ -20,6 +20,10 @@
 #   rows (--train-unchunked: the head before ops/classifier.cuh chunked it), as ratios.
 #   LoRA (dev/bench_lora.sh): peak memory per rank (VmHWM) and step time of -lora 8 against full
 #   fine-tuning of the same model at R = 2, ZeRO-1 and ZeRO-3 (the base sharded and replicated), as ratios.
+#   Packed fine-tuning (-doc-attention, docs/packing.md): tokens/s of -e tiny on prompt/completion
+#   examples packed for T = 512 with each example isolated (-doc-attention 1) against one sequence
+#   per sample (-doc-attention 0), as a ratio, beside the share of causal attention pairs that
+#   isolation leaves (read from the masks' example starts).
 #
 # Numbers are medians over the steps after the first two (warm-up). Timings on a shared or
 # oversubscribed machine are noisy: compare ratios within one run, not across machines.
@@ -201,3 +205,40 @@ printf "   %-44s %12.0f %12.0f %12.0f\n" "chunks of 2048 rows (after)" "$l1" "$h
 awk -v a="$h0" -v b="$h1" -v x="$t0" -v y="$t1" 'BEGIN {printf "   after / before: peak memory %.2fx (%.0f MiB less), step time %.2fx\n", b / a, a - b, y / x}'
 echo
 bash dev/bench_lora.sh "$BIN" "$STEPS"
+echo
+echo "8. packed fine-tuning (docs/packing.md): -e tiny -max-seq 512, B 4 x T 512, one process, $THREADS threads, $STEPS steps, on 4000"
+echo "   prompt/completion examples of an SFT-like length mix (words per prompt log-normal, median 30, 4..300; per"
+echo "   completion median 60, 2..300: Alpaca/Dolly-like), tokenized and packed by -tokenize: isolated against not"
+/usr/bin/python3 - "$tmp/sft.jsonl" <<'PY'
+import json, math, random, sys
+rng = random.Random(25)
+words = "the of and to in a is that for it as with was on be by at this are from or an which have not but they his had".split()
+def text(median, lo, hi):
+    n = min(hi, max(lo, int(round(math.exp(rng.gauss(math.log(median), 0.9))))))
+    return " ".join(rng.choice(words) for _ in range(n))
+with open(sys.argv[1], "w") as f:
+    for i in range(4000):
+        f.write(json.dumps({"prompt": "Q: " + text(30, 4, 300) + "\nA:", "completion": " " + text(60, 2, 300)}) + "\n")
+PY
+"$BIN" -e tiny -max-seq 512 -tokenize "$tmp/sft.jsonl" -t 512 -val-every 0 -o "$tmp/sft" > "$tmp/sft_tok.out" 2>&1 || { tail -5 "$tmp/sft_tok.out" >&2; exit 1; }
+pairs=$(/usr/bin/python3 - "$tmp/sft_train_000000.bin.mask" 512 <<'PY'
+import sys, numpy as np
+T, kept, full, n_ex, n_samples = int(sys.argv[2]), 0, 0, 0, 0
+starts = (np.fromfile(sys.argv[1], dtype=np.uint8, offset=1024) & 2) != 0
+for j in range((starts.size - 1) // T):       # sample j: tokens j*T .. j*T + T-1 are its inputs
+    s = np.flatnonzero(starts[j * T:j * T + T]).tolist()
+    n_ex += len(s)
+    n_samples += 1
+    s = ([0] if not s or s[0] != 0 else []) + s + [T]
+    kept += sum((b - a) * (b - a + 1) // 2 for a, b in zip(s, s[1:]))  # query t sees keys seg[t]..t
+    full += T * (T + 1) // 2
+print(f"{kept / full:.3f} {n_ex / n_samples:.1f}")
+PY
+)
+read -r share per_sample <<< "$pairs"
+iso0=$(single "$BIN" "-i $tmp/sft_train_000000.bin -t 512 -b 4 -blas 0 -doc-attention 0" "-e tiny -max-seq 512")
+iso1=$(single "$BIN" "-i $tmp/sft_train_000000.bin -t 512 -b 4 -blas 0 -doc-attention 1" "-e tiny -max-seq 512")
+printf "   %-44s %10s %12s\n" "run" "tokens/s" "ratio"
+printf "   %-44s %10.0f %12s\n" "one sequence per sample (-doc-attention 0)" "$iso0" "1.00x"
+printf "   %-44s %10.0f %11.2fx\n" "examples isolated (-doc-attention 1)" "$iso1" "$(awk -v a="$iso1" -v b="$iso0" 'BEGIN {print a / b}')"
+echo "   $per_sample examples per sample; isolation keeps $share of the causal attention pairs"

@@ -31,7 +31,8 @@
 #   sanitizer_memcheck        20    180  compute-sanitizer on small op cases: no error (SKIP when the runtime refuses)
 #   sanitizer_racecheck       25    180  shared-memory races: none (SKIP when refused)
 #   sanitizer_synccheck       15    180  barriers: no misuse (SKIP when refused)
-#   model_vs_pytorch          20    180  logits, loss, every gradient and 10 AdamW steps against the PyTorch fixture
+#   model_vs_pytorch          20    180  logits, loss, every gradient and 10 AdamW steps against the PyTorch fixture; on a GPU also
+#                                        packed examples isolated = each alone (scalar and tensor-core attention)
 #   recompute_bitwise         16    120  -r 0..3: the same hashes of parameters, master, m, v
 #   zero_bitwise              18    120  -z 0..3 (poisoned, delayed collectives): the same hashes
 #   llama_family              20    180  llama3.2-1b's shape at 2 layers (tensor-core GQA): -r 0 / -r 3 / -z 3 bitwise, -lora 4 -z 0 / -z 3
@@ -141,7 +142,7 @@ else
     STEPS=3
     BIG20="-device cuda -e d12 -b 8 -t 512 -x 20 -u 2"
     OPS_CASES="gpu_"
-    MODEL_CASES="model_vs_pytorch model_adamw_trajectory_vs_pytorch"
+    MODEL_CASES="model_vs_pytorch model_adamw_trajectory_vs_pytorch packed_examples_equal_alone" # (also _tc: packed examples isolated)
 fi
 # the Llama family in training (RMSNorm, RoPE, SwiGLU, grouped-query attention: on a GPU at head size
 # 64, the tensor-core kernels) and LoRA's kernels; the family's model cases (test_emu runs them in make test)

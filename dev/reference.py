@@ -30,6 +30,9 @@ Usage:
   /usr/bin/python3 dev/reference.py --lora-grads CONFIG WEIGHTS TOKENS OUT
                                        # LoRA adapters on a GPT-2 or Llama-family base in float64:
                                        # loss, dA and dB of every module (test/test_lora.h)
+  --masked-grads and --llama-grads take an optional segment table after the targets (packed
+  examples, -doc-attention 1): each example attends only to itself (an explicit block-diagonal
+  causal mask) at its own position ids (test/test_packing.h)
 Exit status: 0 ok, 1 mismatch, 2 usage error.
 
 Limits: CPU only, single thread, float64 — about a second for this tiny config, far too slow for
@@ -119,6 +122,7 @@ class CausalSelfAttention(nn.Module):
         self.c_attn = nn.Linear(C, 3 * C)   # x (B,T,C) -> qkv (B,T,3C): q, k, v in that order
         self.c_proj = nn.Linear(C, C)
         self.register_buffer("mask", torch.tril(torch.ones(maxT, maxT, dtype=torch.bool)))
+        self.doc_mask = None                # packed examples: a (B,1,T,T) block-diagonal causal mask instead
 
     def forward(self, x):                   # x (B,T,C) -> y (B,T,C)
         b, t, _ = x.shape
@@ -126,7 +130,8 @@ class CausalSelfAttention(nn.Module):
         # (B,T,C) -> (B,T,NH,HS) -> (B,NH,T,HS)
         q, k, v = (z.view(b, t, NH, HS).transpose(1, 2) for z in (q, k, v))
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(HS))           # (B,NH,T,T)
-        att = att.masked_fill(~self.mask[:t, :t], float("-inf"))           # causal
+        mask = self.mask[:t, :t] if self.doc_mask is None else self.doc_mask
+        att = att.masked_fill(~mask, float("-inf"))                        # causal (per example when packed)
         att = F.softmax(att, dim=-1)
         y = att @ v                                                        # (B,NH,T,HS)
         y = y.transpose(1, 2).contiguous().view(b, t, C)                   # heads back side by side
@@ -383,27 +388,65 @@ def hf_logits_of(model_dir, tokens_path, out_path):
     write_logits(tensors, tokens_path, out_path, model_dir)
 
 
+def read_tokens(tokens_path):
+    """The tokens file of --masked-grads / --llama-grads: int32 B, T, then B*T inputs, B*T targets and,
+    optionally, B*T segment table entries (seg[b, t] = the index of the first token of t's example
+    in row b: packed examples). Returns idx, tgt (B, T) int64 and the example mask and position ids
+    of the packing (None, None without a table)."""
+    raw = np.fromfile(tokens_path, dtype="<i4")
+    b, t = int(raw[0]), int(raw[1])
+    if raw.size not in (2 + 2 * b * t, 2 + 3 * b * t):
+        raise ValueError(f"{tokens_path}: {raw.size} int32, expected 2 + 2*B*T or 2 + 3*B*T")
+    idx = torch.from_numpy(raw[2:2 + b * t].astype(np.int64)).reshape(b, t)
+    tgt = torch.from_numpy(raw[2 + b * t:2 + 2 * b * t].astype(np.int64)).reshape(b, t)
+    if raw.size == 2 + 2 * b * t:
+        return idx, tgt, None, None
+    seg = torch.from_numpy(raw[2 + 2 * b * t:].astype(np.int64)).reshape(b, t)
+    return (idx, tgt) + packing_of(seg)
+
+
+def packing_of(seg):
+    """From a segment table (B, T): the block-diagonal causal mask (B, 1, T, T) — query i sees key j
+    iff j <= i and both are in the same example, the examples numbered by counting starts — and the
+    per-example position ids (B, T), counted from 0 at each example's first token."""
+    b, t = seg.shape
+    ar = torch.arange(t)
+    starts = seg == ar                                    # an example starts where seg[t] = t
+    if not bool(starts[:, 0].all()):
+        raise ValueError("segment table: a row's first token must start an example")
+    example = starts.long().cumsum(dim=1)                 # (B, T) example number of each token
+    same = example[:, :, None] == example[:, None, :]     # (B, T, T) block diagonal
+    mask = (same & torch.tril(torch.ones(t, t, dtype=torch.bool)))[:, None]
+    first = torch.zeros(b, t, dtype=torch.long)           # each token's example's first index, by a scan
+    for i in range(1, t):
+        first[:, i] = torch.where(starts[:, i], torch.full((b,), i), first[:, i - 1])
+    return mask, ar[None, :] - first
+
+
 def masked_grads_of(model_path, tokens_path, out_path):
     """--masked-grads: the loss over the *counted* targets only and every parameter's gradient, of an
     llm.c model file of the reference's shape. tokens: int32 file B, T, then B*T inputs and B*T
     targets, a target < 0 not counting (F.cross_entropy's ignore_index): the loss is the mean over
-    the counted targets. Writes an archive: "loss" (1), "grad.<name>" for the 16 tensors."""
+    the counted targets; with a segment table (read_tokens), packed examples: a block-diagonal mask
+    and per-example positions. Writes an archive: "loss" (1), "grad.<name>" for the 16 tensors, and
+    "losses" (B, T): each target's loss (0 where not counted)."""
     header, tensors = read_model(model_path)
     if list(header[2:8]) != [maxT, V, L, NH, C, Vp]:
         raise ValueError(f"{model_path}: model {list(header[2:8])} is not the reference's")
-    raw = np.fromfile(tokens_path, dtype="<i4")
-    b, t = int(raw[0]), int(raw[1])
-    idx = torch.from_numpy(raw[2:2 + b * t].astype(np.int64)).reshape(b, t)
-    tgt = torch.from_numpy(raw[2 + b * t:2 + 2 * b * t].astype(np.int64)).reshape(b, t)
+    idx, tgt, doc_mask, pos_ids = read_tokens(tokens_path)
+    b, t = idx.shape
     model = build_model({k: torch.from_numpy(np.array(v)) for k, v in tensors.items()})
-    pos = torch.arange(t, dtype=torch.long)
+    pos = torch.arange(t, dtype=torch.long) if pos_ids is None else pos_ids
+    for block in model.h:
+        block.attn.doc_mask = doc_mask
     x = model.wte(idx) + model.wpe(pos)
     for block in model.h:
         x = block(x)
     logits = F.linear(model.ln_f(x), model.wte.weight[:V])
     loss = F.cross_entropy(logits.reshape(-1, V), tgt.reshape(-1), ignore_index=-1)
+    losses = F.cross_entropy(logits.reshape(-1, V), tgt.reshape(-1), ignore_index=-1, reduction="none").reshape(b, t)
     loss.backward()
-    entries = [("loss", np.array([loss.item()]))]
+    entries = [("loss", np.array([loss.item()])), ("losses", losses.detach().numpy())]
     entries += [("grad." + name, llmc_tensor(model, path, grad=True).numpy()) for name, path, *_ in PARAMS]
     write_archive(out_path, entries)
     print(f"masked loss {loss.item():.6f} over {(tgt >= 0).sum().item()} of {b * t} targets written to {out_path}")
@@ -465,8 +508,10 @@ def plain_linear(l, kind, x, weight, bias):
     return x @ weight.T + bias
 
 
-def llama_forward(cfg, w, idx, tgt, lin=plain_linear):
-    """(logits (B, T, V), mean cross-entropy over targets >= 0) of the float64 model `w`."""
+def llama_forward(cfg, w, idx, tgt, doc_mask=None, pos_ids=None, lin=plain_linear):
+    """(logits (B, T, V), mean cross-entropy over targets >= 0) of the float64 model `w`; packed
+    examples (read_tokens): doc_mask (B, 1, T, T) block-diagonal causal, pos_ids (B, T) RoPE's positions;
+    lin: the projections (--lora-grads adds adapters)."""
     NH_, NKV_, HD_, F_, V_, eps = (cfg[k] for k in ("NH", "NKV", "HD", "F", "V", "norm_eps"))
     b, t = idx.shape
 
@@ -476,10 +521,11 @@ def llama_forward(cfg, w, idx, tgt, lin=plain_linear):
     def rotate_half(x):
         return torch.cat((-x[..., HD_ // 2:], x[..., :HD_ // 2]), dim=-1)
 
-    freqs = torch.outer(torch.arange(t, dtype=torch.float64), llama_inv_freq(cfg))
-    emb = torch.cat((freqs, freqs), dim=-1)           # (T, HD)
+    pos = torch.arange(t, dtype=torch.float64)[None, :] if pos_ids is None else pos_ids.to(torch.float64)
+    freqs = pos[..., None] * llama_inv_freq(cfg)      # (1 or B, T, HD/2)
+    emb = torch.cat((freqs, freqs), dim=-1)[:, None]  # (1 or B, 1, T, HD): broadcast over heads
     cos, sin = emb.cos(), emb.sin()
-    mask = torch.tril(torch.ones(t, t, dtype=torch.bool))
+    mask = torch.tril(torch.ones(t, t, dtype=torch.bool)) if doc_mask is None else doc_mask
     x = w["embed"][idx]
     for l in range(cfg["L"]):
         h = rmsnorm(x, w["attnnorm"][l])
@@ -510,7 +556,7 @@ def llama_grads_of(cfg_path, weights_path, tokens_path, out_path):
     CONFIG: JSON of the config (L C NH NKV HD F V Vp tied qkv_bias mlp_bias norm_eps rope_type
     rope_theta rope_factor rope_low_freq rope_high_freq rope_orig_maxT); WEIGHTS: the logical vector,
     float32; TOKENS: int32 B, T, then B*T inputs and B*T targets (< 0: not counted). Writes an
-    archive: "logits" (B, T, V), "loss" (1), "grad.<name>" per present tensor."""
+    archive: "logits" (B, T, V), "loss" (1), "losses" (B, T: 0 where not counted), "grad.<name>" per present tensor."""
     import json
     cfg = json.load(open(cfg_path))
     flat = np.fromfile(weights_path, dtype="<f4")
@@ -523,16 +569,14 @@ def llama_grads_of(cfg_path, weights_path, tokens_path, out_path):
         off += n
     if off != flat.size:
         raise ValueError(f"{weights_path}: {flat.size} floats, the config has {off}")
-    raw = np.fromfile(tokens_path, dtype="<i4")
-    b, t = int(raw[0]), int(raw[1])
-    idx = torch.from_numpy(raw[2:2 + b * t].astype(np.int64)).reshape(b, t)
-    tgt = torch.from_numpy(raw[2 + b * t:2 + 2 * b * t].astype(np.int64)).reshape(b, t)
-    logits, loss = llama_forward(cfg, w, idx, tgt)
+    idx, tgt, doc_mask, pos_ids = read_tokens(tokens_path)
+    logits, loss = llama_forward(cfg, w, idx, tgt, doc_mask, pos_ids)
+    losses = F.cross_entropy(logits.reshape(-1, cfg["V"]), tgt.reshape(-1), ignore_index=-1, reduction="none").reshape(idx.shape)
     loss.backward()
-    entries = [("logits", logits.detach().numpy()), ("loss", np.array([loss.item()]))]
+    entries = [("logits", logits.detach().numpy()), ("loss", np.array([loss.item()])), ("losses", losses.detach().numpy())]
     entries += [("grad." + name, w[name].grad.numpy()) for name, _ in llama_shapes(cfg)]
     write_archive(out_path, entries)
-    print(f"llama: loss {loss.item():.6f}, {len(entries) - 2} gradients written to {out_path}")
+    print(f"llama: loss {loss.item():.6f}, {len(entries) - 3} gradients written to {out_path}")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -618,7 +662,7 @@ def lora_grads_of(cfg_path, weights_path, tokens_path, out_path):
     b, t = int(raw[0]), int(raw[1])
     idx = torch.from_numpy(raw[2:2 + b * t].astype(np.int64)).reshape(b, t)
     tgt = torch.from_numpy(raw[2 + b * t:2 + 2 * b * t].astype(np.int64)).reshape(b, t)
-    _, loss = (gpt2_forward if cfg["family"] == "gpt2" else llama_forward)(cfg, w, idx, tgt, lin)
+    _, loss = (gpt2_forward if cfg["family"] == "gpt2" else llama_forward)(cfg, w, idx, tgt, lin=lin)
     loss.backward()
     entries = [("loss", np.array([loss.item()]))]
     for i, (m, A, B) in enumerate(mods):

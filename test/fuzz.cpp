@@ -296,9 +296,19 @@ static void fuzz_safetensors(const uint8_t* data, size_t size) {
     hf_close(&ck);
 }
 
+// The segment table of a loaded batch breaks its definition (seg[0] = 0, seg[t] = t or seg[t-1]).
+static int fuzz_bad_segments(const DataLoader* dl) {
+    for (int b = 0; b < dl->B; b++)
+        for (int t = 0; t < dl->T; t++) {
+            int s = dl->seg[b * dl->T + t];
+            if (t == 0 ? s != 0 : s != t && s != dl->seg[b * dl->T + t - 1]) return 1;
+        }
+    return 0;
+}
+
 // Prompt/completion JSONL through -tokenize's packer (T 16, every 3rd example to val, shards of at
 // most 40 tokens, so one input makes several): it either refuses the input and leaves no file, or
-// every shard it wrote loads with its mask, every batch of it.
+// every shard it wrote loads with its mask (example starts recorded), every batch of it.
 static void fuzz_jsonl(const uint8_t* data, size_t size) {
     Tokenizer* tok = fuzz_gpt2_tokenizer();
     const char* dir = fuzz_scratch_dir();
@@ -319,8 +329,9 @@ static void fuzz_jsonl(const uint8_t* data, size_t size) {
         DataLoader dl;
         if (dataloader_init(&dl, pattern, 1, T, 50257, 1, 7, err, sizeof(err))) { fprintf(stderr, "dataloader_init: %s\n", err); abort(); }
         if (!dl.has_mask || dl.nshards != ps.shards[k]) abort();
+        if (!dl.has_starts || dataloader_segments(&dl, -1, err, sizeof(err))) abort(); // the masks record example starts
         for (int64_t u = 0; u < dl.total_samples + 1; u++)
-            if (dataloader_load(&dl, u) != 0) abort();
+            if (dataloader_load(&dl, u) != 0 || fuzz_bad_segments(&dl)) abort();
         dataloader_free(&dl);
     }
 }
@@ -405,8 +416,9 @@ static void fuzz_chat(const uint8_t* data, size_t size) {
         DataLoader dl;
         if (dataloader_init(&dl, pattern, 1, T, (int)toks[k].vocab_size, 1, 7, err, sizeof(err))) { fprintf(stderr, "dataloader_init: %s\n", err); abort(); }
         if (!dl.has_mask || dl.nshards != ps.shards[s]) abort();
+        if (!dl.has_starts || dataloader_segments(&dl, -1, err, sizeof(err))) abort();
         for (int64_t u = 0; u < dl.total_samples + 1; u++)
-            if (dataloader_load(&dl, u) != 0) abort();
+            if (dataloader_load(&dl, u) != 0 || fuzz_bad_segments(&dl)) abort();
         dataloader_free(&dl);
     }
 }

@@ -84,9 +84,10 @@ static int chat_test_line(Json* j, const char* line, ChatMsg** m, int* n, int* c
 
 // Walk the train shards of `prefix` (packed for T, document token D) and find the examples of
 // `rows` (expected.json's list: ids, mask) in order: each right after a D, followed by a D, inside
-// one sample, its mask exact. Returns the number found.
+// one sample, its mask exact, the D before it marked as its start (and no other token). Returns the
+// number found.
 static int chat_test_walk(const char* prefix, int nshards, int T, uint32_t D, uint32_t V, const Json* e, int rows) {
-    int ex = 0, row = e->nodes[rows].first, bad_place = 0;
+    int ex = 0, row = e->nodes[rows].first, bad_place = 0, bad_starts = 0;
     char err[512];
     for (int s = 0; s < nshards; s++) {
         char path[PATH_MAX + 16], mpath[PATH_MAX + 32];
@@ -101,18 +102,21 @@ static int chat_test_walk(const char* prefix, int nshards, int T, uint32_t D, ui
         CHECKF(mf && nm == SHARD_HEADER_BYTES + nt && (nt - 1) % (size_t)T == 0, "%s: %zu tokens, mask %zu bytes", path, nt, nm);
         if (!mf || nm != SHARD_HEADER_BYTES + nt) { free(mf); dataloader_free(&dl); return ex; }
         const uint8_t* mask = mf + SHARD_HEADER_BYTES;
-        CHECKF(sh->tokens[0] == D && mask[0] == 0, "%s does not start with the document token", path);
+        CHECKF(sh->tokens[0] == D && mask[0] == MASK_STARTS, "%s does not start with the document token opening an example", path);
         size_t pos = 1;
+        int starts = 0, ex0 = ex;
+        for (size_t i = 0; i < nt; i++) starts += (mask[i] & MASK_STARTS) != 0;
         while (row >= 0) {
-            while (pos < nt && sh->tokens[pos] == D && mask[pos] == 0) pos++; // padding, or the D after an example
+            while (pos < nt && sh->tokens[pos] == D && !(mask[pos] & MASK_COUNTS)) pos++; // padding, or the D after an example
             if (pos >= nt) break;
             int ids = json_get(e, row, "ids"), msk = json_get(e, row, "mask");
             size_t len = (size_t)e->nodes[ids].count, i = 0;
-            int ok = pos + len < nt && sh->tokens[pos - 1] == D && sh->tokens[pos + len] == D && mask[pos + len] == 0;
+            int ok = pos + len < nt && sh->tokens[pos - 1] == D && sh->tokens[pos + len] == D && !(mask[pos + len] & MASK_COUNTS);
+            bad_starts += ok && !(mask[pos - 1] & MASK_STARTS);
             int badm = 0;
             for (int a = e->nodes[ids].first, b = e->nodes[msk].first; ok && a >= 0; a = e->nodes[a].next, b = e->nodes[b].next, i++) {
                 ok = sh->tokens[pos + i] == (uint32_t)e->nodes[a].i;
-                badm += mask[pos + i] != (uint8_t)e->nodes[b].i;
+                badm += (mask[pos + i] & MASK_COUNTS) != (uint8_t)e->nodes[b].i;
             }
             CHECKF(ok, "%s: example %d not found at position %zu", path, ex, pos);
             CHECKF(badm == 0, "%s: example %d: %d mask bytes differ from the reference", path, ex, badm);
@@ -123,10 +127,12 @@ static int chat_test_walk(const char* prefix, int nshards, int T, uint32_t D, ui
             ex++;
             row = e->nodes[row].next;
         }
+        bad_starts += starts != ex - ex0;
         free(mf);
         dataloader_free(&dl);
     }
     CHECKF(bad_place == 0, "%d examples cross a sample boundary", bad_place);
+    CHECKF(bad_starts == 0, "%d example starts wrong in the masks", bad_starts);
     return ex;
 }
 

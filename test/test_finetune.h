@@ -12,7 +12,7 @@ static const char* ft_masked_shard(const Fixture* fx, const char* name, int (*pa
     for (int64_t i = 0; i < st->n; i++) { toks[i] = (uint16_t)((int*)st->data)[i]; mask[i] = (uint8_t)pattern(i); }
     char err[512], mpath[PATH_MAX + 8];
     snprintf(mpath, sizeof(mpath), "%s.mask", path);
-    if (write_token_shard(path, toks, st->n, err, sizeof(err)) || write_mask_file(mpath, mask, st->n, T, err, sizeof(err))) { printf("    %s\n", err); exit(1); }
+    if (write_token_shard(path, toks, st->n, err, sizeof(err)) || write_mask_file(mpath, mask, st->n, T, 1, err, sizeof(err))) { printf("    %s\n", err); exit(1); }
     free(toks);
     free(mask);
     return path;
@@ -156,7 +156,8 @@ TEST(ft_masked_loss_grads_vs_pytorch) {
 #endif // ENABLE_FP32
 
 // -tokenize of a .jsonl file: every example inside one sample, the mask exactly on completion + EOT,
-// long prompts cut at the start, and bad lines named.
+// the example start (bit 1, mask version 2) exactly on the EOT before each example, long prompts cut
+// at the start, and bad lines named.
 TEST(ft_tokenize_jsonl_packing) {
     Tokenizer tok;
     char err[1024];
@@ -185,12 +186,12 @@ TEST(ft_tokenize_jsonl_packing) {
     CHECKF(st.examples[0] == NEX && st.cut > 0 && st.shards[0] >= 3, "examples %lld, cut %lld, shards %d", (long long)st.examples[0], (long long)st.cut, st.shards[0]);
     int64_t cut = 0;
     // read the shards back in order and find every example in them
-    int ex = 0, bad_place = 0, bad_mask = 0;
+    int ex = 0, bad_place = 0, bad_mask = 0, bad_starts = 0;
     for (int s = 0; s < st.shards[0]; s++) {
         char path[PATH_MAX + 16];
         tokenize_shard_path(path, sizeof(path), prefix, "train", s);
         DataLoader dl;
-        CHECKF(dataloader_init(&dl, path, 1, T, 50257, 0, 0, err, sizeof(err)) == 0 && dl.has_mask, "%s", err);
+        CHECKF(dataloader_init(&dl, path, 1, T, 50257, 0, 0, err, sizeof(err)) == 0 && dl.has_mask && dl.has_starts, "%s", err);
         const DataShard* sh = &dl.shards[0];
         char mpath[PATH_MAX + 32]; // the mask file's bytes (the loader reads it by pread, batch by batch)
         snprintf(mpath, sizeof(mpath), "%s.mask", path);
@@ -201,10 +202,11 @@ TEST(ft_tokenize_jsonl_packing) {
         CHECKF(mgot == (size_t)(SHARD_HEADER_BYTES + sh->ntok), "%s: %zu bytes", mpath, mgot);
         const uint8_t* mask = mfile + SHARD_HEADER_BYTES;
         CHECKF((sh->ntok - 1) % T == 0, "shard %d: %lld tokens is not kT+1", s, (long long)sh->ntok);
-        int64_t pos = 1;
+        int64_t pos = 1, starts = 0, ex0 = ex;
+        for (int64_t i = 0; i < sh->ntok; i++) starts += (mask[i] & MASK_STARTS) != 0;
         while (pos < sh->ntok && ex < NEX) {
             int padded = 0;
-            while (pos < sh->ntok && sh->tokens[pos] == PROMPT_EOT && mask[pos] == 0) { pos++; padded = 1; } // padding
+            while (pos < sh->ntok && sh->tokens[pos] == PROMPT_EOT && !(mask[pos] & MASK_COUNTS)) { pos++; padded = 1; } // padding
             if (pos >= sh->ntok) break;
             uint32_t* ids = NULL;
             size_t n = 0, cap = 0;
@@ -222,22 +224,25 @@ TEST(ft_tokenize_jsonl_packing) {
             if (pos + len - 1 > k * T + T) bad_place++;
             for (int64_t i = 0; i < len; i++) {
                 int want = skip + i >= np ? 1 : 0;
-                if (mask[pos + i] != want && bad_mask < 5) printf("    example %d token %lld: mask %d, want %d (np %zu skip %zu n %zu)\n", ex, (long long)i, mask[pos + i], want, np, skip, n);
-                bad_mask += mask[pos + i] != want;
+                if ((mask[pos + i] & MASK_COUNTS) != want && bad_mask < 5) printf("    example %d token %lld: mask %d, want %d (np %zu skip %zu n %zu)\n", ex, (long long)i, mask[pos + i], want, np, skip, n);
+                bad_mask += (mask[pos + i] & MASK_COUNTS) != want;
             }
-            bad_mask += mask[pos - 1] != (pos - 1 == 0 || padded ? 0 : 1); // the leading EOT: padding, or the previous example's counted end
+            bad_mask += (mask[pos - 1] & MASK_COUNTS) != (pos - 1 == 0 || padded ? 0 : 1); // the leading EOT: padding, or the previous example's counted end
+            bad_starts += !(mask[pos - 1] & MASK_STARTS); // ... opens the example
             pos += len;
             ex++;
             free(ids);
         }
+        bad_starts += starts != ex - ex0; // and no other token is marked as a start
         free(mfile);
         dataloader_free(&dl);
     }
     CHECKF(ex == NEX, "found %d of %d examples", ex, NEX);
+    CHECKF(bad_starts == 0, "%d example starts wrong", bad_starts);
     CHECKF(cut == st.cut, "%lld prompts longer than T, %lld reported cut", (long long)cut, (long long)st.cut);
     CHECKF(bad_place == 0, "%d examples cross a sample boundary", bad_place);
     CHECKF(bad_mask == 0, "%d mask bytes wrong", bad_mask);
-    printf("    %d examples in %d shards of <= 40 tokens at T = %d: none crosses a sample, mask exact, %lld prompts cut\n", ex, st.shards[0], T, (long long)st.cut);
+    printf("    %d examples in %d shards of <= 40 tokens at T = %d: none crosses a sample, mask and example starts exact, %lld prompts cut\n", ex, st.shards[0], T, (long long)st.cut);
     // bad lines: the line is named, nothing is left behind
     static const struct { const char* text; const char* expect; } bad[] = {
         {"{\"prompt\": \"a\", \"completion\": \"b\"}\n{\"prompt\": \"a\" \"completion\": \"b\"}\n", ":2: JSON"},
@@ -308,7 +313,7 @@ TEST(ft_masked_stages_R3) {
     uint8_t* mask = (uint8_t*)malloc(n);
     for (int64_t i = 0; i < n; i++) mask[i] = (uint8_t)ft_some(i);
     for (int64_t i = 0; i < 3 * ZT_T; i++) mask[i] = 0; // a few samples with nothing counted
-    int wrc = write_token_shard(shard, dl.shards[0].tokens, n, err, sizeof(err)) || write_mask_file(mpath, mask, n, ZT_T, err, sizeof(err));
+    int wrc = write_token_shard(shard, dl.shards[0].tokens, n, err, sizeof(err)) || write_mask_file(mpath, mask, n, ZT_T, 1, err, sizeof(err));
     free(mask);
     dataloader_free(&dl);
     if (wrc) { printf("    %s\n", err); CHECK(0); return; }

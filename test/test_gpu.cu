@@ -126,6 +126,7 @@ static inline double relerr_f(const float* a, const float* b, int64_t n) {
 #endif
 #include "gpu_attention_model.h" // cases: the tensor-core attention through the model, -r 0..3 and -z 0..3 bitwise
 #include "test_llama.h"           // cases: the Llama family on the CUDA device: gradients vs float64, -r 0..3 bitwise
+#include "test_packing.h"         // cases: packed examples isolated on the CUDA device: each as alone (scalar and tensor-core attention)
 
 #ifdef ZT_CUDA_EMU
 // nvcc's registers and shared memory per kernel (sm_90: the Makefile generates the table from the nvcc

@@ -60,7 +60,7 @@ TEST(ft_mask_pread_checks) {
     uint16_t toks[200];
     uint8_t mask[200];
     for (int i = 0; i < 200; i++) { toks[i] = (uint16_t)(i * 7 % 1000); mask[i] = (uint8_t)(i % 3 != 0); }
-    CHECK(write_token_shard(path, toks, 200, err, sizeof(err)) == 0 && write_mask_file(mpath, mask, 200, 8, err, sizeof(err)) == 0);
+    CHECK(write_token_shard(path, toks, 200, err, sizeof(err)) == 0 && write_mask_file(mpath, mask, 200, 8, 1, err, sizeof(err)) == 0);
     DataLoader dl;
     CHECKF(dataloader_init(&dl, path, 2, 8, 1000, 0, 0, err, sizeof(err)) == 0 && dl.has_mask, "%s", err);
     if (!dl.inputs) return;
@@ -78,7 +78,7 @@ TEST(ft_mask_pread_checks) {
     dataloader_free(&dl);
 #ifndef ENABLE_FP32
     memset(mask, 0, sizeof(mask));
-    CHECK(write_mask_file(mpath, mask, 200, 16, err, sizeof(err)) == 0);
+    CHECK(write_mask_file(mpath, mask, 200, 16, 1, err, sizeof(err)) == 0);
     char cmd[8192], out[16384];
     snprintf(cmd, sizeof(cmd), "OMP_NUM_THREADS=1 %s --train -e tiny -layers 1 -channels 32 -heads 2 -vocab 1000 -b 2 -t 16 -x 1 -v 0 -s 0 -i %s", g_test_self, path);
     int rc = test_run_cmd(cmd, out, sizeof(out));

@@ -250,7 +250,7 @@ static void zt_closed_form(int R, int z, int rc_mode, int B, double expect[TAG_C
                      + Lln * (2 * X * BT * C + 4 * 4 * BT)               // ln1, ln2 and their mean, rstd
                      + Lmid * (X * BT * (3 * C + C + C + 4 * C) + 4 * BT * NH) // qkv, atty, xmid, fch; lse
                      + Lgelu * X * BT * 4 * C                            // fch_gelu
-                     + X * BT * C * 3 + 4 * BT * 2 + 4 * BT + 4 * BT * 2 // proj, xL, lnf; lnf stats; losses; inputs, targets
+                     + X * BT * C * 3 + 4 * BT * 2 + 4 * BT + 4 * BT * 3 // proj, xL, lnf; lnf stats; losses; inputs, targets, segs
                      + X * BT * (C + C + C + 3 * C + 4 * C);             // dres, dln, datty, dqkv, dfch
     double rows = (double)(1 << 28) / Vp; // classifier rows: 2^28 elements of logits a chunk (Vp 128: a power of two)
     expect[TAG_LOGITS] = X * (BT < rows ? BT : rows) * Vp; // one chunk, at most the micro-batch
