@@ -241,16 +241,66 @@ static void gemm_pack_b(float* Bp, const floatX* B, int64_t b_rs, int64_t b_cs, 
     }
 }
 
+#ifdef ZT_X86
+// 8 floatX at p as 8 FP32 lanes (BF16: the bits shifted into the upper half, exactly ld()).
+ZT_TARGET_AVX2 static inline __m256 gemm_load8(const floatX* p) {
+#ifdef ENABLE_FP32
+    return _mm256_loadu_ps(p);
+#else
+    __m128i h = _mm_loadu_si128((const __m128i*)p);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+#endif
+}
+
+// Ap (kb, MR) from MR = 8 rows with a_cs == 1 (row r's k-th element at rowp[r][k]): blocks of 8 x 8
+// transposed in registers (unpack, shuffle, permute: the classic AVX 8 x 8 transpose); the tail
+// element by element. A copy: the same values as the scalar packing.
+ZT_TARGET_AVX2 static void gemm_pack_a_rows_avx2(float* Ap, const floatX* const* rowp, int kb) {
+    int k = 0;
+    for (; k + 8 <= kb; k += 8) {
+        __m256 r0 = gemm_load8(rowp[0] + k), r1 = gemm_load8(rowp[1] + k), r2 = gemm_load8(rowp[2] + k), r3 = gemm_load8(rowp[3] + k);
+        __m256 r4 = gemm_load8(rowp[4] + k), r5 = gemm_load8(rowp[5] + k), r6 = gemm_load8(rowp[6] + k), r7 = gemm_load8(rowp[7] + k);
+        __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1), t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+        __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5), t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+        __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE), u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+        __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE), u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+        float* d = Ap + k * GEMM_MR; // columns k .. k+7 of the 8 rows: (u_c low | u_{c+4} low), (u_c high | u_{c+4} high)
+        _mm256_storeu_ps(d + 0 * GEMM_MR, _mm256_permute2f128_ps(u0, u4, 0x20));
+        _mm256_storeu_ps(d + 1 * GEMM_MR, _mm256_permute2f128_ps(u1, u5, 0x20));
+        _mm256_storeu_ps(d + 2 * GEMM_MR, _mm256_permute2f128_ps(u2, u6, 0x20));
+        _mm256_storeu_ps(d + 3 * GEMM_MR, _mm256_permute2f128_ps(u3, u7, 0x20));
+        _mm256_storeu_ps(d + 4 * GEMM_MR, _mm256_permute2f128_ps(u0, u4, 0x31));
+        _mm256_storeu_ps(d + 5 * GEMM_MR, _mm256_permute2f128_ps(u1, u5, 0x31));
+        _mm256_storeu_ps(d + 6 * GEMM_MR, _mm256_permute2f128_ps(u2, u6, 0x31));
+        _mm256_storeu_ps(d + 7 * GEMM_MR, _mm256_permute2f128_ps(u3, u7, 0x31));
+    }
+    for (; k < kb; k++)
+        for (int r = 0; r < GEMM_MR; r++) Ap[k * GEMM_MR + r] = ld(rowp[r][k]);
+}
+#endif
+
 // Ap (kb, MR) = FP32 of A[i0.., k0..]; rows past M repeat row M-1 (their results are dropped).
-static void gemm_pack_a(float* Ap, const floatX* A, int64_t a_rs, int64_t a_cs, int64_t i0, int64_t M, int64_t k0, int kb) {
-    int64_t row[GEMM_MR];
-    for (int r = 0; r < GEMM_MR; r++) row[r] = (i0 + r < M ? i0 + r : M - 1) * a_rs + k0 * a_cs;
+// simd: the microkernel's path (SIMD_AVX2 or wider: the AVX2 transpose for rows of A).
+static void gemm_pack_a(float* Ap, const floatX* A, int64_t a_rs, int64_t a_cs, int64_t i0, int64_t M, int64_t k0, int kb, int simd) {
+    const floatX* rowp[GEMM_MR];
+    for (int r = 0; r < GEMM_MR; r++) rowp[r] = A + (i0 + r < M ? i0 + r : M - 1) * a_rs + k0 * a_cs;
+#ifdef ZT_X86
+    if (a_cs == 1 && simd >= SIMD_AVX2) { gemm_pack_a_rows_avx2(Ap, rowp, kb); return; }
+#endif
+    (void)simd;
     if (a_cs == 1) // rows of A contiguous (forward: inp; dinp: dout)
         for (int r = 0; r < GEMM_MR; r++)
-            for (int k = 0; k < kb; k++) Ap[k * GEMM_MR + r] = ld(A[row[r] + k]);
-    else // dweight: A = dout^T, MR neighbours in each row of dout
+            for (int k = 0; k < kb; k++) Ap[k * GEMM_MR + r] = ld(rowp[r][k]);
+    else if (a_rs == 1 && i0 + GEMM_MR <= M) // dweight: A = dout^T, MR neighbours in each row of dout
+        for (int k = 0; k < kb; k++) {
+            // each k is another row of dout (V floats away: another page, which no hardware prefetcher
+            // follows): fetch the next two row tiles' cache line now, while this tile computes
+            __builtin_prefetch((const char*)(rowp[0] + k * a_cs) + 64, 0, 2);
+            for (int r = 0; r < GEMM_MR; r++) Ap[k * GEMM_MR + r] = ld(rowp[0][k * a_cs + r]);
+        }
+    else
         for (int k = 0; k < kb; k++)
-            for (int r = 0; r < GEMM_MR; r++) Ap[k * GEMM_MR + r] = ld(A[row[r] + k * a_cs]);
+            for (int r = 0; r < GEMM_MR; r++) Ap[k * GEMM_MR + r] = ld(rowp[r][k * a_cs]);
 }
 
 // C (M, N) = A (M, K) @ B (K, N), element (i, k) of A at A[i*a_rs + k*a_cs], element (k, j) of B
@@ -259,7 +309,8 @@ static void gemm_pack_a(float* Ap, const floatX* A, int64_t a_rs, int64_t a_cs, 
 static void cpu_gemm(int64_t M, int64_t N, int64_t K, const floatX* A, int64_t a_rs, int64_t a_cs,
                      const floatX* B, int64_t b_rs, int64_t b_cs, const GemmOut* out) {
     if (M <= 0 || N <= 0) return;
-    GemmKernelFn kern = gemm_kernel_fn(simd_level());
+    int simd = simd_level();
+    GemmKernelFn kern = gemm_kernel_fn(simd);
     int64_t kc = K < GEMM_KC ? K : GEMM_KC, nk = K > 0 ? ceil_div(K, kc) : 1;
     if (kc < 1) kc = 1;
     // the panel: GEMM_PANEL_L2 floats, at least one strip, at most the workspace (and N)
@@ -297,7 +348,7 @@ static void cpu_gemm(int64_t M, int64_t N, int64_t K, const floatX* A, int64_t a
                     for (int64_t t = 0; t < mtiles * strips; t++) {
                         int64_t mt = t / strips, s = t % strips;
                         int64_t i0 = m0 + mt * GEMM_MR, j0 = n0 + s * GEMM_NR;
-                        if (mt != packed) { gemm_pack_a(Ap, A, a_rs, a_cs, i0, M, k0, kb); packed = mt; }
+                        if (mt != packed) { gemm_pack_a(Ap, A, a_rs, a_cs, i0, M, k0, kb, simd); packed = mt; }
                         int rows = (int)(M - i0 < GEMM_MR ? M - i0 : GEMM_MR);
                         int cols = (int)(N - j0 < GEMM_NR ? N - j0 : GEMM_NR);
                         if (!first) // continue the partial sums (rows / columns past the edge: zeros, dropped)
