@@ -285,7 +285,7 @@ test/test_gpu: build/gpu/.objs
 test-gpu: test/test_gpu
 gpu-binaries: train_gpu train_gpu_fp32 test/test_gpu
 
-bench: train_cpu train_cpu_fp32 test/test_bf16
+bench: train_cpu train_cpu_fp32 test/test_bf16 test/test_fp32
 	bash dev/bench.sh
 
 # make print-VAR: a variable's value (the tests read NCCL_HOME and the link line this way)

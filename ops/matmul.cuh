@@ -130,25 +130,33 @@ static void gemm_kernel_scalar(int kc, const float* Ap, const float* Bp, float* 
 }
 
 #ifdef ZT_X86
+// (nvcc's front end rejects GCC's unroll pragma; the host compiler unrolls these constant loops anyway)
+#ifdef __CUDACC__
+#define GEMM_UNROLL(n)
+#else
+#define GEMM_PRAGMA(x) _Pragma(#x)
+#define GEMM_UNROLL(n) GEMM_PRAGMA(GCC unroll n)
+#endif
+
 // AVX-512: the whole 8 x 32 tile in 16 zmm accumulators; per k two loads of B, eight broadcasts of A,
 // sixteen vfmadd231ps.
 ZT_TARGET_AVX512 static void gemm_kernel_avx512(int kc, const float* Ap, const float* Bp, float* acc, int zero) {
     __m512 c[GEMM_MR][2];
-#pragma GCC unroll 8
+    GEMM_UNROLL(8)
     for (int r = 0; r < GEMM_MR; r++) {
         c[r][0] = zero ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + r * GEMM_NR);
         c[r][1] = zero ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + r * GEMM_NR + 16);
     }
     for (int k = 0; k < kc; k++) {
         __m512 b0 = _mm512_loadu_ps(Bp + (int64_t)k * GEMM_NR), b1 = _mm512_loadu_ps(Bp + (int64_t)k * GEMM_NR + 16);
-#pragma GCC unroll 8
+        GEMM_UNROLL(8)
         for (int r = 0; r < GEMM_MR; r++) {
             __m512 a = _mm512_set1_ps(Ap[k * GEMM_MR + r]);
             c[r][0] = _mm512_fmadd_ps(a, b0, c[r][0]);
             c[r][1] = _mm512_fmadd_ps(a, b1, c[r][1]);
         }
     }
-#pragma GCC unroll 8
+    GEMM_UNROLL(8)
     for (int r = 0; r < GEMM_MR; r++) {
         _mm512_storeu_ps(acc + r * GEMM_NR, c[r][0]);
         _mm512_storeu_ps(acc + r * GEMM_NR + 16, c[r][1]);
@@ -160,7 +168,7 @@ ZT_TARGET_AVX2 static void gemm_kernel_avx2(int kc, const float* Ap, const float
     for (int r0 = 0; r0 < GEMM_MR; r0 += 4)
         for (int j0 = 0; j0 < GEMM_NR; j0 += 16) {
             __m256 c[4][2];
-#pragma GCC unroll 4
+            GEMM_UNROLL(4)
             for (int r = 0; r < 4; r++) {
                 c[r][0] = zero ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + (r0 + r) * GEMM_NR + j0);
                 c[r][1] = zero ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + (r0 + r) * GEMM_NR + j0 + 8);
@@ -168,14 +176,14 @@ ZT_TARGET_AVX2 static void gemm_kernel_avx2(int kc, const float* Ap, const float
             for (int k = 0; k < kc; k++) {
                 const float* b = Bp + (int64_t)k * GEMM_NR + j0;
                 __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
-#pragma GCC unroll 4
+                GEMM_UNROLL(4)
                 for (int r = 0; r < 4; r++) {
                     __m256 a = _mm256_broadcast_ss(Ap + k * GEMM_MR + r0 + r);
                     c[r][0] = _mm256_fmadd_ps(a, b0, c[r][0]);
                     c[r][1] = _mm256_fmadd_ps(a, b1, c[r][1]);
                 }
             }
-#pragma GCC unroll 4
+            GEMM_UNROLL(4)
             for (int r = 0; r < 4; r++) {
                 _mm256_storeu_ps(acc + (r0 + r) * GEMM_NR + j0, c[r][0]);
                 _mm256_storeu_ps(acc + (r0 + r) * GEMM_NR + j0 + 8, c[r][1]);
