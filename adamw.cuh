@@ -33,18 +33,19 @@
 // the CPU's sequential chunk sums, not bitwise equal to them (see op_sumsq). The step's scalars
 // (StepScalars: loss, sum of squares, norm, clip scale, finite flag) stay where the step runs.
 //
-// defines: Segment, AdamWParams, StepScalars, AdamWMax, adamw_bias_corrections, simd_level, simd_names,
+// defines: Segment, AdamWParams, StepScalars, AdamWMax, adamw_bias_corrections,
 //          adamw_host_pass, adamw_host_touch, adamw_host, adamw_host_max, adamw_host_rate,
 //          adamw_check_host, adamw_bound_finite, op_adamw,
 //          op_adamw_scalars, op_adamw_check, op_round_params,
 //          op_sumsq_many_into, op_sumsq_many, op_sumsq, op_loss_add, op_step_scalars
 //
-// May call: device.cuh.
+// May call: device.cuh, simd.h.
 #ifndef ZT_ADAMW_CUH
 #define ZT_ADAMW_CUH
 
 #include <time.h>
 #include "device.cuh" // defines: floatX, rn, g_device
+#include "simd.h"     // defines: SIMD_*, simd_names, simd_supported, simd_level, g_simd, ZT_X86, ZT_TARGET_AVX2/512
 
 // A run of real parameters inside an optimizer range: [off, off+len), decayed or not.
 typedef struct { int64_t off, len; int decay; } Segment;
@@ -343,7 +344,7 @@ ZT_HD static inline void adamw_element(floatX* param, float* master, float* m, f
 // -offload keeps (adamw_host_max) and the check's flag are folded in the same pass, per lane, from
 // the values just computed: no second read of the state. The last n % lanes elements of a piece go
 // through the scalar loop.
-// The path: ZT_SIMD=scalar|avx2|avx512 forces one (a path this CPU lacks, or another word, ends the
+// The path (simd.h, shared with the CPU matmul): ZT_SIMD=scalar|avx2|avx512 forces one (a path this CPU lacks, or another word, ends the
 // run: exit 2), else the widest this CPU has (__builtin_cpu_supports: cpuid, and the OS's saving of
 // the registers). The binaries stay portable: only the avx2 and avx512 functions are compiled for
 // their instruction sets (per-function target attributes), so the x86-64-v3 GPU-box binaries run on a
@@ -355,45 +356,7 @@ ZT_HD static inline void adamw_element(floatX* param, float* master, float* m, f
 // cuts, so pages of the offloaded state are first touched (placed, on a NUMA machine) by the thread
 // that updates them.
 enum { ADAMW_UPDATE, ADAMW_UPDATE_MAX, ADAMW_CHECK }; // what a pass does
-enum { SIMD_SCALAR, SIMD_AVX2, SIMD_AVX512, SIMD_COUNT };
-static const char* const simd_names[SIMD_COUNT] = {"scalar", "avx2", "avx512"};
-
-#if defined(__x86_64__) || defined(__i386__)
-#define ZT_X86 1
-#endif
-
-// ZT_FAULT=simd-lacks:avx512 (or avx2): the tests' stand-in for a CPU without that path.
-static int simd_supported(int level) {
-    const char* f = getenv("ZT_FAULT");
-    if (f && !strncmp(f, "simd-lacks:", 11) && !strcmp(f + 11, simd_names[level])) return 0;
-#ifdef ZT_X86
-    if (level == SIMD_AVX2) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    if (level == SIMD_AVX512) return __builtin_cpu_supports("avx512f");
-#endif
-    return level == SIMD_SCALAR;
-}
-
-// The host AdamW's path (see above), decided once; start-up calls it so that a bad ZT_SIMD stops the
-// run before anything is written.
-static int g_simd = -1;
-static int simd_level(void) {
-    if (g_simd >= 0) return g_simd;
-    int best = SIMD_SCALAR;
-    for (int k = SIMD_SCALAR; k < SIMD_COUNT; k++)
-        if (simd_supported(k)) best = k;
-    const char* e = getenv("ZT_SIMD");
-    if (e && *e) {
-        int k = -1;
-        for (int i = 0; i < SIMD_COUNT; i++)
-            if (!strcmp(e, simd_names[i])) k = i;
-        if (k < 0) die_user("ZT_SIMD=%s: not scalar, avx2 or avx512 (the host AdamW's path; unset, this CPU's widest: %s)", e, simd_names[best]);
-        if (!simd_supported(k))
-            die_user("ZT_SIMD=%s: this CPU does not have %s. HINT: unset ZT_SIMD (this CPU's widest path is %s), or ZT_SIMD=scalar", e,
-                     k == SIMD_AVX512 ? "AVX-512F" : "AVX2 and FMA", simd_names[best]);
-        best = k;
-    }
-    return g_simd = best;
-}
+// The path (simd.h: ZT_SIMD, else the widest this CPU has) is simd_level().
 
 // Elements [lo, hi) of one segment, one pass of `mode`; wd: the segment's weight decay, gs: the
 // gradient scale. [UPDATE_MAX] acc: the running largest |m|, v, |w| (updated). Returns 1 when a new
@@ -434,8 +397,6 @@ static int adamw_range_scalar(int mode, floatX* params, float* master, float* m,
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 #include <immintrin.h>
-#define ZT_TARGET_AVX2 __attribute__((target("avx2,fma")))
-#define ZT_TARGET_AVX512 __attribute__((target("avx512f")))
 
 // AVX-512: 16 lanes. adamw_math's lines, in its order, one instruction each.
 ZT_TARGET_AVX512 static inline void adamw_math16(__m512* mi, __m512* vi, __m512* w, __m512 w0, __m512 m0, __m512 v0, __m512 gr,

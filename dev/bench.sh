@@ -6,6 +6,8 @@
 #   with it) and ./train_cpu (BF16) beside dev/bench_torch.py, as ratios. Goal: >= 0.5x.
 #   Against transformers: -e llama-tiny beside Hugging Face's own LlamaForCausalLM of that shape in
 #   FP32, same threads (dev/bench_llama_hf.py, run by $ZT_HF_PYTHON or /tmp/zt-hf47). Goal: >= 1.3x.
+#   The CPU GEMM those steps spend most of their time in: GFLOP/s of the LM head's products per
+#   microkernel path against the FMA peak of the same threads (test/test_fp32 --bench-gemm).
 #   ZeRO stages: tokens/s at -np 2 and -np 4 for each stage as a ratio to ZeRO-0 at the same R,
 #   and the share of the step spent waiting in collectives (from log.jsonl's comm_wait_ms).
 #   Offload: tokens/s with -offload none / cpu / nvme (-z 1, the model of 1.), as ratios to none;
@@ -99,6 +101,10 @@ if ./train_cpu_fp32 -e llama-tiny -x 0 -v 0 -s 0 > "$tmp/llama_probe.out" 2>&1; 
 else
     echo "   SKIP: ./train_cpu_fp32 -e llama-tiny does not run: $(tail -1 "$tmp/llama_probe.out")"
 fi
+echo
+echo "1c. the CPU GEMM of 1. and 1b. (ops/matmul.cuh's cpu_gemm, FP32 build), $THREADS threads: the LM head's three products"
+echo "    and a block's fc on each microkernel path this CPU has (ZT_SIMD), beside the FMA peak (test/test_fp32 --bench-gemm)"
+if [ -x test/test_fp32 ]; then test/test_fp32 --bench-gemm "$THREADS"; else echo "   SKIP: test/test_fp32 not built (make test/test_fp32)"; fi
 echo
 MODEL="-e tiny -b 4 -t 64 -v 0 -s 0"
 echo "2. ZeRO stages: $MODEL, $STEPS steps, one thread per rank (ranks share $(nproc) cores)"

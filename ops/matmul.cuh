@@ -11,26 +11,30 @@
 // pre-activation in backward (-r 1) reproduces the forward's bits exactly.
 //
 // CPU device: one GEMM core, C (M, N) = A (M, K) @ B (K, N), with A and B read through strides
-// so the three products above need no transposed copies of A. Every output element is one FP32
-// sum over k = 0..K-1 in order (fused multiply-add when the CPU has it), so results do not depend
-// on the number of threads: threads split the output, never a sum. B is packed to FP32 in column
-// panels in the fixed workspace; an 8 x 32 register tile does the arithmetic (about 90 GFLOP/s a
-// core on AVX-512). With OpenBLAS (built with it and -blas 1) sgemm does the products instead.
+// so the three products above need no transposed copies. Every output element is one FP32 chain
+// acc = fmaf(A[i,k], B[k,j], acc) over k = 0..K-1 in order, so results do not depend on the number
+// of threads (they split the output, never a sum) nor on the microkernel's path (scalar, AVX2,
+// AVX-512, chosen at run time like the host AdamW's: simd.h, ZT_SIMD). A and B are packed to FP32
+// (the BF16 build converts there) in cache blocks of the fixed workspace; an 8 x 32 register tile
+// does the arithmetic. See "CPU GEMM core" below. With OpenBLAS (built with it and -blas 1) sgemm
+// does the products instead.
 //
 // CUDA device: cuBLASLt for the three products (BF16 in, FP32 compute, the bias as its epilogue;
 // one algorithm per shape, chosen once), our kernels for GELU, GELU' and the deterministic bias
 // gradient; see "CUDA device" below for the row-major / column-major mapping. Never run on a GPU
 // yet when written: test/gpu_matmul.h is what checks it against the CPU op.
 //
-// defines: gelu_fwd, gelu_bwd, op_matmul_forward, op_matmul_backward, op_gelu_forward, cpu_matmul, g_use_blas
+// defines: gelu_fwd, gelu_bwd, op_matmul_forward, op_matmul_backward, op_gelu_forward, cpu_matmul, g_use_blas,
+//          cpu_gemm, gemm_kernel_fn, GEMM_MR, GEMM_NR, GEMM_KC, GEMM_PANEL_FLOATS
 //          (CUDA) cuda_gemm, g_matmul_simple_plans, g_matmul_force_simple (TESTING)
 //
-// May call: device.cuh, packed.cuh, OpenBLAS (-blas 1) and cuBLASLt (nvcc build).
+// May call: device.cuh, packed.cuh, simd.h, OpenBLAS (-blas 1) and cuBLASLt (nvcc build).
 #ifndef ZT_OPS_MATMUL_CUH
 #define ZT_OPS_MATMUL_CUH
 
 #include "../device.cuh" // defines: floatX, ld, rn, g_work, FAULT
 #include "packed.cuh"    // defines: PACK_X, Packed128, load128, store128, aligned16
+#include "../simd.h"      // defines: simd_level, SIMD_*, ZT_TARGET_AVX2/512 (the microkernel's path)
 #ifdef USE_BLAS
 #include <cblas.h>       // OpenBLAS (Debian: libopenblas-dev): cblas_sgemm, openblas_set_num_threads
 #endif
@@ -56,16 +60,39 @@ ZT_HD static inline float gelu_bwd(float x) {
 }
 
 // ----------------------------------------------------------------------------
-// CPU GEMM core.
+// CPU GEMM core: C (M, N) = A (M, K) @ B (K, N), the operands read through strides.
+//
+// The bits. Every output element is one FP32 chain over k = 0..K-1 in order,
+//     acc = 0;  acc = fmaf(A[i,k], B[k,j], acc)  for k = 0, 1, ..., K-1,
+// then the epilogue. Every path (scalar, avx2, avx512: simd.h, ZT_SIMD), every thread count and
+// every blocking gives that chain: threads split the output, never a sum; a vector lane is one
+// output element (vfmadd231ps is fmaf per lane); a partial sum that waits in memory between k
+// blocks is stored and reloaded as the same FP32 value. So results are bitwise the same whatever the
+// path or the threads (test: op_gemm_simd_bitwise, every path against a plain fmaf loop). The scalar
+// path calls fmaf too: one instruction where the build has FMA (-march=native, x86-64-v3), libm's
+// correctly rounded fmaf elsewhere (slow, same bits).
+//
+// The blocking (GotoBLAS / BLIS's loops, simplified; MR x NR = 8 x 32 register tile):
+//   for row blocks of mb rows            (mb = M unless K is cut and the partial sums of M rows
+//                                          do not fit the workspace)
+//     for k blocks of kc <= GEMM_KC       (one block when K <= GEMM_KC: no partial sums kept)
+//       for column panels of nc           (kc x nc floats ~ GEMM_PANEL_L2: a core's L2 share)
+//         pack B[k block, panel] to FP32 strips (strip, kc, NR), zero-padded  [threads split strips]
+//         tiles (row tile outer, strip inner), threads take contiguous runs of them: a thread packs
+//         its row tile's A[rows, k block] to FP32 (kc, MR) on its stack once (the BF16 build
+//         converts here), then the microkernel runs the tile's chain over the k block with A in L1
+//         and the strip streaming from L2; the acc starts at 0 (first block) or from the partial
+//         buffer Cp (mb, N), and goes to the epilogue (last block) or back to Cp.
+// The LM head's three products are the shapes that matter on the tiny models: forward (BT, V, C)
+// has a wide N (panels); dinp (BT, C, V) has a long K (k blocks and Cp); dweight (V, C, BT) has a
+// long M with A = dout^T read down columns (a_rs 1: the packing reads MR neighbours per k).
+// With OpenBLAS (built with it and -blas 1) sgemm does the products instead (cpu_gemm_blas).
 
-#ifdef __FMA__
-#define GEMM_MADD(a, b, c) fmaf((a), (b), (c))
-#else
-#define GEMM_MADD(a, b, c) ((a) * (b) + (c))
-#endif
 #define GEMM_MR 8                    // rows of the register tile
-#define GEMM_NR 32                   // columns of the register tile (2 AVX-512 vectors)
-#define GEMM_PANEL_FLOATS (1u << 22) // packed B panel: 16 MiB of FP32, K x (multiple of NR)
+#define GEMM_NR 32                   // columns of the register tile (2 AVX-512 / 4 AVX2 vectors)
+#define GEMM_KC 512                  // the k block: A's (kc, MR) 16 KiB sits in L1 beside a strip's stream
+#define GEMM_PANEL_L2 (1 << 18)      // floats of a packed B panel (1 MiB) that a thread's strips re-read
+#define GEMM_PANEL_FLOATS (1u << 22) // the workspace the ops reserve at least (16 MiB of FP32; acts.h)
 
 // What to do with each finished element acc = sum_k A[i,k] B[k,j].
 typedef enum {
@@ -83,82 +110,269 @@ typedef struct {
     const floatX* bias;   // (N) or NULL
 } GemmOut;
 
-// acc tile (MR x NR) for rows i0.., columns j0.. of the panel, sum over all K in order.
-static inline void gemm_tile(int K, const floatX* A, const int64_t* arow, int64_t a_cs,
-                             const float* Bp, int ldb, float acc[GEMM_MR][GEMM_NR]) {
+// The microkernel: acc (MR, NR) = (zero ? 0 : acc) continued by the chain over k < kc of
+// Ap (kc, MR) [FP32, packed] times Bp (kc, NR) [FP32, packed]. One per path; the same bits.
+typedef void (*GemmKernelFn)(int kc, const float* Ap, const float* Bp, float* acc, int zero);
+
+static void gemm_kernel_scalar(int kc, const float* Ap, const float* Bp, float* acc, int zero) {
+    float c[GEMM_MR][GEMM_NR];
     for (int r = 0; r < GEMM_MR; r++)
-        for (int j = 0; j < GEMM_NR; j++) acc[r][j] = 0.0f;
-    for (int k = 0; k < K; k++) {
-        const float* b = Bp + (int64_t)k * ldb;
-        int64_t ak = (int64_t)k * a_cs;
+        for (int j = 0; j < GEMM_NR; j++) c[r][j] = zero ? 0.0f : acc[r * GEMM_NR + j];
+    for (int k = 0; k < kc; k++) {
+        const float* b = Bp + (int64_t)k * GEMM_NR;
         for (int r = 0; r < GEMM_MR; r++) {
-            float a = ld(A[arow[r] + ak]);
-            for (int j = 0; j < GEMM_NR; j++) acc[r][j] = GEMM_MADD(a, b[j], acc[r][j]);
+            float a = Ap[k * GEMM_MR + r];
+            for (int j = 0; j < GEMM_NR; j++) c[r][j] = fmaf(a, b[j], c[r][j]);
         }
+    }
+    for (int r = 0; r < GEMM_MR; r++)
+        for (int j = 0; j < GEMM_NR; j++) acc[r * GEMM_NR + j] = c[r][j];
+}
+
+#ifdef ZT_X86
+// (nvcc's front end rejects GCC's unroll pragma; the host compiler unrolls these constant loops anyway)
+#ifdef __CUDACC__
+#define GEMM_UNROLL(n)
+#else
+#define GEMM_PRAGMA(x) _Pragma(#x)
+#define GEMM_UNROLL(n) GEMM_PRAGMA(GCC unroll n)
+#endif
+
+// AVX-512: the whole 8 x 32 tile in 16 zmm accumulators; per k two loads of B, eight broadcasts of A,
+// sixteen vfmadd231ps.
+ZT_TARGET_AVX512 static void gemm_kernel_avx512(int kc, const float* Ap, const float* Bp, float* acc, int zero) {
+    __m512 c[GEMM_MR][2];
+    GEMM_UNROLL(8)
+    for (int r = 0; r < GEMM_MR; r++) {
+        c[r][0] = zero ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + r * GEMM_NR);
+        c[r][1] = zero ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + r * GEMM_NR + 16);
+    }
+    for (int k = 0; k < kc; k++) {
+        __m512 b0 = _mm512_loadu_ps(Bp + (int64_t)k * GEMM_NR), b1 = _mm512_loadu_ps(Bp + (int64_t)k * GEMM_NR + 16);
+        GEMM_UNROLL(8)
+        for (int r = 0; r < GEMM_MR; r++) {
+            __m512 a = _mm512_set1_ps(Ap[k * GEMM_MR + r]);
+            c[r][0] = _mm512_fmadd_ps(a, b0, c[r][0]);
+            c[r][1] = _mm512_fmadd_ps(a, b1, c[r][1]);
+        }
+    }
+    GEMM_UNROLL(8)
+    for (int r = 0; r < GEMM_MR; r++) {
+        _mm512_storeu_ps(acc + r * GEMM_NR, c[r][0]);
+        _mm512_storeu_ps(acc + r * GEMM_NR + 16, c[r][1]);
     }
 }
 
-static inline void gemm_epilogue(const GemmOut* o, int64_t i, int64_t j, int64_t N, float acc) {
-    int64_t idx = i * N + j;
+// AVX2 (16 ymm registers): the tile in four passes of 4 rows x 16 columns, 8 ymm accumulators each.
+ZT_TARGET_AVX2 static void gemm_kernel_avx2(int kc, const float* Ap, const float* Bp, float* acc, int zero) {
+    for (int r0 = 0; r0 < GEMM_MR; r0 += 4)
+        for (int j0 = 0; j0 < GEMM_NR; j0 += 16) {
+            __m256 c[4][2];
+            GEMM_UNROLL(4)
+            for (int r = 0; r < 4; r++) {
+                c[r][0] = zero ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + (r0 + r) * GEMM_NR + j0);
+                c[r][1] = zero ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + (r0 + r) * GEMM_NR + j0 + 8);
+            }
+            for (int k = 0; k < kc; k++) {
+                const float* b = Bp + (int64_t)k * GEMM_NR + j0;
+                __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+                GEMM_UNROLL(4)
+                for (int r = 0; r < 4; r++) {
+                    __m256 a = _mm256_broadcast_ss(Ap + k * GEMM_MR + r0 + r);
+                    c[r][0] = _mm256_fmadd_ps(a, b0, c[r][0]);
+                    c[r][1] = _mm256_fmadd_ps(a, b1, c[r][1]);
+                }
+            }
+            GEMM_UNROLL(4)
+            for (int r = 0; r < 4; r++) {
+                _mm256_storeu_ps(acc + (r0 + r) * GEMM_NR + j0, c[r][0]);
+                _mm256_storeu_ps(acc + (r0 + r) * GEMM_NR + j0 + 8, c[r][1]);
+            }
+        }
+}
+#endif
+
+static GemmKernelFn gemm_kernel_fn(int level) {
+#ifdef ZT_X86
+    if (level == SIMD_AVX512) return gemm_kernel_avx512;
+    if (level == SIMD_AVX2) return gemm_kernel_avx2;
+#endif
+    (void)level;
+    return gemm_kernel_scalar;
+}
+
+// Elements (i, j0 .. j0+n-1) of the output from acc[0 .. n-1]: one row of a tile (the kind's
+// switch outside the loop over j, so the loop vectorises).
+static inline void gemm_epilogue_row(const GemmOut* o, int64_t i, int64_t j0, int n, int64_t N, const float* acc) {
+    int64_t idx = i * N + j0;
+    const floatX* bias = o->bias ? o->bias + j0 : NULL;
     switch (o->kind) {
     case EPI_STORE_X:
-        o->outX[idx] = rn(o->bias ? acc + ld(o->bias[j]) : acc);
+        if (bias) for (int j = 0; j < n; j++) o->outX[idx + j] = rn(acc[j] + ld(bias[j]));
+        else for (int j = 0; j < n; j++) o->outX[idx + j] = rn(acc[j]);
         break;
-    case EPI_STORE_X_GELU: {
-        floatX pre = rn(o->bias ? acc + ld(o->bias[j]) : acc);
-        o->preX[idx] = pre;
-        o->outX[idx] = rn(gelu_fwd(ld(pre)));
+    case EPI_STORE_X_GELU:
+        for (int j = 0; j < n; j++) {
+            floatX pre = rn(bias ? acc[j] + ld(bias[j]) : acc[j]);
+            o->preX[idx + j] = pre;
+            o->outX[idx + j] = rn(gelu_fwd(ld(pre)));
+        }
         break;
-    }
     case EPI_STORE_X_DGELU:
-        o->outX[idx] = rn(ld(rn(acc)) * gelu_bwd(ld(o->preX[idx])));
+        for (int j = 0; j < n; j++) o->outX[idx + j] = rn(ld(rn(acc[j])) * gelu_bwd(ld(o->preX[idx + j])));
         break;
     case EPI_ACCUM_F32:
-        o->outF[idx] += acc;
+        for (int j = 0; j < n; j++) o->outF[idx + j] += acc[j];
         break;
     }
+}
+
+// Bp (strips, kb, NR) = FP32 of B[k0.., n0..] for kb rows and ncols columns, zero past ncols.
+// Threads split the strips (called inside the GEMM's parallel region).
+static void gemm_pack_b(float* Bp, const floatX* B, int64_t b_rs, int64_t b_cs, int64_t k0, int kb, int64_t n0, int64_t ncols) {
+    int64_t strips = ceil_div(ncols, GEMM_NR);
+#pragma omp for schedule(static)
+    for (int64_t s = 0; s < strips; s++) {
+        float* dst = Bp + s * kb * GEMM_NR;
+        int64_t j0 = n0 + s * GEMM_NR;
+        int w = (int)(ncols - s * GEMM_NR < GEMM_NR ? ncols - s * GEMM_NR : GEMM_NR);
+        if (b_cs == 1) // rows of B contiguous (dinp: W; dweight: inp)
+            for (int k = 0; k < kb; k++) {
+                const floatX* src = B + (k0 + k) * b_rs + j0;
+                for (int j = 0; j < GEMM_NR; j++) dst[k * GEMM_NR + j] = j < w ? ld(src[j]) : 0.0f;
+            }
+        else // columns of B contiguous when b_rs == 1 (forward: B = W^T, a row of W per column)
+            for (int j = 0; j < GEMM_NR; j++) {
+                const floatX* src = B + k0 * b_rs + (j0 + j) * b_cs;
+                for (int k = 0; k < kb; k++) dst[k * GEMM_NR + j] = j < w ? ld(src[k * b_rs]) : 0.0f;
+            }
+    }
+}
+
+#ifdef ZT_X86
+// 8 floatX at p as 8 FP32 lanes (BF16: the bits shifted into the upper half, exactly ld()).
+ZT_TARGET_AVX2 static inline __m256 gemm_load8(const floatX* p) {
+#ifdef ENABLE_FP32
+    return _mm256_loadu_ps(p);
+#else
+    __m128i h = _mm_loadu_si128((const __m128i*)p);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+#endif
+}
+
+// Ap (kb, MR) from MR = 8 rows with a_cs == 1 (row r's k-th element at rowp[r][k]): blocks of 8 x 8
+// transposed in registers (unpack, shuffle, permute: the classic AVX 8 x 8 transpose); the tail
+// element by element. A copy: the same values as the scalar packing.
+ZT_TARGET_AVX2 static void gemm_pack_a_rows_avx2(float* Ap, const floatX* const* rowp, int kb) {
+    int k = 0;
+    for (; k + 8 <= kb; k += 8) {
+        __m256 r0 = gemm_load8(rowp[0] + k), r1 = gemm_load8(rowp[1] + k), r2 = gemm_load8(rowp[2] + k), r3 = gemm_load8(rowp[3] + k);
+        __m256 r4 = gemm_load8(rowp[4] + k), r5 = gemm_load8(rowp[5] + k), r6 = gemm_load8(rowp[6] + k), r7 = gemm_load8(rowp[7] + k);
+        __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1), t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+        __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5), t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+        __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE), u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+        __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE), u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+        float* d = Ap + k * GEMM_MR; // columns k .. k+7 of the 8 rows: (u_c low | u_{c+4} low), (u_c high | u_{c+4} high)
+        _mm256_storeu_ps(d + 0 * GEMM_MR, _mm256_permute2f128_ps(u0, u4, 0x20));
+        _mm256_storeu_ps(d + 1 * GEMM_MR, _mm256_permute2f128_ps(u1, u5, 0x20));
+        _mm256_storeu_ps(d + 2 * GEMM_MR, _mm256_permute2f128_ps(u2, u6, 0x20));
+        _mm256_storeu_ps(d + 3 * GEMM_MR, _mm256_permute2f128_ps(u3, u7, 0x20));
+        _mm256_storeu_ps(d + 4 * GEMM_MR, _mm256_permute2f128_ps(u0, u4, 0x31));
+        _mm256_storeu_ps(d + 5 * GEMM_MR, _mm256_permute2f128_ps(u1, u5, 0x31));
+        _mm256_storeu_ps(d + 6 * GEMM_MR, _mm256_permute2f128_ps(u2, u6, 0x31));
+        _mm256_storeu_ps(d + 7 * GEMM_MR, _mm256_permute2f128_ps(u3, u7, 0x31));
+    }
+    for (; k < kb; k++)
+        for (int r = 0; r < GEMM_MR; r++) Ap[k * GEMM_MR + r] = ld(rowp[r][k]);
+}
+#endif
+
+// Ap (kb, MR) = FP32 of A[i0.., k0..]; rows past M repeat row M-1 (their results are dropped).
+// simd: the microkernel's path (SIMD_AVX2 or wider: the AVX2 transpose for rows of A).
+static void gemm_pack_a(float* Ap, const floatX* A, int64_t a_rs, int64_t a_cs, int64_t i0, int64_t M, int64_t k0, int kb, int simd) {
+    const floatX* rowp[GEMM_MR];
+    for (int r = 0; r < GEMM_MR; r++) rowp[r] = A + (i0 + r < M ? i0 + r : M - 1) * a_rs + k0 * a_cs;
+#ifdef ZT_X86
+    if (a_cs == 1 && simd >= SIMD_AVX2) { gemm_pack_a_rows_avx2(Ap, rowp, kb); return; }
+#endif
+    (void)simd;
+    if (a_cs == 1) // rows of A contiguous (forward: inp; dinp: dout)
+        for (int r = 0; r < GEMM_MR; r++)
+            for (int k = 0; k < kb; k++) Ap[k * GEMM_MR + r] = ld(rowp[r][k]);
+    else if (a_rs == 1 && i0 + GEMM_MR <= M) // dweight: A = dout^T, MR neighbours in each row of dout
+        for (int k = 0; k < kb; k++) {
+            // each k is another row of dout (V floats away: another page, which no hardware prefetcher
+            // follows): fetch the next two row tiles' cache line now, while this tile computes
+            __builtin_prefetch((const char*)(rowp[0] + k * a_cs) + 64, 0, 2);
+            for (int r = 0; r < GEMM_MR; r++) Ap[k * GEMM_MR + r] = ld(rowp[0][k * a_cs + r]);
+        }
+    else
+        for (int k = 0; k < kb; k++)
+            for (int r = 0; r < GEMM_MR; r++) Ap[k * GEMM_MR + r] = ld(rowp[r][k * a_cs]);
 }
 
 // C (M, N) = A (M, K) @ B (K, N), element (i, k) of A at A[i*a_rs + k*a_cs], element (k, j) of B
-// at B[k*b_rs + j*b_cs]. Uses g_work for the packed B panel.
+// at B[k*b_rs + j*b_cs]; each element through `out`'s epilogue. Uses g_work for the packed B panel
+// and the partial sums.
 static void cpu_gemm(int64_t M, int64_t N, int64_t K, const floatX* A, int64_t a_rs, int64_t a_cs,
                      const floatX* B, int64_t b_rs, int64_t b_cs, const GemmOut* out) {
-    // panel width: as many NR-column strips as fit the workspace, at least one
-    int64_t strips = (int64_t)(g_work_floats / ((size_t)K * GEMM_NR));
-    if (strips < 1) die(1, "matmul workspace too small for K=%lld (internal error)", (long long)K);
-    int64_t nc = strips * GEMM_NR;
-    int64_t nc_needed = round_up(N, GEMM_NR);
-    if (nc > nc_needed) nc = nc_needed;
+    if (M <= 0 || N <= 0) return;
+    int simd = simd_level();
+    GemmKernelFn kern = gemm_kernel_fn(simd);
+    int64_t kc = K < GEMM_KC ? K : GEMM_KC, nk = K > 0 ? ceil_div(K, kc) : 1;
+    if (kc < 1) kc = 1;
+    // the panel: GEMM_PANEL_L2 floats, at least one strip, at most the workspace (and N)
+    int64_t nc = GEMM_PANEL_L2 / kc / GEMM_NR * GEMM_NR;
+    int64_t nc_fit = (int64_t)(g_work_floats / ((size_t)kc * GEMM_NR)) * GEMM_NR;
+    if (nc > nc_fit) nc = nc_fit;
+    if (nc < GEMM_NR) nc = GEMM_NR;
+    if (nc > round_up(N, GEMM_NR)) nc = round_up(N, GEMM_NR);
     float* Bp = g_work;
-    int64_t mtiles = ceil_div(M, GEMM_MR);
+    float* Cp = g_work + round_up(kc * nc, 16); // (mb, N) partial sums when K is cut
+    int64_t mb = M;
+    if (nk > 1) {
+        int64_t room = (int64_t)g_work_floats - round_up(kc * nc, 16);
+        mb = room > 0 ? room / N / GEMM_MR * GEMM_MR : 0;
+        if (mb > M) mb = M;
+    }
+    if ((size_t)kc * nc > g_work_floats || mb < 1)
+        die(1, "matmul workspace too small (%zu floats) for M=%lld N=%lld K=%lld (internal error)", g_work_floats, (long long)M,
+            (long long)N, (long long)K);
 #pragma omp parallel
-    for (int64_t n0 = 0; n0 < N; n0 += nc) {
-        int64_t ncols = N - n0 < nc ? N - n0 : nc;
-        int64_t ldb = round_up(ncols, GEMM_NR);
-        // pack B[:, n0:n0+ncols] as FP32 (K, ldb), zero-padded to whole strips
+    {
+        float Ap[GEMM_KC * GEMM_MR] __attribute__((aligned(64)));     // this thread's row tile of A, (kb, MR)
+        float acc[GEMM_MR * GEMM_NR] __attribute__((aligned(64)));    // the tile's sums
+        for (int64_t m0 = 0; m0 < M; m0 += mb) {
+            int64_t mrows = M - m0 < mb ? M - m0 : mb, mtiles = ceil_div(mrows, GEMM_MR);
+            for (int64_t kblk = 0; kblk < nk; kblk++) {
+                int64_t k0 = kblk * kc;
+                int kb = (int)(K - k0 < kc ? K - k0 : kc);
+                int first = kblk == 0, last = kblk == nk - 1;
+                for (int64_t n0 = 0; n0 < N; n0 += nc) {
+                    int64_t ncols = N - n0 < nc ? N - n0 : nc, strips = ceil_div(ncols, GEMM_NR);
+                    gemm_pack_b(Bp, B, b_rs, b_cs, k0, kb, n0, ncols); // (ends with a barrier: Bp is whole)
+                    int64_t packed = -1;                                // the row tile in Ap
 #pragma omp for schedule(static)
-        for (int64_t k = 0; k < K; k++) {
-            float* dst = Bp + k * ldb;
-            const floatX* src = B + k * b_rs + n0 * b_cs;
-            int64_t j = 0;
-            for (; j < ncols; j++) dst[j] = ld(src[j * b_cs]);
-            for (; j < ldb; j++) dst[j] = 0.0f;
-        }
-        int64_t strips_here = ldb / GEMM_NR;
-#pragma omp for collapse(2) schedule(static)
-        for (int64_t mt = 0; mt < mtiles; mt++) {
-            for (int64_t s = 0; s < strips_here; s++) {
-                int64_t i0 = mt * GEMM_MR, j0 = s * GEMM_NR;
-                int64_t arow[GEMM_MR]; // rows past M repeat the last row; their results are dropped
-                for (int r = 0; r < GEMM_MR; r++) arow[r] = (i0 + r < M ? i0 + r : M - 1) * a_rs;
-                float acc[GEMM_MR][GEMM_NR];
-                gemm_tile((int)K, A, arow, a_cs, Bp + j0, (int)ldb, acc);
-                for (int r = 0; r < GEMM_MR && i0 + r < M; r++)
-                    for (int j = 0; j < GEMM_NR && j0 + j < ncols; j++)
-                        gemm_epilogue(out, i0 + r, n0 + j0 + j, N, acc[r][j]);
+                    for (int64_t t = 0; t < mtiles * strips; t++) {
+                        int64_t mt = t / strips, s = t % strips;
+                        int64_t i0 = m0 + mt * GEMM_MR, j0 = n0 + s * GEMM_NR;
+                        if (mt != packed) { gemm_pack_a(Ap, A, a_rs, a_cs, i0, M, k0, kb, simd); packed = mt; }
+                        int rows = (int)(M - i0 < GEMM_MR ? M - i0 : GEMM_MR);
+                        int cols = (int)(N - j0 < GEMM_NR ? N - j0 : GEMM_NR);
+                        if (!first) // continue the partial sums (rows / columns past the edge: zeros, dropped)
+                            for (int r = 0; r < GEMM_MR; r++)
+                                for (int j = 0; j < GEMM_NR; j++)
+                                    acc[r * GEMM_NR + j] = r < rows && j < cols ? Cp[(i0 - m0 + r) * N + j0 + j] : 0.0f;
+                        kern(kb, Ap, Bp + s * kb * GEMM_NR, acc, first);
+                        for (int r = 0; r < rows; r++) {
+                            if (last) gemm_epilogue_row(out, i0 + r, j0, cols, N, acc + r * GEMM_NR);
+                            else memcpy(Cp + (i0 - m0 + r) * N + j0, acc + r * GEMM_NR, sizeof(float) * cols);
+                        }
+                    }
+                    // the implicit barrier of the omp for: no thread still reads Bp when it is repacked
+                }
             }
         }
-        // the implicit barrier of the omp for protects Bp before the next panel overwrites it
     }
 }
 
@@ -193,8 +407,7 @@ static void cpu_gemm_blas(int64_t M, int64_t N, int64_t K, const floatX* A, int6
                 for (int64_t j = 0; j < nn; j++) Bp[k * nn + j] = ld(B[k * b_rs + (n0 + j) * b_cs]);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)mn, (int)nn, (int)K, 1.0f, Ap, (int)K, Bp, (int)nn,
                         0.0f, Cp, (int)nn);
-            for (int64_t i = 0; i < mn; i++)
-                for (int64_t j = 0; j < nn; j++) gemm_epilogue(out, m0 + i, n0 + j, N, Cp[i * nn + j]);
+            for (int64_t i = 0; i < mn; i++) gemm_epilogue_row(out, m0 + i, n0, (int)nn, N, Cp + i * nn);
         }
 }
 #endif

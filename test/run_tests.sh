@@ -180,11 +180,14 @@ gpu_binaries() {
         case " $needed" in *" libnccl"*|*" libmpi"*|*" libstdc++"*|*" libgcc_s"*|*" libopenblas"*)
             echo "$b: links what the GPU box lacks or what must be static"; return 1;; esac
     done
-    # AVX-512 only inside the host AdamW's AVX-512 path (adamw.cuh: a function of its own with
-    # target("avx512f"), called only when the CPU says it has AVX-512); anywhere else it is not portable
-    local zmm; zmm=$(objdump -d --no-show-raw-insn train_gpu | awk '/^[0-9a-f]+ <.*>:$/ {fn=$2} /%zmm/ && fn !~ /adamw_range_avx512/ {print fn}' | sort -u)
-    if [ -n "$zmm" ]; then echo "train_gpu has AVX-512 code outside adamw_range_avx512: not portable: $zmm"; return 1; fi
-    objdump -d --no-show-raw-insn train_gpu | grep -q 'adamw_range_avx512.*>:$' || { echo "train_gpu: adamw_range_avx512 not found (the check above would pass vacuously)"; return 1; }
+    # AVX-512 only inside the two AVX-512 paths (simd.h): the host AdamW's (adamw.cuh) and the CPU
+    # GEMM's microkernel (ops/matmul.cuh), functions of their own with target("avx512f"), called only
+    # when the CPU says it has AVX-512; anywhere else it is not portable
+    local zmm fn; zmm=$(objdump -d --no-show-raw-insn train_gpu | awk '/^[0-9a-f]+ <.*>:$/ {fn=$2} /%zmm/ && fn !~ /adamw_range_avx512|gemm_kernel_avx512/ {print fn}' | sort -u)
+    if [ -n "$zmm" ]; then echo "train_gpu has AVX-512 code outside adamw_range_avx512 and gemm_kernel_avx512: not portable: $zmm"; return 1; fi
+    for fn in adamw_range_avx512 gemm_kernel_avx512; do
+        objdump -d --no-show-raw-insn train_gpu | grep -q "$fn.*>:\$" || { echo "train_gpu: $fn not found (the check above would pass vacuously)"; return 1; }
+    done
 }
 stage_start
 if ! wanted gpu_binaries; then :

@@ -3,6 +3,7 @@
 //   test/test_bf16 [filter]          run the tests whose name contains filter (all by default)
 //   test/test_bf16 --train [flags]   be the trainer (./train), e.g. under mpirun for ZeRO tests
 //   test/test_bf16 --bench-adamw     make bench's host AdamW against memcpy (test/bench_adamw.h)
+//   test/test_fp32 --bench-gemm      make bench's CPU GEMM per path against the FMA peak (test/bench_gemm.h)
 //   test/test_bf16 --train-unchunked [flags]  the trainer with the classifier in one chunk of all B*T
 //                                    rows (the head before ops/classifier.cuh chunked it): make bench's "before"
 // Built twice by the Makefile: test_bf16 (BF16 storage) and test_fp32 (FP32, tight tolerances).
@@ -34,6 +35,7 @@
 #include "test_lora.h"       // tests: LoRA: step 0 is the base, the base frozen, adapters' gradients, ZeRO-0..3 bitwise, bad input
 #include "test_packing.h"    // tests: packed examples isolated (-doc-attention): the segment table, packed = alone, vs PyTorch, R = 2, resume
 #include "bench_adamw.h"     // make bench: the host AdamW against memcpy
+#include "bench_gemm.h"      // make bench: the CPU GEMM per path against the FMA peak
 
 #ifdef ENABLE_FP32
 // The FP32 build's cases that repeat, with other bytes, what test/test_bf16 checks the same way (the
@@ -63,6 +65,7 @@ int main(int argc, char** argv) {
     test_long_only(g_fp32_long_only);
 #endif
     if (argc > 1 && !strcmp(argv[1], "--bench-adamw")) return adamw_bench_main(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "--bench-gemm")) return gemm_bench_main(argc - 1, argv + 1);
     ssize_t n = readlink("/proc/self/exe", g_test_self, sizeof(g_test_self) - 1);
     if (n > 0) g_test_self[n] = 0;
     int rc = test_run_all(argc > 1 ? argv[1] : NULL);

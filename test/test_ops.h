@@ -1357,6 +1357,95 @@ TEST(op_adamw_simd_bitwise) {
     if (paths == 0) TEST_SKIP("no SIMD path on this CPU");
 }
 
+// The CPU GEMM's bits (ops/matmul.cuh, "CPU GEMM core"): every path (scalar, and avx2 / avx512 where
+// this CPU has them), at 1..3 threads, with the tests' workspace and with one cut small (row blocks
+// of the partial sums), gives each element exactly the plain loop acc = fmaf(A[i,k], B[k,j], acc)
+// over k in order, then the epilogue: compared bit for bit on odd shapes (edges of the 8 x 32 tile,
+// K cut into blocks of GEMM_KC), through the three stride patterns of op_matmul_forward /
+// op_matmul_backward (forward: B = W^T; dinp: B = W; dweight: A = dout^T) and every epilogue kind.
+// A GEMM operand: mostly ordinary values of either sign, some zeros and subnormals.
+static float gemm_value(float scale) {
+    uint32_t r = simd_u32() % 100;
+    float sign = simd_u32() & 1 ? -1.0f : 1.0f;
+    if (r < 5) return sign * 0.0f;
+    if (r < 8) return simd_bits((simd_u32() & 0x007fffffu) | 1u) * sign; // subnormal
+    return sign * scale * (float)((simd_u32() % 1000003) / 1000003.0);
+}
+TEST(op_gemm_simd_bitwise) {
+    ops_workspace();
+    size_t work_floats = g_work_floats;
+    const int64_t shapes[][3] = {{1, 1, 1},    {7, 13, 5},    {9, 33, 17},    {17, 65, 129}, {8, 32, 512},
+                                 {23, 41, 513}, {33, 31, 1100}, {3, 200, 1025}, {70, 9, 600}};
+    const int nshape = sizeof(shapes) / sizeof(shapes[0]);
+    int saved = g_simd, threads = num_threads(), paths = 0, cases = 0, differ = 0;
+    size_t most = 0;
+    for (int s = 0; s < nshape; s++)
+        for (int d = 0; d < 3; d++) {
+            size_t n = (size_t)shapes[s][d] * shapes[s][(d + 1) % 3];
+            if (n > most) most = n;
+        }
+    floatX *A = (floatX*)malloc(sizeof(floatX) * most), *B = (floatX*)malloc(sizeof(floatX) * most), *bias = (floatX*)malloc(sizeof(floatX) * most);
+    floatX *pre_in = (floatX*)malloc(sizeof(floatX) * most), *want = (floatX*)malloc(sizeof(floatX) * most), *got = (floatX*)malloc(sizeof(floatX) * most);
+    floatX *pre_want = (floatX*)malloc(sizeof(floatX) * most), *pre_got = (floatX*)malloc(sizeof(floatX) * most);
+    float *start = (float*)malloc(sizeof(float) * most), *fwant = (float*)malloc(sizeof(float) * most), *fgot = (float*)malloc(sizeof(float) * most);
+    float* acc = (float*)malloc(sizeof(float) * most);
+    for (int level = SIMD_SCALAR; level < SIMD_COUNT; level++) {
+        if (!simd_supported(level)) { printf("    %s: not on this CPU, skipped\n", simd_names[level]); continue; }
+        paths++;
+        for (int s = 0; s < nshape; s++)
+            for (int pat = 0; pat < 3; pat++) {
+                int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+                int64_t a_rs = K, a_cs = 1, b_rs = 1, b_cs = K;           // forward: A = inp (M, K), B = W^T, W (N, K)
+                if (pat == 1) { b_rs = N; b_cs = 1; }                     // dinp: A = dout (M, K), B = W (K, N)
+                if (pat == 2) { a_rs = 1; a_cs = M; b_rs = N; b_cs = 1; } // dweight: A = dout^T, dout (K, M); B = inp (K, N)
+                for (int64_t i = 0; i < M * K; i++) A[i] = rn(gemm_value(1.0f));
+                for (int64_t i = 0; i < K * N; i++) B[i] = rn(gemm_value(1.0f));
+                for (int64_t j = 0; j < N; j++) bias[j] = rn(gemm_value(0.5f));
+                for (int64_t i = 0; i < M * N; i++) { pre_in[i] = rn(gemm_value(2.0f)); start[i] = gemm_value(1.0f); }
+                for (int64_t i = 0; i < M; i++) // the reference: the plain chain
+                    for (int64_t j = 0; j < N; j++) {
+                        float a = 0.0f;
+                        for (int64_t k = 0; k < K; k++) a = fmaf(ld(A[i * a_rs + k * a_cs]), ld(B[k * b_rs + j * b_cs]), a);
+                        acc[i * N + j] = a;
+                    }
+                GemmEpilogue kind = (GemmEpilogue)((s + pat + level) % 4);
+                int biased = (kind == EPI_STORE_X || kind == EPI_STORE_X_GELU) && (s + pat) % 2 == 0;
+                GemmOut ow = {kind, want, fwant, kind == EPI_STORE_X_DGELU ? pre_in : pre_want, biased ? bias : NULL};
+                memcpy(fwant, start, sizeof(float) * M * N);
+                for (int64_t i = 0; i < M; i++) gemm_epilogue_row(&ow, i, 0, (int)N, N, acc + i * N);
+                for (int small = 0; small < 2; small++, cases++) {
+                    GemmOut og = {kind, got, fgot, kind == EPI_STORE_X_DGELU ? pre_in : pre_got, ow.bias};
+                    memcpy(fgot, start, sizeof(float) * M * N);
+                    memset(got, 0, sizeof(floatX) * M * N);
+                    memset(pre_got, 0, sizeof(floatX) * M * N);
+                    g_simd = level;
+                    // small: room for one k block's panel strip and 16 rows of partial sums (row blocks when K > GEMM_KC)
+                    g_work_floats = small ? (size_t)GEMM_KC * GEMM_NR + 16 * (size_t)N : work_floats;
+#ifdef _OPENMP
+                    omp_set_num_threads(1 + (s + pat + small) % 3);
+#endif
+                    cpu_gemm(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, &og);
+#ifdef _OPENMP
+                    omp_set_num_threads(threads);
+#endif
+                    g_work_floats = work_floats;
+                    int d = kind == EPI_ACCUM_F32 ? memcmp(fgot, fwant, sizeof(float) * M * N) != 0 : memcmp(got, want, sizeof(floatX) * M * N) != 0;
+                    if (kind == EPI_STORE_X_GELU) d |= memcmp(pre_got, pre_want, sizeof(floatX) * M * N) != 0;
+                    if (d && differ < 3)
+                        printf("    %s: M %lld N %lld K %lld, pattern %d, epilogue %d, %s workspace: differs from the plain loop\n", simd_names[level],
+                               (long long)M, (long long)N, (long long)K, pat, (int)kind, small ? "small" : "full");
+                    differ += d;
+                }
+            }
+    }
+    g_simd = saved;
+    free(A); free(B); free(bias); free(pre_in); free(want); free(got); free(pre_want); free(pre_got);
+    free(start); free(fwant); free(fgot); free(acc);
+    printf("    %d path(s) x %d GEMMs against the plain fmaf loop: %d differ\n", paths, cases / (paths > 0 ? paths : 1), differ);
+    CHECKF(differ == 0, "%d GEMMs differ from the plain loop", differ);
+    CHECKF(paths >= 2 || !simd_supported(SIMD_AVX2), "no SIMD path ran");
+}
+
 // Initialisation runs on every OpenMP thread and gives the same bits for any thread count: the
 // whole logical vector of a small model filled with 1 and with 2 threads (and from two halves),
 // compared bitwise; the time per parameter is printed.
