@@ -321,6 +321,27 @@ static int file_crc32c(const char* path, uint32_t* crc, int64_t* bytes) {
 // run's recorded flags). Reads the whole base once (CRC32C at memory speed: seconds for GBs).
 // Returns 0, or -1 with errno when a file cannot be read.
 static int cmp_cstr(const void* a, const void* b) { return strcmp(*(char* const*)a, *(char* const*)b); }
+static int ckpt_base_file(const char* name) { // the files of a Hugging Face directory the identity covers
+    size_t k = strlen(name);
+    return !strcmp(name, "config.json") || (k > 12 && !strcmp(name + k - 12, ".safetensors"));
+}
+// The bytes ckpt_base_identity will read (sizes only, no read): what the wait for it is sized on.
+static int64_t ckpt_base_bytes(const char* model) {
+    struct stat st;
+    if (stat(model, &st) != 0) return 0; // a descriptor
+    if (!S_ISDIR(st.st_mode)) return (int64_t)st.st_size;
+    DIR* d = opendir(model);
+    if (!d) return 0; // (ckpt_base_identity reports the error)
+    int64_t bytes = 0;
+    struct dirent* e;
+    while ((e = readdir(d)) != NULL) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof(path), "%s/%s", model, e->d_name);
+        if (ckpt_base_file(e->d_name) && stat(path, &st) == 0) bytes += (int64_t)st.st_size;
+    }
+    closedir(d);
+    return bytes;
+}
 static int ckpt_base_identity(const char* model, char* out, size_t cap) {
     struct stat st;
     uint32_t crc = 0;
@@ -337,11 +358,9 @@ static int ckpt_base_identity(const char* model, char* out, size_t cap) {
     int n = 0;
     struct dirent* e;
     while ((e = readdir(d)) != NULL) {
-        size_t k = strlen(e->d_name);
-        if (strcmp(e->d_name, "config.json") && !(k > 12 && !strcmp(e->d_name + k - 12, ".safetensors"))) continue;
+        if (!ckpt_base_file(e->d_name)) continue;
         names = (char**)realloc(names, sizeof(char*) * (n + 1));
-        if (!names) die(1, "out of host memory");
-        names[n++] = strdup(e->d_name);
+        if (!names || !(names[n++] = strdup(e->d_name))) die(1, "out of host memory (the file names of %s)", model);
     }
     closedir(d);
     qsort(names, n, sizeof(char*), cmp_cstr);

@@ -741,18 +741,21 @@ static CkptMeta trainer_ckpt_meta(const Trainer* tr) {
 // Waits around rank 0's checkpoint and export writes use -io-timeout, not -comm-timeout: a
 // healthy run on slow storage must not end because rank 0 is still writing. auto: the bytes rank 0
 // writes (model file and its state file) at a floor of 50 MB/s, and at least 10 minutes.
-static double io_timeout_s(const Trainer* tr) {
+// (io_timeout_for: the same for a wait on reading `bytes`, the LoRA base's checksum.)
+static double io_timeout_for(const Trainer* tr, double bytes) {
     if (tr->f.comm_timeout == 0 || tr->f.io_timeout == 0) return 0; // forever
     if (tr->f.io_timeout > 0) return tr->f.io_timeout;
-    double bytes = 1024.0 + (double)tr->model.d.num_params * sizeof(floatX) + 12.0 * tr->model.z.opt_total;
     return fmax(600.0, bytes / 50e6);
 }
-static double io_wait_begin(Trainer* tr) {
+static double io_save_bytes(const Trainer* tr) { return 1024.0 + (double)tr->model.d.num_params * sizeof(floatX) + 12.0 * tr->model.z.opt_total; }
+static double io_timeout_s(const Trainer* tr) { return io_timeout_for(tr, io_save_bytes(tr)); }
+static double io_wait_begin_for(Trainer* tr, double bytes) {
     double saved = tr->comm.timeout_s;
-    tr->comm.timeout_s = io_timeout_s(tr);
+    tr->comm.timeout_s = io_timeout_for(tr, bytes);
     tr->comm.timeout_flag = "-io-timeout";
     return saved;
 }
+static double io_wait_begin(Trainer* tr) { return io_wait_begin_for(tr, io_save_bytes(tr)); }
 static void io_wait_end(Trainer* tr, double saved) {
     tr->comm.timeout_s = saved;
     tr->comm.timeout_flag = NULL;
@@ -816,9 +819,16 @@ static void lora_base_record(Trainer* tr, const GPTConfig* c) {
     const Flags* f = &tr->f;
     if (!c->lora_r || !f->out_dir[0] || !(f->resume || f->ckpt_every > 0)) return;
     char id[160] = "", now[PATH_MAX + 200], then[PATH_MAX + 200];
+    // rank 0 reads the whole base while the others wait: a wait sized like rank 0's other I/O
+    // (-io-timeout, auto on the base's bytes), not -comm-timeout
+    int64_t bytes = tr->r == 0 ? ckpt_base_bytes(f->model) : 0;
+    comm_broadcast(&tr->comm, &bytes, sizeof(bytes), 0);
+    if (bytes > 0) printf0("checksumming the LoRA base %s (%.2f GB) for the checkpoints' record ...\n", f->model, bytes / 1e9);
+    double saved = io_wait_begin_for(tr, (double)bytes);
     if (tr->r == 0 && ckpt_base_identity(f->model, id, sizeof(id)) != 0)
         snprintf(id, sizeof(id), "error %.120s", strerror(errno));
     comm_broadcast(&tr->comm, id, sizeof(id), 0);
+    io_wait_end(tr, saved);
     if (!strncmp(id, "error ", 6)) die_user("-e %s: cannot read the LoRA base for its checksum: %s", f->model, id + 6);
     snprintf(now, sizeof(now), "%s %s", id, f->model);
     if (tr->run_record[0] && ckpt_run_add(tr->run_record, CKPT_RUN_MAX, "lora-base", now))
