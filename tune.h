@@ -94,6 +94,7 @@ static void tune_text(const Flags* f, char* out, size_t cap) {
     TUNE_DIMS(X)
 #undef X
     (void)buf;
+    if (f->lora && strcmp(f->lora_base, "auto")) n += snprintf(out + n, cap - n, " -lora-base %s", f->lora_base); // [LoRA] the row's base
 }
 
 // The word after `flag` in a choice's text ("-z 2 -r 1 -offload cpu") into word; -1 when absent.
@@ -118,6 +119,14 @@ static const char* tune_record_values(const char* rec, int v[TUNE_NDIMS]) {
     TUNE_DIMS(X)
 #undef X
     return NULL;
+}
+
+// [LoRA] A recorded choice's -lora-base: "replicated" or "sharded"; "" when the record has none (no
+// LoRA, or a build before it was recorded: the run's default then); NULL when the word is invalid.
+static const char* tune_record_base(const char* rec) {
+    char word[64];
+    if (tune_text_word(rec, "-lora-base", word, sizeof(word))) return "";
+    return !strcmp(word, "replicated") ? "replicated" : !strcmp(word, "sharded") ? "sharded" : NULL;
 }
 
 // What every rank measures of one candidate (summed over ranks into an R x TM_COLS matrix).
@@ -218,7 +227,8 @@ static int tune_reuse(Flags* f, Comm* comm, char* choice, size_t cap) {
         return 0;
     }
     int v[TUNE_NDIMS];
-    const char* bad = tune_record_values(rec, v);
+    const char* bad = tune_record_values(rec, v), *base = tune_record_base(rec);
+    if (!bad && !base) bad = "-lora-base";
     if (bad) die_user("resume: DONE_%08d in %s records the -tune choice '%s', which has no valid %s. HINT: give the flags yourself, or -resume-step another checkpoint",
                       step, f->out_dir, rec, bad);
     char b1[16], b2[16];
@@ -232,6 +242,11 @@ static int tune_reuse(Flags* f, Comm* comm, char* choice, size_t cap) {
     TUNE_DIMS(X)
 #undef X
     (void)b1; (void)b2;
+    if (f->lora && base[0] && !strcmp(f->lora_base, "auto")) { // [LoRA] the chosen row's base
+        snprintf(f->lora_base, sizeof(f->lora_base), "%s", base);
+        FLAG_SHOW(f, lora_base, "%s (-tune: the checkpoint's choice)", base);
+    } else if (f->lora && base[0] && strcmp(f->lora_base, base))
+        printf0("tune: -lora-base %s given: kept (the checkpoint's choice was -lora-base %s)\n", f->lora_base, base);
     if (offload_parse(f->offload) == OFFLOAD_NVME && !f->offload_dir[0])
         die_user("resume: the checkpoint's -tune choice is -offload nvme, which needs -offload-dir DIR (where the state's files go). "
                  "HINT: add -offload-dir, or give -offload cpu or none");
@@ -250,6 +265,8 @@ static void tune_note_record(const Flags* f, int r) {
 #define X(flag, field, row, max, kind, old) same = same && TUNE_GET_##kind(f, field) == v[TD_##field];
         TUNE_DIMS(X)
 #undef X
+        const char* base = tune_record_base(rec); // [LoRA] (this run's auto resolves later: compared only when given)
+        same = same && base && (!f->lora || !base[0] || !strcmp(f->lora_base, "auto") || !strcmp(f->lora_base, base));
         if (!same)
             printf0("note: the checkpoint records -tune's choice %s; this run has %s (without -tune a resume uses the flags as given). "
                     "HINT: add -tune to reuse the choice\n", rec, mine);
@@ -400,9 +417,8 @@ static void tune_config(Flags* f, const GPTConfig* c, int GA, Comm* comm, const 
     tune_text(f, choice, cap);
     if (comm->r == 0) {
         const PlanRow* p = &rows[idx[best]];
-        const char* base = !c->lora_r ? "" : cand_rep[best] ? " -lora-base replicated" : " -lora-base sharded"; // [LoRA]
-        printf0("tune: chose %s%s: %.0f tok/s measured, the fastest of the %d candidate(s) that fit (the planner estimated %.0f tok/s); "
-                "the run starts from its source as if started with %s%s\n", choice, base, tok_s[best], n, (double)step_tokens / p->step_s, choice, base);
+        printf0("tune: chose %s: %.0f tok/s measured, the fastest of the %d candidate(s) that fit (the planner estimated %.0f tok/s); "
+                "the run starts from its source as if started with %s\n", choice, tok_s[best], n, (double)step_tokens / p->step_s, choice); // ([LoRA] choice holds -lora-base)
     }
 }
 

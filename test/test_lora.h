@@ -484,6 +484,27 @@ TEST(lora_replicated_base) {
     CHECKF(rc == 0, "-tune with -lora failed (%d):\n%s", rc, zt_out);
     CHECKF(strstr(zt_out, "tune: |  3b |  1 |") && strstr(zt_out, "tune: |  3  |  1 |") && strstr(zt_out, "(-tune: the fastest measured)"),
            "-tune did not measure both bases or show its choice:\n%s", zt_out);
+    { // a resumed -tune reuses the recorded base: the replicated row alone (the planner's first at a slow link), checkpoint at step 1
+        const char* dir = zt_dir("lora_tune_rep");
+        ZtLog l0, l1;
+        snprintf(flags, sizeof(flags), "%s -b 2 -x 2 -v 0 -s 0 -lora 2 -z 3 -r 1 -link-gbps 0.001 -tune -tune-rows 1 -tune-steps 1 -n 1 -o %s",
+                 ZT_MODEL, dir);
+        rc = zt_mpirun(2, flags, zt_out, sizeof(zt_out));
+        CHECKF(rc == 0 && strstr(zt_out, "tune: chose -z 3 -r 1 -offload none -lora-base replicated"), "-tune -tune-rows 1 (%d):\n%s", rc, zt_out);
+        zt_read_log(dir, &l0);
+        char path[PATH_MAX + 32];
+        snprintf(path, sizeof(path), "%s/DONE_00000001", dir);
+        char* done = zt_read_file(path);
+        CHECKF(done && strstr(done, "\ntune -z 3 -r 1 -offload none -lora-base replicated\n"), "DONE_00000001 lacks the base:\n%s", done ? done : "(none)");
+        free(done);
+        snprintf(flags, sizeof(flags), "%s -b 2 -x 2 -v 0 -s 0 -lora 2 -z 3 -r 1 -tune -tune-steps 1 -o %s -y 1 -resume-step 1", ZT_MODEL, dir);
+        rc = zt_mpirun(2, flags, zt_out, sizeof(zt_out));
+        CHECKF(rc == 0 && strstr(zt_out, "replicated (-tune: the checkpoint's choice)") && !strstr(zt_out, "tune: measuring"),
+               "the resumed -tune did not reuse -lora-base replicated (%d):\n%s", rc, zt_out);
+        zt_read_log(dir, &l1);
+        CHECKF(l0.n == 2 && l1.n == 2 && l0.loss[1] == l1.loss[1] && l0.norm[1] == l1.norm[1], "resumed step 2: loss %.9g vs %.9g",
+               l1.loss[1], l0.loss[1]);
+    }
     // the planner at scale (-plan: closed forms, nothing allocated)
     static const struct { const char* model; const char* want; } plans[] = {
         {"llama3-70b", "recommendation: -z 3 -r 3 -lora-base sharded"},
