@@ -823,7 +823,7 @@ static void lora_base_record(Trainer* tr, const GPTConfig* c) {
     // (-io-timeout, auto on the base's bytes), not -comm-timeout
     int64_t bytes = tr->r == 0 ? ckpt_base_bytes(f->model) : 0;
     comm_broadcast(&tr->comm, &bytes, sizeof(bytes), 0);
-    if (bytes > 0) printf0("checksumming the LoRA base %s (%.2f GB) for the checkpoints' record ...\n", f->model, bytes / 1e9);
+    if (bytes > 0) printf0("checksumming the LoRA base %s (%s) for the checkpoints' record ...\n", f->model, fmt_bytes((double)bytes).s);
     double saved = io_wait_begin_for(tr, (double)bytes);
     if (tr->r == 0 && ckpt_base_identity(f->model, id, sizeof(id)) != 0)
         snprintf(id, sizeof(id), "error %.120s", strerror(errno));
