@@ -94,7 +94,7 @@ static void tune_text(const Flags* f, char* out, size_t cap) {
     TUNE_DIMS(X)
 #undef X
     (void)buf;
-    if (f->lora && strcmp(f->lora_base, "auto")) n += snprintf(out + n, cap - n, " -lora-base %s", f->lora_base); // [LoRA] the row's base
+    if (f->lora && strcmp(f->lora_base, "auto")) n += snprintf(out + n, cap - n, " -lora-base %s", !strcmp(f->lora_base, "replicated") ? "replicated" : "sharded"); // [LoRA] the row's base
 }
 
 // The word after `flag` in a choice's text ("-z 2 -r 1 -offload cpu") into word; -1 when absent.

@@ -1554,15 +1554,15 @@ typedef struct Zero {
     ZeroSizes sz;
     Comm* comm;
     // parameters (floatX)
-    floatX* full_params;     // [Z0,1,2] (lay.total)
-    floatX* shard_params;    // [Z3]     (lay.shard_total)
+    floatX* full_params;     // [Z0,1,2] (lay.total); [Z3, LoRA replicated base] the base whole (lay.off[lay.adapter])
+    floatX* shard_params;    // [Z3]     (lay.shard_total); [LoRA replicated base] the adapters' shard only (lay.S[lay.adapter])
     floatX* param_buf[4];    // [Z3]     [0] io block (P_0), [1], [2] layer blocks (P_1), [3] [LoRA] the adapter block
     int resident[4];         // [Z3]     block held by each param_buf, -1 none
     BufState buf_state[4];   // [Z3]     where each param_buf is in its life (BUF_FREE ... BUF_RELEASED)
     int gather_h[4];         // [Z3]     gather in flight into each param_buf, -1 none
     // gradients (FP32)
     float* full_grads;       // [Z0,1]   (lay.total)
-    float* shard_grads;      // [Z2,3]   (lay.shard_total)
+    float* shard_grads;      // [Z2,3]   (lay.train_shard_total: lay.shard_total without frozen blocks)
     float* grad_buf[4];      // [Z2,3]   [0] io block, [1], [2] layer blocks, [3] [LoRA] the adapter block (frozen blocks: none)
     int reduce_h[4];         // [Z2,3]   reduce-scatter in flight from each grad_buf
     // optimizer state (FP32): everything under ZeRO-0, this rank's shard otherwise

@@ -11,8 +11,12 @@
 // Packed examples (issue 25): with the segment table seg (B, T) int32, seg[b*T + i] = the index of
 // the first token of i's example, query i sees keys seg[b*T + i] <= j <= i only (a block-diagonal
 // causal mask); seg == NULL is one example per row (the causal mask above, the same bits as before).
-// Every loop and kernel starts a query's key walk at its example's first key, so an example packed
-// anywhere in a row computes the same sums in the same order as the example alone at a row's start.
+// Where a query's key walk starts: the CPU loop at its example's first key, so there an example
+// packed anywhere in a row computes the same sums in the same order as the example alone at a row's
+// start. The scalar CUDA kernels start at the first key of the query tile's first row's example, the
+// tensor-core kernels at the key tile holding that key (a tile boundary): the keys before the
+// query's example are masked (they add nothing), but the tiles of the online softmax fall elsewhere
+// than for the example alone, so on CUDA packed and alone agree to rounding, not bit for bit.
 // dK/dV of a kv head sum over its group's query heads: every kernel and the CPU loop add the heads
 // in increasing order, each over its queries in order (a fixed order: deterministic, no atomics).
 //
