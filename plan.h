@@ -434,6 +434,15 @@ static int plan_choose(const PlanRow* rows, int n, int R, int stage, int recompu
 }
 // [LoRA] -lora-base as plan_choose's base: -1 auto (either), 0 sharded, 1 replicated.
 static int plan_base_arg(const Flags* f) { return !strcmp(f->lora_base, "replicated") ? 1 : !strcmp(f->lora_base, "sharded") ? 0 : -1; }
+// [LoRA] -lora-base auto resolved (rep 1: replicated, 0: sharded) and shown in the settings table
+// as "replicated (WHY; ZeRO-0/1/2 hold the whole base)", the note below ZeRO-3 only. A given
+// -lora-base, or no -lora: left alone. (-z auto, -tune and the trainer's default all come here.)
+static void plan_lora_base_resolve(Flags* f, int rep, int stage, const char* why) {
+    if (!f->lora || strcmp(f->lora_base, "auto")) return;
+    const char* base = rep ? "replicated" : "sharded";
+    snprintf(f->lora_base, sizeof(f->lora_base), "%s", base);
+    FLAG_SHOW(f, lora_base, "%s (%s%s)", base, why, stage < 3 ? "; ZeRO-0/1/2 hold the whole base" : "");
+}
 // -offload as plan_choose's mask: auto: none, cpu, and nvme when -offload-dir says where; else that kind.
 static int plan_offload_arg(const Flags* f) {
     if (strcmp(f->offload, "auto")) return 1 << offload_parse(f->offload);
@@ -630,11 +639,7 @@ static void choose_config(Flags* f, const GPTConfig* c, int R, const Launch* L, 
     const char* base = !c->lora_r ? "" : choice[3] ? " -lora-base replicated" : " -lora-base sharded"; // [LoRA]
     printf0("auto: -z %d -r %d%s%s%s chosen: %s\n", choice[0], choice[1], choice[2] ? " -offload " : "", choice[2] ? offload_name((Offload)choice[2]) : "",
             base, why);
-    if (c->lora_r && !strcmp(f->lora_base, "auto")) {
-        snprintf(f->lora_base, sizeof(f->lora_base), "%s", choice[3] ? "replicated" : "sharded");
-        FLAG_SHOW(f, lora_base, "%s (-z auto: the planner's choice%s)", choice[3] ? "replicated" : "sharded",
-                  choice[0] < 3 ? "; ZeRO-0/1/2 hold the whole base" : "");
-    }
+    plan_lora_base_resolve(f, choice[3], choice[0], "-z auto: the planner's choice");
     if (!strcmp(f->offload, "auto")) snprintf(f->offload, sizeof(f->offload), "%s", offload_name((Offload)choice[2]));
     f->zero_stage = choice[0];
     f->recompute = choice[1];

@@ -1322,11 +1322,8 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
         tune_config(f, &c, tr->GA, &tr->comm, &tr->launch, &t, tr->tune_choice, sizeof(tr->tune_choice), &tr->tune_mem, &tr->tune_mem_len);
     } else if (f->resume) tune_note_record(f, tr->r);
     // the model: layout, ZeRO buffers, activations, workspace
-    if (c.lora_r && !strcmp(f->lora_base, "auto")) { // [LoRA] nothing chose it (given stages, a reused -tune choice): ZeRO-3 shards the base
-        snprintf(f->lora_base, sizeof(f->lora_base), "%s", f->zero_stage == 3 ? "sharded" : "replicated");
-        FLAG_SHOW(f, lora_base, "%s", f->zero_stage == 3 ? "sharded (nothing chose it: ZeRO-3's default)"
-                                                         : "replicated (ZeRO-0/1/2 hold the whole base)");
-    }
+    // [LoRA] nothing chose it (given stages, a reused -tune choice without it): ZeRO-3 shards the base
+    plan_lora_base_resolve(f, f->zero_stage < 3, f->zero_stage, f->zero_stage < 3 ? "the default" : "nothing chose it: ZeRO-3's default");
     c.lora_rep = c.lora_r && !strcmp(f->lora_base, "replicated"); // [LoRA] given, planned, tuned or the default above
     PlanRow plan;
     trainer_build_model(tr, &c, f->zero_stage, f->recompute, (Offload)offload_parse(f->offload), &plan);

@@ -242,10 +242,9 @@ static int tune_reuse(Flags* f, Comm* comm, char* choice, size_t cap) {
     TUNE_DIMS(X)
 #undef X
     (void)b1; (void)b2;
-    if (f->lora && base[0] && !strcmp(f->lora_base, "auto")) { // [LoRA] the chosen row's base
-        snprintf(f->lora_base, sizeof(f->lora_base), "%s", base);
-        FLAG_SHOW(f, lora_base, "%s (-tune: the checkpoint's choice)", base);
-    } else if (f->lora && base[0] && strcmp(f->lora_base, base))
+    if (base[0] && !strcmp(f->lora_base, "auto")) // [LoRA] the chosen row's base
+        plan_lora_base_resolve(f, !strcmp(base, "replicated"), f->zero_stage, "-tune: the checkpoint's choice");
+    else if (f->lora && base[0] && strcmp(f->lora_base, base))
         printf0("tune: -lora-base %s given: kept (the checkpoint's choice was -lora-base %s)\n", f->lora_base, base);
     if (offload_parse(f->offload) == OFFLOAD_NVME && !f->offload_dir[0])
         die_user("resume: the checkpoint's -tune choice is -offload nvme, which needs -offload-dir DIR (where the state's files go). "
@@ -409,11 +408,7 @@ static void tune_config(Flags* f, const GPTConfig* c, int GA, Comm* comm, const 
     TUNE_DIMS(X)
 #undef X
     (void)word;
-    if (c->lora_r && !strcmp(f->lora_base, "auto")) { // [LoRA] the measured row's base
-        snprintf(f->lora_base, sizeof(f->lora_base), "%s", cand_rep[best] ? "replicated" : "sharded");
-        FLAG_SHOW(f, lora_base, "%s (-tune: the fastest measured%s)", cand_rep[best] ? "replicated" : "sharded",
-                  cand[best][TD_zero_stage] < 3 ? "; ZeRO-0/1/2 hold the whole base" : "");
-    }
+    plan_lora_base_resolve(f, cand_rep[best], cand[best][TD_zero_stage], "-tune: the fastest measured"); // [LoRA] the measured row's base
     tune_text(f, choice, cap);
     if (comm->r == 0) {
         const PlanRow* p = &rows[idx[best]];
