@@ -72,7 +72,7 @@ ZT_HD static inline int att_query_tile_end(const int* sg, int klast, int it0, in
 // on the host with the kernels' own functions: *fwd = the (query tile, key tile) pairs of the
 // forward (and of dQ, the same walk), *dkdv = the (key tile, query tile of FA_DKDV_BC(HS) rows)
 // pairs of dK/dV (per query head). docs/ops.md's prediction of the work skipped is from here.
-static void attention_tc_tiles(const int* sg, int T, int HS, int64_t* fwd, int64_t* dkdv) {
+static inline void attention_tc_tiles(const int* sg, int T, int HS, int64_t* fwd, int64_t* dkdv) {
     int nt = T / FA_TILE, bc = FA_DKDV_BC(HS), nq = T / bc;
     *fwd = *dkdv = 0;
     for (int qt = 0; qt < nt; qt++) *fwd += qt + 1 - att_first_key_tile(sg, qt * FA_TILE, FA_TILE);
