@@ -112,12 +112,7 @@ TEST(ft_masked_loss_grads_vs_pytorch) {
     char tokens[PATH_MAX], ref[PATH_MAX], cmd[4 * PATH_MAX], out[8192];
     snprintf(tokens, sizeof(tokens), "%s/masked_tokens.i32", test_tmpdir());
     snprintf(ref, sizeof(ref), "%s/masked_ref.bin", test_tmpdir());
-    FILE* f = fopen(tokens, "wb");
-    int hdr[2] = {B, T};
-    fwrite(hdr, sizeof(int), 2, f);
-    fwrite(tr->train.inputs, sizeof(int), BT, f);
-    fwrite(tr->train.targets, sizeof(int), BT, f);
-    fclose(f);
+    CHECK(tm_write_tokens(tokens, B, T, tr->train.inputs, tr->train.targets, NULL) == 0);
     snprintf(cmd, sizeof(cmd), "%s dev/reference.py --masked-grads test/fixtures/ref_model.bin %s %s", tm_torch_python(), tokens, ref);
     int rc = test_run_cmd(cmd, out, sizeof(out));
     CHECKF(rc == 0, "dev/reference.py --masked-grads failed:\n%s", out);

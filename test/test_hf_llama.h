@@ -772,11 +772,7 @@ TEST(hf_llama_export_vs_transformers) {
         for (int i = 0; i < B * T; i++)
             for (int j = 0; j < V; j++) ours[ci][i * V + j] = ld(lx[(int64_t)i * m->cfg.Vp + j]);
         free(lx);
-        f = fopen(tokens, "wb");
-        int hdr[2] = {B, T};
-        fwrite(hdr, sizeof(int), 2, f);
-        fwrite(tr->train.inputs, sizeof(int), (size_t)B * T, f);
-        fclose(f);
+        CHECK(tm_write_tokens(tokens, B, T, tr->train.inputs, NULL, NULL) == 0);
         tm_free(tr);
         snprintf(pycmd + strlen(pycmd), sizeof(pycmd) - strlen(pycmd), " %s %s %s", dir, tokens, theirs[ci]);
         printf("    %s trained 3 steps%s, exported as %s%s\n", cases[ci].src, ci == 0 ? " at R = 2, -z 3" : "", cases[ci].cls, cases[ci].shard_bytes[0] ? " in shards + index" : "");

@@ -118,14 +118,7 @@ TEST(llama_grads_vs_reference) {
         snprintf(tpath, sizeof(tpath), "%s/llama%d.i32", test_tmpdir(), shape);
         snprintf(out, sizeof(out), "%s/llama%d_ref.bin", test_tmpdir(), shape);
         llama_write_config(c, cfg);
-        FILE* f = fopen(wpath, "wb");
-        CHECK(f && fwrite(w, sizeof(float), nlog, f) == (size_t)nlog);
-        if (f) fclose(f);
-        f = fopen(tpath, "wb");
-        int hdr[2] = {B, T};
-        CHECK(f && fwrite(hdr, sizeof(int), 2, f) == 2 && fwrite(tr->train.inputs, sizeof(int), BT, f) == (size_t)BT &&
-              fwrite(tr->train.targets, sizeof(int), BT, f) == (size_t)BT);
-        if (f) fclose(f);
+        CHECK(tm_write_floats(wpath, w, nlog) == 0 && tm_write_tokens(tpath, B, T, tr->train.inputs, tr->train.targets, NULL) == 0);
         snprintf(cmd, sizeof(cmd), "%s dev/reference.py --llama-grads %s %s %s %s", tm_torch_python(), cfg, wpath, tpath, out);
         static char pyout[8192];
         int rc = test_run_cmd(cmd, pyout, sizeof(pyout));

@@ -224,14 +224,7 @@ static void lora_ref_case(const char* model, const char* extra) {
     }
     fprintf(f, "]}}\n");
     fclose(f);
-    f = fopen(wpath, "wb");
-    CHECK(f && fwrite(w, sizeof(float), nlog, f) == (size_t)nlog);
-    if (f) fclose(f);
-    f = fopen(tpath, "wb");
-    int hdr[2] = {B, T};
-    CHECK(f && fwrite(hdr, sizeof(int), 2, f) == 2 && fwrite(tr->train.inputs, sizeof(int), BT, f) == (size_t)BT &&
-          fwrite(tr->train.targets, sizeof(int), BT, f) == (size_t)BT);
-    if (f) fclose(f);
+    CHECK(tm_write_floats(wpath, w, nlog) == 0 && tm_write_tokens(tpath, B, T, tr->train.inputs, tr->train.targets, NULL) == 0);
     snprintf(cmd, sizeof(cmd), "%s dev/reference.py --lora-grads %s %s %s %s", tm_torch_python(), cfg, wpath, tpath, out);
     static char pyout[8192];
     int rc = test_run_cmd(cmd, pyout, sizeof(pyout));
@@ -583,10 +576,7 @@ static void lora_peft_case(const char* py, const char* model, const char* name, 
     float* g = (float*)tm_host(zero_shard_grads(z, Ablk), sizeof(float) * z->lay.P[Ablk]);
     char gpath[PATH_MAX + 16];
     snprintf(gpath, sizeof(gpath), "%s/%s_peft_grads.safetensors", test_tmpdir(), name);
-    FILE* fp = fopen(tok, "wb");
-    int32_t bt[2] = {B, T};
-    CHECK(fp && fwrite(bt, 4, 2, fp) == 2 && fwrite(tr->train.inputs, 4, (size_t)B * T, fp) == (size_t)B * T &&
-          fwrite(tr->train.targets, 4, (size_t)B * T, fp) == (size_t)B * T && fclose(fp) == 0);
+    CHECK(tm_write_tokens(tok, B, T, tr->train.inputs, tr->train.targets, NULL) == 0);
     snprintf(cmd, sizeof(cmd), "%s dev/peft_check.py %s %s %s --grads %s --merged %s --merged-bf16 %s 2>&1", py, base_dir, ad_dir, tok, gpath,
              mg_dir, mb_dir);
     int rc = test_run_cmd(cmd, out, sizeof(out));
@@ -665,10 +655,7 @@ TEST(lora_init_from_peft) {
     CHECK(write_hf_checkpoint(&b->model, &hc, base_dir, ST_F32) == 0);
     dataloader_load(&b->train, 0);
     int B = b->model.B, T = b->model.T;
-    FILE* fp = fopen(tok, "wb");
-    int32_t bt[2] = {B, T};
-    CHECK(fp && fwrite(bt, 4, 2, fp) == 2 && fwrite(b->train.inputs, 4, (size_t)B * T, fp) == (size_t)B * T &&
-          fwrite(b->train.targets, 4, (size_t)B * T, fp) == (size_t)B * T && fclose(fp) == 0);
+    CHECK(tm_write_tokens(tok, B, T, b->train.inputs, b->train.targets, NULL) == 0);
     tm_free(b);
     snprintf(cmd, sizeof(cmd), "%s dev/peft_check.py %s %s %s --write 2 4 c_attn,c_fc 2>&1", py, base_dir, ad_dir, tok);
     int rc = test_run_cmd(cmd, out, sizeof(out));

@@ -72,6 +72,25 @@ static double tm_relerr_f(const float* a, const float* b, int64_t n) {
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
+// The files the Python references read (dev/reference.py's read_tokens, dev/peft_check.py,
+// dev/hf_fixtures.py). Tokens: int32 B, T, then B*T inputs and, each only when given, B*T targets
+// and the (B,T) segment table. Floats: n float32 values (the logical parameter vector). 0: written.
+static int tm_write_tokens(const char* path, int B, int T, const int* inputs, const int* targets, const int* seg) {
+    FILE* f = fopen(path, "wb");
+    size_t n = (size_t)B * T;
+    int hdr[2] = {B, T};
+    int ok = f && fwrite(hdr, sizeof(int), 2, f) == 2 && fwrite(inputs, sizeof(int), n, f) == n &&
+             (!targets || fwrite(targets, sizeof(int), n, f) == n) && (!seg || fwrite(seg, sizeof(int), n, f) == n);
+    if (f && fclose(f) != 0) ok = 0;
+    return ok ? 0 : -1;
+}
+static int tm_write_floats(const char* path, const float* x, int64_t n) {
+    FILE* f = fopen(path, "wb");
+    int ok = f && fwrite(x, sizeof(float), (size_t)n, f) == (size_t)n;
+    if (f && fclose(f) != 0) ok = 0;
+    return ok ? 0 : -1;
+}
+
 // The fixture's token stream as a shard in the scratch directory; returns its path.
 static const char* tm_fixture_shard(const Fixture* fx) {
     static char path[PATH_MAX];
@@ -443,17 +462,13 @@ static double tm_logits_vs(const Fixture* fx, const char* model, const char* pyt
     for (int i = 0; i < B * T; i++)
         for (int j = 0; j < V; j++) ours[i * V + j] = ld(lx[(int64_t)i * m->cfg.Vp + j]);
     free(lx);
-    FILE* f = fopen(tokens, "wb");
-    int hdr[2] = {B, T};
-    fwrite(hdr, sizeof(int), 2, f);
-    fwrite(tr->train.inputs, sizeof(int), (size_t)B * T, f);
-    fclose(f);
+    CHECK(tm_write_tokens(tokens, B, T, tr->train.inputs, NULL, NULL) == 0);
     tm_free(tr);
     snprintf(cmd, sizeof(cmd), "%s %s %s %s", python_cmd, model, tokens, theirs);
     int rc = test_run_cmd(cmd, out, sizeof(out));
     CHECKF(rc == 0, "%s failed:\n%s", python_cmd, out);
     float* ref = (float*)malloc(sizeof(float) * B * T * V);
-    f = fopen(theirs, "rb");
+    FILE* f = fopen(theirs, "rb");
     size_t got = f ? fread(ref, sizeof(float), (size_t)B * T * V, f) : 0;
     if (f) fclose(f);
     CHECK(got == (size_t)B * T * V);

@@ -234,11 +234,7 @@ TEST(packed_vs_pytorch_block_diagonal) {
         char tpath[PATH_MAX], cfg[PATH_MAX], wpath[PATH_MAX];
         snprintf(tpath, sizeof(tpath), "%s/packed%d.i32", test_tmpdir(), fam);
         snprintf(F[fam].out, sizeof(F[fam].out), "%s/packed%d_ref.bin", test_tmpdir(), fam);
-        FILE* f = fopen(tpath, "wb");
-        int hdr[2] = {B, T};
-        CHECK(f && fwrite(hdr, sizeof(int), 2, f) == 2 && fwrite(in, sizeof(int), BT, f) == (size_t)BT && fwrite(tg, sizeof(int), BT, f) == (size_t)BT &&
-              fwrite(seg, sizeof(int), BT, f) == (size_t)BT);
-        if (f) fclose(f);
+        CHECK(tm_write_tokens(tpath, B, T, in, tg, seg) == 0);
         if (fam == 0) {
             snprintf(pycmd[fam], sizeof(pycmd[fam]), "%s dev/reference.py --masked-grads test/fixtures/ref_model.bin %s %s", tm_torch_python(), tpath, F[fam].out);
         } else {
@@ -247,9 +243,7 @@ TEST(packed_vs_pytorch_block_diagonal) {
             snprintf(wpath, sizeof(wpath), "%s/packed_llama.f32", test_tmpdir());
             llama_write_config(&m->cfg, cfg);
             tm_to_logical(&m->z, m->z.master, w);
-            f = fopen(wpath, "wb");
-            CHECK(f && fwrite(w, sizeof(float), nlog, f) == (size_t)nlog);
-            if (f) fclose(f);
+            CHECK(tm_write_floats(wpath, w, nlog) == 0);
             free(w);
             snprintf(pycmd[fam], sizeof(pycmd[fam]), "%s dev/reference.py --llama-grads %s %s %s %s", tm_torch_python(), cfg, wpath, tpath, F[fam].out);
         }
