@@ -9,6 +9,9 @@
 #                         the emulated CUDA device at R = 2 and 3 in both precisions, under mpirun and
 #                         without MPI; -offload z x R x GA), the 100-step default run, the FP32
 #                         build's repetitions of BF16 cases; CI runs it after make test
+#   make portability      no instruction set assumed: every intrinsic in a target-attributed function,
+#                         every translation unit compiled for x86-64 v1..v4 (-O0, -Werror), an aarch64
+#                         cross build run under qemu (test/portability.sh; CI runs it after make test)
 #   make bench            CPU benchmarks (tokens/s, ratios side by side)
 #   make plot             out/log.jsonl (of ./train -o out) -> out/loss.png (dev/plot.py; LOGS=, PLOT=)
 #   make PRECISION=FP32   FP32 storage instead of BF16 (for train and test binaries)
@@ -33,13 +36,31 @@
 # compiler and devices. (docs/build.md)
 
 PRECISION ?= BF16
-NVCC      ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc))
-MPICXX    := $(if $(NO_MPI),,$(shell command -v mpicxx 2>/dev/null))
 CXX_HOST  ?= g++
 
-# Host code: optimised for this CPU; no contraction of a*b+c into FMA behind our back (the ops use
+# The CPU the host code is for: -march=$(MARCH), this machine's (native) unless told. Nothing in the
+# sources assumes an instruction set (simd.h picks the SIMD paths at run time; make portability
+# compiles everything for x86-64 v1..v4 and aarch64), so any level builds and runs the same bits:
+#   make train MARCH=x86-64-v3                            a binary for other x86 machines (AVX2)
+#   make train CXX_HOST=aarch64-linux-gnu-g++             a cross build for aarch64 (armv8-a)
+# A cross compiler (its -dumpmachine is not this machine's) builds the CPU device alone: no nvcc, MPI
+# or OpenBLAS of this machine's architecture can be linked into it.
+TARGET_MACHINE := $(shell $(CXX_HOST) -dumpmachine 2>/dev/null)
+CROSS := $(if $(TARGET_MACHINE),$(if $(filter $(shell uname -m)-%,$(TARGET_MACHINE)),,yes))
+ifneq ($(CROSS),)
+  NO_CUDA := 1
+  NO_MPI  := 1
+  NO_BLAS := 1
+  $(info ✓ cross build for $(TARGET_MACHINE) with $(CXX_HOST): the CPU device only, without MPI or OpenBLAS)
+endif
+MARCH ?= $(if $(CROSS),$(if $(filter aarch64-%,$(TARGET_MACHINE)),armv8-a,x86-64),native)
+
+NVCC      ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc))
+MPICXX    := $(if $(NO_MPI),,$(shell command -v mpicxx 2>/dev/null))
+
+# Host code: optimised for MARCH; no contraction of a*b+c into FMA behind our back (the ops use
 # explicit FMAs where they want them; AdamW must round exactly like the GPU); OpenMP threads.
-HOST_FLAGS := -O3 -march=native -ffp-contract=off -fno-fast-math -fopenmp -Wall -Wextra
+HOST_FLAGS := -O3 -march=$(MARCH) -ffp-contract=off -fno-fast-math -fopenmp -Wall -Wextra
 ifeq ($(PRECISION),FP32)
   DEFS := -DENABLE_FP32
 endif
@@ -112,7 +133,7 @@ endif
 # libstdc++ and libgcc are linked statically (the box's may be older); cuBLASLt, libgomp and libc
 # stay shared (dev/gpu_check.sh's stage 0 runs ldd). Both translation units in one nvcc call.
 GPU_ARCH       ?= -gencode arch=compute_90,code=sm_90
-GPU_HOST_FLAGS := $(subst -march=native,-march=x86-64-v3,$(HOST_FLAGS))
+GPU_HOST_FLAGS := $(subst -march=$(MARCH),-march=x86-64-v3,$(HOST_FLAGS))
 GPU_DEFS       := $(filter -DENABLE_FP32 -DZT_DEBUG,$(DEFS))
 # (-Wno-format-truncation: test/test_gpu.cu includes the test helpers; see TEST_FLAGS)
 GPU_NVCC_FLAGS := -O3 -std=c++17 $(GPU_ARCH) -Werror all-warnings -Xcompiler "$(GPU_HOST_FLAGS) -Werror -Wno-format-truncation"
@@ -121,7 +142,7 @@ GPU_LIBS       := -lcublasLt -lcublas -lgomp -Xcompiler -static-libstdc++ -Xcomp
 SOURCES := train_gpt.cu flags.h acts.h plan.h startup.h tune.h run_record.h device.cuh zero.h offload.h model.h lora.h checkpoint.h adamw.cuh simd.h dataloader.h tokenizer.h unicode_tables.h unicode_nfc.h rng.h safetensors.h hf.h prompts.h chat.h $(wildcard ops/*.cuh)
 TEST_SOURCES := $(wildcard test/*.cpp test/*.h)
 
-.PHONY: all FORCE test test-long test-binaries nvcc-check test-gpu gpu-binaries bench plot clean print-% fuzz test-sanitize kernel-resources
+.PHONY: all FORCE test test-long test-binaries portability nvcc-check test-gpu gpu-binaries bench plot clean print-% fuzz test-sanitize kernel-resources
 all: train
 
 # The kind of ./train this build makes and its command; build/train.kind records the kind and the
@@ -284,6 +305,13 @@ test/test_gpu: build/gpu/.objs
 	$(NVCC) $(GPU_ARCH) build/gpu/test_gpu.o -o $@ $(GPU_LIBS)
 test-gpu: test/test_gpu
 gpu-binaries: train_gpu train_gpu_fp32 test/test_gpu
+
+# Every CPU a user has (docs/build.md): test/portability.sh compiles what the binaries are made of for
+# each x86-64 level and cross-builds for aarch64 (g++-aarch64-linux-gnu; qemu-user runs it), saying SKIP
+# where a compiler or qemu is missing. ~3 minutes on 2 cores.
+# (the emulated GPU test program's unit reads the emulator's copy and nvcc's resource table: made first)
+portability: build/emu/.copied $(KERNEL_RES)
+	bash test/portability.sh
 
 bench: train_cpu train_cpu_fp32 test/test_bf16 test/test_fp32
 	bash dev/bench.sh

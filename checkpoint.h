@@ -60,9 +60,7 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#if defined(__SSE4_2__) && !defined(__CUDA_ARCH__)
-#include <nmmintrin.h>
-#endif
+#include "simd.h"  // defines: ZT_X86, ZT_TARGET_SSE42, crc32c_hw_supported (and includes <immintrin.h> on x86)
 #include "model.h" // defines: GPTConfig, ModelDesc, model_describe
 #include "zero.h"  // defines: Zero, layout_pieces, zero_params, zero_fill_opt, comm_broadcast
 
@@ -148,16 +146,28 @@ static uint32_t crc32c_raw_sw(uint32_t c32, const unsigned char* p, size_t n) {
     return (uint32_t)c;
 }
 
+#ifdef ZT_X86
+// SSE 4.2's crc32 instruction computes CRC-32C (this polynomial): 8 bytes a step. A function of its
+// own with its target attribute, called only when the CPU has it (crc32c_hw_supported, at run time):
+// a build for plain x86-64 keeps the fast path, and the bits are the portable loop's either way.
+ZT_TARGET_SSE42 static uint32_t crc32c_raw_sse42(uint32_t c, const unsigned char* p, size_t n8) {
+    uint64_t c64 = c;
+    for (size_t i = 0; i < n8; i++) { uint64_t w; memcpy(&w, p + 8 * i, 8); c64 = _mm_crc32_u64(c64, w); }
+    return (uint32_t)c64;
+}
+#endif
+
 // Extend crc (0 to start) with n bytes: crc32c(a + b) = crc32c_update(crc32c_update(0, a), b).
 // hw = 0 forces the portable path (tests compare the two).
 static uint32_t crc32c_update_hw(uint32_t crc, const void* buf, size_t n, int hw) {
     const unsigned char* p = (const unsigned char*)buf;
     uint32_t c = ~crc;
-#if defined(__SSE4_2__) && !defined(__CUDA_ARCH__)
-    if (hw) {
-        uint64_t c64 = c;
-        for (; n >= 8; n -= 8, p += 8) { uint64_t w; memcpy(&w, p, 8); c64 = _mm_crc32_u64(c64, w); }
-        c = (uint32_t)c64;
+#ifdef ZT_X86
+    if (hw && crc32c_hw_supported()) {
+        size_t n8 = n / 8;
+        c = crc32c_raw_sse42(c, p, n8);
+        p += 8 * n8;
+        n -= 8 * n8;
     }
 #else
     (void)hw;

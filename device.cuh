@@ -189,12 +189,26 @@ static cudaDeviceProp g_cuda_prop;
 static cudaEvent_t g_readback = NULL; // recorded after a read-back copy (dev_to_host_async)
 static int g_cuda_device = 0;         // this rank's GPU: every other thread that calls CUDA sets it first (cudaSetDevice)
 
+// Whether an NVIDIA driver exposes a GPU to this process, asked without starting the CUDA runtime
+// (starting it costs 0.1 s warm, seconds cold; on a machine without the driver the toolkit's stub
+// answers cudaErrorInsufficientDriver, which reads as "update the driver" though there is no GPU):
+// the driver's device files, /dev/nvidiactl or /dev/nvidia0 (containers get them passed in), or
+// WSL2's /dev/dxg. None of them: no GPU, and nothing to say about it. (The emulator has its GPUs.)
+static int gpu_device_files_present(void) {
+#ifdef ZT_CUDA_EMU
+    return 1;
+#else
+    return access("/dev/nvidiactl", F_OK) == 0 || access("/dev/nvidia0", F_OK) == 0 || access("/dev/dxg", F_OK) == 0;
+#endif
+}
+
 // The GPUs this process sees: their number, or 0 and why not in `why` (NULL when the count is
-// simply 0): cudaGetDeviceCount fails for reasons a user must see, not only "no GPU" (a driver
+// simply 0, or when the machine has no NVIDIA device files: then the runtime is never started): cudaGetDeviceCount fails for reasons a user must see, not only "no GPU" (a driver
 // older than this build's CUDA, a driver not loaded, CUDA_VISIBLE_DEVICES naming none).
 static int cuda_device_count(const char** why) {
     int n = 0;
     *why = NULL;
+    if (!gpu_device_files_present()) return 0; // no GPU: the runtime is not started (nor its stub's "old driver")
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e == cudaSuccess) return n;
     (void)cudaGetLastError(); // (the error is sticky for cudaGetLastError: clear it)

@@ -1171,7 +1171,7 @@ static int hf_commit_fd(int fd, const char* tmp, const char* path, char* err, si
 // (model.safetensors beside a new index, or an old index and shards beside a new single file, or
 // shards of another count) would be read instead of, or mixed with, the new ones: removed.
 static void hf_remove_stale(const HFWriter* w) {
-    char p[PATH_MAX + 96];
+    char p[PATH_MAX + 260]; // the directory, '/', a d_name (255 at most)
     snprintf(p, sizeof(p), "%s/%s", w->dir, w->nfiles == 1 ? "model.safetensors.index.json" : "model.safetensors");
     unlink(p);
     DIR* d = opendir(w->dir);

@@ -8,9 +8,13 @@
 // sets (ZT_TARGET_AVX2 / ZT_TARGET_AVX512: per-function target attributes) and are called only when
 // simd_supported says the CPU (and the OS's saving of the registers) has them, so the x86-64-v3
 // GPU-box binaries run on a CPU without AVX-512 and pick avx2. Other architectures: scalar only.
+// Nothing assumes an instruction set at compile time: every intrinsic in the tree sits in a function
+// with its target attribute (test/check_intrinsics.py checks; make portability compiles everything
+// for x86-64 v1..v4 and aarch64), whatever -march the build uses (make MARCH=..., docs/build.md).
 //
 // defines: SIMD_SCALAR, SIMD_AVX2, SIMD_AVX512, SIMD_COUNT, simd_names, simd_supported, simd_level,
-//          g_simd, ZT_X86, ZT_TARGET_AVX2, ZT_TARGET_AVX512 (and includes <immintrin.h> on x86)
+//          g_simd, ZT_X86, ZT_TARGET_AVX2, ZT_TARGET_AVX512, ZT_TARGET_SSE42, crc32c_hw_supported
+//          (and includes <immintrin.h> on x86)
 //
 // May call: device.cuh (die_user).
 #ifndef ZT_SIMD_H
@@ -72,6 +76,19 @@ static int simd_level(void) {
 #pragma GCC diagnostic pop
 #define ZT_TARGET_AVX2 __attribute__((target("avx2,fma")))
 #define ZT_TARGET_AVX512 __attribute__((target("avx512f")))
+#define ZT_TARGET_SSE42 __attribute__((target("sse4.2")))
 #endif
+
+// Whether the CRC32C of checkpoint files may use SSE 4.2's crc32 instruction (checkpoint.h; the same
+// bits as the portable loop, which test ckpt_crc32c compares).
+static inline int crc32c_hw_supported(void) { // (inline: unused where no path has it)
+#ifdef ZT_X86
+    static int have = -1; // (a race between threads writes the same value)
+    if (have < 0) have = __builtin_cpu_supports("sse4.2");
+    return have;
+#else
+    return 0;
+#endif
+}
 
 #endif // ZT_SIMD_H

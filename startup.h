@@ -60,8 +60,11 @@ static void resolve_defaults(Flags* f, Device dev) {
 }
 
 // Which device: -device, or a GPU when one is present. -plan may plan for cuda without a GPU (or
-// without CUDA in the build): it allocates nothing, and sizes come from -gpu-mem and -gpu.
-static Device pick_device(const char* want, int plan) {
+// without CUDA in the build): it allocates nothing, and sizes come from -gpu-mem and -gpu. When
+// -device auto takes the CPU, *auto_cpu says why in a few words (the settings table's -device row):
+// on a machine without NVIDIA device files that is all it says, and the CUDA runtime never starts.
+static Device pick_device(const char* want, int plan, const char** auto_cpu) {
+    *auto_cpu = NULL;
     if (strcmp(want, "auto") && strcmp(want, "cpu") && strcmp(want, "cuda"))
         die_user("flag -device: '%s' is not cpu, cuda or auto", want);
     int gpus = 0;
@@ -75,11 +78,20 @@ static Device pick_device(const char* want, int plan) {
         die_user("-device cuda: this build has no CUDA (built with g++). HINT: install the CUDA toolkit and rebuild with make train, or use -device cpu");
 #endif
         if (gpus == 0 && why) die(1, "-device cuda: the CUDA runtime cannot use the GPUs: %s", why);
+#ifdef __CUDACC__
+        if (!gpu_device_files_present())
+            die_user("-device cuda: no NVIDIA GPU on this machine (none of /dev/nvidiactl, /dev/nvidia0, /dev/dxg exists). HINT: use -device cpu");
+#endif
         if (gpus == 0) die_user("-device cuda: no GPU found (cudaGetDeviceCount). HINT: use -device cpu");
         return DEV_CUDA;
     }
     if (!strcmp(want, "cpu")) return DEV_CPU;
     if (gpus == 0 && why) printf0("note: -device auto takes the CPU: the CUDA runtime cannot use the GPUs: %s\n", why);
+#ifdef __CUDACC__
+    if (gpus == 0) *auto_cpu = why ? "the CUDA runtime cannot use the GPUs" : gpu_device_files_present() ? "no GPU found" : "no NVIDIA GPU here";
+#else
+    *auto_cpu = "this build has no CUDA";
+#endif
     return gpus > 0 ? DEV_CUDA : DEV_CPU;
 }
 

@@ -1214,14 +1214,18 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     int plan_only = atoi(f->plan_str) == 1;
     if (!strcmp(f->resume_str, "1") && f->out_dir_str[0] && !plan_only && !f->tokenize_str[0]) take_run_record(tr); // a resume keeps its run's flags
     flags_check_resume_change(f);
-    g_device = pick_device(f->device_str, plan_only);
+    // -tokenize needs no device: the CUDA runtime is not even started (nor is it for -help, which
+    // ended in flags_parse, or on a machine without NVIDIA device files: pick_device)
+    const char* auto_cpu = NULL;
+    g_device = f->tokenize_str[0] ? DEV_CPU : pick_device(f->device_str, plan_only, &auto_cpu);
+    if (auto_cpu && !strcmp(f->device_given, "auto")) snprintf(f->device_given, sizeof(f->device_given), "auto (%s)", auto_cpu);
     // every rank must run the same flags on the same device with the same build, and know it
     // before any communicator is made: a rank on another device would wait in NCCL's init forever
     ranks_agree(&tr->comm, flags_hash(f) ^ (uint64_t)g_device, "was started with different flags, another device or a different build", "start every rank with the same command line, the same ./train and the same -device");
     int gpus = 0; // -plan -device cuda plans without a GPU
 #ifdef __CUDACC__
     const char* why_none;
-    gpus = cuda_device_count(&why_none);
+    if (g_device == DEV_CUDA) gpus = cuda_device_count(&why_none);
 #endif
     if (g_device == DEV_CUDA && gpus > 0) comm_init_device(&tr->comm, &tr->launch, comm_timeout); // GPU, streams, NCCL, watchdog
     if (g_device == DEV_CPU && !plan_only) comm_check_cpu_device(&tr->comm); // its collectives are MPI's

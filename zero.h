@@ -1086,8 +1086,8 @@ static void rdv_listen(Comm* c, int port, double timeout_s, double dl) {
     rdv_socket_options(lfd);
     // accepted connections that have not said who they are yet, with their addresses
     int pend_fd[ZT_MAX_RANKS + 1], npend = 0, arrived = 0;
-    char pend_addr[ZT_MAX_RANKS + 1][80];
-    char addrs[ZT_MAX_RANKS][80];
+    char pend_addr[ZT_MAX_RANKS + 1][96]; // (host 64, " port ", serv 16)
+    char addrs[ZT_MAX_RANKS][96];
     while (arrived < c->R - 1) {
         int ms = rdv_poll_ms(dl);
         if (ms < 0) {

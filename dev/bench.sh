@@ -55,7 +55,9 @@ run() {
     echo "$tok $share"
 }
 
-echo "zerotrain CPU benchmark — $(date -u +%Y-%m-%d), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+cpu_model=$(grep -m1 -E '^(model name|Model|CPU part)' /proc/cpuinfo | cut -d: -f2 | xargs)
+echo "zerotrain CPU benchmark — $(date -u +%Y-%m-%d), $(nproc) cores, ${cpu_model:-$(uname -m)}"
+echo "SIMD path of the host loops (CPU GEMM, host AdamW): $(test/test_bf16 --simd) — docs/performance.md keeps a table per CPU class"
 echo
 
 # one process: median tokens/s of a binary with extra flags (and a model: default -e tiny)

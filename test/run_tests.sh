@@ -14,6 +14,7 @@
 #   6. dev/plot.py draws a PNG of the expected size from two committed logs (skipped, and said so,
 #      when python3-matplotlib is missing; CI installs it)
 #   7. test/check_docs.py: every file, function, flag and link README.md and docs/*.md name exists
+#   8. test/check_intrinsics.py: every SIMD intrinsic sits in a function with its target attribute
 # Prints every case, then the ten slowest (wall seconds, and CPU seconds of the case and the
 # processes it started), and ends with one line "N passed, N failed" over all of them.
 set -u
@@ -79,6 +80,16 @@ stage_start
 if ! wanted gpu_check_emu; then :
 elif gpu_check_emu; then echo "PASS gpu_check_emu"; passed=$((passed + 1)); else echo "FAIL gpu_check_emu"; failed=$((failed + 1)); fi
 stage_end gpu_check_emu
+
+echo "=== no instruction set assumed at compile time: every intrinsic in a target-attributed function"
+# (test/check_intrinsics.py over every source git knows of, after its self-test: planted intrinsics in a
+# plain function, a macro or a TEST, and an #if on __SSE4_2__, must be caught; make portability compiles
+# everything for x86-64 v1..v4 and aarch64)
+stage_start
+if ! wanted intrinsics_in_target_functions; then :
+elif python3 test/check_intrinsics.py --self-test && python3 test/check_intrinsics.py; then echo "PASS intrinsics_in_target_functions"; passed=$((passed + 1))
+else echo "FAIL intrinsics_in_target_functions"; failed=$((failed + 1)); fi
+stage_end intrinsics_in_target_functions
 
 echo "=== the rooms train_gpt.cu includes compile alone (one-way doors: none takes the trainer's types)"
 # flags.h, acts.h, plan.h, startup.h, tune.h and run_record.h, each as the only include of a translation unit
@@ -198,6 +209,61 @@ else
     echo "SKIP gpu_binaries: nvcc not found"; skipped=$((skipped + 1))
 fi
 stage_end gpu_binaries
+
+echo "=== no GPU, no GPU messages: without NVIDIA device files ./train_gpu never starts the CUDA runtime"
+# ./train_gpu (nvcc, the CUDA runtime linked in) on a machine without /dev/nvidia*: -tokenize, -plan,
+# a -device auto run and a refused -device cuda never start the CUDA runtime, print no driver hint,
+# and the settings' -device row says why the CPU was taken. The probe: LD_DEBUG=libs lists each
+# search of the dynamic loader for libcuda.so.1. cuBLASLt's library constructor makes one in every
+# nvcc-built binary before main (-help, which ends in flags_parse, shows that baseline); the runtime's
+# first call makes another: each case must show the baseline's count, and the control, test/test_gpu
+# (cudaGetDeviceCount first thing), more. (Skipped on a machine with a GPU.)
+no_gpu_no_runtime() {
+    local tmp rc base n; tmp=$(mktemp -d)
+    run_ld() { # the program's output (stdout, then stderr less the loader's lines) in out; n: the searches
+        LD_DEBUG=libs "$@" > "$tmp/out" 2> "$tmp/ld"; rc=$?
+        n=$(grep -c 'find library=libcuda' "$tmp/ld"); grep -vE '^ *[0-9]+:' "$tmp/ld" >> "$tmp/out"
+    }
+    bad() { echo "$1"; tail -n 15 "$tmp/out"; rm -rf "$tmp"; return 1; }
+    run_ld ./train_gpu -help
+    base=$n
+    [ "$rc" = 0 ] || { bad "./train_gpu -help: exit $rc"; return 1; }
+    run_ld test/test_gpu gpu_none
+    [ "$n" -gt "$base" ] || { bad "control: test/test_gpu's cudaGetDeviceCount made $n searches for libcuda.so.1, -help $base: the probe sees nothing"; return 1; }
+    echo "searches for libcuda.so.1: -help $base (cuBLASLt's constructor), test/test_gpu's cudaGetDeviceCount $n (the runtime started)"
+    printf 'In the beginning God created the heaven and the earth.\n' > "$tmp/in.txt"
+    local -a cases=(
+        "-tokenize $tmp/in.txt -o $tmp/tok|0"
+        "-plan -b 2 -t 32 -v 0 -s 0 -o $tmp/plan|0"
+        "-x 1 -b 2 -t 32 -v 0 -s 0 -threads 1|0"
+        "-device cuda -x 1|2"
+    )
+    local c flags want
+    for c in "${cases[@]}"; do
+        flags=${c%|*}; want=${c##*|}
+        run_ld ./train_gpu $flags
+        [ "$rc" = "$want" ] || { bad "./train_gpu $flags: exit $rc, expected $want"; return 1; }
+        [ "$n" = "$base" ] || { bad "./train_gpu $flags started the CUDA runtime ($n searches for libcuda.so.1, -help $base)"; return 1; }
+        grep -qi 'driver' "$tmp/out" && { bad "./train_gpu $flags speaks of a driver"; return 1; }
+        echo "./train_gpu $flags: exit $rc, the runtime not started, no driver message"
+    done
+    grep -q 'no NVIDIA GPU on this machine' "$tmp/out" || { bad "-device cuda: the refusal does not say there is no NVIDIA GPU"; return 1; }
+    run_ld ./train_gpu -x 1 -b 2 -t 32 -v 0 -s 0 -threads 1
+    grep -qE '^\| -device +\| auto \(no NVIDIA GPU here\) → cpu' "$tmp/out" || { bad "the settings' -device row does not say 'auto (no NVIDIA GPU here) → cpu'"; return 1; }
+    echo "settings: $(grep -E '^\| -device ' "$tmp/out")"
+    rm -rf "$tmp"
+}
+stage_start
+if ! wanted no_gpu_no_runtime; then :
+elif [ -e /dev/nvidiactl ] || [ -e /dev/nvidia0 ] || [ -e /dev/dxg ]; then
+    echo "SKIP no_gpu_no_runtime: this machine has NVIDIA device files"; skipped=$((skipped + 1))
+elif [ "${NVCC_CHECK:-no}" = yes ]; then
+    if no_gpu_no_runtime; then echo "PASS no_gpu_no_runtime"; passed=$((passed + 1))
+    else echo "FAIL no_gpu_no_runtime"; failed=$((failed + 1)); fi
+else
+    echo "SKIP no_gpu_no_runtime: nvcc not found (no ./train_gpu)"; skipped=$((skipped + 1))
+fi
+stage_end no_gpu_no_runtime
 
 echo "=== nvcc build (warnings are errors)"
 stage_start

@@ -4,6 +4,7 @@
 //   test/test_bf16 --train [flags]   be the trainer (./train), e.g. under mpirun for ZeRO tests
 //   test/test_bf16 --bench-adamw     make bench's host AdamW against memcpy (test/bench_adamw.h)
 //   test/test_fp32 --bench-gemm      make bench's CPU GEMM per path against the FMA peak (test/bench_gemm.h)
+//   test/test_bf16 --simd            the SIMD path the host loops take here and those this CPU has (make bench's header)
 //   test/test_bf16 --train-unchunked [flags]  the trainer with the classifier in one chunk of all B*T
 //                                    rows (the head before ops/classifier.cuh chunked it): make bench's "before"
 // Built twice by the Makefile: test_bf16 (BF16 storage) and test_fp32 (FP32, tight tolerances).
@@ -66,6 +67,14 @@ int main(int argc, char** argv) {
 #endif
     if (argc > 1 && !strcmp(argv[1], "--bench-adamw")) return adamw_bench_main(argc - 1, argv + 1);
     if (argc > 1 && !strcmp(argv[1], "--bench-gemm")) return gemm_bench_main(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "--simd")) { // e.g. "avx512 (this CPU's widest; has: scalar avx2 avx512)"
+        int level = simd_level();
+        printf("%s (%s; has:", simd_names[level], getenv("ZT_SIMD") && *getenv("ZT_SIMD") ? "ZT_SIMD" : "this CPU's widest");
+        for (int k = SIMD_SCALAR; k < SIMD_COUNT; k++)
+            if (simd_supported(k)) printf(" %s", simd_names[k]);
+        printf("; CRC32C: %s)\n", crc32c_hw_supported() ? "sse4.2" : "portable");
+        return 0;
+    }
     ssize_t n = readlink("/proc/self/exe", g_test_self, sizeof(g_test_self) - 1);
     if (n > 0) g_test_self[n] = 0;
     int rc = test_run_all(argc > 1 ? argv[1] : NULL);

@@ -1264,6 +1264,18 @@ static float simd_value(float scale, int grad) {
     return sign * scale * (float)((simd_u32() % 100000) / 50000.0);
 }
 
+#if defined(ZT_X86) && !defined(ENABLE_FP32)
+// rn() through a path's vector store (adamw_store_rn16 / adamw_store_rn8), n a multiple of 16: in
+// functions of their own with the path's target attribute, as every intrinsic must be
+// (test/check_intrinsics.py): called from a plain function they do not compile for a CPU without it.
+ZT_TARGET_AVX512 static void simd_rn_avx512(floatX* got, const float* x, int n) {
+    for (int i = 0; i < n; i += 16) adamw_store_rn16(got + i, _mm512_loadu_ps(x + i));
+}
+ZT_TARGET_AVX2 static void simd_rn_avx2(floatX* got, const float* x, int n) {
+    for (int i = 0; i < n; i += 8) adamw_store_rn8(got + i, _mm256_loadu_ps(x + i));
+}
+#endif
+
 TEST(op_adamw_simd_bitwise) {
     enum { N = 1500 };
     static floatX p0[N], p1[N];
@@ -1343,10 +1355,8 @@ TEST(op_adamw_simd_bitwise) {
                                     0xff800000u, 0x7fc00000u, 0xffc00001u, 0x7f800001u, 0xff80ffffu, 0x3f808000u, 0x3f818000u, 0x3f80ffffu};
         for (int i = 0; i < R; i++) x[i] = simd_bits(i < 16 ? special[i] : simd_u32());
         for (int i = 0; i < R; i++) want[i] = rn(x[i]);
-        for (int i = 0; i < R; i += 16) {
-            if (level == SIMD_AVX512) adamw_store_rn16(got + i, _mm512_loadu_ps(x + i));
-            else { adamw_store_rn8(got + i, _mm256_loadu_ps(x + i)); adamw_store_rn8(got + i + 8, _mm256_loadu_ps(x + i + 8)); }
-        }
+        if (level == SIMD_AVX512) simd_rn_avx512(got, x, R);
+        else simd_rn_avx2(got, x, R);
         CHECKF(!memcmp(want, got, sizeof(want)), "%s: the rounding to BF16 differs from rn()", simd_names[level]);
 #endif
     }

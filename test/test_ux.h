@@ -36,6 +36,14 @@ static int ux_is_auto(const char* cmdline, const char* flag, const char* def) {
     return p ? !strncmp(p + strlen(key), "auto ", 5) : !strcmp(def, "auto");
 }
 
+// V of a row reading "auto → V", or "auto (why) → V" (-device auto says why it took the CPU); else NULL.
+static const char* ux_auto_value(const char* v) {
+    if (strncmp(v, "auto ", 5)) return NULL;
+    const char* arrow = strstr(v, "\u2192 ");
+    if (!arrow || (arrow != v + 5 && v[5] != '(')) return NULL;
+    return arrow + strlen("\u2192 ");
+}
+
 // Every flag of the flag table that is at auto (by default or given so: -z auto -r auto) reads
 // "auto → V" with V what the run uses: never "auto" itself, never the internal "decide later"
 // sentinel -1, no 0 for a rate; integers are counts (>= 0), rates positive. With unused_ok, a value
@@ -47,7 +55,7 @@ static int ux_check_autos(const char* out, const char* cmdline, int unused_ok) {
     if (ux_is_auto(cmdline, flag, def)) {                                                                                \
         autos++;                                                                                                         \
         ux_table_value(out, flag, v, sizeof(v));                                                                         \
-        const char* r = strncmp(v, "auto \u2192 ", strlen("auto \u2192 ")) ? NULL : v + strlen("auto \u2192 ");          \
+        const char* r = ux_auto_value(v); /* "auto → V", or "auto (why) → V" (-device) */                               \
         CHECKF(r && r[0] && strncmp(r, "auto", 4) && strncmp(r, "-1", 2), "%s: row reads '%s'", flag, v);               \
         if (r && unused_ok && !strncmp(r, "unused: ", 8)) r = NULL; /* said why nothing needed it */                    \
         if (r && type == F_FLOAT) CHECKF(atof(r) > 0, "%s: rate '%s' is not positive", flag, r);                        \
@@ -67,7 +75,7 @@ TEST(ux_settings_table_resolved) {
     CHECKF(autos == 15, "%d flags at auto, expected 15: -device -l -u -doc-attention -link-gbps -tflops -io-timeout -export-dtype -gpu -offload -pcie-gbps -disk-gbps -lora-base by default, -z -r given", autos);
     // the values themselves: 5% of 20 steps of warmup, the CPU device's defaults, the planner's inputs
     struct { const char* flag; const char* want; } exact[] = {
-        {"-u", "auto \u2192 1"}, {"-device", "auto \u2192 cpu"}, {"-l", "auto \u2192 1e-3"}, {"-link-gbps", "auto \u2192 80"},
+        {"-u", "auto \u2192 1"}, {"-device", "auto (this build has no CUDA) \u2192 cpu"}, {"-l", "auto \u2192 1e-3"}, {"-link-gbps", "auto \u2192 80"},
         {"-d", "-1 \u2192 32"}, {"-threads", "0 \u2192 1"}, {"-x", "20"}, {"-gpu", "auto \u2192 unused: cpu device"},
         {"-doc-attention", "auto \u2192 0"}, // (plain shards)
     };
