@@ -244,6 +244,7 @@ test-long: test/test_emu test/test_emu_fp32 test/test_emu_nompi test/test_bf16 t
 	  ZT_TEST_LONG=1 test/test_bf16 cli_default_run_learns && ZT_TEST_LONG=1 test/test_bf16 zero_stages_bitwise && \
 	  ZT_TEST_LONG=1 test/test_bf16 zero_across && ZT_TEST_LONG=1 test/test_bf16 zero_memory && \
 	  ZT_TEST_LONG=1 test/test_bf16 hf_llama_export_vs && ZT_TEST_LONG=1 test/test_bf16 lora_replicated_base && \
+	  ZT_TEST_LONG=1 test/test_bf16 comm_broadcast_in_pieces && \
 	  ZT_TEST_LONG=1 test/test_fp32 --long-only && ZT_TEST_LONG=1 test/test_emu_fp32 --long-only
 
 # The nvcc build of ./train for several GPUs (MPI and NCCL, every architecture), compiled without

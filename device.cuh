@@ -439,7 +439,10 @@ static void dev_upload(void* dev, const void* host, size_t bytes) {
         u->next = (k + 1) % UPLOAD_SLOTS;
         if (u->issued[k]) { // free unless the GPU is UPLOAD_SLOTS uploads behind
             cudaError_t q = cudaEventQuery(u->done[k]);
-            if (q == cudaErrorNotReady) q = cudaEventSynchronize(u->done[k]);
+            if (q == cudaErrorNotReady) {   // not a failure: the GPU is behind. But the runtime also keeps it as
+                (void)cudaGetLastError();   // this thread's last error, which the next launch's check would report
+                q = cudaEventSynchronize(u->done[k]); // ("device not ready"): cleared, as PyTorch does here; then wait
+            }
             cudaCheck(q);
         }
         unsigned char* src = u->pinned + (size_t)k * u->slot;

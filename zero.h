@@ -1266,16 +1266,24 @@ static void comm_allgather_u64(Comm* c, uint64_t v, uint64_t* out) {
 #endif
 }
 
-// Rank root's bytes to every rank.
+// Rank root's bytes to every rank. MPI counts are ints: a broadcast of 2^31 bytes or more (checkpoint.h's
+// broadcast of an FP32 export of Qwen2.5-7B's io block at R = 2 is 2.2 GiB) goes in pieces of at most
+// g_bcast_chunk bytes, one after the other (the TCP rendezvous's frames carry 64-bit sizes already).
+static int64_t g_bcast_chunk = (int64_t)1 << 30; // (a test lowers it: test/test_main.cpp --bcast-check)
 static void comm_broadcast(Comm* c, void* buf, int64_t bytes, int root) {
     c->count[COLL_BROADCAST]++;
     c->bytes[COLL_BROADCAST] += bytes;
     if (c->R == 1) return;
     if (c->rdv) { rdv_broadcast(c, buf, bytes, root); return; }
 #ifdef USE_MPI
-    MPI_Request req;
-    MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, c->comm, &req);
-    comm_poll(c, &req, "broadcast", -1);
+    for (int64_t off = 0; off < bytes; off += g_bcast_chunk) {
+        int64_t n = bytes - off < g_bcast_chunk ? bytes - off : g_bcast_chunk;
+        MPI_Request req;
+        MPI_Ibcast((char*)buf + off, (int)n, MPI_BYTE, root, c->comm, &req);
+        comm_poll(c, &req, "broadcast", -1);
+    }
+#else
+    (void)g_bcast_chunk; // (one process, or the rendezvous above)
 #endif
 }
 

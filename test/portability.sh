@@ -6,7 +6,8 @@
 #      make test runs the same check
 #   2. every translation unit of the product and of the test binaries compiled (-O0, -c, warnings are
 #      errors) for -march=x86-64, x86-64-v2, x86-64-v3 and x86-64-v4: ./train's (g++), the test
-#      program's in BF16 and FP32, the emulated GPU test program's, the fuzz harnesses' (clang), and
+#      program's in BF16 and FP32, the emulated GPU test program's (with and without MPI), the fuzz
+#      harnesses' (clang), and
 #      with nvcc (when found) the host code of ./train's, the GPU test program's, the FP32 trainer's and
 #      dev/attn_bench.cu's (nvcc -cuda once each, then g++ at each level: see below).
 #      A target mismatch (an AVX-512 intrinsic inlined into a function built for less) shows at -O0
@@ -75,6 +76,7 @@ for L in $LEVELS; do
     echo "$L test_bf16|$cxx $test_flags $nodefs $mpi -c test/test_main.cpp -o /dev/null|" >> "$jobs_file"
     echo "$L test_fp32|$cxx $test_flags $nodefs -DENABLE_FP32 $mpi -c test/test_main.cpp -o /dev/null|" >> "$jobs_file"
     echo "$L test_emu|$cxx $emu_flags $nodefs $mpi -c build/emu/test/test_gpu.cu -o /dev/null|" >> "$jobs_file"
+    echo "$L test_emu_nompi|$cxx $emu_flags $(mkvar NOMPI_DEFS MARCH=$L) $(mkvar BLAS_CFLAGS MARCH=$L) -c build/emu/test/test_gpu.cu -o /dev/null|" >> "$jobs_file"
     if [ -n "$CLANGXX" ]; then
         echo "$L fuzz (clang)|$CLANGXX $(mkvar FUZZ_FLAGS MARCH=$L | o0) -march=$L -c test/fuzz.cpp -o /dev/null|" >> "$jobs_file"
     fi

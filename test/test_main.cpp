@@ -49,12 +49,39 @@
 static const char* const g_fp32_long_only[] = {
     "cli_", "ckpt_", "exit_", "data_", "tok_", "ux_", "perf_", "tune_",
     "zero_peak", "zero_memory", "zero_stages_bitwise", "zero_across", "zero_comm", "zero_checkpoint",
-    "zero_data", "zero_stopped", "zero_mismatched", "plan_z_auto", "plan_recommendation",
+    "zero_data", "zero_stopped", "zero_mismatched", "plan_z_auto", "plan_recommendation", "comm_broadcast",
     "hf_corrupt", "hf_json", "hf_half", "ft_tokenize", "llama_zero", "llama_resume", "llama_refusals",
     "model_chunked_classifier_llama", // (its GPT-2 twin model_chunked_classifier stays: FP32's own tolerance)
     "lora_zero", "lora_bad", "lora_export_init", "lora_replicated",
     NULL};
 #endif
+
+// --bcast-check BYTES CHUNK ROOT (under mpirun): comm_broadcast of BYTES from rank ROOT in pieces of at most
+// CHUNK bytes (0: the program's own, 1 GiB), every byte checked on every rank; "bcast-check ok" from each.
+static int bcast_check_main(int argc, char** argv) {
+    if (argc != 4) { fprintf(stderr, "usage: --bcast-check BYTES CHUNK ROOT\n"); return 2; }
+    int64_t bytes = atoll(argv[1]), chunk = atoll(argv[2]);
+    int root = atoi(argv[3]);
+    Comm comm;
+    Launch launch;
+    comm_init(&comm, &argc, &argv, &launch);
+    comm_connect(&comm, 60.0);
+    if (chunk > 0) g_bcast_chunk = chunk;
+    unsigned char* buf = (unsigned char*)malloc((size_t)bytes);
+    if (!buf) { fprintf(stderr, "rank %d: out of memory\n", comm.r); return 1; }
+    for (int64_t i = 0; i < bytes; i++) buf[i] = comm.r == root ? (unsigned char)(i * 2654435761u >> 13) : 0xEE;
+    comm_broadcast(&comm, buf, bytes, root);
+    int64_t bad = -1;
+    for (int64_t i = 0; i < bytes && bad < 0; i++)
+        if (buf[i] != (unsigned char)(i * 2654435761u >> 13)) bad = i;
+    if (bad >= 0) printf("rank %d: byte %lld differs after the broadcast\n", comm.r, (long long)bad);
+    else printf("rank %d: bcast-check ok (%lld bytes from rank %d, pieces of %lld)\n", comm.r, (long long)bytes, root, (long long)g_bcast_chunk);
+    fflush(stdout);
+    free(buf);
+    comm_free(&comm);
+    comm_finalize();
+    return bad >= 0;
+}
 
 int main(int argc, char** argv) {
     if (argc > 1 && !strcmp(argv[1], "--train")) return train_main(argc - 1, argv + 1);
@@ -67,6 +94,7 @@ int main(int argc, char** argv) {
 #endif
     if (argc > 1 && !strcmp(argv[1], "--bench-adamw")) return adamw_bench_main(argc - 1, argv + 1);
     if (argc > 1 && !strcmp(argv[1], "--bench-gemm")) return gemm_bench_main(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "--bcast-check")) return bcast_check_main(argc - 1, argv + 1);
     if (argc > 1 && !strcmp(argv[1], "--simd")) { // e.g. "avx512 (this CPU's widest; has: scalar avx2 avx512)"
         int level = simd_level();
         printf("%s (%s; has:", simd_names[level], getenv("ZT_SIMD") && *getenv("ZT_SIMD") ? "ZT_SIMD" : "this CPU's widest");

@@ -44,6 +44,27 @@ TEST(comm_mpi_thread_multiple) {
 }
 #endif
 
+// comm_broadcast in pieces (issue 42: MPI counts are ints; a broadcast of 2^31 bytes or more, e.g. an
+// FP32 export of a 7B io block at R = 2, overflowed (int)bytes): 3,000,017 bytes from rank 1 of 3 in
+// pieces of 4,099 (the last one short) and in one piece, every byte checked on every rank;
+// make test-long broadcasts 2.2 GB (over INT_MAX) at R = 2 with the program's own 1 GiB pieces.
+TEST(comm_broadcast_in_pieces) {
+    static char out[1 << 16];
+    struct { int R; const char* args; } runs[] = {{3, "3000017 4099 1"}, {2, "3000017 0 0"}, {2, "2200000000 0 1"}};
+    for (int k = 0; k < 3; k++) {
+        if (k == 2 && !test_long()) { printf("    2.2 GB at R = 2: make test-long\n"); continue; }
+        char cmd[1024];
+        snprintf(cmd, sizeof(cmd), ZT_CLEAN_ENV "OMP_NUM_THREADS=1 timeout 300 mpirun -np %d --oversubscribe --allow-run-as-root "
+                 "--mca mpi_yield_when_idle 1 %s --bcast-check %s", runs[k].R, g_test_self, runs[k].args);
+        int rc = test_run_cmd(cmd, out, sizeof(out));
+        int ok = 0;
+        for (const char* p = out; (p = strstr(p, "bcast-check ok")); p++) ok++;
+        CHECKF(rc == 0 && ok == runs[k].R, "--bcast-check %s at R = %d: exit %d, %d rank(s) ok:\n%s", runs[k].args, runs[k].R, rc, ok, out);
+        const char* line = strstr(out, "rank 0: bcast-check ok");
+        if (line) printf("    R = %d, %.*s\n", runs[k].R, (int)strcspn(line, "\n"), line);
+    }
+}
+
 TEST(zero_block_sizes_need_tail_padding) {
     int64_t Pio, Pl, lg;
     zt_blocks(1, &Pio, &Pl, &lg);

@@ -92,7 +92,10 @@
 // ZT_EMU_DRIVER=old (cudaGetDeviceCount answers cudaErrorInsufficientDriver),
 // ZT_EMU_SM=80 (an A100's 163 KiB of shared memory per block instead of an H100's 227 KiB),
 // ZT_EMU_PROTECT=0 (leave device memory readable by host code), ZT_EMU_PROFILE=1 (seconds per
-// kernel, printed at exit). Runs on x86-64 Linux (other CPUs: slower fibers through ucontext).
+// kernel, printed at exit), ZT_EMU_STATS=1 (how often cudaEventQuery answered not-ready, at exit).
+// The last error is per host thread, as CUDA keeps it; an event asked about work the host has not
+// learnt is done answers cudaErrorNotReady once (the GPU behind), which is also the last error.
+// Runs on x86-64 Linux (other CPUs: slower fibers through ucontext).
 //
 // defines: the CUDA runtime subset (cudaMalloc ... cudaGetErrorString), dim3, threadIdx, blockIdx,
 //          blockDim, gridDim, __syncthreads, __syncwarp, __shfl_*_sync, the _rn intrinsics, atomicMax, clock64,
@@ -410,6 +413,7 @@ static inline bool hang_released(const std::atomic<int>* const h[2]) {
     return !h[0] || h[0]->load() || (h[1] && h[1]->load());
 }
 struct Event { int flags; bool recorded; const void* stream; std::map<const void*, long> clock; double t = 0; // t: the host's clock at the record
+               bool lagged = false; // since its record, a query answered cudaErrorNotReady (the GPU behind: see cudaEventQuery)
                pthread_t by = pthread_t(); // the OS thread that recorded it (only that thread's queries teach the host: no locks)
                const std::atomic<int>* hang[2] = {nullptr, nullptr}; }; // recorded on a hung stream: never reached until released
 static std::set<const void*> g_streams, g_events;
@@ -1178,7 +1182,16 @@ static inline void* emu_dynamic_shared(size_t align) {
 // (bound: the kernel's __launch_bounds__, or 0).
 
 namespace emu {
-static cudaError_t g_last_error = cudaSuccess;
+// The last error, per host thread as CUDA keeps it: set by a failed call (and by a query that answers
+// cudaErrorNotReady), kept until cudaGetLastError reads and clears it.
+static thread_local cudaError_t g_last_error = cudaSuccess;
+static std::atomic<long> g_not_ready_answers{0}; // cudaEventQuery's not-ready answers (ZT_EMU_STATS=1 prints them at exit)
+static void stats_print() { fprintf(stderr, "cuda_emu: cudaEventQuery answered cudaErrorNotReady %ld time(s)\n", g_not_ready_answers.load()); }
+static void stats_arm() {
+    static std::atomic<int> armed{0};
+    const char* e = getenv("ZT_EMU_STATS");
+    if (e && !strcmp(e, "1") && !armed.exchange(1)) atexit(stats_print);
+}
 
 // ---- nvcc's resources per kernel (sm_90): registers a thread, static shared memory, stack, spills,
 // from `nvcc --resource-usage` in the build of the carried binaries (test/cuda_emu/resources.py writes
@@ -1603,6 +1616,7 @@ static cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr) {
     if (!emu::stream_ok(s, "cudaEventRecord")) return cudaErrorInvalidResourceHandle;
     emu::Event* ev = (emu::Event*)e;
     ev->recorded = true;
+    ev->lagged = false;
     ev->by = pthread_self();
     ev->stream = (const void*)s; // the event carries its stream's clock
     ev->hang[0] = s ? ((emu::Stream*)s)->hang[0] : nullptr;
@@ -1631,14 +1645,27 @@ static cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b)
     *ms = (float)((ev[1]->t - ev[0]->t) * 1e3);
     return cudaSuccess;
 }
-// Work completes when it is issued: an event is always reached (as CUDA says for one never recorded),
-// and the host learns what the event orders.
+// Work completes when it is issued, but a GPU runs behind the host: asked by the thread that recorded it
+// about work the host has not yet learnt is done (no synchronisation since), an event answers
+// cudaErrorNotReady once (as a GPU still busy would), and that answer is also the thread's last error
+// (CUDA keeps it there: a later cudaGetLastError reports it unless the caller cleared it). Asked again,
+// or after a synchronisation, it is reached, and the host learns what it orders. (Another thread's
+// queries, the NCCL watchdog's: reached, and they teach nothing.) An event never recorded is reached.
 static cudaError_t cudaEventQuery(cudaEvent_t e) {
     emu::context_check("cudaEventQuery");
+    emu::stats_arm();
     if (!e || !emu::g_events.count((const void*)e))
         return emu::note(cudaErrorInvalidResourceHandle, "cudaEventQuery(%p): not a live event", (void*)e);
     emu::Event* ev = (emu::Event*)e;
     if (ev->recorded && !emu::hang_released(ev->hang)) return cudaErrorNotReady; // behind a stalled collective
+    if (ev->recorded && pthread_equal(ev->by, pthread_self()) && !ev->lagged) {
+        auto seq = ev->clock.find(ev->stream);
+        if (seq != ev->clock.end() && !emu::host_knows(ev->stream, seq->second)) {
+            ev->lagged = true;
+            emu::g_not_ready_answers++;
+            return emu::g_last_error = cudaErrorNotReady;
+        }
+    }
     if (ev->recorded && pthread_equal(ev->by, pthread_self())) { // (the watchdog's queries: another thread, no state)
         emu::clock_merge(emu::g_host_clock.known, ev->clock);
         emu::land_pinned_copies();

@@ -18,6 +18,10 @@ import tempfile
 
 # name: (file, original text, mutated text, test filter, what the bug is)
 MUTANTS = {
+    'upload_not_ready_kept': (
+        'device.cuh',
+        '                (void)cudaGetLastError();   // this thread', '                ;   // this thread',
+        'gpu_uploads_ahead_of_the_gpu', 'dev_upload leaves cudaEventQuery\'s cudaErrorNotReady as the last error (issue 42, L1)'),
     'attention_missing_barrier': (
         'ops/attention.cuh',
         '        __syncthreads(); // K_j, V_j, P~_ij are used up before the next tile overwrites them\n', '',
