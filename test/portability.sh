@@ -130,7 +130,8 @@ if command -v "$XCXX" > /dev/null; then
     ( $XCXX -x c++ -std=c++17 $xhost -Werror $xdefs train_gpt.cu -o "$OUT/aarch64/train" > "$OUT/aarch64_train.log" 2>&1; echo $? > "$OUT/aarch64_train.rc" ) &
     ( $XCXX $xtest $xdefs -c test/test_main.cpp -o /dev/null > "$OUT/aarch64_test.log" 2>&1; echo $? > "$OUT/aarch64_test.rc" ) &
     wait
-    if [ "$(cat "$OUT/aarch64_train.rc")" = 0 ] && file "$OUT/aarch64/train" | grep -q 'ARM aarch64'; then
+    # (an ELF for aarch64: e_machine, bytes 18-19, is 183 = 0xb7; od is coreutils', unlike file(1))
+    if [ "$(cat "$OUT/aarch64_train.rc")" = 0 ] && [ "$(od -An -tx1 -j18 -N2 "$OUT/aarch64/train" | tr -d ' \n')" = b700 ]; then
         pass "aarch64 ./train built ($XCXX, $(secs "$t0") s with the test program beside it)"
     else fail "aarch64 ./train"; head -n 20 "$OUT/aarch64_train.log"; fi
     if [ "$(cat "$OUT/aarch64_test.rc")" = 0 ]; then pass "aarch64 test program compiled (-O0)"
