@@ -62,6 +62,7 @@
 #include <unistd.h>
 #include "simd.h"  // defines: ZT_X86, ZT_TARGET_SSE42, crc32c_hw_supported (and includes <immintrin.h> on x86)
 #include "model.h" // defines: GPTConfig, ModelDesc, model_describe
+#include "readfile.h" // defines: zt_open_read, zt_strerror (regular files only)
 #include "zero.h"  // defines: Zero, layout_pieces, zero_params, zero_fill_opt, comm_broadcast
 
 #define MODEL_MAGIC 20240326
@@ -304,7 +305,7 @@ static int pread_all(int fd, void* buf, size_t n, off_t off) {
 
 // CRC32C and size of a whole file (-1 on error).
 static int file_crc32c(const char* path, uint32_t* crc, int64_t* bytes) {
-    int fd = open(path, O_RDONLY);
+    int fd = zt_open_read(path);
     if (fd < 0) return -1;
     char* buf = (char*)malloc(CKPT_CHUNK);
     uint32_t c = 0;
@@ -484,8 +485,8 @@ typedef struct { int fd; int version; size_t esize; const char* path; } ModelFil
 
 static void model_file_open(ModelFile* mf, const char* path, GPTConfig* c) {
     mf->path = path;
-    mf->fd = open(path, O_RDONLY);
-    if (mf->fd < 0) die_user("-e %s: cannot open: %s", path, strerror(errno));
+    mf->fd = zt_open_read(path);
+    if (mf->fd < 0) die_user("-e %s: cannot open: %s", path, zt_strerror(errno));
     int h[256];
     if (pread_all(mf->fd, h, sizeof(h), 0) != 0) die_user("-e %s: truncated header (an llm.c model file starts with 1024 bytes)", path);
     if (h[0] != MODEL_MAGIC) die_user("-e %s: wrong magic %d (expected %d: an llm.c GPT-2 model file)", path, h[0], MODEL_MAGIC);
@@ -1105,8 +1106,8 @@ static void old_state_open(OldState* os, Zero* z, const GPTConfig* c, const char
         char path[PATH_MAX];
         snprintf(path, sizeof(path), "%s/state_%08d_%05d.bin", dir, step, f);
         os->paths[f] = strdup(path);
-        int fd = open(path, O_RDONLY);
-        if (fd < 0) die_user("resume: cannot open %s: %s (DONE_%08d says step %d is complete with %d state files). HINT: -resume-step an older checkpoint", path, strerror(errno), step, step, R_old);
+        int fd = zt_open_read(path);
+        if (fd < 0) die_user("resume: cannot open %s: %s (DONE_%08d says step %d is complete with %d state files). HINT: -resume-step an older checkpoint", path, zt_strerror(errno), step, step, R_old);
         struct stat st;
         if (fstat(fd, &st) != 0) die_user("resume: %s: cannot stat: %s", path, strerror(errno));
         int64_t h[STATE_HEADER_INTS];

@@ -71,7 +71,7 @@
 //          write_token_shard32, write_token_shard_width, dataloader_shard_token, MASK_MAGIC,
 //          MASK_VERSION, MASK_COUNTS, MASK_STARTS
 //
-// May call: rng.h and the C library. Knows nothing of ranks, the model or the trainer.
+// May call: rng.h, readfile.h and the C library. Knows nothing of ranks, the model or the trainer.
 #ifndef ZT_DATALOADER_H
 #define ZT_DATALOADER_H
 
@@ -88,6 +88,7 @@
 #include <unistd.h>
 
 #include "rng.h" // defines: rng_key, rng_u64 (the per-epoch permutation)
+#include "readfile.h" // defines: zt_open_read, zt_strerror (regular files only)
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "dataloader.h reads little-endian shards with plain loads: big-endian hosts are not supported"
@@ -184,10 +185,10 @@ static inline int dataloader_error(char* err, size_t errlen, const char* fmt, ..
 static inline int dataloader_open_mask(DataShard* sh, int T, char* err, size_t errlen) {
     char mpath[4096];
     if (snprintf(mpath, sizeof(mpath), "%s.mask", sh->path) >= (int)sizeof(mpath)) return dataloader_error(err, errlen, "shard %s: path too long", sh->path);
-    int fd = open(mpath, O_RDONLY);
+    int fd = zt_open_read(mpath);
     if (fd < 0) {
         if (errno == ENOENT) return 0; // no mask: every target counts
-        return dataloader_error(err, errlen, "mask %s: cannot open: %s", mpath, strerror(errno));
+        return dataloader_error(err, errlen, "mask %s: cannot open: %s", mpath, zt_strerror(errno));
     }
     sh->mask_fd = fd; // (dataloader_free closes it)
     struct stat st;
@@ -226,8 +227,8 @@ static inline int dataloader_open_mask(DataShard* sh, int T, char* err, size_t e
 // dataloader_free unmaps it.
 static inline int dataloader_open_shard(DataShard* sh, int T, int vocab_size, char* err, size_t errlen) {
     const char* path = sh->path;
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return dataloader_error(err, errlen, "shard %s: cannot open: %s", path, strerror(errno));
+    int fd = zt_open_read(path);
+    if (fd < 0) return dataloader_error(err, errlen, "shard %s: cannot open: %s", path, zt_strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;

@@ -19,8 +19,10 @@ typedef enum { F_INT, F_FLOAT, F_STR, F_SWITCH } FlagType; // F_SWITCH: present 
 // FLAG_RUN: the flag defines the run (model, data, T, batch, optimizer, schedule, seed, data order):
 // checkpoints record it, a resume takes it when not given and refuses another value unless
 // -resume-change names it (run_record.h). FLAG_KEEP: recorded and taken the same
-// way, but a resume may change it freely (-x, -n, -nk, -v, -m, -s, ...: how the run goes on, not
-// what it is). FLAG_FREE: not recorded (-threads, -z, -r, logging, actions such as -export, ...).
+// way, but a resume may change it freely (-x, -n, -nk, -v, -m, -s, -z, -r, -offload, ...: how the
+// run goes on, not what it is; -z, -r and -offload as the run ran them, whether given, planned or
+// tuned: a resume at another stage could run out of memory). FLAG_FREE: not recorded (-threads,
+// logging, actions such as -export, ...).
 typedef enum { FLAG_FREE, FLAG_RUN, FLAG_KEEP } FlagKind;
 
 // X(flag, field, type, default, run, help)
@@ -72,10 +74,10 @@ typedef enum { FLAG_FREE, FLAG_RUN, FLAG_KEEP } FlagKind;
     X("-top-k",         top_k,           F_INT,   "0",      FLAG_FREE, "sample from the K most likely tokens only (0: all)")               \
     X("-n",             ckpt_every,      F_INT,   "0",      FLAG_KEEP, "checkpoint every N steps and at the end (0: never; needs -o)")     \
     X("-nk",            ckpt_keep,       F_INT,   "0",      FLAG_KEEP, "keep only the newest N checkpoints (0: keep all)")                 \
-    X("-y",             resume,          F_INT,   "0",      FLAG_FREE, "1: resume from the newest complete checkpoint in -o; the flags it records (the run's: -e, -i, -j, -t, -d, the optimizer's, the schedule's, -seed, -doc-attention, -lora, -lora-alpha, -lora-targets, -lora-dropout, -lora-init (not -lora-export, -lora-base); and -b, -x, -n, -nk, -v, -m, -s, -g, -save-model, -max-skips) are taken from it when not given")              \
+    X("-y",             resume,          F_INT,   "0",      FLAG_FREE, "1: resume from the newest complete checkpoint in -o; the flags it records (the run's: -e, -i, -j, -t, -d, the optimizer's, the schedule's, -seed, -doc-attention, -lora, -lora-alpha, -lora-targets, -lora-dropout, -lora-init (not -lora-export, -lora-base); and -b, -x, -n, -nk, -v, -m, -s, -g, -save-model, -max-skips, -z, -r, -offload as the run ran them) are taken from it when not given")              \
     X("-resume-change", resume_change,   F_STR,   "",       FLAG_FREE, "with -y 1: the run-defining flags this resume changes on purpose, e.g. -i or -i,-l (a given value that differs from the checkpoint's is refused otherwise)") \
-    X("-r",             recompute,       F_INT,   "1",      FLAG_FREE, "recompute in backward: 0 none, 1 GELU, 2 GELU+layernorms, 3 whole blocks; auto: with -z auto, the planner's choice") \
-    X("-z",             zero_stage,      F_INT,   "0",      FLAG_FREE, "ZeRO stage: 0 replicate, 1 shard optimizer, 2 +gradients, 3 +parameters; auto: the lowest-time stage that fits (see -plan)") \
+    X("-r",             recompute,       F_INT,   "1",      FLAG_KEEP, "recompute in backward: 0 none, 1 GELU, 2 GELU+layernorms, 3 whole blocks; auto: with -z auto, the planner's choice") \
+    X("-z",             zero_stage,      F_INT,   "0",      FLAG_KEEP, "ZeRO stage: 0 replicate, 1 shard optimizer, 2 +gradients, 3 +parameters; auto: the lowest-time stage that fits (see -plan)") \
     X("-threads",       threads,         F_INT,   "0",      FLAG_FREE, "CPU threads per rank (0: cores / ranks on this node, or OMP_NUM_THREADS)") \
     X("-blas",          blas,            F_INT,   "0",      FLAG_FREE, "1: CPU matmuls through OpenBLAS when built with it (machine-dependent sums; docs/performance.md says when it is faster); 0: the plain loop") \
     X("-comm-trace",    comm_trace,      F_INT,   "0",      FLAG_FREE, "1: print every collective (kind, block, bytes)")                   \
@@ -102,7 +104,7 @@ typedef enum { FLAG_FREE, FLAG_RUN, FLAG_KEEP } FlagKind;
     X("-tune",          tune,            F_SWITCH, "0",     FLAG_FREE, "measure before training: every flag left at auto (-z, -r, -offload; with -tune, those not given count as auto) is chosen by running -tune-steps steps of each of the planner's fastest -tune-rows rows that fit (offload rows only where -z auto would offload: nothing fits without), on scratch state; the fastest that fits wins, and the run starts from its source with it (as if given; written into checkpoints, a resume reuses it)") \
     X("-tune-steps",    tune_steps,      F_INT,   "5",      FLAG_FREE, "with -tune: timed steps per candidate, after one warm-up step") \
     X("-tune-rows",     tune_rows,       F_INT,   "4",      FLAG_FREE, "with -tune: candidates at most, the planner's fastest rows that fit (1..16)") \
-    X("-offload",       offload,         F_STR,   "auto",   FLAG_FREE, "where each rank's shard of the optimizer state (master, m, v) lives: none (the device) | cpu (host memory; AdamW runs on the host, bit-identical to none; needs -z 1, 2 or 3) | nvme (a file per rank under -offload-dir, streamed through -offload-buffer; likewise bit-identical) | auto (with -z auto, -r auto or -tune: cpu only when nothing fits without it, nvme only when -offload-dir is given and nothing fits in host memory either; otherwise none)") \
+    X("-offload",       offload,         F_STR,   "auto",   FLAG_KEEP, "where each rank's shard of the optimizer state (master, m, v) lives: none (the device) | cpu (host memory; AdamW runs on the host, bit-identical to none; needs -z 1, 2 or 3) | nvme (a file per rank under -offload-dir, streamed through -offload-buffer; likewise bit-identical) | auto (with -z auto, -r auto or -tune: cpu only when nothing fits without it, nvme only when -offload-dir is given and nothing fits in host memory either; otherwise none)") \
     X("-pcie-gbps",     pcie_gbps,       F_FLOAT, "auto",   FLAG_FREE, "host<->device bandwidth per rank for -plan's offload rows, Gbit/s per direction (auto: 200, PCIe 4.0 x16-class)") \
     X("-offload-dir",   offload_dir,     F_STR,   "",       FLAG_FREE, "with -offload nvme: the directory of each rank's optimizer-state file (12 bytes per element of its shard; removed at exit)") \
     X("-offload-buffer", offload_buffer, F_STR,   "256MiB", FLAG_FREE, "with -offload nvme: host memory per rank for streaming the state (three units of master, m, v plus the gradient and parameter staging), e.g. 256MiB") \

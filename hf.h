@@ -179,8 +179,8 @@ static void hf_name(const HFTensorRow* r, int layer, char* out, size_t cap) { //
 // config.json
 
 static int hf_read_file(const char* path, char** out, size_t* len, size_t cap, char* err, size_t errlen) {
-    FILE* f = fopen(path, "rb");
-    if (!f) return st_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    FILE* f = zt_fopen_read(path);
+    if (!f) return st_err(err, errlen, "%s: cannot open: %s", path, zt_strerror(errno));
     char* buf = (char*)malloc(cap + 1);
     if (!buf) { fclose(f); return st_err(err, errlen, "%s: out of memory", path); }
     size_t n = fread(buf, 1, cap + 1, f);

@@ -411,8 +411,8 @@ static void lora_peft_open(LoraPeft* lp, const char* dir, const LoraDesc* d, con
     lp->d = d; lp->L = c->L;
     char path[4200], err[1024];
     snprintf(path, sizeof(path), "%s/adapter_config.json", dir);
-    FILE* fp = fopen(path, "rb");
-    if (!fp) die_user("-lora-init %s: cannot read %s: %s", dir, path, strerror(errno));
+    FILE* fp = zt_fopen_read(path);
+    if (!fp) die_user("-lora-init %s: cannot read %s: %s", dir, path, zt_strerror(errno));
     char* text = NULL;
     size_t len = 0, cap = 0, got;
     char chunk[4096];
@@ -459,6 +459,34 @@ static void lora_peft_open(LoraPeft* lp, const char* dir, const LoraDesc* d, con
         if (strcmp(n1, n2))
             die_user("-lora-init %s: an adapter for the base %s, and this run's -e is %s", path, j.nodes[bm].str, model);
     }
+    // PEFT's options this trainer does not implement, each at its default (null, false, {}, [], "", or
+    // bias "none"), or the adapter is refused naming the field: applied here without them it would
+    // be another adapter at another scale (use_rslora: alpha / sqrt(r)), silently
+    static const struct { const char* key; const char* means; } peft_opts[] = {
+        {"use_rslora", "rank-stabilised LoRA scales the update by lora_alpha / sqrt(r), not lora_alpha / r"},
+        {"use_dora", "DoRA adds a magnitude vector to each adapted weight"},
+        {"alpha_pattern", "some modules have another lora_alpha"},
+        {"rank_pattern", "some modules have another r"},
+        {"modules_to_save", "whole modules are trained and saved beside the adapters"},
+        {"layers_to_transform", "only some layers carry adapters"},
+        {"layers_pattern", "only some layers carry adapters"},
+        {"layer_replication", "layers of the base are repeated"},
+        {"bias", "biases are trained with the adapters"},
+    };
+    for (size_t q = 0; q < sizeof(peft_opts) / sizeof(peft_opts[0]); q++) {
+        int k = json_get(&j, 0, peft_opts[q].key);
+        if (k < 0) continue;
+        const JsonNode* v = &j.nodes[k];
+        int plain = v->type == JSON_NULL || v->type == JSON_FALSE || ((v->type == JSON_ARRAY || v->type == JSON_OBJECT) && v->first < 0) ||
+                    (v->type == JSON_STRING && (!v->str[0] || !strcmp(v->str, "none")));
+        if (plain) continue;
+        char shown[64];
+        if (v->type == JSON_STRING) snprintf(shown, sizeof(shown), "\"%.40s\"", v->str);
+        else snprintf(shown, sizeof(shown), "%s", v->type == JSON_TRUE ? "true" : v->type == JSON_NUMBER ? "a number" : v->type == JSON_ARRAY ? "a list" : "an object");
+        die_user("-lora-init %s: %s is %s (%s), which this trainer does not implement. HINT: train from the base with that adapter merged "
+                 "(PEFT's merge_and_unload, saved as a Hugging Face checkpoint: -e it), or start from a plain LoRA adapter",
+                 path, peft_opts[q].key, shown, peft_opts[q].means);
+    }
     json_free(&j);
     free(text);
     snprintf(path, sizeof(path), "%s/adapter_model.safetensors", dir);
@@ -487,6 +515,13 @@ static void lora_peft_open(LoraPeft* lp, const char* dir, const LoraDesc* d, con
             for (int k = 0; k < n; k++) used |= lp->t[k] == &lp->st.t[q];
             if (!used) die_user("-lora-init %s: %s is not an adapter of this run (another base or target list?)", path, lp->st.t[q].name);
         }
+    for (int k = 0; k < n; k++) { // a non-finite value is the adapter file's fault, not the base's: said here
+        int64_t bad = 0, first = -1;
+        for (int64_t i = 0; i < lp->t[k]->numel; i++)
+            if (!isfinite(st_get(&lp->st, lp->t[k], i))) { bad++; if (first < 0) first = i; }
+        if (bad) die_user("-lora-init %s: %s holds %lld non-finite value(s) (the first at element %lld). HINT: the adapter is corrupt or "
+                          "its training diverged: start from another adapter, or without -lora-init", path, lp->t[k]->name, (long long)bad, (long long)first);
+    }
 }
 
 // The file's values for the logical range [logical, logical + len) of the adapters (as lora_fill).

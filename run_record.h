@@ -10,7 +10,7 @@
 //
 // May call: flags.h (the table, Flags), checkpoint.h (ckpt_run_add, ckpt_run_find, CKPT_RUN_MAX),
 // dataloader.h (DataLoader) and device.cuh (die_user, printf0, fnv1a). Takes nothing of the trainer's.
-// defines: flags_check_resume_change, flags_take_recorded, run_record_build, run_record_check
+// defines: flags_check_resume_change, flags_take_recorded, run_record_build, run_record_check, run_record_set_choice
 #ifndef ZT_RUN_RECORD_H
 #define ZT_RUN_RECORD_H
 #include "device.cuh"     // defines: die_user, printf0, fnv1a, FNV_INIT
@@ -77,7 +77,8 @@ static void flags_take_recorded(Flags* f, const char* run, int step) {
 }
 
 // Once every flag is resolved: a given FLAG_RUN flag whose value differs from the record is refused
-// (exit 2) unless -resume-change names it; said when it does.
+// (exit 2) unless -resume-change names it; said when it does. A given FLAG_KEEP flag that differs is
+// said in one line (-z 3 after a run at -z 2: the memory per rank changes).
 static void flags_check_recorded(const Flags* f, const char* run, int step) {
     char v[1024];
 #define X(flag, field, type, def, kind, help)                                                                          \
@@ -86,7 +87,9 @@ static void flags_check_recorded(const Flags* f, const char* run, int step) {
             die_user("flag %s: this run gives '%s', the checkpoint of step %d was trained with '%s'. HINT: leave %s out to take the " \
                      "checkpoint's value, or name the change: -resume-change %s", flag, f->field##_str, step, v, flag, flag); \
         printf0("resume: %s changed on purpose (-resume-change): '%s', the checkpoint of step %d: '%s'\n", flag, f->field##_str, step, v); \
-    }
+    }                                                                                                  \
+    else if (kind == FLAG_KEEP && f->field##_set && ckpt_run_find(run, flag, v, sizeof(v)) && !flag_values_equal(type, f->field##_str, v)) \
+        printf0("resume: %s %s given, the checkpoint of step %d ran %s %s\n", flag, f->field##_str, step, flag, v);
     FLAG_TABLE(X)
 #undef X
 }
@@ -99,6 +102,31 @@ static int flags_run_record(const Flags* f, char* out, size_t cap) {
     FLAG_TABLE(X)
 #undef X
     return bad ? -1 : 0;
+}
+
+// The run's -z, -r and -offload as it runs them (given, planned by -z auto or chosen by -tune),
+// replacing what run_record_build recorded of them: a resume that gives none runs the same.
+static void run_record_set_choice(char* run, const Flags* f) {
+    if (!run[0]) return;
+    const char* keys[3] = {"-z", "-r", "-offload"};
+    char vals[3][64];
+    snprintf(vals[0], sizeof(vals[0]), "%d", f->zero_stage);
+    snprintf(vals[1], sizeof(vals[1]), "%d", f->recompute);
+    snprintf(vals[2], sizeof(vals[2]), "%.60s", f->offload);
+    for (int k = 0; k < 3; k++) {
+        size_t kl = strlen(keys[k]);
+        for (char* line = run; *line;) { // remove the key's line
+            char* nl = strchr(line, '\n');
+            char* next = nl ? nl + 1 : line + strlen(line);
+            if (!strncmp(line, keys[k], kl) && line[kl] == ' ') { memmove(line, next, strlen(next) + 1); continue; }
+            line = next;
+        }
+        if (ckpt_run_add(run, CKPT_RUN_MAX, keys[k], vals[k])) {
+            printf0("warning: the run's flags are longer than a checkpoint records (%d bytes): its checkpoints record none\n", CKPT_RUN_MAX);
+            run[0] = 0;
+            return;
+        }
+    }
 }
 
 // What a data glob matched, for the run's record: the shards (paths, token counts, masks) hashed.

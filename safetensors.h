@@ -21,7 +21,7 @@
 // defines: Json, json_parse, json_get, json_free, StDtype, StTensor, StFile, st_open, st_find,
 //          st_get, st_close, st_dtype_name, st_write_header, f16_to_f32, f32_to_f16
 //
-// May call: nothing but the C library.
+// May call: readfile.h (zt_open_read: regular files only) and the C library.
 #ifndef ZT_SAFETENSORS_H
 #define ZT_SAFETENSORS_H
 
@@ -35,6 +35,7 @@
 #include <unistd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include "readfile.h" // defines: zt_open_read, zt_fopen_read, zt_strerror (regular files only)
 
 __attribute__((format(printf, 3, 4))) static int st_err(char* err, size_t errlen, const char* fmt, ...) {
     va_list ap;
@@ -450,8 +451,8 @@ static int st_open(StFile* f, const char* path, char* err, size_t errlen) {
     memset(f, 0, sizeof(*f));
     f->fd = -1;
     snprintf(f->path, sizeof(f->path), "%s", path);
-    f->fd = open(path, O_RDONLY);
-    if (f->fd < 0) return st_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    f->fd = zt_open_read(path);
+    if (f->fd < 0) return st_err(err, errlen, "%s: cannot open: %s", path, zt_strerror(errno));
     struct stat st;
     if (fstat(f->fd, &st) != 0) return st_err(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
     f->file_size = st.st_size;

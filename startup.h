@@ -489,13 +489,96 @@ static int setup_threads(const Flags* f, const Launch* L) {
     return num_threads();
 }
 
-static void mkdir_p(const char* dir) {
+// Why a directory could not be made or written, for the hint: the cause in words.
+static const char* output_hint(int e) {
+    switch (e) {
+    case EACCES: case EPERM: return "this user may not write there: choose a directory you own, or fix its permissions";
+    case EROFS: return "the file system is read-only: choose a path on a writable one";
+    case ENOSPC: case EDQUOT: return "the disk (or your quota) is full: free space, or choose another disk";
+    case ENAMETOOLONG: return "the path is too long: choose a shorter one";
+    default: return "choose another path";
+    }
+}
+
+// An output directory made ready before anything is read or trained: created with its parents,
+// or refused (-1, err set) naming the component at fault, the cause and a hint. A missing or
+// read-only directory found only when training ends loses the run's result.
+static int output_dir_make(const char* dir, char* err, size_t cap) {
     char tmp[PATH_MAX];
-    snprintf(tmp, sizeof(tmp), "%s", dir);
-    for (char* p = tmp + 1; *p; p++)
-        if (*p == '/') { *p = 0; mkdir(tmp, 0755); *p = '/'; }
-    if (mkdir(tmp, 0755) != 0 && errno != EEXIST) die_user("-o %s: cannot create the directory: %s", dir, strerror(errno));
-    if (access(tmp, W_OK) != 0) die_user("-o %s: the directory is not writable", dir);
+    if (!dir[0]) { snprintf(err, cap, "an empty path"); return -1; }
+    if (snprintf(tmp, sizeof(tmp), "%s", dir) >= (int)sizeof(tmp)) { snprintf(err, cap, "the path is longer than %d bytes", PATH_MAX); return -1; }
+    size_t n = strlen(tmp);
+    while (n > 1 && tmp[n - 1] == '/') tmp[--n] = 0;
+    for (char* p = tmp + 1;; p++) { // each component from the root down: present as a directory, or made
+        int end = *p == 0;
+        if (!end && *p != '/') continue;
+        *p = 0;
+        struct stat st;
+        if (stat(tmp, &st) == 0) {
+            if (!S_ISDIR(st.st_mode)) { snprintf(err, cap, "%s is a file, not a directory. HINT: remove it, or choose another path", tmp); return -1; }
+        } else if (errno != ENOENT) {
+            int e = errno;
+            snprintf(err, cap, "cannot reach %s: %s. HINT: %s", tmp, strerror(e), output_hint(e));
+            return -1;
+        } else if (mkdir(tmp, 0755) != 0 && errno != EEXIST) {
+            int e = errno;
+            snprintf(err, cap, "cannot create the directory %s: %s. HINT: %s", tmp, strerror(e), output_hint(e));
+            return -1;
+        }
+        if (end) break;
+        *p = '/';
+    }
+    if (access(tmp, W_OK | X_OK) != 0) {
+        int e = errno;
+        snprintf(err, cap, "cannot write into %s: %s. HINT: %s", tmp, strerror(e), output_hint(e));
+        return -1;
+    }
+    return 0;
+}
+
+// The directory a file path is written into ("." for a bare name).
+static void output_parent(const char* path, char* out, size_t cap) {
+    snprintf(out, cap, "%s", path);
+    char* s = strrchr(out, '/');
+    if (!s) snprintf(out, cap, ".");
+    else if (s == out) out[1] = 0; // "/x": the root
+    else *s = 0;
+}
+
+// -o's directory (every rank: each writes its checkpoint state there), or exit 2.
+static void output_dir_ready(const char* flag, const char* dir) {
+    char err[PATH_MAX + 512];
+    if (output_dir_make(dir, err, sizeof(err))) die_user("flag %s %s: %s", flag, dir, err);
+}
+
+// Every output path of the run checked before the first step (rank 0 writes them; every rank ends
+// with its answer, exit 2): -export's file (its directory made; not a directory itself), -export-hf's and
+// -lora-export's directories, the -tokenize prefix's directory. Made with their parents when missing.
+static void check_output_paths(const Flags* f, Comm* comm) {
+    char err[2 * PATH_MAX] = "", dir[PATH_MAX];
+    if (g_rank == 0) {
+        struct stat st;
+        if (f->tokenize[0] && f->out_dir[0]) {
+            output_parent(f->out_dir, dir, sizeof(dir));
+            char e[PATH_MAX + 512];
+            if (output_dir_make(dir, e, sizeof(e))) snprintf(err, sizeof(err), "flag -o %s (the shards' prefix): %s", f->out_dir, e);
+        }
+        if (!f->tokenize[0] && !f->plan) {
+            const char* flags[3] = {"-export", "-export-hf", "-lora-export"};
+            const char* paths[3] = {f->export_path, f->export_hf, f->lora_export};
+            for (int k = 0; k < 3 && !err[0]; k++) {
+                if (!paths[k][0]) continue;
+                char e[PATH_MAX + 512];
+                if (k == 0 && stat(paths[k], &st) == 0 && S_ISDIR(st.st_mode))
+                    snprintf(err, sizeof(err), "flag -export %s: a directory (-export writes one llm.c model file). HINT: name a file in it", paths[k]);
+                else if (k == 0) output_parent(paths[k], dir, sizeof(dir));
+                else snprintf(dir, sizeof(dir), "%s", paths[k]);
+                if (!err[0] && output_dir_make(dir, e, sizeof(e))) snprintf(err, sizeof(err), "flag %s %s: %s", flags[k], paths[k], e);
+            }
+        }
+    }
+    comm_broadcast(comm, err, sizeof(err), 0);
+    if (err[0]) die_user("%s", err);
 }
 
 // A "Name: N kB" line of /proc/self/status in bytes (VmHWM: peak resident memory, VmRSS: resident

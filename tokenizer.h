@@ -235,10 +235,10 @@ static inline int tokenizer_init(Tokenizer* tok, const char* path, char* err, si
     tok->eot_token = -1;
 
     // --- the whole file into memory (GPT-2's is 372 kB)
-    FILE* f = fopen(path, "rb");
+    FILE* f = zt_fopen_read(path);
     if (!f) {
         return tokenizer_fail(tok, err, errlen, "tokenizer %s: cannot open: %s "
-                              "(HINT: GPT-2's is made by `python3 dev/make_vocab.py`)", path, strerror(errno));
+                              "(HINT: GPT-2's is made by `python3 dev/make_vocab.py`)", path, zt_strerror(errno));
     }
     struct stat st;
     if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -512,10 +512,10 @@ static inline int tokenizer_load_merges(Tokenizer* tok, const char* path, char* 
         return tokenizer_merges_fail(tok, err, errlen, "merges %s: load the vocabulary (tokenizer_init) first: "
                                      "the merges are checked against it", path);
     }
-    FILE* f = fopen(path, "rb");
+    FILE* f = zt_fopen_read(path);
     if (!f) {
         return tokenizer_merges_fail(tok, err, errlen, "merges %s: cannot open: %s (HINT: GPT-2's is made by "
-                                     "`python3 dev/make_merges.py`)", path, strerror(errno));
+                                     "`python3 dev/make_merges.py`)", path, zt_strerror(errno));
     }
     struct stat st;
     if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -843,7 +843,7 @@ static inline int tokenizer_is_hf(const char* path) {
     struct stat st;
     if (stat(path, &st) != 0) return 0;
     if (S_ISDIR(st.st_mode)) return 1;
-    FILE* f = fopen(path, "rb");
+    FILE* f = zt_fopen_read(path);
     if (!f) return 0;
     int c;
     while ((c = fgetc(f)) == ' ' || c == '\t' || c == '\n' || c == '\r') {}
@@ -1013,9 +1013,9 @@ static inline int tokenizer_config_token(const Json* j, const char* key, char* o
 
 // Read a whole file into a malloc'ed buffer (*len bytes). Returns NULL with err set.
 static inline char* tokenizer_read_file(const char* path, size_t* len, char* err, size_t errlen) {
-    FILE* f = fopen(path, "rb");
+    FILE* f = zt_fopen_read(path);
     if (!f) {
-        tokenize_error(err, errlen, "tokenizer %s: cannot open: %s", path, strerror(errno));
+        tokenize_error(err, errlen, "tokenizer %s: cannot open: %s", path, zt_strerror(errno));
         return NULL;
     }
     struct stat st;
@@ -2113,8 +2113,8 @@ static inline int tokenize_file_to_shards_ex(Tokenizer* tok, const char* in_path
         return tokenize_error(err, errlen, "tokenize: output directory %s (of prefix %s) is not writable: %s", dir, out_prefix,
                               strerror(errno));
     }
-    FILE* f = fopen(in_path, "rb");
-    if (!f) return tokenize_error(err, errlen, "tokenize: input %s: cannot open: %s", in_path, strerror(errno));
+    FILE* f = zt_fopen_read(in_path);
+    if (!f) return tokenize_error(err, errlen, "tokenize: input %s: cannot open: %s", in_path, zt_strerror(errno));
     if (fstat(fileno(f), &st) != 0 || S_ISDIR(st.st_mode)) {
         fclose(f);
         return tokenize_error(err, errlen, "tokenize: input %s: cannot read: %s", in_path, S_ISDIR(st.st_mode) ? "is a directory" : strerror(errno));

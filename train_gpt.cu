@@ -53,7 +53,8 @@
 #include "acts.h"              // defines: LAYER_ACTS, Acts, LayerActs, acts_alloc, acts_free, layer_acts, ops_workspace_floats
 #include "plan.h"              // defines: PlanRow, plan_config, run_plan, choose_config, mfu_flops_per_token, fmt_bytes, parse_size
 #include "startup.h"           // defines: resolve_defaults, pick_device, model_config, check_flags, setup_threads, ranks_agree,
-                               //          print_setup, run_tokenize, gather_memory, peak_rss_bytes, peak_window_start, json_num, mkdir_p
+                               //          print_setup, run_tokenize, gather_memory, peak_rss_bytes, peak_window_start, json_num,
+                               //          check_output_paths, output_dir_ready
 #include "tune.h"              // defines: TuneTrainer, tune_mark_auto, tune_config, tune_note_record (-tune)
 #include "run_record.h"        // defines: flags_take_recorded, run_record_build, run_record_check (what a checkpoint records of its run)
 
@@ -1190,6 +1191,10 @@ static void take_run_record(Trainer* tr) {
         tr->recorded_run = strdup(mk->run);
         tr->recorded_step = step;
         flags_take_recorded(f, mk->run, step);
+        if (f->zero_stage_set && !strcmp(f->zero_stage_str, "auto") && !f->offload_set && strcmp(f->offload_str, "auto")) {
+            snprintf(f->offload_str, sizeof(f->offload_str), "auto"); // -z auto given: the planner chooses the offload too,
+            snprintf(f->offload_given, sizeof(f->offload_given), "auto"); // as it would for a new run
+        }
         char v[16];
         if (mk->run[0] && !f->doc_attention_set && !ckpt_run_find(mk->run, "-doc-attention", v, sizeof(v))) { // [-doc-attention] a record
             snprintf(f->doc_attention_str, sizeof(f->doc_attention_str), "0");                              // from before it: no isolation
@@ -1243,6 +1248,10 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     model_config(f, &c, &from_file);
     lora_config(&c, f->lora, f->lora_alpha, f->lora_targets, f->lora_dropout); // [LoRA] adapters on a frozen base (-lora 0: none)
     check_lora_flags(f, &c);
+    if (c.lora_r && !from_file && f->resume && flag_listed(f->resume_change, "-seed")) // [LoRA] a descriptor's base is drawn from -seed
+        die_user("flag -resume-change -seed: this LoRA run's frozen base is initialised from -seed (-e %s is a descriptor, not a file): "
+                 "another seed is another base, not the one the adapters were trained on. HINT: keep -seed (a new order of the data "
+                 "comes with a new base here)", f->model);
     if (T_auto && f->T > c.maxT) { f->T = c.maxT; snprintf(f->T_str, sizeof(f->T_str), "%d", f->T); } // "at most the model's"
     int R_plan = f->plan && f->world > 0 ? f->world : tr->R; // -plan -world R plans another world size
     check_flags(f, &c, R_plan);
@@ -1252,12 +1261,13 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     int threads = setup_threads(f, &tr->launch);
     if (f->threads == 0) FLAG_SHOW(f, threads, "%d", threads);
     if (!strcmp(f->gpu, "auto")) FLAG_SHOW(f, gpu, "%s", g_device == DEV_CUDA ? gpu_model_name(f) : "unused: cpu device");
+    check_output_paths(f, &tr->comm); // every output path made (with its parents) or refused now, not when training ends
+    if (f->out_dir[0] && !f->tokenize[0]) output_dir_ready("-o", f->out_dir); // (every rank: each writes its state files there)
     if (f->tokenize[0]) {
         if (tr->r == 0) run_tokenize(f);
         return 1;
     }
     if (f->plan) {
-        if (f->out_dir[0]) mkdir_p(f->out_dir);
         run_plan(f, &c, R_plan, &tr->launch);
         return 1;
     }
@@ -1298,7 +1308,6 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
                 "HINT: data/gpt2_tokenizer.bin (version 2, dev/make_vocab.py) names it\n", tname, tr->tok.hf ? "(a tokenizer.json) names no end-of-text or BOS token" : "is a version-1 file", f->prompt[0] ? " and prompts" : "",
                 f->prompt[0] ? " and a sampled end of text cannot end a completion" : "");
     setup_doc_attention(tr, tname); // [-doc-attention] auto resolved from -i; on: the loaders' segment tables
-    if (f->out_dir[0]) mkdir_p(f->out_dir);
     if (f->out_dir[0] && tr->r == 0) {
         ckpt_lock_dir(f->out_dir); // two trainers never share one; nothing in it changes before commit_out_dir
         if (access(f->out_dir, W_OK) != 0) die_user("-o %s: cannot write into the directory: %s", f->out_dir, strerror(errno));
@@ -1325,6 +1334,7 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
         TuneTrainer t = {tr, tune_build, tune_step, tune_wait, tune_release, tr->mem_baseline};
         tune_config(f, &c, tr->GA, &tr->comm, &tr->launch, &t, tr->tune_choice, sizeof(tr->tune_choice), &tr->tune_mem, &tr->tune_mem_len);
     } else if (f->resume) tune_note_record(f, tr->r);
+    run_record_set_choice(tr->run_record, f); // -z, -r, -offload as this run runs them: a resume that gives none runs the same
     // the model: layout, ZeRO buffers, activations, workspace
     // [LoRA] nothing chose it (given stages, a reused -tune choice without it): ZeRO-3 shards the base
     plan_lora_base_resolve(f, f->zero_stage < 3, f->zero_stage, f->zero_stage < 3 ? "the default" : "nothing chose it: ZeRO-3's default");

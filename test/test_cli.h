@@ -200,9 +200,14 @@ TEST(cli_tokenize) {
     snprintf(flags, sizeof(flags), "-tokenize %s/missing.txt -o %s/x", dir, dir);
     rc = cli_run(flags, cli_out, sizeof(cli_out));
     CHECKF(rc == 2 && strstr(cli_out, "missing.txt"), "missing input: %d\n%s", rc, cli_out);
-    snprintf(flags, sizeof(flags), "-tokenize %s -o %s/no/such/dir/x", text, dir);
+    snprintf(flags, sizeof(flags), "-tokenize %s -o %s/no/such/dir/x", text, dir); // the prefix's directory is made, parents too
     rc = cli_run(flags, cli_out, sizeof(cli_out));
-    CHECKF(rc == 2 && strstr(cli_out, "no/such/dir"), "missing output directory: %d\n%s", rc, cli_out);
+    char made[PATH_MAX + 64];
+    snprintf(made, sizeof(made), "%s/no/such/dir/x_train_000000.bin", dir);
+    CHECKF(rc == 0 && access(made, F_OK) == 0, "a missing output directory: exit %d, %s %s:\n%s", rc, made, access(made, F_OK) ? "missing" : "written", cli_out);
+    snprintf(flags, sizeof(flags), "-tokenize %s -o %s/x/y", text, text); // (its "directory" is the input file)
+    rc = cli_run(flags, cli_out, sizeof(cli_out));
+    CHECKF(rc == 2 && strstr(cli_out, "corpus.txt is a file, not a directory"), "a file as the prefix's directory: %d\n%s", rc, cli_out);
     snprintf(flags, sizeof(flags), "-tokenize %s", text);
     rc = cli_run(flags, cli_out, sizeof(cli_out));
     CHECKF(rc == 2 && strstr(cli_out, "-tokenize needs -o PREFIX"), "no prefix: %d\n%s", rc, cli_out);

@@ -237,11 +237,18 @@ TEST(tune_run_bitwise_and_resume_reuses) {
            "resume with -tune: expected '%s', no measuring, hashes %s:\n%s", said, hash_t, zt_out);
     snprintf(want, sizeof(want), "| ZeRO-%d | recompute -r %d", z, r);
     CHECKF(strstr(zt_out, want), "the resumed run does not use the recorded choice ('%s')", want);
-    // without -tune a resume runs its flags as given, and says what the record holds
-    snprintf(flags, sizeof(flags), ZT_MODEL " -b 2 -x 4 -v 0 -s 0 -o %s -y 1 -resume-step 2", dir_t);
+    // without -tune a resume runs the stage the run ran (-z, -r, -offload are recorded: taken when not
+    // given), the same bits; given flags win, and the run says what the record holds
+    snprintf(flags, sizeof(flags), ZT_MODEL " -b 2 -x 4 -v 0 -s 0 -log-hash 1 -o %s -y 1 -resume-step 2", dir_t);
+    rc = zt_mpirun(2, flags, zt_out, sizeof(zt_out));
+    zt_hash_line(zt_out, hash_y, sizeof(hash_y));
+    snprintf(want, sizeof(want), "| ZeRO-%d | recompute -r %d", z, r);
+    CHECKF(rc == 0 && strstr(zt_out, want) && !strstr(zt_out, "note: the checkpoint records -tune's choice") && !strcmp(hash_y, hash_t),
+           "resume without -tune: expected '%s' (the recorded stage), hashes %s:\n%s", want, hash_t, zt_out);
+    snprintf(flags, sizeof(flags), ZT_MODEL " -b 2 -x 4 -v 0 -s 0 -o %s -y 1 -resume-step 2 -z 0 -r 1", dir_t);
     rc = zt_mpirun(2, flags, zt_out, sizeof(zt_out));
     snprintf(said, sizeof(said), "note: the checkpoint records -tune's choice -z %d -r %d -offload none; this run has -z 0 -r 1 -offload none", z, r);
-    CHECKF(rc == 0 && strstr(zt_out, said) && strstr(zt_out, "| ZeRO-0 |"), "resume without -tune: expected '%s':\n%s", said, zt_out);
+    CHECKF(rc == 0 && strstr(zt_out, said) && strstr(zt_out, "| ZeRO-0 |"), "resume with -z 0 -r 1: expected '%s':\n%s", said, zt_out);
     // an explicit flag wins over the record, and the run says so
     snprintf(flags, sizeof(flags), ZT_MODEL " -b 2 -x 4 -v 0 -s 0 -o %s -y 1 -resume-step 2 -z 3 -tune", dir_t);
     rc = zt_mpirun(2, flags, zt_out, sizeof(zt_out));

@@ -1,0 +1,179 @@
+// test/test_reliability.h — what a run refuses or keeps so that nothing is lost or mixed
+// (docs/reliability.md): every output path made or refused before the first step, regular files
+// only where a file is read, the ZeRO stage a resume keeps, PEFT options this trainer does not
+// implement refused, an adapter's non-finite values blamed on the adapter, a LoRA base drawn from
+// -seed never re-drawn on resume.
+
+#define REL_LORA "-e tiny -layers 1 -channels 32 -heads 4 -t 16 -b 1 -v 0 -s 0 -lora 2 -lora-targets c_fc"
+
+static void rel_write(const char* path, const char* text) {
+    FILE* f = fopen(path, "wb");
+    if (f) { fputs(text, f); fclose(f); }
+}
+
+// Output paths: missing directories made with their parents before the first step (the run then
+// writes there); a file where a directory must be, or a directory where -export's file must be,
+// refused with exit 2 before any step, naming the component at fault.
+TEST(output_paths_checked_at_start) {
+    const char* dir = zt_dir("rel_out");
+    char flags[4 * PATH_MAX], file[PATH_MAX + 16], path[2 * PATH_MAX];
+    mkdir(dir, 0755);
+    snprintf(file, sizeof(file), "%s/plain", dir);
+    rel_write(file, "a file\n");
+    // a LoRA run whose -lora-export and -export-hf directories (and their parents) do not exist yet
+    snprintf(flags, sizeof(flags), REL_LORA " -x 1 -lora-export %s/new/deeper/adapter -export-hf %s/new/hf", dir, dir);
+    int rc = cli_run(flags, cli_out, sizeof(cli_out));
+    snprintf(path, sizeof(path), "%s/new/deeper/adapter/adapter_config.json", dir);
+    CHECKF(rc == 0 && access(path, F_OK) == 0, "missing export directories: exit %d, %s %s:\n%s", rc, path, access(path, F_OK) ? "missing" : "written", cli_out);
+    static const struct { const char* flags; const char* expect; } bad[] = {
+        {REL_LORA " -x 1 -lora-export FILE/adapter", "flag -lora-export FILE/adapter: FILE is a file, not a directory"},
+        {"-e tiny -layers 1 -t 16 -b 1 -x 1 -v 0 -s 0 -export-hf FILE/hf", "flag -export-hf FILE/hf: FILE is a file, not a directory"},
+        {"-e tiny -layers 1 -t 16 -b 1 -x 1 -v 0 -s 0 -export FILE/model.bin", "flag -export FILE/model.bin: FILE is a file, not a directory"},
+        {"-e tiny -layers 1 -t 16 -b 1 -x 1 -v 0 -s 0 -export DIR", "flag -export DIR: a directory"},
+        {"-e tiny -layers 1 -t 16 -b 1 -x 1 -v 0 -s 0 -o FILE/run", "flag -o FILE/run: FILE is a file, not a directory"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char f2[4 * PATH_MAX] = "", want[4 * PATH_MAX] = "";
+        for (int k = 0; k < 2; k++) { // FILE and DIR replaced in the flags and in the expected line
+            const char* src = k ? bad[i].expect : bad[i].flags;
+            char* out = k ? want : f2;
+            size_t n = 0;
+            for (const char* p = src; *p && n + PATH_MAX + 2 < sizeof(f2);) {
+                if (!strncmp(p, "FILE", 4)) { n += snprintf(out + n, sizeof(f2) - n, "%s", file); p += 4; }
+                else if (!strncmp(p, "DIR", 3)) { n += snprintf(out + n, sizeof(f2) - n, "%s", dir); p += 3; }
+                else out[n++] = *p++;
+            }
+            out[n] = 0;
+        }
+        rc = cli_run(f2, cli_out, sizeof(cli_out));
+        CHECKF(rc == 2 && strstr(cli_out, want) && !strstr(cli_out, "step "), "'%s': exit %d, expected 2 with '%s' before any step:\n%s", f2, rc, want, cli_out);
+    }
+}
+
+// Regular files only: a FIFO where a file is read (config.json of -e DIR, a shard of -i, a PEFT
+// adapter's config) is refused at once, never waited on (each run bounded by timeout 60).
+TEST(fifo_refused_where_a_file_is_read) {
+    const char* dir = zt_dir("rel_fifo");
+    char cmd[4 * PATH_MAX], path[PATH_MAX + 64];
+    mkdir(dir, 0755);
+    snprintf(path, sizeof(path), "%s/hf", dir);
+    mkdir(path, 0755);
+    snprintf(path, sizeof(path), "%s/hf/model.safetensors", dir);
+    rel_write(path, "");
+    snprintf(path, sizeof(path), "%s/hf/config.json", dir);
+    CHECK(mkfifo(path, 0644) == 0);
+    snprintf(path, sizeof(path), "%s/shard_000.bin", dir);
+    CHECK(mkfifo(path, 0644) == 0);
+    snprintf(path, sizeof(path), "%s/peft", dir);
+    mkdir(path, 0755);
+    snprintf(path, sizeof(path), "%s/peft/adapter_config.json", dir);
+    CHECK(mkfifo(path, 0644) == 0);
+    static const struct { const char* flags; const char* file; } cases[] = {
+        {"-e %s/hf -x 1 -v 0 -s 0", "hf/config.json"},
+        {"-e tiny -layers 1 -t 16 -b 1 -x 1 -v 0 -s 0 -i %s/shard_*.bin", "shard_000.bin"},
+        {REL_LORA " -x 1 -lora-init %s/peft", "peft/adapter_config.json"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char flags[2 * PATH_MAX];
+        snprintf(flags, sizeof(flags), cases[i].flags, dir);
+        snprintf(cmd, sizeof(cmd), "OMP_NUM_THREADS=2 timeout 60 %s --train %s", g_test_self, flags);
+        int rc = test_run_cmd(cmd, cli_out, sizeof(cli_out));
+        CHECKF(rc == 2 && strstr(cli_out, cases[i].file) && strstr(cli_out, "not a regular file"),
+               "'%s': exit %d (124: it waited on the FIFO), expected 2 naming %s as not a regular file:\n%s", flags, rc, cases[i].file, cli_out);
+    }
+}
+
+// -z, -r and -offload are recorded: a resume that gives none runs the stage the run ran (at real
+// scale another stage can run out of memory after the load); a given one wins and is said.
+TEST(resume_keeps_the_stage) {
+    const char* d = zt_dir("rel_stage");
+    char dir[PATH_MAX], flags[2 * PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s", d);
+    snprintf(flags, sizeof(flags), CLI_SMALL " -x 2 -n 2 -z 2 -r 2 -o %s", dir);
+    int rc = cli_run(flags, cli_out, sizeof(cli_out));
+    CHECKF(rc == 0, "the run at -z 2 -r 2: exit %d\n%s", rc, cli_out);
+    snprintf(flags, sizeof(flags), "-o %s -y 1 -x 3", dir);
+    rc = cli_run(flags, cli_out, sizeof(cli_out));
+    CHECKF(rc == 0 && strstr(cli_out, "| ZeRO-2 | recompute -r 2"), "resume without -z: exit %d, expected ZeRO-2 with -r 2:\n%s", rc, cli_out);
+    snprintf(flags, sizeof(flags), "-o %s -y 1 -x 4 -z 1", dir);
+    rc = cli_run(flags, cli_out, sizeof(cli_out));
+    CHECKF(rc == 0 && strstr(cli_out, "resume: -z 1 given, the checkpoint of step 3 ran -z 2") && strstr(cli_out, "| ZeRO-1 | recompute -r 2"),
+           "resume with -z 1: exit %d, expected the change said and ZeRO-1:\n%s", rc, cli_out);
+}
+
+// PEFT options this trainer does not implement, at a non-default value, refused naming the field
+// (use_rslora applied as a plain adapter would train at another scale); a NaN in an adapter named
+// as the adapter's, not the base's.
+TEST(lora_init_refuses_peft_options_and_bad_values) {
+    const char* d = zt_dir("rel_peft");
+    char dir[PATH_MAX], flags[4 * PATH_MAX], path[PATH_MAX + 64], cmd[4 * PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s", d);
+    mkdir(dir, 0755);
+    snprintf(flags, sizeof(flags), REL_LORA " -x 1 -lora-export %s/base", dir);
+    CHECKF(cli_run(flags, cli_out, sizeof(cli_out)) == 0, "writing an adapter failed:\n%s", cli_out);
+    snprintf(path, sizeof(path), "%s/base/adapter_config.json", dir);
+    char* cfg = zt_read_file(path);
+    CHECK(cfg != NULL);
+    if (!cfg) return;
+    static const struct { const char* from; const char* to; const char* field; } opts[] = {
+        {"\"use_rslora\": false", "\"use_rslora\": true", "use_rslora is true"},
+        {"\"use_dora\": false", "\"use_dora\": true", "use_dora is true"},
+        {"\"alpha_pattern\": {}", "\"alpha_pattern\": {\"c_fc\": 8}", "alpha_pattern is an object"},
+        {"\"rank_pattern\": {}", "\"rank_pattern\": {\"c_fc\": 4}", "rank_pattern is an object"},
+        {"\"modules_to_save\": null", "\"modules_to_save\": [\"lm_head\"]", "modules_to_save is a list"},
+        {"\"layers_to_transform\": null", "\"layers_to_transform\": [0]", "layers_to_transform is a list"},
+        {"\"bias\": \"none\"", "\"bias\": \"lora_only\"", "bias is \"lora_only\""},
+    };
+    for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++) {
+        const char* at = strstr(cfg, opts[i].from);
+        CHECKF(at != NULL, "our adapter_config.json lacks %s", opts[i].from);
+        if (!at) continue;
+        snprintf(cmd, sizeof(cmd), "rm -rf %s/o && mkdir -p %s/o && cp %s/base/adapter_model.safetensors %s/o/", dir, dir, dir, dir);
+        CHECK(test_run_cmd(cmd, NULL, 0) == 0);
+        char* text = (char*)malloc(strlen(cfg) + 256);
+        snprintf(text, strlen(cfg) + 256, "%.*s%s%s", (int)(at - cfg), cfg, opts[i].to, at + strlen(opts[i].from));
+        snprintf(path, sizeof(path), "%s/o/adapter_config.json", dir);
+        rel_write(path, text);
+        free(text);
+        snprintf(flags, sizeof(flags), REL_LORA " -x 1 -lora-init %s/o", dir);
+        int rc = cli_run(flags, cli_out, sizeof(cli_out));
+        CHECKF(rc == 2 && strstr(cli_out, opts[i].field) && strstr(cli_out, "does not implement") && !strstr(cli_out, "step "),
+               "%s: exit %d, expected 2 naming '%s':\n%s", opts[i].to, rc, opts[i].field, cli_out);
+    }
+    free(cfg);
+    // a NaN in the first lora_A value: blamed on the adapter's tensor
+    snprintf(cmd, sizeof(cmd), "rm -rf %s/o && cp -r %s/base %s/o", dir, dir, dir);
+    CHECK(test_run_cmd(cmd, NULL, 0) == 0);
+    snprintf(path, sizeof(path), "%s/o/adapter_model.safetensors", dir);
+    FILE* fp = fopen(path, "r+b");
+    uint64_t hlen = 0;
+    uint32_t nan_bits = 0x7FC00000u;
+    CHECK(fp && fread(&hlen, 8, 1, fp) == 1);
+    char* hdr = (char*)calloc(hlen + 1, 1);
+    CHECK(fp && fread(hdr, 1, hlen, fp) == hlen);
+    const char* a = strstr(hdr, "lora_A.weight\"");
+    const char* offs = a ? strstr(a, "\"data_offsets\"") : NULL;
+    long long begin = -1;
+    CHECKF(offs && sscanf(strchr(offs, '[') + 1, "%lld", &begin) == 1, "no lora_A tensor's offsets in %s", path);
+    CHECK(fp && begin >= 0 && fseek(fp, (long)(8 + hlen + begin), SEEK_SET) == 0 && fwrite(&nan_bits, 4, 1, fp) == 1);
+    if (fp) fclose(fp);
+    free(hdr);
+    snprintf(flags, sizeof(flags), REL_LORA " -x 1 -lora-init %s/o", dir);
+    int rc = cli_run(flags, cli_out, sizeof(cli_out));
+    CHECKF(rc == 2 && strstr(cli_out, "-lora-init") && strstr(cli_out, "lora_A.weight holds 1 non-finite value(s)") && !strstr(cli_out, "the model file is corrupt"),
+           "a NaN in the adapter: exit %d, expected 2 blaming the adapter's tensor:\n%s", rc, cli_out);
+}
+
+// A LoRA run on a descriptor (-e tiny) draws its frozen base from -seed: a resume that changes
+// -seed on purpose would train the adapters on another base. Refused, naming why.
+TEST(lora_descriptor_base_seed_change_refused) {
+    const char* d = zt_dir("rel_seed");
+    char dir[PATH_MAX], flags[2 * PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s", d);
+    snprintf(flags, sizeof(flags), REL_LORA " -x 1 -n 1 -o %s", dir);
+    int rc = cli_run(flags, cli_out, sizeof(cli_out));
+    CHECKF(rc == 0, "the LoRA run: exit %d\n%s", rc, cli_out);
+    snprintf(flags, sizeof(flags), "-o %s -y 1 -x 2 -seed 7 -resume-change -seed", dir);
+    rc = cli_run(flags, cli_out, sizeof(cli_out));
+    CHECKF(rc == 2 && strstr(cli_out, "frozen base is initialised from -seed"), "-resume-change -seed: exit %d, expected 2:\n%s", rc, cli_out);
+}
