@@ -62,7 +62,7 @@
 #include <unistd.h>
 #include "simd.h"  // defines: ZT_X86, ZT_TARGET_SSE42, crc32c_hw_supported (and includes <immintrin.h> on x86)
 #include "model.h" // defines: GPTConfig, ModelDesc, model_describe
-#include "readfile.h" // defines: zt_open_read, zt_strerror (regular files only)
+#include "fileio.h" // defines: zt_open_read, zt_strerror (regular files only)
 #include "zero.h"  // defines: Zero, layout_pieces, zero_params, zero_fill_opt, comm_broadcast
 
 #define MODEL_MAGIC 20240326

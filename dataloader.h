@@ -71,7 +71,7 @@
 //          write_token_shard32, write_token_shard_width, dataloader_shard_token, MASK_MAGIC,
 //          MASK_VERSION, MASK_COUNTS, MASK_STARTS
 //
-// May call: rng.h, readfile.h and the C library. Knows nothing of ranks, the model or the trainer.
+// May call: rng.h, fileio.h and the C library. Knows nothing of ranks, the model or the trainer.
 #ifndef ZT_DATALOADER_H
 #define ZT_DATALOADER_H
 
@@ -88,7 +88,7 @@
 #include <unistd.h>
 
 #include "rng.h" // defines: rng_key, rng_u64 (the per-epoch permutation)
-#include "readfile.h" // defines: zt_open_read, zt_strerror (regular files only)
+#include "fileio.h" // defines: zt_open_read, zt_strerror (regular files only)
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "dataloader.h reads little-endian shards with plain loads: big-endian hosts are not supported"

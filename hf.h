@@ -580,6 +580,22 @@ static void hf_settings_text(const HFConfig* c, char* out, size_t cap) {
                   c->mlp_bias ? "true" : "false", c->tied ? "true" : "false");
 }
 
+// A directory without config.json where an -export-hf was interrupted while it replaced the files
+// (fileio.h's zt_commit_export moved config.json aside first): 1 with err saying so.
+static int hf_interrupted(const char* dir, char* err, size_t errlen) {
+    char p[PATH_MAX + 32];
+    snprintf(p, sizeof(p), "%s/config.json", dir);
+    if (hf_exists(p)) return 0;
+    DIR* d = opendir(dir);
+    struct dirent* e;
+    int cut = 0;
+    while (d && (e = readdir(d))) cut |= !strncmp(e->d_name, "config.json.replaced.", 21);
+    if (d) closedir(d);
+    if (cut) st_err(err, errlen, "%s: no config.json: an -export-hf into this directory was interrupted while it replaced the files "
+                    "(the earlier export's are the *.replaced.PID files). HINT: run the export again", dir);
+    return cut;
+}
+
 // Open a checkpoint (see the top of this file for what `path` may be), read its config and find
 // and check every tensor. Returns 0, or -1 with err naming the file and tensor.
 static int hf_open(HFCheckpoint* ck, const char* path, char* err, size_t errlen) {
@@ -590,6 +606,7 @@ static int hf_open(HFCheckpoint* ck, const char* path, char* err, size_t errlen)
         snprintf(dir, sizeof(dir), "%s", path);
         snprintf(single, sizeof(single), "%s/model.safetensors", dir);
         snprintf(index, sizeof(index), "%s/model.safetensors.index.json", dir);
+        if (hf_interrupted(dir, err, errlen)) return -1;
         if (hf_exists(single)) index[0] = 0;
         else if (hf_exists(index)) single[0] = 0;
         else {
@@ -609,8 +626,10 @@ static int hf_open(HFCheckpoint* ck, const char* path, char* err, size_t errlen)
         else snprintf(single, sizeof(single), "%s", path);
     }
     snprintf(ck->config_path, sizeof(ck->config_path), "%s/config.json", dir);
-    if (!hf_exists(ck->config_path))
+    if (!hf_exists(ck->config_path)) {
+        if (hf_interrupted(dir, err, errlen)) return -1;
         return st_err(err, errlen, "%s: no config.json beside the weights (it gives the architecture and the heads). HINT: download it with the model", dir);
+    }
     if (hf_read_config(ck->config_path, &ck->cfg, err, errlen)) return -1;
     Json idx;
     memset(&idx, 0, sizeof(idx));
@@ -804,8 +823,9 @@ static void hf_fill(void* ctx, float* dst, int64_t logical, int64_t len) {
 
 // ----------------------------------------------------------------------------
 // Writing a checkpoint: hf_writer_open (the shard plan and every header), hf_writer_put for each
-// of our tensors of each layer, hf_writer_commit (fsync, rename the shards, the index, then
-// config.json). Everything goes to temporary names first; on any error nothing is left behind.
+// of our tensors of each layer, hf_writer_commit (fsync, then the whole set replaced all or nothing:
+// zt_commit_export). Everything goes to temporary names first; on any error nothing is left behind
+// and an earlier export in the directory is whole.
 
 #define HF_SHARD_BYTES 5000000000ll // transformers' save_pretrained(max_shard_size="5GB"): 5 * 10^9 bytes, as huggingface_hub reads it
 
@@ -947,6 +967,7 @@ typedef struct {
     int64_t* off;         // (nrows * L) its byte offset in that shard's data
     char* done;           // (nrows * L)
     int64_t total;        // bytes of tensor data (the index's metadata.total_size)
+    int leftovers;        // files of interrupted exports removed when the writer opened (said by the caller)
 } HFWriter;
 
 static int hf_write_all(int fd, const void* buf, size_t n, off_t at) {
@@ -983,6 +1004,8 @@ static int hf_writer_open(HFWriter* w, const char* dir, const HFConfig* c, StDty
     w->dtype = dtype;
     snprintf(w->dir, sizeof(w->dir), "%s", dir);
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) return st_err(err, errlen, "%s: cannot create the directory: %s", dir, strerror(errno));
+    static const char* const ours[] = {"model", "config.json"}; // an interrupted export's files (fileio.h)
+    w->leftovers = zt_export_leftovers(dir, ours, 2);
     w->nrows = hf_rows(c, w->rows);
     int S = w->nrows * c->L, es = st_esize(dtype);
     w->file_of = (int*)calloc((size_t)S, sizeof(int));
@@ -1161,32 +1184,39 @@ static char* hf_index_text(const HFWriter* w, size_t* len_out) {
     return out;
 }
 
-static int hf_commit_fd(int fd, const char* tmp, const char* path, char* err, size_t errlen) {
-    if (fsync(fd) != 0 || close(fd) != 0) { unlink(tmp); return st_err(err, errlen, "%s: fsync/close failed: %s", tmp, strerror(errno)); }
-    if (rename(tmp, path) != 0) { unlink(tmp); return st_err(err, errlen, "%s: rename failed: %s", path, strerror(errno)); }
+// fsync and close a new file (fd): 0, or -1 with err set.
+static int hf_close_fd(int fd, const char* tmp, char* err, size_t errlen) {
+    if (fsync(fd) != 0) { int e = errno; close(fd); return st_err(err, errlen, "%s: fsync failed: %s", tmp, strerror(e)); }
+    if (close(fd) != 0) return st_err(err, errlen, "%s: close failed: %s", tmp, strerror(errno));
     return 0;
 }
 
-// After a commit: the weights of an earlier export into the same directory in the other layout
-// (model.safetensors beside a new index, or an old index and shards beside a new single file, or
-// shards of another count) would be read instead of, or mixed with, the new ones: removed.
-static void hf_remove_stale(const HFWriter* w) {
+// The weights of an earlier export in the other layout (model.safetensors beside a new index, or an
+// old index and shards beside a new single file, or shards of another count) would be read instead
+// of, or mixed with, the new ones: their paths, for zt_commit_export to move aside. malloc'd strings.
+static int hf_stale_paths(const HFWriter* w, char** out, int cap) {
+    int n = 0;
     char p[PATH_MAX + 260]; // the directory, '/', a d_name (255 at most)
     snprintf(p, sizeof(p), "%s/%s", w->dir, w->nfiles == 1 ? "model.safetensors.index.json" : "model.safetensors");
-    unlink(p);
+    struct stat st;
+    if (lstat(p, &st) == 0 && n < cap) out[n++] = strdup(p);
     DIR* d = opendir(w->dir);
-    if (!d) return;
+    if (!d) return n;
     struct dirent* e;
-    while ((e = readdir(d))) {
+    while ((e = readdir(d)) && n < cap) {
         int a, b, used = 0;
         if (sscanf(e->d_name, "model-%5d-of-%5d.safetensors%n", &a, &b, &used) != 2 || e->d_name[used] != 0 || strlen(e->d_name) != 32) continue;
-        if (w->nfiles > 1 && b == w->nfiles) continue; // one of ours
+        if (w->nfiles > 1 && b == w->nfiles) continue; // one of ours: replaced as a file of the set
         snprintf(p, sizeof(p), "%s/%s", w->dir, e->d_name);
-        unlink(p);
+        out[n++] = strdup(p);
     }
     closedir(d);
+    return n;
 }
 
+// Every shard fsynced, the index and config.json written, then the whole set committed all or
+// nothing (zt_commit_export, fileio.h: config.json, the key every loader reads first, moved aside
+// first and renamed in last). On any error nothing new is left and the earlier export is whole.
 static int hf_writer_commit(HFWriter* w, char* err, size_t errlen) {
     const HFConfig* c = &w->cfg;
     for (int s = 0; s < w->nrows * c->L; s++) { // tensors with no counterpart of ours: zeros (Llama's o_proj bias)
@@ -1213,34 +1243,39 @@ static int hf_writer_commit(HFWriter* w, char* err, size_t errlen) {
     snprintf(ctmp, sizeof(ctmp), "%s.tmp.%d", cpath, (int)getpid());
     snprintf(ipath, sizeof(ipath), "%s/model.safetensors.index.json", w->dir);
     snprintf(itmp, sizeof(itmp), "%s.tmp.%d", ipath, (int)getpid());
-    int cfd = -1, ifd = -1;
-    if (hf_write_small(ctmp, cfg, (size_t)n, &cfd, err, errlen)) { hf_writer_abort(w); return -1; }
-    if (w->nfiles > 1) {
-        size_t ilen;
-        char* itext = hf_index_text(w, &ilen);
-        int bad = !itext || hf_write_small(itmp, itext, ilen, &ifd, err, errlen);
-        if (!itext) st_err(err, errlen, "out of host memory for %s", ipath);
-        free(itext);
-        if (bad) { close(cfd); unlink(ctmp); hf_writer_abort(w); return -1; }
-    }
-    int rc = 0, renamed = 0;
-    for (int f = 0; f < w->nfiles && rc == 0; f++) { // the shards, then the index, then config.json
+    int cfd = -1, ifd = -1, rc = 0;
+    for (int f = 0; f < w->nfiles && rc == 0; f++) { // every shard on disk first
         int fd = w->fd[f];
         w->fd[f] = -1;
-        rc = hf_commit_fd(fd, w->tmp[f], w->path[f], err, errlen);
-        if (rc == 0) renamed++;
+        if (hf_close_fd(fd, w->tmp[f], err, errlen)) rc = -1;
     }
-    if (rc == 0 && ifd >= 0) { rc = hf_commit_fd(ifd, itmp, ipath, err, errlen); ifd = -1; if (rc) unlink(ipath); }
-    if (rc == 0) { rc = hf_commit_fd(cfd, ctmp, cpath, err, errlen); cfd = -1; }
-    if (rc) { // nothing half-written: what was renamed goes again
-        for (int f = 0; f < renamed; f++) unlink(w->path[f]);
-        if (w->nfiles > 1) unlink(ipath);
-        if (ifd >= 0) { close(ifd); unlink(itmp); }
-        if (cfd >= 0) { close(cfd); unlink(ctmp); }
-    } else {
-        hf_remove_stale(w);
-        int dfd = open(w->dir, O_RDONLY);
-        if (dfd >= 0) { fsync(dfd); close(dfd); }
+    if (rc == 0 && hf_write_small(ctmp, cfg, (size_t)n, &cfd, err, errlen)) rc = -1;
+    if (rc == 0 && cfd >= 0) { rc = hf_close_fd(cfd, ctmp, err, errlen); cfd = -1; }
+    if (rc == 0 && w->nfiles > 1) {
+        size_t ilen;
+        char* itext = hf_index_text(w, &ilen);
+        if (!itext) rc = st_err(err, errlen, "out of host memory for %s", ipath);
+        else if (hf_write_small(itmp, itext, ilen, &ifd, err, errlen)) rc = -1;
+        free(itext);
+        if (rc == 0) { rc = hf_close_fd(ifd, itmp, err, errlen); ifd = -1; }
+    }
+    if (rc == 0) { // the set: the shards, the index, config.json last (the key)
+        ZtCommitFile* files = (ZtCommitFile*)calloc((size_t)w->nfiles + 2, sizeof(ZtCommitFile));
+        char* stale[64];
+        int nf = 0, ns = hf_stale_paths(w, stale, 64);
+        for (int f = 0; f < w->nfiles; f++) files[nf++] = (ZtCommitFile){w->tmp[f], w->path[f]};
+        if (w->nfiles > 1) files[nf++] = (ZtCommitFile){itmp, ipath};
+        files[nf++] = (ZtCommitFile){ctmp, cpath};
+        rc = zt_commit_export(w->dir, files, nf, (const char* const*)stale, ns, err, errlen);
+        for (int k = 0; k < ns; k++) free(stale[k]);
+        free(files);
+        for (int f = 0; f < w->nfiles; f++) w->tmp[f][0] = 0; // (committed or removed by the commit)
+        ctmp[0] = itmp[0] = 0;
+    }
+    if (rc) { // before the commit: what was written goes
+        for (int f = 0; f < w->nfiles; f++) if (w->tmp[f][0]) unlink(w->tmp[f]);
+        if (ctmp[0]) unlink(ctmp);
+        if (itmp[0] && w->nfiles > 1) unlink(itmp);
     }
     hf_writer_abort(w); // frees (every fd is closed or -1)
     return rc;

@@ -313,11 +313,11 @@ static void lora_merge(const LoraDesc* d, int l, int proj, float* w, const float
 // fan_in_fan_out: true for GPT-2's Conv1D). block: the adapter block's values (padded coordinates,
 // FP32: the master weights). Each file is written to a temporary name and renamed: a failure leaves
 // no partial file. Returns 0, or -1 with a message in err.
-static int lora_write_file(const char* dir, const char* name, const void* a, size_t na, const float* block, const StSpec* sp,
-                           const int64_t* src, int n, char* err, size_t errlen) {
-    char path[4200], tmp[4300];
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
-    snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
+// One file of the adapter written and fsynced under a temporary name (tmp, tcap bytes): 0, or -1
+// with err set and nothing left.
+static int lora_write_file(const char* dir, const char* name, char* tmp, size_t tcap, const void* a, size_t na, const float* block,
+                           const StSpec* sp, const int64_t* src, int n, char* err, size_t errlen) {
+    snprintf(tmp, tcap, "%s/%s.tmp.%d", dir, name, (int)getpid());
     FILE* fp = fopen(tmp, "wb");
     if (!fp) { snprintf(err, errlen, "cannot create %.512s: %s", tmp, strerror(errno)); return -1; }
     int ok = fwrite(a, 1, na, fp) == na;
@@ -325,8 +325,8 @@ static int lora_write_file(const char* dir, const char* name, const void* a, siz
     ok = (fflush(fp) == 0) & ok;
     ok = (fsync(fileno(fp)) == 0) & ok;
     ok = (fclose(fp) == 0) & ok;
-    if (!ok || rename(tmp, path) != 0) {
-        snprintf(err, errlen, "writing %.512s failed: %s", path, strerror(errno));
+    if (!ok) {
+        snprintf(err, errlen, "writing %.512s failed: %s", tmp, strerror(errno));
         unlink(tmp);
         return -1;
     }
@@ -336,6 +336,9 @@ static int lora_write_file(const char* dir, const char* name, const void* a, siz
 static int lora_write_peft(const LoraDesc* d, const GPTConfig* c, const float* block, const char* dir, const char* base,
                            char* err, size_t errlen) {
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) { snprintf(err, errlen, "cannot create %.512s: %s", dir, strerror(errno)); return -1; }
+    static const char* const ours[] = {"adapter_"}; // an interrupted export's files (fileio.h)
+    int left = zt_export_leftovers(dir, ours, 1);
+    if (left) printf("-lora-export %s: removed %d file(s) an interrupted export left (*.tmp.PID, *.replaced.PID)\n", dir, left);
     int n = 2 * d->nmods * c->L;
     StSpec* sp = (StSpec*)calloc((size_t)n, sizeof(StSpec));
     int64_t* src = (int64_t*)malloc(sizeof(int64_t) * (size_t)n);
@@ -355,7 +358,10 @@ static int lora_write_peft(const LoraDesc* d, const GPTConfig* c, const float* b
             }
     int64_t hlen;
     char* h = st_make_header(sp, n, offs, &hlen);
-    int rc = lora_write_file(dir, "adapter_model.safetensors", h, (size_t)hlen, block, sp, src, n, err, errlen);
+    char mtmp[4300], ctmp[4300], mpath[4200], cpath[4200];
+    snprintf(mpath, sizeof(mpath), "%s/adapter_model.safetensors", dir);
+    snprintf(cpath, sizeof(cpath), "%s/adapter_config.json", dir);
+    int rc = lora_write_file(dir, "adapter_model.safetensors", mtmp, sizeof(mtmp), h, (size_t)hlen, block, sp, src, n, err, errlen);
     free(h);
     // adapter_config.json: PEFT 0.13.2's LoraConfig fields, in its (sorted) order
     char targets[256] = "";
@@ -381,8 +387,15 @@ static int lora_write_peft(const LoraDesc* d, const GPTConfig* c, const float* b
         "  \"peft_type\": \"LORA\",\n  \"r\": %d,\n  \"rank_pattern\": {},\n  \"revision\": null,\n  \"target_modules\": [%s],\n"
         "  \"task_type\": \"CAUSAL_LM\",\n  \"use_dora\": false,\n  \"use_rslora\": false\n}\n",
         esc, c->family == FAMILY_GPT2 ? "true" : "false", (double)d->alpha, (double)d->dropout, d->r, targets);
-    if (rc == 0 && (nj <= 0 || nj >= (int)sizeof(json))) { snprintf(err, errlen, "adapter_config.json: the base's name is too long"); rc = -1; }
-    if (rc == 0) rc = lora_write_file(dir, "adapter_config.json", json, (size_t)nj, NULL, NULL, NULL, 0, err, errlen);
+    if (rc == 0 && (nj <= 0 || nj >= (int)sizeof(json))) { snprintf(err, errlen, "adapter_config.json: the base's name is too long"); unlink(mtmp); rc = -1; }
+    if (rc == 0 && lora_write_file(dir, "adapter_config.json", ctmp, sizeof(ctmp), json, (size_t)nj, NULL, NULL, NULL, 0, err, errlen)) {
+        unlink(mtmp);
+        rc = -1;
+    }
+    if (rc == 0) { // both replaced all or nothing: adapter_config.json (the key PEFT and -lora-init read first) aside first, in last
+        ZtCommitFile files[2] = {{mtmp, mpath}, {ctmp, cpath}};
+        rc = zt_commit_export(dir, files, 2, NULL, 0, err, errlen);
+    }
     free(sp); free(src); free(offs);
     return rc;
 }

@@ -21,7 +21,7 @@
 // defines: Json, json_parse, json_get, json_free, StDtype, StTensor, StFile, st_open, st_find,
 //          st_get, st_close, st_dtype_name, st_write_header, f16_to_f32, f32_to_f16
 //
-// May call: readfile.h (zt_open_read: regular files only) and the C library.
+// May call: fileio.h (zt_open_read: regular files only) and the C library.
 #ifndef ZT_SAFETENSORS_H
 #define ZT_SAFETENSORS_H
 
@@ -35,7 +35,7 @@
 #include <unistd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include "readfile.h" // defines: zt_open_read, zt_fopen_read, zt_strerror (regular files only)
+#include "fileio.h" // defines: zt_open_read, zt_fopen_read, zt_strerror (regular files only)
 
 __attribute__((format(printf, 3, 4))) static int st_err(char* err, size_t errlen, const char* fmt, ...) {
     va_list ap;

@@ -786,6 +786,7 @@ static int write_hf_checkpoint(Model* m, const HFConfig* hc, const char* dir, St
     int ok = 1, A = z->lay.adapter;
     if (g_rank == 0) {
         if (hf_writer_open(&w, dir, hc, dtype, err, sizeof(err))) ok = 0;
+        else if (w.leftovers) printf("-export-hf %s: removed %d file(s) an interrupted export left (*.tmp.PID, *.replaced.PID)\n", dir, w.leftovers);
     }
     size_t maxP = 0;
     for (int b = 0; b < z->lay.nblocks; b++) maxP = (size_t)z->lay.P[b] > maxP ? (size_t)z->lay.P[b] : maxP;
@@ -808,7 +809,7 @@ static int write_hf_checkpoint(Model* m, const HFConfig* hc, const char* dir, St
     if (g_rank != 0) return 0;
     if (ok && hf_writer_commit(&w, err, sizeof(err)) == 0) return 0;
     if (!ok) hf_writer_abort(&w); // (a failed commit has cleaned up already)
-    fprintf(stderr, "error: -export-hf %s: %s. HINT: check free disk space and permissions\n", dir, err);
+    fprintf(stderr, "error: -export-hf %s: %s. HINT: check free disk space and permissions; an earlier export in the directory is left whole\n", dir, err);
     return -1;
 }
 

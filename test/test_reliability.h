@@ -14,7 +14,7 @@ static void rel_write(const char* path, const char* text) {
 // Output paths: missing directories made with their parents before the first step (the run then
 // writes there); a file where a directory must be, or a directory where -export's file must be,
 // refused with exit 2 before any step, naming the component at fault.
-TEST(output_paths_checked_at_start) {
+TEST(rel_output_paths) {
     const char* dir = zt_dir("rel_out");
     char flags[4 * PATH_MAX], file[PATH_MAX + 16], path[2 * PATH_MAX];
     mkdir(dir, 0755);
@@ -52,7 +52,7 @@ TEST(output_paths_checked_at_start) {
 
 // Regular files only: a FIFO where a file is read (config.json of -e DIR, a shard of -i, a PEFT
 // adapter's config) is refused at once, never waited on (each run bounded by timeout 60).
-TEST(fifo_refused_where_a_file_is_read) {
+TEST(rel_fifo_refused) {
     const char* dir = zt_dir("rel_fifo");
     char cmd[4 * PATH_MAX], path[PATH_MAX + 64];
     mkdir(dir, 0755);
@@ -85,7 +85,7 @@ TEST(fifo_refused_where_a_file_is_read) {
 
 // -z, -r and -offload are recorded: a resume that gives none runs the stage the run ran (at real
 // scale another stage can run out of memory after the load); a given one wins and is said.
-TEST(resume_keeps_the_stage) {
+TEST(rel_resume_keeps_the_stage) {
     const char* d = zt_dir("rel_stage");
     char dir[PATH_MAX], flags[2 * PATH_MAX];
     snprintf(dir, sizeof(dir), "%s", d);
@@ -104,7 +104,7 @@ TEST(resume_keeps_the_stage) {
 // PEFT options this trainer does not implement, at a non-default value, refused naming the field
 // (use_rslora applied as a plain adapter would train at another scale); a NaN in an adapter named
 // as the adapter's, not the base's.
-TEST(lora_init_refuses_peft_options_and_bad_values) {
+TEST(rel_lora_init_peft_options) {
     const char* d = zt_dir("rel_peft");
     char dir[PATH_MAX], flags[4 * PATH_MAX], path[PATH_MAX + 64], cmd[4 * PATH_MAX];
     snprintf(dir, sizeof(dir), "%s", d);
@@ -166,7 +166,7 @@ TEST(lora_init_refuses_peft_options_and_bad_values) {
 
 // A LoRA run on a descriptor (-e tiny) draws its frozen base from -seed: a resume that changes
 // -seed on purpose would train the adapters on another base. Refused, naming why.
-TEST(lora_descriptor_base_seed_change_refused) {
+TEST(rel_lora_descriptor_seed_change) {
     const char* d = zt_dir("rel_seed");
     char dir[PATH_MAX], flags[2 * PATH_MAX];
     snprintf(dir, sizeof(dir), "%s", d);
@@ -176,4 +176,88 @@ TEST(lora_descriptor_base_seed_change_refused) {
     snprintf(flags, sizeof(flags), "-o %s -y 1 -x 2 -seed 7 -resume-change -seed", dir);
     rc = cli_run(flags, cli_out, sizeof(cli_out));
     CHECKF(rc == 2 && strstr(cli_out, "frozen base is initialised from -seed"), "-resume-change -seed: exit %d, expected 2:\n%s", rc, cli_out);
+}
+
+// A trainer run with ZT_FAULT (and the kilobyte shard limit) in its environment.
+static int rel_run_env(const char* env, const char* flags) {
+    char cmd[8192];
+    snprintf(cmd, sizeof(cmd), "OMP_NUM_THREADS=2 ZT_HF_SHARD_BYTES=60000 %s %s --train %s", env, g_test_self, flags);
+    return test_run_cmd(cmd, cli_out, sizeof(cli_out));
+}
+
+// Is dir the same export as copy (leftovers of an interrupted export aside)? 1 when so.
+static int rel_same_export(const char* dir, const char* copy) {
+    char cmd[3 * PATH_MAX];
+    snprintf(cmd, sizeof(cmd), "diff -r -x '*.tmp.*' -x '*.replaced.*' %s %s", dir, copy);
+    return test_run_cmd(cmd, NULL, 0) == 0;
+}
+
+// -export-hf over an earlier export is all or nothing: killed at any rename of the commit
+// (ZT_FAULT=crash:export-commit:K), the directory is the earlier export whole or refused by -e
+// (no config.json), never a loadable mix; a rename that fails (ZT_FAULT=eio-rename) leaves the
+// earlier export whole, byte for byte; the next export removes what a killed one left. The same
+// for -lora-export's two files.
+TEST(rel_export_all_or_nothing) {
+    const char* d = zt_dir("rel_export");
+    char dir[PATH_MAX], flags[4 * PATH_MAX], cmd[4 * PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s", d);
+    mkdir(dir, 0755);
+    const char* M = "-e tiny -layers 2 -channels 32 -heads 4 -t 16 -b 1 -v 0 -s 0 -x 1";
+    snprintf(flags, sizeof(flags), "%s -export-hf %s/hf", M, dir);
+    CHECKF(rel_run_env("", flags) == 0, "the first export failed:\n%s", cli_out);
+    snprintf(cmd, sizeof(cmd), "cp -r %s/hf %s/old && ls %s/hf | grep -c '^model-0000.-of-00004.safetensors$'", dir, dir, dir);
+    CHECKF(test_run_cmd(cmd, cli_out, sizeof(cli_out)) == 0 && atoi(cli_out) == 4, "expected 4 shards, ls found %s", cli_out);
+    char hf[PATH_MAX + 8], old[PATH_MAX + 8];
+    snprintf(hf, sizeof(hf), "%s/hf", dir);
+    snprintf(old, sizeof(old), "%s/old", dir);
+    int refused = 0, whole = 0;
+    for (int K = 1; K <= 11; K += 2) { // every other rename of the 12 (config.json aside, 4 shards and the index out and in, config.json in)
+        snprintf(cmd, sizeof(cmd), "rm -rf %s && cp -r %s %s", hf, old, hf);
+        CHECK(test_run_cmd(cmd, NULL, 0) == 0);
+        char env[64];
+        snprintf(env, sizeof(env), "ZT_FAULT=crash:export-commit:%d", K);
+        snprintf(flags, sizeof(flags), "%s -seed 5 -export-hf %s", M, hf);
+        int rc = rel_run_env(env, flags);
+        CHECKF(rc == 128 + SIGKILL, "K = %d: exit %d, expected the kill:\n%s", K, rc, cli_out);
+        snprintf(flags, sizeof(flags), "-e %s -t 16 -b 1 -v 0 -s 0 -x 0", hf);
+        int lrc = rel_run_env("", flags);
+        snprintf(cmd, sizeof(cmd), "%s/config.json", hf);
+        if (access(cmd, F_OK) == 0) { // loadable: then it is the earlier export, byte for byte
+            CHECKF(lrc == 0 && rel_same_export(hf, old), "K = %d: config.json present, but not the earlier export whole (load exit %d):\n%s", K, lrc, cli_out);
+            whole++;
+        } else {
+            CHECKF(lrc == 2 && strstr(cli_out, "was interrupted"), "K = %d: no config.json: -e exit %d, expected 2 saying the export was interrupted:\n%s", K, lrc, cli_out);
+            refused++;
+        }
+    }
+    CHECKF(whole >= 1 && refused >= 4, "kills: %d left the earlier export whole, %d a refused directory", whole, refused);
+    // the next export over the killed one's leftovers: done, the leftovers removed and said
+    snprintf(flags, sizeof(flags), "%s -seed 5 -export-hf %s", M, hf);
+    int rc = rel_run_env("", flags);
+    snprintf(cmd, sizeof(cmd), "ls %s | grep -c 'tmp\\|replaced'", hf);
+    test_run_cmd(cmd, cmd, sizeof(cmd));
+    CHECKF(rc == 0 && strstr(cli_out, "file(s) an interrupted export left") && atoi(cmd) == 0, "the export after a kill: exit %d, %d leftovers:\n%s", rc, atoi(cmd), cli_out);
+    // a rename that fails mid-commit: the earlier export whole
+    snprintf(cmd, sizeof(cmd), "rm -rf %s && cp -r %s %s", hf, old, hf);
+    CHECK(test_run_cmd(cmd, NULL, 0) == 0);
+    rc = rel_run_env("ZT_FAULT=eio-rename:model-00003", flags);
+    snprintf(cmd, sizeof(cmd), "diff -r %s %s", hf, old);
+    CHECKF(rc == 1 && strstr(cli_out, "left whole") && test_run_cmd(cmd, NULL, 0) == 0, "a failed rename: exit %d, directory %s:\n%s", rc,
+           test_run_cmd(cmd, NULL, 0) == 0 ? "the earlier export" : "changed", cli_out);
+    // -lora-export: the adapter's two files the same way
+    const char* L = "-e tiny -layers 1 -channels 32 -heads 4 -t 16 -b 1 -v 0 -s 0 -x 1 -lora 2 -lora-targets c_fc";
+    snprintf(flags, sizeof(flags), "%s -lora-export %s/ad", L, dir);
+    CHECKF(rel_run_env("", flags) == 0, "the first adapter export failed:\n%s", cli_out);
+    snprintf(cmd, sizeof(cmd), "cp -r %s/ad %s/ad_old", dir, dir);
+    CHECK(test_run_cmd(cmd, NULL, 0) == 0);
+    snprintf(flags, sizeof(flags), "%s -seed 5 -lora-export %s/ad", L, dir);
+    rc = rel_run_env("ZT_FAULT=eio-rename:adapter_model", flags);
+    snprintf(cmd, sizeof(cmd), "diff -r %s/ad %s/ad_old", dir, dir);
+    CHECKF(rc == 1 && test_run_cmd(cmd, NULL, 0) == 0, "-lora-export with a failed rename: exit %d, the earlier adapter %s:\n%s", rc,
+           test_run_cmd(cmd, NULL, 0) == 0 ? "whole" : "changed", cli_out);
+    rc = rel_run_env("ZT_FAULT=crash:export-commit:2", flags); // killed after adapter_config.json went aside
+    CHECKF(rc == 128 + SIGKILL, "-lora-export killed: exit %d\n%s", rc, cli_out);
+    snprintf(flags, sizeof(flags), "%s -lora-init %s/ad", L, dir);
+    rc = rel_run_env("", flags);
+    CHECKF(rc == 2 && strstr(cli_out, "adapter_config.json"), "-lora-init of the killed export: exit %d, expected 2:\n%s", rc, cli_out);
 }
