@@ -3,7 +3,8 @@
 // Reading: regular files only. A FIFO named where a file is expected (-e DIR/config.json, a shard,
 // a tokenizer, an adapter) would block the run forever in open() or read(); a directory or a device
 // reads as nonsense. zt_open_read opens without blocking, checks with fstat that it is a regular
-// file, then reads as usual.
+// file, then reads as usual. (Streams read once from the start stay plain fopen on purpose: the
+// -tokenize input and -prompt @FILE may be pipes.)
 //
 // Replacing an export (-export-hf, -lora-export) all or nothing: zt_commit_export (below).
 //
@@ -28,17 +29,18 @@
 
 // strerror, knowing ZT_ENOTREG.
 static inline const char* zt_strerror(int e) {
-    return e == ZT_ENOTREG ? "not a regular file (a directory, FIFO, socket or device)" : strerror(e);
+    return e == ZT_ENOTREG ? "not a regular file (a FIFO, socket or device)" : e == EISDIR ? "is a directory" : strerror(e);
 }
 
-// open(path, O_RDONLY) of a regular file; -1 with errno set (ZT_ENOTREG: something else).
+// open(path, O_RDONLY) of a regular file; -1 with errno set (EISDIR: a directory; ZT_ENOTREG: a
+// FIFO, socket or device).
 static inline int zt_open_read(const char* path) {
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); // (a FIFO's open does not wait for a writer)
     if (fd < 0) return -1;
     struct stat st;
     int ok = fstat(fd, &st) == 0;
     if (!ok || !S_ISREG(st.st_mode)) {
-        int e = ok ? ZT_ENOTREG : errno;
+        int e = !ok ? errno : S_ISDIR(st.st_mode) ? EISDIR : ZT_ENOTREG;
         close(fd);
         errno = e;
         return -1;

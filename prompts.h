@@ -268,8 +268,8 @@ static int tokenize_prompts_to_shards(Tokenizer* tok, const char* in_path, const
     memset(st, 0, sizeof(*st));
     if (T < 2) return st_err(err, errlen, "-t %d: packing needs T >= 2", T);
     if (shard_tokens < T + 1) shard_tokens = T + 1;
-    FILE* in = zt_fopen_read(in_path);
-    if (!in) return st_err(err, errlen, "%s: cannot open: %s", in_path, zt_strerror(errno));
+    FILE* in = fopen(in_path, "rb"); // (a stream: a pipe or FIFO is read as given, on purpose)
+    if (!in) return st_err(err, errlen, "%s: cannot open: %s", in_path, strerror(errno));
     PromptSplit sp[2];
     memset(sp, 0, sizeof(sp));
     sp[0].name = "train";
@@ -399,8 +399,8 @@ static int prompt_file_read(const char* path, char** out, size_t* len, char* err
     struct stat st;
     if (stat(path, &st) != 0) return st_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
     if (S_ISDIR(st.st_mode)) return st_err(err, errlen, "%s: is a directory (a prompt file holds one prompt per line, or one JSON string per line in a .jsonl)", path);
-    FILE* f = zt_fopen_read(path);
-    if (!f) return st_err(err, errlen, "%s: cannot open: %s", path, zt_strerror(errno));
+    FILE* f = fopen(path, "rb"); // (a pipe is read as given, on purpose: -prompt @/dev/stdin, @<(...))
+    if (!f) return st_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
     size_t cap = 4096, n = 0;
     char* buf = (char*)malloc(cap);
     for (;;) {

@@ -2113,8 +2113,8 @@ static inline int tokenize_file_to_shards_ex(Tokenizer* tok, const char* in_path
         return tokenize_error(err, errlen, "tokenize: output directory %s (of prefix %s) is not writable: %s", dir, out_prefix,
                               strerror(errno));
     }
-    FILE* f = zt_fopen_read(in_path);
-    if (!f) return tokenize_error(err, errlen, "tokenize: input %s: cannot open: %s", in_path, zt_strerror(errno));
+    FILE* f = fopen(in_path, "rb"); // (a stream: a pipe or FIFO is read as given, on purpose: -tokenize /dev/stdin)
+    if (!f) return tokenize_error(err, errlen, "tokenize: input %s: cannot open: %s", in_path, strerror(errno));
     if (fstat(fileno(f), &st) != 0 || S_ISDIR(st.st_mode)) {
         fclose(f);
         return tokenize_error(err, errlen, "tokenize: input %s: cannot read: %s", in_path, S_ISDIR(st.st_mode) ? "is a directory" : strerror(errno));

@@ -30,6 +30,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 #include <dirent.h>
+#include <signal.h>
 #include "device.cuh"          // defines: floatX, ld, rn, dev_alloc, TAG_*, die, g_device, g_work
 #include "ops/encoder.cuh"     // defines: op_encoder_forward, op_encoder_backward
 #include "ops/layernorm.cuh"   // defines: op_residual_layernorm_forward, op_layernorm_backward
@@ -1207,10 +1208,49 @@ static void take_run_record(Trainer* tr) {
     free(mk);
 }
 
+// A clean stop (docs/running.md "Stopping a run"). SIGUSR1 (what mpirun forwards to every rank, and
+// what Slurm's --signal=USR1@SECONDS sends), SIGINT and SIGTERM (where the process receives them
+// itself: one process, dev/launch.sh, torchrun) ask for a stop: the handler only notes it, every
+// rank learns at the next step boundary whether any rank was asked (comm_any), and every rank then
+// finishes that step, writes a checkpoint (with -o) and ends with ZT_EXIT_STOPPED. A second signal
+// ends the process at once (the signal's default action); the checkpoint protocol never leaves a
+// half-written checkpoint that a resume would take.
+static volatile sig_atomic_t g_stop_signal = 0;
+static void on_stop_signal(int sig) {
+    if (g_stop_signal) { signal(sig, SIG_DFL); raise(sig); return; } // the second: at once (delivered when the handler returns)
+    g_stop_signal = sig;
+}
+static void stop_signals_install(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESTART; // a read or write in progress goes on
+    sigemptyset(&sa.sa_mask);
+    const int sigs[3] = {SIGUSR1, SIGINT, SIGTERM};
+    for (int k = 0; k < 3; k++) sigaction(sigs[k], &sa, NULL);
+}
+static const char* stop_signal_name(int sig) { return sig == SIGUSR1 ? "SIGUSR1" : sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal"; }
+
+// After the first step: how long a stop takes (the step in flight and a checkpoint at the -io-timeout
+// floor's 50 MB/s), against the 30 s a scheduler typically waits before it kills (Slurm's KillWait).
+static void stop_say_cost(const Trainer* tr, double step_s) {
+    if (!tr->f.out_dir[0]) {
+        printf0("stop: SIGUSR1, SIGINT or SIGTERM ends the run after the step in flight, exit code 5; without -o nothing is saved\n");
+        return;
+    }
+    double write_s = io_save_bytes(tr) / 50e6, total = step_s + write_s;
+    printf0("stop: SIGUSR1, SIGINT or SIGTERM ends the run after the step in flight with a checkpoint, exit code 5: about %.0f s "
+            "(a step %.1f s, writing %s at 50 MB/s %.0f s)\n", ceil(total), step_s, fmt_bytes(io_save_bytes(tr)).s, write_s);
+    if (total > 30.0)
+        printf0("warning: a stop takes longer than the 30 s a scheduler typically grants after its signal (Slurm's KillWait). "
+                "HINT: ask for the signal earlier: sbatch --signal=USR1@%.0f (docs/running.md)\n", ceil(2.0 * total + 30.0));
+}
+
 static int trainer_setup(Trainer* tr, int argc, char** argv) {
     memset(tr, 0, sizeof(*tr));
     Flags* f = &tr->f;
     comm_init(&tr->comm, &argc, &argv, &tr->launch);
+    stop_signals_install(); // (after MPI's initialisation: ours, not the library's)
     tr->R = tr->comm.R;
     tr->r = tr->comm.r;
     flags_parse(f, argc, argv);
@@ -1529,7 +1569,9 @@ static void log_hashes(Trainer* tr) {
 // 3 is a collective past its timeout (comm_poll, the NCCL watchdog in zero.h), a rank lost (NCCL's
 // remote error, a closed rendezvous connection), or a rendezvous that failed (a peer that never
 // arrived or sent garbage).
-enum { ZT_EXIT_OK = 0, ZT_EXIT_RUNTIME = 1, ZT_EXIT_BAD_INPUT = 2, ZT_EXIT_DIVERGED = 4 };
+// 5: stopped by a signal (below), after a checkpoint when -o is set: resume with -y 1.
+enum { ZT_EXIT_OK = 0, ZT_EXIT_RUNTIME = 1, ZT_EXIT_BAD_INPUT = 2, ZT_EXIT_DIVERGED = 4, ZT_EXIT_STOPPED = 5 };
+
 
 // "42s", "3m05s", "2h07m": the time left at the mean pace so far.
 static void fmt_duration(char* out, size_t cap, double s) {
@@ -1545,7 +1587,7 @@ static void log_step(Trainer* tr, const StepResult* s) {
     int64_t step_tokens = (int64_t)tr->GA * tr->R * tr->model.B * tr->model.T;
     double tok_s = step_tokens / (s->ms / 1000.0);
     int done = s->step + 1 - tr->start_step, left = tr->max_steps - (s->step + 1);
-    if (done == 1) { tr->t_first = wall_s(); tr->first_s = s->ms / 1000.0; }
+    if (done == 1) { tr->t_first = wall_s(); tr->first_s = s->ms / 1000.0; stop_say_cost(tr, tr->first_s); }
     char eta[32];
     fmt_duration(eta, sizeof(eta), left * (done > 1 ? (wall_s() - tr->t_first) / (done - 1) : tr->first_s));
     char mfu[64] = "";
@@ -1597,12 +1639,15 @@ static int train_loop(Trainer* tr) {
     const Flags* f = &tr->f;
     int start = tr->step, failed_ckpts = 0;
     tr->start_step = start;
+    int stop = 0;
     for (;;) {
         int step = tr->step, last = step >= tr->max_steps;
         tr->comm.step = step; // collectives' messages name the step being evaluated, saved or trained
-        int val = tr->has_val && (step % f->val_every == 0 || last);
-        int sample = (f->sample_every > 0 && (step % f->sample_every == 0 || last) && step > 0) || (last && tr->nprompts > 0); // -prompt: also at the end
-        int ckpt = f->ckpt_every > 0 && step > start && (step % f->ckpt_every == 0 || last);
+        if (!last) stop = comm_any(&tr->comm, g_stop_signal != 0); // a stop asked of any rank: every rank ends here
+        if (stop) last = 1;
+        int val = tr->has_val && !stop && (step % f->val_every == 0 || last); // (a stop does not evaluate or sample: the grace period is short)
+        int sample = !stop && ((f->sample_every > 0 && (step % f->sample_every == 0 || last) && step > 0) || (last && tr->nprompts > 0)); // -prompt: also at the end
+        int ckpt = step > start && ((f->ckpt_every > 0 && (step % f->ckpt_every == 0 || last)) || (stop && f->out_dir[0]));
         if (val || sample || ckpt || last) {
             flush_step(tr);
             if (f->max_skips > 0 && tr->skips >= f->max_skips) return diverged(tr);
@@ -1631,8 +1676,15 @@ static int train_loop(Trainer* tr) {
         if (s.valid) log_step(tr, &s);
         if (f->max_skips > 0 && tr->skips >= f->max_skips) return diverged(tr);
     }
-    if (!tr->reading) commit_out_dir(tr); // a fresh run that trained no step (-x 0) still starts its log
+    if (!tr->reading && !(stop && tr->step == start)) commit_out_dir(tr); // a fresh run that trained no step (-x 0) still starts its log
     if (failed_ckpts) printf0("error: %d checkpoint(s) failed during the run (see above)\n", failed_ckpts);
+    if (stop) {
+        int sig = g_stop_signal;
+        if (tr->step == start) printf0("stopped (%s) before the first step of this run: nothing to save\n", sig ? stop_signal_name(sig) : "another rank's signal");
+        else if (f->out_dir[0]) printf0("stopped (%s) after step %d: its checkpoint is in %s; resume with -y 1 (exit code 5)\n", sig ? stop_signal_name(sig) : "another rank's signal", tr->step, f->out_dir);
+        else printf0("stopped (%s) after step %d: no -o, nothing saved (exit code 5)\n", sig ? stop_signal_name(sig) : "another rank's signal", tr->step);
+        return failed_ckpts ? ZT_EXIT_RUNTIME : ZT_EXIT_STOPPED;
+    }
     return failed_ckpts ? ZT_EXIT_RUNTIME : ZT_EXIT_OK;
 }
 

@@ -1226,6 +1226,26 @@ static void rdv_connect(Comm* c, double timeout_s) {
     c->timeout_s = saved;
 }
 
+// Does any rank have `mine` set? The same answer on every rank. The trainer's own agreement once a
+// step (a stop signal, train_gpt.cu): not counted in the step's collectives, never traced.
+static int comm_any(Comm* c, int mine) {
+    if (c->R == 1 || c->count_only) return mine != 0;
+    int* all = (int*)calloc((size_t)c->R, sizeof(int));
+    if (!all) die(1, "out of host memory (%d flags)", c->R);
+    int any = 0;
+    if (c->rdv) rdv_allgather(c, &mine, all, (int64_t)sizeof(int), "stop flag");
+#ifdef USE_MPI
+    else {
+        MPI_Request req;
+        MPI_Iallgather(&mine, 1, MPI_INT, all, 1, MPI_INT, c->comm, &req);
+        comm_poll(c, &req, "stop flag", -1);
+    }
+#endif
+    for (int j = 0; j < c->R; j++) any |= all[j] != 0;
+    free(all);
+    return any;
+}
+
 // Sum n doubles over ranks, identically on every rank: all-gather, then add in rank order.
 static void comm_sum_doubles(Comm* c, double* v, int n) {
     c->count[COLL_SCALARS]++;

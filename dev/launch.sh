@@ -10,8 +10,10 @@
 # torchrun's) may be set by the caller; run two jobs at once on different ports.
 #
 # The exit code is the first failing rank's (the others end on their own within -comm-timeout:
-# the rendezvous tells them, or the NCCL watchdog does); 0 when every rank ends with 0. Ctrl-C (or
-# SIGTERM to this script) ends every rank. The same with torchrun:
+# the rendezvous tells them, or the NCCL watchdog does); 0 when every rank ends with 0. SIGINT
+# (Ctrl-C), SIGTERM or SIGUSR1 to this script is passed on to every rank: each finishes its step,
+# writes a checkpoint (with -o) and ends with exit code 5, which this script then returns; a second
+# signal ends the ranks at once (docs/running.md "Stopping a run"). The same with torchrun:
 #   torchrun --nproc-per-node N --no-python ./train [flags...]
 set -u
 if [ $# -lt 2 ] || ! [[ "$1" =~ ^[1-9][0-9]*$ ]]; then
@@ -33,7 +35,9 @@ for ((r = 0; r < N; r++)); do
     RANK=$r LOCAL_RANK=$r "$@" &
     pids+=($!)
 done
-trap 'kill "${pids[@]}" 2>/dev/null; wait; exit 130' INT TERM
+# a stop signal goes on to every rank (a background job of a script ignores SIGINT, and the rank
+# processes are not in a terminal's foreground group: they hear only what this script passes on)
+for sig in INT TERM USR1; do trap "kill -s $sig \${pids[@]} 2>/dev/null" $sig; done
 
 # wait for every rank, in the order they end; remember the first that failed
 rc=0
@@ -42,7 +46,10 @@ while [ ${#left[@]} -gt 0 ]; do
     ended=
     wait -n -p ended "${left[@]}"
     code=$?
-    [ -n "$ended" ] || break # (no child left to wait for)
+    if [ -z "${ended:-}" ]; then
+        [ $code -gt 128 ] && continue # a trapped signal interrupted the wait: passed on, wait again
+        break                         # (no child left to wait for)
+    fi
     if [ $code -ne 0 ] && [ $rc -eq 0 ]; then rc=$code; fi
     rest=()
     for p in "${left[@]}"; do [ "$p" = "$ended" ] || rest+=("$p"); done

@@ -261,3 +261,73 @@ TEST(rel_export_all_or_nothing) {
     rc = rel_run_env("", flags);
     CHECKF(rc == 2 && strstr(cli_out, "adapter_config.json"), "-lora-init of the killed export: exit %d, expected 2:\n%s", rc, cli_out);
 }
+
+// A stop signal mid-run: `launcher` starts this binary as the trainer with `flags` (output in
+// dir/run.log); once step 3 is logged, `sig` goes to `target` ("$p": the launcher or the process
+// itself, or a shell expression naming one rank). Returns the run's exit code; *stopped is the step
+// its stop line names (-1: none).
+static int rel_stop_run(const char* launcher, const char* flags, const char* dir, const char* sig, const char* target, int* stopped) {
+    char cmd[8192], log[PATH_MAX + 16];
+    snprintf(log, sizeof(log), "%s/run.log", dir);
+    snprintf(cmd, sizeof(cmd), ZT_CLEAN_ENV "mkdir -p %s; rm -f %s; OMP_NUM_THREADS=1 %s %s --train %s > %s 2>&1 & p=$!; i=0; "
+             "while [ $i -lt 600 ] && ! grep -q '^step     3/' %s; do sleep 0.05; i=$((i+1)); done; "
+             "kill -s %s %s; wait $p; exit $?", dir, log, launcher, g_test_self, flags, log, log, sig, target);
+    int rc = test_run_cmd(cmd, NULL, 0);
+    char* out = zt_read_file(log);
+    snprintf(cli_out, sizeof(cli_out), "%s", out ? out : "(no log)");
+    const char* at = out ? strstr(out, "after step ") : NULL;
+    *stopped = at && strstr(out, "stopped (") ? atoi(at + 11) : -1;
+    free(out);
+    return rc;
+}
+
+#define REL_STOP_MODEL "-e tiny -layers 2 -channels 64 -heads 2 -b 4 -t 32 -v 0 -s 0 -blas 0 -threads 1 -k constant -u 0"
+
+// A stop signal reaching one process: it finishes the step, writes a checkpoint, exits with 5 and
+// says so; resumed, it ends bitwise where the run without the signal ends. Then dev/launch.sh: a
+// SIGTERM to the launcher reaches the rank, which stops the same way, and the launcher returns 5.
+TEST(rel_stop_signal_one_process) {
+    const char* d = zt_dir("rel_stop1");
+    char dir[PATH_MAX], flags[2 * PATH_MAX], hash_a[512], hash_b[512];
+    snprintf(dir, sizeof(dir), "%s", d);
+    snprintf(flags, sizeof(flags), REL_STOP_MODEL " -x 100000 -o %s/out", dir);
+    int S = -1, rc = rel_stop_run("", flags, dir, "TERM", "$p", &S);
+    CHECKF(rc == 5 && S >= 3 && strstr(cli_out, "stop: SIGUSR1, SIGINT or SIGTERM ends the run after the step in flight with a checkpoint"),
+           "SIGTERM: exit %d (expected 5), stopped after step %d:\n%s", rc, S, cli_out);
+    if (S < 3) return;
+    snprintf(flags, sizeof(flags), "-o %s/out -y 1 -x %d -log-hash 1", dir, S + 2);
+    rc = cli_run(flags, cli_out, sizeof(cli_out));
+    cli_hash_line(cli_out, hash_a, sizeof(hash_a));
+    CHECKF(rc == 0 && strstr(cli_out, "resume: step"), "the resume after the stop: exit %d\n%s", rc, cli_out);
+    snprintf(flags, sizeof(flags), REL_STOP_MODEL " -x %d -log-hash 1", S + 2);
+    rc = cli_run(flags, cli_out, sizeof(cli_out));
+    cli_hash_line(cli_out, hash_b, sizeof(hash_b));
+    CHECKF(rc == 0 && hash_a[0] && !strcmp(hash_a, hash_b), "stopped at %d and resumed to %d: '%s'; without the stop: '%s'", S, S + 2, hash_a, hash_b);
+    // dev/launch.sh passes the signal on and returns the rank's code
+    snprintf(flags, sizeof(flags), REL_STOP_MODEL " -x 100000 -o %s/out2", dir);
+    rc = rel_stop_run("MASTER_PORT=29617 bash dev/launch.sh 1", flags, dir, "TERM", "$p", &S);
+    CHECKF(rc == 5 && S >= 3, "dev/launch.sh with SIGTERM: exit %d (expected 5), stopped after step %d:\n%s", rc, S, cli_out);
+}
+
+// R = 2 under mpirun: SIGUSR1 to one rank only (as a scheduler may deliver it) stops both after the
+// same step, the checkpoint written, exit 5; resumed, bitwise the run without the signal.
+TEST(rel_stop_signal_two_ranks) {
+    const char* d = zt_dir("rel_stop2");
+    char dir[PATH_MAX], flags[2 * PATH_MAX], launcher[PATH_MAX], target[2 * PATH_MAX], hash_a[512], hash_b[512];
+    snprintf(dir, sizeof(dir), "%s", d);
+    snprintf(launcher, sizeof(launcher), "mpirun -np 2 --oversubscribe --allow-run-as-root --mca mpi_yield_when_idle 1");
+    snprintf(flags, sizeof(flags), REL_STOP_MODEL " -z 2 -x 100000 -o %s/out", dir);
+    snprintf(target, sizeof(target), "$(pgrep -f '^%s --train .*%s/out' | tail -n 1)", g_test_self, dir);
+    int S = -1, rc = rel_stop_run(launcher, flags, dir, "USR1", target, &S);
+    CHECKF(rc == 5 && S >= 3, "SIGUSR1 to one rank: exit %d (expected 5), stopped after step %d:\n%s", rc, S, cli_out);
+    if (S < 3) return;
+    char cmd[8192];
+    snprintf(cmd, sizeof(cmd), ZT_CLEAN_ENV "OMP_NUM_THREADS=1 %s %s --train -o %s/out -y 1 -x %d -log-hash 1", launcher, g_test_self, dir, S + 2);
+    rc = test_run_cmd(cmd, cli_out, sizeof(cli_out));
+    cli_hash_line(cli_out, hash_a, sizeof(hash_a));
+    CHECKF(rc == 0 && strstr(cli_out, "| ZeRO-2 |"), "the resume after the stop: exit %d\n%s", rc, cli_out);
+    snprintf(cmd, sizeof(cmd), ZT_CLEAN_ENV "OMP_NUM_THREADS=1 %s %s --train " REL_STOP_MODEL " -z 2 -x %d -log-hash 1", launcher, g_test_self, S + 2);
+    rc = test_run_cmd(cmd, cli_out, sizeof(cli_out));
+    cli_hash_line(cli_out, hash_b, sizeof(hash_b));
+    CHECKF(rc == 0 && hash_a[0] && !strcmp(hash_a, hash_b), "R = 2 stopped at %d and resumed to %d: '%s'; without the stop: '%s'", S, S + 2, hash_a, hash_b);
+}
