@@ -410,6 +410,7 @@ typedef struct {
     int64_t rdv_seq;      // [rdv] host collectives so far (every frame carries the number)
     pthread_mutex_t rdv_mu; // [rdv] one frame at a time (the abort hook may run on the NCCL watchdog's thread)
     char rdv_where[320];  // [rdv] MASTER_ADDR:port (rdv_port), for messages
+    uint64_t rdv_token;   // [rdv] the job's token, hashed (rdv_job_token; 0: none), in every HELLO
 #ifdef USE_MPI
     MPI_Comm comm;
     MPI_Datatype x_type;  // floatX as an MPI type (16- or 32-bit)
@@ -879,9 +880,19 @@ static void comm_wait_all(Comm* c) {
 // abort hook sends that message to the others (ABORT frame: they end with the same code and say
 // who ended the run). A rank that dies closes its sockets: its peers see it at their next host
 // collective; one waiting in NCCL is ended by the watchdog (comm_watchdog) after -comm-timeout.
+//
+// Only the job joins (docs/launch.md): each HELLO carries a hash of the job's token (ZT_JOB_TOKEN,
+// else TORCHELASTIC_RUN_ID, else SLURM_JOB_ID.SLURM_STEP_ID: rdv_job_token), and with a token rank
+// 0 closes every connection that does not present it (garbage, a HELLO without it, an ABORT before
+// HELLO), says so and goes on waiting: a stranger can neither take a rank's place nor end the run.
+// Without one, one warning says the rendezvous is unauthenticated, and a stranger's frames end rank
+// 0 as garbage (exit 3, blamed on its address). An ABORT is obeyed only from a rank that said HELLO;
+// its text is printed escaped and its exit code kept to the codes a rank ends with (1-5, else 3).
+// Rank 0 listens on MASTER_ADDR itself when that is a numeric address of this host (127.0.0.1: the
+// loopback only), else on every interface.
 
 #define RDV_MAGIC 0x5652545au // the bytes "ZTRV"
-#define RDV_VERSION 1
+#define RDV_VERSION 2 // (2: HELLO carries the job token)
 #define RDV_MAX_TEXT 1024     // an ABORT frame's message
 enum { RDV_HELLO = 1, RDV_WELCOME = 2, RDV_DATA = 3, RDV_ABORT = 4 };
 typedef struct {
@@ -935,6 +946,9 @@ static void rdv_lost(const Comm* c, int k, int e, const char* what) {
     if (e == RDV_TIMEOUT)
         die(3, "%s: %s sent nothing within %.0f s: it stopped responding (crashed, stopped or much slower). HINT: check "
                "its log; raise %s if it is only slow", what, rdv_peer(c, k), c->timeout_s, flag);
+    if (e == RDV_EOF && c->r != 0 && k == 0 && !strncmp(what, "rendezvous", 10))
+        die(3, "%s: %s closed the connection after this rank's HELLO: it refused it, or it ended. HINT: every rank needs the same "
+               "ZT_JOB_TOKEN (docs/launch.md); rank 0's log says which", what, rdv_peer(c, k));
     if (e == RDV_EOF)
         die(3, "%s: %s closed its connection: it ended (crashed, was killed or failed). HINT: its log says why", what, rdv_peer(c, k));
     die(3, "%s: the connection to %s failed: %s. HINT: check its log and the network", what, rdv_peer(c, k), strerror(errno));
@@ -949,6 +963,39 @@ static void rdv_send(Comm* c, int k, int kind, int64_t seq, const void* p, int64
     if (e == RDV_OK && bytes > 0) e = rdv_io(fd, (void*)p, (size_t)bytes, 1, deadline);
     pthread_mutex_unlock(&c->rdv_mu);
     if (e != RDV_OK) rdv_lost(c, k, e, what);
+}
+
+// A peer's text as printable ASCII: control and non-ASCII bytes as \xNN (no terminal escapes).
+static void rdv_escape(const char* in, char* out, size_t cap) {
+    size_t n = 0;
+    for (const unsigned char* p = (const unsigned char*)in; *p && n + 5 < cap; p++) {
+        if (*p >= 0x20 && *p < 0x7f) out[n++] = (char)*p;
+        else n += (size_t)snprintf(out + n, cap - n, "\\x%02x", *p);
+    }
+    out[n] = 0;
+}
+
+// The job's token, hashed for HELLO (0: none): ZT_JOB_TOKEN (a secret: dev/launch.sh draws one),
+// else TORCHELASTIC_RUN_ID (torchrun's --rdzv-id; its default "none" is none), else Slurm's
+// SLURM_JOB_ID.SLURM_STEP_ID (they tell jobs apart; squeue shows them to every user: no secret).
+// src names where it came from.
+static uint64_t rdv_job_token(char* src, size_t cap) {
+    const char* t = getenv("ZT_JOB_TOKEN");
+    char buf[256];
+    snprintf(src, cap, "ZT_JOB_TOKEN");
+    if (!t || !*t) {
+        t = getenv("TORCHELASTIC_RUN_ID");
+        snprintf(src, cap, "TORCHELASTIC_RUN_ID");
+        if (t && !strcmp(t, "none")) t = NULL;
+    }
+    if (!t || !*t) {
+        const char *j = getenv("SLURM_JOB_ID"), *st = getenv("SLURM_STEP_ID");
+        snprintf(src, cap, "SLURM_JOB_ID");
+        if (j && *j) { snprintf(buf, sizeof(buf), "slurm %s.%s", j, st ? st : ""); t = buf; }
+    }
+    if (!t || !*t) { src[0] = 0; return 0; }
+    uint64_t h = fnv1a(fnv1a(FNV_INIT, "zerotrain job token ", 20), t, strlen(t));
+    return h ? h : 1;
 }
 
 // Read the next frame's header from rank k and check it: `kind` from rank k of this world, with
@@ -967,12 +1014,17 @@ static RdvHdr rdv_expect(Comm* c, int fd, int k, const char* who, int kind, int6
     if (h.magic != RDV_MAGIC || h.version != RDV_VERSION)
         die(3, "%s: %s sent garbage (magic %08x version %u, expected %08x version %d): not a rank of this build of train. "
                "HINT: another program on MASTER_PORT, or a rank started from another build", what, who, h.magic, h.version, RDV_MAGIC, RDV_VERSION);
+    if (h.kind == RDV_ABORT && k < 0) // (only a rank that said HELLO may end the run)
+        die(3, "%s: %s sent an ABORT frame before saying which rank it is: not a rank of this run (ignored: the run does not end "
+               "with its exit code). HINT: another program on MASTER_PORT; set ZT_JOB_TOKEN (docs/launch.md) so that rank 0 refuses such "
+               "connections and goes on", what, who);
     if (h.kind == RDV_ABORT && h.bytes >= 0 && h.bytes <= RDV_MAX_TEXT) {
-        char text[RDV_MAX_TEXT + 1] = "";
+        char text[RDV_MAX_TEXT + 1] = "", shown[4 * RDV_MAX_TEXT + 1];
         if (rdv_io(fd, text, (size_t)h.bytes, 0, wall_s() + 5.0) != RDV_OK) snprintf(text, sizeof(text), "(its message was lost)");
         text[h.bytes] = 0;
-        int code = h.seq >= 1 && h.seq <= 255 ? (int)h.seq : 3;
-        die(code, "rank %d ended the run (exit code %d): %s", h.rank, code, text);
+        rdv_escape(text, shown, sizeof(shown));
+        int code = h.seq >= 1 && h.seq <= 5 ? (int)h.seq : 3; // the codes a rank ends with (docs/reliability.md)
+        die(code, "rank %d ended the run (exit code %d): %s", h.rank, code, shown);
     }
     if (h.kind == RDV_HELLO && kind == RDV_HELLO && h.world != c->R)
         die(3, "%s: %s says it is rank %d of %d, but rank 0 has a world of %d. HINT: start every rank with the same WORLD_SIZE "
@@ -1063,27 +1115,51 @@ static void rdv_socket_options(int fd) {
 static void rdv_listen(Comm* c, int port, double timeout_s, double dl) {
     char what[400];
     snprintf(what, sizeof(what), "rendezvous at %s", c->rdv_where);
-    int lfd = socket(AF_INET6, SOCK_STREAM, 0), one = 1, zero = 0;
+    int lfd = -1, one = 1, zero = 0;
     struct sockaddr_storage sa;
     memset(&sa, 0, sizeof(sa));
-    socklen_t salen;
-    if (lfd >= 0) { // IPv6 and IPv4 on one socket
-        setsockopt(lfd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
-        struct sockaddr_in6* a = (struct sockaddr_in6*)&sa;
-        a->sin6_family = AF_INET6; a->sin6_addr = in6addr_any; a->sin6_port = htons((uint16_t)port);
-        salen = sizeof(*a);
-    } else {
-        lfd = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in* a = (struct sockaddr_in*)&sa;
-        a->sin_family = AF_INET; a->sin_addr.s_addr = htonl(INADDR_ANY); a->sin_port = htons((uint16_t)port);
-        salen = sizeof(*a);
+    socklen_t salen = 0;
+    const char* maddr = getenv("MASTER_ADDR");
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (maddr && (inet_pton(AF_INET, maddr, &a4) == 1 || inet_pton(AF_INET6, maddr, &a6) == 1)) { // MASTER_ADDR itself, when it is this host's
+        int v4 = inet_pton(AF_INET, maddr, &a4) == 1;
+        lfd = socket(v4 ? AF_INET : AF_INET6, SOCK_STREAM, 0);
+        if (v4) { struct sockaddr_in* a = (struct sockaddr_in*)&sa; a->sin_family = AF_INET; a->sin_addr = a4; a->sin_port = htons((uint16_t)port); salen = sizeof(*a); }
+        else { struct sockaddr_in6* a = (struct sockaddr_in6*)&sa; a->sin6_family = AF_INET6; a->sin6_addr = a6; a->sin6_port = htons((uint16_t)port); salen = sizeof(*a); }
+        if (lfd >= 0) setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (lfd >= 0 && bind(lfd, (struct sockaddr*)&sa, salen) != 0) {
+            int e = errno;
+            close(lfd);
+            lfd = -1;
+            if (e != EADDRNOTAVAIL) { errno = e; die(3, "%s: rank 0 cannot listen on %s port %d: %s. HINT: another run or program uses it: choose another MASTER_PORT "
+                                                         "(under torchrun's agent store the rendezvous takes MASTER_PORT + 1)", what, maddr, port, strerror(e)); }
+            printf("%s: MASTER_ADDR %s is not an address of this host (NAT?): rank 0 listens on every interface\n", what, maddr);
+        }
     }
-    if (lfd < 0) die(3, "%s: cannot make a socket: %s", what, strerror(errno));
-    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(lfd, (struct sockaddr*)&sa, salen) != 0 || listen(lfd, 128) != 0)
-        die(3, "%s: rank 0 cannot listen on port %d: %s. HINT: another run or program uses it: choose another MASTER_PORT "
-               "(under torchrun's agent store the rendezvous takes MASTER_PORT + 1)", what, port, strerror(errno));
+    if (lfd < 0) {
+        memset(&sa, 0, sizeof(sa));
+        lfd = socket(AF_INET6, SOCK_STREAM, 0);
+        if (lfd >= 0) { // IPv6 and IPv4 on one socket
+            setsockopt(lfd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+            struct sockaddr_in6* a = (struct sockaddr_in6*)&sa;
+            a->sin6_family = AF_INET6; a->sin6_addr = in6addr_any; a->sin6_port = htons((uint16_t)port);
+            salen = sizeof(*a);
+        } else {
+            lfd = socket(AF_INET, SOCK_STREAM, 0);
+            struct sockaddr_in* a = (struct sockaddr_in*)&sa;
+            a->sin_family = AF_INET; a->sin_addr.s_addr = htonl(INADDR_ANY); a->sin_port = htons((uint16_t)port);
+            salen = sizeof(*a);
+        }
+        if (lfd < 0) die(3, "%s: cannot make a socket: %s", what, strerror(errno));
+        setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (bind(lfd, (struct sockaddr*)&sa, salen) != 0)
+            die(3, "%s: rank 0 cannot listen on port %d: %s. HINT: another run or program uses it: choose another MASTER_PORT "
+                   "(under torchrun's agent store the rendezvous takes MASTER_PORT + 1)", what, port, strerror(errno));
+    }
+    if (listen(lfd, 128) != 0) die(3, "%s: rank 0 cannot listen on port %d: %s", what, port, strerror(errno));
     rdv_socket_options(lfd);
+    int refused = 0; // connections closed for want of the job's token
     // accepted connections that have not said who they are yet, with their addresses
     int pend_fd[ZT_MAX_RANKS + 1], npend = 0, arrived = 0;
     char pend_addr[ZT_MAX_RANKS + 1][96]; // (host 64, " port ", serv 16)
@@ -1095,9 +1171,10 @@ static void rdv_listen(Comm* c, int port, double timeout_s, double dl) {
             int nm = 0;
             for (int k = 1; k < c->R; k++)
                 if (c->rdv_fd[k] < 0 && nm++ < 8) snprintf(missing + strlen(missing), sizeof(missing) - strlen(missing), "%s%d", nm > 1 ? ", " : "", k);
-            die(3, "%s: rank%s %s%s never arrived within %.0f s (%d of %d ranks did). HINT: start every rank with the same "
-                   "MASTER_ADDR, MASTER_PORT and WORLD_SIZE (dev/launch.sh does); raise -comm-timeout if they start slowly",
-                what, nm > 1 ? "s" : "", missing, nm > 8 ? ", ..." : "", timeout_s, arrived + 1, c->R);
+            die(3, "%s: rank%s %s%s never arrived within %.0f s (%d of %d ranks did%s). HINT: start every rank with the same "
+                   "MASTER_ADDR, MASTER_PORT, WORLD_SIZE and ZT_JOB_TOKEN (dev/launch.sh does); raise -comm-timeout if they start slowly",
+                what, nm > 1 ? "s" : "", missing, nm > 8 ? ", ..." : "", timeout_s, arrived + 1, c->R,
+                refused ? "; connections without this job's token were refused: see above" : "");
         }
         struct pollfd pf[ZT_MAX_RANKS + 2];
         pf[0].fd = lfd; pf[0].events = POLLIN; pf[0].revents = 0;
@@ -1108,7 +1185,33 @@ static void rdv_listen(Comm* c, int port, double timeout_s, double dl) {
             int fd = pend_fd[i];
             char who[128];
             snprintf(who, sizeof(who), "a connection from %s", pend_addr[i]);
-            RdvHdr h = rdv_expect(c, fd, -1, who, RDV_HELLO, 0, 0, what, wall_s() + 5.0);
+            RdvHdr h;
+            memset(&h, 0, sizeof(h));
+            if (c->rdv_token) { // strangers are refused and the wait goes on
+                char why[160] = "";
+                int e = rdv_io(fd, &h, sizeof(h), 0, wall_s() + 5.0);
+                if (e != RDV_OK) snprintf(why, sizeof(why), "%s", e == RDV_TIMEOUT ? "it sent nothing" : "it closed before saying which rank it is");
+                else if (h.magic != RDV_MAGIC || h.version != RDV_VERSION) snprintf(why, sizeof(why), "it sent garbage (not a rank of this build)");
+                else if (h.kind != RDV_HELLO) snprintf(why, sizeof(why), "it sent a frame of kind %u before HELLO%s", h.kind, h.kind == RDV_ABORT ? " (an ABORT: ignored)" : "");
+                else if ((uint64_t)h.seq != c->rdv_token) snprintf(why, sizeof(why), "its HELLO (as rank %d) lacks this job's token", h.rank);
+                if (why[0]) {
+                    printf("%s: refused a connection from %s: %s. HINT: every rank needs this job's token (ZT_JOB_TOKEN; docs/launch.md)\n", what, pend_addr[i], why);
+                    close(fd);
+                    refused++;
+                    pend_fd[i] = pend_fd[npend - 1];
+                    memcpy(pend_addr[i], pend_addr[npend - 1], sizeof(pend_addr[i]));
+                    npend--;
+                    continue;
+                }
+                if (h.world != c->R)
+                    die(3, "%s: %s says it is rank %d of %d, but rank 0 has a world of %d. HINT: start every rank with the same WORLD_SIZE "
+                           "(or SLURM_NTASKS)", what, who, h.rank, h.world, c->R);
+                if (h.bytes != 0) die(3, "%s: %s sent a HELLO with %lld payload bytes (expected none)", what, who, (long long)h.bytes);
+            } else {
+                h = rdv_expect(c, fd, -1, who, RDV_HELLO, -1, 0, what, wall_s() + 5.0);
+                if (h.seq != 0)
+                    die(3, "%s: %s presents a job token, and rank 0 has none. HINT: give every rank the same ZT_JOB_TOKEN (or none)", what, who);
+            }
             if (h.rank < 1 || h.rank >= c->R)
                 die(3, "%s: %s says it is rank %d of %d: not a rank of this run", what, who, h.rank, h.world);
             if (c->rdv_fd[h.rank] >= 0)
@@ -1175,7 +1278,7 @@ static void rdv_join(Comm* c, const char* addr, const char* port, double timeout
         if (fd < 0) usleep(100000);
     }
     c->rdv_fd[0] = fd;
-    rdv_send(c, 0, RDV_HELLO, 0, NULL, 0, what, dl);
+    rdv_send(c, 0, RDV_HELLO, (int64_t)c->rdv_token, NULL, 0, what, dl);
     // rank 0 (listening since before this connection) decides who is missing by its own deadline,
     // at most timeout_s from now, and tells every rank: wait for that a little longer than it does
     double dl_welcome = timeout_s > 0 ? wall_s() + timeout_s + 10.0 : 0;
@@ -1221,6 +1324,13 @@ static void rdv_connect(Comm* c, double timeout_s) {
     double saved = c->timeout_s;
     c->timeout_s = timeout_s;
     double dl = timeout_s > 0 ? wall_s() + timeout_s : 0;
+    char src[32];
+    c->rdv_token = rdv_job_token(src, sizeof(src));
+    if (c->r == 0 && !c->rdv_token)
+        printf("warning: the rendezvous at %s is unauthenticated: any process that reaches the port can join as a rank or end the run. "
+               "HINT: give every rank the same secret ZT_JOB_TOKEN (dev/launch.sh draws one; docs/launch.md)\n", c->rdv_where);
+    else if (c->r == 0 && strcmp(src, "ZT_JOB_TOKEN"))
+        printf("rendezvous at %s: ranks are told apart from other jobs' by %s, which is no secret; ZT_JOB_TOKEN would be one (docs/launch.md)\n", c->rdv_where, src);
     if (c->r == 0) rdv_listen(c, atoi(port), timeout_s, dl);
     else rdv_join(c, getenv("MASTER_ADDR"), port, timeout_s, dl);
     c->timeout_s = saved;

@@ -3,7 +3,8 @@
 #
 #   dev/launch.sh N ./train [flags...]
 #
-# Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT, and
+# Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and a random
+# ZT_JOB_TOKEN (unless the caller set one: the rendezvous admits only ranks that present it), and
 # the ranks meet over train's TCP rendezvous (zero.h: rank 0 listens on MASTER_PORT). Their output
 # goes to this terminal as it comes (each line of rank r > 0 is prefixed by the trainer itself where
 # it matters: "[rank r] error: ..."). MASTER_ADDR (default 127.0.0.1) and MASTER_PORT (default 29500,
@@ -27,6 +28,8 @@ fi
 N=$1; shift
 export MASTER_ADDR=${MASTER_ADDR:-127.0.0.1} MASTER_PORT=${MASTER_PORT:-29500}
 export WORLD_SIZE=$N LOCAL_WORLD_SIZE=$N
+# the job's secret: only ranks that present it join the rendezvous (zero.h; docs/launch.md)
+export ZT_JOB_TOKEN=${ZT_JOB_TOKEN:-$(od -An -tx8 -N16 /dev/urandom | tr -d ' \n')}
 # this shell may sit inside an mpirun or srun job: its variables would make the ranks look MPI-launched
 for v in $(env | grep -oE '^(OMPI|PMIX|PMI|OPAL|SLURM)_[A-Za-z0-9_]*'); do unset "$v"; done
 

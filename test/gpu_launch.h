@@ -167,6 +167,10 @@ static int nl_connect(int port) {
 // message naming the peer: (1) rank 0 of 2 listens and an HTTP request arrives instead of rank 1;
 // (2) the same with a header of the right magic but another protocol version (another build);
 // (3) rank 1 of 2 connects to a port where another program (this test) answers with an SSH banner.
+#define RDV_VERSION_NEXT 3 // RDV_VERSION + 1, as text for the message
+#define ZT_STR2(x) #x
+#define ZT_STR(x) ZT_STR2(x)
+static_assert(RDV_VERSION_NEXT == RDV_VERSION + 1, "RDV_VERSION_NEXT follows zero.h's RDV_VERSION");
 TEST(nompi_garbage_on_port) {
 #ifdef ENABLE_FP32
     if (!mr_long()) TEST_SKIP("runs in the BF16 emulator build (test/test_emu); make test-long runs it in both");
@@ -193,7 +197,7 @@ TEST(nompi_garbage_on_port) {
         char* s = zt_read_file(log);
         CHECKF(done && WIFEXITED(status) && WEXITSTATUS(status) == 3 && took < 5 + 15, "(%d) rank 0: status 0x%x after %.1f s", k + 1, status, took);
         CHECKF(s && strstr(s, "a connection from 127.0.0.1 port ") && strstr(s, "sent garbage") &&
-               strstr(s, k == 0 ? "magic 20544547" : "version 2"), "(%d) rank 0 did not name the garbage:\n%s", k + 1, s ? s : "(no log)");
+               strstr(s, k == 0 ? "magic 20544547" : "version " ZT_STR(RDV_VERSION_NEXT)), "(%d) rank 0 did not name the garbage:\n%s", k + 1, s ? s : "(no log)");
         nl_error_line(s, line, sizeof(line));
         printf("    (%d) %.220s...\n", k + 1, line);
         free(s);
@@ -226,6 +230,79 @@ TEST(nompi_garbage_on_port) {
     nl_error_line(s, line, sizeof(line));
     printf("    (3) %.220s...\n", line);
     free(s);
+}
+
+// How often `what` occurs in s.
+static int tt_count_str(const char* s, const char* what) {
+    int n = 0;
+    for (const char* p = s; (p = strstr(p, what)); p++) n++;
+    return n;
+}
+
+// Only the job joins (zero.h's rendezvous): (1) without a job token, an ABORT frame sent before
+// HELLO (exit code 4 asked, its text with terminal escapes) ends rank 0 as garbage with exit code 3,
+// not 4, and a warning said the rendezvous is unauthenticated; (2) with ZT_JOB_TOKEN, rank 0 listens
+// on MASTER_ADDR (127.0.0.1) only, refuses a forged ABORT and an impostor's HELLO (each said) and
+// goes on waiting; a rank that presents the token joins, and its ABORT (code 77, escapes in its
+// text) ends rank 0 with a capped code (3) and the text escaped.
+TEST(nompi_rendezvous_refuses_strangers) {
+#ifdef ENABLE_FP32
+    if (!mr_long()) TEST_SKIP("runs in the BF16 emulator build (test/test_emu); make test-long runs it in both");
+#endif
+    const char* flags = "-device cuda -b 2 -x 2 -s 0 -v 0 -comm-timeout 5";
+    const char* evil = "\x1b[31mdiverged\x1b[0m";
+    for (int tok = 0; tok < 2; tok++) {
+        int port = nl_free_port(), status = 0;
+        const char* log = nl_log(0);
+        if (tok) setenv("ZT_JOB_TOKEN", "rendezvous-test-secret", 1);
+        pid_t p = nl_spawn_rank(g_test_self, 2, 0, port, flags, log);
+        char src[32];
+        uint64_t token = rdv_job_token(src, sizeof(src)); // (what the rank computes from the same variable)
+        unsetenv("ZT_JOB_TOKEN");
+        int fd = nl_connect(port);
+        CHECKF(fd >= 0, "rank 0 never listened on port %d", port);
+        if (tok) { // listening on 127.0.0.1 only: /proc/net/tcp's local address 0100007F, state 0A (LISTEN)
+            char want[64], cmd[256];
+            snprintf(want, sizeof(want), "0100007F:%04X", port);
+            snprintf(cmd, sizeof(cmd), "grep -c ' %s 00000000:0000 0A' /proc/net/tcp", want);
+            CHECKF(test_run_cmd(cmd, NULL, 0) == 0, "rank 0 does not listen on %s only", want);
+        }
+        RdvHdr h = {RDV_MAGIC, RDV_VERSION, RDV_ABORT, 1, 2, 4, (int64_t)strlen(evil)}; // a forged ABORT, before any HELLO
+        if (fd >= 0 && (send(fd, &h, sizeof(h), MSG_NOSIGNAL) < 0 || send(fd, evil, strlen(evil), MSG_NOSIGNAL) < 0)) perror("send");
+        if (tok) {
+            int f2 = nl_connect(port); // an impostor: HELLO as rank 1 without the token
+            RdvHdr hi = {RDV_MAGIC, RDV_VERSION, RDV_HELLO, 1, 2, 12345, 0};
+            if (f2 >= 0 && send(f2, &hi, sizeof(hi), MSG_NOSIGNAL) < 0) perror("send");
+            usleep(300000);
+            int f3 = nl_connect(port); // the job's rank 1: its token, WELCOME, then an ABORT with a code no rank ends with
+            hi.seq = (int64_t)token;
+            RdvHdr w;
+            memset(&w, 0, sizeof(w));
+            struct pollfd pf = {f3, POLLIN, 0};
+            int welcomed = f3 >= 0 && send(f3, &hi, sizeof(hi), MSG_NOSIGNAL) == (ssize_t)sizeof(hi) && poll(&pf, 1, 10000) == 1 &&
+                           recv(f3, &w, sizeof(w), MSG_WAITALL) == (ssize_t)sizeof(w) && w.kind == RDV_WELCOME;
+            CHECKF(welcomed, "the rank with the job's token was not welcomed (kind %u)", w.kind);
+            RdvHdr ab = {RDV_MAGIC, RDV_VERSION, RDV_ABORT, 1, 2, 77, (int64_t)strlen(evil)};
+            if (f3 >= 0 && (send(f3, &ab, sizeof(ab), MSG_NOSIGNAL) < 0 || send(f3, evil, strlen(evil), MSG_NOSIGNAL) < 0)) perror("send");
+            int done = mr_reap(p, 30, &status);
+            if (f2 >= 0) close(f2);
+            if (f3 >= 0) close(f3);
+            char* s = zt_read_file(log);
+            CHECKF(done && WIFEXITED(status) && WEXITSTATUS(status) == 3, "(2) rank 0: status 0x%x, expected exit code 3 (77 capped)", status);
+            CHECKF(s && tt_count_str(s, "refused a connection from 127.0.0.1 port ") == 2 && strstr(s, "(an ABORT: ignored)") &&
+                   strstr(s, "its HELLO (as rank 1) lacks this job's token") && strstr(s, "rank 1 ended the run (exit code 3): \\x1b[31mdiverged") &&
+                   !strchr(s, '\x1b') && !strstr(s, "unauthenticated"), "(2) rank 0's log:\n%s", s ? s : "(no log)");
+            free(s);
+        } else {
+            int done = mr_reap(p, 30, &status);
+            char* s = zt_read_file(log);
+            CHECKF(done && WIFEXITED(status) && WEXITSTATUS(status) == 3, "(1) rank 0: status 0x%x, expected exit code 3 (not the frame's 4)", status);
+            CHECKF(s && strstr(s, "sent an ABORT frame before saying which rank it is") && strstr(s, "is unauthenticated") && !strchr(s, '\x1b') &&
+                   !strstr(s, "diverged"), "(1) rank 0's log:\n%s", s ? s : "(no log)");
+            free(s);
+        }
+        if (fd >= 0) close(fd);
+    }
 }
 
 // A rank that dies (SIGKILL) in the middle of a run without mpirun (no launcher to end the others:

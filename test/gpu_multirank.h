@@ -165,6 +165,12 @@ static int mr_stream_child(int scenario, char* msg, size_t cap) {
     pid_t pid = fork();
     if (pid == 0) {
         if (!freopen(path, "w", stderr)) _exit(99);
+        // the scenario starts with nothing in flight: the order checks forget what the parent's earlier
+        // cases left (uses of allocations by streams whose addresses this child's may reuse: a full run
+        // saw such a stale use reported instead of the scenario's own)
+        cudaCheck(cudaDeviceSynchronize());
+        emu::g_uses.clear();
+        emu::g_pending.clear();
         const int n = 64;
         cudaStream_t cs;
         cudaEvent_t ev;
