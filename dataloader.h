@@ -69,6 +69,7 @@
 // defines: DataLoader, DataShard, dataloader_init, dataloader_load, dataloader_total_tokens,
 //          dataloader_count_targets, dataloader_free, dataloader_segments, write_token_shard,
 //          write_token_shard32, write_token_shard_width, dataloader_shard_token, MASK_MAGIC,
+//          tokenize_shard_parts, tokenize_fault_after_shard,
 //          MASK_VERSION, MASK_COUNTS, MASK_STARTS
 //
 // May call: rng.h, fileio.h and the C library. Knows nothing of ranks, the model or the trainer.
@@ -78,6 +79,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -141,7 +143,30 @@ typedef struct {
     int has_starts;         // [masks] every mask is version 2: the data records where examples start
     int* seg;               // (B, T) the segment table, written by dataloader_load; NULL: off (dataloader_segments)
     int seg_eot;            // [seg] without recorded starts: the document token that opens an example
+    char note[600];         // a warning for the caller to print ("": none): -tokenize shards with gaps in their numbering
 } DataLoader;
+
+// -tokenize's shards are named PREFIX_train_000000.bin, PREFIX_val_000000.bin, ...; while a
+// -tokenize writes them, PREFIX.tokenizing exists (written first, removed last: startup.h's
+// run_tokenize), so shards of a run that did not finish (killed, or still running) are refused
+// instead of training on part of the corpus. For a shard path of that form: its marker's path in
+// out, its split and number; 0 when the name is not of that form.
+static inline int tokenize_shard_parts(const char* path, char* marker, size_t cap, char* split, size_t scap, int* index) {
+    size_t n = strlen(path);
+    if (n < 12 || strcmp(path + n - 4, ".bin")) return 0;
+    const char* u = path + n - 4 - 6; // the six digits
+    for (int k = 0; k < 6; k++) if (u[k] < '0' || u[k] > '9') return 0;
+    if (u == path || u[-1] != '_') return 0;
+    const char* sp = u - 1; // '_' before the digits; the split before it, then '_'
+    const char* st = sp;
+    while (st > path && st[-1] != '_' && st[-1] != '/') st--;
+    int known = (sp - st == 5 && !strncmp(st, "train", 5)) || (sp - st == 3 && !strncmp(st, "val", 3));
+    if (st == path || st[-1] != '_' || !known) return 0;
+    snprintf(split, scap, "%.*s", (int)(sp - st), st);
+    snprintf(marker, cap, "%.*s.tokenizing", (int)(st - 1 - path), path);
+    *index = atoi(u);
+    return 1;
+}
 
 // Unmap and free everything; safe on a zeroed, half-built or already freed loader.
 static inline void dataloader_free(DataLoader* dl) {
@@ -329,6 +354,30 @@ static inline int dataloader_init(DataLoader* dl, const char* pattern, int B, in
         }
     }
     globfree(&g);
+
+    // --- -tokenize's shards: none of a run that did not finish; gaps in a prefix's numbering said
+    for (int i = 0; i < dl->nshards; i++) {
+        char marker[4200], split[8], msplit[8], m2[4200];
+        int idx, count = 0, top = -1;
+        if (!tokenize_shard_parts(dl->shards[i].path, marker, sizeof(marker), split, sizeof(split), &idx)) continue;
+        struct stat mst;
+        if (stat(marker, &mst) == 0) {
+            int rc2 = dataloader_error(err, errlen, "shard %s: %s exists: a -tokenize into that prefix did not finish (killed, or still "
+                                       "running), so its shards are part of the corpus only. HINT: run the -tokenize again (it replaces "
+                                       "them), or remove %s if you know they are whole", dl->shards[i].path, marker, marker);
+            dataloader_free(dl);
+            return rc2;
+        }
+        for (int j = 0; j < dl->nshards; j++) { // this prefix and split's numbers
+            int k;
+            if (!tokenize_shard_parts(dl->shards[j].path, m2, sizeof(m2), msplit, sizeof(msplit), &k) || strcmp(m2, marker) || strcmp(msplit, split)) continue;
+            count++;
+            if (k > top) top = k;
+        }
+        if (count != top + 1 && !dl->note[0])
+            snprintf(dl->note, sizeof(dl->note), "'%s' matched %d %s shard(s) of %.*s numbered up to %06d: %d are missing (deleted, or "
+                     "not copied?)", pattern, count, split, (int)(strlen(marker) - 11), marker, top, top + 1 - count);
+    }
 
     // --- check every shard, then number the samples across shards
     for (int i = 0; i < dl->nshards; i++) {
@@ -560,6 +609,14 @@ static inline uint32_t dataloader_shard_token(const DataShard* sh, int64_t i) {
 // atomically: into path.tmp.<pid>, flushed and fsynced, then renamed over path, so a reader never
 // sees a half-written file. Returns 0, or -1 with a one-line message in err naming the file (the
 // temporary file is removed).
+// ZT_FAULT=crash:tokenize-shard:K (tests): the process dies (SIGKILL) once its K-th shard has its
+// name, as a kill in the middle of a -tokenize would leave it.
+static inline void tokenize_fault_after_shard(void) {
+    static int done = 0;
+    const char* f = getenv("ZT_FAULT");
+    if (f && !strncmp(f, "crash:tokenize-shard:", 21) && atoi(f + 21) == ++done) { fflush(stdout); kill(getpid(), SIGKILL); }
+}
+
 static inline int write_token_shard_width(const char* path, const void* toks, int64_t n, int width, char* err, size_t errlen) {
     if (n < 0 || n > INT32_MAX) {
         return dataloader_error(err, errlen, "shard %s: cannot write %lld tokens: the header counts in int32", path, (long long)n);

@@ -29,7 +29,7 @@
 
 // strerror, knowing ZT_ENOTREG.
 static inline const char* zt_strerror(int e) {
-    return e == ZT_ENOTREG ? "not a regular file (a FIFO, socket or device)" : e == EISDIR ? "is a directory" : strerror(e);
+    return e == ZT_ENOTREG ? "not a regular file (a FIFO, socket or device)" : e == EISDIR ? "not a regular file: it is a directory" : strerror(e);
 }
 
 // open(path, O_RDONLY) of a regular file; -1 with errno set (EISDIR: a directory; ZT_ENOTREG: a

@@ -131,13 +131,13 @@ static int prompt_flush(PromptSplit* s, int T, const char* prefix, char (*writte
     while (s->n < s->ws + T + 1) if (prompt_push(s, s->eot, 0)) return st_err(err, errlen, "out of memory");
     char path[4096];
     tokenize_shard_path(path, sizeof(path), prefix, s->name, s->index++);
-    char derr[1024];
-    if (tokenize_write_ids(path, s->tok, (size_t)s->n, s->V, derr, sizeof(derr))) return st_err(err, errlen, "%s", derr);
-    snprintf(written[(*nwritten)++], 4200, "%s", path);
-    char mpath[4200];
-    snprintf(mpath, sizeof(mpath), "%s.mask", path);
+    char derr[1024], mpath[4200];
+    snprintf(mpath, sizeof(mpath), "%s.mask", path); // the mask first: a shard never has its name without its mask
     if (write_mask_file(mpath, s->mask, s->n, T, MASK_VERSION, err, errlen)) return -1;
     snprintf(written[(*nwritten)++], 4200, "%s", mpath);
+    if (tokenize_write_ids(path, s->tok, (size_t)s->n, s->V, derr, sizeof(derr))) return st_err(err, errlen, "%s", derr);
+    snprintf(written[(*nwritten)++], 4200, "%s", path);
+    tokenize_fault_after_shard();
     st->tokens[which] += s->n;
     st->shards[which]++;
     s->n = 0;

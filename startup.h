@@ -738,6 +738,50 @@ static void print_setup(const Flags* f, Comm* comm, const Launch* L, const Model
     print_memory_table(comm, z, c, B, T, recompute);
 }
 
+// A -tokenize into PREFIX begins: what a killed one left (PREFIX_*.tmp.PID of a process no longer
+// running) is removed and said, and PREFIX.tokenizing is written (fsynced): until tokenize_end
+// removes it, the loader refuses the prefix's shards (dataloader.h: tokenize_shard_parts), so the
+// shards of a run that did not finish never train as if they were the corpus.
+static void tokenize_begin(const char* prefix) {
+    char dir[PATH_MAX], marker[PATH_MAX + 16], base[PATH_MAX];
+    output_parent(prefix, dir, sizeof(dir));
+    const char* slash = strrchr(prefix, '/');
+    snprintf(base, sizeof(base), "%s_", slash ? slash + 1 : prefix);
+    const char* prefixes[1] = {base};
+    int left = zt_export_leftovers(dir, prefixes, 1);
+    if (left) printf("-tokenize: removed %d temporary file(s) a killed -tokenize into %s left\n", left, prefix);
+    snprintf(marker, sizeof(marker), "%s.tokenizing", prefix);
+    FILE* m = fopen(marker, "w");
+    if (!m || fprintf(m, "a -tokenize (pid %d) is writing the shards of %s; removed when every shard has its name\n", (int)getpid(), prefix) < 0 ||
+        fflush(m) != 0 || fsync(fileno(m)) != 0 || fclose(m) != 0)
+        die_user("-tokenize: cannot write %s: %s", marker, strerror(errno));
+    zt_fsync_dir(dir);
+}
+static void tokenize_end(const char* prefix, const int shards[2]) {
+    char dir[PATH_MAX], marker[PATH_MAX + 16], path[PATH_MAX + 300], mask[PATH_MAX + 320];
+    output_parent(prefix, dir, sizeof(dir));
+    int stale = 0; // an earlier -tokenize into the prefix wrote more shards: those past ours would mix two corpora
+    snprintf(marker, sizeof(marker), "%s.tokenizing", prefix);
+    DIR* dd = opendir(dir);
+    struct dirent* e;
+    while (dd && (e = readdir(dd))) {
+        char m2[PATH_MAX + 16], split[8];
+        int idx;
+        if (strchr(prefix, '/')) snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        else snprintf(path, sizeof(path), "%s", e->d_name);
+        if (!tokenize_shard_parts(path, m2, sizeof(m2), split, sizeof(split), &idx) || strcmp(m2, marker) || idx < shards[!strcmp(split, "val")]) continue;
+        snprintf(mask, sizeof(mask), "%s.mask", path);
+        unlink(mask);
+        if (unlink(path) == 0) stale++;
+    }
+    if (dd) closedir(dd);
+    if (stale) printf("-tokenize: removed %d shard(s) an earlier -tokenize into %s left past this one's (they would mix two corpora)\n", stale, prefix);
+    zt_fsync_dir(dir); // every shard's name on disk before the marker goes
+    snprintf(marker, sizeof(marker), "%s.tokenizing", prefix);
+    if (unlink(marker) != 0) die(1, "-tokenize: cannot remove %s: %s", marker, strerror(errno));
+    zt_fsync_dir(dir);
+}
+
 // -tokenize IN -o PREFIX: GPT-2 BPE in C, streamed, into PREFIX_train_000000.bin, ... and
 // PREFIX_val_000000.bin (tokenize_file_to_shards in tokenizer.h). Exit 2 on bad input.
 static void run_tokenize(const Flags* f) {
@@ -748,6 +792,7 @@ static void run_tokenize(const Flags* f) {
     if (tokenizer_init(&tok, f->tokenizer, err, sizeof(err))) die_user("-tokenizer: %s", err);
     if (tokenizer_load_merges(&tok, f->merges, err, sizeof(err))) die_user("-merges: %s", err);
     double t0 = wall_s();
+    tokenize_begin(f->out_dir); // PREFIX.tokenizing until every shard has its name; a killed run's leftovers removed
     size_t n = strlen(f->tokenize);
     if (n >= 6 && !strcmp(f->tokenize + n - 6, ".jsonl")) { // prompt/completion pairs (prompts.h)
         PromptStats ps;
@@ -760,6 +805,7 @@ static void run_tokenize(const Flags* f) {
                f->tokenize, wall_s() - t0, f->T, (long long)ps.examples[0], (long long)ps.tokens[0], (long long)ps.counted[0], ps.shards[0],
                (long long)ps.examples[1], (long long)ps.tokens[1], (long long)ps.counted[1], ps.shards[1], (long long)ps.cut,
                ps.chat_template[0] ? "conversation(s) cut by whole turns at the start" : "prompt(s) cut at the start", f->out_dir);
+        tokenize_end(f->out_dir, ps.shards);
         if (ps.chat_template[0]) printf("chat template: %s%s%s\n", ps.chat_template, ps.chat_date[0] ? ", date line " : "", ps.chat_date);
         if (f->chat_date[0] && !ps.chat_date[0])
             printf("note: -chat-date %s changed nothing: %s\n", f->chat_date, ps.chat_template[0] ? "this chat template writes no date" : "the file holds no conversations");
@@ -769,6 +815,7 @@ static void run_tokenize(const Flags* f) {
     TokenizeStats st;
     if (tokenize_file_to_shards_ex(&tok, f->tokenize, f->out_dir, f->val_every_doc, f->shard_tokens, TOKENIZE_CHUNK_BYTES, &st, err, sizeof(err)))
         die_user("-tokenize: %s", err);
+    tokenize_end(f->out_dir, st.shards);
     printf("tokenized %s (%lld bytes) in %.2f s: train %lld documents, %lld tokens in %d shard(s); val %lld documents, %lld tokens in %d shard(s); prefix %s; "
            "%lld of %lld documents encoded in parallel batches on %d thread(s), the others streamed on one\n",
            f->tokenize, (long long)st.bytes, wall_s() - t0, (long long)st.documents[0], (long long)st.tokens[0], st.shards[0],

@@ -1899,6 +1899,7 @@ static inline int tokenize_close_shard(TokenizeSplit* s, const char* prefix, uin
     }
     s->shards++;
     s->in_shard = 0;
+    tokenize_fault_after_shard();
     return 0;
 }
 

@@ -1332,6 +1332,8 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     tr->has_val = f->val_data[0] != 0 && f->val_every > 0;
     if (tr->has_val && dataloader_init(&tr->val, f->val_data, f->B, f->T, c.V, 0, 0, err, sizeof(err)))
         die_user("-j: %s", err);
+    if (tr->train.note[0]) printf0("warning: -i: %s\n", tr->train.note);
+    if (tr->has_val && tr->val.note[0]) printf0("warning: -j: %s\n", tr->val.note);
     for (int k = 0; k < 1 + tr->has_val; k++) { // shards too short for one sample are skipped, and said so
         int n_short = dataloader_short_shards(k ? &tr->val : &tr->train);
         if (n_short) printf0("note: %s: %d shard(s) hold fewer than T+1 = %d tokens: skipped\n", k ? "-j" : "-i", n_short, f->T + 1);

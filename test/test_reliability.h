@@ -331,3 +331,57 @@ TEST(rel_stop_signal_two_ranks) {
     cli_hash_line(cli_out, hash_b, sizeof(hash_b));
     CHECKF(rc == 0 && hash_a[0] && !strcmp(hash_a, hash_b), "R = 2 stopped at %d and resumed to %d: '%s'; without the stop: '%s'", S, S + 2, hash_a, hash_b);
 }
+
+// -tokenize's output is never taken for whole when it is not: killed after its 2nd shard
+// (ZT_FAULT=crash:tokenize-shard:2), PREFIX.tokenizing stays and training on the shards is refused;
+// the next -tokenize removes what the killed one left (said) and its shards train; a shard missing
+// from the numbering is warned about; a later -tokenize with fewer shards removes the earlier one's
+// extra shards; in JSONL mode every shard that has its name has its mask (the mask is written first).
+TEST(rel_tokenize_partial_output) {
+    const char* d = zt_dir("rel_tok");
+    char dir[PATH_MAX], text[PATH_MAX + 16], jsonl[PATH_MAX + 16], flags[4 * PATH_MAX], cmd[4 * PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s", d);
+    mkdir(dir, 0755);
+    snprintf(text, sizeof(text), "%s/corpus.txt", dir);
+    FILE* f = fopen(text, "w");
+    for (int k = 0; k < 400; k++) fprintf(f, "Line %d: and the evening and the morning were the %dth day.\n", k, k);
+    fclose(f);
+    snprintf(flags, sizeof(flags), "-tokenize %s -o %s/c -shard-tokens 1500 -val-every 0", text, dir);
+    int rc = rel_run_env("ZT_FAULT=crash:tokenize-shard:2", flags);
+    snprintf(cmd, sizeof(cmd), "%s/c.tokenizing", dir);
+    CHECKF(rc == 128 + SIGKILL && access(cmd, F_OK) == 0, "the killed -tokenize: exit %d, marker %s", rc, access(cmd, F_OK) ? "missing" : "present");
+    snprintf(flags, sizeof(flags), "-e tiny -layers 1 -t 16 -b 1 -x 1 -v 0 -s 0 -i '%s/c_train_*.bin' -j \"\"", dir);
+    rc = rel_run_env("", flags);
+    CHECKF(rc == 2 && strstr(cli_out, "did not finish"), "training on a killed -tokenize's shards: exit %d\n%s", rc, cli_out);
+    snprintf(cmd, sizeof(cmd), "touch %s/c_train_000007.bin.tmp.4194305", dir); // (a pid above Linux's largest: no such process)
+    CHECK(test_run_cmd(cmd, NULL, 0) == 0);
+    snprintf(flags, sizeof(flags), "-tokenize %s -o %s/c -shard-tokens 1500 -val-every 0", text, dir);
+    rc = rel_run_env("", flags);
+    CHECKF(rc == 0 && strstr(cli_out, "removed 1 temporary file(s) a killed -tokenize"), "the -tokenize after a kill: exit %d\n%s", rc, cli_out);
+    int shards = 0;
+    const char* at = strstr(cli_out, " tokens in ");
+    if (at) shards = atoi(at + 11);
+    CHECKF(shards >= 4, "expected 4 or more shards, got %d:\n%s", shards, cli_out);
+    snprintf(flags, sizeof(flags), "-e tiny -layers 1 -t 16 -b 1 -x 1 -v 0 -s 0 -i '%s/c_train_*.bin' -j \"\"", dir);
+    rc = rel_run_env("", flags);
+    CHECKF(rc == 0 && !strstr(cli_out, "are missing"), "training on the finished -tokenize's shards: exit %d\n%s", rc, cli_out);
+    snprintf(cmd, sizeof(cmd), "%s/c_train_000001.bin", dir);
+    CHECK(unlink(cmd) == 0);
+    rc = rel_run_env("", flags);
+    CHECKF(rc == 0 && strstr(cli_out, "1 are missing"), "a gap in the numbering: exit %d, expected a warning:\n%s", rc, cli_out);
+    snprintf(flags, sizeof(flags), "-tokenize %s -o %s/c -shard-tokens 100000 -val-every 0", text, dir); // one shard now
+    rc = rel_run_env("", flags);
+    snprintf(cmd, sizeof(cmd), "ls %s | grep -c '^c_train_.*bin$'", dir);
+    char n[64] = "";
+    test_run_cmd(cmd, n, sizeof(n));
+    CHECKF(rc == 0 && strstr(cli_out, "shard(s) an earlier -tokenize") && atoi(n) == 1, "a re-tokenize with fewer shards: exit %d, %d shard(s) left:\n%s", rc, atoi(n), cli_out);
+    // JSONL: killed after its first shard, that shard has its mask
+    snprintf(jsonl, sizeof(jsonl), "%s/pairs.jsonl", dir);
+    f = fopen(jsonl, "w");
+    for (int k = 0; k < 60; k++) fprintf(f, "{\"prompt\": \"Question %d: what came on day %d?\", \"completion\": \" The light, %d times.\"}\n", k, k, k);
+    fclose(f);
+    snprintf(flags, sizeof(flags), "-tokenize %s -o %s/p -t 16 -shard-tokens 64 -val-every 0", jsonl, dir);
+    rc = rel_run_env("ZT_FAULT=crash:tokenize-shard:1", flags);
+    snprintf(cmd, sizeof(cmd), "cd %s && ls p_train_*.bin && for s in p_train_*.bin; do [ -f $s.mask ] || exit 1; done", dir);
+    CHECKF(rc == 128 + SIGKILL && test_run_cmd(cmd, NULL, 0) == 0, "JSONL killed after its first shard: exit %d; a shard without its mask, or none", rc);
+}
