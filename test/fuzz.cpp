@@ -25,6 +25,15 @@
 //                                                 (T 128) refuses and leaves no file, or its shards
 //                                                 load and every conversation counts its end of turn
 //
+//   test/fuzz mask   ...                          a loss mask beside a fixed shard: dataloader_init,
+//                                                 every batch, the segment table
+//   test/fuzz prompt ...                          -prompt @FILE / @FILE.jsonl (first byte): prompt_split,
+//                                                 each prompt encoded
+//   test/fuzz record ...                          a checkpoint's DONE / LATEST: marker_read, the run
+//                                                 record taken as a resume takes it, the -tune line
+//   test/fuzz peft   ...                          a PEFT adapter (2-byte config length, adapter_config.json,
+//                                                 adapter_model.safetensors): lora_peft_open + fill
+//
 // (Modes that start child processes — -merge, -fork, -jobs — need the name in ZT_FUZZ_HARNESS.)
 // Built by `make test/fuzz` (clang, -fsanitize=fuzzer,address,undefined). `make test` replays the
 // committed corpus (test/fuzz_corpus/<harness>/) and runs a fixed number of inputs from a fixed
@@ -423,10 +432,122 @@ static void fuzz_chat(const uint8_t* data, size_t size) {
     }
 }
 
+// A loss mask as the loader reads it (PATH.mask beside a fixed valid shard of 203 tokens): dataloader_init
+// refuses it, or every batch loads with its targets masked and, when it records example starts,
+// the segment table is whole (fuzz_bad_segments).
+static void fuzz_mask(const uint8_t* data, size_t size) {
+    const char* dir = fuzz_scratch_dir();
+    char shard[400], mask[420], err[1024];
+    snprintf(shard, sizeof(shard), "%s/s.bin", dir);
+    snprintf(mask, sizeof(mask), "%s.mask", shard);
+    uint16_t toks[203];
+    for (int i = 0; i < 203; i++) toks[i] = (uint16_t)(i % 7 == 0 ? 50256 : 100 + i);
+    if (write_token_shard(shard, toks, 203, err, sizeof(err))) { fprintf(stderr, "fuzz mask: %s\n", err); exit(1); }
+    FILE* f = fopen(mask, "wb");
+    if (!f || (size && fwrite(data, 1, size, f) != size) || fclose(f) != 0) abort();
+    DataLoader dl;
+    if (dataloader_init(&dl, shard, 2, 4, 50257, 1, 7, err, sizeof(err)) != 0) return;
+    if (!dl.has_mask) abort(); // a mask beside the shard is read or refused, never ignored
+    if (dl.has_starts && dataloader_segments(&dl, -1, err, sizeof(err))) abort();
+    for (int64_t u = 0; u < dl.total_samples / 2 + 2; u++)
+        if (dataloader_load(&dl, u) != 0 || (dl.seg && fuzz_bad_segments(&dl))) abort();
+    dataloader_free(&dl);
+}
+
+// -prompt @FILE and @FILE.jsonl (the first byte picks): prompt_split refuses, or every prompt it
+// lists has the length it says and encodes with GPT-2's BPE.
+static void fuzz_prompt(const uint8_t* data, size_t size) {
+    int jsonl = size ? data[0] & 1 : 0;
+    fuzz_write(size ? data + 1 : data, size ? size - 1 : 0);
+    char* text;
+    size_t len;
+    char err[2048];
+    if (prompt_file_read(g_fuzz_path, &text, &len, err, sizeof(err))) abort(); // (a regular file we wrote)
+    PromptList pl;
+    int rc = prompt_split("fuzz", text, len, jsonl, &pl, err, sizeof(err));
+    free(text);
+    if (rc) return;
+    Tokenizer* tok = fuzz_gpt2_tokenizer();
+    for (int k = 0; k < pl.n; k++) {
+        if (!pl.text[k] || strlen(pl.text[k]) > pl.len[k]) abort();
+        uint32_t* ids = NULL;
+        size_t nids = 0, cap = 0;
+        if (tokenizer_encode(tok, (const unsigned char*)pl.text[k], pl.len[k], &ids, &nids, &cap)) abort();
+        for (size_t i = 0; i < nids; i++) if (ids[i] >= tok->vocab_size) abort();
+        free(ids);
+    }
+    prompt_list_free(&pl);
+}
+
+// A checkpoint's marker (DONE_%08d, LATEST): marker_read refuses it as incomplete, or its run record
+// is what a resume takes flags from (flags_take_recorded over the defaults) and its -tune line is
+// parsed (tune_record_values): every value found is a NUL-terminated string that fits.
+static void fuzz_record(const uint8_t* data, size_t size) {
+    fuzz_write(data, size);
+    static Marker mk;
+    if (marker_read(g_fuzz_path, &mk) != 0) return;
+    if (strnlen(mk.run, sizeof(mk.run)) == sizeof(mk.run) || strnlen(mk.tune, sizeof(mk.tune)) == sizeof(mk.tune)) abort();
+    static Flags f;
+    char arg0[] = "train";
+    char* argv[] = {arg0, NULL};
+    flags_parse(&f, 1, argv);
+    FILE* keep = stdout;
+    stdout = fopen("/dev/null", "w"); // (flags_take_recorded says what it took)
+    flags_take_recorded(&f, mk.run, mk.step);
+    fclose(stdout);
+    stdout = keep;
+    char v[1024];
+    static const char* keys[] = {"shards-i", "shards-j", "classifier-chunk", "lora-base", "-e", "-z"};
+    for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++)
+        if (ckpt_run_find(mk.run, keys[k], v, sizeof(v)) && strnlen(v, sizeof(v)) == sizeof(v)) abort();
+    int tv[TUNE_NDIMS];
+    (void)tune_record_values(mk.tune, tv);
+}
+
+// A PEFT adapter for -lora-init: the first two bytes are adapter_config.json's length, then its
+// bytes, then adapter_model.safetensors; against a fixed run (GPT-2 L 1, C 8, NH 2, V 16, r 2,
+// every target). lora_peft_open refuses it, or every adapter value it fills is finite.
+static void fuzz_peft(const uint8_t* data, size_t size) {
+    static int ready = 0;
+    static GPTConfig c = gpt2_config(1, 8, 2, 16, 8, 16);
+    static ModelDesc d;
+    if (!ready) {
+        lora_config(&c, 2, 0.0f, "all", 0.0f);
+        model_describe(&d, &c);
+        static BlockLayout lay;
+        model_layout(&d, &lay, 1, 0); // (the adapters' logical offsets)
+        ready = 1;
+    }
+    const char* dir = fuzz_scratch_dir();
+    size_t clen = size >= 2 ? (size_t)(data[0] | data[1] << 8) : 0;
+    if (clen > size - (size >= 2 ? 2 : 0)) clen = size >= 2 ? size - 2 : 0;
+    char path[420];
+    snprintf(path, sizeof(path), "%s/adapter_config.json", dir);
+    FILE* f = fopen(path, "wb");
+    if (!f || (clen && fwrite(data + 2, 1, clen, f) != clen) || fclose(f) != 0) abort();
+    snprintf(path, sizeof(path), "%s/adapter_model.safetensors", dir);
+    size_t rest = size >= 2 ? size - 2 - clen : 0;
+    f = fopen(path, "wb");
+    if (!f || (rest && fwrite(data + 2 + clen, 1, rest, f) != rest) || fclose(f) != 0) abort();
+    LoraPeft lp;
+    memset(&lp, 0, sizeof(lp));
+    lora_peft_open(&lp, dir, &d.lora, &c, "tiny");
+    for (int k = 0; k < 2 * d.lora.nmods; k++) { // each module's A (every layer), then its B
+        const LoraModule* m = &d.lora.mods[k / 2];
+        int64_t n = (int64_t)c.L * (k % 2 ? m->rows * d.lora.r : d.lora.r * m->in);
+        float* v = (float*)malloc(sizeof(float) * (size_t)n);
+        lora_peft_fill(&lp, v, k % 2 ? m->logB : m->logA, n);
+        for (int64_t i = 0; i < n; i++) if (!isfinite(v[i])) abort(); // (non-finite values are refused at open)
+        free(v);
+    }
+    lora_peft_close(&lp);
+}
+
 // The harnesses, by name: this table drives the dispatch and the usage line.
 static const struct { const char* name; void (*fn)(const uint8_t*, size_t); } g_fuzz_harnesses[] = {
     {"model", fuzz_model}, {"shard", fuzz_shard}, {"state", fuzz_state}, {"tokenizer", fuzz_tokenizer},
     {"bpe", fuzz_bpe}, {"safetensors", fuzz_safetensors}, {"jsonl", fuzz_jsonl}, {"hfjson", fuzz_hfjson}, {"chat", fuzz_chat},
+    {"mask", fuzz_mask}, {"prompt", fuzz_prompt}, {"record", fuzz_record}, {"peft", fuzz_peft},
 };
 static void (*g_fuzz_fn)(const uint8_t*, size_t) = NULL;
 
