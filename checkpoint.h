@@ -1315,7 +1315,7 @@ static int ckpt_resume(Zero* z, const GPTConfig* c, const char* dir, int resume_
             char path[PATH_MAX];
             uint32_t crc;
             snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, step);
-            if (file_crc32c(path, &crc, &model_read) != 0) die_user("resume: cannot read %s: %s (DONE_%08d lists it)", path, strerror(errno), step);
+            if (file_crc32c(path, &crc, &model_read) != 0) die_user("resume: cannot read %s: %s (DONE_%08d lists it)", path, zt_strerror(errno), step);
             if (model_read != mk->model_bytes || crc != mk->model_crc)
                 die_user("resume: %s (%lld bytes, CRC32C %08x) is not the file DONE_%08d vouches for (%lld bytes, %08x): corrupt or from another run. HINT: -resume-step an older checkpoint",
                          path, (long long)model_read, crc, step, (long long)mk->model_bytes, mk->model_crc);

@@ -154,8 +154,9 @@ typedef struct {
 static inline int tokenize_shard_parts(const char* path, char* marker, size_t cap, char* split, size_t scap, int* index) {
     size_t n = strlen(path);
     if (n < 12 || strcmp(path + n - 4, ".bin")) return 0;
-    const char* u = path + n - 4 - 6; // the six digits
-    for (int k = 0; k < 6; k++) if (u[k] < '0' || u[k] > '9') return 0;
+    const char* u = path + n - 4; // the digits before ".bin": six or more (%06d)
+    while (u > path && u[-1] >= '0' && u[-1] <= '9') u--;
+    if (path + n - 4 - u < 6 || path + n - 4 - u > 9) return 0;
     if (u == path || u[-1] != '_') return 0;
     const char* sp = u - 1; // '_' before the digits; the split before it, then '_'
     const char* st = sp;
@@ -355,28 +356,30 @@ static inline int dataloader_init(DataLoader* dl, const char* pattern, int B, in
     }
     globfree(&g);
 
-    // --- -tokenize's shards: none of a run that did not finish; gaps in a prefix's numbering said
+    // --- -tokenize's shards: none of a run that did not finish; a gap in a prefix's numbering said.
+    // (glob sorts: a prefix and split's shards are neighbours, in number order; one pass)
+    char prev_marker[4200] = "", prev_split[8] = "";
+    int prev_idx = -1;
     for (int i = 0; i < dl->nshards; i++) {
-        char marker[4200], split[8], msplit[8], m2[4200];
-        int idx, count = 0, top = -1;
-        if (!tokenize_shard_parts(dl->shards[i].path, marker, sizeof(marker), split, sizeof(split), &idx)) continue;
-        struct stat mst;
-        if (stat(marker, &mst) == 0) {
-            int rc2 = dataloader_error(err, errlen, "shard %s: %s exists: a -tokenize into that prefix did not finish (killed, or still "
-                                       "running), so its shards are part of the corpus only. HINT: run the -tokenize again (it replaces "
-                                       "them), or remove %s if you know they are whole", dl->shards[i].path, marker, marker);
-            dataloader_free(dl);
-            return rc2;
-        }
-        for (int j = 0; j < dl->nshards; j++) { // this prefix and split's numbers
-            int k;
-            if (!tokenize_shard_parts(dl->shards[j].path, m2, sizeof(m2), msplit, sizeof(msplit), &k) || strcmp(m2, marker) || strcmp(msplit, split)) continue;
-            count++;
-            if (k > top) top = k;
-        }
-        if (count != top + 1 && !dl->note[0])
-            snprintf(dl->note, sizeof(dl->note), "'%s' matched %d %s shard(s) of %.*s numbered up to %06d: %d are missing (deleted, or "
-                     "not copied?)", pattern, count, split, (int)(strlen(marker) - 11), marker, top, top + 1 - count);
+        char marker[4200], split[8];
+        int idx;
+        if (!tokenize_shard_parts(dl->shards[i].path, marker, sizeof(marker), split, sizeof(split), &idx)) { prev_marker[0] = 0; continue; }
+        int same = !strcmp(marker, prev_marker) && !strcmp(split, prev_split);
+        if (!same) {
+            struct stat mst;
+            if (stat(marker, &mst) == 0) {
+                int rc2 = dataloader_error(err, errlen, "shard %s: %s exists: a -tokenize into that prefix did not finish (killed, or still "
+                                           "running), so its shards are part of the corpus only. HINT: run the -tokenize again (it replaces "
+                                           "them), or remove %s if you know they are whole", dl->shards[i].path, marker, marker);
+                dataloader_free(dl);
+                return rc2;
+            }
+        } else if (idx != prev_idx + 1 && !dl->note[0]) // (numbers may start anywhere: llm.c's FineWeb train shards start at 1)
+            snprintf(dl->note, sizeof(dl->note), "'%s' matched %s shards of %.*s numbered %06d and then %06d: %d missing between them "
+                     "(deleted, or not copied?)", pattern, split, (int)(strlen(marker) - 11), marker, prev_idx, idx, idx - prev_idx - 1);
+        snprintf(prev_marker, sizeof(prev_marker), "%s", marker);
+        snprintf(prev_split, sizeof(prev_split), "%s", split);
+        prev_idx = idx;
     }
 
     // --- check every shard, then number the samples across shards

@@ -107,29 +107,50 @@ static inline int zt_fsync_dir(const char* dir) {
     return rc;
 }
 
-// The leftovers of interrupted exports in dir (NAME.tmp.PID and NAME.replaced.PID of a process
-// that no longer runs, NAME starting with one of the export's prefixes: nothing else of the
-// directory is touched) removed; returns how many (the caller says so).
-static inline int zt_export_leftovers(const char* dir, const char* const* prefixes, int nprefixes) {
-    DIR* d = opendir(dir);
-    if (!d) return 0;
-    int n = 0;
-    struct dirent* e;
-    while ((e = readdir(d))) {
-        const char* t = strstr(e->d_name, ".tmp.");
-        const char* r = strstr(e->d_name, ".replaced.");
-        const char* pid_text = r ? r + 10 : t ? t + 5 : NULL;
-        if (!pid_text || !*pid_text || strspn(pid_text, "0123456789") != strlen(pid_text)) continue;
-        int ours = 0;
-        for (int q = 0; q < nprefixes; q++) ours |= !strncmp(e->d_name, prefixes[q], strlen(prefixes[q]));
-        if (!ours) continue;
-        long pid = atol(pid_text);
-        if (pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; // (a live writer's)
-        char p[4096 + 260];
-        snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
-        if (unlink(p) == 0) n++;
+// What interrupted exports left in dir, set right before a new export (names starting with one of
+// the export's prefixes, of a process that no longer runs; nothing else of the directory is
+// touched): NAME.tmp.PID removed; and when the key file is missing but KEY.replaced.PID exists (a
+// commit killed between its steps 1 and 3), the earlier export restored first: each NAME.replaced.PID
+// renamed back over NAME (the new file there, if any, removed), the key file last. Otherwise
+// NAME.replaced.PID is what a finished commit did not get to remove: removed. Returns the number of
+// files removed or restored; *restored (may be NULL) says whether the earlier export came back.
+static inline int zt_export_leftovers(const char* dir, const char* const* prefixes, int nprefixes, const char* key, int* restored) {
+    int n = 0, cut = 0;
+    if (restored) *restored = 0;
+    char kpath[4096 + 64];
+    snprintf(kpath, sizeof(kpath), "%s/%s", dir, key ? key : "");
+    struct stat kst;
+    int key_missing = key && lstat(kpath, &kst) != 0;
+    for (int pass = 0; pass < 3; pass++) { // 0: *.tmp.*, and is there a cut commit?  1: the others back  2: the key back (or garbage out)
+        DIR* d = opendir(dir);
+        if (!d) return n;
+        struct dirent* e;
+        while ((e = readdir(d))) {
+            const char* t = strstr(e->d_name, ".tmp.");
+            const char* r = strstr(e->d_name, ".replaced.");
+            const char* pid_text = r ? r + 10 : t ? t + 5 : NULL;
+            if (!pid_text || !*pid_text || strspn(pid_text, "0123456789") != strlen(pid_text)) continue;
+            int ours = 0;
+            for (int q = 0; q < nprefixes; q++) ours |= !strncmp(e->d_name, prefixes[q], strlen(prefixes[q]));
+            if (!ours) continue;
+            long pid = atol(pid_text);
+            if (pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; // (a live writer's)
+            char p[4096 + 260], name[4096 + 260];
+            snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+            if (!r) { if (pass == 0 && unlink(p) == 0) n++; continue; }
+            int is_key = key && (size_t)(r - e->d_name) == strlen(key) && !strncmp(e->d_name, key, strlen(key));
+            if (pass == 0) { cut |= is_key && key_missing; continue; }
+            if (!cut) { if (pass == 2 && unlink(p) == 0) n++; continue; } // a finished commit's leftover
+            if (is_key != (pass == 2)) continue; // the key file last
+            snprintf(name, sizeof(name), "%s/%.*s", dir, (int)(r - e->d_name), e->d_name);
+            unlink(name); // (the new file the cut commit put there, if any)
+            if (rename(p, name) == 0) n++;
+            if (is_key && restored) *restored = 1;
+        }
+        closedir(d);
+        if (pass == 1 && cut) zt_fsync_dir(dir); // every other file back on disk before the key file
     }
-    closedir(d);
+    if (cut) zt_fsync_dir(dir);
     return n;
 }
 
@@ -181,15 +202,31 @@ static inline int zt_commit_export(const char* dir, const ZtCommitFile* files, i
             if (zt_fsync_dir(dir) != 0) { snprintf(err, errlen, "fsync of %s failed: %s", dir, strerror(errno)); fail = 1; }
         }
     }
-    if (fail) { // undo, in reverse: the new files out, the old ones back, the key file last
-        for (int s = done; s >= 0; s--) {
+    if (fail) { // undo, in reverse: the new files out, the old ones back, the key file last, and only
+                // when everything else came back (else the directory stays without it: refused, not mixed)
+        int undone = 1;
+        for (int s = done; s >= 1; s--) {
             if (s >= total) continue;
-            int k = s == 0 ? n - 1 : s < n ? s - 1 : s;
+            int k = s < n ? s - 1 : s;
             const char* path = k < n ? files[k].path : stale[k - n];
-            if (k < n && in[k]) unlink(path);
-            if (aside[k][0]) rename(aside[k], path);
+            if (k < n && in[k] && unlink(path) != 0 && errno != ENOENT) undone = 0;
+            if (aside[k][0] && rename(aside[k], path) != 0) undone = 0;
+            else aside[k][0] = 0;
+        }
+        if (zt_fsync_dir(dir) != 0) undone = 0;
+        int key = n - 1;
+        if (undone) {
+            if (in[key] && unlink(files[key].path) != 0 && errno != ENOENT) undone = 0;
+            if (undone && aside[key][0] && rename(aside[key], files[key].path) != 0) undone = 0;
+            else if (undone) aside[key][0] = 0;
         }
         zt_fsync_dir(dir);
+        if (!undone) {
+            size_t l = strlen(err);
+            snprintf(err + l, errlen > l ? errlen - l : 0, "; undoing it failed too: the directory is left without %s (refused by "
+                     "every loader; the earlier export's files are the *.replaced.%d files)", files[key].path, (int)getpid());
+            for (int k = 0; k < total; k++) aside[k][0] = 0; // (kept: they are all that is left of it)
+        }
     }
     for (int k = 0; k < n; k++) if (!in[k]) unlink(files[k].tmp);
     if (!fail) for (int k = 0; k < total; k++) if (aside[k][0]) unlink(aside[k]);

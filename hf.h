@@ -967,7 +967,8 @@ typedef struct {
     int64_t* off;         // (nrows * L) its byte offset in that shard's data
     char* done;           // (nrows * L)
     int64_t total;        // bytes of tensor data (the index's metadata.total_size)
-    int leftovers;        // files of interrupted exports removed when the writer opened (said by the caller)
+    int leftovers;        // files of interrupted exports removed or restored when the writer opened (said by the caller)
+    int restored;         // 1: a commit had been cut: the earlier export was restored first (fileio.h)
 } HFWriter;
 
 static int hf_write_all(int fd, const void* buf, size_t n, off_t at) {
@@ -1005,7 +1006,7 @@ static int hf_writer_open(HFWriter* w, const char* dir, const HFConfig* c, StDty
     snprintf(w->dir, sizeof(w->dir), "%s", dir);
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) return st_err(err, errlen, "%s: cannot create the directory: %s", dir, strerror(errno));
     static const char* const ours[] = {"model", "config.json"}; // an interrupted export's files (fileio.h)
-    w->leftovers = zt_export_leftovers(dir, ours, 2);
+    w->leftovers = zt_export_leftovers(dir, ours, 2, "config.json", &w->restored);
     w->nrows = hf_rows(c, w->rows);
     int S = w->nrows * c->L, es = st_esize(dtype);
     w->file_of = (int*)calloc((size_t)S, sizeof(int));
@@ -1194,12 +1195,13 @@ static int hf_close_fd(int fd, const char* tmp, char* err, size_t errlen) {
 // The weights of an earlier export in the other layout (model.safetensors beside a new index, or an
 // old index and shards beside a new single file, or shards of another count) would be read instead
 // of, or mixed with, the new ones: their paths, for zt_commit_export to move aside. malloc'd strings.
+#define HF_MAX_STALE 100000 // (5 GB shards: half an exabyte of an earlier export's weights)
 static int hf_stale_paths(const HFWriter* w, char** out, int cap) {
     int n = 0;
     char p[PATH_MAX + 260]; // the directory, '/', a d_name (255 at most)
     snprintf(p, sizeof(p), "%s/%s", w->dir, w->nfiles == 1 ? "model.safetensors.index.json" : "model.safetensors");
     struct stat st;
-    if (lstat(p, &st) == 0 && n < cap) out[n++] = strdup(p);
+    if (lstat(p, &st) == 0 && n < cap && (out[n] = strdup(p)) != NULL) n++;
     DIR* d = opendir(w->dir);
     if (!d) return n;
     struct dirent* e;
@@ -1208,7 +1210,7 @@ static int hf_stale_paths(const HFWriter* w, char** out, int cap) {
         if (sscanf(e->d_name, "model-%5d-of-%5d.safetensors%n", &a, &b, &used) != 2 || e->d_name[used] != 0 || strlen(e->d_name) != 32) continue;
         if (w->nfiles > 1 && b == w->nfiles) continue; // one of ours: replaced as a file of the set
         snprintf(p, sizeof(p), "%s/%s", w->dir, e->d_name);
-        out[n++] = strdup(p);
+        if ((out[n] = strdup(p)) != NULL) n++; // (out of memory: not moved aside; loaders prefer the new set's names anyway)
     }
     closedir(d);
     return n;
@@ -1261,16 +1263,20 @@ static int hf_writer_commit(HFWriter* w, char* err, size_t errlen) {
     }
     if (rc == 0) { // the set: the shards, the index, config.json last (the key)
         ZtCommitFile* files = (ZtCommitFile*)calloc((size_t)w->nfiles + 2, sizeof(ZtCommitFile));
-        char* stale[64];
-        int nf = 0, ns = hf_stale_paths(w, stale, 64);
-        for (int f = 0; f < w->nfiles; f++) files[nf++] = (ZtCommitFile){w->tmp[f], w->path[f]};
-        if (w->nfiles > 1) files[nf++] = (ZtCommitFile){itmp, ipath};
-        files[nf++] = (ZtCommitFile){ctmp, cpath};
-        rc = zt_commit_export(w->dir, files, nf, (const char* const*)stale, ns, err, errlen);
+        char** stale = (char**)calloc(HF_MAX_STALE, sizeof(char*));
+        int nf = 0, ns = files && stale ? hf_stale_paths(w, stale, HF_MAX_STALE) : 0;
+        if (!files || !stale) rc = st_err(err, errlen, "out of host memory (an export's %d files)", w->nfiles);
+        else {
+            for (int f = 0; f < w->nfiles; f++) files[nf++] = (ZtCommitFile){w->tmp[f], w->path[f]};
+            if (w->nfiles > 1) files[nf++] = (ZtCommitFile){itmp, ipath};
+            files[nf++] = (ZtCommitFile){ctmp, cpath};
+            rc = zt_commit_export(w->dir, files, nf, (const char* const*)stale, ns, err, errlen);
+            for (int f = 0; f < w->nfiles; f++) w->tmp[f][0] = 0; // (committed or removed by the commit)
+            ctmp[0] = itmp[0] = 0;
+        }
         for (int k = 0; k < ns; k++) free(stale[k]);
+        free(stale);
         free(files);
-        for (int f = 0; f < w->nfiles; f++) w->tmp[f][0] = 0; // (committed or removed by the commit)
-        ctmp[0] = itmp[0] = 0;
     }
     if (rc) { // before the commit: what was written goes
         for (int f = 0; f < w->nfiles; f++) if (w->tmp[f][0]) unlink(w->tmp[f]);

@@ -337,8 +337,9 @@ static int lora_write_peft(const LoraDesc* d, const GPTConfig* c, const float* b
                            char* err, size_t errlen) {
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) { snprintf(err, errlen, "cannot create %.512s: %s", dir, strerror(errno)); return -1; }
     static const char* const ours[] = {"adapter_"}; // an interrupted export's files (fileio.h)
-    int left = zt_export_leftovers(dir, ours, 1);
-    if (left) printf("-lora-export %s: removed %d file(s) an interrupted export left (*.tmp.PID, *.replaced.PID)\n", dir, left);
+    int restored = 0, left = zt_export_leftovers(dir, ours, 1, "adapter_config.json", &restored);
+    if (left) printf("-lora-export %s: %s %d file(s) an interrupted export left (*.tmp.PID, *.replaced.PID)\n", dir,
+                     restored ? "the earlier adapter restored first (its commit had been cut) from" : "removed", left);
     int n = 2 * d->nmods * c->L;
     StSpec* sp = (StSpec*)calloc((size_t)n, sizeof(StSpec));
     int64_t* src = (int64_t*)malloc(sizeof(int64_t) * (size_t)n);

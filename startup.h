@@ -748,7 +748,7 @@ static void tokenize_begin(const char* prefix) {
     const char* slash = strrchr(prefix, '/');
     snprintf(base, sizeof(base), "%s_", slash ? slash + 1 : prefix);
     const char* prefixes[1] = {base};
-    int left = zt_export_leftovers(dir, prefixes, 1);
+    int left = zt_export_leftovers(dir, prefixes, 1, NULL, NULL);
     if (left) printf("-tokenize: removed %d temporary file(s) a killed -tokenize into %s left\n", left, prefix);
     snprintf(marker, sizeof(marker), "%s.tokenizing", prefix);
     FILE* m = fopen(marker, "w");
@@ -757,7 +757,7 @@ static void tokenize_begin(const char* prefix) {
         die_user("-tokenize: cannot write %s: %s", marker, strerror(errno));
     zt_fsync_dir(dir);
 }
-static void tokenize_end(const char* prefix, const int shards[2]) {
+static void tokenize_end(const char* prefix, const int shards[2], int masks) {
     char dir[PATH_MAX], marker[PATH_MAX + 16], path[PATH_MAX + 300], mask[PATH_MAX + 320];
     output_parent(prefix, dir, sizeof(dir));
     int stale = 0; // an earlier -tokenize into the prefix wrote more shards: those past ours would mix two corpora
@@ -769,13 +769,17 @@ static void tokenize_end(const char* prefix, const int shards[2]) {
         int idx;
         if (strchr(prefix, '/')) snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
         else snprintf(path, sizeof(path), "%s", e->d_name);
-        if (!tokenize_shard_parts(path, m2, sizeof(m2), split, sizeof(split), &idx) || strcmp(m2, marker) || idx < shards[!strcmp(split, "val")]) continue;
+        if (!tokenize_shard_parts(path, m2, sizeof(m2), split, sizeof(split), &idx) || strcmp(m2, marker)) continue;
         snprintf(mask, sizeof(mask), "%s.mask", path);
+        if (idx < shards[!strcmp(split, "val")]) { // one of ours: a mask beside it that this run did not write is an earlier run's
+            if (!masks && unlink(mask) == 0) stale++;
+            continue;
+        }
         unlink(mask);
         if (unlink(path) == 0) stale++;
     }
     if (dd) closedir(dd);
-    if (stale) printf("-tokenize: removed %d shard(s) an earlier -tokenize into %s left past this one's (they would mix two corpora)\n", stale, prefix);
+    if (stale) printf("-tokenize: removed %d shard(s) or mask(s) an earlier -tokenize into %s left (they would mix two corpora)\n", stale, prefix);
     zt_fsync_dir(dir); // every shard's name on disk before the marker goes
     snprintf(marker, sizeof(marker), "%s.tokenizing", prefix);
     if (unlink(marker) != 0) die(1, "-tokenize: cannot remove %s: %s", marker, strerror(errno));
@@ -805,7 +809,7 @@ static void run_tokenize(const Flags* f) {
                f->tokenize, wall_s() - t0, f->T, (long long)ps.examples[0], (long long)ps.tokens[0], (long long)ps.counted[0], ps.shards[0],
                (long long)ps.examples[1], (long long)ps.tokens[1], (long long)ps.counted[1], ps.shards[1], (long long)ps.cut,
                ps.chat_template[0] ? "conversation(s) cut by whole turns at the start" : "prompt(s) cut at the start", f->out_dir);
-        tokenize_end(f->out_dir, ps.shards);
+        tokenize_end(f->out_dir, ps.shards, 1);
         if (ps.chat_template[0]) printf("chat template: %s%s%s\n", ps.chat_template, ps.chat_date[0] ? ", date line " : "", ps.chat_date);
         if (f->chat_date[0] && !ps.chat_date[0])
             printf("note: -chat-date %s changed nothing: %s\n", f->chat_date, ps.chat_template[0] ? "this chat template writes no date" : "the file holds no conversations");
@@ -815,7 +819,7 @@ static void run_tokenize(const Flags* f) {
     TokenizeStats st;
     if (tokenize_file_to_shards_ex(&tok, f->tokenize, f->out_dir, f->val_every_doc, f->shard_tokens, TOKENIZE_CHUNK_BYTES, &st, err, sizeof(err)))
         die_user("-tokenize: %s", err);
-    tokenize_end(f->out_dir, st.shards);
+    tokenize_end(f->out_dir, st.shards, 0);
     printf("tokenized %s (%lld bytes) in %.2f s: train %lld documents, %lld tokens in %d shard(s); val %lld documents, %lld tokens in %d shard(s); prefix %s; "
            "%lld of %lld documents encoded in parallel batches on %d thread(s), the others streamed on one\n",
            f->tokenize, (long long)st.bytes, wall_s() - t0, (long long)st.documents[0], (long long)st.tokens[0], st.shards[0],

@@ -787,7 +787,9 @@ static int write_hf_checkpoint(Model* m, const HFConfig* hc, const char* dir, St
     int ok = 1, A = z->lay.adapter;
     if (g_rank == 0) {
         if (hf_writer_open(&w, dir, hc, dtype, err, sizeof(err))) ok = 0;
-        else if (w.leftovers) printf("-export-hf %s: removed %d file(s) an interrupted export left (*.tmp.PID, *.replaced.PID)\n", dir, w.leftovers);
+        else if (w.leftovers)
+            printf("-export-hf %s: %s %d file(s) an interrupted export left (*.tmp.PID, *.replaced.PID)\n", dir,
+                   w.restored ? "the earlier export restored first (its commit had been cut) from" : "removed", w.leftovers);
     }
     size_t maxP = 0;
     for (int b = 0; b < z->lay.nblocks; b++) maxP = (size_t)z->lay.P[b] > maxP ? (size_t)z->lay.P[b] : maxP;
@@ -829,7 +831,7 @@ static void lora_base_record(Trainer* tr, const GPTConfig* c) {
     if (bytes > 0) printf0("checksumming the LoRA base %s (%s) for the checkpoints' record ...\n", f->model, fmt_bytes((double)bytes).s);
     double saved = io_wait_begin_for(tr, (double)bytes);
     if (tr->r == 0 && ckpt_base_identity(f->model, id, sizeof(id)) != 0)
-        snprintf(id, sizeof(id), "error %.120s", strerror(errno));
+        snprintf(id, sizeof(id), "error %.120s", zt_strerror(errno));
     comm_broadcast(&tr->comm, id, sizeof(id), 0);
     io_wait_end(tr, saved);
     if (!strncmp(id, "error ", 6)) die_user("-e %s: cannot read the LoRA base for its checksum: %s", f->model, id + 6);
@@ -1215,15 +1217,27 @@ static void take_run_record(Trainer* tr) {
 // finishes that step, writes a checkpoint (with -o) and ends with ZT_EXIT_STOPPED. A second signal
 // ends the process at once (the signal's default action); the checkpoint protocol never leaves a
 // half-written checkpoint that a resume would take.
+// The handlers are armed only while the training loop runs (stop_signals_arm): before it (loading,
+// -tokenize, -tune) and after it (the export) a signal has its default effect, ending the process at
+// once. A signal within a second of the first counts as the same one: Ctrl-C under dev/launch.sh
+// reaches every rank twice, from the terminal and passed on by the script.
 static volatile sig_atomic_t g_stop_signal = 0;
+static struct timespec g_stop_t0;
 static void on_stop_signal(int sig) {
-    if (g_stop_signal) { signal(sig, SIG_DFL); raise(sig); return; } // the second: at once (delivered when the handler returns)
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now); // (async-signal-safe)
+    if (g_stop_signal) {
+        double dt = (double)(now.tv_sec - g_stop_t0.tv_sec) + 1e-9 * (double)(now.tv_nsec - g_stop_t0.tv_nsec);
+        if (dt < 1.0) return;                    // the same stop, heard twice
+        signal(sig, SIG_DFL); raise(sig); return; // the second: at once (delivered when the handler returns)
+    }
+    g_stop_t0 = now;
     g_stop_signal = sig;
 }
-static void stop_signals_install(void) {
+static void stop_signals_arm(int on) {
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_stop_signal;
+    sa.sa_handler = on ? on_stop_signal : SIG_DFL;
     sa.sa_flags = SA_RESTART; // a read or write in progress goes on
     sigemptyset(&sa.sa_mask);
     const int sigs[3] = {SIGUSR1, SIGINT, SIGTERM};
@@ -1250,7 +1264,6 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     memset(tr, 0, sizeof(*tr));
     Flags* f = &tr->f;
     comm_init(&tr->comm, &argc, &argv, &tr->launch);
-    stop_signals_install(); // (after MPI's initialisation: ours, not the library's)
     tr->R = tr->comm.R;
     tr->r = tr->comm.r;
     flags_parse(f, argc, argv);
@@ -1637,11 +1650,12 @@ static int diverged(Trainer* tr) {
 }
 
 // The training loop. Returns the exit code (the same on every rank).
-static int train_loop(Trainer* tr) {
+static int train_loop_run(Trainer* tr) {
     const Flags* f = &tr->f;
     int start = tr->step, failed_ckpts = 0;
     tr->start_step = start;
     int stop = 0;
+    stop_signals_arm(1); // (disarmed again below: outside the loop a signal ends the process at once)
     for (;;) {
         int step = tr->step, last = step >= tr->max_steps;
         tr->comm.step = step; // collectives' messages name the step being evaluated, saved or trained
@@ -1688,6 +1702,13 @@ static int train_loop(Trainer* tr) {
         return failed_ckpts ? ZT_EXIT_RUNTIME : ZT_EXIT_STOPPED;
     }
     return failed_ckpts ? ZT_EXIT_RUNTIME : ZT_EXIT_OK;
+}
+
+// The loop with the stop signals armed for its duration only.
+static int train_loop(Trainer* tr) {
+    int rc = train_loop_run(tr);
+    stop_signals_arm(0);
+    return rc;
 }
 
 static void trainer_free(Trainer* tr) {

@@ -1162,6 +1162,7 @@ static void rdv_listen(Comm* c, int port, double timeout_s, double dl) {
     int refused = 0; // connections closed for want of the job's token
     // accepted connections that have not said who they are yet, with their addresses
     int pend_fd[ZT_MAX_RANKS + 1], npend = 0, arrived = 0;
+    double pend_t[ZT_MAX_RANKS + 1]; // when each connected (one that says nothing for 10 s is closed: strangers cannot fill the table)
     char pend_addr[ZT_MAX_RANKS + 1][96]; // (host 64, " port ", serv 16)
     char addrs[ZT_MAX_RANKS][96];
     while (arrived < c->R - 1) {
@@ -1176,6 +1177,15 @@ static void rdv_listen(Comm* c, int port, double timeout_s, double dl) {
                 what, nm > 1 ? "s" : "", missing, nm > 8 ? ", ..." : "", timeout_s, arrived + 1, c->R,
                 refused ? "; connections without this job's token were refused: see above" : "");
         }
+        for (int i = npend - 1; i >= 0; i--) // silent connections go (a rank says HELLO as soon as it connects)
+            if (wall_s() - pend_t[i] > 10.0) {
+                printf("%s: closed a connection from %s: it said nothing for 10 s\n", what, pend_addr[i]);
+                close(pend_fd[i]);
+                pend_fd[i] = pend_fd[npend - 1];
+                pend_t[i] = pend_t[npend - 1];
+                memcpy(pend_addr[i], pend_addr[npend - 1], sizeof(pend_addr[i]));
+                npend--;
+            }
         struct pollfd pf[ZT_MAX_RANKS + 2];
         pf[0].fd = lfd; pf[0].events = POLLIN; pf[0].revents = 0;
         for (int i = 0; i < npend; i++) { pf[1 + i].fd = pend_fd[i]; pf[1 + i].events = POLLIN; pf[1 + i].revents = 0; }
@@ -1199,6 +1209,7 @@ static void rdv_listen(Comm* c, int port, double timeout_s, double dl) {
                     close(fd);
                     refused++;
                     pend_fd[i] = pend_fd[npend - 1];
+                    pend_t[i] = pend_t[npend - 1];
                     memcpy(pend_addr[i], pend_addr[npend - 1], sizeof(pend_addr[i]));
                     npend--;
                     continue;
@@ -1221,10 +1232,14 @@ static void rdv_listen(Comm* c, int port, double timeout_s, double dl) {
             snprintf(addrs[h.rank], sizeof(addrs[h.rank]), "%s", pend_addr[i]);
             arrived++;
             pend_fd[i] = pend_fd[npend - 1];
+            pend_t[i] = pend_t[npend - 1];
             memcpy(pend_addr[i], pend_addr[npend - 1], sizeof(pend_addr[i]));
             npend--;
         }
-        if (pf[0].revents && npend <= ZT_MAX_RANKS) {
+        if (pf[0].revents && npend > ZT_MAX_RANKS) { // the table is full of connections still silent: this one goes at once
+            int fd = accept(lfd, NULL, NULL);
+            if (fd >= 0) close(fd);
+        } else if (pf[0].revents) {
             struct sockaddr_storage from;
             socklen_t fl = sizeof(from);
             int fd = accept(lfd, (struct sockaddr*)&from, &fl);
@@ -1233,6 +1248,7 @@ static void rdv_listen(Comm* c, int port, double timeout_s, double dl) {
             char host[64] = "?", serv[16] = "?";
             getnameinfo((struct sockaddr*)&from, fl, host, sizeof(host), serv, sizeof(serv), NI_NUMERICHOST | NI_NUMERICSERV);
             snprintf(pend_addr[npend], sizeof(pend_addr[npend]), "%s port %s", strncmp(host, "::ffff:", 7) ? host : host + 7, serv);
+            pend_t[npend] = wall_s();
             pend_fd[npend++] = fd;
         }
     }

@@ -38,8 +38,8 @@ for ((r = 0; r < N; r++)); do
     RANK=$r LOCAL_RANK=$r "$@" &
     pids+=($!)
 done
-# a stop signal goes on to every rank (a background job of a script ignores SIGINT, and the rank
-# processes are not in a terminal's foreground group: they hear only what this script passes on)
+# a stop signal goes on to every rank (signalled alone, this script is all that hears it; Ctrl-C in a
+# terminal reaches the ranks too, and a rank counts the two, a moment apart, as one stop)
 for sig in INT TERM USR1; do trap "kill -s $sig \${pids[@]} 2>/dev/null" $sig; done
 
 # wait for every rank, in the order they end; remember the first that failed
