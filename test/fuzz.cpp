@@ -31,6 +31,8 @@
 //                                                 each prompt encoded
 //   test/fuzz record ...                          a checkpoint's DONE / LATEST: marker_read, the run
 //                                                 record taken as a resume takes it, the -tune line
+//   test/fuzz rdv    ...                          the rendezvous's frames rank 0 reads from rank 1 in a
+//                                                 host collective (a socket pair): rdv_allgather
 //   test/fuzz peft   ...                          a PEFT adapter (2-byte config length, adapter_config.json,
 //                                                 adapter_model.safetensors): lora_peft_open + fill
 //
@@ -543,11 +545,47 @@ static void fuzz_peft(const uint8_t* data, size_t size) {
     lora_peft_close(&lp);
 }
 
+// The rendezvous's frames (zero.h), as rank 0 reads them from rank 1 in a host collective (an
+// 8-byte all-gather, #1, world of 2) over a socket pair: the input is everything rank 1 sends.
+// rdv_allgather ends the rank (refused: garbage, a wrong frame, an ABORT with its code capped and
+// its text escaped, a closed connection), or it returns with rank 1's 8 bytes in place.
+static void fuzz_rdv(const uint8_t* data, size_t size) {
+    int sp[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sp) != 0) abort();
+    int big = 1 << 20;
+    setsockopt(sp[1], SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
+    if (size && send(sp[1], data, size, MSG_NOSIGNAL) != (ssize_t)size) abort(); // (inputs are at most 16 KiB)
+    shutdown(sp[1], SHUT_WR);
+    fcntl(sp[0], F_SETFL, fcntl(sp[0], F_GETFL) | O_NONBLOCK);
+    static Comm c;
+    memset(&c, 0, sizeof(c));
+    c.R = 2; c.r = 0; c.rdv = 1; c.timeout_s = 0.2;
+    c.rdv_fd[0] = -1; c.rdv_fd[1] = sp[0];
+    pthread_mutex_init(&c.rdv_mu, NULL);
+    snprintf(c.rdv_where, sizeof(c.rdv_where), "127.0.0.1:29500");
+    uint64_t mine = 0x1122334455667788ull, all[2] = {0, 0};
+    FILE* keep = stdout;
+    stdout = fopen("/dev/null", "w");
+    int jumped = setjmp(g_fuzz_jmp); // (a refusal ends here: close the pair)
+    if (!jumped) rdv_allgather(&c, &mine, all, 8, "fuzz");
+    fclose(stdout);
+    stdout = keep;
+    close(sp[0]);
+    close(sp[1]);
+    pthread_mutex_destroy(&c.rdv_mu);
+    if (jumped) return;
+    if (all[0] != mine) abort();
+    RdvHdr h;
+    if (size < sizeof(h) + 8) abort(); // accepted: a whole DATA frame with its payload came first
+    memcpy(&h, data, sizeof(h));
+    if (h.kind != RDV_DATA || h.rank != 1 || h.seq != 1 || h.bytes != 8 || memcmp(&all[1], data + sizeof(h), 8)) abort();
+}
+
 // The harnesses, by name: this table drives the dispatch and the usage line.
 static const struct { const char* name; void (*fn)(const uint8_t*, size_t); } g_fuzz_harnesses[] = {
     {"model", fuzz_model}, {"shard", fuzz_shard}, {"state", fuzz_state}, {"tokenizer", fuzz_tokenizer},
     {"bpe", fuzz_bpe}, {"safetensors", fuzz_safetensors}, {"jsonl", fuzz_jsonl}, {"hfjson", fuzz_hfjson}, {"chat", fuzz_chat},
-    {"mask", fuzz_mask}, {"prompt", fuzz_prompt}, {"record", fuzz_record}, {"peft", fuzz_peft},
+    {"mask", fuzz_mask}, {"prompt", fuzz_prompt}, {"record", fuzz_record}, {"peft", fuzz_peft}, {"rdv", fuzz_rdv},
 };
 static void (*g_fuzz_fn)(const uint8_t*, size_t) = NULL;
 
