@@ -207,7 +207,7 @@ test/fuzz: $(SOURCES) test/fuzz.cpp
 	$(CLANGXX) $(FUZZ_FLAGS) test/fuzz.cpp -o $@
 FUZZ_SECONDS ?= 60
 fuzz: test/fuzz
-	for h in model shard state tokenizer bpe safetensors jsonl hfjson chat mask prompt record peft rdv; do mkdir -p build/fuzz/$$h; \
+	for h in model shard state tokenizer bpe safetensors jsonl hfjson chat mask prompt record peft rdv chatcfg; do mkdir -p build/fuzz/$$h; \
 	  ASAN_OPTIONS=detect_leaks=0 test/fuzz $$h -max_total_time=$(FUZZ_SECONDS) -max_len=16384 -print_final_stats=1 \
 	    build/fuzz/$$h test/fuzz_corpus/$$h > build/fuzz/$$h.log 2>&1; rc=$$?; \
 	  echo "$$h: $$(grep -E 'stat::number_of_executed_units' build/fuzz/$$h.log)"; \

@@ -33,6 +33,9 @@
 //                                                 record taken as a resume takes it, the -tune line
 //   test/fuzz rdv    ...                          the rendezvous's frames rank 0 reads from rank 1 in a
 //                                                 host collective (a socket pair): rdv_allgather
+//   test/fuzz chatcfg ...                         where conversations find the chat template: the input
+//                                                 as chat_template.jinja or tokenizer_config.json
+//                                                 (first byte), beside a fixed tokenizer.json: chat_init
 //   test/fuzz peft   ...                          a PEFT adapter (2-byte config length, adapter_config.json,
 //                                                 adapter_model.safetensors): lora_peft_open + fill
 //
@@ -581,11 +584,44 @@ static void fuzz_rdv(const uint8_t* data, size_t size) {
     if (h.kind != RDV_DATA || h.rank != 1 || h.seq != 1 || h.bytes != 8 || memcmp(&all[1], data + sizeof(h), 8)) abort();
 }
 
+// How conversations find the model's chat template (chat_init): beside a fixed tokenizer.json, the
+// input after its first byte is chat_template.jinja (bit 0 set) or tokenizer_config.json (clear),
+// and bit 1 adds a special_tokens_map.json naming the BOS. chat_init refuses (naming the file), or
+// it knows the template and its end-of-turn token is one of the vocabulary's.
+static void fuzz_chatcfg(const uint8_t* data, size_t size) {
+    static Tokenizer tok;
+    static int ready = 0;
+    static char dir[400];
+    char err[2048], path[600];
+    if (!ready) {
+        snprintf(dir, sizeof(dir), "%s", fuzz_chat_tokenizer("llama3.1"));
+        if (tokenizer_init(&tok, dir, err, sizeof(err))) { fprintf(stderr, "fuzz chatcfg: %s\n", err); exit(1); }
+        ready = 1;
+    }
+    int mode = size ? data[0] : 0;
+    const uint8_t* body = size ? data + 1 : data;
+    size_t n = size ? size - 1 : 0;
+    snprintf(path, sizeof(path), "%s/chat_template.jinja", dir);
+    unlink(path);
+    if (!(mode & 1)) snprintf(path, sizeof(path), "%s/tokenizer_config.json", dir);
+    FILE* f = fopen(path, "wb");
+    if (!f || (n && fwrite(body, 1, n, f) != n) || fclose(f) != 0) abort();
+    snprintf(path, sizeof(path), "%s/special_tokens_map.json", dir);
+    unlink(path);
+    if (mode & 2) {
+        f = fopen(path, "wb");
+        if (!f || fputs("{\"bos_token\": \"<|begin_of_text|>\"}", f) < 0 || fclose(f) != 0) abort();
+    }
+    Chat c;
+    if (chat_init(&c, &tok, "", err, sizeof(err))) return;
+    if (!c.t || c.end_of_turn < 0 || (uint32_t)c.end_of_turn >= tok.vocab_size) abort();
+}
+
 // The harnesses, by name: this table drives the dispatch and the usage line.
 static const struct { const char* name; void (*fn)(const uint8_t*, size_t); } g_fuzz_harnesses[] = {
     {"model", fuzz_model}, {"shard", fuzz_shard}, {"state", fuzz_state}, {"tokenizer", fuzz_tokenizer},
     {"bpe", fuzz_bpe}, {"safetensors", fuzz_safetensors}, {"jsonl", fuzz_jsonl}, {"hfjson", fuzz_hfjson}, {"chat", fuzz_chat},
-    {"mask", fuzz_mask}, {"prompt", fuzz_prompt}, {"record", fuzz_record}, {"peft", fuzz_peft}, {"rdv", fuzz_rdv},
+    {"mask", fuzz_mask}, {"prompt", fuzz_prompt}, {"record", fuzz_record}, {"peft", fuzz_peft}, {"rdv", fuzz_rdv}, {"chatcfg", fuzz_chatcfg},
 };
 static void (*g_fuzz_fn)(const uint8_t*, size_t) = NULL;
 
