@@ -69,7 +69,7 @@
 // defines: DataLoader, DataShard, dataloader_init, dataloader_load, dataloader_total_tokens,
 //          dataloader_count_targets, dataloader_free, dataloader_segments, write_token_shard,
 //          write_token_shard32, write_token_shard_width, dataloader_shard_token, MASK_MAGIC,
-//          tokenize_shard_parts, tokenize_fault_after_shard,
+//          tokenize_shard_parts, tokenize_fault_after_shard, tokenize_file_hash, tokenize_record_read,
 //          MASK_VERSION, MASK_COUNTS, MASK_STARTS
 //
 // May call: rng.h, fileio.h and the C library. Knows nothing of ranks, the model or the trainer.
@@ -121,6 +121,8 @@ typedef struct {
     int mask_fd;            // PATH.mask, open for the loader's lifetime (-1: no mask file); read with pread
     int mask_version;       // its version: 1 (no example starts) or 2 (bit 1: example starts); 0: no mask
     int64_t mask_counted;   // targets that count in this shard's samples (mask ones at 1 .. nsamples*T)
+    uint64_t hash;          // fnv1a of the whole file, checked against -tokenize's record (PREFIX.shards) when there is one
+    int64_t bytes;          // the file's size
 } DataShard;
 
 typedef struct {
@@ -169,6 +171,7 @@ static inline int tokenize_shard_parts(const char* path, char* marker, size_t ca
     return 1;
 }
 
+
 // Unmap and free everything; safe on a zeroed, half-built or already freed loader.
 static inline void dataloader_free(DataLoader* dl) {
     for (int i = 0; dl->shards && i < dl->nshards; i++) {
@@ -198,6 +201,67 @@ static inline int dataloader_error(char* err, size_t errlen, const char* fmt, ..
         va_end(ap);
     }
     return -1;
+}
+
+// -tokenize's record, written last (startup.h's tokenize_end): PREFIX.shards, a line per shard it
+// wrote: "shard NAME TOKENS BYTES FNV1A" (NAME without its directory; FNV1A of the whole file, in
+// hex), after "zerotrain tokenize record 1". The loader checks every shard of the prefix against it
+// when it exists: another shard's bytes (replaced, truncated and re-headed, another run's) are
+// refused, and a glob that matches fewer of the prefix's shards than the record lists is said.
+#define TOKENIZE_RECORD_MAGIC "zerotrain tokenize record 1"
+typedef struct { char name[256]; long long tokens, bytes; unsigned long long hash; } TokenizeRecordLine;
+
+// The fnv1a of a whole file and its size (the writer's side of the record). 0, or -1 with errno.
+static inline int tokenize_file_hash(const char* path, uint64_t* hash, int64_t* bytes) {
+    int fd = zt_open_read(path);
+    if (fd < 0) return -1;
+    static unsigned char buf[1 << 16];
+    uint64_t h = FNV_INIT;
+    int64_t n = 0;
+    for (;;) {
+        ssize_t r = read(fd, buf, sizeof(buf));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) { int e = errno; close(fd); errno = e; return -1; }
+        if (r == 0) break;
+        h = fnv1a(h, buf, (size_t)r);
+        n += r;
+    }
+    close(fd);
+    *hash = h;
+    *bytes = n;
+    return 0;
+}
+
+// Read a record (path): its lines into *out (malloc'd, *n of them). 0; 1 when there is none; -1
+// with err when it is not one.
+static inline int tokenize_record_read(const char* path, TokenizeRecordLine** out, int* n, char* err, size_t errlen) {
+    *out = NULL;
+    *n = 0;
+    FILE* f = zt_fopen_read(path);
+    if (!f) return errno == ENOENT ? 1 : dataloader_error(err, errlen, "%s: cannot open: %s", path, zt_strerror(errno));
+    char line[512];
+    int cap = 0, ok = fgets(line, sizeof(line), f) && !strncmp(line, TOKENIZE_RECORD_MAGIC, strlen(TOKENIZE_RECORD_MAGIC));
+    while (ok && fgets(line, sizeof(line), f)) {
+        if (!strcmp(line, "end\n")) { ok = 2; break; }
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 64;
+            TokenizeRecordLine* g = (TokenizeRecordLine*)realloc(*out, sizeof(TokenizeRecordLine) * (size_t)cap);
+            if (!g) { ok = 0; break; }
+            *out = g;
+        }
+        TokenizeRecordLine* l = &(*out)[*n];
+        if (sscanf(line, "shard %255s %lld %lld %llx", l->name, &l->tokens, &l->bytes, &l->hash) != 4) { ok = 0; break; }
+        (*n)++;
+    }
+    fclose(f);
+    if (ok != 2) {
+        free(*out);
+        *out = NULL;
+        *n = 0;
+        return dataloader_error(err, errlen, "%s: not a whole -tokenize record (\"%s\" first, a line per shard, \"end\" last). HINT: "
+                                "tokenize again, or remove it", path, TOKENIZE_RECORD_MAGIC);
+    }
+    return 0;
 }
 
 #define MASK_MAGIC 20261201
@@ -303,6 +367,8 @@ static inline int dataloader_open_shard(DataShard* sh, int T, int vocab_size, ch
     if (wide) sh->tokens32 = (const uint32_t*)data;
     else sh->tokens = (const uint16_t*)data;
     sh->nsamples = N < (int64_t)T + 1 ? 0 : (N - 1) / T; // too short: skipped (dataloader_init)
+    sh->bytes = (int64_t)size;
+    sh->hash = fnv1a(FNV_INIT, map, (size_t)size);
     for (int64_t i = 0; i < N; i++) {
         uint32_t id = wide ? sh->tokens32[i] : sh->tokens[i];
         if (id >= (uint32_t)vocab_size) {
@@ -392,6 +458,46 @@ static inline int dataloader_init(DataLoader* dl, const char* pattern, int B, in
         dl->total_samples += dl->shards[i].nsamples;
         if (dl->shards[i].mask_fd >= 0) dl->has_mask = 1;
         dl->mask_counted += dl->shards[i].mask_counted;
+    }
+
+    // --- -tokenize's record, where the prefix has one: every shard as written, and how many it lists
+    for (int i = 0; i < dl->nshards; i++) {
+        char marker[4200], split[8], rpath[4200], m2[4200], s2[8];
+        int idx, n = 0, matched = 0, listed = 0;
+        if (!tokenize_shard_parts(dl->shards[i].path, marker, sizeof(marker), split, sizeof(split), &idx)) continue;
+        if (i > 0 && tokenize_shard_parts(dl->shards[i - 1].path, m2, sizeof(m2), s2, sizeof(s2), &idx) && !strcmp(m2, marker) && !strcmp(s2, split))
+            continue; // (the group's first shard checks the group)
+        snprintf(rpath, sizeof(rpath), "%.*s.shards", (int)(strlen(marker) - 11), marker);
+        TokenizeRecordLine* rec = NULL;
+        int rc = tokenize_record_read(rpath, &rec, &n, err, errlen);
+        if (rc < 0) { dataloader_free(dl); return -1; }
+        if (rc == 1) continue; // no record: a -tokenize before it, or shards named so by hand
+        char want[300];
+        snprintf(want, sizeof(want), "_%s_", split);
+        for (int q = 0; q < n; q++) listed += strstr(rec[q].name, want) != NULL;
+        for (int k = i; k < dl->nshards; k++) {
+            const DataShard* sh = &dl->shards[k];
+            if (!tokenize_shard_parts(sh->path, m2, sizeof(m2), s2, sizeof(s2), &idx) || strcmp(m2, marker) || strcmp(s2, split)) break;
+            const char* base = strrchr(sh->path, '/');
+            base = base ? base + 1 : sh->path;
+            const TokenizeRecordLine* l = NULL;
+            for (int q = 0; q < n && !l; q++) if (!strcmp(rec[q].name, base)) l = &rec[q];
+            if (!l || l->tokens != sh->ntok || l->bytes != sh->bytes || l->hash != sh->hash) {
+                int rc2 = l ? dataloader_error(err, errlen, "shard %s: not the file -tokenize wrote (%s: %lld tokens, %lld bytes, fnv1a %016llx; now "
+                                               "%lld tokens, %lld bytes, fnv1a %016llx): replaced or changed since. HINT: tokenize again",
+                                               sh->path, rpath, l->tokens, l->bytes, l->hash, (long long)sh->ntok, (long long)sh->bytes,
+                                               (unsigned long long)sh->hash)
+                            : dataloader_error(err, errlen, "shard %s: not in %s, the record of the -tokenize that wrote this prefix's shards "
+                                               "(another run's?). HINT: tokenize again, or remove it", sh->path, rpath);
+                free(rec);
+                dataloader_free(dl);
+                return rc2;
+            }
+            matched++;
+        }
+        if (matched < listed && !dl->note[0])
+            snprintf(dl->note, sizeof(dl->note), "'%.200s' matched %d of the %d %s shards %.300s lists (a subset on purpose?)", pattern, matched, listed, split, rpath);
+        free(rec);
     }
     if (dl->total_samples == 0) { // every shard too short: name the first
         const DataShard* sh = &dl->shards[0];

@@ -474,12 +474,6 @@ static inline int num_threads(void) {
 #endif
 }
 
-// FNV-1a over bytes: hashes of parameters, optimizer state and data in logs and tests.
-static inline uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
-    const unsigned char* p = (const unsigned char*)data;
-    for (size_t i = 0; i < n; i++) { h ^= p[i]; h *= 0x100000001b3ull; }
-    return h;
-}
-#define FNV_INIT 0xcbf29ce484222325ull
+// (fnv1a, FNV_INIT: rng.h, beside the other hashing, so that dataloader.h has it too)
 
 #endif // ZT_DEVICE_CUH

@@ -57,4 +57,13 @@ ZT_HD static inline double rng_normal(uint64_t key, uint64_t counter) {
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586476925 * u2);
 }
 
+// FNV-1a over bytes: hashes of parameters, optimizer state and data in logs and tests, and of the
+// shards -tokenize writes (dataloader.h: its record).
+static inline uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
+    const unsigned char* p = (const unsigned char*)data;
+    for (size_t i = 0; i < n; i++) { h ^= p[i]; h *= 0x100000001b3ull; }
+    return h;
+}
+#define FNV_INIT 0xcbf29ce484222325ull
+
 #endif // ZT_RNG_H

@@ -750,6 +750,9 @@ static void tokenize_begin(const char* prefix) {
     const char* prefixes[1] = {base};
     int left = zt_export_leftovers(dir, prefixes, 1, NULL, NULL);
     if (left) printf("-tokenize: removed %d temporary file(s) a killed -tokenize into %s left\n", left, prefix);
+    char rec[PATH_MAX + 16];
+    snprintf(rec, sizeof(rec), "%s.shards", prefix); // an earlier run's record: this run's shards replace its
+    unlink(rec);
     snprintf(marker, sizeof(marker), "%s.tokenizing", prefix);
     FILE* m = fopen(marker, "w");
     if (!m || fprintf(m, "a -tokenize (pid %d) is writing the shards of %s; removed when every shard has its name\n", (int)getpid(), prefix) < 0 ||
@@ -780,6 +783,28 @@ static void tokenize_end(const char* prefix, const int shards[2], int masks) {
     }
     if (dd) closedir(dd);
     if (stale) printf("-tokenize: removed %d shard(s) or mask(s) an earlier -tokenize into %s left (they would mix two corpora)\n", stale, prefix);
+    // the record, last before the marker goes: every shard of this run as written (dataloader.h)
+    char rec[PATH_MAX + 16], tmp[PATH_MAX + 48];
+    snprintf(rec, sizeof(rec), "%s.shards", prefix);
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%d", rec, (int)getpid());
+    FILE* rf = fopen(tmp, "w");
+    int ok = rf && fprintf(rf, "%s\n", TOKENIZE_RECORD_MAGIC) > 0;
+    for (int k = 0; k < 2 && ok; k++)
+        for (int i = 0; i < shards[k] && ok; i++) {
+            tokenize_shard_path(path, sizeof(path), prefix, k ? "val" : "train", i);
+            uint64_t h;
+            int64_t bytes;
+            int32_t head[3] = {0, 0, 0};
+            FILE* sf = fopen(path, "rb");
+            ok = sf && fread(head, sizeof(head), 1, sf) == 1;
+            if (sf) fclose(sf);
+            ok = ok && tokenize_file_hash(path, &h, &bytes) == 0;
+            const char* base = strrchr(path, '/');
+            ok = ok && fprintf(rf, "shard %s %d %lld %016llx\n", base ? base + 1 : path, head[2], (long long)bytes, (unsigned long long)h) > 0;
+        }
+    ok = ok && fprintf(rf, "end\n") > 0 && fflush(rf) == 0 && fsync(fileno(rf)) == 0;
+    if (rf && fclose(rf) != 0) ok = 0;
+    if (!ok || rename(tmp, rec) != 0) { int e = errno; unlink(tmp); die(1, "-tokenize: writing %s failed: %s", rec, strerror(e)); }
     zt_fsync_dir(dir); // every shard's name on disk before the marker goes
     snprintf(marker, sizeof(marker), "%s.tokenizing", prefix);
     if (unlink(marker) != 0) die(1, "-tokenize: cannot remove %s: %s", marker, strerror(errno));

@@ -348,7 +348,8 @@ TEST(rel_stop_signal_two_ranks) {
 // -tokenize's output is never taken for whole when it is not: killed after its 2nd shard
 // (ZT_FAULT=crash:tokenize-shard:2), PREFIX.tokenizing stays and training on the shards is refused;
 // the next -tokenize removes what the killed one left (said) and its shards train; a shard missing
-// from the numbering is warned about; a later -tokenize with fewer shards removes the earlier one's
+// from the numbering is warned about, one changed since is refused by the record (PREFIX.shards);
+// a later -tokenize with fewer shards removes the earlier one's
 // extra shards; in JSONL mode every shard that has its name has its mask (the mask is written first).
 TEST(rel_tokenize_partial_output) {
     const char* d = zt_dir("rel_tok");
@@ -378,6 +379,15 @@ TEST(rel_tokenize_partial_output) {
     snprintf(flags, sizeof(flags), "-e tiny -layers 1 -t 16 -b 1 -x 1 -v 0 -s 0 -i '%s/c_train_*.bin' -j \"\"", dir);
     rc = rel_run_env("", flags);
     CHECKF(rc == 0 && !strstr(cli_out, "missing between them"), "training on the finished -tokenize's shards: exit %d\n%s", rc, cli_out);
+    // the record: a shard changed since (one id rewritten, still a valid one) is refused
+    snprintf(cmd, sizeof(cmd), "%s/c.shards", dir);
+    CHECKF(access(cmd, F_OK) == 0, "no record %s", cmd);
+    snprintf(cmd, sizeof(cmd), "printf '\\007\\000' | dd of=%s/c_train_000002.bin bs=1 seek=1034 conv=notrunc 2>/dev/null", dir);
+    CHECK(test_run_cmd(cmd, NULL, 0) == 0);
+    rc = rel_run_env("", flags);
+    CHECKF(rc == 2 && strstr(cli_out, "c_train_000002.bin: not the file -tokenize wrote"), "a changed shard: exit %d\n%s", rc, cli_out);
+    snprintf(cmd, sizeof(cmd), "-tokenize %s -o %s/c -shard-tokens 1500 -val-every 0", text, dir);
+    CHECK(rel_run_env("", cmd) == 0);
     snprintf(cmd, sizeof(cmd), "%s/c_train_000001.bin", dir);
     CHECK(unlink(cmd) == 0);
     rc = rel_run_env("", flags);
