@@ -4,7 +4,7 @@
 // everything new. "auto" defaults stay text here and are resolved per device by resolve_defaults
 // (startup.h); FLAG_SHOW records what a flag resolved to, for the settings table.
 //
-// May call: device.cuh (die_user, printf0, fnv1a) and zero.h (comm_finalize, for -help on every
+// May call: device.cuh (die_user, printf0; fnv1a from rng.h, which it includes) and zero.h (comm_finalize, for -help on every
 // rank). Takes nothing of the trainer's: train_gpt.cu and the headers below it (plan.h, startup.h,
 // tune.h) read Flags.
 #ifndef ZT_FLAGS_H
@@ -12,7 +12,7 @@
 #include <errno.h>
 #include <float.h>
 #include <limits.h>
-#include "device.cuh" // defines: die_user, printf0, g_rank, fnv1a, FNV_INIT
+#include "device.cuh" // defines: die_user, printf0, g_rank (and includes rng.h: fnv1a, FNV_INIT)
 #include "zero.h"     // defines: comm_finalize
 
 typedef enum { F_INT, F_FLOAT, F_STR, F_SWITCH } FlagType; // F_SWITCH: present = 1, takes no value

@@ -11,7 +11,8 @@
 // nearby keys and nearby counters give unrelated streams. It passes BigCrush as a counter-mode
 // generator, which is far more than init and shuffling need.
 //
-// defines: rng_mix64, rng_u64, rng_uniform (0,1], rng_normal (Box-Muller), rng_key
+// defines: rng_mix64, rng_u64, rng_uniform (0,1], rng_normal (Box-Muller), rng_key; and fnv1a, FNV_INIT (the
+// byte hash of logs, tests and -tokenize's record: here so that dataloader.h, which stands alone, has it)
 //
 // May call: nothing but the C library.
 #ifndef ZT_RNG_H

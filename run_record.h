@@ -9,11 +9,11 @@
 // is taken or checked (said). docs/resume.md has the whole story.
 //
 // May call: flags.h (the table, Flags), checkpoint.h (ckpt_run_add, ckpt_run_find, CKPT_RUN_MAX),
-// dataloader.h (DataLoader) and device.cuh (die_user, printf0, fnv1a). Takes nothing of the trainer's.
+// dataloader.h (DataLoader) and device.cuh (die_user, printf0; fnv1a from rng.h, which it includes). Takes nothing of the trainer's.
 // defines: flags_check_resume_change, flags_take_recorded, run_record_build, run_record_check, run_record_set_choice
 #ifndef ZT_RUN_RECORD_H
 #define ZT_RUN_RECORD_H
-#include "device.cuh"     // defines: die_user, printf0, fnv1a, FNV_INIT
+#include "device.cuh"     // defines: die_user, printf0 (and includes rng.h: fnv1a, FNV_INIT)
 #include "flags.h"        // defines: FLAG_TABLE, Flags, FlagKind, parse_int, parse_float
 #include "checkpoint.h"   // defines: ckpt_run_add, ckpt_run_find, CKPT_RUN_MAX
 #include "dataloader.h"   // defines: DataLoader, dataloader_total_tokens
