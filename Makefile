@@ -142,7 +142,7 @@ GPU_LIBS       := -lcublasLt -lcublas -lgomp -Xcompiler -static-libstdc++ -Xcomp
 SOURCES := train_gpt.cu flags.h acts.h plan.h startup.h tune.h run_record.h device.cuh zero.h offload.h model.h lora.h checkpoint.h adamw.cuh simd.h dataloader.h tokenizer.h unicode_tables.h unicode_nfc.h rng.h fileio.h safetensors.h hf.h prompts.h chat.h $(wildcard ops/*.cuh)
 TEST_SOURCES := $(wildcard test/*.cpp test/*.h)
 
-.PHONY: all FORCE test test-long test-binaries portability nvcc-check test-gpu gpu-binaries bench plot clean print-% fuzz test-sanitize kernel-resources
+.PHONY: all FORCE test test-long test-binaries test-long-binaries portability nvcc-check nvcc-check-ptx test-gpu gpu-binaries bench plot clean print-% fuzz test-sanitize kernel-resources
 all: train
 
 # The kind of ./train this build makes and its command; build/train.kind records the kind and the
@@ -214,8 +214,11 @@ fuzz: test/fuzz
 	  [ $$rc -eq 0 ] || { grep -E 'ERROR|SUMMARY' build/fuzz/$$h.log; echo "fuzz $$h failed: build/fuzz/$$h.log"; exit 1; }; done
 
 NVCC_FOUND := $(if $(and $(NVCC),$(if $(NO_CUDA),,yes)),yes)
+# make test's binaries (the nvcc part: the multi-GPU build checked to PTX, warnings as errors); make
+# test-long adds the nvcc builds of every architecture and the binaries carried to a GPU box.
 test-binaries: test/test_bf16 test/test_fp32 test/test_emu test/test_emu_fp32 test/test_emu_nompi $(FUZZ_BIN) \
-               $(if $(NVCC_FOUND),build/nvcc_check.o train_gpu train_gpu_fp32 test/test_gpu)
+               $(if $(NVCC_FOUND),build/nvcc_check_ptx.o)
+test-long-binaries: test-binaries $(if $(NVCC_FOUND),build/nvcc_check.o train_gpu train_gpu_fp32 test/test_gpu build/gpu/kernel_resources.h)
 
 # The sanitizer subset (.ci/run runs it after make test): the test program built with ASan + UBSan
 # (g++), running the cases that feed the readers bad and changing input, and the trainer processes
@@ -230,32 +233,48 @@ test-sanitize: test/test_sanitize
 	  test/test_sanitize $$c > build/sanitize_$$c.log 2>&1 || fail=1; tail -n 1 build/sanitize_$$c.log; \
 	  if grep -q "runtime error\|AddressSanitizer" build/sanitize_$$c.log; then fail=1; grep -m 3 "runtime error\|AddressSanitizer" build/sanitize_$$c.log; fi; done; exit $$fail
 
-test: test-binaries
+# The test binaries are built with as many jobs as this machine has cores (TEST_JOBS), then the
+# suite runs its cases as many at a time (test.h: ZT_TEST_JOBS).
+TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+test:
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) test-binaries
 	NVCC_CHECK=$(if $(NVCC_FOUND),yes,no) bash test/run_tests.sh
 
 # What make test samples or leaves out, in full (ZT_TEST_LONG=1 widens the sampled matrices and runs
 # the 100-step default run; --long-only runs the cases a binary repeats from another, see test.h):
-# several ranks on the emulator in both precisions, the offload matrix, the FP32 builds' repetitions.
-# Each binary ends with "N passed, N failed" and fails the target.
-test-long: test/test_emu test/test_emu_fp32 test/test_emu_nompi test/test_bf16 test/test_fp32
-	ZT_TEST_LONG=1 test/test_emu multirank && ZT_TEST_LONG=1 test/test_emu_fp32 multirank && \
-	  ZT_TEST_LONG=1 test/test_emu nompi && ZT_TEST_LONG=1 test/test_emu_fp32 nompi && \
+# several ranks on the emulator in both precisions, the offload matrix, the FP32 builds' repetitions;
+# then test/long_checks.sh: dev/gpu_check.sh --emu (the GPU check's stages on the emulator, which
+# repeat what test/test_emu checks case by case: its plumbing checked before a GPU is spent on it),
+# and with nvcc the builds of every architecture: the multi-GPU ./train (sm_80, sm_90, PTX), the
+# binaries carried to a GPU box and what they link, and nvcc's register table against the emulator's
+# committed snapshot. Each part ends with "N passed, N failed" and fails the target.
+test-long:
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) test-long-binaries
+	ZT_TEST_LONG=1 test/test_emu multirank && ZT_TEST_LONG=1 test/test_emu nompi && \
 	  ZT_TEST_LONG=1 test/test_bf16 offload_bitwise && ZT_TEST_LONG=1 test/test_emu offload && \
 	  ZT_TEST_LONG=1 test/test_emu gpu_attention_tc_gqa && \
 	  ZT_TEST_LONG=1 test/test_bf16 cli_default_run_learns && ZT_TEST_LONG=1 test/test_bf16 zero_stages_bitwise && \
 	  ZT_TEST_LONG=1 test/test_bf16 zero_across && ZT_TEST_LONG=1 test/test_bf16 zero_memory && \
 	  ZT_TEST_LONG=1 test/test_bf16 hf_llama_export_vs && ZT_TEST_LONG=1 test/test_bf16 lora_replicated_base && \
 	  ZT_TEST_LONG=1 test/test_bf16 comm_broadcast_in_pieces && \
-	  ZT_TEST_LONG=1 test/test_fp32 --long-only && ZT_TEST_LONG=1 test/test_emu_fp32 --long-only
+	  ZT_TEST_LONG=1 test/test_fp32 --long-only && ZT_TEST_LONG=1 test/test_emu_fp32 --long-only && \
+	  NVCC_CHECK=$(if $(NVCC_FOUND),yes,no) bash test/long_checks.sh
 
 # The nvcc build of ./train for several GPUs (MPI and NCCL, every architecture), compiled without
-# linking into build/nvcc_check.o, again whenever a source changes. Like the binaries carried to a
-# GPU box, it is built with the test binaries when nvcc is found (test-binaries: minutes of nvcc, not
-# part of run_tests.sh's time), and run_tests.sh's nvcc_build line checks it is current.
+# linking into build/nvcc_check.o, again whenever a source changes (make test-long builds it, with
+# the binaries carried to a GPU box). make test compiles the same build to PTX for the lowest
+# architecture only (build/nvcc_check_ptx.o: every line of host and device code through nvcc with
+# warnings as errors, half the time: ptxas and the second architecture are test-long's), and
+# run_tests.sh's nvcc_build line checks it is current.
 build/nvcc_check.o: $(SOURCES)
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) $(DEFS) $(NVCC_DEFS) $(MPI_CFLAGS) -c train_gpt.cu -o $@.tmp && mv $@.tmp $@
+build/nvcc_check_ptx.o: $(SOURCES)
+	@mkdir -p build
+	$(NVCC) $(filter-out -gencode arch=%,$(NVCC_FLAGS)) -gencode arch=compute_80,code=compute_80 $(DEFS) $(NVCC_DEFS) $(MPI_CFLAGS) \
+	  -c train_gpt.cu -o $@.tmp && mv $@.tmp $@
 nvcc-check: build/nvcc_check.o
+nvcc-check-ptx: build/nvcc_check_ptx.o
 
 # The GPU test program on the CPU (test/cuda_emu/): emulate.py (python3) copies the sources into
 # build/emu/ (kernel launches and __shared__ rewritten, nothing else), g++ compiles test/test_gpu.cu
@@ -266,11 +285,11 @@ EMU_SOURCES := $(wildcard test/cuda_emu/*.h test/cuda_emu/*.py test/cuda_emu/inc
 EMU_COPY    := $(SOURCES) test/test_gpu.cu $(wildcard test/*.h)
 EMU_FLAGS   := $(TEST_FLAGS) -Wno-sign-compare -Wno-unused-function --param=avoid-fma-max-bits=0 -DZT_CUDA_EMU -DUSE_NCCL -Itest/cuda_emu/include
 # nvcc's registers, shared memory and spills per kernel (sm_90), which the emulator checks at every launch
-# (test/cuda_emu/resources.py): from the nvcc build of the carried binaries below (make test builds it
-# anyway: once), or without nvcc the committed snapshot of it (make kernel-resources refreshes that).
-# So with nvcc, test/test_emu waits for that build (minutes) when a source changed; to iterate on the
-# emulator without it: make test/test_emu KERNEL_RES=test/cuda_emu/kernel_resources_sm90.h
-KERNEL_RES  := $(if $(and $(NVCC),$(if $(NO_CUDA),,yes)),build/gpu/kernel_resources.h,test/cuda_emu/kernel_resources_sm90.h)
+# (test/cuda_emu/resources.py): the committed snapshot of the nvcc build of the carried binaries below
+# (make kernel-resources refreshes it; make test-long builds them and fails while the snapshot differs
+# from nvcc's table), so the emulator never waits for minutes of nvcc. To check against a fresh
+# table: make test/test_emu KERNEL_RES=build/gpu/kernel_resources.h
+KERNEL_RES  ?= test/cuda_emu/kernel_resources_sm90.h
 EMU_FLAGS   += -DZT_KERNEL_RESOURCES='"$(abspath $(KERNEL_RES))"'
 build/emu/.copied: $(EMU_COPY) test/cuda_emu/emulate.py
 	python3 test/cuda_emu/emulate.py build/emu $(EMU_COPY) && touch $@
@@ -334,4 +353,4 @@ plot:
 
 clean:
 	rm -f train train_gpu train_gpu_fp32 train_cpu train_cpu_fp32 test/test_bf16 test/test_fp32 test/test_gpu test/test_emu test/test_emu_fp32 test/test_emu_nompi test/fuzz test/test_sanitize
-	rm -rf build/emu build/gpu build/nvcc_check.o build/train.kind
+	rm -rf build/emu build/gpu build/nvcc_check.o build/nvcc_check_ptx.o build/train.kind

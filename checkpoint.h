@@ -18,6 +18,10 @@
 //                         [LoRA] the trainable blocks only: the adapters' master, m, v; the header
 //                         records the rank and targets; no model file (the base is -e's, named in
 //                         DONE's run record with its bytes and CRC32C: ckpt_base_identity)
+//   adapter_%08d/         [LoRA] the adapters at that step as a PEFT adapter (adapter_model.safetensors
+//                         F32 + adapter_config.json: what -lora-export writes; PEFT loads it as is),
+//                         written by rank 0 before DONE through CkptMeta's adapter hook; set aside,
+//                         kept (-nk) and removed with its step. A resume reads the state files, not it.
 //   DONE_%08d             written by rank 0 once every rank reported success: step, nonce, ranks,
 //                         and the model file's size and CRC32C (llm.c's header has no room for it);
 //                         a run that chose its flags with -tune adds a line "tune -z 2 -r 1" (the
@@ -79,7 +83,7 @@ enum {
     STATE_H_META_CRC, // CRC32C of header (this field 0) + pieces + checksums
     // the model family's fields (all 0 for GPT-2, as in files written before the Llama family):
     STATE_H_FAMILY, STATE_H_NKV, STATE_H_HD, STATE_H_F, STATE_H_BIASES /* tied | qkv_bias << 1 | mlp_bias << 2 */,
-    STATE_H_ROPE_TYPE, STATE_H_FAMILY_HASH, // FNV-1a of every family field (norm_eps, rope_theta, rope_scaling too)
+    STATE_H_ROPE_TYPE, STATE_H_FAMILY_HASH, // model_family_hash: every CFG_FAMILY field (norm_eps, rope_theta, rope_scaling too)
     // [LoRA] the adapters (0 without: files as before): the rank r and the targets' mask (the pieces
     // then cover the adapter block only; the frozen base is -e's, identified in DONE's run record)
     STATE_H_LORA_R, STATE_H_LORA_MASK,
@@ -91,16 +95,7 @@ static void state_family_fields(const GPTConfig* c, int64_t* h) {
     h[STATE_H_FAMILY] = c->family; h[STATE_H_NKV] = c->NKV; h[STATE_H_HD] = c->HD; h[STATE_H_F] = c->F;
     h[STATE_H_BIASES] = c->tied | c->qkv_bias << 1 | c->mlp_bias << 2;
     h[STATE_H_ROPE_TYPE] = c->rope_type;
-    GPTConfig k; // the family's fields alone, padding zeroed, hashed
-    memset(&k, 0, sizeof(k));
-    k.family = c->family; k.NKV = c->NKV; k.HD = c->HD; k.F = c->F; k.tied = c->tied; k.qkv_bias = c->qkv_bias;
-    k.mlp_bias = c->mlp_bias; k.norm_eps = c->norm_eps; k.rope_type = c->rope_type; k.rope_theta = c->rope_theta;
-    k.rope_factor = c->rope_factor; k.rope_low_freq = c->rope_low_freq; k.rope_high_freq = c->rope_high_freq;
-    k.rope_orig_maxT = c->rope_orig_maxT;
-    uint64_t hash = 14695981039346656037ull;
-    const unsigned char* p = (const unsigned char*)&k;
-    for (size_t i = 0; i < sizeof(k); i++) hash = (hash ^ p[i]) * 1099511628211ull;
-    h[STATE_H_FAMILY_HASH] = (int64_t)(hash >> 1);
+    h[STATE_H_FAMILY_HASH] = (int64_t)(model_family_hash(c) >> 1); // every CFG_FAMILY field (model.h)
 }
 
 // What the trainer hands a save, and what a resume hands back (from rank 0's state file).
@@ -113,6 +108,11 @@ typedef struct {
     int writer_R;            // resume: ranks that wrote the checkpoint
     char tune[128];          // -tune's choice as flags ("-z 2 -r 1"), "" when the run did not tune: kept in DONE
     const char* run;         // save: the run's record for DONE ("KEY VALUE" lines, see Marker), NULL: none
+    // save, [LoRA]: writes the adapters as a PEFT adapter into the directory it is given (every rank
+    // calls it, rank 0 writes; 0 on success on every rank but a failing rank 0): dir/adapter_<step>/,
+    // part of the checkpoint (before DONE; set aside, kept and removed with its step). NULL: none.
+    int (*adapter)(void* ctx, const char* dir);
+    void* adapter_ctx;
 } CkptMeta;
 
 // ---- CRC32C (Castagnoli): SSE4.2's crc32 instruction where the build has it, else slicing-by-8.
@@ -753,7 +753,26 @@ static int ckpt_file_step(const char* name) {
     if (sscanf(name, "DONE_%8d%n", &s, &len) == 1 && len == 13 && n == 13) return s;
     if (sscanf(name, "model_%8d.bin%n", &s, &len) == 1 && len == 18 && n == 18) return s;
     if (sscanf(name, "state_%8d_%5d.bin%n", &s, &r, &len) == 2 && len == 24 && n == 24) return s;
+    if (sscanf(name, "adapter_%8d%n", &s, &len) == 1 && len == 16 && n == 16) return s; // [LoRA] a directory
     return -1;
+}
+
+// Remove a checkpoint's file, or its adapter directory with what is in it (one level: PEFT's two
+// files and an interrupted write's temporary ones). 0 on success.
+static int ckpt_remove(const char* path) {
+    if (unlink(path) == 0) return 0;
+    if (errno != EISDIR && errno != EPERM) return -1;
+    DIR* d = opendir(path);
+    if (!d) return -1;
+    struct dirent* e;
+    char sub[PATH_MAX + 256];
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+            snprintf(sub, sizeof(sub), "%s/%s", path, e->d_name);
+            unlink(sub);
+        }
+    closedir(d);
+    return rmdir(path);
 }
 
 // Steps with a DONE marker in dir, ascending (malloc'd, no cap). Returns the count.
@@ -786,7 +805,7 @@ static void remove_checkpoint(const char* dir, int step) {
     while ((e = readdir(d)))
         if (ckpt_file_step(e->d_name) == step) {
             snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-            unlink(path);
+            ckpt_remove(path);
         }
     closedir(d);
 }
@@ -880,7 +899,7 @@ static void ckpt_clean_leftovers(const char* dir, const char* keep) {
         if (!is_tmp && !orphan) continue;
         snprintf(path, sizeof(path), "%s/%s", dir, name);
         if (same_file(path, keep)) { printf("checkpoints: %s has no DONE marker but is this run's -e model: kept\n", path); continue; }
-        if (unlink(path) == 0) { tmps += is_tmp; orphans += orphan; }
+        if (ckpt_remove(path) == 0) { tmps += is_tmp; orphans += orphan; }
     }
     closedir(d);
     free(done);
@@ -1034,6 +1053,8 @@ static int ckpt_save(Zero* z, const GPTConfig* c, const char* dir, const CkptMet
     if (with_model && write_model_file(z, c, path, sizeof(floatX) == 4, &mk->model_crc, &mk->model_bytes) != 0) err += 1.0;
     snprintf(path, sizeof(path), "%s/state_%08d_%05d.bin", dir, meta->step, z->r);
     if (write_state_file(z, c, meta, nonce, path) != 0) err += 1.0;
+    snprintf(path, sizeof(path), "%s/adapter_%08d", dir, meta->step); // [LoRA] the adapters as PEFT's files
+    if (meta->adapter && meta->adapter(meta->adapter_ctx, path) != 0) err += 1.0;
     comm_sum_doubles(comm, &err, 1); // every rank learns whether all files are safe
     int ok = err == 0.0;
     if (!ok) printf0("checkpoint at step %d is incomplete (%d file(s) failed): no DONE marker; the previous one stays\n", meta->step, (int)err);

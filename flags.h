@@ -74,7 +74,7 @@ typedef enum { FLAG_FREE, FLAG_RUN, FLAG_KEEP } FlagKind;
     X("-top-k",         top_k,           F_INT,   "0",      FLAG_FREE, "sample from the K most likely tokens only (0: all)")               \
     X("-n",             ckpt_every,      F_INT,   "0",      FLAG_KEEP, "checkpoint every N steps and at the end (0: never; needs -o)")     \
     X("-nk",            ckpt_keep,       F_INT,   "0",      FLAG_KEEP, "keep only the newest N checkpoints (0: keep all)")                 \
-    X("-y",             resume,          F_INT,   "0",      FLAG_FREE, "1: resume from the newest complete checkpoint in -o; the flags it records (the run's: -e, -i, -j, -t, -d, the optimizer's, the schedule's, -seed, -doc-attention, -lora, -lora-alpha, -lora-targets, -lora-dropout, -lora-init (not -lora-export, -lora-base); and -b, -x, -n, -nk, -v, -m, -s, -g, -save-model, -max-skips, -z, -r, -offload as the run ran them) are taken from it when not given")              \
+    X("-y",             resume,          F_INT,   "0",      FLAG_FREE, "1: resume from the newest complete checkpoint in -o; the flags it records (listed after this table) are taken from it when not given")              \
     X("-resume-change", resume_change,   F_STR,   "",       FLAG_FREE, "with -y 1: the run-defining flags this resume changes on purpose, e.g. -i or -i,-l (a given value that differs from the checkpoint's is refused otherwise)") \
     X("-r",             recompute,       F_INT,   "1",      FLAG_KEEP, "recompute in backward: 0 none, 1 GELU, 2 GELU+layernorms, 3 whole blocks; auto: with -z auto, the planner's choice") \
     X("-z",             zero_stage,      F_INT,   "0",      FLAG_KEEP, "ZeRO stage: 0 replicate, 1 shard optimizer, 2 +gradients, 3 +parameters; auto: the lowest-time stage that fits (see -plan)") \
@@ -138,6 +138,17 @@ static void flags_print_help(FILE* f) {
     fprintf(f, "  %-14s %s (%s)\n", flag, help, type == F_SWITCH ? "a switch: no value" : def[0] ? "default: " def : "default: \"\"");
     FLAG_TABLE(X)
 #undef X
+    // the recorded flags of each kind, from the table's run column (docs/resume.md's table is this)
+    fprintf(f, "\nrecorded in each checkpoint and taken by -y 1 when not given:\n");
+    fprintf(f, "  FLAG_RUN (another value refused unless -resume-change names it):");
+#define X(flag, field, type, def, run, help) if (run == FLAG_RUN) fprintf(f, " %s", flag);
+    FLAG_TABLE(X)
+#undef X
+    fprintf(f, "\n  FLAG_KEEP (another value accepted, said in one line):");
+#define X(flag, field, type, def, run, help) if (run == FLAG_KEEP) fprintf(f, " %s", flag);
+    FLAG_TABLE(X)
+#undef X
+    fprintf(f, "\n");
 }
 
 // Parse a whole-string integer / float; 0 on success.

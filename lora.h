@@ -17,7 +17,7 @@
 //          proj_backward, lora_acts_bytes, lora_proj_tensor, lora_merge, lora_write_peft, LoraPeft, lora_peft_open, lora_peft_fill, lora_peft_close
 //
 // May call: device.cuh, rng.h, zero.h (the block layout), model.h (GPTConfig, model_dims),
-// ops/matmul.cuh, ops/lora.cuh. Knows nothing of the trainer's types.
+// ops/matmul.cuh, ops/lora.cuh, ops/elementwise.cuh. Knows nothing of the trainer's types.
 #ifndef ZT_LORA_H
 #define ZT_LORA_H
 #include <math.h>
@@ -25,7 +25,7 @@
 #include "rng.h"            // defines: rng_key, rng_uniform
 #include "model.h"          // defines: GPTConfig, ModelDims, model_dims, FAMILY_*, BlockLayout, layout_add_tensor
 #include "ops/matmul.cuh"   // defines: op_matmul_forward, op_matmul_backward, op_gelu_forward
-#include "ops/lora.cuh"     // defines: op_lora_add_cols, op_lora_take_cols, op_add_inplace
+#include "ops/lora.cuh"     // defines: op_lora_add_cols, op_lora_take_cols (and, from ops/elementwise.cuh, op_add_inplace)
 #include "safetensors.h"    // defines: StSpec, st_make_header (the PEFT adapter file)
 
 // The adapters' run-time state: the model's adapter modules (ModelDesc.lora) and the activations
@@ -338,7 +338,7 @@ static int lora_write_peft(const LoraDesc* d, const GPTConfig* c, const float* b
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) { snprintf(err, errlen, "cannot create %.512s: %s", dir, strerror(errno)); return -1; }
     static const char* const ours[] = {"adapter_"}; // an interrupted export's files (fileio.h)
     int restored = 0, left = zt_export_leftovers(dir, ours, 1, "adapter_config.json", &restored);
-    if (left) printf("-lora-export %s: %s %d file(s) an interrupted export left (*.tmp.PID, *.replaced.PID)\n", dir,
+    if (left) printf("%s: %s %d file(s) an interrupted adapter write left (*.tmp.PID, *.replaced.PID)\n", dir,
                      restored ? "the earlier adapter restored first (its commit had been cut) from" : "removed", left);
     int n = 2 * d->nmods * c->L;
     StSpec* sp = (StSpec*)calloc((size_t)n, sizeof(StSpec));

@@ -15,32 +15,71 @@ enum { FAMILY_GPT2 = 0, FAMILY_LLAMA = 1 };
 // rules for the inverse frequencies: "default", "linear" (positions / factor) and "llama3" (the
 // ROPE_* values, defined with the rules in ops/rope.cuh).
 #include "ops/rope.cuh" // defines: ROPE_NONE, ROPE_DEFAULT, ROPE_LINEAR, ROPE_LLAMA3
+#include "rng.h"       // defines: fnv1a, FNV_INIT (model_family_hash)
 
-// The first six fields are every family's (and llm.c's model file header); the rest are the Llama
-// family's. A GPTConfig whose family is FAMILY_GPT2 (0: a zeroed config, every llm.c descriptor and
-// file) ignores them: model_dims gives GPT-2's sizes from C and NH alone.
+// Every field of GPTConfig, written once: X(type, name, role). The role says what a checkpoint
+// makes of the field, so a new field cannot be added without saying it:
+//   CFG_SIZE     every family's sizes (llm.c's model file header; ints of their own in a state header)
+//   CFG_FAMILY   the family's fields: hashed into the state header's model identity (model_family_hash),
+//                so a checkpoint resumes only into the model that wrote it. Append new ones at the end
+//                of the list: a new family field whose value is 0 leaves every existing hash unchanged.
+//   CFG_ADAPTER  [LoRA] the adapters (lora.h sets them from -lora*; r 0: off, every tensor trains): r and
+//                the targets are in the state header, alpha and dropout are the run's
+//   CFG_PLACE    how this run places the model (not what it is)
+// A GPTConfig whose family is FAMILY_GPT2 (0: a zeroed config, every llm.c descriptor and file)
+// ignores the family fields: model_dims gives GPT-2's sizes from C and NH alone.
+enum { CFG_SIZE, CFG_FAMILY, CFG_ADAPTER, CFG_PLACE };
+#define GPTCONFIG_FIELDS(X) \
+    X(int, L, CFG_SIZE)                   /* layers */ \
+    X(int, C, CFG_SIZE)                   /* channels */ \
+    X(int, NH, CFG_SIZE)                  /* heads */ \
+    X(int, V, CFG_SIZE)                   /* vocabulary */ \
+    X(int, Vp, CFG_SIZE)                  /* vocabulary padded (the embedding's rows) */ \
+    X(int, maxT, CFG_SIZE)                /* max sequence */ \
+    X(int, family, CFG_FAMILY)            /* FAMILY_GPT2 or FAMILY_LLAMA */ \
+    X(int, NKV, CFG_FAMILY)               /* key/value heads (grouped-query attention: NH % NKV == 0) */ \
+    X(int, HD, CFG_FAMILY)                /* head size (head_dim; may differ from C / NH) */ \
+    X(int, F, CFG_FAMILY)                 /* MLP hidden size (intermediate_size) */ \
+    X(int, tied, CFG_FAMILY)              /* LM head tied to the embedding (tie_word_embeddings) */ \
+    X(int, qkv_bias, CFG_FAMILY)          /* q/k/v biases (attention_bias; Qwen2: 1) */ \
+    X(int, mlp_bias, CFG_FAMILY)          /* gate/up/down biases (mlp_bias) */ \
+    X(float, norm_eps, CFG_FAMILY)        /* rms_norm_eps */ \
+    X(int, rope_type, CFG_FAMILY)         /* ROPE_* */ \
+    X(double, rope_theta, CFG_FAMILY)     /* base of the inverse frequencies */ \
+    X(double, rope_factor, CFG_FAMILY)    /* rope_scaling's factor (linear, llama3) */ \
+    X(double, rope_low_freq, CFG_FAMILY)  /* rope_scaling's low_freq_factor (llama3) */ \
+    X(double, rope_high_freq, CFG_FAMILY) /* rope_scaling's high_freq_factor (llama3) */ \
+    X(int, rope_orig_maxT, CFG_FAMILY)    /* rope_scaling's original_max_position_embeddings (llama3) */ \
+    X(int, lora_r, CFG_ADAPTER)           /* [LoRA] rank (0: off) */ \
+    X(float, lora_alpha, CFG_ADAPTER)     /* [LoRA] scale alpha / r */ \
+    X(unsigned, lora_mask, CFG_ADAPTER)   /* [LoRA] bit i = row i of the family's rows in LORA_TARGETS */ \
+    X(float, lora_dropout, CFG_ADAPTER)   /* [LoRA] p of the dropout on the adapters' input (0: none) */ \
+    X(int, lora_rep, CFG_PLACE)           /* [LoRA] 1: under ZeRO-3 every rank holds the whole frozen base (-lora-base replicated) */
+
+#define GPTCONFIG_MEMBER(type, name, role) type name;
 typedef struct {
-    int L, C, NH, V, Vp, maxT; // layers, channels, heads, vocabulary (padded: Vp), max sequence
-    int family;        // FAMILY_GPT2 or FAMILY_LLAMA
-    int NKV;           // key/value heads (grouped-query attention: NH % NKV == 0)
-    int HD;            // head size (head_dim; may differ from C / NH)
-    int F;             // MLP hidden size (intermediate_size)
-    int tied;          // LM head tied to the embedding (tie_word_embeddings)
-    int qkv_bias;      // q/k/v biases (attention_bias; Qwen2: 1)
-    int mlp_bias;      // gate/up/down biases (mlp_bias)
-    float norm_eps;    // rms_norm_eps
-    int rope_type;     // ROPE_*
-    double rope_theta; // base of the inverse frequencies
-    double rope_factor, rope_low_freq, rope_high_freq; // rope_scaling: factor (linear, llama3), low/high_freq_factor (llama3)
-    int rope_orig_maxT;                                // rope_scaling's original_max_position_embeddings (llama3)
-    // [LoRA] low-rank adapters on a frozen base (lora.h sets these from -lora*; 0: off, every
-    // tensor trains). lora_mask: bit i = row i of the family's rows in LORA_TARGETS.
-    int lora_r;
-    float lora_alpha;
-    unsigned lora_mask;
-    float lora_dropout; // p of the dropout on the adapters' input (0: none)
-    int lora_rep;      // [LoRA] 1: under ZeRO-3 every rank holds the whole frozen base (never gathered; -lora-base replicated)
+    GPTCONFIG_FIELDS(GPTCONFIG_MEMBER)
 } GPTConfig;
+#undef GPTCONFIG_MEMBER
+
+// The model's identity as a checkpoint keeps it: FNV-1a of an image of the CFG_FAMILY fields, each at
+// its natural alignment in list order after 24 zero bytes (where the six sizes sat), zeros to 120
+// bytes and no trailing zeros beyond. (The image is the byte layout GPTConfig had when the hash
+// hashed the struct itself: checkpoints written then keep their hash.)
+#define MODEL_HASH_MIN_BYTES 120
+static uint64_t model_family_hash(const GPTConfig* c) {
+    unsigned char img[512];
+    memset(img, 0, sizeof(img));
+    size_t off = 6 * sizeof(int);
+#define GPTCONFIG_IMAGE(type, name, role) \
+    if (role == CFG_FAMILY) { off = (off + sizeof(type) - 1) / sizeof(type) * sizeof(type); memcpy(img + off, &c->name, sizeof(type)); off += sizeof(type); }
+    GPTCONFIG_FIELDS(GPTCONFIG_IMAGE)
+#undef GPTCONFIG_IMAGE
+    size_t n = off;
+    while (n > MODEL_HASH_MIN_BYTES && !img[n - 1]) n--;
+    if (n < MODEL_HASH_MIN_BYTES) n = MODEL_HASH_MIN_BYTES;
+    return fnv1a(FNV_INIT, img, n);
+}
 
 // A GPT-2 config from llm.c's six sizes (the other fields zero: FAMILY_GPT2).
 static inline GPTConfig gpt2_config(int L, int C, int NH, int V, int Vp, int maxT) {

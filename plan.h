@@ -57,6 +57,7 @@ typedef struct {
     char mem_src[96];
     double headroom;     // bytes a row must leave free to fit (plan_headroom)
     double flops;        // FLOP/s per rank
+    double membw;        // device memory bytes/s per rank (elementwise recompute), 0: unknown (not priced)
     char flops_src[160 + sizeof(((Flags*)0)->gpu)]; // holds the -gpu text whole (plan_env)
     double link;         // bytes/s per rank and direction
     const char* link_src;
@@ -133,17 +134,37 @@ static void flop_params(const GPTConfig* c, double* N, double* N_layers) {
 }
 
 // FLOPs per trained token for the planner's time estimate: PaLM's 6 N + 12 L ATT T for forward and
-// backward (attention's QK^T and AV counted in full; ATT = NH * HD, GPT-2's C), plus one more forward
-// of the layers when -r 3 recomputes them (2 N_layers + 4 L ATT T). The other modes recompute
-// elementwise ops only, which this count ignores. The Llama family's SwiGLU (three matrices) and
+// backward (attention's QK^T and AV counted in full; ATT = NH * HD, GPT-2's C): a matrix's forward
+// 2 FLOPs per parameter, its backward 2 for the input's gradient and 2 for its own. [LoRA] The
+// frozen base computes no weight gradient (4 N), its adapters all three (6 N_adapters: A x and B (A x)
+// forward, their gradients and the input's backward). -r 3 recomputes the layers: one more forward
+// (2 N_layers + 4 L ATT T, and the adapters'). The other modes recompute elementwise ops only, priced
+// by bytes (plan_recompute_bytes_per_token). The Llama family's SwiGLU (three matrices) and
 // grouped-query attention (narrower k, v) are in N through the tensor table. (MFU uses llm.c's count
 // instead: mfu_flops_per_token.)
 static double plan_flops_per_token(const GPTConfig* c, int T, int recompute) {
     double N, N_layers, L = c->L, ATT = (double)model_dims(c).ATT;
     flop_params(c, &N, &N_layers);
-    double f = 6.0 * N + 12.0 * L * ATT * T;
-    if (recompute == 3) f += 2.0 * N_layers + 4.0 * L * ATT * T;
+    LoraDesc lo;
+    lora_describe(&lo, c);
+    double Nad = (double)lo.num_params; // [LoRA] (0 without)
+    double f = (c->lora_r ? 4.0 * N + 6.0 * Nad : 6.0 * N) + 12.0 * L * ATT * T;
+    if (recompute == 3) f += 2.0 * (N_layers + Nad) + 4.0 * L * ATT * T;
     return f;
+}
+
+// Bytes of device memory traffic per trained token that -r adds by recomputing elementwise ops: each
+// layer tensor the mode does not keep (LAYER_ACTS' keep column below the mode) is computed once more,
+// reading its inputs and writing itself: about 3 times its bytes. Memory-bound on a GPU: the planner
+// prices it at the GPU's memory bandwidth (plan_env), not its FLOP rate. (-r 3's matmuls are FLOPs.)
+static double plan_recompute_bytes_per_token(const GPTConfig* c, int recompute) {
+    ACTS_SIZES(c, 1, 1); // (one token: BT = 1)
+    if (BT + C + NH + QKV + ATT + FC + F + MEAN + DSW + ROPE < 0) return 0.0; // (every size read: nvcc warns of a size set and unused)
+    double bytes = 0.0;
+#define X(name, type, elems, keep) if (keep < recompute) bytes += 3.0 * (double)sizeof(type) * (double)(elems);
+    LAYER_ACTS(X)
+#undef X
+    return bytes * (double)L;
 }
 
 // FLOPs per trained token for MFU: llm.c's count, 6 N + 6 L C T (gpt2_estimate_mfu: N all parameters,
@@ -160,9 +181,11 @@ static double mfu_flops_per_token(const GPTConfig* c, int T) {
 // BF16 dense peak of a GPU from its name (TFLOP/s, vendor datasheets), 0 when unknown: MFU then
 // prints "n/a". The name is the device's ("NVIDIA H100 80GB HBM3") or a user's -gpu ("h100"):
 // matched case-insensitively, more specific names first (an "H100 PCIe" is also an "H100").
-static const struct { const char* part; double tflops; } g_gpu_peaks[] = {
-    {"H200 NVL", 835}, {"H100 NVL", 835}, {"H100 PCIe", 756}, {"H200", 989}, {"H100", 989},
-    {"GH200", 989}, {"A100", 312}, {"A800", 312}, {"L40S", 362}, {"L4", 121}, {"A10", 125},
+// With each, its memory bandwidth (TB/s, the datasheets' HBM/GDDR figure: what elementwise recompute
+// is priced at; GH200's is the 96 GB part's, A100's the 80 GB SXM's).
+static const struct { const char* part; double tflops, tbps; } g_gpu_peaks[] = {
+    {"H200 NVL", 835, 4.8}, {"H100 NVL", 835, 3.9}, {"H100 PCIe", 756, 2.0}, {"H200", 989, 4.8}, {"H100", 989, 3.35},
+    {"GH200", 989, 4.0}, {"A100", 312, 2.0}, {"A800", 312, 2.0}, {"L40S", 362, 0.864}, {"L4", 121, 0.3}, {"A10", 125, 0.6},
 };
 static inline int gpu_peak_index(const char* name) {
     for (size_t i = 0; i < sizeof(g_gpu_peaks) / sizeof(g_gpu_peaks[0]); i++)
@@ -258,6 +281,14 @@ static double mem_available_bytes(void) {
     return (double)kb * 1024.0;
 }
 
+// Seconds per trained token of a mode's compute: its FLOPs at the FLOP rate, and the elementwise
+// recompute's bytes at the memory bandwidth where one is known (a GPU's).
+static double plan_compute_s(const PlanEnv* e, const GPTConfig* c, int T, int recompute) {
+    double s = plan_flops_per_token(c, T, recompute) / e->flops;
+    if (e->membw > 0) s += plan_recompute_bytes_per_token(c, recompute) / e->membw;
+    return s;
+}
+
 // Where the planner's memory, compute rate and bandwidth come from (each printed with its source).
 // R is the world being planned (-world, or this run's).
 static void plan_env(const Flags* f, const Launch* L, int R, PlanEnv* e) {
@@ -296,6 +327,7 @@ static void plan_env(const Flags* f, const Launch* L, int R, PlanEnv* e) {
         e->flops = 0.5 * g_gpu_peaks[i].tflops * 1e12;
         snprintf(e->flops_src, sizeof(e->flops_src), "assumed: 50%% of the %s's %.0f TFLOP/s BF16 dense peak (GPU: %s)", g_gpu_peaks[i].part,
                  g_gpu_peaks[i].tflops, name);
+        e->membw = 0.5 * g_gpu_peaks[i].tbps * 1e12; // (half of it, as for the FLOP rate)
     } else {
         double lo, hi;
         e->flops = measure_cpu_flops(&lo, &hi);
@@ -309,9 +341,15 @@ static void plan_env(const Flags* f, const Launch* L, int R, PlanEnv* e) {
                   : R <= 8                   ? "default: NVLink-class, one node"
                                              : "default: InfiniBand-class, across nodes";
     double lo, hi;
-    e->adamw = adamw_host_rate(&lo, &hi); // [offload] this host's AdamW, whatever the device
-    snprintf(e->adamw_src, sizeof(e->adamw_src), "measured: %s path, median of %d passes by CPU time, %.3g..%.3g ns, %d threads", simd_names[simd_level()],
-             ADAMW_RATE_REPS, 1e9 / hi, 1e9 / lo, num_threads());
+    const char* fixed = getenv("ZT_PLAN_ADAMW_NS"); // a plan that reads the same on every machine (docs' samples: dev/doc_samples.py)
+    if (fixed && atof(fixed) > 0) {
+        e->adamw = 1e9 / atof(fixed);
+        snprintf(e->adamw_src, sizeof(e->adamw_src), "ZT_PLAN_ADAMW_NS, not measured");
+    } else {
+        e->adamw = adamw_host_rate(&lo, &hi); // [offload] this host's AdamW, whatever the device
+        snprintf(e->adamw_src, sizeof(e->adamw_src), "measured: %s path, median of %d passes by CPU time, %.3g..%.3g ns, %d threads", simd_names[simd_level()],
+                 ADAMW_RATE_REPS, 1e9 / hi, 1e9 / lo, num_threads());
+    }
     e->pcie = (f->pcie_gbps > 0 ? f->pcie_gbps : 200.0) * 1e9 / 8.0;
     e->pcie_src = f->pcie_gbps > 0 ? "-pcie-gbps" : "default: PCIe 4.0 x16-class";
     e->disk = (f->disk_gbps > 0 ? f->disk_gbps : 16.0) * 1e9 / 8.0;
@@ -366,7 +404,7 @@ static int plan_rows(const GPTConfig* c, int B, int T, int R, int GA, int local_
         for (int r = 0; r <= 3; r++) {
             PlanRow* p = &rows[n++];
             plan_config(&cz, B, T, R, GA, z == 4 ? 3 : z, r, OFFLOAD_NONE, 0, p);
-            p->compute_s = plan_flops_per_token(c, T, r) * B * T * GA / e->flops;
+            p->compute_s = plan_compute_s(e, c, T, r) * B * T * GA;
             p->comm_s = p->traffic / e->link;
             p->step_s = p->compute_s + p->comm_s; // no overlap assumed
             p->ckpt_per_node = p->disk_per_node = ckpt;
@@ -389,7 +427,7 @@ static int plan_rows(const GPTConfig* c, int B, int T, int R, int GA, int local_
             PlanRow* p = &rows[n++];
             plan_config(&cs, B, T, R, GA, z, r, (Offload)k, e->offload_buffer, p);
             double state = p->state_bytes; // master, m, v of the shard: 12 bytes an element
-            p->compute_s = plan_flops_per_token(c, T, r) * B * T * GA / e->flops;
+            p->compute_s = plan_compute_s(e, c, T, r) * B * T * GA;
             p->comm_s = p->traffic / e->link;
             double hidden = p->pcie_d2h_hidden / e->pcie; // [cpu] the copies under the backward
             p->pcie_s = (p->pcie_bytes - p->pcie_d2h_hidden) / e->pcie + fmax(0.0, hidden - 2.0 / 3.0 * p->compute_s);
@@ -513,6 +551,11 @@ static void run_plan(const Flags* f, const GPTConfig* c, int R, const Launch* L)
     printf0("  memory per rank %s (%s); headroom %s, " PLAN_HEADROOM_TEXT ": a row fits only if it leaves that free\n",
             fmt_bytes(e.mem).s, e.mem_src, fmt_bytes(e.headroom).s);
     printf0("  compute %.3g TFLOP/s per rank (%s); link %.0f Gbit/s (%s)\n", e.flops / 1e12, e.flops_src, e.link * 8 / 1e9, e.link_src);
+    printf0("  per token: %.4g GFLOP (%s); -r 3 adds %.4g GFLOP (the layers' forward again); -r 1 and -r 2 recompute elementwise ops: "
+            "%s and %s more memory traffic, %s\n", plan_flops_per_token(c, f->T, 0) / 1e9,
+            c->lora_r ? "LoRA: the frozen base's forward and input gradients, no weight gradients; the adapters' all three" : "6 N + 12 L ATT T",
+            (plan_flops_per_token(c, f->T, 3) - plan_flops_per_token(c, f->T, 0)) / 1e9, fmt_bytes(plan_recompute_bytes_per_token(c, 1)).s,
+            fmt_bytes(plan_recompute_bytes_per_token(c, 2)).s, e.membw > 0 ? "priced at half the GPU's memory bandwidth" : "not priced (no memory bandwidth known on the CPU device)");
     if (g_device == DEV_CPU)
         printf0("  offload rows (-r N o): master, m, v on the host, which on the CPU device is the same memory (a code path, not a saving); "
                 "host<->device copies at %.0f Gbit/s (%s), host AdamW %.3g ns per element per rank (%s)\n",

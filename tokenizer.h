@@ -2072,16 +2072,10 @@ static inline int tokenize_find_docs(const unsigned char* b, size_t n, int line_
     return nd;
 }
 
-// tokenize_file_to_shards with the chunk size given (tests use tiny ones) and, if stats is not
-// NULL, counts of what was read and written.
-static inline int tokenize_file_to_shards_ex(Tokenizer* tok, const char* in_path, const char* out_prefix, int val_every,
-                                             int64_t shard_tokens, size_t chunk_bytes, TokenizeStats* stats,
-                                             char* err, size_t errlen) {
-    TokenizeStats local;
-    if (!stats) stats = &local;
-    memset(stats, 0, sizeof(*stats));
-    stats->threads = 1;
-    // --- arguments, then the output directory, then the input: fail before writing anything
+// The output prefix and arguments checked, and the output directory: before anything is read or
+// written. Returns 0, or -1 with the message in err.
+static inline int tokenize_check_output(const Tokenizer* tok, const char* in_path, const char* out_prefix, int val_every,
+                                        int64_t shard_tokens, size_t chunk_bytes, char* err, size_t errlen) {
     if (tok->hf && tok->eot_token < 0) {
         return tokenize_error(err, errlen, "tokenize %s: the tokenizer has no document token: its post-processor adds no BOS, it has "
                               "no added token \"<|endoftext|>\" and no tokenizer_config.json eos_token", in_path);
@@ -2114,188 +2108,238 @@ static inline int tokenize_file_to_shards_ex(Tokenizer* tok, const char* in_path
         return tokenize_error(err, errlen, "tokenize: output directory %s (of prefix %s) is not writable: %s", dir, out_prefix,
                               strerror(errno));
     }
+    return 0;
+}
+
+// One pass of tokenize_file_to_shards_ex over its input: the stream (buf[at..len) is input not yet
+// encoded, starting inside the current document), the two splits' shards, and the parallel batches.
+typedef struct {
+    Tokenizer* tok;
+    const char* in_path;
+    const char* out_prefix;
+    int val_every;
+    int64_t shard_tokens;
+    TokenizeStats* stats;
+    char* err;
+    size_t errlen;
+    FILE* f;
+    TokenizeSplit split[2];
+    unsigned char* buf;
+    size_t at, len, bufcap, read_bytes;
+    uint32_t* ids;           // one pass's ids, then handed to the document's split
+    size_t nids, idscap;
+    uint32_t eot, V;
+    int match_specials;      // the tokenizer's own setting, restored at the end
+    int eof, line_start, in_doc, which, look_again;
+    int64_t ndocs;
+    int nworkers;
+    TokenizerWorker* workers;
+    TokenizeDoc* batch[2];   // (TOKENIZE_BATCH_DOCS) each: the batch being encoded and the one before it
+    int cur, pending;        // batch[cur] is filled next; pending: documents of batch[1 - cur] not yet emitted
+} TokenizeRun;
+
+static inline void tokenize_run_init(TokenizeRun* r, Tokenizer* tok, FILE* f, const char* in_path, const char* out_prefix, int val_every,
+                                     int64_t shard_tokens, size_t chunk_bytes, TokenizeStats* stats, char* err, size_t errlen) {
+    memset(r, 0, sizeof(*r));
+    r->tok = tok; r->f = f; r->in_path = in_path; r->out_prefix = out_prefix; r->val_every = val_every;
+    r->shard_tokens = shard_tokens; r->stats = stats; r->err = err; r->errlen = errlen;
+    r->split[0].name = "train";
+    r->split[1].name = "val";
+    r->eot = (uint32_t)tok->eot_token;
+    r->V = tok->vocab_size;
+    r->match_specials = tok->hf ? tok->hf->match_specials : 0;
+    if (tok->hf) tok->hf->match_specials = 0;  // special tokens in documents are text (llm.c's split_special_tokens)
+    r->line_start = 1;
+    r->nworkers = 1;
+#ifdef _OPENMP
+    r->nworkers = omp_get_max_threads();
+#endif
+    r->read_bytes = chunk_bytes;
+    if (r->nworkers > 1) {
+        r->read_bytes = chunk_bytes * (size_t)r->nworkers;  // a chunk per thread: documents up to about a chunk still come in batches
+        r->workers = (TokenizerWorker*)calloc((size_t)r->nworkers, sizeof(TokenizerWorker));
+        r->batch[0] = (TokenizeDoc*)calloc(TOKENIZE_BATCH_DOCS, sizeof(TokenizeDoc));
+        r->batch[1] = (TokenizeDoc*)calloc(TOKENIZE_BATCH_DOCS, sizeof(TokenizeDoc));
+        if (!r->workers || !r->batch[0] || !r->batch[1]) r->nworkers = 1;  // streamed then: slower, not wrong
+        for (int w = 0; r->nworkers > 1 && w < r->nworkers; w++) tokenizer_worker_init(&r->workers[w], tok);
+    }
+}
+
+// Read a chunk (a bigger one while a long piece is carried). Returns 0 or -1 (err).
+static inline int tokenize_read(TokenizeRun* r) {
+    if (r->at > 0) memmove(r->buf, r->buf + r->at, r->len - r->at);
+    r->len -= r->at;
+    r->at = 0;
+    size_t want = r->read_bytes > r->len ? r->read_bytes : r->len;
+    if (tokenizer_grow((void**)&r->buf, &r->bufcap, r->len + want, 1) != 0)
+        return tokenize_error(r->err, r->errlen, "tokenize: input %s: out of memory for %zu bytes", r->in_path, r->len + want);
+    size_t got = fread(r->buf + r->len, 1, want, r->f);
+    if (got < want && ferror(r->f)) return tokenize_error(r->err, r->errlen, "tokenize: input %s: read error: %s", r->in_path, strerror(errno));
+    r->eof = got < want;
+    r->len += got;
+    r->stats->bytes += (int64_t)got;
+    return 0;
+}
+
+// The complete documents in buf, encoded as a batch in parallel while the batch before is emitted.
+// Returns 1 when it took a batch (*done: the input is used up), 0 when buf holds fewer than two
+// complete documents (the streamed path goes on), -1 on an error (err).
+static inline int tokenize_batch(TokenizeRun* r, int* done) {
+    unsigned char* b = r->buf + r->at;
+    TokenizeDoc* docs = r->batch[r->cur];
+    int nd = tokenize_find_docs(b, r->len - r->at, r->line_start, r->eof, docs, TOKENIZE_BATCH_DOCS);
+    if (nd < 2) return 0;
+    int team = 1, emit_rc = 0;
+    #pragma omp parallel num_threads(r->nworkers)
+    {
+        // one thread emits the batch before (copies its ids into the shards, writes the shards that
+        // fill) while the others start on this one: the output's order is the file's, and the
+        // copying and writing overlap the encoding
+        #pragma omp single nowait
+        {
+            if (r->pending) emit_rc = tokenize_emit_batch(r->batch[1 - r->cur], r->pending, r->split, r->val_every, &r->ndocs, r->stats, r->eot,
+                                                          r->shard_tokens, r->out_prefix, r->V, r->in_path, r->err, r->errlen);
+        }
+        #pragma omp for schedule(dynamic, 1)
+        for (int d = 0; d < nd; d++) {
+            int w = 0;
+#ifdef _OPENMP
+            w = omp_get_thread_num();
+            if (d == 0) team = omp_get_num_threads();
+#endif
+            // the ids grow in locals: docs[d] shares cache lines with the documents other threads
+            // encode, and writing its count at every piece would bounce them
+            uint32_t* ids_d = docs[d].ids;
+            size_t used, nids_d = 0, cap_d = docs[d].cap;
+            int rc_d = docs[d].len ? tokenizer_encode_part(&r->workers[w].t, b + docs[d].start, docs[d].len, 1, &used, &ids_d, &nids_d, &cap_d) : 0;
+            docs[d].ids = ids_d;
+            docs[d].nids = nids_d;
+            docs[d].cap = cap_d;
+            docs[d].rc = rc_d;
+        }
+    }
+    if (team > r->stats->threads) r->stats->threads = team;
+    if (emit_rc != 0) return -1;
+    r->pending = nd;
+    r->cur = 1 - r->cur;
+    r->at += docs[nd - 1].next;
+    r->line_start = r->buf[r->at - 1] == '\n';
+    r->look_again = 0;  // buf holds no complete document now: read on
+    *done = r->eof && r->at == r->len;
+    return 1;
+}
+
+// One streamed piece: the batch before goes out first, then the current document up to its end (a
+// separator line, or the end of the input), else up to before any line at the end of buf that may
+// still turn into a separator. Returns 0 (*done: the input is used up) or -1 (err).
+static inline int tokenize_piece(TokenizeRun* r, int* done) {
+    if (r->pending) {  // (what follows comes after it in the file)
+        if (tokenize_emit_batch(r->batch[1 - r->cur], r->pending, r->split, r->val_every, &r->ndocs, r->stats, r->eot, r->shard_tokens,
+                                r->out_prefix, r->V, r->in_path, r->err, r->errlen) != 0) return -1;
+        r->pending = 0;
+    }
+    unsigned char* b = r->buf + r->at;
+    size_t n = r->len - r->at, sep = 0, seplen = 0;
+    int found = tokenize_find_separator(b, n, r->line_start, r->eof, &sep, &seplen);
+    int doc_ends = found || r->eof, rc = 0;
+    size_t limit = found ? sep : r->eof ? n : tokenize_text_limit(b, n, r->line_start);
+    r->nids = 0;
+    if (limit > 0 && !r->in_doc) {  // the document's first byte: EOT, and choose its split
+        r->which = r->val_every > 0 && r->ndocs % r->val_every == r->val_every - 1;
+        r->in_doc = 1;
+        r->ndocs++;
+        r->stats->documents[r->which]++;
+        rc = tokenizer_append(&r->ids, &r->nids, &r->idscap, &r->eot, 1);
+    }
+    size_t used = 0;
+    if (rc == 0) rc = tokenizer_encode_part(r->tok, b, limit, doc_ends, &used, &r->ids, &r->nids, &r->idscap);
+    if (rc != 0) return tokenize_error(r->err, r->errlen, "tokenize: input %s: out of memory while encoding", r->in_path);
+    r->stats->tokens[r->which] += (int64_t)r->nids;
+    if (tokenize_emit(&r->split[r->which], r->ids, r->nids, (size_t)r->shard_tokens, r->out_prefix, r->V, r->err, r->errlen) != 0) return -1;
+    if (doc_ends) {
+        r->in_doc = 0;
+        used = found ? sep + seplen : n;
+    }
+    if (used > 0) r->line_start = b[used - 1] == '\n';
+    r->at += used;
+    r->look_again = found;  // more separators may wait in buf: look before reading
+    *done = r->eof && !found;
+    return 0;
+}
+
+// The end of a pass: the last batch and the last, partial shards out; everything freed; on an error
+// (rc != 0) every shard this run wrote removed. Returns rc, or -1 when the end itself failed.
+static inline int tokenize_finish(TokenizeRun* r, int rc) {
+    if (rc == 0 && r->pending) rc = tokenize_emit_batch(r->batch[1 - r->cur], r->pending, r->split, r->val_every, &r->ndocs, r->stats, r->eot,
+                                                        r->shard_tokens, r->out_prefix, r->V, r->in_path, r->err, r->errlen);
+    fclose(r->f);
+    free(r->buf);
+    free(r->ids);
+    for (int w = 0; r->workers && r->nworkers > 1 && w < r->nworkers; w++) tokenizer_worker_free(&r->workers[w]);
+    free(r->workers);
+    for (int k = 0; k < 2; k++) {
+        for (int d = 0; r->batch[k] && d < TOKENIZE_BATCH_DOCS; d++) free(r->batch[k][d].ids);
+        free(r->batch[k]);
+    }
+    if (r->tok->hf) r->tok->hf->match_specials = r->match_specials;
+    if (rc == 0 && r->stats->bytes == 0) rc = tokenize_error(r->err, r->errlen, "tokenize: input %s is empty", r->in_path);
+    if (rc == 0 && r->ndocs == 0) {
+        rc = tokenize_error(r->err, r->errlen, "tokenize: input %s has no text, only \"%s\" separator lines", r->in_path, TOKENIZE_SEPARATOR);
+    }
+    for (int s = 0; s < 2 && rc == 0; s++) {  // the last, partial shards
+        if (r->split[s].in_shard > 0 && tokenize_close_shard(&r->split[s], r->out_prefix, r->V, r->err, r->errlen) != 0) rc = -1;
+    }
+    for (int s = 0; s < 2; s++) {
+        if (rc != 0) {  // leave nothing behind: remove the shards this run wrote
+            for (int i = 0; i < r->split[s].shards; i++) {
+                char path[4096];
+                tokenize_shard_path(path, sizeof(path), r->out_prefix, r->split[s].name, i);
+                remove(path);
+            }
+        }
+        if (r->split[s].f) {  // a shard left open by an error: its temporary file goes too
+            fclose(r->split[s].f);
+            remove(r->split[s].tmp);
+        }
+        r->stats->shards[s] = rc == 0 ? r->split[s].shards : 0;
+        free(r->split[s].toks);
+        free(r->split[s].narrow);
+    }
+    return rc;
+}
+
+// tokenize_file_to_shards with the chunk size given (tests use tiny ones) and, if stats is not
+// NULL, counts of what was read and written: the output checked, the input opened, then read and
+// encoded — batches of complete documents in parallel, a document longer than the buffer streamed
+// in pieces — and the pass finished.
+static inline int tokenize_file_to_shards_ex(Tokenizer* tok, const char* in_path, const char* out_prefix, int val_every,
+                                             int64_t shard_tokens, size_t chunk_bytes, TokenizeStats* stats,
+                                             char* err, size_t errlen) {
+    TokenizeStats local;
+    if (!stats) stats = &local;
+    memset(stats, 0, sizeof(*stats));
+    stats->threads = 1;
+    if (tokenize_check_output(tok, in_path, out_prefix, val_every, shard_tokens, chunk_bytes, err, errlen) != 0) return -1;
+    struct stat st;
     FILE* f = fopen(in_path, "rb"); // (a stream: a pipe or FIFO is read as given, on purpose: -tokenize /dev/stdin)
     if (!f) return tokenize_error(err, errlen, "tokenize: input %s: cannot open: %s", in_path, strerror(errno));
     if (fstat(fileno(f), &st) != 0 || S_ISDIR(st.st_mode)) {
         fclose(f);
         return tokenize_error(err, errlen, "tokenize: input %s: cannot read: %s", in_path, S_ISDIR(st.st_mode) ? "is a directory" : strerror(errno));
     }
-
-    // --- the stream: buf[at..len) is input not yet encoded, starting inside the current document
-    TokenizeSplit split[2];
-    memset(split, 0, sizeof(split));
-    split[0].name = "train";
-    split[1].name = "val";
-    unsigned char* buf = NULL;
-    size_t at = 0, len = 0, bufcap = 0;
-    uint32_t* ids = NULL;    // one pass's ids, then handed to the document's split
-    size_t nids = 0, idscap = 0;
-    uint32_t eot = (uint32_t)tok->eot_token, V = tok->vocab_size;
-    int match_specials = tok->hf ? tok->hf->match_specials : 0;
-    if (tok->hf) tok->hf->match_specials = 0;  // special tokens in documents are text (llm.c's split_special_tokens)
-    int eof = 0, line_start = 1, in_doc = 0, which = 0, rc = 0, look_again = 0;
-    int64_t ndocs = 0;
-    int nworkers = 1;
-#ifdef _OPENMP
-    nworkers = omp_get_max_threads();
-#endif
-    TokenizerWorker* workers = NULL;
-    TokenizeDoc* batch[2] = {NULL, NULL};  // (TOKENIZE_BATCH_DOCS) each: the batch being encoded and the one before it
-    int cur = 0, pending = 0;               // batch[cur] is filled next; pending: documents of batch[1 - cur] not yet emitted
-    size_t read_bytes = chunk_bytes;
-    if (nworkers > 1) {
-        read_bytes = chunk_bytes * (size_t)nworkers;  // a chunk per thread: documents up to about a chunk still come in batches
-        workers = (TokenizerWorker*)calloc((size_t)nworkers, sizeof(TokenizerWorker));
-        batch[0] = (TokenizeDoc*)calloc(TOKENIZE_BATCH_DOCS, sizeof(TokenizeDoc));
-        batch[1] = (TokenizeDoc*)calloc(TOKENIZE_BATCH_DOCS, sizeof(TokenizeDoc));
-        if (!workers || !batch[0] || !batch[1]) nworkers = 1;  // streamed then: slower, not wrong
-        for (int w = 0; nworkers > 1 && w < nworkers; w++) tokenizer_worker_init(&workers[w], tok);
+    TokenizeRun r;
+    tokenize_run_init(&r, tok, f, in_path, out_prefix, val_every, shard_tokens, chunk_bytes, stats, err, errlen);
+    int rc = 0, done = 0;
+    while (rc == 0 && !done) {
+        if (!r.eof && !r.look_again && (rc = tokenize_read(&r)) != 0) break;
+        if (!r.in_doc && r.nworkers > 1) {  // complete documents in buf: a batch, in parallel
+            int took = tokenize_batch(&r, &done);
+            if (took < 0) rc = -1;
+            if (took) continue;
+        }
+        rc = tokenize_piece(&r, &done);
     }
-    while (rc == 0) {
-        if (!eof && !look_again) {  // read a chunk (a bigger one while a long piece is carried)
-            if (at > 0) memmove(buf, buf + at, len - at);
-            len -= at;
-            at = 0;
-            size_t want = read_bytes > len ? read_bytes : len;
-            if (tokenizer_grow((void**)&buf, &bufcap, len + want, 1) != 0) {
-                rc = tokenize_error(err, errlen, "tokenize: input %s: out of memory for %zu bytes", in_path, len + want);
-                break;
-            }
-            size_t got = fread(buf + len, 1, want, f);
-            if (got < want && ferror(f)) {
-                rc = tokenize_error(err, errlen, "tokenize: input %s: read error: %s", in_path, strerror(errno));
-                break;
-            }
-            eof = got < want;
-            len += got;
-            stats->bytes += (int64_t)got;
-        }
-        if (!in_doc && nworkers > 1) {  // complete documents in buf: a batch, in parallel
-            unsigned char* b = buf + at;
-            TokenizeDoc* docs = batch[cur];
-            int nd = tokenize_find_docs(b, len - at, line_start, eof, docs, TOKENIZE_BATCH_DOCS);
-            if (nd >= 2) {
-                int team = 1, emit_rc = 0;
-                #pragma omp parallel num_threads(nworkers)
-                {
-                    // one thread emits the batch before (copies its ids into the shards, writes the
-                    // shards that fill) while the others start on this one: the output's order is
-                    // the file's, and the copying and writing overlap the encoding
-                    #pragma omp single nowait
-                    {
-                        if (pending) emit_rc = tokenize_emit_batch(batch[1 - cur], pending, split, val_every, &ndocs, stats, eot, shard_tokens,
-                                                                   out_prefix, V, in_path, err, errlen);
-                    }
-                    #pragma omp for schedule(dynamic, 1)
-                    for (int d = 0; d < nd; d++) {
-                        int w = 0;
-#ifdef _OPENMP
-                        w = omp_get_thread_num();
-                        if (d == 0) team = omp_get_num_threads();
-#endif
-                        // the ids grow in locals: docs[d] shares cache lines with the documents other
-                        // threads encode, and writing its count at every piece would bounce them
-                        uint32_t* ids_d = docs[d].ids;
-                        size_t used, nids_d = 0, cap_d = docs[d].cap;
-                        int rc_d = docs[d].len ? tokenizer_encode_part(&workers[w].t, b + docs[d].start, docs[d].len, 1, &used, &ids_d, &nids_d, &cap_d) : 0;
-                        docs[d].ids = ids_d;
-                        docs[d].nids = nids_d;
-                        docs[d].cap = cap_d;
-                        docs[d].rc = rc_d;
-                    }
-                }
-                if (team > stats->threads) stats->threads = team;
-                if (emit_rc != 0) {
-                    rc = -1;
-                    break;
-                }
-                pending = nd;
-                cur = 1 - cur;
-                at += docs[nd - 1].next;
-                line_start = buf[at - 1] == '\n';
-                look_again = 0;  // buf holds no complete document now: read on
-                if (eof && at == len) break;
-                continue;
-            }
-        }
-        if (pending) {  // the batch before goes out first: what follows comes after it in the file
-            if (tokenize_emit_batch(batch[1 - cur], pending, split, val_every, &ndocs, stats, eot, shard_tokens, out_prefix, V, in_path, err, errlen) != 0) {
-                rc = -1;
-                break;
-            }
-            pending = 0;
-        }
-        // where this pass stops: the document's end (a separator line, or the end of the input),
-        // else before any line at the end of buf that may still turn into a separator
-        unsigned char* b = buf + at;
-        size_t n = len - at, sep = 0, seplen = 0;
-        int found = tokenize_find_separator(b, n, line_start, eof, &sep, &seplen);
-        int doc_ends = found || eof;
-        size_t limit = found ? sep : eof ? n : tokenize_text_limit(b, n, line_start);
-        nids = 0;
-        if (limit > 0 && !in_doc) {  // the document's first byte: EOT, and choose its split
-            which = val_every > 0 && ndocs % val_every == val_every - 1;
-            in_doc = 1;
-            ndocs++;
-            stats->documents[which]++;
-            rc = tokenizer_append(&ids, &nids, &idscap, &eot, 1);
-        }
-        size_t used = 0;
-        if (rc == 0) rc = tokenizer_encode_part(tok, b, limit, doc_ends, &used, &ids, &nids, &idscap);
-        if (rc != 0) {
-            rc = tokenize_error(err, errlen, "tokenize: input %s: out of memory while encoding", in_path);
-            break;
-        }
-        stats->tokens[which] += (int64_t)nids;
-        if (tokenize_emit(&split[which], ids, nids, (size_t)shard_tokens, out_prefix, V, err, errlen) != 0) {
-            rc = -1;
-            break;
-        }
-        if (doc_ends) {
-            in_doc = 0;
-            used = found ? sep + seplen : n;
-        }
-        if (used > 0) line_start = b[used - 1] == '\n';
-        at += used;
-        look_again = found;  // more separators may wait in buf: look before reading
-        if (eof && !found) break;
-    }
-    if (rc == 0 && pending) rc = tokenize_emit_batch(batch[1 - cur], pending, split, val_every, &ndocs, stats, eot, shard_tokens, out_prefix, V,
-                                                     in_path, err, errlen);
-    fclose(f);
-    free(buf);
-    free(ids);
-    for (int w = 0; workers && nworkers > 1 && w < nworkers; w++) tokenizer_worker_free(&workers[w]);
-    free(workers);
-    for (int k = 0; k < 2; k++) {
-        for (int d = 0; batch[k] && d < TOKENIZE_BATCH_DOCS; d++) free(batch[k][d].ids);
-        free(batch[k]);
-    }
-    if (tok->hf) tok->hf->match_specials = match_specials;
-    if (rc == 0 && stats->bytes == 0) rc = tokenize_error(err, errlen, "tokenize: input %s is empty", in_path);
-    if (rc == 0 && ndocs == 0) {
-        rc = tokenize_error(err, errlen, "tokenize: input %s has no text, only \"%s\" separator lines", in_path, TOKENIZE_SEPARATOR);
-    }
-    for (int s = 0; s < 2 && rc == 0; s++) {  // the last, partial shards
-        if (split[s].in_shard > 0 && tokenize_close_shard(&split[s], out_prefix, V, err, errlen) != 0) rc = -1;
-    }
-    for (int s = 0; s < 2; s++) {
-        if (rc != 0) {  // leave nothing behind: remove the shards this run wrote
-            for (int i = 0; i < split[s].shards; i++) {
-                char path[4096];
-                tokenize_shard_path(path, sizeof(path), out_prefix, split[s].name, i);
-                remove(path);
-            }
-        }
-        if (split[s].f) {  // a shard left open by an error: its temporary file goes too
-            fclose(split[s].f);
-            remove(split[s].tmp);
-        }
-        stats->shards[s] = rc == 0 ? split[s].shards : 0;
-        free(split[s].toks);
-        free(split[s].narrow);
-    }
-    return rc;
+    return tokenize_finish(&r, rc);
 }
 
 // Tokenize the text file in_path into llm.c shards PREFIX_{train,val}_NNNNNN.bin (see above):

@@ -763,9 +763,32 @@ static void io_wait_end(Trainer* tr, double saved) {
     tr->comm.timeout_flag = NULL;
 }
 
+// [LoRA] The adapters as PEFT's files (lora.h) in dir, from the master weights (every rank takes part:
+// the adapter block's shards are gathered to rank 0, which writes). 0 on success (other ranks: 0);
+// err says why not.
+static int write_adapter(Trainer* tr, const char* dir, char* err, size_t errlen) {
+    Zero* z = &tr->model.z;
+    int A = z->lay.adapter;
+    float* host = (float*)calloc((size_t)z->lay.P[A], sizeof(float));
+    if (!host) die(1, "out of host memory (%lld adapter elements)", (long long)z->lay.P[A]);
+    block_values(z, A, 1, host);
+    int rc = g_rank == 0 ? lora_write_peft(&tr->model.d.lora, &tr->model.cfg, host, dir, tr->f.model, err, errlen) : 0;
+    free(host);
+    return rc;
+}
+
+// [LoRA] Every checkpoint's adapter_<step>/ (CkptMeta's hook): a failure makes the checkpoint incomplete.
+static int checkpoint_adapter(void* ctx, const char* dir) {
+    char err[1024];
+    int rc = write_adapter((Trainer*)ctx, dir, err, sizeof(err));
+    if (rc) fprintf(stderr, "error: %s: %s\n", dir, err);
+    return rc;
+}
+
 // A checkpoint of the current step: every rank takes part. 0 on success (the same on every rank).
 static int save_checkpoint(Trainer* tr, int last) {
     CkptMeta meta = trainer_ckpt_meta(tr);
+    if (tr->model.cfg.lora_r) meta.adapter = checkpoint_adapter, meta.adapter_ctx = tr; // [LoRA] adapter_<step>/ for PEFT
     int with_model = !strcmp(tr->f.save_model, "1") || (last && !strcmp(tr->f.save_model, "last"));
     double saved = io_wait_begin(tr);
     int rc = ckpt_save(&tr->model.z, &tr->model.cfg, tr->f.out_dir, &meta, with_model, tr->f.ckpt_keep);
@@ -1260,8 +1283,11 @@ static void stop_say_cost(const Trainer* tr, double step_s) {
                 "HINT: ask for the signal earlier: sbatch --signal=USR1@%.0f (docs/running.md)\n", ceil(2.0 * total + 30.0));
 }
 
-static int trainer_setup(Trainer* tr, int argc, char** argv) {
-    memset(tr, 0, sizeof(*tr));
+// Setting up a run (trainer_setup), one concern at a time, in the order they happen.
+
+// Ranks and flags: the communicator, the flags (a resume's taken from its record), the device, and
+// every rank agreeing on them; on a GPU its context, streams, NCCL and the memory baseline.
+static void setup_ranks_and_flags(Trainer* tr, int argc, char** argv) {
     Flags* f = &tr->f;
     comm_init(&tr->comm, &argc, &argv, &tr->launch);
     tr->R = tr->comm.R;
@@ -1295,6 +1321,13 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
         tr->mem_baseline = total_b - free_b;
     }
 #endif
+}
+
+// The model's config (-e, overrides, LoRA) and the flags checked against it; threads; every output
+// path made or refused now. c, from_file (model_config's: 0 a descriptor, 1 an llm.c file, 2 Hugging
+// Face) and the world -plan plans for.
+static void setup_config(Trainer* tr, GPTConfig* c_out, int* from_file_out, int* R_plan_out) {
+    Flags* f = &tr->f;
     int T_auto = !strcmp(f->T_str, "auto");
     resolve_defaults(f, g_device);
     GPTConfig c;
@@ -1317,16 +1350,16 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     if (!strcmp(f->gpu, "auto")) FLAG_SHOW(f, gpu, "%s", g_device == DEV_CUDA ? gpu_model_name(f) : "unused: cpu device");
     check_output_paths(f, &tr->comm); // every output path made (with its parents) or refused now, not when training ends
     if (f->out_dir[0] && !f->tokenize[0]) output_dir_ready("-o", f->out_dir); // (every rank: each writes its state files there)
-    if (f->tokenize[0]) {
-        if (tr->r == 0) run_tokenize(f);
-        return 1;
-    }
-    if (f->plan) {
-        run_plan(f, &c, R_plan, &tr->launch);
-        return 1;
-    }
+    *c_out = c;
+    *from_file_out = from_file;
+    *R_plan_out = R_plan;
+}
+
+// The stage, recompute and offload: measured (-tune), planned (-z auto, -r auto) or given.
+static void setup_choose(Trainer* tr, const GPTConfig* c) {
+    Flags* f = &tr->f;
     if (f->tune) tune_mark_auto(f); // chosen by measuring, once the data is open (tune_config)
-    else if (f->zero_stage < 0 || f->recompute < 0) choose_config(f, &c, tr->R, &tr->launch, &tr->comm);
+    else if (f->zero_stage < 0 || f->recompute < 0) choose_config(f, c, tr->R, &tr->launch, &tr->comm);
     else { // the planner's inputs: nothing plans this run
         if (f->tflops == 0) FLAG_SHOW(f, tflops, "unused: only -plan, -z auto and -r auto plan");
         if (f->link_gbps == 0) FLAG_SHOW(f, link_gbps, "unused: only -plan, -z auto and -r auto plan");
@@ -1336,14 +1369,18 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
         if (!strcmp(f->offload, "auto") && f->offload_dir[0]) die_user("flag -offload-dir is for -offload nvme (or -offload auto with -z auto / -r auto)");
         if (!strcmp(f->offload, "auto")) snprintf(f->offload, sizeof(f->offload), "none"); // nothing plans: none
     }
-    if (!c.lora_r) FLAG_SHOW(f, lora_base, "unused: no -lora");
+    if (!c->lora_r) FLAG_SHOW(f, lora_base, "unused: no -lora");
     if (strcmp(f->offload_str, f->offload)) FLAG_SHOW(f, offload, "%s", f->offload);
-    // data, tokenizer, output directory
+}
+
+// Data, tokenizer, prompts, packing, and the output directory's lock.
+static void setup_data(Trainer* tr, const GPTConfig* c) {
+    Flags* f = &tr->f;
     char err[1024];
-    if (dataloader_init(&tr->train, f->train_data, f->B, f->T, c.V, f->shuffle, (uint64_t)f->seed, err, sizeof(err)))
+    if (dataloader_init(&tr->train, f->train_data, f->B, f->T, c->V, f->shuffle, (uint64_t)f->seed, err, sizeof(err)))
         die_user("-i: %s", err);
     tr->has_val = f->val_data[0] != 0 && f->val_every > 0;
-    if (tr->has_val && dataloader_init(&tr->val, f->val_data, f->B, f->T, c.V, 0, 0, err, sizeof(err)))
+    if (tr->has_val && dataloader_init(&tr->val, f->val_data, f->B, f->T, c->V, 0, 0, err, sizeof(err)))
         die_user("-j: %s", err);
     if (tr->train.note[0]) printf0("warning: -i: %s\n", tr->train.note);
     if (tr->has_val && tr->val.note[0]) printf0("warning: -j: %s\n", tr->val.note);
@@ -1358,7 +1395,7 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     const char* tname = tokenizer_for_model(f->tokenizer, TOKENIZER_DEFAULT_PATH, f->model, tpath, sizeof(tpath));
     tr->has_tok = f->sample_every > 0 && tokenizer_init(&tr->tok, tname, err, sizeof(err)) == 0;
     if (f->sample_every > 0 && !tr->has_tok) printf0("warning: -tokenizer: %s; samples print token ids\n", err);
-    if (f->prompt[0]) load_prompts(tr, c.V);
+    if (f->prompt[0]) load_prompts(tr, c->V);
     if (tr->has_tok && tr->tok.eot_token < 0)
         printf0("warning: -tokenizer %s %s: it does not say which token is <|endoftext|>, so samples%s start after token 0%s. "
                 "HINT: data/gpt2_tokenizer.bin (version 2, dev/make_vocab.py) names it\n", tname, tr->tok.hf ? "(a tokenizer.json) names no end-of-text or BOS token" : "is a version-1 file", f->prompt[0] ? " and prompts" : "",
@@ -1369,7 +1406,12 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
         if (access(f->out_dir, W_OK) != 0) die_user("-o %s: cannot write into the directory: %s", f->out_dir, strerror(errno));
         ckpt_note_set_asides(f->out_dir);
     }
-    // steps
+}
+
+// Steps, the run's record (a resume's checked against it), the communicator's limits, -tune's
+// measurement, and [LoRA] where the frozen base lives.
+static void setup_steps(Trainer* tr, GPTConfig* c) {
+    Flags* f = &tr->f;
     int64_t step_tokens = (int64_t)f->B * f->T * tr->R;
     tr->GA = f->total_batch == -1 ? 1 : (int)(f->total_batch / step_tokens);
     int64_t epoch_steps = dataloader_total_tokens(&tr->train) / (step_tokens * tr->GA);
@@ -1379,26 +1421,29 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     FLAG_SHOW(f, warmup, "%d", f->warmup);
     FLAG_SHOW(f, total_batch, "%lld", (long long)step_tokens * tr->GA);
     tr->run_record = (char*)malloc(CKPT_RUN_MAX); // what every checkpoint records of this run
-    run_record_build(f, &tr->train, tr->has_val ? &tr->val : NULL, classifier_chunk_rows(c.Vp), tr->run_record);
-    if (tr->recorded_run) run_record_check(f, &tr->train, tr->has_val ? &tr->val : NULL, classifier_chunk_rows(c.Vp), f->B * f->T,
+    run_record_build(f, &tr->train, tr->has_val ? &tr->val : NULL, classifier_chunk_rows(c->Vp), tr->run_record);
+    if (tr->recorded_run) run_record_check(f, &tr->train, tr->has_val ? &tr->val : NULL, classifier_chunk_rows(c->Vp), f->B * f->T,
                                            tr->recorded_run, tr->recorded_step);
-    lora_base_record(tr, &c); // [LoRA] the base's identity: recorded, and a resume's -e checked against it
+    lora_base_record(tr, c); // [LoRA] the base's identity: recorded, and a resume's -e checked against it
     tr->comm.trace = f->comm_trace;
     tr->comm.timeout_s = f->comm_timeout;
     tr->comm.delay_ms = f->comm_delay;
     if (f->tune) { // the flags left at auto: measured, or a resume's recorded choice
         TuneTrainer t = {tr, tune_build, tune_step, tune_wait, tune_release, tr->mem_baseline};
-        tune_config(f, &c, tr->GA, &tr->comm, &tr->launch, &t, tr->tune_choice, sizeof(tr->tune_choice), &tr->tune_mem, &tr->tune_mem_len);
+        tune_config(f, c, tr->GA, &tr->comm, &tr->launch, &t, tr->tune_choice, sizeof(tr->tune_choice), &tr->tune_mem, &tr->tune_mem_len);
     } else if (f->resume) tune_note_record(f, tr->r);
     run_record_set_choice(tr->run_record, f); // -z, -r, -offload as this run runs them: a resume that gives none runs the same
-    // the model: layout, ZeRO buffers, activations, workspace
     // [LoRA] nothing chose it (given stages, a reused -tune choice without it): ZeRO-3 shards the base
     plan_lora_base_resolve(f, f->zero_stage < 3, f->zero_stage, f->zero_stage < 3 ? "the default" : "nothing chose it: ZeRO-3's default");
-    c.lora_rep = c.lora_r && !strcmp(f->lora_base, "replicated"); // [LoRA] given, planned, tuned or the default above
-    PlanRow plan;
-    trainer_build_model(tr, &c, f->zero_stage, f->recompute, (Offload)offload_parse(f->offload), &plan);
-    Model* m = &tr->model;
-    tr->flops_per_token = mfu_flops_per_token(&c, f->T);
+    c->lora_rep = c->lora_r && !strcmp(f->lora_base, "replicated"); // [LoRA] given, planned, tuned or the default above
+}
+
+// What auto became for the flags resolved once the model is built; MFU's count; the device's memory
+// against the plan.
+static void setup_say_model(Trainer* tr, const GPTConfig* c, const PlanRow* plan) {
+    Flags* f = &tr->f;
+    (void)plan; // (read on a GPU only)
+    tr->flops_per_token = mfu_flops_per_token(c, f->T);
     // the settings table shows what auto became for the flags resolved only now
     if (f->io_timeout < 0) {
         double io_s = io_timeout_s(tr);
@@ -1415,18 +1460,25 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
     if (g_device == DEV_CUDA) { // what the device says is in use, against the plan (allocator rounding, fragmentation)
         size_t free_b, total_b;
         cudaCheck(cudaMemGetInfo(&free_b, &total_b));
-        double used = (double)(total_b - free_b) - (double)tr->mem_baseline, want = (double)plan.total;
+        double used = (double)(total_b - free_b) - (double)tr->mem_baseline, want = (double)plan->total;
         int close = fabs(used - want) <= fmax(0.05 * want, 256.0 * 1048576.0);
         printf0("device memory: %.1f MiB in use beyond the context and communicator, the planner says %.1f MiB (%s)\n",
                 used / 1048576.0, want / 1048576.0, close ? "within 5% or 256 MiB" : "NOT within 5% or 256 MiB: please report");
     }
 #endif
+}
+
+// The parameters: a checkpoint, a model file (llm.c's or Hugging Face's), or initialisation; [LoRA]
+// the adapters from -lora-init or the checkpoint; nothing non-finite; a resume that only reads.
+static void setup_parameters(Trainer* tr, const GPTConfig* c, int from_file) {
+    Flags* f = &tr->f;
+    Model* m = &tr->model;
     // parameters: a checkpoint, a model file, or initialisation (a line first: each can take seconds)
     if (f->resume) printf0("resume: looking for the %s complete checkpoint in %s ...\n", f->resume_step ? "requested" : "newest", f->out_dir);
     double frozen_bad = 0.0; // [LoRA] non-finite values read into the frozen base
     // [LoRA] a checkpoint holds the adapters only: the base comes from -e first (the adapters
     // initialised, then replaced by the checkpoint's: -lora-init is not read when a checkpoint is)
-    int lora_resume = f->resume && c.lora_r;
+    int lora_resume = f->resume && c->lora_r;
     const char* peft_dir = lora_resume && tr->recorded_run ? "" : f->lora_init;
     if (!(f->resume && !lora_resume && resume_checkpoint(tr))) {
         if (from_file) printf0("loading %lld parameters from %s ...\n", (long long)m->d.num_params, f->model);
@@ -1441,7 +1493,7 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
             int nt = 0; // the model's tensors (present ones), in logical order
             for (int k = 0; k < NUM_TENSORS; k++)
                 if (m->d.t[k].n) lt[nt++] = (HFLlmcTensor){m->d.t[k].name, m->d.t[k].logical, m->d.t[k].n, !m->d.t[k].io};
-            if (hf_bind(&ck, lt, nt, c.Vp, err, sizeof(err))) die(1, "-e %s: %s", f->model, err);
+            if (hf_bind(&ck, lt, nt, c->Vp, err, sizeof(err))) die(1, "-e %s: %s", f->model, err);
             frozen_bad = (double)model_load(m, hf_fill, &ck, peft_dir, f->model);
             double largest = 4.0 * (double)hf_largest_tensor(&ck);
             hf_close(&ck);
@@ -1486,6 +1538,30 @@ static int trainer_setup(Trainer* tr, int argc, char** argv) {
         tr->log = open_memstream(&tr->log_mem, &tr->log_mem_len);
         if (!tr->log) die(1, "open_memstream: %s", strerror(errno));
     }
+}
+
+static int trainer_setup(Trainer* tr, int argc, char** argv) {
+    memset(tr, 0, sizeof(*tr));
+    Flags* f = &tr->f;
+    setup_ranks_and_flags(tr, argc, argv);
+    GPTConfig c;
+    int from_file, R_plan;
+    setup_config(tr, &c, &from_file, &R_plan);
+    if (f->tokenize[0]) {
+        if (tr->r == 0) run_tokenize(f);
+        return 1;
+    }
+    if (f->plan) {
+        run_plan(f, &c, R_plan, &tr->launch);
+        return 1;
+    }
+    setup_choose(tr, &c);
+    setup_data(tr, &c);
+    setup_steps(tr, &c);
+    PlanRow plan; // the model: layout, ZeRO buffers, activations, workspace
+    trainer_build_model(tr, &c, f->zero_stage, f->recompute, (Offload)offload_parse(f->offload), &plan);
+    setup_say_model(tr, &c, &plan);
+    setup_parameters(tr, &c, from_file);
     return 0;
 }
 
@@ -1726,18 +1802,11 @@ static void trainer_free(Trainer* tr) {
     free(tr->prompt_len);
 }
 
-// [LoRA] -lora-export: the adapters as PEFT's files (lora.h), from the master weights (every rank
-// takes part: the adapter block's shards are gathered to rank 0, which writes).
+// [LoRA] -lora-export: the adapters at the end of training.
 static void export_lora(Trainer* tr) {
-    Zero* z = &tr->model.z;
-    int A = z->lay.adapter;
-    float* host = (float*)calloc((size_t)z->lay.P[A], sizeof(float));
-    if (!host) die(1, "out of host memory (%lld adapter elements)", (long long)z->lay.P[A]);
-    block_values(z, A, 1, host);
     char err[1024];
-    if (g_rank == 0 && lora_write_peft(&tr->model.d.lora, &tr->model.cfg, host, tr->f.lora_export, tr->f.model, err, sizeof(err)))
+    if (write_adapter(tr, tr->f.lora_export, err, sizeof(err)))
         die(1, "-lora-export %s: %s. HINT: check free disk space and permissions", tr->f.lora_export, err);
-    free(host);
     printf0("exported the adapters at step %d to %s (PEFT: adapter_model.safetensors F32, adapter_config.json)\n", tr->step, tr->f.lora_export);
 }
 

@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
-"""dev/update_readme_flags.py — paste the output of `./train -help` into README.md's flag list.
+"""dev/update_readme_flags.py — paste the output of `./train -help` into README.md's flag list, and
+its lists of recorded flags (FLAG_RUN, FLAG_KEEP: flags.h's run column) into docs/resume.md's table.
 
 The test cli_readme_flags_current fails when README.md's list differs from what the program
-prints; run this (after `make train`) to bring it up to date:  python3 dev/update_readme_flags.py [./train]
+prints, docs_pointers (test/check_docs.py) when docs/resume.md's rows do; run this (after
+`make train`) to bring both up to date:  python3 dev/update_readme_flags.py [./train]
 """
+import re
 import subprocess
 import sys
 
@@ -14,3 +17,9 @@ start = readme.index("```\nusage: ./train")
 end = readme.index("```", start + 3)
 open("README.md", "w").write(readme[:start] + "```\n" + help_text + readme[end:])
 print("README.md: flag list updated from", binary)
+resume = open("docs/resume.md").read()
+for kind in ("FLAG_RUN", "FLAG_KEEP"):
+    flags = re.search(r"^  %s \([^)]*\):(.*)$" % kind, help_text, re.M).group(1).split()
+    resume = re.sub(r"^(\| `%s` \| )`[^`]*`" % kind, lambda m: m.group(1) + "`" + " ".join(flags) + "`", resume, count=1, flags=re.M)
+open("docs/resume.md", "w").write(resume)
+print("docs/resume.md: the recorded flags' rows updated from", binary)

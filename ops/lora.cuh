@@ -3,7 +3,6 @@
 //
 //   op_lora_add_cols:  out[n, col0 + j] = rn(out[n, col0 + j] + scale * v[n, j])   out (N, ld), v (N, cols)   [floatX, +=]
 //   op_lora_take_cols: dv[n, j] = rn(scale * dout[n, col0 + j])                    dv (N, cols)               [floatX, =]
-//   op_add_inplace:    dst[i] = rn(dst[i] + src[i])                                (n)                        [floatX, +=]
 //   op_lora_dropout:   out[n, j] = keep(n, j) ? rn(in[n, j] * s) : 0               out, in (N, cols)          [floatX, =; in == out allowed]
 //                      with pre (the backward through a GELU): rn(rn(in * s) * gelu'(pre[n, j])) where kept
 //
@@ -17,14 +16,15 @@
 // CPU: rows in parallel. CUDA: one thread per element; the same FP32 operations through _rn
 // intrinsics (no FMA contraction), so both devices round identically.
 //
-// defines: op_lora_add_cols, op_lora_take_cols, op_add_inplace, LoraDrop, lora_drop_threshold, lora_drop_keep, op_lora_dropout
+// defines: op_lora_add_cols, op_lora_take_cols, LoraDrop, lora_drop_threshold, lora_drop_keep, op_lora_dropout
 //
-// May call: device.cuh, rng.h, ops/matmul.cuh (gelu_bwd).
+// May call: device.cuh, rng.h, ops/elementwise.cuh (one element's rounding), ops/matmul.cuh (gelu_bwd).
 #ifndef ZT_OPS_LORA_CUH
 #define ZT_OPS_LORA_CUH
 
 #include "../device.cuh" // defines: floatX, ld, rn, ceil_div, g_stream
 #include "../rng.h"      // defines: rng_key, rng_u64
+#include "elementwise.cuh" // defines: ew_axpy1, ew_scale1 (and _dev)
 #include "matmul.cuh"    // defines: gelu_bwd
 
 #define LORA_DROP_LABEL 0x4C44524F50ull // "LDROP": the dropout masks' RNG stream label
@@ -46,13 +46,7 @@ ZT_HD static inline int lora_drop_keep(const LoraDrop* k, int64_t n, int64_t j) 
     return (uint32_t)(rng_u64(row, (uint64_t)j) >> 40) >= k->thr;
 }
 
-// One element of each op, the host's and the kernel's. Host code is never contracted into FMAs
-// (-ffp-contract=off); the kernels' copies spell every rounding out with _rn intrinsics, so nvcc's
-// contraction (--fmad=true) cannot fuse them either: both devices round identically. (Kernels call
-// the _dev copies explicitly rather than branching on __CUDA_ARCH__ in one host-device function, so
-// the CUDA emulator, which compiles kernels as contracted host code, runs what the GPU runs.)
-static inline floatX lora_axpy1(float o, float s, float v) { return rn(o + s * v); }
-static inline floatX lora_scale1(float s, float v) { return rn(s * v); }
+// One element of the dropout, the host's and the kernel's (the rounding rule of ops/elementwise.cuh).
 static inline floatX lora_drop1(const LoraDrop* k, int64_t n, int64_t j, float x, const floatX* pre, int64_t i) {
     if (!lora_drop_keep(k, n, j)) return rn(0.0f);
     float y = ld(rn(x * k->scale));
@@ -60,8 +54,6 @@ static inline floatX lora_drop1(const LoraDrop* k, int64_t n, int64_t j, float x
 }
 
 #ifdef __CUDACC__
-__device__ static inline floatX lora_axpy1_dev(float o, float s, float v) { return rn(__fadd_rn(o, __fmul_rn(s, v))); }
-__device__ static inline floatX lora_scale1_dev(float s, float v) { return rn(__fmul_rn(s, v)); }
 __device__ static inline floatX lora_drop1_dev(const LoraDrop* k, int64_t n, int64_t j, float x, const floatX* pre, int64_t i) {
     if (!lora_drop_keep(k, n, j)) return rn(0.0f);
     float y = ld(rn(__fmul_rn(x, k->scale)));
@@ -73,22 +65,18 @@ __global__ static void lora_add_cols_kernel(floatX* out, int64_t ld_out, int64_t
     if (i >= N * cols) return;
     int64_t n = i / cols, j = i % cols;
     floatX* o = out + n * ld_out + col0 + j;
-    *o = lora_axpy1_dev(ld(*o), scale, ld(v[i]));
+    *o = ew_axpy1_dev(ld(*o), scale, ld(v[i]));
 }
 __global__ static void lora_take_cols_kernel(floatX* dv, const floatX* dout, int64_t ld_out, int64_t col0, int64_t N, int64_t cols, float scale) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= N * cols) return;
     int64_t n = i / cols, j = i % cols;
-    dv[i] = lora_scale1_dev(scale, ld(dout[n * ld_out + col0 + j]));
+    dv[i] = ew_scale1_dev(scale, ld(dout[n * ld_out + col0 + j]));
 }
 __global__ static void lora_dropout_kernel(floatX* out, const floatX* in, const floatX* pre, int64_t N, int64_t cols, LoraDrop k) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= N * cols) return;
     out[i] = lora_drop1_dev(&k, i / cols, i % cols, ld(in[i]), pre, i);
-}
-__global__ static void add_inplace_kernel(floatX* dst, const floatX* src, int64_t n) {
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) dst[i] = lora_axpy1_dev(ld(dst[i]), 1.0f, ld(src[i]));
 }
 #endif
 
@@ -104,7 +92,7 @@ static void op_lora_add_cols(floatX* out, int64_t ld_out, int64_t col0, const fl
     for (int64_t n = 0; n < N; n++)
         for (int64_t j = 0; j < cols; j++) {
             floatX* o = out + n * ld_out + col0 + j;
-            *o = lora_axpy1(ld(*o), scale, ld(v[n * cols + j]));
+            *o = ew_axpy1(ld(*o), scale, ld(v[n * cols + j]));
         }
 }
 
@@ -118,19 +106,7 @@ static void op_lora_take_cols(floatX* dv, const floatX* dout, int64_t ld_out, in
 #endif
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < N; n++)
-        for (int64_t j = 0; j < cols; j++) dv[n * cols + j] = lora_scale1(scale, ld(dout[n * ld_out + col0 + j]));
-}
-
-static void op_add_inplace(floatX* dst, const floatX* src, int64_t n) {
-#ifdef __CUDACC__
-    if (g_device == DEV_CUDA) {
-        if (n > 0) add_inplace_kernel<<<(unsigned)ceil_div(n, 256), 256, 0, g_stream>>>(dst, src, n);
-        cudaCheck(cudaGetLastError());
-        return;
-    }
-#endif
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; i++) dst[i] = lora_axpy1(ld(dst[i]), 1.0f, ld(src[i]));
+        for (int64_t j = 0; j < cols; j++) dv[n * cols + j] = ew_scale1(scale, ld(dout[n * ld_out + col0 + j]));
 }
 
 static void op_lora_dropout(floatX* out, const floatX* in, const floatX* pre, int64_t N, int64_t cols, LoraDrop k) {

@@ -142,9 +142,13 @@ def flag_table():
     flags = set(re.findall(r"^  (-[a-z][a-z0-9-]*)", out, re.M))
     if len(flags) < 20:
         sys.exit("check_docs: %s -help printed %d flags: not the flag table" % (help_bin, len(flags)))
-    return flags
+    # the recorded flags of each kind, which -help prints from the table's run column
+    kinds = {k: m.group(1).split() for k in ("FLAG_RUN", "FLAG_KEEP")
+             for m in [re.search(r"^  %s \([^)]*\):(.*)$" % k, out, re.M)] if m}
+    return flags, kinds
 
-FLAGS = flag_table() | {"-help"}   # -help is answered before the table is read
+FLAGS, RECORDED = flag_table()
+FLAGS |= {"-help"}   # -help is answered before the table is read
 # Flags of other programs that the docs name beside ours: make, mpirun, the compilers, torchrun,
 # dev/ scripts, test binaries. Only these are allowed to look like flags and not be ours.
 OTHER_FLAGS = {"-np", "-march", "-O1", "-O2", "-O3", "-g", "-gencode", "-Werror", "-Wformat-truncation",
@@ -322,6 +326,58 @@ if True:
 
 for doc in DOCS:
     check_doc(doc, open(doc, encoding="utf-8").read().split("\n"), os.path.dirname(doc))
+
+# README's status table against docs/status.md: each README row's part links its page (the last link
+# in the part cell); docs/status.md has a row linking the same page, whose state begins with the same
+# word (done, written, ...) and says "never run on a GPU" exactly when README's does.
+def table_rows(text, start, stop):
+    a = text.index(start)
+    b = text.find(stop, a + len(start))
+    rows = []
+    for line in text[a:b if b >= 0 else len(text)].split("\n"):
+        cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("| ") else []
+        if len(cells) >= 2 and cells[0] not in ("part", "---"):
+            rows.append((cells[0], "|".join(cells[1:])))
+    return rows
+def first_word(state):
+    m = re.match(r"[*_]*([A-Za-z-]+)", state)
+    return m.group(1).lower() if m else ""
+def never_on_gpu(state):
+    return "never run on a gpu" in state.replace("*", "").lower()
+readme_text = open("README.md", encoding="utf-8").read()
+status_text = open("docs/status.md", encoding="utf-8").read()
+status_rows = table_rows(status_text, "| part | state |", "\n\n")
+for part, state in table_rows(readme_text, "## Status", "\n## "):
+    checked += 1
+    links = re.findall(r"\]\((?:docs/)?([a-z_]+\.md)", part)
+    if not links:
+        problems.append("README.md's status row '%s...' links no docs page in its part cell" % part[:40]); continue
+    page = links[-1]
+    match = [(p2, s2) for p2, s2 in status_rows if re.search(r"\]\(%s(#[^)]*)?\)" % re.escape(page), p2 + s2)]
+    if not match:
+        problems.append("README.md's status row for %s: docs/status.md has no row linking %s" % (page, page)); continue
+    p2, s2 = match[0]
+    if first_word(state) != first_word(s2):
+        problems.append("status of %s: README.md says '%s', docs/status.md '%s'" % (page, first_word(state), first_word(s2)))
+    if never_on_gpu(state) != never_on_gpu(s2):
+        problems.append("status of %s: 'never run on a GPU' in %s only" % (page, "README.md" if never_on_gpu(state) else "docs/status.md"))
+
+# docs/sizing.md's sample outputs are what the program prints (dev/doc_samples.py --check runs each)
+checked += 1
+ds = subprocess.run([sys.executable, "dev/doc_samples.py", "--binary", help_bin, "--check"], capture_output=True, text=True)
+if ds.returncode != 0:
+    problems.append("dev/doc_samples.py --check: the sample outputs differ from the program's:\n" + ds.stdout[-3000:] + ds.stderr[-1000:])
+
+# docs/resume.md's table of recorded flags is -help's lists (dev/update_readme_flags.py copies them)
+resume_md = open("docs/resume.md", encoding="utf-8").read()
+for kind in ("FLAG_RUN", "FLAG_KEEP"):
+    m = re.search(r"^\| `%s` \| `([^`]*)`" % kind, resume_md, re.M)
+    checked += 1
+    if kind not in RECORDED:
+        problems.append("%s -help prints no %s line (flags_print_help)" % (help_bin, kind))
+    elif not m or m.group(1).split() != RECORDED[kind]:
+        problems.append("docs/resume.md: the %s row lists %s, -help %s: run python3 dev/update_readme_flags.py"
+                        % (kind, m.group(1) if m else "nothing", " ".join(RECORDED[kind])))
 
 for p in problems: print(p)
 print("check_docs: %d pointers checked in %d files, %d wrong" % (checked, len(DOCS), len(problems)))

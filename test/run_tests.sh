@@ -3,11 +3,13 @@
 #   1. test/test_bf16 and test/test_fp32: every C test case, in both precisions
 #   2. test/test_emu and test/test_emu_fp32: the GPU test program (test/test_gpu.cu: every CUDA op
 #      against the CPU op, the model on -device cuda) run on the CPU emulator (test/cuda_emu/)
-#   3. dev/gpu_check.sh --emu (the GPU check's stages on the emulator; GPU-only ones SKIP)
+#   3. (dev/gpu_check.sh --emu, the GPU check's stages on the emulator, repeats test/test_emu's cases:
+#      make test-long runs it, test/gpu_check_emu.sh)
 #   4. the headers train_gpt.cu includes compile alone (one-way doors); make train's decisions
 #      (stand-in compilers: rebuilt only on change, a CPU-only binary never swapped silently);
-#      NCCL's probe (with and without MPI); the binaries carried to a GPU box (make gpu-binaries: nvcc, sm_90, no MPI,
-#      warnings as errors) and what they link (skipped, and said so, when nvcc is missing)
+#      NCCL's probe (with and without MPI); the multi-GPU nvcc build to PTX, warnings as errors
+#      (skipped, and said so, when nvcc is missing; make test-long builds every architecture and
+#      the binaries carried to a GPU box: test/long_checks.sh)
 #   5. the PyTorch fixtures regenerated and compared with the committed ones (skipped, and said
 #      so, when python3-torch is missing; CI installs it); the same for the BPE fixture (tiktoken)
 #      and the Hugging Face fixtures and the RoPE fixture (transformers, in $ZT_HF_PYTHON)
@@ -34,6 +36,9 @@ stage_end() {
 }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_rmaps_base_oversubscribe=1
+# the binaries run several cases at once (test.h: ZT_TEST_JOBS), more threads than cores: OpenMP's
+# threads wait without spinning, or a spinning one takes the core a neighbour's case needs
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 
 count() { # add the "N passed, N failed" of a test binary's output
     local line; line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$1" | tail -n 1)
@@ -53,33 +58,9 @@ for bin in test/test_bf16 test/test_fp32 test/test_emu test/test_emu_fp32; do
     rm -f "$log"
 done
 
-echo "=== dev/gpu_check.sh --emu: the GPU check's stages on the CUDA emulator"
-# Every stage that can run without a GPU runs on tiny shapes; the GPU-only ones must say SKIP, and
-# exactly two files (summary + tarball: the GPU box returns at most 8) land in $OUT.
-gpu_check_emu() {
-    local out rc n line st want
-    out=$(mktemp -d)
-    OUT=$out bash dev/gpu_check.sh --emu > "$out.log" 2>&1; rc=$?
-    cat "$out/summary.txt" 2>/dev/null
-    n=$(ls -A "$out" | wc -l)
-    [ $rc -eq 0 ] || { echo "gpu_check.sh --emu exited $rc"; tail -n 30 "$out.log"; rm -rf "$out" "$out.log"; return 1; }
-    [ "$n" -eq 2 ] && [ -f "$out/summary.txt" ] && tar -tzf "$out/gpu_check_logs.tar.gz" | grep -q ops.log \
-        || { echo "expected summary.txt and gpu_check_logs.tar.gz in OUT, found $n files"; rm -rf "$out" "$out.log"; return 1; }
-    for st in binaries ops kernel_registers sanitizer_memcheck sanitizer_racecheck sanitizer_synccheck model_vs_pytorch recompute_bitwise \
-              zero_bitwise grad_accumulation checkpoint_resume val_and_sampling fp32_build loss_falls_20_steps \
-              memory_vs_planner perf_d12 attention_bench perf_d48 torch_perf no_cublaslt_fallback; do
-        case $st in sanitizer_*|perf_*|torch_perf|attention_bench) want=SKIP ;; *) want=PASS ;; esac
-        line=$(grep -E "^(PASS|FAIL|SKIP) +$st " "$out/summary.txt")
-        [ "${line%% *}" = "$want" ] || { echo "stage $st: expected $want, got '${line:-no line}'"; rm -rf "$out" "$out.log"; return 1; }
-    done
-    rm -rf "$out" "$out.log"
-}
+
 # (with TEST_FILTER, only when the filter names it)
 wanted() { [ -z "${TEST_FILTER:-}" ] || [[ "$1" == *"$TEST_FILTER"* ]]; }
-stage_start
-if ! wanted gpu_check_emu; then :
-elif gpu_check_emu; then echo "PASS gpu_check_emu"; passed=$((passed + 1)); else echo "FAIL gpu_check_emu"; failed=$((failed + 1)); fi
-stage_end gpu_check_emu
 
 echo "=== no instruction set assumed at compile time: every intrinsic in a target-attributed function"
 # (test/check_intrinsics.py over every source git knows of, after its self-test: planted intrinsics in a
@@ -161,7 +142,7 @@ if ! wanted make_train_deps; then :
 elif make_train_deps; then echo "PASS make_train_deps"; passed=$((passed + 1)); else echo "FAIL make_train_deps"; failed=$((failed + 1)); fi
 stage_end make_train_deps
 
-echo "=== the binaries carried to the GPU box: make gpu-binaries (nvcc, sm_90, no MPI, warnings are errors)"
+echo "=== NCCL's probe (the binaries carried to a GPU box need it without MPI too)"
 # NCCL's probe: the Python wheel (a namespace package holding lib/libnccl.so.2 only) is found when
 # the toolkit has none, in a build with MPI and in one without (its ranks meet over the TCP
 # rendezvous and still need NCCL). Needs no nvcc.
@@ -180,95 +161,12 @@ nccl_probe() {
 }
 if ! wanted nccl_probe; then :
 elif nccl_probe; then echo "PASS nccl_probe"; passed=$((passed + 1)); else echo "FAIL nccl_probe"; failed=$((failed + 1)); fi
-# The carried binaries: built as make gpu-binaries builds them, then what they link checked.
-gpu_binaries() {
-    local t0 b needed; t0=$(date +%s)
-    make -s gpu-binaries >/dev/null || return 1
-    echo "gpu-binaries: $(( $(date +%s) - t0 )) s (nothing to do when up to date)"
-    for b in train_gpu train_gpu_fp32 test/test_gpu; do
-        needed=$(readelf -d "$b" | grep NEEDED | grep -oE '\[[^]]+\]' | tr -d '[]' | tr '\n' ' ')
-        echo "$b needs: $needed"
-        case " $needed" in *" libnccl"*|*" libmpi"*|*" libstdc++"*|*" libgcc_s"*|*" libopenblas"*)
-            echo "$b: links what the GPU box lacks or what must be static"; return 1;; esac
-    done
-    # AVX-512 only inside the two AVX-512 paths (simd.h): the host AdamW's (adamw.cuh) and the CPU
-    # GEMM's microkernel (ops/matmul.cuh), functions of their own with target("avx512f"), called only
-    # when the CPU says it has AVX-512; anywhere else it is not portable
-    local zmm fn; zmm=$(objdump -d --no-show-raw-insn train_gpu | awk '/^[0-9a-f]+ <.*>:$/ {fn=$2} /%zmm/ && fn !~ /adamw_range_avx512|gemm_kernel_avx512/ {print fn}' | sort -u)
-    if [ -n "$zmm" ]; then echo "train_gpu has AVX-512 code outside adamw_range_avx512 and gemm_kernel_avx512: not portable: $zmm"; return 1; fi
-    for fn in adamw_range_avx512 gemm_kernel_avx512; do
-        objdump -d --no-show-raw-insn train_gpu | grep -q "$fn.*>:\$" || { echo "train_gpu: $fn not found (the check above would pass vacuously)"; return 1; }
-    done
-}
-stage_start
-if ! wanted gpu_binaries; then :
-elif [ "${NVCC_CHECK:-no}" = yes ]; then
-    if gpu_binaries; then echo "PASS gpu_binaries"; passed=$((passed + 1))
-    else echo "FAIL gpu_binaries"; failed=$((failed + 1)); fi
-else
-    echo "SKIP gpu_binaries: nvcc not found"; skipped=$((skipped + 1))
-fi
-stage_end gpu_binaries
 
-echo "=== no GPU, no GPU messages: without NVIDIA device files ./train_gpu never starts the CUDA runtime"
-# ./train_gpu (nvcc, the CUDA runtime linked in) on a machine without /dev/nvidia*: -tokenize, -plan,
-# a -device auto run and a refused -device cuda never start the CUDA runtime, print no driver hint,
-# and the settings' -device row says why the CPU was taken. The probe: LD_DEBUG=libs lists each
-# search of the dynamic loader for libcuda.so.1. cuBLASLt's library constructor makes one in every
-# nvcc-built binary before main (-help, which ends in flags_parse, shows that baseline); the runtime's
-# first call makes another: each case must show the baseline's count, and the control, test/test_gpu
-# (cudaGetDeviceCount first thing), more. (Skipped on a machine with a GPU.)
-no_gpu_no_runtime() {
-    local tmp rc base n; tmp=$(mktemp -d)
-    run_ld() { # the program's output (stdout, then stderr less the loader's lines) in out; n: the searches
-        LD_DEBUG=libs "$@" > "$tmp/out" 2> "$tmp/ld"; rc=$?
-        n=$(grep -c 'find library=libcuda' "$tmp/ld"); grep -vE '^ *[0-9]+:' "$tmp/ld" >> "$tmp/out"
-    }
-    bad() { echo "$1"; tail -n 15 "$tmp/out"; rm -rf "$tmp"; return 1; }
-    run_ld ./train_gpu -help
-    base=$n
-    [ "$rc" = 0 ] || { bad "./train_gpu -help: exit $rc"; return 1; }
-    run_ld test/test_gpu gpu_none
-    [ "$n" -gt "$base" ] || { bad "control: test/test_gpu's cudaGetDeviceCount made $n searches for libcuda.so.1, -help $base: the probe sees nothing"; return 1; }
-    echo "searches for libcuda.so.1: -help $base (cuBLASLt's constructor), test/test_gpu's cudaGetDeviceCount $n (the runtime started)"
-    printf 'In the beginning God created the heaven and the earth.\n' > "$tmp/in.txt"
-    local -a cases=(
-        "-tokenize $tmp/in.txt -o $tmp/tok|0"
-        "-plan -b 2 -t 32 -v 0 -s 0 -o $tmp/plan|0"
-        "-x 1 -b 2 -t 32 -v 0 -s 0 -threads 1|0"
-        "-device cuda -x 1|2"
-    )
-    local c flags want
-    for c in "${cases[@]}"; do
-        flags=${c%|*}; want=${c##*|}
-        run_ld ./train_gpu $flags
-        [ "$rc" = "$want" ] || { bad "./train_gpu $flags: exit $rc, expected $want"; return 1; }
-        [ "$n" = "$base" ] || { bad "./train_gpu $flags started the CUDA runtime ($n searches for libcuda.so.1, -help $base)"; return 1; }
-        grep -qi 'driver' "$tmp/out" && { bad "./train_gpu $flags speaks of a driver"; return 1; }
-        echo "./train_gpu $flags: exit $rc, the runtime not started, no driver message"
-    done
-    grep -q 'no NVIDIA GPU on this machine' "$tmp/out" || { bad "-device cuda: the refusal does not say there is no NVIDIA GPU"; return 1; }
-    run_ld ./train_gpu -x 1 -b 2 -t 32 -v 0 -s 0 -threads 1
-    grep -qE '^\| -device +\| auto \(no NVIDIA GPU here\) → cpu' "$tmp/out" || { bad "the settings' -device row does not say 'auto (no NVIDIA GPU here) → cpu'"; return 1; }
-    echo "settings: $(grep -E '^\| -device ' "$tmp/out")"
-    rm -rf "$tmp"
-}
-stage_start
-if ! wanted no_gpu_no_runtime; then :
-elif [ -e /dev/nvidiactl ] || [ -e /dev/nvidia0 ] || [ -e /dev/dxg ]; then
-    echo "SKIP no_gpu_no_runtime: this machine has NVIDIA device files"; skipped=$((skipped + 1))
-elif [ "${NVCC_CHECK:-no}" = yes ]; then
-    if no_gpu_no_runtime; then echo "PASS no_gpu_no_runtime"; passed=$((passed + 1))
-    else echo "FAIL no_gpu_no_runtime"; failed=$((failed + 1)); fi
-else
-    echo "SKIP no_gpu_no_runtime: nvcc not found (no ./train_gpu)"; skipped=$((skipped + 1))
-fi
-stage_end no_gpu_no_runtime
 
-echo "=== nvcc build (warnings are errors)"
+echo "=== nvcc build of the multi-GPU ./train to PTX (sm_80's; warnings are errors; make test-long: every architecture)"
 stage_start
 if [ "${NVCC_CHECK:-no}" = yes ]; then
-    if make -s nvcc-check; then echo "PASS nvcc_build"; passed=$((passed + 1))
+    if make -s nvcc-check-ptx; then echo "PASS nvcc_build"; passed=$((passed + 1))
     else echo "FAIL nvcc_build"; failed=$((failed + 1)); fi
 else
     echo "SKIP nvcc_build: nvcc not found"; skipped=$((skipped + 1))

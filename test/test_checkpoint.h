@@ -33,6 +33,39 @@ TEST(ckpt_crc32c) {
     free(mem);
 }
 
+// The model's identity in a state header comes from GPTConfig's field list (model.h: GPTCONFIG_FIELDS,
+// which also declares the struct, so no field exists without its role): every CFG_FAMILY field moves
+// the hash, no other field does, and the hashes of checkpoints written when the hash read the
+// struct's own bytes are unchanged (pinned: Llama-3.2-1B's and Qwen2.5-0.5B's family fields).
+TEST(ckpt_model_identity_from_field_list) {
+    GPTConfig a, q;
+    memset(&a, 0, sizeof(a));
+    a.L = 16; a.C = 2048; a.NH = 32; a.V = 128256; a.Vp = 128256; a.maxT = 131072;
+    a.family = FAMILY_LLAMA; a.NKV = 8; a.HD = 64; a.F = 8192; a.tied = 1; a.norm_eps = 1e-5f; a.rope_type = ROPE_LLAMA3;
+    a.rope_theta = 500000.0; a.rope_factor = 32.0; a.rope_low_freq = 1.0; a.rope_high_freq = 4.0; a.rope_orig_maxT = 8192;
+    memset(&q, 0, sizeof(q));
+    q.family = FAMILY_LLAMA; q.NKV = 2; q.HD = 64; q.F = 4864; q.tied = 1; q.qkv_bias = 1; q.norm_eps = 1e-6f;
+    q.rope_type = ROPE_DEFAULT; q.rope_theta = 1000000.0;
+    int64_t ha[STATE_HEADER_INTS] = {0}, hq[STATE_HEADER_INTS] = {0};
+    state_family_fields(&a, ha);
+    state_family_fields(&q, hq);
+    CHECKF(ha[STATE_H_FAMILY_HASH] == 9063598793096408139ll, "Llama-3.2-1B: %lld (written before: 9063598793096408139)", (long long)ha[STATE_H_FAMILY_HASH]);
+    CHECKF(hq[STATE_H_FAMILY_HASH] == 463453769866228635ll, "Qwen2.5-0.5B: %lld (written before: 463453769866228635)", (long long)hq[STATE_H_FAMILY_HASH]);
+    uint64_t base = model_family_hash(&a);
+    int family_fields = 0;
+#define MOVE_ONE(type, name, role)                                                                    \
+    {                                                                                                 \
+        GPTConfig m = a;                                                                              \
+        m.name = (type)(m.name + 1);                                                                  \
+        int moved = model_family_hash(&m) != base;                                                    \
+        CHECKF(moved == (role == CFG_FAMILY), "GPTConfig." #name " (role %d) %s the identity", role, moved ? "moves" : "does not move"); \
+        family_fields += role == CFG_FAMILY;                                                          \
+    }
+    GPTCONFIG_FIELDS(MOVE_ONE)
+#undef MOVE_ONE
+    CHECKF(family_fields >= 14, "%d CFG_FAMILY fields (14 when this test was written)", family_fields);
+}
+
 // A shard rewritten in place or truncated while the trainer runs: the next batch that touches it
 // is an error naming the shard (an out-of-range id never reaches the model; no SIGBUS).
 TEST(data_changed_mid_run) {

@@ -143,6 +143,13 @@ static const int g_kernel_resources_n =
 #include "gpu_resources.h" // cases: the resource table itself (no spills, occupancy of the tensor-core kernels)
 #endif
 
+// On a GPU the cases run in this process, one after another (a CUDA context does not survive a fork);
+// on the emulator, which holds no threads, each in its own forked process, several at once (test.h).
+#ifdef ZT_CUDA_EMU
+#define GPU_CASE_JOBS 0
+#else
+#define GPU_CASE_JOBS 1
+#endif
 static int gpu_main(int argc, char** argv) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
@@ -162,16 +169,19 @@ static int gpu_main(int argc, char** argv) {
     g_device = DEV_CUDA;
     g_work = g_work_gpu;
     int rc = argc > 1 && !strcmp(argv[1], "--bench") ? (gpu_bench(GPU_BIG(16384, 64), 50257, GPU_BIG(20, 1)) != 0)
-                                                      : test_run_all(argc > 1 ? argv[1] : NULL);
+                                                      : test_run_all_jobs(argc > 1 ? argv[1] : NULL, GPU_CASE_JOBS);
     comm_finalize();
     return rc;
 }
 
 #ifdef ENABLE_FP32
-// The FP32 build's cases that repeat what the BF16 build checks the same way (-tune's events and the
-// host waits of a step hold no floatX): make test-long runs them here too (BIN --long-only; see
-// test_long_only in test.h).
-static const char* const g_fp32_long_only[] = {"tune_emu_", "emu_host_syncs", NULL};
+// The FP32 build's cases that repeat what the BF16 build checks the same way: -tune's events and the
+// host waits of a step hold no floatX; several ranks, the launch without MPI, offload, the stages at
+// one rank and the uploads ahead of the GPU compare runs bit for bit (identity, in either precision)
+// or check what happens around the arithmetic. make test-long runs them here too (BIN --long-only;
+// see test_long_only in test.h).
+static const char* const g_fp32_long_only[] = {"tune_emu_", "emu_host_syncs", "multirank_", "nompi_", "offload_emu_",
+                                               "zero_stages_one_rank_bitwise", "gpu_uploads_ahead_of_the_gpu", NULL};
 #endif
 
 int main(int argc, char** argv) {

@@ -330,7 +330,15 @@ static int lora_ckpt_train(int R, int z, const char* model, const char* dir, con
 static void lora_resume_case(const char* name, const char* model) {
     char a[PATH_MAX], d[PATH_MAX], h_ref[512] = "", h[512] = "", path[PATH_MAX + 64];
     snprintf(a, sizeof(a), "%s", zt_dir(name));
-    CHECK(lora_ckpt_train(2, 1, model, a, "", h_ref) == 0);
+    char fin[PATH_MAX + 64], cmd[4 * PATH_MAX + 256];
+    snprintf(fin, sizeof(fin), "-lora-export %s_final", a);
+    CHECK(lora_ckpt_train(2, 1, model, a, fin, h_ref) == 0);
+    // every checkpoint holds the adapters as PEFT's files: step 6's are -lora-export's at the end, byte for byte
+    snprintf(cmd, sizeof(cmd), "test -s %s/adapter_00000003/adapter_model.safetensors && test -s %s/adapter_00000003/adapter_config.json && "
+             "cmp %s/adapter_00000006/adapter_model.safetensors %s_final/adapter_model.safetensors && "
+             "cmp %s/adapter_00000006/adapter_config.json %s_final/adapter_config.json && ! cmp -s %s/adapter_00000003/adapter_model.safetensors "
+             "%s/adapter_00000006/adapter_model.safetensors", a, a, a, a, a, a, a, a);
+    CHECKF(test_run_cmd(cmd, zt_out, sizeof(zt_out)) == 0, "the checkpoints' adapter_<step>/ (step 6 = -lora-export's files; step 3 another):\n%s", zt_out);
     ZtLog ref, lg;
     zt_read_log(a, &ref);
     struct stat st;
@@ -356,15 +364,22 @@ static void lora_resume_case(const char* name, const char* model) {
     CHECK(lora_ckpt_train(2, 3, model, d, "-y 1 -offload cpu", h) == 0);
     CHECKF(strstr(zt_out, "resume: step 3") != NULL, "did not resume from step 3:\n%s", zt_out);
     CHECKF(h[0] && !strcmp(h, h_ref), "ZeRO-1 -> ZeRO-3 -offload cpu resume differs:\n  %s\n  %s", h, h_ref);
+    // (the copy's step 6 had no DONE: its adapter_00000006/ went with its state files; the resumed run wrote it again, the same bytes)
+    snprintf(cmd, sizeof(cmd), "cmp %s/adapter_00000006/adapter_model.safetensors %s_final/adapter_model.safetensors", d, a);
+    CHECKF(test_run_cmd(cmd, zt_out, sizeof(zt_out)) == 0, "the resumed run's adapter_00000006/ differs from the uninterrupted run's:\n%s", zt_out);
     snprintf(d, sizeof(d), "%s_R3", a); // R = 2 -> 3 at ZeRO-2
     zt_copy_dir(a, d);
-    CHECK(lora_ckpt_train(3, 2, model, d, "-y 1", NULL) == 0);
+    CHECK(lora_ckpt_train(3, 2, model, d, "-y 1 -nk 1", NULL) == 0);
     CHECKF(strstr(zt_out, "resume: step 3") != NULL, "R = 3 did not resume from step 3:\n%s", zt_out);
+    snprintf(path, sizeof(path), "%s/adapter_00000003", d); // -nk 1: step 3 removed, its adapter directory with it
+    CHECKF(stat(path, &st) != 0, "-nk 1 left %s", path);
+    snprintf(path, sizeof(path), "%s/adapter_00000006/adapter_config.json", d);
+    CHECKF(stat(path, &st) == 0, "-nk 1: step 6 has no %s", path);
     zt_read_log(d, &lg);
     double worst = 0.0;
     for (int s = 3; s < 6; s++) worst = fmax(worst, fabs(lg.loss[s] - ref.loss[s]) / ref.loss[s]);
     CHECKF(lg.n == 6 && worst < TOL_ACROSS_R, "2 -> 3 ranks: steps 4-6 differ by %.3g", worst);
-    printf("    %s: the checkpoint holds no model file, state %lld bytes (%lld adapter elements); ZeRO-1 -> 3 (-offload cpu) bit-identical; "
+    printf("    %s: the checkpoint holds no model file but the adapters for PEFT (step 6's = -lora-export's), state %lld bytes (%lld adapter elements); ZeRO-1 -> 3 (-offload cpu) bit-identical; "
            "2 -> 3 ranks: worst relative loss difference over steps 4-6 %.2e\n", name, (long long)got, (long long)adapters, worst);
 }
 

@@ -36,6 +36,7 @@
 #include "test_lora.h"       // tests: LoRA: step 0 is the base, the base frozen, adapters' gradients, ZeRO-0..3 bitwise, bad input
 #include "test_reliability.h" // tests: output paths checked at start, regular files only, the stage a resume keeps, PEFT options refused
 #include "test_packing.h"    // tests: packed examples isolated (-doc-attention): the segment table, packed = alone, vs PyTorch, R = 2, resume
+#include "test_recipe.h"     // tests: README's fine-tuning recipe, run as written on a tiny model
 #include "bench_adamw.h"     // make bench: the host AdamW against memcpy
 #include "bench_gemm.h"      // make bench: the CPU GEMM per path against the FMA peak
 

@@ -591,7 +591,7 @@ TEST(packing_lora_dropout_z1_z3rep_resume) {
     char hash[3][512], flags[4 * PATH_MAX];
     ZtLog lg[3];
     for (int k = 0; k < 3; k++) { // 0: -z 1, 1: -z 3 replicated, 2: run 1's checkpoint of step 2 resumed at -z 1
-        char name[32];
+        char name[PATH_MAX];
         snprintf(name, sizeof(name), "pk_lora_%d", k);
         const char* dir = k == 2 ? NULL : zt_dir(name);
         if (k < 2)

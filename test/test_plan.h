@@ -179,6 +179,44 @@ TEST(mfu_llmc_flop_count) {
     CHECK(plan_flops_per_token(&c, 1024, 1) > want); // the planner's PaLM count is the larger one
 }
 
+// The planner counts what the trainer computes: [LoRA] the frozen base's forward and input gradients
+// (4 N: no weight gradient) and the adapters' forward, input and weight gradients (6 N_adapters), by
+// closed form for an 8B-shaped Llama (Llama 3.1 8B's sizes, r 16 on q,k,v,o; the count is the
+// same at any size); -r 3 one more forward of the layers and adapters; -r 1 and -r 2 the elementwise
+// tensors they do not keep (3 times their bytes), priced at the GPU's memory bandwidth, so that on a
+// GPU -r 0 < -r 1 < -r 2 < -r 3 in time.
+TEST(plan_counts_lora_and_recompute) {
+    GPTConfig c;
+    memset(&c, 0, sizeof(c));
+    c.L = 32; c.C = 4096; c.NH = 32; c.V = 128256; c.Vp = 128256; c.maxT = 8192;
+    c.family = FAMILY_LLAMA; c.NKV = 8; c.HD = 128; c.F = 14336; c.norm_eps = 1e-5f; c.rope_type = ROPE_DEFAULT; c.rope_theta = 500000.0;
+    double N, N_layers, T = 2048;
+    flop_params(&c, &N, &N_layers);
+    double full = plan_flops_per_token(&c, 2048, 0);
+    CHECKF(full == 6 * N + 12.0 * 32 * 4096 * T, "full fine-tuning: %.0f FLOP per token, 6 N + 12 L ATT T %.0f", full, 6 * N + 12.0 * 32 * 4096 * T);
+    GPTConfig lc = c;
+    lc.lora_r = 16; lc.lora_alpha = 32; lc.lora_mask = 0xF; // q_proj k_proj v_proj o_proj (LORA_TARGETS' first four Llama rows)
+    double Nad = 32.0 * 16 * ((4096 + 4096) + (4096 + 1024) * 2 + (4096 + 4096)); // r (in + rows) per module and layer
+    LoraDesc lo;
+    lora_describe(&lo, &lc);
+    CHECKF((double)lo.num_params == Nad, "adapters %lld, closed form %.0f", (long long)lo.num_params, Nad);
+    double lora = plan_flops_per_token(&lc, 2048, 0), want = 4 * N + 6 * Nad + 12.0 * 32 * 4096 * T;
+    CHECKF(lora == want, "LoRA: %.0f FLOP per token, 4 N + 6 N_ad + 12 L ATT T %.0f", lora, want);
+    double r3 = plan_flops_per_token(&lc, 2048, 3) - lora, want3 = 2 * (N_layers + Nad) + 4.0 * 32 * 4096 * T;
+    CHECKF(fabs(r3 - want3) <= 1e-9 * want3, "LoRA -r 3 adds %.0f, the layers' and adapters' forward %.0f", r3, want3);
+    double b1 = plan_recompute_bytes_per_token(&c, 1), b2 = plan_recompute_bytes_per_token(&c, 2);
+    CHECKF(plan_recompute_bytes_per_token(&c, 0) == 0 && b1 == 3.0 * sizeof(floatX) * 14336 * 32 && b2 > b1,
+           "elementwise recompute bytes per token: -r 1 %.0f (SwiGLU's output: %.0f), -r 2 %.0f", b1, 3.0 * sizeof(floatX) * 14336 * 32, b2);
+    PlanEnv e;
+    memset(&e, 0, sizeof(e));
+    e.flops = 0.5 * 989e12; e.membw = 0.5 * 4.8e12; // an H200's, as plan_env assumes them
+    double t[4];
+    for (int r = 0; r < 4; r++) t[r] = plan_compute_s(&e, &lc, 2048, r);
+    CHECKF(t[0] < t[1] && t[1] < t[2] && t[2] < t[3], "compute s per token by -r: %.4g %.4g %.4g %.4g", t[0], t[1], t[2], t[3]);
+    printf("    8B, T 2048: full %.4g GFLOP per token, LoRA r 16 (q,k,v,o) %.4g (%.3f of it); on an H200 at half peak: %.4g %.4g %.4g %.4g us per token at -r 0..3\n",
+           full / 1e9, lora / 1e9, lora / full, t[0] * 1e6, t[1] * 1e6, t[2] * 1e6, t[3] * 1e6);
+}
+
 // The plan's collectives per step, by kind and bytes, equal the schedule's closed form (which
 // zero_comm_schedule checks against what the runs log), without and with accumulation.
 TEST(plan_collectives_equal_closed_form) {

@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# test/long_checks.sh — the checks make test-long adds to its binaries' cases (each prints PASS, FAIL
+# or SKIP with its name; the script ends with "N passed, N failed"):
+#   gpu_check_emu       dev/gpu_check.sh --emu: the GPU check's stages on the CUDA emulator, on tiny
+#                       shapes. Every stage that can run without a GPU runs; the GPU-only ones must
+#                       say SKIP, and exactly two files (summary + tarball: the GPU box returns at
+#                       most 8) land in $OUT. Its stages repeat what test/test_emu checks case by
+#                       case; what this adds is the script's own plumbing, checked before device time
+#                       is spent on it.
+#   nvcc_build_full     make nvcc-check: the multi-GPU ./train as make train builds it (MPI, NCCL,
+#                       sm_80, sm_90, PTX), warnings as errors (make test compiles it to PTX only)
+#   gpu_binaries        the binaries carried to a GPU box (make gpu-binaries: nvcc, sm_90, no MPI,
+#                       warnings as errors): what they link, AVX-512 only in its two paths
+#   no_gpu_no_runtime   without NVIDIA device files ./train_gpu never starts the CUDA runtime
+#   kernel_resources_current  nvcc's registers, shared memory and spills per kernel (ptxas of the
+#                       carried binaries) = the emulator's committed snapshot (make kernel-resources)
+# The nvcc ones say SKIP without nvcc (NVCC_CHECK=yes: make test-long found it).
+set -u
+cd "$(dirname "$0")/.."
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_rmaps_base_oversubscribe=1
+passed=0; failed=0; skipped=0
+result() { # NAME STATUS (0: passed)
+    if [ "$2" -eq 0 ]; then echo "PASS $1"; passed=$((passed + 1)); else echo "FAIL $1"; failed=$((failed + 1)); fi
+}
+nvcc_or_skip() { # NAME: 0 when nvcc is here, else says SKIP
+    [ "${NVCC_CHECK:-no}" = yes ] && return 0
+    echo "SKIP $1: nvcc not found"; skipped=$((skipped + 1)); return 1
+}
+
+gpu_check_emu() {
+    local out rc n line st want
+    out=$(mktemp -d)
+    OUT=$out bash dev/gpu_check.sh --emu > "$out.log" 2>&1; rc=$?
+    cat "$out/summary.txt" 2>/dev/null
+    n=$(ls -A "$out" | wc -l)
+    [ $rc -eq 0 ] || { echo "gpu_check.sh --emu exited $rc"; tail -n 30 "$out.log"; rm -rf "$out" "$out.log"; return 1; }
+    [ "$n" -eq 2 ] && [ -f "$out/summary.txt" ] && tar -tzf "$out/gpu_check_logs.tar.gz" | grep -q ops.log \
+        || { echo "expected summary.txt and gpu_check_logs.tar.gz in OUT, found $n files"; rm -rf "$out" "$out.log"; return 1; }
+    for st in binaries ops kernel_registers sanitizer_memcheck sanitizer_racecheck sanitizer_synccheck model_vs_pytorch recompute_bitwise \
+              zero_bitwise grad_accumulation checkpoint_resume val_and_sampling fp32_build loss_falls_20_steps \
+              memory_vs_planner perf_d12 attention_bench perf_d48 torch_perf no_cublaslt_fallback; do
+        case $st in sanitizer_*|perf_*|torch_perf|attention_bench) want=SKIP ;; *) want=PASS ;; esac
+        line=$(grep -E "^(PASS|FAIL|SKIP) +$st " "$out/summary.txt")
+        [ "${line%% *}" = "$want" ] || { echo "stage $st: expected $want, got '${line:-no line}'"; rm -rf "$out" "$out.log"; return 1; }
+    done
+    rm -rf "$out" "$out.log"
+}
+
+echo "=== dev/gpu_check.sh --emu: the GPU check's stages on the CUDA emulator"
+gpu_check_emu; result gpu_check_emu $?
+
+echo "=== the multi-GPU nvcc build, every architecture (warnings are errors)"
+if nvcc_or_skip nvcc_build_full; then make -s nvcc-check; result nvcc_build_full $?; fi
+
+echo "=== the binaries carried to the GPU box: make gpu-binaries (nvcc, sm_90, no MPI, warnings are errors)"
+# The carried binaries: built as make gpu-binaries builds them, then what they link checked.
+gpu_binaries() {
+    local t0 b needed; t0=$(date +%s)
+    make -s gpu-binaries >/dev/null || return 1
+    echo "gpu-binaries: $(( $(date +%s) - t0 )) s (nothing to do when up to date)"
+    for b in train_gpu train_gpu_fp32 test/test_gpu; do
+        needed=$(readelf -d "$b" | grep NEEDED | grep -oE '\[[^]]+\]' | tr -d '[]' | tr '\n' ' ')
+        echo "$b needs: $needed"
+        case " $needed" in *" libnccl"*|*" libmpi"*|*" libstdc++"*|*" libgcc_s"*|*" libopenblas"*)
+            echo "$b: links what the GPU box lacks or what must be static"; return 1;; esac
+    done
+    # AVX-512 only inside the two AVX-512 paths (simd.h): the host AdamW's (adamw.cuh) and the CPU
+    # GEMM's microkernel (ops/matmul.cuh), functions of their own with target("avx512f"), called only
+    # when the CPU says it has AVX-512; anywhere else it is not portable
+    local zmm fn; zmm=$(objdump -d --no-show-raw-insn train_gpu | awk '/^[0-9a-f]+ <.*>:$/ {fn=$2} /%zmm/ && fn !~ /adamw_range_avx512|gemm_kernel_avx512/ {print fn}' | sort -u)
+    if [ -n "$zmm" ]; then echo "train_gpu has AVX-512 code outside adamw_range_avx512 and gemm_kernel_avx512: not portable: $zmm"; return 1; fi
+    for fn in adamw_range_avx512 gemm_kernel_avx512; do
+        objdump -d --no-show-raw-insn train_gpu | grep -q "$fn.*>:\$" || { echo "train_gpu: $fn not found (the check above would pass vacuously)"; return 1; }
+    done
+}
+if nvcc_or_skip gpu_binaries; then gpu_binaries; result gpu_binaries $?; fi
+
+echo "=== no GPU, no GPU messages: without NVIDIA device files ./train_gpu never starts the CUDA runtime"
+# ./train_gpu (nvcc, the CUDA runtime linked in) on a machine without /dev/nvidia*: -tokenize, -plan,
+# a -device auto run and a refused -device cuda never start the CUDA runtime, print no driver hint,
+# and the settings' -device row says why the CPU was taken. The probe: LD_DEBUG=libs lists each
+# search of the dynamic loader for libcuda.so.1. cuBLASLt's library constructor makes one in every
+# nvcc-built binary before main (-help, which ends in flags_parse, shows that baseline); the runtime's
+# first call makes another: each case must show the baseline's count, and the control, test/test_gpu
+# (cudaGetDeviceCount first thing), more. (Skipped on a machine with a GPU.)
+no_gpu_no_runtime() {
+    local tmp rc base n; tmp=$(mktemp -d)
+    run_ld() { # the program's output (stdout, then stderr less the loader's lines) in out; n: the searches
+        LD_DEBUG=libs "$@" > "$tmp/out" 2> "$tmp/ld"; rc=$?
+        n=$(grep -c 'find library=libcuda' "$tmp/ld"); grep -vE '^ *[0-9]+:' "$tmp/ld" >> "$tmp/out"
+    }
+    bad() { echo "$1"; tail -n 15 "$tmp/out"; rm -rf "$tmp"; return 1; }
+    run_ld ./train_gpu -help
+    base=$n
+    [ "$rc" = 0 ] || { bad "./train_gpu -help: exit $rc"; return 1; }
+    run_ld test/test_gpu gpu_none
+    [ "$n" -gt "$base" ] || { bad "control: test/test_gpu's cudaGetDeviceCount made $n searches for libcuda.so.1, -help $base: the probe sees nothing"; return 1; }
+    echo "searches for libcuda.so.1: -help $base (cuBLASLt's constructor), test/test_gpu's cudaGetDeviceCount $n (the runtime started)"
+    printf 'In the beginning God created the heaven and the earth.\n' > "$tmp/in.txt"
+    local -a cases=(
+        "-tokenize $tmp/in.txt -o $tmp/tok|0"
+        "-plan -b 2 -t 32 -v 0 -s 0 -o $tmp/plan|0"
+        "-x 1 -b 2 -t 32 -v 0 -s 0 -threads 1|0"
+        "-device cuda -x 1|2"
+    )
+    local c flags want
+    for c in "${cases[@]}"; do
+        flags=${c%|*}; want=${c##*|}
+        run_ld ./train_gpu $flags
+        [ "$rc" = "$want" ] || { bad "./train_gpu $flags: exit $rc, expected $want"; return 1; }
+        [ "$n" = "$base" ] || { bad "./train_gpu $flags started the CUDA runtime ($n searches for libcuda.so.1, -help $base)"; return 1; }
+        grep -qi 'driver' "$tmp/out" && { bad "./train_gpu $flags speaks of a driver"; return 1; }
+        echo "./train_gpu $flags: exit $rc, the runtime not started, no driver message"
+    done
+    grep -q 'no NVIDIA GPU on this machine' "$tmp/out" || { bad "-device cuda: the refusal does not say there is no NVIDIA GPU"; return 1; }
+    run_ld ./train_gpu -x 1 -b 2 -t 32 -v 0 -s 0 -threads 1
+    grep -qE '^\| -device +\| auto \(no NVIDIA GPU here\) → cpu' "$tmp/out" || { bad "the settings' -device row does not say 'auto (no NVIDIA GPU here) → cpu'"; return 1; }
+    echo "settings: $(grep -E '^\| -device ' "$tmp/out")"
+    rm -rf "$tmp"
+}
+if [ -e /dev/nvidiactl ] || [ -e /dev/nvidia0 ] || [ -e /dev/dxg ]; then
+    echo "SKIP no_gpu_no_runtime: this machine has NVIDIA device files"; skipped=$((skipped + 1))
+elif [ "${NVCC_CHECK:-no}" = yes ]; then
+    if no_gpu_no_runtime; then echo "PASS no_gpu_no_runtime"; passed=$((passed + 1))
+    else echo "FAIL no_gpu_no_runtime"; failed=$((failed + 1)); fi
+else
+    echo "SKIP no_gpu_no_runtime: nvcc not found (no ./train_gpu)"; skipped=$((skipped + 1))
+fi
+
+echo "=== the emulator's kernel resources (committed snapshot) = nvcc's table of the carried binaries"
+kernel_resources_current() {
+    make -s build/gpu/kernel_resources.h || return 1
+    if cmp -s build/gpu/kernel_resources.h test/cuda_emu/kernel_resources_sm90.h; then
+        echo "test/cuda_emu/kernel_resources_sm90.h = nvcc's table ($(grep -c '^EMU_KERNEL_RESOURCES(' build/gpu/kernel_resources.h) kernels)"
+    else
+        diff build/gpu/kernel_resources.h test/cuda_emu/kernel_resources_sm90.h | head -n 20
+        echo "the snapshot differs from nvcc's table: run make kernel-resources and commit test/cuda_emu/kernel_resources_sm90.h"
+        return 1
+    fi
+}
+if nvcc_or_skip kernel_resources_current; then kernel_resources_current; result kernel_resources_current $?; fi
+
+[ "$skipped" -gt 0 ] && echo "($skipped skipped: see SKIP lines above)"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
