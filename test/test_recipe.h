@@ -9,6 +9,7 @@
 // adapter onto the base) runs in $ZT_HF_PYTHON when it has peft, and is said to be skipped
 // otherwise. In test_bf16 only (a process case).
 
+#ifndef ENABLE_FP32
 // README's recipe lines (the indented block between the markers, four spaces removed), or NULL.
 static char* recipe_lines(void) {
     char* readme = zt_read_file("README.md");
@@ -29,7 +30,6 @@ static char* recipe_lines(void) {
     return out;
 }
 
-#ifndef ENABLE_FP32
 TEST(readme_recipe_runs) {
     char dir[PATH_MAX], model[PATH_MAX + 16], cmd[4 * PATH_MAX], path[PATH_MAX + 64];
     snprintf(dir, sizeof(dir), "%s/recipe", test_tmpdir());
