@@ -10,7 +10,7 @@
 //
 // May call: the C library only (the bottom of the include tree, beside rng.h: safetensors.h and
 // dataloader.h, which stand alone for the fuzzer, include it).
-// defines: zt_open_read, zt_fopen_read, zt_strerror, ZT_ENOTREG, ZtCommitFile, zt_commit_export,
+// defines: zt_open_read, zt_fopen_read, zt_strerror, ZT_ENOTREG, ZtCommitFile, zt_errf, zt_commit_export,
 //          zt_export_leftovers
 #ifndef ZT_FILEIO_H
 #define ZT_FILEIO_H
@@ -19,6 +19,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -154,6 +155,15 @@ static inline int zt_export_leftovers(const char* dir, const char* const* prefix
     return n;
 }
 
+// A message into err (vsnprintf: cut at errlen, as any message is; the compiler's truncation warning
+// is for fixed formats it can size, and paths here are as long as the caller's).
+__attribute__((format(printf, 3, 4))) static void zt_errf(char* err, size_t errlen, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
 // Steps 1-4 above. files[n - 1] is the key file; stale (may be NULL) lists paths to move aside when
 // they exist. 0, or -1 with err set (the earlier export whole again, the temporary files removed).
 static inline int zt_commit_export(const char* dir, const ZtCommitFile* files, int n, const char* const* stale, int nstale,
@@ -161,7 +171,7 @@ static inline int zt_commit_export(const char* dir, const ZtCommitFile* files, i
     int total = n + nstale, done = 0, count = 0, fail = 0;
     char (*aside)[4096 + 64] = (char(*)[4096 + 64])calloc((size_t)total, sizeof(*aside)); // "": nothing was there
     char* in = (char*)calloc((size_t)total, 1);          // 1: the new file was renamed in
-    if (!aside || !in) { free(aside); free(in); snprintf(err, errlen, "out of host memory"); return -1; }
+    if (!aside || !in) { free(aside); free(in); zt_errf(err, errlen, "out of host memory"); return -1; }
     // the order of the moves: the key file aside first, then each file of the set, then the stale
     // ones; the key file's new version comes in last
     for (int s = 0; s < total && !fail; s++) {
@@ -171,35 +181,35 @@ static inline int zt_commit_export(const char* dir, const ZtCommitFile* files, i
         if (lstat(path, &st) == 0) {
             snprintf(aside[k], sizeof(aside[k]), "%s.replaced.%d", path, (int)getpid());
             if (zt_commit_rename(path, aside[k], &count) != 0) {
-                snprintf(err, errlen, "moving %s aside failed: %s", path, strerror(errno));
+                zt_errf(err, errlen, "moving %s aside failed: %s", path, strerror(errno));
                 aside[k][0] = 0;
                 fail = 1;
                 break;
             }
         } else if (errno != ENOENT) {
-            snprintf(err, errlen, "%s: %s", path, strerror(errno));
+            zt_errf(err, errlen, "%s: %s", path, strerror(errno));
             fail = 1;
             break;
         }
         done = s + 1;
-        if (s == 0 && zt_fsync_dir(dir) != 0) { snprintf(err, errlen, "fsync of %s failed: %s", dir, strerror(errno)); fail = 1; break; }
+        if (s == 0 && zt_fsync_dir(dir) != 0) { zt_errf(err, errlen, "fsync of %s failed: %s", dir, strerror(errno)); fail = 1; break; }
         if (k < n - 1) { // a file of the set: the new one in
             if (zt_commit_rename(files[k].tmp, files[k].path, &count) != 0) {
-                snprintf(err, errlen, "renaming %s to %s failed: %s", files[k].tmp, files[k].path, strerror(errno));
+                zt_errf(err, errlen, "renaming %s to %s failed: %s", files[k].tmp, files[k].path, strerror(errno));
                 fail = 1;
                 break;
             }
             in[k] = 1;
         }
     }
-    if (!fail && zt_fsync_dir(dir) != 0) { snprintf(err, errlen, "fsync of %s failed: %s", dir, strerror(errno)); fail = 1; }
+    if (!fail && zt_fsync_dir(dir) != 0) { zt_errf(err, errlen, "fsync of %s failed: %s", dir, strerror(errno)); fail = 1; }
     if (!fail) {
         if (zt_commit_rename(files[n - 1].tmp, files[n - 1].path, &count) != 0) {
-            snprintf(err, errlen, "renaming %s to %s failed: %s", files[n - 1].tmp, files[n - 1].path, strerror(errno));
+            zt_errf(err, errlen, "renaming %s to %s failed: %s", files[n - 1].tmp, files[n - 1].path, strerror(errno));
             fail = 1;
         } else {
             in[n - 1] = 1;
-            if (zt_fsync_dir(dir) != 0) { snprintf(err, errlen, "fsync of %s failed: %s", dir, strerror(errno)); fail = 1; }
+            if (zt_fsync_dir(dir) != 0) { zt_errf(err, errlen, "fsync of %s failed: %s", dir, strerror(errno)); fail = 1; }
         }
     }
     if (fail) { // undo, in reverse: the new files out, the old ones back, the key file last, and only
@@ -223,7 +233,7 @@ static inline int zt_commit_export(const char* dir, const ZtCommitFile* files, i
         zt_fsync_dir(dir);
         if (!undone) {
             size_t l = strlen(err);
-            snprintf(err + l, errlen > l ? errlen - l : 0, "; undoing it failed too: the directory is left without %s (refused by "
+            zt_errf(err + l, errlen > l ? errlen - l : 0, "; undoing it failed too: the directory is left without %s (refused by "
                      "every loader; the earlier export's files are the *.replaced.%d files)", files[key].path, (int)getpid());
             for (int k = 0; k < total; k++) aside[k][0] = 0; // (kept: they are all that is left of it)
         }

@@ -86,6 +86,7 @@ typedef enum { FLAG_FREE, FLAG_RUN, FLAG_KEEP } FlagKind;
     X("-poison",        poison,          F_INT,   "auto",   FLAG_FREE, "debug: fill released ZeRO buffers with NaN (auto: 1 in DEBUG=1 builds, else 0)")                       \
     X("-data-trace",    data_trace,      F_INT,   "0",      FLAG_FREE, "debug: log a hash of every rank's micro-batch")                    \
     X("-log-hash",      log_hash,        F_INT,   "0",      FLAG_FREE, "log hashes of parameters, m and v at the end (reproducibility checks)") \
+    X("-verbose",       verbose,         F_INT,   "auto",   FLAG_FREE, "start-up detail: 0 the flags given (or taken from a checkpoint) and a summary; 1 also every flag's row, the memory table by tag and the model state against the ZeRO paper's count; log.jsonl's settings record holds every flag either way (auto: $ZT_VERBOSE, else 0)") \
     X("-resume-step",   resume_step,     F_INT,   "0",      FLAG_FREE, "with -y 1: resume from this checkpoint step instead of the newest")     \
     X("-export",        export_path,     F_STR,   "",       FLAG_FREE, "when training ends, write the model to this llm.c file (with -y 1 -x 0: consolidates a sharded checkpoint)") \
     X("-plan",          plan,            F_SWITCH, "0",     FLAG_FREE, "print memory and time per rank for every ZeRO stage x recompute mode and a recommendation, then exit (allocates nothing)") \
@@ -149,6 +150,17 @@ static void flags_print_help(FILE* f) {
     FLAG_TABLE(X)
 #undef X
     fprintf(f, "\n");
+}
+
+// s as a JSON string (quotes, escapes) on out.
+static void json_put_string(FILE* out, const char* s) {
+    fputc('"', out);
+    for (const unsigned char* p = (const unsigned char*)s; *p; p++) {
+        if (*p == '"' || *p == '\\') fprintf(out, "\\%c", *p);
+        else if (*p < 0x20) fprintf(out, "\\u%04x", *p);
+        else fputc(*p, out);
+    }
+    fputc('"', out);
 }
 
 // Parse a whole-string integer / float; 0 on success.
@@ -233,14 +245,44 @@ static void flags_print_row(const char* flag, const char* given, const char* str
     printf0("| %-15s | %s%*s |\n", flag, v, 70 - w, ""); // (15: -offload-buffer, the longest flag)
 }
 
-static void flags_print_table(const Flags* f) {
+// The settings table: every flag's row (all = 1), or the rows of the flags given on the command line
+// (at most `most`) and one line naming those a checkpoint supplied with another value than the default
+// (a resume: "(from checkpoint)" rows in the full table), then a line counting what is not shown.
+static void flags_print_table(const Flags* f, int all, int most) {
+    int shown = 0, more = 0, quiet = 0, taken = 0;
+    char ck[240] = ""; // "-e llama-tiny -lora 4 ...": the flags a checkpoint supplied, as far as they fit
+    size_t ckn = 0;
     printf0("+-----------------+------------------------------------------------------------------------+\n");
     printf0("| flag            | value (as given \u2192 as resolved)                                         |\n");
     printf0("+-----------------+------------------------------------------------------------------------+\n");
-#define X(flag, field, type, def, run, help) flags_print_row(flag, f->field##_given, f->field##_str);
+#define X(flag, field, type, def, run, help)                                                                      \
+    if (all || f->field##_set) {                                                                                  \
+        if (all || shown < most) { flags_print_row(flag, f->field##_given, f->field##_str); shown++; }            \
+        else more++;                                                                                              \
+    } else if (!strcmp(f->field##_given, "(from checkpoint)") && strcmp(f->field##_str, def)) {                   \
+        taken++;                                                                                                  \
+        int w = snprintf(ck + ckn, sizeof(ck) - ckn, "%s%s %s", ckn ? " " : "", flag, f->field##_str);            \
+        if (w > 0 && ckn + (size_t)w < sizeof(ck) - 5) ckn += (size_t)w; else if (ckn < sizeof(ck) - 5) { ck[ckn] = 0; snprintf(ck + ckn, sizeof(ck) - ckn, " ..."); ckn = sizeof(ck); } \
+    } else quiet++;
     FLAG_TABLE(X)
 #undef X
     printf0("+-----------------+------------------------------------------------------------------------+\n");
+    if (all) return;
+    if (taken) printf0("from the checkpoint (%d flag(s) not at their defaults): %s\n", taken, ck);
+    printf0("(%s%d flag(s) at their defaults or resolved from them not shown: -verbose 1 prints every row; log.jsonl's settings record holds them)\n",
+            more ? "given flags beyond the first rows and " : "", quiet + more + taken);
+}
+
+// Every flag as given and as resolved, one JSON record (log.jsonl's "settings").
+static void flags_log_json(const Flags* f, FILE* out) {
+    fprintf(out, "{\"settings\": {");
+    int first = 1;
+#define X(flag, field, type, def, run, help)                                                              \
+    fprintf(out, "%s\"%s\": [", first ? "" : ", ", flag); first = 0;                                     \
+    json_put_string(out, f->field##_given); fputs(", ", out); json_put_string(out, f->field##_str); fputc(']', out);
+    FLAG_TABLE(X)
+#undef X
+    fprintf(out, "}}\n");
 }
 
 // A hash of every flag's final text: ranks compare it at start-up.

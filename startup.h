@@ -54,6 +54,8 @@ static void resolve_defaults(Flags* f, Device dev) {
     AUTO(poison, "0", "0");
 #endif
     AUTO(warmup, "-1", "-1");     // 5% of the steps, once their number is known (trainer_setup)
+    const char* ev = getenv("ZT_VERBOSE"); // (the test suite and dev/ scripts that read the full start-up set it to 1)
+    AUTO(verbose, ev && *ev ? ev : "0", ev && *ev ? ev : "0");
 #undef AUTO
     if (!strcmp(f->device_str, "auto")) snprintf(f->device_str, sizeof(f->device_str), "%s", cpu ? "cpu" : "cuda");
     flags_convert(f);
@@ -703,15 +705,19 @@ static void print_memory_table(Comm* comm, const Zero* z, const GPTConfig* c, in
             (int)X, (long long)(z->lay.total - z->lay.logical_total));
 }
 
-// The settings table, one line per rank (R > 1), the device, model and batch lines, and the memory
-// table. d, z: the model built (trainer_build_model); B, T, recompute: its micro-batch; GA, max_steps,
-// and the tokens of the train and val data (0: none).
+// What a run prints before its first step. By default (-verbose 0) a short block: the flags given or
+// taken from a checkpoint, then one line each for the device and stages, the model (one Psi), the
+// batch, memory per rank against what the device has, and the step time the planner expects (on a
+// GPU; the CPU device's first step measures it). -verbose 1: every flag's row, one line per rank,
+// the memory table by tag with its closed forms and the model state against the ZeRO paper's count.
+// d, z: the model built (trainer_build_model); B, T, recompute: its micro-batch; GA, max_steps, and
+// the tokens of the train and val data (0: none).
 static void print_setup(const Flags* f, Comm* comm, const Launch* L, const ModelDesc* d, const Zero* z, int B, int T, int recompute,
                         int GA, int max_steps, int64_t train_tokens, int64_t val_tokens) {
     const GPTConfig* c = &d->cfg;
-    int R = comm->R;
-    flags_print_table(f);
-    if (R > 1) { // one line per rank, in rank order
+    int R = comm->R, verbose = f->verbose > 0;
+    flags_print_table(f, verbose, 12);
+    if (R > 1 && verbose) { // one line per rank, in rank order
         char host[256] = "?";
         gethostname(host, sizeof(host));
         for (int r = 0; r < R; r++) {
@@ -723,19 +729,69 @@ static void print_setup(const Flags* f, Comm* comm, const Launch* L, const Model
             comm_sum_doubles(comm, &dummy, 1); // a barrier that keeps the lines in order
         }
     }
-    printf0("device %s | precision %s | ranks %d (%s, %d on this node) | threads %d per rank | ZeRO-%d | recompute -r %d\n",
+    char lora[256] = "none";
+    if (c->lora_r) {
+        int n = snprintf(lora, sizeof(lora), "r %d, alpha %g on", c->lora_r, (double)d->lora.alpha);
+        for (int i = 0; i < d->lora.nmods && n > 0 && n < (int)sizeof(lora) - 32; i++)
+            n += snprintf(lora + n, sizeof(lora) - (size_t)n, "%s%s", i ? "," : " ", d->lora.mods[i].target);
+        snprintf(lora + n, sizeof(lora) - (size_t)n, " (%lld adapter elements)", (long long)d->lora.num_params);
+    }
+    printf0("device %s | precision %s | ranks %d (%s, %d on this node) | threads %d per rank | ZeRO-%d | recompute -r %d | offload %s | LoRA %s\n",
             g_device == DEV_CPU ? "cpu" : "cuda", PRECISION_NAME, R, L->source, L->local_world,
-            num_threads(), f->zero_stage, f->recompute);
-    printf0("model: L %d, C %d, NH %d, V %d (padded %d), max T %d: Psi = %lld parameters, the padded vocabulary rows included "
-            "(%lld without them); memory below also counts Psi' = %lld, with every tensor padded to 8 elements and every block to 8R\n",
-            c->L, c->C, c->NH, c->V, c->Vp, c->maxT, (long long)d->num_params, (long long)d->num_real,
-            (long long)z->lay.total);
+            num_threads(), f->zero_stage, f->recompute, offload_name(z->offload), lora);
+    if (verbose)
+        printf0("model: L %d, C %d, NH %d, V %d (padded %d), max T %d: Psi = %lld parameters, the padded vocabulary rows included "
+                "(%lld without them); memory below also counts Psi' = %lld, with every tensor padded to 8 elements and every block to 8R\n",
+                c->L, c->C, c->NH, c->V, c->Vp, c->maxT, (long long)d->num_params, (long long)d->num_real,
+                (long long)z->lay.total);
+    else
+        printf0("model: L %d, C %d, NH %d, V %d (padded %d), max T %d: Psi = %lld parameters (the padded vocabulary rows included)\n",
+                c->L, c->C, c->NH, c->V, c->Vp, c->maxT, (long long)d->num_params);
     char fam[512];
     model_family_text(c, fam, sizeof(fam));
     if (fam[0]) printf0("model: %s\n", fam);
     printf0("batch: B %d x T %d x R %d x GA %d = %lld tokens per step; %d steps; train %lld tokens, val %lld tokens\n",
             B, T, R, GA, (long long)GA * R * B * T, max_steps, (long long)train_tokens, (long long)val_tokens);
-    print_memory_table(comm, z, c, B, T, recompute);
+    if (verbose) { print_memory_table(comm, z, c, B, T, recompute); return; }
+    // memory: the busiest rank's tags, summed by kind, against the device's
+    double* all = gather_memory(comm);
+    double kind[5] = {0, 0, 0, 0, 0}, most = 0; // params, grads, optimizer, activations + logits, the rest
+    int busiest = 0;
+    for (int r = 0; r < R; r++) {
+        double t = 0;
+        for (int k = 0; k < TAG_COUNT; k++) t += all[r * MEM_COLS + k];
+        if (t > most) { most = t; busiest = r; }
+    }
+    for (int k = 0; k < TAG_COUNT; k++) {
+        double b = all[busiest * MEM_COLS + k];
+        kind[k == TAG_PARAMS || k == TAG_PARAM_BUF ? 0 : k == TAG_GRADS || k == TAG_GRAD_BUF ? 1 :
+             k == TAG_MASTER || k == TAG_ADAM_M || k == TAG_ADAM_V ? 2 : k == TAG_ACTS || k == TAG_LOGITS ? 3 : 4] += b;
+    }
+    free(all);
+    char have[96] = ""; // what the device has: the GPU's memory, or the host's available memory per rank
+#ifdef __CUDACC__
+    size_t fr, tot;
+    if (g_device == DEV_CUDA && cudaMemGetInfo(&fr, &tot) == cudaSuccess) snprintf(have, sizeof(have), " of the GPU's %s", fmt_bytes((double)tot).s);
+#endif
+    if (g_device == DEV_CPU)
+        snprintf(have, sizeof(have), " of %s available per rank", fmt_bytes(mem_available_bytes() / (L->local_world > 0 ? L->local_world : 1)).s);
+    printf0("memory per rank: %s%s (params %s, grads %s, optimizer %s%s, activations and logits %s, other %s; -verbose 1: by tag)\n",
+            fmt_bytes(most).s, have, fmt_bytes(kind[0]).s, fmt_bytes(kind[1]).s, fmt_bytes(kind[2]).s,
+            z->offload == OFFLOAD_NONE ? "" : z->offload == OFFLOAD_CPU ? " on the host" : " in the -offload-dir file", fmt_bytes(kind[3]).s,
+            fmt_bytes(kind[4]).s);
+    if (g_device == DEV_CUDA) {
+        const char* name = gpu_model_name(f);
+        int i = gpu_peak_index(name);
+        if (i >= 0) {
+            PlanEnv e;
+            memset(&e, 0, sizeof(e));
+            e.flops = 0.5 * g_gpu_peaks[i].tflops * 1e12; // (the planner's assumption: half the BF16 dense peak)
+            e.membw = 0.5 * g_gpu_peaks[i].tbps * 1e12;
+            printf0("time: about %.3g s per step of compute at half the %s's BF16 peak (communication and offload not counted: -plan prices them)\n",
+                    plan_compute_s(&e, c, T, recompute) * (double)B * T * GA, g_gpu_peaks[i].part);
+        }
+    } else
+        printf0("time: the first step measures it (each step line's tok/s and ETA)\n");
 }
 
 // A -tokenize into PREFIX begins: what a killed one left (PREFIX_*.tmp.PID of a process no longer

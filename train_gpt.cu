@@ -779,7 +779,7 @@ static int write_adapter(Trainer* tr, const char* dir, char* err, size_t errlen)
 
 // [LoRA] Every checkpoint's adapter_<step>/ (CkptMeta's hook): a failure makes the checkpoint incomplete.
 static int checkpoint_adapter(void* ctx, const char* dir) {
-    char err[1024];
+    char err[8192]; // (room for two paths: fileio.h's messages name the file and the directory)
     int rc = write_adapter((Trainer*)ctx, dir, err, sizeof(err));
     if (rc) fprintf(stderr, "error: %s: %s\n", dir, err);
     return rc;
@@ -1804,7 +1804,7 @@ static void trainer_free(Trainer* tr) {
 
 // [LoRA] -lora-export: the adapters at the end of training.
 static void export_lora(Trainer* tr) {
-    char err[1024];
+    char err[8192];
     if (write_adapter(tr, tr->f.lora_export, err, sizeof(err)))
         die(1, "-lora-export %s: %s. HINT: check free disk space and permissions", tr->f.lora_export, err);
     printf0("exported the adapters at step %d to %s (PEFT: adapter_model.safetensors F32, adapter_config.json)\n", tr->step, tr->f.lora_export);
@@ -1855,6 +1855,7 @@ static int train_main(int argc, char** argv) {
     }
     print_setup(&tr->f, &tr->comm, &tr->launch, &tr->model.d, &tr->model.z, tr->model.B, tr->model.T, tr->model.recompute, tr->GA,
                 tr->max_steps, dataloader_total_tokens(&tr->train), tr->has_val ? dataloader_total_tokens(&tr->val) : 0);
+    if (tr->log) flags_log_json(&tr->f, tr->log); // every flag as given and resolved, whatever -verbose printed
     log_memory(tr, "start");
     int rc = train_loop(tr);
     if (rc == ZT_EXIT_OK) export_model(tr);

@@ -34,6 +34,7 @@
 # Usage: dev/bench.sh [train binary (default ./train_cpu)] [steps (default 10)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export ZT_VERBOSE=${ZT_VERBOSE:-1} # (the trainer's full start-up: memory table, every flag, which this script reads)
 BIN=${1:-./train_cpu}
 STEPS=${2:-10}
 THREADS=$(nproc)

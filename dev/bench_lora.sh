@@ -10,6 +10,7 @@
 # Usage: dev/bench_lora.sh [train binary (default ./train_cpu)] [steps (default 10)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export ZT_VERBOSE=${ZT_VERBOSE:-1} # (the trainer's full start-up: memory table, every flag, which this script reads)
 BIN=${1:-./train_cpu}
 STEPS=${2:-10}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

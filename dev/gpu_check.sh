@@ -52,6 +52,7 @@
 #   total                   ~395         (~485 with a build on the box)
 set -u
 cd "$(dirname "$0")/.."
+export ZT_VERBOSE=${ZT_VERBOSE:-1} # (the trainer's full start-up: memory table, every flag, which this script reads)
 ROOT=$(pwd)
 MODE=gpu
 TORCH=0

@@ -32,6 +32,7 @@
 # PERF_BUDGET_S (default 360), PERF_LOGS (default /tmp/perf_gpu).
 set -u
 cd "$(dirname "$0")/.."
+export ZT_VERBOSE=${ZT_VERBOSE:-1} # (the trainer's full start-up: memory table, every flag, which this script reads)
 DRY=0
 [ "${1:-}" = "--dry-run" ] && DRY=1
 TRAIN=${ZT_TRAIN:-./train_gpu}

@@ -158,6 +158,7 @@ static int gpu_main(int argc, char** argv) {
                e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
         return 1;
     }
+    setenv("ZT_VERBOSE", "1", 0); // every trainer the cases start prints the full start-up they read
     ssize_t len = readlink("/proc/self/exe", g_test_self, sizeof(g_test_self) - 1);
     if (len > 0) g_test_self[len] = 0;
     cuda_init(0);

@@ -105,6 +105,7 @@ int main(int argc, char** argv) {
         printf("; CRC32C: %s)\n", crc32c_hw_supported() ? "sse4.2" : "portable");
         return 0;
     }
+    setenv("ZT_VERBOSE", "1", 0); // every trainer the cases start prints the full start-up they read (ux_startup_short: the default)
     ssize_t n = readlink("/proc/self/exe", g_test_self, sizeof(g_test_self) - 1);
     if (n > 0) g_test_self[n] = 0;
     int rc = test_run_all(argc > 1 ? argv[1] : NULL);

@@ -72,7 +72,7 @@ TEST(ux_settings_table_resolved) {
     CHECKF(rc == 0, "run failed:\n%s", zt_out);
     char v[256];
     int autos = ux_check_autos(zt_out, " " ZT_MODEL " -b 2 " UX_FLAGS " ", 0);
-    CHECKF(autos == 15, "%d flags at auto, expected 15: -device -l -u -doc-attention -link-gbps -tflops -io-timeout -export-dtype -gpu -offload -pcie-gbps -disk-gbps -lora-base by default, -z -r given", autos);
+    CHECKF(autos == 16, "%d flags at auto, expected 16: -device -l -u -doc-attention -verbose -link-gbps -tflops -io-timeout -export-dtype -gpu -offload -pcie-gbps -disk-gbps -lora-base by default, -z -r given", autos);
     // the values themselves: 5% of 20 steps of warmup, the CPU device's defaults, the planner's inputs
     struct { const char* flag; const char* want; } exact[] = {
         {"-u", "auto \u2192 1"}, {"-device", "auto (this build has no CUDA) \u2192 cpu"}, {"-l", "auto \u2192 1e-3"}, {"-link-gbps", "auto \u2192 80"},
@@ -120,7 +120,7 @@ TEST(ux_settings_table_resolved) {
     rc = test_run_cmd(cmd, zt_out, sizeof(zt_out));
     CHECKF(rc == 0, "run failed:\n%s", zt_out);
     autos = ux_check_autos(zt_out, " -i x " UX_FLAGS2 " ", 1);
-    CHECKF(autos == 17, "%d flags at auto, expected 17: -device -e -b -t -l -u -poison -doc-attention -link-gbps -tflops -io-timeout -export-dtype -gpu -offload -pcie-gbps -disk-gbps -lora-base", autos);
+    CHECKF(autos == 18, "%d flags at auto, expected 18: -device -e -b -t -l -u -poison -doc-attention -verbose -link-gbps -tflops -io-timeout -export-dtype -gpu -offload -pcie-gbps -disk-gbps -lora-base", autos);
     struct { const char* flag; const char* want; } exact2[] = {
         {"-e", "auto \u2192 tiny"}, {"-b", "auto \u2192 8"}, {"-t", "auto \u2192 62"}, {"-poison", "auto \u2192 0"},
     };
@@ -166,4 +166,56 @@ TEST(ux_stdout_line_buffered) {
     if (kill(pid, 0) == 0) kill(pid, SIGKILL);
     CHECKF(seen && alive && whole, "first step line in the file: %s, run still going: %s, file ends with a whole line: %s", seen ? "yes" : "no",
            alive ? "yes" : "no", whole ? "yes" : "no");
+}
+
+// The default start-up (-verbose 0, ZT_VERBOSE unset) is a short block a person reads: at most 25
+// lines before the first step, with the rows of the flags given (a flag left at its default has
+// none), the device line naming the stage, recompute, offload and LoRA, one Psi named once, memory
+// per rank against what the device has, and how the step time is known; log.jsonl's settings record
+// holds every flag as given and resolved. A resume names the flags the checkpoint supplied that
+// differ from their defaults in one line. -verbose 1 gives every flag's row (and, in a run that
+// trains, the memory table by tag that the zero_ and offload_ cases read).
+TEST(ux_startup_short) {
+    char dir[PATH_MAX], cmd[8192];
+    snprintf(dir, sizeof(dir), "%s/ux_short", test_tmpdir());
+    for (int pass = 0; pass < 3; pass++) { // 0: a fresh LoRA run, 1: its resume, 2: -verbose 1
+        snprintf(cmd, sizeof(cmd), ZT_CLEAN_ENV "ZT_VERBOSE= OMP_NUM_THREADS=1 %s --train -threads 1 -i %s -j %s %s", g_test_self, zt_data(0), zt_data(1),
+                 "");
+        size_t n = strlen(cmd);
+        if (pass == 0) snprintf(cmd + n, sizeof(cmd) - n, "-e llama-tiny -layers 2 -vocab 97 -b 2 -t 16 -x 2 -v 0 -s 0 -lora 4 -z 1 -n 2 -o %s", dir);
+        else if (pass == 1) snprintf(cmd + n, sizeof(cmd) - n, "-o %s -y 1 -x 3", dir);
+        else snprintf(cmd + n, sizeof(cmd) - n, "-o %s -y 1 -x 3 -verbose 1", dir);
+        int rc = test_run_cmd(cmd, zt_out, sizeof(zt_out));
+        CHECKF(rc == 0, "pass %d: exit %d\n%s", pass, rc, zt_out);
+        if (rc) return;
+        const char* first = strstr(zt_out, "\nstep "); // the first step line (or evaluation) ends the start-up
+        if (pass == 2) first = strstr(zt_out, "resume: reading step");
+        int lines = 0;
+        for (const char* p = zt_out; first && p < first; p++) lines += *p == '\n';
+        int psi = 0;
+        for (const char* p = zt_out; first && (p = strstr(p, "Psi")) && p < first; p++) psi++;
+        if (pass == 2) {
+            CHECKF(strstr(zt_out, "| -beta1          | (from checkpoint) \u2192 0.9") && strstr(zt_out, "| -channels       | (from checkpoint) \u2192 0"),
+                   "-verbose 1: not every flag's row:\n%s", zt_out);
+            continue;
+        }
+        CHECKF(first && lines <= 25, "pass %d: %d lines before the first step (at most 25):\n%s", pass, lines, zt_out);
+        CHECKF(!strstr(zt_out, "| -beta1 ") && !strstr(zt_out, "(MiB) by tag") && strstr(zt_out, "-verbose 1 prints every row"),
+               "pass %d: a row of a flag at its default, or the memory table by tag:\n%s", pass, zt_out);
+        CHECKF(psi == 1 && !strstr(zt_out, "Psi'"), "pass %d: Psi named %d times before the first step (once wanted), or Psi' shown:\n%s", pass, psi, zt_out);
+        CHECKF(strstr(zt_out, "| ZeRO-1 | recompute -r ") && strstr(zt_out, "| offload none | LoRA r 4") && strstr(zt_out, "memory per rank: ") &&
+               strstr(zt_out, " available per rank (params ") && strstr(zt_out, "time: the first step measures it"),
+               "pass %d: the device line, the memory line or the time line:\n%s", pass, zt_out);
+        if (pass == 0)
+            CHECKF(strstr(zt_out, "| -lora           | 4 ") && strstr(zt_out, "(given flags beyond the first rows and "), "the given flags' rows (12 of them):\n%s", zt_out);
+        else
+            CHECKF(strstr(zt_out, "from the checkpoint (") && strstr(zt_out, " -lora 4") && strstr(zt_out, " -z 1") && strstr(zt_out, "| -y              | 1 "),
+                   "the resume's rows (given, and from the checkpoint):\n%s", zt_out);
+        printf("    %s: %d lines before the first step\n", pass ? "resume" : "fresh LoRA run", lines);
+    }
+    snprintf(cmd, sizeof(cmd), "%s/log.jsonl", dir);
+    char* log = zt_read_file(cmd);
+    CHECKF(log && strstr(log, "{\"settings\": {\"-device\": [") && strstr(log, "\"-beta1\": [\"0.9\", \"0.9\"]") && strstr(log, "\"-lora\": [\"4\", \"4\"]"),
+           "log.jsonl holds no settings record with every flag:\n%.2000s", log ? log : "(none)");
+    free(log);
 }
