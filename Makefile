@@ -215,10 +215,11 @@ fuzz: test/fuzz
 
 NVCC_FOUND := $(if $(and $(NVCC),$(if $(NO_CUDA),,yes)),yes)
 # make test's binaries (the nvcc part: the multi-GPU build checked to PTX, warnings as errors); make
-# test-long adds the nvcc builds of every architecture and the binaries carried to a GPU box.
-test-binaries: test/test_bf16 test/test_fp32 test/test_emu test/test_emu_fp32 test/test_emu_nompi $(FUZZ_BIN) \
+# test-long adds the GPU test program built without MPI (test/test_emu_nompi), the nvcc builds of
+# every architecture and the binaries carried to a GPU box.
+test-binaries: test/test_bf16 test/test_fp32 test/test_emu test/test_emu_fp32 $(FUZZ_BIN) \
                $(if $(NVCC_FOUND),build/nvcc_check_ptx.o)
-test-long-binaries: test-binaries $(if $(NVCC_FOUND),build/nvcc_check.o train_gpu train_gpu_fp32 test/test_gpu build/gpu/kernel_resources.h)
+test-long-binaries: test-binaries test/test_emu_nompi $(if $(NVCC_FOUND),build/nvcc_check.o train_gpu train_gpu_fp32 test/test_gpu build/gpu/kernel_resources.h)
 
 # The sanitizer subset (.ci/run runs it after make test): the test program built with ASan + UBSan
 # (g++), running the cases that feed the readers bad and changing input, and the trainer processes

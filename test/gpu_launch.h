@@ -24,8 +24,12 @@ static int nl_free_port(void) {
     return ntohs(a.sin_port);
 }
 
-// The trainer without MPI: test/test_emu_nompi beside this binary (make test-binaries builds it).
+// The trainer launched without MPI: in make test-long test/test_emu_nompi beside this binary (make
+// NO_MPI's program; test-long-binaries builds it), in make test this binary itself started without
+// mpirun (the same launch path: torchrun's variables, the TCP rendezvous; the build without MPI is
+// test-long's).
 static const char* nl_nompi_binary(void) {
+    if (!test_long()) return g_test_self;
     static char path[PATH_MAX];
     snprintf(path, sizeof(path), "%s", g_test_self);
     char* slash = strrchr(path, '/');
@@ -64,8 +68,9 @@ static void nl_error_line(const char* s, char* out, size_t cap) {
 // R ranks launched by dev/launch.sh (no mpirun) give the same bits as the same run under mpirun:
 // losses, norms, val losses, and the hashes of parameters, master weights, m and v, at ZeRO-3 with a
 // checkpoint every step (its barriers, error flags and nonce go over the rendezvous). The BF16 build
-// starts test/test_emu_nompi (make NO_MPI's program) as the ranks, R = 2; the FP32 build starts
-// itself (a build with MPI, launched without it), R = 3; make test-long runs both R in both.
+// starts test/test_emu_nompi (make NO_MPI's program) as the ranks in make test-long, itself (a build
+// with MPI, launched without it) in make test, R = 2; the FP32 build starts itself, R = 3; make
+// test-long runs both R in both.
 // Also: launch.sh passes the first failing rank's exit code on (a bad flag: 2).
 TEST(nompi_launch_matches_mpirun) {
     static char out[1 << 20];
@@ -73,7 +78,7 @@ TEST(nompi_launch_matches_mpirun) {
     const char* bin = g_test_self;
 #else
     const char* bin = nl_nompi_binary();
-    if (access(bin, X_OK) != 0) { CHECKF(0, "%s is missing: make test-binaries builds it", bin); return; }
+    if (access(bin, X_OK) != 0) { CHECKF(0, "%s is missing: make test-long-binaries builds it", bin); return; }
 #endif
     for (int R = mr_long() ? 2 : MR_R_FIRST; R <= (mr_long() ? 3 : MR_R_FIRST); R++) {
         ZtLog ref, lg;
