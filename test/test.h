@@ -30,6 +30,7 @@
 #include <errno.h>
 #include <sys/stat.h>
 #include <sys/select.h>
+#include <sys/file.h>
 
 typedef void (*test_fn)(void);
 typedef struct { const char* name; test_fn fn; } TestCase;
@@ -124,6 +125,29 @@ static inline const char* test_tmpdir(void) {
         }
     }
     return dir;
+}
+
+// A directory every worker of the run shares (<run>/shared; outside the workers, test_tmpdir()): for
+// what one case builds once for all (a fixture made by a slow external program), under
+// test_shared_lock so that one worker builds it while the others wait.
+static inline const char* test_shared_dir(void) {
+    static char dir[700] = {0};
+    if (!dir[0]) {
+        if (!g_tmpdir_run[0]) snprintf(dir, sizeof(dir), "%s", test_tmpdir());
+        else {
+            snprintf(dir, sizeof(dir), "%s/shared", g_tmpdir_run);
+            if (mkdir(dir, 0700) != 0 && errno != EEXIST) { perror(dir); exit(1); }
+        }
+    }
+    return dir;
+}
+// An exclusive lock on <shared dir>/<name>.lock (flock; released by closing the returned fd).
+static inline int test_shared_lock(const char* name) {
+    char path[800];
+    snprintf(path, sizeof(path), "%s/%s.lock", test_shared_dir(), name);
+    int fd = open(path, O_RDWR | O_CREAT, 0600);
+    if (fd >= 0) while (flock(fd, LOCK_EX) != 0 && errno == EINTR) {}
+    return fd;
 }
 
 // make test-long: ZT_TEST_LONG=1 widens the sampled matrices and runs the cases test_long_only names.

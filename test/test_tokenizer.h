@@ -1266,13 +1266,16 @@ static const char* tok_hf_fixtures(int* skip) {
         if (tok) tok_kjv_free(&k);
         return NULL;
     }
-    char kjv[700], cmd[3000], out[8192];
+    char kjv[700], cmd[3000], out[8192], done[800];
     tok_path(kjv, sizeof(kjv), "hf_kjv.txt");
-    tok_path(dir, sizeof(dir), "hf_fixtures");
+    snprintf(dir, sizeof(dir), "%s/hf_fixtures", test_shared_dir()); // (made once for every worker of the run)
+    snprintf(done, sizeof(done), "%s/DONE", dir);
+    int lock = test_shared_lock("hf_fixtures");
     FILE* f = fopen(kjv, "wb");
     CHECK(f != NULL);
     if (!f) {
         tok_kjv_free(&k);
+        if (lock >= 0) close(lock);
         return NULL;
     }
     for (int i = 0; i < k.ndocs; i++) {
@@ -1281,10 +1284,18 @@ static const char* tok_hf_fixtures(int* skip) {
     }
     fclose(f);
     tok_kjv_free(&k);
+    struct stat st;
+    if (stat(done, &st) == 0) { // another worker made them
+        if (lock >= 0) close(lock);
+        state = 1;
+        return dir;
+    }
     snprintf(cmd, sizeof(cmd), "%s dev/hf_tokenizer_fixtures.py --kjv %s --out %s 2>&1", py, kjv, dir);
     double t0 = test_now_s();
     int rc = test_run_cmd(cmd, out, sizeof(out));
     CHECKF(rc == 0, "dev/hf_tokenizer_fixtures.py failed:\n%s", out);
+    if (rc == 0) { FILE* d = fopen(done, "w"); if (d) fclose(d); }
+    if (lock >= 0) close(lock);
     if (rc != 0) return NULL;
     printf("    fixtures by tokenizers in %.1f s:\n%s", test_now_s() - t0, out);
     state = 1;
