@@ -736,8 +736,10 @@ static void print_setup(const Flags* f, Comm* comm, const Launch* L, const Model
             n += snprintf(lora + n, sizeof(lora) - (size_t)n, "%s%s", i ? "," : " ", d->lora.mods[i].target);
         snprintf(lora + n, sizeof(lora) - (size_t)n, " (%lld adapter elements)", (long long)d->lora.num_params);
     }
-    printf0("device %s | precision %s | ranks %d (%s, %d on this node) | threads %d per rank | ZeRO-%d | recompute -r %d | offload %s | LoRA %s\n",
-            g_device == DEV_CPU ? "cpu" : "cuda", PRECISION_NAME, R, L->source, L->local_world,
+    char why[160] = ""; // -device auto: why this device ("no NVIDIA GPU here", "this build has no CUDA")
+    if (!strncmp(f->device_given, "auto (", 6)) snprintf(why, sizeof(why), " (auto: %.*s)", (int)strcspn(f->device_given + 6, ")"), f->device_given + 6);
+    printf0("device %s%s | precision %s | ranks %d (%s, %d on this node) | threads %d per rank | ZeRO-%d | recompute -r %d | offload %s | LoRA %s\n",
+            g_device == DEV_CPU ? "cpu" : "cuda", why, PRECISION_NAME, R, L->source, L->local_world,
             num_threads(), f->zero_stage, f->recompute, offload_name(z->offload), lora);
     if (verbose)
         printf0("model: L %d, C %d, NH %d, V %d (padded %d), max T %d: Psi = %lld parameters, the padded vocabulary rows included "

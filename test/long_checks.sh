@@ -79,7 +79,7 @@ if nvcc_or_skip gpu_binaries; then gpu_binaries; result gpu_binaries $?; fi
 echo "=== no GPU, no GPU messages: without NVIDIA device files ./train_gpu never starts the CUDA runtime"
 # ./train_gpu (nvcc, the CUDA runtime linked in) on a machine without /dev/nvidia*: -tokenize, -plan,
 # a -device auto run and a refused -device cuda never start the CUDA runtime, print no driver hint,
-# and the settings' -device row says why the CPU was taken. The probe: LD_DEBUG=libs lists each
+# and the start-up's device line says why the CPU was taken (-verbose 1: the settings' -device row). The probe: LD_DEBUG=libs lists each
 # search of the dynamic loader for libcuda.so.1. cuBLASLt's library constructor makes one in every
 # nvcc-built binary before main (-help, which ends in flags_parse, shows that baseline); the runtime's
 # first call makes another: each case must show the baseline's count, and the control, test/test_gpu
@@ -115,8 +115,11 @@ no_gpu_no_runtime() {
     done
     grep -q 'no NVIDIA GPU on this machine' "$tmp/out" || { bad "-device cuda: the refusal does not say there is no NVIDIA GPU"; return 1; }
     run_ld ./train_gpu -x 1 -b 2 -t 32 -v 0 -s 0 -threads 1
-    grep -qE '^\| -device +\| auto \(no NVIDIA GPU here\) → cpu' "$tmp/out" || { bad "the settings' -device row does not say 'auto (no NVIDIA GPU here) → cpu'"; return 1; }
-    echo "settings: $(grep -E '^\| -device ' "$tmp/out")"
+    grep -qE '^device cpu \(auto: no NVIDIA GPU here\) \|' "$tmp/out" || { bad "the device line does not say 'device cpu (auto: no NVIDIA GPU here)'"; return 1; }
+    echo "start-up: $(grep -E '^device cpu' "$tmp/out" | cut -c1-60)..."
+    run_ld ./train_gpu -x 1 -b 2 -t 32 -v 0 -s 0 -threads 1 -verbose 1
+    grep -qE '^\| -device +\| auto \(no NVIDIA GPU here\) → cpu' "$tmp/out" || { bad "-verbose 1: the settings' -device row does not say 'auto (no NVIDIA GPU here) → cpu'"; return 1; }
+    echo "settings (-verbose 1): $(grep -E '^\| -device ' "$tmp/out")"
     rm -rf "$tmp"
 }
 if [ -e /dev/nvidiactl ] || [ -e /dev/nvidia0 ] || [ -e /dev/dxg ]; then
