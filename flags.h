@@ -261,14 +261,15 @@ static void flags_print_table(const Flags* f, int all, int most) {
         else more++;                                                                                              \
     } else if (!strcmp(f->field##_given, "(from checkpoint)") && strcmp(f->field##_str, def)) {                   \
         taken++;                                                                                                  \
-        int w = snprintf(ck + ckn, sizeof(ck) - ckn, "%s%s %s", ckn ? " " : "", flag, f->field##_str);            \
-        if (w > 0 && ckn + (size_t)w < sizeof(ck) - 5) ckn += (size_t)w; else if (ckn < sizeof(ck) - 5) { ck[ckn] = 0; snprintf(ck + ckn, sizeof(ck) - ckn, " ..."); ckn = sizeof(ck); } \
+        size_t w = strlen(flag) + strlen(f->field##_str) + 2;                                                    \
+        if (ckn + w + 4 < sizeof(ck)) ckn += (size_t)snprintf(ck + ckn, sizeof(ck) - ckn, " %s %s", flag, f->field##_str[0] ? f->field##_str : "\"\""); \
+        else if (ckn + 4 < sizeof(ck)) ckn += (size_t)snprintf(ck + ckn, sizeof(ck) - ckn, " ..."); /* (full: the rest cut) */ \
     } else quiet++;
     FLAG_TABLE(X)
 #undef X
     printf0("+-----------------+------------------------------------------------------------------------+\n");
     if (all) return;
-    if (taken) printf0("from the checkpoint (%d flag(s) not at their defaults): %s\n", taken, ck);
+    if (taken) printf0("from the checkpoint (%d flag(s) not at their defaults):%s\n", taken, ck);
     printf0("(%s%d flag(s) at their defaults or resolved from them not shown: -verbose 1 prints every row; log.jsonl's settings record holds them)\n",
             more ? "given flags beyond the first rows and " : "", quiet + more + taken);
 }

@@ -75,6 +75,7 @@ static uint64_t model_family_hash(const GPTConfig* c) {
     if (role == CFG_FAMILY) { off = (off + sizeof(type) - 1) / sizeof(type) * sizeof(type); memcpy(img + off, &c->name, sizeof(type)); off += sizeof(type); }
     GPTCONFIG_FIELDS(GPTCONFIG_IMAGE)
 #undef GPTCONFIG_IMAGE
+    static_assert(sizeof(GPTConfig) <= sizeof(img) / 2, "model_family_hash: the image no longer has room for every field");
     size_t n = off;
     while (n > MODEL_HASH_MIN_BYTES && !img[n - 1]) n--;
     if (n < MODEL_HASH_MIN_BYTES) n = MODEL_HASH_MIN_BYTES;

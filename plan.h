@@ -281,6 +281,13 @@ static double mem_available_bytes(void) {
     return (double)kb * 1024.0;
 }
 
+// What the planner assumes of GPU i of g_gpu_peaks until our kernels are measured on it: half its
+// BF16 dense peak and half its memory bandwidth (plan_env; the start-up's time line).
+static void plan_gpu_rates(int i, double* flops, double* membw) {
+    *flops = 0.5 * g_gpu_peaks[i].tflops * 1e12;
+    *membw = 0.5 * g_gpu_peaks[i].tbps * 1e12;
+}
+
 // Seconds per trained token of a mode's compute: its FLOPs at the FLOP rate, and the elementwise
 // recompute's bytes at the memory bandwidth where one is known (a GPU's).
 static double plan_compute_s(const PlanEnv* e, const GPTConfig* c, int T, int recompute) {
@@ -324,10 +331,9 @@ static void plan_env(const Flags* f, const Launch* L, int R, PlanEnv* e) {
         const char* name = gpu_model_name(f);
         int i = gpu_peak_index(name);
         if (i < 0) die_user("-gpu %s: no BF16 peak known for this GPU. HINT: give the rate with -tflops, or -gpu h100|h200|a100|...", name);
-        e->flops = 0.5 * g_gpu_peaks[i].tflops * 1e12;
+        plan_gpu_rates(i, &e->flops, &e->membw);
         snprintf(e->flops_src, sizeof(e->flops_src), "assumed: 50%% of the %s's %.0f TFLOP/s BF16 dense peak (GPU: %s)", g_gpu_peaks[i].part,
                  g_gpu_peaks[i].tflops, name);
-        e->membw = 0.5 * g_gpu_peaks[i].tbps * 1e12; // (half of it, as for the FLOP rate)
     } else {
         double lo, hi;
         e->flops = measure_cpu_flops(&lo, &hi);

@@ -770,6 +770,7 @@ static void print_setup(const Flags* f, Comm* comm, const Launch* L, const Model
              k == TAG_MASTER || k == TAG_ADAM_M || k == TAG_ADAM_V ? 2 : k == TAG_ACTS || k == TAG_LOGITS ? 3 : 4] += b;
     }
     free(all);
+    if (z->offload != OFFLOAD_NONE) kind[2] = 12.0 * (double)z->sz.opt; // [offload] master, m, v: the host's or the file's, not the device's
     char have[96] = ""; // what the device has: the GPU's memory, or the host's available memory per rank
 #ifdef __CUDACC__
     size_t fr, tot;
@@ -787,8 +788,7 @@ static void print_setup(const Flags* f, Comm* comm, const Launch* L, const Model
         if (i >= 0) {
             PlanEnv e;
             memset(&e, 0, sizeof(e));
-            e.flops = 0.5 * g_gpu_peaks[i].tflops * 1e12; // (the planner's assumption: half the BF16 dense peak)
-            e.membw = 0.5 * g_gpu_peaks[i].tbps * 1e12;
+            plan_gpu_rates(i, &e.flops, &e.membw);
             printf0("time: about %.3g s per step of compute at half the %s's BF16 peak (communication and offload not counted: -plan prices them)\n",
                     plan_compute_s(&e, c, T, recompute) * (double)B * T * GA, g_gpu_peaks[i].part);
         }

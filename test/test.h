@@ -11,9 +11,8 @@
 // case caches for the next (a fixture built once per process) stays warm in its worker. A case's
 // output goes to a file of its own, printed whole when it ends; a case that kills its worker fails
 // (the output so far printed) and a fresh worker takes the next. Each worker has its own scratch
-// directory (test_tmpdir). The cases a binary names with test_alone (timing-sensitive ones) run
-// with no other case beside them.
-// defines: TEST, CHECK, CHECKF, test_run_all, test_run_cmd, test_tmpdir, test_long, test_long_only, test_alone, test_jobs
+// directory (test_tmpdir).
+// defines: TEST, CHECK, CHECKF, test_run_all, test_run_cmd, test_tmpdir, test_long, test_long_only, test_jobs
 #ifndef ZT_TEST_H
 #define ZT_TEST_H
 
@@ -158,18 +157,11 @@ static inline int test_long(void) { const char* e = getenv("ZT_TEST_LONG"); retu
 // cases, the same in BF16). A filter given on the command line runs matching cases anyway.
 static const char* const* g_long_only = NULL;
 static inline void test_long_only(const char* const* prefixes) { g_long_only = prefixes; }
-static inline int test_prefix_listed(const char* const* list, const char* name) {
-    for (const char* const* p = list; p && *p; p++)
+static inline int test_is_long_only(const char* name) {
+    for (const char* const* p = g_long_only; p && *p; p++)
         if (!strncmp(name, *p, strlen(*p))) return 1;
     return 0;
 }
-static inline int test_is_long_only(const char* name) { return test_prefix_listed(g_long_only, name); }
-
-// Cases that run with no other case beside them (names starting with one of these prefixes, NULL
-// ended): those whose waits are measured against the clock (timeouts, watchdogs, signals in flight),
-// which a neighbour's load could stretch.
-static const char* const* g_alone = NULL;
-static inline void test_alone(const char* const* prefixes) { g_alone = prefixes; }
 
 // How many cases run at once: ZT_TEST_JOBS, else twice the CPUs this process may run on (at most 8):
 // many cases wait (a timeout, a rank that must not answer, another process's start), and a waiting
@@ -253,7 +245,10 @@ static void test_worker(int k, int in, int out) {
 
 typedef struct { pid_t pid; int to, from; int i; } TestWorker; // i: the running case (-1: idle)
 
-static void test_worker_start(TestWorker* w, int k) {
+// Start worker slot k of all[0..n) as worker number `number` (its scratch directory's). The child
+// closes the parent's ends of the other workers' pipes, so that only the parent holds them.
+static void test_worker_start(TestWorker* all, int n, int k, int number) {
+    TestWorker* w = &all[k];
     int a[2], b[2];
     if (pipe(a) != 0 || pipe(b) != 0) { perror("pipe"); exit(1); }
     fflush(stdout);
@@ -263,7 +258,9 @@ static void test_worker_start(TestWorker* w, int k) {
     if (pid == 0) {
         close(a[1]);
         close(b[0]);
-        test_worker(k, a[0], b[1]);
+        for (int j = 0; j < n; j++)
+            if (j != k && all[j].pid > 0) { close(all[j].to); close(all[j].from); }
+        test_worker(number, a[0], b[1]);
     }
     close(a[0]);
     close(b[1]);
@@ -309,26 +306,17 @@ static inline int test_run_all_jobs(const char* filter, int jobs_max) {
         if (!mkdtemp(g_tmpdir_run)) { perror("mkdtemp"); exit(1); }
         printf("%d case(s), %d worker process(es) (ZT_TEST_JOBS), scratch and logs under %s\n", ntodo, jobs, g_tmpdir_run);
         TestWorker* w = (TestWorker*)calloc((size_t)jobs, sizeof(TestWorker));
-        for (int k = 0; k < jobs; k++) test_worker_start(&w[k], k);
-        char* started = (char*)calloc((size_t)ntodo + 1, 1);
+        for (int k = 0; k < jobs; k++) test_worker_start(w, jobs, k, k);
         double* t0 = (double*)calloc((size_t)g_ntests + 1, sizeof(double));
-        int nstarted = 0, nbusy = 0, alone = 0, nworkers_made = jobs;
+        int nstarted = 0, nbusy = 0, nworkers_made = jobs;
         while (nstarted < ntodo || nbusy > 0) {
-            // hand out cases: one that runs alone only to a machine with nothing else running
-            for (int k = 0; k < jobs && nstarted < ntodo && !alone; k++) {
+            for (int k = 0; k < jobs && nstarted < ntodo; k++) { // hand the next cases to the idle workers
                 if (w[k].i >= 0) continue;
-                int pick = -1;
-                for (int q = 0; q < ntodo && pick < 0; q++)
-                    if (!started[q] && (nbusy == 0 || !test_prefix_listed(g_alone, g_tests[todo[q]].name))) pick = q;
-                if (pick < 0) break; // only cases that run alone are left: wait for the running ones
-                int i = todo[pick];
+                int i = todo[nstarted++];
                 if (write(w[k].to, &i, sizeof(i)) != (ssize_t)sizeof(i)) { perror("write to a test worker"); exit(1); }
                 w[k].i = i;
                 t0[i] = test_now_s();
-                started[pick] = 1;
-                nstarted++;
                 nbusy++;
-                alone = test_prefix_listed(g_alone, g_tests[i].name);
             }
             // wait for a result (or a worker's end)
             fd_set rd;
@@ -361,12 +349,12 @@ static inline int test_run_all_jobs(const char* filter, int jobs_max) {
                     close(w[k].to);
                     close(w[k].from);
                     code = TEST_EXIT_FAILED;
-                    test_worker_start(&w[k], nworkers_made++); // a fresh one for what is left
+                    w[k].pid = 0;
+                    test_worker_start(w, jobs, k, nworkers_made++); // a fresh one for what is left
                 }
                 passed += code == 0; failed += code == TEST_EXIT_FAILED; skipped += code == TEST_EXIT_SKIPPED;
                 w[k].i = -1;
                 nbusy--;
-                if (alone && nbusy == 0) alone = 0;
                 fflush(stdout);
             }
         }
@@ -378,7 +366,6 @@ static inline int test_run_all_jobs(const char* filter, int jobs_max) {
             waitpid(w[k].pid, NULL, 0);
         }
         free(w);
-        free(started);
         free(t0);
         if (failed == 0) {
             char cmd[1200];
