@@ -266,14 +266,16 @@ test-long:
 # the binaries carried to a GPU box). make test compiles the same build to PTX for the lowest
 # architecture only (build/nvcc_check_ptx.o: every line of host and device code through nvcc with
 # warnings as errors, half the time: ptxas and the second architecture are test-long's), and
-# run_tests.sh's nvcc_build line checks it is current.
+# run_tests.sh's nvcc_build line checks it is current. It compiles train_gpt.cu through
+# dev/attn_bench.cu, which includes all of it (but its one-line main, under TESTING): so the
+# attention benchmark is compiled in make test too, at no cost.
 build/nvcc_check.o: $(SOURCES)
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) $(DEFS) $(NVCC_DEFS) $(MPI_CFLAGS) -c train_gpt.cu -o $@.tmp && mv $@.tmp $@
-build/nvcc_check_ptx.o: $(SOURCES)
+build/nvcc_check_ptx.o: $(SOURCES) dev/attn_bench.cu
 	@mkdir -p build
 	$(NVCC) $(filter-out -gencode arch=%,$(NVCC_FLAGS)) -gencode arch=compute_80,code=compute_80 $(DEFS) $(NVCC_DEFS) $(MPI_CFLAGS) \
-	  -c train_gpt.cu -o $@.tmp && mv $@.tmp $@
+	  -c dev/attn_bench.cu -o $@.tmp && mv $@.tmp $@
 nvcc-check: build/nvcc_check.o
 nvcc-check-ptx: build/nvcc_check_ptx.o
 

@@ -382,12 +382,25 @@ typedef struct {
 #ifdef __CUDACC__
     cudaEvent_t ready; // [CUDA] recorded on the compute stream when the collective is started
     cudaEvent_t done;  // [CUDA] recorded on the comm stream when it has finished
-    // [CUDA] for the watchdog (under Comm.mu): the collective is issued and its `done` not yet seen
-    int pending, recorded, step;
-    int warm_up;       // [CUDA] the slot watches comm_nccl_warm_up's collectives (no CollOp)
-    double t_issued;
 #endif
 } CommSlot;
+
+// [NCCL] What the watchdog follows of one collective issued on the GPU, from its issue until the GPU
+// has done it. Not the CommSlot: comm_wait frees the slot as soon as the compute stream is told to
+// wait, which is long before the GPU gets there, and a slot's next collective would take over the
+// watch (a hang reported late, naming a later block). A ring of its own, COMM_WATCHES deep: a record
+// is taken again only after the GPU has done its collective (comm_watch_begin waits for it then, and
+// while it waits the watchdog still follows the old one).
+#define COMM_WATCHES 64
+typedef struct {
+#ifdef __CUDACC__
+    cudaEvent_t done;  // recorded on the comm stream after the collective
+#endif
+    int pending;       // issued and `done` not yet seen (under Comm.mu, as every field)
+    int recorded;      // `done` is recorded (the NCCL calls have returned)
+    int kind, block, step; // for the message; kind -1: comm_nccl_warm_up's collectives
+    double t_issued;
+} CommWatch;
 
 typedef struct {
     int R, r;
@@ -427,7 +440,9 @@ typedef struct {
 #ifdef USE_NCCL
     ncclComm_t nccl;
     pthread_t watchdog;   // [NCCL] polls the collectives in flight and NCCL's async error
-    pthread_mutex_t mu;   // [NCCL] guards the slots' watchdog fields
+    pthread_mutex_t mu;   // [NCCL] guards the watch records
+    CommWatch watch[COMM_WATCHES]; // [NCCL] the collectives on the GPU the watchdog follows (a ring)
+    int64_t watch_next;   // [NCCL] collectives watched so far: the next record is watch_next % COMM_WATCHES
     pthread_mutex_t nccl_mu; // [NCCL] one thread in NCCL at a time (NCCL forbids two on one communicator): every call holds it
     volatile int watchdog_stop, watchdog_on;
     volatile int watchdog_fired; // it is ending the run (and may have aborted the communicator)
@@ -593,22 +608,25 @@ static void* comm_watchdog(void* arg) {
         usleep(50000);
         char why[512] = "";
         pthread_mutex_lock(&c->mu);
-        for (int i = 0; i < COMM_MAX_INFLIGHT && !why[0]; i++) {
-            CommSlot* s = &c->slots[i];
-            if (!s->pending) continue;
-            cudaError_t q = s->recorded ? cudaEventQuery(s->done) : cudaErrorNotReady;
-            if (q == cudaSuccess) { s->pending = 0; continue; }
-            if (q != cudaErrorNotReady && s->warm_up)
+        for (int64_t n = c->watch_next - COMM_WATCHES; n < c->watch_next && !why[0]; n++) { // oldest first
+            if (n < 0) continue;
+            CommWatch* w = &c->watch[n % COMM_WATCHES];
+            if (!w->pending) continue;
+            cudaError_t q = w->recorded ? cudaEventQuery(w->done) : cudaErrorNotReady;
+            if (q == cudaErrorNotReady) (void)cudaGetLastError(); // (kept as this thread's last error otherwise)
+            if (q == cudaSuccess) { w->pending = 0; continue; }
+            int warm_up = w->kind < 0;
+            if (q != cudaErrorNotReady && warm_up)
                 snprintf(why, sizeof(why), "the NCCL warm-up failed on the GPU: %s", cudaGetErrorString(q));
             else if (q != cudaErrorNotReady)
-                snprintf(why, sizeof(why), "%s of block %d at step %d failed on the GPU: %s", coll_name[s->op.kind],
-                         s->op.block, s->step, cudaGetErrorString(q));
-            else if (c->timeout_s > 0 && wall_s() - s->t_issued > c->timeout_s && s->warm_up)
+                snprintf(why, sizeof(why), "%s of block %d at step %d failed on the GPU: %s", coll_name[w->kind],
+                         w->block, w->step, cudaGetErrorString(q));
+            else if (c->timeout_s > 0 && wall_s() - w->t_issued > c->timeout_s && warm_up)
                 snprintf(why, sizeof(why), "the NCCL warm-up (an all-gather and a reduce-scatter right after ncclCommInitRank) "
                          "did not complete within %.0f s", c->timeout_s);
-            else if (c->timeout_s > 0 && wall_s() - s->t_issued > c->timeout_s)
-                snprintf(why, sizeof(why), "collective %s of block %d at step %d did not complete within %.0f s", coll_name[s->op.kind],
-                         s->op.block, s->step, c->timeout_s);
+            else if (c->timeout_s > 0 && wall_s() - w->t_issued > c->timeout_s)
+                snprintf(why, sizeof(why), "collective %s of block %d at step %d did not complete within %.0f s", coll_name[w->kind],
+                         w->block, w->step, c->timeout_s);
         }
         pthread_mutex_unlock(&c->mu);
         if (!why[0] && pthread_mutex_trylock(&c->nccl_mu) == 0) { // (busy: another thread is in NCCL; next round)
@@ -641,6 +659,33 @@ static void* comm_watchdog(void* arg) {
     }
     return NULL;
 }
+
+// [NCCL] The next watch record, for a collective about to be issued (kind -1: the warm-up). Its
+// previous collective, COMM_WATCHES back, is done unless the GPU is that far behind the host: then
+// the host waits for it here (as dev_upload does for its slots), and the watchdog still follows it.
+static CommWatch* comm_watch_begin(Comm* c, int kind, int block) {
+    CommWatch* w = &c->watch[c->watch_next % COMM_WATCHES];
+    pthread_mutex_lock(&c->mu);
+    int busy = w->pending && w->recorded;
+    pthread_mutex_unlock(&c->mu);
+    if (busy) {
+        cudaError_t q = cudaEventQuery(w->done);
+        if (q == cudaErrorNotReady) { (void)cudaGetLastError(); q = cudaEventSynchronize(w->done); } // (see dev_upload)
+        cudaCheck(q);
+    }
+    pthread_mutex_lock(&c->mu);
+    w->pending = 1; w->recorded = 0; w->kind = kind; w->block = block; w->step = c->step; w->t_issued = wall_s();
+    c->watch_next++;
+    pthread_mutex_unlock(&c->mu);
+    return w;
+}
+// [NCCL] The collective's calls have returned: its `done` goes on the comm stream after them.
+static void comm_watch_recorded(Comm* c, CommWatch* w) {
+    pthread_mutex_lock(&c->mu);
+    cudaCheck(cudaEventRecord(w->done, c->stream));
+    w->recorded = 1;
+    pthread_mutex_unlock(&c->mu);
+}
 #else
 #define ncclIssue(c, expr, what) (void)0
 #endif
@@ -648,11 +693,7 @@ static void* comm_watchdog(void* arg) {
 static void comm_start_cuda(Comm* c, CommSlot* s) {
     CollOp* op = &s->op;
 #ifdef USE_NCCL
-    if (c->watchdog_on) {
-        pthread_mutex_lock(&c->mu);
-        s->pending = 1; s->recorded = 0; s->step = c->step; s->t_issued = wall_s();
-        pthread_mutex_unlock(&c->mu);
-    }
+    CommWatch* w = c->watchdog_on ? comm_watch_begin(c, op->kind, op->block) : NULL;
 #endif
     cudaCheck(cudaEventRecord(s->ready, g_stream));
     cudaCheck(cudaStreamWaitEvent(c->stream, s->ready, 0));
@@ -696,12 +737,9 @@ static void comm_start_cuda(Comm* c, CommSlot* s) {
         die(1, "the CUDA device with %d ranks needs NCCL: this build has none (internal error: comm_init_device checks)", c->R);
 #endif
     }
+    cudaCheck(cudaEventRecord(s->done, c->stream));
 #ifdef USE_NCCL
-    if (c->watchdog_on) pthread_mutex_lock(&c->mu);
-    cudaCheck(cudaEventRecord(s->done, c->stream));
-    if (c->watchdog_on) { s->recorded = 1; pthread_mutex_unlock(&c->mu); }
-#else
-    cudaCheck(cudaEventRecord(s->done, c->stream));
+    if (w) comm_watch_recorded(c, w);
 #endif
 }
 #endif
@@ -1556,30 +1594,26 @@ static void comm_check_cpu_device(const Comm* c) {
 }
 
 #if defined(__CUDACC__) && defined(USE_NCCL)
-// [NCCL] NCCL connects to its peers, and allocates the connections' buffers (tens to hundreds of MiB),
-// lazily, at the first collective that needs them. One small all-gather and reduce-scatter, the
-// kinds a run issues, in place as the run's are: the device memory in use afterwards is the baseline
-// the planner's prediction is compared with (train_gpt.cu: mem_baseline), buffers included.
-// The watchdog watches it like a collective (slot 0, marked warm_up): a peer that dies or stops right
+// [NCCL] One small all-gather and reduce-scatter right after the communicator's initialisation, the
+// kinds a run issues, in place as the run's are: every peer is reached before the run starts. The
+// connections' buffers (tens to hundreds of MiB) are allocated at the initialisation itself
+// (NCCL_RUNTIME_CONNECT=0, comm_init_device): NCCL otherwise connects each protocol lazily, and this
+// 1 KiB reaches only the small-message one, leaving the large messages' buffers to the first step,
+// outside the baseline the planner's prediction is compared with (train_gpt.cu: mem_baseline).
+// The watchdog watches it like a collective (marked warm_up): a peer that dies or stops right
 // after the communicator's initialisation ends the run after -comm-timeout instead of hanging it.
 static void comm_nccl_warm_up(Comm* c) {
     const size_t n = 256; // elements per rank
     float* buf = NULL;    // (R * n) FP32
-    CommSlot* s = &c->slots[0]; // (no collective is in flight yet)
     cudaCheck(cudaMalloc((void**)&buf, sizeof(float) * n * c->R));
     cudaCheck(cudaMemsetAsync(buf, 0, sizeof(float) * n * c->R, c->stream));
-    pthread_mutex_lock(&c->mu);
-    s->pending = 1; s->recorded = 0; s->warm_up = 1; s->step = 0; s->t_issued = wall_s();
-    pthread_mutex_unlock(&c->mu);
+    CommWatch* w = comm_watch_begin(c, -1, -1);
     ncclIssue(c, ncclAllGather(buf + (size_t)c->r * n, buf, n, ncclFloat, c->nccl, c->stream), "ncclAllGather (warm-up)");
     ncclIssue(c, ncclReduceScatter(buf, buf + (size_t)c->r * n, n, ncclFloat, ncclSum, c->nccl, c->stream), "ncclReduceScatter (warm-up)");
-    cudaCheck(cudaEventRecord(s->done, c->stream));
+    comm_watch_recorded(c, w);
+    cudaCheck(cudaEventSynchronize(w->done)); // (never returning: the watchdog ends the run)
     pthread_mutex_lock(&c->mu);
-    s->recorded = 1;
-    pthread_mutex_unlock(&c->mu);
-    cudaCheck(cudaEventSynchronize(s->done)); // (never returning: the watchdog ends the run)
-    pthread_mutex_lock(&c->mu);
-    s->pending = 0; s->warm_up = 0;
+    w->pending = 0;
     pthread_mutex_unlock(&c->mu);
     cudaCheck(cudaFree(buf));
 }
@@ -1607,6 +1641,9 @@ static void comm_init_device(Comm* c, const Launch* L, double timeout_s) {
         comm_broadcast(c, &id, sizeof(id), 0);
         ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
         config.blocking = 0;
+        // every connection's buffers at the initialisation, inside the memory baseline (comm_nccl_warm_up);
+        // a value the user set is kept (setenv's 0: no overwrite)
+        setenv("NCCL_RUNTIME_CONNECT", "0", 0);
         pthread_mutex_init(&c->nccl_mu, NULL);
         c->nccl_aborted = 0;
         nccl_lock(c);
@@ -1615,6 +1652,11 @@ static void comm_init_device(Comm* c, const Launch* L, double timeout_s) {
         nccl_settle(c, r, "ncclCommInitRank", timeout_s);
         c->timeout_s = timeout_s;
         pthread_mutex_init(&c->mu, NULL);
+        for (int i = 0; i < COMM_WATCHES; i++) {
+            cudaCheck(cudaEventCreateWithFlags(&c->watch[i].done, cudaEventDisableTiming));
+            c->watch[i].pending = 0;
+        }
+        c->watch_next = 0;
         c->watchdog_stop = 0;
         if (pthread_create(&c->watchdog, NULL, comm_watchdog, c) != 0) die(1, "cannot start the NCCL watchdog thread");
         c->watchdog_on = 1;
@@ -1642,6 +1684,7 @@ static void comm_free(Comm* c) {
             pthread_join(c->watchdog, NULL);
             pthread_mutex_destroy(&c->mu);
             c->watchdog_on = 0;
+            for (int i = 0; i < COMM_WATCHES; i++) cudaCheck(cudaEventDestroy(c->watch[i].done));
         }
         if (c->R > 1) { // non-blocking: finalize (it flushes what is in flight) may be in progress; then free
             ncclIssue(c, ncclCommFinalize(c->nccl), "ncclCommFinalize");

@@ -166,7 +166,7 @@ if ! wanted nccl_probe; then :
 elif nccl_probe; then echo "PASS nccl_probe"; passed=$((passed + 1)); else echo "FAIL nccl_probe"; failed=$((failed + 1)); fi
 
 
-echo "=== nvcc build of the multi-GPU ./train to PTX (sm_80's; warnings are errors; make test-long: every architecture)"
+echo "=== nvcc build of the multi-GPU ./train to PTX, through dev/attn_bench.cu (sm_80's; warnings are errors; make test-long: every architecture)"
 stage_start
 if [ "${NVCC_CHECK:-no}" = yes ]; then
     if make -s nvcc-check-ptx; then echo "PASS nvcc_build"; passed=$((passed + 1))

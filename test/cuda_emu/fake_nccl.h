@@ -42,8 +42,15 @@
 // thread is inside one, an abort while another thread is inside one, and any call after the abort
 // stop the run (Turn). (A collective waiting for a peer waits inside its call here; on a GPU the
 // call returns and the kernel waits.)
+// CONNECTIONS. NCCL (2.22 on) connects to its peers lazily: the buffers of a protocol are allocated
+// at the first collective that uses it (tens to hundreds of MiB of device memory), unless
+// NCCL_RUNTIME_CONNECT=0 was set before the communicator's initialisation, which connects them all
+// there. Emulated as kConnBytes counted as device memory in use (what cudaMemGetInfo reports): at
+// initialisation with NCCL_RUNTIME_CONNECT=0, else at the first collective of more than kSmallBytes
+// per rank (the small, low-latency protocol, already connected, carries the smaller ones).
 // Fault injection: ZT_EMU_NCCL_STALL=rank:n hangs that rank's n-th collective until an abort (inside
-// the call); rank:n:async returns from the call and hangs the stream behind it instead.
+// the call); rank:n:async returns from the call and hangs the stream behind it instead; rank "all":
+// every rank's.
 //
 // defines: ncclComm_t, ncclUniqueId, ncclResult_t, ncclConfig_t, NCCL_CONFIG_INITIALIZER,
 //          ncclDataType_t, ncclRedOp_t, and the functions above
@@ -103,6 +110,8 @@ static const char* kind_name(int k) {
 }
 static const int kMaxRanks = 64;
 static const size_t kSlotBytes = (size_t)1 << 20; // one rank's chunk (all R destinations of a reduce-scatter)
+static const size_t kConnBytes = (size_t)320 << 20; // the lazily connected buffers (see CONNECTIONS)
+static const size_t kSmallBytes = (size_t)8 << 10; // a collective of at most this many bytes per rank connects nothing
 
 struct RankHdr { long seq; int kind, dtype; long count; int pad[2]; };
 struct Shared {
@@ -134,6 +143,7 @@ struct ncclComm {
     const char* in_progress_call; // the call that returned ncclInProgress
     std::atomic<long> inside;     // the OS thread inside a call on this communicator (0: none)
     const char* inside_call;      // which call
+    size_t conn_bytes;            // device memory its connections hold (see CONNECTIONS)
 };
 typedef struct ncclComm* ncclComm_t;
 
@@ -245,6 +255,16 @@ static bool overlap(const void* a, size_t an, const void* b, size_t bn) {
     return (const char*)a < (const char*)b + bn && (const char*)b < (const char*)a + an;
 }
 
+// The connections' buffers, once per communicator (see CONNECTIONS): device memory in use from now on.
+static void conn_open(ncclComm_t c) {
+    if (c->conn_bytes) return;
+    if (kConnBytes > emu::g_mem_total - emu::g_mem_used)
+        emu::fail("fake NCCL: rank %d cannot connect: its buffers (%zu bytes) do not fit in the emulated GPU's free memory", c->rank, kConnBytes);
+    c->conn_bytes = kConnBytes;
+    emu::g_mem_used += kConnBytes;
+}
+static void conn_close(ncclComm_t c) { emu::g_mem_used -= c->conn_bytes; c->conn_bytes = 0; }
+
 // Run one collective of this rank (the stream has reached it).
 static ncclResult_t run(ncclComm_t c, const Op& op) {
     if (!c->ready) emu::fail("fake NCCL: %s on a communicator whose initialisation has not completed (ncclInProgress: poll "
@@ -263,6 +283,7 @@ static ncclResult_t run(ncclComm_t c, const Op& op) {
     if (!in_place && overlap(op.send, send_n * es, op.recv, recv_n * es))
         emu::fail("fake NCCL: %s on rank %d: send [%p, +%zu) and receive [%p, +%zu) buffers overlap but not in NCCL's "
                   "in-place form (the result is undefined)", what, r, op.send, send_n * es, op.recv, recv_n * es);
+    if (n * es > kSmallBytes) conn_open(c); // (lazily, as NCCL_RUNTIME_CONNECT=1, the default, does)
     // the stream reaches the collective: it reads send and writes recv as one of its operations
     emu::stream_tick(op.stream);
     emu::cross_stream_check(op.stream, op.send, send_n * es, false, what);
@@ -271,15 +292,16 @@ static ncclResult_t run(ncclComm_t c, const Op& op) {
     // hang (as a kernel waiting for a peer that never comes) until the communicator is aborted
     // (rank:n:async: the call returns and the collective's stream never reaches it, as a non-blocking
     // communicator's kernel waiting for its peer: whatever is recorded on the stream after it is never
-    // reached until the abort -- the watchdog's abort-under-lock path)
+    // reached until the abort -- the watchdog's abort-under-lock path); rank "all": every rank's n-th
     const char* stall = getenv("ZT_EMU_NCCL_STALL");
-    if (stall && atoi(stall) == r && strchr(stall, ':') && atol(strchr(stall, ':') + 1) == c->seq + 1 && strstr(stall, ":async")) {
+    int stalls = stall && (!strncmp(stall, "all:", 4) || atoi(stall) == r); // (atoi("all") is 0: checked first)
+    if (stalls && strchr(stall, ':') && atol(strchr(stall, ':') + 1) == c->seq + 1 && strstr(stall, ":async")) {
         fprintf(stderr, "fake NCCL: rank %d stalls in %s #%ld on its stream (ZT_EMU_NCCL_STALL, async)\n", r, what, c->seq + 1);
         c->seq++; // (one stall per collective number)
         emu::stream_hang(op.stream, &c->aborted, &c->sh->aborted);
         return ncclSuccess;
     }
-    if (stall && atoi(stall) == r && strchr(stall, ':') && atol(strchr(stall, ':') + 1) == c->seq + 1) {
+    if (stalls && strchr(stall, ':') && atol(strchr(stall, ':') + 1) == c->seq + 1) {
         fprintf(stderr, "fake NCCL: rank %d stalls in %s #%ld (ZT_EMU_NCCL_STALL)\n", r, what, c->seq + 1);
         while (!c->aborted.load() && !c->sh->aborted.load()) { struct timespec ts = {0, 1000000}; nanosleep(&ts, NULL); }
         return ncclRemoteError;
@@ -414,6 +436,9 @@ static ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUni
     c->sh = (Shared*)m; // a new file is zeros: the atomics start at 0
     c->slots = (char*)m + (sizeof(Shared) + 4095) / 4096 * 4096;
     c->sh->attached.fetch_add(1);
+    c->conn_bytes = 0;
+    const char* rc = getenv("NCCL_RUNTIME_CONNECT");
+    if (rc && !strcmp(rc, "0")) conn_open(c); // every connection at initialisation (see CONNECTIONS)
     *comm = c;
     if (!c->blocking) { try_finish_init(c); return c->ready ? ncclSuccess : ncclInProgress; }
     double t0 = emu::now_s();
@@ -474,6 +499,7 @@ static ncclResult_t ncclCommDestroy(ncclComm_t c) {
     }
     if (c->rank == 0) unlink(c->path);
     munmap(c->sh, c->map_bytes);
+    fake_nccl::conn_close(c);
     delete c;
     return ncclSuccess;
 }

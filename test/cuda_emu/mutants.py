@@ -22,6 +22,15 @@ MUTANTS = {
         'device.cuh',
         '                (void)cudaGetLastError();   // this thread', '                ;   // this thread',
         'gpu_uploads_ahead_of_the_gpu', 'dev_upload leaves cudaEventQuery\'s cudaErrorNotReady as the last error (issue 42, L1)'),
+    'nccl_watch_in_one_record': (
+        'zero.h',
+        'CommWatch* w = &c->watch[c->watch_next % COMM_WATCHES];\n    pthread_mutex_lock(&c->mu);\n    int busy = w->pending && w->recorded;',
+        'CommWatch* w = &c->watch[0];\n    pthread_mutex_lock(&c->mu);\n    int busy = 0;',
+        'multirank_nccl_watchdog_warm_up', 'the next collective takes over the watch of one the GPU has not done (issue 42: a hang named late, as a later block)'),
+    'nccl_connects_lazily': (
+        'zero.h',
+        'setenv("NCCL_RUNTIME_CONNECT", "0", 0);', ';',
+        'multirank_cuda_zero_stages', 'NCCL connects its large-message buffers at the first step, outside the memory baseline (issue 42)'),
     'attention_missing_barrier': (
         'ops/attention.cuh',
         '        __syncthreads(); // K_j, V_j, P~_ij are used up before the next tile overwrites them\n', '',
