@@ -112,7 +112,9 @@ static inline size_t att_dkdv_part_floats(int B, int T, int NKV, int HS, int nsp
     return nsplit > 1 ? (size_t)nsplit * B * T * 2 * NKV * HS : 0;
 }
 // The backward's scratch in g_work (ops_workspace_floats takes it from here): D (B, NH, T), then,
-// where the shape splits dK/dV, the parts' sums from the next 64-float (256-byte) boundary on.
+// where the shape splits dK/dV, the parts' sums from the next 64-float (256-byte) boundary on. The
+// parts stay small: a shape splits only under 132 blocks, so nsplit * blocks < 2 * 132 and the parts
+// hold under 264 * 64 * 2 * HS floats (4.3 M at HS 128, under cuBLASLt's 8 M of the workspace).
 #define ATT_PART_ALIGN 64
 static inline size_t attention_workspace_floats(int B, int T, int NH, int NKV, int HS) {
     size_t d = (size_t)B * NH * T, part = att_dkdv_part_floats(B, T, NKV, HS, attention_dkdv_nsplit(B, T, NH, NKV, HS));

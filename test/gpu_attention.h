@@ -374,6 +374,17 @@ TEST(gpu_attention_tc_gqa_split) {
     }
     CHECK(attention_workspace_floats(1, 2048, 14, 2, 64) == 14 * 2048 + (size_t)3 * 2048 * 2 * 2 * 64); // D, then 3 parts
     CHECK(attention_workspace_floats(1, 2048, 32, 8, 64) == (size_t)32 * 2048);                      // D alone
+    size_t most = 0; // the parts of any shape that splits stay within cuBLASLt's share of the workspace
+    for (int B = 1; B <= 8; B++)
+        for (int NKV = 1; NKV <= 8; NKV++)
+            for (int rep = 2; rep <= 8; rep++)
+                for (int T = FA_TILE; T <= 8192; T += FA_TILE)
+                    for (int HS = 64; HS <= 128; HS += 64) {
+                        size_t p = att_dkdv_part_floats(B, T, NKV, HS, attention_dkdv_nsplit(B, T, rep * NKV, NKV, HS));
+                        if (p > most) most = p;
+                    }
+    printf("    the parts' largest workspace (B, NKV 1..8, NH/NKV 2..8, T 64..8192): %zu floats\n", most);
+    CHECKF(most < MATMUL_WORKSPACE_BYTES / sizeof(float), "%zu floats", most);
 #ifdef ENABLE_FP32
     printf("    the FP32 build has no tensor-core attention: nsplit's arithmetic only\n");
 #else
