@@ -9,7 +9,7 @@
 // backward that fill these tensors are in train_gpt.cu (section 2).
 //
 // May call: device.cuh (dev_alloc, dev_free), model.h (GPTConfig) and the ops' workspace sizes
-// (ops/matmul.cuh, ops/encoder.cuh, adamw.cuh). Knows nothing of the trainer's types.
+// (ops/matmul.cuh, ops/encoder.cuh, ops/attention.cuh, adamw.cuh). Knows nothing of the trainer's types.
 #ifndef ZT_ACTS_H
 #define ZT_ACTS_H
 #include <float.h>           // (adamw.cuh uses FLT_MAX without including it)
@@ -17,6 +17,7 @@
 #include "model.h"           // defines: GPTConfig, MAX_BLOCK_TENSORS (zero.h)
 #include "ops/matmul.cuh"    // defines: GEMM_PANEL_FLOATS, GEMM_NR, MATMUL_WORKSPACE_BYTES
 #include "ops/encoder.cuh"   // defines: encoder_workspace_ints
+#include "ops/attention.cuh" // defines: attention_workspace_floats
 #include "ops/classifier.cuh" // defines: classifier_chunk_rows, classifier_buffer_rows
 #include "adamw.cuh"         // defines: NORM_CHUNK
 
@@ -143,9 +144,10 @@ static LayerActs layer_acts(const Acts* a, int l) {
 }
 
 // The ops' fixed workspace in floats: cuBLASLt's 32 MiB, the GEMM's packed panel (at least K*NR for
-// the largest K), attention backward's row sums, the embedding backward's buckets and pieces, the
-// norm's chunk sums. Then STEP_SCALARS_FLOATS at its end that are not scratch: the step's scalars
-// (StepScalars: loss, sum of squares, norm, clip scale, finite flag), which live across steps.
+// the largest K), attention backward's row sums (and the parts of a split dK/dV), the embedding
+// backward's buckets and pieces, the norm's chunk sums. Then STEP_SCALARS_FLOATS at its end that are
+// not scratch: the step's scalars (StepScalars: loss, sum of squares, norm, clip scale, finite flag),
+// which live across steps.
 #define STEP_SCALARS_FLOATS 64 // 256 bytes: StepScalars, then the AdamW maxima (AdamWMax: zero.h's adam_max)
 static_assert(sizeof(StepScalars) + sizeof(AdamWMax) <= STEP_SCALARS_FLOATS * sizeof(float), "the step's scalars outgrew their room");
 static size_t ops_workspace_floats(const GPTConfig* c, int B, int T, int64_t opt_elems) {
@@ -159,7 +161,7 @@ static size_t ops_workspace_floats(const GPTConfig* c, int B, int T, int64_t opt
     size_t ws = GEMM_PANEL_FLOATS;
     if (MATMUL_WORKSPACE_BYTES / sizeof(float) > ws) ws = MATMUL_WORKSPACE_BYTES / sizeof(float);
     if ((size_t)maxK * GEMM_NR > ws) ws = (size_t)maxK * GEMM_NR;
-    size_t att = (size_t)BT * c->NH;
+    size_t att = attention_workspace_floats(B, T, c->NH, dm.NKV, dm.HD); // D (B, NH, T), dK/dV's parts where split
     size_t enc = encoder_workspace_ints(B, T, c->C, c->V);
     size_t norm = 2 * ((size_t)ceil_div(opt_elems, NORM_CHUNK) + (size_t)MAX_BLOCK_TENSORS * (c->L + 1)); // a partial chunk per segment
     if (att > ws) ws = att;

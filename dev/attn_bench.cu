@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
     cudaCheck(cudaMalloc(&out, nout * sizeof(floatX)));
     cudaCheck(cudaMalloc(&dout, nout * sizeof(floatX)));
     cudaCheck(cudaMalloc(&lse, nlse * sizeof(float)));
-    g_work_floats = nlse;
+    g_work_floats = attention_workspace_floats(B, T, NH, NH, HS); // D (B, NH, T): multi-head, dK/dV never split
     cudaCheck(cudaMalloc(&g_work, g_work_floats * sizeof(float)));
     // inputs ~ N(0, 1) rounded to the storage type (made on the host: the bench is not about init)
     floatX* h = (floatX*)malloc(nqkv * sizeof(floatX));

@@ -19,6 +19,9 @@
 // than for the example alone, so on CUDA packed and alone agree to rounding, not bit for bit.
 // dK/dV of a kv head sum over its group's query heads: every kernel and the CPU loop add the heads
 // in increasing order, each over its queries in order (a fixed order: deterministic, no atomics).
+// The tensor-core kernel may split a group into parts of consecutive heads (where a shape has too
+// few blocks: attention_dkdv_nsplit, a function of the shape alone), sum each part so, and add the
+// parts' FP32 sums in part order: a fixed order too, another rounding than the unsplit sum.
 //
 // The T x T matrices S and P are never stored (Dao, "FlashAttention-2", 2023, Alg. 1 and 2).
 // Forward, per query row i, walks the keys in tiles of ATT_BK, keeping a running maximum m, a
@@ -36,7 +39,8 @@
 // multiple of 64 in the BF16 build) and scalar FP32 ones for every other shape (attention_uses_tc
 // decides; docs/cuda.md "Attention on tensor cores" lists both and what to expect of them).
 //
-// defines: op_attention_forward, op_attention_backward, attention_uses_tc, attention_tc_tiles, ATT_BK, ATT_MAX_HS
+// defines: op_attention_forward, op_attention_backward, attention_uses_tc, attention_tc_tiles,
+// attention_dkdv_nsplit, attention_workspace_floats, ATT_BK, ATT_MAX_HS
 //
 // May call: device.cuh and tensor_core.cuh. Each op here knows nothing of the model or ZeRO.
 #ifndef ZT_OPS_ATTENTION_CUH
@@ -80,6 +84,41 @@ static inline void attention_tc_tiles(const int* sg, int T, int HS, int64_t* fwd
         int it0 = kt * FA_TILE / bc;
         *dkdv += att_query_tile_end(sg, kt * FA_TILE + FA_TILE - 1, it0, nq, bc) - it0;
     }
+}
+
+// The shapes the tensor-core kernels take (the build and the pointers' alignment aside: attention_uses_tc).
+static inline int att_tc_shape(int T, int HS) { return (HS == 64 || HS == 128) && T % FA_TILE == 0; }
+
+// dK/dV's group split (issue 42). The tensor-core dK/dV kernel runs a block per (b, kv head, key
+// tile) walking its group's rep = NH/NKV query heads: B*NKV*T/64 blocks, 64 for Qwen2.5-0.5B (NKV 2)
+// at B 1, T 2048 on a GPU of 132 SMs. Below FA_DKDV_TARGET_BLOCKS such blocks the group's heads are
+// split into nsplit parts of consecutive heads (part p: heads p*rep/nsplit .. (p+1)*rep/nsplit - 1,
+// sizes within one of each other), a block per (b, kv head, key tile, part): nsplit = the fewest
+// parts that reach the target, at most rep. Each block sums its part as before and writes it in
+// FP32 to the workspace; a second kernel adds the parts in order (part 0, 1, ...) and rounds once.
+// No atomics, and nsplit is a function of the shape alone (never of the device's SM count): a shape
+// gives the same bits on every GPU and on the emulator. nsplit = 1 (MHA, or enough blocks already)
+// is the single kernel, bit for bit as before the split existed.
+#define FA_DKDV_TARGET_BLOCKS 132 // an H100 / H200 SXM's SMs (a constant: the bits must not depend on the GPU)
+static inline int attention_dkdv_nsplit(int B, int T, int NH, int NKV, int HS) {
+    if (NKV <= 0 || NH % NKV != 0 || NH / NKV <= 1 || !att_tc_shape(T, HS)) return 1;
+    int64_t rep = NH / NKV, blocks = (int64_t)B * NKV * (T / FA_TILE);
+    if (blocks <= 0 || blocks >= FA_DKDV_TARGET_BLOCKS) return 1;
+    int64_t n = ceil_div(FA_DKDV_TARGET_BLOCKS, blocks);
+    return (int)(n < rep ? n : rep);
+}
+// The parts' FP32 sums: (nsplit, B, T, 2*NKV*HS), each part laid out as dqkv's k and v columns.
+static inline size_t att_dkdv_part_floats(int B, int T, int NKV, int HS, int nsplit) {
+    return nsplit > 1 ? (size_t)nsplit * B * T * 2 * NKV * HS : 0;
+}
+// The backward's scratch in g_work (ops_workspace_floats takes it from here): D (B, NH, T), then,
+// where the shape splits dK/dV, the parts' sums from the next 64-float (256-byte) boundary on. The
+// parts stay small: a shape splits only under 132 blocks, so nsplit * blocks < 2 * 132 and the parts
+// hold under 264 * 64 * 2 * HS floats (4.3 M at HS 128, under cuBLASLt's 8 M of the workspace).
+#define ATT_PART_ALIGN 64
+static inline size_t attention_workspace_floats(int B, int T, int NH, int NKV, int HS) {
+    size_t d = (size_t)B * NH * T, part = att_dkdv_part_floats(B, T, NKV, HS, attention_dkdv_nsplit(B, T, NH, NKV, HS));
+    return part ? (size_t)round_up((int64_t)d, ATT_PART_ALIGN) + part : d;
 }
 
 #ifdef __CUDACC__
@@ -447,7 +486,8 @@ attention_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv
 // key > query is col > row within the tile). The online softmax runs in FP32 in registers: each
 // lane holds rows g and g + 8 of its warp's 16 (g = lane / 4); a row's 4 lanes combine by shuffles.
 // Backward: as the scalar kernels, three passes without atomics: D (the scalar kernel), dK/dV
-// with a block per key tile (Alg. 2 lines 5-19 without 15), dQ with a block per query tile.
+// with a block per key tile (Alg. 2 lines 5-19 without 15; per key tile and part of the group where
+// the shape splits it, then a pass adding the parts: line 18), dQ with a block per query tile.
 // Each kernel is a template on SEG: false is the causal kernel; true takes a segment table (packed
 // examples): key tiles wholly before the query tile's first example are skipped
 // (att_first_key_tile), the partial ones masked per row, and dK/dV's query walk ends at
@@ -642,24 +682,31 @@ attention_forward_tc_kernel(floatX* out, float* lse, const floatX* qkv, const in
 }
 
 // Alg. 2 lines 5-19 without line 15, transposed so that the block's own rows are the M side: block
-// (b*NKV + kh, key tile) owns keys [k0, k0 + FA_TILE) of kv head kh and walks, for each query head of
-// its group in order (heads kh*rep .. kh*rep + rep - 1, rep = NH / NKV), the query tiles (BC =
-// FA_DKDV_BC rows each) from k0 on: one pipeline of rep * (T/BC - k0/BC) steps, heads outer. Each
-// warp computes, for its 16 keys, S^T = K_j Q_i^T, P^T, dP^T = V_j dO_i^T and dS^T, then dV_j +=
-// P^T dO_i and dK_j += dS^T Q_i, all in registers: the group's sum without atomics, in a fixed order.
-// dqkv (B, T, QKV): the k and v heads [=]; dout (B, T, NH*HS), qkv (B, T, QKV), lse, D (B, NH, T).
+// (b*NKV + kh, key tile, part p) owns keys [k0, k0 + FA_TILE) of kv head kh and walks, for each query
+// head of its part of the group in order, the query tiles (BC = FA_DKDV_BC rows each) from k0 on: one
+// pipeline of nh * (T/BC - k0/BC) steps, heads outer. The group is heads kh*rep .. kh*rep + rep - 1
+// (rep = NH / NKV); with nsplit = gridDim.z parts (attention_dkdv_nsplit) part p is its heads
+// p*rep/nsplit .. (p+1)*rep/nsplit - 1, nh of them (nsplit = 1: the whole group). Each warp computes,
+// for its 16 keys, S^T = K_j Q_i^T, P^T, dP^T = V_j dO_i^T and dS^T, then dV_j += P^T dO_i and dK_j
+// += dS^T Q_i, all in registers: the part's sum without atomics, in a fixed order.
+// nsplit = 1: dqkv (B, T, QKV), the k and v heads [=]; part unused (NULL).
+// nsplit > 1: part (nsplit, B, T, 2*NKV*HS) FP32, this part's unscaled dK_j ; dV_j [=] (line 18 is
+//             attention_backward_dkdv_sum_kernel's); dqkv untouched.
+// dout (B, T, NH*HS), qkv (B, T, QKV), lse, D (B, NH, T).
 template <int HS, bool SEG>
 __global__ static void __launch_bounds__(FA_THREADS, FA_DKDV_MIN_BLOCKS(HS))
-attention_backward_dkdv_tc_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
+attention_backward_dkdv_tc_kernel(floatX* dqkv, float* part, const floatX* dout, const floatX* qkv, const float* lse,
                                   const float* D, const int* seg, int T, int NH, int NKV) {
     const int ld = HS + FA_PAD, BC = FA_DKDV_BC(HS), QKV = (NH + 2 * NKV) * HS, C = NH * HS;
-    int b = blockIdx.x / NKV, kh = blockIdx.x % NKV, h0 = kh * (NH / NKV); // h0: the group's first query head
+    int rep = NH / NKV, nsplit = gridDim.z, p = blockIdx.z;
+    int b = blockIdx.x / NKV, kh = blockIdx.x % NKV;
+    int h0 = kh * rep + p * rep / nsplit, nh = kh * rep + (p + 1) * rep / nsplit - h0; // this part's first query head, its heads
     int kt = blockIdx.y, k0 = kt * FA_TILE, it0 = k0 / BC, nq = T / BC; // the first keys (most queries) first
     const int* sg = SEG ? seg + (int64_t)b * T : NULL; // [SEG] this row's segment table
     // causal: the query tiles from the key tile's own on; [SEG] up to the last that holds a query of
     // an example that reaches the block's last key
     int nit = (SEG ? att_query_tile_end(sg, k0 + FA_TILE - 1, it0, nq, BC) : nq) - it0;
-    int steps = (NH / NKV) * nit; // step s: query head h0 + s / nit, query tile it0 + s % nit
+    int steps = nh * nit; // step s: query head h0 + s / nit, query tile it0 + s % nit
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
     float scale = 1.0f / sqrtf((float)HS);
     const floatX* q = qkv + (int64_t)b * T * QKV + h0 * HS;  // (T, HS) of head h0, row stride QKV; head h0+e: + e*HS
@@ -735,17 +782,48 @@ attention_backward_dkdv_tc_kernel(floatX* dqkv, const floatX* dout, const floatX
         fa_mma_PV<HS, BC>(dK, dS, Qi);
         __syncthreads(); // every warp is done with Q_i, dO_i, L_i, D_i before the next prefetch overwrites them
     }
-    // line 18: write dK_j = scale * dK_j and dV_j, rounded once
-    #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int j = k0 + 16 * warp + g + 8 * r;
-        floatX* dk = dqkv + ((int64_t)b * T + j) * QKV + (NH + kh) * HS; // (HS) row j of dK, kv head kh
+    if (nsplit == 1) { // line 18: write dK_j = scale * dK_j and dV_j, rounded once
         #pragma unroll
-        for (int n = 0; n < HS / 8; n++) {
-            fa_store2(dk + 8 * n + 2 * t, dK[n][2 * r] * scale, dK[n][2 * r + 1] * scale);
-            fa_store2(dk + NKV * HS + 8 * n + 2 * t, dV[n][2 * r], dV[n][2 * r + 1]); // the v heads: NKV*HS later
+        for (int r = 0; r < 2; r++) {
+            int j = k0 + 16 * warp + g + 8 * r;
+            floatX* dk = dqkv + ((int64_t)b * T + j) * QKV + (NH + kh) * HS; // (HS) row j of dK, kv head kh
+            #pragma unroll
+            for (int n = 0; n < HS / 8; n++) {
+                fa_store2(dk + 8 * n + 2 * t, dK[n][2 * r] * scale, dK[n][2 * r + 1] * scale);
+                fa_store2(dk + NKV * HS + 8 * n + 2 * t, dV[n][2 * r], dV[n][2 * r + 1]); // the v heads: NKV*HS later
+            }
+        }
+    } else { // this part's sums, FP32 and unscaled: the sum kernel adds the parts and does line 18
+        const int KV2 = 2 * NKV * HS;
+        int64_t BT = (int64_t)(gridDim.x / NKV) * T;
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            int j = k0 + 16 * warp + g + 8 * r;
+            float* pk = part + ((int64_t)p * BT + (int64_t)b * T + j) * KV2 + kh * HS; // (HS) row j of this part's dK
+            #pragma unroll
+            for (int n = 0; n < HS / 8; n++) {
+                pk[8 * n + 2 * t] = dK[n][2 * r];
+                pk[8 * n + 2 * t + 1] = dK[n][2 * r + 1];
+                pk[NKV * HS + 8 * n + 2 * t] = dV[n][2 * r]; // dV: NKV*HS later, as in dqkv
+                pk[NKV * HS + 8 * n + 2 * t + 1] = dV[n][2 * r + 1];
+            }
         }
     }
+}
+
+// Alg. 2 line 18 for a split group: dK_j = scale * (part 0 + part 1 + ... + part nsplit-1) and dV_j =
+// the same sum of the parts' dV_j, added in that order in FP32 and rounded once. A thread per element.
+// part (nsplit, B, T, 2*NKV*HS) FP32; dqkv (B, T, QKV): the k and v heads [=].
+__global__ static void __launch_bounds__(ATT_THREADS)
+attention_backward_dkdv_sum_kernel(floatX* dqkv, const float* part, int nsplit, int B, int T, int NH, int NKV, int HS) {
+    const int KV2 = 2 * NKV * HS, QKV = (NH + 2 * NKV) * HS;
+    int64_t n = (int64_t)B * T * KV2, e = (int64_t)blockIdx.x * ATT_THREADS + threadIdx.x; // e: (b*T + j)*KV2 + c
+    if (e >= n) return;
+    float s = part[e];
+    for (int p = 1; p < nsplit; p++) s += part[(int64_t)p * n + e];
+    int c = (int)(e % KV2); // c < NKV*HS: dK's columns, then dV's (dqkv's order)
+    float scale = 1.0f / sqrtf((float)HS);
+    dqkv[(e / KV2) * QKV + NH * HS + c] = rn(c < NKV * HS ? s * scale : s);
 }
 
 // Alg. 2 line 15 as its own pass: block (bh, query tile) owns queries [q0, q0 + FA_TILE) and walks
@@ -885,7 +963,7 @@ static int attention_uses_tc(int T, int HS, const void* p0, const void* p1, cons
     return 0;
 #else
     uintptr_t any = (uintptr_t)p0 | (uintptr_t)p1 | (uintptr_t)p2 | (uintptr_t)p3;
-    return (HS == 64 || HS == 128) && T % FA_TILE == 0 && any % 16 == 0;
+    return att_tc_shape(T, HS) && any % 16 == 0;
 #endif
 }
 
@@ -916,29 +994,41 @@ static void attention_forward_cuda(floatX* out, float* lse, const floatX* qkv, c
     cudaCheck(cudaGetLastError());
 }
 
-// Scratch: D (B, NH, T) FP32 in g_work (ops_workspace_floats counts B*T*NH). The dQ kernels run a
-// block per (b, query head), the dK/dV kernels a block per (b, kv head): B*NKV blocks per key tile.
-static void attention_backward_cuda(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
-                                    const float* lse, const int* seg, int B, int T, int NH, int NKV, int HS) {
+// Scratch in g_work (ops_workspace_floats counts attention_workspace_floats): D (B, NH, T) FP32,
+// then the dK/dV parts' sums when the group is split. The dQ kernels run a block per (b, query head),
+// the dK/dV kernels a block per (b, kv head): B*NKV blocks per key tile, times nsplit on tensor cores.
+// nsplit: the tensor-core dK/dV kernel's parts of a group (attention_backward_cuda passes
+// attention_dkdv_nsplit; the tests force others); the scalar kernels never split.
+static void attention_backward_cuda_nsplit(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
+                                           const float* lse, const int* seg, int B, int T, int NH, int NKV, int HS, int nsplit) {
     if (B <= 0 || T <= 0) return;
     attention_cuda_setup(NH, NKV, HS);
-    size_t rows = (size_t)B * NH * T;
-    if (rows > g_work_floats)
-        die(1, "attention backward: workspace too small (%zu floats, needs %zu) (internal error)", g_work_floats, rows);
+    if (nsplit < 1 || nsplit > NH / NKV)
+        die(1, "attention backward: %d parts of a group of %d query heads (internal error)", nsplit, NH / NKV);
+    size_t rows = (size_t)B * NH * T, part_floats = att_dkdv_part_floats(B, T, NKV, HS, nsplit);
+    size_t need = part_floats ? (size_t)round_up((int64_t)rows, ATT_PART_ALIGN) + part_floats : rows;
+    if (need > g_work_floats)
+        die(1, "attention backward: workspace too small (%zu floats, needs %zu) (internal error)", g_work_floats, need);
     float* D = g_work;
     attention_backward_d_kernel<<<(unsigned)ceil_div((int64_t)rows, ATT_THREADS / 32), ATT_THREADS, 0, g_stream>>>(D, dout, out, B, T, NH, HS);
     cudaCheck(cudaGetLastError());
 #ifndef ENABLE_FP32
     if (attention_uses_tc(T, HS, dqkv, dout, qkv, lse) && (uintptr_t)D % 16 == 0 && (uintptr_t)seg % 16 == 0) {
-        void (*dkdv_tc)(floatX*, const floatX*, const floatX*, const float*, const float*, const int*, int, int, int) =
+        void (*dkdv_tc)(floatX*, float*, const floatX*, const floatX*, const float*, const float*, const int*, int, int, int) =
             HS == 64 ? (seg ? attention_backward_dkdv_tc_kernel<64, true> : attention_backward_dkdv_tc_kernel<64, false>)
                      : (seg ? attention_backward_dkdv_tc_kernel<128, true> : attention_backward_dkdv_tc_kernel<128, false>);
         void (*dq_tc)(floatX*, const floatX*, const floatX*, const float*, const float*, const int*, int, int, int) =
             HS == 64 ? (seg ? attention_backward_dq_tc_kernel<64, true> : attention_backward_dq_tc_kernel<64, false>)
                      : (seg ? attention_backward_dq_tc_kernel<128, true> : attention_backward_dq_tc_kernel<128, false>);
-        dim3 kv_grid((unsigned)(B * NKV), att_tiles(T, FA_TILE)), q_grid((unsigned)(B * NH), att_tiles(T, FA_TILE));
-        dkdv_tc<<<kv_grid, FA_THREADS, fa_smem_dkdv_bytes(HS), g_stream>>>(dqkv, dout, qkv, lse, D, seg, T, NH, NKV);
+        float* part = part_floats ? g_work + round_up((int64_t)rows, ATT_PART_ALIGN) : NULL; // (nsplit, B, T, 2*NKV*HS)
+        dim3 kv_grid((unsigned)(B * NKV), att_tiles(T, FA_TILE), (unsigned)nsplit), q_grid((unsigned)(B * NH), att_tiles(T, FA_TILE));
+        dkdv_tc<<<kv_grid, FA_THREADS, fa_smem_dkdv_bytes(HS), g_stream>>>(dqkv, part, dout, qkv, lse, D, seg, T, NH, NKV);
         cudaCheck(cudaGetLastError());
+        if (part) { // line 18 of a split group: the parts added in order, rounded once into dqkv
+            int64_t n = (int64_t)B * T * 2 * NKV * HS;
+            attention_backward_dkdv_sum_kernel<<<(unsigned)ceil_div(n, ATT_THREADS), ATT_THREADS, 0, g_stream>>>(dqkv, part, nsplit, B, T, NH, NKV, HS);
+            cudaCheck(cudaGetLastError());
+        }
         dq_tc<<<q_grid, FA_THREADS, fa_smem_bytes(HS, 1), g_stream>>>(dqkv, dout, qkv, lse, D, seg, T, NH, NKV);
         cudaCheck(cudaGetLastError());
         return;
@@ -950,6 +1040,10 @@ static void attention_backward_cuda(floatX* dqkv, const floatX* dout, const floa
     cudaCheck(cudaGetLastError());
     attention_backward_dq_kernel<<<q_grid, ATT_THREADS, smem, g_stream>>>(dqkv, dout, qkv, lse, D, seg, T, NH, NKV, HS);
     cudaCheck(cudaGetLastError());
+}
+static void attention_backward_cuda(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
+                                    const float* lse, const int* seg, int B, int T, int NH, int NKV, int HS) {
+    attention_backward_cuda_nsplit(dqkv, dout, qkv, out, lse, seg, B, T, NH, NKV, HS, attention_dkdv_nsplit(B, T, NH, NKV, HS));
 }
 #endif
 

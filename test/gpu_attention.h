@@ -334,6 +334,119 @@ static void gpu_attention_tc_gqa_cases(int HS) {
 TEST(gpu_attention_tc_gqa_hs64) { ATT_TC_ONLY(); gpu_attention_tc_gqa_cases(64); }
 TEST(gpu_attention_tc_gqa_hs128) { ATT_TC_ONLY(); gpu_attention_tc_gqa_cases(128); }
 
+// dK/dV's group split (issue 42): where a shape has fewer than FA_DKDV_TARGET_BLOCKS dK/dV blocks,
+// the tensor-core kernel splits each group's query heads into parts, a block per part, and a second
+// kernel adds the parts' FP32 sums in order. (The tensor-core GQA cases above split too: their groups
+// of 2, 4 and 3 heads in parts of one head each.) First attention_dkdv_nsplit, arithmetic only (both
+// builds): the models of the issue with their dK/dV block counts; Qwen2.5-0.5B at B 1, T 2048 (64
+// blocks unsplit) reaches the target, Llama-3.2-1B (256) and multi-head attention (rep 1) never split.
+// Then, on tensor cores, 3 query heads of HS 64 per kv head at T 128 three ways: the shape's own
+// split (3 parts of one head), forced 2 parts (of 1 and 2 heads: a head change inside a block's
+// pipeline) and forced 1 (the group in one block, no parts): each against the CPU, each twice
+// bitwise equal, and the parts' kernel launched exactly when split (the emulator's launch count).
+static long att_dkdv_sum_launches(void) {
+#if defined(ZT_CUDA_EMU) && !defined(ENABLE_FP32)
+    return emu::g_launches[(const void*)attention_backward_dkdv_sum_kernel];
+#else
+    return -1; // a GPU does not count launches: the split shows in the block counts alone
+#endif
+}
+// max |a - b| over columns [off, off + width) of (N, QKV) tensors
+static double att_maxabs_part(const floatX* a, const floatX* b, int64_t N, int QKV, int off, int width) {
+    double m = 0;
+    for (int64_t n = 0; n < N; n++)
+        for (int c = off; c < off + width; c++) m = fmax(m, fabs((double)ld(a[n * QKV + c]) - ld(b[n * QKV + c])));
+    return m;
+}
+TEST(gpu_attention_tc_gqa_split) {
+    const struct { const char* name; int B, T, NH, NKV, HS, want; } m[] = {
+        {"Qwen2.5-0.5B", 1, 2048, 14, 2, 64, 3}, {"Qwen2.5-0.5B", 1, 1024, 14, 2, 64, 5},
+        {"Qwen2.5-1.5B", 1, 2048, 12, 2, 128, 3}, {"Llama-3.2-1B", 1, 2048, 32, 8, 64, 1},
+        {"GPT-2 d12", 1, 1024, 12, 12, 64, 1}, {"GPT-2 d12", 16, 1024, 12, 12, 64, 1},
+        {"T not a multiple of 64", 1, 100, 14, 2, 64, 1}};
+    for (const auto& x : m) {
+        int ns = attention_dkdv_nsplit(x.B, x.T, x.NH, x.NKV, x.HS), unsplit = x.B * x.NKV * (x.T / FA_TILE);
+        printf("    %-22s B %2d T %4d NH %2d NKV %2d HS %3d: nsplit %d, dK/dV blocks %4d (unsplit %4d), workspace %zu floats\n",
+               x.name, x.B, x.T, x.NH, x.NKV, x.HS, ns, ns * unsplit, unsplit,
+               attention_workspace_floats(x.B, x.T, x.NH, x.NKV, x.HS));
+        CHECKF(ns == x.want, "%s: nsplit %d, expected %d", x.name, ns, x.want);
+        CHECKF(ns == 1 || ns * unsplit >= FA_DKDV_TARGET_BLOCKS || ns == x.NH / x.NKV, "%s: %d blocks", x.name, ns * unsplit);
+    }
+    CHECK(attention_workspace_floats(1, 2048, 14, 2, 64) == 14 * 2048 + (size_t)3 * 2048 * 2 * 2 * 64); // D, then 3 parts
+    CHECK(attention_workspace_floats(1, 2048, 32, 8, 64) == (size_t)32 * 2048);                      // D alone
+    size_t most = 0; // the parts of any shape that splits stay within cuBLASLt's share of the workspace
+    for (int B = 1; B <= 8; B++)
+        for (int NKV = 1; NKV <= 8; NKV++)
+            for (int rep = 2; rep <= 8; rep++)
+                for (int T = FA_TILE; T <= 8192; T += FA_TILE)
+                    for (int HS = 64; HS <= 128; HS += 64) {
+                        size_t p = att_dkdv_part_floats(B, T, NKV, HS, attention_dkdv_nsplit(B, T, rep * NKV, NKV, HS));
+                        if (p > most) most = p;
+                    }
+    printf("    the parts' largest workspace (B, NKV 1..8, NH/NKV 2..8, T 64..8192): %zu floats\n", most);
+    CHECKF(most < MATMUL_WORKSPACE_BYTES / sizeof(float), "%zu floats", most);
+#ifdef ENABLE_FP32
+    printf("    the FP32 build has no tensor-core attention: nsplit's arithmetic only\n");
+#else
+    const int B = 1, T = 128, NH = 3, NKV = 1, HS = 64, C = NH * HS, QKV = (NH + 2 * NKV) * HS;
+    int64_t nqkv = (int64_t)B * T * QKV, nout = (int64_t)B * T * C, nlse = (int64_t)B * NH * T, N = (int64_t)B * T;
+    size_t bqkv = nqkv * sizeof(floatX), bout = nout * sizeof(floatX), blse = nlse * sizeof(float);
+    floatX* qkv = (floatX*)malloc(bqkv);
+    floatX* dout = (floatX*)malloc(bout);
+    floatX* out = (floatX*)malloc(bout);
+    float* lse = (float*)malloc(blse);
+    floatX* dqkv = (floatX*)malloc(bqkv);
+    floatX* g[3][2]; // [mode][run]
+    rand_x(qkv, nqkv, 1.0, 56);
+    rand_x(dout, nout, 1.0, 57);
+    ON_CPU(op_attention_forward(out, lse, qkv, NULL, B, T, NH, NKV, HS));
+    ON_CPU(op_attention_backward(dqkv, dout, qkv, out, lse, NULL, B, T, NH, NKV, HS));
+    floatX* d_qkv = (floatX*)gpu_copy_of(qkv, bqkv);
+    floatX* d_dout = (floatX*)gpu_copy_of(dout, bout);
+    floatX* d_out = (floatX*)gpu_copy_of(out, bout);
+    float* d_lse = (float*)gpu_copy_of(lse, blse);
+    floatX* d_dqkv = (floatX*)gpu_zeros(bqkv);
+    CHECK(attention_uses_tc(T, HS, d_dqkv, d_dout, d_qkv, d_lse));
+    int own = attention_dkdv_nsplit(B, T, NH, NKV, HS);
+    CHECKF(own == 3, "this shape's nsplit is %d, expected 3", own);
+    const int nsplit[3] = {own, 2, 1}; // mode 0: op_attention_backward's own choice; 1, 2: forced
+    for (int mode = 0; mode < 3; mode++) {
+        printf("    nsplit %d%s: %d dK/dV blocks\n", nsplit[mode], mode == 0 ? " (the shape's own)" : " (forced)",
+               B * NKV * (T / FA_TILE) * nsplit[mode]);
+        for (int run = 0; run < 2; run++) {
+            g[mode][run] = (floatX*)malloc(bqkv);
+            gpu_fill(d_dqkv, 0xFF, bqkv); // NaN: an element the sum kernel forgets fails
+            long before = att_dkdv_sum_launches();
+            if (mode == 0) ON_GPU(op_attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, NULL, B, T, NH, NKV, HS));
+            else ON_GPU(attention_backward_cuda_nsplit(d_dqkv, d_dout, d_qkv, d_out, d_lse, NULL, B, T, NH, NKV, HS, nsplit[mode]));
+            long sums = att_dkdv_sum_launches() - before;
+            if (before >= 0) CHECKF(sums == (nsplit[mode] > 1), "the parts' kernel ran %ld times, nsplit %d", sums, nsplit[mode]);
+            gpu_to_host(g[mode][run], d_dqkv, bqkv);
+        }
+        CHECKF(memcmp(g[mode][0], g[mode][1], bqkv) == 0, "nsplit %d: dqkv differs between two runs", nsplit[mode]);
+        printf("    two runs: %s; max |GPU - CPU| dk %.3e dv %.3e dq %.3e\n",
+               memcmp(g[mode][0], g[mode][1], bqkv) == 0 ? "bitwise equal" : "DIFFERENT",
+               att_maxabs_part(g[mode][0], dqkv, N, QKV, C, NKV * HS), att_maxabs_part(g[mode][0], dqkv, N, QKV, C + NKV * HS, NKV * HS),
+               att_maxabs_part(g[mode][0], dqkv, N, QKV, 0, C));
+        GPU_COMPARE("attention backward dq", att_relerr_part(g[mode][0], dqkv, N, QKV, 0, C), TOL_GPU_BWD);
+        GPU_COMPARE("attention backward dk", att_relerr_part(g[mode][0], dqkv, N, QKV, C, NKV * HS), TOL_GPU_BWD);
+        GPU_COMPARE("attention backward dv", att_relerr_part(g[mode][0], dqkv, N, QKV, C + NKV * HS, NKV * HS), TOL_GPU_BWD);
+    }
+    // dQ does not depend on the split: the same bits every way
+    int dq_same = 1;
+    for (int64_t n = 0; n < N; n++)
+        for (int mode = 1; mode < 3; mode++) dq_same &= memcmp(g[mode][0] + n * QKV, g[0][0] + n * QKV, C * sizeof(floatX)) == 0;
+    CHECKF(dq_same, "dq differs between the splits");
+    printf("    split (3, 2 parts) against unsplit: max |difference| dk %.3e, %.3e; dv %.3e, %.3e\n",
+           att_maxabs_part(g[0][0], g[2][0], N, QKV, C, NKV * HS), att_maxabs_part(g[1][0], g[2][0], N, QKV, C, NKV * HS),
+           att_maxabs_part(g[0][0], g[2][0], N, QKV, C + NKV * HS, NKV * HS), att_maxabs_part(g[1][0], g[2][0], N, QKV, C + NKV * HS, NKV * HS));
+    for (int mode = 0; mode < 3; mode++) { free(g[mode][0]); free(g[mode][1]); }
+    free(qkv); free(dout); free(out); free(lse); free(dqkv);
+    cudaCheck(cudaFree(d_qkv)); cudaCheck(cudaFree(d_dout)); cudaCheck(cudaFree(d_out));
+    cudaCheck(cudaFree(d_lse)); cudaCheck(cudaFree(d_dqkv));
+#endif
+}
+
 // Deterministic: the same inputs give the same bits, forward and backward (no atomics), on the
 // scalar kernels (T = 300) and on the tensor-core ones (T = 256).
 static void gpu_attention_deterministic_case(int B, int T, int NH, int HS, int NKV = 0, const int* seg = NULL) {

@@ -65,16 +65,16 @@ EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, bf16_t const*,
 EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, bf16_t const*, float const*, float const*, int const*, int, int, int)>(&attention_backward_dq_tc_kernel<64, true>), "attention_backward_dq_tc_kernel<64, true>", 168, 0, 0, 0, 0)
 #endif
 #ifndef ENABLE_FP32
-EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, bf16_t const*, float const*, float const*, int const*, int, int, int)>(&attention_backward_dkdv_tc_kernel<128, false>), "attention_backward_dkdv_tc_kernel<128, false>", 243, 0, 0, 0, 0)
+EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, float*, bf16_t const*, bf16_t const*, float const*, float const*, int const*, int, int, int)>(&attention_backward_dkdv_tc_kernel<128, false>), "attention_backward_dkdv_tc_kernel<128, false>", 242, 0, 0, 0, 0)
 #endif
 #ifndef ENABLE_FP32
-EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, bf16_t const*, float const*, float const*, int const*, int, int, int)>(&attention_backward_dkdv_tc_kernel<128, true>), "attention_backward_dkdv_tc_kernel<128, true>", 242, 0, 0, 0, 0)
+EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, float*, bf16_t const*, bf16_t const*, float const*, float const*, int const*, int, int, int)>(&attention_backward_dkdv_tc_kernel<128, true>), "attention_backward_dkdv_tc_kernel<128, true>", 242, 0, 0, 0, 0)
 #endif
 #ifndef ENABLE_FP32
-EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, bf16_t const*, float const*, float const*, int const*, int, int, int)>(&attention_backward_dkdv_tc_kernel<64, false>), "attention_backward_dkdv_tc_kernel<64, false>", 221, 0, 0, 0, 0)
+EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, float*, bf16_t const*, bf16_t const*, float const*, float const*, int const*, int, int, int)>(&attention_backward_dkdv_tc_kernel<64, false>), "attention_backward_dkdv_tc_kernel<64, false>", 225, 0, 0, 0, 0)
 #endif
 #ifndef ENABLE_FP32
-EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, bf16_t const*, float const*, float const*, int const*, int, int, int)>(&attention_backward_dkdv_tc_kernel<64, true>), "attention_backward_dkdv_tc_kernel<64, true>", 210, 0, 0, 0, 0)
+EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, float*, bf16_t const*, bf16_t const*, float const*, float const*, int const*, int, int, int)>(&attention_backward_dkdv_tc_kernel<64, true>), "attention_backward_dkdv_tc_kernel<64, true>", 210, 0, 0, 0, 0)
 #endif
 #ifndef ENABLE_FP32
 EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, float*, bf16_t const*, int const*, int, int, int)>(&attention_forward_tc_kernel<128, false>), "attention_forward_tc_kernel<128, false>", 201, 0, 0, 0, 0)
@@ -87,6 +87,9 @@ EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, float*, bf16_t const*, int co
 #endif
 #ifndef ENABLE_FP32
 EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, float*, bf16_t const*, int const*, int, int, int)>(&attention_forward_tc_kernel<64, true>), "attention_forward_tc_kernel<64, true>", 162, 0, 0, 0, 0)
+#endif
+#ifndef ENABLE_FP32
+EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, float const*, int, int, int, int, int, int)>(&attention_backward_dkdv_sum_kernel), "attention_backward_dkdv_sum_kernel", 32, 0, 0, 0, 0)
 #endif
 #ifndef ENABLE_FP32
 EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, bf16_t const*, float const*, float const*, int const*, int, int, int, int)>(&attention_backward_dq_kernel), "attention_backward_dq_kernel", 32, 0, 0, 0, 0)
