@@ -19,7 +19,7 @@
 #                         device still run: dev/launch.sh or torchrun, over the TCP rendezvous)
 #   make NO_CUDA=1        build ./train with g++ even if nvcc is installed
 #   make NO_BLAS=1        build without OpenBLAS even if it is installed
-#   make gpu-binaries     ./train_gpu, ./train_gpu_fp32, ./test/test_gpu to carry to a GPU box (see below)
+#   make gpu-binaries     ./train_gpu, ./train_gpu_fp32, ./test/test_gpu, build/attn_bench to carry to a GPU box (see below)
 #   make DEBUG=1          -O1 -g, released ZeRO buffers poisoned with NaN by default (-poison)
 #
 # What was found is printed with a check mark or a cross on every build.
@@ -123,8 +123,8 @@ else
   TRAIN_WITH := g++
 endif
 
-# The binaries carried to the GPU box (make gpu-binaries: ./train_gpu and ./test/test_gpu), built
-# exactly as `make test` compile-checks them. The box has CUDA 13 and no MPI, OpenBLAS or NCCL
+# The binaries carried to the GPU box (make gpu-binaries: ./train_gpu, ./train_gpu_fp32, ./test/test_gpu,
+# build/attn_bench), built exactly as `make test` compile-checks them. The box has CUDA 13 and no MPI, OpenBLAS or NCCL
 # development files, and its CPU is not this one: one rank (no MPI, no NCCL), Hopper only (GPU_ARCH),
 # host code for x86-64-v3 (AVX2 + FMA: every x86 server CPU sold beside a Hopper GPU has it, and
 # the CPU reference loops in test_gpu use it; -march=native here would emit AVX-512, which the box
@@ -219,7 +219,7 @@ NVCC_FOUND := $(if $(and $(NVCC),$(if $(NO_CUDA),,yes)),yes)
 # every architecture and the binaries carried to a GPU box.
 test-binaries: test/test_bf16 test/test_fp32 test/test_emu test/test_emu_fp32 $(FUZZ_BIN) \
                $(if $(NVCC_FOUND),build/nvcc_check_ptx.o)
-test-long-binaries: test-binaries test/test_emu_nompi $(if $(NVCC_FOUND),build/nvcc_check.o train_gpu train_gpu_fp32 test/test_gpu build/gpu/kernel_resources.h)
+test-long-binaries: test-binaries test/test_emu_nompi $(if $(NVCC_FOUND),build/nvcc_check.o train_gpu train_gpu_fp32 test/test_gpu build/attn_bench build/gpu/kernel_resources.h)
 
 # The sanitizer subset (.ci/run runs it after make test): the test program built with ASan + UBSan
 # (g++), running the cases that feed the readers bad and changing input, and the trainer processes
@@ -328,7 +328,14 @@ train_gpu_fp32: build/gpu/.objs
 test/test_gpu: build/gpu/.objs
 	$(NVCC) $(GPU_ARCH) build/gpu/test_gpu.o -o $@ $(GPU_LIBS)
 test-gpu: test/test_gpu
-gpu-binaries: train_gpu train_gpu_fp32 test/test_gpu
+# The attention microbenchmark (dev/attn_bench.cu: the whole program included, timed through the
+# model's dispatchers), built as the binaries above so that dev/attn_bench.sh and dev/gpu_check.sh
+# never run nvcc on the box (they build it there only when this one does not load). Its own nvcc
+# call: the ptxas table above (build/gpu/ptxas.log) stays the three programs'.
+build/attn_bench: dev/attn_bench.cu $(SOURCES)
+	@mkdir -p build
+	$(NVCC) $(GPU_NVCC_FLAGS) $(GPU_DEFS) -x cu dev/attn_bench.cu -o $@ $(GPU_LIBS)
+gpu-binaries: train_gpu train_gpu_fp32 test/test_gpu build/attn_bench
 
 # Every CPU a user has (docs/build.md): test/portability.sh compiles what the binaries are made of for
 # each x86-64 level and cross-builds for aarch64 (g++-aarch64-linux-gnu; qemu-user runs it), saying SKIP
@@ -356,4 +363,4 @@ plot:
 
 clean:
 	rm -f train train_gpu train_gpu_fp32 train_cpu train_cpu_fp32 test/test_bf16 test/test_fp32 test/test_gpu test/test_emu test/test_emu_fp32 test/test_emu_nompi test/fuzz test/test_sanitize
-	rm -rf build/emu build/gpu build/nvcc_check.o build/nvcc_check_ptx.o build/train.kind
+	rm -rf build/emu build/gpu build/attn_bench build/nvcc_check.o build/nvcc_check_ptx.o build/train.kind

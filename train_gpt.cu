@@ -1631,12 +1631,16 @@ static void commit_out_dir(Trainer* tr) {
     log_flush(tr);
 }
 
-// Hashes of this rank's parameters, master, m and v (over its shard): reproducibility checks.
+// Hashes of this rank's parameters, master, m and v (over its shard): reproducibility checks. Each is
+// XXH64 (rng.h) of the values in layout order, fed piece by piece (the same digest however the shard
+// is cut into pieces); the ranks' four digests are then combined by FNV-1a in rank order. (XXH64, not
+// byte-wise FNV-1a: a 1B model's state is ~5 GB, which FNV-1a hashes at ~0.5 GB/s, XXH64 ~10x faster.)
 static void log_hashes(Trainer* tr) {
     Zero* z = &tr->model.z;
     StatePiece* pcs = (StatePiece*)malloc(sizeof(StatePiece) * MAX_BLOCK_TENSORS * z->lay.nblocks);
     int n = state_pieces(z, pcs);
-    uint64_t hp = FNV_INIT, hm = FNV_INIT, h1 = FNV_INIT, h2 = FNV_INIT;
+    Xxh64 hp, hm, h1, h2;
+    xxh64_init(&hp, 0); xxh64_init(&hm, 0); xxh64_init(&h1, 0); xxh64_init(&h2, 0);
     float* buf = NULL;
     floatX* xbuf = NULL;
     for (int b = 0, i = 0; b < z->lay.nblocks; b++) { // parameters: the BF16 values of the shard
@@ -1647,21 +1651,21 @@ static void log_hashes(Trainer* tr) {
         for (int j = 0; j < k; j++, i++) {
             xbuf = (floatX*)realloc(xbuf, sizeof(floatX) * pc[j].len);
             dev_to_host(xbuf, p + pc[j].local, sizeof(floatX) * pc[j].len);
-            hp = fnv1a(hp, xbuf, sizeof(floatX) * pc[j].len);
+            xxh64_update(&hp, xbuf, sizeof(floatX) * pc[j].len);
         }
     }
     for (int i = 0; i < n; i++) {
         buf = (float*)realloc(buf, sizeof(float) * pcs[i].len);
         zero_state_get(z, 0, pcs[i].opt_index, buf, pcs[i].len);
-        hm = fnv1a(hm, buf, sizeof(float) * pcs[i].len);
+        xxh64_update(&hm, buf, sizeof(float) * pcs[i].len);
         zero_state_get(z, 1, pcs[i].opt_index, buf, pcs[i].len);
-        h1 = fnv1a(h1, buf, sizeof(float) * pcs[i].len);
+        xxh64_update(&h1, buf, sizeof(float) * pcs[i].len);
         zero_state_get(z, 2, pcs[i].opt_index, buf, pcs[i].len);
-        h2 = fnv1a(h2, buf, sizeof(float) * pcs[i].len);
+        xxh64_update(&h2, buf, sizeof(float) * pcs[i].len);
     }
     // combine the ranks' hashes in rank order (the same value on every rank)
     uint64_t* all = (uint64_t*)malloc(sizeof(uint64_t) * tr->R * 4);
-    uint64_t mine[4] = {hp, hm, h1, h2};
+    uint64_t mine[4] = {xxh64_digest(&hp), xxh64_digest(&hm), xxh64_digest(&h1), xxh64_digest(&h2)};
     for (int k = 0; k < 4; k++) {
         uint64_t* col = (uint64_t*)malloc(sizeof(uint64_t) * tr->R);
         comm_allgather_u64(&tr->comm, mine[k], col);

@@ -2,11 +2,14 @@
 # test/long_checks.sh — the checks make test-long adds to its binaries' cases (each prints PASS, FAIL
 # or SKIP with its name; the script ends with "N passed, N failed"):
 #   gpu_check_emu       dev/gpu_check.sh --emu: the GPU check's stages on the CUDA emulator, on tiny
-#                       shapes. Every stage that can run without a GPU runs; the GPU-only ones must
-#                       say SKIP, and exactly two files (summary + tarball: the GPU box returns at
-#                       most 8) land in $OUT. Its stages repeat what test/test_emu checks case by
-#                       case; what this adds is the script's own plumbing, checked before device time
-#                       is spent on it.
+#                       shapes: --part 1, --part 2, and --part 2 --budget 20 (its six longest optional
+#                       stages say SKIP "over --budget", val_and_sampling runs). Every stage that can run without
+#                       a GPU passes; the GPU-only ones must say SKIP; exactly two files (summary +
+#                       tarball: the GPU box returns at most 8) land in $OUT. Then the plan's own check:
+#                       each part's estimates within 300 s (--plan exits 0), and over a lower limit
+#                       (ZT_GPU_CHECK_PART_S=200) the script refuses with exit 2. Its stages repeat what
+#                       test/test_emu checks case by case; what this adds is the script's own plumbing,
+#                       checked before device time is spent on it.
 #   nvcc_build_full     make nvcc-check: the multi-GPU ./train as make train builds it (MPI, NCCL,
 #                       sm_80, sm_90, PTX), warnings as errors (make test compiles it to PTX only)
 #   gpu_binaries        the binaries carried to a GPU box (make gpu-binaries: nvcc, sm_90, no MPI,
@@ -28,23 +31,47 @@ nvcc_or_skip() { # NAME: 0 when nvcc is here, else says SKIP
     echo "SKIP $1: nvcc not found"; skipped=$((skipped + 1)); return 1
 }
 
-gpu_check_emu() {
-    local out rc n line st want
+# emu_part "ARGS" "PASS STAGES" "SKIP STAGES" "BUDGET STAGES": dev/gpu_check.sh --emu ARGS; each stage
+# named must show its verdict (BUDGET: SKIP "over --budget"), and no other stage may show
+emu_part() {
+    local args=$1 pass=$2 skip=$3 over=$4 out rc n st line want why
     out=$(mktemp -d)
-    OUT=$out bash dev/gpu_check.sh --emu > "$out.log" 2>&1; rc=$?
+    OUT=$out bash dev/gpu_check.sh --emu $args > "$out.log" 2>&1; rc=$?
+    echo "--- dev/gpu_check.sh --emu $args:"
     cat "$out/summary.txt" 2>/dev/null
     n=$(ls -A "$out" | wc -l)
-    [ $rc -eq 0 ] || { echo "gpu_check.sh --emu exited $rc"; tail -n 30 "$out.log"; rm -rf "$out" "$out.log"; return 1; }
-    [ "$n" -eq 2 ] && [ -f "$out/summary.txt" ] && tar -tzf "$out/gpu_check_logs.tar.gz" | grep -q ops.log \
+    [ $rc -eq 0 ] || { echo "gpu_check.sh --emu $args exited $rc"; tail -n 30 "$out.log"; rm -rf "$out" "$out.log"; return 1; }
+    [ "$n" -eq 2 ] && [ -f "$out/summary.txt" ] && tar -tzf "$out/gpu_check_logs.tar.gz" | grep -q binaries.log \
         || { echo "expected summary.txt and gpu_check_logs.tar.gz in OUT, found $n files"; rm -rf "$out" "$out.log"; return 1; }
-    for st in binaries ops kernel_registers sanitizer_memcheck sanitizer_racecheck sanitizer_synccheck model_vs_pytorch recompute_bitwise \
-              zero_bitwise grad_accumulation checkpoint_resume val_and_sampling fp32_build loss_falls_20_steps \
-              memory_vs_planner perf_d12 attention_bench perf_d48 torch_perf no_cublaslt_fallback; do
-        case $st in sanitizer_*|perf_*|torch_perf|attention_bench) want=SKIP ;; *) want=PASS ;; esac
-        line=$(grep -E "^(PASS|FAIL|SKIP) +$st " "$out/summary.txt")
-        [ "${line%% *}" = "$want" ] || { echo "stage $st: expected $want, got '${line:-no line}'"; rm -rf "$out" "$out.log"; return 1; }
+    for want in PASS SKIP BUDGET; do
+        case $want in PASS) set -- $pass ;; SKIP) set -- $skip ;; BUDGET) set -- $over ;; esac
+        for st in "$@"; do
+            line=$(grep -E "^(PASS|FAIL|SKIP) +$st " "$out/summary.txt")
+            why=${want/BUDGET/SKIP}
+            [ "${line%% *}" = "$why" ] && { [ $want != BUDGET ] || [[ "$line" == *"over --budget"* ]]; } \
+                || { echo "stage $st: expected $want, got '${line:-no line}'"; rm -rf "$out" "$out.log"; return 1; }
+        done
     done
+    n=$(grep -cE "^(PASS|FAIL|SKIP) " "$out/summary.txt")
+    [ "$n" -eq $(echo $pass $skip $over | wc -w) ] || { echo "$n stage lines, expected $(echo $pass $skip $over | wc -w)"; rm -rf "$out" "$out.log"; return 1; }
     rm -rf "$out" "$out.log"
+}
+gpu_check_emu() {
+    local out p
+    emu_part "--part 1" "binaries kernel_registers ops model_vs_pytorch recompute_bitwise zero_bitwise llama_family checkpoint_resume
+                        loss_falls_20_steps memory_vs_planner no_cublaslt_fallback" "perf_d12 attention_bench perf_d48" "" || return 1
+    emu_part "--part 2" "binaries offload_bitwise grad_accumulation fp32_build val_and_sampling no_cublaslt_fallback" \
+                        "sanitizer_memcheck sanitizer_racecheck sanitizer_synccheck torch_perf" "" || return 1
+    emu_part "--part 2 --budget 20" "binaries val_and_sampling no_cublaslt_fallback" "torch_perf" \
+                        "offload_bitwise grad_accumulation fp32_build sanitizer_memcheck sanitizer_racecheck sanitizer_synccheck" || return 1
+    echo "--- the plan: each part's estimates within 300 s, and the check that enforces it"
+    for p in "--part 1" "--part 2 --torch"; do
+        out=$(bash dev/gpu_check.sh --plan $p) || { echo "--plan $p: $out"; return 1; }
+        echo "${out%%$'\n'*}"
+    done
+    out=$(ZT_GPU_CHECK_PART_S=200 bash dev/gpu_check.sh --emu --plan 2>&1) && { echo "a part over 200 s was not refused: $out"; return 1; }
+    echo "$out" | grep -q "over the 200 s" || { echo "the refusal does not say why: $out"; return 1; }
+    echo "ZT_GPU_CHECK_PART_S=200: refused ($out)"
 }
 
 echo "=== dev/gpu_check.sh --emu: the GPU check's stages on the CUDA emulator"
@@ -59,7 +86,7 @@ gpu_binaries() {
     local t0 b needed; t0=$(date +%s)
     make -s gpu-binaries >/dev/null || return 1
     echo "gpu-binaries: $(( $(date +%s) - t0 )) s (nothing to do when up to date)"
-    for b in train_gpu train_gpu_fp32 test/test_gpu; do
+    for b in train_gpu train_gpu_fp32 test/test_gpu build/attn_bench; do
         needed=$(readelf -d "$b" | grep NEEDED | grep -oE '\[[^]]+\]' | tr -d '[]' | tr '\n' ' ')
         echo "$b needs: $needed"
         case " $needed" in *" libnccl"*|*" libmpi"*|*" libstdc++"*|*" libgcc_s"*|*" libopenblas"*)

@@ -4,7 +4,7 @@
 #   2. test/test_emu and test/test_emu_fp32: the GPU test program (test/test_gpu.cu: every CUDA op
 #      against the CPU op, the model on -device cuda) run on the CPU emulator (test/cuda_emu/)
 #   3. (dev/gpu_check.sh --emu, the GPU check's stages on the emulator, repeats test/test_emu's cases:
-#      make test-long runs it, test/gpu_check_emu.sh)
+#      make test-long runs it: test/long_checks.sh, both parts and a --budget run)
 #   4. the headers train_gpt.cu includes compile alone (one-way doors); make train's decisions
 #      (stand-in compilers: rebuilt only on change, a CPU-only binary never swapped silently);
 #      NCCL's probe (with and without MPI); the multi-GPU nvcc build to PTX, warnings as errors
