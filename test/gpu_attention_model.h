@@ -110,7 +110,7 @@ TEST(gpu_attention_cudnn_flag) {
     const char* brief = NULL;
     int can = attention_cudnn_unavailable(1, 1, why, sizeof(why), &brief) == 0;
     char run[1024]; // (head size 64: one cuDNN takes)
-    snprintf(run, sizeof(run), ZT_MODEL " -channels 128 -heads 2 -device cuda -b 2 -x 1 -v 0 -s 0 -threads 1 -verbose 1 -i %s -j %s", zt_data(0), zt_data(1));
+    snprintf(run, sizeof(run), ZT_MODEL " -layers 1 -channels 64 -heads 1 -device cuda -b 1 -x 1 -v 0 -s 0 -threads 1 -verbose 1 -i %s -j %s", zt_data(0), zt_data(1));
     snprintf(cmd, sizeof(cmd), "%s --train %s -attn cudnn", g_test_self, run);
     int rc = test_run_cmd(cmd, out, sizeof(out));
     if (can) CHECKF(rc == 0 && strstr(out, "| -attn           | cudnn"), "-attn cudnn with cuDNN here: exit %d:\n%s", rc, out);
