@@ -76,7 +76,8 @@ static int attention_cudnn_load(char* why, size_t cap) {
             } else {
                 try {
                     cudnnStatus_t st = fe::detail::create_handle(&g_cudnn);
-                    if (st != CUDNN_STATUS_SUCCESS) snprintf(reason, sizeof(reason), "cudnnCreate failed (status %d)", (int)st);
+                    if (st != CUDNN_STATUS_SUCCESS)
+                        snprintf(reason, sizeof(reason), "cudnnCreate failed: %s (status %d)", fe::detail::get_error_string(st), (int)st);
                     else state = 1;
                 } catch (const std::exception& ex) {
                     snprintf(reason, sizeof(reason), "cudnnCreate: %s", ex.what());
