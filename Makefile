@@ -20,6 +20,7 @@
 #   make NO_CUDA=1        build ./train with g++ even if nvcc is installed
 #   make NO_BLAS=1        build without OpenBLAS even if it is installed
 #   make gpu-binaries     ./train_gpu, ./train_gpu_fp32, ./test/test_gpu, build/attn_bench to carry to a GPU box (see below)
+#   make USE_CUDNN=1 ...  with cuDNN's fused attention (-attn cudnn; train and gpu-binaries; docs/cudnn.md)
 #   make DEBUG=1          -O1 -g, released ZeRO buffers poisoned with NaN by default (-poison)
 #
 # What was found is printed with a check mark or a cross on every build.
@@ -114,6 +115,30 @@ ifneq ($(NCCL_HOME),)
   CUDA_LIBS += -L$(NCCL_LIBDIR) -l:libnccl.so.2 -Xlinker -rpath=$(NCCL_LIBDIR)
   NCCL_FOUND := $(NCCL_HOME)
 endif
+# cuDNN's fused attention (-attn cudnn, docs/cudnn.md): make USE_CUDNN=1 builds ./train and the GPU
+# binaries with it (ops/attention_cudnn.cuh, ZT_CUDNN). cudnn-frontend's headers (header-only C++) come
+# from the PyPI package nvidia-cudnn-frontend, pinned (CUDNN_FRONTEND_PIN; .ci/run installs it, without
+# its dependencies, into the venv /tmp/zt-cudnn): CUDNN_FRONTEND_INCLUDE, else asked of CUDNN_PYTHON
+# (dev/cudnn_frontend_include.py). cudnn.h is the CUDA toolkit's (or CUDNN_INCLUDE). cuDNN is not
+# linked: the frontend dlopens libcudnn.so.9 at run time (NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING), so the
+# binary starts where cuDNN is absent. The frontend also dlopens libcudart.so.13 for its own CUDA calls:
+# these builds link the CUDA runtime shared (-cudart shared), so that it finds the one already loaded.
+CUDNN_FRONTEND_PIN := 1.32.0
+ifeq ($(USE_CUDNN),1)
+  CUDNN_PYTHON ?= $(firstword $(wildcard /tmp/zt-cudnn/bin/python) python3)
+  CUDNN_FRONTEND_INCLUDE ?= $(shell $(CUDNN_PYTHON) dev/cudnn_frontend_include.py 2>/dev/null)
+  ifeq ($(wildcard $(CUDNN_FRONTEND_INCLUDE)/cudnn_frontend.h),)
+    $(error ✗ USE_CUDNN=1: cudnn-frontend's headers not found (CUDNN_FRONTEND_INCLUDE='$(CUDNN_FRONTEND_INCLUDE)'). HINT: python3 -m venv /tmp/zt-cudnn && /tmp/zt-cudnn/bin/pip install --no-deps nvidia-cudnn-frontend==$(CUDNN_FRONTEND_PIN), or set CUDNN_FRONTEND_INCLUDE)
+  endif
+  CUDNN_FRONTEND_FOUND := $(shell sed -n 's/^\#define CUDNN_FRONTEND_\(MAJOR\|MINOR\|PATCH\)_VERSION \([0-9]*\).*/\2/p' $(CUDNN_FRONTEND_INCLUDE)/cudnn_frontend_version.h | paste -sd.)
+  ifneq ($(CUDNN_FRONTEND_FOUND),$(CUDNN_FRONTEND_PIN))
+    $(error ✗ USE_CUDNN=1: cudnn-frontend $(CUDNN_FRONTEND_FOUND) in $(CUDNN_FRONTEND_INCLUDE), the pin is $(CUDNN_FRONTEND_PIN). HINT: pip install --no-deps nvidia-cudnn-frontend==$(CUDNN_FRONTEND_PIN))
+  endif
+  CUDNN_FLAGS := -DZT_CUDNN -DNV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING -isystem $(CUDNN_FRONTEND_INCLUDE) $(if $(CUDNN_INCLUDE),-isystem $(CUDNN_INCLUDE))
+  CUDNN_LIBS  := -cudart shared -ldl
+  $(info ✓ cuDNN attention (USE_CUDNN=1): cudnn-frontend $(CUDNN_FRONTEND_FOUND) from $(CUDNN_FRONTEND_INCLUDE); libcudnn.so.9 loaded at run time)
+endif
+
 ifneq ($(and $(NVCC),$(if $(NO_CUDA),,yes)),)
   $(info ✓ nvcc: $(NVCC))
   $(if $(NCCL_FOUND),$(info ✓ NCCL: $(NCCL_FOUND)),$(info ✗ NCCL: not found (set NCCL_HOME, or pip install nvidia-nccl-cu13): the CUDA device runs one rank only))
@@ -151,13 +176,13 @@ all: train
 # make -n / make -q show that decision and change nothing.
 comma := ,
 ifeq ($(TRAIN_WITH),nvcc)
-  TRAIN_CMD := $(NVCC) $(NVCC_FLAGS) $(DEFS) $(NVCC_DEFS) $(MPI_CFLAGS) train_gpt.cu -o train $(MPI_LIBS) $(CUDA_LIBS)
+  TRAIN_CMD := $(NVCC) $(NVCC_FLAGS) $(DEFS) $(NVCC_DEFS) $(CUDNN_FLAGS) $(MPI_CFLAGS) train_gpt.cu -o train $(MPI_LIBS) $(CUDA_LIBS) $(CUDNN_LIBS)
   TRAIN_DEVICES := CPU and CUDA devices; GPU code $(patsubst code=%,%,$(filter code=%,$(subst $(comma), ,$(NVCC_ARCH))))
 else
   TRAIN_CMD := $(CXX_HOST) -x c++ -std=c++17 $(HOST_FLAGS) $(DEFS) $(MPI_CFLAGS) train_gpt.cu -o train $(MPI_LIBS)
   TRAIN_DEVICES := CPU device only
 endif
-TRAIN_KIND  := $(strip $(TRAIN_WITH) ($(TRAIN_DEVICES)), $(PRECISION)$(if $(MPICXX),$(comma) MPI,$(comma) no MPI)$(if $(BLAS_LIBS),$(comma) OpenBLAS)$(if $(and $(filter nvcc,$(TRAIN_WITH)),$(NCCL_FOUND)),$(comma) NCCL)$(if $(filter 1,$(DEBUG)),$(comma) DEBUG))
+TRAIN_KIND  := $(strip $(TRAIN_WITH) ($(TRAIN_DEVICES)), $(PRECISION)$(if $(MPICXX),$(comma) MPI,$(comma) no MPI)$(if $(BLAS_LIBS),$(comma) OpenBLAS)$(if $(and $(filter nvcc,$(TRAIN_WITH)),$(NCCL_FOUND)),$(comma) NCCL)$(if $(and $(filter nvcc,$(TRAIN_WITH)),$(CUDNN_FLAGS)),$(comma) cuDNN)$(if $(filter 1,$(DEBUG)),$(comma) DEBUG))
 TRAIN_STAMP := build/train.kind
 ifneq ($(wildcard train),)
   TRAIN_WAS     := $(strip $(shell sed -n 1p $(TRAIN_STAMP) 2>/dev/null))
@@ -310,23 +335,30 @@ test/test_emu_nompi: build/emu/.copied $(EMU_SOURCES) $(KERNEL_RES)
 # GPU_ARCH above): one nvcc call compiles both, then each is linked. dev/gpu_check.sh runs them.
 # (test/train_gpu_fp32.cu is the trainer with ENABLE_FP32: the FP32 build, ./train_gpu_fp32.)
 # --resource-usage: ptxas's registers, shared memory and spills per kernel, into build/gpu/ptxas.log.
-build/gpu/.objs: $(SOURCES) test/test_gpu.cu test/train_gpu_fp32.cu $(wildcard test/*.h)
-	@mkdir -p build/gpu
-	$(NVCC) $(GPU_NVCC_FLAGS) $(GPU_DEFS) --resource-usage -x cu -c train_gpt.cu test/test_gpu.cu test/train_gpu_fp32.cu -odir build/gpu \
-	  > build/gpu/ptxas.log 2>&1 || { cat build/gpu/ptxas.log; exit 1; }
+# make USE_CUDNN=1 gpu-binaries compiles into build/gpu_cudnn/ (build/gpu/ stays the plain build's), and
+# each binary records which folder it was linked from (build/<name>.gpukind): switching between the two
+# relinks, never recompiles what is current. (The cuDNN build compiles the frontend's C++ in each of
+# the three units: docs/cudnn.md gives its time.)
+GPU_DIR := build/gpu$(if $(CUDNN_FLAGS),_cudnn)
+$(GPU_DIR)/.objs: $(SOURCES) test/test_gpu.cu test/train_gpu_fp32.cu $(wildcard test/*.h)
+	@mkdir -p $(GPU_DIR)
+	$(NVCC) $(GPU_NVCC_FLAGS) $(GPU_DEFS) $(CUDNN_FLAGS) --resource-usage -x cu -c train_gpt.cu test/test_gpu.cu test/train_gpu_fp32.cu -odir $(GPU_DIR) \
+	  > $(GPU_DIR)/ptxas.log 2>&1 || { cat $(GPU_DIR)/ptxas.log; exit 1; }
 	@touch $@
+gpu_relink = $(if $(filter-out $(GPU_DIR),$(shell cat build/$(subst /,_,$(1)).gpukind 2>/dev/null)),FORCE)
+gpu_link = $(NVCC) $(GPU_ARCH) $(GPU_DIR)/$(2) -o $(1) $(GPU_LIBS) $(CUDNN_LIBS) && echo $(GPU_DIR) > build/$(subst /,_,$(1)).gpukind
 build/gpu/kernel_resources.h: build/gpu/.objs test/cuda_emu/resources.py
 	python3 test/cuda_emu/resources.py build/gpu/ptxas.log > $@.tmp && mv $@.tmp $@
 # The committed snapshot the emulator uses where nvcc is missing.
 kernel-resources: build/gpu/kernel_resources.h
 	cp build/gpu/kernel_resources.h test/cuda_emu/kernel_resources_sm90.h
 	python3 test/cuda_emu/resources.py --table build/gpu/ptxas.log
-train_gpu: build/gpu/.objs
-	$(NVCC) $(GPU_ARCH) build/gpu/train_gpt.o -o $@ $(GPU_LIBS)
-train_gpu_fp32: build/gpu/.objs
-	$(NVCC) $(GPU_ARCH) build/gpu/train_gpu_fp32.o -o $@ $(GPU_LIBS)
-test/test_gpu: build/gpu/.objs
-	$(NVCC) $(GPU_ARCH) build/gpu/test_gpu.o -o $@ $(GPU_LIBS)
+train_gpu: $(GPU_DIR)/.objs $(call gpu_relink,train_gpu)
+	$(call gpu_link,$@,train_gpt.o)
+train_gpu_fp32: $(GPU_DIR)/.objs $(call gpu_relink,train_gpu_fp32)
+	$(call gpu_link,$@,train_gpu_fp32.o)
+test/test_gpu: $(GPU_DIR)/.objs $(call gpu_relink,test/test_gpu)
+	$(call gpu_link,$@,test_gpu.o)
 test-gpu: test/test_gpu
 # The attention microbenchmark (dev/attn_bench.cu: the whole program included, timed through the
 # model's dispatchers), built as the binaries above so that dev/attn_bench.sh and dev/gpu_check.sh
@@ -363,4 +395,4 @@ plot:
 
 clean:
 	rm -f train train_gpu train_gpu_fp32 train_cpu train_cpu_fp32 test/test_bf16 test/test_fp32 test/test_gpu test/test_emu test/test_emu_fp32 test/test_emu_nompi test/fuzz test/test_sanitize
-	rm -rf build/emu build/gpu build/attn_bench build/nvcc_check.o build/nvcc_check_ptx.o build/train.kind
+	rm -rf build/emu build/gpu build/gpu_cudnn build/*.gpukind build/attn_bench build/nvcc_check.o build/nvcc_check_ptx.o build/train.kind

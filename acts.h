@@ -20,6 +20,7 @@
 #include "ops/attention.cuh" // defines: attention_workspace_floats
 #include "ops/classifier.cuh" // defines: classifier_chunk_rows, classifier_buffer_rows
 #include "adamw.cuh"         // defines: NORM_CHUNK
+#include "ops/attention.cuh" // defines: g_attn_cudnn, attention_cudnn_workspace_bytes
 
 
 // X(name, type, elements per layer, keep): kept per layer while -r <= keep, else one shared copy.
@@ -167,6 +168,10 @@ static size_t ops_workspace_floats(const GPTConfig* c, int B, int T, int64_t opt
     if (att > ws) ws = att;
     if (enc > ws) ws = enc;
     if (norm > ws) ws = norm;
+    if (g_attn_cudnn) { // [-attn cudnn]
+        size_t cw = ceil_div((int64_t)attention_cudnn_workspace_bytes(B, T, c->NH, dm.NKV, dm.HD), sizeof(float));
+        if (cw > ws) ws = cw;
+    }
     return round_up((int64_t)ws, STEP_SCALARS_FLOATS) + STEP_SCALARS_FLOATS; // + the step's scalars (train_step)
 }
 

@@ -80,6 +80,7 @@ typedef enum { FLAG_FREE, FLAG_RUN, FLAG_KEEP } FlagKind;
     X("-z",             zero_stage,      F_INT,   "0",      FLAG_KEEP, "ZeRO stage: 0 replicate, 1 shard optimizer, 2 +gradients, 3 +parameters; auto: the lowest-time stage that fits (see -plan)") \
     X("-threads",       threads,         F_INT,   "0",      FLAG_FREE, "CPU threads per rank (0: cores / ranks on this node, or OMP_NUM_THREADS)") \
     X("-blas",          blas,            F_INT,   "0",      FLAG_FREE, "1: CPU matmuls through OpenBLAS when built with it (machine-dependent sums; docs/performance.md says when it is faster); 0: the plain loop") \
+    X("-attn",          attn,            F_STR,   "auto",   FLAG_FREE, "attention on the CUDA device: cudnn (cuDNN 9's fused attention, a make USE_CUDNN=1 build with libcudnn.so.9 present; exit 2 where it cannot run) | own (our kernels) | auto (cudnn where it can run, else own; with -tune, the faster of the two). Not with -doc-attention 1 yet. docs/cudnn.md; builds only: never run on a GPU") \
     X("-comm-trace",    comm_trace,      F_INT,   "0",      FLAG_FREE, "1: print every collective (kind, block, bytes)")                   \
     X("-comm-timeout",  comm_timeout,    F_FLOAT, "300",    FLAG_FREE, "seconds a collective may take before the run ends with an error (0: forever)") \
     X("-comm-delay",    comm_delay,      F_INT,   "0",      FLAG_FREE, "debug: delay every collective by N ms (exposes missing waits)")   \

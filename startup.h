@@ -461,6 +461,10 @@ static void check_flags(const Flags* f, const GPTConfig* c, int R) {
 #ifndef USE_BLAS
     if (f->blas) die_user("flag -blas 1: this build has no OpenBLAS. HINT: apt-get install libopenblas-dev and rebuild (make clean train)");
 #endif
+    if (strcmp(f->attn, "auto") && strcmp(f->attn, "own") && strcmp(f->attn, "cudnn")) die_user("flag -attn: '%s' is not cudnn, own or auto", f->attn);
+    if (!strcmp(f->attn, "cudnn") && !strcmp(f->doc_attention, "1"))
+        die_user("flag -attn cudnn: not with -doc-attention 1 yet (cuDNN's ragged/padding masks are not mapped to the segment table). "
+                 "HINT: -attn auto or own (our kernels take the segment table)");
     if (f->comm_timeout < 0 || f->comm_delay < 0) die_user("flags -comm-timeout / -comm-delay must not be negative");
     if (f->max_skips < 0) die_user("flag -max-skips: %d is negative", f->max_skips);
     if (strcmp(f->save_model, "0") && strcmp(f->save_model, "1") && strcmp(f->save_model, "last"))
@@ -468,6 +472,44 @@ static void check_flags(const Flags* f, const GPTConfig* c, int R) {
     if (f->io_timeout < 0 && f->io_timeout != -1) die_user("flag -io-timeout: %g is negative", f->io_timeout);
     if (f->tune_steps < 1) die_user("flag -tune-steps: %d timed steps per candidate: at least 1", f->tune_steps);
     if (f->tune_rows < 1 || f->tune_rows > 16) die_user("flag -tune-rows: %d candidates: 1..16", f->tune_rows);
+}
+
+// -attn: the CUDA device's attention, cuDNN's fused SDPA (ops/attention_cudnn.cuh) or ours
+// (ops/attention.cuh); sets g_attn_cudnn. cudnn: where it cannot run (the CPU device, a build without
+// it, the emulator, libcudnn.so.9 absent or older than 9.0) exit 2 naming why; auto: cuDNN where it can
+// run, else ours (a one-line note in a USE_CUDNN=1 build on the CUDA device, where cuDNN was expected;
+// the settings row says why either way); own: ours. -plan loads nothing: -plan -attn cudnn counts
+// cuDNN's workspace estimate, -plan -attn auto plans ours. -doc-attention 1 (the segment table) is
+// refused with cudnn (check_flags) and takes ours with auto (attention_choose_seg, once it is known).
+static void attention_choose(Flags* f, int plan_only) {
+    g_attn_cudnn = g_attn_cudnn_given = 0;
+    if (!strcmp(f->attn, "own")) return;
+    int given = !strcmp(f->attn, "cudnn");
+    char why[512];
+    const char* brief;
+    if (attention_cudnn_unavailable(g_device == DEV_CUDA, !plan_only, why, sizeof(why), &brief)) {
+        if (given) die_user("flag -attn cudnn: %s. HINT: -attn auto or own (our kernels)", why);
+#if defined(ZT_CUDNN)
+        if (g_device == DEV_CUDA) printf0("note: -attn auto: %s: our attention kernels run\n", why);
+#endif
+        FLAG_SHOW(f, attn, "own (%s)", brief);
+        return;
+    }
+    if (plan_only && !given) { FLAG_SHOW(f, attn, "own (-plan loads no cuDNN: -plan -attn cudnn counts its workspace)"); return; }
+    g_attn_cudnn = 1;
+    g_attn_cudnn_given = given;
+    if (!given) FLAG_SHOW(f, attn, "cudnn");
+}
+
+// -attn with the segment table known (-doc-attention resolved from the data): auto takes ours.
+static void attention_choose_seg(Flags* f) {
+    if (!g_attn_cudnn || strcmp(f->doc_attention, "1")) return;
+    if (g_attn_cudnn_given) // (check_flags refused a given -doc-attention 1; this one came from the data)
+        die_user("flag -attn cudnn: not with -doc-attention 1 (auto: the data records example starts): cuDNN's ragged/padding masks are "
+                 "not mapped to the segment table yet. HINT: -attn auto or own, or -doc-attention 0");
+    g_attn_cudnn = 0;
+    printf0("note: -attn auto: -doc-attention 1 (a segment table): our attention kernels run (cuDNN's masks are not mapped to it yet)\n");
+    FLAG_SHOW(f, attn, "own (-doc-attention 1: cuDNN is not mapped to the segment table yet)");
 }
 
 // Threads for the CPU ops: -threads, else OMP_NUM_THREADS, else this node's cores shared

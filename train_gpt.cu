@@ -1345,6 +1345,9 @@ static void setup_config(Trainer* tr, GPTConfig* c_out, int* from_file_out, int*
     check_flags(f, &c, R_plan);
     check_family_flags(f, &c); // (llm.c's files are GPT-2's)
     ranks_agree(&tr->comm, flags_hash(f), "was started with different flags once defaults were resolved (another model file?)", "start every rank with the same command line, the same ./train and the same -device");
+    attention_choose(f, f->plan); // -attn: cuDNN's attention or ours (exit 2 where -attn cudnn cannot run)
+    ranks_agree(&tr->comm, (uint64_t)g_attn_cudnn, "chose another attention than rank 0 (-attn auto: cuDNN loads on some nodes only)",
+                "install the same cuDNN on every node, or give -attn own");
     if (g_device == DEV_CUDA) tr->peak_flops = gpu_peak_tflops(gpu_model_name(f)) * 1e12; // MFU's denominator
     int threads = setup_threads(f, &tr->launch);
     if (f->threads == 0) FLAG_SHOW(f, threads, "%d", threads);
@@ -1402,6 +1405,7 @@ static void setup_data(Trainer* tr, const GPTConfig* c) {
                 "HINT: data/gpt2_tokenizer.bin (version 2, dev/make_vocab.py) names it\n", tname, tr->tok.hf ? "(a tokenizer.json) names no end-of-text or BOS token" : "is a version-1 file", f->prompt[0] ? " and prompts" : "",
                 f->prompt[0] ? " and a sampled end of text cannot end a completion" : "");
     setup_doc_attention(tr, tname); // [-doc-attention] auto resolved from -i; on: the loaders' segment tables
+    attention_choose_seg(f); // -attn auto with a segment table: ours
     if (f->out_dir[0] && tr->r == 0) {
         ckpt_lock_dir(f->out_dir); // two trainers never share one; nothing in it changes before commit_out_dir
         if (access(f->out_dir, W_OK) != 0) die_user("-o %s: cannot write into the directory: %s", f->out_dir, strerror(errno));
@@ -1429,6 +1433,7 @@ static void setup_steps(Trainer* tr, GPTConfig* c) {
     tr->comm.trace = f->comm_trace;
     tr->comm.timeout_s = f->comm_timeout;
     tr->comm.delay_ms = f->comm_delay;
+    if (f->tune) tune_attention(f, c, &tr->comm); // -attn auto where cuDNN can run: cuDNN's or ours, measured
     if (f->tune) { // the flags left at auto: measured, or a resume's recorded choice
         TuneTrainer t = {tr, tune_build, tune_step, tune_wait, tune_release, tr->mem_baseline};
         tune_config(f, c, tr->GA, &tr->comm, &tr->launch, &t, tr->tune_choice, sizeof(tr->tune_choice), &tr->tune_mem, &tr->tune_mem_len);

@@ -28,7 +28,9 @@
 // choose the run that also holds the optimizer state on the host. `-tune -offload cpu` measures the
 // -z and -r of the offload rows for whoever wants the numbers.
 //
-// May call: flags.h (Flags, parse_int, FLAG_SHOW), plan.h (plan_env, plan_rows, the planner's rules),
+// -attn auto is tuned apart, before the rows (tune_attention): cuDNN's attention against ours.
+//
+// May call: flags.h (Flags, parse_int, FLAG_SHOW), ops/attention.cuh (op_attention_*, g_attn_cudnn), plan.h (plan_env, plan_rows, the planner's rules),
 // startup.h (proc_status_bytes, peak_rss_bytes, json_num), checkpoint.h (ckpt_peek_tune), zero.h
 // (Comm: broadcasts, sums, wait statistics) and, through TuneTrainer, the trainer's build, step and
 // free. Knows nothing of the trainer's types.
@@ -415,6 +417,69 @@ static void tune_config(Flags* f, const GPTConfig* c, int GA, Comm* comm, const 
         printf0("tune: chose %s: %.0f tok/s measured, the fastest of the %d candidate(s) that fit (the planner estimated %.0f tok/s); "
                 "the run starts from its source as if started with %s\n", choice, tok_s[best], n, (double)step_tokens / p->step_s, choice); // ([LoRA] choice holds -lora-base)
     }
+}
+
+// -tune with -attn auto where cuDNN can run (a USE_CUDNN=1 build on the CUDA device, libcudnn.so.9
+// loaded): the attention of the run's shape (B, T, the model's heads; forward then backward, as a
+// step runs them per layer) timed with cuDNN and with our kernels on scratch inputs, one warm-up and
+// -tune-steps timed repetitions each (CUDA events on the compute stream); rank 0's faster one is
+// every rank's (broadcast). Runs before the rows are measured, so they run with the chosen attention.
+// The scratch (qkv, out, lse, dout, dqkv and the ops' workspace) is allocated and freed here, before
+// the model exists. A cuDNN that refuses the shape (the dispatcher's note) leaves ours.
+static void tune_attention(Flags* f, const GPTConfig* c, Comm* comm) {
+#if defined(__CUDACC__) && defined(ZT_CUDNN) && !defined(ENABLE_FP32) && !defined(ZT_CUDA_EMU)
+    if (g_device != DEV_CUDA || !g_attn_cudnn || g_attn_cudnn_given) return;
+    ModelDims dm = model_dims(c);
+    int B = f->B, T = f->T, NH = c->NH, NKV = dm.NKV, HS = dm.HD;
+    int64_t nqkv = (int64_t)B * T * dm.QKV, nout = (int64_t)B * T * NH * HS, nlse = (int64_t)B * NH * T;
+    size_t ws = (size_t)ceil_div((int64_t)attention_cudnn_workspace_bytes(B, T, NH, NKV, HS), sizeof(float)) + (size_t)nlse;
+    floatX* qkv = (floatX*)dev_alloc(TAG_WORK, nqkv * sizeof(floatX));
+    floatX* dqkv = (floatX*)dev_alloc(TAG_WORK, nqkv * sizeof(floatX));
+    floatX* out = (floatX*)dev_alloc(TAG_WORK, nout * sizeof(floatX));
+    floatX* dout = (floatX*)dev_alloc(TAG_WORK, nout * sizeof(floatX));
+    float* lse = (float*)dev_alloc(TAG_WORK, nlse * sizeof(float));
+    float* work = (float*)dev_alloc(TAG_WORK, ws * sizeof(float));
+    dev_fill_u16(qkv, 0x3c00, nqkv);  // BF16 0.0078125: every score equal, a finite softmax (the times do not depend on the values)
+    dev_fill_u16(dout, 0x3c00, nout);
+    float* saved_work = g_work;
+    size_t saved_floats = g_work_floats;
+    g_work = work;
+    g_work_floats = ws;
+    cudaEvent_t ev[2];
+    cudaCheck(cudaEventCreate(&ev[0]));
+    cudaCheck(cudaEventCreate(&ev[1]));
+    double ms[2] = {0, 0}; // [0] ours, [1] cuDNN
+    for (int k = 0; k < 2; k++) {
+        g_attn_cudnn = k;
+        for (int rep = 0; rep <= f->tune_steps; rep++) { // rep 0: the warm-up (cuDNN builds its graphs there)
+            if (rep == 1) cudaCheck(cudaEventRecord(ev[0], g_stream));
+            op_attention_forward(out, lse, qkv, NULL, B, T, NH, NKV, HS);
+            op_attention_backward(dqkv, dout, qkv, out, lse, NULL, B, T, NH, NKV, HS);
+        }
+        cudaCheck(cudaEventRecord(ev[1], g_stream));
+        cudaCheck(cudaEventSynchronize(ev[1]));
+        float t = 0.0f;
+        cudaCheck(cudaEventElapsedTime(&t, ev[0], ev[1]));
+        ms[k] = t / f->tune_steps;
+    }
+    int pick = ms[1] < ms[0];
+    comm_broadcast(comm, &pick, sizeof(pick), 0);
+    g_attn_cudnn = pick;
+    printf0("tune: attention forward + backward at B %d, T %d: cuDNN %.3f ms, ours %.3f ms (rank 0): %s\n", B, T, ms[1], ms[0], pick ? "cudnn" : "own");
+    FLAG_SHOW(f, attn, "%s (-tune: cudnn %.2f ms, own %.2f ms)", pick ? "cudnn" : "own", ms[1], ms[0]);
+    cudaCheck(cudaEventDestroy(ev[0]));
+    cudaCheck(cudaEventDestroy(ev[1]));
+    g_work = saved_work;
+    g_work_floats = saved_floats;
+    dev_free(TAG_WORK, work, ws * sizeof(float));
+    dev_free(TAG_WORK, lse, nlse * sizeof(float));
+    dev_free(TAG_WORK, dout, nout * sizeof(floatX));
+    dev_free(TAG_WORK, out, nout * sizeof(floatX));
+    dev_free(TAG_WORK, dqkv, nqkv * sizeof(floatX));
+    dev_free(TAG_WORK, qkv, nqkv * sizeof(floatX));
+#else
+    (void)f; (void)c; (void)comm;
+#endif
 }
 
 #endif // ZT_TUNE_H

@@ -39,15 +39,71 @@
 // multiple of 64 in the BF16 build) and scalar FP32 ones for every other shape (attention_uses_tc
 // decides; docs/cuda.md "Attention on tensor cores" lists both and what to expect of them).
 //
-// defines: op_attention_forward, op_attention_backward, attention_uses_tc, attention_tc_tiles,
-// attention_dkdv_nsplit, attention_workspace_floats, ATT_BK, ATT_MAX_HS
+// A third implementation, cuDNN's fused SDPA (ops/attention_cudnn.cuh, make USE_CUDNN=1), takes the CUDA
+// device's shapes when -attn picks it (g_attn_cudnn, set at start-up: attention_choose in startup.h);
+// attention_cudnn_unavailable says why it cannot run in this build, on this device or machine.
 //
-// May call: device.cuh and tensor_core.cuh. Each op here knows nothing of the model or ZeRO.
+// defines: op_attention_forward, op_attention_backward, attention_uses_tc, attention_tc_tiles,
+//          attention_dkdv_nsplit, attention_workspace_floats, ATT_BK, ATT_MAX_HS,
+//          g_attn_cudnn, attention_cudnn_unavailable, attention_cudnn_workspace_bytes
+//
+// May call: device.cuh, tensor_core.cuh and attention_cudnn.cuh. Each op here knows nothing of the model or ZeRO.
 #ifndef ZT_OPS_ATTENTION_CUH
 #define ZT_OPS_ATTENTION_CUH
 
 #include "../device.cuh"      // defines: floatX, ld, rn
 #include "tensor_core.cuh"      // defines: tc_mma_bf16, tc_ldmatrix_*, tc_cp_async_* (mma.sync, ldmatrix, cp.async)
+#include "attention_cudnn.cuh"  // defines (USE_CUDNN=1 nvcc builds only): attention_cudnn_forward, attention_cudnn_backward, attention_cudnn_load
+
+// -attn: 1 when the CUDA device's attention goes to cuDNN (attention_choose, startup.h); g_attn_cudnn_given:
+// -attn cudnn was given (a shape cuDNN refuses ends the run), else auto (that shape takes our kernels, said once).
+static int g_attn_cudnn = 0, g_attn_cudnn_given = 0;
+
+// Why cuDNN attention cannot run in this build, on this device or machine: 0 when it can, else -1 and
+// the reason in why. With load (the CUDA device of a USE_CUDNN=1 build), loads libcudnn.so.9 the first
+// time (attention_cudnn_load: its version checked); without, only the build and the device are asked.
+// *brief: the reason in a few words (the settings table's row).
+static int attention_cudnn_unavailable(int on_cuda, int load, char* why, size_t cap, const char** brief) {
+    const char* build = NULL; // what this build lacks
+    *brief = NULL;
+#if defined(ZT_CUDA_EMU)
+    build = "the CUDA emulator (test/cuda_emu/) has no cuDNN: it runs our kernels only";
+    *brief = "the emulator has no cuDNN";
+#elif !defined(__CUDACC__)
+    build = "this build has no CUDA (built with g++)";
+#elif !defined(ZT_CUDNN)
+    build = "this build has no cuDNN: build it with make USE_CUDNN=1 (docs/cudnn.md)";
+    *brief = "no cuDNN in this build";
+#elif defined(ENABLE_FP32)
+    build = "the FP32 build: cuDNN's fused attention takes BF16 (or FP16) only";
+    *brief = "the FP32 build";
+#endif
+    if (!on_cuda) {
+        snprintf(why, cap, "cuDNN runs on the CUDA device only, and this run is on the CPU device%s%s", build ? "; besides, " : "", build ? build : "");
+        *brief = "cpu device";
+        return -1;
+    }
+    if (build) { snprintf(why, cap, "%s", build); return -1; }
+#if defined(__CUDACC__) && defined(ZT_CUDNN) && !defined(ENABLE_FP32) && !defined(ZT_CUDA_EMU)
+    *brief = "cuDNN not loaded: see the note";
+    if (load) return attention_cudnn_load(why, cap);
+#endif
+    (void)load;
+    return 0;
+}
+
+// The planner's estimate of cuDNN's workspace for one shape, in bytes (cuDNN reports the real size
+// when it builds a graph; attention_cudnn.cuh checks it against the ops' workspace): the deterministic
+// backward's dP buffer on Hopper, 2 bytes per score of T rounded up to 64 queries and 128 keys per
+// head; dQ accumulated in FP32 (4 B NH T HS); the softmax sums (2 x 4 B NH T); with grouped-query
+// attention dK and dV accumulated per query head in FP32 (2 x 4 B NH T HS).
+static size_t attention_cudnn_workspace_bytes(int B, int T, int NH, int NKV, int HS) {
+    size_t bh = (size_t)B * NH;
+    size_t dp = 2 * bh * (size_t)round_up(T, 64) * (size_t)round_up(T, 128);
+    size_t dq = 4 * bh * (size_t)T * HS, sums = 2 * 4 * bh * (size_t)T;
+    size_t gqa = NKV < NH ? 2 * 4 * bh * (size_t)T * HS : 0;
+    return dp + dq + sums + gqa;
+}
 
 #define ATT_BK 64       // key tile (columns of S processed per online-softmax update)
 #define ATT_MAX_HS 256  // largest head size (HD); checked when the model is configured
@@ -974,9 +1030,31 @@ static unsigned att_tiles(int T, int rows) {
     return (unsigned)n;
 }
 
+#if defined(ZT_CUDNN) && !defined(ENABLE_FP32)
+// -attn auto: a shape cuDNN refuses takes our kernels; said once per process and pass.
+static int attention_cudnn_refused(const char* pass, const char* why, int B, int T) {
+    if (g_attn_cudnn_given)
+        die_user("-attn cudnn: cuDNN refuses the attention %s at B %d, T %d: %s. HINT: -attn auto (our kernels where cuDNN refuses) or -attn own",
+                 pass, B, T, why);
+    static int said[2] = {0, 0};
+    int k = pass[0] == 'b';
+    if (!said[k]) printf0("note: -attn auto: cuDNN refuses the attention %s at B %d, T %d (%s): our kernels run it\n", pass, B, T, why);
+    said[k] = 1;
+    return 0;
+}
+#endif
+
 static void attention_forward_cuda(floatX* out, float* lse, const floatX* qkv, const int* seg, int B, int T, int NH, int NKV, int HS) {
     if (B <= 0 || T <= 0) return;
     attention_cuda_setup(NH, NKV, HS);
+#if defined(ZT_CUDNN) && !defined(ENABLE_FP32)
+    if (g_attn_cudnn) { // -attn cudnn (or auto that chose it): cuDNN's fused SDPA
+        char why[512];
+        const char* no = attention_cudnn_refusal(seg, HS);
+        if (!no && attention_cudnn_forward(out, lse, qkv, B, T, NH, NKV, HS, why, sizeof(why)) == 0) return;
+        attention_cudnn_refused("forward", no ? no : why, B, T);
+    }
+#endif
 #ifndef ENABLE_FP32
     if (attention_uses_tc(T, HS, out, lse, qkv, seg)) {
         void (*fwd_tc)(floatX*, float*, const floatX*, const int*, int, int, int) =
@@ -1003,6 +1081,14 @@ static void attention_backward_cuda_nsplit(floatX* dqkv, const floatX* dout, con
                                            const float* lse, const int* seg, int B, int T, int NH, int NKV, int HS, int nsplit) {
     if (B <= 0 || T <= 0) return;
     attention_cuda_setup(NH, NKV, HS);
+#if defined(ZT_CUDNN) && !defined(ENABLE_FP32)
+    if (g_attn_cudnn) { // the lse read is cuDNN's stats or ours: the same definition (attention_cudnn.cuh)
+        char why[512];
+        const char* no = attention_cudnn_refusal(seg, HS);
+        if (!no && attention_cudnn_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HS, why, sizeof(why)) == 0) return;
+        attention_cudnn_refused("backward", no ? no : why, B, T);
+    }
+#endif
     if (nsplit < 1 || nsplit > NH / NKV)
         die(1, "attention backward: %d parts of a group of %d query heads (internal error)", nsplit, NH / NKV);
     size_t rows = (size_t)B * NH * T, part_floats = att_dkdv_part_floats(B, T, NKV, HS, nsplit);

@@ -571,3 +571,99 @@ TEST(gpu_attention_tc_planted_missing_wait) {
     cudaCheck(cudaFree(d_qkv)); cudaCheck(cudaFree(d_out)); cudaCheck(cudaFree(d_lse));
 #endif
 }
+
+// ---- cuDNN's fused attention (ops/attention_cudnn.cuh, make USE_CUDNN=1, -attn cudnn) against the CPU
+// and against our kernels on the same inputs: the forward's out and lse (cuDNN's softmax stats must be
+// our lse: the natural-log log-sum-exp of the scaled scores), then the backward from the CPU's out
+// and lse (so cuDNN's backward reads an lse of our definition: if the two differed, dq/dk/dv would
+// be far off), twice, bit for bit (the deterministic algorithm). cuDNN's functions are called
+// directly, not through the dispatcher, so a shape cuDNN refuses fails here instead of falling back
+// to our kernels and passing vacuously. SKIP (never PASS) where cuDNN is not there: the emulator, a
+// build without USE_CUDNN=1, the FP32 build, no libcudnn.so.9 (or older than 9.0) on the machine.
+// Tolerances: test/tolerances.h's TOL_GPU_CUDNN_*, written before any GPU ran it.
+static void gpu_attention_cudnn_case(int B, int T, int NH, int NKV, int HS, uint64_t seed) {
+#if defined(ZT_CUDA_EMU)
+    (void)B; (void)T; (void)NH; (void)NKV; (void)HS; (void)seed;
+    TEST_SKIP("the CUDA emulator has no cuDNN");
+#elif !defined(ZT_CUDNN)
+    (void)B; (void)T; (void)NH; (void)NKV; (void)HS; (void)seed;
+    TEST_SKIP("built without cuDNN (make USE_CUDNN=1 gpu-binaries)");
+#elif defined(ENABLE_FP32)
+    (void)B; (void)T; (void)NH; (void)NKV; (void)HS; (void)seed;
+    TEST_SKIP("the FP32 build: cuDNN's fused attention takes BF16 only");
+#else
+    static char why[512];
+    const char* brief;
+    if (attention_cudnn_unavailable(1, 1, why, sizeof(why), &brief)) TEST_SKIP(why);
+    printf("    cuDNN %zu, shape B=%d T=%d NH=%d NKV=%d HS=%d\n", attention_cudnn_version(), B, T, NH, NKV, HS);
+    size_t need = attention_cudnn_workspace_bytes(B, T, NH, NKV, HS);
+    CHECKF(need <= GPU_WORK_FLOATS * sizeof(float), "the planner's estimate %zu bytes is above the test's workspace", need);
+    int C = NH * HS, QKV = (NH + 2 * NKV) * HS;
+    int64_t nqkv = (int64_t)B * T * QKV, nout = (int64_t)B * T * C, nlse = (int64_t)B * NH * T, N = (int64_t)B * T;
+    size_t bqkv = nqkv * sizeof(floatX), bout = nout * sizeof(floatX), blse = nlse * sizeof(float);
+    floatX *qkv = (floatX*)malloc(bqkv), *dout = (floatX*)malloc(bout), *out = (floatX*)malloc(bout), *dqkv = (floatX*)malloc(bqkv);
+    floatX *o_own = (floatX*)malloc(bout), *o_dnn = (floatX*)malloc(bout), *d_own = (floatX*)malloc(bqkv), *d_dnn = (floatX*)malloc(bqkv);
+    floatX* d_dnn2 = (floatX*)malloc(bqkv);
+    float *lse = (float*)malloc(blse), *l_own = (float*)malloc(blse), *l_dnn = (float*)malloc(blse);
+    rand_x(qkv, nqkv, 1.0, seed);
+    rand_x(dout, nout, 1.0, seed + 1);
+    ON_CPU(op_attention_forward(out, lse, qkv, NULL, B, T, NH, NKV, HS));
+    ON_CPU(op_attention_backward(dqkv, dout, qkv, out, lse, NULL, B, T, NH, NKV, HS));
+    floatX* g_qkv = (floatX*)gpu_copy_of(qkv, bqkv);
+    floatX* g_dout = (floatX*)gpu_copy_of(dout, bout);
+    floatX* g_outc = (floatX*)gpu_copy_of(out, bout);
+    float* g_lsec = (float*)gpu_copy_of(lse, blse);
+    floatX* g_out = (floatX*)gpu_nans(bout);
+    float* g_lse = (float*)gpu_nans(blse);
+    floatX* g_dqkv = (floatX*)gpu_nans(bqkv);
+    // ours (tensor cores where attention_uses_tc takes the shape, else the scalar kernels)
+    printf("    ours: %s kernels\n", attention_uses_tc(T, HS, g_out, g_lse, g_qkv, NULL) ? "tensor-core" : "scalar");
+    g_attn_cudnn = 0;
+    ON_GPU(op_attention_forward(g_out, g_lse, g_qkv, NULL, B, T, NH, NKV, HS));
+    gpu_to_host(o_own, g_out, bout);
+    gpu_to_host(l_own, g_lse, blse);
+    ON_GPU(op_attention_backward(g_dqkv, g_dout, g_qkv, g_outc, g_lsec, NULL, B, T, NH, NKV, HS));
+    gpu_to_host(d_own, g_dqkv, bqkv);
+    // cuDNN
+    char err[512];
+    gpu_fill(g_out, 0xFF, bout);
+    gpu_fill(g_lse, 0xFF, blse);
+    int rc = attention_cudnn_forward(g_out, g_lse, g_qkv, B, T, NH, NKV, HS, err, sizeof(err));
+    CHECKF(rc == 0, "cuDNN refused the forward: %s", err);
+    cudaCheck(cudaStreamSynchronize(g_stream));
+    gpu_to_host(o_dnn, g_out, bout);
+    gpu_to_host(l_dnn, g_lse, blse);
+    for (int run = 0; run < 2; run++) {
+        gpu_fill(g_dqkv, 0xFF, bqkv);
+        rc = attention_cudnn_backward(g_dqkv, g_dout, g_qkv, g_outc, g_lsec, B, T, NH, NKV, HS, err, sizeof(err));
+        CHECKF(rc == 0, "cuDNN refused the backward: %s", err);
+        cudaCheck(cudaStreamSynchronize(g_stream));
+        gpu_to_host(run ? d_dnn2 : d_dnn, g_dqkv, bqkv);
+    }
+    GPU_COMPARE("cuDNN forward out vs CPU", relerr_x(o_dnn, out, nout), TOL_GPU_CUDNN_FWD);
+    GPU_COMPARE("cuDNN forward lse vs CPU", relerr_f(l_dnn, lse, nlse), TOL_GPU_CUDNN_FWD);
+    GPU_COMPARE("cuDNN forward out vs ours", relerr_x(o_dnn, o_own, nout), TOL_GPU_CUDNN_VS_TC_FWD);
+    GPU_COMPARE("cuDNN forward lse vs ours", relerr_f(l_dnn, l_own, nlse), TOL_GPU_CUDNN_VS_TC_FWD);
+    const char* part[3] = {"dq", "dk", "dv"};
+    int off[3] = {0, C, C + NKV * HS}, width[3] = {C, NKV * HS, NKV * HS};
+    for (int k = 0; k < 3; k++) {
+        char what[64];
+        snprintf(what, sizeof(what), "cuDNN backward %s vs CPU", part[k]);
+        GPU_COMPARE(what, att_relerr_part(d_dnn, dqkv, N, QKV, off[k], width[k]), TOL_GPU_CUDNN_BWD);
+        snprintf(what, sizeof(what), "cuDNN backward %s vs ours", part[k]);
+        GPU_COMPARE(what, att_relerr_part(d_dnn, d_own, N, QKV, off[k], width[k]), TOL_GPU_CUDNN_VS_TC_BWD);
+    }
+    CHECKF(!memcmp(d_dnn, d_dnn2, bqkv), "cuDNN's backward is not bit-reproducible (the deterministic algorithm was asked for)");
+    free(qkv); free(dout); free(out); free(dqkv); free(o_own); free(o_dnn); free(d_own); free(d_dnn); free(d_dnn2);
+    free(lse); free(l_own); free(l_dnn);
+    cudaCheck(cudaFree(g_qkv)); cudaCheck(cudaFree(g_dout)); cudaCheck(cudaFree(g_outc)); cudaCheck(cudaFree(g_lsec));
+    cudaCheck(cudaFree(g_out)); cudaCheck(cudaFree(g_lse)); cudaCheck(cudaFree(g_dqkv));
+#endif
+}
+// GPT-2 small's heads (12 x 64) at T = 1024, two sequences; ours on tensor cores.
+TEST(gpu_attention_cudnn_gpt2) { gpu_attention_cudnn_case(2, 1024, 12, 12, 64, 51); }
+// Grouped-query attention, head size 128 (Llama's), 4 query heads per K/V head; ours on tensor cores.
+TEST(gpu_attention_cudnn_gqa_hs128) { gpu_attention_cudnn_case(1, 512, 8, 2, 128, 52); }
+// T = 200, not a multiple of any tile (ours: the scalar kernels), GQA 2:1, head size 64.
+TEST(gpu_attention_cudnn_t200) { gpu_attention_cudnn_case(2, 200, 4, 2, 64, 53); }
+

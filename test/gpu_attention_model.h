@@ -6,6 +6,8 @@
 // buffering, a skipped tile and a masked diagonal all occur) and check what the fixture cases check
 // bitwise: the gradients of every recompute mode (-r 0..3) and two steps of ZeRO-0..3 at R = 1
 // (the second step uses the first's m and v). Sized to add < 30 s to make test on 2 idle cores.
+// Last, -attn through the trainer on the CUDA device (gpu_attention_cudnn_flag: where cuDNN cannot run,
+// the emulator's case, the refusal and auto's fallback; zero_runs.h's small model and data).
 
 // The model: -e tiny narrowed to 1 layer of 2 heads of 64 (C = 128), vocabulary 256, B 1, T 128,
 // on a stream of random tokens (fixed seed).
@@ -97,4 +99,30 @@ TEST(gpu_attention_tc_model_zero_bitwise) {
         }
         tm_free(tr);
     }
+}
+
+// -attn on the CUDA device, through the trainer: where cuDNN cannot run (the emulator, a build
+// without USE_CUDNN=1, no libcudnn.so.9) -attn cudnn exits 2 naming why and -attn auto runs our
+// kernels, its settings row saying why; where it can, both run cuDNN's.
+TEST(gpu_attention_cudnn_flag) {
+    static char out[1 << 16];
+    char why[512], cmd[4096];
+    const char* brief = NULL;
+    int can = attention_cudnn_unavailable(1, 1, why, sizeof(why), &brief) == 0;
+    char run[1024]; // (head size 64: one cuDNN takes)
+    snprintf(run, sizeof(run), ZT_MODEL " -layers 1 -channels 64 -heads 1 -device cuda -b 1 -x 1 -v 0 -s 0 -threads 1 -verbose 1 -i %s -j %s", zt_data(0), zt_data(1));
+    snprintf(cmd, sizeof(cmd), "%s --train %s -attn cudnn", g_test_self, run);
+    int rc = test_run_cmd(cmd, out, sizeof(out));
+    if (can) CHECKF(rc == 0 && strstr(out, "| -attn           | cudnn"), "-attn cudnn with cuDNN here: exit %d:\n%s", rc, out);
+    else {
+        CHECKF(rc == 2, "-attn cudnn without cuDNN (%s): exit %d, expected 2:\n%s", why, rc, out);
+        CHECKF(strstr(out, why) != NULL, "-attn cudnn: the refusal does not say '%s':\n%s", why, out);
+        CHECKF(strstr(out, "step ") == NULL, "-attn cudnn started training:\n%s", out);
+    }
+    snprintf(cmd, sizeof(cmd), "%s --train %s -attn auto", g_test_self, run);
+    rc = test_run_cmd(cmd, out, sizeof(out));
+    CHECKF(rc == 0, "-attn auto: exit %d:\n%s", rc, out);
+    char row[256];
+    snprintf(row, sizeof(row), "| -attn           | auto \u2192 %s%s%s", can ? "cudnn" : "own (", can ? "" : brief, can ? "" : ")");
+    CHECKF(strstr(out, row) != NULL, "-attn auto: no row '%s':\n%s", row, out);
 }

@@ -15,6 +15,9 @@
 #   gpu_binaries        the binaries carried to a GPU box (make gpu-binaries: nvcc, sm_90, no MPI,
 #                       warnings as errors): what they link, AVX-512 only in its two paths
 #   no_gpu_no_runtime   without NVIDIA device files ./train_gpu never starts the CUDA runtime
+#   gpu_binaries_cudnn  make USE_CUDNN=1 gpu-binaries (cuDNN's attention, docs/cudnn.md), warnings as
+#                       errors: cuDNN not linked, the runtime shared, -attn cudnn refused without a GPU
+#                       (SKIP without the pinned nvidia-cudnn-frontend headers); the default ones relinked after
 #   kernel_resources_current  nvcc's registers, shared memory and spills per kernel (ptxas of the
 #                       carried binaries) = the emulator's committed snapshot (make kernel-resources)
 # The nvcc ones say SKIP without nvcc (NVCC_CHECK=yes: make test-long found it).
@@ -170,6 +173,43 @@ kernel_resources_current() {
     fi
 }
 if nvcc_or_skip kernel_resources_current; then kernel_resources_current; result kernel_resources_current $?; fi
+
+echo "=== cuDNN attention: make USE_CUDNN=1 gpu-binaries (warnings are errors), then the default binaries again"
+# docs/cudnn.md: the binaries built with cuDNN's fused attention (cudnn-frontend's headers from the
+# pinned PyPI package, .ci/run installs it into /tmp/zt-cudnn), timed; cuDNN not linked (dlopen'd at
+# run time); without a GPU, -attn cudnn exits 2 naming the CPU device and -attn auto trains with our
+# kernels. Then make gpu-binaries relinks the default ones (their objects are kept in build/gpu/).
+gpu_binaries_cudnn() {
+    local t0 b needed tmp rc; t0=$(date +%s)
+    make -s USE_CUDNN=1 gpu-binaries >/dev/null || return 1
+    echo "USE_CUDNN=1 gpu-binaries: $(( $(date +%s) - t0 )) s (nothing to do when up to date)"
+    for b in train_gpu test/test_gpu; do
+        needed=$(readelf -d "$b" | grep NEEDED | grep -oE '\[[^]]+\]' | tr -d '[]' | tr '\n' ' ')
+        echo "$b needs: $needed"
+        case " $needed" in *" libcudnn"*) echo "$b links cuDNN: it must load it at run time (dlopen)"; return 1;; esac
+        case " $needed" in *" libcudart.so.13"*) ;; *) echo "$b: the CUDA runtime is not shared (-cudart shared)"; return 1;; esac
+    done
+    if [ ! -e /dev/nvidiactl ] && [ ! -e /dev/nvidia0 ] && [ ! -e /dev/dxg ]; then
+        tmp=$(mktemp -d)
+        ./train_gpu -attn cudnn -x 1 -b 2 -t 32 -v 0 -s 0 -threads 1 > "$tmp/out" 2>&1; rc=$?
+        [ "$rc" = 2 ] && grep -q 'flag -attn cudnn: cuDNN runs on the CUDA device only' "$tmp/out" \
+            || { echo "./train_gpu -attn cudnn without a GPU: exit $rc"; tail -n 5 "$tmp/out"; rm -rf "$tmp"; return 1; }
+        ./train_gpu -x 1 -b 2 -t 32 -v 0 -s 0 -threads 1 > "$tmp/out" 2>&1; rc=$?
+        [ "$rc" = 0 ] || { echo "./train_gpu (-attn auto) without a GPU: exit $rc"; tail -n 5 "$tmp/out"; rm -rf "$tmp"; return 1; }
+        echo "without a GPU: -attn cudnn refused (exit 2), -attn auto trained with our kernels"
+        rm -rf "$tmp"
+    fi
+    make -s gpu-binaries >/dev/null || { echo "make gpu-binaries (relinking the default binaries) failed"; return 1; }
+}
+if nvcc_or_skip gpu_binaries_cudnn; then
+    if /tmp/zt-cudnn/bin/python dev/cudnn_frontend_include.py > /dev/null 2>&1 || python3 dev/cudnn_frontend_include.py > /dev/null 2>&1 \
+       || [ -n "${CUDNN_FRONTEND_INCLUDE:-}" ]; then
+        gpu_binaries_cudnn; result gpu_binaries_cudnn $?
+    else
+        echo "SKIP gpu_binaries_cudnn: cudnn-frontend's headers not installed (pip install --no-deps nvidia-cudnn-frontend==1.32.0 into /tmp/zt-cudnn)"
+        skipped=$((skipped + 1))
+    fi
+fi
 
 [ "$skipped" -gt 0 ] && echo "($skipped skipped: see SKIP lines above)"
 echo "$passed passed, $failed failed"

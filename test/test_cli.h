@@ -80,6 +80,32 @@ TEST(cli_bad_input) {
     }
 }
 
+// -attn (docs/cudnn.md): a bad value, cuDNN on the CPU device and cuDNN with a segment table are
+// refused (exit 2, naming why, nothing trained); auto on the CPU device runs our kernels (its settings
+// row says why) and is bit for bit -attn own.
+TEST(cli_attn) {
+    struct { const char* flags; const char* expect; } bad[] = {
+        {"-e tiny -attn fast", "flag -attn: 'fast' is not cudnn, own or auto"},
+        {CLI_SMALL " -x 1 -attn cudnn", "flag -attn cudnn: cuDNN runs on the CUDA device only, and this run is on the CPU device"},
+        {CLI_SMALL " -x 1 -attn cudnn -doc-attention 1", "flag -attn cudnn: not with -doc-attention 1 yet"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        int rc = cli_run(bad[i].flags, cli_out, sizeof(cli_out));
+        CHECKF(rc == 2, "'%s': exit code %d, expected 2. Output:\n%s", bad[i].flags, rc, cli_out);
+        CHECKF(strstr(cli_out, bad[i].expect) != NULL, "'%s': message lacks '%s'. Output:\n%s", bad[i].flags, bad[i].expect, cli_out);
+        CHECKF(strstr(cli_out, "step ") == NULL, "'%s' started training", bad[i].flags);
+    }
+    char h_own[512], h_auto[512];
+    int rc = cli_run(CLI_SMALL " -x 1 -log-hash 1 -attn own", cli_out, sizeof(cli_out));
+    CHECKF(rc == 0, "-attn own: exit %d:\n%s", rc, cli_out);
+    cli_hash_line(cli_out, h_own, sizeof(h_own));
+    rc = cli_run(CLI_SMALL " -x 1 -log-hash 1 -verbose 1", cli_out, sizeof(cli_out)); // -attn auto, the default
+    CHECKF(rc == 0, "-attn auto: exit %d:\n%s", rc, cli_out);
+    cli_hash_line(cli_out, h_auto, sizeof(h_auto));
+    CHECKF(h_own[0] && !strcmp(h_own, h_auto), "-attn auto and own differ on the CPU device:\n%s\n%s", h_own, h_auto);
+    CHECKF(strstr(cli_out, "| -attn           | auto \u2192 own (cpu device)") != NULL, "the settings row of -attn auto does not say 'own (cpu device)':\n%s", cli_out);
+}
+
 // Bit-exact resume: 6 steps in one go, against a run whose newest checkpoint (step 6) is gone, so
 // that a new process resumes from step 3 with the same flags and trains steps 4..6 again.
 TEST(cli_resume_bit_exact) {

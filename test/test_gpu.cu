@@ -182,7 +182,9 @@ static int gpu_main(int argc, char** argv) {
 // or check what happens around the arithmetic. make test-long runs them here too (BIN --long-only;
 // see test_long_only in test.h).
 static const char* const g_fp32_long_only[] = {"tune_emu_", "emu_host_syncs", "multirank_", "nompi_", "offload_emu_",
-                                               "zero_stages_one_rank_bitwise", "gpu_uploads_ahead_of_the_gpu", NULL};
+                                               "zero_stages_one_rank_bitwise", "gpu_uploads_ahead_of_the_gpu",
+                                               "gpu_attention_cudnn_flag", // (-attn's refusal and fallback: no floatX)
+                                               NULL};
 #endif
 
 int main(int argc, char** argv) {

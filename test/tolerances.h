@@ -54,6 +54,15 @@
 #else
 #define TOL_GPU_FWD 1e-2   // both sides round to BF16 (2^-9 relative); a sum landing on the other side
 #define TOL_GPU_BWD 2e-2   // of a rounding boundary flips one BF16 ulp (2^-8): a few per mille in norm
+// cuDNN's fused attention (-attn cudnn, test/gpu_attention.h's gpu_attention_cudnn_*), written before
+// any GPU ran it: against the CPU the same as our kernels (both round P to BF16 for P V and dP's
+// products on tensor cores, and out / dq / dk / dv once); against our tensor-core kernels the sum of
+// the two distances to the CPU (the triangle inequality). Expected on an H200 (said in docs/cudnn.md):
+// out ~3e-3, lse ~1e-6, dq/dk/dv ~5e-3 against the CPU, as gpu_attention_tc_* measure for ours.
+#define TOL_GPU_CUDNN_FWD   TOL_GPU_FWD
+#define TOL_GPU_CUDNN_BWD   TOL_GPU_BWD
+#define TOL_GPU_CUDNN_VS_TC_FWD (2 * TOL_GPU_FWD)
+#define TOL_GPU_CUDNN_VS_TC_BWD (2 * TOL_GPU_BWD)
 #endif
 
 // The chunked classifier (ops/classifier.cuh) against the unchunked head, either build: the head
