@@ -17,10 +17,9 @@
 #include "model.h"           // defines: GPTConfig, MAX_BLOCK_TENSORS (zero.h)
 #include "ops/matmul.cuh"    // defines: GEMM_PANEL_FLOATS, GEMM_NR, MATMUL_WORKSPACE_BYTES
 #include "ops/encoder.cuh"   // defines: encoder_workspace_ints
-#include "ops/attention.cuh" // defines: attention_workspace_floats
+#include "ops/attention.cuh" // defines: attention_workspace_floats, g_attn_cudnn, attention_cudnn_workspace_bytes
 #include "ops/classifier.cuh" // defines: classifier_chunk_rows, classifier_buffer_rows
 #include "adamw.cuh"         // defines: NORM_CHUNK
-#include "ops/attention.cuh" // defines: g_attn_cudnn, attention_cudnn_workspace_bytes
 
 
 // X(name, type, elements per layer, keep): kept per layer while -r <= keep, else one shared copy.

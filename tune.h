@@ -424,7 +424,7 @@ static void tune_config(Flags* f, const GPTConfig* c, int GA, Comm* comm, const 
 // step runs them per layer) timed with cuDNN and with our kernels on scratch inputs, one warm-up and
 // -tune-steps timed repetitions each (CUDA events on the compute stream); rank 0's faster one is
 // every rank's (broadcast). Runs before the rows are measured, so they run with the chosen attention.
-// The scratch (qkv, out, lse, dout, dqkv and the ops' workspace) is allocated and freed here, before
+// The scratch (qkv, out, lse, dout, dqkv and the larger of the two workspaces) is allocated and freed here, before
 // the model exists. A cuDNN that refuses the shape (the dispatcher's note) leaves ours.
 static void tune_attention(Flags* f, const GPTConfig* c, Comm* comm) {
 #if defined(__CUDACC__) && defined(ZT_CUDNN) && !defined(ENABLE_FP32) && !defined(ZT_CUDA_EMU)
@@ -432,7 +432,8 @@ static void tune_attention(Flags* f, const GPTConfig* c, Comm* comm) {
     ModelDims dm = model_dims(c);
     int B = f->B, T = f->T, NH = c->NH, NKV = dm.NKV, HS = dm.HD;
     int64_t nqkv = (int64_t)B * T * dm.QKV, nout = (int64_t)B * T * NH * HS, nlse = (int64_t)B * NH * T;
-    size_t ws = (size_t)ceil_div((int64_t)attention_cudnn_workspace_bytes(B, T, NH, NKV, HS), sizeof(float)) + (size_t)nlse;
+    size_t ws = (size_t)ceil_div((int64_t)attention_cudnn_workspace_bytes(B, T, NH, NKV, HS), sizeof(float)); // cuDNN's, or ours:
+    if (attention_workspace_floats(B, T, NH, NKV, HS) > ws) ws = attention_workspace_floats(B, T, NH, NKV, HS); // D and a split dK/dV's parts
     floatX* qkv = (floatX*)dev_alloc(TAG_WORK, nqkv * sizeof(floatX));
     floatX* dqkv = (floatX*)dev_alloc(TAG_WORK, nqkv * sizeof(floatX));
     floatX* out = (floatX*)dev_alloc(TAG_WORK, nout * sizeof(floatX));
