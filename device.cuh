@@ -238,7 +238,7 @@ static void cuda_init(int local_rank) {
 
 #define MEM_TAGS(X)                                                             \
     X(TAG_PARAMS,    "params",      "BF16 parameters: full copy or this rank's shard")  \
-    X(TAG_PARAM_BUF, "param bufs",  "[ZeRO-3] gathered io block + two layer blocks")    \
+    X(TAG_PARAM_BUF, "param bufs",  "[ZeRO-3] gathered io block + two layer blocks; [QLoRA] one layer dequantized to BF16") \
     X(TAG_GRADS,     "grads",       "FP32 gradients: full (ZeRO-0/1) or shard (2/3)")   \
     X(TAG_GRAD_BUF,  "grad bufs",   "[ZeRO-2/3] FP32 io block + two layer blocks")      \
     X(TAG_MASTER,    "master",      "FP32 master weights")                              \

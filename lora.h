@@ -14,19 +14,22 @@
 //     so the layer code calls them unconditionally (no `if (lora)` in the step).
 //
 // defines: Lora, LoraView, lora_config, lora_alloc, lora_free, lora_fill, lora_view, proj_forward,
-//          proj_backward, lora_acts_bytes, lora_proj_tensor, lora_merge, lora_write_peft, LoraPeft, lora_peft_open, lora_peft_fill, lora_peft_close
+//          proj_backward, lora_acts_bytes, lora_merge, lora_write_peft, LoraPeft, lora_peft_open, lora_peft_fill, lora_peft_close,
+//          lora_dequant_elems, lora_base_alloc, lora_base_dequant, LoraEncoder, lora_encoder_init, lora_encoder_free, lora_base_encode
 //
 // May call: device.cuh, rng.h, zero.h (the block layout), model.h (GPTConfig, model_dims),
-// ops/matmul.cuh, ops/lora.cuh, ops/elementwise.cuh. Knows nothing of the trainer's types.
+// ops/matmul.cuh, ops/lora.cuh, ops/elementwise.cuh, ops/nf4.cuh ([QLoRA] the 4-bit base). Knows
+// nothing of the trainer's types.
 #ifndef ZT_LORA_H
 #define ZT_LORA_H
 #include <math.h>
 #include "device.cuh"       // defines: floatX, dev_alloc, dev_free, die_user, TAG_ACTS
 #include "rng.h"            // defines: rng_key, rng_uniform
-#include "model.h"          // defines: GPTConfig, ModelDims, model_dims, FAMILY_*, BlockLayout, layout_add_tensor
+#include "model.h"          // defines: GPTConfig, ModelDims, model_dims, FAMILY_*, BlockLayout, layout_add_tensor, proj_tensor
 #include "ops/matmul.cuh"   // defines: op_matmul_forward, op_matmul_backward, op_gelu_forward
 #include "ops/lora.cuh"     // defines: op_lora_add_cols, op_lora_take_cols (and, from ops/elementwise.cuh, op_add_inplace)
 #include "safetensors.h"    // defines: StSpec, st_make_header (the PEFT adapter file)
+#include "ops/nf4.cuh"      // defines: nf4_part, nf4_quantize, op_nf4_dequant ([QLoRA])
 
 // The adapters' run-time state: the model's adapter modules (ModelDesc.lora) and the activations
 // the backward needs (allocated for N = B*T rows; TAG_ACTS).
@@ -46,18 +49,23 @@ typedef struct {
     int T;              // tokens per sample
     int training;       // 1: a training forward (dropout applies), 0: evaluation, sampling (none)
     int drop_eval;      // tests: dropout in an evaluation forward too (finite differences with the mask fixed)
+    floatX* deq;        // [QLoRA] (deq_n): one layer's 4-bit matrices dequantized (TAG_PARAM_BUF; NULL: a BF16 base)
+    int64_t deq_n;
 } Lora;
 
-// -lora r, -lora-alpha, -lora-targets, -lora-dropout into the config (c->lora_*), or the run ends
-// (exit 2) naming the flag: r < 0, alpha < 0, a target the family lacks, r above a target's
-// min(out, in), dropout outside [0, 1). targets: comma-separated target names, "" or "all" every
-// one of the family's. alpha 0: alpha = r.
-static void lora_config(GPTConfig* c, int r, float alpha, const char* targets, float dropout) {
-    c->lora_r = 0; c->lora_alpha = 0.0f; c->lora_mask = 0; c->lora_dropout = 0.0f;
+// -lora r, -lora-alpha, -lora-targets, -lora-dropout, -lora-base-dtype into the config (c->lora_*),
+// or the run ends (exit 2) naming the flag: r < 0, alpha < 0, a target the family lacks, r above a
+// target's min(out, in), dropout outside [0, 1), a base dtype not bf16 or nf4 (nf4 without adapters).
+// targets: comma-separated target names, "" or "all" every one of the family's. alpha 0: alpha = r.
+static void lora_config(GPTConfig* c, int r, float alpha, const char* targets, float dropout, const char* base_dtype) {
+    c->lora_r = 0; c->lora_alpha = 0.0f; c->lora_mask = 0; c->lora_dropout = 0.0f; c->lora_nf4 = 0;
     if (r < 0) die_user("-lora %d: the rank must be positive (0: no adapters)", r);
+    if (strcmp(base_dtype, "bf16") && strcmp(base_dtype, "nf4"))
+        die_user("-lora-base-dtype %s: not bf16 or nf4 (bitsandbytes' 4-bit NormalFloat, QLoRA)", base_dtype);
     if (r == 0) {
         if (targets[0] && strcmp(targets, "all")) die_user("-lora-targets %s: needs -lora r (the adapters' rank)", targets);
         if (dropout != 0.0f) die_user("-lora-dropout %g: needs -lora r (the adapters' rank)", dropout);
+        if (!strcmp(base_dtype, "nf4")) die_user("-lora-base-dtype nf4: needs -lora r (a 4-bit base is frozen: only adapters train on it)");
         return;
     }
     if (!(dropout >= 0.0f && dropout < 1.0f)) die_user("-lora-dropout %g: the probability must be in [0, 1)", dropout);
@@ -98,6 +106,7 @@ static void lora_config(GPTConfig* c, int r, float alpha, const char* targets, f
     c->lora_r = r;
     c->lora_alpha = alpha > 0 ? alpha : (float)r;
     c->lora_dropout = dropout;
+    c->lora_nf4 = !strcmp(base_dtype, "nf4");
 }
 
 // The discard buffer's floats: the longest 1-D tensor of a LoRA model's base (0 without LoRA).
@@ -146,6 +155,8 @@ static void lora_alloc(Lora* lo, const LoraDesc* d, int L, uint64_t seed, int64_
 }
 
 static void lora_free(Lora* lo) {
+    if (lo->deq) dev_free(TAG_PARAM_BUF, lo->deq, sizeof(floatX) * (size_t)lo->deq_n); // [QLoRA]
+    lo->deq = NULL;
     if (!lo->d || !lo->d->r || !lo->u) return;
     size_t X = sizeof(floatX);
     const LoraDesc* d = lo->d;
@@ -277,12 +288,7 @@ static void proj_backward(const LoraView* v, int proj, floatX* dinp, float* dw, 
 }
 
 // ---- The merged model (-export-hf with -lora: what PEFT's merge_and_unload() gives). The weight of
-// each projection, by family (the projection op's slots: PROJ_QKV .. PROJ_DOWN).
-static int lora_proj_tensor(int family, int proj) {
-    static const int gpt2[NUM_PROJ] = {T_qkvw, T_attprojw, T_fcw, T_fcprojw};
-    static const int llama[NUM_PROJ] = {T_wqkv, T_wo, T_wgu, T_wdown};
-    return family == FAMILY_LLAMA ? llama[proj] : gpt2[proj];
-}
+// each projection: proj_tensor (model.h).
 
 // Layer l's weight of projection proj, w (OC, in) in our layout (+=): every module on it adds
 // scale * B A to its rows [row0, row0 + rows), in FP32 (PEFT: W + (B @ A) * scaling; each sum over
@@ -559,6 +565,99 @@ static void lora_peft_close(LoraPeft* lp) {
     st_close(&lp->st);
     free(lp->t);
     memset(lp, 0, sizeof(*lp));
+}
+
+// ---- [QLoRA] A 4-bit base (Dettmers et al. 2023, "QLoRA"; -lora-base-dtype nf4): each layer's
+// projection matrices are stored as bitsandbytes' NF4 with double quantization (ops/nf4.cuh), one
+// part per Hugging Face module (model.h: nf4_describe_parts), in the frozen blocks where their BF16
+// values would be: ZeRO shards, gathers and poisons those bytes like any block's. The rest of the
+// base (embeddings, norms, biases, the LM head) stays BF16, as bitsandbytes leaves it.
+//   - at load, lora_base_encode makes a tensor's bytes from its logical values: rounded to floatX
+//     first (the BF16 weights transformers would hand bitsandbytes), then quantized part by part.
+//     A rank quantizes each tensor it holds bytes of whole, so every rank and stage makes the same
+//     bits (the absmax mean of double quantization is the whole part's);
+//   - before a layer's forward, and again before its backward (nothing is kept between: the
+//     recompute and the backward read the same dequantized values), lora_base_dequant writes the
+//     layer's matrices in floatX into one buffer (deq) and points the layer's view at it. The layer
+//     code and the matmuls never see a 4-bit value.
+
+// Elements of one layer's dequantized matrices (the deq buffer; 0: a BF16 base).
+static int64_t lora_dequant_elems(const ModelDesc* d) {
+    int64_t n = 0;
+    for (int k = 0; k < NUM_TENSORS; k++)
+        if (d->t[k].stored && !d->t[k].io) n += round_up(d->t[k].n, TENSOR_ALIGN);
+    return n;
+}
+
+static void lora_base_alloc(Lora* lo, const ModelDesc* d) {
+    lo->deq_n = lora_dequant_elems(d);
+    lo->deq = lo->deq_n ? (floatX*)dev_alloc(TAG_PARAM_BUF, sizeof(floatX) * (size_t)lo->deq_n) : NULL;
+}
+
+// The layer view t (NUM_TENSORS pointers into the block as the hooks hold it): each encoded matrix
+// dequantized into deq, part after part, and its pointer moved there. No encoded tensor: nothing.
+static void lora_base_dequant(const Lora* lo, const ModelDesc* d, floatX** t) {
+    if (!lo->deq) return;
+    floatX* out = lo->deq;
+    for (int k = 0; k < NUM_TENSORS; k++) {
+        const TensorInfo* ti = &d->t[k];
+        if (!ti->stored || ti->io) continue;
+        const unsigned char* src = (const unsigned char*)t[k];
+        floatX* w = out;
+        for (int i = 0; i < ti->nparts; i++) {
+            op_nf4_dequant(w, src, ti->part_n[i]);
+            w += ti->part_n[i];
+            src += nf4_part(ti->part_n[i]).bytes;
+        }
+        t[k] = out;
+        out += round_up(ti->n, TENSOR_ALIGN);
+    }
+}
+
+// The encoder zero_fill_frozen_params calls (zero.h: EncodedFill): the bytes [byte0, byte0 + n) of
+// layer `layer`'s tensor `tensor`, from the logical source. The tensor last made is kept, so a rank
+// reads and quantizes each tensor it holds bytes of once. Non-finite values are counted by the call
+// that holds byte 0 (one rank per tensor).
+typedef struct {
+    LogicalFill fill;
+    void* ctx;
+    const ModelDesc* d;
+    int tensor, layer;      // the tensor in st (-1: none)
+    float* w;               // (n) its values
+    unsigned char* st;      // its bytes
+    int64_t bad;            // its non-finite values
+} LoraEncoder;
+
+static void lora_encoder_init(LoraEncoder* e, LogicalFill fill, void* ctx, const ModelDesc* d) {
+    memset(e, 0, sizeof(*e));
+    e->fill = fill; e->ctx = ctx; e->d = d; e->tensor = -1;
+}
+static void lora_encoder_free(LoraEncoder* e) { free(e->w); free(e->st); e->w = NULL; e->st = NULL; e->tensor = -1; }
+
+static int64_t lora_base_encode(void* ctx, int tensor, int layer, unsigned char* dst, int64_t byte0, int64_t n) {
+    LoraEncoder* e = (LoraEncoder*)ctx;
+    const TensorInfo* t = &e->d->t[tensor];
+    int64_t bytes = t->stored * (int64_t)sizeof(floatX);
+    if (byte0 < 0 || n < 0 || byte0 + n > bytes) die(1, "%s: bytes [%lld, %lld) asked of its %lld (internal error)", t->name, (long long)byte0, (long long)(byte0 + n), (long long)bytes);
+    if (e->tensor != tensor || e->layer != layer) {
+        lora_encoder_free(e);
+        e->w = (float*)malloc(sizeof(float) * (size_t)t->n);
+        e->st = (unsigned char*)malloc((size_t)bytes);
+        if (!e->w || !e->st) die(1, "out of host memory (%s of layer %d: %lld weights to quantize)", t->name, layer, (long long)t->n);
+        e->fill(e->ctx, e->w, t->logical + (int64_t)layer * t->n, t->n);
+        e->bad = 0;
+        for (int64_t i = 0; i < t->n; i++) { e->bad += !isfinite(e->w[i]); e->w[i] = ld(rn(e->w[i])); } // (as the BF16 base holds it)
+        int64_t at = 0, sb = 0;
+        for (int i = 0; i < t->nparts; i++) {
+            nf4_quantize(e->w + at, t->part_n[i], e->st + sb);
+            at += t->part_n[i];
+            sb += nf4_part(t->part_n[i]).bytes;
+        }
+        memset(e->st + sb, 0, (size_t)(bytes - sb));
+        e->tensor = tensor; e->layer = layer;
+    }
+    memcpy(dst, e->st + byte0, (size_t)n);
+    return byte0 == 0 ? e->bad : 0;
 }
 
 #endif // ZT_LORA_H

@@ -1,10 +1,10 @@
 // model.h — the model's description: GPTConfig (both families' fields) and its derived sizes
 // (model_dims), the two families' tensor tables side by side (GPT2_TENSORS, LLAMA_TENSORS), each
 // tensor's logical offset (llm.c's file order for GPT-2; the table's order for Llama) and the block
-// layout for R ranks. Nothing here allocates or computes; train_gpt.cu (section 1) and checkpoint.h
-// both build on it.
+// layout for R ranks ([QLoRA] a 4-bit base's matrices stored as their NF4 bytes: nf4_describe_parts).
+// Nothing here allocates or computes; train_gpt.cu (section 1) and checkpoint.h both build on it.
 //
-// May call: zero.h (the block layout), ops/rope.cuh (the ROPE_* rules).
+// May call: zero.h (the block layout), ops/rope.cuh (the ROPE_* rules), ops/nf4.cuh (nf4_part).
 #ifndef ZT_MODEL_H
 #define ZT_MODEL_H
 #include "zero.h" // defines: BlockLayout, layout_init, layout_add_tensor, layout_finish
@@ -16,6 +16,7 @@ enum { FAMILY_GPT2 = 0, FAMILY_LLAMA = 1 };
 // ROPE_* values, defined with the rules in ops/rope.cuh).
 #include "ops/rope.cuh" // defines: ROPE_NONE, ROPE_DEFAULT, ROPE_LINEAR, ROPE_LLAMA3
 #include "rng.h"       // defines: fnv1a, FNV_INIT (model_family_hash)
+#include "ops/nf4.cuh"  // defines: Nf4Part, nf4_part (a 4-bit base tensor's bytes)
 
 // Every field of GPTConfig, written once: X(type, name, role). The role says what a checkpoint
 // makes of the field, so a new field cannot be added without saying it:
@@ -54,6 +55,7 @@ enum { CFG_SIZE, CFG_FAMILY, CFG_ADAPTER, CFG_PLACE };
     X(float, lora_alpha, CFG_ADAPTER)     /* [LoRA] scale alpha / r */ \
     X(unsigned, lora_mask, CFG_ADAPTER)   /* [LoRA] bit i = row i of the family's rows in LORA_TARGETS */ \
     X(float, lora_dropout, CFG_ADAPTER)   /* [LoRA] p of the dropout on the adapters' input (0: none) */ \
+    X(int, lora_nf4, CFG_ADAPTER)         /* [QLoRA] 1: the frozen base's layer matrices stored as NF4 (-lora-base-dtype nf4) */ \
     X(int, lora_rep, CFG_PLACE)           /* [LoRA] 1: under ZeRO-3 every rank holds the whole frozen base (-lora-base replicated) */
 
 #define GPTCONFIG_MEMBER(type, name, role) type name;
@@ -144,6 +146,9 @@ typedef enum {
     X(FAMILY_LLAMA, "gate_proj", "model.layers.%d.mlp.gate_proj",    PROJ_UP,   0,        d.F,      c->C)  \
     X(FAMILY_LLAMA, "up_proj",   "model.layers.%d.mlp.up_proj",      PROJ_UP,   d.F,      d.F,      c->C)  \
     X(FAMILY_LLAMA, "down_proj", "model.layers.%d.mlp.down_proj",    PROJ_DOWN, 0,        c->C,     d.F)
+
+// The tensor of each projection in a family's table (defined at the end).
+static int proj_tensor(int family, int proj);
 
 #define LORA_MAX_MODULES 8 // per layer (Llama: 7); two tensors each fit one block (MAX_BLOCK_TENSORS)
 
@@ -238,6 +243,11 @@ enum {
     NUM_TENSORS
 };
 
+// [QLoRA] A 4-bit base tensor is stored as parts, one per Hugging Face tensor it fuses (q_proj ;
+// k_proj ; v_proj in wqkv: bitsandbytes quantizes each nn.Linear on its own, with its own absmax
+// mean), each part nf4_part's bytes (ops/nf4.cuh), one after the other.
+#define NF4_MAX_PARTS 3
+
 typedef struct {
     const char* name;
     int io;          // lives in the io block (1) or in every layer block (0)
@@ -246,6 +256,11 @@ typedef struct {
     int decay;
     InitKind init;
     int64_t off;     // offset inside its block (filled from the layout)
+    // [QLoRA] with lora_nf4, a layer's projection matrices: stored as NF4 parts (stored: floatX elements
+    // of their bytes; 0: stored as floatX, n elements)
+    int nparts;
+    int64_t part_n[NF4_MAX_PARTS]; // weights of each part, in row order
+    int64_t stored;
 } TensorInfo;
 
 typedef struct {
@@ -273,6 +288,28 @@ static void model_family_text(const GPTConfig* c, char* buf, size_t cap) {
 // The tensors holding padded vocabulary rows (V..Vp: zero, never in the softmax).
 static inline int tensor_has_vocab_rows(int k) { return k == T_wte || k == T_embed || k == T_lmhead; }
 
+// [QLoRA] The 4-bit base's parts: each layer projection's Hugging Face modules in row order (the
+// family's LORA_TARGETS rows), and the floatX elements their bytes take.
+static void nf4_describe_parts(ModelDesc* md, const GPTConfig* c) {
+    ModelDims d = model_dims(c);
+#define X(fam, tname, thf, tproj, trow0, trows, tin)                                                        \
+    if ((fam) == c->family) {                                                                               \
+        TensorInfo* t = &md->t[proj_tensor(c->family, tproj)];                                             \
+        int64_t done = 0;                                                                                   \
+        for (int i = 0; i < t->nparts; i++) done += t->part_n[i];                                           \
+        if (done == (int64_t)(trow0) * (tin) && t->nparts < NF4_MAX_PARTS) t->part_n[t->nparts++] = (int64_t)(trows) * (tin); \
+    }
+    LORA_TARGETS(X)
+#undef X
+    for (int p = 0; p < NUM_PROJ; p++) {
+        TensorInfo* t = &md->t[proj_tensor(c->family, p)];
+        int64_t done = 0, bytes = 0;
+        for (int i = 0; i < t->nparts; i++) { done += t->part_n[i]; bytes += nf4_part(t->part_n[i]).bytes; }
+        if (done != t->n) die(1, "the 4-bit parts of %s cover %lld of its %lld weights (internal error)", t->name, (long long)done, (long long)t->n);
+        t->stored = bytes / (int64_t)sizeof(floatX);
+    }
+}
+
 static void model_describe(ModelDesc* d, const GPTConfig* c) {
     memset(d, 0, sizeof(*d));
     d->cfg = *c;
@@ -295,6 +332,7 @@ static void model_describe(ModelDesc* d, const GPTConfig* c) {
     d->num_params = logical;
     d->num_real = logical - padded;
     lora_describe(&d->lora, c);
+    if (c->lora_r && c->lora_nf4) nf4_describe_parts(d, c); // [QLoRA]
 }
 
 // Block layout for R ranks: block 0 = io tensors, block 1 + l = layer l's tensors, in table order.
@@ -309,7 +347,7 @@ static void model_layout(ModelDesc* d, BlockLayout* lay, int R, int r) {
             TensorInfo* t = &d->t[k];
             if (t->io != (b == 0) || t->n == 0) continue; // (absent tensors are not in the layout)
             int layer = b - 1;
-            layout_add_tensor(lay, b, k, t->io ? -1 : layer, t->n, t->logical + (t->io ? 0 : layer * t->n), t->decay);
+            layout_add_stored(lay, b, k, t->io ? -1 : layer, t->n, t->logical + (t->io ? 0 : layer * t->n), t->decay, t->stored);
         }
     if (lo->r) {
         int b = 1 + c->L;
@@ -329,6 +367,12 @@ static void model_layout(ModelDesc* d, BlockLayout* lay, int R, int r) {
     layout_finish(lay);
     for (int b = 0; b < 2 && b <= c->L; b++) // offsets inside a block are the same for every layer
         for (int k = 0; k < lay->ntensors[b]; k++) d->t[lay->tensors[b][k].tensor].off = lay->tensors[b][k].off;
+}
+
+static int proj_tensor(int family, int proj) {
+    static const int gpt2[NUM_PROJ] = {T_qkvw, T_attprojw, T_fcw, T_fcprojw};
+    static const int llama[NUM_PROJ] = {T_wqkv, T_wo, T_wgu, T_wdown};
+    return family == FAMILY_LLAMA ? llama[proj] : gpt2[proj];
 }
 
 #endif // ZT_MODEL_H

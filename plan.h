@@ -98,7 +98,7 @@ static void plan_config(const GPTConfig* c, int B, int T, int R, int GA, int sta
     size_t X = sizeof(floatX), acts, logits;
     acts_bytes(c, B, T, recompute, &acts, &logits);
     p->bytes[TAG_PARAMS] = X * (s.full_params + s.shard_params);
-    p->bytes[TAG_PARAM_BUF] = X * s.param_bufs;
+    p->bytes[TAG_PARAM_BUF] = X * (s.param_bufs + lora_dequant_elems(&d)); // [QLoRA] + one layer dequantized (lora.h)
     p->bytes[TAG_GRADS] = 4 * (s.full_grads + s.shard_grads);
     p->bytes[TAG_GRAD_BUF] = 4 * s.grad_bufs;
     p->bytes[TAG_MASTER] = p->bytes[TAG_ADAM_M] = p->bytes[TAG_ADAM_V] = offload ? 0 : 4 * s.opt; // [offload] on the host
@@ -526,6 +526,12 @@ static void plan_explain_misfit(const GPTConfig* c, int B, int T, int R, int GA,
         if (q.total <= usable) Rfit = r2;
     }
     if (Rfit) n += snprintf(out + n, cap - n, "; with %d ranks it would fit", Rfit);
+    // what is missing at this R: the parameters' shard on the host (parameter offload: not built yet)
+    double params = (double)p.bytes[TAG_PARAMS], master = (double)(p.bytes[TAG_MASTER] + p.bytes[TAG_ADAM_M] + p.bytes[TAG_ADAM_V]);
+    if ((double)p.total - params - master <= usable && (double)p.total > usable)
+        n += snprintf(out + n, cap - n, "; at R = %d it is %s short and the parameters' shard alone is %s: with the parameters and the "
+                      "optimizer state in host memory it would need %s (parameter offload is not built yet; -offload moves the optimizer state only)",
+                      R, fmt_bytes((double)p.total - usable).s, fmt_bytes(params).s, fmt_bytes((double)p.total - params - master).s);
     if (fixed > usable * 0.5)
         n += snprintf(out + n, cap - n, "; activations, logits and buffers alone need %s: use a smaller micro-batch -b (and -d to keep the batch)",
                       fmt_bytes((double)fixed).s);

@@ -20,7 +20,8 @@
 #include "flags.h"            // defines: Flags, flags_convert, flags_print_table, FLAG_SHOW
 #include "plan.h"             // defines: parse_size, gpu_peak_index
 #include "acts.h"             // defines: acts_bytes
-#include "model.h"            // defines: GPTConfig, ModelDesc
+#include "model.h"            // defines: GPTConfig, ModelDesc, model_describe
+#include "lora.h"             // defines: lora_dequant_elems ([QLoRA] the memory table)
 #include "zero.h"             // defines: Zero, ZeroSizes, Comm, Launch, comm_sum_doubles, comm_allgather_u64
 #include "checkpoint.h"       // defines: ModelFile, model_file_open
 #include "hf.h"               // defines: HFCheckpoint, hf_is_checkpoint_path, hf_open, hf_close
@@ -370,6 +371,9 @@ static void check_lora_flags(Flags* f, const GPTConfig* c) {
     if (!strcmp(f->lora_base, "sharded") && f->zero_stage >= 0 && f->zero_stage <= 2)
         die_user("flag -lora-base sharded: only ZeRO-3 shards parameters, and this run has -z %d (its ranks hold the whole base). HINT: -z 3, or -z auto", f->zero_stage);
     if (!c->lora_r) return;
+    if (c->lora_nf4 && f->export_hf[0]) // [QLoRA]
+        die_user("flag -export-hf %s: not yet with -lora-base-dtype nf4 (the merged model from a 4-bit base is not written yet; "
+                 "-lora-export writes the adapters)", f->export_hf);
     if (f->export_path[0]) die_user("flag -export: not yet with -lora (llm.c's export of a LoRA run is not built yet; -lora-export writes the adapters, -export-hf the merged model; see docs/lora.md)");
     // a checkpoint of a LoRA run holds the adapters' state and the base's identity, not the base again
     if (f->save_model_set && strcmp(f->save_model, "0"))
@@ -691,9 +695,14 @@ static void print_memory_table(Comm* comm, const Zero* z, const GPTConfig* c, in
     int off = z->offload != OFFLOAD_NONE; // [offload] master, m, v are not on the device: 0 here
     double opt_dev = off ? 0.0 : 4.0 * s->opt;
     if (off) f_opt = z->offload == OFFLOAD_CPU ? "- (-offload cpu: host)" : "- (-offload nvme: file)";
+    ModelDesc md; // [QLoRA] one layer's 4-bit matrices dequantized (lora.h), beside the gathered blocks
+    model_describe(&md, c);
+    double deq = X * (double)lora_dequant_elems(&md);
+    const char* f_bufs = rep ? "X * P_A" : st == 3 ? "X * (P_io + 2 P_layer)" : "-";
+    if (deq > 0) f_bufs = rep ? "X * (P_A + deq)" : st == 3 ? "X * (P_io+2 P_layer+deq)" : "X * deq";
     struct { const char* formula; double bytes; } closed[TAG_COUNT] = {
         {f_params, X * (s->full_params + s->shard_params)},
-        {rep ? "X * P_A" : st == 3 ? "X * (P_io + 2 P_layer)" : "-", X * s->param_bufs},
+        {f_bufs, X * s->param_bufs + deq},
         {f_grads, 4.0 * (s->full_grads + s->shard_grads)},
         {st >= 2 ? "4 * (P_io + 2 P_layer)" : "-", 4.0 * s->grad_bufs},
         {f_opt, opt_dev}, {f_opt, opt_dev}, {f_opt, opt_dev},
@@ -729,14 +738,14 @@ static void print_memory_table(Comm* comm, const Zero* z, const GPTConfig* c, in
     printf0("model state per rank (params + grads + master + m + v), Psi = %lld parameters (the model line's: padded vocabulary rows included):\n", (long long)psi);
     const char* loraform[4] = {"X Psi' + 16 P_A", "X Psi' + 4 P_A + 12 P_A/R", "X Psi' + 16 P_A/R", "X Psi'/R + 16 P_A/R"};
     int A = z->lay.adapter; // [LoRA] the base frozen: gradients, master, m, v for the adapter block (P_A) only
+    double full = deq > 0 ? psi : (double)z->lay.total; // (full fine-tuning: [QLoRA] of a BF16 base, Psi without its padding)
     printf0("  ours:  %-26s = %9.2f MiB\n", rep ? "X (Psi' - P_A) + (X + 16) P_A/R" : A ? loraform[st] : ourform[st], ours / MiB);
     if (rep)
         printf0("         -lora-base replicated: every rank holds the whole frozen base (never gathered); only the adapters are sharded\n");
     if (A)
         printf0("         LoRA: the base (Psi' - P_A) is frozen, parameters only; the adapters, P_A = %lld elements, hold the gradients,\n"
                 "         master, m and v (full fine-tuning of the same model: %s = %.2f MiB)\n", (long long)z->lay.P[A], ourform[st],
-                (X * (st == 3 ? (double)z->lay.total / R : (double)z->lay.total) + (st <= 1 ? 4.0 * z->lay.total : 4.0 * z->lay.total / R) +
-                 12.0 * (st == 0 ? (double)z->lay.total : (double)z->lay.total / R)) / MiB);
+                (X * (st == 3 ? full / R : full) + (st <= 1 ? 4.0 * full : 4.0 * full / R) + 12.0 * (st == 0 ? full : full / R)) / MiB);
     if (off) // [offload] the device holds the parameters and gradients only
         printf0("         of which 12 Psi'/R = %.2f MiB (master, m, v) %s, %.2f MiB on the device\n", 12.0 * s->opt / MiB,
                 z->offload == OFFLOAD_CPU ? "in host memory (-offload cpu)" : "in the -offload-dir file (-offload nvme)", (ours - 12.0 * s->opt) / MiB);
@@ -745,6 +754,10 @@ static void print_memory_table(Comm* comm, const Zero* z, const GPTConfig* c, in
             "  and pads tensors to 8 elements and blocks to 8R (Psi' - Psi = %lld); the io/layer buffers of\n"
             "  ZeRO-2/3, activations, logits, comm staging and workspace are in neither (rows above)\n",
             (int)X, (long long)(z->lay.total - z->lay.logical_total));
+    if (deq > 0) // [QLoRA]
+        printf0("  QLoRA: the base's layer matrices are stored as NF4 (4-bit codes, 8-bit absmax per 64, FP32 per 16384):\n"
+                "  Psi' counts their bytes / X, so it is below Psi; deq = %lld elements, one layer's matrices dequantized\n",
+                (long long)(deq / X));
 }
 
 // What a run prints before its first step. By default (-verbose 0) a short block: the flags given or

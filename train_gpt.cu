@@ -83,6 +83,7 @@ static ParamView param_view(const ModelDesc* d, floatX* block, int io) {
     for (int k = 0; k < NUM_TENSORS; k++) v.t[k] = d->t[k].io == io && d->t[k].n ? block + d->t[k].off : NULL;
     return v;
 }
+static ParamView layer_view(Model* m, floatX* block); // (after Model: [QLoRA] a 4-bit base dequantized first)
 // [LoRA] A frozen block has no gradient (block NULL): its matrices' gradients are NULL (the matmuls
 // skip them), its 1-D tensors' (the norms' fused column sums) go to a discard buffer, never read.
 static GradView grad_view(const ModelDesc* d, float* block, int io, float* discard) {
@@ -148,6 +149,14 @@ typedef struct Model {
     floatX* ad_p;      // [LoRA] the adapter block's parameters and gradients for this micro-step (the hooks'), NULL: none
     float* ad_g;
 } Model;
+
+// A layer's parameters: where the hooks hold them; [QLoRA] a 4-bit base's matrices dequantized into
+// the model's one BF16 layer buffer first (before the forward and again before the backward: lora.h).
+static ParamView layer_view(Model* m, floatX* block) {
+    ParamView v = param_view(&m->d, block, 0);
+    lora_base_dequant(&m->lora, &m->d, v.t);
+    return v;
+}
 
 // A family's code: the embedding, one layer and the head, forward and backward. The loop below
 // (gpt_forward, gpt_backward) calls these and the ZeRO hooks around them; it never asks which
@@ -411,7 +420,10 @@ static int64_t model_load(Model* m, LogicalFill fill, void* ctx, const char* pef
     if (peft_dir && peft_dir[0]) lora_peft_open(&lp, peft_dir, &m->d.lora, &m->cfg, model);
     ModelFill mf = {fill, ctx, m, peft_dir && peft_dir[0] ? &lp : NULL};
     zero_fill_opt(&m->z, 0, model_fill, &mf); // (0: master)
-    int64_t bad = zero_fill_frozen_params(&m->z, model_fill, &mf);
+    LoraEncoder enc; // [QLoRA] a 4-bit base's bytes, quantized from the same source
+    lora_encoder_init(&enc, fill, ctx, &m->d);
+    int64_t bad = zero_fill_frozen_params(&m->z, model_fill, &mf, lora_base_encode, &enc);
+    lora_encoder_free(&enc);
     zero_params_from_master(&m->z);
     if (mf.peft) lora_peft_close(&lp);
     return bad;
@@ -435,7 +447,7 @@ static void gpt_forward(Model* m, int B, int T, int with_targets, float dloss, i
     ops->embed_forward(m, &io, B, T);
     zero_after_embedding(z);
     for (int l = 0; l < c->L; l++) {
-        ParamView p = param_view(&m->d, zero_before_block_forward(z, 1 + l), 0);
+        ParamView p = layer_view(m, zero_before_block_forward(z, 1 + l));
         if (l == 0) ops->layer_forward(m, 0, &p, layer_acts(A, 0).x, NULL, B, T);
         else ops->layer_forward(m, l, &p, layer_acts(A, l - 1).xmid, A->proj, B, T);
         zero_after_block_forward(z, 1 + l, backward_follows);
@@ -463,7 +475,7 @@ static void gpt_backward(Model* m, int B, int T, int micro, int last_micro) {
     zero_after_head_backward(z);
     for (int l = c->L - 1; l >= 0; l--) {
         float* grads;
-        ParamView p = param_view(&m->d, zero_before_block_backward(z, 1 + l, &grads), 0);
+        ParamView p = layer_view(m, zero_before_block_backward(z, 1 + l, &grads));
         GradView g = grad_view(&m->d, grads, 0, m->lora.discard);
         ops->layer_backward(m, l, &p, &g, B, T);
         zero_after_block_backward(z, 1 + l, micro, last_micro);
@@ -825,7 +837,7 @@ static int write_hf_checkpoint(Model* m, const HFConfig* hc, const char* dir, St
         if (A && b == A) continue; // [LoRA] merged into the layers' weights below
         block_values(z, b, dtype != ST_BF16 && !z->lay.frozen[b], host);
         for (int p = 0; A && b > 0 && g_rank == 0 && p < NUM_PROJ; p++) // [LoRA] W += (alpha / r) B A
-            lora_merge(&m->d.lora, b - 1, p, host + m->d.t[lora_proj_tensor(m->cfg.family, p)].off, ad);
+            lora_merge(&m->d.lora, b - 1, p, host + m->d.t[proj_tensor(m->cfg.family, p)].off, ad);
         for (int k = 0; g_rank == 0 && ok && k < z->lay.ntensors[b]; k++) {
             const BlockTensor* t = &z->lay.tensors[b][k];
             if (hf_writer_put(&w, m->d.t[t->tensor].name, b == 0 ? 0 : b - 1, host + t->off, err, sizeof(err))) ok = 0;
@@ -1086,6 +1098,7 @@ static void trainer_build_model(Trainer* tr, const GPTConfig* c, int stage, int 
     offload_init(&m->z, f->offload_dir, parse_size(f->offload_buffer)); // [offload] master, m, v in host memory or a file
     acts_alloc(&m->a, c, f->B, f->T, recompute);
     lora_alloc(&m->lora, &m->d.lora, c->L, (uint64_t)f->seed, (int64_t)f->B * f->T, lora_discard_floats(&m->d)); // [LoRA]
+    lora_base_alloc(&m->lora, &m->d); // [QLoRA] one layer dequantized (none for a BF16 base)
     m->rope_T = 0;
     m->rope_host = NULL;
     if (m->a.rope) { // [Llama] RoPE's table, built once for the run's T
@@ -1334,7 +1347,7 @@ static void setup_config(Trainer* tr, GPTConfig* c_out, int* from_file_out, int*
     GPTConfig c;
     int from_file;
     model_config(f, &c, &from_file);
-    lora_config(&c, f->lora, f->lora_alpha, f->lora_targets, f->lora_dropout); // [LoRA] adapters on a frozen base (-lora 0: none)
+    lora_config(&c, f->lora, f->lora_alpha, f->lora_targets, f->lora_dropout, f->lora_base_dtype); // [LoRA] adapters on a frozen base (-lora 0: none)
     check_lora_flags(f, &c);
     if (c.lora_r && !from_file && f->resume && flag_listed(f->resume_change, "-seed")) // [LoRA] a descriptor's base is drawn from -seed
         die_user("flag -resume-change -seed: this LoRA run's frozen base is initialised from -seed (-e %s is a descriptor, not a file): "
@@ -1374,6 +1387,7 @@ static void setup_choose(Trainer* tr, const GPTConfig* c) {
         if (!strcmp(f->offload, "auto")) snprintf(f->offload, sizeof(f->offload), "none"); // nothing plans: none
     }
     if (!c->lora_r) FLAG_SHOW(f, lora_base, "unused: no -lora");
+    if (!c->lora_r) FLAG_SHOW(f, lora_base_dtype, "unused: no -lora");
     if (strcmp(f->offload_str, f->offload)) FLAG_SHOW(f, offload, "%s", f->offload);
 }
 
@@ -1657,6 +1671,14 @@ static void log_hashes(Trainer* tr) {
             xbuf = (floatX*)realloc(xbuf, sizeof(floatX) * pc[j].len);
             dev_to_host(xbuf, p + pc[j].local, sizeof(floatX) * pc[j].len);
             xxh64_update(&hp, xbuf, sizeof(floatX) * pc[j].len);
+        }
+        for (int j = 0; j < z->lay.ntensors[b]; j++) { // [QLoRA] a 4-bit tensor's bytes in the shard (no pieces)
+            const BlockTensor* t = &z->lay.tensors[b][j];
+            int64_t a = t->off > lo ? t->off : lo, e = t->off + t->len < lo + z->lay.S[b] ? t->off + t->len : lo + z->lay.S[b];
+            if (!t->enc || a >= e) continue;
+            xbuf = (floatX*)realloc(xbuf, sizeof(floatX) * (e - a));
+            dev_to_host(xbuf, p + (a - lo), sizeof(floatX) * (e - a));
+            xxh64_update(&hp, xbuf, sizeof(floatX) * (e - a));
         }
     }
     for (int i = 0; i < n; i++) {

@@ -188,9 +188,14 @@ typedef struct {
     int tensor;      // index in the model's tensor table
     int layer;       // 0..L-1, or -1 for io tensors
     int64_t off;     // offset inside the block (padded coordinates)
-    int64_t len;     // elements
+    int64_t len;     // elements in the block (floatX)
     int64_t logical; // offset in the logical parameter vector (llm.c's file order, unpadded)
     int decay;       // weight decay applies
+    // [QLoRA] An encoded tensor (a frozen base's 4-bit weights: ops/nf4.cuh) stores len floatX elements
+    // of bytes the model makes from its nlog logical values (zero_fill_frozen_params asks it for them);
+    // it has no pieces (layout_pieces skips it): nothing reads or writes it as logical elements.
+    int enc;
+    int64_t nlog;    // logical elements (len, unless encoded)
 } BlockTensor;
 
 #define MAX_BLOCK_TENSORS 16
@@ -237,14 +242,19 @@ static void layout_init(BlockLayout* lay, int nblocks, int R, int r) {
     lay->tensors = (BlockTensor(*)[MAX_BLOCK_TENSORS])calloc(nblocks, sizeof(*lay->tensors));
 }
 
-static void layout_add_tensor(BlockLayout* lay, int b, int tensor, int layer, int64_t len, int64_t logical, int decay) {
+// stored: [QLoRA] 0, or the floatX elements of an encoded tensor's bytes (BlockTensor.enc)
+static void layout_add_stored(BlockLayout* lay, int b, int tensor, int layer, int64_t len, int64_t logical, int decay, int64_t stored) {
     int k = lay->ntensors[b]++;
     if (k >= MAX_BLOCK_TENSORS) die(1, "too many tensors in block %d (internal error)", b);
     BlockTensor* t = &lay->tensors[b][k];
-    t->tensor = tensor; t->layer = layer; t->len = len; t->logical = logical; t->decay = decay;
+    t->tensor = tensor; t->layer = layer; t->logical = logical; t->decay = decay;
+    t->enc = stored > 0; t->nlog = len; t->len = stored > 0 ? stored : len;
     t->off = lay->P[b];
-    lay->P[b] = round_up(lay->P[b] + len, TENSOR_ALIGN);
+    lay->P[b] = round_up(lay->P[b] + t->len, TENSOR_ALIGN);
     lay->logical_total += len;
+}
+static void layout_add_tensor(BlockLayout* lay, int b, int tensor, int layer, int64_t len, int64_t logical, int decay) {
+    layout_add_stored(lay, b, tensor, layer, len, logical, decay, 0);
 }
 
 static void layout_finish(BlockLayout* lay) {
@@ -276,11 +286,13 @@ static void layout_free(BlockLayout* lay) {
 // where it is in the logical vector, how long, whether it decays.
 typedef struct { int64_t local, logical, len; int decay; } Piece;
 
-// Pieces of block b's range [lo, hi) (padded block coordinates), in order. Returns the count.
+// Pieces of block b's range [lo, hi) (padded block coordinates), in order; [QLoRA] an encoded tensor
+// has none. Returns the count.
 static int layout_pieces(const BlockLayout* lay, int b, int64_t lo, int64_t hi, Piece* out) {
     int n = 0;
     for (int k = 0; k < lay->ntensors[b]; k++) {
         const BlockTensor* t = &lay->tensors[b][k];
+        if (t->enc) continue; // [QLoRA] (no logical elements in the block)
         int64_t a = t->off > lo ? t->off : lo;
         int64_t e = t->off + t->len < hi ? t->off + t->len : hi;
         if (a >= e) continue;
@@ -2291,11 +2303,17 @@ static void zero_params_from_master(Zero* z) {
     zero_after_step(z);
 }
 
+// [QLoRA] An encoded tensor's bytes come from the model: the stored bytes [byte0, byte0 + n) of tensor
+// `tensor` of layer `layer` (BlockTensor.tensor, .layer) into dst. Returns the non-finite values among
+// the logical values it read that this call counts (the model counts each tensor's once, at byte 0).
+typedef int64_t (*EncodedFill)(void* ctx, int tensor, int layer, unsigned char* dst, int64_t byte0, int64_t n);
+
 // [LoRA] A frozen block's parameters straight from a logical source (no master to round from):
 // each rank rounds its optimizer-range-sized part (the block under ZeRO-0, its shard otherwise) to
 // floatX exactly as zero_params_from_master would, then [ZeRO-1/2] the frozen blocks are gathered.
+// [QLoRA] The part of an encoded tensor in that range is enc's bytes (NULL: no encoded tensor).
 // Returns the non-finite values this rank read (a frozen block has no master for the usual check).
-static int64_t zero_fill_frozen_params(Zero* z, LogicalFill fill, void* ctx) {
+static int64_t zero_fill_frozen_params(Zero* z, LogicalFill fill, void* ctx, EncodedFill enc, void* enc_ctx) {
     Piece pc[MAX_BLOCK_TENSORS];
     int64_t bad = 0;
     for (int b = 0; b < z->lay.nblocks; b++) {
@@ -2307,6 +2325,14 @@ static int64_t zero_fill_frozen_params(Zero* z, LogicalFill fill, void* ctx) {
         int k = layout_pieces(&z->lay, b, lo, lo + n, pc);
         for (int i = 0; i < k; i++) fill(ctx, host + pc[i].local, pc[i].logical, pc[i].len);
         for (int64_t i = 0; i < n; i++) { px[i] = rn(host[i]); bad += !isfinite(host[i]); }
+        for (int i = 0; i < z->lay.ntensors[b]; i++) { // [QLoRA] encoded tensors: their bytes in the range
+            const BlockTensor* t = &z->lay.tensors[b][i];
+            int64_t a = t->off > lo ? t->off : lo, e = t->off + t->len < lo + n ? t->off + t->len : lo + n;
+            if (!t->enc || a >= e) continue;
+            if (!enc) die(1, "block %d holds an encoded tensor and no encoder was given (internal error)", b);
+            bad += enc(enc_ctx, t->tensor, t->layer, (unsigned char*)(px + (a - lo)), (a - t->off) * (int64_t)sizeof(floatX),
+                       (e - a) * (int64_t)sizeof(floatX));
+        }
         floatX* dst = z->stage == 0 ? z->full_params + z->lay.off[b]
                     : !zero_gathered(z, b) ? z->full_params + z->lay.off[b] + lo : zero_shard_params(z, b);
         dev_from_host(dst, px, sizeof(floatX) * n);

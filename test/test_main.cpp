@@ -34,6 +34,7 @@
 #include "test_resume.h"     // tests: a checkpoint knows its run; reading is not resuming; roll-back transactions; prompts; masks by pread
 #include "test_llama.h"      // tests: the Llama family on the CPU device: gradients vs float64, recompute, ZeRO, resume, offload, learns
 #include "test_lora.h"       // tests: LoRA: step 0 is the base, the base frozen, adapters' gradients, ZeRO-0..3 bitwise, bad input
+#include "test_qlora.h"      // tests: QLoRA: the 4-bit base = a BF16 base of its dequantized values, ZeRO-0..3 bitwise, the plans, bad input
 #include "test_reliability.h" // tests: output paths checked at start, regular files only, the stage a resume keeps, PEFT options refused
 #include "test_packing.h"    // tests: packed examples isolated (-doc-attention): the segment table, packed = alone, vs PyTorch, R = 2, resume
 #include "test_recipe.h"     // tests: README's fine-tuning recipe, run as written on a tiny model
@@ -54,7 +55,7 @@ static const char* const g_fp32_long_only[] = {
     "zero_data", "zero_stopped", "zero_mismatched", "plan_z_auto", "plan_recommendation", "comm_broadcast",
     "hf_corrupt", "hf_json", "hf_half", "ft_tokenize", "llama_zero", "llama_resume", "llama_refusals",
     "model_chunked_classifier_llama", // (its GPT-2 twin model_chunked_classifier stays: FP32's own tolerance)
-    "lora_zero", "lora_bad", "lora_export_init", "lora_replicated", "rel_", // (test_reliability.h: no arithmetic)
+    "lora_zero", "lora_bad", "lora_export_init", "lora_replicated", "qlora_zero", "qlora_plan", "qlora_bad", "rel_", // (test_reliability.h: no arithmetic)
     NULL};
 #endif
 

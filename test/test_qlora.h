@@ -1,0 +1,129 @@
+// test/test_qlora.h — QLoRA, -lora-base-dtype nf4 (lora.h, ops/nf4.cuh): a run on the 4-bit base is
+// exactly a LoRA run on a BF16 base holding the dequantized values (the loss, and the adapters after
+// three steps, bit for bit), the 4-bit bytes never change in training, ZeRO-0..3 are bit-identical,
+// the planner's rows for the seeds' setups, and bad input. (The NF4 numbers themselves, against
+// bitsandbytes: test_nf4.h.)
+
+// Runs q (-lora-base-dtype nf4), then b (the same flags, a BF16 base) with its base matrices replaced by
+// q's dequantized ones (R = 1, ZeRO-0; one trainer at a time: the allocator's counts are per process).
+// Then the two are the same model: the same losses and norms, the same adapters after three steps.
+#define QLORA_STEPS 3
+static void qlora_dequant_case(const char* model, const char* lora) {
+    char fq[512], fb[512];
+    snprintf(fq, sizeof(fq), "-z 0 -x 3 -l 1e-2 %s -lora-base-dtype nf4", lora);
+    snprintf(fb, sizeof(fb), "-z 0 -x 3 -l 1e-2 %s", lora);
+    Trainer* q = tm_trainer(lora_flags(model, fq));
+    Model* mq = &q->model;
+    Zero* zq = &mq->z;
+    int L = mq->cfg.L, encoded = 0;
+    floatX* deq[NUM_TENSORS * 8] = {0}; // [layer * NUM_TENSORS + k]: q's dequantized matrices (L <= 8 here)
+    CHECK(L <= 8);
+    for (int l = 0; l < L; l++) {
+        ParamView vq = layer_view(mq, zq->full_params + zq->lay.off[1 + l]);
+        for (int k = 0; k < NUM_TENSORS; k++)
+            if (mq->d.t[k].stored && !mq->d.t[k].io) { deq[l * NUM_TENSORS + k] = (floatX*)tm_host(vq.t[k], sizeof(floatX) * mq->d.t[k].n); encoded++; }
+    }
+    CHECKF(encoded == 4 * L, "%d matrices stored in 4 bits, expected the 4 projections of %d layers", encoded, L);
+    int64_t q_total = zq->lay.total;
+    double lq = lora_loss(q), ql[QLORA_STEPS], qn[QLORA_STEPS];
+    uint64_t h0 = lora_base_hash(zq);
+    for (int s = 0; s < QLORA_STEPS; s++) {
+        StepResult r = tm_step(q);
+        CHECKF(r.skipped == 0, "step %d skipped", s);
+        ql[s] = r.loss; qn[s] = r.norm;
+    }
+    CHECKF(lora_base_hash(zq) == h0, "the 4-bit base's bytes changed in training");
+    int A = zq->lay.adapter;
+    size_t abytes = sizeof(floatX) * zq->lay.P[A];
+    floatX* aq = (floatX*)tm_host(zq->full_params + zq->lay.off[A], abytes);
+    tm_free(q);
+
+    Trainer* b = tm_trainer(lora_flags(model, fb));
+    Model* mb = &b->model;
+    Zero* zb = &mb->z;
+    double l_bf16 = lora_loss(b), err2 = 0.0, ref2 = 0.0;
+    for (int l = 0; l < L; l++) {
+        ParamView vb = param_view(&mb->d, zb->full_params + zb->lay.off[1 + l], 0);
+        for (int k = 0; k < NUM_TENSORS; k++) {
+            floatX* wq = deq[l * NUM_TENSORS + k];
+            if (!wq) continue;
+            int64_t n = mb->d.t[k].n;
+            floatX* wb = (floatX*)tm_host(vb.t[k], sizeof(floatX) * n);
+            for (int64_t i = 0; i < n; i++) {
+                double d = (double)ld(wq[i]) - (double)ld(wb[i]);
+                err2 += d * d;
+                ref2 += (double)ld(wb[i]) * ld(wb[i]);
+            }
+            dev_from_host(vb.t[k], wq, sizeof(floatX) * n);
+            free(wb);
+            free(wq);
+        }
+    }
+    CHECKF(q_total < zb->lay.total / 2, "the 4-bit layout holds %lld elements, the BF16 one %lld", (long long)q_total, (long long)zb->lay.total);
+    double rel = sqrt(err2 / ref2);
+    CHECKF(rel > 0.01 && rel < 0.2, "the dequantized matrices differ from the BF16 ones by %.4f (relative, Frobenius): NF4's is ~0.1", rel);
+    double lb = lora_loss(b);
+    CHECKF(lq == lb, "step 0: the 4-bit base's loss %.9g, the BF16 base holding its dequantized values %.9g", lq, lb);
+    CHECKF(fabs(lq - l_bf16) < 0.05 * fabs(l_bf16), "the 4-bit base's loss %.6g is far from the BF16 base's %.6g", lq, l_bf16);
+    for (int s = 0; s < QLORA_STEPS; s++) {
+        StepResult r = tm_step(b);
+        CHECKF(r.loss == ql[s] && r.norm == qn[s], "step %d: loss %.9g norm %.9g on the 4-bit base, %.9g %.9g on its dequantized values",
+               s, ql[s], qn[s], r.loss, r.norm);
+    }
+    floatX* ab = (floatX*)tm_host(zb->full_params + zb->lay.off[A], abytes);
+    CHECKF(zb->lay.P[A] == (int64_t)(abytes / sizeof(floatX)) && !memcmp(aq, ab, abytes), "the adapters after %d steps differ", QLORA_STEPS);
+    printf("    %s: the 4-bit base = a BF16 base holding its dequantized values (step 0 loss %.6f, %d steps' losses, norms and adapters "
+           "bitwise; the 4-bit bytes unchanged); NF4 error %.4f relative; the BF16 base's loss %.6f; %lld elements against %lld\n",
+           mb->cfg.family == FAMILY_LLAMA ? "llama" : "gpt2", lq, QLORA_STEPS, rel, l_bf16, (long long)q_total, (long long)zb->lay.total);
+    free(aq);
+    free(ab);
+    tm_free(b);
+}
+
+TEST(qlora_is_lora_on_dequantized_base) {
+    qlora_dequant_case(LORA_GPT2, "-lora 2");
+    qlora_dequant_case(LORA_LLAMA " -r 3", "-lora 2 -lora-targets q_proj,v_proj,down_proj");
+}
+
+// ZeRO-0..3 bit-identical with the 4-bit base (make test: R = 2, GPT-2 and Llama; make test-long: R = 1..4):
+// ZeRO-3 shards and gathers the 4-bit bytes, ZeRO-0..2 hold them whole; the same steps either way.
+TEST(qlora_zero_stages_bitwise) {
+    const char* llama = "-e llama-tiny -layers 3 -vocab 97 -t 16 -poison 1 -blas 0";
+    if (test_long()) {
+        for (int R = 1; R <= 4; R++) lora_stages_case(R, ZT_MODEL, "-lora 2 -lora-base-dtype nf4");
+        lora_stages_case(3, llama, "-lora 2 -lora-base-dtype nf4 -lora-targets q_proj,k_proj,gate_proj,down_proj");
+    } else {
+        lora_stages_case(3, ZT_MODEL, "-lora 2 -lora-base-dtype nf4");
+        lora_stages_case(2, llama, "-lora 2 -lora-base-dtype nf4 -lora-targets q_proj,k_proj,gate_proj,down_proj");
+    }
+}
+
+// The planner on the seeds' setups: Llama 3 8B on one 24 GB card and 70B on two 48 GB cards fit with a
+// 4-bit base (B 1, T 2048); 70B on two 24 GB cards (Answer.AI's, which also offloads the parameters)
+// does not, and the plan says by how much and what the parameters' shard is.
+TEST(qlora_plan) {
+    static const struct { const char* flags; const char* expect; } cases[] = {
+        {"-plan -device cuda -e llama3-8b -world 1 -gpu-mem 24GiB -b 1 -t 2048 -lora 16 -lora-base-dtype nf4", "recommendation: -z"},
+        {"-plan -device cuda -e llama3-70b -world 2 -gpu-mem 48GiB -b 1 -t 2048 -lora 16 -lora-base-dtype nf4", "recommendation: -z"},
+        {"-plan -device cuda -e llama3-70b -world 2 -gpu-mem 24GiB -b 1 -t 2048 -lora 16 -lora-base-dtype nf4",
+         "with the parameters and the optimizer state in host memory it would need"},
+        {"-plan -device cuda -e llama3-70b -world 2 -gpu-mem 48GiB -b 1 -t 2048 -lora 16", "recommendation: none"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int rc = cli_run(cases[i].flags, cli_out, sizeof(cli_out));
+        CHECKF(rc == 0 && strstr(cli_out, cases[i].expect), "'%s': exit %d, expected '%s':\n%s", cases[i].flags, rc, cases[i].expect, cli_out);
+    }
+}
+
+TEST(qlora_bad_input) {
+    static const struct { const char* flags; const char* expect; } cases[] = {
+        {"-e tiny -lora 2 -lora-base-dtype fp4", "-lora-base-dtype fp4: not bf16 or nf4"},
+        {"-e tiny -lora-base-dtype nf4", "-lora-base-dtype nf4: needs -lora r"},
+        {"-e tiny -lora 2 -lora-base-dtype nf4 -export-hf /tmp/zt_qlora_x", "flag -export-hf /tmp/zt_qlora_x: not yet with -lora-base-dtype nf4"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int rc = cli_run(cases[i].flags, cli_out, sizeof(cli_out));
+        CHECKF(rc == 2 && strstr(cli_out, cases[i].expect), "'%s': exit %d, expected 2 with '%s':\n%s", cases[i].flags, rc, cases[i].expect, cli_out);
+        CHECKF(strstr(cli_out, "step ") == NULL, "'%s' started training", cases[i].flags);
+    }
+}
