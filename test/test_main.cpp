@@ -33,6 +33,7 @@
 #include "test_offload.h"    // tests: -offload cpu bit-identical to none, checkpoints across offload, refusals
 #include "test_resume.h"     // tests: a checkpoint knows its run; reading is not resuming; roll-back transactions; prompts; masks by pread
 #include "test_llama.h"      // tests: the Llama family on the CPU device: gradients vs float64, recompute, ZeRO, resume, offload, learns
+#include "test_nf4.h"       // tests: NF4 double quantization (ops/nf4.cuh) against bitsandbytes' rule and its library
 #include "test_lora.h"       // tests: LoRA: step 0 is the base, the base frozen, adapters' gradients, ZeRO-0..3 bitwise, bad input
 #include "test_qlora.h"      // tests: QLoRA: the 4-bit base = a BF16 base of its dequantized values, ZeRO-0..3 bitwise, the plans, bad input
 #include "test_reliability.h" // tests: output paths checked at start, regular files only, the stage a resume keeps, PEFT options refused
