@@ -371,9 +371,6 @@ static void check_lora_flags(Flags* f, const GPTConfig* c) {
     if (!strcmp(f->lora_base, "sharded") && f->zero_stage >= 0 && f->zero_stage <= 2)
         die_user("flag -lora-base sharded: only ZeRO-3 shards parameters, and this run has -z %d (its ranks hold the whole base). HINT: -z 3, or -z auto", f->zero_stage);
     if (!c->lora_r) return;
-    if (c->lora_nf4 && f->export_hf[0]) // [QLoRA]
-        die_user("flag -export-hf %s: not yet with -lora-base-dtype nf4 (the merged model from a 4-bit base is not written yet; "
-                 "-lora-export writes the adapters)", f->export_hf);
     if (f->export_path[0]) die_user("flag -export: not yet with -lora (llm.c's export of a LoRA run is not built yet; -lora-export writes the adapters, -export-hf the merged model; see docs/lora.md)");
     // a checkpoint of a LoRA run holds the adapters' state and the base's identity, not the base again
     if (f->save_model_set && strcmp(f->save_model, "0"))

@@ -815,7 +815,29 @@ static int save_checkpoint(Trainer* tr, int last) {
 // block at a time. On failure nothing is left in dir. Returns 0 on success.
 // [LoRA] The merged model: each target's W + (alpha / r) B A (lora_merge), in FP32 from the
 // adapters' master weights and the frozen base's parameters (it has no master), then `dtype`:
-// what PEFT's merge_and_unload() gives, for every family the writer knows.
+// what PEFT's merge_and_unload() gives, for every family the writer knows. [QLoRA] A 4-bit base's
+// matrices are their dequantized values (what the forward multiplies by: base_dequant_values), plus
+// the adapters: BF16 weights = dequantized base + (alpha / r) B A, as PEFT's merge of a 4-bit base
+// computes before it quantizes again (here nothing is quantized again).
+
+// [QLoRA] Layer block b's 4-bit matrices dequantized (lora_base_dequant), into host on rank 0: tensor
+// k at host + at[k] (n elements, FP32 of the floatX values). Every rank takes part (a gather).
+static void base_dequant_values(Model* m, int b, float* host, int64_t* at) {
+    floatX* p = zero_params(&m->z, b);
+    ParamView v = param_view(&m->d, p, 0);
+    floatX* deq = m->lora.deq;
+    lora_base_dequant(&m->lora, &m->d, v.t);
+    if (m->z.r == 0) {
+        floatX* tmp = (floatX*)malloc(sizeof(floatX) * (size_t)m->lora.deq_n);
+        if (!tmp) die(1, "out of host memory (%lld elements of a dequantized layer)", (long long)m->lora.deq_n);
+        dev_to_host(tmp, deq, sizeof(floatX) * (size_t)m->lora.deq_n);
+        for (int64_t i = 0; i < m->lora.deq_n; i++) host[i] = ld(tmp[i]);
+        free(tmp);
+    }
+    for (int k = 0; k < NUM_TENSORS; k++) at[k] = v.t[k] && m->d.t[k].stored ? v.t[k] - deq : -1;
+    zero_release(&m->z, b);
+}
+
 static int write_hf_checkpoint(Model* m, const HFConfig* hc, const char* dir, StDtype dtype) {
     Zero* z = &m->z;
     HFWriter w;
@@ -831,20 +853,29 @@ static int write_hf_checkpoint(Model* m, const HFConfig* hc, const char* dir, St
     for (int b = 0; b < z->lay.nblocks; b++) maxP = (size_t)z->lay.P[b] > maxP ? (size_t)z->lay.P[b] : maxP;
     float* host = (float*)malloc(maxP * sizeof(float));
     float* ad = A ? (float*)malloc((size_t)z->lay.P[A] * sizeof(float)) : NULL; // [LoRA] the adapters (FP32 masters)
-    if (!host || (A && !ad)) die(1, "out of host memory (%zu elements for an export)", maxP);
+    float* deq = m->lora.deq ? (float*)malloc((size_t)m->lora.deq_n * sizeof(float)) : NULL; // [QLoRA] a layer's dequantized matrices
+    if (!host || (A && !ad) || (m->lora.deq && !deq)) die(1, "out of host memory (%zu elements for an export)", maxP);
     if (A) block_values(z, A, 1, ad);
     for (int b = 0; b < z->lay.nblocks; b++) {
         if (A && b == A) continue; // [LoRA] merged into the layers' weights below
         block_values(z, b, dtype != ST_BF16 && !z->lay.frozen[b], host);
+        float* val[NUM_TENSORS]; // each tensor's values: in the block, or [QLoRA] dequantized
+        int64_t at[NUM_TENSORS];
+        for (int k = 0; k < NUM_TENSORS; k++) val[k] = host + m->d.t[k].off;
+        if (deq && b > 0) {
+            base_dequant_values(m, b, deq, at);
+            for (int k = 0; k < NUM_TENSORS; k++) if (at[k] >= 0) val[k] = deq + at[k];
+        }
         for (int p = 0; A && b > 0 && g_rank == 0 && p < NUM_PROJ; p++) // [LoRA] W += (alpha / r) B A
-            lora_merge(&m->d.lora, b - 1, p, host + m->d.t[proj_tensor(m->cfg.family, p)].off, ad);
+            lora_merge(&m->d.lora, b - 1, p, val[proj_tensor(m->cfg.family, p)], ad);
         for (int k = 0; g_rank == 0 && ok && k < z->lay.ntensors[b]; k++) {
             const BlockTensor* t = &z->lay.tensors[b][k];
-            if (hf_writer_put(&w, m->d.t[t->tensor].name, b == 0 ? 0 : b - 1, host + t->off, err, sizeof(err))) ok = 0;
+            if (hf_writer_put(&w, m->d.t[t->tensor].name, b == 0 ? 0 : b - 1, val[t->tensor], err, sizeof(err))) ok = 0;
         }
     }
     free(host);
     free(ad);
+    free(deq);
     if (g_rank != 0) return 0;
     if (ok && hf_writer_commit(&w, err, sizeof(err)) == 0) return 0;
     if (!ok) hf_writer_abort(&w); // (a failed commit has cleaned up already)
@@ -1886,8 +1917,9 @@ static void export_model(Trainer* tr) {
         io_wait_end(tr, saved);
         if (tr->model.d.lora.r) // [LoRA]
             printf0("exported the merged model at step %d to %s (Hugging Face %s, %s: W + %g B A on %d module(s) a layer, in FP32 from the "
-                    "adapters' master weights and the frozen base)\n", tr->step, f->export_hf, hf_archs[hc.arch].cls,
-                    hd == ST_F32 ? "F32" : hd == ST_F16 ? "F16" : "BF16", (double)tr->model.d.lora.scale, tr->model.d.lora.nmods);
+                    "adapters' master weights and the frozen base%s)\n", tr->step, f->export_hf, hf_archs[hc.arch].cls,
+                    hd == ST_F32 ? "F32" : hd == ST_F16 ? "F16" : "BF16", (double)tr->model.d.lora.scale, tr->model.d.lora.nmods,
+                    tr->model.lora.deq ? ", its 4-bit matrices dequantized: W is what the forward multiplied by" : "");
         else
             printf0("exported the model at step %d to %s (Hugging Face %s, %s)\n", tr->step, f->export_hf, hf_archs[hc.arch].cls,
                     hd == ST_F32 ? "F32 from the master weights" : hd == ST_F16 ? "F16 from the master weights" : "BF16 parameters");

@@ -567,7 +567,10 @@ static void lora_peft_case(const char* py, const char* model, const char* name, 
     snprintf(mg_dir, sizeof(mg_dir), "%s/%s_merged", test_tmpdir(), name);
     snprintf(mb_dir, sizeof(mb_dir), "%s/%s_merged_bf16", test_tmpdir(), name);
     snprintf(tok, sizeof(tok), "%s/%s_tokens.bin", test_tmpdir(), name);
-    Trainer* b = tm_trainer(lora_flags(model, "-z 0 -x 3"));
+    // [QLoRA] the base PEFT loads for a 4-bit run: the dequantized one, which is the merged model at step 0 (B = 0)
+    char bflags[1024];
+    snprintf(bflags, sizeof(bflags), "-x 3 %s", strstr(lora, "-lora-base-dtype nf4") ? lora : "-z 0");
+    Trainer* b = tm_trainer(lora_flags(model, bflags));
     HFConfig hc;
     char herr[1024];
     CHECKF(hf_export_config(&b->f, &b->model.cfg, &hc, herr, sizeof(herr)) == 0, "%s", herr);

@@ -12,6 +12,9 @@ EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, long, long, bf16_t const*, lo
 #ifndef ENABLE_FP32
 EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, long)>(&add_inplace_kernel), "add_inplace_kernel", 10, 0, 0, 0, 0)
 #endif
+#ifndef ENABLE_FP32
+EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, unsigned char const*, Nf4Part, Nf4Tables)>(&nf4_dequant_kernel), "nf4_dequant_kernel", 17, 1088, 0, 0, 0)
+#endif
 EMU_KERNEL_RESOURCES(static_cast<void (*)(long)>(&comm_delay_kernel), "comm_delay_kernel", 8, 0, 0, 0, 0)
 EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, long)>(&comm_add_kernel), "comm_add_kernel", 10, 0, 0, 0, 0)
 EMU_KERNEL_RESOURCES(static_cast<void (*)(StepScalars*, float)>(&step_scalars_kernel), "step_scalars_kernel", 18, 0, 0, 0, 0)
@@ -159,6 +162,9 @@ EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, long, long, float const*, long
 #endif
 #ifdef ENABLE_FP32
 EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, long)>(&add_inplace_kernel), "add_inplace_kernel", 10, 0, 0, 0, 0)
+#endif
+#ifdef ENABLE_FP32
+EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, unsigned char const*, Nf4Part, Nf4Tables)>(&nf4_dequant_kernel), "nf4_dequant_kernel", 22, 1088, 0, 0, 0)
 #endif
 #ifdef ENABLE_FP32
 EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, long)>(&round_params_kernel), "round_params_kernel", 28, 0, 0, 0, 0)
