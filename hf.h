@@ -45,9 +45,20 @@
 //
 // defines: HFConfig, hf_read_config, hf_check_run, hf_arch_name, HFCheckpoint, hf_is_checkpoint_path,
 //          hf_open, hf_bind, hf_fill, hf_close, hf_largest_tensor, HFWriter, hf_writer_open, hf_writer_put,
-//          hf_writer_commit, hf_writer_abort, HF_SHARD_BYTES
+//          hf_writer_commit, hf_writer_abort, HF_SHARD_BYTES, hf_nf4_part
 //
-// May call: safetensors.h and the C library.
+// [QLoRA] In, also: a checkpoint bitsandbytes quantized as transformers saves it (the *-bnb-4bit
+//      repositories): config.json's quantization_config (quant_method bitsandbytes, load_in_4bit,
+//      bnb_4bit_quant_type nf4, bnb_4bit_use_double_quant; bnb_4bit_quant_storage uint8, bfloat16,
+//      float16 or float32: the codes' bytes viewed as that dtype; llm_int8_skip_modules naming no
+//      layer projection), each layer projection's weight its packed 4-bit codes ((ceil(n/2)/size, 1))
+//      and beside it .absmax (U8), .quant_map (F32 16), .nested_absmax (F32), .nested_quant_map (F32 256)
+//      and .quant_state.bitsandbytes__nf4 (the JSON of blocksize, shape, dtype, nested_blocksize,
+//      nested_offset): hf_nf4_part copies them into ops/nf4.cuh's storage of the part, checked
+//      against the config and the code books. Refused by name: another quant_method (GPTQ, AWQ,
+//      ...), 8-bit, fp4, no double quantization, another blocksize, a projection left in 16 bits.
+//
+// May call: safetensors.h, ops/nf4.cuh (the 4-bit part's layout and code books) and the C library.
 #ifndef ZT_HF_H
 #define ZT_HF_H
 
@@ -55,6 +66,7 @@
 #include <math.h>
 #include <dirent.h>
 #include "safetensors.h" // defines: Json, json_parse, StFile, st_open, st_find, st_get, st_make_header
+#include "ops/nf4.cuh"   // defines: Nf4Part, nf4_part, NF4_CODE, NF4_DYN ([QLoRA] a bitsandbytes 4-bit checkpoint)
 
 enum { HF_ARCH_GPT2, HF_ARCH_LLAMA, HF_ARCH_MISTRAL, HF_ARCH_QWEN2, HF_NARCH };
 static const struct { const char* model_type; const char* cls; } hf_archs[HF_NARCH] = {
@@ -81,6 +93,7 @@ typedef struct {
     int max_window_layers;     // Qwen2's, written back as read (28 when absent)
     char bos[96], eos[96], pad[96]; // bos/eos/pad_token_id as the JSON text read ("": absent), written back
     int o_bias;                // Llama's attention_bias: q/k/v biases and an o_proj bias, which must be zero (we have none)
+    int bnb4;                  // [QLoRA] quantization_config: bitsandbytes 4-bit nf4, double quantization (the projections' weights)
 } HFConfig;
 
 // A GPT-2's config from its five dimensions.
@@ -426,6 +439,55 @@ static int hf_read_llama(const Json* j, const char* path, int arch, HFConfig* c,
     return 0;
 }
 
+// [QLoRA] config.json's quantization_config: absent or null (the weights are F32/F16/BF16), or
+// bitsandbytes' 4-bit NF4 with double quantization (c->bnb4 = 1); everything else refused naming the
+// field and its value.
+static int hf_read_quant(const Json* j, const char* path, HFConfig* c, char* err, size_t errlen) {
+    int q = json_get(j, 0, "quantization_config");
+    c->bnb4 = 0;
+    if (q < 0 || j->nodes[q].type == JSON_NULL) return 0;
+    char b[96];
+    if (j->nodes[q].type != JSON_OBJECT) return st_err(err, errlen, "%s: quantization_config %s is not an object", path, hf_show(j, q, b, sizeof(b)));
+    int k = json_get(j, q, "quant_method");
+    if (k < 0 || j->nodes[k].type != JSON_STRING || strcmp(j->nodes[k].str, "bitsandbytes"))
+        return st_err(err, errlen, "%s: quantization_config.quant_method %s: only bitsandbytes' 4-bit NF4 checkpoints are read (GPTQ, AWQ, "
+                      "HQQ, fp8 and the rest are not). HINT: load the BF16 model and pass -lora-base-dtype nf4", path, hf_show(j, k, b, sizeof(b)));
+    k = json_get(j, q, "load_in_8bit");
+    if (k >= 0 && j->nodes[k].type == JSON_TRUE)
+        return st_err(err, errlen, "%s: quantization_config.load_in_8bit true: 8-bit (LLM.int8) checkpoints are not read, only 4-bit NF4", path);
+    k = json_get(j, q, "load_in_4bit");
+    if (k < 0 || j->nodes[k].type != JSON_TRUE)
+        return st_err(err, errlen, "%s: quantization_config.load_in_4bit %s: only 4-bit NF4 checkpoints are read", path, hf_show(j, k, b, sizeof(b)));
+    k = json_get(j, q, "bnb_4bit_quant_type");
+    if (k < 0 || j->nodes[k].type != JSON_STRING || strcmp(j->nodes[k].str, "nf4"))
+        return st_err(err, errlen, "%s: quantization_config.bnb_4bit_quant_type %s: only nf4 is read (fp4 is not)", path, hf_show(j, k, b, sizeof(b)));
+    k = json_get(j, q, "bnb_4bit_use_double_quant");
+    if (k < 0 || j->nodes[k].type != JSON_TRUE)
+        return st_err(err, errlen, "%s: quantization_config.bnb_4bit_use_double_quant %s: only double quantization (QLoRA's) is read", path,
+                      hf_show(j, k, b, sizeof(b)));
+    k = json_get(j, q, "bnb_4bit_quant_storage");
+    if (k >= 0 && !(j->nodes[k].type == JSON_STRING && (!strcmp(j->nodes[k].str, "uint8") || !strcmp(j->nodes[k].str, "bfloat16") ||
+                                                       !strcmp(j->nodes[k].str, "float16") || !strcmp(j->nodes[k].str, "float32"))))
+        return st_err(err, errlen, "%s: quantization_config.bnb_4bit_quant_storage %s: not uint8, bfloat16, float16 or float32", path, hf_show(j, k, b, sizeof(b)));
+    k = json_get(j, q, "llm_int8_skip_modules"); // modules left in 16 bits: fine unless one is a layer's projection
+    if (k >= 0 && j->nodes[k].type != JSON_NULL) {
+        if (j->nodes[k].type != JSON_ARRAY) return st_err(err, errlen, "%s: quantization_config.llm_int8_skip_modules %s is not a list", path, hf_show(j, k, b, sizeof(b)));
+        static const char* const proj[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "self_attn", "mlp", "layers"};
+        for (int e = j->nodes[k].first; e >= 0; e = j->nodes[e].next) {
+            if (j->nodes[e].type != JSON_STRING)
+                return st_err(err, errlen, "%s: quantization_config.llm_int8_skip_modules holds %s, not a module name", path, hf_show(j, e, b, sizeof(b)));
+            for (size_t p = 0; p < sizeof(proj) / sizeof(proj[0]); p++)
+                if (strstr(j->nodes[e].str, proj[p]))
+                    return st_err(err, errlen, "%s: quantization_config.llm_int8_skip_modules names %s: a layer projection left in 16 bits is not "
+                                  "supported (every projection of a 4-bit base is NF4 here)", path, j->nodes[e].str);
+        }
+    }
+    if (c->arch == HF_ARCH_GPT2)
+        return st_err(err, errlen, "%s: quantization_config on a GPT-2 (bitsandbytes quantizes nn.Linear, and GPT-2's projections are Conv1D)", path);
+    c->bnb4 = 1;
+    return 0;
+}
+
 // Read config.json into c: model_type gpt2 (the default when absent, as older GPT-2 files have
 // none), llama, mistral or qwen2. 0, or -1 with err naming the file, the field and its value.
 static int hf_read_config(const char* path, HFConfig* c, char* err, size_t errlen) {
@@ -447,6 +509,7 @@ static int hf_read_config(const char* path, HFConfig* c, char* err, size_t errle
             st_err(err, errlen, "%s: model_type %s is not supported (only gpt2: GPT2LMHeadModel; llama, mistral, qwen2: LlamaForCausalLM, "
                    "MistralForCausalLM, Qwen2ForCausalLM)", path, hf_show(&j, k, b, sizeof(b)));
         else rc = arch == HF_ARCH_GPT2 ? hf_read_gpt2(&j, path, c, err, errlen) : hf_read_llama(&j, path, arch, c, err, errlen);
+        if (rc == 0) rc = hf_read_quant(&j, path, c, err, errlen);
     }
     json_free(&j);
     free(text);
@@ -470,6 +533,16 @@ typedef struct { const char* name; int64_t logical, n; int per_layer; } HFLlmcTe
 // One of our tensors bound to its Hugging Face rows (in `at` order; elements past the last are padding).
 typedef struct { int64_t logical, n; int per_layer; int nrows; int rows[4]; } HFBound;
 
+// [QLoRA] The tensors bitsandbytes saves beside a 4-bit weight W: W.<suffix> (Linear4bit's
+// _save_to_state_dict: QuantState.as_dict(packed=True)).
+enum { HF_Q_ABSMAX, HF_Q_MAP, HF_Q_NESTED, HF_Q_NESTED_MAP, HF_Q_STATE, HF_Q_N };
+static const char* const hf_q_suffix[HF_Q_N] = {"absmax", "quant_map", "nested_absmax", "nested_quant_map", "quant_state.bitsandbytes__nf4"};
+
+// [QLoRA] A row stored in 4 bits in a bitsandbytes checkpoint: a layer projection's weight.
+static int hf_row_nf4(const HFConfig* c, const HFTensorRow* r) {
+    return c->bnb4 && r->d1 && r->per_layer && (!strcmp(r->ours, "wqkv") || !strcmp(r->ours, "wo") || !strcmp(r->ours, "wgu") || !strcmp(r->ours, "wdown"));
+}
+
 typedef struct {
     HFConfig cfg;
     char config_path[PATH_MAX + 64];
@@ -477,8 +550,10 @@ typedef struct {
     int nfiles;
     int nrows;
     HFTensorRow rows[HF_MAX_ROWS];
-    const StTensor** src; // (nrows * L): the tensor of row k, layer l (io rows use l = 0)
+    const StTensor** src; // (nrows * L): the tensor of row k, layer l (io rows use l = 0); [QLoRA] a 4-bit row's: its packed codes
     int* src_file;        // (nrows * L)
+    const StTensor** qsrc; // [QLoRA] (nrows * L * HF_Q_N): a 4-bit row's quantization state (hf_q_suffix), NULL elsewhere
+    int* qsrc_file;
     // bound to our logical layout by hf_bind, in logical order
     HFBound bound[HF_MAX_ROWS];
     int nbound;
@@ -504,6 +579,8 @@ static void hf_close(HFCheckpoint* ck) {
     free(ck->files);
     free(ck->src);
     free(ck->src_file);
+    free(ck->qsrc);
+    free(ck->qsrc_file);
     memset(ck, 0, sizeof(*ck));
 }
 
@@ -651,6 +728,8 @@ static int hf_open(HFCheckpoint* ck, const char* path, char* err, size_t errlen)
     ck->nrows = hf_rows(c, ck->rows);
     ck->src = (const StTensor**)calloc((size_t)ck->nrows * c->L, sizeof(StTensor*));
     ck->src_file = (int*)calloc((size_t)ck->nrows * c->L, sizeof(int));
+    ck->qsrc = (const StTensor**)calloc((size_t)ck->nrows * c->L * HF_Q_N, sizeof(StTensor*));
+    ck->qsrc_file = (int*)calloc((size_t)ck->nrows * c->L * HF_Q_N, sizeof(int));
     char (*want)[96] = (char(*)[96])calloc((size_t)ck->nrows * c->L, 96); // the expected name of each (row, layer) slot ("" : none)
     for (int k = 0; k < ck->nrows; k++)
         for (int l = 0; l < (ck->rows[k].per_layer ? c->L : 1); l++)
@@ -667,6 +746,25 @@ static int hf_open(HFCheckpoint* ck, const char* path, char* err, size_t errlen)
             if (hf_is_buffer(c, bare)) continue;
             int slot = -1;
             for (int s = 0; s < ck->nrows * c->L && slot < 0; s++) if (want[s][0] && !strcmp(want[s], bare)) slot = s;
+            if (slot < 0 && c->bnb4) { // [QLoRA] a 4-bit weight's state: "<weight>.<suffix>"
+                int q = -1;
+                for (int s = 0; s < ck->nrows * c->L && slot < 0; s++) {
+                    size_t wl = strlen(want[s]);
+                    if (!want[s][0] || !hf_row_nf4(c, &ck->rows[s / c->L]) || strncmp(bare, want[s], wl) || bare[wl] != '.') continue;
+                    for (int k = 0; k < HF_Q_N && q < 0; k++) if (!strcmp(bare + wl + 1, hf_q_suffix[k])) q = k;
+                    if (q < 0) { rc = st_err(err, errlen, "%s: tensor %s: not a part of bitsandbytes' NF4 state of %s (%s.absmax, .quant_map, "
+                                             ".nested_absmax, .nested_quant_map, .quant_state.bitsandbytes__nf4)", f->path, name, want[s], want[s]); break; }
+                    slot = s;
+                }
+                if (rc) break;
+                if (slot >= 0) {
+                    int at = slot * HF_Q_N + q;
+                    if (ck->qsrc[at]) { rc = st_err(err, errlen, "%s: tensor %s: stored twice", f->path, name); break; }
+                    ck->qsrc[at] = &f->t[t];
+                    ck->qsrc_file[at] = fi;
+                    continue;
+                }
+            }
             if (slot < 0 && !strcmp(name, "lm_head.weight") && (gpt2 || c->tied)) { lm_head = &f->t[t]; lm_head_file = fi; continue; }
             if (slot < 0) {
                 rc = st_err(err, errlen, "%s: tensor %s is not part of a %s with %s's settings (%s): another architecture?",
@@ -677,6 +775,24 @@ static int hf_open(HFCheckpoint* ck, const char* path, char* err, size_t errlen)
             if (ck->src[slot]) { rc = st_err(err, errlen, "%s: tensor %s: stored twice (with and without the transformer. prefix?)", f->path, name); break; }
             const StTensor* s = &f->t[t];
             int want_ndim = r->d1 ? 2 : 1;
+            if (hf_row_nf4(c, r)) { // [QLoRA] packed codes: (ceil(n/2) bytes / the storage dtype's size, 1)
+                int64_t bytes = (r->d0 * r->d1 + 1) / 2;
+                if (s->ndim == 2 && s->shape[0] == r->d0 && s->shape[1] == r->d1) {
+                    rc = st_err(err, errlen, "%s: tensor %s: (%lld, %lld) in %s, not 4-bit codes: a projection left in 16 bits in a 4-bit checkpoint "
+                                "is not supported", f->path, name, (long long)r->d0, (long long)r->d1, s->dtype_name);
+                    break;
+                }
+                if (s->ndim != 2 || s->shape[1] != 1 || s->shape[0] * s->esize != bytes) {
+                    char shp[96];
+                    hf_shape_text(s->shape, s->ndim, shp, sizeof(shp));
+                    rc = st_err(err, errlen, "%s: tensor %s: shape (%s) of %s, but the 4-bit codes of a (%lld, %lld) weight are %lld bytes, (%lld / %d, 1)",
+                                f->path, name, shp, s->dtype_name, (long long)r->d0, (long long)r->d1, (long long)bytes, (long long)bytes, s->esize);
+                    break;
+                }
+                ck->src[slot] = s;
+                ck->src_file[slot] = fi;
+                continue;
+            }
             if (s->ndim != want_ndim || s->shape[0] != r->d0 || (r->d1 && s->shape[1] != r->d1)) {
                 char shp[96];
                 hf_shape_text(s->shape, s->ndim, shp, sizeof(shp));
@@ -693,6 +809,11 @@ static int hf_open(HFCheckpoint* ck, const char* path, char* err, size_t errlen)
         if (want[s][0] && !ck->src[s])
             rc = st_err(err, errlen, gpt2 ? "%s: tensor %s (or transformer.%s) is missing" : "%s: tensor %s is missing%.0s",
                         ck->nfiles == 1 ? ck->files[0].path : index, want[s], want[s]);
+    for (int s = 0; s < ck->nrows * c->L && rc == 0; s++) // [QLoRA] every 4-bit weight's state
+        for (int q = 0; want[s][0] && hf_row_nf4(c, &ck->rows[s / c->L]) && q < HF_Q_N && rc == 0; q++)
+            if (!ck->qsrc[s * HF_Q_N + q])
+                rc = st_err(err, errlen, "%s: tensor %s.%s is missing (%s's quantization_config says bitsandbytes 4-bit)",
+                            ck->nfiles == 1 ? ck->files[0].path : index, want[s], hf_q_suffix[q], ck->config_path);
     free(want);
     if (rc) return -1;
     for (int s = 0; s < ck->nrows * c->L; s++) { // tensors with no counterpart of ours must be zero (Llama's o_proj bias)
@@ -819,6 +940,97 @@ static void hf_fill(void* ctx, float* dst, int64_t logical, int64_t len) {
         }
         i += run;
     }
+}
+
+// [QLoRA] Part `part` (in row order: q_proj, k_proj, v_proj of wqkv; gate_proj, up_proj of wgu) of our
+// tensor `ours`, layer `layer`, from a bitsandbytes 4-bit checkpoint: its n weights' storage as
+// ops/nf4.cuh lays it out (st: nf4_part(n).bytes), copied from the file's codes, absmax, nested
+// absmax and the quant state's nested_offset, after checking them against the config (shape,
+// blocksize 64, nested_blocksize 256, dtypes) and the code books against ours (NF4_CODE, NF4_DYN,
+// exactly). Returns 1 when filled, 0 when the checkpoint holds no 4-bit part there (a BF16
+// checkpoint), -1 with err naming the tensor.
+static int hf_nf4_part(const HFCheckpoint* ck, const char* ours, int layer, int part, unsigned char* st, int64_t n, char* err, size_t errlen) {
+    const HFConfig* c = &ck->cfg;
+    if (!c->bnb4) return 0;
+    int k = -1, seen = 0;
+    for (int r = 0; r < ck->nrows; r++) { // the part-th 4-bit row of ours, by its first element
+        if (!ck->rows[r].present || strcmp(ck->rows[r].ours, ours) || !hf_row_nf4(c, &ck->rows[r])) continue;
+        int before = 0;
+        for (int q = 0; q < ck->nrows; q++)
+            if (ck->rows[q].present && !strcmp(ck->rows[q].ours, ours) && hf_row_nf4(c, &ck->rows[q]) && ck->rows[q].at < ck->rows[r].at) before++;
+        if (before == part) k = r;
+        seen++;
+    }
+    if (k < 0) return st_err(err, errlen, "internal error: %s has %d 4-bit part(s) in the checkpoint, not part %d", ours, seen, part);
+    const HFTensorRow* r = &ck->rows[k];
+    int slot = k * c->L + layer;
+    char name[128];
+    hf_name(r, layer, name, sizeof(name));
+    if (r->d0 * r->d1 != n) return st_err(err, errlen, "internal error: %s holds %lld weights, the part %lld", name, (long long)(r->d0 * r->d1), (long long)n);
+    const StTensor* T[HF_Q_N];
+    const StFile* F[HF_Q_N];
+    for (int q = 0; q < HF_Q_N; q++) { T[q] = ck->qsrc[slot * HF_Q_N + q]; F[q] = &ck->files[ck->qsrc_file[slot * HF_Q_N + q]]; }
+    // the quant state: a JSON object stored as U8 bytes
+    const StTensor* qs = T[HF_Q_STATE];
+    if (strcmp(qs->dtype_name, "U8") || qs->ndim != 1)
+        return st_err(err, errlen, "%s: tensor %s.%s: %s, not the U8 bytes of a JSON object", F[HF_Q_STATE]->path, name, hf_q_suffix[HF_Q_STATE], qs->dtype_name);
+    Json j;
+    char jerr[256];
+    if (json_parse(&j, (const char*)(F[HF_Q_STATE]->map + F[HF_Q_STATE]->data_start + qs->begin), (size_t)(qs->end - qs->begin), jerr, sizeof(jerr)) ||
+        j.nodes[0].type != JSON_OBJECT) {
+        json_free(&j);
+        return st_err(err, errlen, "%s: tensor %s.%s: not a JSON object (%s)", F[HF_Q_STATE]->path, name, hf_q_suffix[HF_Q_STATE], jerr);
+    }
+    int64_t blocksize = -1, nested_bs = -1, d0 = -1, d1 = -1;
+    double offset = NAN;
+    const char *qtype = "", *ndtype = "";
+    int x;
+    if ((x = json_get(&j, 0, "quant_type")) >= 0 && j.nodes[x].type == JSON_STRING) qtype = j.nodes[x].str;
+    if ((x = json_get(&j, 0, "blocksize")) >= 0 && j.nodes[x].is_int) blocksize = j.nodes[x].i;
+    if ((x = json_get(&j, 0, "nested_blocksize")) >= 0 && j.nodes[x].is_int) nested_bs = j.nodes[x].i;
+    if ((x = json_get(&j, 0, "nested_dtype")) >= 0 && j.nodes[x].type == JSON_STRING) ndtype = j.nodes[x].str;
+    if ((x = json_get(&j, 0, "nested_offset")) >= 0 && j.nodes[x].type == JSON_NUMBER) offset = j.nodes[x].num;
+    if ((x = json_get(&j, 0, "shape")) >= 0 && j.nodes[x].type == JSON_ARRAY && j.nodes[x].count == 2) {
+        int e0 = j.nodes[x].first, e1 = j.nodes[e0].next;
+        if (j.nodes[e0].is_int && j.nodes[e1].is_int) { d0 = j.nodes[e0].i; d1 = j.nodes[e1].i; }
+    }
+    char why[200] = "";
+    if (strcmp(qtype, "nf4")) snprintf(why, sizeof(why), "quant_type \"%.40s\", not nf4", qtype);
+    else if (blocksize != 64) snprintf(why, sizeof(why), "blocksize %lld, not 64 (QLoRA's)", (long long)blocksize);
+    else if (nested_bs != 256) snprintf(why, sizeof(why), "nested_blocksize %lld, not 256", (long long)nested_bs);
+    else if (strcmp(ndtype, "float32")) snprintf(why, sizeof(why), "nested_dtype \"%.40s\", not float32", ndtype);
+    else if (!isfinite(offset)) snprintf(why, sizeof(why), "no finite nested_offset (no double quantization?)");
+    else if (d0 != r->d0 || d1 != r->d1) snprintf(why, sizeof(why), "shape [%lld, %lld], but config.json gives (%lld, %lld)", (long long)d0, (long long)d1, (long long)r->d0, (long long)r->d1);
+    json_free(&j);
+    if (why[0]) return st_err(err, errlen, "%s: tensor %s.%s: %s", F[HF_Q_STATE]->path, name, hf_q_suffix[HF_Q_STATE], why);
+    Nf4Part P = nf4_part(n);
+    struct { int q; const char* dt; int64_t numel; } want[4] = {
+        {HF_Q_ABSMAX, "U8", P.nb}, {HF_Q_MAP, "F32", 16}, {HF_Q_NESTED, "F32", P.nn}, {HF_Q_NESTED_MAP, "F32", 256}};
+    for (int i = 0; i < 4; i++) {
+        const StTensor* t = T[want[i].q];
+        if (strcmp(t->dtype_name, want[i].dt) || t->numel != want[i].numel)
+            return st_err(err, errlen, "%s: tensor %s.%s: %lld x %s, but a (%lld, %lld) weight's is %lld x %s", F[want[i].q]->path, name, hf_q_suffix[want[i].q],
+                          (long long)t->numel, t->dtype_name, (long long)r->d0, (long long)r->d1, (long long)want[i].numel, want[i].dt);
+    }
+    for (int i = 0; i < 16; i++)
+        if (st_get(F[HF_Q_MAP], T[HF_Q_MAP], i) != NF4_CODE[i])
+            return st_err(err, errlen, "%s: tensor %s.quant_map: entry %d is %.9g, NF4's is %.9g: not bitsandbytes' NF4 code book", F[HF_Q_MAP]->path, name, i,
+                          (double)st_get(F[HF_Q_MAP], T[HF_Q_MAP], i), (double)NF4_CODE[i]);
+    for (int i = 0; i < 256; i++)
+        if (st_get(F[HF_Q_NESTED_MAP], T[HF_Q_NESTED_MAP], i) != NF4_DYN[i])
+            return st_err(err, errlen, "%s: tensor %s.nested_quant_map: entry %d is %.9g, the dynamic map's is %.9g", F[HF_Q_NESTED_MAP]->path, name, i,
+                          (double)st_get(F[HF_Q_NESTED_MAP], T[HF_Q_NESTED_MAP], i), (double)NF4_DYN[i]);
+    memset(st, 0, (size_t)P.bytes);
+    float off = (float)offset; // (the JSON holds the float32 offset's decimal: it comes back exactly)
+    memcpy(st + P.o_offset, &off, 4);
+    for (int64_t i = 0; i < P.nn; i++) { float v = st_get(F[HF_Q_NESTED], T[HF_Q_NESTED], i); memcpy(st + P.o_nested + 4 * i, &v, 4); }
+    const unsigned char* qa = F[HF_Q_ABSMAX]->map + F[HF_Q_ABSMAX]->data_start + T[HF_Q_ABSMAX]->begin;
+    memcpy(st + P.o_qabs, qa, (size_t)P.nb);
+    const StTensor* cs = ck->src[slot];
+    const StFile* cf = &ck->files[ck->src_file[slot]];
+    memcpy(st + P.o_codes, cf->map + cf->data_start + cs->begin, (size_t)((n + 1) / 2)); // (any storage dtype: the same bytes)
+    hf_drop_pages(cf, cf->map + cf->data_start + cs->begin, (n + 1) / 2);
+    return 1;
 }
 
 // ----------------------------------------------------------------------------

@@ -15,7 +15,8 @@
 //
 // defines: Lora, LoraView, lora_config, lora_alloc, lora_free, lora_fill, lora_view, proj_forward,
 //          proj_backward, lora_acts_bytes, lora_merge, lora_write_peft, LoraPeft, lora_peft_open, lora_peft_fill, lora_peft_close,
-//          lora_dequant_elems, lora_base_alloc, lora_base_dequant, LoraEncoder, lora_encoder_init, lora_encoder_free, lora_base_encode
+//          lora_dequant_elems, lora_base_alloc, lora_base_dequant, Nf4Source, LoraEncoder, lora_encoder_init, lora_encoder_free,
+//          lora_base_encode
 //
 // May call: device.cuh, rng.h, zero.h (the block layout), model.h (GPTConfig, model_dims),
 // ops/matmul.cuh, ops/lora.cuh, ops/elementwise.cuh, ops/nf4.cuh ([QLoRA] the 4-bit base). Knows
@@ -573,7 +574,8 @@ static void lora_peft_close(LoraPeft* lp) {
 // values would be: ZeRO shards, gathers and poisons those bytes like any block's. The rest of the
 // base (embeddings, norms, biases, the LM head) stays BF16, as bitsandbytes leaves it.
 //   - at load, lora_base_encode makes a tensor's bytes from its logical values: rounded to floatX
-//     first (the BF16 weights transformers would hand bitsandbytes), then quantized part by part.
+//     first (the BF16 weights transformers would hand bitsandbytes), then quantized part by part;
+//     or, from a checkpoint bitsandbytes quantized (Nf4Source: hf.h), the parts as the file holds them.
 //     A rank quantizes each tensor it holds bytes of whole, so every rank and stage makes the same
 //     bits (the absmax mean of double quantization is the whole part's);
 //   - before a layer's forward, and again before its backward (nothing is kept between: the
@@ -618,9 +620,16 @@ static void lora_base_dequant(const Lora* lo, const ModelDesc* d, floatX** t) {
 // layer `layer`'s tensor `tensor`, from the logical source. The tensor last made is kept, so a rank
 // reads and quantizes each tensor it holds bytes of once. Non-finite values are counted by the call
 // that holds byte 0 (one rank per tensor).
+// A source of parts already in 4 bits (a bitsandbytes checkpoint: hf.h's hf_nf4_part): part `part`
+// of layer `layer`'s tensor named `tensor` (model.h's name) into st (nf4_part(n).bytes). Returns 1
+// when it filled it, 0 when the source holds no 4-bit part there (then it is quantized).
+typedef int (*Nf4Source)(void* ctx, const char* tensor, int layer, int part, unsigned char* st, int64_t n);
+
 typedef struct {
     LogicalFill fill;
     void* ctx;
+    Nf4Source pre;          // NULL: every part quantized from fill's values
+    void* pre_ctx;
     const ModelDesc* d;
     int tensor, layer;      // the tensor in st (-1: none)
     float* w;               // (n) its values
@@ -628,9 +637,9 @@ typedef struct {
     int64_t bad;            // its non-finite values
 } LoraEncoder;
 
-static void lora_encoder_init(LoraEncoder* e, LogicalFill fill, void* ctx, const ModelDesc* d) {
+static void lora_encoder_init(LoraEncoder* e, LogicalFill fill, void* ctx, Nf4Source pre, void* pre_ctx, const ModelDesc* d) {
     memset(e, 0, sizeof(*e));
-    e->fill = fill; e->ctx = ctx; e->d = d; e->tensor = -1;
+    e->fill = fill; e->ctx = ctx; e->pre = pre; e->pre_ctx = pre_ctx; e->d = d; e->tensor = -1;
 }
 static void lora_encoder_free(LoraEncoder* e) { free(e->w); free(e->st); e->w = NULL; e->st = NULL; e->tensor = -1; }
 
@@ -641,17 +650,28 @@ static int64_t lora_base_encode(void* ctx, int tensor, int layer, unsigned char*
     if (byte0 < 0 || n < 0 || byte0 + n > bytes) die(1, "%s: bytes [%lld, %lld) asked of its %lld (internal error)", t->name, (long long)byte0, (long long)(byte0 + n), (long long)bytes);
     if (e->tensor != tensor || e->layer != layer) {
         lora_encoder_free(e);
-        e->w = (float*)malloc(sizeof(float) * (size_t)t->n);
         e->st = (unsigned char*)malloc((size_t)bytes);
-        if (!e->w || !e->st) die(1, "out of host memory (%s of layer %d: %lld weights to quantize)", t->name, layer, (long long)t->n);
-        e->fill(e->ctx, e->w, t->logical + (int64_t)layer * t->n, t->n);
+        if (!e->st) die(1, "out of host memory (%s of layer %d: %lld bytes)", t->name, layer, (long long)bytes);
         e->bad = 0;
-        for (int64_t i = 0; i < t->n; i++) { e->bad += !isfinite(e->w[i]); e->w[i] = ld(rn(e->w[i])); } // (as the BF16 base holds it)
         int64_t at = 0, sb = 0;
         for (int i = 0; i < t->nparts; i++) {
-            nf4_quantize(e->w + at, t->part_n[i], e->st + sb);
+            Nf4Part P = nf4_part(t->part_n[i]);
+            if (!(e->pre && e->pre(e->pre_ctx, t->name, layer, i, e->st + sb, t->part_n[i]))) { // (already 4-bit: copied as it is)
+                if (!e->w) { // the tensor's values, once, rounded to floatX first (as the BF16 base holds them)
+                    e->w = (float*)malloc(sizeof(float) * (size_t)t->n);
+                    if (!e->w) die(1, "out of host memory (%s of layer %d: %lld weights to quantize)", t->name, layer, (long long)t->n);
+                    e->fill(e->ctx, e->w, t->logical + (int64_t)layer * t->n, t->n);
+                    for (int64_t j = 0; j < t->n; j++) { e->bad += !isfinite(e->w[j]); e->w[j] = ld(rn(e->w[j])); }
+                }
+                nf4_quantize(e->w + at, t->part_n[i], e->st + sb);
+            } else { // a 4-bit part read as it is: its scales must be finite (a NaN would make every weight of its blocks NaN)
+                float v;
+                memcpy(&v, e->st + sb + P.o_offset, 4);
+                e->bad += !isfinite(v);
+                for (int64_t j = 0; j < P.nn; j++) { memcpy(&v, e->st + sb + P.o_nested + 4 * j, 4); e->bad += !isfinite(v); }
+            }
             at += t->part_n[i];
-            sb += nf4_part(t->part_n[i]).bytes;
+            sb += P.bytes;
         }
         memset(e->st + sb, 0, (size_t)(bytes - sb));
         e->tensor = tensor; e->layer = layer;

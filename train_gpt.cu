@@ -415,18 +415,27 @@ static void model_fill(void* ctx, float* dst, int64_t logical, int64_t len) {
 // peft_dir: [LoRA] -lora-init's adapter ("" or NULL: PEFT's initialisation); model: -e (its name is
 // checked). Returns the non-finite values this rank read into the frozen base (0 without LoRA: the
 // master weights hold everything, checked by master_nonfinite_all).
-static int64_t model_load(Model* m, LogicalFill fill, void* ctx, const char* peft_dir, const char* model) {
+// pre: [QLoRA] the 4-bit parts a checkpoint already holds (hf_nf4_source; NULL: none).
+static int64_t model_load(Model* m, LogicalFill fill, void* ctx, Nf4Source pre, const char* peft_dir, const char* model) {
     LoraPeft lp;
     if (peft_dir && peft_dir[0]) lora_peft_open(&lp, peft_dir, &m->d.lora, &m->cfg, model);
     ModelFill mf = {fill, ctx, m, peft_dir && peft_dir[0] ? &lp : NULL};
     zero_fill_opt(&m->z, 0, model_fill, &mf); // (0: master)
-    LoraEncoder enc; // [QLoRA] a 4-bit base's bytes, quantized from the same source
-    lora_encoder_init(&enc, fill, ctx, &m->d);
+    LoraEncoder enc; // [QLoRA] a 4-bit base's bytes: read as they are (pre), or quantized from the same source
+    lora_encoder_init(&enc, fill, ctx, pre, ctx, &m->d);
     int64_t bad = zero_fill_frozen_params(&m->z, model_fill, &mf, lora_base_encode, &enc);
     lora_encoder_free(&enc);
     zero_params_from_master(&m->z);
     if (mf.peft) lora_peft_close(&lp);
     return bad;
+}
+
+// [QLoRA] Nf4Source over an open Hugging Face checkpoint (hf_nf4_part); its errors end the run (exit 2).
+static int hf_nf4_source(void* ctx, const char* tensor, int layer, int part, unsigned char* st, int64_t n) {
+    char err[1024];
+    int rc = hf_nf4_part((const HFCheckpoint*)ctx, tensor, layer, part, st, n, err, sizeof(err));
+    if (rc < 0) die_user("-e %s", err);
+    return rc;
 }
 
 // Forward over a B x T micro-batch (B, T at most the allocated shape) whose tokens are already in
@@ -1183,7 +1192,7 @@ static size_t tune_build(void* ctx, const GPTConfig* c, int stage, int recompute
     PlanRow plan;
     trainer_build_model(tr, c, stage, recompute, offload, &plan);
     InitCtx ic = {&tr->model.d, (uint64_t)tr->f.seed};
-    model_load(&tr->model, init_fill, &ic, tr->f.lora_init, tr->f.model);
+    model_load(&tr->model, init_fill, &ic, NULL, tr->f.lora_init, tr->f.model);
     tr->step = 0; tr->adam_t = 0; tr->pending = 0;
     return plan.host_bytes;
 }
@@ -1563,7 +1572,7 @@ static void setup_parameters(Trainer* tr, const GPTConfig* c, int from_file) {
             for (int k = 0; k < NUM_TENSORS; k++)
                 if (m->d.t[k].n) lt[nt++] = (HFLlmcTensor){m->d.t[k].name, m->d.t[k].logical, m->d.t[k].n, !m->d.t[k].io};
             if (hf_bind(&ck, lt, nt, c->Vp, err, sizeof(err))) die(1, "-e %s: %s", f->model, err);
-            frozen_bad = (double)model_load(m, hf_fill, &ck, peft_dir, f->model);
+            frozen_bad = (double)model_load(m, hf_fill, &ck, hf_nf4_source, peft_dir, f->model);
             double largest = 4.0 * (double)hf_largest_tensor(&ck);
             hf_close(&ck);
             // what loading cost in host memory: each rank's peak above what it held before (the
@@ -1582,11 +1591,11 @@ static void setup_parameters(Trainer* tr, const GPTConfig* c, int from_file) {
             ModelFile mf;
             GPTConfig fc;
             model_file_open(&mf, f->model, &fc);
-            frozen_bad = (double)model_load(m, model_file_fill, &mf, peft_dir, f->model);
+            frozen_bad = (double)model_load(m, model_file_fill, &mf, NULL, peft_dir, f->model);
             close(mf.fd);
         } else {
             InitCtx ic = {&m->d, (uint64_t)f->seed};
-            frozen_bad = (double)model_load(m, init_fill, &ic, peft_dir, f->model);
+            frozen_bad = (double)model_load(m, init_fill, &ic, NULL, peft_dir, f->model);
         }
     }
     if (lora_resume) resume_checkpoint(tr); // [LoRA] the adapters' parameters, masters, m and v
