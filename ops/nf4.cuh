@@ -48,8 +48,9 @@
 // one thread per 4 code bytes (8 outputs, one 32-bit load, all in one 64-block), the tables in
 // shared memory. NaN or Inf weights are not supported (bitsandbytes' result for them is not ported).
 //
-// defines: Nf4Part, nf4_part, NF4_CODE, NF4_DYN, nf4_quantize, nf4_block_absmax, nf4_dequant_host,
-//          op_nf4_dequant, nf4_dyn_lut
+// defines: Nf4Part, nf4_part, NF4_CODE, NF4_DYN, nf4_quantize (and its steps nf4_quantize_4bit,
+//          nf4_offset_of, nf4_quantize_nested), nf4_block_absmax(_map), nf4_dequant_host(_map),
+//          op_nf4_dequant(_map), nf4_dyn_lut
 //
 // May call: device.cuh.
 #ifndef ZT_OPS_NF4_CUH
@@ -94,8 +95,12 @@ static const float NF4_CODE[16] = {
 };
 
 // The 256-entry dynamic map of the nested absmax: bitsandbytes 0.50.2 functional.create_dynamic_map(
-// signed=True, max_exponent_bits=7, total_bits=8), run as written (torch FP32 linspace and products,
-// sorted), written exactly. dyn[127] = 0, dyn[255] = 1, dyn[0] = -0.99296875 (there is no -1).
+// signed=True, max_exponent_bits=7, total_bits=8), its source run under Debian's torch 1.13 (CPU
+// capability AVX2), written exactly. dyn[127] = 0, dyn[255] = 1, dyn[0] = -0.99296875 (there is no -1).
+// NOTE: the map is computed at run time from torch.linspace, whose CPU kernel rounds differently with
+// the SIMD width it dispatches to (dev/nf4_reference.py emulates it: equal to torch here with AVX2;
+// with AVX-512's 16 lanes 28 entries move by 1 ulp, a prediction not run). A checkpoint saves the map
+// it used as `nested_quant_map`: read it and pass it to the _map variants (or compare it with this one).
 static const float NF4_DYN[256] = {
     -0x1.fc6666p-1f, -0x1.f53332p-1f, -0x1.eep-1f, -0x1.e6ccccp-1f, -0x1.df9998p-1f, -0x1.d86666p-1f, -0x1.d13334p-1f, -0x1.cap-1f,
     -0x1.c2ccccp-1f, -0x1.bb9998p-1f, -0x1.b46666p-1f, -0x1.ad3332p-1f, -0x1.a6p-1f, -0x1.9eccccp-1f, -0x1.979998p-1f, -0x1.906666p-1f,
@@ -177,17 +182,13 @@ static inline unsigned char nf4_code_of(float v) {
     return (unsigned char)c;
 }
 
-// st = NF4(w): writes nf4_part(n).bytes bytes (padding zeroed). w (n) FP32; a BF16/F16 checkpoint's
-// values convert exactly (bitsandbytes quantizes A.float()).
-static void nf4_quantize(const float* w, int64_t n, unsigned char* st) {
-    Nf4Part P = nf4_part(n);
-    memset(st, 0, (size_t)P.bytes);
-    unsigned char* codes = st + P.o_codes;
-    float* absmax = (float*)malloc((size_t)(P.nb > 0 ? P.nb : 1) * sizeof(float));
-    if (!absmax) { fprintf(stderr, "nf4_quantize: out of memory (%lld blocks)\n", (long long)P.nb); exit(1); }
-    // rule 1: 4-bit codes and the FP32 absmax, block by block
+// Rule 1: the 4-bit codes and the FP32 absmax of w (n), codes (ceil(n/2) bytes, packed), absmax
+// (ceil(n/64)). The last block is partial when n % 64 (bnb: the tensor's tail), so a range of a larger
+// tensor must start on a block and be whole blocks unless it ends the tensor.
+static void nf4_quantize_4bit(const float* w, int64_t n, unsigned char* codes, float* absmax) {
+    int64_t nb = ceil_div(n, NF4_BLOCK);
 #pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < P.nb; b++) {
+    for (int64_t b = 0; b < nb; b++) {
         int64_t i0 = b * NF4_BLOCK, len = n - i0 < NF4_BLOCK ? n - i0 : NF4_BLOCK;
         float a = 0.0f;
         for (int64_t i = 0; i < len; i++) a = fmaxf(a, fabsf(w[i0 + i]));
@@ -204,47 +205,70 @@ static void nf4_quantize(const float* w, int64_t n, unsigned char* st) {
         }
         for (int64_t i = 0; i < len; i += 2) codes[(i0 + i) / 2] = (unsigned char)(c[i] << 4 | c[i + 1]);
     }
-    // rule 2: the offset, one serial sum (the same bits at any thread count)
+}
+
+// Rule 2: the mean of absmax (nb), one serial double sum in index order, rounded to float.
+static float nf4_offset_of(const float* absmax, int64_t nb) {
     double sum = 0.0;
-    for (int64_t b = 0; b < P.nb; b++) sum += absmax[b];
-    float offset = P.nb > 0 ? (float)(sum / (double)P.nb) : 0.0f;
-    memcpy(st + P.o_offset, &offset, sizeof(float));
-    // rule 3: the absmax minus the offset, 8-bit blockwise in blocks of 256
+    for (int64_t b = 0; b < nb; b++) sum += absmax[b];
+    return nb > 0 ? (float)(sum / (double)nb) : 0.0f;
+}
+
+// Rule 3: bnb's FP32 quantize_blockwise (blocksize 256, NF4_DYN) of absmax[b] - offset: qabs (nb
+// codes), nested (ceil(nb / 256) FP32 absmax). With offset 0 it is quantize_blockwise of absmax itself.
+static void nf4_quantize_nested(const float* absmax, int64_t nb, float offset, unsigned char* qabs, float* nested) {
     const Nf4DynLut* L = nf4_dyn_lut();
-    float* nested = (float*)(st + P.o_nested);
-    unsigned char* qabs = st + P.o_qabs;
+    int64_t nn = ceil_div(nb, NF4_NESTED);
 #pragma omp parallel for schedule(static)
-    for (int64_t g = 0; g < P.nn; g++) {
-        int64_t b0 = g * NF4_NESTED, len = P.nb - b0 < NF4_NESTED ? P.nb - b0 : NF4_NESTED;
+    for (int64_t g = 0; g < nn; g++) {
+        int64_t b0 = g * NF4_NESTED, len = nb - b0 < NF4_NESTED ? nb - b0 : NF4_NESTED;
         float A = 0.0f;
         for (int64_t k = 0; k < len; k++) A = fmaxf(A, fabsf(absmax[b0 + k] - offset));
         nested[g] = A;
-        if (A == 0.0f) continue;                // codes 0 (already zeroed)
+        if (A == 0.0f) {                        // bnb: every code 0
+            memset(qabs + b0, 0, (size_t)len);
+            continue;
+        }
         float inv = 1.0f / A;
         for (int64_t k = 0; k < len; k++) qabs[b0 + k] = nf4_dyn_code(L, (absmax[b0 + k] - offset) * inv);
     }
+}
+
+// st = NF4(w): writes nf4_part(n).bytes bytes (padding zeroed). w (n) FP32; a BF16/F16 checkpoint's
+// values convert exactly (bitsandbytes quantizes A.float()).
+static void nf4_quantize(const float* w, int64_t n, unsigned char* st) {
+    Nf4Part P = nf4_part(n);
+    memset(st, 0, (size_t)P.bytes);
+    float* absmax = (float*)malloc((size_t)(P.nb > 0 ? P.nb : 1) * sizeof(float));
+    if (!absmax) { fprintf(stderr, "nf4_quantize: out of memory (%lld blocks)\n", (long long)P.nb); exit(1); }
+    nf4_quantize_4bit(w, n, st + P.o_codes, absmax);
+    float offset = nf4_offset_of(absmax, P.nb);
+    memcpy(st + P.o_offset, &offset, sizeof(float));
+    nf4_quantize_nested(absmax, P.nb, offset, st + P.o_qabs, (float*)(st + P.o_nested));
     free(absmax);
 }
 
 // ----------------------------------------------------------------------------
 // Dequantization: host reference, CPU op, CUDA kernel
 
-// Block b's FP32 absmax: dequantize_blockwise (dyn[q] * nested), then `absmax += offset`.
-static inline float nf4_block_absmax(const unsigned char* st, const Nf4Part* P, int64_t b) {
+// Block b's FP32 absmax: dequantize_blockwise (dyn[q] * nested), then `absmax += offset`. dyn: the
+// nested code book (NULL: NF4_DYN; a checkpoint's nested_quant_map may differ, see the note above).
+static inline float nf4_block_absmax_map(const unsigned char* st, const Nf4Part* P, int64_t b, const float* dyn) {
     float offset;
     memcpy(&offset, st + P->o_offset, sizeof(float));
     const float* nested = (const float*)(st + P->o_nested);
-    float t = NF4_DYN[st[P->o_qabs + b]] * nested[b / NF4_NESTED];
+    float t = (dyn ? dyn : NF4_DYN)[st[P->o_qabs + b]] * nested[b / NF4_NESTED];
     return t + offset;
 }
+static inline float nf4_block_absmax(const unsigned char* st, const Nf4Part* P, int64_t b) { return nf4_block_absmax_map(st, P, b, NULL); }
 
 // out[i] = NF4[c_i] * absmax_b in FP32 (what bitsandbytes' FP32 dequant gives). out (n).
-static void nf4_dequant_host(float* out, const unsigned char* st, int64_t n) {
+static void nf4_dequant_host_map(float* out, const unsigned char* st, int64_t n, const float* dyn) {
     Nf4Part P = nf4_part(n);
     const unsigned char* codes = st + P.o_codes;
 #pragma omp parallel for schedule(static)
     for (int64_t b = 0; b < P.nb; b++) {
-        float am = nf4_block_absmax(st, &P, b);
+        float am = nf4_block_absmax_map(st, &P, b, dyn);
         int64_t i0 = b * NF4_BLOCK, len = n - i0 < NF4_BLOCK ? n - i0 : NF4_BLOCK;
         for (int64_t i = 0; i < len; i += 2) {
             unsigned char byte = codes[(i0 + i) / 2];
@@ -253,6 +277,7 @@ static void nf4_dequant_host(float* out, const unsigned char* st, int64_t n) {
         }
     }
 }
+static void nf4_dequant_host(float* out, const unsigned char* st, int64_t n) { nf4_dequant_host_map(out, st, n, NULL); }
 
 #ifdef __CUDACC__
 typedef struct { float code[16]; float dyn[256]; } Nf4Tables; // passed by value, copied to shared memory
@@ -282,14 +307,15 @@ __global__ static void nf4_dequant_kernel(floatX* out, const unsigned char* st, 
 }
 #endif
 
-// out = rn(dequant(st)): out (n) floatX, st on the device.
-static void op_nf4_dequant(floatX* out, const unsigned char* st, int64_t n) {
+// out = rn(dequant(st)): out (n) floatX, st on the device; dyn (host memory, 256 floats) the nested
+// code book, NULL for NF4_DYN.
+static void op_nf4_dequant_map(floatX* out, const unsigned char* st, int64_t n, const float* dyn) {
     Nf4Part P = nf4_part(n);
 #ifdef __CUDACC__
     if (g_device == DEV_CUDA) {
         Nf4Tables t;
         memcpy(t.code, NF4_CODE, sizeof(t.code));
-        memcpy(t.dyn, NF4_DYN, sizeof(t.dyn));
+        memcpy(t.dyn, dyn ? dyn : NF4_DYN, sizeof(t.dyn));
         if (n > 0) nf4_dequant_kernel<<<(unsigned)ceil_div(ceil_div(n, 8), 256), 256, 0, g_stream>>>(out, st, P, t);
         cudaCheck(cudaGetLastError());
         return;
@@ -298,7 +324,7 @@ static void op_nf4_dequant(floatX* out, const unsigned char* st, int64_t n) {
     const unsigned char* codes = st + P.o_codes;
 #pragma omp parallel for schedule(static)
     for (int64_t b = 0; b < P.nb; b++) {
-        float am = nf4_block_absmax(st, &P, b);
+        float am = nf4_block_absmax_map(st, &P, b, dyn);
         int64_t i0 = b * NF4_BLOCK, len = n - i0 < NF4_BLOCK ? n - i0 : NF4_BLOCK;
         for (int64_t i = 0; i < len; i += 2) {
             unsigned char byte = codes[(i0 + i) / 2];
@@ -307,5 +333,6 @@ static void op_nf4_dequant(floatX* out, const unsigned char* st, int64_t n) {
         }
     }
 }
+static void op_nf4_dequant(floatX* out, const unsigned char* st, int64_t n) { op_nf4_dequant_map(out, st, n, NULL); }
 
 #endif // ZT_OPS_NF4_CUH

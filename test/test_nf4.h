@@ -8,6 +8,8 @@
 #define ZT_TEST_NF4_H
 
 #include <omp.h>
+#include <dirent.h>
+#include <limits.h>
 #include "../ops/nf4.cuh" // defines: nf4_part, nf4_quantize, op_nf4_dequant, nf4_dequant_host, NF4_CODE, NF4_DYN
 #include "test.h"         // defines: TEST, CHECK, test_tmpdir
 
@@ -167,5 +169,139 @@ TEST(nf4_tie_rule) {
         CHECK((c[0] >> 4) == 15);
     }
 }
+
+// ----------------------------------------------------------------------------
+// Against bitsandbytes: the numpy port of its rules (dev/nf4_reference.py) and its compiled library
+// (in the BF16 build only: quantization does not depend on floatX, and its .bf16 output is the one
+// the FP32 build lacks; the Python start is the cost)
+#ifndef ENABLE_FP32
+
+// Quantizes every DIR/case_*.f32 (float32 weights) into DIR/case_*.nf4 (the part's storage) and writes
+// the FP32 dequantization as DIR/case_*.deq, the FP32 block absmax as .abs and, in the BF16 build,
+// op_nf4_dequant's BF16 as .bf16.
+// Returns the number of cases.
+static int nf4t_quantize_dir(const char* dir) {
+    DIR* d = opendir(dir);
+    if (!d) return 0;
+    int cases = 0;
+    struct dirent* e;
+    while ((e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        if (strncmp(e->d_name, "case_", 5) != 0 || len < 5 || strcmp(e->d_name + len - 4, ".f32") != 0) continue;
+        char path[PATH_MAX], out[PATH_MAX];
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        FILE* f = fopen(path, "rb");
+        if (!f) continue;
+        fseek(f, 0, SEEK_END);
+        int64_t n = ftell(f) / 4;
+        fseek(f, 0, SEEK_SET);
+        float* w = (float*)malloc((size_t)(n > 0 ? n : 1) * 4);
+        size_t got = fread(w, 4, (size_t)n, f);
+        fclose(f);
+        CHECK((int64_t)got == n);
+        Nf4Part P = nf4_part(n);
+        unsigned char* st = (unsigned char*)malloc((size_t)P.bytes);
+        nf4_quantize(w, n, st);
+        float* deq = (float*)malloc((size_t)(n > 0 ? n : 1) * 4);
+        floatX* dx = (floatX*)malloc((size_t)(n > 0 ? n : 1) * sizeof(floatX));
+        float* am = (float*)malloc((size_t)(P.nb > 0 ? P.nb : 1) * 4);
+        nf4_dequant_host(deq, st, n);
+        op_nf4_dequant(dx, st, n);
+        for (int64_t b = 0; b < P.nb; b++) am[b] = nf4_block_absmax(st, &P, b);
+        struct { const char* ext; const void* p; size_t bytes; } outs[] = {
+            {".nf4", st, (size_t)P.bytes}, {".deq", deq, (size_t)n * 4}, {".abs", am, (size_t)P.nb * 4},
+            {sizeof(floatX) == 2 ? ".bf16" : NULL, dx, (size_t)n * sizeof(floatX)}};
+        for (int k = 0; k < 4; k++) {
+            if (!outs[k].ext) continue;
+            snprintf(out, sizeof(out), "%.*s%s", (int)(strlen(path) - 4), path, outs[k].ext);
+            FILE* g = fopen(out, "wb");
+            CHECK(g && fwrite(outs[k].p, 1, outs[k].bytes, g) == outs[k].bytes);
+            if (g) fclose(g);
+        }
+        free(w), free(st), free(deq), free(dx), free(am);
+        cases++;
+    }
+    closedir(d);
+    return cases;
+}
+
+// Our storage, bit for bit, = the numpy port of bitsandbytes' torch and C++ rules, on random tensors,
+// partial blocks and nested blocks, zeros, FP32 midpoints (ties) and the values that tell the real
+// rules from their alternatives (argmin with first-index ties, bucketize right=True, w / a for a full
+// block, nearest 8-bit code instead of the 65536-point grid: dev/nf4_reference.py --self-test shows
+// each alternative gives other codes on them). Also the header's tables = bitsandbytes' maps.
+TEST(nf4_vs_reference) {
+    char cmd[2 * PATH_MAX], out[16384], dir[PATH_MAX];
+    snprintf(cmd, sizeof(cmd), "%s -c 'import numpy'", tm_torch_python());
+    if (test_run_cmd(cmd, NULL, 0) != 0) TEST_SKIP("needs a python with numpy ($ZT_TORCH_PYTHON or /usr/bin/python3)");
+    snprintf(dir, sizeof(dir), "%s/nf4_ref", test_tmpdir());
+    snprintf(cmd, sizeof(cmd), "rm -rf %s && %s dev/nf4_reference.py --self-test && %s dev/nf4_reference.py --tables ops/nf4.cuh"
+             " && %s dev/nf4_reference.py --make-cases %s", dir, tm_torch_python(), tm_torch_python(), tm_torch_python(), dir);
+    int rc = test_run_cmd(cmd, out, sizeof(out));
+    printf("%s", out);
+    CHECKF(rc == 0, "nf4_reference.py --self-test / --tables / --make-cases failed");
+    if (rc != 0) return;
+    int cases = nf4t_quantize_dir(dir);
+    CHECK(cases >= 10);
+    snprintf(cmd, sizeof(cmd), "%s dev/nf4_reference.py --check %s", tm_torch_python(), dir);
+    rc = test_run_cmd(cmd, out, sizeof(out));
+    printf("%s", out);
+    CHECKF(rc == 0, "our NF4 storage differs from dev/nf4_reference.py's");
+}
+
+// Our 8-bit rule alone (nf4_quantize_nested with offset 0 = quantize_blockwise) on DIR/sweep8.f32:
+// codes to sweep8.q8, the nested absmax to sweep8.a8.
+static int nf4t_sweep8(const char* dir) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/sweep8.f32", dir);
+    FILE* f = fopen(path, "rb");
+    if (!f) return 0;
+    fseek(f, 0, SEEK_END);
+    int64_t n = ftell(f) / 4;
+    fseek(f, 0, SEEK_SET);
+    float* x = (float*)malloc((size_t)n * 4);
+    int ok = (int64_t)fread(x, 4, (size_t)n, f) == n;
+    fclose(f);
+    unsigned char* q = (unsigned char*)malloc((size_t)n);
+    float* nested = (float*)malloc((size_t)ceil_div(n, 256) * 4);
+    nf4_quantize_nested(x, n, 0.0f, q, nested);
+    snprintf(path, sizeof(path), "%s/sweep8.q8", dir);
+    FILE* g = fopen(path, "wb");
+    ok = ok && g && fwrite(q, 1, (size_t)n, g) == (size_t)n;
+    if (g) fclose(g);
+    snprintf(path, sizeof(path), "%s/sweep8.a8", dir);
+    g = fopen(path, "wb");
+    ok = ok && g && fwrite(nested, 4, (size_t)ceil_div(n, 256), g) == (size_t)ceil_div(n, 256);
+    if (g) fclose(g);
+    free(x), free(q), free(nested);
+    return ok;
+}
+
+// Against libbitsandbytes_cpu.so itself ($ZT_BNB_LIB; dev/nf4_bnb_check.py through ctypes): its 8-bit
+// dequant of our absmax codes + our offset = our block absmax, its NF4 dequant of our codes = our FP32
+// (and BF16) values, its blockwise quantization of (absmax - offset) = our absmax codes and nested
+// absmax, bit for bit, on the cases of nf4_vs_reference; and its 8-bit quantizer = ours on every float
+// within 64 ulps of each code change of its table. SKIP (never PASS) without the library.
+TEST(nf4_vs_bitsandbytes) {
+    const char* lib = getenv("ZT_BNB_LIB");
+    if (!lib || !*lib) TEST_SKIP("needs $ZT_BNB_LIB: libbitsandbytes_cpu.so of the bitsandbytes 0.50.2 wheel (.ci/run downloads it)");
+    if (access(lib, R_OK) != 0) TEST_SKIP("$ZT_BNB_LIB is not a readable file");
+    char cmd[3 * PATH_MAX], out[16384], dir[PATH_MAX];
+    snprintf(cmd, sizeof(cmd), "%s -c 'import numpy, ctypes; ctypes.CDLL(\"%s\")'", tm_torch_python(), lib);
+    if (test_run_cmd(cmd, out, sizeof(out)) != 0) { printf("%s", out); TEST_SKIP("$ZT_BNB_LIB does not load (or no python with numpy)"); }
+    snprintf(dir, sizeof(dir), "%s/nf4_bnb", test_tmpdir());
+    snprintf(cmd, sizeof(cmd), "rm -rf %s && %s dev/nf4_reference.py --make-cases %s && %s dev/nf4_bnb_check.py %s --make-sweep %s",
+             dir, tm_torch_python(), dir, tm_torch_python(), lib, dir);
+    int rc = test_run_cmd(cmd, out, sizeof(out));
+    CHECKF(rc == 0, "making the cases failed: %s", out);
+    if (rc != 0) return;
+    CHECK(nf4t_quantize_dir(dir) >= 10);
+    CHECK(nf4t_sweep8(dir));
+    snprintf(cmd, sizeof(cmd), "%s dev/nf4_bnb_check.py %s --check %s", tm_torch_python(), lib, dir);
+    rc = test_run_cmd(cmd, out, sizeof(out));
+    printf("%s", out);
+    CHECKF(rc == 0, "libbitsandbytes_cpu.so disagrees with ops/nf4.cuh");
+}
+#endif // !ENABLE_FP32
 
 #endif // ZT_TEST_NF4_H
