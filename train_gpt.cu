@@ -433,8 +433,14 @@ static int64_t model_load(Model* m, LogicalFill fill, void* ctx, Nf4Source pre, 
 // [QLoRA] Nf4Source over an open Hugging Face checkpoint (hf_nf4_part); its errors end the run (exit 2).
 static int hf_nf4_source(void* ctx, const char* tensor, int layer, int part, unsigned char* st, int64_t n) {
     char err[1024];
-    int rc = hf_nf4_part((const HFCheckpoint*)ctx, tensor, layer, part, st, n, err, sizeof(err));
+    int64_t ulps = 0;
+    static int said = 0;
+    int rc = hf_nf4_part((const HFCheckpoint*)ctx, tensor, layer, part, st, n, &ulps, err, sizeof(err));
     if (rc < 0) die_user("-e %s", err);
+    if (ulps && !said++)
+        printf("rank %d: warning: -e %s: %s of layer %d: %lld entries of its nested_quant_map are one ulp from ours (bitsandbytes made it on "
+               "another CPU: torch.linspace rounds by SIMD width); its block scales are dequantized with ours, within one ulp of bitsandbytes'\n",
+               g_rank, ((const HFCheckpoint*)ctx)->config_path, tensor, layer, (long long)ulps);
     return rc;
 }
 

@@ -119,6 +119,101 @@ TEST(qlora_export_loads_in_peft) {
 }
 #endif
 
+// A checkpoint bitsandbytes quantized, as transformers saves it (dev/bnb_fixture.py writes one from a
+// committed Llama fixture with dev/nf4_reference.py's numbers, the port checked against bitsandbytes'
+// library in test_nf4.h; and beside it the same model with its projections dequantized, in F32):
+//   - loaded as it is (-lora-base-dtype nf4), its 4-bit bytes are the ones this program makes from the
+//     BF16 source at load (the same hash of the base): our quantization = bitsandbytes' rules;
+//   - with the codes stored as bfloat16 (bnb_4bit_quant_storage), the same bytes;
+//   - its loss at step 0 equals a BF16 base holding the dequantized values (bitwise), and three
+//     steps of each give the same losses;
+//   - refused (exit 2, naming the field or tensor): fp4, GPTQ, 8-bit, no double quantization, a
+//     projection in llm_int8_skip_modules, a missing .absmax, another blocksize, no -lora.
+#ifndef ENABLE_FP32 // (the dequantized checkpoint holds BF16 values: what the BF16 build's dequantization gives)
+static double qlora_step0(const char* model, const char* extra, uint64_t* base_hash, double* losses) {
+    char flags[2048];
+    snprintf(flags, sizeof(flags), "-device cpu -e %s -t 16 -b 2 -v 0 -s 0 -blas 0 -poison 1 -z 0 -x 3 -l 1e-2 -lora 2 %s", model, extra);
+    Trainer* tr = tm_trainer(lora_flags("", flags));
+    double l = lora_loss(tr);
+    if (base_hash) *base_hash = lora_base_hash(&tr->model.z);
+    for (int s = 0; losses && s < 3; s++) losses[s] = tm_step(tr).loss;
+    tm_free(tr);
+    return l;
+}
+
+static void qlora_edit_config(const char* src_dir, const char* dst_dir, const char* from, const char* to) {
+    char cmd[4 * PATH_MAX];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s && cp -r %s %s && sed -i 's/%s/%s/' %s/config.json", dst_dir, src_dir, dst_dir, from, to, dst_dir);
+    CHECKF(test_run_cmd(cmd, zt_out, sizeof(zt_out)) == 0, "%s:\n%s", cmd, zt_out);
+}
+
+TEST(qlora_bnb_checkpoint) {
+    const char* py = getenv("ZT_HF_PYTHON");
+    if (!py || !*py) TEST_SKIP("needs $ZT_HF_PYTHON with torch, numpy and safetensors (.ci/run makes it)");
+    const char* src = "test/fixtures/hf/llama_gqa4_llama3";
+    char out[PATH_MAX], cmd[4 * PATH_MAX], bnb[2][PATH_MAX + 32], deq[PATH_MAX + 16];
+    snprintf(out, sizeof(out), "%s/qlora_bnb", test_tmpdir());
+    snprintf(cmd, sizeof(cmd), "%s dev/bnb_fixture.py %s %s --storage uint8,bfloat16 2>&1", py, src, out);
+    int rc0 = test_run_cmd(cmd, zt_out, sizeof(zt_out));
+    if (rc0 == 3) TEST_SKIP("$ZT_HF_PYTHON lacks torch, numpy or safetensors");
+    CHECKF(rc0 == 0, "%s failed (%d):\n%s", cmd, rc0, zt_out);
+    if (rc0) return;
+    snprintf(bnb[0], sizeof(bnb[0]), "%s/bnb4", out);
+    snprintf(bnb[1], sizeof(bnb[1]), "%s/bnb4_bfloat16", out);
+    snprintf(deq, sizeof(deq), "%s/deq", out);
+    uint64_t h_file, h_file16, h_made;
+    double lf[3], ld_[3];
+    double l_file = qlora_step0(bnb[0], "-lora-base-dtype nf4", &h_file, lf);
+    double l_file16 = qlora_step0(bnb[1], "-lora-base-dtype nf4", &h_file16, NULL);
+    double l_made = qlora_step0(src, "-lora-base-dtype nf4", &h_made, NULL);
+    double l_deq = qlora_step0(deq, "", NULL, ld_);
+    CHECKF(h_file == h_made, "the 4-bit base read from the bitsandbytes checkpoint (%016llx) is not the one made at load from its source (%016llx)",
+           (unsigned long long)h_file, (unsigned long long)h_made);
+    CHECKF(h_file16 == h_file && l_file16 == l_file, "bfloat16 quant storage: base %016llx loss %.9g, uint8's %016llx %.9g",
+           (unsigned long long)h_file16, l_file16, (unsigned long long)h_file, l_file);
+    CHECKF(l_file == l_made, "step 0: the read 4-bit base's loss %.9g, the one made at load %.9g", l_file, l_made);
+    CHECKF(l_file == l_deq, "step 0: the 4-bit checkpoint's loss %.9g, its dequantized values' in a BF16 base %.9g", l_file, l_deq);
+    CHECKF(!memcmp(lf, ld_, sizeof(lf)), "3 steps: %.9g %.9g %.9g on the 4-bit checkpoint, %.9g %.9g %.9g on its dequantized values",
+           lf[0], lf[1], lf[2], ld_[0], ld_[1], ld_[2]);
+    printf("    bitsandbytes layout (uint8 and bfloat16 storage) read = made at load (base %016llx); step 0 loss %.9f = the dequantized "
+           "BF16 base's; 3 steps equal\n", (unsigned long long)h_file, l_file);
+    // refusals: each a copy of the uint8 checkpoint with one thing changed
+    static const struct { const char* from; const char* to; const char* extra; const char* expect; } bad[] = {
+        {"\"bnb_4bit_quant_type\": \"nf4\"", "\"bnb_4bit_quant_type\": \"fp4\"", "-lora 2 -lora-base-dtype nf4", "bnb_4bit_quant_type 'fp4': only nf4"},
+        {"\"quant_method\": \"bitsandbytes\"", "\"quant_method\": \"gptq\"", "-lora 2 -lora-base-dtype nf4", "quant_method 'gptq': only bitsandbytes"},
+        {"\"load_in_8bit\": false", "\"load_in_8bit\": true", "-lora 2 -lora-base-dtype nf4", "load_in_8bit true: 8-bit"},
+        {"\"bnb_4bit_use_double_quant\": true", "\"bnb_4bit_use_double_quant\": false", "-lora 2 -lora-base-dtype nf4", "bnb_4bit_use_double_quant false"},
+        {"\"llm_int8_skip_modules\": null", "\"llm_int8_skip_modules\": [\"lm_head\", \"down_proj\"]", "-lora 2 -lora-base-dtype nf4",
+         "llm_int8_skip_modules names down_proj"},
+        {"\"quant_method\"", "\"quant_method\"", "-lora 2", "a bitsandbytes 4-bit checkpoint"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char dir[PATH_MAX + 32], flags[3 * PATH_MAX];
+        snprintf(dir, sizeof(dir), "%s/qlora_bnb_bad%zu", test_tmpdir(), i);
+        qlora_edit_config(bnb[0], dir, bad[i].from, bad[i].to);
+        snprintf(flags, sizeof(flags), "-device cpu -e %s -i %s -j %s -t 16 -b 1 -x 1 -v 0 -s 0 %s", dir, zt_data(0), zt_data(1), bad[i].extra);
+        int rc = cli_run(flags, cli_out, sizeof(cli_out));
+        CHECKF(rc == 2 && strstr(cli_out, bad[i].expect), "'%s' ('%s' -> '%s'): exit %d, expected 2 with '%s':\n%s", flags, bad[i].from, bad[i].to, rc,
+               bad[i].expect, cli_out);
+    }
+    // a tensor of the state missing (dir 0); the quant state's blocksize another (dir 1): named
+    char dir[2][PATH_MAX + 32], flags[3 * PATH_MAX];
+    for (int k = 0; k < 2; k++) snprintf(dir[k], sizeof(dir[k]), "%s/qlora_bnb_state%d", test_tmpdir(), k);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s %s && cp -r %s %s && cp -r %s %s && %s -c \"import sys, json, torch; from safetensors.torch import load_file, save_file; "
+             "p = sys.argv[1] + '/model.safetensors'; d = load_file(p); del d['model.layers.1.mlp.up_proj.weight.absmax']; save_file(d, p); "
+             "p = sys.argv[2] + '/model.safetensors'; d = load_file(p); k = 'model.layers.0.self_attn.k_proj.weight.quant_state.bitsandbytes__nf4'; "
+             "s = json.loads(bytes(d[k].tolist())); s['blocksize'] = 128; d[k] = torch.tensor(list(json.dumps(s).encode()), dtype=torch.uint8); "
+             "save_file(d, p)\" %s %s 2>&1", dir[0], dir[1], bnb[0], dir[0], bnb[0], dir[1], py, dir[0], dir[1]);
+    CHECKF(test_run_cmd(cmd, zt_out, sizeof(zt_out)) == 0, "%s:\n%s", cmd, zt_out);
+    static const char* const expect[2] = {"model.layers.1.mlp.up_proj.weight.absmax is missing", "k_proj.weight.quant_state.bitsandbytes__nf4: blocksize 128, not 64"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(flags, sizeof(flags), "-device cpu -e %s -i %s -j %s -t 16 -b 1 -x 1 -v 0 -s 0 -lora 2 -lora-base-dtype nf4", dir[k], zt_data(0), zt_data(1));
+        int rc = cli_run(flags, cli_out, sizeof(cli_out));
+        CHECKF(rc == 2 && strstr(cli_out, expect[k]), "'%s': exit %d, expected 2 with '%s':\n%s", flags, rc, expect[k], cli_out);
+    }
+}
+#endif
+
 // The planner on the seeds' setups: Llama 3 8B on one 24 GB card and 70B on two 48 GB cards fit with a
 // 4-bit base (B 1, T 2048); 70B on two 24 GB cards (Answer.AI's, which also offloads the parameters)
 // does not, and the plan says by how much and what the parameters' shard is.
