@@ -48,7 +48,7 @@
 #| 1    model_vs_pytorch       20    90  -  logits, loss, every gradient and 10 AdamW steps against the PyTorch fixture; packed = alone
 #| 1    recompute_bitwise      12    60  -  -r 0..3: the same hashes of parameters, master, m, v
 #| 1    zero_bitwise           12    60  -  -z 0..3 (poisoned, delayed collectives): the same hashes
-#| 1    llama_family           50   180  -  llama3.2-1b's shape at 2 layers (tensor-core GQA): -r 0 / -r 3 / -z 3, -lora 4 -z 0 / -z 3, dropout: bitwise
+#| 1    llama_family           58   180  -  llama3.2-1b's shape at 2 layers (tensor-core GQA): -r 0 / -r 3 / -z 3, -lora 4 -z 0 / -z 3, dropout, a 4-bit base (nf4): bitwise
 #| 1    checkpoint_resume       8    60  -  4 steps = 2 steps, checkpoint, resume, 2 steps (bitwise)
 #| 1    loss_falls_20_steps     8    60  o  d12, B 8, T 512, 20 steps: loss falls by > 1 (expected 10.9 -> 7-8)
 #| 1    memory_vs_planner       1    10  o  device memory within 5% of the planner (loss_falls_20_steps's start-up)
@@ -251,7 +251,7 @@ EOF
     SB=2; ST=20                                    # SMALL's B and T (T not a multiple of the 32-key tile)
     STEPS=2                                        # steps of each bitwise run
     BIG20="$SMALL -x 8"                            # "20 steps" of a model that learns: 8 emulated steps
-    OPS_CASES="gpu_attention_hs7 gpu_classifier_small gpu_classifier_rows_past_2pow31 gpu_layernorm_backward gpu_sumsq_many_segments gpu_round_params_bitwise gpu_matmul_plan_key_alignment gpu_lora_cols_ops gpu_lora_dropout"
+    OPS_CASES="gpu_attention_hs7 gpu_classifier_small gpu_classifier_rows_past_2pow31 gpu_layernorm_backward gpu_sumsq_many_segments gpu_round_params_bitwise gpu_matmul_plan_key_alignment gpu_lora_cols_ops gpu_lora_dropout gpu_nf4_dequant"
     MODEL_CASES="model_vs_pytorch"
 else
     TRAIN="$ROOT/train_gpu"
@@ -415,7 +415,7 @@ st_recompute_bitwise() { same_hashes r "-r 0" "-r 1" "-r 2" "-r 3"; }
 st_zero_bitwise() { same_hashes z "-z 0 -poison 1 -comm-delay 5" "-z 1 -poison 1 -comm-delay 5" "-z 2 -poison 1 -comm-delay 5" "-z 3 -poison 1 -comm-delay 5"; }
 
 # the Llama family: -r 0 = -r 3 = -z 3 (poisoned) bitwise, then LoRA (-lora 4) -z 0 = -z 3 bitwise, and
-# with -lora-dropout (the mask's kernel; -r 3: made again in the recompute)
+# with -lora-dropout (the mask's kernel; -r 3: made again in the recompute), and on a 4-bit base (QLoRA)
 st_llama_family() {
     if [ -n "$LLAMA_CASES" ]; then run_cases "$TESTGPU" $LLAMA_CASES || return 1; fi
     # (--emu: the dropout pair only, which runs every LoRA kernel too, -z 0 against -z 3 -r 3: the stage's seconds)
@@ -423,7 +423,9 @@ st_llama_family() {
         SMALL="$LLAMA" same_hashes llama "-r 0 -z 0" "-r 3 -z 0" "-r 1 -z 3 -poison 1" || return 1
         SMALL="$LLAMA" same_hashes lora "-z 0 -lora 4" "-z 3 -lora 4 -poison 1" || return 1
     fi
-    SMALL="$LLAMA" same_hashes dropout "-z 0 -lora 4 -lora-dropout 0.1" "-z 3 -r 3 -lora 4 -lora-dropout 0.1 -poison 1"
+    SMALL="$LLAMA" same_hashes dropout "-z 0 -lora 4 -lora-dropout 0.1" "-z 3 -r 3 -lora 4 -lora-dropout 0.1 -poison 1" || return 1
+    # QLoRA: the 4-bit base (the dequant kernel before each layer's forward and backward; ZeRO-3 gathers 4-bit bytes)
+    SMALL="$LLAMA" same_hashes qlora "-z 0 -lora 4 -lora-base-dtype nf4" "-z 3 -r 3 -lora 4 -lora-base-dtype nf4 -poison 1"
 }
 
 # ---- checkpoint and resume: 2H steps with checkpoints at H and 2H; resumed from H, the same bits at
