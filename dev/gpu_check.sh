@@ -55,6 +55,7 @@
 #| 1    perf_d12               10    60  o  d12, B 16, T 1024: tokens/s and MFU beside GPU_EXPECTED.md
 #| 1    attention_bench        25    90  o  build/attn_bench against SDPA (HS 64, 128): TFLOP/s beside GPU_EXPECTED.md
 #| 1    perf_d48               20    90  o  d48, B 4, T 1024: tokens/s and MFU beside GPU_EXPECTED.md
+#| 1    cudnn_attention        50   200  o  (train_gpu_cudnn, test/test_gpu_cudnn carried: docs/cudnn.md) gpu_attention_cudnn cases; d12 B 16 T 1024 10 steps -attn own / cudnn: losses within 0.02, tok/s side by side
 #| 2    offload_bitwise        20    90  o  -offload cpu (-z 1, -z 3), nvme (-z 1, 1 MiB buffer), each host AdamW path: = -z 1 without
 #| 2    grad_accumulation       8    60  o  GA 2 = GA 1 at the same global batch (losses within 1e-2); -z 3 = -z 0 at GA 2 (1e-3)
 #| 2    fp32_build              6    60  o  ./train_gpu_fp32: loss falls, -z 0 / -z 3 bitwise
@@ -595,6 +596,30 @@ st_sanitizer_memcheck() { st_sanitizer memcheck $SAN_MEMCHECK; }
 st_sanitizer_racecheck() { st_sanitizer racecheck $SAN_RACECHECK; }
 st_sanitizer_synccheck() { st_sanitizer synccheck $SAN_SYNCCHECK; }
 
+# ---- cuDNN's fused attention (-attn cudnn: ops/attention_cudnn.cuh) against ours, with the binaries of a
+# USE_CUDNN=1 build carried as train_gpu_cudnn and test/test_gpu_cudnn (docs/cudnn.md says how) and
+# libcudnn.so.9 where dlopen finds it: the system's, else the box's pip wheel (nvidia-cudnn-cu13, its
+# lib/ put on LD_LIBRARY_PATH here). Step 10's losses within 0.02 (the same math, other roundings).
+st_cudnn_attention() {
+    [ "$MODE" = emu ] && skip "needs a GPU (the emulator has no cuDNN)"
+    local trainc=$ROOT/train_gpu_cudnn testc=$ROOT/test/test_gpu_cudnn
+    [ -x "$trainc" ] && [ -x "$testc" ] || skip "train_gpu_cudnn and test/test_gpu_cudnn not carried (docs/cudnn.md: make USE_CUDNN=1 gpu-binaries, copied)"
+    local lib; lib=$(python3 -c "import nvidia.cudnn, os; print(os.path.join(os.path.dirname(nvidia.cudnn.__file__), 'lib'))" 2>/dev/null)
+    [ -n "$lib" ] && [ -d "$lib" ] && export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" && echo "cuDNN from $lib"
+    run_cases "$testc" gpu_attention_cudnn || return 1
+    local a l tok loss_own="" loss_cudnn="" tok_own="" tok_cudnn=""
+    for a in own cudnn; do
+        "$trainc" -device cuda -e d12 -b 16 -t 1024 -x 10 -v 0 -s 0 -u 2 -attn "$a" > "$WORK/$STAGE.$a.log" 2>&1 || { tail -n 20 "$WORK/$STAGE.$a.log"; return 1; }
+        l=$(grep -E '^step +10/' "$WORK/$STAGE.$a.log" | sed -E 's/.*loss ([0-9.]+).*/\1/')
+        tok=$(grep -E '^step +[0-9]+/' "$WORK/$STAGE.$a.log" | tail -n +3 | sed -E 's/.*\| ([0-9]+) tok\/s.*/\1/' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+        echo "-attn $a: step 10 loss $l, $tok tok/s"
+        if [ "$a" = own ]; then loss_own=$l; tok_own=$tok; else loss_cudnn=$l; tok_cudnn=$tok; fi
+    done
+    echo "RESULT d12 B 16 T 1024: -attn cudnn $tok_cudnn tok/s, ours $tok_own ($(python3 -c "import sys; print(f'{float(sys.argv[1]) / float(sys.argv[2]):.2f}x')" "$tok_cudnn" "$tok_own"))"
+    python3 -c "import sys; sys.exit(abs(float(sys.argv[1]) - float(sys.argv[2])) > 0.02)" "$loss_cudnn" "$loss_own" \
+        || { echo "step 10's loss: cudnn $loss_cudnn, ours $loss_own: more than 0.02 apart"; return 1; }
+}
+
 st_torch_perf() {
     [ "$MODE" = emu ] && skip "needs a GPU and GPU PyTorch"
     [ "$TORCH" = 1 ] || skip "not asked for (--torch)"
@@ -609,7 +634,7 @@ while read -r part name est limit opt; do
     binaries)
         grep -q "BUILT HERE" "$LOGS/binaries.log" && sum "note: the carried binaries did not load or run here; built on the box (make gpu-binaries, sm_90): over the plan"
         grep -q "^PASS binaries" "$SUMMARY" || { say "no usable binaries: stopping"; sum "stopped: no usable binaries"; pack; rm -rf "$WORK" "$LOGS"; exit 1; } ;;
-    perf_d12|perf_d48|attention_bench) grep -h '^RESULT' "$LOGS/$name.log" 2>/dev/null | sed 's/^RESULT /throughput: /' >> "$SUMMARY" ;;
+    perf_d12|perf_d48|attention_bench|cudnn_attention) grep -h '^RESULT' "$LOGS/$name.log" 2>/dev/null | sed 's/^RESULT /throughput: /' >> "$SUMMARY" ;;
     torch_perf) grep -h 'tok_s' "$LOGS/torch_perf.log" 2>/dev/null | sed 's/^/pytorch: /' >> "$SUMMARY" ;;
     esac
 done <<< "$RUN"
