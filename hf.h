@@ -109,50 +109,50 @@ static HFConfig hf_gpt2_config(int L, int C, int NH, int V, int maxT) {
 
 // X(ours, Hugging Face name ("%d": the layer), per layer, Conv1D (stored transposed), HF dim 0,
 //   HF dim 1 (0: a 1-D tensor), first element inside ours, present in this config, vocabulary rows
-//   (ours has Vp rows: V..Vp are padding)) — in terms of HFConfig* c. Rows in transformers'
+//   (ours has Vp rows: V..Vp are padding), a layer Linear's weight (what bitsandbytes stores in 4 bits)) — in terms of HFConfig* c. Rows in transformers'
 //   state_dict order (the order shards are filled in); ours in model.h's logical order is rebuilt
 //   from `ours` and `at` by hf_bind.
 #define HF_GPT2_TENSORS(X)                                                                          \
-    X(wte,      "wte.weight",              0, 0, c->V,     c->C,     0, 1, 1)                       \
-    X(wpe,      "wpe.weight",              0, 0, c->maxT,  c->C,     0, 1, 0)                       \
-    X(ln1w,     "h.%d.ln_1.weight",        1, 0, c->C,     0,        0, 1, 0)                       \
-    X(ln1b,     "h.%d.ln_1.bias",          1, 0, c->C,     0,        0, 1, 0)                       \
-    X(qkvw,     "h.%d.attn.c_attn.weight", 1, 1, c->C,     3 * c->C, 0, 1, 0)                       \
-    X(qkvb,     "h.%d.attn.c_attn.bias",   1, 0, 3 * c->C, 0,        0, 1, 0)                       \
-    X(attprojw, "h.%d.attn.c_proj.weight", 1, 1, c->C,     c->C,     0, 1, 0)                       \
-    X(attprojb, "h.%d.attn.c_proj.bias",   1, 0, c->C,     0,        0, 1, 0)                       \
-    X(ln2w,     "h.%d.ln_2.weight",        1, 0, c->C,     0,        0, 1, 0)                       \
-    X(ln2b,     "h.%d.ln_2.bias",          1, 0, c->C,     0,        0, 1, 0)                       \
-    X(fcw,      "h.%d.mlp.c_fc.weight",    1, 1, c->C,     4 * c->C, 0, 1, 0)                       \
-    X(fcb,      "h.%d.mlp.c_fc.bias",      1, 0, 4 * c->C, 0,        0, 1, 0)                       \
-    X(fcprojw,  "h.%d.mlp.c_proj.weight",  1, 1, 4 * c->C, c->C,     0, 1, 0)                       \
-    X(fcprojb,  "h.%d.mlp.c_proj.bias",    1, 0, c->C,     0,        0, 1, 0)                       \
-    X(lnfw,     "ln_f.weight",             0, 0, c->C,     0,        0, 1, 0)                       \
-    X(lnfb,     "ln_f.bias",               0, 0, c->C,     0,        0, 1, 0)
+    X(wte,      "wte.weight",              0, 0, c->V,     c->C,     0, 1, 1, 0)                       \
+    X(wpe,      "wpe.weight",              0, 0, c->maxT,  c->C,     0, 1, 0, 0)                       \
+    X(ln1w,     "h.%d.ln_1.weight",        1, 0, c->C,     0,        0, 1, 0, 0)                       \
+    X(ln1b,     "h.%d.ln_1.bias",          1, 0, c->C,     0,        0, 1, 0, 0)                       \
+    X(qkvw,     "h.%d.attn.c_attn.weight", 1, 1, c->C,     3 * c->C, 0, 1, 0, 1)                       \
+    X(qkvb,     "h.%d.attn.c_attn.bias",   1, 0, 3 * c->C, 0,        0, 1, 0, 0)                       \
+    X(attprojw, "h.%d.attn.c_proj.weight", 1, 1, c->C,     c->C,     0, 1, 0, 1)                       \
+    X(attprojb, "h.%d.attn.c_proj.bias",   1, 0, c->C,     0,        0, 1, 0, 0)                       \
+    X(ln2w,     "h.%d.ln_2.weight",        1, 0, c->C,     0,        0, 1, 0, 0)                       \
+    X(ln2b,     "h.%d.ln_2.bias",          1, 0, c->C,     0,        0, 1, 0, 0)                       \
+    X(fcw,      "h.%d.mlp.c_fc.weight",    1, 1, c->C,     4 * c->C, 0, 1, 0, 1)                       \
+    X(fcb,      "h.%d.mlp.c_fc.bias",      1, 0, 4 * c->C, 0,        0, 1, 0, 0)                       \
+    X(fcprojw,  "h.%d.mlp.c_proj.weight",  1, 1, 4 * c->C, c->C,     0, 1, 0, 1)                       \
+    X(fcprojb,  "h.%d.mlp.c_proj.bias",    1, 0, c->C,     0,        0, 1, 0, 0)                       \
+    X(lnfw,     "ln_f.weight",             0, 0, c->C,     0,        0, 1, 0, 0)                       \
+    X(lnfb,     "ln_f.bias",               0, 0, c->C,     0,        0, 1, 0, 0)
 
 // Q = NH*HD rows of queries, K = NKV*HD rows of keys (and of values): wqkv is (Q + 2K, C), wgu (2F, C).
 // `none`: a tensor with no counterpart of ours, all zeros (Llama's o_proj bias with attention_bias:
 // read and checked to be zero, written as zeros).
 #define HF_LLAMA_TENSORS(X)                                                                                                  \
-    X(embed,    "model.embed_tokens.weight",                       0, 0, c->V, c->C, 0,                  1,           1)      \
-    X(wqkv,     "model.layers.%d.self_attn.q_proj.weight",         1, 0, Q,    c->C, 0,                  1,           0)      \
-    X(bqkv,     "model.layers.%d.self_attn.q_proj.bias",           1, 0, Q,    0,    0,                  c->qkv_bias, 0)      \
-    X(wqkv,     "model.layers.%d.self_attn.k_proj.weight",         1, 0, K,    c->C, Q * c->C,           1,           0)      \
-    X(bqkv,     "model.layers.%d.self_attn.k_proj.bias",           1, 0, K,    0,    Q,                  c->qkv_bias, 0)      \
-    X(wqkv,     "model.layers.%d.self_attn.v_proj.weight",         1, 0, K,    c->C, (Q + K) * c->C,     1,           0)      \
-    X(bqkv,     "model.layers.%d.self_attn.v_proj.bias",           1, 0, K,    0,    Q + K,              c->qkv_bias, 0)      \
-    X(wo,       "model.layers.%d.self_attn.o_proj.weight",         1, 0, c->C, Q,    0,                  1,           0)      \
-    X(none,     "model.layers.%d.self_attn.o_proj.bias",           1, 0, c->C, 0,    0,                  c->o_bias,   0)      \
-    X(wgu,      "model.layers.%d.mlp.gate_proj.weight",            1, 0, c->F, c->C, 0,                  1,           0)      \
-    X(bgu,      "model.layers.%d.mlp.gate_proj.bias",              1, 0, c->F, 0,    0,                  c->mlp_bias, 0)      \
-    X(wgu,      "model.layers.%d.mlp.up_proj.weight",              1, 0, c->F, c->C, (int64_t)c->F * c->C, 1,         0)      \
-    X(bgu,      "model.layers.%d.mlp.up_proj.bias",                1, 0, c->F, 0,    c->F,               c->mlp_bias, 0)      \
-    X(wdown,    "model.layers.%d.mlp.down_proj.weight",            1, 0, c->C, c->F, 0,                  1,           0)      \
-    X(bdown,    "model.layers.%d.mlp.down_proj.bias",              1, 0, c->C, 0,    0,                  c->mlp_bias, 0)      \
-    X(attnnorm, "model.layers.%d.input_layernorm.weight",          1, 0, c->C, 0,    0,                  1,           0)      \
-    X(mlpnorm,  "model.layers.%d.post_attention_layernorm.weight", 1, 0, c->C, 0,    0,                  1,           0)      \
-    X(normf,    "model.norm.weight",                               0, 0, c->C, 0,    0,                  1,           0)      \
-    X(lmhead,   "lm_head.weight",                                  0, 0, c->V, c->C, 0,                  !c->tied,    1)
+    X(embed,    "model.embed_tokens.weight",                       0, 0, c->V, c->C, 0,                  1,           1, 0)      \
+    X(wqkv,     "model.layers.%d.self_attn.q_proj.weight",         1, 0, Q,    c->C, 0,                  1,           0, 1)      \
+    X(bqkv,     "model.layers.%d.self_attn.q_proj.bias",           1, 0, Q,    0,    0,                  c->qkv_bias, 0, 0)      \
+    X(wqkv,     "model.layers.%d.self_attn.k_proj.weight",         1, 0, K,    c->C, Q * c->C,           1,           0, 1)      \
+    X(bqkv,     "model.layers.%d.self_attn.k_proj.bias",           1, 0, K,    0,    Q,                  c->qkv_bias, 0, 0)      \
+    X(wqkv,     "model.layers.%d.self_attn.v_proj.weight",         1, 0, K,    c->C, (Q + K) * c->C,     1,           0, 1)      \
+    X(bqkv,     "model.layers.%d.self_attn.v_proj.bias",           1, 0, K,    0,    Q + K,              c->qkv_bias, 0, 0)      \
+    X(wo,       "model.layers.%d.self_attn.o_proj.weight",         1, 0, c->C, Q,    0,                  1,           0, 1)      \
+    X(none,     "model.layers.%d.self_attn.o_proj.bias",           1, 0, c->C, 0,    0,                  c->o_bias,   0, 0)      \
+    X(wgu,      "model.layers.%d.mlp.gate_proj.weight",            1, 0, c->F, c->C, 0,                  1,           0, 1)      \
+    X(bgu,      "model.layers.%d.mlp.gate_proj.bias",              1, 0, c->F, 0,    0,                  c->mlp_bias, 0, 0)      \
+    X(wgu,      "model.layers.%d.mlp.up_proj.weight",              1, 0, c->F, c->C, (int64_t)c->F * c->C, 1,         0, 1)      \
+    X(bgu,      "model.layers.%d.mlp.up_proj.bias",                1, 0, c->F, 0,    c->F,               c->mlp_bias, 0, 0)      \
+    X(wdown,    "model.layers.%d.mlp.down_proj.weight",            1, 0, c->C, c->F, 0,                  1,           0, 1)      \
+    X(bdown,    "model.layers.%d.mlp.down_proj.bias",              1, 0, c->C, 0,    0,                  c->mlp_bias, 0, 0)      \
+    X(attnnorm, "model.layers.%d.input_layernorm.weight",          1, 0, c->C, 0,    0,                  1,           0, 0)      \
+    X(mlpnorm,  "model.layers.%d.post_attention_layernorm.weight", 1, 0, c->C, 0,    0,                  1,           0, 0)      \
+    X(normf,    "model.norm.weight",                               0, 0, c->C, 0,    0,                  1,           0, 0)      \
+    X(lmhead,   "lm_head.weight",                                  0, 0, c->V, c->C, 0,                  !c->tied,    1, 0)
 
 #define HF_MAX_ROWS 24
 
@@ -164,13 +164,14 @@ typedef struct {
     int64_t at;           // its first element inside ours (per layer)
     int present;          // in a checkpoint of this config
     int vocab;            // ours has Vp rows, this tensor V
+    int lin;              // a layer Linear's weight: in 4 bits in a bitsandbytes checkpoint ([QLoRA])
 } HFTensorRow;
 
 // The rows of c's family; returns their number.
 static int hf_rows(const HFConfig* c, HFTensorRow* rows) {
     int k = 0;
-#define X(name, hfname, pl, cv, dim0, dim1, first, pres, voc) \
-    rows[k++] = (HFTensorRow){#name, hfname, pl, cv, (int64_t)(dim0), (int64_t)(dim1), (int64_t)(first), (pres) ? 1 : 0, voc};
+#define X(name, hfname, pl, cv, dim0, dim1, first, pres, voc, ln) \
+    rows[k++] = (HFTensorRow){#name, hfname, pl, cv, (int64_t)(dim0), (int64_t)(dim1), (int64_t)(first), (pres) ? 1 : 0, voc, ln};
     if (c->arch == HF_ARCH_GPT2) {
         HF_GPT2_TENSORS(X)
     } else {
@@ -469,21 +470,31 @@ static int hf_read_quant(const Json* j, const char* path, HFConfig* c, char* err
     if (k >= 0 && !(j->nodes[k].type == JSON_STRING && (!strcmp(j->nodes[k].str, "uint8") || !strcmp(j->nodes[k].str, "bfloat16") ||
                                                        !strcmp(j->nodes[k].str, "float16") || !strcmp(j->nodes[k].str, "float32"))))
         return st_err(err, errlen, "%s: quantization_config.bnb_4bit_quant_storage %s: not uint8, bfloat16, float16 or float32", path, hf_show(j, k, b, sizeof(b)));
-    k = json_get(j, q, "llm_int8_skip_modules"); // modules left in 16 bits: fine unless one is a layer's projection
+    // modules left in 16 bits: fine unless one is a layer's Linear. transformers skips a module when a
+    // listed name is a substring of its dotted name: the same test against each 4-bit row's module
+    k = json_get(j, q, "llm_int8_skip_modules");
     if (k >= 0 && j->nodes[k].type != JSON_NULL) {
         if (j->nodes[k].type != JSON_ARRAY) return st_err(err, errlen, "%s: quantization_config.llm_int8_skip_modules %s is not a list", path, hf_show(j, k, b, sizeof(b)));
-        static const char* const proj[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "self_attn", "mlp", "layers"};
+        HFTensorRow rows[HF_MAX_ROWS];
+        int nrows = hf_rows(c, rows);
         for (int e = j->nodes[k].first; e >= 0; e = j->nodes[e].next) {
             if (j->nodes[e].type != JSON_STRING)
                 return st_err(err, errlen, "%s: quantization_config.llm_int8_skip_modules holds %s, not a module name", path, hf_show(j, e, b, sizeof(b)));
-            for (size_t p = 0; p < sizeof(proj) / sizeof(proj[0]); p++)
-                if (strstr(j->nodes[e].str, proj[p]))
-                    return st_err(err, errlen, "%s: quantization_config.llm_int8_skip_modules names %s: a layer projection left in 16 bits is not "
-                                  "supported (every projection of a 4-bit base is NF4 here)", path, j->nodes[e].str);
+            for (int r = 0; r < nrows; r++)
+                for (int l = 0; rows[r].lin && rows[r].present && l < c->L; l++) {
+                    char mod[128];
+                    hf_name(&rows[r], l, mod, sizeof(mod));
+                    char* dot = strrchr(mod, '.');
+                    if (dot) *dot = 0; // (the module: its weight's name without ".weight")
+                    if (strstr(mod, j->nodes[e].str))
+                        return st_err(err, errlen, "%s: quantization_config.llm_int8_skip_modules names %s, which leaves %s in 16 bits: a layer "
+                                      "projection left in 16 bits is not supported (every projection of a 4-bit base is NF4 here)", path, j->nodes[e].str, mod);
+                }
         }
     }
     if (c->arch == HF_ARCH_GPT2)
-        return st_err(err, errlen, "%s: quantization_config on a GPT-2 (bitsandbytes quantizes nn.Linear, and GPT-2's projections are Conv1D)", path);
+        return st_err(err, errlen, "%s: quantization_config: a 4-bit GPT-2 checkpoint is not read yet (its Conv1D weights are quantized transposed); "
+                      "the Llama family's are. HINT: load the BF16 GPT-2 and pass -lora-base-dtype nf4", path);
     c->bnb4 = 1;
     return 0;
 }
@@ -539,9 +550,7 @@ enum { HF_Q_ABSMAX, HF_Q_MAP, HF_Q_NESTED, HF_Q_NESTED_MAP, HF_Q_STATE, HF_Q_N }
 static const char* const hf_q_suffix[HF_Q_N] = {"absmax", "quant_map", "nested_absmax", "nested_quant_map", "quant_state.bitsandbytes__nf4"};
 
 // [QLoRA] A row stored in 4 bits in a bitsandbytes checkpoint: a layer projection's weight.
-static int hf_row_nf4(const HFConfig* c, const HFTensorRow* r) {
-    return c->bnb4 && r->d1 && r->per_layer && (!strcmp(r->ours, "wqkv") || !strcmp(r->ours, "wo") || !strcmp(r->ours, "wgu") || !strcmp(r->ours, "wdown"));
-}
+static int hf_row_nf4(const HFConfig* c, const HFTensorRow* r) { return c->bnb4 && r->lin; }
 
 typedef struct {
     HFConfig cfg;
@@ -776,7 +785,13 @@ static int hf_open(HFCheckpoint* ck, const char* path, char* err, size_t errlen)
             const StTensor* s = &f->t[t];
             int want_ndim = r->d1 ? 2 : 1;
             if (hf_row_nf4(c, r)) { // [QLoRA] packed codes: (ceil(n/2) bytes / the storage dtype's size, 1)
-                int64_t bytes = (r->d0 * r->d1 + 1) / 2;
+                int64_t bytes = (r->d0 * r->d1 + 1) / 2; // (bitsandbytes allocates (n + 1) // (2 size) elements: for a 16- or
+                                                         // 32-bit storage, n a multiple of 4 or 8 here, as every real shape is)
+                if (strcmp(s->dtype_name, "U8") && strcmp(s->dtype_name, "BF16") && strcmp(s->dtype_name, "F16") && strcmp(s->dtype_name, "F32")) {
+                    rc = st_err(err, errlen, "%s: tensor %s: 4-bit codes stored as %s: not uint8, bfloat16, float16 or float32 (bnb_4bit_quant_storage)",
+                                f->path, name, s->dtype_name);
+                    break;
+                }
                 if (s->ndim == 2 && s->shape[0] == r->d0 && s->shape[1] == r->d1) {
                     rc = st_err(err, errlen, "%s: tensor %s: (%lld, %lld) in %s, not 4-bit codes: a projection left in 16 bits in a 4-bit checkpoint "
                                 "is not supported", f->path, name, (long long)r->d0, (long long)r->d1, s->dtype_name);
@@ -977,11 +992,14 @@ static int hf_nf4_part(const HFCheckpoint* ck, const char* ours, int layer, int 
     if (strcmp(qs->dtype_name, "U8") || qs->ndim != 1)
         return st_err(err, errlen, "%s: tensor %s.%s: %s, not the U8 bytes of a JSON object", F[HF_Q_STATE]->path, name, hf_q_suffix[HF_Q_STATE], qs->dtype_name);
     Json j;
-    char jerr[256];
-    if (json_parse(&j, (const char*)(F[HF_Q_STATE]->map + F[HF_Q_STATE]->data_start + qs->begin), (size_t)(qs->end - qs->begin), jerr, sizeof(jerr)) ||
-        j.nodes[0].type != JSON_OBJECT) {
+    char jerr[256] = "";
+    if (json_parse(&j, (const char*)(F[HF_Q_STATE]->map + F[HF_Q_STATE]->data_start + qs->begin), (size_t)(qs->end - qs->begin), jerr, sizeof(jerr))) {
         json_free(&j);
-        return st_err(err, errlen, "%s: tensor %s.%s: not a JSON object (%s)", F[HF_Q_STATE]->path, name, hf_q_suffix[HF_Q_STATE], jerr);
+        return st_err(err, errlen, "%s: tensor %s.%s: not JSON (%s)", F[HF_Q_STATE]->path, name, hf_q_suffix[HF_Q_STATE], jerr);
+    }
+    if (j.nodes[0].type != JSON_OBJECT) {
+        json_free(&j);
+        return st_err(err, errlen, "%s: tensor %s.%s: JSON, but not an object", F[HF_Q_STATE]->path, name, hf_q_suffix[HF_Q_STATE]);
     }
     int64_t blocksize = -1, nested_bs = -1, d0 = -1, d1 = -1;
     double offset = NAN;

@@ -7,7 +7,7 @@
 // May call: zero.h (the block layout), ops/rope.cuh (the ROPE_* rules), ops/nf4.cuh (nf4_part).
 #ifndef ZT_MODEL_H
 #define ZT_MODEL_H
-#include "zero.h" // defines: BlockLayout, layout_init, layout_add_tensor, layout_finish
+#include "zero.h" // defines: BlockLayout, layout_init, layout_add_tensor, layout_add_stored, layout_finish
 
 // The model families: a tensor table each (below) and a layer's ops each (train_gpt.cu section 2).
 enum { FAMILY_GPT2 = 0, FAMILY_LLAMA = 1 };

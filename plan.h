@@ -19,7 +19,7 @@
 #include "device.cuh"     // defines: floatX, TAG_*, mem_tag_name, g_device, g_work, num_threads, die_user
 #include "flags.h"        // defines: Flags, FLAG_SHOW
 #include "acts.h"         // defines: acts_bytes, ops_workspace_floats
-#include "lora.h"         // defines: lora_acts_bytes, lora_discard_floats ([LoRA] the adapters' activations)
+#include "lora.h"         // defines: lora_acts_bytes, lora_discard_floats ([LoRA] the adapters' activations), lora_dequant_elems ([QLoRA])
 #include "model.h"        // defines: GPTConfig, ModelDesc, model_describe, model_layout
 #include "zero.h"         // defines: BlockLayout, zero_sizes, zero_count_step, Comm, comm_broadcast, Launch, COLL_*
 #include "offload.h"      // defines: Offload, offload_host_bytes, offload_name, offload_parse

@@ -40,7 +40,8 @@
 #include "ops/rope.cuh"        // defines: RopeParams, rope_table, op_rope_forward, op_rope_backward
 #include "ops/swiglu.cuh"      // defines: op_swiglu_forward, op_swiglu_backward
 #include "ops/classifier.cuh"  // defines: op_classifier (the chunked LM head, loss and its backward)
-#include "lora.h"              // defines: Lora, LoraView, proj_forward, proj_backward, lora_config, lora_fill ([LoRA] adapters)
+#include "lora.h"              // defines: Lora, LoraView, proj_forward, proj_backward, lora_config, lora_fill ([LoRA] adapters),
+                               //          lora_base_alloc, lora_base_dequant, Nf4Source, LoraEncoder, lora_base_encode ([QLoRA] a 4-bit base)
 #include "adamw.cuh"           // defines: AdamWParams, op_adamw, op_sumsq_many
 #include "zero.h"              // defines: BlockLayout, Zero, Comm, the zero_* hooks, comm_*
 #include "offload.h"           // defines: offload_init, offload_adamw (-offload cpu: master, m, v on the host)
@@ -48,7 +49,7 @@
 #include "tokenizer.h"         // defines: Tokenizer, tokenizer_init, tokenizer_print
 #include "model.h"             // defines: GPTConfig, GPT2_TENSORS, ModelDesc, model_describe, model_layout
 #include "checkpoint.h"        // defines: ckpt_save, ckpt_resume, write_model_file, ModelFile, state_pieces, fault_at
-#include "hf.h"                // defines: HFCheckpoint, hf_open, hf_bind, hf_fill, HFWriter (Hugging Face GPT-2 in/out)
+#include "hf.h"                // defines: HFCheckpoint, hf_open, hf_bind, hf_fill, hf_nf4_part, HFWriter (Hugging Face checkpoints in/out)
 #include "prompts.h"           // defines: tokenize_prompts_to_shards (prompt/completion JSONL -> shards + loss masks)
 #include "flags.h"             // defines: FLAG_TABLE, Flags, flags_parse, flags_hash, FLAG_SHOW, parse_float
 #include "acts.h"              // defines: LAYER_ACTS, Acts, LayerActs, acts_alloc, acts_free, layer_acts, ops_workspace_floats
@@ -1433,7 +1434,6 @@ static void setup_choose(Trainer* tr, const GPTConfig* c) {
         if (!strcmp(f->offload, "auto")) snprintf(f->offload, sizeof(f->offload), "none"); // nothing plans: none
     }
     if (!c->lora_r) FLAG_SHOW(f, lora_base, "unused: no -lora");
-    if (!c->lora_r) FLAG_SHOW(f, lora_base_dtype, "unused: no -lora");
     if (strcmp(f->offload_str, f->offload)) FLAG_SHOW(f, offload, "%s", f->offload);
 }
 

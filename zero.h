@@ -55,7 +55,7 @@
 // Released buffers are filled with NaN when poisoning is on (-poison 1, always in the tests),
 // and -comm-delay delays every collective: together they expose a missing wait.
 //
-// defines: Launch, launch_from_env, launch_needs_rendezvous, BlockTensor, BlockLayout, layout_*, ZeroSizes,
+// defines: Launch, launch_from_env, launch_needs_rendezvous, BlockTensor, BlockLayout, layout_*, EncodedFill, ZeroSizes,
 //          zero_sizes, Comm, CollOp, comm_*, Zero, zero_* hooks, zero_count_step (the schedule, counted)
 //
 // May call: device.cuh, adamw.cuh, MPI, NCCL and the CUDA runtime. Knows nothing of the model or the

@@ -85,7 +85,7 @@ TEST(qlora_is_lora_on_dequantized_base) {
     qlora_dequant_case(LORA_LLAMA " -r 3", "-lora 2 -lora-targets q_proj,v_proj,down_proj");
 }
 
-// ZeRO-0..3 bit-identical with the 4-bit base (make test: R = 2, GPT-2 and Llama; make test-long: R = 1..4):
+// ZeRO-0..3 bit-identical with the 4-bit base (make test: GPT-2 at R = 3, Llama at R = 2; make test-long: R = 1..4):
 // ZeRO-3 shards and gathers the 4-bit bytes, ZeRO-0..2 hold them whole; the same steps either way.
 TEST(qlora_zero_stages_bitwise) {
     const char* llama = "-e llama-tiny -layers 3 -vocab 97 -t 16 -poison 1 -blas 0";
@@ -128,7 +128,8 @@ TEST(qlora_export_loads_in_peft) {
 //   - its loss at step 0 equals a BF16 base holding the dequantized values (bitwise), and three
 //     steps of each give the same losses;
 //   - refused (exit 2, naming the field or tensor): fp4, GPTQ, 8-bit, no double quantization, a
-//     projection in llm_int8_skip_modules, a missing .absmax, another blocksize, no -lora.
+//     projection in llm_int8_skip_modules, no -lora-base-dtype nf4; a missing .absmax, another
+//     blocksize, an .absmax or the codes one byte short.
 #ifndef ENABLE_FP32 // (the dequantized checkpoint holds BF16 values: what the BF16 build's dequantization gives)
 static double qlora_step0(const char* model, const char* extra, uint64_t* base_hash, double* losses) {
     char flags[2048];
@@ -196,20 +197,31 @@ TEST(qlora_bnb_checkpoint) {
         CHECKF(rc == 2 && strstr(cli_out, bad[i].expect), "'%s' ('%s' -> '%s'): exit %d, expected 2 with '%s':\n%s", flags, bad[i].from, bad[i].to, rc,
                bad[i].expect, cli_out);
     }
-    // a tensor of the state missing (dir 0); the quant state's blocksize another (dir 1): named
-    char dir[2][PATH_MAX + 32], flags[3 * PATH_MAX];
-    for (int k = 0; k < 2; k++) snprintf(dir[k], sizeof(dir[k]), "%s/qlora_bnb_state%d", test_tmpdir(), k);
-    snprintf(cmd, sizeof(cmd), "rm -rf %s %s && cp -r %s %s && cp -r %s %s && %s -c \"import sys, json, torch; from safetensors.torch import load_file, save_file; "
-             "p = sys.argv[1] + '/model.safetensors'; d = load_file(p); del d['model.layers.1.mlp.up_proj.weight.absmax']; save_file(d, p); "
-             "p = sys.argv[2] + '/model.safetensors'; d = load_file(p); k = 'model.layers.0.self_attn.k_proj.weight.quant_state.bitsandbytes__nf4'; "
-             "s = json.loads(bytes(d[k].tolist())); s['blocksize'] = 128; d[k] = torch.tensor(list(json.dumps(s).encode()), dtype=torch.uint8); "
-             "save_file(d, p)\" %s %s 2>&1", dir[0], dir[1], bnb[0], dir[0], bnb[0], dir[1], py, dir[0], dir[1]);
+    // the state's tensors wrong, one thing each: .absmax missing (dir 0); the quant state's blocksize
+    // another (1); .absmax one byte short (2); the codes one byte short (3): each named
+    char dir[4][PATH_MAX + 32], flags[3 * PATH_MAX], cp[4][3 * PATH_MAX];
+    for (int k = 0; k < 4; k++) {
+        snprintf(dir[k], sizeof(dir[k]), "%s/qlora_bnb_state%d", test_tmpdir(), k);
+        snprintf(cp[k], sizeof(cp[k]), "rm -rf %s && cp -r %s %s", dir[k], bnb[0], dir[k]);
+    }
+    snprintf(cmd, sizeof(cmd), "%s && %s && %s && %s && %s -c \"import sys, json, torch; from safetensors.torch import load_file, save_file\n"
+             "def edit(i, f):\n    p = sys.argv[i] + '/model.safetensors'; d = load_file(p); f(d); save_file(d, p)\n"
+             "def bs(d):\n    k = 'model.layers.0.self_attn.k_proj.weight.quant_state.bitsandbytes__nf4'; s = json.loads(bytes(d[k].tolist())); s['blocksize'] = 128\n"
+             "    d[k] = torch.tensor(list(json.dumps(s).encode()), dtype=torch.uint8)\n"
+             "def cut(k):\n    return lambda d: d.__setitem__(k, d[k][:-1].clone())\n"
+             "edit(1, lambda d: d.pop('model.layers.1.mlp.up_proj.weight.absmax')); edit(2, bs)\n"
+             "edit(3, cut('model.layers.0.mlp.down_proj.weight.absmax')); edit(4, cut('model.layers.1.self_attn.o_proj.weight'))\" %s %s %s %s 2>&1",
+             cp[0], cp[1], cp[2], cp[3], py, dir[0], dir[1], dir[2], dir[3]);
     CHECKF(test_run_cmd(cmd, zt_out, sizeof(zt_out)) == 0, "%s:\n%s", cmd, zt_out);
-    static const char* const expect[2] = {"model.layers.1.mlp.up_proj.weight.absmax is missing", "k_proj.weight.quant_state.bitsandbytes__nf4: blocksize 128, not 64"};
-    for (int k = 0; k < 2; k++) {
+    static const char* const expect[4][2] = {{"model.layers.1.mlp.up_proj.weight.absmax is missing", ""},
+                                              {"k_proj.weight.quant_state.bitsandbytes__nf4: blocksize 128, not 64", ""},
+                                              {"model.layers.0.mlp.down_proj.weight.absmax: ", "x U8, but a (40, 57) weight's is"},
+                                              {"model.layers.1.self_attn.o_proj.weight: shape (", "the 4-bit codes of a (40, 48) weight"}};
+    for (int k = 0; k < 4; k++) {
         snprintf(flags, sizeof(flags), "-device cpu -e %s -i %s -j %s -t 16 -b 1 -x 1 -v 0 -s 0 -lora 2 -lora-base-dtype nf4", dir[k], zt_data(0), zt_data(1));
         int rc = cli_run(flags, cli_out, sizeof(cli_out));
-        CHECKF(rc == 2 && strstr(cli_out, expect[k]), "'%s': exit %d, expected 2 with '%s':\n%s", flags, rc, expect[k], cli_out);
+        CHECKF(rc == 2 && strstr(cli_out, expect[k][0]) && strstr(cli_out, expect[k][1]), "'%s': exit %d, expected 2 with '%s' ... '%s':\n%s", flags, rc,
+               expect[k][0], expect[k][1], cli_out);
     }
 }
 #endif
