@@ -44,11 +44,12 @@
 //     "nearest code of v rounded to a 65536-point grid", ties to the lower code, not nearest code of v.
 //
 // Determinism: nf4_quantize's bits do not depend on the thread count (blocks are independent; the
-// mean is one serial sum). CPU dequant: blocks in parallel, a block's absmax once, no division. CUDA:
+// mean is one serial sum). CPU dequant: blocks in parallel, per block the absmax and its 16 products
+// once, then look-ups; no division. CUDA:
 // one thread per 4 code bytes (8 outputs, one 32-bit load, all in one 64-block), the tables in
 // shared memory. NaN or Inf weights are not supported (bitsandbytes' result for them is not ported).
 //
-// defines: Nf4Part, nf4_part, NF4_CODE, NF4_DYN, nf4_quantize (and its steps nf4_quantize_4bit,
+// defines: Nf4Part, nf4_part, NF4_CODE, NF4_DYN, NF4_MID, nf4_quantize (and its steps nf4_quantize_4bit,
 //          nf4_offset_of, nf4_quantize_nested), nf4_block_absmax(_map), nf4_dequant_host(_map),
 //          op_nf4_dequant(_map), nf4_dyn_lut
 //
@@ -167,18 +168,18 @@ static inline unsigned char nf4_dyn_code(const Nf4DynLut* L, float v) {
     return L->code[(uint16_t)k];
 }
 
+// torch's bucketize bounds: NF4_MID[k] = (NF4_CODE[k] + NF4_CODE[k+1]) / 2 in FP32, written out (test
+// nf4_tie_rule checks each against that expression).
+static const float NF4_MID[15] = {
+    -0x1.b239bp-1f, -0x1.38a4ep-1f, -0x1.d709p-2f, -0x1.5bd4ecp-2f, -0x1.e079d8p-3f, -0x1.1a7178p-3f, -0x1.74f0e2p-5f, 0x1.45f5fep-5f,
+    0x1.ec90c4p-4f, 0x1.a0cfcp-3f, 0x1.2b05a8p-2f, 0x1.8ea7f2p-2f, 0x1.00da08p-1f, 0x1.491b5ep-1f, 0x1.b913b4p-1f,
+};
+
 // One value's 4-bit code (rule 1): the number of FP32 midpoints strictly below v (ties: lower code).
+// (The clamp to [-1, 1] bnb applies first changes no code: it is left out.)
 static inline unsigned char nf4_code_of(float v) {
-    static const float mid[15] = { // (NF4_CODE[k] + NF4_CODE[k+1]) / 2 in FP32, as torch computes the bounds
-        (NF4_CODE[0] + NF4_CODE[1]) / 2, (NF4_CODE[1] + NF4_CODE[2]) / 2, (NF4_CODE[2] + NF4_CODE[3]) / 2,
-        (NF4_CODE[3] + NF4_CODE[4]) / 2, (NF4_CODE[4] + NF4_CODE[5]) / 2, (NF4_CODE[5] + NF4_CODE[6]) / 2,
-        (NF4_CODE[6] + NF4_CODE[7]) / 2, (NF4_CODE[7] + NF4_CODE[8]) / 2, (NF4_CODE[8] + NF4_CODE[9]) / 2,
-        (NF4_CODE[9] + NF4_CODE[10]) / 2, (NF4_CODE[10] + NF4_CODE[11]) / 2, (NF4_CODE[11] + NF4_CODE[12]) / 2,
-        (NF4_CODE[12] + NF4_CODE[13]) / 2, (NF4_CODE[13] + NF4_CODE[14]) / 2, (NF4_CODE[14] + NF4_CODE[15]) / 2,
-    };
-    v = v < -1.0f ? -1.0f : (v > 1.0f ? 1.0f : v);
     int c = 0;
-    for (int k = 0; k < 15; k++) c += mid[k] < v;
+    for (int k = 0; k < 15; k++) c += NF4_MID[k] < v;
     return (unsigned char)c;
 }
 
@@ -262,19 +263,20 @@ static inline float nf4_block_absmax_map(const unsigned char* st, const Nf4Part*
 }
 static inline float nf4_block_absmax(const unsigned char* st, const Nf4Part* P, int64_t b) { return nf4_block_absmax_map(st, P, b, NULL); }
 
-// out[i] = NF4[c_i] * absmax_b in FP32 (what bitsandbytes' FP32 dequant gives). out (n).
+// out[i] = NF4[c_i] * absmax_b in FP32 (what bitsandbytes' FP32 dequant gives). out (n). Per block the 16
+// possible products are formed once (the same roundings), then each byte is two look-ups.
 static void nf4_dequant_host_map(float* out, const unsigned char* st, int64_t n, const float* dyn) {
     Nf4Part P = nf4_part(n);
     const unsigned char* codes = st + P.o_codes;
 #pragma omp parallel for schedule(static)
     for (int64_t b = 0; b < P.nb; b++) {
-        float am = nf4_block_absmax_map(st, &P, b, dyn);
+        float am = nf4_block_absmax_map(st, &P, b, dyn), v[16];
+        for (int k = 0; k < 16; k++) v[k] = NF4_CODE[k] * am;
         int64_t i0 = b * NF4_BLOCK, len = n - i0 < NF4_BLOCK ? n - i0 : NF4_BLOCK;
-        for (int64_t i = 0; i < len; i += 2) {
-            unsigned char byte = codes[(i0 + i) / 2];
-            out[i0 + i] = NF4_CODE[byte >> 4] * am;
-            if (i + 1 < len) out[i0 + i + 1] = NF4_CODE[byte & 15] * am;
-        }
+        const unsigned char* c = codes + i0 / 2;
+        float* o = out + i0;
+        for (int64_t i = 0; i < len / 2; i++) o[2 * i] = v[c[i] >> 4], o[2 * i + 1] = v[c[i] & 15];
+        if (len % 2) o[len - 1] = v[c[len / 2] >> 4];
     }
 }
 static void nf4_dequant_host(float* out, const unsigned char* st, int64_t n) { nf4_dequant_host_map(out, st, n, NULL); }
@@ -325,12 +327,13 @@ static void op_nf4_dequant_map(floatX* out, const unsigned char* st, int64_t n, 
 #pragma omp parallel for schedule(static)
     for (int64_t b = 0; b < P.nb; b++) {
         float am = nf4_block_absmax_map(st, &P, b, dyn);
+        floatX v[16];                            // rn(NF4[k] * am): the block's 16 possible outputs
+        for (int k = 0; k < 16; k++) v[k] = rn(NF4_CODE[k] * am);
         int64_t i0 = b * NF4_BLOCK, len = n - i0 < NF4_BLOCK ? n - i0 : NF4_BLOCK;
-        for (int64_t i = 0; i < len; i += 2) {
-            unsigned char byte = codes[(i0 + i) / 2];
-            out[i0 + i] = rn(NF4_CODE[byte >> 4] * am);
-            if (i + 1 < len) out[i0 + i + 1] = rn(NF4_CODE[byte & 15] * am);
-        }
+        const unsigned char* c = codes + i0 / 2;
+        floatX* o = out + i0;
+        for (int64_t i = 0; i < len / 2; i++) o[2 * i] = v[c[i] >> 4], o[2 * i + 1] = v[c[i] & 15];
+        if (len % 2) o[len - 1] = v[c[len / 2] >> 4];
     }
 }
 static void op_nf4_dequant(floatX* out, const unsigned char* st, int64_t n) { op_nf4_dequant_map(out, st, n, NULL); }

@@ -155,6 +155,7 @@ TEST(nf4_tie_rule) {
     float w[64];
     for (int k = 0; k < 15; k++) {
         float mid = (NF4_CODE[k] + NF4_CODE[k + 1]) / 2;
+        CHECKF(NF4_MID[k] == mid, "NF4_MID[%d] %a != (NF4_CODE[%d] + NF4_CODE[%d]) / 2 = %a", k, NF4_MID[k], k, k + 1, mid);
         for (int i = 0; i < 64; i++) w[i] = 0.0f;
         w[0] = 1.0f;
         w[1] = mid;
