@@ -222,7 +222,7 @@ test/test_bf16: $(SOURCES) $(TEST_SOURCES)
 test/test_fp32: $(SOURCES) $(TEST_SOURCES)
 	$(CXX_HOST) $(TEST_FLAGS) $(filter-out -DENABLE_FP32,$(DEFS)) -DENABLE_FP32 $(MPI_CFLAGS) test/test_main.cpp -o $@ $(MPI_LIBS)
 
-# libFuzzer harnesses (test/fuzz.cpp: model, shard, state, tokenizer, bpe, safetensors, jsonl, hfjson, chat), built with clang when it
+# libFuzzer harnesses (test/fuzz.cpp: model, shard, state, tokenizer, bpe, safetensors, jsonl, hfjson, chat, ..., bnb), built with clang when it
 # is installed (Debian: clang, libclang-rt-14-dev). make test replays test/fuzz_corpus/ and runs a
 # fixed number of seeded inputs per harness; make fuzz runs each for FUZZ_SECONDS into build/fuzz/.
 CLANGXX    ?= $(shell command -v clang++ 2>/dev/null)
@@ -232,7 +232,7 @@ test/fuzz: $(SOURCES) test/fuzz.cpp
 	$(CLANGXX) $(FUZZ_FLAGS) test/fuzz.cpp -o $@
 FUZZ_SECONDS ?= 60
 fuzz: test/fuzz
-	for h in model shard state tokenizer bpe safetensors jsonl hfjson chat mask prompt record peft rdv chatcfg; do mkdir -p build/fuzz/$$h; \
+	for h in model shard state tokenizer bpe safetensors jsonl hfjson chat mask prompt record peft rdv chatcfg bnb; do mkdir -p build/fuzz/$$h; \
 	  ASAN_OPTIONS=detect_leaks=0 test/fuzz $$h -max_total_time=$(FUZZ_SECONDS) -max_len=16384 -print_final_stats=1 \
 	    build/fuzz/$$h test/fuzz_corpus/$$h > build/fuzz/$$h.log 2>&1; rc=$$?; \
 	  echo "$$h: $$(grep -E 'stat::number_of_executed_units' build/fuzz/$$h.log)"; \

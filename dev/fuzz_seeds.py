@@ -108,3 +108,41 @@ put("chat", "chatml.jsonl", ("0" + "".join(json.dumps(x) + "\n" for x in chat_li
 put("chat", "llama31.jsonl", ("1" + "".join(json.dumps(x) + "\n" for x in chat_lines[2:])).encode())
 put("chat", "cut.jsonl", ("1" + json.dumps({"messages": [msg("user", "a" * 100), msg("assistant", "x"), msg("user", "q"), msg("assistant", "y")]}) + "\n").encode())
 put("chat", "bad_role.jsonl", ("0" + json.dumps({"messages": [msg("robot", "x"), msg("assistant", "y")]}) + "\n").encode())
+
+# bnb: a bitsandbytes 4-bit Llama matching test/fuzz's bnb harness's config.json (L 1, C 8, NH 2, NKV 1,
+# head_dim 4, F 16, V 16, maxT 8, untied head): each projection's packed codes (U8), .absmax (U8),
+# .quant_map and .nested_quant_map (ops/nf4.cuh's tables, read from the header), .nested_absmax and the
+# quant state's JSON (hf.h: hf_nf4_part); the rest F32
+import re
+hdr = open(os.path.join("ops", "nf4.cuh")).read()
+def table(name):
+    body = hdr[hdr.index("static const float %s[" % name):]
+    body = body[body.index("{") + 1:body.index("};")]
+    return [float.fromhex(x.strip().rstrip("f")) for x in body.split(",") if x.strip()]
+NF4_T, DYN_T = table("NF4_CODE"), table("NF4_DYN")
+
+def safetensors_raw(tensors):
+    header, body = {"__metadata__": {"format": "pt"}}, b""
+    for name, dtype, shape, data in tensors:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(body), len(body) + len(data)]}
+        body += data
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    return struct.pack("<Q", len(h)) + h + body
+
+f32 = lambda vals: b"".join(struct.pack("<f", v) for v in vals)
+C, F, V, Q, K = 8, 16, 16, 8, 4
+bnb = [("model.embed_tokens.weight", "F32", [V, C], f32(values([V, C], 1))), ("lm_head.weight", "F32", [V, C], f32(values([V, C], 2))),
+       ("model.norm.weight", "F32", [C], f32([1.0] * C)), ("model.layers.0.input_layernorm.weight", "F32", [C], f32([1.0] * C)),
+       ("model.layers.0.post_attention_layernorm.weight", "F32", [C], f32([1.0] * C))]
+for mod, (d0, d1) in (("self_attn.q_proj", (Q, C)), ("self_attn.k_proj", (K, C)), ("self_attn.v_proj", (K, C)), ("self_attn.o_proj", (C, Q)),
+                      ("mlp.gate_proj", (F, C)), ("mlp.up_proj", (F, C)), ("mlp.down_proj", (C, F))):
+    w, n = "model.layers.0.%s.weight" % mod, d0 * d1
+    nb = -(-n // 64); nn = -(-nb // 256)
+    state = json.dumps({"quant_type": "nf4", "blocksize": 64, "dtype": "bfloat16", "shape": [d0, d1], "nested_blocksize": 256,
+                        "nested_dtype": "float32", "nested_offset": 0.015625}).encode()
+    bnb += [(w, "U8", [(n + 1) // 2, 1], bytes((i * 37 + 11) % 256 for i in range((n + 1) // 2))),
+            (w + ".absmax", "U8", [nb], bytes((100 + 7 * i) % 256 for i in range(nb))),
+            (w + ".quant_map", "F32", [16], f32(NF4_T)), (w + ".nested_absmax", "F32", [nn], f32([0.03] * nn)),
+            (w + ".nested_quant_map", "F32", [256], f32(DYN_T)), (w + ".quant_state.bitsandbytes__nf4", "U8", [len(state)], state)]
+put("bnb", "llama_nf4.safetensors", safetensors_raw(bnb))

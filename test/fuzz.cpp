@@ -310,6 +310,46 @@ static void fuzz_safetensors(const uint8_t* data, size_t size) {
     hf_close(&ck);
 }
 
+// [QLoRA] A bitsandbytes 4-bit checkpoint: the input is model.safetensors beside a fixed small Llama
+// config.json whose quantization_config says bitsandbytes nf4 (the seed in dev/fuzz_seeds.py matches
+// it). Opened, every 4-bit part of every layer is read into ops/nf4.cuh's storage (hf_nf4_part):
+// refused or read, never outside the file or the part's bytes.
+static void fuzz_bnb(const uint8_t* data, size_t size) {
+    static const char config[] = "{\"model_type\": \"llama\", \"num_hidden_layers\": 1, \"hidden_size\": 8, \"num_attention_heads\": 2, "
+        "\"num_key_value_heads\": 1, \"intermediate_size\": 16, \"vocab_size\": 16, \"max_position_embeddings\": 8, \"rms_norm_eps\": 1e-5, "
+        "\"quantization_config\": {\"quant_method\": \"bitsandbytes\", \"load_in_4bit\": true, \"bnb_4bit_quant_type\": \"nf4\", "
+        "\"bnb_4bit_use_double_quant\": true, \"bnb_4bit_quant_storage\": \"uint8\", \"llm_int8_skip_modules\": [\"lm_head\"]}}\n";
+    const char* dir = fuzz_scratch_dir();
+    char path[400], err[2048];
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    FILE* f = fopen(path, "wb");
+    if (!f || fwrite(config, 1, sizeof(config) - 1, f) != sizeof(config) - 1) abort();
+    fclose(f);
+    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+    f = fopen(path, "wb");
+    if (!f || (size && fwrite(data, 1, size, f) != size)) abort();
+    fclose(f);
+    HFCheckpoint ck;
+    if (hf_open(&ck, dir, err, sizeof(err))) { hf_close(&ck); return; }
+    if (!ck.cfg.bnb4) abort();
+    for (int k = 0; k < ck.nrows; k++) {
+        const HFTensorRow* r = &ck.rows[k];
+        if (!r->lin || !r->present) continue;
+        int part = 0; // its place among its tensor's 4-bit rows
+        for (int q = 0; q < ck.nrows; q++) part += ck.rows[q].lin && ck.rows[q].present && !strcmp(ck.rows[q].ours, r->ours) && ck.rows[q].at < r->at;
+        int64_t n = r->d0 * r->d1;
+        Nf4Part P = nf4_part(n);
+        unsigned char* st = (unsigned char*)malloc((size_t)P.bytes);
+        for (int l = 0; l < ck.cfg.L; l++) {
+            int rc = hf_nf4_part(&ck, r->ours, l, part, st, n, NULL, err, sizeof(err));
+            if (rc == 1) { float* out = (float*)malloc(sizeof(float) * (size_t)n); nf4_dequant_host(out, st, n); free(out); }
+            else if (rc != -1) abort(); // (a 4-bit checkpoint: read or refused)
+        }
+        free(st);
+    }
+    hf_close(&ck);
+}
+
 // The segment table of a loaded batch breaks its definition (seg[0] = 0, seg[t] = t or seg[t-1]).
 static int fuzz_bad_segments(const DataLoader* dl) {
     for (int b = 0; b < dl->B; b++)
@@ -622,6 +662,7 @@ static const struct { const char* name; void (*fn)(const uint8_t*, size_t); } g_
     {"model", fuzz_model}, {"shard", fuzz_shard}, {"state", fuzz_state}, {"tokenizer", fuzz_tokenizer},
     {"bpe", fuzz_bpe}, {"safetensors", fuzz_safetensors}, {"jsonl", fuzz_jsonl}, {"hfjson", fuzz_hfjson}, {"chat", fuzz_chat},
     {"mask", fuzz_mask}, {"prompt", fuzz_prompt}, {"record", fuzz_record}, {"peft", fuzz_peft}, {"rdv", fuzz_rdv}, {"chatcfg", fuzz_chatcfg},
+    {"bnb", fuzz_bnb},
 };
 static void (*g_fuzz_fn)(const uint8_t*, size_t) = NULL;
 
