@@ -27,8 +27,8 @@
 //     clamped to [-1, 1]; then c_i = torch.bucketize(v_i, mid) with mid[k] = (NF4[k] + NF4[k+1]) / 2
 //     in FP32 (right=False): c = the number of midpoints strictly below v. A v exactly on a midpoint
 //     (a tie) takes the LOWER code. This is threshold comparison against FP32-rounded midpoints, not
-//     argmin |v - NF4[k]| (the two differ where the rounded midpoint is not the exact one; the test
-//     has such a value). A block of zeros: a = 0, v = 0, every code 7 (0.0), absmax 0 (full block)
+//     argmin |v - NF4[k]| with first-index ties: the two differ where the rounded midpoint is above
+//     the exact one (v = NF4_MID[k] for k = 0, 1, 3, 4, 12, 14: argmin gives k + 1; tests have them). A block of zeros: a = 0, v = 0, every code 7 (0.0), absmax 0 (full block)
 //     or 1e-38f (partial block); no NaN.
 //  2. offset = the mean of the part's nb absmax: summed in double in index order, divided by nb in
 //     double, rounded to float (bitsandbytes uses torch's `absmax.mean()`, whose FP32 cascade sum may
@@ -45,9 +45,10 @@
 //
 // Determinism: nf4_quantize's bits do not depend on the thread count (blocks are independent; the
 // mean is one serial sum). CPU dequant: blocks in parallel, per block the absmax and its 16 products
-// once, then look-ups; no division. CUDA:
-// one thread per 4 code bytes (8 outputs, one 32-bit load, all in one 64-block), the tables in
-// shared memory. NaN or Inf weights are not supported (bitsandbytes' result for them is not ported).
+// once, then look-ups; no division. CUDA: one thread per 4 code bytes (8 outputs, one 32-bit load,
+// all in one 64-block), the tables in shared memory; st 4-byte aligned. NaN or Inf weights are not
+// supported (bitsandbytes' result for them is not ported). The dynamic map bitsandbytes computes
+// depends on torch's SIMD width (see NF4_DYN): a checkpoint's own map goes to the _map variants.
 //
 // defines: Nf4Part, nf4_part, NF4_CODE, NF4_DYN, NF4_MID, nf4_quantize (and its steps nf4_quantize_4bit,
 //          nf4_offset_of, nf4_quantize_nested), nf4_block_absmax(_map), nf4_dequant_host(_map),
