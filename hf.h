@@ -55,7 +55,7 @@
 //      and beside it .absmax (U8), .quant_map (F32 16), .nested_absmax (F32), .nested_quant_map (F32 256)
 //      and .quant_state.bitsandbytes__nf4 (the JSON of blocksize, shape, dtype, nested_blocksize,
 //      nested_offset): hf_nf4_part copies them into ops/nf4.cuh's storage of the part, checked
-//      against the config and the code books. Refused by name: another quant_method (GPTQ, AWQ,
+//      against the config and NF4's code book; the nested code book, one for the checkpoint, is ck->dyn. Refused by name: another quant_method (GPTQ, AWQ,
 //      ...), 8-bit, fp4, no double quantization, another blocksize, a projection left in 16 bits.
 //
 // May call: safetensors.h, ops/nf4.cuh (the 4-bit part's layout and code books) and the C library.
@@ -563,6 +563,8 @@ typedef struct {
     int* src_file;        // (nrows * L)
     const StTensor** qsrc; // [QLoRA] (nrows * L * HF_Q_N): a 4-bit row's quantization state (hf_q_suffix), NULL elsewhere
     int* qsrc_file;
+    float dyn[256];        // [QLoRA] the nested code book every 4-bit weight of the checkpoint uses (its .nested_quant_map)
+    int dyn_differs;       // [QLoRA] entries of dyn that are not NF4_DYN's (0: ours)
     // bound to our logical layout by hf_bind, in logical order
     HFBound bound[HF_MAX_ROWS];
     int nbound;
@@ -829,6 +831,30 @@ static int hf_open(HFCheckpoint* ck, const char* path, char* err, size_t errlen)
             if (!ck->qsrc[s * HF_Q_N + q])
                 rc = st_err(err, errlen, "%s: tensor %s.%s is missing (%s's quantization_config says bitsandbytes 4-bit)",
                             ck->nfiles == 1 ? ck->files[0].path : index, want[s], hf_q_suffix[q], ck->config_path);
+    // [QLoRA] the nested code book: bitsandbytes makes it at run time with torch.linspace, whose CPU
+    // kernel rounds by its SIMD width (ops/nf4.cuh, NF4_DYN's note), once per process: one map for the
+    // whole checkpoint, read here by every rank (each dequantizes every layer), each weight's checked
+    // equal to the first; then used as it is (op_nf4_dequant_map), whether or not it is ours
+    int first = -1;
+    for (int s = 0; s < ck->nrows * c->L && rc == 0; s++) {
+        const StTensor* t = ck->qsrc[s * HF_Q_N + HF_Q_NESTED_MAP];
+        if (!want[s][0] || !hf_row_nf4(c, &ck->rows[s / c->L]) || !t) continue;
+        const StFile* mf = &ck->files[ck->qsrc_file[s * HF_Q_N + HF_Q_NESTED_MAP]];
+        if (strcmp(t->dtype_name, "F32") || t->numel != 256) {
+            rc = st_err(err, errlen, "%s: tensor %s.nested_quant_map: %lld x %s, not 256 x F32", mf->path, want[s], (long long)t->numel, t->dtype_name);
+            break;
+        }
+        for (int i = 0; i < 256 && rc == 0; i++) {
+            float v = st_get(mf, t, i);
+            if (first < 0 && !isfinite(v)) rc = st_err(err, errlen, "%s: tensor %s.nested_quant_map: entry %d is %g", mf->path, want[s], i, (double)v);
+            else if (first < 0) ck->dyn[i] = v;
+            else if (v != ck->dyn[i] && !(v != v && ck->dyn[i] != ck->dyn[i]))
+                rc = st_err(err, errlen, "%s: tensor %s.nested_quant_map: entry %d is %.9g, %s's %.9g: a checkpoint whose weights use different "
+                            "nested maps is not supported", mf->path, want[s], i, (double)v, want[first], (double)ck->dyn[i]);
+        }
+        if (first < 0) first = s;
+    }
+    for (int i = 0; first >= 0 && i < 256; i++) ck->dyn_differs += ck->dyn[i] != NF4_DYN[i];
     free(want);
     if (rc) return -1;
     for (int s = 0; s < ck->nrows * c->L; s++) { // tensors with no counterpart of ours must be zero (Llama's o_proj bias)
@@ -961,12 +987,10 @@ static void hf_fill(void* ctx, float* dst, int64_t logical, int64_t len) {
 // tensor `ours`, layer `layer`, from a bitsandbytes 4-bit checkpoint: its n weights' storage as
 // ops/nf4.cuh lays it out (st: nf4_part(n).bytes), copied from the file's codes, absmax, nested
 // absmax and the quant state's nested_offset, after checking them against the config (shape,
-// blocksize 64, nested_blocksize 256, dtypes) and the code books against ours (NF4_CODE, NF4_DYN,
-// exactly). Returns 1 when filled, 0 when the checkpoint holds no 4-bit part there (a BF16
-// checkpoint), -1 with err naming the tensor. *dyn_ulps (may be NULL) += the nested map's entries one ulp
-// from ours.
-static int hf_nf4_part(const HFCheckpoint* ck, const char* ours, int layer, int part, unsigned char* st, int64_t n, int64_t* dyn_ulps,
-                       char* err, size_t errlen) {
+// blocksize 64, nested_blocksize 256, dtypes) and NF4's code book against ours (NF4_CODE, exactly). Returns 1 when filled, 0 when the checkpoint holds no 4-bit part there (a BF16
+// checkpoint), -1 with err naming the tensor. The nested map is the checkpoint's (ck->dyn, checked by
+// hf_open), not the part's: dequantize with it.
+static int hf_nf4_part(const HFCheckpoint* ck, const char* ours, int layer, int part, unsigned char* st, int64_t n, char* err, size_t errlen) {
     const HFConfig* c = &ck->cfg;
     if (!c->bnb4) return 0;
     int k = -1, seen = 0;
@@ -1036,16 +1060,6 @@ static int hf_nf4_part(const HFCheckpoint* ck, const char* ours, int layer, int 
         if (st_get(F[HF_Q_MAP], T[HF_Q_MAP], i) != NF4_CODE[i])
             return st_err(err, errlen, "%s: tensor %s.quant_map: entry %d is %.9g, NF4's is %.9g: not bitsandbytes' NF4 code book", F[HF_Q_MAP]->path, name, i,
                           (double)st_get(F[HF_Q_MAP], T[HF_Q_MAP], i), (double)NF4_CODE[i]);
-    // the nested map: bitsandbytes makes it at run time with torch.linspace, whose CPU kernel rounds by
-    // its SIMD width (ops/nf4.cuh, NF4_DYN's note): ours, or entries one ulp from ours (counted in
-    // *dyn_ulps: the block scales are then ours, within one ulp of bitsandbytes'); anything else refused
-    for (int i = 0; i < 256; i++) {
-        float v = st_get(F[HF_Q_NESTED_MAP], T[HF_Q_NESTED_MAP], i);
-        if (v == NF4_DYN[i]) continue;
-        if (v == nextafterf(NF4_DYN[i], 2.0f) || v == nextafterf(NF4_DYN[i], -2.0f)) { if (dyn_ulps) (*dyn_ulps)++; continue; }
-        return st_err(err, errlen, "%s: tensor %s.nested_quant_map: entry %d is %.9g, the dynamic map's is %.9g: not bitsandbytes' signed dynamic map",
-                      F[HF_Q_NESTED_MAP]->path, name, i, (double)v, (double)NF4_DYN[i]);
-    }
     memset(st, 0, (size_t)P.bytes);
     float off = (float)offset; // (the JSON holds the float32 offset's decimal: it comes back exactly)
     memcpy(st + P.o_offset, &off, 4);

@@ -15,7 +15,7 @@
 //
 // defines: Lora, LoraView, lora_config, lora_alloc, lora_free, lora_fill, lora_view, proj_forward,
 //          proj_backward, lora_acts_bytes, lora_merge, lora_write_peft, LoraPeft, lora_peft_open, lora_peft_fill, lora_peft_close,
-//          lora_dequant_elems, lora_base_alloc, lora_base_dequant, Nf4Source, LoraEncoder, lora_encoder_init, lora_encoder_free,
+//          lora_dequant_elems, lora_base_alloc, lora_base_set_map, lora_base_dequant, Nf4Source, LoraEncoder, lora_encoder_init, lora_encoder_free,
 //          lora_base_encode
 //
 // May call: device.cuh, rng.h, zero.h (the block layout), model.h (GPTConfig, model_dims),
@@ -30,7 +30,7 @@
 #include "ops/matmul.cuh"   // defines: op_matmul_forward, op_matmul_backward, op_gelu_forward
 #include "ops/lora.cuh"     // defines: op_lora_add_cols, op_lora_take_cols (and, from ops/elementwise.cuh, op_add_inplace)
 #include "safetensors.h"    // defines: StSpec, st_make_header (the PEFT adapter file)
-#include "ops/nf4.cuh"      // defines: nf4_part, nf4_quantize, op_nf4_dequant ([QLoRA])
+#include "ops/nf4.cuh"      // defines: nf4_part, nf4_quantize, op_nf4_dequant_map ([QLoRA])
 
 // The adapters' run-time state: the model's adapter modules (ModelDesc.lora) and the activations
 // the backward needs (allocated for N = B*T rows; TAG_ACTS).
@@ -52,6 +52,7 @@ typedef struct {
     int drop_eval;      // tests: dropout in an evaluation forward too (finite differences with the mask fixed)
     floatX* deq;        // [QLoRA] (deq_n): one layer's 4-bit matrices dequantized (TAG_PARAM_BUF; NULL: a BF16 base)
     int64_t deq_n;
+    float* dyn;         // [QLoRA] (256, host) the nested code book a checkpoint's parts use; NULL: NF4_DYN (lora_base_set_map)
 } Lora;
 
 // -lora r, -lora-alpha, -lora-targets, -lora-dropout, -lora-base-dtype into the config (c->lora_*),
@@ -158,6 +159,8 @@ static void lora_alloc(Lora* lo, const LoraDesc* d, int L, uint64_t seed, int64_
 static void lora_free(Lora* lo) {
     if (lo->deq) dev_free(TAG_PARAM_BUF, lo->deq, sizeof(floatX) * (size_t)lo->deq_n); // [QLoRA]
     lo->deq = NULL;
+    free(lo->dyn);
+    lo->dyn = NULL;
     if (!lo->d || !lo->d->r || !lo->u) return;
     size_t X = sizeof(floatX);
     const LoraDesc* d = lo->d;
@@ -594,6 +597,18 @@ static int64_t lora_dequant_elems(const ModelDesc* d) {
 static void lora_base_alloc(Lora* lo, const ModelDesc* d) {
     lo->deq_n = lora_dequant_elems(d);
     lo->deq = lo->deq_n ? (floatX*)dev_alloc(TAG_PARAM_BUF, sizeof(floatX) * (size_t)lo->deq_n) : NULL;
+    lo->dyn = NULL;
+}
+
+// The nested code book the base's parts were quantized with (a checkpoint's: hf.h reads it), dyn (256
+// floats, copied) or NULL for ours (NF4_DYN: what nf4_quantize uses).
+static void lora_base_set_map(Lora* lo, const float* dyn) {
+    free(lo->dyn);
+    lo->dyn = NULL;
+    if (!dyn) return;
+    lo->dyn = (float*)malloc(256 * sizeof(float));
+    if (!lo->dyn) die(1, "out of host memory (a code book)");
+    memcpy(lo->dyn, dyn, 256 * sizeof(float));
 }
 
 // The layer view t (NUM_TENSORS pointers into the block as the hooks hold it): each encoded matrix
@@ -607,7 +622,7 @@ static void lora_base_dequant(const Lora* lo, const ModelDesc* d, floatX** t) {
         const unsigned char* src = (const unsigned char*)t[k];
         floatX* w = out;
         for (int i = 0; i < ti->nparts; i++) {
-            op_nf4_dequant(w, src, ti->part_n[i]);
+            op_nf4_dequant_map(w, src, ti->part_n[i], lo->dyn);
             w += ti->part_n[i];
             src += nf4_part(ti->part_n[i]).bytes;
         }

@@ -41,7 +41,7 @@
 #include "ops/swiglu.cuh"      // defines: op_swiglu_forward, op_swiglu_backward
 #include "ops/classifier.cuh"  // defines: op_classifier (the chunked LM head, loss and its backward)
 #include "lora.h"              // defines: Lora, LoraView, proj_forward, proj_backward, lora_config, lora_fill ([LoRA] adapters),
-                               //          lora_base_alloc, lora_base_dequant, Nf4Source, LoraEncoder, lora_base_encode ([QLoRA] a 4-bit base)
+                               //          lora_base_alloc, lora_base_set_map, lora_base_dequant, Nf4Source, LoraEncoder, lora_base_encode ([QLoRA] a 4-bit base)
 #include "adamw.cuh"           // defines: AdamWParams, op_adamw, op_sumsq_many
 #include "zero.h"              // defines: BlockLayout, Zero, Comm, the zero_* hooks, comm_*
 #include "offload.h"           // defines: offload_init, offload_adamw (-offload cpu: master, m, v on the host)
@@ -434,14 +434,8 @@ static int64_t model_load(Model* m, LogicalFill fill, void* ctx, Nf4Source pre, 
 // [QLoRA] Nf4Source over an open Hugging Face checkpoint (hf_nf4_part); its errors end the run (exit 2).
 static int hf_nf4_source(void* ctx, const char* tensor, int layer, int part, unsigned char* st, int64_t n) {
     char err[1024];
-    int64_t ulps = 0;
-    static int said = 0;
-    int rc = hf_nf4_part((const HFCheckpoint*)ctx, tensor, layer, part, st, n, &ulps, err, sizeof(err));
+    int rc = hf_nf4_part((const HFCheckpoint*)ctx, tensor, layer, part, st, n, err, sizeof(err));
     if (rc < 0) die_user("-e %s", err);
-    if (ulps && !said++)
-        printf("rank %d: warning: -e %s: %s of layer %d: %lld entries of its nested_quant_map are one ulp from ours (bitsandbytes made it on "
-               "another CPU: torch.linspace rounds by SIMD width); its block scales are dequantized with ours, within one ulp of bitsandbytes'\n",
-               g_rank, ((const HFCheckpoint*)ctx)->config_path, tensor, layer, (long long)ulps);
     return rc;
 }
 
@@ -1578,6 +1572,12 @@ static void setup_parameters(Trainer* tr, const GPTConfig* c, int from_file) {
             for (int k = 0; k < NUM_TENSORS; k++)
                 if (m->d.t[k].n) lt[nt++] = (HFLlmcTensor){m->d.t[k].name, m->d.t[k].logical, m->d.t[k].n, !m->d.t[k].io};
             if (hf_bind(&ck, lt, nt, c->Vp, err, sizeof(err))) die(1, "-e %s: %s", f->model, err);
+            if (ck.cfg.bnb4) { // [QLoRA] the checkpoint's nested code book, for every dequantization
+                lora_base_set_map(&m->lora, ck.dyn_differs ? ck.dyn : NULL);
+                if (ck.dyn_differs)
+                    printf0("note: -e %s: its nested_quant_map differs from ours in %d of 256 entries (bitsandbytes makes it at run time; torch's "
+                            "CPU linspace rounds by SIMD width): its parts are dequantized with theirs, as bitsandbytes does\n", f->model, ck.dyn_differs);
+            }
             frozen_bad = (double)model_load(m, hf_fill, &ck, hf_nf4_source, peft_dir, f->model);
             double largest = 4.0 * (double)hf_largest_tensor(&ck);
             hf_close(&ck);

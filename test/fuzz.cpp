@@ -341,8 +341,8 @@ static void fuzz_bnb(const uint8_t* data, size_t size) {
         Nf4Part P = nf4_part(n);
         unsigned char* st = (unsigned char*)malloc((size_t)P.bytes);
         for (int l = 0; l < ck.cfg.L; l++) {
-            int rc = hf_nf4_part(&ck, r->ours, l, part, st, n, NULL, err, sizeof(err));
-            if (rc == 1) { float* out = (float*)malloc(sizeof(float) * (size_t)n); nf4_dequant_host(out, st, n); free(out); }
+            int rc = hf_nf4_part(&ck, r->ours, l, part, st, n, err, sizeof(err));
+            if (rc == 1) { float* out = (float*)malloc(sizeof(float) * (size_t)n); nf4_dequant_host_map(out, st, n, ck.dyn); free(out); }
             else if (rc != -1) abort(); // (a 4-bit checkpoint: read or refused)
         }
         free(st);

@@ -130,7 +130,6 @@ TEST(qlora_export_loads_in_peft) {
 //   - refused (exit 2, naming the field or tensor): fp4, GPTQ, 8-bit, no double quantization, a
 //     projection in llm_int8_skip_modules, no -lora-base-dtype nf4; a missing .absmax, another
 //     blocksize, an .absmax or the codes one byte short.
-#ifndef ENABLE_FP32 // (the dequantized checkpoint holds BF16 values: what the BF16 build's dequantization gives)
 static double qlora_step0(const char* model, const char* extra, uint64_t* base_hash, double* losses) {
     char flags[2048];
     snprintf(flags, sizeof(flags), "-device cpu -e %s -t 16 -b 2 -v 0 -s 0 -blas 0 -poison 1 -z 0 -x 3 -l 1e-2 -lora 2 %s", model, extra);
@@ -142,6 +141,39 @@ static double qlora_step0(const char* model, const char* extra, uint64_t* base_h
     return l;
 }
 
+
+// A checkpoint made where torch's linspace gave another nested map (dev/bnb_fixture.py --simd 16: the
+// AVX-512 map, 28 entries one ulp from ours; a wider model so that it changes some weights): its map is
+// read and used (hf.h: HFCheckpoint.dyn; lora_base_set_map), so the FP32 build's dequantized values are
+// bitsandbytes' exactly: the loss equals an FP32 base holding the FP32 values bitsandbytes computes
+// with that map (bitwise, three steps too); the fixture counts the weights our own map would move.
+#ifdef ENABLE_FP32
+TEST(qlora_bnb_nested_map) {
+    const char* py = getenv("ZT_HF_PYTHON");
+    if (!py || !*py) TEST_SKIP("needs $ZT_HF_PYTHON with torch, numpy and safetensors (.ci/run makes it)");
+    char out[PATH_MAX], cmd[3 * PATH_MAX], bnb[PATH_MAX + 16], deq[PATH_MAX + 16];
+    snprintf(out, sizeof(out), "%s/qlora_bnb_map", test_tmpdir());
+    snprintf(cmd, sizeof(cmd), "%s dev/bnb_fixture.py test/fixtures/hf/llama_gqa4_llama3 %s --simd 16 --widen 128,256 --deq-f32 2>&1", py, out);
+    int rc = test_run_cmd(cmd, zt_out, sizeof(zt_out));
+    if (rc == 3) TEST_SKIP("$ZT_HF_PYTHON lacks torch, numpy or safetensors");
+    CHECKF(rc == 0, "%s failed (%d):\n%s", cmd, rc, zt_out);
+    if (rc) return;
+    const char* mv = strstr(zt_out, "its nested map moves ");
+    long moved = mv ? atol(mv + 21) : -1;
+    CHECKF(moved > 0, "the other map moves no weight (%ld): the case tests nothing:\n%s", moved, zt_out);
+    snprintf(bnb, sizeof(bnb), "%s/bnb4", out);
+    snprintf(deq, sizeof(deq), "%s/deq", out);
+    double lb[3], ld_[3];
+    double l_bnb = qlora_step0(bnb, "-lora-base-dtype nf4", NULL, lb);
+    double l_deq = qlora_step0(deq, "", NULL, ld_);
+    CHECKF(l_bnb == l_deq, "step 0: %.9g on the 4-bit checkpoint, %.9g on bitsandbytes' FP32 values with its map", l_bnb, l_deq);
+    CHECKF(!memcmp(lb, ld_, sizeof(lb)), "3 steps: %.9g %.9g %.9g, with bitsandbytes' values %.9g %.9g %.9g", lb[0], lb[1], lb[2], ld_[0], ld_[1], ld_[2]);
+    printf("    a checkpoint with the AVX-512 nested map (%ld FP32 weights that ours would move): its loss %.9f = bitsandbytes' values', "
+           "3 steps equal\n", moved, l_bnb);
+}
+#endif
+
+#ifndef ENABLE_FP32 // (the dequantized checkpoint holds BF16 values: what the BF16 build's dequantization gives)
 static void qlora_edit_config(const char* src_dir, const char* dst_dir, const char* from, const char* to) {
     char cmd[4 * PATH_MAX];
     snprintf(cmd, sizeof(cmd), "rm -rf %s && cp -r %s %s && sed -i 's/%s/%s/' %s/config.json", dst_dir, src_dir, dst_dir, from, to, dst_dir);
