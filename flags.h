@@ -65,7 +65,7 @@ typedef enum { FLAG_FREE, FLAG_RUN, FLAG_KEEP } FlagKind;
     X("-lora-dropout",  lora_dropout,    F_FLOAT, "0",      FLAG_RUN,  "LoRA: dropout p on each adapter's input in training, as PEFT's lora_dropout (0: none); a counter-based mask, the same for any R, stage, recompute or offload") \
     X("-lora-export",   lora_export,     F_STR,   "",       FLAG_FREE, "LoRA: when training ends, write the adapters as PEFT does into this directory (adapter_model.safetensors, F32 from the master weights, and adapter_config.json)") \
     X("-lora-base",     lora_base,       F_STR,   "auto",   FLAG_FREE, "LoRA under ZeRO-3: sharded (the frozen base sharded and gathered layer by layer) | replicated (every rank holds the whole base and never gathers it; only the adapters are sharded) | auto (-z auto, -r auto, -tune: the planner's choice; otherwise sharded). ZeRO-0/1/2 hold the whole base anyway") \
-    X("-lora-base-dtype", lora_base_dtype, F_STR, "bf16",   FLAG_RUN,  "LoRA: how the frozen base's layer matrices are stored: bf16 | nf4 (QLoRA: bitsandbytes' 4-bit NormalFloat with double quantization, quantized at load from -e's weights, or read as they are from a bitsandbytes 4-bit checkpoint; ZeRO-3 shards and gathers the 4-bit bytes; each layer dequantized to BF16 before its forward and again before its backward; docs/qlora.md)") \
+    X("-lora-quant",    lora_quant,      F_STR,   "none",   FLAG_RUN,  "LoRA: none (the frozen base's layer matrices in BF16) | nf4 (QLoRA: in bitsandbytes' 4-bit NormalFloat with double quantization, quantized at load from -e's weights, or read as they are from a bitsandbytes 4-bit checkpoint; ZeRO-3 shards and gathers the 4-bit bytes; each layer dequantized to BF16 before its forward and again before its backward; docs/qlora.md)") \
     X("-lora-init",     lora_init,       F_STR,   "",       FLAG_RUN,  "LoRA: start the adapters from a PEFT adapter directory (adapter_config.json + adapter_model.safetensors) instead of PEFT's initialisation; its r, lora_alpha, target_modules and base must be this run's") \
     X("-v",             val_every,       F_INT,   "auto",   FLAG_KEEP, "validation loss every N steps (auto: 25 on cpu, 250 on cuda; 0: never)") \
     X("-m",             val_steps,       F_INT,   "20",     FLAG_KEEP, "validation batches per evaluation (-1: the whole val set)")       \
@@ -244,7 +244,7 @@ static void flags_print_row(const char* flag, const char* given, const char* str
         if (w > 70) { cut = i; break; }
     }
     if (cut) { v[cut] = 0; w = 70; }
-    printf0("| %-16s | %s%*s |\n", flag, v, 70 - w, ""); // (16: -lora-base-dtype, the longest flag)
+    printf0("| %-15s | %s%*s |\n", flag, v, 70 - w, ""); // (15: -offload-buffer, the longest flag)
 }
 
 // The settings table: every flag's row (all = 1), or the rows of the flags given on the command line
@@ -254,9 +254,9 @@ static void flags_print_table(const Flags* f, int all, int most) {
     int shown = 0, more = 0, quiet = 0, taken = 0;
     char ck[240] = ""; // "-e llama-tiny -lora 4 ...": the flags a checkpoint supplied, as far as they fit
     size_t ckn = 0;
-    printf0("+------------------+------------------------------------------------------------------------+\n");
-    printf0("| flag             | value (as given \u2192 as resolved)                                         |\n");
-    printf0("+------------------+------------------------------------------------------------------------+\n");
+    printf0("+-----------------+------------------------------------------------------------------------+\n");
+    printf0("| flag            | value (as given \u2192 as resolved)                                         |\n");
+    printf0("+-----------------+------------------------------------------------------------------------+\n");
 #define X(flag, field, type, def, run, help)                                                                      \
     if (all || f->field##_set) {                                                                                  \
         if (all || shown < most) { flags_print_row(flag, f->field##_given, f->field##_str); shown++; }            \
@@ -269,7 +269,7 @@ static void flags_print_table(const Flags* f, int all, int most) {
     } else quiet++;
     FLAG_TABLE(X)
 #undef X
-    printf0("+------------------+------------------------------------------------------------------------+\n");
+    printf0("+-----------------+------------------------------------------------------------------------+\n");
     if (all) return;
     if (taken) printf0("from the checkpoint (%d flag(s) not at their defaults):%s\n", taken, ck);
     printf0("(%s%d flag(s) at their defaults or resolved from them not shown: -verbose 1 prints every row; log.jsonl's settings record holds them)\n",

@@ -452,7 +452,7 @@ static int hf_read_quant(const Json* j, const char* path, HFConfig* c, char* err
     int k = json_get(j, q, "quant_method");
     if (k < 0 || j->nodes[k].type != JSON_STRING || strcmp(j->nodes[k].str, "bitsandbytes"))
         return st_err(err, errlen, "%s: quantization_config.quant_method %s: only bitsandbytes' 4-bit NF4 checkpoints are read (GPTQ, AWQ, "
-                      "HQQ, fp8 and the rest are not). HINT: load the BF16 model and pass -lora-base-dtype nf4", path, hf_show(j, k, b, sizeof(b)));
+                      "HQQ, fp8 and the rest are not). HINT: load the BF16 model and pass -lora-quant nf4", path, hf_show(j, k, b, sizeof(b)));
     k = json_get(j, q, "load_in_8bit");
     if (k >= 0 && j->nodes[k].type == JSON_TRUE)
         return st_err(err, errlen, "%s: quantization_config.load_in_8bit true: 8-bit (LLM.int8) checkpoints are not read, only 4-bit NF4", path);
@@ -494,7 +494,7 @@ static int hf_read_quant(const Json* j, const char* path, HFConfig* c, char* err
     }
     if (c->arch == HF_ARCH_GPT2)
         return st_err(err, errlen, "%s: quantization_config: a 4-bit GPT-2 checkpoint is not read yet (its Conv1D weights are quantized transposed); "
-                      "the Llama family's are. HINT: load the BF16 GPT-2 and pass -lora-base-dtype nf4", path);
+                      "the Llama family's are. HINT: load the BF16 GPT-2 and pass -lora-quant nf4", path);
     c->bnb4 = 1;
     return 0;
 }

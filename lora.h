@@ -55,19 +55,19 @@ typedef struct {
     float* dyn;         // [QLoRA] (256, host) the nested code book a checkpoint's parts use; NULL: NF4_DYN (lora_base_set_map)
 } Lora;
 
-// -lora r, -lora-alpha, -lora-targets, -lora-dropout, -lora-base-dtype into the config (c->lora_*),
+// -lora r, -lora-alpha, -lora-targets, -lora-dropout, -lora-quant into the config (c->lora_*),
 // or the run ends (exit 2) naming the flag: r < 0, alpha < 0, a target the family lacks, r above a
-// target's min(out, in), dropout outside [0, 1), a base dtype not bf16 or nf4 (nf4 without adapters).
+// target's min(out, in), dropout outside [0, 1), a -lora-quant not none or nf4 (nf4 without adapters).
 // targets: comma-separated target names, "" or "all" every one of the family's. alpha 0: alpha = r.
-static void lora_config(GPTConfig* c, int r, float alpha, const char* targets, float dropout, const char* base_dtype) {
+static void lora_config(GPTConfig* c, int r, float alpha, const char* targets, float dropout, const char* quant) {
     c->lora_r = 0; c->lora_alpha = 0.0f; c->lora_mask = 0; c->lora_dropout = 0.0f; c->lora_nf4 = 0;
     if (r < 0) die_user("-lora %d: the rank must be positive (0: no adapters)", r);
-    if (strcmp(base_dtype, "bf16") && strcmp(base_dtype, "nf4"))
-        die_user("-lora-base-dtype %s: not bf16 or nf4 (bitsandbytes' 4-bit NormalFloat, QLoRA)", base_dtype);
+    if (strcmp(quant, "none") && strcmp(quant, "nf4"))
+        die_user("-lora-quant %s: not none or nf4 (bitsandbytes' 4-bit NormalFloat, QLoRA)", quant);
     if (r == 0) {
         if (targets[0] && strcmp(targets, "all")) die_user("-lora-targets %s: needs -lora r (the adapters' rank)", targets);
         if (dropout != 0.0f) die_user("-lora-dropout %g: needs -lora r (the adapters' rank)", dropout);
-        if (!strcmp(base_dtype, "nf4")) die_user("-lora-base-dtype nf4: needs -lora r (a 4-bit base is frozen: only adapters train on it)");
+        if (!strcmp(quant, "nf4")) die_user("-lora-quant nf4: needs -lora r (a 4-bit base is frozen: only adapters train on it)");
         return;
     }
     if (!(dropout >= 0.0f && dropout < 1.0f)) die_user("-lora-dropout %g: the probability must be in [0, 1)", dropout);
@@ -108,7 +108,7 @@ static void lora_config(GPTConfig* c, int r, float alpha, const char* targets, f
     c->lora_r = r;
     c->lora_alpha = alpha > 0 ? alpha : (float)r;
     c->lora_dropout = dropout;
-    c->lora_nf4 = !strcmp(base_dtype, "nf4");
+    c->lora_nf4 = !strcmp(quant, "nf4");
 }
 
 // The discard buffer's floats: the longest 1-D tensor of a LoRA model's base (0 without LoRA).
@@ -571,7 +571,7 @@ static void lora_peft_close(LoraPeft* lp) {
     memset(lp, 0, sizeof(*lp));
 }
 
-// ---- [QLoRA] A 4-bit base (Dettmers et al. 2023, "QLoRA"; -lora-base-dtype nf4): each layer's
+// ---- [QLoRA] A 4-bit base (Dettmers et al. 2023, "QLoRA"; -lora-quant nf4): each layer's
 // projection matrices are stored as bitsandbytes' NF4 with double quantization (ops/nf4.cuh), one
 // part per Hugging Face module (model.h: nf4_describe_parts), in the frozen blocks where their BF16
 // values would be: ZeRO shards, gathers and poisons those bytes like any block's. The rest of the

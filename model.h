@@ -55,7 +55,7 @@ enum { CFG_SIZE, CFG_FAMILY, CFG_ADAPTER, CFG_PLACE };
     X(float, lora_alpha, CFG_ADAPTER)     /* [LoRA] scale alpha / r */ \
     X(unsigned, lora_mask, CFG_ADAPTER)   /* [LoRA] bit i = row i of the family's rows in LORA_TARGETS */ \
     X(float, lora_dropout, CFG_ADAPTER)   /* [LoRA] p of the dropout on the adapters' input (0: none) */ \
-    X(int, lora_nf4, CFG_ADAPTER)         /* [QLoRA] 1: the frozen base's layer matrices stored as NF4 (-lora-base-dtype nf4) */ \
+    X(int, lora_nf4, CFG_ADAPTER)         /* [QLoRA] 1: the frozen base's layer matrices stored as NF4 (-lora-quant nf4) */ \
     X(int, lora_rep, CFG_PLACE)           /* [LoRA] 1: under ZeRO-3 every rank holds the whole frozen base (-lora-base replicated) */
 
 #define GPTCONFIG_MEMBER(type, name, role) type name;

@@ -316,9 +316,9 @@ static void model_config(const Flags* f, GPTConfig* c, int* from_file) {
             char err[2048];
             if (hf_open(&ck, f->model, err, sizeof(err))) die_user("-e %s", err);
             if (hf_check_run(&ck.cfg, f->T, ck.config_path, err, sizeof(err))) die_user("-e %s", err);
-            if (ck.cfg.bnb4 && (f->lora <= 0 || strcmp(f->lora_base_dtype, "nf4"))) // [QLoRA] a 4-bit base stays 4-bit and frozen
+            if (ck.cfg.bnb4 && (f->lora <= 0 || strcmp(f->lora_quant, "nf4"))) // [QLoRA] a 4-bit base stays 4-bit and frozen
                 die_user("-e %s: a bitsandbytes 4-bit checkpoint (%s: quantization_config) is a frozen 4-bit base: train adapters on it. "
-                         "HINT: -lora r -lora-base-dtype nf4", f->model, ck.config_path);
+                         "HINT: -lora r -lora-quant nf4", f->model, ck.config_path);
             config_from_hf(&ck.cfg, c);
             hf_close(&ck);
             *from_file = 2;

@@ -1388,7 +1388,7 @@ static void setup_config(Trainer* tr, GPTConfig* c_out, int* from_file_out, int*
     GPTConfig c;
     int from_file;
     model_config(f, &c, &from_file);
-    lora_config(&c, f->lora, f->lora_alpha, f->lora_targets, f->lora_dropout, f->lora_base_dtype); // [LoRA] adapters on a frozen base (-lora 0: none)
+    lora_config(&c, f->lora, f->lora_alpha, f->lora_targets, f->lora_dropout, f->lora_quant); // [LoRA] adapters on a frozen base (-lora 0: none)
     check_lora_flags(f, &c);
     if (c.lora_r && !from_file && f->resume && flag_listed(f->resume_change, "-seed")) // [LoRA] a descriptor's base is drawn from -seed
         die_user("flag -resume-change -seed: this LoRA run's frozen base is initialised from -seed (-e %s is a descriptor, not a file): "

@@ -6,7 +6,7 @@
 # time after the first two steps (rank 0's log), then LoRA / full fine-tuning as ratios measured in
 # the same run. LoRA: -lora 8 on every target (the frozen base: parameters only; the adapters hold
 # the gradients, master, m and v), the ZeRO-3 rows with the base sharded and replicated (-lora-base).
-# QLoRA: the same with -lora-base-dtype nf4 (the layers' matrices in 4 bits: docs/qlora.md), its memory,
+# QLoRA: the same with -lora-quant nf4 (the layers' matrices in 4 bits: docs/qlora.md), its memory,
 # step time and "params" bytes (the rank's parameters: log.jsonl's memory line) against LoRA on the BF16
 # base, measured in the same run; then the same three on a Llama-family model whose layers outweigh its
 # embeddings (the 4-bit matrices' share of the base is what QLoRA saves).
@@ -46,7 +46,7 @@ for z in 1 3; do
         [ "$b" != x ] && { extra="-lora-base $b"; name="LoRA r 8, -z $z -lora-base $b"; }
         read -r lh lm lp < <(lrun "lora_z${z}_$b" "-z $z -lora 8 $extra")
         awk -v n="$name" -v h="$lh" -v m="$lm" -v fh="$fh" -v fm="$fm" 'BEGIN {printf "   %-40s %12.1f %10.1f %15.2fx %13.2fx\n", n, h, m, h / fh, m / fm}'
-        read -r qh qm qp < <(lrun "qlora_z${z}_$b" "-z $z -lora 8 -lora-base-dtype nf4 $extra")
+        read -r qh qm qp < <(lrun "qlora_z${z}_$b" "-z $z -lora 8 -lora-quant nf4 $extra")
         awk -v n="QLoRA (nf4) ${name#LoRA }" -v h="$qh" -v m="$qm" -v fh="$fh" -v fm="$fm" -v lh="$lh" -v lm="$lm" -v p="$qp" -v lp="$lp" \
             'BEGIN {printf "   %-40s %12.1f %10.1f %15.2fx %13.2fx   vs LoRA: memory %.2fx, time %.2fx, params %.2fx\n", n, h, m, h / fh, m / fm, h / lh, m / lm, p / lp}'
     done
@@ -55,7 +55,7 @@ LMODEL="-e smollm2-135m -layers 16 -vocab 50257 -t 32 -b 2 -v 0 -s 0"
 echo "   the Llama family, layers outweighing the embeddings: $LMODEL (16 of SmolLM2-135M's 30 layers, GPT-2's vocabulary for the data, tied), -z 3:"
 read -r fh fm _ < <(lrun "lfull" "-z 3" "$LMODEL")
 read -r lh lm lp < <(lrun "llora" "-z 3 -lora 8" "$LMODEL")
-read -r qh qm qp < <(lrun "lqlora" "-z 3 -lora 8 -lora-base-dtype nf4" "$LMODEL")
+read -r qh qm qp < <(lrun "lqlora" "-z 3 -lora 8 -lora-quant nf4" "$LMODEL")
 printf "   %-40s %12.1f %10.1f %16s %14s\n" "full fine-tuning" "$fh" "$fm" "1.00x" "1.00x"
 awk -v h="$lh" -v m="$lm" -v fh="$fh" -v fm="$fm" 'BEGIN {printf "   %-40s %12.1f %10.1f %15.2fx %13.2fx\n", "LoRA r 8", h, m, h / fh, m / fm}'
 awk -v h="$qh" -v m="$qm" -v fh="$fh" -v fm="$fm" -v lh="$lh" -v lm="$lm" -v p="$qp" -v lp="$lp" \

@@ -426,7 +426,7 @@ st_llama_family() {
     fi
     SMALL="$LLAMA" same_hashes dropout "-z 0 -lora 4 -lora-dropout 0.1" "-z 3 -r 3 -lora 4 -lora-dropout 0.1 -poison 1" || return 1
     # QLoRA: the 4-bit base (the dequant kernel before each layer's forward and backward; ZeRO-3 gathers 4-bit bytes)
-    SMALL="$LLAMA" same_hashes qlora "-z 0 -lora 4 -lora-base-dtype nf4" "-z 3 -r 3 -lora 4 -lora-base-dtype nf4 -poison 1"
+    SMALL="$LLAMA" same_hashes qlora "-z 0 -lora 4 -lora-quant nf4" "-z 3 -r 3 -lora 4 -lora-quant nf4 -poison 1"
 }
 
 # ---- checkpoint and resume: 2H steps with checkpoints at H and 2H; resumed from H, the same bits at

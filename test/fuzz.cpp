@@ -557,7 +557,7 @@ static void fuzz_peft(const uint8_t* data, size_t size) {
     static GPTConfig c = gpt2_config(1, 8, 2, 16, 8, 16);
     static ModelDesc d;
     if (!ready) {
-        lora_config(&c, 2, 0.0f, "all", 0.0f, "bf16");
+        lora_config(&c, 2, 0.0f, "all", 0.0f, "none");
         model_describe(&d, &c);
         static BlockLayout lay;
         model_layout(&d, &lay, 1, 0); // (the adapters' logical offsets)

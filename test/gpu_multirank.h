@@ -349,13 +349,13 @@ TEST(multirank_nccl_watchdog_warm_up_and_abort) {
         free(s);
     }
 }
-// [QLoRA] -lora-base-dtype nf4 on the CUDA device (the dequant kernel before each layer's forward and
+// [QLoRA] -lora-quant nf4 on the CUDA device (the dequant kernel before each layer's forward and
 // backward, the 4-bit bytes all-gathered by NCCL under ZeRO-3) at R = 2: ZeRO-0 and ZeRO-3 bit-identical,
 // both within tolerance of the CPU device's run (whose dequant is the CPU loop: ops/nf4.cuh's kernel
 // gives the same bits, gpu_nf4_dequant).
 TEST(multirank_cuda_qlora) {
     static char out[1 << 20];
-    const char* lora = "-lora 2 -lora-base-dtype nf4";
+    const char* lora = "-lora 2 -lora-quant nf4";
     ZtLog cpu, lg[2];
     char hash[2][512];
     int rc = mr_run(2, "cpu", 0, "mr_qlora_cpu", lora, &cpu, hash[0], out, sizeof(out));

@@ -569,7 +569,7 @@ static void lora_peft_case(const char* py, const char* model, const char* name, 
     snprintf(tok, sizeof(tok), "%s/%s_tokens.bin", test_tmpdir(), name);
     // [QLoRA] the base PEFT loads for a 4-bit run: the dequantized one, which is the merged model at step 0 (B = 0)
     char bflags[1024];
-    snprintf(bflags, sizeof(bflags), "-x 3 %s", strstr(lora, "-lora-base-dtype nf4") ? lora : "-z 0");
+    snprintf(bflags, sizeof(bflags), "-x 3 %s", strstr(lora, "-lora-quant nf4") ? lora : "-z 0");
     Trainer* b = tm_trainer(lora_flags(model, bflags));
     HFConfig hc;
     char herr[1024];

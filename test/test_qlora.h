@@ -1,16 +1,16 @@
-// test/test_qlora.h — QLoRA, -lora-base-dtype nf4 (lora.h, ops/nf4.cuh): a run on the 4-bit base is
+// test/test_qlora.h — QLoRA, -lora-quant nf4 (lora.h, ops/nf4.cuh): a run on the 4-bit base is
 // exactly a LoRA run on a BF16 base holding the dequantized values (the loss, and the adapters after
 // three steps, bit for bit), the 4-bit bytes never change in training, ZeRO-0..3 are bit-identical,
 // the planner's rows for the seeds' setups, and bad input. (The NF4 numbers themselves, against
 // bitsandbytes: test_nf4.h.)
 
-// Runs q (-lora-base-dtype nf4), then b (the same flags, a BF16 base) with its base matrices replaced by
+// Runs q (-lora-quant nf4), then b (the same flags, a BF16 base) with its base matrices replaced by
 // q's dequantized ones (R = 1, ZeRO-0; one trainer at a time: the allocator's counts are per process).
 // Then the two are the same model: the same losses and norms, the same adapters after three steps.
 #define QLORA_STEPS 3
 static void qlora_dequant_case(const char* model, const char* lora) {
     char fq[512], fb[512];
-    snprintf(fq, sizeof(fq), "-z 0 -x 3 -l 1e-2 %s -lora-base-dtype nf4", lora);
+    snprintf(fq, sizeof(fq), "-z 0 -x 3 -l 1e-2 %s -lora-quant nf4", lora);
     snprintf(fb, sizeof(fb), "-z 0 -x 3 -l 1e-2 %s", lora);
     Trainer* q = tm_trainer(lora_flags(model, fq));
     Model* mq = &q->model;
@@ -90,11 +90,11 @@ TEST(qlora_is_lora_on_dequantized_base) {
 TEST(qlora_zero_stages_bitwise) {
     const char* llama = "-e llama-tiny -layers 3 -vocab 97 -t 16 -poison 1 -blas 0";
     if (test_long()) {
-        for (int R = 1; R <= 4; R++) lora_stages_case(R, ZT_MODEL, "-lora 2 -lora-base-dtype nf4");
-        lora_stages_case(3, llama, "-lora 2 -lora-base-dtype nf4 -lora-targets q_proj,k_proj,gate_proj,down_proj");
+        for (int R = 1; R <= 4; R++) lora_stages_case(R, ZT_MODEL, "-lora 2 -lora-quant nf4");
+        lora_stages_case(3, llama, "-lora 2 -lora-quant nf4 -lora-targets q_proj,k_proj,gate_proj,down_proj");
     } else {
-        lora_stages_case(3, ZT_MODEL, "-lora 2 -lora-base-dtype nf4");
-        lora_stages_case(2, llama, "-lora 2 -lora-base-dtype nf4 -lora-targets q_proj,k_proj,gate_proj,down_proj");
+        lora_stages_case(3, ZT_MODEL, "-lora 2 -lora-quant nf4");
+        lora_stages_case(2, llama, "-lora 2 -lora-quant nf4 -lora-targets q_proj,k_proj,gate_proj,down_proj");
     }
 }
 
@@ -104,7 +104,7 @@ TEST(qlora_zero_stages_bitwise) {
 #ifndef ENABLE_FP32
 TEST(qlora_checkpoint_resume) {
     lora_resume_case("qlora_ckpt_llama", "-e llama-tiny -layers 2 -vocab 97 -t 16 -poison 1 -blas 0 -lora 2 -lora-targets q_proj,v_proj,down_proj "
-                     "-lora-base-dtype nf4");
+                     "-lora-quant nf4");
 }
 #endif
 
@@ -115,20 +115,20 @@ TEST(qlora_checkpoint_resume) {
 TEST(qlora_export_loads_in_peft) {
     const char* py = getenv("ZT_HF_PYTHON");
     if (!py || !*py) TEST_SKIP("needs $ZT_HF_PYTHON with transformers and peft 0.13.2 (.ci/run makes it)");
-    lora_peft_case(py, LORA_LLAMA, "qlora_llama", "-z 3 -lora 2 -lora-alpha 6 -lora-base-dtype nf4 -lora-targets q_proj,v_proj,o_proj,up_proj,down_proj");
+    lora_peft_case(py, LORA_LLAMA, "qlora_llama", "-z 3 -lora 2 -lora-alpha 6 -lora-quant nf4 -lora-targets q_proj,v_proj,o_proj,up_proj,down_proj");
 }
 #endif
 
 // A checkpoint bitsandbytes quantized, as transformers saves it (dev/bnb_fixture.py writes one from a
 // committed Llama fixture with dev/nf4_reference.py's numbers, the port checked against bitsandbytes'
 // library in test_nf4.h; and beside it the same model with its projections dequantized, in F32):
-//   - loaded as it is (-lora-base-dtype nf4), its 4-bit bytes are the ones this program makes from the
+//   - loaded as it is (-lora-quant nf4), its 4-bit bytes are the ones this program makes from the
 //     BF16 source at load (the same hash of the base): our quantization = bitsandbytes' rules;
 //   - with the codes stored as bfloat16 (bnb_4bit_quant_storage), the same bytes;
 //   - its loss at step 0 equals a BF16 base holding the dequantized values (bitwise), and three
 //     steps of each give the same losses;
 //   - refused (exit 2, naming the field or tensor): fp4, GPTQ, 8-bit, no double quantization, a
-//     projection in llm_int8_skip_modules, no -lora-base-dtype nf4; a missing .absmax, another
+//     projection in llm_int8_skip_modules, no -lora-quant nf4; a missing .absmax, another
 //     blocksize, an .absmax or the codes one byte short.
 static double qlora_step0(const char* model, const char* extra, uint64_t* base_hash, double* losses) {
     char flags[2048];
@@ -164,7 +164,7 @@ TEST(qlora_bnb_nested_map) {
     snprintf(bnb, sizeof(bnb), "%s/bnb4", out);
     snprintf(deq, sizeof(deq), "%s/deq", out);
     double lb[3], ld_[3];
-    double l_bnb = qlora_step0(bnb, "-lora-base-dtype nf4", NULL, lb);
+    double l_bnb = qlora_step0(bnb, "-lora-quant nf4", NULL, lb);
     double l_deq = qlora_step0(deq, "", NULL, ld_);
     CHECKF(l_bnb == l_deq, "step 0: %.9g on the 4-bit checkpoint, %.9g on bitsandbytes' FP32 values with its map", l_bnb, l_deq);
     CHECKF(!memcmp(lb, ld_, sizeof(lb)), "3 steps: %.9g %.9g %.9g, with bitsandbytes' values %.9g %.9g %.9g", lb[0], lb[1], lb[2], ld_[0], ld_[1], ld_[2]);
@@ -196,9 +196,9 @@ TEST(qlora_bnb_checkpoint) {
     snprintf(deq, sizeof(deq), "%s/deq", out);
     uint64_t h_file, h_file16, h_made;
     double lf[3], ld_[3];
-    double l_file = qlora_step0(bnb[0], "-lora-base-dtype nf4", &h_file, lf);
-    double l_file16 = qlora_step0(bnb[1], "-lora-base-dtype nf4", &h_file16, NULL);
-    double l_made = qlora_step0(src, "-lora-base-dtype nf4", &h_made, NULL);
+    double l_file = qlora_step0(bnb[0], "-lora-quant nf4", &h_file, lf);
+    double l_file16 = qlora_step0(bnb[1], "-lora-quant nf4", &h_file16, NULL);
+    double l_made = qlora_step0(src, "-lora-quant nf4", &h_made, NULL);
     double l_deq = qlora_step0(deq, "", NULL, ld_);
     CHECKF(h_file == h_made, "the 4-bit base read from the bitsandbytes checkpoint (%016llx) is not the one made at load from its source (%016llx)",
            (unsigned long long)h_file, (unsigned long long)h_made);
@@ -212,11 +212,11 @@ TEST(qlora_bnb_checkpoint) {
            "BF16 base's; 3 steps equal\n", (unsigned long long)h_file, l_file);
     // refusals: each a copy of the uint8 checkpoint with one thing changed
     static const struct { const char* from; const char* to; const char* extra; const char* expect; } bad[] = {
-        {"\"bnb_4bit_quant_type\": \"nf4\"", "\"bnb_4bit_quant_type\": \"fp4\"", "-lora 2 -lora-base-dtype nf4", "bnb_4bit_quant_type 'fp4': only nf4"},
-        {"\"quant_method\": \"bitsandbytes\"", "\"quant_method\": \"gptq\"", "-lora 2 -lora-base-dtype nf4", "quant_method 'gptq': only bitsandbytes"},
-        {"\"load_in_8bit\": false", "\"load_in_8bit\": true", "-lora 2 -lora-base-dtype nf4", "load_in_8bit true: 8-bit"},
-        {"\"bnb_4bit_use_double_quant\": true", "\"bnb_4bit_use_double_quant\": false", "-lora 2 -lora-base-dtype nf4", "bnb_4bit_use_double_quant false"},
-        {"\"llm_int8_skip_modules\": null", "\"llm_int8_skip_modules\": [\"lm_head\", \"down_proj\"]", "-lora 2 -lora-base-dtype nf4",
+        {"\"bnb_4bit_quant_type\": \"nf4\"", "\"bnb_4bit_quant_type\": \"fp4\"", "-lora 2 -lora-quant nf4", "bnb_4bit_quant_type 'fp4': only nf4"},
+        {"\"quant_method\": \"bitsandbytes\"", "\"quant_method\": \"gptq\"", "-lora 2 -lora-quant nf4", "quant_method 'gptq': only bitsandbytes"},
+        {"\"load_in_8bit\": false", "\"load_in_8bit\": true", "-lora 2 -lora-quant nf4", "load_in_8bit true: 8-bit"},
+        {"\"bnb_4bit_use_double_quant\": true", "\"bnb_4bit_use_double_quant\": false", "-lora 2 -lora-quant nf4", "bnb_4bit_use_double_quant false"},
+        {"\"llm_int8_skip_modules\": null", "\"llm_int8_skip_modules\": [\"lm_head\", \"down_proj\"]", "-lora 2 -lora-quant nf4",
          "llm_int8_skip_modules names down_proj"},
         {"\"quant_method\"", "\"quant_method\"", "-lora 2", "a bitsandbytes 4-bit checkpoint"},
     };
@@ -250,7 +250,7 @@ TEST(qlora_bnb_checkpoint) {
                                               {"model.layers.0.mlp.down_proj.weight.absmax: ", "x U8, but a (40, 57) weight's is"},
                                               {"model.layers.1.self_attn.o_proj.weight: shape (", "the 4-bit codes of a (40, 48) weight"}};
     for (int k = 0; k < 4; k++) {
-        snprintf(flags, sizeof(flags), "-device cpu -e %s -i %s -j %s -t 16 -b 1 -x 1 -v 0 -s 0 -lora 2 -lora-base-dtype nf4", dir[k], zt_data(0), zt_data(1));
+        snprintf(flags, sizeof(flags), "-device cpu -e %s -i %s -j %s -t 16 -b 1 -x 1 -v 0 -s 0 -lora 2 -lora-quant nf4", dir[k], zt_data(0), zt_data(1));
         int rc = cli_run(flags, cli_out, sizeof(cli_out));
         CHECKF(rc == 2 && strstr(cli_out, expect[k][0]) && strstr(cli_out, expect[k][1]), "'%s': exit %d, expected 2 with '%s' ... '%s':\n%s", flags, rc,
                expect[k][0], expect[k][1], cli_out);
@@ -263,9 +263,9 @@ TEST(qlora_bnb_checkpoint) {
 // does not, and the plan says by how much and what the parameters' shard is.
 TEST(qlora_plan) {
     static const struct { const char* flags; const char* expect; } cases[] = {
-        {"-plan -device cuda -e llama3-8b -world 1 -gpu-mem 24GiB -b 1 -t 2048 -lora 16 -lora-base-dtype nf4", "recommendation: -z"},
-        {"-plan -device cuda -e llama3-70b -world 2 -gpu-mem 48GiB -b 1 -t 2048 -lora 16 -lora-base-dtype nf4", "recommendation: -z"},
-        {"-plan -device cuda -e llama3-70b -world 2 -gpu-mem 24GiB -b 1 -t 2048 -lora 16 -lora-base-dtype nf4",
+        {"-plan -device cuda -e llama3-8b -world 1 -gpu-mem 24GiB -b 1 -t 2048 -lora 16 -lora-quant nf4", "recommendation: -z"},
+        {"-plan -device cuda -e llama3-70b -world 2 -gpu-mem 48GiB -b 1 -t 2048 -lora 16 -lora-quant nf4", "recommendation: -z"},
+        {"-plan -device cuda -e llama3-70b -world 2 -gpu-mem 24GiB -b 1 -t 2048 -lora 16 -lora-quant nf4",
          "with the parameters and the optimizer state in host memory it would need"},
         {"-plan -device cuda -e llama3-70b -world 2 -gpu-mem 48GiB -b 1 -t 2048 -lora 16", "recommendation: none"},
     };
@@ -277,8 +277,8 @@ TEST(qlora_plan) {
 
 TEST(qlora_bad_input) {
     static const struct { const char* flags; const char* expect; } cases[] = {
-        {"-e tiny -lora 2 -lora-base-dtype fp4", "-lora-base-dtype fp4: not bf16 or nf4"},
-        {"-e tiny -lora-base-dtype nf4", "-lora-base-dtype nf4: needs -lora r"},
+        {"-e tiny -lora 2 -lora-quant fp4", "-lora-quant fp4: not none or nf4"},
+        {"-e tiny -lora-quant nf4", "-lora-quant nf4: needs -lora r"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         int rc = cli_run(cases[i].flags, cli_out, sizeof(cli_out));
