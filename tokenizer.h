@@ -136,10 +136,32 @@ typedef struct {
 } TokenizerAdded;
 enum { TOKENIZER_STEP_GPT2, TOKENIZER_STEP_LLAMA3, TOKENIZER_STEP_QWEN2, TOKENIZER_STEP_DIGITS, TOKENIZER_STEP_DIGIT_RUNS };
 #define TOKENIZER_MAX_STEPS 8
+// A normalizer step (tokenizer_json.h: tokenizer_hf_normalize): NFC, Prepend(a) (a before a
+// stretch that is not empty), Replace(a -> b) (every a, left to right, a plain string).
+enum { TOKENIZER_NORM_NFC, TOKENIZER_NORM_PREPEND, TOKENIZER_NORM_REPLACE };
+typedef struct { int kind; char a[16], b[16]; uint32_t alen, blen; } TokenizerNorm;  // a, b: up to 15 bytes, NUL-terminated
+enum { TOKENIZER_PREPEND_NEVER, TOKENIZER_PREPEND_FIRST, TOKENIZER_PREPEND_ALWAYS };
 typedef struct {
-    int nfc;                      // normalizer: 1 = NFC, 0 = none
+    int nfc;                      // NFC is one of the normalizer's steps
+    int nnorms;                   // normalizer steps, in order (0: no normalizer)
+    TokenizerNorm norms[TOKENIZER_MAX_STEPS];
     int nsteps;                   // pre-tokenizer steps before ByteLevel, in order
     int steps[TOKENIZER_MAX_STEPS];
+    // SentencePiece-style BPE (no ByteLevel: pieces are UTF-8 characters, spaces spelled as ▁)
+    int sp;                       // 1: this kind; 0: byte-level BPE
+    int metaspace;                // a Metaspace pre-tokenizer: ' ' -> meta, prepend, split
+    unsigned char meta[4];        //     its replacement character (UTF-8, meta_len bytes: ▁ is E2 96 81)
+    int meta_len;
+    int prepend_scheme;           //     TOKENIZER_PREPEND_*: meta before the first stretch / every one / none
+    int meta_split;               //     split: each piece starts at a meta (MergedWithNext)
+    int byte_fallback;            // model.byte_fallback: a character not in model.vocab is its <0xXX> tokens
+    uint32_t fallback_id[256];    //     byte -> id of "<0xXX>", UINT32_MAX: none
+    int64_t unk_id;               // model.unk_token's id, -1: none (such a character is dropped, as tokenizers does)
+    int fuse_unk;                 // model.fuse_unk: a run of unknown characters is one unk
+    int strip_start;              // decoder Strip(' ', start N) / Metaspace: leading spaces a decoded text drops
+    int sp_cut;                   // streaming: a space after a non-space is a safe cut (tokenizer_hf_last_cut_sp)
+    int mid_text, mid_stretch;    // streaming state: the text given continues one whose start was encoded
+                                  //     (no Metaspace "first"), inside a stretch (no Prepend, no Metaspace prepend)
     int ignore_merges;            // model.ignore_merges: a piece in model.vocab is one token
     int match_specials;           // 1: special added tokens in the text are matched (tokenizers'
                                   //    default); 0: they are plain text (-tokenize; see below)
@@ -154,12 +176,16 @@ typedef struct {
     uint32_t* key_len;            // (V) its length
     uint32_t* vhash;              // (vhash_mask + 1) model.vocab key -> id + 1; 0: free
     uint32_t vhash_mask;
-    unsigned char* scratch;       // a piece spelled in the byte-level alphabet (ignore_merges)
+    unsigned char* scratch;       // a piece spelled in the byte-level alphabet (ignore_merges); SP: Metaspace's output
     size_t scratch_cap;
     uint32_t* cps;                // NFC work: code points
     size_t cps_cap;
     unsigned char* norm;          // NFC output
     size_t norm_cap;
+    unsigned char* norm2;         // the other normalizer / Metaspace buffers (a step reads one, writes the next)
+    size_t norm2_cap;
+    unsigned char* norm3;
+    size_t norm3_cap;
     char* src_json;               // the file read, and its tokenizer_config.json (may not exist):
     char* src_config;             //     -export-hf copies them beside the model
 } TokenizerHF;
@@ -205,6 +231,8 @@ static inline void tokenizer_free(Tokenizer* tok) {
         free(h->scratch);
         free(h->cps);
         free(h->norm);
+        free(h->norm2);
+        free(h->norm3);
         free(h->src_json);
         free(h->src_config);
         free(h);
@@ -694,18 +722,28 @@ static inline int tokenizer_bpe_reserve(TokenizerEncoder* e, size_t n) {
     return 0;
 }
 
-// BPE of one piece p[0..n) (n >= 1): append its ids. Returns 0 / -1 (out of memory).
-static inline int tokenizer_bpe(TokenizerEncoder* e, const unsigned char* p, uint32_t n, uint32_t** out, size_t* nout, size_t* cap) {
+// SentencePiece-style BPE starts from characters, not bytes: tokenizer_json.h fills the first parts
+// (next, prev, part_id at each part's start) of piece p[0..n) from model.vocab, byte_fallback and unk.
+static inline void tokenizer_sp_parts(const TokenizerHF* h, TokenizerEncoder* e, const unsigned char* p, uint32_t n);
+
+// BPE of one piece p[0..n) (n >= 1): append its ids. The first parts are its bytes (byte-level
+// BPE; sp NULL) or its characters (SentencePiece-style: tokenizer_sp_parts). Returns 0 / -1 (out
+// of memory).
+static inline int tokenizer_bpe(TokenizerEncoder* e, const TokenizerHF* sp, const unsigned char* p, uint32_t n, uint32_t** out, size_t* nout,
+                                size_t* cap) {
     // The heap never holds more than 2n - 2 candidates: n - 1 first, then each merge pops one
     // (itself) and pushes at most two, and there are at most n - 1 merges.
     if (tokenizer_bpe_reserve(e, (size_t)n + 1) != 0) return -1;
-    for (uint32_t i = 0; i < n; i++) {
-        e->part_id[i] = e->byte_id[p[i]];
-        e->next[i] = i + 1;
-        e->prev[i] = i - 1;  // unused for i = 0
+    if (sp) tokenizer_sp_parts(sp, e, p, n);
+    else {
+        for (uint32_t i = 0; i < n; i++) {
+            e->part_id[i] = e->byte_id[p[i]];
+            e->next[i] = i + 1;
+            e->prev[i] = i - 1;  // unused for i = 0
+        }
     }
     size_t nheap = 0;
-    for (uint32_t i = 0; i + 1 < n; i++) tokenizer_heap_push(e, &nheap, i, i + 1, i + 2);
+    for (uint32_t i = 0; i < n && e->next[i] < n; i = e->next[i]) tokenizer_heap_push(e, &nheap, i, e->next[i], e->next[e->next[i]]);
     while (nheap > 0) {
         TokenizerMerge m = tokenizer_heap_pop(e, &nheap);
         if (e->next[m.left] != m.mid || e->next[m.mid] != m.end) continue;  // stale: a part changed since
@@ -739,12 +777,14 @@ static inline uint64_t tokenizer_hash(const unsigned char* p, size_t n) {
     return h ? h : 1;
 }
 
-// Append the ids of piece p[0..n) (n >= 1): from the cache, or by BPE (then cached).
-static inline int tokenizer_encode_piece(TokenizerEncoder* e, const unsigned char* p, size_t n, uint32_t** out, size_t* nout, size_t* cap) {
-    if (n == 1) return tokenizer_append(out, nout, cap, &e->byte_id[p[0]], 1);
+// Append the ids of piece p[0..n) (n >= 1): from the cache, or by BPE (then cached). sp: NULL, or
+// the SentencePiece-style pipeline whose characters start the BPE (tokenizer_bpe).
+static inline int tokenizer_encode_piece(TokenizerEncoder* e, const TokenizerHF* sp, const unsigned char* p, size_t n, uint32_t** out,
+                                         size_t* nout, size_t* cap) {
+    if (n == 1) return tokenizer_append(out, nout, cap, &e->byte_id[p[0]], 1);  // (an SP byte_id: the character's id)
     if (n > TOKENIZER_CACHE_MAX_PIECE) {
         if (n >= UINT32_MAX) return -1;  // the BPE work arrays index bytes with uint32
-        return tokenizer_bpe(e, p, (uint32_t)n, out, nout, cap);
+        return tokenizer_bpe(e, sp, p, (uint32_t)n, out, nout, cap);
     }
     if (!e->cache) {
         e->cache = (TokenizerCacheSlot*)calloc(TOKENIZER_CACHE_SLOTS, sizeof(TokenizerCacheSlot));
@@ -759,7 +799,7 @@ static inline int tokenizer_encode_piece(TokenizerEncoder* e, const unsigned cha
         }
     }
     size_t first = *nout;
-    if (tokenizer_bpe(e, p, (uint32_t)n, out, nout, cap) != 0) return -1;
+    if (tokenizer_bpe(e, sp, p, (uint32_t)n, out, nout, cap) != 0) return -1;
     size_t nids = *nout - first;
     if (e->cache_used >= TOKENIZER_CACHE_SLOTS / 4 * 3) {  // full: start again, empty
         memset(e->cache, 0, TOKENIZER_CACHE_SLOTS * sizeof(TokenizerCacheSlot));
@@ -785,7 +825,7 @@ static inline int tokenizer_encode_piece(TokenizerEncoder* e, const unsigned cha
 
 // -----------------------------------------------------------------------------------------------
 // Hugging Face tokenizer.json: the reader and the pipeline it runs are in their own file
-#include "tokenizer_json.h" // defines: tokenizer_init_hf, tokenizer_hf_encode_pass, tokenizer_hf_encode_part, tokenizer_nfc, tokenize_error
+#include "tokenizer_json.h" // defines: tokenizer_init_hf, tokenizer_hf_encode_final, tokenizer_hf_encode_part, tokenizer_nfc, tokenize_error
 
 // Encode the pieces of text[0..n). final = 1: the text ends at n, everything is encoded.
 // final = 0: more text follows n; only what no later byte can change is encoded, and *consumed
@@ -799,14 +839,14 @@ static inline int tokenizer_encode_part(Tokenizer* tok, const unsigned char* tex
     if (tok->hf) {
         if (!final) return n ? tokenizer_hf_encode_part(tok, text, n, consumed, out, nout, cap) : 0;
         *consumed = n;
-        return tokenizer_hf_encode_pass(tok, text, n, 0, out, nout, cap);
+        return tokenizer_hf_encode_final(tok, text, n, out, nout, cap);
     }
     if (tok->enc.nmerges == 0) return -1;
     size_t i = 0;
     while (i < n) {
         size_t len = tokenizer_piece_length(text + i, n - i);
         if (!final && i + len + TOKENIZER_LOOKAHEAD > n) break;
-        if (tokenizer_encode_piece(&tok->enc, text + i, len, out, nout, cap) != 0) return -1;
+        if (tokenizer_encode_piece(&tok->enc, NULL, text + i, len, out, nout, cap) != 0) return -1;
         i += len;
     }
     *consumed = i;
@@ -1050,6 +1090,8 @@ static inline void tokenizer_worker_init(TokenizerWorker* w, const Tokenizer* sr
         w->h.cps_cap = 0;
         w->h.norm = NULL;
         w->h.norm_cap = 0;
+        w->h.norm2 = w->h.norm3 = NULL;
+        w->h.norm2_cap = w->h.norm3_cap = 0;
         w->t.hf = &w->h;
     }
 }
@@ -1067,6 +1109,8 @@ static inline void tokenizer_worker_free(TokenizerWorker* w) {
         free(w->h.scratch);
         free(w->h.cps);
         free(w->h.norm);
+        free(w->h.norm2);
+        free(w->h.norm3);
     }
     memset(w, 0, sizeof(*w));
 }

@@ -212,6 +212,28 @@ static inline int tokenizer_hf_step(TokenizerHF* h, const Json* j, int node, con
         *bytelevel_seen = 1;
         return 0;
     }
+    if (!strcmp(t, "Metaspace")) {  // SentencePiece-style: ' ' -> replacement, then prepend and split
+        int rep = json_get(j, node, "replacement"), sch = json_get(j, node, "prepend_scheme"), ap = tokenizer_json_flag(j, node, "add_prefix_space");
+        uint32_t cp;
+        if (rep < 0 || j->nodes[rep].type != JSON_STRING || j->nodes[rep].len < 1 || j->nodes[rep].len > 4 ||
+            tokenizer_utf8((const unsigned char*)j->nodes[rep].str, (size_t)j->nodes[rep].len, &cp) != j->nodes[rep].len)
+            return tokenize_error(err, errlen, "tokenizer %s: %s.replacement is not one character", path, where);
+        memcpy(h->meta, j->nodes[rep].str, (size_t)j->nodes[rep].len);
+        h->meta_len = j->nodes[rep].len;
+        // prepend_scheme (tokenizers >= 0.15); older files say add_prefix_space, which meant "always"
+        if (sch < 0) h->prepend_scheme = ap == 1 ? TOKENIZER_PREPEND_ALWAYS : TOKENIZER_PREPEND_NEVER;
+        else if (tokenizer_json_is(j, sch, "first")) h->prepend_scheme = TOKENIZER_PREPEND_FIRST;
+        else if (tokenizer_json_is(j, sch, "always")) h->prepend_scheme = TOKENIZER_PREPEND_ALWAYS;
+        else if (tokenizer_json_is(j, sch, "never")) h->prepend_scheme = TOKENIZER_PREPEND_NEVER;
+        else return tokenize_error(err, errlen, "tokenizer %s: %s.prepend_scheme is not \"first\", \"always\" or \"never\"", path, where);
+        int split = json_get(j, node, "split");  // absent: true (tokenizers' default)
+        if (split >= 0 && j->nodes[split].type != JSON_TRUE && j->nodes[split].type != JSON_FALSE)
+            return tokenize_error(err, errlen, "tokenizer %s: %s.split is not true or false", path, where);
+        h->meta_split = split < 0 || j->nodes[split].type == JSON_TRUE;
+        if (h->metaspace) return tokenize_error(err, errlen, "tokenizer %s: %s: a second Metaspace: not supported", path, where);
+        h->metaspace = 1;
+        return 0;
+    }
     if (!strcmp(t, "Digits")) {
         int ind = tokenizer_json_flag(j, node, "individual_digits");
         if (ind < 0) return tokenize_error(err, errlen, "tokenizer %s: %s.individual_digits is not true or false", path, where);
@@ -237,8 +259,133 @@ static inline int tokenizer_hf_step(TokenizerHF* h, const Json* j, int node, con
         h->steps[h->nsteps++] = step;
         return 0;
     }
-    return tokenize_error(err, errlen, "tokenizer %s: %s.type \"%s\" is not supported (known: Split, Digits, ByteLevel, Sequence)",
+    return tokenize_error(err, errlen, "tokenizer %s: %s.type \"%s\" is not supported (known: Split, Digits, ByteLevel, Metaspace, Sequence)",
                           path, where, t);
+}
+
+// A JSON string of at most 15 bytes into out (NUL-terminated), its length in *len. 0, or -1 if not.
+static inline int tokenizer_json_short(const Json* j, int node, char out[16], uint32_t* len) {
+    if (node < 0 || j->nodes[node].type != JSON_STRING || j->nodes[node].len > 15) return -1;
+    memcpy(out, j->nodes[node].str, (size_t)j->nodes[node].len + 1);
+    *len = (uint32_t)j->nodes[node].len;
+    return 0;
+}
+
+// The normalizer into h->norms: null, NFC, Prepend, Replace (a String pattern), or a Sequence of
+// them. Returns 0, or -1 with the message in err.
+static inline int tokenizer_hf_normalizer(TokenizerHF* h, const Json* j, int norm, const char* path, char* err, size_t errlen) {
+    if (norm < 0 || j->nodes[norm].type == JSON_NULL) return 0;
+    int one = norm, count = 1;
+    if (tokenizer_json_is(j, json_get(j, norm, "type"), "Sequence")) {
+        int list = json_get(j, norm, "normalizers");
+        if (list < 0 || j->nodes[list].type != JSON_ARRAY) return tokenize_error(err, errlen, "tokenizer %s: normalizer.normalizers is not an array", path);
+        one = j->nodes[list].first;
+        count = j->nodes[list].count;
+    }
+    for (int k = 0; k < count; k++, one = j->nodes[one].next) {
+        int t = json_get(j, one, "type");
+        const char* ty = t >= 0 && j->nodes[t].type == JSON_STRING ? j->nodes[t].str : "?";
+        if (h->nnorms >= TOKENIZER_MAX_STEPS) return tokenize_error(err, errlen, "tokenizer %s: more than %d normalizer steps", path, TOKENIZER_MAX_STEPS);
+        TokenizerNorm* st = &h->norms[h->nnorms];
+        memset(st, 0, sizeof(*st));
+        if (!strcmp(ty, "NFC")) {
+            st->kind = TOKENIZER_NORM_NFC;
+            h->nfc = 1;
+        } else if (!strcmp(ty, "Prepend")) {
+            st->kind = TOKENIZER_NORM_PREPEND;
+            if (tokenizer_json_short(j, json_get(j, one, "prepend"), st->a, &st->alen) != 0 || st->alen == 0)
+                return tokenize_error(err, errlen, "tokenizer %s: normalizer Prepend: \"prepend\" is not a string of 1..15 bytes", path);
+        } else if (!strcmp(ty, "Replace")) {
+            st->kind = TOKENIZER_NORM_REPLACE;
+            int pat = json_get(j, one, "pattern");
+            if (tokenizer_json_short(j, json_get(j, pat, "String"), st->a, &st->alen) != 0 || st->alen == 0)
+                return tokenize_error(err, errlen, "tokenizer %s: normalizer Replace: pattern is not {\"String\": 1..15 bytes} (a Regex pattern is "
+                                      "not supported)", path);
+            if (tokenizer_json_short(j, json_get(j, one, "content"), st->b, &st->blen) != 0)
+                return tokenize_error(err, errlen, "tokenizer %s: normalizer Replace: \"content\" is not a string of up to 15 bytes", path);
+        } else {
+            return tokenize_error(err, errlen, "tokenizer %s: normalizer type \"%s\" is not supported (NFC, Prepend, Replace, Sequence)", path, ty);
+        }
+        h->nnorms++;
+    }
+    return 0;
+}
+
+// The decoder. Byte-level BPE: null or ByteLevel. SentencePiece-style: null, or Replace (a String
+// of one character), ByteFallback, Fuse, Strip (stop 0), Metaspace, alone or in a Sequence. Read
+// per token (tokenizer_sp_unspell: *rep_from -> *rep_to, <0xXX> -> the byte if *bytefallback);
+// Strip and Metaspace's leading-space drop apply to a whole text (h->strip_start). Returns 0 / -1.
+static inline int tokenizer_hf_decoder(TokenizerHF* h, const Json* j, int dec, char rep_from[16], char rep_to[16], uint32_t* rep_from_len,
+                                       uint32_t* rep_to_len, int* bytefallback, const char* path, char* err, size_t errlen) {
+    *rep_from_len = *rep_to_len = 0;
+    *bytefallback = 0;
+    if (dec < 0 || j->nodes[dec].type == JSON_NULL) return 0;
+    int one = dec, count = 1;
+    if (h->sp && tokenizer_json_is(j, json_get(j, dec, "type"), "Sequence")) {
+        int list = json_get(j, dec, "decoders");
+        if (list < 0 || j->nodes[list].type != JSON_ARRAY) return tokenize_error(err, errlen, "tokenizer %s: decoder.decoders is not an array", path);
+        one = j->nodes[list].first;
+        count = j->nodes[list].count;
+    }
+    for (int k = 0; k < count; k++, one = j->nodes[one].next) {
+        int t = json_get(j, one, "type");
+        const char* ty = t >= 0 && j->nodes[t].type == JSON_STRING ? j->nodes[t].str : "?";
+        if (!h->sp) {
+            if (strcmp(ty, "ByteLevel") != 0)
+                return tokenize_error(err, errlen, "tokenizer %s: decoder type \"%s\" is not supported for a byte-level BPE (only ByteLevel)", path, ty);
+            continue;
+        }
+        uint32_t cp;
+        if (!strcmp(ty, "Fuse")) continue;  // joins the tokens' strings: what printing them one after another does
+        if (!strcmp(ty, "ByteFallback")) *bytefallback = 1;
+        else if (!strcmp(ty, "Replace")) {
+            if (*rep_from_len) return tokenize_error(err, errlen, "tokenizer %s: decoder: a second Replace: not supported", path);
+            if (tokenizer_json_short(j, json_get(j, json_get(j, one, "pattern"), "String"), rep_from, rep_from_len) != 0 || *rep_from_len == 0 ||
+                tokenizer_utf8((const unsigned char*)rep_from, *rep_from_len, &cp) != (int)*rep_from_len ||
+                tokenizer_json_short(j, json_get(j, one, "content"), rep_to, rep_to_len) != 0)
+                return tokenize_error(err, errlen, "tokenizer %s: decoder Replace: only a String pattern of one character is supported", path);
+        } else if (!strcmp(ty, "Strip")) {
+            int c = json_get(j, one, "content"), st = json_get(j, one, "start"), sp = json_get(j, one, "stop");
+            if (!tokenizer_json_is(j, c, " ") || st < 0 || !j->nodes[st].is_int || j->nodes[st].i < 0 || j->nodes[st].i > 16 ||
+                (sp >= 0 && !(j->nodes[sp].is_int && j->nodes[sp].i == 0)))
+                return tokenize_error(err, errlen, "tokenizer %s: decoder Strip: only content \" \", start 0..16, stop 0 are supported", path);
+            h->strip_start = (int)j->nodes[st].i;
+        } else if (!strcmp(ty, "Metaspace")) {  // the replacement back to ' '; the first token's leading one dropped
+            int rep = json_get(j, one, "replacement"), sch = json_get(j, one, "prepend_scheme");
+            if (*rep_from_len || tokenizer_json_short(j, rep, rep_from, rep_from_len) != 0 || *rep_from_len == 0 ||
+                tokenizer_utf8((const unsigned char*)rep_from, *rep_from_len, &cp) != (int)*rep_from_len)
+                return tokenize_error(err, errlen, "tokenizer %s: decoder Metaspace: replacement is not one character (or a second Replace)", path);
+            memcpy(rep_to, " ", 2);
+            *rep_to_len = 1;
+            int prepends = sch >= 0 ? !tokenizer_json_is(j, sch, "never") : tokenizer_json_flag(j, one, "add_prefix_space") == 1;
+            if (prepends) h->strip_start = 1;
+        } else {
+            return tokenize_error(err, errlen, "tokenizer %s: decoder type \"%s\" is not supported (Replace, ByteFallback, Fuse, Strip, Metaspace, "
+                                  "Sequence)", path, ty);
+        }
+    }
+    return 0;
+}
+
+// The bytes a SentencePiece-style token s[0..n) decodes to, into out (room for n bytes): "<0xXX>" is
+// the byte XX when the decoder has ByteFallback; otherwise s with every rep_from made rep_to
+// (▁ -> ' ': never longer). Returns the length.
+static inline size_t tokenizer_sp_unspell(const unsigned char* s, size_t n, const char* rep_from, uint32_t rep_from_len, const char* rep_to,
+                                          uint32_t rep_to_len, int bytefallback, unsigned char* out) {
+    static const char hex[] = "0123456789ABCDEF";
+    if (bytefallback && n == 6 && s[0] == '<' && s[1] == '0' && s[2] == 'x' && s[5] == '>' && strchr(hex, s[3]) && strchr(hex, s[4]) && s[3] && s[4]) {
+        out[0] = (unsigned char)((strchr(hex, s[3]) - hex) << 4 | (strchr(hex, s[4]) - hex));
+        return 1;
+    }
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        if (rep_from_len && rep_to_len <= rep_from_len && i + rep_from_len <= n && memcmp(s + i, rep_from, rep_from_len) == 0) {
+            memcpy(out + o, rep_to, rep_to_len);
+            o += rep_to_len;
+            i += rep_from_len;
+        } else out[o++] = s[i++];
+    }
+    return o;
 }
 
 // Read tokenizer_config.json's `key` (a string, or an object with "content") into out; 0 if absent.
@@ -290,6 +437,52 @@ static inline int tokenizer_added_id(const TokenizerHF* h, const char* name) {
     return -1;
 }
 
+// SentencePiece-style, at load: the <0xXX> tokens (fallback_id), what a one-byte piece is
+// (byte_id: an ASCII character's own token, else its <0xXX>, else unk), and whether a streamed text
+// may be cut before a space (sp_cut: see "Streaming" below). Returns 0, or -1 when a byte would
+// have no token at all.
+static inline int tokenizer_sp_bytes(TokenizerHF* h, TokenizerEncoder* e, uint32_t V) {
+    static const char hex[] = "0123456789ABCDEF";
+    for (int b = 0; b < 256; b++) {
+        char name[7] = {'<', '0', 'x', hex[b >> 4], hex[b & 15], '>', 0};
+        int64_t fb = h->byte_fallback ? tokenizer_hf_lookup(h, (const unsigned char*)name, 6) : -1;
+        unsigned char c = (unsigned char)b;
+        int64_t own = b < 0x80 ? tokenizer_hf_lookup(h, &c, 1) : -1;
+        h->fallback_id[b] = fb >= 0 ? (uint32_t)fb : UINT32_MAX;
+        int64_t id = own >= 0 ? own : fb >= 0 ? fb : h->unk_id;
+        if (id < 0) return -1;
+        e->byte_id[b] = (uint32_t)id;
+    }
+    // Where does the text's ' ' go? R: the Metaspace replacement, or a Replace(" " -> R) normalizer;
+    // ' ' itself without them. A cut before a space after a non-space is safe when nothing else
+    // can make an R and no model.vocab key holds R after another character (so no merge joins
+    // what comes before the space to it).
+    unsigned char R[16] = {' '};
+    uint32_t rlen = 1;
+    int ok = 1;
+    for (int k = 0; k < h->nnorms; k++) {
+        const TokenizerNorm* st = &h->norms[k];
+        if (st->kind != TOKENIZER_NORM_REPLACE) continue;
+        if (st->alen == 1 && st->a[0] == ' ' && rlen == 1 && R[0] == ' ' && st->blen > 0) { memcpy(R, st->b, st->blen); rlen = st->blen; }
+        else ok = 0;
+    }
+    if (h->metaspace) {
+        if (rlen == 1 && R[0] == ' ') { memcpy(R, h->meta, (size_t)h->meta_len); rlen = (uint32_t)h->meta_len; }
+        else if (rlen != (uint32_t)h->meta_len || memcmp(R, h->meta, rlen) != 0) ok = 0;
+    }
+    for (uint32_t id = 0; ok && id < V; id++) {
+        if (h->key_at[id] == UINT32_MAX) continue;
+        const unsigned char* k = (const unsigned char*)h->strs + h->key_at[id];
+        uint32_t kl = h->key_len[id];
+        for (uint32_t i = 1; i + rlen <= kl && ok; i++) {
+            if (memcmp(k + i, R, rlen) != 0) continue;
+            if (!(i >= rlen && memcmp(k + i - rlen, R, rlen) == 0)) ok = 0;  // R after a character that is not R
+        }
+    }
+    h->sp_cut = ok;
+    return 0;
+}
+
 // Read a tokenizer.json (or the directory holding it) into tok: vocabulary, merges, pipeline.
 // Returns 0, or -1 with a one-line message naming the file and the field, nothing left allocated.
 static inline int tokenizer_init_hf(Tokenizer* tok, const char* path_in, char* err, size_t errlen) {
@@ -332,15 +525,15 @@ static inline int tokenizer_init_hf(Tokenizer* tok, const char* path_in, char* e
     unsigned char* catbuf = NULL;
 #define HF_FAIL(...) do { tokenize_error(err, errlen, __VA_ARGS__); json_free(&j); free(catbuf); tokenizer_free(tok); return -1; } while (0)
     if (j.nodes[0].type != JSON_OBJECT) HF_FAIL("tokenizer %s: not a JSON object", path);
-    // --- model: byte-level BPE only
+    // --- model: BPE (byte-level, or SentencePiece-style with byte_fallback / unk_token)
     int model = json_get(&j, 0, "model");
     if (model < 0 || j.nodes[model].type != JSON_OBJECT) HF_FAIL("tokenizer %s: no \"model\" object", path);
     int mtype = json_get(&j, model, "type");
     int vocab = json_get(&j, model, "vocab"), merges = json_get(&j, model, "merges");
     if (mtype < 0) HF_FAIL("tokenizer %s: model has no \"type\"", path);
     if (!tokenizer_json_is(&j, mtype, "BPE")) {
-        HF_FAIL("tokenizer %s: model.type \"%s\" is not supported: only byte-level BPE (Unigram, WordPiece, WordLevel and "
-                "SentencePiece-style models are not supported yet)", path, j.nodes[mtype].type == JSON_STRING ? j.nodes[mtype].str : "?");
+        HF_FAIL("tokenizer %s: model.type \"%s\" is not supported: only BPE, byte-level or SentencePiece-style (Unigram, WordPiece and "
+                "WordLevel models are not supported)", path, j.nodes[mtype].type == JSON_STRING ? j.nodes[mtype].str : "?");
     }
     if (vocab < 0 || j.nodes[vocab].type != JSON_OBJECT) HF_FAIL("tokenizer %s: model.vocab is not an object", path);
     if (merges < 0 || j.nodes[merges].type != JSON_ARRAY) HF_FAIL("tokenizer %s: model.merges is not an array", path);
@@ -350,33 +543,19 @@ static inline int tokenizer_init_hf(Tokenizer* tok, const char* path_in, char* e
         if (n >= 0 && j.nodes[n].type != JSON_NULL && !(j.nodes[n].type == JSON_STRING && j.nodes[n].len == 0))
             HF_FAIL("tokenizer %s: model.%s is set: not supported", path, refused[k]);
     }
-    if (tokenizer_json_flag(&j, model, "byte_fallback") != 0) HF_FAIL("tokenizer %s: model.byte_fallback is not false: not supported", path);
-    int ig = tokenizer_json_flag(&j, model, "ignore_merges");
-    if (ig < 0) HF_FAIL("tokenizer %s: model.ignore_merges is not true or false", path);
+    int ig = tokenizer_json_flag(&j, model, "ignore_merges"), bf = tokenizer_json_flag(&j, model, "byte_fallback");
+    int fu = tokenizer_json_flag(&j, model, "fuse_unk"), unk = json_get(&j, model, "unk_token");
+    if (ig < 0 || bf < 0 || fu < 0) HF_FAIL("tokenizer %s: model.ignore_merges, byte_fallback or fuse_unk is not true or false", path);
+    if (unk >= 0 && j.nodes[unk].type != JSON_NULL && j.nodes[unk].type != JSON_STRING) HF_FAIL("tokenizer %s: model.unk_token is not a string", path);
     h->ignore_merges = ig;
-    // --- normalizer: null or NFC (also as a Sequence of NFC)
-    int norm = json_get(&j, 0, "normalizer");
-    if (norm >= 0 && j.nodes[norm].type != JSON_NULL) {
-        int list = norm, one = -1, count = 1;
-        if (tokenizer_json_is(&j, json_get(&j, norm, "type"), "Sequence")) {
-            list = json_get(&j, norm, "normalizers");
-            if (list < 0 || j.nodes[list].type != JSON_ARRAY) HF_FAIL("tokenizer %s: normalizer.normalizers is not an array", path);
-            one = j.nodes[list].first;
-            count = j.nodes[list].count;
-        } else one = norm;
-        for (int k = 0; k < count; k++, one = j.nodes[one].next) {
-            int t = json_get(&j, one, "type");
-            if (!tokenizer_json_is(&j, t, "NFC")) {
-                HF_FAIL("tokenizer %s: normalizer type \"%s\" is not supported (only NFC)", path,
-                        t >= 0 && j.nodes[t].type == JSON_STRING ? j.nodes[t].str : "?");
-            }
-            h->nfc = 1;
-        }
-    }
-    // --- pre-tokenizer: steps, ByteLevel last
+    h->byte_fallback = bf;
+    h->fuse_unk = fu;
+    h->unk_id = -1;
+    // --- normalizer: NFC, Prepend, Replace, in a Sequence or alone
+    if (tokenizer_hf_normalizer(h, &j, json_get(&j, 0, "normalizer"), path, err, errlen)) { json_free(&j); tokenizer_free(tok); return -1; }
+    // --- pre-tokenizer: steps with ByteLevel last (byte-level BPE), or none / Metaspace alone (SentencePiece-style)
     int pre = json_get(&j, 0, "pre_tokenizer"), bl = 0;
-    if (pre < 0 || j.nodes[pre].type == JSON_NULL) HF_FAIL("tokenizer %s: pre_tokenizer is null: a byte-level BPE needs ByteLevel", path);
-    if (tokenizer_json_is(&j, json_get(&j, pre, "type"), "Sequence")) {
+    if (pre >= 0 && j.nodes[pre].type != JSON_NULL && tokenizer_json_is(&j, json_get(&j, pre, "type"), "Sequence")) {
         int list = json_get(&j, pre, "pretokenizers");
         if (list < 0 || j.nodes[list].type != JSON_ARRAY) HF_FAIL("tokenizer %s: pre_tokenizer.pretokenizers is not an array", path);
         int k = 0;
@@ -385,13 +564,27 @@ static inline int tokenizer_init_hf(Tokenizer* tok, const char* path_in, char* e
             snprintf(where, sizeof(where), "pre_tokenizer.pretokenizers[%d]", k);
             if (tokenizer_hf_step(h, &j, s, where, &bl, path, err, errlen)) { json_free(&j); tokenizer_free(tok); return -1; }
         }
-    } else if (tokenizer_hf_step(h, &j, pre, "pre_tokenizer", &bl, path, err, errlen)) { json_free(&j); tokenizer_free(tok); return -1; }
-    if (!bl) HF_FAIL("tokenizer %s: pre_tokenizer has no ByteLevel step: not a byte-level BPE", path);
-    // --- decoder: ByteLevel
-    int dec = json_get(&j, 0, "decoder");
-    if (dec >= 0 && j.nodes[dec].type != JSON_NULL && !tokenizer_json_is(&j, json_get(&j, dec, "type"), "ByteLevel")) {
-        int t = json_get(&j, dec, "type");
-        HF_FAIL("tokenizer %s: decoder type \"%s\" is not supported (only ByteLevel)", path, t >= 0 && j.nodes[t].type == JSON_STRING ? j.nodes[t].str : "?");
+    } else if (pre >= 0 && j.nodes[pre].type != JSON_NULL && tokenizer_hf_step(h, &j, pre, "pre_tokenizer", &bl, path, err, errlen)) {
+        json_free(&j);
+        tokenizer_free(tok);
+        return -1;
+    }
+    if (h->metaspace && (bl || h->nsteps)) HF_FAIL("tokenizer %s: pre_tokenizer: Metaspace with other steps is not supported (Metaspace alone)", path);
+    if (!bl && h->nsteps) HF_FAIL("tokenizer %s: pre_tokenizer has no ByteLevel step: not a byte-level BPE (nor SentencePiece-style: no "
+                                  "pre-tokenizer, or Metaspace alone)", path);
+    h->sp = !bl;
+    if (!h->sp && bf) HF_FAIL("tokenizer %s: model.byte_fallback with a ByteLevel pre-tokenizer: not supported", path);
+    if (h->sp && !bf && (unk < 0 || j.nodes[unk].type != JSON_STRING))
+        HF_FAIL("tokenizer %s: SentencePiece-style BPE with neither model.byte_fallback nor model.unk_token: a character outside model.vocab "
+                "would be dropped (not supported)", path);
+    // --- decoder: ByteLevel (byte-level BPE); Replace, ByteFallback, Fuse, Strip, Metaspace (SentencePiece-style)
+    char rep_from[16], rep_to[16];
+    uint32_t rep_from_len, rep_to_len;
+    int dec_bytes;
+    if (tokenizer_hf_decoder(h, &j, json_get(&j, 0, "decoder"), rep_from, rep_to, &rep_from_len, &rep_to_len, &dec_bytes, path, err, errlen)) {
+        json_free(&j);
+        tokenizer_free(tok);
+        return -1;
     }
     int trunc = json_get(&j, 0, "truncation");
     if (trunc >= 0 && j.nodes[trunc].type != JSON_NULL) HF_FAIL("tokenizer %s: truncation is set: not supported (it cuts documents)", path);
@@ -451,7 +644,9 @@ static inline int tokenizer_init_hf(Tokenizer* tok, const char* path_in, char* e
         uint32_t i = tokenizer_hf_hash((const unsigned char*)n->key, kl) & h->vhash_mask;
         while (h->vhash[i]) i = (i + 1) & h->vhash_mask;  // keys are distinct: the JSON parser refuses duplicates
         h->vhash[i] = id + 1;
-        size_t bl2 = tokenizer_unspell((const unsigned char*)n->key, kl, (unsigned char*)tok->bytes + bat);
+        size_t bl2 = h->sp ? tokenizer_sp_unspell((const unsigned char*)n->key, kl, rep_from, rep_from_len, rep_to, rep_to_len, dec_bytes,
+                                                  (unsigned char*)tok->bytes + bat)
+                           : tokenizer_unspell((const unsigned char*)n->key, kl, (unsigned char*)tok->bytes + bat);
         tok->bytes[bat + bl2] = 0;
         tok->token_table[id] = tok->bytes + bat;
         tok->token_len[id] = (uint32_t)bl2;
@@ -479,7 +674,9 @@ static inline int tokenizer_init_hf(Tokenizer* tok, const char* path_in, char* e
         t->special = tokenizer_json_flag(&j, a, "special") == 1;
         t->normalized = tokenizer_json_flag(&j, a, "normalized") == 1;
         if (!tok->token_table[id]) {
-            size_t bl2 = tokenizer_unspell((const unsigned char*)t->content, t->len, (unsigned char*)tok->bytes + bat);
+            size_t bl2 = h->sp ? tokenizer_sp_unspell((const unsigned char*)t->content, t->len, rep_from, rep_from_len, rep_to, rep_to_len,
+                                                      dec_bytes, (unsigned char*)tok->bytes + bat)
+                               : tokenizer_unspell((const unsigned char*)t->content, t->len, (unsigned char*)tok->bytes + bat);
             tok->bytes[bat + bl2] = 0;
             tok->token_table[id] = tok->bytes + bat;
             tok->token_len[id] = (uint32_t)bl2;
@@ -495,12 +692,21 @@ static inline int tokenizer_init_hf(Tokenizer* tok, const char* path_in, char* e
     // --- byte tokens and merges (ranks in file order; both the "a b" and the ["a", "b"] form)
     TokenizerEncoder* e = &tok->enc;
     (void)tokenizer_byte_spellings();  // filled here, single-threaded
-    for (int b = 0; b < 256; b++) {
-        unsigned char sp[4];
-        int l = tokenizer_put_utf8(sp, tokenizer_byte_char(b));
-        int64_t id = tokenizer_hf_lookup(h, sp, (size_t)l);
-        if (id < 0) HF_FAIL("tokenizer %s: model.vocab has no token for byte 0x%02X (\"%.*s\"): not a byte-level vocabulary", path, b, l, (const char*)sp);
-        e->byte_id[b] = (uint32_t)id;
+    if (h->sp) {  // unk_token, the <0xXX> tokens, what a one-byte piece is, where a streamed text may be cut
+        if (unk >= 0 && j.nodes[unk].type == JSON_STRING) {
+            h->unk_id = tokenizer_hf_lookup(h, (const unsigned char*)j.nodes[unk].str, (size_t)j.nodes[unk].len);
+            if (h->unk_id < 0) HF_FAIL("tokenizer %s: model.unk_token \"%.100s\" is not in model.vocab", path, j.nodes[unk].str);
+        }
+        if (tokenizer_sp_bytes(h, e, tok->vocab_size) != 0) HF_FAIL("tokenizer %s: model.byte_fallback is true but model.vocab lacks some of the 256 "
+                                                     "<0xXX> tokens, and there is no unk_token", path);
+    } else {
+        for (int b = 0; b < 256; b++) {
+            unsigned char sp[4];
+            int l = tokenizer_put_utf8(sp, tokenizer_byte_char(b));
+            int64_t id = tokenizer_hf_lookup(h, sp, (size_t)l);
+            if (id < 0) HF_FAIL("tokenizer %s: model.vocab has no token for byte 0x%02X (\"%.*s\"): not a byte-level vocabulary", path, b, l, (const char*)sp);
+            e->byte_id[b] = (uint32_t)id;
+        }
     }
     uint32_t M = (uint32_t)j.nodes[merges].count;
     cap = 1;
@@ -783,32 +989,112 @@ static inline size_t tokenizer_piece_length_cl100k(const unsigned char* s, size_
 // -----------------------------------------------------------------------------------------------
 // Encoding with a tokenizer.json
 
+// Where a stretch (the text between added tokens) stands, for the steps that add a prefix:
+#define TOKENIZER_AT_TEXT_START 1  // it starts the whole text (Metaspace "first")
+#define TOKENIZER_CONTINUES 2      // it goes on from a part of the text encoded before (streaming): no Prepend, no Metaspace prepend
+
+// SentencePiece-style BPE's first parts of piece p[0..n) (see tokenizer_bpe): each character whose
+// UTF-8 is a key of model.vocab is one part; else, with byte_fallback, each of its bytes is its
+// <0xXX> token; else it is unk_token (a run of such characters one unk with fuse_unk). A byte that
+// is not UTF-8 is a character of its own (not in model.vocab). As tokenizers' BPE::merge_word.
+static inline void tokenizer_sp_parts(const TokenizerHF* h, TokenizerEncoder* e, const unsigned char* p, uint32_t n) {
+    uint32_t last = UINT32_MAX;  // the start of the part before
+    int last_unk = 0;            // it is an unk that may take more characters (fuse_unk)
+    for (uint32_t i = 0; i < n;) {
+        uint32_t cp;
+        int l = tokenizer_utf8(p + i, n - i, &cp);
+        if (l == 0) l = 1;
+        int64_t id = l == 1 && p[i] < 0x80 ? (int64_t)e->byte_id[p[i]] : tokenizer_hf_lookup(h, p + i, (size_t)l);
+        int fallback = id < 0 && h->byte_fallback;
+        for (int k = 0; fallback && k < l; k++) fallback = h->fallback_id[p[i + k]] != UINT32_MAX;
+        if (id < 0 && !fallback && h->fuse_unk && last_unk) {  // one more character for the unk before
+            e->next[last] = i + (uint32_t)l;
+            i += (uint32_t)l;
+            continue;
+        }
+        int parts = fallback ? l : 1;
+        for (int k = 0; k < parts; k++) {
+            uint32_t at = i + (uint32_t)k;
+            e->part_id[at] = fallback ? h->fallback_id[p[at]] : id >= 0 ? (uint32_t)id : (uint32_t)h->unk_id;
+            e->next[at] = fallback ? at + 1 : i + (uint32_t)l;
+            e->prev[at] = last;  // (unused for the first part)
+            last = at;
+        }
+        last_unk = id < 0 && !fallback;
+        i += (uint32_t)l;
+    }
+}
+
 // The ids of one piece (after every pre-tokenizer step): the whole piece if ignore_merges and
 // model.vocab holds it, else BPE (cached).
 static inline int tokenizer_hf_piece(Tokenizer* tok, const unsigned char* p, size_t n, uint32_t** out, size_t* nout, size_t* cap) {
     TokenizerHF* h = tok->hf;
     if (h->ignore_merges && n > 1) {
-        if (tokenizer_grow((void**)&h->scratch, &h->scratch_cap, 2 * n + 1, 1) != 0) return -1;
-        const unsigned char (*spell)[3] = tokenizer_byte_spellings();
-        size_t l = 0;
-        for (size_t i = 0; i < n; i++) {
-            memcpy(h->scratch + l, spell[p[i]] + 1, 2);
-            l += spell[p[i]][0];
+        const unsigned char* key = p;  // SentencePiece-style keys are the piece's own UTF-8
+        size_t l = n;
+        if (!h->sp) {
+            if (tokenizer_grow((void**)&h->scratch, &h->scratch_cap, 2 * n + 1, 1) != 0) return -1;
+            const unsigned char (*spell)[3] = tokenizer_byte_spellings();
+            l = 0;
+            for (size_t i = 0; i < n; i++) {
+                memcpy(h->scratch + l, spell[p[i]] + 1, 2);
+                l += spell[p[i]][0];
+            }
+            key = h->scratch;
         }
-        int64_t id = tokenizer_hf_lookup(h, h->scratch, l);
+        int64_t id = tokenizer_hf_lookup(h, key, l);
         if (id >= 0) {
             uint32_t v = (uint32_t)id;
             return tokenizer_append(out, nout, cap, &v, 1);
         }
     }
     if (n >= UINT32_MAX) return -1;
-    return tokenizer_encode_piece(&tok->enc, p, n, out, nout, cap);
+    return tokenizer_encode_piece(&tok->enc, h->sp ? h : NULL, p, n, out, nout, cap);
 }
 
-// Pre-tokenizer step `step` (and the ones after it) on s[0..n).
-static inline int tokenizer_hf_pretok(Tokenizer* tok, int step, const unsigned char* s, size_t n, uint32_t** out, size_t* nout, size_t* cap) {
+// Metaspace (SentencePiece-style pre-tokenizer) on a stretch s[0..n): every ' ' becomes the
+// replacement R; R goes first unless the stretch starts with one, when prepend_scheme is "always"
+// (each stretch) or "first" (only a stretch at the text's start; flags: TOKENIZER_*); with split,
+// the pieces start at each R (MergedWithNext), else the stretch is one piece. Then each piece's ids.
+static inline int tokenizer_hf_metaspace(Tokenizer* tok, const unsigned char* s, size_t n, int flags, uint32_t** out, size_t* nout, size_t* cap) {
+    TokenizerHF* h = tok->hf;
+    size_t R = (size_t)h->meta_len, spaces = 0;
+    for (size_t i = 0; i < n; i++) spaces += s[i] == ' ';
+    if (tokenizer_grow((void**)&h->scratch, &h->scratch_cap, n + (spaces + 1) * R + 1, 1) != 0) return -1;
+    unsigned char* t = h->scratch;
+    size_t m = 0;
+    int starts_r = n >= R ? memcmp(s, h->meta, R) == 0 : 0;
+    if (n > 0 && s[0] == ' ') starts_r = 1;
+    int prepend = h->prepend_scheme == TOKENIZER_PREPEND_ALWAYS ? !(flags & TOKENIZER_CONTINUES)
+                : h->prepend_scheme == TOKENIZER_PREPEND_FIRST ? (flags & TOKENIZER_AT_TEXT_START) != 0 : 0;
+    if (prepend && !starts_r) {
+        memcpy(t, h->meta, R);
+        m = R;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == ' ') {
+            memcpy(t + m, h->meta, R);
+            m += R;
+        } else t[m++] = s[i];
+    }
+    if (!h->meta_split) return tokenizer_hf_piece(tok, t, m, out, nout, cap);
+    size_t from = 0;
+    for (size_t i = 1; i + R <= m; i++) {
+        if (memcmp(t + i, h->meta, R) != 0) continue;
+        if (tokenizer_hf_piece(tok, t + from, i - from, out, nout, cap) != 0) return -1;
+        from = i;
+        i += R - 1;
+    }
+    return m > from ? tokenizer_hf_piece(tok, t + from, m - from, out, nout, cap) : 0;
+}
+
+// Pre-tokenizer step `step` (and the ones after it) on s[0..n); SentencePiece-style: Metaspace or
+// nothing (the stretch is one piece).
+static inline int tokenizer_hf_pretok(Tokenizer* tok, int step, const unsigned char* s, size_t n, int flags, uint32_t** out, size_t* nout,
+                                      size_t* cap) {
     TokenizerHF* h = tok->hf;
     if (n == 0) return 0;
+    if (h->sp) return h->metaspace ? tokenizer_hf_metaspace(tok, s, n, flags, out, nout, cap) : tokenizer_hf_piece(tok, s, n, out, nout, cap);
     if (step == h->nsteps) return tokenizer_hf_piece(tok, s, n, out, nout, cap);
     int kind = h->steps[step];
     for (size_t i = 0; i < n;) {
@@ -823,9 +1109,53 @@ static inline int tokenizer_hf_pretok(Tokenizer* tok, int step, const unsigned c
             if (!num || kind == TOKENIZER_STEP_DIGIT_RUNS)
                 while (i + len < n && (tokenizer_char_class(s + i + len, n - i - len, &l) == UC_N) == num) len += (size_t)l;
         }
-        if (tokenizer_hf_pretok(tok, step + 1, s + i, len, out, nout, cap) != 0) return -1;
+        if (tokenizer_hf_pretok(tok, step + 1, s + i, len, flags, out, nout, cap) != 0) return -1;
         i += len;
     }
+    return 0;
+}
+
+// The normalizer's steps in order on a stretch s[0..n) (n >= 1; flags: TOKENIZER_*): NFC; Prepend
+// (its string before the stretch, unless it continues one begun before); Replace (every occurrence
+// of the pattern, left to right, not overlapping). The result in *out (s itself, or one of h's
+// normalizer buffers, valid until the next call). Returns 0 / -1 (out of memory).
+static inline int tokenizer_hf_normalize(TokenizerHF* h, const unsigned char* s, size_t n, int flags, const unsigned char** out, size_t* nout) {
+    const unsigned char* cur = s;
+    size_t cn = n;
+    int which = 0;  // the buffer the next copying step writes: norm2, norm3, norm2, ...
+    for (int k = 0; k < h->nnorms; k++) {
+        const TokenizerNorm* st = &h->norms[k];
+        if (st->kind == TOKENIZER_NORM_NFC) {
+            if (tokenizer_nfc(h, cur, cn, &cur, &cn) != 0) return -1;
+            continue;
+        }
+        size_t need = cn + st->alen + 1;  // Prepend; Replace: each match may grow by blen - alen
+        if (st->kind == TOKENIZER_NORM_REPLACE && st->blen > st->alen) need = cn / st->alen * st->blen + cn + 1;
+        unsigned char** buf = which ? &h->norm3 : &h->norm2;
+        size_t* bcap = which ? &h->norm3_cap : &h->norm2_cap;
+        if (tokenizer_grow((void**)buf, bcap, need, 1) != 0) return -1;
+        unsigned char* o = *buf;
+        size_t m = 0;
+        if (st->kind == TOKENIZER_NORM_PREPEND) {
+            if (flags & TOKENIZER_CONTINUES) continue;
+            memcpy(o, st->a, st->alen);
+            memcpy(o + st->alen, cur, cn);
+            m = st->alen + cn;
+        } else {
+            for (size_t i = 0; i < cn;) {
+                if (i + st->alen <= cn && memcmp(cur + i, st->a, st->alen) == 0) {
+                    memcpy(o + m, st->b, st->blen);
+                    m += st->blen;
+                    i += st->alen;
+                } else o[m++] = cur[i++];
+            }
+        }
+        cur = o;
+        cn = m;
+        which ^= 1;
+    }
+    *out = cur;
+    *nout = cn;
     return 0;
 }
 
@@ -835,7 +1165,7 @@ static inline size_t tokenizer_hf_added_at(const TokenizerHF* h, const unsigned 
     for (int k = h->added_first[s[0]]; k < h->added_first[s[0] + 1]; k++) {
         const TokenizerAdded* a = &h->added[k];
         if (a->len > n || (a->special && !h->match_specials)) continue;
-        if (h->nfc && a->normalized != pass) continue;
+        if (h->nnorms && a->normalized != pass) continue;
         if (memcmp(a->content, s, a->len) == 0) {
             *id = a->id;
             return a->len;
@@ -844,22 +1174,29 @@ static inline size_t tokenizer_hf_added_at(const TokenizerHF* h, const unsigned 
     return 0;
 }
 
-static inline int tokenizer_hf_encode_pass(Tokenizer* tok, const unsigned char* s, size_t n, int pass, uint32_t** out, size_t* nout, size_t* cap);
+static inline int tokenizer_hf_encode_pass(Tokenizer* tok, const unsigned char* s, size_t n, int pass, int flags, uint32_t** out, size_t* nout,
+                                           size_t* cap);
 
-// A stretch between added tokens: normalized (pass 0 with NFC), then on to the pre-tokenizer.
-static inline int tokenizer_hf_stretch(Tokenizer* tok, const unsigned char* s, size_t n, int pass, uint32_t** out, size_t* nout, size_t* cap) {
+// A stretch between added tokens: normalized (pass 0 with a normalizer), then on to the pre-tokenizer.
+static inline int tokenizer_hf_stretch(Tokenizer* tok, const unsigned char* s, size_t n, int pass, int flags, uint32_t** out, size_t* nout,
+                                       size_t* cap) {
     TokenizerHF* h = tok->hf;
     if (n == 0) return 0;
-    if (pass == 0 && h->nfc) {
+    if (pass == 0 && h->nnorms) {
         const unsigned char* t;
         size_t tn;
-        if (tokenizer_nfc(h, s, n, &t, &tn) != 0) return -1;
-        return tokenizer_hf_encode_pass(tok, t, tn, 1, out, nout, cap);  // pass 1 does not normalize: h->norm stays put
+        if (tokenizer_hf_normalize(h, s, n, flags, &t, &tn) != 0) return -1;
+        return tokenizer_hf_encode_pass(tok, t, tn, 1, flags, out, nout, cap);  // pass 1 does not normalize: the buffers stay put
     }
-    return tokenizer_hf_pretok(tok, 0, s, n, out, nout, cap);
+    return tokenizer_hf_pretok(tok, 0, s, n, flags, out, nout, cap);
 }
 
-static inline int tokenizer_hf_encode_pass(Tokenizer* tok, const unsigned char* s, size_t n, int pass, uint32_t** out, size_t* nout, size_t* cap) {
+// Encode s[0..n): added tokens found (pass 0: in the raw text; pass 1: the normalized ones in the
+// normalized text), the stretches between them on through tokenizer_hf_stretch. flags
+// (TOKENIZER_*) say where s starts; a stretch after an added token starts neither the text nor
+// continues one.
+static inline int tokenizer_hf_encode_pass(Tokenizer* tok, const unsigned char* s, size_t n, int pass, int flags, uint32_t** out, size_t* nout,
+                                           size_t* cap) {
     const TokenizerHF* h = tok->hf;
     size_t from = 0;
     for (size_t i = 0; i < n;) {
@@ -869,11 +1206,20 @@ static inline int tokenizer_hf_encode_pass(Tokenizer* tok, const unsigned char* 
             i++;
             continue;
         }
-        if (tokenizer_hf_stretch(tok, s + from, i - from, pass, out, nout, cap) != 0 || tokenizer_append(out, nout, cap, &id, 1) != 0) return -1;
+        if (tokenizer_hf_stretch(tok, s + from, i - from, pass, from ? 0 : flags, out, nout, cap) != 0 || tokenizer_append(out, nout, cap, &id, 1) != 0)
+            return -1;
         i += l;
         from = i;
     }
-    return tokenizer_hf_stretch(tok, s + from, n - from, pass, out, nout, cap);
+    return tokenizer_hf_stretch(tok, s + from, n - from, pass, from ? 0 : flags, out, nout, cap);
+}
+
+// Encode the whole of a text, or its last part (the state a streamed text left, then cleared).
+static inline int tokenizer_hf_encode_final(Tokenizer* tok, const unsigned char* s, size_t n, uint32_t** out, size_t* nout, size_t* cap) {
+    TokenizerHF* h = tok->hf;
+    int flags = (h->mid_text ? 0 : TOKENIZER_AT_TEXT_START) | (h->mid_stretch ? TOKENIZER_CONTINUES : 0);
+    h->mid_text = h->mid_stretch = 0;  // the next call starts a new text
+    return tokenizer_hf_encode_pass(tok, s, n, 0, flags, out, nout, cap);
 }
 
 // -----------------------------------------------------------------------------------------------
@@ -895,6 +1241,16 @@ static inline int tokenizer_hf_encode_pass(Tokenizer* tok, const unsigned char* 
 //      never the second of a composition: tokenizer_nfc_stable), so NFC(left + right) = NFC(left)
 //      + NFC(right) (UAX #15), and the letter before c stays a letter (only Hangul V/T jamo compose
 //      backwards, into syllables, which are letters).
+// SentencePiece-style BPE (no split pattern: a whole stretch can be one piece) replaces 2. by 2'.
+//   2'. the byte at c is ' ' and the character before it is neither ' ' nor R (the character a
+//      space becomes: Metaspace's replacement, or a Replace(" " -> R) normalizer, else ' ' itself),
+//      and at load (tokenizer_sp_bytes, h->sp_cut) no other normalizer step makes an R and no
+//      model.vocab key holds an R after another character: then no merge joins the character
+//      before c to the R that c becomes, so BPE on the two sides gives the ids of BPE on the whole.
+//      The part after such a cut continues a stretch (h->mid_stretch: no Prepend, no Metaspace
+//      prepend) of a text whose start was encoded (h->mid_text: no Metaspace "first"). Without
+//      sp_cut there are only the cuts of 1., right after an added token (and a document is held
+//      whole until one comes).
 // Both characters must be complete, well-formed UTF-8 in view. Text with no such place (a run of
 // letters only, or of spaces, digits or punctuation only, or bytes that are not UTF-8) is carried
 // whole until one comes: memory grows with the longest such run, as BPE's work arrays do with the
@@ -936,11 +1292,26 @@ static inline size_t tokenizer_hf_last_cut(const TokenizerHF* h, const unsigned 
     return 0;
 }
 
+// 2'. above: the last c in (from, hi] with s[c] = ' ' after a character that is neither ' ' nor R; 0 if none.
+static inline size_t tokenizer_hf_last_cut_sp(const TokenizerHF* h, const unsigned char* s, size_t n, size_t from, size_t hi) {
+    if (!h->sp_cut) return 0;
+    const unsigned char* R = h->metaspace ? h->meta : NULL;
+    size_t rl = h->metaspace ? (size_t)h->meta_len : 0;
+    for (int k = 0; k < h->nnorms && !R; k++)
+        if (h->norms[k].kind == TOKENIZER_NORM_REPLACE) R = (const unsigned char*)h->norms[k].b, rl = h->norms[k].blen;
+    for (size_t c = hi < n ? hi : n - 1; c > from; c--) {
+        if (s[c] != ' ' || s[c - 1] == ' ') continue;
+        if (R && c >= from + rl && memcmp(s + c - rl, R, rl) == 0) continue;
+        return c;
+    }
+    return 0;
+}
+
 // Does an added token of this pass (active: see tokenizer_hf_added_at) begin with a tail of s[0..n)?
 static inline int tokenizer_hf_tail_open(const TokenizerHF* h, const unsigned char* s, size_t n, int pass) {
     for (int a = 0; a < h->nadded; a++) {
         const TokenizerAdded* t = &h->added[a];
-        if ((t->special && !h->match_specials) || (h->nfc && t->normalized != pass)) continue;
+        if ((t->special && !h->match_specials) || (h->nnorms && t->normalized != pass)) continue;
         for (size_t k = 1; k < t->len && k <= n; k++)
             if (memcmp(s + n - k, t->content, k) == 0) return 1;
     }
@@ -956,7 +1327,7 @@ static inline int tokenizer_hf_encode_part(Tokenizer* tok, const unsigned char* 
     for (int a = 0; a < h->nadded; a++) {
         const TokenizerAdded* t = &h->added[a];
         if (t->special && !h->match_specials) continue;
-        if (h->nfc && t->normalized) pass1 = 1;
+        if (h->nnorms && t->normalized) pass1 = 1;
         else if (t->len > maxlen) maxlen = t->len;
     }
     size_t from = 0, i = maxlen ? 0 : n;  // 1. the added-token scan as far as it is certain
@@ -966,17 +1337,23 @@ static inline int tokenizer_hf_encode_part(Tokenizer* tok, const unsigned char* 
         i += l ? l : 1;
         if (l) from = i;
     }
-    size_t c = tokenizer_hf_last_cut(h, s, n, from, i < n ? i : n - 1);
-    while (c > from && pass1) {  // NFC with normalized added tokens: none may start in the normalized tail
+    int flags = (h->mid_text ? 0 : TOKENIZER_AT_TEXT_START) | (h->mid_stretch ? TOKENIZER_CONTINUES : 0);
+    size_t hi = i < n ? i : n - 1;
+    size_t c = h->sp ? tokenizer_hf_last_cut_sp(h, s, n, from, hi) : tokenizer_hf_last_cut(h, s, n, from, hi);
+    while (c > from && pass1) {  // normalized added tokens: none may start in the normalized tail
         const unsigned char* t;
         size_t tn;
-        if (tokenizer_nfc(h, s + from, c - from, &t, &tn) != 0) return -1;
+        if (tokenizer_hf_normalize(h, s + from, c - from, from ? 0 : flags, &t, &tn) != 0) return -1;
         if (!tokenizer_hf_tail_open(h, t, tn, 1)) break;
-        c = tokenizer_hf_last_cut(h, s, n, from, c - 1);
+        c = h->sp ? tokenizer_hf_last_cut_sp(h, s, n, from, c - 1) : tokenizer_hf_last_cut(h, s, n, from, c - 1);
     }
     if (c <= from) c = from;  // none in the open stretch: up to the last added token (0: nothing yet)
     *consumed = c;
-    return c ? tokenizer_hf_encode_pass(tok, s, c, 0, out, nout, cap) : 0;
+    if (c == 0) return 0;
+    int rc = tokenizer_hf_encode_pass(tok, s, c, 0, flags, out, nout, cap);
+    h->mid_text = 1;           // what follows is not the text's start,
+    h->mid_stretch = c > from; // and goes on with the stretch that c cut (unless c is right after an added token)
+    return rc;
 }
 
 #endif // ZT_TOKENIZER_JSON_H
