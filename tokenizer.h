@@ -159,7 +159,11 @@ typedef struct {
     int64_t unk_id;               // model.unk_token's id, -1: none (such a character is dropped, as tokenizers does)
     int fuse_unk;                 // model.fuse_unk: a run of unknown characters is one unk
     int strip_start;              // decoder Strip(' ', start N) / Metaspace: leading spaces a decoded text drops
-    int sp_cut;                   // streaming: a space after a non-space is a safe cut (tokenizer_hf_last_cut_sp)
+    int sp_cut;                   // no merge joins a character to an R after it (R: what ' ' becomes): a streamed text
+                                  //     may be cut before a space (tokenizer_hf_last_cut_sp), a piece before each
+                                  //     R that follows another character (tokenizer_hf_piece: cached words)
+    unsigned char space_rep[16];  //     R (UTF-8, space_rep_len bytes)
+    int space_rep_len;
     int mid_text, mid_stretch;    // streaming state: the text given continues one whose start was encoded
                                   //     (no Metaspace "first"), inside a stretch (no Prepend, no Metaspace prepend)
     int ignore_merges;            // model.ignore_merges: a piece in model.vocab is one token

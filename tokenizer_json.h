@@ -9,8 +9,10 @@
 //
 // A part of tokenizer.h, included by it after the BPE engine (it uses Tokenizer, TokenizerHF,
 // tokenizer_bpe, tokenizer_encode_piece); including this file alone includes tokenizer.h first.
-// defines: tokenizer_init_hf, tokenizer_is_hf, tokenizer_special_ids, tokenizer_nfc, tokenizer_hf_encode_pass,
-//          tokenizer_hf_encode_part, tokenizer_piece_length_cl100k, tokenizer_read_file, tokenize_error
+// defines: tokenizer_init_hf, tokenizer_is_hf, tokenizer_special_ids, tokenizer_strip_start, tokenizer_nfc,
+//          tokenizer_hf_encode_pass, tokenizer_hf_encode_final, tokenizer_hf_encode_part, tokenizer_sp_parts,
+//          tokenizer_hf_normalize, tokenizer_hf_metaspace, tokenizer_piece_length_cl100k, tokenizer_read_file,
+//          tokenize_error
 //
 // May call: tokenizer.h (the BPE engine and its cache), unicode_tables.h, unicode_nfc.h,
 // safetensors.h (the JSON parser) and the C library.
@@ -18,49 +20,69 @@
 #ifndef ZT_TOKENIZER_JSON_H
 #define ZT_TOKENIZER_JSON_H
 // -----------------------------------------------------------------------------------------------
-// Hugging Face tokenizer.json: byte-level BPE (GPT-2, Llama 3, Qwen2, SmolLM2)
+// Hugging Face tokenizer.json: byte-level BPE (GPT-2, Llama 3, Qwen2, SmolLM2) and
+// SentencePiece-style BPE (Mistral 7B v0.1-v0.3, Mixtral, Llama 2, TinyLlama, Phi-3)
 //
 // -tokenizer PATH takes a tokenizer.json, or a directory holding one (and, optionally, its
 // tokenizer_config.json), besides llm.c's file (tokenizer_is_hf tells them apart: a directory, or
-// a file whose first non-blank byte is '{'). Encoding does what `tokenizers` 0.21 does:
+// a file whose first non-blank byte is '{'). A file with a ByteLevel pre-tokenizer step is
+// byte-level BPE; one with no pre-tokenizer or Metaspace alone is SentencePiece-style (h->sp).
+// Encoding does what `tokenizers` 0.21 does:
 //   1. added tokens: added_tokens' contents are found in the text, leftmost first, the longest of
 //      those starting at one place first (tokenizers' Aho-Corasick, LeftmostLongest); each one
-//      found is its id, and the text between them goes on alone. Special ones are skipped when
-//      match_specials is 0 (tokenizers' encode_special_tokens = True, transformers'
+//      found is its id, and the text between them (a stretch) goes on alone. Special ones are
+//      skipped when match_specials is 0 (tokenizers' encode_special_tokens = True, transformers'
 //      split_special_tokens = True): -tokenize does that, as llm.c's data scripts do for Llama 3,
 //      so a document that contains "<|end_of_text|>" is not cut by it. With a normalizer, tokens
 //      marked "normalized" are looked for in the normalized text (step 2), the others before.
-//   2. normalizer: null, or NFC (Qwen2), also inside a Sequence. NFC is Unicode's canonical
-//      decomposition, canonical ordering and canonical composition (tokenizer_nfc, the data in
-//      unicode_nfc.h). Text whose code points are all below U+0300 is already NFC and is not copied.
-//   3. pre-tokenizer: the steps in order (a Sequence, or one step), each cutting every piece the
-//      step before made: Split(Regex, behavior Isolated, invert false) with one of the three
-//      patterns below, recognised by its exact string and written in C; Digits (individual_digits:
-//      each \p{N} character alone, else each run of them); and last ByteLevel (add_prefix_space
-//      false), which with use_regex true first cuts with GPT-2's pattern.
-//   4. model: BPE on each piece's bytes (ByteLevel's byte-to-unicode mapping is only a spelling in
-//      the file), with merges ranked in file order, ties to the left (tokenizers' merge_word);
-//      with ignore_merges, a piece whose spelling is a key of model.vocab is that one token.
+//   2. normalizer, on each stretch: its steps in order (a Sequence, or one): NFC (Qwen2: Unicode's
+//      canonical decomposition, ordering and composition, tokenizer_nfc with unicode_nfc.h; text
+//      below U+0300 is already NFC and is not copied); Prepend(s) (s before the stretch: Mistral's
+//      and Llama 2's "▁" with legacy true); Replace(String a -> b) (every a, left to right: " " -> "▁").
+//   3. pre-tokenizer. Byte-level: the steps in order, each cutting every piece the step before
+//      made: Split(Regex, behavior Isolated, invert false) with one of the three patterns below,
+//      recognised by its exact string and written in C; Digits (individual_digits: each \p{N}
+//      character alone, else each run of them); and last ByteLevel (add_prefix_space false), which
+//      with use_regex true first cuts with GPT-2's pattern. SentencePiece-style: none (the stretch
+//      is one piece), or Metaspace (tokenizer_hf_metaspace: ' ' -> the replacement ▁, which goes
+//      first by prepend_scheme "first" / "always" / "never"; split cuts before each ▁). The legacy
+//      subtlety: transformers' converter writes Mistral's and Llama's models with legacy true as
+//      Prepend + Replace (a ▁ before every stretch, after special tokens too: what sentencepiece
+//      gives on plain text) and with legacy false as Metaspace "first" (a ▁ only at the text's
+//      start, and none where the text starts with a space).
+//   4. model: BPE with merges ranked in file order, ties to the left (tokenizers' merge_word),
+//      starting from the piece's bytes (byte-level: ByteLevel's byte-to-unicode mapping is only a
+//      spelling in the file) or from its characters (SentencePiece-style, tokenizer_sp_parts: a
+//      character that is not a key of model.vocab is its <0xXX> tokens with byte_fallback, else
+//      unk_token, a run of them one unk with fuse_unk); with ignore_merges, a piece whose
+//      spelling is a key of model.vocab is that one token.
 // The patterns (the strings as they are in the files; \p{L}, \p{N}, \s from unicode_tables.h):
 //   GPT-2   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 //   Llama 3 (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
 //   Qwen2   the same with \p{N} in place of \p{N}{1,3}
-// Decoding is ByteLevel's: a token whose every character is in the byte-level alphabet is those
-// bytes, any other (an added token such as "<|im start|>" with a space) is its UTF-8 text.
+// Decoding, per token (tok->token_table): byte-level, ByteLevel's (a token whose every character
+// is in the byte-level alphabet is those bytes, any other, such as "<|im start|>", its UTF-8
+// text); SentencePiece-style, the decoder's Replace ("▁" -> " ") or Metaspace and ByteFallback
+// ("<0x0A>" is the byte 0x0A). Fuse is what printing tokens one after another does; Strip(" ", 1)
+// and Metaspace's first-space drop apply to a whole text: h->strip_start (tokenizer_strip_start).
 //
 // Refused, each naming the file and the field (exit 2 in the trainer): malformed JSON; a model
-// that is not BPE (Unigram, WordPiece, WordLevel: Llama 2, TinyLlama and Mistral v0.1 are
-// SentencePiece-style and not supported yet); BPE with dropout, byte_fallback,
-// continuing_subword_prefix or end_of_word_suffix; any normalizer but NFC; any pre-tokenizer step,
-// pattern or behaviour but those above, and no ByteLevel last; a decoder that is not ByteLevel; a
+// that is not BPE (Unigram, WordPiece, WordLevel); BPE with dropout, continuing_subword_prefix or
+// end_of_word_suffix, byte_fallback with ByteLevel, a SentencePiece-style BPE with neither
+// byte_fallback nor unk_token; a normalizer step but NFC, Prepend and Replace with a String
+// pattern (NFKC, Lowercase, Precompiled, Strip, Replace with a Regex, ...); any pre-tokenizer step,
+// pattern or behaviour but those above, Split or Digits without ByteLevel last, Metaspace with
+// other steps; a decoder other than ByteLevel (byte-level) or Replace of one character,
+// ByteFallback, Fuse, Strip(" ", start, stop 0), Metaspace (SentencePiece-style); a
 // post-processor other than ByteLevel, TemplateProcessing and Sequence; truncation set; vocab or
 // merge entries that are not strings or name tokens model.vocab lacks; a byte with no token;
 // added tokens with lstrip, rstrip or single_word; an added token whose id holds other text.
 //
 // The document token (tok->eot_token, written before each document by -tokenize): the special
-// token the post-processor puts first (Llama 3's TemplateProcessing adds <|begin_of_text|>; llm.c's
-// Llama 3 data starts each document with it too), else the added token "<|endoftext|>" (GPT-2,
-// Qwen2, SmolLM2), else tokenizer_config.json's eos_token; without any of those, -tokenize refuses.
+// token the post-processor puts first (Llama 3's TemplateProcessing adds <|begin_of_text|>,
+// Mistral's and Llama 2's <s>; llm.c's Llama 3 data starts each document with it too), else the
+// added token "<|endoftext|>" (GPT-2, Qwen2, SmolLM2), else tokenizer_config.json's eos_token;
+// without any of those, -tokenize refuses.
 //
 // Unicode versions: our tables are Unicode 16.0.0; tokenizers' regex (Oniguruma) and NFC
 // (unicode-normalization) use their own, so characters assigned after Unicode 15 may differ.
@@ -479,7 +501,10 @@ static inline int tokenizer_sp_bytes(TokenizerHF* h, TokenizerEncoder* e, uint32
             if (!(i >= rlen && memcmp(k + i - rlen, R, rlen) == 0)) ok = 0;  // R after a character that is not R
         }
     }
+    if (tokenizer_hf_lookup(h, R, rlen) < 0) ok = 0;  // R must be a key: an unknown R would fuse with an unknown character before it
     h->sp_cut = ok;
+    memcpy(h->space_rep, R, rlen);
+    h->space_rep_len = (int)rlen;
     return 0;
 }
 
@@ -818,6 +843,11 @@ static inline void tokenizer_special_ids(const Tokenizer* tok, int* bos, int* eo
     *eos = tok->hf ? tok->hf->export_eos : tok->eot_token;
 }
 
+// How many leading spaces a decoded text drops (a SentencePiece-style decoder's Strip(" ", N), or
+// Metaspace's): what the concatenated bytes of tokenizer_decode lose at the text's start to equal
+// tokenizers' decode (the ▁ a Prepend normalizer or Metaspace put first). 0 otherwise.
+static inline int tokenizer_strip_start(const Tokenizer* tok) { return tok->hf ? tok->hf->strip_start : 0; }
+
 // -----------------------------------------------------------------------------------------------
 // NFC (Unicode Standard Annex #15): decompose canonically, order combining marks by class, compose.
 
@@ -1049,6 +1079,19 @@ static inline int tokenizer_hf_piece(Tokenizer* tok, const unsigned char* p, siz
         }
     }
     if (n >= UINT32_MAX) return -1;
+    if (h->sp && h->sp_cut && !h->ignore_merges) {  // words: cut before each R after another character (no merge crosses there)
+        const unsigned char* R = h->space_rep;
+        size_t rl = (size_t)h->space_rep_len, from = 0;
+        for (size_t i = 1; i + rl <= n; i++) {
+            if (memcmp(p + i, R, rl) != 0) continue;
+            if (!(i - from >= rl && memcmp(p + i - rl, R, rl) == 0)) {  // the character before is not R
+                if (i > from && tokenizer_encode_piece(&tok->enc, h, p + from, i - from, out, nout, cap) != 0) return -1;
+                from = i;
+            }
+            i += rl - 1;
+        }
+        return tokenizer_encode_piece(&tok->enc, h, p + from, n - from, out, nout, cap);
+    }
     return tokenizer_encode_piece(&tok->enc, h->sp ? h : NULL, p, n, out, nout, cap);
 }
 
