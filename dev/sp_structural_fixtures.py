@@ -41,6 +41,9 @@ def main():
     tok.add_special_tokens([AddedToken("[INST]", normalized=False, special=True), AddedToken("[/INST]", normalized=False, special=True)])
     tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)])
     base = json.loads(tok.to_str())
+    # the trainer made the <0xXX> tokens added tokens (special_tokens= is how it takes them in the
+    # vocabulary); in Mistral's and Llama 2's files they are only in model.vocab
+    base["added_tokens"] = [t for t in base["added_tokens"] if not t["content"].startswith("<0x")]
     meta = lambda scheme, split: {"type": "Metaspace", "replacement": "▁", "prepend_scheme": scheme, "split": split}
     kinds = {
         "legacy": (base["normalizer"], None),
