@@ -827,10 +827,12 @@ static inline int tokenizer_init_hf(Tokenizer* tok, const char* path_in, char* e
         free(ctext);
     }
     // what an export names when the config does not: the post-processor's BOS; Llama 3's
-    // "<|end_of_text|>", else "<|endoftext|>" (GPT-2, Qwen2, SmolLM2) as the EOS
+    // "<|end_of_text|>", else "<|endoftext|>" (GPT-2, Qwen2, SmolLM2), else (SentencePiece-style:
+    // Mistral, Llama 2) "</s>" as the EOS
     if (h->export_bos < 0) h->export_bos = h->bos_token;
     if (h->export_eos < 0) h->export_eos = tokenizer_added_id(h, "<|end_of_text|>");
     if (h->export_eos < 0) h->export_eos = tokenizer_added_id(h, "<|endoftext|>");
+    if (h->export_eos < 0 && h->sp) h->export_eos = tokenizer_added_id(h, "</s>");  // Mistral, Llama 2
     return 0;
 }
 
