@@ -1,9 +1,10 @@
-// tokenizer.h — byte-level BPE in both directions: token id -> bytes (decode, for samples) and
-// bytes -> token ids (encode, for making token shards in C, with no Python). Two sources: llm.c's
-// GPT-2 tokenizer file + merge file (described first, below), and a Hugging Face tokenizer.json
-// (GPT-2, Llama 3, Qwen2 with NFC, SmolLM2: "Hugging Face tokenizer.json" further down; the user's
-// view in docs/tokenizers.md). Ids are uint32; -tokenize writes uint16 shards up to 65,536 ids,
-// uint32 ones above, and encodes documents in parallel (OpenMP) with the output order unchanged.
+// tokenizer.h — BPE in both directions: token id -> bytes (decode, for samples) and bytes -> token
+// ids (encode, for making token shards in C, with no Python). Two sources: llm.c's GPT-2 tokenizer
+// file + merge file (described first, below), and a Hugging Face tokenizer.json, byte-level (GPT-2,
+// Llama 3, Qwen2 with NFC, SmolLM2) or SentencePiece-style (Mistral, Llama 2, Phi-3) BPE
+// (tokenizer_json.h; the user's view in docs/tokenizers.md). Ids are uint32; -tokenize writes
+// uint16 shards up to 65,536 ids, uint32 ones above, and encodes documents in parallel (OpenMP)
+// with the output order unchanged.
 //
 // Decoding needs only the vocabulary, llm.c's tokenizer file (data/gpt2_tokenizer.bin, written by
 // dev/make_vocab.py from GPT-2's encoder.json):
@@ -156,7 +157,7 @@ typedef struct {
     int meta_split;               //     split: each piece starts at a meta (MergedWithNext)
     int byte_fallback;            // model.byte_fallback: a character not in model.vocab is its <0xXX> tokens
     uint32_t fallback_id[256];    //     byte -> id of "<0xXX>", UINT32_MAX: none
-    int64_t unk_id;               // model.unk_token's id, -1: none (such a character is dropped, as tokenizers does)
+    int64_t unk_id;               // model.unk_token's id, -1: none (then byte_fallback covers every character: a file with neither is refused)
     int fuse_unk;                 // model.fuse_unk: a run of unknown characters is one unk
     int strip_start;              // decoder Strip(' ', start N) / Metaspace: leading spaces a decoded text drops
     int sp_cut;                   // no merge joins a character to an R after it (R: what ' ' becomes): a streamed text
