@@ -31,10 +31,10 @@ writes, for each kind K:
   DIR/K/hard.spm.ids   per case: sentencepiece's ids
   DIR/K/hard.dec       per case: int32 n, then tokenizers' decode of hard.plain.ids (n bytes)
   DIR/hard.bin         per case: int32 n, then its bytes (UTF-8)
-Cases: test/fixtures/hf_hard_cases.txt (those that are UTF-8) and EXTRA below (byte fallback:
-CJK, emoji, control bytes; leading spaces; special tokens in the text).
+Cases: test/fixtures/hf_hard_cases.txt (those that are UTF-8), EXTRA below (byte fallback:
+CJK, emoji, control bytes; leading spaces; special tokens in the text) and 1,000 random_cases.
 """
-import argparse, ast, os, re, struct, sys, time
+import argparse, ast, os, random, re, struct, sys
 
 try:
     import sentencepiece as spm
@@ -56,6 +56,17 @@ EXTRA = [
     "<s>after bos</s> [INST] hi [/INST] <unk> [TOOL_CALLS]",
     "x", "",
 ]
+RANDOM_CASES = 1000  # and this many random_cases after them
+
+
+def random_cases(n, seed=7):
+    """n texts of 0..12 atoms drawn (seeded) from what trips a SentencePiece-style pipeline: spaces
+    and runs of them, ▁ itself, special tokens and pieces of them, CJK and emoji (byte fallback),
+    control bytes, combining marks, tabs and newlines."""
+    atoms = [" ", "  ", "\t", "\n", "▁", "▁▁", "<s>", "</s>", "[INST]", "[/INST]", "<unk>", "hello", "World", "the", "LORD", "漢",
+             "字", "😀", "🦄", "\x01", "\x00", "\x7f", "é", "e\u0301", "123", " a", "a ", "x", "[control_8]", "<0x41>", "ing", "Ġ", "  \n "]
+    rng = random.Random(seed)
+    return ["".join(rng.choice(atoms) for _ in range(rng.randint(0, 12))) for _ in range(n)]
 
 
 def cases_from(path):
@@ -69,7 +80,7 @@ def cases_from(path):
         except UnicodeEncodeError:
             continue  # not UTF-8: neither library takes it
         out.append(s)
-    return out + EXTRA
+    return out + EXTRA + random_cases(RANDOM_CASES)
 
 
 def put(f, seq, fmt="<I"):
