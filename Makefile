@@ -164,7 +164,7 @@ GPU_DEFS       := $(filter -DENABLE_FP32 -DZT_DEBUG,$(DEFS))
 GPU_NVCC_FLAGS := -O3 -std=c++17 $(GPU_ARCH) -Werror all-warnings -Xcompiler "$(GPU_HOST_FLAGS) -Werror -Wno-format-truncation"
 GPU_LIBS       := -lcublasLt -lcublas -lgomp -Xcompiler -static-libstdc++ -Xcompiler -static-libgcc
 
-SOURCES := train_gpt.cu flags.h acts.h plan.h startup.h tune.h run_record.h device.cuh zero.h offload.h model.h lora.h checkpoint.h adamw.cuh simd.h dataloader.h tokenizer.h unicode_tables.h unicode_nfc.h rng.h fileio.h safetensors.h hf.h prompts.h chat.h $(wildcard ops/*.cuh)
+SOURCES := train_gpt.cu flags.h acts.h plan.h startup.h tune.h run_record.h device.cuh zero.h offload.h model.h lora.h checkpoint.h adamw.cuh simd.h dataloader.h tokenizer.h tokenizer_json.h unicode_tables.h unicode_nfc.h rng.h fileio.h safetensors.h hf.h prompts.h chat.h $(wildcard ops/*.cuh)
 TEST_SOURCES := $(wildcard test/*.cpp test/*.h)
 
 .PHONY: all FORCE test test-long test-binaries test-long-binaries portability nvcc-check nvcc-check-ptx test-gpu gpu-binaries bench plot clean print-% fuzz test-sanitize kernel-resources

@@ -1,9 +1,10 @@
-// tokenizer.h — byte-level BPE in both directions: token id -> bytes (decode, for samples) and
-// bytes -> token ids (encode, for making token shards in C, with no Python). Two sources: llm.c's
-// GPT-2 tokenizer file + merge file (described first, below), and a Hugging Face tokenizer.json
-// (GPT-2, Llama 3, Qwen2 with NFC, SmolLM2: "Hugging Face tokenizer.json" further down; the user's
-// view in docs/tokenizers.md). Ids are uint32; -tokenize writes uint16 shards up to 65,536 ids,
-// uint32 ones above, and encodes documents in parallel (OpenMP) with the output order unchanged.
+// tokenizer.h — BPE in both directions: token id -> bytes (decode, for samples) and bytes -> token
+// ids (encode, for making token shards in C, with no Python). Two sources: llm.c's GPT-2 tokenizer
+// file + merge file (described first, below), and a Hugging Face tokenizer.json, byte-level (GPT-2,
+// Llama 3, Qwen2 with NFC, SmolLM2) or SentencePiece-style (Mistral, Llama 2, Phi-3) BPE
+// (tokenizer_json.h; the user's view in docs/tokenizers.md). Ids are uint32; -tokenize writes
+// uint16 shards up to 65,536 ids, uint32 ones above, and encodes documents in parallel (OpenMP)
+// with the output order unchanged.
 //
 // Decoding needs only the vocabulary, llm.c's tokenizer file (data/gpt2_tokenizer.bin, written by
 // dev/make_vocab.py from GPT-2's encoder.json):
@@ -55,16 +56,21 @@
 // ids (tiktoken has no such split), so text with megabyte runs needs memory to match
 // (test/test_tokenizer.h: tok_bpe_memory_long_piece).
 //
+// The tokenizer.json reader and the pipeline it runs (normalizers, pre-tokenizers, byte-level and
+// SentencePiece-style BPE, the safe cuts of a streamed text) are in tokenizer_json.h, which this
+// file includes after its BPE engine.
+//
 // Header-only, all functions static: include it in one translation unit. Compiles as C, as C++
 // and under nvcc (host code only; the nvcc build of this file has not been tried).
 // defines: Tokenizer, tokenizer_init, tokenizer_decode, tokenizer_print, tokenizer_free,
 //          tokenizer_load_merges, tokenizer_encode, tokenizer_piece_length,
-//          tokenize_file_to_shards, tokenize_file_to_shards_ex, TokenizeStats, tokenizer_init_hf,
-//          TokenizerHF, tokenizer_nfc, tokenizer_write_hf, tokenizer_for_model, tokenize_write_ids,
-//          tokenizer_export_files, TOKENIZER_DEFAULT_PATH
+//          tokenize_file_to_shards, tokenize_file_to_shards_ex, TokenizeStats,
+//          TokenizerHF, tokenizer_write_hf, tokenizer_for_model, tokenize_write_ids,
+//          tokenizer_export_files, TOKENIZER_DEFAULT_PATH (and, through tokenizer_json.h,
+//          tokenizer_init_hf, tokenizer_nfc)
 //
-// May call: dataloader.h (write_token_shard, write_token_shard32), unicode_tables.h,
-// unicode_nfc.h, safetensors.h (the JSON parser) and the C library.
+// May call: tokenizer_json.h, dataloader.h (write_token_shard, write_token_shard32),
+// unicode_tables.h, unicode_nfc.h, safetensors.h (the JSON parser) and the C library.
 #ifndef ZT_TOKENIZER_H
 #define ZT_TOKENIZER_H
 
@@ -131,10 +137,36 @@ typedef struct {
 } TokenizerAdded;
 enum { TOKENIZER_STEP_GPT2, TOKENIZER_STEP_LLAMA3, TOKENIZER_STEP_QWEN2, TOKENIZER_STEP_DIGITS, TOKENIZER_STEP_DIGIT_RUNS };
 #define TOKENIZER_MAX_STEPS 8
+// A normalizer step (tokenizer_json.h: tokenizer_hf_normalize): NFC, Prepend(a) (a before a
+// stretch that is not empty), Replace(a -> b) (every a, left to right, a plain string).
+enum { TOKENIZER_NORM_NFC, TOKENIZER_NORM_PREPEND, TOKENIZER_NORM_REPLACE };
+typedef struct { int kind; char a[16], b[16]; uint32_t alen, blen; } TokenizerNorm;  // a, b: up to 15 bytes, NUL-terminated
+enum { TOKENIZER_PREPEND_NEVER, TOKENIZER_PREPEND_FIRST, TOKENIZER_PREPEND_ALWAYS };
 typedef struct {
-    int nfc;                      // normalizer: 1 = NFC, 0 = none
+    int nfc;                      // NFC is one of the normalizer's steps
+    int nnorms;                   // normalizer steps, in order (0: no normalizer)
+    TokenizerNorm norms[TOKENIZER_MAX_STEPS];
     int nsteps;                   // pre-tokenizer steps before ByteLevel, in order
     int steps[TOKENIZER_MAX_STEPS];
+    // SentencePiece-style BPE (no ByteLevel: pieces are UTF-8 characters, spaces spelled as ▁)
+    int sp;                       // 1: this kind; 0: byte-level BPE
+    int metaspace;                // a Metaspace pre-tokenizer: ' ' -> meta, prepend, split
+    unsigned char meta[4];        //     its replacement character (UTF-8, meta_len bytes: ▁ is E2 96 81)
+    int meta_len;
+    int prepend_scheme;           //     TOKENIZER_PREPEND_*: meta before the first stretch / every one / none
+    int meta_split;               //     split: each piece starts at a meta (MergedWithNext)
+    int byte_fallback;            // model.byte_fallback: a character not in model.vocab is its <0xXX> tokens
+    uint32_t fallback_id[256];    //     byte -> id of "<0xXX>", UINT32_MAX: none
+    int64_t unk_id;               // model.unk_token's id, -1: none (then byte_fallback covers every character: a file with neither is refused)
+    int fuse_unk;                 // model.fuse_unk: a run of unknown characters is one unk
+    int strip_start;              // decoder Strip(' ', start N) / Metaspace: leading spaces a decoded text drops
+    int sp_cut;                   // no merge joins a character to an R after it (R: what ' ' becomes): a streamed text
+                                  //     may be cut before a space (tokenizer_hf_last_cut_sp), a piece before each
+                                  //     R that follows another character (tokenizer_hf_piece: cached words)
+    unsigned char space_rep[16];  //     R (UTF-8, space_rep_len bytes)
+    int space_rep_len;
+    int mid_text, mid_stretch;    // streaming state: the text given continues one whose start was encoded
+                                  //     (no Metaspace "first"), inside a stretch (no Prepend, no Metaspace prepend)
     int ignore_merges;            // model.ignore_merges: a piece in model.vocab is one token
     int match_specials;           // 1: special added tokens in the text are matched (tokenizers'
                                   //    default); 0: they are plain text (-tokenize; see below)
@@ -149,12 +181,16 @@ typedef struct {
     uint32_t* key_len;            // (V) its length
     uint32_t* vhash;              // (vhash_mask + 1) model.vocab key -> id + 1; 0: free
     uint32_t vhash_mask;
-    unsigned char* scratch;       // a piece spelled in the byte-level alphabet (ignore_merges)
+    unsigned char* scratch;       // a piece spelled in the byte-level alphabet (ignore_merges); SP: Metaspace's output
     size_t scratch_cap;
     uint32_t* cps;                // NFC work: code points
     size_t cps_cap;
     unsigned char* norm;          // NFC output
     size_t norm_cap;
+    unsigned char* norm2;         // the other normalizer / Metaspace buffers (a step reads one, writes the next)
+    size_t norm2_cap;
+    unsigned char* norm3;
+    size_t norm3_cap;
     char* src_json;               // the file read, and its tokenizer_config.json (may not exist):
     char* src_config;             //     -export-hf copies them beside the model
 } TokenizerHF;
@@ -200,6 +236,8 @@ static inline void tokenizer_free(Tokenizer* tok) {
         free(h->scratch);
         free(h->cps);
         free(h->norm);
+        free(h->norm2);
+        free(h->norm3);
         free(h->src_json);
         free(h->src_config);
         free(h);
@@ -689,18 +727,28 @@ static inline int tokenizer_bpe_reserve(TokenizerEncoder* e, size_t n) {
     return 0;
 }
 
-// BPE of one piece p[0..n) (n >= 1): append its ids. Returns 0 / -1 (out of memory).
-static inline int tokenizer_bpe(TokenizerEncoder* e, const unsigned char* p, uint32_t n, uint32_t** out, size_t* nout, size_t* cap) {
+// SentencePiece-style BPE starts from characters, not bytes: tokenizer_json.h fills the first parts
+// (next, prev, part_id at each part's start) of piece p[0..n) from model.vocab, byte_fallback and unk.
+static inline void tokenizer_sp_parts(const TokenizerHF* h, TokenizerEncoder* e, const unsigned char* p, uint32_t n);
+
+// BPE of one piece p[0..n) (n >= 1): append its ids. The first parts are its bytes (byte-level
+// BPE; sp NULL) or its characters (SentencePiece-style: tokenizer_sp_parts). Returns 0 / -1 (out
+// of memory).
+static inline int tokenizer_bpe(TokenizerEncoder* e, const TokenizerHF* sp, const unsigned char* p, uint32_t n, uint32_t** out, size_t* nout,
+                                size_t* cap) {
     // The heap never holds more than 2n - 2 candidates: n - 1 first, then each merge pops one
     // (itself) and pushes at most two, and there are at most n - 1 merges.
     if (tokenizer_bpe_reserve(e, (size_t)n + 1) != 0) return -1;
-    for (uint32_t i = 0; i < n; i++) {
-        e->part_id[i] = e->byte_id[p[i]];
-        e->next[i] = i + 1;
-        e->prev[i] = i - 1;  // unused for i = 0
+    if (sp) tokenizer_sp_parts(sp, e, p, n);
+    else {
+        for (uint32_t i = 0; i < n; i++) {
+            e->part_id[i] = e->byte_id[p[i]];
+            e->next[i] = i + 1;
+            e->prev[i] = i - 1;  // unused for i = 0
+        }
     }
     size_t nheap = 0;
-    for (uint32_t i = 0; i + 1 < n; i++) tokenizer_heap_push(e, &nheap, i, i + 1, i + 2);
+    for (uint32_t i = 0; i < n && e->next[i] < n; i = e->next[i]) tokenizer_heap_push(e, &nheap, i, e->next[i], e->next[e->next[i]]);
     while (nheap > 0) {
         TokenizerMerge m = tokenizer_heap_pop(e, &nheap);
         if (e->next[m.left] != m.mid || e->next[m.mid] != m.end) continue;  // stale: a part changed since
@@ -734,12 +782,14 @@ static inline uint64_t tokenizer_hash(const unsigned char* p, size_t n) {
     return h ? h : 1;
 }
 
-// Append the ids of piece p[0..n) (n >= 1): from the cache, or by BPE (then cached).
-static inline int tokenizer_encode_piece(TokenizerEncoder* e, const unsigned char* p, size_t n, uint32_t** out, size_t* nout, size_t* cap) {
-    if (n == 1) return tokenizer_append(out, nout, cap, &e->byte_id[p[0]], 1);
+// Append the ids of piece p[0..n) (n >= 1): from the cache, or by BPE (then cached). sp: NULL, or
+// the SentencePiece-style pipeline whose characters start the BPE (tokenizer_bpe).
+static inline int tokenizer_encode_piece(TokenizerEncoder* e, const TokenizerHF* sp, const unsigned char* p, size_t n, uint32_t** out,
+                                         size_t* nout, size_t* cap) {
+    if (n == 1) return tokenizer_append(out, nout, cap, &e->byte_id[p[0]], 1);  // (an SP byte_id: the character's id)
     if (n > TOKENIZER_CACHE_MAX_PIECE) {
         if (n >= UINT32_MAX) return -1;  // the BPE work arrays index bytes with uint32
-        return tokenizer_bpe(e, p, (uint32_t)n, out, nout, cap);
+        return tokenizer_bpe(e, sp, p, (uint32_t)n, out, nout, cap);
     }
     if (!e->cache) {
         e->cache = (TokenizerCacheSlot*)calloc(TOKENIZER_CACHE_SLOTS, sizeof(TokenizerCacheSlot));
@@ -754,7 +804,7 @@ static inline int tokenizer_encode_piece(TokenizerEncoder* e, const unsigned cha
         }
     }
     size_t first = *nout;
-    if (tokenizer_bpe(e, p, (uint32_t)n, out, nout, cap) != 0) return -1;
+    if (tokenizer_bpe(e, sp, p, (uint32_t)n, out, nout, cap) != 0) return -1;
     size_t nids = *nout - first;
     if (e->cache_used >= TOKENIZER_CACHE_SLOTS / 4 * 3) {  // full: start again, empty
         memset(e->cache, 0, TOKENIZER_CACHE_SLOTS * sizeof(TokenizerCacheSlot));
@@ -779,966 +829,8 @@ static inline int tokenizer_encode_piece(TokenizerEncoder* e, const unsigned cha
 }
 
 // -----------------------------------------------------------------------------------------------
-// Hugging Face tokenizer.json: byte-level BPE (GPT-2, Llama 3, Qwen2, SmolLM2)
-//
-// -tokenizer PATH takes a tokenizer.json, or a directory holding one (and, optionally, its
-// tokenizer_config.json), besides llm.c's file (tokenizer_is_hf tells them apart: a directory, or
-// a file whose first non-blank byte is '{'). Encoding does what `tokenizers` 0.21 does:
-//   1. added tokens: added_tokens' contents are found in the text, leftmost first, the longest of
-//      those starting at one place first (tokenizers' Aho-Corasick, LeftmostLongest); each one
-//      found is its id, and the text between them goes on alone. Special ones are skipped when
-//      match_specials is 0 (tokenizers' encode_special_tokens = True, transformers'
-//      split_special_tokens = True): -tokenize does that, as llm.c's data scripts do for Llama 3,
-//      so a document that contains "<|end_of_text|>" is not cut by it. With a normalizer, tokens
-//      marked "normalized" are looked for in the normalized text (step 2), the others before.
-//   2. normalizer: null, or NFC (Qwen2), also inside a Sequence. NFC is Unicode's canonical
-//      decomposition, canonical ordering and canonical composition (tokenizer_nfc, the data in
-//      unicode_nfc.h). Text whose code points are all below U+0300 is already NFC and is not copied.
-//   3. pre-tokenizer: the steps in order (a Sequence, or one step), each cutting every piece the
-//      step before made: Split(Regex, behavior Isolated, invert false) with one of the three
-//      patterns below, recognised by its exact string and written in C; Digits (individual_digits:
-//      each \p{N} character alone, else each run of them); and last ByteLevel (add_prefix_space
-//      false), which with use_regex true first cuts with GPT-2's pattern.
-//   4. model: BPE on each piece's bytes (ByteLevel's byte-to-unicode mapping is only a spelling in
-//      the file), with merges ranked in file order, ties to the left (tokenizers' merge_word);
-//      with ignore_merges, a piece whose spelling is a key of model.vocab is that one token.
-// The patterns (the strings as they are in the files; \p{L}, \p{N}, \s from unicode_tables.h):
-//   GPT-2   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-//   Llama 3 (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
-//   Qwen2   the same with \p{N} in place of \p{N}{1,3}
-// Decoding is ByteLevel's: a token whose every character is in the byte-level alphabet is those
-// bytes, any other (an added token such as "<|im start|>" with a space) is its UTF-8 text.
-//
-// Refused, each naming the file and the field (exit 2 in the trainer): malformed JSON; a model
-// that is not BPE (Unigram, WordPiece, WordLevel: Llama 2, TinyLlama and Mistral v0.1 are
-// SentencePiece-style and not supported yet); BPE with dropout, byte_fallback,
-// continuing_subword_prefix or end_of_word_suffix; any normalizer but NFC; any pre-tokenizer step,
-// pattern or behaviour but those above, and no ByteLevel last; a decoder that is not ByteLevel; a
-// post-processor other than ByteLevel, TemplateProcessing and Sequence; truncation set; vocab or
-// merge entries that are not strings or name tokens model.vocab lacks; a byte with no token;
-// added tokens with lstrip, rstrip or single_word; an added token whose id holds other text.
-//
-// The document token (tok->eot_token, written before each document by -tokenize): the special
-// token the post-processor puts first (Llama 3's TemplateProcessing adds <|begin_of_text|>; llm.c's
-// Llama 3 data starts each document with it too), else the added token "<|endoftext|>" (GPT-2,
-// Qwen2, SmolLM2), else tokenizer_config.json's eos_token; without any of those, -tokenize refuses.
-//
-// Unicode versions: our tables are Unicode 16.0.0; tokenizers' regex (Oniguruma) and NFC
-// (unicode-normalization) use their own, so characters assigned after Unicode 15 may differ.
-
-// Format a one-line message into err (if given). Returns -1.
-__attribute__((format(printf, 3, 4)))
-static inline int tokenize_error(char* err, size_t errlen, const char* fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
-// Is `path` a Hugging Face tokenizer (a directory, or a file starting with '{')?
-static inline int tokenizer_is_hf(const char* path) {
-    struct stat st;
-    if (stat(path, &st) != 0) return 0;
-    if (S_ISDIR(st.st_mode)) return 1;
-    FILE* f = zt_fopen_read(path);
-    if (!f) return 0;
-    int c;
-    while ((c = fgetc(f)) == ' ' || c == '\t' || c == '\n' || c == '\r') {}
-    fclose(f);
-    return c == '{';
-}
-
-// GPT-2's byte-to-unicode alphabet: byte b is spelled as code point tokenizer_byte_char(b).
-static inline uint32_t tokenizer_byte_char(int b) {
-    if ((b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF)) return (uint32_t)b;
-    int n = 0;  // the others get 256, 257, ... in byte order
-    for (int x = 0; x < b; x++)
-        if (!((x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE && x <= 0xFF))) n++;
-    return 256u + (uint32_t)n;
-}
-
-// Byte b's spelling in UTF-8 (GPT-2's alphabet), 1 or 2 bytes: spell[b][0] = length. Filled on
-// the first call, which tokenizer_init_hf makes before any encoding (so threads only read it).
-static inline const unsigned char (*tokenizer_byte_spellings(void))[3] {
-    static unsigned char spell[256][3];
-    static int ready = 0;
-    if (!ready) {
-        for (int b = 0; b < 256; b++) {
-            uint32_t cp = tokenizer_byte_char(b);
-            if (cp < 0x80) { spell[b][0] = 1; spell[b][1] = (unsigned char)cp; }
-            else { spell[b][0] = 2; spell[b][1] = (unsigned char)(0xC0 | cp >> 6); spell[b][2] = (unsigned char)(0x80 | (cp & 0x3F)); }
-        }
-        ready = 1;
-    }
-    return spell;
-}
-
-// Append the UTF-8 of code point cp to p; returns the bytes written (1..4).
-static inline int tokenizer_put_utf8(unsigned char* p, uint32_t cp) {
-    if (cp < 0x80) { p[0] = (unsigned char)cp; return 1; }
-    if (cp < 0x800) { p[0] = (unsigned char)(0xC0 | cp >> 6); p[1] = (unsigned char)(0x80 | (cp & 0x3F)); return 2; }
-    if (cp < 0x10000) {
-        p[0] = (unsigned char)(0xE0 | cp >> 12); p[1] = (unsigned char)(0x80 | (cp >> 6 & 0x3F)); p[2] = (unsigned char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    p[0] = (unsigned char)(0xF0 | cp >> 18); p[1] = (unsigned char)(0x80 | (cp >> 12 & 0x3F));
-    p[2] = (unsigned char)(0x80 | (cp >> 6 & 0x3F)); p[3] = (unsigned char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
-// The bytes a token spelled s[0..n) (UTF-8) stands for, into out (room for n bytes): each
-// character's byte when all are in the byte-level alphabet, else s itself (ByteLevel's decoder).
-// Returns the length.
-static inline size_t tokenizer_unspell(const unsigned char* s, size_t n, unsigned char* out) {
-    static int16_t back[324];  // code point -> byte, -1: not in the alphabet
-    static int ready = 0;
-    if (!ready) {
-        for (int i = 0; i < 324; i++) back[i] = -1;
-        for (int b = 0; b < 256; b++) back[tokenizer_byte_char(b)] = (int16_t)b;
-        ready = 1;
-    }
-    size_t o = 0;
-    for (size_t i = 0; i < n;) {
-        uint32_t cp;
-        int l = tokenizer_utf8(s + i, n - i, &cp);
-        if (l == 0 || cp >= 324 || back[cp] < 0) {
-            memcpy(out, s, n);
-            return n;
-        }
-        out[o++] = (unsigned char)back[cp];
-        i += (size_t)l;
-    }
-    return o;
-}
-
-static inline uint32_t tokenizer_hf_hash(const unsigned char* p, size_t n) {
-    uint64_t h = tokenizer_hash(p, n);
-    return (uint32_t)(h ^ (h >> 32));
-}
-
-// model.vocab's id for the key k[0..n) (spelled in the byte-level alphabet), or -1.
-static inline int64_t tokenizer_hf_lookup(const TokenizerHF* h, const unsigned char* k, size_t n) {
-    for (uint32_t i = tokenizer_hf_hash(k, n) & h->vhash_mask; h->vhash[i]; i = (i + 1) & h->vhash_mask) {
-        uint32_t id = h->vhash[i] - 1;
-        if (h->key_len[id] == n && memcmp(h->strs + h->key_at[id], k, n) == 0) return id;
-    }
-    return -1;
-}
-
-// Is the node a JSON string equal to s?
-static inline int tokenizer_json_is(const Json* j, int node, const char* s) {
-    return node >= 0 && j->nodes[node].type == JSON_STRING && strcmp(j->nodes[node].str, s) == 0;
-}
-
-// Member `key` of object obj: 1 if it is true, 0 if false, null or absent, -1 otherwise.
-static inline int tokenizer_json_flag(const Json* j, int obj, const char* key) {
-    int n = json_get(j, obj, key);
-    if (n < 0 || j->nodes[n].type == JSON_NULL || j->nodes[n].type == JSON_FALSE) return 0;
-    return j->nodes[n].type == JSON_TRUE ? 1 : -1;
-}
-
-static const char TOKENIZER_RE_GPT2[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
-static const char TOKENIZER_RE_LLAMA3[] =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-static const char TOKENIZER_RE_QWEN2[] =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-
-// One pre-tokenizer step (not a Sequence) into h->steps; *bytelevel_seen set by ByteLevel.
-// Returns 0, or -1 with the message (what, naming the field) in err.
-static inline int tokenizer_hf_step(TokenizerHF* h, const Json* j, int node, const char* where, int* bytelevel_seen,
-                                    const char* path, char* err, size_t errlen) {
-    int type = json_get(j, node, "type");
-    if (j->nodes[node].type != JSON_OBJECT || type < 0 || j->nodes[type].type != JSON_STRING) {
-        return tokenize_error(err, errlen, "tokenizer %s: %s is not an object with a \"type\"", path, where);
-    }
-    const char* t = j->nodes[type].str;
-    if (*bytelevel_seen) {
-        return tokenize_error(err, errlen, "tokenizer %s: %s (%s) comes after ByteLevel: not supported (ByteLevel must be the last step)",
-                              path, where, t);
-    }
-    if (h->nsteps >= TOKENIZER_MAX_STEPS - 1) return tokenize_error(err, errlen, "tokenizer %s: %s: more than %d pre-tokenizer steps", path, where, TOKENIZER_MAX_STEPS - 1);
-    if (!strcmp(t, "ByteLevel")) {
-        if (tokenizer_json_flag(j, node, "add_prefix_space") != 0) {
-            return tokenize_error(err, errlen, "tokenizer %s: %s.add_prefix_space is not false: not supported", path, where);
-        }
-        int use_regex = json_get(j, node, "use_regex");  // absent: true (tokenizers' default)
-        int on = use_regex < 0 || j->nodes[use_regex].type == JSON_TRUE;
-        if (use_regex >= 0 && j->nodes[use_regex].type != JSON_TRUE && j->nodes[use_regex].type != JSON_FALSE) {
-            return tokenize_error(err, errlen, "tokenizer %s: %s.use_regex is not true or false", path, where);
-        }
-        if (on) h->steps[h->nsteps++] = TOKENIZER_STEP_GPT2;
-        *bytelevel_seen = 1;
-        return 0;
-    }
-    if (!strcmp(t, "Digits")) {
-        int ind = tokenizer_json_flag(j, node, "individual_digits");
-        if (ind < 0) return tokenize_error(err, errlen, "tokenizer %s: %s.individual_digits is not true or false", path, where);
-        h->steps[h->nsteps++] = ind ? TOKENIZER_STEP_DIGITS : TOKENIZER_STEP_DIGIT_RUNS;
-        return 0;
-    }
-    if (!strcmp(t, "Split")) {
-        int pat = json_get(j, node, "pattern"), re = json_get(j, pat, "Regex");
-        if (re < 0 || j->nodes[re].type != JSON_STRING) {
-            return tokenize_error(err, errlen, "tokenizer %s: %s.pattern is not {\"Regex\": ...}: only the GPT-2, Llama 3 and Qwen2 "
-                                  "regular expressions are supported", path, where);
-        }
-        const char* r = j->nodes[re].str;
-        int step = !strcmp(r, TOKENIZER_RE_GPT2) ? TOKENIZER_STEP_GPT2 : !strcmp(r, TOKENIZER_RE_LLAMA3) ? TOKENIZER_STEP_LLAMA3
-                 : !strcmp(r, TOKENIZER_RE_QWEN2) ? TOKENIZER_STEP_QWEN2 : -1;
-        if (step < 0) {
-            return tokenize_error(err, errlen, "tokenizer %s: %s.pattern.Regex \"%.200s\" is not one this reader knows (GPT-2's, "
-                                  "Llama 3's, Qwen2's)", path, where, r);
-        }
-        if (!tokenizer_json_is(j, json_get(j, node, "behavior"), "Isolated") || tokenizer_json_flag(j, node, "invert") != 0) {
-            return tokenize_error(err, errlen, "tokenizer %s: %s: only behavior \"Isolated\" with invert false is supported", path, where);
-        }
-        h->steps[h->nsteps++] = step;
-        return 0;
-    }
-    return tokenize_error(err, errlen, "tokenizer %s: %s.type \"%s\" is not supported (known: Split, Digits, ByteLevel, Sequence)",
-                          path, where, t);
-}
-
-// Read tokenizer_config.json's `key` (a string, or an object with "content") into out; 0 if absent.
-static inline int tokenizer_config_token(const Json* j, const char* key, char* out, size_t cap) {
-    int n = json_get(j, 0, key);
-    if (n >= 0 && j->nodes[n].type == JSON_OBJECT) n = json_get(j, n, "content");
-    if (n < 0 || j->nodes[n].type != JSON_STRING) return 0;
-    snprintf(out, cap, "%s", j->nodes[n].str);
-    return 1;
-}
-
-// Read a whole file into a malloc'ed buffer (*len bytes). Returns NULL with err set.
-static inline char* tokenizer_read_file(const char* path, size_t* len, char* err, size_t errlen) {
-    FILE* f = zt_fopen_read(path);
-    if (!f) {
-        tokenize_error(err, errlen, "tokenizer %s: cannot open: %s", path, zt_strerror(errno));
-        return NULL;
-    }
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(f);
-        tokenize_error(err, errlen, "tokenizer %s: not a readable regular file", path);
-        return NULL;
-    }
-    char* text = (char*)malloc((size_t)st.st_size + 1);
-    if (!text || fread(text, 1, (size_t)st.st_size, f) != (size_t)st.st_size) {
-        fclose(f);
-        free(text);
-        tokenize_error(err, errlen, "tokenizer %s: %s", path, text ? "read error" : "out of memory");
-        return NULL;
-    }
-    fclose(f);
-    *len = (size_t)st.st_size;
-    return text;
-}
-
-static inline int tokenizer_added_cmp(const void* a, const void* b) {
-    const TokenizerAdded *x = (const TokenizerAdded*)a, *y = (const TokenizerAdded*)b;
-    unsigned char cx = (unsigned char)x->content[0], cy = (unsigned char)y->content[0];
-    if (cx != cy) return cx < cy ? -1 : 1;
-    if (x->len != y->len) return x->len > y->len ? -1 : 1;
-    return 0;
-}
-
-// The id of the added token whose content is name, -1 if there is none.
-static inline int tokenizer_added_id(const TokenizerHF* h, const char* name) {
-    for (int b = 0; b < h->nadded; b++)
-        if (!strcmp(h->added[b].content, name)) return (int)h->added[b].id;
-    return -1;
-}
-
-// Read a tokenizer.json (or the directory holding it) into tok: vocabulary, merges, pipeline.
-// Returns 0, or -1 with a one-line message naming the file and the field, nothing left allocated.
-static inline int tokenizer_init_hf(Tokenizer* tok, const char* path_in, char* err, size_t errlen) {
-    memset(tok, 0, sizeof(*tok));
-    tok->eot_token = -1;
-    char path[4096], cfg_path[4096];
-    struct stat st;
-    int is_dir = stat(path_in, &st) == 0 && S_ISDIR(st.st_mode);
-    snprintf(path, sizeof(path), is_dir ? "%s/tokenizer.json" : "%s", path_in);
-    if (is_dir) snprintf(cfg_path, sizeof(cfg_path), "%s/tokenizer_config.json", path_in);
-    else {  // a file: its directory's tokenizer_config.json, if there is one
-        const char* slash = strrchr(path_in, '/');
-        snprintf(cfg_path, sizeof(cfg_path), "%.*stokenizer_config.json", slash ? (int)(slash - path_in + 1) : 0, path_in);
-    }
-    size_t len = 0;
-    char* text = tokenizer_read_file(path, &len, err, errlen);
-    if (!text) return -1;
-    Json j;
-    char jerr[256];
-    TokenizerHF* h = (TokenizerHF*)calloc(1, sizeof(TokenizerHF));
-    tok->hf = h;
-    if (!h) {
-        free(text);
-        return tokenizer_fail(tok, err, errlen, "tokenizer %s: out of memory", path);
-    }
-    h->bos_token = h->export_bos = h->export_eos = -1;
-    h->match_specials = 1;
-    h->src_json = strdup(path);
-    h->src_config = strdup(cfg_path);
-    if (!h->src_json || !h->src_config) {
-        free(text);
-        return tokenizer_fail(tok, err, errlen, "tokenizer %s: out of memory", path);
-    }
-    if (json_parse(&j, text, len, jerr, sizeof(jerr)) != 0) {
-        json_free(&j);
-        free(text);
-        return tokenizer_fail(tok, err, errlen, "tokenizer %s: %s", path, jerr);
-    }
-    free(text);  // the parsed strings live in j
-    unsigned char* catbuf = NULL;
-#define HF_FAIL(...) do { tokenize_error(err, errlen, __VA_ARGS__); json_free(&j); free(catbuf); tokenizer_free(tok); return -1; } while (0)
-    if (j.nodes[0].type != JSON_OBJECT) HF_FAIL("tokenizer %s: not a JSON object", path);
-    // --- model: byte-level BPE only
-    int model = json_get(&j, 0, "model");
-    if (model < 0 || j.nodes[model].type != JSON_OBJECT) HF_FAIL("tokenizer %s: no \"model\" object", path);
-    int mtype = json_get(&j, model, "type");
-    int vocab = json_get(&j, model, "vocab"), merges = json_get(&j, model, "merges");
-    if (mtype < 0) HF_FAIL("tokenizer %s: model has no \"type\"", path);
-    if (!tokenizer_json_is(&j, mtype, "BPE")) {
-        HF_FAIL("tokenizer %s: model.type \"%s\" is not supported: only byte-level BPE (Unigram, WordPiece, WordLevel and "
-                "SentencePiece-style models are not supported yet)", path, j.nodes[mtype].type == JSON_STRING ? j.nodes[mtype].str : "?");
-    }
-    if (vocab < 0 || j.nodes[vocab].type != JSON_OBJECT) HF_FAIL("tokenizer %s: model.vocab is not an object", path);
-    if (merges < 0 || j.nodes[merges].type != JSON_ARRAY) HF_FAIL("tokenizer %s: model.merges is not an array", path);
-    const char* refused[] = {"dropout", "continuing_subword_prefix", "end_of_word_suffix"};
-    for (int k = 0; k < 3; k++) {
-        int n = json_get(&j, model, refused[k]);
-        if (n >= 0 && j.nodes[n].type != JSON_NULL && !(j.nodes[n].type == JSON_STRING && j.nodes[n].len == 0))
-            HF_FAIL("tokenizer %s: model.%s is set: not supported", path, refused[k]);
-    }
-    if (tokenizer_json_flag(&j, model, "byte_fallback") != 0) HF_FAIL("tokenizer %s: model.byte_fallback is not false: not supported", path);
-    int ig = tokenizer_json_flag(&j, model, "ignore_merges");
-    if (ig < 0) HF_FAIL("tokenizer %s: model.ignore_merges is not true or false", path);
-    h->ignore_merges = ig;
-    // --- normalizer: null or NFC (also as a Sequence of NFC)
-    int norm = json_get(&j, 0, "normalizer");
-    if (norm >= 0 && j.nodes[norm].type != JSON_NULL) {
-        int list = norm, one = -1, count = 1;
-        if (tokenizer_json_is(&j, json_get(&j, norm, "type"), "Sequence")) {
-            list = json_get(&j, norm, "normalizers");
-            if (list < 0 || j.nodes[list].type != JSON_ARRAY) HF_FAIL("tokenizer %s: normalizer.normalizers is not an array", path);
-            one = j.nodes[list].first;
-            count = j.nodes[list].count;
-        } else one = norm;
-        for (int k = 0; k < count; k++, one = j.nodes[one].next) {
-            int t = json_get(&j, one, "type");
-            if (!tokenizer_json_is(&j, t, "NFC")) {
-                HF_FAIL("tokenizer %s: normalizer type \"%s\" is not supported (only NFC)", path,
-                        t >= 0 && j.nodes[t].type == JSON_STRING ? j.nodes[t].str : "?");
-            }
-            h->nfc = 1;
-        }
-    }
-    // --- pre-tokenizer: steps, ByteLevel last
-    int pre = json_get(&j, 0, "pre_tokenizer"), bl = 0;
-    if (pre < 0 || j.nodes[pre].type == JSON_NULL) HF_FAIL("tokenizer %s: pre_tokenizer is null: a byte-level BPE needs ByteLevel", path);
-    if (tokenizer_json_is(&j, json_get(&j, pre, "type"), "Sequence")) {
-        int list = json_get(&j, pre, "pretokenizers");
-        if (list < 0 || j.nodes[list].type != JSON_ARRAY) HF_FAIL("tokenizer %s: pre_tokenizer.pretokenizers is not an array", path);
-        int k = 0;
-        for (int s = j.nodes[list].first; s >= 0; s = j.nodes[s].next, k++) {
-            char where[64];
-            snprintf(where, sizeof(where), "pre_tokenizer.pretokenizers[%d]", k);
-            if (tokenizer_hf_step(h, &j, s, where, &bl, path, err, errlen)) { json_free(&j); tokenizer_free(tok); return -1; }
-        }
-    } else if (tokenizer_hf_step(h, &j, pre, "pre_tokenizer", &bl, path, err, errlen)) { json_free(&j); tokenizer_free(tok); return -1; }
-    if (!bl) HF_FAIL("tokenizer %s: pre_tokenizer has no ByteLevel step: not a byte-level BPE", path);
-    // --- decoder: ByteLevel
-    int dec = json_get(&j, 0, "decoder");
-    if (dec >= 0 && j.nodes[dec].type != JSON_NULL && !tokenizer_json_is(&j, json_get(&j, dec, "type"), "ByteLevel")) {
-        int t = json_get(&j, dec, "type");
-        HF_FAIL("tokenizer %s: decoder type \"%s\" is not supported (only ByteLevel)", path, t >= 0 && j.nodes[t].type == JSON_STRING ? j.nodes[t].str : "?");
-    }
-    int trunc = json_get(&j, 0, "truncation");
-    if (trunc >= 0 && j.nodes[trunc].type != JSON_NULL) HF_FAIL("tokenizer %s: truncation is set: not supported (it cuts documents)", path);
-
-    // --- vocabulary: model.vocab, then added_tokens; V = the largest id + 1
-    int added = json_get(&j, 0, "added_tokens");
-    if (added >= 0 && j.nodes[added].type != JSON_ARRAY && j.nodes[added].type != JSON_NULL) HF_FAIL("tokenizer %s: added_tokens is not an array", path);
-    int nadded = added >= 0 && j.nodes[added].type == JSON_ARRAY ? j.nodes[added].count : 0;
-    int64_t V = 0;
-    size_t strs_bytes = 1;
-    for (int v = j.nodes[vocab].first; v >= 0; v = j.nodes[v].next) {
-        const JsonNode* n = &j.nodes[v];
-        if (n->type != JSON_NUMBER || !n->is_int || n->i < 0 || n->i >= TOKENIZER_MAX_VOCAB)
-            HF_FAIL("tokenizer %s: model.vocab[\"%.100s\"] is not an id 0..%u", path, n->key, TOKENIZER_MAX_VOCAB - 1);
-        if (n->i + 1 > V) V = n->i + 1;
-        strs_bytes += strlen(n->key) + 1;
-    }
-    int ai = 0;
-    for (int a = nadded ? j.nodes[added].first : -1; a >= 0; a = j.nodes[a].next, ai++) {
-        int id = json_get(&j, a, "id"), c = json_get(&j, a, "content");
-        if (id < 0 || !j.nodes[id].is_int || j.nodes[id].i < 0 || j.nodes[id].i >= TOKENIZER_MAX_VOCAB || c < 0 ||
-            j.nodes[c].type != JSON_STRING || j.nodes[c].len == 0)
-            HF_FAIL("tokenizer %s: added_tokens[%d] has no id 0..%u or no content", path, ai, TOKENIZER_MAX_VOCAB - 1);
-        const char* opts[] = {"lstrip", "rstrip", "single_word"};
-        for (int k = 0; k < 3; k++)
-            if (tokenizer_json_flag(&j, a, opts[k]) != 0) HF_FAIL("tokenizer %s: added_tokens[%d].%s is not false: not supported", path, ai, opts[k]);
-        if (j.nodes[id].i + 1 > V) V = j.nodes[id].i + 1;
-        strs_bytes += (size_t)j.nodes[c].len + 1;
-    }
-    if (V == 0) HF_FAIL("tokenizer %s: model.vocab is empty", path);
-    tok->vocab_size = (uint32_t)V;
-    tok->token_table = (char**)calloc((size_t)V, sizeof(char*));
-    tok->token_len = (uint32_t*)calloc((size_t)V, sizeof(uint32_t));
-    tok->bytes = (char*)malloc(strs_bytes);  // the decoded bytes, never longer than the spelling
-    h->strs = (char*)malloc(strs_bytes);
-    h->key_at = (uint32_t*)malloc((size_t)V * sizeof(uint32_t));
-    h->key_len = (uint32_t*)calloc((size_t)V, sizeof(uint32_t));
-    h->added = (TokenizerAdded*)calloc((size_t)nadded + 1, sizeof(TokenizerAdded));
-    uint32_t cap = 1;
-    while (cap < 2 * (uint32_t)V) cap <<= 1;
-    h->vhash = (uint32_t*)calloc(cap, sizeof(uint32_t));
-    h->vhash_mask = cap - 1;
-    if (!tok->token_table || !tok->token_len || !tok->bytes || !h->strs || !h->key_at || !h->key_len || !h->added || !h->vhash)
-        HF_FAIL("tokenizer %s: out of memory for %lld tokens", path, (long long)V);
-    memset(h->key_at, 0xFF, (size_t)V * sizeof(uint32_t));
-    size_t at = 0, bat = 0;
-    for (int v = j.nodes[vocab].first; v >= 0; v = j.nodes[v].next) {
-        const JsonNode* n = &j.nodes[v];
-        uint32_t id = (uint32_t)n->i;
-        size_t kl = strlen(n->key);
-        if (h->key_at[id] != UINT32_MAX)
-            HF_FAIL("tokenizer %s: model.vocab gives id %u to both \"%.100s\" and \"%.100s\"", path, id, h->strs + h->key_at[id], n->key);
-        memcpy(h->strs + at, n->key, kl + 1);
-        h->key_at[id] = (uint32_t)at;
-        h->key_len[id] = (uint32_t)kl;
-        at += kl + 1;
-        uint32_t i = tokenizer_hf_hash((const unsigned char*)n->key, kl) & h->vhash_mask;
-        while (h->vhash[i]) i = (i + 1) & h->vhash_mask;  // keys are distinct: the JSON parser refuses duplicates
-        h->vhash[i] = id + 1;
-        size_t bl2 = tokenizer_unspell((const unsigned char*)n->key, kl, (unsigned char*)tok->bytes + bat);
-        tok->bytes[bat + bl2] = 0;
-        tok->token_table[id] = tok->bytes + bat;
-        tok->token_len[id] = (uint32_t)bl2;
-        bat += bl2 + 1;
-    }
-    ai = 0;
-    for (int a = nadded ? j.nodes[added].first : -1; a >= 0; a = j.nodes[a].next, ai++) {
-        const JsonNode* c = &j.nodes[json_get(&j, a, "content")];
-        uint32_t id = (uint32_t)j.nodes[json_get(&j, a, "id")].i;
-        if (h->key_at[id] != UINT32_MAX && (h->key_len[id] != (uint32_t)c->len || memcmp(h->strs + h->key_at[id], c->str, (size_t)c->len) != 0))
-            HF_FAIL("tokenizer %s: added_tokens[%d] (\"%.100s\") has id %u, which model.vocab gives to \"%.100s\"", path, ai, c->str, id,
-                    h->strs + h->key_at[id]);
-        int64_t in_vocab = tokenizer_hf_lookup(h, (const unsigned char*)c->str, (size_t)c->len);
-        if (in_vocab >= 0 && (uint32_t)in_vocab != id)
-            HF_FAIL("tokenizer %s: added_tokens[%d] (\"%.100s\") has id %u, model.vocab has it as %lld", path, ai, c->str, id, (long long)in_vocab);
-        for (int b = 0; b < h->nadded; b++)
-            if (h->added[b].id == id || (h->added[b].len == (uint32_t)c->len && !memcmp(h->added[b].content, c->str, (size_t)c->len)))
-                HF_FAIL("tokenizer %s: added_tokens[%d] (\"%.100s\", id %u) repeats an earlier added token's id or content", path, ai, c->str, id);
-        memcpy(h->strs + at, c->str, (size_t)c->len + 1);
-        TokenizerAdded* t = &h->added[h->nadded++];
-        t->id = id;
-        t->len = (uint32_t)c->len;
-        t->content = h->strs + at;
-        at += (size_t)c->len + 1;
-        t->special = tokenizer_json_flag(&j, a, "special") == 1;
-        t->normalized = tokenizer_json_flag(&j, a, "normalized") == 1;
-        if (!tok->token_table[id]) {
-            size_t bl2 = tokenizer_unspell((const unsigned char*)t->content, t->len, (unsigned char*)tok->bytes + bat);
-            tok->bytes[bat + bl2] = 0;
-            tok->token_table[id] = tok->bytes + bat;
-            tok->token_len[id] = (uint32_t)bl2;
-            bat += bl2 + 1;
-        }
-    }
-    // added tokens: sorted by first byte, longest first, for the matcher
-    qsort(h->added, (size_t)h->nadded, sizeof(TokenizerAdded), tokenizer_added_cmp);
-    for (int b = 0, k = 0; b <= 256; b++) {
-        while (k < h->nadded && (unsigned char)h->added[k].content[0] < b) k++;
-        h->added_first[b] = k;
-    }
-    // --- byte tokens and merges (ranks in file order; both the "a b" and the ["a", "b"] form)
-    TokenizerEncoder* e = &tok->enc;
-    (void)tokenizer_byte_spellings();  // filled here, single-threaded
-    for (int b = 0; b < 256; b++) {
-        unsigned char sp[4];
-        int l = tokenizer_put_utf8(sp, tokenizer_byte_char(b));
-        int64_t id = tokenizer_hf_lookup(h, sp, (size_t)l);
-        if (id < 0) HF_FAIL("tokenizer %s: model.vocab has no token for byte 0x%02X (\"%.*s\"): not a byte-level vocabulary", path, b, l, (const char*)sp);
-        e->byte_id[b] = (uint32_t)id;
-    }
-    uint32_t M = (uint32_t)j.nodes[merges].count;
-    cap = 1;
-    while (cap < 2 * M + 2) cap <<= 1;
-    e->merged_id = (uint32_t*)malloc(((size_t)M + 1) * sizeof(uint32_t));
-    e->pairs = (TokenizerPair*)calloc(cap, sizeof(TokenizerPair));
-    e->pair_mask = cap - 1;
-    unsigned char* cat = (unsigned char*)malloc(strs_bytes * 2 + 16);
-    catbuf = cat;
-    if (!e->merged_id || !e->pairs || !cat) HF_FAIL("tokenizer %s: out of memory for %u merges", path, M);
-    uint32_t r = 0;
-    for (int m = j.nodes[merges].first; m >= 0; m = j.nodes[m].next, r++) {
-        const JsonNode* n = &j.nodes[m];
-        const char *a, *b;
-        size_t la, lb;
-        if (n->type == JSON_STRING) {
-            const char* sp = (const char*)memchr(n->str, ' ', (size_t)n->len);
-            if (!sp || memchr(sp + 1, ' ', (size_t)(n->str + n->len - sp - 1)))
-                HF_FAIL("tokenizer %s: model.merges[%u] \"%.100s\" is not two tokens separated by one space", path, r, n->str);
-            a = n->str, la = (size_t)(sp - n->str), b = sp + 1, lb = (size_t)(n->str + n->len - sp - 1);
-        } else if (n->type == JSON_ARRAY && n->count == 2 && j.nodes[n->first].type == JSON_STRING &&
-                   j.nodes[j.nodes[n->first].next].type == JSON_STRING) {
-            a = j.nodes[n->first].str, la = (size_t)j.nodes[n->first].len;
-            b = j.nodes[j.nodes[n->first].next].str, lb = (size_t)j.nodes[j.nodes[n->first].next].len;
-        } else HF_FAIL("tokenizer %s: model.merges[%u] is neither \"a b\" nor [\"a\", \"b\"]", path, r);
-        memcpy(cat, a, la);
-        memcpy(cat + la, b, lb);
-        int64_t left = tokenizer_hf_lookup(h, (const unsigned char*)a, la), right = tokenizer_hf_lookup(h, (const unsigned char*)b, lb);
-        int64_t merged = tokenizer_hf_lookup(h, cat, la + lb);
-        if (left < 0 || right < 0 || merged < 0)
-            HF_FAIL("tokenizer %s: model.merges[%u] (\"%.*s\" + \"%.*s\"): \"%.*s\" is not in model.vocab", path, r, (int)la, a, (int)lb, b,
-                    left < 0 ? (int)la : right < 0 ? (int)lb : (int)(la + lb), left < 0 ? a : right < 0 ? b : (const char*)cat);
-        uint64_t key = (uint64_t)left << 32 | (uint64_t)right;
-        uint32_t slot = tokenizer_pair_slot(e, key);
-        if (e->pairs[slot].rank_plus1 != 0)
-            HF_FAIL("tokenizer %s: model.merges[%u] repeats the pair of model.merges[%u]", path, r, e->pairs[slot].rank_plus1 - 1);
-        e->pairs[slot].key = key;
-        e->pairs[slot].rank_plus1 = r + 1;
-        e->merged_id[r] = (uint32_t)merged;
-    }
-    e->nmerges = M;
-    // --- post-processor: what it puts first (the BOS), and nothing we do not know
-    int post = json_get(&j, 0, "post_processor");
-    if (post >= 0 && j.nodes[post].type != JSON_NULL) {
-        int list = -1, one = post, count = 1;
-        if (tokenizer_json_is(&j, json_get(&j, post, "type"), "Sequence")) {
-            list = json_get(&j, post, "processors");
-            if (list < 0 || j.nodes[list].type != JSON_ARRAY) HF_FAIL("tokenizer %s: post_processor.processors is not an array", path);
-            one = j.nodes[list].first;
-            count = j.nodes[list].count;
-        }
-        for (int k = 0; k < count; k++, one = j.nodes[one].next) {
-            int t = json_get(&j, one, "type");
-            if (tokenizer_json_is(&j, t, "ByteLevel")) continue;  // offsets only
-            if (!tokenizer_json_is(&j, t, "TemplateProcessing")) {
-                HF_FAIL("tokenizer %s: post_processor type \"%s\" is not supported (ByteLevel, TemplateProcessing, Sequence)", path,
-                        t >= 0 && j.nodes[t].type == JSON_STRING ? j.nodes[t].str : "?");
-            }
-            int single = json_get(&j, one, "single"), first = single >= 0 && j.nodes[single].type == JSON_ARRAY ? j.nodes[single].first : -1;
-            int sp = json_get(&j, first, "SpecialToken");
-            int sid = json_get(&j, sp, "id");
-            if (sid >= 0 && j.nodes[sid].type == JSON_STRING) {  // the name; its id is in added_tokens
-                for (int b = 0; b < h->nadded; b++)
-                    if (!strcmp(h->added[b].content, j.nodes[sid].str)) h->bos_token = (int)h->added[b].id;
-                if (h->bos_token < 0) HF_FAIL("tokenizer %s: post_processor's SpecialToken \"%.100s\" is not an added token", path, j.nodes[sid].str);
-            }
-        }
-    }
-    json_free(&j);
-    free(catbuf);
-    catbuf = NULL;
-#undef HF_FAIL
-    // --- the document token: the post-processor's BOS, else "<|endoftext|>", else the config's eos_token
-    tok->eot_token = h->bos_token >= 0 ? h->bos_token : tokenizer_added_id(h, "<|endoftext|>");
-    if (stat(cfg_path, &st) == 0) {
-        size_t clen;
-        char* ctext = tokenizer_read_file(cfg_path, &clen, err, errlen);
-        if (!ctext) {
-            tokenizer_free(tok);
-            return -1;
-        }
-        Json c;
-        if (json_parse(&c, ctext, clen, jerr, sizeof(jerr)) != 0 || c.nodes[0].type != JSON_OBJECT) {
-            json_free(&c);
-            free(ctext);
-            return tokenizer_fail(tok, err, errlen, "tokenizer config %s: %s", cfg_path, jerr[0] ? jerr : "not a JSON object");
-        }
-        char name[256];
-        if (tokenizer_config_token(&c, "eos_token", name, sizeof(name))) h->export_eos = tokenizer_added_id(h, name);
-        if (tokenizer_config_token(&c, "bos_token", name, sizeof(name))) h->export_bos = tokenizer_added_id(h, name);
-        if (tok->eot_token < 0) tok->eot_token = h->export_eos;
-        json_free(&c);
-        free(ctext);
-    }
-    // what an export names when the config does not: the post-processor's BOS; Llama 3's
-    // "<|end_of_text|>", else "<|endoftext|>" (GPT-2, Qwen2, SmolLM2) as the EOS
-    if (h->export_bos < 0) h->export_bos = h->bos_token;
-    if (h->export_eos < 0) h->export_eos = tokenizer_added_id(h, "<|end_of_text|>");
-    if (h->export_eos < 0) h->export_eos = tokenizer_added_id(h, "<|endoftext|>");
-    return 0;
-}
-
-// The BOS and EOS ids a model exported with tok names (config.json's bos_token_id and
-// eos_token_id, tokenizer_config.json's bos_token and eos_token), -1 where none: for a
-// tokenizer.json, its tokenizer_config.json's bos_token and eos_token, else the post-processor's
-// BOS and the added token "<|end_of_text|>" or "<|endoftext|>"; for llm.c's file, EOT for both.
-static inline void tokenizer_special_ids(const Tokenizer* tok, int* bos, int* eos) {
-    *bos = tok->hf ? tok->hf->export_bos : tok->eot_token;
-    *eos = tok->hf ? tok->hf->export_eos : tok->eot_token;
-}
-
-// -----------------------------------------------------------------------------------------------
-// NFC (Unicode Standard Annex #15): decompose canonically, order combining marks by class, compose.
-
-#define TOKENIZER_HANGUL_S 0xAC00u
-#define TOKENIZER_HANGUL_L 0x1100u
-#define TOKENIZER_HANGUL_V 0x1161u
-#define TOKENIZER_HANGUL_T 0x11A7u
-#define TOKENIZER_BAD_BYTE 0x110000u  // a byte that is not UTF-8: 0x110000 + byte, class 0, composes with nothing
-
-static inline int tokenizer_ccc(uint32_t cp) {
-    if (cp < 0x300 || cp >= TOKENIZER_BAD_BYTE) return 0;
-    int lo = 0, hi = NFC_NCCC - 1;
-    while (lo <= hi) {
-        int mid = (lo + hi) / 2;
-        if (cp < nfc_ccc[mid].lo) hi = mid - 1;
-        else if (cp > nfc_ccc[mid].hi) lo = mid + 1;
-        else return nfc_ccc[mid].ccc;
-    }
-    return 0;
-}
-
-static inline uint32_t tokenizer_compose(uint32_t a, uint32_t b) {  // 0: none
-    if (a >= TOKENIZER_HANGUL_L && a < TOKENIZER_HANGUL_L + 19 && b >= TOKENIZER_HANGUL_V && b < TOKENIZER_HANGUL_V + 21)
-        return TOKENIZER_HANGUL_S + ((a - TOKENIZER_HANGUL_L) * 21 + (b - TOKENIZER_HANGUL_V)) * 28;
-    if (a >= TOKENIZER_HANGUL_S && a < TOKENIZER_HANGUL_S + 11172 && (a - TOKENIZER_HANGUL_S) % 28 == 0 &&
-        b > TOKENIZER_HANGUL_T && b < TOKENIZER_HANGUL_T + 28)
-        return a + (b - TOKENIZER_HANGUL_T);
-    int lo = 0, hi = NFC_NCOMP - 1;
-    while (lo <= hi) {
-        int mid = (lo + hi) / 2;
-        const NfcComp* c = &nfc_comp[mid];
-        if (a < c->a || (a == c->a && b < c->b)) hi = mid - 1;
-        else if (a > c->a || b > c->b) lo = mid + 1;
-        else return c->c;
-    }
-    return 0;
-}
-
-// NFC of s[0..n) into h->norm (*out, *nout). Bytes that are not UTF-8 pass unchanged. Returns 0 / -1.
-static inline int tokenizer_nfc(TokenizerHF* h, const unsigned char* s, size_t n, const unsigned char** out, size_t* nout) {
-    size_t k = 0;
-    for (; k < n && s[k] < 0xCC; k++) {}  // below U+0300 (lead bytes up to 0xCB): already NFC
-    if (k == n) {
-        *out = s;
-        *nout = n;
-        return 0;
-    }
-    if (tokenizer_grow((void**)&h->cps, &h->cps_cap, 4 * n + 4, sizeof(uint32_t)) != 0) return -1;
-    size_t m = 0;
-    for (size_t i = 0; i < n;) {  // decompose
-        uint32_t cp;
-        int l = tokenizer_utf8(s + i, n - i, &cp);
-        if (l == 0) {
-            h->cps[m++] = TOKENIZER_BAD_BYTE + s[i];
-            i++;
-            continue;
-        }
-        i += (size_t)l;
-        if (cp >= TOKENIZER_HANGUL_S && cp < TOKENIZER_HANGUL_S + 11172) {
-            uint32_t x = cp - TOKENIZER_HANGUL_S;
-            h->cps[m++] = TOKENIZER_HANGUL_L + x / (21 * 28);
-            h->cps[m++] = TOKENIZER_HANGUL_V + (x % (21 * 28)) / 28;
-            if (x % 28) h->cps[m++] = TOKENIZER_HANGUL_T + x % 28;
-            continue;
-        }
-        int lo = 0, hi = cp < 0xC0 ? -1 : NFC_NDECOMP - 1, found = -1;
-        while (lo <= hi) {
-            int mid = (lo + hi) / 2;
-            if (cp < nfc_decomp[mid].cp) hi = mid - 1;
-            else if (cp > nfc_decomp[mid].cp) lo = mid + 1;
-            else { found = mid; break; }
-        }
-        if (found < 0) h->cps[m++] = cp;
-        else for (int d = 0; d < nfc_decomp[found].len; d++) h->cps[m++] = nfc_decomp_pool[nfc_decomp[found].at + d];
-    }
-    for (size_t i = 1; i < m; i++) {  // canonical order: a stable insertion sort of each run of marks by class
-        int c = tokenizer_ccc(h->cps[i]);
-        if (c == 0) continue;
-        uint32_t x = h->cps[i];
-        size_t p = i;
-        while (p > 0 && tokenizer_ccc(h->cps[p - 1]) > c) {
-            h->cps[p] = h->cps[p - 1];
-            p--;
-        }
-        h->cps[p] = x;
-    }
-    // compose in place: cp joins the last starter when nothing between them blocks it (the marks
-    // between, in canonical order, all have a lower class than cp: the last one's is the highest)
-    size_t w = 0, starter = 0;
-    int have_starter = 0, last_class = 0;
-    for (size_t i = 0; i < m; i++) {
-        uint32_t cp = h->cps[i];
-        int c = tokenizer_ccc(cp);
-        if (have_starter && (w == starter + 1 || last_class < c)) {
-            uint32_t comp = tokenizer_compose(h->cps[starter], cp);
-            if (comp) {
-                h->cps[starter] = comp;
-                continue;
-            }
-        }
-        if (c == 0) {
-            starter = w;
-            have_starter = 1;
-        }
-        last_class = c;
-        h->cps[w++] = cp;
-    }
-    if (tokenizer_grow((void**)&h->norm, &h->norm_cap, 4 * w + 4, 1) != 0) return -1;
-    size_t o = 0;
-    for (size_t i = 0; i < w; i++) {
-        uint32_t cp = h->cps[i];
-        if (cp >= TOKENIZER_BAD_BYTE) h->norm[o++] = (unsigned char)(cp - TOKENIZER_BAD_BYTE);
-        else o += (size_t)tokenizer_put_utf8(h->norm + o, cp);
-    }
-    *out = h->norm;
-    *nout = o;
-    return 0;
-}
-
-// -----------------------------------------------------------------------------------------------
-// Llama 3's and Qwen2's split pattern (max_digits 3 and 1), alternatives in their order:
-//   (?i:'s|'t|'re|'ve|'m|'ll|'d)      contractions, any case ("'S", "'Ll"; "'ſ": U+017F folds to s)
-//   [^\r\n\p{L}\p{N}]?\p{L}+          a letter run, with one character before it that is not a
-//                                     letter, number, CR or LF (" word", "(word", "\tword")
-//   \p{N}{1,3}                        one to three numbers (Qwen2: one)
-//    ?[^\s\p{L}\p{N}]+[\r\n]*         an optional space, a run of "other", then any CR and LF
-//   \s*[\r\n]+                        a space run up to and with its last CR or LF
-//   \s+(?!\S) | \s+                   as in GPT-2's
-static inline size_t tokenizer_piece_length_cl100k(const unsigned char* s, size_t n, int max_digits) {
-    if (s[0] == '\'' && n >= 2) {
-        unsigned char a = s[1] | ((s[1] >= 'A' && s[1] <= 'Z') ? 0x20 : 0), b = n >= 3 ? (s[2] | ((s[2] >= 'A' && s[2] <= 'Z') ? 0x20 : 0)) : 0;
-        if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
-        if (n >= 3 && s[1] == 0xC5 && s[2] == 0xBF) return 3;  // 'ſ
-        if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return 3;
-    }
-    int len0, len;
-    int c0 = tokenizer_char_class(s, n, &len0);
-    size_t i = 0;
-    if (c0 != UC_L && c0 != UC_N && s[0] != '\r' && s[0] != '\n' && (size_t)len0 < n &&
-        tokenizer_char_class(s + len0, n - (size_t)len0, &len) == UC_L) {
-        c0 = UC_L;
-        i = (size_t)len0;
-    }
-    if (c0 == UC_L) {
-        while (i < n && tokenizer_char_class(s + i, n - i, &len) == UC_L) i += (size_t)len;
-        return i;
-    }
-    if (c0 == UC_N) {
-        for (int k = 0; k < max_digits && i < n && tokenizer_char_class(s + i, n - i, &len) == UC_N; k++) i += (size_t)len;
-        return i;
-    }
-    if (s[0] == ' ' && n >= 2 && tokenizer_char_class(s + 1, n - 1, &len) == UC_OTHER) i = 1;
-    if (i == 1 || c0 == UC_OTHER) {
-        while (i < n && tokenizer_char_class(s + i, n - i, &len) == UC_OTHER) i += (size_t)len;
-        while (i < n && (s[i] == '\r' || s[i] == '\n')) i++;
-        return i;
-    }
-    size_t last = 0, nl_end = 0;  // a space run: its last character's start, the end of its last CR/LF
-    while (i < n && tokenizer_char_class(s + i, n - i, &len) == UC_S) {
-        last = i;
-        if (s[i] == '\r' || s[i] == '\n') nl_end = i + 1;
-        i += (size_t)len;
-    }
-    if (nl_end > 0) return nl_end;  // \s*[\r\n]+
-    if (i == n) return n;
-    return last > 0 ? last : i;
-}
-
-// -----------------------------------------------------------------------------------------------
-// Encoding with a tokenizer.json
-
-// The ids of one piece (after every pre-tokenizer step): the whole piece if ignore_merges and
-// model.vocab holds it, else BPE (cached).
-static inline int tokenizer_hf_piece(Tokenizer* tok, const unsigned char* p, size_t n, uint32_t** out, size_t* nout, size_t* cap) {
-    TokenizerHF* h = tok->hf;
-    if (h->ignore_merges && n > 1) {
-        if (tokenizer_grow((void**)&h->scratch, &h->scratch_cap, 2 * n + 1, 1) != 0) return -1;
-        const unsigned char (*spell)[3] = tokenizer_byte_spellings();
-        size_t l = 0;
-        for (size_t i = 0; i < n; i++) {
-            memcpy(h->scratch + l, spell[p[i]] + 1, 2);
-            l += spell[p[i]][0];
-        }
-        int64_t id = tokenizer_hf_lookup(h, h->scratch, l);
-        if (id >= 0) {
-            uint32_t v = (uint32_t)id;
-            return tokenizer_append(out, nout, cap, &v, 1);
-        }
-    }
-    if (n >= UINT32_MAX) return -1;
-    return tokenizer_encode_piece(&tok->enc, p, n, out, nout, cap);
-}
-
-// Pre-tokenizer step `step` (and the ones after it) on s[0..n).
-static inline int tokenizer_hf_pretok(Tokenizer* tok, int step, const unsigned char* s, size_t n, uint32_t** out, size_t* nout, size_t* cap) {
-    TokenizerHF* h = tok->hf;
-    if (n == 0) return 0;
-    if (step == h->nsteps) return tokenizer_hf_piece(tok, s, n, out, nout, cap);
-    int kind = h->steps[step];
-    for (size_t i = 0; i < n;) {
-        size_t len;
-        if (kind == TOKENIZER_STEP_GPT2) len = tokenizer_piece_length(s + i, n - i);
-        else if (kind == TOKENIZER_STEP_LLAMA3 || kind == TOKENIZER_STEP_QWEN2)
-            len = tokenizer_piece_length_cl100k(s + i, n - i, kind == TOKENIZER_STEP_LLAMA3 ? 3 : 1);
-        else {  // Digits: each \p{N} character alone (or each run of them), the text between as one piece
-            int l;
-            int num = tokenizer_char_class(s + i, n - i, &l) == UC_N;
-            len = (size_t)l;
-            if (!num || kind == TOKENIZER_STEP_DIGIT_RUNS)
-                while (i + len < n && (tokenizer_char_class(s + i + len, n - i - len, &l) == UC_N) == num) len += (size_t)l;
-        }
-        if (tokenizer_hf_pretok(tok, step + 1, s + i, len, out, nout, cap) != 0) return -1;
-        i += len;
-    }
-    return 0;
-}
-
-// The longest added token of this pass that starts at s[0..n): its length (0: none), id in *id.
-// pass 0: tokens matched in the raw text (all of them without a normalizer); pass 1: the normalized ones.
-static inline size_t tokenizer_hf_added_at(const TokenizerHF* h, const unsigned char* s, size_t n, int pass, uint32_t* id) {
-    for (int k = h->added_first[s[0]]; k < h->added_first[s[0] + 1]; k++) {
-        const TokenizerAdded* a = &h->added[k];
-        if (a->len > n || (a->special && !h->match_specials)) continue;
-        if (h->nfc && a->normalized != pass) continue;
-        if (memcmp(a->content, s, a->len) == 0) {
-            *id = a->id;
-            return a->len;
-        }
-    }
-    return 0;
-}
-
-static inline int tokenizer_hf_encode_pass(Tokenizer* tok, const unsigned char* s, size_t n, int pass, uint32_t** out, size_t* nout, size_t* cap);
-
-// A stretch between added tokens: normalized (pass 0 with NFC), then on to the pre-tokenizer.
-static inline int tokenizer_hf_stretch(Tokenizer* tok, const unsigned char* s, size_t n, int pass, uint32_t** out, size_t* nout, size_t* cap) {
-    TokenizerHF* h = tok->hf;
-    if (n == 0) return 0;
-    if (pass == 0 && h->nfc) {
-        const unsigned char* t;
-        size_t tn;
-        if (tokenizer_nfc(h, s, n, &t, &tn) != 0) return -1;
-        return tokenizer_hf_encode_pass(tok, t, tn, 1, out, nout, cap);  // pass 1 does not normalize: h->norm stays put
-    }
-    return tokenizer_hf_pretok(tok, 0, s, n, out, nout, cap);
-}
-
-static inline int tokenizer_hf_encode_pass(Tokenizer* tok, const unsigned char* s, size_t n, int pass, uint32_t** out, size_t* nout, size_t* cap) {
-    const TokenizerHF* h = tok->hf;
-    size_t from = 0;
-    for (size_t i = 0; i < n;) {
-        uint32_t id;
-        size_t l = h->nadded ? tokenizer_hf_added_at(h, s + i, n - i, pass, &id) : 0;
-        if (l == 0) {
-            i++;
-            continue;
-        }
-        if (tokenizer_hf_stretch(tok, s + from, i - from, pass, out, nout, cap) != 0 || tokenizer_append(out, nout, cap, &id, 1) != 0) return -1;
-        i += l;
-        from = i;
-    }
-    return tokenizer_hf_stretch(tok, s + from, n - from, pass, out, nout, cap);
-}
-
-// -----------------------------------------------------------------------------------------------
-// Streaming a tokenizer.json text: safe cuts
-//
-// A long text (a document larger than -tokenize's read buffer) is encoded in parts, cut where
-// encoding the two sides apart gives exactly the ids of encoding them together. A cut at byte c is
-// safe when all of these hold (tokenizer_hf_encode_part looks for the last such c in view):
-//   1. added tokens: every place before c where an added token could start has been looked at with
-//      the longest token's bytes all in view, and none covers c (the scan of
-//      tokenizer_hf_encode_pass then finds the same tokens whether or not the text goes on after
-//      c); with NFC and "normalized" added tokens, also no such token has a prefix that is a tail
-//      of the normalized text before c. Right after an added token is always a safe cut.
-//   2. pre-tokenizer: the character before c is a letter (\p{L}) and the one at c is not. Every
-//      split pattern (GPT-2's, Llama 3's, Qwen2's) ends a piece there whatever follows: a letter
-//      run ends at a non-letter, a contraction ends in a letter, and no alternative looks back past
-//      the start of its piece. Digits cuts only between \p{N} and the rest (at c or not at all).
-//   3. NFC: the character at c is a stable starter (canonical class 0, no canonical decomposition,
-//      never the second of a composition: tokenizer_nfc_stable), so NFC(left + right) = NFC(left)
-//      + NFC(right) (UAX #15), and the letter before c stays a letter (only Hangul V/T jamo compose
-//      backwards, into syllables, which are letters).
-// Both characters must be complete, well-formed UTF-8 in view. Text with no such place (a run of
-// letters only, or of spaces, digits or punctuation only, or bytes that are not UTF-8) is carried
-// whole until one comes: memory grows with the longest such run, as BPE's work arrays do with the
-// longest piece (tok_tokenize_hf_streamed: the same ids at any buffer size, and bounded memory).
-
-// Can a cut go before code point cp without changing NFC? (3. above)
-static inline int tokenizer_nfc_stable(uint32_t cp) {
-    if (cp < NFC_STABLE_BELOW) return 1;
-    if (tokenizer_ccc(cp) != 0 || (cp >= TOKENIZER_HANGUL_L && cp < 0x1200) || (cp >= TOKENIZER_HANGUL_S && cp < TOKENIZER_HANGUL_S + 11172))
-        return 0;
-    int lo = 0, hi = NFC_NDECOMP - 1;
-    while (lo <= hi) {
-        int mid = (lo + hi) / 2;
-        if (cp < nfc_decomp[mid].cp) hi = mid - 1;
-        else if (cp > nfc_decomp[mid].cp) lo = mid + 1;
-        else return 0;
-    }
-    for (int i = 0; i < NFC_NCOMP; i++)  // (sorted by the first of the pair: a plain search; only for non-letters after letters)
-        if (nfc_comp[i].b == cp) return 0;
-    return 1;
-}
-
-// The last c in (from, hi] with a letter before it and a non-letter at it (2. and 3. above), both
-// complete in s[0..n) and the letter at or after from (the stretch's start); 0 if none.
-static inline size_t tokenizer_hf_last_cut(const TokenizerHF* h, const unsigned char* s, size_t n, size_t from, size_t hi) {
-    for (size_t c = hi; c > from; c--) {
-        if (c >= n || (s[c] >= 0x80 && s[c] < 0xC2)) continue;
-        uint32_t cp;
-        int l = tokenizer_utf8(s + c, n - c, &cp);
-        if (l == 0 || (cp < 0x80 ? tokenizer_char_class(s + c, 1, &l) : tokenizer_unicode_class(cp)) == UC_L) continue;
-        if (h->nfc && !tokenizer_nfc_stable(cp)) continue;
-        size_t k = 1;  // the character before c: its lead byte is the first byte back that is not 10xxxxxx
-        while (k < 4 && c - k > from && s[c - k] >= 0x80 && s[c - k] < 0xC0) k++;
-        uint32_t before;
-        if (c - k < from || tokenizer_utf8(s + c - k, k, &before) != (int)k) continue;
-        int len;
-        if ((before < 0x80 ? tokenizer_char_class(s + c - k, 1, &len) : tokenizer_unicode_class(before)) == UC_L) return c;
-    }
-    return 0;
-}
-
-// Does an added token of this pass (active: see tokenizer_hf_added_at) begin with a tail of s[0..n)?
-static inline int tokenizer_hf_tail_open(const TokenizerHF* h, const unsigned char* s, size_t n, int pass) {
-    for (int a = 0; a < h->nadded; a++) {
-        const TokenizerAdded* t = &h->added[a];
-        if ((t->special && !h->match_specials) || (h->nfc && t->normalized != pass)) continue;
-        for (size_t k = 1; k < t->len && k <= n; k++)
-            if (memcmp(s + n - k, t->content, k) == 0) return 1;
-    }
-    return 0;
-}
-
-// A part of a text that goes on after s[0..n): encode up to the last safe cut (see above), its
-// length in *consumed (0: none in view; the caller reads more). Returns 0 / -1.
-static inline int tokenizer_hf_encode_part(Tokenizer* tok, const unsigned char* s, size_t n, size_t* consumed, uint32_t** out, size_t* nout, size_t* cap) {
-    TokenizerHF* h = tok->hf;
-    size_t maxlen = 0;  // the longest added token matched in the raw text
-    int pass1 = 0;      // any matched in the normalized text?
-    for (int a = 0; a < h->nadded; a++) {
-        const TokenizerAdded* t = &h->added[a];
-        if (t->special && !h->match_specials) continue;
-        if (h->nfc && t->normalized) pass1 = 1;
-        else if (t->len > maxlen) maxlen = t->len;
-    }
-    size_t from = 0, i = maxlen ? 0 : n;  // 1. the added-token scan as far as it is certain
-    while (i < n && i + maxlen <= n) {
-        uint32_t id;
-        size_t l = tokenizer_hf_added_at(h, s + i, n - i, 0, &id);
-        i += l ? l : 1;
-        if (l) from = i;
-    }
-    size_t c = tokenizer_hf_last_cut(h, s, n, from, i < n ? i : n - 1);
-    while (c > from && pass1) {  // NFC with normalized added tokens: none may start in the normalized tail
-        const unsigned char* t;
-        size_t tn;
-        if (tokenizer_nfc(h, s + from, c - from, &t, &tn) != 0) return -1;
-        if (!tokenizer_hf_tail_open(h, t, tn, 1)) break;
-        c = tokenizer_hf_last_cut(h, s, n, from, c - 1);
-    }
-    if (c <= from) c = from;  // none in the open stretch: up to the last added token (0: nothing yet)
-    *consumed = c;
-    return c ? tokenizer_hf_encode_pass(tok, s, c, 0, out, nout, cap) : 0;
-}
+// Hugging Face tokenizer.json: the reader and the pipeline it runs are in their own file
+#include "tokenizer_json.h" // defines: tokenizer_init_hf, tokenizer_hf_encode_final, tokenizer_hf_encode_part, tokenizer_nfc, tokenize_error
 
 // Encode the pieces of text[0..n). final = 1: the text ends at n, everything is encoded.
 // final = 0: more text follows n; only what no later byte can change is encoded, and *consumed
@@ -1752,14 +844,14 @@ static inline int tokenizer_encode_part(Tokenizer* tok, const unsigned char* tex
     if (tok->hf) {
         if (!final) return n ? tokenizer_hf_encode_part(tok, text, n, consumed, out, nout, cap) : 0;
         *consumed = n;
-        return tokenizer_hf_encode_pass(tok, text, n, 0, out, nout, cap);
+        return tokenizer_hf_encode_final(tok, text, n, out, nout, cap);
     }
     if (tok->enc.nmerges == 0) return -1;
     size_t i = 0;
     while (i < n) {
         size_t len = tokenizer_piece_length(text + i, n - i);
         if (!final && i + len + TOKENIZER_LOOKAHEAD > n) break;
-        if (tokenizer_encode_piece(&tok->enc, text + i, len, out, nout, cap) != 0) return -1;
+        if (tokenizer_encode_piece(&tok->enc, NULL, text + i, len, out, nout, cap) != 0) return -1;
         i += len;
     }
     *consumed = i;
@@ -2003,6 +1095,8 @@ static inline void tokenizer_worker_init(TokenizerWorker* w, const Tokenizer* sr
         w->h.cps_cap = 0;
         w->h.norm = NULL;
         w->h.norm_cap = 0;
+        w->h.norm2 = w->h.norm3 = NULL;
+        w->h.norm2_cap = w->h.norm3_cap = 0;
         w->t.hf = &w->h;
     }
 }
@@ -2020,6 +1114,8 @@ static inline void tokenizer_worker_free(TokenizerWorker* w) {
         free(w->h.scratch);
         free(w->h.cps);
         free(w->h.norm);
+        free(w->h.norm2);
+        free(w->h.norm3);
     }
     memset(w, 0, sizeof(*w));
 }

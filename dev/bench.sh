@@ -215,6 +215,21 @@ if "$TPY" -c 'import tiktoken, tokenizers' 2>/dev/null; then
                "tokenizers 0.21 encode_batch ($THREADS threads):$("$TPY" dev/bench_tokenize.py time "$tmp/tok" tokenizersN)"; do
         awk -v n="${row%%:*}" -v m="${row##*:}" -v o="$o1" 'BEGIN {printf "   %-52s %8.2f %13.2fx\n", n, m, o / m}'
     done
+    # SentencePiece-style BPE (docs/tokenizers.md): Mistral's own models as transformers' converter
+    # writes them (dev/sp_tokenizer_fixtures.py, $ZT_SP_PYTHON), the same 17 MB of documents
+    echo "   SentencePiece-style (Mistral's models through transformers' converter), the same 17 MB:"
+    if [ -n "${ZT_SP_PYTHON:-}" ] && "$ZT_SP_PYTHON" dev/sp_tokenizer_fixtures.py --kjv "$tmp/tok/kjv.txt" --out "$tmp/sp" --kjv-kinds none > /dev/null 2>&1; then
+        for kind in v1_legacy v3; do
+            read -r s1 _ _ _ <<< "$(OMP_NUM_THREADS=1 ours "$tmp/tok/kjv.txt" -tokenizer "$tmp/sp/$kind")"
+            read -r sN _ _ _ <<< "$(ours "$tmp/tok/kjv.txt" -tokenizer "$tmp/sp/$kind")"
+            t1=$("$TPY" dev/bench_tokenize.py time "$tmp/tok" tokenizers1 "$tmp/sp/$kind/tokenizer.json")
+            tN=$("$TPY" dev/bench_tokenize.py time "$tmp/tok" tokenizersN "$tmp/sp/$kind/tokenizer.json")
+            awk -v k="$kind" -v a="$s1" -v b="$sN" -v c="$t1" -v d="$tN" -v t="$THREADS" 'BEGIN {
+                printf "   Mistral %-10s ours %7.2f MB/s (1 thread) %7.2f (%d); tokenizers 0.21 %6.2f (1) %6.2f (%d): ours (1 thr) %.2fx tokenizers (1), %.2fx (%d)\n", k, a, b, t, c, d, t, a / c, a / d, t }'
+        done
+    else
+        echo "   SKIP: needs ZT_SP_PYTHON (sentencepiece, transformers 4.47.1, mistral-common: .ci/run makes /tmp/zt-sp)"
+    fi
 else
     echo "   SKIP: $TPY has neither tiktoken nor tokenizers (.ci/run installs both into \$ZT_TIKTOKEN_PYTHON's venv)"
 fi

@@ -3,7 +3,7 @@
 dev/bench_tokenize.py — the reference side of make bench's tokenizer section (dev/bench.sh).
 
     $ZT_TIKTOKEN_PYTHON dev/bench_tokenize.py prepare DIR   # DIR/kjv.txt, DIR/gpt2/tokenizer.json
-    $ZT_TIKTOKEN_PYTHON dev/bench_tokenize.py time DIR MODE # prints "<MB/s>" for one MODE
+    $ZT_TIKTOKEN_PYTHON dev/bench_tokenize.py time DIR MODE [TOKENIZER_JSON]  # prints "<MB/s>" for one MODE
 
 prepare: the KJV text decoded from the committed shards (data/kjv_*.bin, GPT-2's byte decoder from
 data/gpt2/encoder.json), four times over, chapters joined by "<|endoftext|>" lines; and GPT-2 as a tokenizer.json
@@ -12,6 +12,8 @@ time MODE, on the chapters of DIR/kjv.txt (the same text -tokenize reads), best 
   tiktoken1      tiktoken 0.14.0 GPT-2 encode_ordinary, one chapter at a time (one thread)
   tokenizers1    tokenizers 0.21.0 on DIR/gpt2/tokenizer.json, encode_batch with one thread
   tokenizersN    the same with every core (RAYON_NUM_THREADS unset)
+  (with TOKENIZER_JSON, the tokenizers modes run that file instead of GPT-2's: a SentencePiece-style
+  one of dev/sp_tokenizer_fixtures.py for make bench's Mistral line)
 (tokenizers' thread count is fixed at import, so each mode is its own process.)
 """
 import json
@@ -58,7 +60,7 @@ def chapters(d):
     return [c.decode("utf-8") for c in re.split(rb"(?:\A|(?<=\n))<\|endoftext\|>(?:\n|\Z)", data) if c], len(data)
 
 
-def time_mode(d, mode):
+def time_mode(d, mode, tokenizer_json=None):
     if mode == "tokenizers1":
         os.environ["RAYON_NUM_THREADS"] = "1"
     docs, nbytes = chapters(d)
@@ -72,7 +74,7 @@ def time_mode(d, mode):
         run = lambda: [enc.encode_ordinary(x) for x in docs]
     else:
         from tokenizers import Tokenizer
-        t = Tokenizer.from_file(os.path.join(d, "gpt2", "tokenizer.json"))
+        t = Tokenizer.from_file(tokenizer_json or os.path.join(d, "gpt2", "tokenizer.json"))
         t.encode_special_tokens = True
         run = lambda: t.encode_batch(docs, add_special_tokens=False)
     best = 1e9
@@ -86,7 +88,7 @@ def time_mode(d, mode):
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "prepare":
         prepare(sys.argv[2])
-    elif len(sys.argv) == 4 and sys.argv[1] == "time":
-        time_mode(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) in (4, 5) and sys.argv[1] == "time":
+        time_mode(sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) == 5 else None)
     else:
         sys.exit(__doc__)

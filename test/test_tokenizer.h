@@ -1568,7 +1568,18 @@ TEST(tok_hf_reader) {
     tok_hf_expect_error("wordpiece", "\"type\": \"BPE\"", "\"type\": \"WordPiece\"", "model.type \"WordPiece\"");
     tok_hf_expect_error("nfkc", "\"normalizer\": null", "\"normalizer\": {\"type\": \"NFKC\"}", "normalizer type \"NFKC\"");
     tok_hf_expect_error("metaspace", "\"pre_tokenizer\": {\"type\": \"ByteLevel\"", "\"pre_tokenizer\": {\"type\": \"Metaspace\"",
-                        "pre_tokenizer.type \"Metaspace\"");
+                        "pre_tokenizer.replacement is not one character");
+    tok_hf_expect_error("metaspace_bytelevel", "\"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, \"use_regex\": true}",
+                        "\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Metaspace\", \"replacement\": \"_\"}, {\"type\": \"ByteLevel\"}]}",
+                        "Metaspace with other steps");
+    tok_hf_expect_error("byte_fallback", "\"unk_token\": null", "\"unk_token\": null, \"byte_fallback\": true", "model.byte_fallback with a ByteLevel");
+    tok_hf_expect_error("replace_regex", "\"normalizer\": null", "\"normalizer\": {\"type\": \"Replace\", \"pattern\": {\"Regex\": \" +\"}, \"content\": \" \"}",
+                        "a Regex pattern is not supported");
+    tok_hf_expect_error("sp_no_unk", "\"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, \"use_regex\": true}",
+                        "\"pre_tokenizer\": null", "neither model.byte_fallback nor model.unk_token");
+    tok_hf_expect_error("sp_decoder", "\"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, \"use_regex\": true}",
+                        "\"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"_\", \"prepend_scheme\": \"sometimes\"}",
+                        "prepend_scheme is not");
     tok_hf_expect_error("pattern", "\"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, \"use_regex\": true}",
                         "\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": {\"Regex\": \"\\\\s+\"}, "
                         "\"behavior\": \"Isolated\", \"invert\": false}, {\"type\": \"ByteLevel\", \"use_regex\": false}]}",
@@ -1842,3 +1853,224 @@ TEST(tok_hf_export_llama3) {
 }
 
 #endif // ZT_TEST_TOKENIZER_H
+
+// -----------------------------------------------------------------------------------------------
+// SentencePiece-style BPE in tokenizer.json (Mistral, Llama 2, Phi-3): the committed structural
+// fixtures everywhere, Mistral's own models where sentencepiece and transformers are installed
+
+// Each ids record of `ids` equals our encoding of the same record of `cases` (special tokens
+// matched: match = 1; as text: 0). Returns the number of cases that differ; *n: cases, *nids: ids.
+static int tok_sp_compare(Tokenizer* tok, const char* cases_path, const char* ids_path, int match, int quiet, int* n, size_t* nids) {
+    TokRecs cases = {NULL, 0, 0}, ids = {NULL, 0, 0};
+    cases.data = tok_read_file(cases_path, &cases.size);
+    ids.data = tok_read_file(ids_path, &ids.size);
+    CHECKF(cases.data && ids.data, "cannot read %s or %s", cases_path, ids_path);
+    const unsigned char *c, *w;
+    int32_t nc, nw;
+    int bad = 0;
+    *n = 0;
+    tok->hf->match_specials = match;
+    while (cases.data && ids.data && tok_recs_next(&cases, 1, &c, &nc) && tok_recs_next(&ids, 4, &w, &nw)) {
+        uint32_t* e = NULL;
+        size_t ne = 0, cap = 0;
+        CHECK(tokenizer_encode(tok, c, (size_t)nc, &e, &ne, &cap) == 0);
+        if (ne != (size_t)nw || (ne && memcmp(e, w, ne * 4) != 0)) {
+            if (bad++ < 3 && !quiet) printf("    %s: case %d (%.*s): %zu ids, want %d\n", ids_path, *n, nc > 40 ? 40 : nc, (const char*)c, ne, nw);
+        }
+        *nids += (size_t)nw;
+        free(e);
+        (*n)++;
+    }
+    tok->hf->match_specials = 1;
+    free(cases.data);
+    free(ids.data);
+    return bad;
+}
+
+// The five pipelines of dev/sp_structural_fixtures.py (legacy Prepend + Replace, Metaspace first /
+// always with split / never, Replace alone), a tiny vocabulary with byte_fallback: each file is
+// read as SentencePiece-style with its steps, and gives tokenizers 0.21's ids on every case
+// (leading spaces, special tokens, CJK and emoji through <0xXX>, control bytes, ▁ in the text).
+TEST(tok_sp_structural) {
+    static const struct { const char* kind; int nnorms, metaspace, scheme, split; } kinds[] = {
+        {"legacy", 2, 0, 0, 0}, {"first", 0, 1, TOKENIZER_PREPEND_FIRST, 0}, {"always_split", 0, 1, TOKENIZER_PREPEND_ALWAYS, 1},
+        {"never", 0, 1, TOKENIZER_PREPEND_NEVER, 0}, {"replace_only", 1, 0, 0, 0}};
+    for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+        char path[300], ids[300], err[1024] = "";
+        snprintf(path, sizeof(path), "test/fixtures/sp/%s/tokenizer.json", kinds[k].kind);
+        snprintf(ids, sizeof(ids), "test/fixtures/sp/%s/cases.ids", kinds[k].kind);
+        Tokenizer tok;
+        CHECKF(tokenizer_init(&tok, path, err, sizeof(err)) == 0, "%s", err);
+        if (!tok.hf) continue;
+        const TokenizerHF* h = tok.hf;
+        CHECKF(h->sp && h->byte_fallback && h->unk_id == 0 && h->fuse_unk && h->strip_start == 1 && h->nnorms == kinds[k].nnorms &&
+               h->metaspace == kinds[k].metaspace && (!h->metaspace || (h->prepend_scheme == kinds[k].scheme && h->meta_split == kinds[k].split)),
+               "%s: the steps read are not the file's", kinds[k].kind);
+        int n = 0;
+        size_t nids = 0;
+        int bad = tok_sp_compare(&tok, "test/fixtures/sp/cases.bin", ids, 1, 0, &n, &nids);
+        CHECKF(bad == 0 && n >= 10, "%s: %d of %d cases differ from tokenizers", kinds[k].kind, bad, n);
+        // "<0xE6>" decodes to the byte (ByteFallback), "▁" to a space (Replace)
+        int64_t fb = tokenizer_hf_lookup(h, (const unsigned char*)"<0xE6>", 6), me = tokenizer_hf_lookup(h, (const unsigned char*)"\xe2\x96\x81", 3);
+        int l1 = 0, l2 = 0;
+        const char* d1 = fb >= 0 ? tokenizer_decode(&tok, (uint32_t)fb, &l1) : "";
+        const char* d2 = me >= 0 ? tokenizer_decode(&tok, (uint32_t)me, &l2) : "";
+        CHECKF(l1 == 1 && (unsigned char)d1[0] == 0xE6 && l2 == 1 && d2[0] == ' ', "%s: <0xE6> and ▁ do not decode to their bytes", kinds[k].kind);
+        printf("    %s: %d cases, %zu ids, all equal to tokenizers\n", kinds[k].kind, n, nids);
+        tokenizer_free(&tok);
+    }
+}
+
+// The python with sentencepiece, transformers and mistral-common: $ZT_SP_PYTHON (.ci/run makes
+// /tmp/zt-sp), else NULL.
+static const char* tok_sp_python(void) {
+    const char* py = getenv("ZT_SP_PYTHON");
+    if (!py || !*py) return NULL;
+    char cmd[1200];
+    snprintf(cmd, sizeof(cmd), "%s -c 'import sentencepiece, transformers, mistral_common' 2>/dev/null", py);
+    return test_run_cmd(cmd, NULL, 0) == 0 ? py : NULL;
+}
+
+// Mistral's own SentencePiece models (mistral-common's tokenizer.model.v1, Mistral 7B v0.3's v3)
+// through transformers 4.47.1's converter with legacy true and false (dev/sp_tokenizer_fixtures.py):
+// for v1 legacy and v3 not legacy, -tokenize of every sixth KJV chapter (199 documents) equals
+// tokenizers' ids, whole and streamed through a 4,093-byte buffer (the whole KJV, all four kinds:
+// docs/tokenizers.md, measured once); for all four, every hard case (43 fixed, 1,000 random) equals tokenizers (special
+// tokens matched and as text) and decodes to tokenizers' decode, and every cut of a text gives the
+// whole text's ids; against sentencepiece itself: legacy true equals it everywhere, legacy false
+// differs where a text starts with a space (counted, printed).
+TEST(tok_sp_vs_mistral) {
+    const char* py = tok_sp_python();
+    if (!py) TEST_SKIP("needs ZT_SP_PYTHON: a python with sentencepiece==0.2.0, transformers==4.47.1, protobuf, mistral-common (.ci/run makes /tmp/zt-sp)");
+    Tokenizer* g = tok_gpt2();
+    TokKjv k;
+    if (!g || tok_kjv_load(g, &k) != 0) {
+        if (g) tok_kjv_free(&k);
+        return;
+    }
+    char kjv[700], dir[700], cmd[3000], out[8192], path[900], prefix[900], err[1024] = "";
+    tok_path(kjv, sizeof(kjv), "sp_kjv.txt");
+    tok_path(dir, sizeof(dir), "sp_fixtures");
+    FILE* f = fopen(kjv, "wb");
+    CHECK(f != NULL);
+    for (int i = 0; f && i < k.ndocs; i += 6) {  // every sixth chapter (0.7 MB): the whole KJV is over this test's share of the time budget
+        if (i > 0) fputs("<|endoftext|>\n", f);
+        CHECK(fwrite(k.docs[i].text, 1, k.docs[i].len, f) == k.docs[i].len);
+    }
+    if (f) fclose(f);
+    tok_kjv_free(&k);
+    snprintf(cmd, sizeof(cmd), "RAYON_NUM_THREADS=1 %s dev/sp_tokenizer_fixtures.py --kjv %s --out %s 2>&1", py, kjv, dir);  // (one thread: make test's workers are busy)
+    double t0 = test_now_s();
+    int rc = test_run_cmd(cmd, out, sizeof(out));
+    CHECKF(rc == 0, "dev/sp_tokenizer_fixtures.py failed:\n%s", out);
+    if (rc != 0) return;
+    printf("    fixtures by transformers' converter, tokenizers and sentencepiece in %.1f s:\n%s", test_now_s() - t0, out);
+    const char* kinds[4] = {"v1_legacy", "v1", "v3_legacy", "v3"};
+    for (int q = 0; q < 4; q++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, kinds[q]);
+        Tokenizer tok;
+        CHECKF(tokenizer_init(&tok, path, err, sizeof(err)) == 0, "%s: %s", kinds[q], err);
+        if (!tok.hf) continue;
+        int legacy = strstr(kinds[q], "legacy") != NULL;
+        CHECKF(tok.hf->sp && tok.hf->sp_cut && tok.eot_token == 1 && tok.vocab_size == (q < 2 ? 32000u : 32768u) &&
+               (legacy ? tok.hf->nnorms == 2 && !tok.hf->metaspace : !tok.hf->nnorms && tok.hf->metaspace && tok.hf->prepend_scheme == TOKENIZER_PREPEND_FIRST),
+               "%s: not read as the converter wrote it", kinds[q]);
+        // the KJV, as -tokenize writes it (whole chapters, then streamed through a 4,093-byte buffer)
+        snprintf(path, sizeof(path), "%s/%s/kjv.ids", dir, kinds[q]);
+        size_t nwant = 0, nspm = 0;
+        struct stat kst;
+        uint32_t* want = stat(path, &kst) == 0 ? (uint32_t*)tok_read_file(path, &nwant) : NULL;  // (--kjv-kinds: v1_legacy, v3)
+        CHECK(want || (q != 0 && q != 3));
+        snprintf(path, sizeof(path), "%s/%s/kjv.spm.ids", dir, kinds[q]);
+        uint32_t* spmids = want ? (uint32_t*)tok_read_file(path, &nspm) : NULL;
+        nwant /= 4, nspm /= 4;
+        for (int streamed = 0; streamed < 2 && want; streamed++) {
+            snprintf(prefix, sizeof(prefix), "%s/sp_%s_%d", test_tmpdir(), kinds[q], streamed);
+            TokenizeStats st;
+            rc = tokenize_file_to_shards_ex(&tok, kjv, prefix, 0, 100000000, streamed ? 4093 : TOKENIZE_CHUNK_BYTES, &st, err, sizeof(err));
+            CHECKF(rc == 0, "%s: -tokenize: %s", kinds[q], err);
+            snprintf(path, sizeof(path), "%s_train_000000.bin", prefix);
+            size_t ngot = 0;
+            uint32_t* got = rc == 0 ? tok_read_shard(path, &ngot) : NULL;
+            size_t i = 0;
+            while (got && i < ngot && i < nwant && got[i] == want[i]) i++;
+            CHECKF(got && ngot == nwant && i == ngot, "%s%s: KJV: %zu ids, tokenizers %zu; first difference at %zu", kinds[q], streamed ? " (streamed)" : "",
+                   ngot, nwant, i);
+            if (!streamed) {
+                size_t same = 0;  // sentencepiece's stream: the same length? the same ids?
+                for (size_t j = 0; j < nwant && j < nspm; j++) same += want[j] == spmids[j];
+                CHECKF(!legacy || (nspm == nwant && same == nwant), "%s: KJV: tokenizers and sentencepiece differ", kinds[q]);
+                printf("    %s: KJV %zu ids, all equal to tokenizers (whole and streamed); sentencepiece: %zu ids, %zu in place equal\n", kinds[q], ngot,
+                       nspm, same);
+            }
+            remove(path);
+            free(got);
+        }
+        free(want);
+        free(spmids);
+        // the hard cases: tokenizers (specials matched, and as text), sentencepiece, decoding
+        char cases[900], ids[900];
+        snprintf(cases, sizeof(cases), "%s/hard.bin", dir);
+        int n = 0;
+        size_t nids = 0;
+        snprintf(ids, sizeof(ids), "%s/%s/hard.ids", dir, kinds[q]);
+        CHECKF(tok_sp_compare(&tok, cases, ids, 1, 0, &n, &nids) == 0, "%s: hard cases (special tokens matched) differ from tokenizers", kinds[q]);
+        snprintf(ids, sizeof(ids), "%s/%s/hard.plain.ids", dir, kinds[q]);
+        CHECKF(tok_sp_compare(&tok, cases, ids, 0, 0, &n, &nids) == 0, "%s: hard cases (special tokens as text) differ from tokenizers", kinds[q]);
+        snprintf(ids, sizeof(ids), "%s/%s/hard.spm.ids", dir, kinds[q]);
+        int spm_bad = tok_sp_compare(&tok, cases, ids, 0, !legacy, &n, &nids);  // (legacy false: the leading-space cases differ)
+        CHECKF(!legacy || spm_bad == 0, "%s: %d hard cases differ from sentencepiece", kinds[q], spm_bad);
+        CHECKF(n >= 1000, "%s: %d hard cases, want the 43 fixed and 1,000 random ones", kinds[q], n);
+        TokRecs c = {NULL, 0, 0}, d = {NULL, 0, 0};
+        c.data = tok_read_file(cases, &c.size);
+        snprintf(path, sizeof(path), "%s/%s/hard.dec", dir, kinds[q]);
+        d.data = tok_read_file(path, &d.size);
+        const unsigned char *cp, *dp;
+        int32_t nc, nd;
+        int dec_bad = 0;
+        tok.hf->match_specials = 0;
+        while (c.data && d.data && tok_recs_next(&c, 1, &cp, &nc) && tok_recs_next(&d, 1, &dp, &nd)) {
+            uint32_t* e = NULL;
+            size_t ne = tok_encode(&tok, cp, (size_t)nc, &e), at = 0;
+            int same = 1, strip = tokenizer_strip_start(&tok);
+            for (size_t i = 0; i < ne && same; i++) {  // the tokens' bytes, less the leading spaces the decoder strips
+                int len;
+                const char* s = tokenizer_decode(&tok, e[i], &len);
+                for (; strip > 0 && len > 0 && s[0] == ' '; strip--) s++, len--;
+                strip = 0;
+                same = at + (size_t)len <= (size_t)nd && memcmp(dp + at, s, (size_t)len) == 0;
+                at += (size_t)len;
+            }
+            dec_bad += !(same && at == (size_t)nd);
+            free(e);
+        }
+        tok.hf->match_specials = 1;
+        CHECKF(dec_bad == 0, "%s: %d hard cases do not decode to tokenizers' decode", kinds[q], dec_bad);
+        free(c.data);
+        free(d.data);
+        printf("    %s: %d hard cases (%zu ids in three streams) equal to tokenizers, decoded alike; sentencepiece differs on %d\n", kinds[q], n,
+               nids, spm_bad);
+        // every cut of a text with leading spaces, special tokens and byte fallback gives the whole text's ids
+        static const char text[] = "  In the beginning <s>God</s>created [INST] the heaven [/INST]  and the earth.\n 漢字 😀 \x01  And the "
+                                   "earth was without form,   and void; ▁and darkness was upon the face of the deep.  ";
+        size_t tn = sizeof(text) - 1;
+        for (int m = 0; m < 2; m++) {
+            tok.hf->match_specials = m;
+            uint32_t *whole, *e = NULL;
+            size_t nwhole = tok_encode(&tok, text, tn, &whole), ne = 0, cap = 0;
+            int bad = 0;
+            for (size_t cut = 0; cut <= tn; cut++) {
+                size_t used = 0;
+                ne = 0;
+                CHECK(tokenizer_encode_part(&tok, (const unsigned char*)text, cut, 0, &used, &e, &ne, &cap) == 0);
+                CHECK(tokenizer_encode(&tok, (const unsigned char*)text + used, tn - used, &e, &ne, &cap) == 0);
+                bad += used > cut || ne != nwhole || memcmp(e, whole, ne * 4) != 0;
+            }
+            CHECKF(bad == 0, "%s (specials %s): %d of %zu cuts give other ids than the whole text", kinds[q], m ? "matched" : "as text", bad, tn + 1);
+            free(whole);
+            free(e);
+        }
+        tok.hf->match_specials = 1;
+        tokenizer_free(&tok);
+    }
+}
