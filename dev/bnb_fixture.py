@@ -56,25 +56,6 @@ WIDEN = None              # --widen H,F
 DEQ_F32 = False           # --deq-f32
 
 
-def quantize_part(w):
-    """bitsandbytes' quantize_4bit with double quantization (nf4_reference.quantize_nf4_dq) with DYN."""
-    codes, absmax = ref.quantize_4bit(w)
-    offset = ref.our_offset(absmax)
-    qabs, nested = ref.quantize_blockwise_cpu((absmax - offset).astype(np.float32), DYN, 256, LUT)
-    return dict(codes=codes, absmax=absmax, offset=offset, qabs=qabs, nested=nested)
-
-
-def dequantize_part(q, n, blocksize=64):
-    """dequantize_blockwise with DYN (code[q] * absmax), += offset, then code[c] * absmax: FP32 (n,)."""
-    nb = q["qabs"].size
-    am = (DYN[q["qabs"]] * np.repeat(q["nested"], 256)[:nb]).astype(np.float32)
-    am = (am + q["offset"]).astype(np.float32)
-    c = np.empty(2 * q["codes"].size, np.uint8)
-    c[0::2] = q["codes"] >> 4
-    c[1::2] = q["codes"] & 15
-    return (ref.NF4[c[:n]] * np.repeat(am, blocksize)[:n]).astype(np.float32)
-
-
 STORAGE = {"uint8": torch.uint8, "bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
@@ -131,7 +112,7 @@ def write(src, out, storage, bnb_name, with_deq):
             deq[name] = t16.float().contiguous()
             continue
         w = t16.float().numpy().reshape(-1)            # the BF16 weights transformers hands bitsandbytes
-        q = quantize_part(w)
+        q = ref.quantize_nf4_dq(w, DYN, LUT)
         codes = torch.from_numpy(q["codes"].copy())    # (ceil(n/2),) uint8
         st = STORAGE[storage]
         if st != torch.uint8:                          # bitsandbytes: packed.squeeze().view(quant_storage).unsqueeze(1)
@@ -144,7 +125,7 @@ def write(src, out, storage, bnb_name, with_deq):
         state = {"quant_type": "nf4", "blocksize": 64, "dtype": "bfloat16", "shape": list(t.shape),
                  "nested_blocksize": 256, "nested_dtype": "float32", "nested_offset": float(q["offset"])}
         bnb[name + ".quant_state.bitsandbytes__nf4"] = torch.tensor(list(json.dumps(state).encode("utf-8")), dtype=torch.uint8)
-        v = dequantize_part(q, w.size)                 # FP32 code[c] * absmax, then dequantize_4bit's BF16 output
+        v, _ = ref.dequantize_nf4_dq(q, w.size, dyn=DYN)  # FP32 code[c] * absmax (then dequantize_4bit's BF16 output)
         if DYN is not ref.DYN:                          # how many weights another map (ours) would change
             global MOVED
             ours, _ = ref.dequantize_nf4_dq(q, w.size)

@@ -189,18 +189,20 @@ def our_offset(absmax):
     return f32(s / len(absmax)) if len(absmax) else f32(0)
 
 
-def quantize_nf4_dq(w):
-    """-> dict(codes, absmax (raw), offset, qabs, nested): the part as bitsandbytes makes it (our offset)."""
+def quantize_nf4_dq(w, dyn=None, lut=None):
+    """-> dict(codes, absmax (raw), offset, qabs, nested): the part as bitsandbytes makes it (our offset);
+    dyn, lut: another nested map and its quantizer's table (build_quantize_lut), None: DYN's."""
     codes, absmax = quantize_4bit(w)
     offset = our_offset(absmax)
-    qabs, nested = quantize_blockwise_cpu((absmax - offset).astype(np.float32), DYN, 256)
+    qabs, nested = quantize_blockwise_cpu((absmax - offset).astype(np.float32), DYN if dyn is None else dyn, 256, lut)
     return dict(codes=codes, absmax=absmax, offset=offset, qabs=qabs, nested=nested)
 
 
-def dequantize_nf4_dq(q, n, blocksize=64):
-    """dequantize_blockwise (code[q] * absmax), += offset, then code[c] * absmax: FP32 (n,)."""
+def dequantize_nf4_dq(q, n, blocksize=64, dyn=None):
+    """dequantize_blockwise (code[q] * absmax), += offset, then code[c] * absmax: FP32 (n,); dyn: the
+    nested map (None: DYN)."""
     nb = q["qabs"].size
-    am = (DYN[q["qabs"]] * np.repeat(q["nested"], 256)[:nb]).astype(np.float32)
+    am = ((DYN if dyn is None else dyn)[q["qabs"]] * np.repeat(q["nested"], 256)[:nb]).astype(np.float32)
     am = (am + q["offset"]).astype(np.float32)
     c = np.empty(2 * q["codes"].size, np.uint8)
     c[0::2] = q["codes"] >> 4

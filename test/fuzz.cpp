@@ -267,22 +267,29 @@ static int fuzz_count_files(const char* dir) {
     return n;
 }
 
+// A scratch Hugging Face checkpoint directory: config.json (config) and model.safetensors (the input).
+static const char* fuzz_hf_dir(const char* config, size_t clen, const uint8_t* data, size_t size) {
+    const char* dir = fuzz_scratch_dir();
+    char path[400];
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    FILE* f = fopen(path, "wb");
+    if (!f || fwrite(config, 1, clen, f) != clen) abort();
+    fclose(f);
+    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+    f = fopen(path, "wb");
+    if (!f || (size && fwrite(data, 1, size, f) != size)) abort();
+    fclose(f);
+    return dir;
+}
+
 // A Hugging Face checkpoint: the input is model.safetensors, beside a fixed small config.json (the
 // seeds in dev/fuzz_seeds.py match it). Opened, it must bind to llm.c's layout (the config fixes
 // both), and filling all parameters at once must equal filling them in pieces. The same bytes also
 // go through the JSON parser directly (the header parser's input is usually the file's tail).
 static void fuzz_safetensors(const uint8_t* data, size_t size) {
     static const char config[] = "{\"model_type\": \"gpt2\", \"n_layer\": 1, \"n_embd\": 8, \"n_head\": 2, \"vocab_size\": 16, \"n_positions\": 8}\n";
-    const char* dir = fuzz_scratch_dir();
-    char path[400], err[2048];
-    snprintf(path, sizeof(path), "%s/config.json", dir);
-    FILE* f = fopen(path, "wb");
-    if (!f || fwrite(config, 1, sizeof(config) - 1, f) != sizeof(config) - 1) abort();
-    fclose(f);
-    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
-    f = fopen(path, "wb");
-    if (!f || (size && fwrite(data, 1, size, f) != size)) abort();
-    fclose(f);
+    const char* dir = fuzz_hf_dir(config, sizeof(config) - 1, data, size);
+    char err[2048];
     Json j;
     if (json_parse(&j, (const char*)data, size, err, sizeof(err)) == 0)
         for (int k = 0; k < j.n; k++) // every node's links and strings stay inside what was parsed
@@ -319,16 +326,8 @@ static void fuzz_bnb(const uint8_t* data, size_t size) {
         "\"num_key_value_heads\": 1, \"intermediate_size\": 16, \"vocab_size\": 16, \"max_position_embeddings\": 8, \"rms_norm_eps\": 1e-5, "
         "\"quantization_config\": {\"quant_method\": \"bitsandbytes\", \"load_in_4bit\": true, \"bnb_4bit_quant_type\": \"nf4\", "
         "\"bnb_4bit_use_double_quant\": true, \"bnb_4bit_quant_storage\": \"uint8\", \"llm_int8_skip_modules\": [\"lm_head\"]}}\n";
-    const char* dir = fuzz_scratch_dir();
-    char path[400], err[2048];
-    snprintf(path, sizeof(path), "%s/config.json", dir);
-    FILE* f = fopen(path, "wb");
-    if (!f || fwrite(config, 1, sizeof(config) - 1, f) != sizeof(config) - 1) abort();
-    fclose(f);
-    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
-    f = fopen(path, "wb");
-    if (!f || (size && fwrite(data, 1, size, f) != size)) abort();
-    fclose(f);
+    const char* dir = fuzz_hf_dir(config, sizeof(config) - 1, data, size);
+    char err[2048];
     HFCheckpoint ck;
     if (hf_open(&ck, dir, err, sizeof(err))) { hf_close(&ck); return; }
     if (!ck.cfg.bnb4) abort();
