@@ -280,7 +280,7 @@ static void nf4_dequant_host_map(float* out, const unsigned char* st, int64_t n,
         if (len % 2) o[len - 1] = v[c[len / 2] >> 4];
     }
 }
-static void nf4_dequant_host(float* out, const unsigned char* st, int64_t n) { nf4_dequant_host_map(out, st, n, NULL); }
+static inline void nf4_dequant_host(float* out, const unsigned char* st, int64_t n) { nf4_dequant_host_map(out, st, n, NULL); }
 
 #ifdef __CUDACC__
 typedef struct { float code[16]; float dyn[256]; } Nf4Tables; // passed by value, copied to shared memory
@@ -337,6 +337,6 @@ static void op_nf4_dequant_map(floatX* out, const unsigned char* st, int64_t n, 
         if (len % 2) o[len - 1] = v[c[len / 2] >> 4];
     }
 }
-static void op_nf4_dequant(floatX* out, const unsigned char* st, int64_t n) { op_nf4_dequant_map(out, st, n, NULL); }
+static inline void op_nf4_dequant(floatX* out, const unsigned char* st, int64_t n) { op_nf4_dequant_map(out, st, n, NULL); }
 
 #endif // ZT_OPS_NF4_CUH

@@ -350,26 +350,29 @@ TEST(multirank_nccl_watchdog_warm_up_and_abort) {
     }
 }
 // [QLoRA] -lora-quant nf4 on the CUDA device (the dequant kernel before each layer's forward and
-// backward, the 4-bit bytes all-gathered by NCCL under ZeRO-3) at R = 2: ZeRO-0 and ZeRO-3 bit-identical,
-// both within tolerance of the CPU device's run (whose dequant is the CPU loop: ops/nf4.cuh's kernel
-// gives the same bits, gpu_nf4_dequant).
+// backward, the 4-bit bytes all-gathered by NCCL under ZeRO-3) at R = 2: ZeRO-0 and ZeRO-3 bit-identical
+// (the kernel against the CPU loop: gpu_nf4_dequant; the whole run against the CPU device: make test-long).
 TEST(multirank_cuda_qlora) {
     static char out[1 << 20];
     const char* lora = "-lora 2 -lora-quant nf4";
     ZtLog cpu, lg[2];
     char hash[2][512];
-    int rc = mr_run(2, "cpu", 0, "mr_qlora_cpu", lora, &cpu, hash[0], out, sizeof(out));
-    CHECKF(rc == 0 && cpu.n == 2, "the CPU device failed (%d):\n%s", rc, out);
     for (int k = 0; k < 2; k++) {
-        rc = mr_run(2, "cuda", 3 * k, k ? "mr_qlora_z3" : "mr_qlora_z0", lora, &lg[k], hash[k], out, sizeof(out));
+        int rc = mr_run(2, "cuda", 3 * k, k ? "mr_qlora_z3" : "mr_qlora_z0", lora, &lg[k], hash[k], out, sizeof(out));
         CHECKF(rc == 0 && lg[k].n == 2, "ZeRO-%d on the CUDA device failed (%d):\n%s", 3 * k, rc, out);
     }
     CHECKF(!memcmp(lg[0].loss, lg[1].loss, sizeof(lg[0].loss)) && !memcmp(lg[0].norm, lg[1].norm, sizeof(lg[0].norm)) && hash[0][0] &&
            !strcmp(hash[0], hash[1]), "CUDA ZeRO-3 differs from ZeRO-0 with a 4-bit base:\n  %s\n  %s", hash[1], hash[0]);
     double worst = 0.0;
-    for (int s = 0; s < 2; s++) worst = fmax(worst, fabs(lg[0].loss[s] - cpu.loss[s]) / cpu.loss[s]);
-    CHECKF(worst < TOL_TRAJ_LOSS, "the CUDA device's losses differ from the CPU device's by %.3g", worst);
-    printf("    R=2, 4-bit base: CUDA ZeRO-0 = ZeRO-3 (%s); against the CPU device %.2e relative\n", hash[0], worst);
+    if (mr_long()) {
+        char h[512];
+        int rc = mr_run(2, "cpu", 0, "mr_qlora_cpu", lora, &cpu, h, out, sizeof(out));
+        CHECKF(rc == 0 && cpu.n == 2, "the CPU device failed (%d):\n%s", rc, out);
+        for (int s = 0; s < 2; s++) worst = fmax(worst, fabs(lg[0].loss[s] - cpu.loss[s]) / cpu.loss[s]);
+        CHECKF(worst < TOL_TRAJ_LOSS, "the CUDA device's losses differ from the CPU device's by %.3g", worst);
+    }
+    printf("    R=2, 4-bit base: CUDA ZeRO-0 = ZeRO-3 (%s)%s", hash[0], mr_long() ? "" : "\n");
+    if (mr_long()) printf("; against the CPU device %.2e relative\n", worst);
 }
 
 #endif // USE_MPI && USE_NCCL

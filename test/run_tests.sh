@@ -178,7 +178,7 @@ stage_end nvcc_build
 
 echo "=== fuzz harnesses: the committed corpus, then a fixed number of seeded inputs each"
 if [ -x test/fuzz ]; then
-    for h in model:1000 shard:300 state:1000 tokenizer:300 bpe:3000 safetensors:1500 jsonl:1500 hfjson:1500 chat:1500 mask:1500 prompt:1500 record:1500 peft:1500 rdv:1500 chatcfg:1500 bnb:1500; do
+    for h in model:1000 shard:300 state:1000 tokenizer:300 bpe:3000 safetensors:1500 jsonl:1500 hfjson:1500 chat:1500 mask:1500 prompt:1500 record:1500 peft:1500 rdv:1500 chatcfg:1500 bnb:500; do
         name=${h%%:*}; runs=${h##*:}
         stage_start
         rm -rf build/fuzz_replay/$name && mkdir -p build/fuzz_replay/$name # new inputs go here, not into the corpus
