@@ -62,7 +62,7 @@ emu_part() {
 gpu_check_emu() {
     local out p
     emu_part "--part 1" "binaries kernel_registers ops model_vs_pytorch recompute_bitwise zero_bitwise llama_family checkpoint_resume
-                        loss_falls_20_steps memory_vs_planner no_cublaslt_fallback" "perf_d12 attention_bench perf_d48" "" || return 1
+                        loss_falls_20_steps memory_vs_planner no_cublaslt_fallback" "perf_d12 attention_bench perf_d48 cudnn_attention" "" || return 1
     emu_part "--part 2" "binaries offload_bitwise grad_accumulation fp32_build val_and_sampling no_cublaslt_fallback" \
                         "sanitizer_memcheck sanitizer_racecheck sanitizer_synccheck torch_perf" "" || return 1
     emu_part "--part 2 --budget 20" "binaries val_and_sampling no_cublaslt_fallback" "torch_perf" \
