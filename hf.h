@@ -45,7 +45,7 @@
 //
 // defines: HFConfig, hf_read_config, hf_check_run, hf_arch_name, HFCheckpoint, hf_is_checkpoint_path,
 //          hf_open, hf_bind, hf_fill, hf_close, hf_largest_tensor, HFWriter, hf_writer_open, hf_writer_put,
-//          hf_writer_commit, hf_writer_abort, HF_SHARD_BYTES, hf_nf4_part
+//          hf_writer_commit, hf_writer_abort, HF_SHARD_BYTES, hf_row_part, hf_nf4_part
 //
 // [QLoRA] In, also: a checkpoint bitsandbytes quantized as transformers saves it (the *-bnb-4bit
 //      repositories): config.json's quantization_config (quant_method bitsandbytes, load_in_4bit,
@@ -983,6 +983,15 @@ static void hf_fill(void* ctx, float* dst, int64_t logical, int64_t len) {
     }
 }
 
+// [QLoRA] Row k's place among the 4-bit rows of its tensor of ours, by first element: the part it fills
+// (wqkv: q_proj 0, k_proj 1, v_proj 2; model.h's nf4_describe_parts orders them the same way).
+static int hf_row_part(const HFCheckpoint* ck, int k) {
+    int part = 0;
+    for (int q = 0; q < ck->nrows; q++)
+        part += ck->rows[q].present && hf_row_nf4(&ck->cfg, &ck->rows[q]) && !strcmp(ck->rows[q].ours, ck->rows[k].ours) && ck->rows[q].at < ck->rows[k].at;
+    return part;
+}
+
 // [QLoRA] Part `part` (in row order: q_proj, k_proj, v_proj of wqkv; gate_proj, up_proj of wgu) of our
 // tensor `ours`, layer `layer`, from a bitsandbytes 4-bit checkpoint: its n weights' storage as
 // ops/nf4.cuh lays it out (st: nf4_part(n).bytes), copied from the file's codes, absmax, nested
@@ -994,12 +1003,9 @@ static int hf_nf4_part(const HFCheckpoint* ck, const char* ours, int layer, int 
     const HFConfig* c = &ck->cfg;
     if (!c->bnb4) return 0;
     int k = -1, seen = 0;
-    for (int r = 0; r < ck->nrows; r++) { // the part-th 4-bit row of ours, by its first element
+    for (int r = 0; r < ck->nrows; r++) { // the part-th 4-bit row of ours
         if (!ck->rows[r].present || strcmp(ck->rows[r].ours, ours) || !hf_row_nf4(c, &ck->rows[r])) continue;
-        int before = 0;
-        for (int q = 0; q < ck->nrows; q++)
-            if (ck->rows[q].present && !strcmp(ck->rows[q].ours, ours) && hf_row_nf4(c, &ck->rows[q]) && ck->rows[q].at < ck->rows[r].at) before++;
-        if (before == part) k = r;
+        if (hf_row_part(ck, r) == part) k = r;
         seen++;
     }
     if (k < 0) return st_err(err, errlen, "internal error: %s has %d 4-bit part(s) in the checkpoint, not part %d", ours, seen, part);

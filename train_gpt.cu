@@ -1718,13 +1718,12 @@ static void log_hashes(Trainer* tr) {
             dev_to_host(xbuf, p + pc[j].local, sizeof(floatX) * pc[j].len);
             xxh64_update(&hp, xbuf, sizeof(floatX) * pc[j].len);
         }
-        for (int j = 0; j < z->lay.ntensors[b]; j++) { // [QLoRA] a 4-bit tensor's bytes in the shard (no pieces)
-            const BlockTensor* t = &z->lay.tensors[b][j];
-            int64_t a = t->off > lo ? t->off : lo, e = t->off + t->len < lo + z->lay.S[b] ? t->off + t->len : lo + z->lay.S[b];
-            if (!t->enc || a >= e) continue;
-            xbuf = (floatX*)realloc(xbuf, sizeof(floatX) * (e - a));
-            dev_to_host(xbuf, p + (a - lo), sizeof(floatX) * (e - a));
-            xxh64_update(&hp, xbuf, sizeof(floatX) * (e - a));
+        EncRun er[MAX_BLOCK_TENSORS]; // [QLoRA] a 4-bit tensor's bytes in the shard (no pieces)
+        int ne = layout_encoded(&z->lay, b, lo, lo + z->lay.S[b], er);
+        for (int j = 0; j < ne; j++) {
+            xbuf = (floatX*)realloc(xbuf, sizeof(floatX) * er[j].len);
+            dev_to_host(xbuf, p + er[j].local, sizeof(floatX) * er[j].len);
+            xxh64_update(&hp, xbuf, sizeof(floatX) * er[j].len);
         }
     }
     for (int i = 0; i < n; i++) {

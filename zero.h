@@ -192,10 +192,10 @@ typedef struct {
     int64_t logical; // offset in the logical parameter vector (llm.c's file order, unpadded)
     int decay;       // weight decay applies
     // [QLoRA] An encoded tensor (a frozen base's 4-bit weights: ops/nf4.cuh) stores len floatX elements
-    // of bytes the model makes from its nlog logical values (zero_fill_frozen_params asks it for them);
-    // it has no pieces (layout_pieces skips it): nothing reads or writes it as logical elements.
+    // of bytes the model makes from its logical values (zero_fill_frozen_params asks it for them); it
+    // has no pieces (layout_pieces skips it, layout_encoded lists it): nothing reads or writes it as
+    // logical elements.
     int enc;
-    int64_t nlog;    // logical elements (len, unless encoded)
 } BlockTensor;
 
 #define MAX_BLOCK_TENSORS 16
@@ -248,7 +248,7 @@ static void layout_add_stored(BlockLayout* lay, int b, int tensor, int layer, in
     if (k >= MAX_BLOCK_TENSORS) die(1, "too many tensors in block %d (internal error)", b);
     BlockTensor* t = &lay->tensors[b][k];
     t->tensor = tensor; t->layer = layer; t->logical = logical; t->decay = decay;
-    t->enc = stored > 0; t->nlog = len; t->len = stored > 0 ? stored : len;
+    t->enc = stored > 0; t->len = stored > 0 ? stored : len;
     t->off = lay->P[b];
     lay->P[b] = round_up(lay->P[b] + t->len, TENSOR_ALIGN);
     lay->logical_total += len;
@@ -300,6 +300,22 @@ static int layout_pieces(const BlockLayout* lay, int b, int64_t lo, int64_t hi, 
         out[n].logical = t->logical + (a - t->off);
         out[n].len = e - a;
         out[n].decay = t->decay;
+        n++;
+    }
+    return n;
+}
+
+// [QLoRA] The encoded tensors' runs inside block b's range [lo, hi), in order: the tensor (its index in
+// the block), where the run is relative to lo and to the tensor's first element, how long (floatX
+// elements). Returns the count.
+typedef struct { int k; int64_t local, at, len; } EncRun;
+static int layout_encoded(const BlockLayout* lay, int b, int64_t lo, int64_t hi, EncRun* out) {
+    int n = 0;
+    for (int k = 0; k < lay->ntensors[b]; k++) {
+        const BlockTensor* t = &lay->tensors[b][k];
+        int64_t a = t->off > lo ? t->off : lo, e = t->off + t->len < hi ? t->off + t->len : hi;
+        if (!t->enc || a >= e) continue;
+        out[n].k = k; out[n].local = a - lo; out[n].at = a - t->off; out[n].len = e - a;
         n++;
     }
     return n;
@@ -2325,13 +2341,13 @@ static int64_t zero_fill_frozen_params(Zero* z, LogicalFill fill, void* ctx, Enc
         int k = layout_pieces(&z->lay, b, lo, lo + n, pc);
         for (int i = 0; i < k; i++) fill(ctx, host + pc[i].local, pc[i].logical, pc[i].len);
         for (int64_t i = 0; i < n; i++) { px[i] = rn(host[i]); bad += !isfinite(host[i]); }
-        for (int i = 0; i < z->lay.ntensors[b]; i++) { // [QLoRA] encoded tensors: their bytes in the range
-            const BlockTensor* t = &z->lay.tensors[b][i];
-            int64_t a = t->off > lo ? t->off : lo, e = t->off + t->len < lo + n ? t->off + t->len : lo + n;
-            if (!t->enc || a >= e) continue;
-            if (!enc) die(1, "block %d holds an encoded tensor and no encoder was given (internal error)", b);
-            bad += enc(enc_ctx, t->tensor, t->layer, (unsigned char*)(px + (a - lo)), (a - t->off) * (int64_t)sizeof(floatX),
-                       (e - a) * (int64_t)sizeof(floatX));
+        EncRun er[MAX_BLOCK_TENSORS]; // [QLoRA] encoded tensors: their bytes in the range
+        int ne = layout_encoded(&z->lay, b, lo, lo + n, er);
+        if (ne && !enc) die(1, "block %d holds an encoded tensor and no encoder was given (internal error)", b);
+        for (int i = 0; i < ne; i++) {
+            const BlockTensor* t = &z->lay.tensors[b][er[i].k];
+            bad += enc(enc_ctx, t->tensor, t->layer, (unsigned char*)(px + er[i].local), er[i].at * (int64_t)sizeof(floatX),
+                       er[i].len * (int64_t)sizeof(floatX));
         }
         floatX* dst = z->stage == 0 ? z->full_params + z->lay.off[b]
                     : !zero_gathered(z, b) ? z->full_params + z->lay.off[b] + lo : zero_shard_params(z, b);

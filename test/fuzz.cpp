@@ -334,8 +334,7 @@ static void fuzz_bnb(const uint8_t* data, size_t size) {
     for (int k = 0; k < ck.nrows; k++) {
         const HFTensorRow* r = &ck.rows[k];
         if (!r->lin || !r->present) continue;
-        int part = 0; // its place among its tensor's 4-bit rows
-        for (int q = 0; q < ck.nrows; q++) part += ck.rows[q].lin && ck.rows[q].present && !strcmp(ck.rows[q].ours, r->ours) && ck.rows[q].at < r->at;
+        int part = hf_row_part(&ck, k);
         int64_t n = r->d0 * r->d1;
         Nf4Part P = nf4_part(n);
         unsigned char* st = (unsigned char*)malloc((size_t)P.bytes);
