@@ -22,6 +22,8 @@
 //     gradient reduction                     FP32, SUM (the loss gradient is pre-scaled by 1/(R*GA*B*T))
 //     master weights, Adam m, Adam v         FP32
 //     activations and their gradients        floatX
+//     [QLoRA] a frozen base's encoded tensors bytes the model makes (ops/nf4.cuh: 4-bit NF4 parts), held as
+//                                            floatX elements: sharded and gathered as they are, never reduced
 //
 // THE HOOKS. The model's forward and backward never test the stage; they call these, and each
 // does what its stage needs (the io block has its own lifecycle: see zero_before_embedding).
