@@ -203,6 +203,10 @@ static cudaStream_t g_offload_stream = 0;
 //   ZT_FAULT=offload-grad-every:B  [cpu] block B's shard is copied after every micro-step's reduction
 //   ZT_FAULT=offload-grad-nowait:B [cpu] block B's shard is copied as soon as its reduction is issued,
 //                                  not when it is complete (CUDA: no wait for the collective's event)
+//   ZT_FAULT=offload-params-skip-down:B  [-offload-params] block B's parameters are never written to where
+//                                  the shard lives (they stay as the last write left them: zeros at the start)
+//   ZT_FAULT=offload-params-nowait:B [-offload-params, CUDA] block B's copy up does not wait for the compute
+//                                  stream (it may overwrite a gather buffer a kernel still reads)
 //   ZT_FAULT=offload-enospc:N      [nvme] the N-th unit written by a step fails as a full disk would
 //   ZT_FAULT=offload-eio:N         [nvme] the N-th unit read by a step fails with an I/O error
 // Never set outside the tests.
@@ -757,9 +761,12 @@ static void offload_adamw(Zero* z, const AdamWParams* hp, const StepScalars* sc)
         int n = offload_unit_segments(z, un, seg);
         adamw_host_max(o->pbuf[k], master, m, v, offload_unit_grads(z, o, u), seg, n, &p, &mx);
         if (nvme) offload_io_issue(o, 1, u);
-        floatX* dst = zero_opt_params(z, un->b) + un->lo;
-        for (int i = 0; i < n && !offload_fault("offload-skip-copy", un->b); i++)
-            if (seg[i].len > 0) offload_h2d(o, dst + seg[i].off, o->pbuf[k] + seg[i].off, sizeof(floatX) * (size_t)seg[i].len);
+        floatX* dst = zero_opt_params(z, un->b); // [-offload-params] NULL: the shard is on the host, not the device
+        for (int i = 0; i < n && !offload_fault("offload-skip-copy", un->b); i++) {
+            if (seg[i].len <= 0) continue;
+            if (!dst) zero_shard_put(z, un->b, un->lo + seg[i].off, o->pbuf[k] + seg[i].off, seg[i].len); // never up and down
+            else offload_h2d(o, dst + un->lo + seg[i].off, o->pbuf[k] + seg[i].off, sizeof(floatX) * (size_t)seg[i].len);
+        }
 #ifdef __CUDACC__
         if (g_device == DEV_CUDA) cudaCheck(cudaEventRecord(o->h2d[k], o->stream));
 #endif
@@ -773,6 +780,204 @@ static void offload_adamw(Zero* z, const AdamWParams* hp, const StepScalars* sc)
         cudaCheck(cudaStreamWaitEvent(g_stream, o->done_ev, 0));
     }
 #endif
+}
+
+// ----------------------------------------------------------------------------
+// -offload-params cpu|nvme: ZeRO-3's parameter shards off the device (ZeRO-Infinity's parameter
+// offload; FSDP's CPUOffload(offload_params=True)). Each rank's floatX shard of every block (laid out as
+// shard_params would be: lay.shard_off) lives in page-locked host memory (cpu) or in a file per rank
+// under -offload-dir (nvme); the device keeps no shard at all, only the gather buffers it had already.
+//
+// THE PATH (the hooks do not change; zero_gather_start calls param_up, then gathers in place):
+//   up:   block b's shard goes into its own place in the block's gather buffer (param_buf + r*S), then
+//         the all-gather runs in place (R = 1: the copy is the gather). CUDA: on the communication
+//         stream, after an event recorded on the compute stream at that moment (the buffer's last
+//         reader, the block released before, is before it), so the copy and the gather are one stream
+//         in order, overlapping the compute of the layer before, as the gather alone did.
+//         [cpu] from the pinned shard itself; [nvme] pread into the slot's pinned staging first
+//         (the host waits for that staging's previous copy: an event per slot), then up. The read
+//         happens on the host when the gather is issued, one layer ahead of its use (the hooks'
+//         prefetch): on a GPU the host runs ahead of the device, so the read overlaps the device's
+//         compute; on the CPU device it does not (it is the same memory anyway: a code path).
+//   down: [AdamW on the device] the update is written into the block's gather buffer (released at
+//         the step) at the shard's place, and its segments (padding never written, as on the device)
+//         are copied to the host shard ([nvme] through a pinned buffer to the file) in the compute
+//         stream's order; the host waits once after the last block (PARAM_SYNC). [-offload cpu|nvme:
+//         AdamW on the host] the rounded parameters go from its staging straight to the host shard
+//         (or the file): they never go up to the device and back down.
+// The step knows before the update whether it applies (train_step reads the scalars back at once
+// with parameter offload: readback_lag 0), so a skipped step copies nothing.
+// Exactness: the bytes are moved, never changed: bit-identical to the resident run at any R.
+// Not yet: the FP32 gradient shard still lives on the device (shard_grads), the nvme reads are not
+// issued ahead of the gather by the I/O thread, and -z auto / -tune do not choose it (docs/offload.md).
+
+typedef struct {
+    Offload kind;
+    floatX* shard;        // [cpu] pinned (lay.shard_total): the rank's shard of every block
+    int fd;               // [nvme] the file: the shard as shard_params lays it out
+    char path[4096];
+    floatX* stage[4];     // [nvme] pinned, one per gather slot (that slot's block's S): the file read into it
+    floatX* down;         // [nvme] pinned (the largest trainable shard): an updated segment on its way to the file
+    int64_t down_n;
+    size_t host_bytes;    // what this rank allocated on the host (param_offload_host_bytes)
+    int64_t ups, up_bytes; // shards copied up so far, and their bytes (the log's count)
+#ifdef __CUDACC__
+    cudaEvent_t compute;  // recorded on the compute stream before a copy up (the comm stream waits for it)
+    cudaEvent_t up[4];    // [nvme] recorded on the comm stream after slot i's copy: stage[i] may be refilled
+    int up_pending[4];
+#endif
+} ParamOffload;
+
+// "none" | "cpu" | "nvme" (offload_parse's words) for -offload-params.
+// Host bytes one rank holds for it: cpu: the whole shard (floatX, pinned); nvme: one staging buffer
+// per gather slot and one for the update's segments. THE closed form: param_offload_init allocates
+// exactly this, the planner prints it.
+static int64_t param_offload_slot_shard(const BlockLayout* lay, int i) {
+    int b = i == 3 ? lay->adapter : i == 0 ? 0 : 1;
+    if (i == 3 ? !lay->adapter : b >= lay->nblocks - (lay->adapter > 0)) return 0;
+    return lay->S[b];
+}
+static size_t param_offload_host_bytes(const BlockLayout* lay, Offload k) {
+    if (k == OFFLOAD_NONE) return 0;
+    if (k == OFFLOAD_CPU) return sizeof(floatX) * (size_t)lay->shard_total;
+    size_t n = (size_t)offload_max_shard(lay);
+    for (int i = 0; i < 4; i++) n += (size_t)param_offload_slot_shard(lay, i);
+    return sizeof(floatX) * n;
+}
+
+static void param_offload_die(const ParamOffload* po, int err, const char* what) {
+    die(1, "-offload-params nvme: %s: %s failed (%s). HINT: free space under -offload-dir (the file needs %d bytes per "
+           "parameter of the rank's shard) or check the device; the last checkpoint is intact: resume with -y 1",
+        po->path, what, strerror(err), (int)sizeof(floatX));
+}
+// [nvme] n elements of the file at element `at`: read into (write 0) or written from (write 1) buf.
+static void param_file_io(ParamOffload* po, int64_t at, floatX* buf, int64_t n, int write) {
+    if (n <= 0) return;
+    off_t off = (off_t)(at * (int64_t)sizeof(floatX));
+    size_t bytes = sizeof(floatX) * (size_t)n;
+    if (write ? offload_pwrite(po->fd, buf, bytes, off) : offload_pread(po->fd, buf, bytes, off)) {
+        char what[128];
+        snprintf(what, sizeof(what), "%s of %zu bytes at offset %lld", write ? "write" : "read", bytes, (long long)off);
+        param_offload_die(po, errno, what);
+    }
+}
+
+// Zero.param_up: block b's shard into dst (param_buf + r*S), in the gather's order (see THE PATH).
+static void param_offload_up(Zero* z, int b, floatX* dst) {
+    ParamOffload* po = (ParamOffload*)z->param_ctx;
+    int64_t S = z->lay.S[b], at = z->lay.shard_off[b];
+    int slot = zero_slot(z, b);
+    const floatX* src = po->shard ? po->shard + at : po->stage[slot];
+    if (po->kind == OFFLOAD_NVME) {
+#ifdef __CUDACC__
+        if (g_device == DEV_CUDA && po->up_pending[slot]) cudaCheck(cudaEventSynchronize(po->up[slot])); // its last copy has left
+#endif
+        param_file_io(po, at, po->stage[slot], S, 0);
+    }
+    po->ups++;
+    po->up_bytes += S * (int64_t)sizeof(floatX);
+#ifdef __CUDACC__
+    if (g_device == DEV_CUDA) {
+        cudaStream_t cs = z->comm->stream;
+        cudaCheck(cudaEventRecord(po->compute, g_stream)); // the buffer's last reader is before this
+        if (!offload_fault("offload-params-nowait", b)) cudaCheck(cudaStreamWaitEvent(cs, po->compute, 0));
+        cudaCheck(cudaMemcpyAsync(dst, src, sizeof(floatX) * (size_t)S, cudaMemcpyHostToDevice, cs));
+        if (po->kind == OFFLOAD_NVME) { cudaCheck(cudaEventRecord(po->up[slot], cs)); po->up_pending[slot] = 1; }
+        return;
+    }
+#endif
+    memcpy(dst, src, sizeof(floatX) * (size_t)S);
+}
+
+// Zero.param_io: elements [at, at + n) of block b's shard (see Zero.param_io for the modes).
+static void param_offload_io(Zero* z, int b, int64_t at, floatX* buf, int64_t n, int mode) {
+    ParamOffload* po = (ParamOffload*)z->param_ctx;
+    if (mode == PARAM_SYNC) {
+#ifdef __CUDACC__
+        if (g_device == DEV_CUDA) cudaCheck(cudaStreamSynchronize(g_stream)); // every PUT_DEV has landed
+#endif
+        return;
+    }
+    if (n <= 0) return;
+    if (mode != PARAM_GET && offload_fault("offload-params-skip-down", b)) return;
+    int64_t e = z->lay.shard_off[b] + at;
+    if (mode == PARAM_PUT_DEV && po->kind == OFFLOAD_NVME) { // through the pinned buffer, in pieces of its size
+        for (int64_t k = 0; k < n; k += po->down_n) {
+            int64_t m = n - k < po->down_n ? n - k : po->down_n;
+            dev_to_host(po->down, buf + k, sizeof(floatX) * (size_t)m); // (waits for the compute stream)
+            param_file_io(po, e + k, po->down, m, 1);
+        }
+        return;
+    }
+    if (mode == PARAM_PUT_DEV) { // [cpu] straight into the pinned shard, in the compute stream's order
+#ifdef __CUDACC__
+        if (g_device == DEV_CUDA) { cudaCheck(cudaMemcpyAsync(po->shard + e, buf, sizeof(floatX) * (size_t)n, cudaMemcpyDeviceToHost, g_stream)); return; }
+#endif
+        memcpy(po->shard + e, buf, sizeof(floatX) * (size_t)n);
+        return;
+    }
+    if (po->kind == OFFLOAD_NVME) { param_file_io(po, e, buf, n, mode == PARAM_PUT); return; }
+    if (mode == PARAM_PUT) memcpy(po->shard + e, buf, sizeof(floatX) * (size_t)n);
+    else memcpy(buf, po->shard + e, sizeof(floatX) * (size_t)n);
+}
+
+// Place the shards (zero_init left shard_params NULL): cpu: pinned host memory, zeroed; nvme:
+// dir/zt_params_<pid>_r<rank>.bin, sized (posix_fallocate: zeros; a full disk says so now) and
+// unlinked at once, and the staging buffers.
+static void param_offload_init(Zero* z, const char* dir) {
+    if (z->param_loc == OFFLOAD_NONE) return;
+    if (z->stage != 3 || (z->lay.rep_frozen && z->lay.adapter)) die(1, "internal error: -offload-params needs ZeRO-3 with sharded blocks (check_flags refuses it)");
+    ParamOffload* po = (ParamOffload*)calloc(1, sizeof(ParamOffload));
+    if (!po) die(1, "out of host memory for the parameter offload state");
+    po->kind = z->param_loc;
+    po->fd = -1;
+    if (po->kind == OFFLOAD_CPU) {
+        po->shard = (floatX*)host_pinned_alloc(sizeof(floatX) * (size_t)(z->lay.shard_total > 0 ? z->lay.shard_total : 1));
+    } else {
+        snprintf(po->path, sizeof(po->path), "%s/zt_params_%d_r%05d.bin", dir, (int)getpid(), z->r);
+        po->fd = open(po->path, O_RDWR | O_CREAT | O_EXCL, 0600);
+        if (po->fd < 0) die_user("-offload-dir %s: cannot create %s: %s", dir, po->path, strerror(errno));
+        unlink(po->path); // the file lives while the process does
+        off_t bytes = (off_t)(sizeof(floatX) * (size_t)z->lay.shard_total);
+        int e = posix_fallocate(po->fd, 0, bytes > 0 ? bytes : 1);
+        if (e) { char what[64]; snprintf(what, sizeof(what), "reserving %lld bytes", (long long)bytes); param_offload_die(po, e, what); }
+        for (int i = 0; i < 4; i++) {
+            int64_t n = param_offload_slot_shard(&z->lay, i);
+            if (n > 0) po->stage[i] = (floatX*)host_pinned_alloc(sizeof(floatX) * (size_t)n);
+        }
+        po->down_n = offload_max_shard(&z->lay);
+        po->down = (floatX*)host_pinned_alloc(sizeof(floatX) * (size_t)(po->down_n > 0 ? po->down_n : 1));
+    }
+    po->host_bytes = param_offload_host_bytes(&z->lay, po->kind);
+#ifdef __CUDACC__
+    if (g_device == DEV_CUDA) {
+        cudaCheck(cudaEventCreateWithFlags(&po->compute, cudaEventDisableTiming));
+        for (int i = 0; i < 4; i++) cudaCheck(cudaEventCreateWithFlags(&po->up[i], cudaEventDisableTiming));
+    }
+#endif
+    z->param_ctx = po;
+    z->param_up = param_offload_up;
+    z->param_io = param_offload_io;
+}
+
+static void param_offload_free(Zero* z) {
+    ParamOffload* po = (ParamOffload*)z->param_ctx;
+    if (!po) return;
+#ifdef __CUDACC__
+    if (g_device == DEV_CUDA) {
+        cudaCheck(cudaStreamSynchronize(z->comm->stream)); // (no copy from the host buffers is in flight)
+        cudaCheck(cudaEventDestroy(po->compute));
+        for (int i = 0; i < 4; i++) cudaCheck(cudaEventDestroy(po->up[i]));
+    }
+#endif
+    if (po->shard) host_pinned_free(po->shard);
+    for (int i = 0; i < 4; i++) if (po->stage[i]) host_pinned_free(po->stage[i]);
+    if (po->down) host_pinned_free(po->down);
+    if (po->fd >= 0) close(po->fd);
+    free(po);
+    z->param_ctx = NULL;
+    z->param_up = NULL;
+    z->param_io = NULL;
 }
 
 #endif // ZT_OFFLOAD_H

@@ -30,6 +30,7 @@
 
 typedef struct {
     int stage, recompute, offload;  // offload: the optimizer state lives on the host (-offload cpu)
+    int offload_params;             // [-offload-params] the ZeRO-3 parameter shards live on the host (cpu) or disk (nvme)
     int rep_base;                   // [LoRA] 1: every rank holds the whole frozen base (ZeRO-0/1/2 always; ZeRO-3 with
                                     // -lora-base replicated: never gathered, the adapters alone sharded); 0: sharded (or no LoRA)
     size_t bytes[TAG_COUNT];        // per rank
@@ -84,11 +85,13 @@ static double plan_headroom(double mem) { return fmax(0.05 * mem, 1073741824.0);
 
 // Bytes of every tag on one rank and the collectives of one step, for a configuration.
 static void plan_config(const GPTConfig* c, int B, int T, int R, int GA, int stage, int recompute, Offload offload, double offload_buffer,
-                        PlanRow* p) {
+                        Offload params, PlanRow* p) {
     memset(p, 0, sizeof(*p));
+    if (stage != 3) params = OFFLOAD_NONE;
     p->stage = stage;
     p->recompute = recompute;
     p->offload = offload;
+    p->offload_params = params;
     p->rep_base = c->lora_r && (stage <= 2 || c->lora_rep);
     ModelDesc d;
     model_describe(&d, c);
@@ -97,12 +100,12 @@ static void plan_config(const GPTConfig* c, int B, int T, int R, int GA, int sta
     ZeroSizes s = zero_sizes(&lay, stage);
     size_t X = sizeof(floatX), acts, logits;
     acts_bytes(c, B, T, recompute, &acts, &logits);
-    p->bytes[TAG_PARAMS] = X * (s.full_params + s.shard_params);
+    p->bytes[TAG_PARAMS] = X * (s.full_params + (params ? 0 : s.shard_params)); // [-offload-params] the shard on the host
     p->bytes[TAG_PARAM_BUF] = X * (s.param_bufs + lora_dequant_elems(&d)); // [QLoRA] + one layer dequantized (lora.h)
     p->bytes[TAG_GRADS] = 4 * (s.full_grads + s.shard_grads);
     p->bytes[TAG_GRAD_BUF] = 4 * s.grad_bufs;
     p->bytes[TAG_MASTER] = p->bytes[TAG_ADAM_M] = p->bytes[TAG_ADAM_V] = offload ? 0 : 4 * s.opt; // [offload] on the host
-    p->host_bytes = offload_host_bytes(&lay, offload, offload_buffer);
+    p->host_bytes = offload_host_bytes(&lay, offload, offload_buffer) + param_offload_host_bytes(&lay, params);
     // [offload] the FP32 gradient shard down (cpu: block by block during the backward, the io block,
     // reduced last, after it; nvme: at the step, once while the overflow check is proved by its bound,
     // the steady state: adamw_bound_finite) and the floatX parameters up
@@ -409,7 +412,7 @@ static int plan_rows(const GPTConfig* c, int B, int T, int R, int GA, int local_
         cz.lora_rep = z == 4;
         for (int r = 0; r <= 3; r++) {
             PlanRow* p = &rows[n++];
-            plan_config(&cz, B, T, R, GA, z == 4 ? 3 : z, r, OFFLOAD_NONE, 0, p);
+            plan_config(&cz, B, T, R, GA, z == 4 ? 3 : z, r, OFFLOAD_NONE, 0, OFFLOAD_NONE, p);
             p->compute_s = plan_compute_s(e, c, T, r) * B * T * GA;
             p->comm_s = p->traffic / e->link;
             p->step_s = p->compute_s + p->comm_s; // no overlap assumed
@@ -431,7 +434,7 @@ static int plan_rows(const GPTConfig* c, int B, int T, int R, int GA, int local_
     for (int z = 1; z <= 3; z++)
         for (int r = 0; r <= 3; r++) {
             PlanRow* p = &rows[n++];
-            plan_config(&cs, B, T, R, GA, z, r, (Offload)k, e->offload_buffer, p);
+            plan_config(&cs, B, T, R, GA, z, r, (Offload)k, e->offload_buffer, OFFLOAD_NONE, p);
             double state = p->state_bytes; // master, m, v of the shard: 12 bytes an element
             p->compute_s = plan_compute_s(e, c, T, r) * B * T * GA;
             p->comm_s = p->traffic / e->link;
@@ -513,7 +516,7 @@ static Bytes fmt_bytes(double b) {
 // Why nothing fits, and what would: more ranks, a smaller micro-batch, recompute, more memory.
 static void plan_explain_misfit(const GPTConfig* c, int B, int T, int R, int GA, const PlanEnv* e, char* out, size_t cap) {
     PlanRow p;
-    plan_config(c, B, T, R, GA, 3, 3, OFFLOAD_NONE, 0, &p);
+    plan_config(c, B, T, R, GA, 3, 3, OFFLOAD_NONE, 0, OFFLOAD_NONE, &p);
     size_t fixed = p.bytes[TAG_ACTS] + p.bytes[TAG_LOGITS] + p.bytes[TAG_WORK] + p.bytes[TAG_PARAM_BUF] + p.bytes[TAG_GRAD_BUF];
     double usable = e->mem - e->headroom;
     int n = snprintf(out, cap, "nothing fits in %s per rank (%s) less the headroom of %s (" PLAN_HEADROOM_TEXT "): the smallest, "
@@ -522,7 +525,7 @@ static void plan_explain_misfit(const GPTConfig* c, int B, int T, int R, int GA,
     int Rfit = 0;
     for (int r2 = R + 1; r2 <= 65536 && !Rfit; r2 *= 2) {
         PlanRow q;
-        plan_config(c, B, T, r2, GA, 3, 3, OFFLOAD_NONE, 0, &q);
+        plan_config(c, B, T, r2, GA, 3, 3, OFFLOAD_NONE, 0, OFFLOAD_NONE, &q);
         if (q.total <= usable) Rfit = r2;
     }
     if (Rfit) n += snprintf(out + n, cap - n, "; with %d ranks it would fit", Rfit);

@@ -373,6 +373,9 @@ static void check_lora_flags(Flags* f, const GPTConfig* c) {
     if (!c->lora_r && strcmp(f->lora_base, "auto")) die_user("flag -lora-base %s: needs -lora r (no frozen base without adapters)", f->lora_base);
     if (!strcmp(f->lora_base, "sharded") && f->zero_stage >= 0 && f->zero_stage <= 2)
         die_user("flag -lora-base sharded: only ZeRO-3 shards parameters, and this run has -z %d (its ranks hold the whole base). HINT: -z 3, or -z auto", f->zero_stage);
+    if (c->lora_r && !strcmp(f->lora_base, "replicated") && strcmp(f->offload_params, "none"))
+        die_user("flag -offload-params %s: with -lora-base replicated every device holds the whole frozen base and only the "
+                 "adapters are sharded: there is no base shard to offload. HINT: -lora-base sharded", f->offload_params);
     if (!c->lora_r) return;
     if (f->export_path[0]) die_user("flag -export: not yet with -lora (llm.c's export of a LoRA run is not built yet; -lora-export writes the adapters, -export-hf the merged model; see docs/lora.md)");
     // a checkpoint of a LoRA run holds the adapters' state and the base's identity, not the base again
@@ -416,7 +419,14 @@ static void check_flags(const Flags* f, const GPTConfig* c, int R) {
     if (f->world < 0) die_user("flag -world: %d ranks", f->world);
     int off = strcmp(f->offload, "auto") ? offload_parse(f->offload) : OFFLOAD_NONE;
     if (off < 0) die_user("flag -offload: '%s' is not none, cpu, nvme or auto", f->offload);
-    if (off != OFFLOAD_NVME && f->offload_dir[0] && strcmp(f->offload, "auto")) die_user("flag -offload-dir is for -offload nvme (this run: -offload %s)", f->offload);
+    int poff = offload_parse(f->offload_params);
+    if (poff < 0) die_user("flag -offload-params: '%s' is not none, cpu or nvme", f->offload_params);
+    if (poff != OFFLOAD_NONE && f->zero_stage != 3 && !f->plan)
+        die_user("flag -offload-params %s needs -z 3 (given, not auto): only ZeRO-3 shards the parameters and gathers them block by "
+                 "block; below it every rank holds them whole (and -z auto / -tune do not choose parameter offload yet)", f->offload_params);
+    if (poff == OFFLOAD_NVME && !f->offload_dir[0]) die_user("flag -offload-params nvme needs -offload-dir DIR (a directory on the disk that holds the parameters)");
+    if (off != OFFLOAD_NVME && poff != OFFLOAD_NVME && f->offload_dir[0] && strcmp(f->offload, "auto"))
+        die_user("flag -offload-dir is for -offload nvme or -offload-params nvme (this run: -offload %s)", f->offload);
     if (off == OFFLOAD_NVME && !f->offload_dir[0]) die_user("flag -offload nvme needs -offload-dir DIR (a directory on the disk that holds the state)");
     if (parse_size(f->offload_buffer) <= 0) die_user("flag -offload-buffer: '%s' is not a size (examples: 256MiB, 1GiB)", f->offload_buffer);
     if (off != OFFLOAD_NONE && f->zero_stage == 0 && !f->plan && !(f->tune && !f->zero_stage_set)) // (-plan plans every stage; -tune chooses -z)
@@ -692,6 +702,8 @@ static void print_memory_table(Comm* comm, const Zero* z, const GPTConfig* c, in
         f_opt = st == 0 ? "4 * P_A" : "4 * P_A / R";
     }
     if (rep) f_params = "X * (Psi' - P_A + P_A / R)";
+    int poff = z->param_loc != OFFLOAD_NONE; // [-offload-params] the shard is not on the device: 0 here
+    if (poff) f_params = z->param_loc == OFFLOAD_CPU ? "- (-offload-params cpu)" : "- (-offload-params nvme)";
     int off = z->offload != OFFLOAD_NONE; // [offload] master, m, v are not on the device: 0 here
     double opt_dev = off ? 0.0 : 4.0 * s->opt;
     if (off) f_opt = z->offload == OFFLOAD_CPU ? "- (-offload cpu: host)" : "- (-offload nvme: file)";
@@ -701,7 +713,7 @@ static void print_memory_table(Comm* comm, const Zero* z, const GPTConfig* c, in
     const char* f_bufs = rep ? "X * P_A" : st == 3 ? "X * (P_io + 2 P_layer)" : "-";
     if (deq > 0) f_bufs = rep ? "X * (P_A + deq)" : st == 3 ? "X * (P_io+2 P_layer+deq)" : "X * deq";
     struct { const char* formula; double bytes; } closed[TAG_COUNT] = {
-        {f_params, X * (s->full_params + s->shard_params)},
+        {f_params, X * (s->full_params + (poff ? 0 : s->shard_params))},
         {f_bufs, X * s->param_bufs + deq},
         {f_grads, 4.0 * (s->full_grads + s->shard_grads)},
         {st >= 2 ? "4 * (P_io + 2 P_layer)" : "-", 4.0 * s->grad_bufs},
@@ -749,6 +761,9 @@ static void print_memory_table(Comm* comm, const Zero* z, const GPTConfig* c, in
     if (off) // [offload] the device holds the parameters and gradients only
         printf0("         of which 12 Psi'/R = %.2f MiB (master, m, v) %s, %.2f MiB on the device\n", 12.0 * s->opt / MiB,
                 z->offload == OFFLOAD_CPU ? "in host memory (-offload cpu)" : "in the -offload-dir file (-offload nvme)", (ours - 12.0 * s->opt) / MiB);
+    if (poff) // [-offload-params] nor the parameter shard
+        printf0("         of which X Psi'/R = %.2f MiB (the parameter shard) %s\n", X * s->shard_params / MiB,
+                z->param_loc == OFFLOAD_CPU ? "in page-locked host memory (-offload-params cpu)" : "in the -offload-dir file (-offload-params nvme)");
     printf0("  paper: %-26s = %9.2f MiB   (ZeRO section 5: 16-bit gradients)\n", form[st], paper[st] / MiB);
     printf0("  ours keeps gradients in FP32 (+2 bytes per gradient element held), has X = %d-byte parameters,\n"
             "  and pads tensors to 8 elements and blocks to 8R (Psi' - Psi = %lld); the io/layer buffers of\n"
@@ -833,8 +848,10 @@ static void print_setup(const Flags* f, Comm* comm, const Launch* L, const Model
 #endif
     if (g_device == DEV_CPU)
         snprintf(have, sizeof(have), " of %s available per rank", fmt_bytes(mem_available_bytes() / (L->local_world > 0 ? L->local_world : 1)).s);
-    printf0("memory per rank: %s%s (params %s, grads %s, optimizer %s%s, activations and logits %s, other %s; -verbose 1: by tag)\n",
-            fmt_bytes(most).s, have, fmt_bytes(kind[0]).s, fmt_bytes(kind[1]).s, fmt_bytes(kind[2]).s,
+    printf0("memory per rank: %s%s (params %s%s, grads %s, optimizer %s%s, activations and logits %s, other %s; -verbose 1: by tag)\n",
+            fmt_bytes(most).s, have, fmt_bytes(kind[0]).s,
+            z->param_loc == OFFLOAD_NONE ? "" : z->param_loc == OFFLOAD_CPU ? " + the shard on the host" : " + the shard in the -offload-dir file",
+            fmt_bytes(kind[1]).s, fmt_bytes(kind[2]).s,
             z->offload == OFFLOAD_NONE ? "" : z->offload == OFFLOAD_CPU ? " on the host" : " in the -offload-dir file", fmt_bytes(kind[3]).s,
             fmt_bytes(kind[4]).s);
     if (g_device == DEV_CUDA) {

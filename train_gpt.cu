@@ -1134,9 +1134,11 @@ static void trainer_build_model(Trainer* tr, const GPTConfig* c, int stage, int 
     model_describe(&m->d, c);
     BlockLayout lay;
     model_layout(&m->d, &lay, tr->R, tr->r);
-    zero_init(&m->z, &lay, stage, &tr->comm, f->poison, offload);
+    Offload params = stage == 3 ? (Offload)offload_parse(f->offload_params) : OFFLOAD_NONE;
+    zero_init(&m->z, &lay, stage, &tr->comm, f->poison, offload, params);
     if (offload != OFFLOAD_NONE) offload_pin_threads(tr->launch.local_rank, tr->launch.local_world); // [offload] the rank's cores
     offload_init(&m->z, f->offload_dir, parse_size(f->offload_buffer)); // [offload] master, m, v in host memory or a file
+    param_offload_init(&m->z, f->offload_dir); // [-offload-params] the parameter shards in host memory or a file
     acts_alloc(&m->a, c, f->B, f->T, recompute);
     lora_alloc(&m->lora, &m->d.lora, c->L, (uint64_t)f->seed, (int64_t)f->B * f->T, lora_discard_floats(&m->d)); // [LoRA]
     lora_base_alloc(&m->lora, &m->d); // [QLoRA] one layer dequantized (none for a BF16 base)
@@ -1155,13 +1157,14 @@ static void trainer_build_model(Trainer* tr, const GPTConfig* c, int stage, int 
     m->z.adam_max = (AdamWMax*)(tr->scalars + 1); // the maxima the updates leave, beside the scalars (across steps)
     dev_zero(m->z.adam_max, sizeof(AdamWMax));    // (unknown: the first step's check runs)
     tr->scalars_host = (StepScalars*)host_pinned_alloc(sizeof(StepScalars));
-    tr->readback_lag = g_device == DEV_CUDA && tr->R == 1; // see train_step
+    tr->readback_lag = g_device == DEV_CUDA && tr->R == 1 && !params; // see train_step ([-offload-params] zero_adamw)
     // what was allocated is exactly what the planner computes, tag by tag
-    plan_config(c, f->B, f->T, tr->R, tr->GA, stage, recompute, offload, parse_size(f->offload_buffer), plan);
+    plan_config(c, f->B, f->T, tr->R, tr->GA, stage, recompute, offload, parse_size(f->offload_buffer), params, plan);
     for (int t = 0; t < TAG_COUNT; t++)
         if (g_mem_bytes[t] != plan->bytes[t])
             die(1, "internal error: %s: %zu bytes allocated, the planner says %zu", mem_tag_name[t], g_mem_bytes[t], plan->bytes[t]);
-    size_t host_bytes = m->z.offload_ctx ? ((OffloadState*)m->z.offload_ctx)->host_bytes : 0;
+    size_t host_bytes = (m->z.offload_ctx ? ((OffloadState*)m->z.offload_ctx)->host_bytes : 0) +
+                        (m->z.param_ctx ? ((ParamOffload*)m->z.param_ctx)->host_bytes : 0);
     if (host_bytes != plan->host_bytes)
         die(1, "internal error: offload host memory: %zu bytes allocated, the planner says %zu", host_bytes, plan->host_bytes);
     if (offload != OFFLOAD_NONE)
@@ -1169,6 +1172,12 @@ static void trainer_build_model(Trainer* tr, const GPTConfig* c, int stage, int 
                 offload == OFFLOAD_CPU ? "master, m, v and the pinned staging in host memory" : "master, m, v in a file per rank under -offload-dir, streamed through",
                 fmt_bytes((double)host_bytes).s, g_device == DEV_CPU && offload == OFFLOAD_CPU ? " (on the CPU device the same RAM: a code path, not a saving)" : "",
                 simd_names[simd_level()], getenv("ZT_SIMD") && *getenv("ZT_SIMD") ? "ZT_SIMD" : "this CPU's widest", g_pin_note);
+    if (params != OFFLOAD_NONE)
+        printf0("offload-params %s: each rank's BF16 parameter shard (%s) %s, copied up into its gather buffer block by block; "
+                "%s of host memory per rank%s\n", offload_name(params), fmt_bytes((double)sizeof(floatX) * (double)m->z.sz.shard_params).s,
+                params == OFFLOAD_CPU ? "in page-locked host memory" : "in a file per rank under -offload-dir, read through pinned staging",
+                fmt_bytes((double)((ParamOffload*)m->z.param_ctx)->host_bytes).s,
+                g_device == DEV_CPU && params == OFFLOAD_CPU ? " (on the CPU device the same RAM: a code path, not a saving)" : "");
 }
 
 static void trainer_free_model(Trainer* tr) {
@@ -1182,6 +1191,7 @@ static void trainer_free_model(Trainer* tr) {
     free(m->rope_host);
     m->rope_host = NULL;
     offload_free(&m->z);
+    param_offload_free(&m->z);
     zero_free(&m->z);
     layout_free(&m->z.lay);
 }
@@ -1424,7 +1434,7 @@ static void setup_choose(Trainer* tr, const GPTConfig* c) {
         if (f->pcie_gbps == 0) FLAG_SHOW(f, pcie_gbps, "unused: only -plan, -z auto and -r auto plan");
         if (f->disk_gbps == 0) FLAG_SHOW(f, disk_gbps, "unused: only -plan, -z auto and -r auto plan");
         if (!f->host_mem[0]) FLAG_SHOW(f, host_mem, "unused: only -plan, -z auto and -r auto plan");
-        if (!strcmp(f->offload, "auto") && f->offload_dir[0]) die_user("flag -offload-dir is for -offload nvme (or -offload auto with -z auto / -r auto)");
+        if (!strcmp(f->offload, "auto") && f->offload_dir[0] && strcmp(f->offload_params, "nvme")) die_user("flag -offload-dir is for -offload nvme or -offload-params nvme (or -offload auto with -z auto / -r auto)");
         if (!strcmp(f->offload, "auto")) snprintf(f->offload, sizeof(f->offload), "none"); // nothing plans: none
     }
     if (!c->lora_r) FLAG_SHOW(f, lora_base, "unused: no -lora");
@@ -1712,17 +1722,17 @@ static void log_hashes(Trainer* tr) {
         int64_t lo = z->r * z->lay.S[b];
         Piece pc[MAX_BLOCK_TENSORS];
         int k = layout_pieces(&z->lay, b, lo, lo + z->lay.S[b], pc);
-        floatX* p = zero_opt_params(z, b) + (lo - zero_opt_lo(z, b));
+        int64_t at = lo - zero_opt_lo(z, b); // (where the shard starts in the block's optimizer range)
         for (int j = 0; j < k; j++, i++) {
             xbuf = (floatX*)realloc(xbuf, sizeof(floatX) * pc[j].len);
-            dev_to_host(xbuf, p + pc[j].local, sizeof(floatX) * pc[j].len);
+            zero_shard_get(z, b, at + pc[j].local, xbuf, pc[j].len);
             xxh64_update(&hp, xbuf, sizeof(floatX) * pc[j].len);
         }
         EncRun er[MAX_BLOCK_TENSORS]; // [QLoRA] a 4-bit tensor's bytes in the shard (no pieces)
         int ne = layout_encoded(&z->lay, b, lo, lo + z->lay.S[b], er);
         for (int j = 0; j < ne; j++) {
             xbuf = (floatX*)realloc(xbuf, sizeof(floatX) * er[j].len);
-            dev_to_host(xbuf, p + er[j].local, sizeof(floatX) * er[j].len);
+            zero_shard_get(z, b, at + er[j].local, xbuf, er[j].len);
             xxh64_update(&hp, xbuf, sizeof(floatX) * er[j].len);
         }
     }

@@ -1805,13 +1805,26 @@ typedef struct Zero {
     // copies the block's gradient shard to the host once the step's last one is done (offload.h)
     void (*grad_reduced)(struct Zero* z, int b, int h, int micro, int last_micro);
     void* offload_ctx;
+    // [-offload-params] [ZeRO-3] where the parameter shards live when not on the device (shard_params is
+    // then NULL; offload.h: host memory (cpu) or a file per rank (nvme)). param_up copies block b's shard to
+    // dst, its place in the gather buffer (param_buf + r*S), ordered after the compute stream's last use of
+    // that buffer and before the all-gather (which then runs in place); param_io moves elements [at, at + n)
+    // of block b's shard (PARAM_GET: to the host, PARAM_PUT: from the host, PARAM_PUT_DEV: from device
+    // memory, in the compute stream's order; PARAM_SYNC (b -1): every PUT_DEV issued has landed).
+    Offload param_loc;
+    void (*param_up)(struct Zero* z, int b, floatX* dst);
+    void (*param_io)(struct Zero* z, int b, int64_t at, floatX* buf, int64_t n, int mode);
+    void* param_ctx;
 } Zero;
+enum { PARAM_GET, PARAM_PUT, PARAM_PUT_DEV, PARAM_SYNC };
 
 // [ZeRO-3] Block b's parameters are sharded and gathered for each use: every block under ZeRO-3,
 // except [LoRA] the frozen base's with -lora-base replicated (held whole, like ZeRO-1/2's).
 static inline int zero_gathered(const Zero* z, int b) { return z->stage == 3 && !(z->lay.rep_frozen && z->lay.frozen[b]); }
-// [ZeRO-3] This rank's shard of block b's parameters (with a replicated base: the adapters' alone).
+// [ZeRO-3] This rank's shard of block b's parameters (with a replicated base: the adapters' alone);
+// [-offload-params] NULL: the shard is not on the device (zero_shard_get / zero_shard_put reach it).
 static inline floatX* zero_shard_params(const Zero* z, int b) {
+    if (!z->shard_params) return NULL;
     return z->shard_params + z->lay.shard_off[b] - (z->lay.rep_frozen && z->lay.adapter ? z->lay.shard_off[z->lay.adapter] : 0);
 }
 
@@ -1824,9 +1837,12 @@ static inline int64_t zero_slot_elems(const Zero* z, int slot) {
 
 // offload: OFFLOAD_NONE allocates master, m, v on the device; otherwise offload_init (offload.h)
 // places them, after this.
-static void zero_init(Zero* z, BlockLayout* lay, int stage, Comm* comm, int poison, Offload offload) {
+// params: OFFLOAD_NONE allocates the ZeRO-3 parameter shards on the device; otherwise (-offload-params)
+// param_offload_init (offload.h) places them, after this.
+static void zero_init(Zero* z, BlockLayout* lay, int stage, Comm* comm, int poison, Offload offload, Offload params) {
     memset(z, 0, sizeof(*z));
     z->offload = offload;
+    z->param_loc = stage == 3 ? params : OFFLOAD_NONE;
     z->stage = stage; z->R = lay->R; z->r = lay->r; z->L = lay->nblocks - 1 - (lay->adapter > 0);
     z->lay = *lay;
     z->comm = comm;
@@ -1834,7 +1850,7 @@ static void zero_init(Zero* z, BlockLayout* lay, int stage, Comm* comm, int pois
     z->sz = zero_sizes(lay, stage);
     size_t X = sizeof(floatX);
     z->full_params = (floatX*)dev_alloc(TAG_PARAMS, z->sz.full_params * X);
-    z->shard_params = (floatX*)dev_alloc(TAG_PARAMS, z->sz.shard_params * X);
+    if (!z->param_loc) z->shard_params = (floatX*)dev_alloc(TAG_PARAMS, z->sz.shard_params * X);
     for (int i = 0; i < 4; i++) { // slot i's block: 0 io, 1 and 2 the layers, 3 the adapters
         int b = i == 3 ? lay->adapter : i == 0 ? 0 : 1;
         if (i == 3 ? !lay->adapter : b >= lay->nblocks - (lay->adapter > 0)) continue;
@@ -1859,7 +1875,7 @@ static void zero_init(Zero* z, BlockLayout* lay, int stage, Comm* comm, int pois
 static void zero_free(Zero* z) {
     size_t X = sizeof(floatX);
     dev_free(TAG_PARAMS, z->full_params, z->sz.full_params * X);
-    dev_free(TAG_PARAMS, z->shard_params, z->sz.shard_params * X);
+    if (!z->param_loc) dev_free(TAG_PARAMS, z->shard_params, z->sz.shard_params * X);
     for (int i = 0; i < 4; i++) {
         int64_t n = z->param_buf[i] || z->grad_buf[i] ? zero_slot_elems(z, i) : 0;
         if (z->param_buf[i]) dev_free(TAG_PARAM_BUF, z->param_buf[i], n * X);
@@ -1900,11 +1916,23 @@ static inline float* zero_opt_grads(const Zero* z, int b) {
     if (z->lay.frozen[b]) return NULL;
     return z->stage == 0 ? z->full_grads + z->lay.goff[b] : zero_shard_grads(z, b);
 }
-// The BF16 parameters of block b's optimizer range (what AdamW writes).
+// The BF16 parameters of block b's optimizer range (what AdamW writes); [-offload-params] NULL for a
+// gathered block: its shard is not on the device.
 static inline floatX* zero_opt_params(const Zero* z, int b) {
     if (z->stage == 0) return z->full_params + z->lay.off[b];
     if (!zero_gathered(z, b)) return z->full_params + z->lay.off[b] + z->r * z->lay.S[b];
     return zero_shard_params(z, b);
+}
+
+// n parameters of block b's optimizer range from element `at` of it, to the host (get) or from it
+// (put): wherever the rank's part lives (the device, or [-offload-params] host memory or a file).
+static void zero_shard_get(Zero* z, int b, int64_t at, floatX* host, int64_t n) {
+    if (z->param_loc && zero_gathered(z, b)) { z->param_io(z, b, at, host, n, PARAM_GET); return; }
+    dev_to_host(host, zero_opt_params(z, b) + at, sizeof(floatX) * (size_t)n);
+}
+static void zero_shard_put(Zero* z, int b, int64_t at, const floatX* host, int64_t n) {
+    if (z->param_loc && zero_gathered(z, b)) { z->param_io(z, b, at, (floatX*)host, n, PARAM_PUT); return; }
+    dev_from_host(zero_opt_params(z, b) + at, host, sizeof(floatX) * (size_t)n);
 }
 
 static void zero_poison(Zero* z, floatX* p, int64_t n) {
@@ -1931,7 +1959,13 @@ static void zero_gather_start(Zero* z, int b) {
     int slot = zero_slot(z, b);
     if (z->resident[slot] == b && z->buf_state[slot] != BUF_RELEASED) return;
     if (z->buf_state[slot] != BUF_FREE && z->buf_state[slot] != BUF_RELEASED) zero_order_error(z, "gathering", b);
-    CollOp op = {COLL_ALL_GATHER, b, z->param_buf[slot], zero_shard_params(z, b), z->lay.S[b], 0};
+    const floatX* shard = zero_shard_params(z, b);
+    if (z->param_loc) { // [-offload-params] the shard up into its place in the buffer, then gathered in place
+        floatX* mine = z->param_buf[slot] ? z->param_buf[slot] + z->r * z->lay.S[b] : NULL;
+        if (!z->comm->count_only) z->param_up(z, b, mine);
+        shard = mine;
+    }
+    CollOp op = {COLL_ALL_GATHER, b, z->param_buf[slot], (void*)shard, z->lay.S[b], 0};
     z->gather_h[slot] = comm_start(z->comm, &op);
     z->resident[slot] = b;
     z->buf_state[slot] = BUF_GATHERING;
@@ -2153,6 +2187,10 @@ static void zero_grad_sumsq(Zero* z, StepScalars* sc) {
 // AdamW over the optimizer range of every block; sc: the step's scalars (clip scale, finite and
 // overflow flags: either skips the update on every block). The new state's maxima are folded into
 // z->adam_max as the update runs (for the next step's zero_adamw_check).
+// [-offload-params] The update is written into the block's own gather buffer (every buffer is released
+// between the backward and the next forward), at the shard's place, and its segments go down to
+// where the shard lives; train_step knows by then that the step is applied (readback_lag 0), so a
+// skipped step copies nothing.
 static void zero_adamw(Zero* z, const AdamWParams* hp, const StepScalars* sc) {
     Segment seg[MAX_BLOCK_TENSORS];
     if (z->adam_max) op_adamw_max_begin(z->adam_max, sc);
@@ -2160,9 +2198,16 @@ static void zero_adamw(Zero* z, const AdamWParams* hp, const StepScalars* sc) {
         if (z->lay.frozen[b]) continue; // [LoRA]
         int n = layout_segments(&z->lay, b, zero_opt_lo(z, b), zero_opt_hi(z, b), seg);
         int64_t o = zero_opt_off(z, b);
-        op_adamw_scalars(zero_opt_params(z, b), z->master + o, z->m + o, z->v + o, zero_opt_grads(z, b), seg, n, hp, sc,
-                         z->adam_max);
+        floatX* out = zero_opt_params(z, b);
+        int slot = zero_slot(z, b), down = z->param_loc && zero_gathered(z, b);
+        if (down) {
+            if (z->buf_state[slot] == BUF_GATHERING || z->buf_state[slot] == BUF_IN_USE) zero_order_error(z, "updating", b);
+            out = z->param_buf[slot] + z->r * z->lay.S[b];
+        }
+        op_adamw_scalars(out, z->master + o, z->m + o, z->v + o, zero_opt_grads(z, b), seg, n, hp, sc, z->adam_max);
+        for (int i = 0; down && i < n; i++) z->param_io(z, b, seg[i].off, out + seg[i].off, seg[i].len, PARAM_PUT_DEV);
     }
+    if (z->param_loc) z->param_io(z, -1, 0, NULL, 0, PARAM_SYNC);
 }
 
 // Before AdamW: would the update leave a non-finite value anywhere (op_adamw_check over every
@@ -2308,13 +2353,13 @@ static void zero_params_from_master(Zero* z) {
     for (int b = 0; b < z->lay.nblocks; b++) {
         // the whole range, padding included: master is 0 there, and so the parameter
         int64_t n = zero_opt_hi(z, b) - zero_opt_lo(z, b);
-        if (z->offload == OFFLOAD_NONE) { op_round_params(zero_opt_params(z, b), z->master + zero_opt_off(z, b), n); continue; }
-        // [offload] rounded on the host (rn, as the kernel), then copied to the device
+        if (z->offload == OFFLOAD_NONE && zero_opt_params(z, b)) { op_round_params(zero_opt_params(z, b), z->master + zero_opt_off(z, b), n); continue; }
+        // [offload, -offload-params] rounded on the host (rn, as the kernel), then copied to where they live
         float* host = (float*)malloc(sizeof(float) * (n > 0 ? n : 1));
         floatX* px = (floatX*)malloc(sizeof(floatX) * (n > 0 ? n : 1));
         zero_state_get(z, 0, zero_opt_off(z, b), host, n);
         for (int64_t i = 0; i < n; i++) px[i] = rn(host[i]);
-        dev_from_host(zero_opt_params(z, b), px, sizeof(floatX) * n);
+        zero_shard_put(z, b, 0, px, n);
         free(host);
         free(px);
     }
@@ -2351,9 +2396,8 @@ static int64_t zero_fill_frozen_params(Zero* z, LogicalFill fill, void* ctx, Enc
             bad += enc(enc_ctx, t->tensor, t->layer, (unsigned char*)(px + er[i].local), er[i].at * (int64_t)sizeof(floatX),
                        er[i].len * (int64_t)sizeof(floatX));
         }
-        floatX* dst = z->stage == 0 ? z->full_params + z->lay.off[b]
-                    : !zero_gathered(z, b) ? z->full_params + z->lay.off[b] + lo : zero_shard_params(z, b);
-        dev_from_host(dst, px, sizeof(floatX) * n);
+        if (z->stage == 0) dev_from_host(z->full_params + z->lay.off[b], px, sizeof(floatX) * n);
+        else zero_shard_put(z, b, 0, px, n); // (the shard, or a replicated block's part of full_params)
         free(host);
         free(px);
     }

@@ -91,7 +91,7 @@ static void fuzz_state(const uint8_t* data, size_t size) {
         model_layout(&d, &lay, 1, 0);
         memset(&comm, 0, sizeof(comm));
         comm.R = 1;
-        zero_init(&z, &lay, 1, &comm, 0, OFFLOAD_NONE);
+        zero_init(&z, &lay, 1, &comm, 0, OFFLOAD_NONE, OFFLOAD_NONE);
         ready = 1;
     }
     char dir[300], path[400];

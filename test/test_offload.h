@@ -140,6 +140,86 @@ static void off_grad_faults(int emu) {
 }
 #endif // ENABLE_FP32
 
+// -offload-params (offload.h: ZeRO-3's parameter shards in host memory or a file, copied up into the
+// gather buffers block by block): bit-identical to the resident run. One case per path, each against
+// its own resident reference (losses, norms, hashes of parameters, master, m, v after 3 steps):
+//   GPT-2 tiny, R = 3, GA = 1: cpu and nvme (AdamW on the device: the update goes down, PARAM_PUT_DEV)
+//   llama-tiny, R = 2, GA = 3, -offload cpu: params cpu (AdamW on the host: the update never goes up)
+//   llama-tiny -lora 2 -lora-quant nf4, R = 1: params nvme with -offload nvme (the 4-bit base's shards
+//   from the file, the adapters' update through the file)
+// And the comparison can fail: ZT_FAULT=offload-params-skip-down:2 (block 2's update never reaches the
+// host shard) changes the hashes and the losses.
+#define OFFP_LLAMA "-e llama-tiny -layers 3 -channels 28 -heads 4 -vocab 97 -max-seq 62 -t 16 -poison 1 -blas 0"
+static void offp_case(const char* what, int R, int GA, const char* extra, const char* off, const char* params) {
+    ZtLog ref, lg;
+    char href[512] = "", h[512] = "", name[96], flags[1024];
+    snprintf(name, sizeof(name), "offp_ref_%s", what);
+    int rc = off_run("", R, 3, GA, 3, off, zt_dir(name), extra, &ref, href);
+    CHECKF(rc == 0 && ref.n == 3, "%s: the resident run failed (%d):\n%s", what, rc, off_out);
+    snprintf(name, sizeof(name), "offp_%s", what);
+    snprintf(flags, sizeof(flags), "%s -offload-params %s", extra, params);
+    rc = off_run("", R, 3, GA, 3, off, zt_dir(name), flags, &lg, h);
+    CHECKF(rc == 0 && lg.n == 3 && strstr(off_out, "offload-params "), "%s: -offload-params %s failed (%d):\n%s", what, params, rc, off_out);
+    CHECKF(off_same_log(&lg, &ref), "%s: losses or norms differ with -offload-params %s (step 3: %.9g vs %.9g)", what, params, lg.loss[2], ref.loss[2]);
+    CHECKF(href[0] && !strcmp(h, href), "%s: hashes differ with -offload-params %s:\n  %s\n  %s", what, params, h, href);
+    if (!g_test_failed) printf("    %s: -offload-params %.4s identical (%s)\n", what, params, h);
+}
+static const char* offp_nvme(void) {
+    static char flags[PATH_MAX + 64];
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s/offload_files", test_tmpdir());
+    mkdir(dir, 0755);
+    snprintf(flags, sizeof(flags), "nvme -offload-dir %s", dir);
+    return flags;
+}
+
+#ifndef ZT_CUDA_EMU
+TEST(offload_params_bitwise) {
+    offp_case("gpt2_R3_cpu", 3, 1, "", "none", "cpu");
+    offp_case("gpt2_R3_nvme", 3, 1, "", "none", offp_nvme());
+    offp_case("llama_R2_GA3_offload", 2, 3, OFFP_LLAMA, "cpu", "cpu");
+#ifndef ENABLE_FP32
+    char nv[PATH_MAX + 128];
+    snprintf(nv, sizeof(nv), "%s -offload-buffer 64KiB", off_nvme());
+    offp_case("qlora_R1_nvme", 1, 1, OFFP_LLAMA " -lora 2 -lora-quant nf4", nv, offp_nvme());
+    if (off_long()) {
+        offp_case("gpt2_R2_GA3_nvme_offload_nvme", 2, 3, "", nv, offp_nvme());
+        offp_case("llama_R3_lora_cpu", 3, 1, OFFP_LLAMA " -lora 2", "none", "cpu");
+        offp_case("llama_R1_GA3_nvme", 1, 3, OFFP_LLAMA, "none", offp_nvme());
+    }
+    ZtLog ref, lg; // the comparison can fail
+    char href[512] = "", h[512] = "";
+    int rc = off_run("", 1, 3, 1, 3, "none", zt_dir("offp_fault_ref"), "", &ref, href);
+    CHECKF(rc == 0, "reference failed (%d):\n%s", rc, off_out);
+    rc = off_run("offload-params-skip-down:2", 1, 3, 1, 3, "none", zt_dir("offp_fault"), "-offload-params cpu", &lg, h);
+    CHECKF(rc == 0 && h[0] && strcmp(h, href) != 0 && !off_same_log(&lg, &ref), "a skipped copy down went unnoticed (%d):\n  %s\n  %s\n%s", rc,
+           h, href, off_out);
+    if (!g_test_failed) printf("    offload-params-skip-down:2 seen: %s\n", h);
+#endif
+}
+
+// -offload-params refused, exit 2 naming the flag: below -z 3 or with -z auto, an unknown value, nvme
+// without -offload-dir, a replicated LoRA base (nothing sharded to offload).
+TEST(offload_params_refusals) {
+    static const struct { const char* flags; const char* want; } bad[] = {
+        {"-z 2 -offload-params cpu", "flag -offload-params cpu needs -z 3 (given, not auto)"},
+        {"-z auto -offload-params cpu", "flag -offload-params cpu needs -z 3 (given, not auto)"},
+        {"-z 3 -offload-params gpu", "flag -offload-params: 'gpu' is not none, cpu or nvme"},
+        {"-z 3 -offload-params nvme", "flag -offload-params nvme needs -offload-dir DIR"},
+        {"-z 3 -offload-params cpu -offload-dir /tmp", "flag -offload-dir is for -offload nvme or -offload-params nvme"},
+        {"-z 3 -offload-params nvme -offload-dir /nonexistent/dir", "-offload-dir /nonexistent/dir: cannot create /nonexistent/dir/zt_params_"},
+        {"-z 3 -lora 2 -lora-base replicated -offload-params cpu", "with -lora-base replicated every device holds the whole frozen base"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char cmd[8192];
+        snprintf(cmd, sizeof(cmd), "OMP_NUM_THREADS=1 %s --train -threads 1 -i %s -j %s " ZT_MODEL " -b 2 -x 1 -v 0 -s 0 %s",
+                 g_test_self, zt_data(0), zt_data(1), bad[i].flags);
+        int rc = test_run_cmd(cmd, off_out, sizeof(off_out));
+        CHECKF(rc == 2 && strstr(off_out, bad[i].want), "%s: exit %d, expected 2 and \"%s\":\n%s", bad[i].flags, rc, bad[i].want, off_out);
+    }
+}
+#endif
+
 #ifndef ZT_CUDA_EMU
 // (The FP32 build runs 2 cells: the offload path does not depend on the storage type beyond the
 // staging's element size; the cases after this one only in the BF16 build, the one users run.)
@@ -208,7 +288,7 @@ TEST(offload_flag_refusals) {
         {"-z 1 -offload disk", "flag -offload: 'disk' is not none, cpu, nvme or auto"},
         {"-z 1 -pcie-gbps -5", "-pcie-gbps / -disk-gbps must be positive"},
         {"-z 1 -disk-gbps -5", "-pcie-gbps / -disk-gbps must be positive"},
-        {"-z 1 -offload-dir /tmp", "-offload-dir is for -offload nvme (or -offload auto with -z auto / -r auto)"},
+        {"-z 1 -offload-dir /tmp", "-offload-dir is for -offload nvme or -offload-params nvme (or -offload auto with -z auto / -r auto)"},
         {"-z 1 -offload nvme", "-offload nvme needs -offload-dir DIR"},
         {"-z 1 -offload cpu -offload-dir /tmp", "-offload-dir is for -offload nvme"},
         {"-z 1 -offload nvme -offload-dir /nonexistent/dir", "-offload-dir /nonexistent/dir: cannot create /nonexistent/dir/zt_offload_"},
@@ -573,6 +653,21 @@ TEST(offload_emu_bitwise) {
     if (off_long()) { off_cell(3, 1, 3); off_cell(1, 3, 3); off_cell(3, 3, 1); }
 }
 
+// -offload-params on the emulated device (host and device memory apart, the copies up on the
+// communication stream): cpu with AdamW on the device and with -offload cpu, nvme; bit-identical. And
+// a copy up that does not wait for the compute stream (offload-params-nowait) is stopped.
+TEST(offload_params_emu) {
+    offp_case("emu_cpu", 1, 3, "", "none", "cpu");
+#ifndef ENABLE_FP32
+    offp_case("emu_cpu_offload", 1, 1, OFFP_LLAMA, "cpu", "cpu");
+    offp_case("emu_nvme", 1, 1, "", "none", offp_nvme());
+    if (off_long()) offp_case("emu_R3_nvme", 3, 1, "", "none", offp_nvme());
+    int rc = off_run("offload-params-nowait:2", 1, 3, 1, 2, "none", zt_dir("offp_emu_nowait"), "-offload-params cpu", NULL, NULL);
+    CHECKF(rc != 0 && strstr(off_out, "cuda_emu"), "offload-params-nowait:2: exit %d, expected the emulator to stop an unordered copy:\n%s", rc, off_out);
+    if (!g_test_failed) printf("    offload-params-nowait:2 stopped by the emulator (exit %d)\n", rc);
+#endif
+}
+
 #ifndef ENABLE_FP32
 TEST(offload_emu_grad_copy_faults) { off_grad_faults(1); }
 
@@ -585,7 +680,7 @@ TEST(offload_emu_z_auto) {
     GPTConfig c = gpt2_config(ZT_L, ZT_C, ZT_NH, ZT_V, 128, ZT_MAXT);
     double need = 1e300;
     for (int z = 0; z <= 3; z++) { // (-r 1 is the default, fixed: only -z is chosen)
-        plan_config(&c, 2, ZT_T, 1, 1, z, 1, OFFLOAD_NONE, 0, &best);
+        plan_config(&c, 2, ZT_T, 1, 1, z, 1, OFFLOAD_NONE, 0, OFFLOAD_NONE, &best);
         need = fmin(need, (double)best.total);
     }
     need += 1073741824.0;

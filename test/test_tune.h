@@ -453,7 +453,7 @@ TEST(tune_emu_offload_cpu_when_nothing_else_fits) {
     PlanRow row;
     for (int z = 0; z <= 3; z++)
         for (int r = 0; r <= 3; r++) {
-            plan_config(&c, 2, ZT_T, 1, 1, z, r, OFFLOAD_NONE, 0, &row);
+            plan_config(&c, 2, ZT_T, 1, 1, z, r, OFFLOAD_NONE, 0, OFFLOAD_NONE, &row);
             need = fmin(need, (double)row.total);
         }
     need += 1073741824.0; // the headroom: max(5%, 1 GiB)

@@ -414,7 +414,7 @@ static int zt_hooks_child(int scenario, char* msg, size_t cap) {
         memset(&comm, 0, sizeof(comm));
         comm.R = 1;
         Zero z;
-        zero_init(&z, &lay, 3, &comm, 1, OFFLOAD_NONE);
+        zero_init(&z, &lay, 3, &comm, 1, OFFLOAD_NONE, OFFLOAD_NONE);
         float* g;
         switch (scenario) {
         case 0: // the model's order: forward (backward follows), backward, then an eval forward
