@@ -846,6 +846,42 @@ static void sumsq_many_cuda(double* out, const float* const* g, const int64_t* l
     cudaCheck(cudaGetLastError());
 }
 
+// The same sum on the host, in the kernels' order to the bit: each chunk's SUMSQ_THREADS strided FP32
+// fma sums, their fixed FP32 tree, the chunk's total widened to double; then thread j of the total
+// kernel adds chunks j, j + SUMSQ_TOTAL_THREADS, ... in double and a fixed tree adds the threads'. For
+// a gradient that lives on the host ([-offload-params with -offload], offload.h): its norm then has
+// the bits a device-resident gradient's would. (fmaf: one rounding, as __fmaf_rn.)
+static double sumsq_many_host_cuda_order(const float* const* g, const int64_t* len, int n) {
+    int64_t nchunks = 0;
+    for (int i = 0; i < n; i++) nchunks += len[i] > 0 ? ceil_div(len[i], NORM_CHUNK) : 0;
+    double* part = (double*)malloc(sizeof(double) * (size_t)(nchunks > 0 ? nchunks : 1));
+    if (!part) die(1, "out of host memory (the norm's %lld chunk sums)", (long long)nchunks);
+    int64_t c = 0;
+    for (int k = 0; k < n; k++)
+        for (int64_t lo = 0; lo < len[k]; lo += NORM_CHUNK, c++) {
+            int64_t hi = lo + NORM_CHUNK < len[k] ? lo + NORM_CHUNK : len[k];
+            float buf[SUMSQ_THREADS];
+            for (int t = 0; t < SUMSQ_THREADS; t++) {
+                float s = 0.0f;
+                for (int64_t i = lo + t; i < hi; i += SUMSQ_THREADS) s = fmaf(g[k][i], g[k][i], s);
+                buf[t] = s;
+            }
+            for (int stride = SUMSQ_THREADS / 2; stride > 0; stride >>= 1)
+                for (int t = 0; t < stride; t++) buf[t] += buf[t + stride];
+            part[c] = (double)buf[0];
+        }
+    static double tot[SUMSQ_TOTAL_THREADS];
+    for (int t = 0; t < SUMSQ_TOTAL_THREADS; t++) {
+        double s = 0.0;
+        for (int64_t k = t; k < nchunks; k += SUMSQ_TOTAL_THREADS) s += part[k];
+        tot[t] = s;
+    }
+    for (int stride = SUMSQ_TOTAL_THREADS / 2; stride > 0; stride >>= 1)
+        for (int t = 0; t < stride; t++) tot[t] += tot[t + stride];
+    free(part);
+    return nchunks ? tot[0] : 0.0;
+}
+
 // The step's scalars: loss += sum of n per-token losses (one block, a fixed tree in double), and
 // norm, grad_scale, finite (step_scalars_finish) on the device.
 #define LOSS_THREADS 1024

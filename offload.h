@@ -134,18 +134,23 @@ static int64_t offload_unit(const BlockLayout* lay, Offload k, double buffer) {
 // the largest block shard; nvme: three state slots of one unit and the staging of one unit (two
 // gradient and two parameter buffers: what -offload-buffer bounds). THE closed form: offload_init
 // allocates exactly this, the planner prints it.
-static size_t offload_host_bytes(const BlockLayout* lay, Offload k, double buffer) {
+// grads_host ([-offload-params with -offload]: the gradient shard lives on the host): nvme holds the
+// pinned FP32 copy of the whole shard too, and both hold OFFLOAD_GRING pinned buffers of the largest
+// block shard for the micro-steps' sums on their way to being added.
+#define OFFLOAD_GRING 4
+static size_t offload_host_bytes(const BlockLayout* lay, Offload k, double buffer, int grads_host) {
     if (k == OFFLOAD_NONE) return 0;
     size_t K = (size_t)offload_unit(lay, k, buffer), S = (size_t)lay->train_shard_total; // [LoRA] the trainable blocks'
-    if (k == OFFLOAD_CPU) return 3 * 4 * S + 4 * S + 2 * sizeof(floatX) * K;
-    return 3 * 12 * K + 2 * (4 + sizeof(floatX)) * K;
+    size_t gh = grads_host ? (k == OFFLOAD_NVME ? 4 * S : 0) + 4 * OFFLOAD_GRING * (size_t)offload_max_shard(lay) : 0;
+    if (k == OFFLOAD_CPU) return 3 * 4 * S + 4 * S + 2 * sizeof(floatX) * K + gh;
+    return 3 * 12 * K + 2 * (4 + sizeof(floatX)) * K + gh;
 }
 
 // A unit of work: elements [lo, lo + n) of block b's optimizer range (lo relative to its start).
 typedef struct { int b; int64_t lo, n; } OffloadUnit;
 
 // [cpu, CPU device] A gradient copy waiting for reduction h (the slot's issue number seq) to finish.
-typedef struct { int b, h; int64_t seq; } OffloadPending;
+typedef struct { int b, h, micro; int64_t seq; } OffloadPending;
 
 // [nvme] One request to the I/O thread: read (0) or write (1) unit u's master, m, v to / from slot s.
 typedef struct { int write, u, s; } OffloadIO;
@@ -158,7 +163,11 @@ typedef struct {
     OffloadUnit* units;   // every block's range in pieces of at most K, block order
     int64_t* read_seq;    // [nvme] (nunits): the request number of unit u's read in this pass
     float* gbuf[2];       // [nvme] pinned, (K) FP32: unit u's gradient in gbuf[u % 2] [=]
-    float* ghost;         // [cpu] pinned, (opt_total) FP32: the rank's whole gradient shard, each block
+    float* gring[OFFLOAD_GRING]; // [grads_host] pinned, (largest shard) FP32: a micro-step's sum of a block, to be added
+    int gring_b[OFFLOAD_GRING]; // [grads_host] the block in each (FIFO: gring_head, gring_count)
+    int gring_head, gring_count;
+    int arrived;          // offload_grads_arrived ran this step
+    float* ghost;         // [cpu; grads_host] pinned, (opt_total) FP32: the rank's whole gradient shard, each block
                           //   copied as its last reduction completes (offload_grad_reduced) [=]
     int* copied;          // [cpu] (nblocks): copies of block b's shard issued this step (1 at the check)
     OffloadPending pend[COMM_MAX_INFLIGHT]; // [cpu, CPU device] copies waiting for their reduction
@@ -186,6 +195,9 @@ typedef struct {
     cudaStream_t stream;  // g_offload_stream: the copies
     cudaEvent_t start, done_ev, d2h[2], h2d[2];
     cudaEvent_t grads_ev; // [cpu] recorded after each block's gradient D2H (the last one: every block's)
+    cudaEvent_t gring_ev[OFFLOAD_GRING]; // [grads_host] recorded after the D2H into gring[k]
+    cudaEvent_t gslot_ev[4]; // [grads_host] recorded after the D2H from gradient buffer slot i (zero_grad_buffer waits)
+    int gslot_pending[4];
 #endif
 } OffloadState;
 
@@ -207,6 +219,8 @@ static cudaStream_t g_offload_stream = 0;
 //                                  the shard lives (they stay as the last write left them: zeros at the start)
 //   ZT_FAULT=offload-params-nowait:B [-offload-params, CUDA] block B's copy up does not wait for the compute
 //                                  stream (it may overwrite a gather buffer a kernel still reads)
+//   ZT_FAULT=offload-grad-reuse-nowait:S [-offload-params with -offload, CUDA] gradient buffer slot S is zeroed
+//                                  for its next block without waiting for its last copy down
 //   ZT_FAULT=offload-enospc:N      [nvme] the N-th unit written by a step fails as a full disk would
 //   ZT_FAULT=offload-eio:N         [nvme] the N-th unit read by a step fails with an I/O error
 // Never set outside the tests.
@@ -397,6 +411,8 @@ static void* offload_host_alloc(size_t bytes, int zero) {
 }
 
 static void offload_grad_reduced(Zero* z, int b, int h, int micro, int last_micro); // (below: the copies)
+static void offload_grad_reuse(Zero* z, int slot);
+static void offload_host_sumsq(Zero* z, double* out);
 static int offload_unit_segments(Zero* z, const OffloadUnit* u, Segment* out);
 
 // [cpu] master, m, v zeroed, each unit's segments by the threads that will update them (adamw_host_touch:
@@ -472,12 +488,19 @@ static void offload_init(Zero* z, const char* dir, double buffer) {
         o->pbuf[k] = (floatX*)host_pinned_alloc(sizeof(floatX) * o->K);
         staging += (o->kind == OFFLOAD_NVME ? sizeof(float) : 0) * (size_t)o->K + sizeof(floatX) * (size_t)o->K;
     }
-    if (o->kind == OFFLOAD_CPU) { // the gradient shard's staging: copied block by block during the backward
+    if (o->kind == OFFLOAD_CPU || z->grads_host) { // the gradient shard's staging: copied block by block during the backward
         o->ghost = (float*)host_pinned_alloc(sizeof(float) * (size_t)(z->opt_total > 0 ? z->opt_total : 1));
         staging += sizeof(float) * (size_t)z->opt_total;
         o->copied = (int*)calloc((size_t)z->lay.nblocks, sizeof(int));
         if (!o->copied) die(1, "out of host memory for the offload state");
         z->grad_reduced = offload_grad_reduced;
+    }
+    if (z->grads_host) { // [-offload-params with -offload] the micro-steps' sums on their way to the host copy
+        int64_t maxS = offload_max_shard(&z->lay);
+        for (int k = 0; k < OFFLOAD_GRING; k++) o->gring[k] = (float*)host_pinned_alloc(sizeof(float) * (size_t)(maxS > 0 ? maxS : 1));
+        staging += sizeof(float) * OFFLOAD_GRING * (size_t)maxS;
+        z->grad_reuse = offload_grad_reuse;
+        z->host_sumsq = offload_host_sumsq;
     }
     o->host_bytes = state + staging;
 #ifdef __CUDACC__
@@ -486,6 +509,8 @@ static void offload_init(Zero* z, const char* dir, double buffer) {
         g_offload_stream = o->stream;
         cudaEvent_t* evs[7] = {&o->start, &o->done_ev, &o->d2h[0], &o->d2h[1], &o->h2d[0], &o->h2d[1], &o->grads_ev};
         for (int i = 0; i < 7; i++) cudaCheck(cudaEventCreateWithFlags(evs[i], cudaEventDisableTiming));
+        for (int k = 0; k < OFFLOAD_GRING; k++) cudaCheck(cudaEventCreateWithFlags(&o->gring_ev[k], cudaEventDisableTiming));
+        for (int i = 0; i < 4; i++) cudaCheck(cudaEventCreateWithFlags(&o->gslot_ev[i], cudaEventDisableTiming));
     }
 #endif
     z->offload_ctx = o;
@@ -499,6 +524,8 @@ static void offload_free(Zero* z) {
         cudaCheck(cudaStreamSynchronize(o->stream));
         cudaEvent_t evs[7] = {o->start, o->done_ev, o->d2h[0], o->d2h[1], o->h2d[0], o->h2d[1], o->grads_ev};
         for (int i = 0; i < 7; i++) cudaCheck(cudaEventDestroy(evs[i]));
+        for (int k = 0; k < OFFLOAD_GRING; k++) cudaCheck(cudaEventDestroy(o->gring_ev[k]));
+        for (int i = 0; i < 4; i++) cudaCheck(cudaEventDestroy(o->gslot_ev[i]));
         cudaCheck(cudaStreamDestroy(o->stream));
         g_offload_stream = 0;
     }
@@ -514,8 +541,11 @@ static void offload_free(Zero* z) {
     }
     for (int k = 0; k < 2; k++) { if (o->gbuf[k]) host_pinned_free(o->gbuf[k]); host_pinned_free(o->pbuf[k]); }
     if (o->ghost) host_pinned_free(o->ghost);
+    for (int k = 0; k < OFFLOAD_GRING; k++) if (o->gring[k]) host_pinned_free(o->gring[k]);
     free(o->copied);
     z->grad_reduced = NULL;
+    z->grad_reuse = NULL;
+    z->host_sumsq = NULL;
     free(z->master); free(z->m); free(z->v);
     z->master = z->m = z->v = NULL;
     free(o->units);
@@ -544,6 +574,66 @@ static void offload_h2d(OffloadState* o, void* dev, const void* host, size_t byt
 
 // ---- [cpu] the gradient shard to the host as each block's reduction completes (THE STEP, 1)
 
+// [grads_host] The oldest micro-step sum in the ring, added into the host copy (ghost += ring, FP32,
+// element by element: the bits of the device's accumulating reduce-scatter), once its D2H is done.
+static void offload_gring_pop(Zero* z, OffloadState* o) {
+    int k = o->gring_head, b = o->gring_b[k];
+#ifdef __CUDACC__
+    if (g_device == DEV_CUDA) cudaCheck(cudaEventSynchronize(o->gring_ev[k]));
+#endif
+    float* dst = o->ghost + zero_opt_off(z, b);
+    const float* src = o->gring[k];
+    int64_t n = zero_opt_hi(z, b) - zero_opt_lo(z, b);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) dst[i] += src[i];
+    o->gring_head = (k + 1) % OFFLOAD_GRING;
+    o->gring_count--;
+}
+
+// [grads_host] Block b's sum of micro-step `micro` (reduced in place in its gradient buffer, at the
+// shard's place) down to the host: the first micro-step's into the host copy (=), a later one's into
+// the ring, added in order (offload_gring_pop: when the ring is full, at the step). CUDA: the buffer's
+// next zeroing waits for this copy (gslot_ev, offload_grad_reuse).
+static void offload_grad_down(Zero* z, OffloadState* o, int b, int micro) {
+    int slot = zero_slot(z, b);
+    int64_t n = zero_opt_hi(z, b) - zero_opt_lo(z, b);
+    const float* src = z->grad_buf[slot] + z->r * z->lay.S[b];
+    if (micro == 0) {
+        if (n > 0) offload_d2h(o, o->ghost + zero_opt_off(z, b), src, sizeof(float) * (size_t)n);
+        o->copied[b]++;
+    } else {
+        if (o->gring_count == OFFLOAD_GRING) offload_gring_pop(z, o);
+        int k = (o->gring_head + o->gring_count) % OFFLOAD_GRING;
+        if (n > 0) offload_d2h(o, o->gring[k], src, sizeof(float) * (size_t)n);
+        o->gring_b[k] = b;
+        o->gring_count++;
+#ifdef __CUDACC__
+        if (g_device == DEV_CUDA) cudaCheck(cudaEventRecord(o->gring_ev[k], o->stream));
+#endif
+        if (g_device != DEV_CUDA) offload_gring_pop(z, o); // (the CPU device: the copy is done)
+    }
+#ifdef __CUDACC__
+    if (g_device == DEV_CUDA) { cudaCheck(cudaEventRecord(o->gslot_ev[slot], o->stream)); o->gslot_pending[slot] = 1; }
+#endif
+}
+
+// Zero.grad_reuse: gradient buffer `slot` is about to be zeroed for its next block; the copy down of
+// its last block is done first (CPU device: the reduction comm_wait just finished is copied now;
+// CUDA: the compute stream waits for the copy's event).
+static void offload_grad_flush(Zero* z, OffloadState* o, int all);
+static void offload_grad_reuse(Zero* z, int slot) {
+    OffloadState* o = (OffloadState*)z->offload_ctx;
+#ifdef __CUDACC__
+    if (g_device == DEV_CUDA) {
+        if (o->gslot_pending[slot] && !offload_fault("offload-grad-reuse-nowait", slot)) cudaCheck(cudaStreamWaitEvent(g_stream, o->gslot_ev[slot], 0));
+        o->gslot_pending[slot] = 0;
+        return;
+    }
+#endif
+    (void)slot;
+    offload_grad_flush(z, o, 0);
+}
+
 // Block b's gradient shard into the host copy: its last reduction is complete (CPU device) or
 // ordered before this copy on the offload stream (CUDA).
 static void offload_grad_copy(Zero* z, OffloadState* o, int b) {
@@ -560,7 +650,8 @@ static void offload_grad_flush(Zero* z, OffloadState* o, int all) {
         const CommSlot* s = &z->comm->slots[o->pend[i].h];
         int done = !s->active || s->seq != o->pend[i].seq;
         if (!done && all) die(1, "internal error: block %d's reduction is not done at the optimizer step", o->pend[i].b);
-        if (done) offload_grad_copy(z, o, o->pend[i].b);
+        if (done && z->grads_host) offload_grad_down(z, o, o->pend[i].b, o->pend[i].micro);
+        else if (done) offload_grad_copy(z, o, o->pend[i].b);
         else o->pend[k++] = o->pend[i];
     }
     o->npend = k;
@@ -578,7 +669,22 @@ static void offload_grad_reduced(Zero* z, int b, int h, int micro, int last_micr
     OffloadState* o = (OffloadState*)z->offload_ctx;
     if (!o->step_open) { // the previous step's host reads are over (offload_adamw, synchronous)
         o->step_open = 1;
+        o->arrived = 0;
         if (z->poison) memset(o->ghost, 0xFF, sizeof(float) * (size_t)z->opt_total); // NaN
+    }
+    if (z->grads_host) { // every micro-step's sum goes down (in place in the block's buffer)
+#ifdef __CUDACC__
+        if (g_device == DEV_CUDA) {
+            cudaCheck(cudaStreamWaitEvent(o->stream, z->comm->slots[h].done, 0)); // the reduction is done
+            offload_grad_down(z, o, b, micro);
+            cudaCheck(cudaEventRecord(o->grads_ev, o->stream));
+            o->grads_issued = 1;
+            return;
+        }
+#endif
+        offload_grad_flush(z, o, 0);
+        o->pend[o->npend++] = (OffloadPending){b, h, micro, z->comm->slots[h].seq};
+        return;
     }
     int when = offload_fault("offload-grad-early", b) ? micro == 0 : offload_fault("offload-grad-every", b) ? 1 : last_micro;
     if (!when) return;
@@ -594,7 +700,7 @@ static void offload_grad_reduced(Zero* z, int b, int h, int micro, int last_micr
 #endif
     offload_grad_flush(z, o, 0); // the earlier blocks whose reduction finished meanwhile
     if (nowait) { offload_grad_copy(z, o, b); return; }
-    o->pend[o->npend++] = (OffloadPending){b, h, z->comm->slots[h].seq}; // (at most one per slot in flight)
+    o->pend[o->npend++] = (OffloadPending){b, h, micro, z->comm->slots[h].seq}; // (at most one per slot in flight)
 }
 
 // At the step, before the host reads the gradient (every step, also one that is skipped): the
@@ -602,8 +708,9 @@ static void offload_grad_reduced(Zero* z, int b, int h, int micro, int last_micr
 // stream too, so the next writer of the shard (the next step's reduce-scatter, or [ZeRO-1]
 // zero_zero_grads into full_grads) comes after it [CUDA]; every block went to the host exactly once.
 static void offload_grads_arrived(Zero* z, OffloadState* o) {
-    if (o->kind != OFFLOAD_CPU) return;
+    if (!o->ghost || o->arrived) return; // ([grads_host] offload_host_sumsq ran it before the norm)
     offload_grad_flush(z, o, 1);
+    while (o->gring_count > 0) offload_gring_pop(z, o); // [grads_host] the last micro-step sums, added
 #ifdef __CUDACC__
     if (g_device == DEV_CUDA && o->grads_issued) {
         cudaCheck(cudaEventSynchronize(o->grads_ev));
@@ -617,18 +724,46 @@ static void offload_grads_arrived(Zero* z, OffloadState* o) {
                    "last reduction). HINT: a bug in the zero_reduce_block -> offload_grad_reduced hook", b, o->copied[b]);
     memset(o->copied, 0, sizeof(int) * (size_t)z->lay.nblocks);
     o->step_open = 0;
+    o->arrived = 1;
+}
+
+// Zero.host_sumsq ([grads_host]): every copy down done and added, then the gradient's sum of squares
+// over the host copy's segments (padding excluded, as zero_local_sumsq), in the order the device would
+// have summed it: the CPU device's op itself; on CUDA the kernels' order on the host
+// (sumsq_many_host_cuda_order, adamw.cuh): the same norm, to the bit, as a resident gradient's.
+static void offload_host_sumsq(Zero* z, double* out) {
+    OffloadState* o = (OffloadState*)z->offload_ctx;
+    offload_grads_arrived(z, o);
+    int cap = z->lay.nblocks * MAX_BLOCK_TENSORS, n = 0;
+    const float** ptr = (const float**)malloc(sizeof(float*) * cap);
+    int64_t* len = (int64_t*)malloc(sizeof(int64_t) * cap);
+    if (!ptr || !len) die(1, "out of host memory (the norm's segments)");
+    Segment seg[MAX_BLOCK_TENSORS];
+    for (int b = 0; b < z->lay.nblocks; b++) {
+        if (z->lay.frozen[b]) continue; // [LoRA] no gradient
+        int k = layout_segments(&z->lay, b, z->r * z->lay.S[b], (z->r + 1) * z->lay.S[b], seg);
+        const float* g = o->ghost + zero_opt_off(z, b);
+        for (int i = 0; i < k; i++, n++) { ptr[n] = g + seg[i].off; len[n] = seg[i].len; }
+    }
+#ifdef __CUDACC__
+    if (g_device == DEV_CUDA) *out = sumsq_many_host_cuda_order(ptr, len, n);
+    else
+#endif
+    op_sumsq_many_into(out, ptr, len, n);
+    free(ptr);
+    free(len);
 }
 
 // Unit u's gradient on the host: [cpu] in the host copy of the shard; [nvme] in gbuf[u % 2].
 static float* offload_unit_grads(Zero* z, OffloadState* o, int u) {
-    if (o->kind == OFFLOAD_CPU) return o->ghost + zero_opt_off(z, o->units[u].b) + o->units[u].lo;
+    if (o->ghost) return o->ghost + zero_opt_off(z, o->units[u].b) + o->units[u].lo; // [cpu; grads_host]
     return o->gbuf[u % 2];
 }
 
 // [nvme] Unit u's gradient into gbuf[u % 2] (issued; offload_adamw waits for it with d2h[u % 2]);
 // [cpu] nothing: it is on the host already.
 static void offload_fetch_grads(Zero* z, OffloadState* o, int u) {
-    if (o->kind == OFFLOAD_CPU) return;
+    if (o->ghost) return; // [cpu; grads_host] on the host already
     const OffloadUnit* un = &o->units[u];
     offload_d2h(o, o->gbuf[u % 2], zero_opt_grads(z, un->b) + un->lo, sizeof(float) * (size_t)un->n);
 #ifdef __CUDACC__
@@ -707,7 +842,7 @@ static void offload_adamw_check(Zero* z, const AdamWParams* hp, StepScalars* sc)
             if (u + 1 < nu) offload_fetch_grads(z, o, u + 1); // gbuf[(u+1) % 2]: unit u-1's, checked
             offload_read_ahead(o, u + 1);
 #ifdef __CUDACC__
-            if (g_device == DEV_CUDA && nvme) cudaCheck(cudaEventSynchronize(o->d2h[u % 2])); // unit u's gradients are here
+            if (g_device == DEV_CUDA && nvme && !o->ghost) cudaCheck(cudaEventSynchronize(o->d2h[u % 2])); // unit u's gradients are here
 #endif
             float *master, *m, *v;
             offload_unit_state(z, o, u, &master, &m, &v);
@@ -752,7 +887,7 @@ static void offload_adamw(Zero* z, const AdamWParams* hp, const StepScalars* sc)
         offload_read_ahead(o, u + 1);
 #ifdef __CUDACC__
         if (g_device == DEV_CUDA) { // (b) [nvme] unit u's gradients are here; unit u-2's parameters have left pbuf[k]
-            if (nvme) cudaCheck(cudaEventSynchronize(o->d2h[k]));
+            if (nvme && !o->ghost) cudaCheck(cudaEventSynchronize(o->d2h[k]));
             if (o->h2d_pending[k]) cudaCheck(cudaEventSynchronize(o->h2d[k]));
         }
 #endif
@@ -808,8 +943,14 @@ static void offload_adamw(Zero* z, const AdamWParams* hp, const StepScalars* sc)
 // The step knows before the update whether it applies (train_step reads the scalars back at once
 // with parameter offload: readback_lag 0), so a skipped step copies nothing.
 // Exactness: the bytes are moved, never changed: bit-identical to the resident run at any R.
-// Not yet: the FP32 gradient shard still lives on the device (shard_grads), the nvme reads are not
-// issued ahead of the gather by the I/O thread, and -z auto / -tune do not choose it (docs/offload.md).
+// GRADIENTS (with -offload cpu|nvme: AdamW on the host): the FP32 gradient shard lives on the host
+// too (Zero.grads_host; shard_grads is not allocated): each block's reduce-scatter lands in place in
+// its own gradient buffer every micro-step and goes down at once (offload_grad_down: the first
+// micro-step's into the host copy, later ones through a ring of pinned buffers, added on the host in
+// order, the bits of the device's accumulation); the norm is summed on the host in the device's
+// order (offload_host_sumsq). Without -offload AdamW runs on the device and the shard stays there.
+// Not yet: the nvme reads are not issued ahead of the gather by the I/O thread, and -z auto / -tune
+// do not choose it (docs/offload.md).
 
 typedef struct {
     Offload kind;

@@ -30,7 +30,10 @@
 
 typedef struct {
     int stage, recompute, offload;  // offload: the optimizer state lives on the host (-offload cpu)
-    int offload_params;             // [-offload-params] the ZeRO-3 parameter shards live on the host (cpu) or disk (nvme)
+    int offload_params;             // [-offload-params] the ZeRO-3 parameter shards live on the host (cpu) or disk (nvme);
+                                    // with -offload the gradient shard on the host too
+    double prefetch_s, exposed_s;   // [-offload-params] the shards' copies up per step (and [nvme] their reads: the slower),
+                                    // and the part of it that does not hide behind the compute
     int rep_base;                   // [LoRA] 1: every rank holds the whole frozen base (ZeRO-0/1/2 always; ZeRO-3 with
                                     // -lora-base replicated: never gathered, the adapters alone sharded); 0: sharded (or no LoRA)
     size_t bytes[TAG_COUNT];        // per rank
@@ -102,15 +105,19 @@ static void plan_config(const GPTConfig* c, int B, int T, int R, int GA, int sta
     acts_bytes(c, B, T, recompute, &acts, &logits);
     p->bytes[TAG_PARAMS] = X * (s.full_params + (params ? 0 : s.shard_params)); // [-offload-params] the shard on the host
     p->bytes[TAG_PARAM_BUF] = X * (s.param_bufs + lora_dequant_elems(&d)); // [QLoRA] + one layer dequantized (lora.h)
-    p->bytes[TAG_GRADS] = 4 * (s.full_grads + s.shard_grads);
+    int grads_host = params && offload; // [-offload-params with -offload] the gradient shard on the host (offload.h)
+    p->bytes[TAG_GRADS] = 4 * (s.full_grads + (grads_host ? 0 : s.shard_grads));
     p->bytes[TAG_GRAD_BUF] = 4 * s.grad_bufs;
     p->bytes[TAG_MASTER] = p->bytes[TAG_ADAM_M] = p->bytes[TAG_ADAM_V] = offload ? 0 : 4 * s.opt; // [offload] on the host
-    p->host_bytes = offload_host_bytes(&lay, offload, offload_buffer) + param_offload_host_bytes(&lay, params);
+    p->host_bytes = offload_host_bytes(&lay, offload, offload_buffer, params && offload) + param_offload_host_bytes(&lay, params);
     // [offload] the FP32 gradient shard down (cpu: block by block during the backward, the io block,
     // reduced last, after it; nvme: at the step, once while the overflow check is proved by its bound,
     // the steady state: adamw_bound_finite) and the floatX parameters up
-    p->pcie_bytes = offload ? (double)(4 + X) * s.opt : 0.0;
-    p->pcie_d2h_hidden = offload == OFFLOAD_CPU ? 4.0 * (double)(s.opt - lay.S[0]) : 0.0;
+    // [-offload-params] the parameters never go up at the step (the host AdamW writes the host shard);
+    // without -offload the device's update goes down (X an element); every gather copies its shard up
+    // (below, from the schedule); with -offload the gradient goes down every micro-step (grads_host)
+    p->pcie_bytes = offload ? (double)(4 * (grads_host ? GA : 1) + (params ? 0 : X)) * s.opt : params ? (double)X * s.opt : 0.0;
+    p->pcie_d2h_hidden = offload == OFFLOAD_CPU || grads_host ? 4.0 * (double)(s.opt * (grads_host ? GA : 1) - lay.S[0]) : 0.0;
     p->state_bytes = offload ? 12.0 * (double)s.opt : 0.0;
     p->bytes[TAG_ACTS] = acts + lora_acts_bytes(&d.lora, c->L, (int64_t)B * T, lora_discard_floats(&d)); // [LoRA] the adapters' (lora.h)
     p->bytes[TAG_LOGITS] = logits;
@@ -121,6 +128,7 @@ static void plan_config(const GPTConfig* c, int B, int T, int R, int GA, int sta
     // themselves run in counting mode (zero_count_step), and what a rank sends of it with ring
     // algorithms: (R-1)/R of each all-gather and reduce-scatter, twice that of an all-reduce
     zero_count_step(&lay, stage, GA, p->coll_count, p->coll_bytes);
+    if (params) p->pcie_bytes += (double)p->coll_bytes[COLL_ALL_GATHER] / R; // [-offload-params] each gather's shard up
     double ring = (double)(R - 1) / R;
     p->traffic = ring * ((double)p->coll_bytes[COLL_ALL_GATHER] + (double)p->coll_bytes[COLL_REDUCE_SCATTER] + 2.0 * (double)p->coll_bytes[COLL_ALL_REDUCE]);
     layout_free(&lay);
@@ -390,7 +398,11 @@ static void plan_env(const Flags* f, const Launch* L, int R, PlanEnv* e) {
 }
 
 // Every stage x recompute row (and the offload rows), with fit and time: at most PLAN_MAX_ROWS.
-#define PLAN_MAX_ROWS 48 // 4 stages x 4 recompute modes without offload, [LoRA] + 4 (ZeRO-3, base replicated), 3 x 4 x 2 with
+#define PLAN_MAX_ROWS 60 // 4 stages x 4 recompute modes without offload, [LoRA] + 4 (ZeRO-3, base replicated), 3 x 4 x 2 with,
+                         // 3 x 4 with parameter offload (ZeRO-3: the PLAN_PARAM_ROWS pairs x recompute)
+// [-offload-params] the rows' (parameters, optimizer state) places, and their -r column's letter
+static const struct { Offload params, state; char mark; } PLAN_PARAM_ROWS[3] = {
+    {OFFLOAD_CPU, OFFLOAD_CPU, 'O'}, {OFFLOAD_CPU, OFFLOAD_NVME, 'M'}, {OFFLOAD_NVME, OFFLOAD_NVME, 'N'}};
 static int plan_rows(const GPTConfig* c, int B, int T, int R, int GA, int local_ranks, const PlanEnv* e, PlanRow* rows) {
     int n = 0;
     // the checkpoints kept, on the node of rank 0 (the model files and ranks 0 .. local_ranks-1's
@@ -455,6 +467,48 @@ static int plan_rows(const GPTConfig* c, int B, int T, int R, int GA, int local_
                 p->fits = p->free >= e->headroom && e->host_mem - (double)p->host_per_node >= plan_headroom(e->host_mem);
             }
         }
+    // [-offload-params] ZeRO-3 with the parameter shards (and with them the gradient shard) off the device
+    // too: the device holds the gather buffers, activations and workspace. Each gather copies its shard
+    // up ([nvme] read from the file first, at the node's disk bandwidth shared by its ranks): that
+    // prefetch hides behind the compute of the layer before; what exceeds the step's compute is
+    // exposed (a column). The gradient goes down every micro-step during the backward (as the cpu
+    // rows' copies, only what exceeds 2/3 of the compute counts), the host AdamW writes the host shard
+    // ([nvme] the parameter file: X bytes an element, and the state file as the n rows).
+    for (int k = 0; k < 3; k++)
+        for (int r = 0; r <= 3; r++) {
+            PlanRow* p = &rows[n++];
+            Offload pk = PLAN_PARAM_ROWS[k].params, sk = PLAN_PARAM_ROWS[k].state;
+            plan_config(&cs, B, T, R, GA, 3, r, sk, e->offload_buffer, pk, p);
+            double state = p->state_bytes, X = (double)sizeof(floatX);
+            double up = (double)p->coll_bytes[COLL_ALL_GATHER] / R; // the shards copied up per step (per rank)
+            ModelDesc d;
+            model_describe(&d, &cs);
+            BlockLayout lay;
+            model_layout(&d, &lay, R, 0);
+            double pfile = pk == OFFLOAD_NVME ? X * (double)lay.shard_total * local_ranks : 0.0; // [nvme] the parameter files
+            double opt = (double)zero_sizes(&lay, 3).opt;
+            layout_free(&lay);
+            p->compute_s = plan_compute_s(e, c, T, r) * B * T * GA;
+            p->comm_s = p->traffic / e->link;
+            p->prefetch_s = fmax(up / e->pcie, pk == OFFLOAD_NVME ? up * local_ranks / e->disk : 0.0);
+            p->exposed_s = fmax(0.0, p->prefetch_s - p->compute_s);
+            double hidden = p->pcie_d2h_hidden / e->pcie; // the gradient's copies under the backward
+            p->pcie_s = p->exposed_s + (p->pcie_bytes - up - p->pcie_d2h_hidden) / e->pcie + fmax(0.0, hidden - 2.0 / 3.0 * p->compute_s);
+            p->host_s = state / 12.0 / e->adamw;
+            double files = sk == OFFLOAD_NVME ? state * local_ranks : 0.0; // [nvme] the state files
+            p->disk_s = (2.0 * files + (pk == OFFLOAD_NVME ? X * opt * local_ranks : 0.0)) / e->disk; // (the reads up: in the prefetch)
+            p->ckpt_per_node = ckpt;
+            p->disk_per_node = (size_t)(files + pfile) + ckpt;
+            p->step_s = p->compute_s + p->comm_s + p->pcie_s + p->host_s + p->disk_s;
+            p->host_per_node = p->host_bytes * (size_t)local_ranks;
+            if (g_device == DEV_CPU) {
+                p->free = e->mem - (double)p->total - (double)p->host_bytes;
+                p->fits = p->free >= e->headroom;
+            } else {
+                p->free = e->mem - (double)p->total;
+                p->fits = p->free >= e->headroom && e->host_mem - (double)p->host_per_node >= plan_headroom(e->host_mem);
+            }
+        }
     return n;
 }
 
@@ -465,19 +519,28 @@ static int plan_rows(const GPTConfig* c, int B, int T, int R, int GA, int local_
 // kinds: a mask of the offload kinds allowed (1 << OFFLOAD_*),
 // tried in order: none, then cpu only when no row without offload fits, then nvme only when no cpu
 // row fits either. Returns the row index or -1.
-static int plan_choose(const PlanRow* rows, int n, int R, int stage, int recompute, int base, int kinds) {
+// [-offload-params] kinds' bit PLAN_PARAMS: a last pass over the parameter-offload rows (those whose
+// state kind is in kinds), only when no other row fits; with params > 0 (-offload-params given) those
+// rows only, of that kind.
+#define PLAN_PARAMS (1 << 3)
+static int plan_choose_params(const PlanRow* rows, int n, int R, int stage, int recompute, int base, int kinds, int params) {
     int best = -1;
-    for (int pass = OFFLOAD_NONE; pass <= OFFLOAD_NVME && best < 0; pass++) {
-        if (!(kinds & (1 << pass))) continue;
+    for (int pass = OFFLOAD_NONE; pass <= OFFLOAD_NVME + 1 && best < 0; pass++) {
+        if (pass <= OFFLOAD_NVME ? params > 0 || !(kinds & (1 << pass)) : !(kinds & PLAN_PARAMS)) continue;
         for (int i = 0; i < n; i++) {
             const PlanRow* p = &rows[i];
-            if (p->offload != pass || !p->fits || (R > 1 && p->stage == 0 && stage != 0)) continue;
+            if (pass <= OFFLOAD_NVME ? p->offload_params || p->offload != pass : !p->offload_params) continue;
+            if (pass > OFFLOAD_NVME && ((params > 0 && p->offload_params != params) || !(kinds & (1 << p->offload)))) continue;
+            if (!p->fits || (R > 1 && p->stage == 0 && stage != 0)) continue;
             if ((stage >= 0 && p->stage != stage) || (recompute >= 0 && p->recompute != recompute)) continue;
             if (base >= 0 && p->rep_base != base) continue; // [LoRA]
             if (best < 0 || p->step_s < rows[best].step_s * 0.99) best = i; // rows come in (stage, recompute) order
         }
     }
     return best;
+}
+static int plan_choose(const PlanRow* rows, int n, int R, int stage, int recompute, int base, int kinds) {
+    return plan_choose_params(rows, n, R, stage, recompute, base, kinds, 0);
 }
 // [LoRA] -lora-base as plan_choose's base: -1 auto (either), 0 sharded, 1 replicated.
 static int plan_base_arg(const Flags* f) { return !strcmp(f->lora_base, "replicated") ? 1 : !strcmp(f->lora_base, "sharded") ? 0 : -1; }
@@ -491,9 +554,19 @@ static void plan_lora_base_resolve(Flags* f, int rep, int stage, const char* why
     FLAG_SHOW(f, lora_base, "%s (%s%s)", base, why, stage < 3 ? "; ZeRO-0/1/2 hold the whole base" : "");
 }
 // -offload as plan_choose's mask: auto: none, cpu, and nvme when -offload-dir says where; else that kind.
+// [-offload-params] PLAN_PARAMS too unless -offload-params none was given: the parameter-offload rows,
+// a last resort unless -offload-params names a kind (plan_params_arg).
 static int plan_offload_arg(const Flags* f) {
-    if (strcmp(f->offload, "auto")) return 1 << offload_parse(f->offload);
-    return 1 << OFFLOAD_NONE | 1 << OFFLOAD_CPU | (f->offload_dir[0] ? 1 << OFFLOAD_NVME : 0);
+    int params = f->offload_params_set && !strcmp(f->offload_params, "none") ? 0 : PLAN_PARAMS;
+    if (strcmp(f->offload, "auto")) return 1 << offload_parse(f->offload) | params;
+    return 1 << OFFLOAD_NONE | 1 << OFFLOAD_CPU | (f->offload_dir[0] ? 1 << OFFLOAD_NVME : 0) | params;
+}
+static int plan_params_arg(const Flags* f) { int k = offload_parse(f->offload_params); return k > 0 ? k : 0; }
+// A row's -r column: the mode and a letter for where the state (o, n) or the parameters (PLAN_PARAM_ROWS) live.
+static char plan_row_mark(const PlanRow* p) {
+    for (int k = 0; k < 3 && p->offload_params; k++)
+        if (PLAN_PARAM_ROWS[k].params == p->offload_params && PLAN_PARAM_ROWS[k].state == p->offload) return PLAN_PARAM_ROWS[k].mark;
+    return p->offload == OFFLOAD_NVME ? 'n' : p->offload ? 'o' : p->stage == 3 && p->rep_base ? 'b' : ' ';
 }
 
 // A byte count in its own unit, three significant digits: "812 KiB", "20.8 GiB", "-1.50 GiB".
@@ -529,12 +602,12 @@ static void plan_explain_misfit(const GPTConfig* c, int B, int T, int R, int GA,
         if (q.total <= usable) Rfit = r2;
     }
     if (Rfit) n += snprintf(out + n, cap - n, "; with %d ranks it would fit", Rfit);
-    // what is missing at this R: the parameters' shard on the host (parameter offload: not built yet)
-    double params = (double)p.bytes[TAG_PARAMS], master = (double)(p.bytes[TAG_MASTER] + p.bytes[TAG_ADAM_M] + p.bytes[TAG_ADAM_V]);
-    if ((double)p.total - params - master <= usable && (double)p.total > usable)
-        n += snprintf(out + n, cap - n, "; at R = %d it is %s short and the parameters' shard alone is %s: with the parameters and the "
-                      "optimizer state in host memory it would need %s (parameter offload is not built yet; -offload moves the optimizer state only)",
-                      R, fmt_bytes((double)p.total - usable).s, fmt_bytes(params).s, fmt_bytes((double)p.total - params - master).s);
+    // what is left at this R with everything offloadable off the device (the -r 3 O row)
+    PlanRow q;
+    plan_config(c, B, T, R, GA, 3, 3, OFFLOAD_CPU, 0, OFFLOAD_CPU, &q);
+    n += snprintf(out + n, cap - n, "; with the parameter, gradient and optimizer shards in host memory (-offload-params cpu -offload cpu) "
+                  "the device still needs %s (the gather buffers, activations, logits and workspace)%s", fmt_bytes((double)q.total).s,
+                  (double)q.total <= usable ? ", which fits: the host memory per node does not hold the rest (-host-mem)" : "");
     if (fixed > usable * 0.5)
         n += snprintf(out + n, cap - n, "; activations, logits and buffers alone need %s: use a smaller micro-batch -b (and -d to keep the batch)",
                       fmt_bytes((double)fixed).s);
@@ -586,18 +659,18 @@ static void run_plan(const Flags* f, const GPTConfig* c, int R, const Launch* L)
         w[t] = (int)strlen(mem_tag_name[t]) > 9 ? (int)strlen(mem_tag_name[t]) : 9;
         printf0(" %*s |", w[t], mem_tag_name[t]);
     }
-    printf0("     total |      free | fits  | comm/step | est s/step | host/node | disk/node |\n");
+    printf0("     total |      free | fits  | comm/step | est s/step | host/node | disk/node |   exposed |\n");
     for (int i = 0; i < n; i++) {
         const PlanRow* p = &rows[i];
-        if (p->offload) printf0("| %d | %d %c |", p->stage, p->recompute, p->offload == OFFLOAD_NVME ? 'n' : 'o');
-        else if (p->stage == 3 && p->rep_base) printf0("| %d | %d b |", p->stage, p->recompute); // [LoRA]
-        else printf0("| %d | %d   |", p->stage, p->recompute);
+        printf0("| %d | %d %c |", p->stage, p->recompute, plan_row_mark(p));
         for (int t = 0; t < TAG_COUNT; t++) printf0(" %*s |", w[t], p->bytes[t] ? fmt_bytes((double)p->bytes[t]).s : "-");
         int64_t cb = 0;
         for (int k = 0; k < COLL_KINDS; k++) cb += p->coll_bytes[k];
-        printf0(" %9s | %9s | %-5s | %9s | %10.3g | %9s | %9s |\n", fmt_bytes((double)p->total).s, fmt_bytes(p->free).s,
+        char exposed[32] = "-";
+        if (p->offload_params) snprintf(exposed, sizeof(exposed), "%.3g s", p->exposed_s);
+        printf0(" %9s | %9s | %-5s | %9s | %10.3g | %9s | %9s | %9s |\n", fmt_bytes((double)p->total).s, fmt_bytes(p->free).s,
                 p->fits ? "yes" : p->free >= 0 ? "tight" : "no", fmt_bytes((double)cb).s, p->step_s,
-                p->offload ? fmt_bytes((double)p->host_per_node).s : "-", p->disk_per_node ? fmt_bytes((double)p->disk_per_node).s : "-");
+                p->offload ? fmt_bytes((double)p->host_per_node).s : "-", p->disk_per_node ? fmt_bytes((double)p->disk_per_node).s : "-", exposed);
     }
     printf0("fits: yes = leaves at least the headroom free; tight = fits in the memory but leaves less (never chosen); no = does not fit\n");
     printf0("-r N o: -offload cpu (master, m, v and pinned staging on the host: host/node; total is on the device%s); est s/step adds the "
@@ -609,6 +682,10 @@ static void run_plan(const Flags* f, const GPTConfig* c, int R, const Launch* L)
     printf0("-r N n: -offload nvme (the state in a file per rank: disk/node, with the checkpoints kept; the host holds -offload-buffer %s per rank "
             "and the staging); est s/step also reads and writes the state at %.0f Gbit/s per node (%s); chosen only when no cpu row fits, "
             "and with -z auto only when -offload-dir is given\n", fmt_bytes(e.offload_buffer).s, e.disk * 8 / 1e9, e.disk_src);
+    printf0("-r N O, M, N: ZeRO-3 with -offload-params (the parameter shards off the device, and with them the FP32 gradient shard): O "
+            "-offload-params cpu -offload cpu, M -offload-params cpu -offload nvme, N -offload-params nvme -offload nvme (the parameter "
+            "file too); each gather copies its shard up (N: read from the file first), hidden behind the compute up to the step's "
+            "compute time: exposed is what is not; chosen only when no other row fits (or with -offload-params cpu|nvme given)\n");
     if (e.ckpt_kept > 0)
         printf0("disk/node: %d checkpoint%s on disk at once (-n %d, -nk %d, -x %d, -save-model %s: %d with a model file), %s on the node of "
                 "rank 0 (its %d rank%s' state files and the model files; markers not counted)\n", e.ckpt_kept, e.ckpt_kept > 1 ? "s" : "",
@@ -616,17 +693,21 @@ static void run_plan(const Flags* f, const GPTConfig* c, int R, const Launch* L)
                 local < R ? local : R, (local < R ? local : R) > 1 ? "s" : "");
     else if (e.ckpt_kept < 0)
         printf0("disk/node: checkpoints not counted: -x -1 (one epoch) with -nk 0 keeps every one, how many the data decides. HINT: -nk N\n");
-    int best = plan_choose(rows, n, R, -1, -1, plan_base_arg(f), plan_offload_arg(f));
+    int best = plan_choose_params(rows, n, R, -1, -1, plan_base_arg(f), plan_offload_arg(f), plan_params_arg(f));
     if (best < 0) {
         char why[1024];
         plan_explain_misfit(c, f->B, f->T, R, GA, &e, why, sizeof(why));
         printf0("recommendation: none: %s\n", why);
     } else {
         const PlanRow* p = &rows[best];
-        printf0("recommendation: -z %d -r %d%s%s%s: %suses %s of %s per rank, leaving %s (headroom %s), and has the lowest estimated step time, "
+        printf0("recommendation: -z %d -r %d%s%s%s%s%s: %suses %s of %s per rank, leaving %s (headroom %s), and has the lowest estimated step time, "
                 "%.3g s (compute %.3g s, communication %.3g s%s)%s\n", p->stage, p->recompute, p->offload ? " -offload " : "",
-                p->offload ? offload_name((Offload)p->offload) : "", !c->lora_r ? "" : p->rep_base ? " -lora-base replicated" : " -lora-base sharded",
-                !p->offload ? "" : plan_choose(rows, n, R, -1, -1, plan_base_arg(f), 1 << OFFLOAD_NONE) < 0 ? "nothing fits without offload; "
+                p->offload ? offload_name((Offload)p->offload) : "", p->offload_params ? " -offload-params " : "",
+                p->offload_params ? offload_name((Offload)p->offload_params) : "", !c->lora_r ? "" : p->rep_base ? " -lora-base replicated" : " -lora-base sharded",
+                p->offload_params && !plan_params_arg(f) ? "nothing fits without parameter offload; "
+                : p->offload_params ? plan_choose(rows, n, R, -1, -1, plan_base_arg(f), plan_offload_arg(f) & ~PLAN_PARAMS) < 0
+                  ? "-offload-params given (and nothing fits without it); " : "-offload-params given (rows without it fit too); "
+                : !p->offload ? "" : plan_choose(rows, n, R, -1, -1, plan_base_arg(f), 1 << OFFLOAD_NONE) < 0 ? "nothing fits without offload; "
                 : "-offload given (rows without offload fit too); ", fmt_bytes((double)p->total).s, fmt_bytes(e.mem).s,
                 fmt_bytes(p->free).s, fmt_bytes(e.headroom).s, p->step_s, p->compute_s, p->comm_s, p->offload ? ", host copies and AdamW" : "",
                 R > 1 ? "; ZeRO-0 is never chosen with R > 1 (ZeRO-1 sends less in less memory)" : "");
@@ -638,7 +719,11 @@ static void run_plan(const Flags* f, const GPTConfig* c, int R, const Launch* L)
         if (!fp) die_user("-o: cannot write %s: %s", path, strerror(errno));
         for (int i = 0; i < n; i++) {
             const PlanRow* p = &rows[i];
-            fprintf(fp, "{\"stage\": %d, \"recompute\": %d, \"offload\": %d, \"R\": %d, \"GA\": %d", p->stage, p->recompute, p->offload, R, GA);
+            if (p->offload_params) // [-offload-params] first, so that a reader keyed on {"stage": ... reads the other rows only
+                fprintf(fp, "{\"offload_params\": %d, \"prefetch_s\": %.6g, \"exposed_s\": %.6g, \"stage\": %d, \"recompute\": %d, \"offload\": %d, \"R\": %d, \"GA\": %d",
+                        p->offload_params, p->prefetch_s, p->exposed_s, p->stage, p->recompute, p->offload, R, GA);
+            else
+                fprintf(fp, "{\"stage\": %d, \"recompute\": %d, \"offload\": %d, \"R\": %d, \"GA\": %d", p->stage, p->recompute, p->offload, R, GA);
             for (int t = 0; t < TAG_COUNT; t++) fprintf(fp, ", \"%s\": %zu", mem_tag_name[t], p->bytes[t]);
             fprintf(fp, ", \"total\": %zu, \"fits\": %d, \"step_s\": %.6g, \"recommended\": %d", p->total, p->fits, p->step_s, i == best);
             fprintf(fp, ", \"mem\": %.0f, \"free\": %.0f, \"headroom\": %.0f, \"compute_s\": %.6g, \"comm_s\": %.6g, \"flops\": %.6g",
@@ -667,7 +752,7 @@ static void plan_env_show(Flags* f, const PlanEnv* e) {
 // -z auto / -r auto: rank 0 plans with its own view of the memory and broadcasts the choice, so
 // ranks that see different free memory never choose differently. One line says what and why.
 static void choose_config(Flags* f, const GPTConfig* c, int R, const Launch* L, Comm* comm) {
-    int choice[4] = {f->zero_stage, f->recompute, 0, 0};
+    int choice[5] = {f->zero_stage, f->recompute, 0, 0, 0};
     char why[1024] = "";
     if (g_rank == 0) {
         int GA = plan_GA(f, R);
@@ -675,7 +760,7 @@ static void choose_config(Flags* f, const GPTConfig* c, int R, const Launch* L, 
         plan_env(f, L, R, &e);
         PlanRow rows[PLAN_MAX_ROWS];
         int n = plan_rows(c, f->B, f->T, R, GA, L->local_world, &e, rows);
-        int best = plan_choose(rows, n, R, f->zero_stage, f->recompute, plan_base_arg(f), plan_offload_arg(f));
+        int best = plan_choose_params(rows, n, R, f->zero_stage, f->recompute, plan_base_arg(f), plan_offload_arg(f), plan_params_arg(f));
         plan_env_show(f, &e);
         if (best < 0) {
             plan_explain_misfit(c, f->B, f->T, R, GA, &e, why, sizeof(why));
@@ -685,8 +770,10 @@ static void choose_config(Flags* f, const GPTConfig* c, int R, const Launch* L, 
             choice[1] = rows[best].recompute;
             choice[2] = rows[best].offload;
             choice[3] = rows[best].rep_base;
+            choice[4] = rows[best].offload_params;
             snprintf(why, sizeof(why), "%suses %s of %s per rank (%s), leaving %s (headroom %s, " PLAN_HEADROOM_TEXT "), estimated %.3g s/step",
-                     rows[best].offload == OFFLOAD_CPU && !strcmp(f->offload, "auto") ? "nothing fits without offload, so the optimizer state goes to the host; "
+                     rows[best].offload_params && !plan_params_arg(f) ? "nothing fits without parameter offload, so the parameter and gradient shards leave the device too; "
+                     : rows[best].offload == OFFLOAD_CPU && !strcmp(f->offload, "auto") ? "nothing fits without offload, so the optimizer state goes to the host; "
                      : rows[best].offload == OFFLOAD_NVME && !strcmp(f->offload, "auto") ? "nothing fits without offload nor with it in host memory, so the optimizer state goes to -offload-dir; " : "",
                      fmt_bytes((double)rows[best].total).s, fmt_bytes(e.mem).s, e.mem_src, fmt_bytes(rows[best].free).s,
                      fmt_bytes(e.headroom).s, rows[best].step_s);
@@ -695,8 +782,9 @@ static void choose_config(Flags* f, const GPTConfig* c, int R, const Launch* L, 
     comm_broadcast(comm, choice, sizeof(choice), 0);
     if (choice[0] == -2) die_user("-z auto: %s", g_rank == 0 ? why : "rank 0 found no configuration that fits (see its message)");
     const char* base = !c->lora_r ? "" : choice[3] ? " -lora-base replicated" : " -lora-base sharded"; // [LoRA]
-    printf0("auto: -z %d -r %d%s%s%s chosen: %s\n", choice[0], choice[1], choice[2] ? " -offload " : "", choice[2] ? offload_name((Offload)choice[2]) : "",
-            base, why);
+    printf0("auto: -z %d -r %d%s%s%s%s%s chosen: %s\n", choice[0], choice[1], choice[2] ? " -offload " : "", choice[2] ? offload_name((Offload)choice[2]) : "",
+            choice[4] ? " -offload-params " : "", choice[4] ? offload_name((Offload)choice[4]) : "", base, why);
+    snprintf(f->offload_params, sizeof(f->offload_params), "%s", offload_name((Offload)choice[4])); // [-offload-params] (none: none)
     plan_lora_base_resolve(f, choice[3], choice[0], "-z auto: the planner's choice");
     if (!strcmp(f->offload, "auto")) snprintf(f->offload, sizeof(f->offload), "%s", offload_name((Offload)choice[2]));
     f->zero_stage = choice[0];

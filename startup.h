@@ -421,9 +421,12 @@ static void check_flags(const Flags* f, const GPTConfig* c, int R) {
     if (off < 0) die_user("flag -offload: '%s' is not none, cpu, nvme or auto", f->offload);
     int poff = offload_parse(f->offload_params);
     if (poff < 0) die_user("flag -offload-params: '%s' is not none, cpu or nvme", f->offload_params);
-    if (poff != OFFLOAD_NONE && f->zero_stage != 3 && !f->plan)
-        die_user("flag -offload-params %s needs -z 3 (given, not auto): only ZeRO-3 shards the parameters and gathers them block by "
-                 "block; below it every rank holds them whole (and -z auto / -tune do not choose parameter offload yet)", f->offload_params);
+    if (poff != OFFLOAD_NONE && f->zero_stage != 3 && f->zero_stage != -1 && !f->plan)
+        die_user("flag -offload-params %s needs -z 3 (or -z auto): only ZeRO-3 shards the parameters and gathers them block by "
+                 "block; below it every rank holds them whole", f->offload_params);
+    if (poff != OFFLOAD_NONE && f->tune)
+        die_user("flag -offload-params %s: -tune does not measure parameter-offload rows yet. HINT: -z auto chooses among them by the "
+                 "planner's estimate (or give -z 3 -r N -offload cpu|nvme)", f->offload_params);
     if (poff == OFFLOAD_NVME && !f->offload_dir[0]) die_user("flag -offload-params nvme needs -offload-dir DIR (a directory on the disk that holds the parameters)");
     if (off != OFFLOAD_NVME && poff != OFFLOAD_NVME && f->offload_dir[0] && strcmp(f->offload, "auto"))
         die_user("flag -offload-dir is for -offload nvme or -offload-params nvme (this run: -offload %s)", f->offload);
@@ -704,6 +707,7 @@ static void print_memory_table(Comm* comm, const Zero* z, const GPTConfig* c, in
     if (rep) f_params = "X * (Psi' - P_A + P_A / R)";
     int poff = z->param_loc != OFFLOAD_NONE; // [-offload-params] the shard is not on the device: 0 here
     if (poff) f_params = z->param_loc == OFFLOAD_CPU ? "- (-offload-params cpu)" : "- (-offload-params nvme)";
+    if (z->grads_host) f_grads = "- (-offload-params + -offload)"; // [the gradient shard on the host too]
     int off = z->offload != OFFLOAD_NONE; // [offload] master, m, v are not on the device: 0 here
     double opt_dev = off ? 0.0 : 4.0 * s->opt;
     if (off) f_opt = z->offload == OFFLOAD_CPU ? "- (-offload cpu: host)" : "- (-offload nvme: file)";
@@ -715,7 +719,7 @@ static void print_memory_table(Comm* comm, const Zero* z, const GPTConfig* c, in
     struct { const char* formula; double bytes; } closed[TAG_COUNT] = {
         {f_params, X * (s->full_params + (poff ? 0 : s->shard_params))},
         {f_bufs, X * s->param_bufs + deq},
-        {f_grads, 4.0 * (s->full_grads + s->shard_grads)},
+        {f_grads, 4.0 * (s->full_grads + (z->grads_host ? 0 : s->shard_grads))},
         {st >= 2 ? "4 * (P_io + 2 P_layer)" : "-", 4.0 * s->grad_bufs},
         {f_opt, opt_dev}, {f_opt, opt_dev}, {f_opt, opt_dev},
         {"acts(B, T, -r)", (double)acts},
@@ -762,8 +766,9 @@ static void print_memory_table(Comm* comm, const Zero* z, const GPTConfig* c, in
         printf0("         of which 12 Psi'/R = %.2f MiB (master, m, v) %s, %.2f MiB on the device\n", 12.0 * s->opt / MiB,
                 z->offload == OFFLOAD_CPU ? "in host memory (-offload cpu)" : "in the -offload-dir file (-offload nvme)", (ours - 12.0 * s->opt) / MiB);
     if (poff) // [-offload-params] nor the parameter shard
-        printf0("         of which X Psi'/R = %.2f MiB (the parameter shard) %s\n", X * s->shard_params / MiB,
-                z->param_loc == OFFLOAD_CPU ? "in page-locked host memory (-offload-params cpu)" : "in the -offload-dir file (-offload-params nvme)");
+        printf0("         of which X Psi'/R = %.2f MiB (the parameter shard) %s%s\n", X * s->shard_params / MiB,
+                z->param_loc == OFFLOAD_CPU ? "in page-locked host memory (-offload-params cpu)" : "in the -offload-dir file (-offload-params nvme)",
+                z->grads_host ? ", and the FP32 gradient shard in page-locked host memory" : "");
     printf0("  paper: %-26s = %9.2f MiB   (ZeRO section 5: 16-bit gradients)\n", form[st], paper[st] / MiB);
     printf0("  ours keeps gradients in FP32 (+2 bytes per gradient element held), has X = %d-byte parameters,\n"
             "  and pads tensors to 8 elements and blocks to 8R (Psi' - Psi = %lld); the io/layer buffers of\n"

@@ -1439,6 +1439,7 @@ static void setup_choose(Trainer* tr, const GPTConfig* c) {
     }
     if (!c->lora_r) FLAG_SHOW(f, lora_base, "unused: no -lora");
     if (strcmp(f->offload_str, f->offload)) FLAG_SHOW(f, offload, "%s", f->offload);
+    if (strcmp(f->offload_params_str, f->offload_params)) FLAG_SHOW(f, offload_params, "%s", f->offload_params);
 }
 
 // Data, tokenizer, prompts, packing, and the output directory's lock.

@@ -200,7 +200,7 @@ static int tune_candidates(const PlanRow* rows, int n, const Flags* f, int R, in
             int best = -1;
             for (int i = 0; i < n; i++) {
                 const PlanRow* p = &rows[i];
-                int keep = p->offload == pass && p->fits && !(R > 1 && p->stage == 0 && f->zero_stage != 0);
+                int keep = p->offload == pass && !p->offload_params && p->fits && !(R > 1 && p->stage == 0 && f->zero_stage != 0); // ([-offload-params] rows: not measured yet)
 #define X(flag, field, row, max, kind, old) if (TUNE_GET_##kind(f, field) >= 0 && p->row != TUNE_GET_##kind(f, field)) keep = 0;
                 TUNE_DIMS(X)
 #undef X

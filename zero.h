@@ -890,7 +890,7 @@ static void comm_wait(Comm* c, int h) {
             float* dst = (float*)op->shard;
             const float* src = (const float*)op->full;
             if (op->accumulate) { for (int64_t i = 0; i < op->S; i++) dst[i] += src[i]; }
-            else memcpy(dst, src, op->S * sizeof(float));
+            else if (dst != src) memcpy(dst, src, op->S * sizeof(float)); // (in place: [-offload-params with -offload])
         }
         s->active = 0;
         return;
@@ -1815,6 +1815,15 @@ typedef struct Zero {
     void (*param_up)(struct Zero* z, int b, floatX* dst);
     void (*param_io)(struct Zero* z, int b, int64_t at, floatX* buf, int64_t n, int mode);
     void* param_ctx;
+    // [-offload-params with -offload] the FP32 gradient shard lives on the host, not the device
+    // (shard_grads NULL): each block's reduce-scatter lands in its own gradient buffer (in place, at the
+    // shard's place) every micro-step, and grad_reduced copies it down (= on the first micro-step, +=
+    // on the host after it). grad_reuse(slot): the buffer of `slot` is about to be zeroed for its next
+    // block (the copy down of its last one must be done first); host_sumsq: the gradient's sum of
+    // squares from the host copy, in the order the device would have summed it (offload.h).
+    int grads_host;
+    void (*grad_reuse)(struct Zero* z, int slot);
+    void (*host_sumsq)(struct Zero* z, double* out);
 } Zero;
 enum { PARAM_GET, PARAM_PUT, PARAM_PUT_DEV, PARAM_SYNC };
 
@@ -1843,6 +1852,7 @@ static void zero_init(Zero* z, BlockLayout* lay, int stage, Comm* comm, int pois
     memset(z, 0, sizeof(*z));
     z->offload = offload;
     z->param_loc = stage == 3 ? params : OFFLOAD_NONE;
+    z->grads_host = z->param_loc != OFFLOAD_NONE && offload != OFFLOAD_NONE; // [-offload-params with -offload]
     z->stage = stage; z->R = lay->R; z->r = lay->r; z->L = lay->nblocks - 1 - (lay->adapter > 0);
     z->lay = *lay;
     z->comm = comm;
@@ -1858,7 +1868,7 @@ static void zero_init(Zero* z, BlockLayout* lay, int stage, Comm* comm, int pois
         if (stage >= 2 && !lay->frozen[b]) z->grad_buf[i] = (float*)dev_alloc(TAG_GRAD_BUF, zero_slot_elems(z, i) * 4);
     }
     z->full_grads = (float*)dev_alloc(TAG_GRADS, z->sz.full_grads * 4);
-    z->shard_grads = (float*)dev_alloc(TAG_GRADS, z->sz.shard_grads * 4);
+    if (!z->grads_host) z->shard_grads = (float*)dev_alloc(TAG_GRADS, z->sz.shard_grads * 4);
     z->opt_total = z->sz.opt;
     if (offload == OFFLOAD_NONE) {
         z->master = (float*)dev_alloc(TAG_MASTER, z->opt_total * 4);
@@ -1882,7 +1892,7 @@ static void zero_free(Zero* z) {
         if (z->grad_buf[i]) dev_free(TAG_GRAD_BUF, z->grad_buf[i], n * 4);
     }
     dev_free(TAG_GRADS, z->full_grads, z->sz.full_grads * 4);
-    dev_free(TAG_GRADS, z->shard_grads, z->sz.shard_grads * 4);
+    if (!z->grads_host) dev_free(TAG_GRADS, z->shard_grads, z->sz.shard_grads * 4);
     if (z->offload == OFFLOAD_NONE) { // [offload] offload_free frees them
         dev_free(TAG_MASTER, z->master, z->opt_total * 4);
         dev_free(TAG_ADAM_M, z->m, z->opt_total * 4);
@@ -1909,6 +1919,7 @@ static inline int64_t zero_opt_off(const Zero* z, int b) { return z->stage == 0 
 static inline float* zero_shard_grads(const Zero* z, int b) {
     if (z->lay.frozen[b]) return NULL;
     if (z->stage <= 1) return z->full_grads + z->lay.goff[b] + z->r * z->lay.S[b];
+    if (!z->shard_grads) return NULL; // [-offload-params with -offload] on the host (offload.h)
     return z->shard_grads + z->lay.gshard_off[b];
 }
 // The reduced gradient of block b's optimizer range.
@@ -2079,6 +2090,7 @@ static float* zero_grad_buffer(Zero* z, int b) {
     int slot = zero_slot(z, b);
     comm_wait(z->comm, z->reduce_h[slot]);
     z->reduce_h[slot] = -1;
+    if (z->grad_reuse) z->grad_reuse(z, slot); // [-offload-params with -offload] its last copy down is done
     dev_zero(z->grad_buf[slot], zero_slot_elems(z, slot) * 4);
     return z->grad_buf[slot];
 }
@@ -2124,6 +2136,10 @@ static void zero_reduce_block(Zero* z, int b, int micro, int last_micro) {
     }
     int slot = zero_slot(z, b);
     CollOp op = {COLL_REDUCE_SCATTER, b, z->grad_buf[slot], z->shard_grads + lay->gshard_off[b], lay->S[b], micro > 0};
+    if (z->grads_host) { // [-offload-params with -offload] in place, every micro-step: the host accumulates
+        op.shard = z->grad_buf[slot] ? z->grad_buf[slot] + z->r * lay->S[b] : NULL;
+        op.accumulate = 0;
+    }
     z->reduce_h[slot] = comm_start(z->comm, &op);
     if (z->grad_reduced) z->grad_reduced(z, b, z->reduce_h[slot], micro, last_micro); // [offload] the shard to the host once reduced
 }
@@ -2177,7 +2193,11 @@ static void zero_grad_sumsq(Zero* z, StepScalars* sc) {
     comm_wait_all(z->comm);
     for (int i = 0; i < 4; i++) z->reduce_h[i] = -1;
     int data = !z->comm->count_only; // counting mode: no data, only the scalar sum is issued
-    if (data) zero_local_sumsq(z, &sc->sumsq);
+    if (data && z->grads_host) { // [-offload-params with -offload] from the host copy, in the device's order
+        double v = 0.0;
+        z->host_sumsq(z, &v);
+        dev_from_host(&sc->sumsq, &v, sizeof(v));
+    } else if (data) zero_local_sumsq(z, &sc->sumsq);
     double sums[2] = {0.0, 0.0};
     if (data && z->comm->R > 1) dev_to_host(sums, &sc->loss_sum, sizeof(sums)); // loss_sum, sumsq: adjacent
     comm_sum_doubles(z->comm, sums, 2);

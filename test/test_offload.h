@@ -198,12 +198,20 @@ TEST(offload_params_bitwise) {
 #endif
 }
 
+// -z auto with -offload-params cpu given chooses among the parameter rows (ZeRO-3, the state on the host),
+// and the run allocates what its row says.
+TEST(offload_params_z_auto_given) {
+    int rc = off_run("", 1, -1, 1, 2, "auto", zt_dir("offp_auto"), "-offload-params cpu", NULL, NULL);
+    CHECKF(rc == 0 && strstr(off_out, "auto: -z 3 -r 1 -offload cpu -offload-params cpu chosen"), "expected a parameter row chosen (%d):\n%s", rc,
+           off_out);
+}
+
 // -offload-params refused, exit 2 naming the flag: below -z 3 or with -z auto, an unknown value, nvme
 // without -offload-dir, a replicated LoRA base (nothing sharded to offload).
 TEST(offload_params_refusals) {
     static const struct { const char* flags; const char* want; } bad[] = {
-        {"-z 2 -offload-params cpu", "flag -offload-params cpu needs -z 3 (given, not auto)"},
-        {"-z auto -offload-params cpu", "flag -offload-params cpu needs -z 3 (given, not auto)"},
+        {"-z 2 -offload-params cpu", "flag -offload-params cpu needs -z 3 (or -z auto)"},
+        {"-z 3 -tune -offload-params cpu", "flag -offload-params cpu: -tune does not measure parameter-offload rows yet"},
         {"-z 3 -offload-params gpu", "flag -offload-params: 'gpu' is not none, cpu or nvme"},
         {"-z 3 -offload-params nvme", "flag -offload-params nvme needs -offload-dir DIR"},
         {"-z 3 -offload-params cpu -offload-dir /tmp", "flag -offload-dir is for -offload nvme or -offload-params nvme"},
@@ -401,6 +409,47 @@ static int off_plan(const char* extra, OffPlan* po, char* out, size_t cap) {
     }
     free(s);
     return 0;
+}
+
+// -plan answers the three questions with a parameter-offload row that fits, recommended because
+// nothing else does: a 70B full fine-tune on 8 x 80 GB (2 TiB of host memory), an 8B full fine-tune on
+// one 24 GB GPU (256 GiB), Answer.AI's 70B QLoRA on two 24 GB GPUs. And in plan.jsonl the rows carry
+// what the run allocates: no parameter or gradient shard on the device, the host bytes of the closed form.
+TEST(offload_params_plan) {
+    static const struct { const char* flags; const char* want; } q[] = {
+        {"-e llama3-70b -world 8 -gpu h100 -gpu-mem 80GiB -device cuda -host-mem 2TiB",
+         "recommendation: -z 3 -r 3 -offload cpu -offload-params cpu: nothing fits without parameter offload"},
+        {"-e llama3-8b -world 1 -gpu l40s -gpu-mem 24GiB -device cuda -host-mem 256GiB",
+         "recommendation: -z 3 -r 3 -offload cpu -offload-params cpu: nothing fits without parameter offload"},
+        {"-e llama3-70b -lora 16 -lora-quant nf4 -world 2 -tflops 71 -gpu-mem 24GiB -device cuda -host-mem 256GiB -b 1 -t 2048",
+         "recommendation: -z 3 -r 3 -offload cpu -offload-params cpu -lora-base sharded: nothing fits without parameter offload"},
+    };
+    for (int i = 0; i < 3; i++) {
+        char cmd[4096];
+        snprintf(cmd, sizeof(cmd), "ZT_PLAN_ADAMW_NS=1 OMP_NUM_THREADS=1 %s --train -threads 1 -plan %s", g_test_self, q[i].flags);
+        int rc = test_run_cmd(cmd, off_out, sizeof(off_out));
+        CHECKF(rc == 0 && strstr(off_out, q[i].want), "-plan %s: exit %d, expected \"%s\":\n%s", q[i].flags, rc, q[i].want, off_out);
+        if (!g_test_failed) printf("    -plan %.40s...: a parameter-offload row recommended\n", q[i].flags);
+    }
+    OffPlan po; // (plan.jsonl's rows keyed {"stage": ... skip the parameter rows, which start {"offload_params": ...)
+    int rc = off_plan("-offload-params cpu", &po, off_out, sizeof(off_out));
+    CHECKF(rc == 0, "-plan failed (%d):\n%s", rc, off_out);
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/offplan/plan.jsonl", test_tmpdir());
+    char* s = zt_read_file(path);
+    int rows = 0;
+    for (char* line = s ? strtok(s, "\n") : NULL; line; line = strtok(NULL, "\n")) {
+        int pk, z, r, off;
+        if (sscanf(line, "{\"offload_params\": %d, \"prefetch_s\": %*f, \"exposed_s\": %*f, \"stage\": %d, \"recompute\": %d, \"offload\": %d",
+                   &pk, &z, &r, &off) != 4) continue;
+        rows++;
+        CHECKF(z == 3 && pk >= 1 && off >= 1, "a parameter row at z %d, params %d, state %d", z, pk, off);
+        CHECKF(atof(strstr(line, "\"params\": ") + 10) == 0 && atof(strstr(line, "\"grads\": ") + 9) == 0,
+               "a parameter row holds a parameter or gradient shard on the device: %s", line);
+        CHECKF(atof(strstr(line, "\"host_bytes\": ") + 14) > po.host[3][r][off], "the row's host bytes do not exceed the state-only row's: %s", line);
+    }
+    free(s);
+    CHECKF(rows == 12, "plan.jsonl: %d parameter rows, 12 expected (O, M, N x -r 0..3)", rows);
 }
 
 // The planner's offload rows: the device holds every tag but master, m, v (the same bytes as the
@@ -659,16 +708,42 @@ TEST(offload_emu_bitwise) {
 TEST(offload_params_emu) {
     offp_case("emu_cpu", 1, 3, "", "none", "cpu");
 #ifndef ENABLE_FP32
-    offp_case("emu_cpu_offload", 1, 1, OFFP_LLAMA, "cpu", "cpu");
+    offp_case("emu_cpu_offload", 1, 3, OFFP_LLAMA, "cpu", "cpu"); // (the gradient on the host: GA 3 adds through the ring)
     offp_case("emu_nvme", 1, 1, "", "none", offp_nvme());
     if (off_long()) offp_case("emu_R3_nvme", 3, 1, "", "none", offp_nvme());
     int rc = off_run("offload-params-nowait:2", 1, 3, 1, 2, "none", zt_dir("offp_emu_nowait"), "-offload-params cpu", NULL, NULL);
-    CHECKF(rc != 0 && strstr(off_out, "cuda_emu"), "offload-params-nowait:2: exit %d, expected the emulator to stop an unordered copy:\n%s", rc, off_out);
+    CHECKF(rc != 0 && strstr(off_out, "cuda_emu") && strstr(off_out, "no event orders the two streams"), "offload-params-nowait:2: exit %d, expected the emulator to stop an unordered copy:\n%s", rc, off_out);
     if (!g_test_failed) printf("    offload-params-nowait:2 stopped by the emulator (exit %d)\n", rc);
+    rc = off_run("offload-grad-reuse-nowait:1", 1, 3, 1, 2, "cpu", zt_dir("offp_emu_reuse"), "-offload-params cpu", NULL, NULL);
+    CHECKF(rc != 0 && strstr(off_out, "cuda_emu") && strstr(off_out, "no event orders the two streams"), "offload-grad-reuse-nowait:1: exit %d, expected the emulator to stop the buffer's early zeroing:\n%s", rc, off_out);
+    if (!g_test_failed) printf("    offload-grad-reuse-nowait:1 stopped by the emulator (exit %d)\n", rc);
 #endif
 }
 
 #ifndef ENABLE_FP32
+// -z auto on the (emulated) CUDA device with less memory than any row without parameter offload needs
+// and more than the -offload cpu -offload-params cpu row's: it chooses that row, says why, and the run
+// allocates what the row says (trainer_build_model checks every tag and the host bytes).
+TEST(offload_params_emu_z_auto) {
+    PlanRow row;
+    GPTConfig c = gpt2_config(ZT_L, ZT_C, ZT_NH, ZT_V, 128, ZT_MAXT);
+    double need = 1e300;
+    for (int z = 0; z <= 3; z++)
+        for (int k = OFFLOAD_NONE; k <= OFFLOAD_CPU; k++) { // (-r 1, the default, fixed; nvme needs -offload-dir)
+            if (z == 0 && k) continue;
+            plan_config(&c, 2, ZT_T, 1, 1, z, 1, (Offload)k, 0, OFFLOAD_NONE, &row);
+            need = fmin(need, (double)row.total);
+        }
+    plan_config(&c, 2, ZT_T, 1, 1, 3, 1, OFFLOAD_CPU, 0, OFFLOAD_CPU, &row);
+    CHECKF((double)row.total < need, "the parameter row needs %zu bytes, no less than the others' %.0f", row.total, need);
+    char extra[256];
+    snprintf(extra, sizeof(extra), "-gpu-mem %.0f", need + 1073741824.0 - 1);
+    int rc = off_run("", 1, -1, 1, 2, "auto", zt_dir("offp_emu_auto"), extra, NULL, NULL);
+    CHECKF(rc == 0 && strstr(off_out, "auto: -z 3 -r 1 -offload cpu -offload-params cpu chosen: nothing fits without parameter offload"),
+           "expected the parameter-offload row chosen (%d):\n%s", rc, off_out);
+    CHECKF(strstr(off_out, "offload-params cpu: each rank's BF16 parameter shard"), "the run did not offload the parameters:\n%s", off_out);
+}
+
 TEST(offload_emu_grad_copy_faults) { off_grad_faults(1); }
 
 // -z auto on the (emulated) CUDA device with a byte less than the smallest row without offload

@@ -259,14 +259,15 @@ TEST(qlora_bnb_checkpoint) {
 
 // The planner on the seeds' setups: Llama 3 8B on one 24 GB card and 70B on two 48 GB cards fit with a
 // 4-bit base (B 1, T 2048); 70B on two 24 GB cards (Answer.AI's, which also offloads the parameters)
-// does not, and the plan says by how much and what the parameters' shard is.
+// fits only with -offload-params (and the plan says so); a BF16 base of 70B on two 48 GB cards fits in
+// none, not even with its shards in a 64 GiB host.
 TEST(qlora_plan) {
     static const struct { const char* flags; const char* expect; } cases[] = {
         {"-plan -device cuda -e llama3-8b -world 1 -gpu-mem 24GiB -b 1 -t 2048 -lora 16 -lora-quant nf4", "recommendation: -z"},
         {"-plan -device cuda -e llama3-70b -world 2 -gpu-mem 48GiB -b 1 -t 2048 -lora 16 -lora-quant nf4", "recommendation: -z"},
-        {"-plan -device cuda -e llama3-70b -world 2 -gpu-mem 24GiB -b 1 -t 2048 -lora 16 -lora-quant nf4",
-         "with the parameters and the optimizer state in host memory it would need"},
-        {"-plan -device cuda -e llama3-70b -world 2 -gpu-mem 48GiB -b 1 -t 2048 -lora 16", "recommendation: none"},
+        {"-plan -device cuda -e llama3-70b -world 2 -gpu-mem 24GiB -host-mem 256GiB -b 1 -t 2048 -lora 16 -lora-quant nf4",
+         "-offload-params cpu -lora-base sharded: nothing fits without parameter offload"},
+        {"-plan -device cuda -e llama3-70b -world 2 -gpu-mem 48GiB -host-mem 64GiB -b 1 -t 2048 -lora 16", "recommendation: none"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         int rc = cli_run(cases[i].flags, cli_out, sizeof(cli_out));
