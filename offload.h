@@ -221,6 +221,9 @@ static cudaStream_t g_offload_stream = 0;
 //                                  stream (it may overwrite a gather buffer a kernel still reads)
 //   ZT_FAULT=offload-grad-reuse-nowait:S [-offload-params with -offload, CUDA] gradient buffer slot S is zeroed
 //                                  for its next block without waiting for its last copy down
+//   ZT_FAULT=offload-params-no-ahead:0 [-offload-params nvme] no read-ahead: every gather reads its shard itself
+//                                  (the benchmark's reference: dev/bench_offload_params.sh)
+//   ZT_FAULT=crash:params-write:stepS [-offload-params nvme] killed after the first parameter write of step S
 //   ZT_FAULT=offload-enospc:N      [nvme] the N-th unit written by a step fails as a full disk would
 //   ZT_FAULT=offload-eio:N         [nvme] the N-th unit read by a step fails with an I/O error
 // Never set outside the tests.
@@ -962,6 +965,18 @@ typedef struct {
     int64_t down_n;
     size_t host_bytes;    // what this rank allocated on the host (param_offload_host_bytes)
     int64_t ups, up_bytes; // shards copied up so far, and their bytes (the log's count)
+    // [nvme] the read-ahead: a thread of its own reads the next layer's shard (the hooks' order: the
+    // next layer in the forward, the one before in the backward) into that layer's slot staging while
+    // the current one is gathered and computed
+    pthread_t reader;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int ahead_b[4];       // the block read (or being read) ahead into stage[i], -1 none
+    int ahead_state[4];   // 0 none, 1 asked, 2 being read, 3 read (then ahead_err: 0 or the errno)
+    int ahead_err[4];
+    int last_b;           // the last layer gathered (the direction of the next guess)
+    int stop, reader_on;
+    int64_t ahead_hits, ahead_misses; // gathers that found their shard read ahead / read it themselves
 #ifdef __CUDACC__
     cudaEvent_t compute;  // recorded on the compute stream before a copy up (the comm stream waits for it)
     cudaEvent_t up[4];    // [nvme] recorded on the comm stream after slot i's copy: stage[i] may be refilled
@@ -1003,6 +1018,68 @@ static void param_file_io(ParamOffload* po, int64_t at, floatX* buf, int64_t n, 
     }
 }
 
+// [nvme] The reader thread: each asked slot's block read from the file into its staging, one at a
+// time. It calls no CUDA function: the main thread waits for the staging's last copy up before asking.
+typedef struct { ParamOffload* po; Zero* z; } ParamReaderArg;
+static ParamReaderArg g_param_reader_arg;
+static void* param_reader_thread(void* arg) {
+    ParamOffload* po = ((ParamReaderArg*)arg)->po;
+    Zero* z = ((ParamReaderArg*)arg)->z;
+    pthread_mutex_lock(&po->mu);
+    for (;;) {
+        int i = -1;
+        for (int k = 0; k < 4 && i < 0; k++) if (po->ahead_state[k] == 1) i = k;
+        if (i < 0 && po->stop) break;
+        if (i < 0) { pthread_cond_wait(&po->cv, &po->mu); continue; }
+        po->ahead_state[i] = 2;
+        int b = po->ahead_b[i];
+        pthread_mutex_unlock(&po->mu);
+        int64_t S = z->lay.S[b], bytes = S * (int64_t)sizeof(floatX);
+        int err = offload_pread(po->fd, po->stage[i], (size_t)bytes, (off_t)(z->lay.shard_off[b] * (int64_t)sizeof(floatX))) ? errno : 0;
+        pthread_mutex_lock(&po->mu);
+        po->ahead_err[i] = err;
+        po->ahead_state[i] = 3;
+        pthread_cond_broadcast(&po->cv);
+    }
+    pthread_mutex_unlock(&po->mu);
+    return NULL;
+}
+// [nvme] Slot i's read ahead finished (or none asked); returns its block (-1: none) and ends the run
+// on a failed read.
+static int param_ahead_settle(ParamOffload* po, int i) {
+    pthread_mutex_lock(&po->mu);
+    while (po->ahead_state[i] == 1 || po->ahead_state[i] == 2) pthread_cond_wait(&po->cv, &po->mu);
+    int b = po->ahead_state[i] == 3 ? po->ahead_b[i] : -1, err = po->ahead_err[i];
+    pthread_mutex_unlock(&po->mu);
+    if (b >= 0 && err) param_offload_die(po, err, "a read ahead of a block's shard");
+    return b;
+}
+// [nvme] Every read ahead finished and forgotten: the file is about to change (an update's writes).
+static void param_ahead_drain(ParamOffload* po) {
+    if (!po->reader_on) return;
+    for (int i = 0; i < 4; i++) {
+        param_ahead_settle(po, i);
+        po->ahead_state[i] = 0;
+        po->ahead_b[i] = -1;
+    }
+}
+// [nvme] Ask the reader for layer block nb into its slot's staging (nothing for the io block, the
+// adapters, or past the layers).
+static void param_ahead_ask(Zero* z, ParamOffload* po, int nb) {
+    if (!po->reader_on || nb < 1 || nb > z->L || nb == z->lay.adapter) return;
+    int i = zero_slot(z, nb);
+    param_ahead_settle(po, i); // (a read of the slot's earlier guess: done, and dropped)
+#ifdef __CUDACC__
+    if (g_device == DEV_CUDA && po->up_pending[i]) cudaCheck(cudaEventSynchronize(po->up[i])); // stage[i]'s last copy up has left
+    po->up_pending[i] = 0;
+#endif
+    pthread_mutex_lock(&po->mu);
+    po->ahead_b[i] = nb;
+    po->ahead_state[i] = 1;
+    pthread_cond_broadcast(&po->cv);
+    pthread_mutex_unlock(&po->mu);
+}
+
 // Zero.param_up: block b's shard into dst (param_buf + r*S), in the gather's order (see THE PATH).
 static void param_offload_up(Zero* z, int b, floatX* dst) {
     ParamOffload* po = (ParamOffload*)z->param_ctx;
@@ -1010,10 +1087,16 @@ static void param_offload_up(Zero* z, int b, floatX* dst) {
     int slot = zero_slot(z, b);
     const floatX* src = po->shard ? po->shard + at : po->stage[slot];
     if (po->kind == OFFLOAD_NVME) {
+        int have = po->reader_on ? param_ahead_settle(po, slot) == b : 0;
+        if (po->reader_on) { po->ahead_state[slot] = 0; po->ahead_b[slot] = -1; }
+        if (have) po->ahead_hits++;
+        else {
+            po->ahead_misses++;
 #ifdef __CUDACC__
-        if (g_device == DEV_CUDA && po->up_pending[slot]) cudaCheck(cudaEventSynchronize(po->up[slot])); // its last copy has left
+            if (g_device == DEV_CUDA && po->up_pending[slot]) cudaCheck(cudaEventSynchronize(po->up[slot])); // its last copy has left
 #endif
-        param_file_io(po, at, po->stage[slot], S, 0);
+            param_file_io(po, at, po->stage[slot], S, 0);
+        }
     }
     po->ups++;
     po->up_bytes += S * (int64_t)sizeof(floatX);
@@ -1024,10 +1107,25 @@ static void param_offload_up(Zero* z, int b, floatX* dst) {
         if (!offload_fault("offload-params-nowait", b)) cudaCheck(cudaStreamWaitEvent(cs, po->compute, 0));
         cudaCheck(cudaMemcpyAsync(dst, src, sizeof(floatX) * (size_t)S, cudaMemcpyHostToDevice, cs));
         if (po->kind == OFFLOAD_NVME) { cudaCheck(cudaEventRecord(po->up[slot], cs)); po->up_pending[slot] = 1; }
-        return;
-    }
+    } else
 #endif
     memcpy(dst, src, sizeof(floatX) * (size_t)S);
+    if (b >= 1 && b <= z->L) { // [nvme] the next layer in the hooks' order, guessed from the direction
+        int next = b == 1 ? 2 : b == z->L ? z->L - 1 : b > po->last_b ? b + 1 : b < po->last_b ? b - 1 : -1; // (the ends turn)
+        po->last_b = b;
+        if (next >= 1 && next <= z->L) param_ahead_ask(z, po, next);
+    }
+}
+
+// ZT_FAULT=crash:params-write:stepS (tests): killed (SIGKILL) right after the first write of updated
+// parameters to the -offload-params nvme file in training step S (as printed: the step after comm->step
+// completed ones), the file half old, half new: what a kill -9 mid-update leaves.
+static void param_offload_crash(const Zero* z) {
+    const char* f = getenv("ZT_FAULT");
+    if (!f || strncmp(f, "crash:params-write:step", 23) || atoi(f + 23) != z->comm->step + 1) return;
+    fflush(stdout);
+    fflush(stderr);
+    raise(SIGKILL);
 }
 
 // Zero.param_io: elements [at, at + n) of block b's shard (see Zero.param_io for the modes).
@@ -1041,6 +1139,7 @@ static void param_offload_io(Zero* z, int b, int64_t at, floatX* buf, int64_t n,
     }
     if (n <= 0) return;
     if (mode != PARAM_GET && offload_fault("offload-params-skip-down", b)) return;
+    if (mode != PARAM_GET) param_ahead_drain(po); // [nvme] no read ahead sees the file half updated
     int64_t e = z->lay.shard_off[b] + at;
     if (mode == PARAM_PUT_DEV && po->kind == OFFLOAD_NVME) { // through the pinned buffer, in pieces of its size
         for (int64_t k = 0; k < n; k += po->down_n) {
@@ -1048,6 +1147,7 @@ static void param_offload_io(Zero* z, int b, int64_t at, floatX* buf, int64_t n,
             dev_to_host(po->down, buf + k, sizeof(floatX) * (size_t)m); // (waits for the compute stream)
             param_file_io(po, e + k, po->down, m, 1);
         }
+        param_offload_crash(z);
         return;
     }
     if (mode == PARAM_PUT_DEV) { // [cpu] straight into the pinned shard, in the compute stream's order
@@ -1057,7 +1157,11 @@ static void param_offload_io(Zero* z, int b, int64_t at, floatX* buf, int64_t n,
         memcpy(po->shard + e, buf, sizeof(floatX) * (size_t)n);
         return;
     }
-    if (po->kind == OFFLOAD_NVME) { param_file_io(po, e, buf, n, mode == PARAM_PUT); return; }
+    if (po->kind == OFFLOAD_NVME) {
+        param_file_io(po, e, buf, n, mode == PARAM_PUT);
+        if (mode == PARAM_PUT) param_offload_crash(z);
+        return;
+    }
     if (mode == PARAM_PUT) memcpy(po->shard + e, buf, sizeof(floatX) * (size_t)n);
     else memcpy(buf, po->shard + e, sizeof(floatX) * (size_t)n);
 }
@@ -1088,6 +1192,16 @@ static void param_offload_init(Zero* z, const char* dir) {
         }
         po->down_n = offload_max_shard(&z->lay);
         po->down = (floatX*)host_pinned_alloc(sizeof(floatX) * (size_t)(po->down_n > 0 ? po->down_n : 1));
+        for (int i = 0; i < 4; i++) po->ahead_b[i] = -1;
+        pthread_mutex_init(&po->mu, NULL);
+        pthread_cond_init(&po->cv, NULL);
+        g_param_reader_arg = (ParamReaderArg){po, z};
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        if (g_pin_state == 1) pthread_attr_setaffinity_np(&attr, sizeof(g_pin_share), &g_pin_share);
+        if (pthread_create(&po->reader, &attr, param_reader_thread, &g_param_reader_arg)) die(1, "-offload-params nvme: cannot start the reader thread");
+        pthread_attr_destroy(&attr);
+        po->reader_on = !offload_fault("offload-params-no-ahead", 0);
     }
     po->host_bytes = param_offload_host_bytes(&z->lay, po->kind);
 #ifdef __CUDACC__
@@ -1104,6 +1218,16 @@ static void param_offload_init(Zero* z, const char* dir) {
 static void param_offload_free(Zero* z) {
     ParamOffload* po = (ParamOffload*)z->param_ctx;
     if (!po) return;
+    if (po->kind == OFFLOAD_NVME) { // the reader ends (after what it was asked)
+        pthread_mutex_lock(&po->mu);
+        po->stop = 1;
+        pthread_cond_broadcast(&po->cv);
+        pthread_mutex_unlock(&po->mu);
+        pthread_join(po->reader, NULL);
+        if (z->r == 0 && po->ahead_hits + po->ahead_misses > 0)
+            printf("offload-params nvme: %lld of %lld gathers found their shard read ahead\n", (long long)po->ahead_hits,
+                   (long long)(po->ahead_hits + po->ahead_misses));
+    }
 #ifdef __CUDACC__
     if (g_device == DEV_CUDA) {
         cudaCheck(cudaStreamSynchronize(z->comm->stream)); // (no copy from the host buffers is in flight)

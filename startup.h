@@ -140,6 +140,8 @@ static const LlamaDescriptor g_llama_descriptors[] = {
      "Llama-3.1-70B config.json: maxtext llama31_70b_config, mlc-llm llama3_1_70b"},
     {"llama3.2-1b", 16, 2048, 32, 8, 64, 8192, 128256, 131072, 1, 0, 0, 1e-5f, ROPE_LLAMA3, 500000.0, 32.0, 1.0, 4.0, 8192,
      "Llama-3.2-1B config.json: MatthewGoldsberry/LLM-Projects Llama-3.2-1B/config.json, mlc-llm llama3_2_1b"},
+    {"llama3.2-3b", 28, 3072, 24, 8, 128, 8192, 128256, 131072, 1, 0, 0, 1e-5f, ROPE_LLAMA3, 500000.0, 32.0, 1.0, 4.0, 8192,
+     "Llama-3.2-3B: torchtune llama3_2_3b (Llama 3.2's RoPE scaling and tied head as its 1B)"},
     // Qwen2 has q/k/v biases whatever the config says (transformers' Qwen2Attention); use_sliding_window false
     {"qwen2.5-0.5b", 24, 896, 14, 2, 64, 4864, 151936, 32768, 1, 1, 0, 1e-6f, ROPE_DEFAULT, 1000000.0, 0, 0, 0, 0,
      "Qwen2.5-0.5B config.json: mlc-llm qwen2_0_5b (Qwen2-0.5B's, the same in every field here)"},

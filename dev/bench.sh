@@ -11,6 +11,7 @@
 #   ZeRO stages: tokens/s at -np 2 and -np 4 for each stage as a ratio to ZeRO-0 at the same R,
 #   and the share of the step spent waiting in collectives (from log.jsonl's comm_wait_ms).
 #   Offload: tokens/s with -offload none / cpu / nvme (-z 1, the model of 1.), as ratios to none;
+#   parameter offload (3b.): -z 3 with -offload-params cpu / nvme (and nvme without its read-ahead) against resident;
 #   the host AdamW -offload runs (test/test_bf16 --bench-adamw: every path this CPU has, ZT_SIMD's
 #   scalar / avx2 / avx512) at 2^24 and 2^26 elements, in bytes moved per second against memcpy
 #   moving as many bytes (goal >= 0.5x), and per element beside PyTorch's CPU AdamW (for-loop,
@@ -132,6 +133,21 @@ for off in none cpu "nvme -offload-dir $tmp/offload -offload-buffer 16MiB"; do
     tok=$(single ./train_cpu "-blas 0 -z 1 -offload $off")
     [ -z "$base" ] && base=$tok
     awk -v n="-offload ${off%% *}" -v t="$tok" -v b="$base" 'BEGIN {printf "   %-44s %10.0f %11.2fx\n", n, t, t / b}'
+done
+echo
+echo "3b. parameter offload (-z 3, one process, $THREADS threads, llama-tiny of 1b.): step time against the shards in memory;"
+echo "   -offload-params cpu with -offload cpu (on the CPU device the same RAM: the path's cost), both on NVMe (files under $tmp),"
+echo "   and both on NVMe without the parameters' read-ahead (ZT_FAULT=offload-params-no-ahead:0): what the read-ahead buys"
+printf "   %-44s %10s %12s\n" "run" "tokens/s" "vs resident"
+base=""
+for run in "resident:-z 3" "params cpu:-z 3 -offload cpu -offload-params cpu" \
+           "params nvme:-z 3 -offload nvme -offload-params nvme -offload-dir $tmp/offload -offload-buffer 16MiB" \
+           "params nvme, no read-ahead:-z 3 -offload nvme -offload-params nvme -offload-dir $tmp/offload -offload-buffer 16MiB"; do
+    name=${run%%:*}
+    fault=""; [ "${name#*no read-ahead}" != "$name" ] && fault="offload-params-no-ahead:0"
+    tok=$(ZT_FAULT=$fault single ./train_cpu "-blas 0 ${run#*:}" "-e llama-tiny")
+    [ -z "$base" ] && base=$tok
+    awk -v n="$name" -v t="$tok" -v b="$base" 'BEGIN {printf "   %-44s %10.0f %11.2fx\n", n, t, t / b}'
 done
 echo
 echo "4. the host AdamW of -offload (adamw.cuh's host pass, each path this CPU has), $THREADS threads: bytes of state moved"
