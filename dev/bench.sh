@@ -135,18 +135,18 @@ for off in none cpu "nvme -offload-dir $tmp/offload -offload-buffer 16MiB"; do
     awk -v n="-offload ${off%% *}" -v t="$tok" -v b="$base" 'BEGIN {printf "   %-44s %10.0f %11.2fx\n", n, t, t / b}'
 done
 echo
-echo "3b. parameter offload (-z 3, one process, $THREADS threads, llama-tiny of 1b.): step time against the shards in memory;"
-echo "   -offload-params cpu with -offload cpu (on the CPU device the same RAM: the path's cost), both on NVMe (files under $tmp),"
-echo "   and both on NVMe without the parameters' read-ahead (ZT_FAULT=offload-params-no-ahead:0): what the read-ahead buys"
-printf "   %-44s %10s %12s\n" "run" "tokens/s" "vs resident"
-base=""
-for run in "resident:-z 3" "params cpu:-z 3 -offload cpu -offload-params cpu" \
-           "params nvme:-z 3 -offload nvme -offload-params nvme -offload-dir $tmp/offload -offload-buffer 16MiB" \
-           "params nvme, no read-ahead:-z 3 -offload nvme -offload-params nvme -offload-dir $tmp/offload -offload-buffer 16MiB"; do
-    name=${run%%:*}
+echo "3b. parameter offload (-z 3, one process, $THREADS threads, llama-tiny of 1b.): step time with the parameter (and gradient)"
+echo "   shards off the device against the same optimizer offload without it (on the CPU device cpu is the same RAM: the path's"
+echo "   cost; nvme: files under $tmp), and nvme without the parameters' read-ahead (ZT_FAULT=offload-params-no-ahead:0)"
+printf "   %-44s %10s %12s\n" "run" "tokens/s" "vs ref"
+nv="-offload nvme -offload-dir $tmp/offload -offload-buffer 16MiB"
+for run in "ref|-offload cpu|-z 3 -offload cpu" "|+ -offload-params cpu|-z 3 -offload cpu -offload-params cpu" \
+           "ref|-offload nvme|-z 3 $nv" "|+ -offload-params nvme|-z 3 $nv -offload-params nvme" \
+           "|+ -offload-params nvme, no read-ahead|-z 3 $nv -offload-params nvme"; do
+    kind=${run%%|*}; rest=${run#*|}; name=${rest%%|*}; flags=${rest#*|}
     fault=""; [ "${name#*no read-ahead}" != "$name" ] && fault="offload-params-no-ahead:0"
-    tok=$(ZT_FAULT=$fault single ./train_cpu "-blas 0 ${run#*:}" "-e llama-tiny")
-    [ -z "$base" ] && base=$tok
+    tok=$(ZT_FAULT=$fault single ./train_cpu "-blas 0 $flags" "-e llama-tiny")
+    [ "$kind" = ref ] && base=$tok
     awk -v n="$name" -v t="$tok" -v b="$base" 'BEGIN {printf "   %-44s %10.0f %11.2fx\n", n, t, t / b}'
 done
 echo
