@@ -85,6 +85,7 @@
 // cudaEventSynchronize: the copy has landed when it is issued): a GPU run has to.
 //
 // defines: OffloadState, offload_parse, offload_name, offload_host_bytes, offload_pin_threads, offload_init, offload_free,
+//          ParamOffload, param_offload_host_bytes, param_offload_init, param_offload_free ([-offload-params], at the end),
 //          offload_adamw_check, offload_adamw, offload_report
 //
 // May call: zero.h (the Zero state and its buffers) and adamw.cuh (the host AdamW). Knows nothing of
@@ -134,14 +135,18 @@ static int64_t offload_unit(const BlockLayout* lay, Offload k, double buffer) {
 // the largest block shard; nvme: three state slots of one unit and the staging of one unit (two
 // gradient and two parameter buffers: what -offload-buffer bounds). THE closed form: offload_init
 // allocates exactly this, the planner prints it.
-// grads_host ([-offload-params with -offload]: the gradient shard lives on the host): nvme holds the
-// pinned FP32 copy of the whole shard too, and both hold OFFLOAD_GRING pinned buffers of the largest
-// block shard for the micro-steps' sums on their way to being added.
+// grads_host ([-offload-params with -offload]: the gradient shard leaves the device): cpu holds
+// OFFLOAD_GRING pinned buffers of the largest block shard for the micro-steps' sums on their way to
+// being added to the host copy; nvme keeps the gradient in the file (a fourth array, gfile): each slot
+// holds the unit's gradient too (4 bytes an element of the unit), and two block-sized buffers carry a
+// block's sum down and its partial sum back.
 #define OFFLOAD_GRING 4
 static size_t offload_host_bytes(const BlockLayout* lay, Offload k, double buffer, int grads_host) {
     if (k == OFFLOAD_NONE) return 0;
     size_t K = (size_t)offload_unit(lay, k, buffer), S = (size_t)lay->train_shard_total; // [LoRA] the trainable blocks'
-    size_t gh = grads_host ? (k == OFFLOAD_NVME ? 4 * S : 0) + 4 * OFFLOAD_GRING * (size_t)offload_max_shard(lay) : 0;
+    size_t maxS = (size_t)offload_max_shard(lay);
+    size_t gh = !grads_host ? 0 : k == OFFLOAD_NVME ? 3 * 4 * K + 2 * 4 * maxS // [nvme] the gradient in the file: slots + 4K, a block and its sum
+                                                     : 4 * OFFLOAD_GRING * maxS;
     if (k == OFFLOAD_CPU) return 3 * 4 * S + 4 * S + 2 * sizeof(floatX) * K + gh;
     return 3 * 12 * K + 2 * (4 + sizeof(floatX)) * K + gh;
 }
@@ -167,6 +172,8 @@ typedef struct {
     int gring_b[OFFLOAD_GRING]; // [grads_host] the block in each (FIFO: gring_head, gring_count)
     int gring_head, gring_count;
     int arrived;          // offload_grads_arrived ran this step
+    int gfile;            // [nvme, grads_host] the gradient lives in the file: g at [3S, 4S), read with the unit's state
+    float* gacc;          // [gfile] (largest shard) a block's gradient read back (its partial sum, or for the norm)
     float* ghost;         // [cpu; grads_host] pinned, (opt_total) FP32: the rank's whole gradient shard, each block
                           //   copied as its last reduction completes (offload_grad_reduced) [=]
     int* copied;          // [cpu] (nblocks): copies of block b's shard issued this step (1 at the check)
@@ -317,7 +324,7 @@ static void* offload_io_thread(void* arg) {
                 err = rq.write ? ENOSPC : EIO;
                 snprintf(what, sizeof(what), "%s of unit %d (injected)", rq.write ? "write" : "read", rq.u);
             }
-            for (int a = 0; a < 3 && !err; a++)
+            for (int a = 0; a < 3 + (o->gfile && !rq.write) && !err; a++) // [gfile] a read brings the unit's gradient too
                 if (offload_file_io(o, z->opt_total, a, at, o->slot[rq.s] + a * o->K, u->n, rq.write, what, sizeof(what))) err = errno;
         }
         pthread_mutex_lock(&o->mu);
@@ -466,13 +473,14 @@ static void offload_init(Zero* z, const char* dir, double buffer) {
         state = 3 * sizeof(float) * (size_t)z->opt_total;
         z->state_io = offload_cpu_io;
     } else {
-        for (int k = 0; k < 3; k++) o->slot[k] = (float*)offload_host_alloc(3 * sizeof(float) * (size_t)o->K, 1);
+        o->gfile = z->grads_host; // [-offload-params] the gradient in the file too
+        for (int k = 0; k < 3; k++) o->slot[k] = (float*)offload_host_alloc((3 + o->gfile) * sizeof(float) * (size_t)o->K, 1);
         state = 3 * 3 * sizeof(float) * (size_t)o->K;
         snprintf(o->path, sizeof(o->path), "%s/zt_offload_%d_r%05d.bin", dir, (int)getpid(), z->r);
         o->fd = open(o->path, O_RDWR | O_CREAT | O_EXCL, 0600);
         if (o->fd < 0) die_user("-offload-dir %s: cannot create %s: %s", dir, o->path, strerror(errno));
         unlink(o->path); // the file lives while the process does
-        off_t bytes = (off_t)(12 * z->opt_total);
+        off_t bytes = (off_t)((12 + 4 * o->gfile) * z->opt_total);
         int e = posix_fallocate(o->fd, 0, bytes > 0 ? bytes : 1);
         if (e) { char what[64]; snprintf(what, sizeof(what), "reserving %lld bytes", (long long)bytes); offload_die(o, e, what); }
         pthread_mutex_init(&o->mu, NULL);
@@ -492,16 +500,20 @@ static void offload_init(Zero* z, const char* dir, double buffer) {
         staging += (o->kind == OFFLOAD_NVME ? sizeof(float) : 0) * (size_t)o->K + sizeof(floatX) * (size_t)o->K;
     }
     if (o->kind == OFFLOAD_CPU || z->grads_host) { // the gradient shard's staging: copied block by block during the backward
-        o->ghost = (float*)host_pinned_alloc(sizeof(float) * (size_t)(z->opt_total > 0 ? z->opt_total : 1));
-        staging += sizeof(float) * (size_t)z->opt_total;
+        if (!o->gfile) o->ghost = (float*)host_pinned_alloc(sizeof(float) * (size_t)(z->opt_total > 0 ? z->opt_total : 1));
+        if (!o->gfile) staging += sizeof(float) * (size_t)z->opt_total;
         o->copied = (int*)calloc((size_t)z->lay.nblocks, sizeof(int));
         if (!o->copied) die(1, "out of host memory for the offload state");
         z->grad_reduced = offload_grad_reduced;
     }
-    if (z->grads_host) { // [-offload-params with -offload] the micro-steps' sums on their way to the host copy
+    if (z->grads_host) { // [-offload-params with -offload] the micro-steps' sums on their way to the host copy or the file
         int64_t maxS = offload_max_shard(&z->lay);
-        for (int k = 0; k < OFFLOAD_GRING; k++) o->gring[k] = (float*)host_pinned_alloc(sizeof(float) * (size_t)(maxS > 0 ? maxS : 1));
-        staging += sizeof(float) * OFFLOAD_GRING * (size_t)maxS;
+        for (int k = 0; k < (o->gfile ? 1 : OFFLOAD_GRING); k++) o->gring[k] = (float*)host_pinned_alloc(sizeof(float) * (size_t)(maxS > 0 ? maxS : 1));
+        staging += sizeof(float) * (o->gfile ? 1 : OFFLOAD_GRING) * (size_t)maxS;
+        if (o->gfile) {
+            o->gacc = (float*)offload_host_alloc(sizeof(float) * (size_t)(maxS > 0 ? maxS : 1), 1);
+            staging += sizeof(float) * (size_t)maxS + 3 * sizeof(float) * (size_t)o->K; // (and the slots' gradient parts)
+        }
         z->grad_reuse = offload_grad_reuse;
         z->host_sumsq = offload_host_sumsq;
     }
@@ -545,6 +557,7 @@ static void offload_free(Zero* z) {
     for (int k = 0; k < 2; k++) { if (o->gbuf[k]) host_pinned_free(o->gbuf[k]); host_pinned_free(o->pbuf[k]); }
     if (o->ghost) host_pinned_free(o->ghost);
     for (int k = 0; k < OFFLOAD_GRING; k++) if (o->gring[k]) host_pinned_free(o->gring[k]);
+    free(o->gacc);
     free(o->copied);
     z->grad_reduced = NULL;
     z->grad_reuse = NULL;
@@ -601,6 +614,29 @@ static void offload_grad_down(Zero* z, OffloadState* o, int b, int micro) {
     int slot = zero_slot(z, b);
     int64_t n = zero_opt_hi(z, b) - zero_opt_lo(z, b);
     const float* src = z->grad_buf[slot] + z->r * z->lay.S[b];
+    if (o->gfile) { // [nvme] into the file, at once: = on the first micro-step; read, +=, written back after it
+        if (n > 0) offload_d2h(o, o->gring[0], src, sizeof(float) * (size_t)n);
+#ifdef __CUDACC__
+        if (g_device == DEV_CUDA) { cudaCheck(cudaEventRecord(o->gring_ev[0], o->stream)); cudaCheck(cudaEventSynchronize(o->gring_ev[0])); }
+#endif
+        char what[256];
+        int64_t at = zero_opt_off(z, b);
+        float* w = o->gring[0];
+        if (micro > 0 && n > 0) {
+            if (offload_file_io(o, z->opt_total, 3, at, o->gacc, n, 0, what, sizeof(what))) offload_die(o, errno, what);
+            float* dst = o->gacc;
+            const float* add = o->gring[0];
+#pragma omp parallel for schedule(static)
+            for (int64_t i = 0; i < n; i++) dst[i] += add[i];
+            w = o->gacc;
+        }
+        if (n > 0 && offload_file_io(o, z->opt_total, 3, at, w, n, 1, what, sizeof(what))) offload_die(o, errno, what);
+        if (micro == 0) o->copied[b]++;
+#ifdef __CUDACC__
+        if (g_device == DEV_CUDA) { cudaCheck(cudaEventRecord(o->gslot_ev[slot], o->stream)); o->gslot_pending[slot] = 1; }
+#endif
+        return;
+    }
     if (micro == 0) {
         if (n > 0) offload_d2h(o, o->ghost + zero_opt_off(z, b), src, sizeof(float) * (size_t)n);
         o->copied[b]++;
@@ -673,7 +709,7 @@ static void offload_grad_reduced(Zero* z, int b, int h, int micro, int last_micr
     if (!o->step_open) { // the previous step's host reads are over (offload_adamw, synchronous)
         o->step_open = 1;
         o->arrived = 0;
-        if (z->poison) memset(o->ghost, 0xFF, sizeof(float) * (size_t)z->opt_total); // NaN
+        if (z->poison && o->ghost) memset(o->ghost, 0xFF, sizeof(float) * (size_t)z->opt_total); // NaN
     }
     if (z->grads_host) { // every micro-step's sum goes down (in place in the block's buffer)
 #ifdef __CUDACC__
@@ -711,7 +747,7 @@ static void offload_grad_reduced(Zero* z, int b, int h, int micro, int last_micr
 // stream too, so the next writer of the shard (the next step's reduce-scatter, or [ZeRO-1]
 // zero_zero_grads into full_grads) comes after it [CUDA]; every block went to the host exactly once.
 static void offload_grads_arrived(Zero* z, OffloadState* o) {
-    if (!o->ghost || o->arrived) return; // ([grads_host] offload_host_sumsq ran it before the norm)
+    if (!(o->ghost || o->gfile) || o->arrived) return; // ([grads_host] offload_host_sumsq ran it before the norm)
     offload_grad_flush(z, o, 1);
     while (o->gring_count > 0) offload_gring_pop(z, o); // [grads_host] the last micro-step sums, added
 #ifdef __CUDACC__
@@ -730,6 +766,41 @@ static void offload_grads_arrived(Zero* z, OffloadState* o) {
     o->arrived = 1;
 }
 
+// [gfile] The same sum with the gradient read from the file block by block (4 bytes an element more
+// per step): the CPU device's op over each segment alone, the segments' sums added in order (what one
+// call over all of them adds); on CUDA every segment's chunk sums, then the total kernel's order.
+static void offload_file_sumsq(Zero* z, OffloadState* o, double* out) {
+    Segment seg[MAX_BLOCK_TENSORS];
+    double total = 0.0;
+    int64_t nchunks = 0, c = 0;
+    for (int b = 0; b < z->lay.nblocks; b++) nchunks += z->lay.frozen[b] ? 0 : ceil_div(z->lay.S[b], NORM_CHUNK) + MAX_BLOCK_TENSORS;
+    double* part = (double*)malloc(sizeof(double) * (size_t)(nchunks > 0 ? nchunks : 1));
+    if (!part) die(1, "out of host memory (the norm's chunk sums)");
+    for (int b = 0; b < z->lay.nblocks; b++) {
+        if (z->lay.frozen[b]) continue; // [LoRA] no gradient
+        int64_t n = zero_opt_hi(z, b) - zero_opt_lo(z, b);
+        char what[256];
+        if (n > 0 && offload_file_io(o, z->opt_total, 3, zero_opt_off(z, b), o->gacc, n, 0, what, sizeof(what))) offload_die(o, errno, what);
+        int k = layout_segments(&z->lay, b, z->r * z->lay.S[b], (z->r + 1) * z->lay.S[b], seg);
+        for (int i = 0; i < k; i++) {
+            const float* g = o->gacc + seg[i].off;
+            int64_t len = seg[i].len;
+#ifdef __CUDACC__
+            if (g_device == DEV_CUDA) { c += sumsq_chunks_host_cuda_order(g, len, part + c); continue; }
+#endif
+            double run = 0.0;
+            op_sumsq_many_into(&run, &g, &len, 1);
+            total += run;
+        }
+    }
+#ifdef __CUDACC__
+    if (g_device == DEV_CUDA) total = sumsq_total_host_cuda_order(part, c);
+#endif
+    (void)c;
+    free(part);
+    *out = total;
+}
+
 // Zero.host_sumsq ([grads_host]): every copy down done and added, then the gradient's sum of squares
 // over the host copy's segments (padding excluded, as zero_local_sumsq), in the order the device would
 // have summed it: the CPU device's op itself; on CUDA the kernels' order on the host
@@ -737,6 +808,7 @@ static void offload_grads_arrived(Zero* z, OffloadState* o) {
 static void offload_host_sumsq(Zero* z, double* out) {
     OffloadState* o = (OffloadState*)z->offload_ctx;
     offload_grads_arrived(z, o);
+    if (o->gfile) { offload_file_sumsq(z, o, out); return; }
     int cap = z->lay.nblocks * MAX_BLOCK_TENSORS, n = 0;
     const float** ptr = (const float**)malloc(sizeof(float*) * cap);
     int64_t* len = (int64_t*)malloc(sizeof(int64_t) * cap);
@@ -760,13 +832,14 @@ static void offload_host_sumsq(Zero* z, double* out) {
 // Unit u's gradient on the host: [cpu] in the host copy of the shard; [nvme] in gbuf[u % 2].
 static float* offload_unit_grads(Zero* z, OffloadState* o, int u) {
     if (o->ghost) return o->ghost + zero_opt_off(z, o->units[u].b) + o->units[u].lo; // [cpu; grads_host]
+    if (o->gfile) return o->slot[u % 3] + 3 * o->K; // [nvme, grads_host] read with the unit's state (offload_unit_state first)
     return o->gbuf[u % 2];
 }
 
 // [nvme] Unit u's gradient into gbuf[u % 2] (issued; offload_adamw waits for it with d2h[u % 2]);
 // [cpu] nothing: it is on the host already.
 static void offload_fetch_grads(Zero* z, OffloadState* o, int u) {
-    if (o->ghost) return; // [cpu; grads_host] on the host already
+    if (o->ghost || o->gfile) return; // [cpu; grads_host] on the host already, or read from the file with the state
     const OffloadUnit* un = &o->units[u];
     offload_d2h(o, o->gbuf[u % 2], zero_opt_grads(z, un->b) + un->lo, sizeof(float) * (size_t)un->n);
 #ifdef __CUDACC__
@@ -845,7 +918,7 @@ static void offload_adamw_check(Zero* z, const AdamWParams* hp, StepScalars* sc)
             if (u + 1 < nu) offload_fetch_grads(z, o, u + 1); // gbuf[(u+1) % 2]: unit u-1's, checked
             offload_read_ahead(o, u + 1);
 #ifdef __CUDACC__
-            if (g_device == DEV_CUDA && nvme && !o->ghost) cudaCheck(cudaEventSynchronize(o->d2h[u % 2])); // unit u's gradients are here
+            if (g_device == DEV_CUDA && nvme && !o->gfile) cudaCheck(cudaEventSynchronize(o->d2h[u % 2])); // unit u's gradients are here
 #endif
             float *master, *m, *v;
             offload_unit_state(z, o, u, &master, &m, &v);
@@ -890,7 +963,7 @@ static void offload_adamw(Zero* z, const AdamWParams* hp, const StepScalars* sc)
         offload_read_ahead(o, u + 1);
 #ifdef __CUDACC__
         if (g_device == DEV_CUDA) { // (b) [nvme] unit u's gradients are here; unit u-2's parameters have left pbuf[k]
-            if (nvme && !o->ghost) cudaCheck(cudaEventSynchronize(o->d2h[k]));
+            if (nvme && !o->gfile) cudaCheck(cudaEventSynchronize(o->d2h[k]));
             if (o->h2d_pending[k]) cudaCheck(cudaEventSynchronize(o->h2d[k]));
         }
 #endif
@@ -932,11 +1005,9 @@ static void offload_adamw(Zero* z, const AdamWParams* hp, const StepScalars* sc)
 //         stream, after an event recorded on the compute stream at that moment (the buffer's last
 //         reader, the block released before, is before it), so the copy and the gather are one stream
 //         in order, overlapping the compute of the layer before, as the gather alone did.
-//         [cpu] from the pinned shard itself; [nvme] pread into the slot's pinned staging first
-//         (the host waits for that staging's previous copy: an event per slot), then up. The read
-//         happens on the host when the gather is issued, one layer ahead of its use (the hooks'
-//         prefetch): on a GPU the host runs ahead of the device, so the read overlaps the device's
-//         compute; on the CPU device it does not (it is the same memory anyway: a code path).
+//         [cpu] from the pinned shard itself; [nvme] from the slot's pinned staging, which the reader
+//         thread filled ahead (READ-AHEAD below) or the gather fills now (the host waits for that
+//         staging's previous copy first: an event per slot).
 //   down: [AdamW on the device] the update is written into the block's gather buffer (released at
 //         the step) at the shard's place, and its segments (padding never written, as on the device)
 //         are copied to the host shard ([nvme] through a pinned buffer to the file) in the compute
@@ -946,14 +1017,17 @@ static void offload_adamw(Zero* z, const AdamWParams* hp, const StepScalars* sc)
 // The step knows before the update whether it applies (train_step reads the scalars back at once
 // with parameter offload: readback_lag 0), so a skipped step copies nothing.
 // Exactness: the bytes are moved, never changed: bit-identical to the resident run at any R.
-// GRADIENTS (with -offload cpu|nvme: AdamW on the host): the FP32 gradient shard lives on the host
+// GRADIENTS (with -offload cpu|nvme: AdamW on the host): the FP32 gradient shard leaves the device
 // too (Zero.grads_host; shard_grads is not allocated): each block's reduce-scatter lands in place in
-// its own gradient buffer every micro-step and goes down at once (offload_grad_down: the first
+// its own gradient buffer every micro-step and goes down at once (offload_grad_down). cpu: the first
 // micro-step's into the host copy, later ones through a ring of pinned buffers, added on the host in
-// order, the bits of the device's accumulation); the norm is summed on the host in the device's
-// order (offload_host_sumsq). Without -offload AdamW runs on the device and the shard stays there.
-// Not yet: the nvme reads are not issued ahead of the gather by the I/O thread, and -z auto / -tune
-// do not choose it (docs/offload.md).
+// order (the bits of the device's accumulation); nvme: into the state file, a fourth array (gfile),
+// the partial sum read back and added, then read with each unit's state for the update. The norm is
+// summed on the host in the device's order (offload_host_sumsq; offload_file_sumsq). Without
+// -offload AdamW runs on the device and the gradient shard stays there.
+// READ-AHEAD [nvme]: a reader thread reads the next layer's shard (param_ahead_ask) while the current
+// one is gathered; a gather whose shard was not read ahead reads it itself. Not yet: -tune does not
+// measure these rows (docs/offload.md).
 
 typedef struct {
     Offload kind;

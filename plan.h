@@ -495,8 +495,11 @@ static int plan_rows(const GPTConfig* c, int B, int T, int R, int GA, int local_
             double hidden = p->pcie_d2h_hidden / e->pcie; // the gradient's copies under the backward
             p->pcie_s = p->exposed_s + (p->pcie_bytes - up - p->pcie_d2h_hidden) / e->pcie + fmax(0.0, hidden - 2.0 / 3.0 * p->compute_s);
             p->host_s = state / 12.0 / e->adamw;
-            double files = sk == OFFLOAD_NVME ? state * local_ranks : 0.0; // [nvme] the state files
-            p->disk_s = (2.0 * files + (pk == OFFLOAD_NVME ? X * opt * local_ranks : 0.0)) / e->disk; // (the reads up: in the prefetch)
+            // [nvme] the state files hold the gradient too (offload.h: gfile): written every micro-step (read back
+            // and added after the first), read for the norm and with the update
+            double files = sk == OFFLOAD_NVME ? (state + 4.0 * opt) * local_ranks : 0.0;
+            double gdisk = sk == OFFLOAD_NVME ? 4.0 * opt * (2.0 * GA - 1.0 + 2.0) * local_ranks : 0.0;
+            p->disk_s = (2.0 * state * (sk == OFFLOAD_NVME ? local_ranks : 0) + gdisk + (pk == OFFLOAD_NVME ? X * opt * local_ranks : 0.0)) / e->disk; // (the reads up: in the prefetch)
             p->ckpt_per_node = ckpt;
             p->disk_per_node = (size_t)(files + pfile) + ckpt;
             p->step_s = p->compute_s + p->comm_s + p->pcie_s + p->host_s + p->disk_s;

@@ -145,8 +145,8 @@ static void off_grad_faults(int emu) {
 // its own resident reference (losses, norms, hashes of parameters, master, m, v after 3 steps):
 //   GPT-2 tiny, R = 3, GA = 1: cpu and nvme (AdamW on the device: the update goes down, PARAM_PUT_DEV)
 //   llama-tiny, R = 2, GA = 3, -offload cpu: params cpu (AdamW on the host: the update never goes up)
-//   llama-tiny -lora 2 -lora-quant nf4, R = 1: params nvme with -offload nvme (the 4-bit base's shards
-//   from the file, the adapters' update through the file)
+//   llama-tiny -lora 2 -lora-quant nf4, R = 1, GA = 3: params nvme with -offload nvme (the 4-bit base's
+//   shards from the file, the adapters' gradient and update through the state file)
 // And the comparison can fail: ZT_FAULT=offload-params-skip-down:2 (block 2's update never reaches the
 // host shard) changes the hashes and the losses.
 #define OFFP_LLAMA "-e llama-tiny -layers 3 -channels 28 -heads 4 -vocab 97 -max-seq 62 -t 16 -poison 1 -blas 0"
@@ -181,7 +181,7 @@ TEST(offload_params_bitwise) {
 #ifndef ENABLE_FP32
     char nv[PATH_MAX + 128];
     snprintf(nv, sizeof(nv), "%s -offload-buffer 64KiB", off_nvme());
-    offp_case("qlora_R1_nvme", 1, 1, OFFP_LLAMA " -lora 2 -lora-quant nf4", nv, offp_nvme());
+    offp_case("qlora_R1_GA3_nvme", 1, 3, OFFP_LLAMA " -lora 2 -lora-quant nf4", nv, offp_nvme()); // (the gradient in the file: read, added, written)
     if (off_long()) {
         offp_case("gpt2_R2_GA3_nvme_offload_nvme", 2, 3, "", nv, offp_nvme());
         offp_case("llama_R3_lora_cpu", 3, 1, OFFP_LLAMA " -lora 2", "none", "cpu");
@@ -735,6 +735,9 @@ TEST(offload_params_emu) {
 #ifndef ENABLE_FP32
     offp_case("emu_cpu_offload", 1, 3, OFFP_LLAMA, "cpu", "cpu"); // (the gradient on the host: GA 3 adds through the ring)
     offp_case("emu_nvme", 1, 1, "", "none", offp_nvme());
+    char nv[PATH_MAX + 128];
+    snprintf(nv, sizeof(nv), "%s -offload-buffer 64KiB", off_nvme());
+    offp_case("emu_nvme_both_GA3", 1, 3, "", nv, offp_nvme()); // (the gradient in the state file; its norm in the kernels' order)
     if (off_long()) offp_case("emu_R3_nvme", 3, 1, "", "none", offp_nvme());
     int rc = off_run("offload-params-nowait:2", 1, 3, 1, 2, "none", zt_dir("offp_emu_nowait"), "-offload-params cpu", NULL, NULL);
     CHECKF(rc != 0 && strstr(off_out, "cuda_emu") && strstr(off_out, "no event orders the two streams"), "offload-params-nowait:2: exit %d, expected the emulator to stop an unordered copy:\n%s", rc, off_out);
