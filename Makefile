@@ -277,7 +277,7 @@ test:
 test-long:
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) test-long-binaries
 	ZT_TEST_LONG=1 test/test_emu multirank && ZT_TEST_LONG=1 test/test_emu nompi && \
-	  ZT_TEST_LONG=1 test/test_bf16 offload_bitwise && ZT_TEST_LONG=1 test/test_emu offload && \
+	  ZT_TEST_LONG=1 test/test_bf16 offload_bitwise && ZT_TEST_LONG=1 test/test_bf16 offload_params_bitwise && ZT_TEST_LONG=1 test/test_emu offload && \
 	  ZT_TEST_LONG=1 test/test_emu gpu_attention_tc_gqa && \
 	  ZT_TEST_LONG=1 test/test_bf16 cli_default_run_learns && ZT_TEST_LONG=1 test/test_bf16 zero_stages_bitwise && \
 	  ZT_TEST_LONG=1 test/test_bf16 zero_across && ZT_TEST_LONG=1 test/test_bf16 zero_memory && \

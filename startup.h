@@ -855,10 +855,11 @@ static void print_setup(const Flags* f, Comm* comm, const Launch* L, const Model
 #endif
     if (g_device == DEV_CPU)
         snprintf(have, sizeof(have), " of %s available per rank", fmt_bytes(mem_available_bytes() / (L->local_world > 0 ? L->local_world : 1)).s);
-    printf0("memory per rank: %s%s (params %s%s, grads %s, optimizer %s%s, activations and logits %s, other %s; -verbose 1: by tag)\n",
+    printf0("memory per rank: %s%s (params %s%s, grads %s%s, optimizer %s%s, activations and logits %s, other %s; -verbose 1: by tag)\n",
             fmt_bytes(most).s, have, fmt_bytes(kind[0]).s,
             z->param_loc == OFFLOAD_NONE ? "" : z->param_loc == OFFLOAD_CPU ? " + the shard on the host" : " + the shard in the -offload-dir file",
-            fmt_bytes(kind[1]).s, fmt_bytes(kind[2]).s,
+            fmt_bytes(kind[1]).s, !z->grads_host ? "" : z->offload == OFFLOAD_CPU ? " + the shard on the host" : " + the shard in the -offload-dir file",
+            fmt_bytes(kind[2]).s,
             z->offload == OFFLOAD_NONE ? "" : z->offload == OFFLOAD_CPU ? " on the host" : " in the -offload-dir file", fmt_bytes(kind[3]).s,
             fmt_bytes(kind[4]).s);
     if (g_device == DEV_CUDA) {
