@@ -423,12 +423,9 @@ static void check_flags(const Flags* f, const GPTConfig* c, int R) {
     if (off < 0) die_user("flag -offload: '%s' is not none, cpu, nvme or auto", f->offload);
     int poff = offload_parse(f->offload_params);
     if (poff < 0) die_user("flag -offload-params: '%s' is not none, cpu or nvme", f->offload_params);
-    if (poff != OFFLOAD_NONE && f->zero_stage != 3 && f->zero_stage != -1 && !f->plan)
+    if (poff != OFFLOAD_NONE && f->zero_stage != 3 && f->zero_stage != -1 && !f->plan && !(f->tune && !f->zero_stage_set))
         die_user("flag -offload-params %s needs -z 3 (or -z auto): only ZeRO-3 shards the parameters and gathers them block by "
                  "block; below it every rank holds them whole", f->offload_params);
-    if (poff != OFFLOAD_NONE && f->tune)
-        die_user("flag -offload-params %s: -tune does not measure parameter-offload rows yet. HINT: -z auto chooses among them by the "
-                 "planner's estimate (or give -z 3 -r N -offload cpu|nvme)", f->offload_params);
     if (poff == OFFLOAD_NVME && !f->offload_dir[0]) die_user("flag -offload-params nvme needs -offload-dir DIR (a directory on the disk that holds the parameters)");
     if (off != OFFLOAD_NVME && poff != OFFLOAD_NVME && f->offload_dir[0] && strcmp(f->offload, "auto"))
         die_user("flag -offload-dir is for -offload nvme or -offload-params nvme (this run: -offload %s)", f->offload);

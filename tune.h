@@ -28,6 +28,9 @@
 // choose the run that also holds the optimizer state on the host. `-tune -offload cpu` measures the
 // -z and -r of the offload rows for whoever wants the numbers.
 //
+// [-offload-params] is not tuned: given cpu or nvme, the candidates are that kind's rows (-z 3; -r and
+// -offload as they allow); not given, none of them (the parameters stay on the device).
+//
 // -attn auto is tuned apart, before the rows (tune_attention): cuDNN's attention against ours.
 //
 // May call: flags.h (Flags, parse_int, FLAG_SHOW), ops/attention.cuh (op_attention_*, g_attn_cudnn), plan.h (plan_env, plan_rows, the planner's rules),
@@ -192,15 +195,18 @@ static void tune_measure(const Flags* f, Comm* comm, const TuneTrainer* t, const
 // its order of the places of the optimizer state: the first of none, cpu, nvme that -offload allows
 // and that has a row that fits) and keep every flag not at auto: up to k row indices into idx,
 // fastest first (ties: table order).
+// [-offload-params] given (cpu or nvme: not a tuned flag): its rows only, the state's place among them
+// as -offload allows; not given: never its rows (-z auto may still choose one when nothing else fits).
 static int tune_candidates(const PlanRow* rows, int n, const Flags* f, int R, int k, int* idx) {
-    int got = 0, kinds = plan_offload_arg(f);
+    int got = 0, kinds = plan_offload_arg(f), params = plan_params_arg(f);
     for (int pass = OFFLOAD_NONE; pass <= OFFLOAD_NVME && got == 0; pass++) {
         if (!(kinds & (1 << pass))) continue;
+        if (params > 0 && pass == OFFLOAD_NONE) continue; // (the parameter rows offload the state too)
         while (got < k) {
             int best = -1;
             for (int i = 0; i < n; i++) {
                 const PlanRow* p = &rows[i];
-                int keep = p->offload == pass && !p->offload_params && p->fits && !(R > 1 && p->stage == 0 && f->zero_stage != 0); // ([-offload-params] rows: not measured yet)
+                int keep = p->offload == pass && p->offload_params == params && p->fits && !(R > 1 && p->stage == 0 && f->zero_stage != 0);
 #define X(flag, field, row, max, kind, old) if (TUNE_GET_##kind(f, field) >= 0 && p->row != TUNE_GET_##kind(f, field)) keep = 0;
                 TUNE_DIMS(X)
 #undef X
@@ -321,7 +327,9 @@ static void tune_config(Flags* f, const GPTConfig* c, int GA, Comm* comm, const 
     comm_broadcast(comm, cand, sizeof(cand), 0);
     comm_broadcast(comm, cand_rep, sizeof(cand_rep), 0);
     if (n == 0) die_user("-tune: %s", comm->r == 0 ? why : "rank 0 found no configuration that fits (see its message)");
-    if (cand[0][TD_offload] != OFFLOAD_NONE && !strcmp(f->offload_given, "auto")) // [offload] the planner's order (see the banner)
+    if (plan_params_arg(f) > 0) // [-offload-params] given: its rows
+        printf0("tune: -offload-params %s given: the candidates are its rows (ZeRO-3, the optimizer state off the device too)\n", f->offload_params);
+    else if (cand[0][TD_offload] != OFFLOAD_NONE && !strcmp(f->offload_given, "auto")) // [offload] the planner's order (see the banner)
         printf0("tune: nothing fits without offload%s: the candidates are -offload %s rows\n",
                 cand[0][TD_offload] == OFFLOAD_NVME ? " nor with the state in host memory" : "", offload_name((Offload)cand[0][TD_offload]));
     printf0("tune: measuring %d candidate(s), the planner's fastest rows that fit %s per rank with the headroom %s: 1 warm-up + %d timed "

@@ -211,7 +211,6 @@ TEST(offload_params_z_auto_given) {
 TEST(offload_params_refusals) {
     static const struct { const char* flags; const char* want; } bad[] = {
         {"-z 2 -offload-params cpu", "flag -offload-params cpu needs -z 3 (or -z auto)"},
-        {"-z 3 -tune -offload-params cpu", "flag -offload-params cpu: -tune does not measure parameter-offload rows yet"},
         {"-z 3 -offload-params gpu", "flag -offload-params: 'gpu' is not none, cpu or nvme"},
         {"-z 3 -offload-params nvme", "flag -offload-params nvme needs -offload-dir DIR"},
         {"-z 3 -offload-params cpu -offload-dir /tmp", "flag -offload-dir is for -offload nvme or -offload-params nvme"},

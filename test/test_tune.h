@@ -366,6 +366,26 @@ TEST(tune_offload_rows_when_nothing_else_fits) {
 // "-offload cpu". A record as builds before -offload was tuned wrote it ("-z Z -r R") means -offload
 // none: a resume with -tune reuses it (offload does not change the bits), and with -offload cpu
 // given keeps cpu and says so.
+// -tune with -offload-params cpu given: the candidates are its rows (ZeRO-3, the state on the host too),
+// each built with the parameters in host memory; the run then equals the chosen flags given.
+TEST(tune_offload_params_given) {
+    const char* dir = zt_dir("tune_params");
+    char dir_t[PATH_MAX], flags[2048], hash_t[512], hash_g[512];
+    snprintf(dir_t, sizeof(dir_t), "%s", dir);
+    snprintf(flags, sizeof(flags), ZT_MODEL " -b 2 -x 2 -v 0 -s 0 -n 1 -log-hash 1 -o %s -offload-params cpu -tune-rows 2 -tune-steps 1 -tune", dir_t);
+    int rc = zt_mpirun(2, flags, zt_out, sizeof(zt_out));
+    CHECKF(rc == 0 && strstr(zt_out, "tune: -offload-params cpu given: the candidates are its rows"), "-tune -offload-params cpu failed (%d):\n%s", rc, zt_out);
+    int cand[16][3], z = -1, r = -1, off = -1;
+    int n = tt_table(zt_out, cand, 16, &z, &r, &off);
+    CHECKF(n == 2 && z == 3 && off == OFFLOAD_CPU, "expected 2 candidates at -z 3 -offload cpu, chose -z %d -offload %d (%d):\n%s", z, off, n, zt_out);
+    CHECKF(tt_count(zt_out, "offload-params cpu: each rank's") == 2 + 1, "every candidate and the run build with the parameters on the host:\n%s", zt_out);
+    zt_hash_line(zt_out, hash_t, sizeof(hash_t));
+    snprintf(flags, sizeof(flags), ZT_MODEL " -b 2 -x 2 -v 0 -s 0 -log-hash 1 -o %s -z 3 -r %d -offload cpu -offload-params cpu", zt_dir("tune_params_given"), r);
+    rc = zt_mpirun(2, flags, zt_out, sizeof(zt_out));
+    zt_hash_line(zt_out, hash_g, sizeof(hash_g));
+    CHECKF(rc == 0 && hash_t[0] && !strcmp(hash_t, hash_g), "after -tune: '%s'\ngiven -z 3 -r %d: '%s'", hash_t, r, hash_g);
+}
+
 TEST(tune_offload_cpu_given) {
     const char* dir = zt_dir("tune_cpu");
     char dir_t[PATH_MAX], flags[2048], hash_t[512], hash_y[512];
