@@ -397,6 +397,19 @@ static void plan_env(const Flags* f, const Launch* L, int R, PlanEnv* e) {
     }
 }
 
+// An offload row's host bytes per node and its fit: on the CPU device the host bytes count against the
+// same memory; on a GPU the device must leave the headroom and the node's host memory its own.
+static void plan_offload_fit(PlanRow* p, const PlanEnv* e, int local_ranks) {
+    p->host_per_node = p->host_bytes * (size_t)local_ranks;
+    if (g_device == DEV_CPU) {
+        p->free = e->mem - (double)p->total - (double)p->host_bytes;
+        p->fits = p->free >= e->headroom;
+    } else {
+        p->free = e->mem - (double)p->total;
+        p->fits = p->free >= e->headroom && e->host_mem - (double)p->host_per_node >= plan_headroom(e->host_mem);
+    }
+}
+
 // Every stage x recompute row (and the offload rows), with fit and time: at most PLAN_MAX_ROWS.
 #define PLAN_MAX_ROWS 60 // 4 stages x 4 recompute modes without offload, [LoRA] + 4 (ZeRO-3, base replicated), 3 x 4 x 2 with,
                          // 3 x 4 with parameter offload (ZeRO-3: the PLAN_PARAM_ROWS pairs x recompute)
@@ -458,14 +471,7 @@ static int plan_rows(const GPTConfig* c, int B, int T, int R, int GA, int local_
             p->ckpt_per_node = ckpt;
             p->disk_per_node = (size_t)files + ckpt;
             p->step_s = p->compute_s + p->comm_s + p->pcie_s + p->host_s + p->disk_s;
-            p->host_per_node = p->host_bytes * (size_t)local_ranks;
-            if (g_device == DEV_CPU) {
-                p->free = e->mem - (double)p->total - (double)p->host_bytes;
-                p->fits = p->free >= e->headroom;
-            } else {
-                p->free = e->mem - (double)p->total;
-                p->fits = p->free >= e->headroom && e->host_mem - (double)p->host_per_node >= plan_headroom(e->host_mem);
-            }
+            plan_offload_fit(p, e, local_ranks);
         }
     // [-offload-params] ZeRO-3 with the parameter shards (and with them the gradient shard) off the device
     // too: the device holds the gather buffers, activations and workspace. Each gather copies its shard
@@ -503,14 +509,7 @@ static int plan_rows(const GPTConfig* c, int B, int T, int R, int GA, int local_
             p->ckpt_per_node = ckpt;
             p->disk_per_node = (size_t)(files + pfile) + ckpt;
             p->step_s = p->compute_s + p->comm_s + p->pcie_s + p->host_s + p->disk_s;
-            p->host_per_node = p->host_bytes * (size_t)local_ranks;
-            if (g_device == DEV_CPU) {
-                p->free = e->mem - (double)p->total - (double)p->host_bytes;
-                p->fits = p->free >= e->headroom;
-            } else {
-                p->free = e->mem - (double)p->total;
-                p->fits = p->free >= e->headroom && e->host_mem - (double)p->host_per_node >= plan_headroom(e->host_mem);
-            }
+            plan_offload_fit(p, e, local_ranks);
         }
     return n;
 }

@@ -38,6 +38,18 @@ static int off_run(const char* env, int R, int z, int GA, int steps, const char*
     return rc;
 }
 
+// Each flag line refused with exit 2 and its message (one run of the tiny model each).
+typedef struct { const char* flags; const char* want; } OffRefusal;
+static void off_refusals(const OffRefusal* bad, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        char cmd[8192];
+        snprintf(cmd, sizeof(cmd), "OMP_NUM_THREADS=1 %s --train -threads 1 -i %s -j %s " ZT_MODEL " -b 2 -x 1 -v 0 -s 0 %s",
+                 g_test_self, zt_data(0), zt_data(1), bad[i].flags);
+        int rc = test_run_cmd(cmd, off_out, sizeof(off_out));
+        CHECKF(rc == 2 && strstr(off_out, bad[i].want), "%s: exit %d, expected 2 and \"%s\":\n%s", bad[i].flags, rc, bad[i].want, off_out);
+    }
+}
+
 static int off_same_log(const ZtLog* a, const ZtLog* b) {
     return a->n == b->n && !memcmp(a->loss, b->loss, sizeof(a->loss)) && !memcmp(a->norm, b->norm, sizeof(a->norm));
 }
@@ -209,7 +221,7 @@ TEST(offload_params_z_auto_given) {
 // -offload-params refused, exit 2 naming the flag: below -z 3 or with -z auto, an unknown value, nvme
 // without -offload-dir, a replicated LoRA base (nothing sharded to offload).
 TEST(offload_params_refusals) {
-    static const struct { const char* flags; const char* want; } bad[] = {
+    static const OffRefusal bad[] = {
         {"-z 2 -offload-params cpu", "flag -offload-params cpu needs -z 3 (or -z auto)"},
         {"-z 3 -offload-params gpu", "flag -offload-params: 'gpu' is not none, cpu or nvme"},
         {"-z 3 -offload-params nvme", "flag -offload-params nvme needs -offload-dir DIR"},
@@ -217,13 +229,7 @@ TEST(offload_params_refusals) {
         {"-z 3 -offload-params nvme -offload-dir /nonexistent/dir", "-offload-dir /nonexistent/dir: cannot create /nonexistent/dir/zt_params_"},
         {"-z 3 -lora 2 -lora-base replicated -offload-params cpu", "with -lora-base replicated every device holds the whole frozen base"},
     };
-    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        char cmd[8192];
-        snprintf(cmd, sizeof(cmd), "OMP_NUM_THREADS=1 %s --train -threads 1 -i %s -j %s " ZT_MODEL " -b 2 -x 1 -v 0 -s 0 %s",
-                 g_test_self, zt_data(0), zt_data(1), bad[i].flags);
-        int rc = test_run_cmd(cmd, off_out, sizeof(off_out));
-        CHECKF(rc == 2 && strstr(off_out, bad[i].want), "%s: exit %d, expected 2 and \"%s\":\n%s", bad[i].flags, rc, bad[i].want, off_out);
-    }
+    off_refusals(bad, sizeof(bad) / sizeof(bad[0]));
 }
 #endif
 
@@ -290,7 +296,7 @@ TEST(offload_missing_copy_detected) {
 
 // -offload refused: with -z 0 (exit 2, saying why), an unknown value; a negative -pcie-gbps.
 TEST(offload_flag_refusals) {
-    static const struct { const char* flags; const char* want; } bad[] = {
+    static const OffRefusal bad[] = {
         {"-z 0 -offload cpu", "-offload cpu needs -z 1, 2 or 3: under ZeRO-0 every rank holds the whole optimizer state"},
         {"-z 1 -offload disk", "flag -offload: 'disk' is not none, cpu, nvme or auto"},
         {"-z 1 -pcie-gbps -5", "-pcie-gbps / -disk-gbps must be positive"},
@@ -301,13 +307,7 @@ TEST(offload_flag_refusals) {
         {"-z 1 -offload nvme -offload-dir /nonexistent/dir", "-offload-dir /nonexistent/dir: cannot create /nonexistent/dir/zt_offload_"},
         {"-z 1 -offload nvme -offload-dir /tmp -offload-buffer 1KiB", "-offload-buffer: 1024 bytes hold no unit of work"},
     };
-    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        char cmd[8192];
-        snprintf(cmd, sizeof(cmd), "OMP_NUM_THREADS=1 %s --train -threads 1 -i %s -j %s " ZT_MODEL " -b 2 -x 1 -v 0 -s 0 %s",
-                 g_test_self, zt_data(0), zt_data(1), bad[i].flags);
-        int rc = test_run_cmd(cmd, off_out, sizeof(off_out));
-        CHECKF(rc == 2 && strstr(off_out, bad[i].want), "%s: exit %d, expected 2 and \"%s\":\n%s", bad[i].flags, rc, bad[i].want, off_out);
-    }
+    off_refusals(bad, sizeof(bad) / sizeof(bad[0]));
 }
 
 // ZT_SIMD: a path this CPU lacks (ZT_FAULT=simd-lacks:P stands in for such a CPU), or another word, ends the
