@@ -854,8 +854,10 @@ static void sumsq_many_cuda(double* out, const float* const* g, const int64_t* l
 // Pieces of it: one segment's chunk sums appended to part (returns the chunks), and the total of
 // nchunks chunk sums (also for a gradient read block by block from a file: offload.h).
 static int64_t sumsq_chunks_host_cuda_order(const float* g, int64_t len, double* part) {
-    int64_t c = 0;
-    for (int64_t lo = 0; lo < len; lo += NORM_CHUNK, c++) {
+    int64_t nc = len > 0 ? ceil_div(len, NORM_CHUNK) : 0;
+#pragma omp parallel for schedule(static) // (each chunk its own sums: the same bits on any number of threads)
+    for (int64_t c = 0; c < nc; c++) {
+        int64_t lo = c * NORM_CHUNK;
         int64_t hi = lo + NORM_CHUNK < len ? lo + NORM_CHUNK : len;
         float buf[SUMSQ_THREADS];
         for (int t = 0; t < SUMSQ_THREADS; t++) {
@@ -867,7 +869,7 @@ static int64_t sumsq_chunks_host_cuda_order(const float* g, int64_t len, double*
             for (int t = 0; t < stride; t++) buf[t] += buf[t + stride];
         part[c] = (double)buf[0];
     }
-    return c;
+    return nc;
 }
 static double sumsq_total_host_cuda_order(const double* part, int64_t nchunks) {
     static double tot[SUMSQ_TOTAL_THREADS];

@@ -148,7 +148,7 @@ static size_t offload_host_bytes(const BlockLayout* lay, Offload k, double buffe
     size_t gh = !grads_host ? 0 : k == OFFLOAD_NVME ? 3 * 4 * K + 2 * 4 * maxS // [nvme] the gradient in the file: slots + 4K, a block and its sum
                                                      : 4 * OFFLOAD_GRING * maxS;
     if (k == OFFLOAD_CPU) return 3 * 4 * S + 4 * S + 2 * sizeof(floatX) * K + gh;
-    return 3 * 12 * K + 2 * (4 + sizeof(floatX)) * K + gh;
+    return 3 * 12 * K + 2 * ((grads_host ? 0 : 4) + sizeof(floatX)) * K + gh; // ([gfile] no gradient staging: read with the state)
 }
 
 // A unit of work: elements [lo, lo + n) of block b's optimizer range (lo relative to its start).
@@ -289,8 +289,8 @@ static int offload_file_io(OffloadState* o, int64_t S, int a, int64_t off, float
 }
 
 static void offload_die(OffloadState* o, int err, const char* what) {
-    die(1, "-offload nvme: %s: %s failed (%s). HINT: free space under -offload-dir (the file needs 12 bytes per element of the "
-           "rank's shard) or check the device; the last checkpoint is intact: resume with -y 1", o->path, what, strerror(err));
+    die(1, "-offload nvme: %s: %s failed (%s). HINT: free space under -offload-dir (the file needs %d bytes per element of the "
+           "rank's shard) or check the device; the last checkpoint is intact: resume with -y 1", o->path, what, strerror(err), 12 + 4 * o->gfile);
 }
 
 // [-offload nvme] the optimizer state's reads and writes outside the step (checkpoints, hashes, loading).
@@ -495,9 +495,9 @@ static void offload_init(Zero* z, const char* dir, double buffer) {
     }
     size_t staging = 0;
     for (int k = 0; k < 2; k++) {
-        if (o->kind == OFFLOAD_NVME) o->gbuf[k] = (float*)host_pinned_alloc(sizeof(float) * o->K);
+        if (o->kind == OFFLOAD_NVME && !o->gfile) o->gbuf[k] = (float*)host_pinned_alloc(sizeof(float) * o->K); // ([gfile] read with the state)
         o->pbuf[k] = (floatX*)host_pinned_alloc(sizeof(floatX) * o->K);
-        staging += (o->kind == OFFLOAD_NVME ? sizeof(float) : 0) * (size_t)o->K + sizeof(floatX) * (size_t)o->K;
+        staging += (o->kind == OFFLOAD_NVME && !o->gfile ? sizeof(float) : 0) * (size_t)o->K + sizeof(floatX) * (size_t)o->K;
     }
     if (o->kind == OFFLOAD_CPU || z->grads_host) { // the gradient shard's staging: copied block by block during the backward
         if (!o->gfile) o->ghost = (float*)host_pinned_alloc(sizeof(float) * (size_t)(z->opt_total > 0 ? z->opt_total : 1));
@@ -1090,6 +1090,7 @@ static void param_file_io(ParamOffload* po, int64_t at, floatX* buf, int64_t n, 
         snprintf(what, sizeof(what), "%s of %zu bytes at offset %lld", write ? "write" : "read", bytes, (long long)off);
         param_offload_die(po, errno, what);
     }
+    offload_drop_cache(po->fd, off, bytes, write); // (the page cache stays bounded, as the state file's)
 }
 
 // [nvme] The reader thread: each asked slot's block read from the file into its staging, one at a
@@ -1109,7 +1110,9 @@ static void* param_reader_thread(void* arg) {
         int b = po->ahead_b[i];
         pthread_mutex_unlock(&po->mu);
         int64_t S = z->lay.S[b], bytes = S * (int64_t)sizeof(floatX);
-        int err = offload_pread(po->fd, po->stage[i], (size_t)bytes, (off_t)(z->lay.shard_off[b] * (int64_t)sizeof(floatX))) ? errno : 0;
+        off_t off = (off_t)(z->lay.shard_off[b] * (int64_t)sizeof(floatX));
+        int err = offload_pread(po->fd, po->stage[i], (size_t)bytes, off) ? errno : 0;
+        if (!err) offload_drop_cache(po->fd, off, (size_t)bytes, 0);
         pthread_mutex_lock(&po->mu);
         po->ahead_err[i] = err;
         po->ahead_state[i] = 3;
@@ -1128,21 +1131,31 @@ static int param_ahead_settle(ParamOffload* po, int i) {
     if (b >= 0 && err) param_offload_die(po, err, "a read ahead of a block's shard");
     return b;
 }
+// [nvme] Slot i's read ahead settled and then forgotten (under the lock, as the reader reads the
+// states); returns the block it held (-1: none).
+static int param_ahead_take(ParamOffload* po, int i) {
+    int b = param_ahead_settle(po, i);
+    pthread_mutex_lock(&po->mu);
+    po->ahead_state[i] = 0;
+    po->ahead_b[i] = -1;
+    pthread_mutex_unlock(&po->mu);
+    return b;
+}
 // [nvme] Every read ahead finished and forgotten: the file is about to change (an update's writes).
 static void param_ahead_drain(ParamOffload* po) {
     if (!po->reader_on) return;
-    for (int i = 0; i < 4; i++) {
-        param_ahead_settle(po, i);
-        po->ahead_state[i] = 0;
-        po->ahead_b[i] = -1;
-    }
+    for (int i = 0; i < 4; i++) param_ahead_take(po, i);
 }
 // [nvme] Ask the reader for layer block nb into its slot's staging (nothing for the io block, the
 // adapters, or past the layers).
 static void param_ahead_ask(Zero* z, ParamOffload* po, int nb) {
     if (!po->reader_on || nb < 1 || nb > z->L || nb == z->lay.adapter) return;
     int i = zero_slot(z, nb);
-    param_ahead_settle(po, i); // (a read of the slot's earlier guess: done, and dropped)
+    pthread_mutex_lock(&po->mu);
+    int asked = po->ahead_b[i] == nb && po->ahead_state[i] >= 1; // (already asked, read or being read: kept)
+    pthread_mutex_unlock(&po->mu);
+    if (asked) return;
+    param_ahead_take(po, i); // (a read of the slot's earlier guess: done, and dropped)
 #ifdef __CUDACC__
     if (g_device == DEV_CUDA && po->up_pending[i]) cudaCheck(cudaEventSynchronize(po->up[i])); // stage[i]'s last copy up has left
     po->up_pending[i] = 0;
@@ -1161,8 +1174,7 @@ static void param_offload_up(Zero* z, int b, floatX* dst) {
     int slot = zero_slot(z, b);
     const floatX* src = po->shard ? po->shard + at : po->stage[slot];
     if (po->kind == OFFLOAD_NVME) {
-        int have = po->reader_on ? param_ahead_settle(po, slot) == b : 0;
-        if (po->reader_on) { po->ahead_state[slot] = 0; po->ahead_b[slot] = -1; }
+        int have = po->reader_on ? param_ahead_take(po, slot) == b : 0;
         if (have) po->ahead_hits++;
         else {
             po->ahead_misses++;

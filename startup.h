@@ -426,6 +426,9 @@ static void check_flags(const Flags* f, const GPTConfig* c, int R) {
     if (poff != OFFLOAD_NONE && f->zero_stage != 3 && f->zero_stage != -1 && !f->plan && !(f->tune && !f->zero_stage_set))
         die_user("flag -offload-params %s needs -z 3 (or -z auto): only ZeRO-3 shards the parameters and gathers them block by "
                  "block; below it every rank holds them whole", f->offload_params);
+    if (poff != OFFLOAD_NONE && !strcmp(f->offload, "none") && !f->plan && (f->zero_stage == -1 || f->recompute == -1 || f->tune))
+        die_user("flag -offload-params %s with -offload none: -z auto, -r auto and -tune choose among the planner's parameter-offload "
+                 "rows, which hold the optimizer state off the device too. HINT: -offload auto (or cpu, nvme), or give -z 3 and -r", f->offload_params);
     if (poff == OFFLOAD_NVME && !f->offload_dir[0]) die_user("flag -offload-params nvme needs -offload-dir DIR (a directory on the disk that holds the parameters)");
     if (off != OFFLOAD_NVME && poff != OFFLOAD_NVME && f->offload_dir[0] && strcmp(f->offload, "auto"))
         die_user("flag -offload-dir is for -offload nvme or -offload-params nvme (this run: -offload %s)", f->offload);

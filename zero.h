@@ -2221,7 +2221,7 @@ static void zero_adamw(Zero* z, const AdamWParams* hp, const StepScalars* sc) {
         floatX* out = zero_opt_params(z, b);
         int slot = zero_slot(z, b), down = z->param_loc && zero_gathered(z, b);
         if (down) {
-            if (z->buf_state[slot] == BUF_GATHERING || z->buf_state[slot] == BUF_IN_USE) zero_order_error(z, "updating", b);
+            if (z->buf_state[slot] != BUF_RELEASED && z->buf_state[slot] != BUF_FREE) zero_order_error(z, "updating", b); // (nothing it holds is used again)
             out = z->param_buf[slot] + z->r * z->lay.S[b];
         }
         op_adamw_scalars(out, z->master + o, z->m + o, z->v + o, zero_opt_grads(z, b), seg, n, hp, sc, z->adam_max);

@@ -224,6 +224,7 @@ TEST(offload_params_refusals) {
     static const OffRefusal bad[] = {
         {"-z 2 -offload-params cpu", "flag -offload-params cpu needs -z 3 (or -z auto)"},
         {"-z 3 -offload-params gpu", "flag -offload-params: 'gpu' is not none, cpu or nvme"},
+        {"-z auto -offload none -offload-params cpu", "flag -offload-params cpu with -offload none: -z auto, -r auto and -tune choose"},
         {"-z 3 -offload-params nvme", "flag -offload-params nvme needs -offload-dir DIR"},
         {"-z 3 -offload-params cpu -offload-dir /tmp", "flag -offload-dir is for -offload nvme or -offload-params nvme"},
         {"-z 3 -offload-params nvme -offload-dir /nonexistent/dir", "-offload-dir /nonexistent/dir: cannot create /nonexistent/dir/zt_params_"},
