@@ -250,7 +250,7 @@ test-long-binaries: test-binaries test/test_emu_nompi $(if $(NVCC_FOUND),build/n
 # (g++), running the cases that feed the readers bad and changing input, and the trainer processes
 # they start (the same binary, so sanitized too).
 SANITIZE_CASES ?= ckpt_mixed ckpt_leftovers exit_ data_ cli_bad_input cli_bounds hf_corrupt hf_llama_corrupt hf_llama_config \
-                  rel_output rel_fifo rel_lora_init rel_export rel_tokenize qlora_bnb
+                  rel_output rel_fifo rel_lora_init rel_export rel_tokenize qlora_bnb offload_params_bitwise offload_params_kill
 test/test_sanitize: $(SOURCES) $(TEST_SOURCES)
 	$(CXX_HOST) $(filter-out -O2,$(TEST_FLAGS)) -O1 -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer \
 	  $(filter-out -DENABLE_FP32 -DUSE_BLAS,$(DEFS)) $(MPI_CFLAGS) test/test_main.cpp -o $@ $(filter-out -lopenblas,$(MPI_LIBS))
