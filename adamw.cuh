@@ -851,8 +851,8 @@ static void sumsq_many_cuda(double* out, const float* const* g, const int64_t* l
 // kernel adds chunks j, j + SUMSQ_TOTAL_THREADS, ... in double and a fixed tree adds the threads'. For
 // a gradient that lives on the host ([-offload-params with -offload], offload.h): its norm then has
 // the bits a device-resident gradient's would. (fmaf: one rounding, as __fmaf_rn.)
-// Pieces of it: one segment's chunk sums appended to part (returns the chunks), and the total of
-// nchunks chunk sums (also for a gradient read block by block from a file: offload.h).
+// In two pieces, so that a gradient can be summed block by block (offload.h: from the host or a
+// file): one segment's chunk sums into part (returns how many), and the total of nchunks chunk sums.
 static int64_t sumsq_chunks_host_cuda_order(const float* g, int64_t len, double* part) {
     int64_t nc = len > 0 ? ceil_div(len, NORM_CHUNK) : 0;
 #pragma omp parallel for schedule(static) // (each chunk its own sums: the same bits on any number of threads)
@@ -881,17 +881,6 @@ static double sumsq_total_host_cuda_order(const double* part, int64_t nchunks) {
     for (int stride = SUMSQ_TOTAL_THREADS / 2; stride > 0; stride >>= 1)
         for (int t = 0; t < stride; t++) tot[t] += tot[t + stride];
     return nchunks ? tot[0] : 0.0;
-}
-static double sumsq_many_host_cuda_order(const float* const* g, const int64_t* len, int n) {
-    int64_t nchunks = 0;
-    for (int i = 0; i < n; i++) nchunks += len[i] > 0 ? ceil_div(len[i], NORM_CHUNK) : 0;
-    double* part = (double*)malloc(sizeof(double) * (size_t)(nchunks > 0 ? nchunks : 1));
-    if (!part) die(1, "out of host memory (the norm's %lld chunk sums)", (long long)nchunks);
-    int64_t c = 0;
-    for (int k = 0; k < n; k++) c += sumsq_chunks_host_cuda_order(g[k], len[k], part + c);
-    double total = sumsq_total_host_cuda_order(part, c);
-    free(part);
-    return total;
 }
 
 // The step's scalars: loss += sum of n per-token losses (one block, a fixed tree in double), and

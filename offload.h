@@ -141,12 +141,20 @@ static int64_t offload_unit(const BlockLayout* lay, Offload k, double buffer) {
 // holds the unit's gradient too (4 bytes an element of the unit), and two block-sized buffers carry a
 // block's sum down and its partial sum back.
 #define OFFLOAD_GRING 4
+// [grads_host] The norm's chunk sums on the host (offload_host_sumsq): every trainable block's chunks,
+// and one more per segment (a segment's last chunk may be short).
+static int64_t offload_norm_chunks(const BlockLayout* lay) {
+    int64_t n = 0;
+    for (int b = 0; b < lay->nblocks; b++) n += lay->frozen[b] ? 0 : ceil_div(lay->S[b], NORM_CHUNK) + MAX_BLOCK_TENSORS;
+    return n;
+}
 static size_t offload_host_bytes(const BlockLayout* lay, Offload k, double buffer, int grads_host) {
     if (k == OFFLOAD_NONE) return 0;
     size_t K = (size_t)offload_unit(lay, k, buffer), S = (size_t)lay->train_shard_total; // [LoRA] the trainable blocks'
     size_t maxS = (size_t)offload_max_shard(lay);
     size_t gh = !grads_host ? 0 : k == OFFLOAD_NVME ? 3 * 4 * K + 2 * 4 * maxS // [nvme] the gradient in the file: slots + 4K, a block and its sum
                                                      : 4 * OFFLOAD_GRING * maxS;
+    if (grads_host) gh += sizeof(double) * (size_t)offload_norm_chunks(lay); // the norm's chunk sums
     if (k == OFFLOAD_CPU) return 3 * 4 * S + 4 * S + 2 * sizeof(floatX) * K + gh;
     return 3 * 12 * K + 2 * ((grads_host ? 0 : 4) + sizeof(floatX)) * K + gh; // ([gfile] no gradient staging: read with the state)
 }
@@ -174,6 +182,7 @@ typedef struct {
     int arrived;          // offload_grads_arrived ran this step
     int gfile;            // [nvme, grads_host] the gradient lives in the file: g at [3S, 4S), read with the unit's state
     float* gacc;          // [gfile] (largest shard) a block's gradient read back (its partial sum, or for the norm)
+    double* npart;        // [grads_host] (offload_norm_chunks) the norm's chunk sums, allocated once
     float* ghost;         // [cpu; grads_host] pinned, (opt_total) FP32: the rank's whole gradient shard, each block
                           //   copied as its last reduction completes (offload_grad_reduced) [=]
     int* copied;          // [cpu] (nblocks): copies of block b's shard issued this step (1 at the check)
@@ -409,6 +418,16 @@ static void offload_pin_threads(int local_rank, int local_world) {
     snprintf(g_pin_note, sizeof(g_pin_note), "%d thread(s) pinned to cores %d..%d", T, cpus[first], cpus[first + T - 1]);
 }
 
+// A helper thread (the I/O thread, the parameters' reader) on the rank's share of the cores when the
+// threads are pinned (not the main thread's one core), else anywhere.
+static void offload_thread_start(pthread_t* t, void* (*fn)(void*), void* arg, const char* what) {
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    if (g_pin_state == 1) pthread_attr_setaffinity_np(&attr, sizeof(g_pin_share), &g_pin_share);
+    if (pthread_create(t, &attr, fn, arg)) die(1, "%s: cannot be started", what);
+    pthread_attr_destroy(&attr);
+}
+
 // Page-aligned host memory; zeroed by this thread (zero 1), or untouched (0: offload_touch_state).
 static void* offload_host_alloc(size_t bytes, int zero) {
     size_t rounded = (size_t)round_up((int64_t)(bytes > 0 ? bytes : 1), 4096);
@@ -486,11 +505,7 @@ static void offload_init(Zero* z, const char* dir, double buffer) {
         pthread_mutex_init(&o->mu, NULL);
         pthread_cond_init(&o->cv, NULL);
         g_offload_arg = (OffloadThreadArg){o, z};
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        if (g_pin_state == 1) pthread_attr_setaffinity_np(&attr, sizeof(g_pin_share), &g_pin_share); // (not the main thread's one core)
-        if (pthread_create(&o->io, &attr, offload_io_thread, &g_offload_arg)) die(1, "-offload nvme: cannot start the I/O thread");
-        pthread_attr_destroy(&attr);
+        offload_thread_start(&o->io, offload_io_thread, &g_offload_arg, "-offload nvme: the I/O thread");
         z->state_io = offload_nvme_io;
     }
     size_t staging = 0;
@@ -510,6 +525,9 @@ static void offload_init(Zero* z, const char* dir, double buffer) {
         int64_t maxS = offload_max_shard(&z->lay);
         for (int k = 0; k < (o->gfile ? 1 : OFFLOAD_GRING); k++) o->gring[k] = (float*)host_pinned_alloc(sizeof(float) * (size_t)(maxS > 0 ? maxS : 1));
         staging += sizeof(float) * (o->gfile ? 1 : OFFLOAD_GRING) * (size_t)maxS;
+        int64_t nc = offload_norm_chunks(&z->lay);
+        o->npart = (double*)offload_host_alloc(sizeof(double) * (size_t)(nc > 0 ? nc : 1), 1);
+        staging += sizeof(double) * (size_t)nc;
         if (o->gfile) {
             o->gacc = (float*)offload_host_alloc(sizeof(float) * (size_t)(maxS > 0 ? maxS : 1), 1);
             staging += sizeof(float) * (size_t)maxS + 3 * sizeof(float) * (size_t)o->K; // (and the slots' gradient parts)
@@ -558,6 +576,7 @@ static void offload_free(Zero* z) {
     if (o->ghost) host_pinned_free(o->ghost);
     for (int k = 0; k < OFFLOAD_GRING; k++) if (o->gring[k]) host_pinned_free(o->gring[k]);
     free(o->gacc);
+    free(o->npart);
     free(o->copied);
     z->grad_reduced = NULL;
     z->grad_reuse = NULL;
@@ -766,67 +785,43 @@ static void offload_grads_arrived(Zero* z, OffloadState* o) {
     o->arrived = 1;
 }
 
-// [gfile] The same sum with the gradient read from the file block by block (4 bytes an element more
-// per step): the CPU device's op over each segment alone, the segments' sums added in order (what one
-// call over all of them adds); on CUDA every segment's chunk sums, then the total kernel's order.
-static void offload_file_sumsq(Zero* z, OffloadState* o, double* out) {
+// Zero.host_sumsq ([grads_host]): every copy down done and added, then the gradient's sum of squares
+// over its segments (padding excluded, as zero_local_sumsq), block by block from the host copy or
+// ([gfile] 4 bytes an element more per step) read from the file, in the order the device would have
+// summed it: on the CPU device its op over each segment alone, the segments' sums added in order (what
+// one call over all of them adds); on CUDA every segment's chunk sums, then the total kernel's order
+// (sumsq_chunks_host_cuda_order, sumsq_total_host_cuda_order: adamw.cuh). The same norm, to the bit,
+// as a resident gradient's. The chunk sums go to o->npart (allocated once: offload_norm_chunks).
+static void offload_host_sumsq(Zero* z, double* out) {
+    OffloadState* o = (OffloadState*)z->offload_ctx;
+    offload_grads_arrived(z, o);
     Segment seg[MAX_BLOCK_TENSORS];
     double total = 0.0;
-    int64_t nchunks = 0, c = 0;
-    for (int b = 0; b < z->lay.nblocks; b++) nchunks += z->lay.frozen[b] ? 0 : ceil_div(z->lay.S[b], NORM_CHUNK) + MAX_BLOCK_TENSORS;
-    double* part = (double*)malloc(sizeof(double) * (size_t)(nchunks > 0 ? nchunks : 1));
-    if (!part) die(1, "out of host memory (the norm's chunk sums)");
+    int64_t c = 0;
     for (int b = 0; b < z->lay.nblocks; b++) {
         if (z->lay.frozen[b]) continue; // [LoRA] no gradient
         int64_t n = zero_opt_hi(z, b) - zero_opt_lo(z, b);
+        const float* g = o->ghost ? o->ghost + zero_opt_off(z, b) : o->gacc;
         char what[256];
-        if (n > 0 && offload_file_io(o, z->opt_total, 3, zero_opt_off(z, b), o->gacc, n, 0, what, sizeof(what))) offload_die(o, errno, what);
+        if (o->gfile && n > 0 && offload_file_io(o, z->opt_total, 3, zero_opt_off(z, b), o->gacc, n, 0, what, sizeof(what)))
+            offload_die(o, errno, what);
         int k = layout_segments(&z->lay, b, z->r * z->lay.S[b], (z->r + 1) * z->lay.S[b], seg);
         for (int i = 0; i < k; i++) {
-            const float* g = o->gacc + seg[i].off;
+            const float* gs = g + seg[i].off;
             int64_t len = seg[i].len;
 #ifdef __CUDACC__
-            if (g_device == DEV_CUDA) { c += sumsq_chunks_host_cuda_order(g, len, part + c); continue; }
+            if (g_device == DEV_CUDA) { c += sumsq_chunks_host_cuda_order(gs, len, o->npart + c); continue; }
 #endif
             double run = 0.0;
-            op_sumsq_many_into(&run, &g, &len, 1);
+            op_sumsq_many_into(&run, &gs, &len, 1);
             total += run;
         }
     }
 #ifdef __CUDACC__
-    if (g_device == DEV_CUDA) total = sumsq_total_host_cuda_order(part, c);
+    if (g_device == DEV_CUDA) total = sumsq_total_host_cuda_order(o->npart, c);
 #endif
     (void)c;
-    free(part);
     *out = total;
-}
-
-// Zero.host_sumsq ([grads_host]): every copy down done and added, then the gradient's sum of squares
-// over the host copy's segments (padding excluded, as zero_local_sumsq), in the order the device would
-// have summed it: the CPU device's op itself; on CUDA the kernels' order on the host
-// (sumsq_many_host_cuda_order, adamw.cuh): the same norm, to the bit, as a resident gradient's.
-static void offload_host_sumsq(Zero* z, double* out) {
-    OffloadState* o = (OffloadState*)z->offload_ctx;
-    offload_grads_arrived(z, o);
-    if (o->gfile) { offload_file_sumsq(z, o, out); return; }
-    int cap = z->lay.nblocks * MAX_BLOCK_TENSORS, n = 0;
-    const float** ptr = (const float**)malloc(sizeof(float*) * cap);
-    int64_t* len = (int64_t*)malloc(sizeof(int64_t) * cap);
-    if (!ptr || !len) die(1, "out of host memory (the norm's segments)");
-    Segment seg[MAX_BLOCK_TENSORS];
-    for (int b = 0; b < z->lay.nblocks; b++) {
-        if (z->lay.frozen[b]) continue; // [LoRA] no gradient
-        int k = layout_segments(&z->lay, b, z->r * z->lay.S[b], (z->r + 1) * z->lay.S[b], seg);
-        const float* g = o->ghost + zero_opt_off(z, b);
-        for (int i = 0; i < k; i++, n++) { ptr[n] = g + seg[i].off; len[n] = seg[i].len; }
-    }
-#ifdef __CUDACC__
-    if (g_device == DEV_CUDA) *out = sumsq_many_host_cuda_order(ptr, len, n);
-    else
-#endif
-    op_sumsq_many_into(out, ptr, len, n);
-    free(ptr);
-    free(len);
 }
 
 // Unit u's gradient on the host: [cpu] in the host copy of the shard; [nvme] in gbuf[u % 2].
@@ -1023,7 +1018,7 @@ static void offload_adamw(Zero* z, const AdamWParams* hp, const StepScalars* sc)
 // micro-step's into the host copy, later ones through a ring of pinned buffers, added on the host in
 // order (the bits of the device's accumulation); nvme: into the state file, a fourth array (gfile),
 // the partial sum read back and added, then read with each unit's state for the update. The norm is
-// summed on the host in the device's order (offload_host_sumsq; offload_file_sumsq). Without
+// summed on the host in the device's order (offload_host_sumsq). Without
 // -offload AdamW runs on the device and the gradient shard stays there.
 // READ-AHEAD [nvme]: a reader thread reads the next layer's shard (param_ahead_ask) while the current
 // one is gathered; a gather whose shard was not read ahead reads it itself. Not yet: -tune does not
@@ -1038,7 +1033,6 @@ typedef struct {
     floatX* down;         // [nvme] pinned (the largest trainable shard): an updated segment on its way to the file
     int64_t down_n;
     size_t host_bytes;    // what this rank allocated on the host (param_offload_host_bytes)
-    int64_t ups, up_bytes; // shards copied up so far, and their bytes (the log's count)
     // [nvme] the read-ahead: a thread of its own reads the next layer's shard (the hooks' order: the
     // next layer in the forward, the one before in the backward) into that layer's slot staging while
     // the current one is gathered and computed
@@ -1063,9 +1057,8 @@ typedef struct {
 // per gather slot and one for the update's segments. THE closed form: param_offload_init allocates
 // exactly this, the planner prints it.
 static int64_t param_offload_slot_shard(const BlockLayout* lay, int i) {
-    int b = i == 3 ? lay->adapter : i == 0 ? 0 : 1;
-    if (i == 3 ? !lay->adapter : b >= lay->nblocks - (lay->adapter > 0)) return 0;
-    return lay->S[b];
+    int b = zero_slot_block(lay, i);
+    return b < 0 ? 0 : lay->S[b];
 }
 static size_t param_offload_host_bytes(const BlockLayout* lay, Offload k) {
     if (k == OFFLOAD_NONE) return 0;
@@ -1184,8 +1177,6 @@ static void param_offload_up(Zero* z, int b, floatX* dst) {
             param_file_io(po, at, po->stage[slot], S, 0);
         }
     }
-    po->ups++;
-    po->up_bytes += S * (int64_t)sizeof(floatX);
 #ifdef __CUDACC__
     if (g_device == DEV_CUDA) {
         cudaStream_t cs = z->comm->stream;
@@ -1282,11 +1273,7 @@ static void param_offload_init(Zero* z, const char* dir) {
         pthread_mutex_init(&po->mu, NULL);
         pthread_cond_init(&po->cv, NULL);
         g_param_reader_arg = (ParamReaderArg){po, z};
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        if (g_pin_state == 1) pthread_attr_setaffinity_np(&attr, sizeof(g_pin_share), &g_pin_share);
-        if (pthread_create(&po->reader, &attr, param_reader_thread, &g_param_reader_arg)) die(1, "-offload-params nvme: cannot start the reader thread");
-        pthread_attr_destroy(&attr);
+        offload_thread_start(&po->reader, param_reader_thread, &g_param_reader_arg, "-offload-params nvme: the reader thread");
         po->reader_on = !offload_fault("offload-params-no-ahead", 0);
     }
     po->host_bytes = param_offload_host_bytes(&z->lay, po->kind);

@@ -32,6 +32,7 @@ typedef struct {
     int stage, recompute, offload;  // offload: the optimizer state lives on the host (-offload cpu)
     int offload_params;             // [-offload-params] the ZeRO-3 parameter shards live on the host (cpu) or disk (nvme);
                                     // with -offload the gradient shard on the host too
+    double param_shard_bytes;       // [-offload-params] the rank's parameter shard (X bytes an element), off the device
     double prefetch_s, exposed_s;   // [-offload-params] the shards' copies up per step (and [nvme] their reads: the slower),
                                     // and the part of it that does not hide behind the compute
     int rep_base;                   // [LoRA] 1: every rank holds the whole frozen base (ZeRO-0/1/2 always; ZeRO-3 with
@@ -104,6 +105,7 @@ static void plan_config(const GPTConfig* c, int B, int T, int R, int GA, int sta
     size_t X = sizeof(floatX), acts, logits;
     acts_bytes(c, B, T, recompute, &acts, &logits);
     p->bytes[TAG_PARAMS] = X * (s.full_params + (params ? 0 : s.shard_params)); // [-offload-params] the shard on the host
+    p->param_shard_bytes = params ? (double)X * (double)s.shard_params : 0.0;
     p->bytes[TAG_PARAM_BUF] = X * (s.param_bufs + lora_dequant_elems(&d)); // [QLoRA] + one layer dequantized (lora.h)
     int grads_host = params && offload; // [-offload-params with -offload] the gradient shard on the host (offload.h)
     p->bytes[TAG_GRADS] = 4 * (s.full_grads + (grads_host ? 0 : s.shard_grads));
@@ -487,13 +489,8 @@ static int plan_rows(const GPTConfig* c, int B, int T, int R, int GA, int local_
             plan_config(&cs, B, T, R, GA, 3, r, sk, e->offload_buffer, pk, p);
             double state = p->state_bytes, X = (double)sizeof(floatX);
             double up = (double)p->coll_bytes[COLL_ALL_GATHER] / R; // the shards copied up per step (per rank)
-            ModelDesc d;
-            model_describe(&d, &cs);
-            BlockLayout lay;
-            model_layout(&d, &lay, R, 0);
-            double pfile = pk == OFFLOAD_NVME ? X * (double)lay.shard_total * local_ranks : 0.0; // [nvme] the parameter files
-            double opt = (double)zero_sizes(&lay, 3).opt;
-            layout_free(&lay);
+            double pfile = pk == OFFLOAD_NVME ? p->param_shard_bytes * local_ranks : 0.0; // [nvme] the parameter files
+            double opt = state / 12.0; // (the optimizer range's elements)
             p->compute_s = plan_compute_s(e, c, T, r) * B * T * GA;
             p->comm_s = p->traffic / e->link;
             p->prefetch_s = fmax(up / e->pcie, pk == OFFLOAD_NVME ? up * local_ranks / e->disk : 0.0);

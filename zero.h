@@ -1840,6 +1840,12 @@ static inline floatX* zero_shard_params(const Zero* z, int b) {
 // Which param/grad buffer slot a block uses under ZeRO-2/3: io -> 0, layers alternate 1, 2, [LoRA]
 // the adapter block 3; and the slot's size.
 static inline int zero_slot(const Zero* z, int b) { return b == 0 ? 0 : b == z->lay.adapter ? 3 : 1 + (b - 1) % 2; }
+// The block whose size slot i's buffers have (0 io, 1 the layers, 3 [LoRA] the adapters); -1 when the
+// model has no such block (no layers, no adapters).
+static inline int zero_slot_block(const BlockLayout* lay, int i) {
+    int b = i == 3 ? lay->adapter : i == 0 ? 0 : 1;
+    return (i == 3 ? !lay->adapter : b >= lay->nblocks - (lay->adapter > 0)) ? -1 : b;
+}
 static inline int64_t zero_slot_elems(const Zero* z, int slot) {
     return slot == 0 ? z->lay.P[0] : slot == 3 ? z->lay.P[z->lay.adapter] : z->lay.P[1];
 }
@@ -1862,8 +1868,8 @@ static void zero_init(Zero* z, BlockLayout* lay, int stage, Comm* comm, int pois
     z->full_params = (floatX*)dev_alloc(TAG_PARAMS, z->sz.full_params * X);
     if (!z->param_loc) z->shard_params = (floatX*)dev_alloc(TAG_PARAMS, z->sz.shard_params * X);
     for (int i = 0; i < 4; i++) { // slot i's block: 0 io, 1 and 2 the layers, 3 the adapters
-        int b = i == 3 ? lay->adapter : i == 0 ? 0 : 1;
-        if (i == 3 ? !lay->adapter : b >= lay->nblocks - (lay->adapter > 0)) continue;
+        int b = zero_slot_block(lay, i);
+        if (b < 0) continue;
         if (zero_gathered(z, b)) z->param_buf[i] = (floatX*)dev_alloc(TAG_PARAM_BUF, zero_slot_elems(z, i) * X);
         if (stage >= 2 && !lay->frozen[b]) z->grad_buf[i] = (float*)dev_alloc(TAG_GRAD_BUF, zero_slot_elems(z, i) * 4);
     }

@@ -8,8 +8,8 @@
 # is an estimate.
 #
 #   bash dev/gpu_check.sh --part 1   on the GPU box: correctness at one rank, then speed (~4 min)
-#   bash dev/gpu_check.sh --part 2   the rest, then compute-sanitizer (~2.5 min; ~4.5 with --torch)
-#   bash dev/gpu_check.sh            both parts, one after the other (~6.5 min: one command, not the
+#   bash dev/gpu_check.sh --part 2   the rest, then compute-sanitizer (~3 min; ~5 with --torch)
+#   bash dev/gpu_check.sh            both parts, one after the other (~7 min: one command, not the
 #                                    first window's plan)
 #   --budget S    skip the longest optional stages (column opt) until the estimates of what runs
 #                 add up to at most S seconds; each shows as "SKIP ... over --budget"
@@ -56,7 +56,7 @@
 #| 1    attention_bench        25    90  o  build/attn_bench against SDPA (HS 64, 128): TFLOP/s beside GPU_EXPECTED.md
 #| 1    perf_d48               20    90  o  d48, B 4, T 1024: tokens/s and MFU beside GPU_EXPECTED.md
 #| 1    cudnn_attention        50   200  o  (train_gpu_cudnn, test/test_gpu_cudnn carried: docs/cudnn.md) gpu_attention_cudnn cases; d12 B 16 T 1024 10 steps -attn own / cudnn: losses within 0.02, tok/s side by side
-#| 2    offload_bitwise        20    90  o  -offload cpu (-z 1, -z 3), nvme (-z 1, 1 MiB buffer), each host AdamW path: = -z 1 without
+#| 2    offload_bitwise        35   120  o  -offload cpu (-z 1, -z 3), nvme (-z 1, 1 MiB buffer), each host AdamW path: = -z 1 without; -offload-params cpu, nvme (+ -offload nvme), cpu + -offload cpu at GA 2: = -z 3 without
 #| 2    grad_accumulation       8    60  o  GA 2 = GA 1 at the same global batch (losses within 1e-2); -z 3 = -z 0 at GA 2 (1e-3)
 #| 2    fp32_build              6    60  o  ./train_gpu_fp32: loss falls, -z 0 / -z 3 bitwise
 #| 2    val_and_sampling        5    60  o  validation losses finite; a sample printed
@@ -65,7 +65,7 @@
 #| 2    sanitizer_synccheck    25   120  o  synccheck, 3 cases: no barrier misuse
 #| 2    torch_perf            120   200  o  (--torch) PyTorch tokens/s for d12 and d48 on the same GPU
 #| 1+2  no_cublaslt_fallback    1    10  -  no trainer log of the part says "cuBLASLt has no algorithm" (each stage checks its own too)
-# Sums (--plan prints them): part 1 234 + 5 = 239 s; part 2 145 + 5 = 150 s, 270 s with --torch.
+# Sums (--plan prints them): part 1 234 + 5 = 239 s; part 2 160 + 5 = 165 s, 285 s with --torch.
 #
 # How the estimates were made (none measured):
 #  - a process that starts CUDA costs ~1-2 s before its first kernel (process start, context on an
@@ -518,7 +518,9 @@ st_no_cublaslt_fallback() {
 # reduction completes, nvme streaming through a small buffer): the same hashes as without offload.
 # Then -offload cpu with each host AdamW path this CPU has forced (adamw.cuh, ZT_SIMD; on the GPU
 # box: scalar, avx2 and avx512 when its CPU has AVX-512F; --emu: scalar only, test_bf16 covers this
-# CPU): the hashes of the run without offload.
+# CPU): the hashes of the run without offload. Then -offload-params (the parameter shards copied up on
+# the communication stream behind the compute stream's event; the update down; with -offload the gradient
+# down every micro-step: the host's ring at GA 2, the state file with nvme): the hashes of -z 3 without.
 st_offload_bitwise() {
     mkdir -p "$WORK/offload"
     same_hashes off "-z 1 -poison 1" "-z 1 -poison 1 -offload cpu" "-z 3 -poison 1 -offload cpu" \
@@ -535,6 +537,10 @@ st_offload_bitwise() {
         echo "ZT_SIMD=$p -z 1 -poison 1 -offload cpu: $h"
         [ "$h" = "$ref" ] || { echo "differs from -z 1 without offload"; return 1; }
     done
+    local nv="-offload-dir $WORK/offload -offload-buffer 1MiB" ga2="-b $((SB / 2)) -d $((SB * ST))"
+    same_hashes par "-z 3 -poison 1" "-z 3 -poison 1 -offload-params cpu" "-z 3 -poison 1 -offload-params nvme $nv" \
+        "-z 3 -poison 1 -offload nvme -offload-params nvme $nv" || return 1
+    same_hashes parga "-z 3 -poison 1 $ga2" "-z 3 -poison 1 $ga2 -offload cpu -offload-params cpu"
 }
 
 # ---- gradient accumulation: GA 2 at B/2 against GA 1 at B (the same global batch), then -z 3 at GA 2

@@ -56,12 +56,15 @@ static int off_same_log(const ZtLog* a, const ZtLog* b) {
 
 // -offload nvme with its file under the scratch directory and a 64 KiB buffer: units of 1344
 // elements, so every block but the tiny layers' shards streams in several units.
-static const char* off_nvme(void) {
-    static char flags[PATH_MAX + 64];
-    char dir[PATH_MAX];
+static const char* off_nvme_dir(void) { // (the offload files' directory, made)
+    static char dir[PATH_MAX];
     snprintf(dir, sizeof(dir), "%s/offload_files", test_tmpdir());
     mkdir(dir, 0755);
-    snprintf(flags, sizeof(flags), "nvme -offload-dir %s -offload-buffer 64KiB", dir);
+    return dir;
+}
+static const char* off_nvme(void) {
+    static char flags[PATH_MAX + 64];
+    snprintf(flags, sizeof(flags), "nvme -offload-dir %s -offload-buffer 64KiB", off_nvme_dir());
     return flags;
 }
 
@@ -176,12 +179,9 @@ static void offp_case(const char* what, int R, int GA, const char* extra, const 
     CHECKF(href[0] && !strcmp(h, href), "%s: hashes differ with -offload-params %s:\n  %s\n  %s", what, params, h, href);
     if (!g_test_failed) printf("    %s: -offload-params %.4s identical (%s)\n", what, params, h);
 }
-static const char* offp_nvme(void) {
+static const char* offp_nvme(void) { // -offload-params nvme's word and directory
     static char flags[PATH_MAX + 64];
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof(dir), "%s/offload_files", test_tmpdir());
-    mkdir(dir, 0755);
-    snprintf(flags, sizeof(flags), "nvme -offload-dir %s", dir);
+    snprintf(flags, sizeof(flags), "nvme -offload-dir %s", off_nvme_dir());
     return flags;
 }
 
