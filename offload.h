@@ -4,8 +4,9 @@
 // semantics: an offloaded run is bit-identical to the same run without offload, at every stage and R.
 //
 // WHAT LIVES WHERE (per rank). The device keeps the parameters and the gradients as the ZeRO stage
-// says (zero.h); master, m and v of the rank's optimizer range (its shard: offload needs -z 1, 2 or
-// 3) live in host memory, plain pageable memory. Pinned (page-locked) are only the staging buffers:
+// says (zero.h; with -offload-params, at the end of this file, their shards leave it too); master, m
+// and v of the rank's optimizer range (its shard: offload needs -z 1, 2 or 3) live in host memory,
+// plain pageable memory. Pinned (page-locked) are only the staging buffers:
 // cpu: the FP32 copy of the rank's whole gradient shard (4 bytes an element: the gradients' staging,
 // written by the D2H copies during the backward and read by the check and the update) and two
 // parameter buffers of one block's shard; nvme: two FP32 gradient and two parameter buffers of a unit.
