@@ -419,9 +419,9 @@ static void block_values(Zero* z, int b, int master, float* host) {
         zero_release(z, b);
     } else if (z->stage == 0) {
         if (z->r == 0) zero_state_get(z, 0, zero_opt_off(z, b), host, P);
-    } else { // [ZeRO-1/2/3] rank q holds [q*S, (q+1)*S) of the block
+    } else { // [ZeRO-1/2/3] rank q holds [q*S, (q+1)*S) of the block ([HSDP] q < lay.R: group 0)
         int64_t S = z->lay.S[b];
-        for (int q = 0; q < z->R; q++) {
+        for (int q = 0; q < z->lay.R; q++) {
             if (q == z->r) zero_state_get(z, 0, zero_opt_off(z, b), host + q * S, S);
             if (q != 0) comm_broadcast(z->comm, host + q * S, S * (int64_t)sizeof(float), q);
         }
@@ -535,7 +535,7 @@ static int state_pieces(const Zero* z, StatePiece* out) {
     Piece pc[MAX_BLOCK_TENSORS];
     for (int b = 0; b < z->lay.nblocks; b++) {
         if (z->lay.frozen[b]) continue; // [LoRA] a frozen block has no master, m or v
-        int64_t lo = z->r * z->lay.S[b];
+        int64_t lo = z->lay.r * z->lay.S[b];
         int k = layout_pieces(&z->lay, b, lo, lo + z->lay.S[b], pc);
         for (int i = 0; i < k; i++) {
             out[n].logical = pc[i].logical;
@@ -597,7 +597,7 @@ static int write_state_file(Zero* z, const GPTConfig* c, const CkptMeta* meta, u
     for (int i = 0; i < n; i++) total += pcs[i].len;
     int64_t payload = 12 * total, nchunks = (payload + CKPT_CHUNK - 1) / CKPT_CHUNK;
     int64_t h[STATE_HEADER_INTS] = {0};
-    h[STATE_H_MAGIC] = STATE_MAGIC; h[STATE_H_VERSION] = STATE_VERSION; h[STATE_H_R] = z->R; h[STATE_H_RANK] = z->r;
+    h[STATE_H_MAGIC] = STATE_MAGIC; h[STATE_H_VERSION] = STATE_VERSION; h[STATE_H_R] = z->lay.R; h[STATE_H_RANK] = z->lay.r; // (its shard)
     h[STATE_H_STAGE] = z->stage; h[STATE_H_STEP] = meta->step; h[STATE_H_ADAM_T] = meta->adam_t; h[STATE_H_SEED] = meta->seed;
     h[STATE_H_NPIECES] = n; h[STATE_H_LOGICAL] = z->lay.logical_total;
     h[STATE_H_L] = c->L; h[STATE_H_C] = c->C; h[STATE_H_NH] = c->NH; h[STATE_H_V] = c->V; h[STATE_H_VP] = c->Vp; h[STATE_H_MAXT] = c->maxT;
@@ -1045,14 +1045,14 @@ static int ckpt_save(Zero* z, const GPTConfig* c, const char* dir, const CkptMet
     }
     if (check[0] != 0.0) return CKPT_FAILED;
     Marker* mk = (Marker*)calloc(1, sizeof(Marker)); // (32 KiB: not on the stack)
-    mk->step = meta->step; mk->nonce = nonce; mk->ranks = z->R; mk->model_bytes = -1;
+    mk->step = meta->step; mk->nonce = nonce; mk->ranks = z->lay.R; mk->model_bytes = -1; // (one state file per shard)
     snprintf(mk->tune, sizeof(mk->tune), "%s", meta->tune);
     snprintf(mk->run, sizeof(mk->run), "%s", meta->run ? meta->run : "");
     g_ckpt_step = meta->step;
     snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, meta->step);
     if (with_model && write_model_file(z, c, path, sizeof(floatX) == 4, &mk->model_crc, &mk->model_bytes) != 0) err += 1.0;
-    snprintf(path, sizeof(path), "%s/state_%08d_%05d.bin", dir, meta->step, z->r);
-    if (write_state_file(z, c, meta, nonce, path) != 0) err += 1.0;
+    snprintf(path, sizeof(path), "%s/state_%08d_%05d.bin", dir, meta->step, z->lay.r);
+    if ((!z->lay.sh.hsdp || z->lay.sh.g == 0) && write_state_file(z, c, meta, nonce, path) != 0) err += 1.0; // ([HSDP] group 0: each shard once)
     snprintf(path, sizeof(path), "%s/adapter_%08d", dir, meta->step); // [LoRA] the adapters as PEFT's files
     if (meta->adapter && meta->adapter(meta->adapter_ctx, path) != 0) err += 1.0;
     comm_sum_doubles(comm, &err, 1); // every rank learns whether all files are safe

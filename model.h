@@ -338,10 +338,11 @@ static void model_describe(ModelDesc* d, const GPTConfig* c) {
 // Block layout for R ranks: block 0 = io tensors, block 1 + l = layer l's tensors, in table order.
 // [LoRA] Then the base's blocks are frozen and block 1 + L holds the adapters (A then B of each
 // module, every layer's in one tensor; table indices NUM_TENSORS + 2 i, + 2 i + 1), trainable.
-static void model_layout(ModelDesc* d, BlockLayout* lay, int R, int r) {
+// sh: which shards this rank holds (hybrid sharding: zero.h's Shards); model_layout: flat ZeRO.
+static void model_layout_shards(ModelDesc* d, BlockLayout* lay, const Shards* sh) {
     const GPTConfig* c = &d->cfg;
     LoraDesc* lo = &d->lora;
-    layout_init(lay, 1 + c->L + (lo->r > 0), R, r);
+    layout_init_shards(lay, 1 + c->L + (lo->r > 0), sh);
     for (int b = 0; b <= c->L; b++)
         for (int k = 0; k < NUM_TENSORS; k++) {
             TensorInfo* t = &d->t[k];
@@ -367,6 +368,11 @@ static void model_layout(ModelDesc* d, BlockLayout* lay, int R, int r) {
     layout_finish(lay);
     for (int b = 0; b < 2 && b <= c->L; b++) // offsets inside a block are the same for every layer
         for (int k = 0; k < lay->ntensors[b]; k++) d->t[lay->tensors[b][k].tensor].off = lay->tensors[b][k].off;
+}
+
+static inline void model_layout(ModelDesc* d, BlockLayout* lay, int R, int r) {
+    Shards sh = shards_of(groups_flat(R), r);
+    model_layout_shards(d, lay, &sh);
 }
 
 static int proj_tensor(int family, int proj) {

@@ -633,7 +633,7 @@ static void offload_gring_pop(Zero* z, OffloadState* o) {
 static void offload_grad_down(Zero* z, OffloadState* o, int b, int micro) {
     int slot = zero_slot(z, b);
     int64_t n = zero_opt_hi(z, b) - zero_opt_lo(z, b);
-    const float* src = z->grad_buf[slot] + z->r * z->lay.S[b];
+    const float* src = z->grad_buf[slot] + z->lay.r * z->lay.S[b];
     if (o->gfile) { // [nvme] into the file, at once: = on the first micro-step; read, +=, written back after it
         if (n > 0) offload_d2h(o, o->gring[0], src, sizeof(float) * (size_t)n);
 #ifdef __CUDACC__
@@ -806,7 +806,7 @@ static void offload_host_sumsq(Zero* z, double* out) {
         char what[256];
         if (o->gfile && n > 0 && offload_file_io(o, z->opt_total, 3, zero_opt_off(z, b), o->gacc, n, 0, what, sizeof(what)))
             offload_die(o, errno, what);
-        int k = layout_segments(&z->lay, b, z->r * z->lay.S[b], (z->r + 1) * z->lay.S[b], seg);
+        int k = layout_segments(&z->lay, b, z->lay.r * z->lay.S[b], (z->lay.r + 1) * z->lay.S[b], seg);
         for (int i = 0; i < k; i++) {
             const float* gs = g + seg[i].off;
             int64_t len = seg[i].len;

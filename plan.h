@@ -52,6 +52,7 @@ typedef struct {
     double disk_s;                  // [nvme] reading and writing the state once per step at the node's disk bandwidth
     int64_t coll_count[COLL_KINDS], coll_bytes[COLL_KINDS]; // per step, as the log counts them
     double traffic;                 // bytes a rank sends per step with ring algorithms
+    double sent[CG_COUNT];          // of which in each group's collectives (zero.h: CommGroupId; without groups: CG_GRAD, CG_PARAM)
     double compute_s, comm_s, step_s;
     double free;                    // memory per rank minus total (negative: over by that much)
     int fits;                       // 1: leaves at least the headroom free (plan_headroom); only these are chosen
@@ -87,8 +88,32 @@ typedef struct {
 #define PLAN_HEADROOM_TEXT "max(5%% of the memory, 1 GiB)" // a printf format
 static double plan_headroom(double mem) { return fmax(0.05 * mem, 1073741824.0); }
 
+// Hybrid sharding's groups (zero.h: Groups) from -shard-group and -hpz for a world of R ranks: N, or
+// auto: the ranks per node the launcher says (L->local_world: LOCAL_WORLD_SIZE,
+// OMPI_COMM_WORLD_LOCAL_SIZE, SLURM_NTASKS_PER_NODE, ...). Exit 2 when N does not divide R, or both
+// are given. Nothing else (the stage, offload: check_group_flags).
+static int flag_group_n(const char* flag, const char* text, const Launch* L, int R) {
+    if (!strcmp(text, "auto")) return L && L->local_world > 0 ? L->local_world : R;
+    int n;
+    if (parse_int(text, &n) || n < 0) die_user("flag %s: '%s' is not a number of ranks per group (N), auto or 0", flag, text);
+    if (n > 0 && R % n) die_user("flag %s %d: %d ranks do not split into groups of %d. HINT: N divides the ranks: the ranks per node (auto)", flag, n, R, n);
+    return n;
+}
+static Groups flags_groups(const Flags* f, const Launch* L, int R) {
+    int sg = flag_group_n("-shard-group", f->shard_group, L, R), hz = flag_group_n("-hpz", f->hpz, L, R);
+    if (sg && hz)
+        die_user("flags -shard-group %s and -hpz %s: give one. -shard-group shards inside each group and replicates across them "
+                 "(HSDP); -hpz shards over all ranks and keeps only the parameter gathers inside a group (ZeRO++ hpZ)", f->shard_group, f->hpz);
+    Groups g = groups_flat(R);
+    int N = sg && sg != R ? sg : hz;
+    if (N > 0 && N < R) { g.N = N; g.hpz = hz > 0 && hz < R; }
+    return g;
+}
+
 // Bytes of every tag on one rank and the collectives of one step, for a configuration.
-static void plan_config(const GPTConfig* c, int B, int T, int R, int GA, int stage, int recompute, Offload offload, double offload_buffer,
+// gr: the world and its groups (hybrid sharding; groups_flat(R): none); the bytes are rank 0's (every
+// rank's alike).
+static void plan_config(const GPTConfig* c, int B, int T, Groups gr, int GA, int stage, int recompute, Offload offload, double offload_buffer,
                         Offload params, PlanRow* p) {
     memset(p, 0, sizeof(*p));
     if (stage != 3) params = OFFLOAD_NONE;
@@ -100,7 +125,8 @@ static void plan_config(const GPTConfig* c, int B, int T, int R, int GA, int sta
     ModelDesc d;
     model_describe(&d, c);
     BlockLayout lay;
-    model_layout(&d, &lay, R, 0);
+    Shards sh = shards_of(gr, 0);
+    model_layout_shards(&d, &lay, &sh);
     ZeroSizes s = zero_sizes(&lay, stage);
     size_t X = sizeof(floatX), acts, logits;
     acts_bytes(c, B, T, recompute, &acts, &logits);
@@ -128,11 +154,12 @@ static void plan_config(const GPTConfig* c, int B, int T, int R, int GA, int sta
     for (int t = 0; t < TAG_COUNT; t++) p->total += p->bytes[t];
     // the schedule per step (what the log counts: each collective's full buffer), from the hooks
     // themselves run in counting mode (zero_count_step), and what a rank sends of it with ring
-    // algorithms: (R-1)/R of each all-gather and reduce-scatter, twice that of an all-reduce
-    zero_count_step(&lay, stage, GA, p->coll_count, p->coll_bytes);
-    if (params) p->pcie_bytes += (double)p->coll_bytes[COLL_ALL_GATHER] / R; // [-offload-params] each gather's shard up
-    double ring = (double)(R - 1) / R;
-    p->traffic = ring * ((double)p->coll_bytes[COLL_ALL_GATHER] + (double)p->coll_bytes[COLL_REDUCE_SCATTER] + 2.0 * (double)p->coll_bytes[COLL_ALL_REDUCE]);
+    // algorithms: (n-1)/n of each all-gather and reduce-scatter among n ranks, twice that of an
+    // all-reduce ([groups] by communicator: p->sent)
+    zero_count_step(&lay, stage, GA, p->coll_count, p->coll_bytes, p->sent);
+    if (params) p->pcie_bytes += (double)p->coll_bytes[COLL_ALL_GATHER] / sh.pR; // [-offload-params] each gather's shard up
+    p->traffic = 0.0;
+    for (int k = 0; k < CG_COUNT; k++) p->traffic += p->sent[k];
     layout_free(&lay);
 }
 
@@ -418,7 +445,7 @@ static void plan_offload_fit(PlanRow* p, const PlanEnv* e, int local_ranks) {
 // [-offload-params] the rows' (parameters, optimizer state) places, and their -r column's letter
 static const struct { Offload params, state; char mark; } PLAN_PARAM_ROWS[3] = {
     {OFFLOAD_CPU, OFFLOAD_CPU, 'O'}, {OFFLOAD_CPU, OFFLOAD_NVME, 'M'}, {OFFLOAD_NVME, OFFLOAD_NVME, 'N'}};
-static int plan_rows(const GPTConfig* c, int B, int T, int R, int GA, int local_ranks, const PlanEnv* e, PlanRow* rows) {
+static int plan_rows(const GPTConfig* c, int B, int T, Groups gr, int GA, int local_ranks, const PlanEnv* e, PlanRow* rows) {
     int n = 0;
     // the checkpoints kept, on the node of rank 0 (the model files and ranks 0 .. local_ranks-1's
     // state files, the largest share: the same for every row, the files are stage-independent)
@@ -427,9 +454,10 @@ static int plan_rows(const GPTConfig* c, int B, int T, int R, int GA, int local_
         ModelDesc d;
         model_describe(&d, c);
         BlockLayout lay;
-        model_layout(&d, &lay, R, 0);
-        int64_t states = 0;
-        for (int q = 0; q < local_ranks && q < R; q++) states += ckpt_state_file_bytes(&lay, q);
+        Shards sh = shards_of(gr, 0);
+        model_layout_shards(&d, &lay, &sh);
+        int64_t states = 0; // ([HSDP] group 0's ranks write the state files: one per shard)
+        for (int q = 0; q < local_ranks && q < lay.R; q++) states += ckpt_state_file_bytes(&lay, q);
         ckpt = (size_t)e->ckpt_kept * (size_t)states + (size_t)e->ckpt_models * (size_t)ckpt_model_file_bytes(&lay);
         layout_free(&lay);
     }
@@ -439,7 +467,7 @@ static int plan_rows(const GPTConfig* c, int B, int T, int R, int GA, int local_
         cz.lora_rep = z == 4;
         for (int r = 0; r <= 3; r++) {
             PlanRow* p = &rows[n++];
-            plan_config(&cz, B, T, R, GA, z == 4 ? 3 : z, r, OFFLOAD_NONE, 0, OFFLOAD_NONE, p);
+            plan_config(&cz, B, T, gr, GA, z == 4 ? 3 : z, r, OFFLOAD_NONE, 0, OFFLOAD_NONE, p);
             p->compute_s = plan_compute_s(e, c, T, r) * B * T * GA;
             p->comm_s = p->traffic / e->link;
             p->step_s = p->compute_s + p->comm_s; // no overlap assumed
@@ -461,7 +489,7 @@ static int plan_rows(const GPTConfig* c, int B, int T, int R, int GA, int local_
     for (int z = 1; z <= 3; z++)
         for (int r = 0; r <= 3; r++) {
             PlanRow* p = &rows[n++];
-            plan_config(&cs, B, T, R, GA, z, r, (Offload)k, e->offload_buffer, OFFLOAD_NONE, p);
+            plan_config(&cs, B, T, gr, GA, z, r, (Offload)k, e->offload_buffer, OFFLOAD_NONE, p);
             double state = p->state_bytes; // master, m, v of the shard: 12 bytes an element
             p->compute_s = plan_compute_s(e, c, T, r) * B * T * GA;
             p->comm_s = p->traffic / e->link;
@@ -486,9 +514,9 @@ static int plan_rows(const GPTConfig* c, int B, int T, int R, int GA, int local_
         for (int r = 0; r <= 3; r++) {
             PlanRow* p = &rows[n++];
             Offload pk = PLAN_PARAM_ROWS[k].params, sk = PLAN_PARAM_ROWS[k].state;
-            plan_config(&cs, B, T, R, GA, 3, r, sk, e->offload_buffer, pk, p);
+            plan_config(&cs, B, T, gr, GA, 3, r, sk, e->offload_buffer, pk, p);
             double state = p->state_bytes, X = (double)sizeof(floatX);
-            double up = (double)p->coll_bytes[COLL_ALL_GATHER] / R; // the shards copied up per step (per rank)
+            double up = (double)p->coll_bytes[COLL_ALL_GATHER] / shards_of(gr, 0).pR; // the shards copied up per step (per rank)
             double pfile = pk == OFFLOAD_NVME ? p->param_shard_bytes * local_ranks : 0.0; // [nvme] the parameter files
             double opt = state / 12.0; // (the optimizer range's elements)
             p->compute_s = plan_compute_s(e, c, T, r) * B * T * GA;
@@ -588,7 +616,7 @@ static Bytes fmt_bytes(double b) {
 // Why nothing fits, and what would: more ranks, a smaller micro-batch, recompute, more memory.
 static void plan_explain_misfit(const GPTConfig* c, int B, int T, int R, int GA, const PlanEnv* e, char* out, size_t cap) {
     PlanRow p;
-    plan_config(c, B, T, R, GA, 3, 3, OFFLOAD_NONE, 0, OFFLOAD_NONE, &p);
+    plan_config(c, B, T, groups_flat(R), GA, 3, 3, OFFLOAD_NONE, 0, OFFLOAD_NONE, &p);
     size_t fixed = p.bytes[TAG_ACTS] + p.bytes[TAG_LOGITS] + p.bytes[TAG_WORK] + p.bytes[TAG_PARAM_BUF] + p.bytes[TAG_GRAD_BUF];
     double usable = e->mem - e->headroom;
     int n = snprintf(out, cap, "nothing fits in %s per rank (%s) less the headroom of %s (" PLAN_HEADROOM_TEXT "): the smallest, "
@@ -597,13 +625,13 @@ static void plan_explain_misfit(const GPTConfig* c, int B, int T, int R, int GA,
     int Rfit = 0;
     for (int r2 = R + 1; r2 <= 65536 && !Rfit; r2 *= 2) {
         PlanRow q;
-        plan_config(c, B, T, r2, GA, 3, 3, OFFLOAD_NONE, 0, OFFLOAD_NONE, &q);
+        plan_config(c, B, T, groups_flat(r2), GA, 3, 3, OFFLOAD_NONE, 0, OFFLOAD_NONE, &q);
         if (q.total <= usable) Rfit = r2;
     }
     if (Rfit) n += snprintf(out + n, cap - n, "; with %d ranks it would fit", Rfit);
     // what is left at this R with everything offloadable off the device (the -r 3 O row)
     PlanRow q;
-    plan_config(c, B, T, R, GA, 3, 3, OFFLOAD_CPU, 0, OFFLOAD_CPU, &q);
+    plan_config(c, B, T, groups_flat(R), GA, 3, 3, OFFLOAD_CPU, 0, OFFLOAD_CPU, &q);
     n += snprintf(out + n, cap - n, "; with the parameter, gradient and optimizer shards in host memory (-offload-params cpu -offload cpu) "
                   "the device still needs %s (the gather buffers, activations, logits and workspace)%s", fmt_bytes((double)q.total).s,
                   (double)q.total <= usable ? ", which fits: the host memory per node does not hold the rest (-host-mem)" : "");
@@ -626,7 +654,7 @@ static void run_plan(const Flags* f, const GPTConfig* c, int R, const Launch* L)
     PlanEnv e;
     plan_env(f, L, R, &e);
     PlanRow rows[PLAN_MAX_ROWS];
-    int n = plan_rows(c, f->B, f->T, R, GA, local, &e, rows);
+    int n = plan_rows(c, f->B, f->T, flags_groups(f, L, R), GA, local, &e, rows);
     ModelDesc d;
     model_describe(&d, c);
     printf0("plan: L %d C %d NH %d V %d (padded %d): Psi = %lld parameters; B %d x T %d x R %d x GA %d; %s%s %s\n", c->L, c->C, c->NH,
@@ -758,7 +786,7 @@ static void choose_config(Flags* f, const GPTConfig* c, int R, const Launch* L, 
         PlanEnv e;
         plan_env(f, L, R, &e);
         PlanRow rows[PLAN_MAX_ROWS];
-        int n = plan_rows(c, f->B, f->T, R, GA, L->local_world, &e, rows);
+        int n = plan_rows(c, f->B, f->T, flags_groups(f, L, R), GA, L->local_world, &e, rows);
         int best = plan_choose_params(rows, n, R, f->zero_stage, f->recompute, plan_base_arg(f), plan_offload_arg(f), plan_params_arg(f));
         plan_env_show(f, &e);
         if (best < 0) {

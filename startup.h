@@ -408,6 +408,61 @@ static void check_family_flags(Flags* f, const GPTConfig* c) {
     }
 }
 
+// The flags that groups (gr: flags_groups) do not go with (exit 2).
+static void check_group_flags(const Flags* f, Groups gr) {
+    if (gr.N == gr.W) return;
+    const char* flag = gr.hpz ? "-hpz" : "-shard-group";
+    const char* val = gr.hpz ? f->hpz : f->shard_group;
+    if (gr.hpz && (f->zero_stage != 3 || f->tune))
+        die_user("flag -hpz %s needs -z 3 (given, not auto or -tune): it is a partition of ZeRO-3's gathered parameters; below "
+                 "ZeRO-3 nothing is gathered. HINT: -z 3, or -shard-group %d for ZeRO-1/2 inside each group", val, gr.N);
+    if (!gr.hpz && f->zero_stage == 0)
+        die_user("flag -shard-group %s with -z 0: ZeRO-0 shards nothing, so there is nothing to keep inside a group. HINT: -z 1, 2 "
+                 "or 3", val);
+    if (gr.hpz && strcmp(f->offload_params, "none"))
+        die_user("flag -hpz %s with -offload-params %s: hpZ keeps a larger parameter part per rank (1/%d instead of 1/%d) to gather "
+                 "inside the group; -offload-params moves the parameters off the device. HINT: one of the two", val, f->offload_params, gr.N, gr.W);
+    if (gr.hpz && f->lora && !strcmp(f->lora_base, "replicated"))
+        die_user("flag -hpz %s with -lora-base replicated: the base is whole on every rank and never gathered. HINT: -lora-base sharded", val);
+    (void)flag;
+}
+
+// -shard-group auto / -hpz auto: no group may span hosts (each rank's host name, gathered: the
+// launcher's ranks per node would be wrong otherwise). ZT_TEST_HOSTNAME (tests) stands in for this
+// host's name. An explicit N may span hosts (a larger shard group over a fast network): said once.
+static void check_group_hosts(Comm* comm, const Flags* f, Groups gr) {
+    if (gr.N == gr.W || comm->R == 1) return;
+    char host[64];
+    memset(host, 0, sizeof(host));
+    const char* fake = getenv("ZT_TEST_HOSTNAME");
+    if (fake && *fake) snprintf(host, sizeof(host), "%s", fake);
+    else gethostname(host, sizeof(host) - 1);
+    uint64_t words[8], col[ZT_MAX_RANKS];
+    memcpy(words, host, sizeof(words));
+    char (*all)[64] = (char(*)[64])calloc((size_t)comm->R, 64);
+    if (!all) die(1, "out of host memory (%d host names)", comm->R);
+    for (int k = 0; k < 8; k++) {
+        comm_allgather_u64(comm, words[k], col);
+        for (int q = 0; q < comm->R; q++) memcpy(all[q] + 8 * k, &col[q], 8);
+    }
+    int is_auto = !strcmp(gr.hpz ? f->hpz : f->shard_group, "auto");
+    for (int q = 0; q < comm->R; q++) {
+        all[q][63] = 0;
+        int first = q - q % gr.N;
+        if (strcmp(all[q], all[first])) {
+            if (is_auto)
+                die_user("flag %s auto: group %d (ranks %d..%d) spans hosts: rank %d runs on %s, rank %d on %s. HINT: the launcher's "
+                         "ranks per node (%d) do not match where the ranks run: give N, or place %d consecutive ranks on each node "
+                         "(mpirun --map-by ppr:%d:node)", gr.hpz ? "-hpz" : "-shard-group", q / gr.N, first, first + gr.N - 1, first,
+                         all[first], q, all[q], gr.N, gr.N, gr.N);
+            printf0("note: %s %d: group %d spans hosts (rank %d on %s, rank %d on %s): its collectives cross the network\n",
+                    gr.hpz ? "-hpz" : "-shard-group", gr.N, q / gr.N, first, all[first], q, all[q]);
+            break;
+        }
+    }
+    free(all);
+}
+
 // Checks on the training flags that need nothing but the flags and R (exit 2, before any allocation).
 static void check_flags(const Flags* f, const GPTConfig* c, int R) {
     if (f->B < 1) die_user("flag -b: micro-batch size %d must be at least 1", f->B);

@@ -520,6 +520,7 @@ typedef struct {
     Flags f;
     Launch launch;
     Comm comm;
+    Groups groups;     // hybrid sharding (-shard-group, -hpz): the world's groups (groups_flat: none)
     Model model;
     DataLoader train, val;
     int has_val;
@@ -1133,7 +1134,8 @@ static void trainer_build_model(Trainer* tr, const GPTConfig* c, int stage, int 
     m->ops = family_ops(c);
     model_describe(&m->d, c);
     BlockLayout lay;
-    model_layout(&m->d, &lay, tr->R, tr->r);
+    Shards sh = shards_of(tr->groups, tr->r);
+    model_layout_shards(&m->d, &lay, &sh);
     Offload params = stage == 3 ? (Offload)offload_parse(f->offload_params) : OFFLOAD_NONE;
     zero_init(&m->z, &lay, stage, &tr->comm, f->poison, offload, params);
     if (offload != OFFLOAD_NONE) offload_pin_threads(tr->launch.local_rank, tr->launch.local_world); // [offload] the rank's cores
@@ -1159,7 +1161,7 @@ static void trainer_build_model(Trainer* tr, const GPTConfig* c, int stage, int 
     tr->scalars_host = (StepScalars*)host_pinned_alloc(sizeof(StepScalars));
     tr->readback_lag = g_device == DEV_CUDA && tr->R == 1 && !params; // see train_step ([-offload-params] zero_adamw)
     // what was allocated is exactly what the planner computes, tag by tag
-    plan_config(c, f->B, f->T, tr->R, tr->GA, stage, recompute, offload, parse_size(f->offload_buffer), params, plan);
+    plan_config(c, f->B, f->T, tr->groups, tr->GA, stage, recompute, offload, parse_size(f->offload_buffer), params, plan);
     for (int t = 0; t < TAG_COUNT; t++)
         if (g_mem_bytes[t] != plan->bytes[t])
             die(1, "internal error: %s: %zu bytes allocated, the planner says %zu", mem_tag_name[t], g_mem_bytes[t], plan->bytes[t]);
@@ -1379,6 +1381,7 @@ static void setup_ranks_and_flags(Trainer* tr, int argc, char** argv) {
 #endif
     if (g_device == DEV_CUDA && gpus > 0) comm_init_device(&tr->comm, &tr->launch, comm_timeout); // GPU, streams, NCCL, watchdog
     if (g_device == DEV_CPU && !plan_only) comm_check_cpu_device(&tr->comm); // its collectives are MPI's
+
 #ifdef __CUDACC__
     if (g_device == DEV_CUDA && gpus > 0) { // the baseline the planner's prediction is compared with
         size_t free_b, total_b;
@@ -1407,6 +1410,12 @@ static void setup_config(Trainer* tr, GPTConfig* c_out, int* from_file_out, int*
     if (T_auto && f->T > c.maxT) { f->T = c.maxT; snprintf(f->T_str, sizeof(f->T_str), "%d", f->T); } // "at most the model's"
     int R_plan = f->plan && f->world > 0 ? f->world : tr->R; // -plan -world R plans another world size
     check_flags(f, &c, R_plan);
+    check_group_flags(f, flags_groups(f, &tr->launch, R_plan)); // [groups] hybrid sharding: the communicators of each group
+    tr->groups = flags_groups(f, &tr->launch, tr->R);
+    if (!f->plan && !f->tokenize[0] && (g_device == DEV_CPU || tr->comm.device_side)) {
+        check_group_hosts(&tr->comm, f, tr->groups);
+        comm_split_groups(&tr->comm, tr->groups);
+    }
     check_family_flags(f, &c); // (llm.c's files are GPT-2's)
     ranks_agree(&tr->comm, flags_hash(f), "was started with different flags once defaults were resolved (another model file?)", "start every rank with the same command line, the same ./train and the same -device");
     attention_choose(f, f->plan); // -attn: cuDNN's attention or ours (exit 2 where -attn cudnn cannot run)
@@ -1720,7 +1729,7 @@ static void log_hashes(Trainer* tr) {
     float* buf = NULL;
     floatX* xbuf = NULL;
     for (int b = 0, i = 0; b < z->lay.nblocks; b++) { // parameters: the BF16 values of the shard
-        int64_t lo = z->r * z->lay.S[b];
+        int64_t lo = z->lay.r * z->lay.S[b];
         Piece pc[MAX_BLOCK_TENSORS];
         int k = layout_pieces(&z->lay, b, lo, lo + z->lay.S[b], pc);
         int64_t at = lo - zero_opt_lo(z, b); // (where the shard starts in the block's optimizer range)
@@ -1755,8 +1764,8 @@ static void log_hashes(Trainer* tr) {
         for (int r = 0; r < tr->R; r++) all[k * tr->R + r] = col[r];
         free(col);
     }
-    uint64_t out[4];
-    for (int k = 0; k < 4; k++) out[k] = fnv1a(FNV_INIT, all + k * tr->R, sizeof(uint64_t) * tr->R);
+    uint64_t out[4]; // each shard once: [HSDP] group 0's ranks (0 .. lay.R-1) hold them
+    for (int k = 0; k < 4; k++) out[k] = fnv1a(FNV_INIT, all + k * tr->R, sizeof(uint64_t) * z->lay.R);
     printf0("hashes: params %016llx master %016llx m %016llx v %016llx\n", (unsigned long long)out[0],
             (unsigned long long)out[1], (unsigned long long)out[2], (unsigned long long)out[3]);
     free(all); free(buf); free(xbuf); free(pcs);

@@ -313,7 +313,7 @@ static void tune_config(Flags* f, const GPTConfig* c, int GA, Comm* comm, const 
     if (comm->r == 0) {
         plan_env(f, L, comm->R, &e);
         plan_env_show(f, &e);
-        nrows = plan_rows(c, f->B, f->T, comm->R, GA, L->local_world, &e, rows);
+        nrows = plan_rows(c, f->B, f->T, flags_groups(f, L, comm->R), GA, L->local_world, &e, rows);
         n = tune_candidates(rows, nrows, f, comm->R, f->tune_rows, idx);
         for (int i = 0; i < n; i++) {
 #define X(flag, field, row, max, kind, old) cand[i][TD_##field] = rows[idx[i]].row;

@@ -202,9 +202,49 @@ typedef struct {
 
 #define MAX_BLOCK_TENSORS 16
 
+// HYBRID SHARDING. Ranks form groups of N consecutive ranks (a node: rank w is member w % N of group
+// w / N; G = W / N groups of the world's W ranks). Three layouts:
+//   flat (N = W)   every stage shards over all W ranks (the ZeRO paper's layout)
+//   HSDP           -shard-group N: ZeRO-1/2/3 inside each group, replicated across the G groups. The
+//                  optimizer state, gradient and parameters are in N shards (rank w holds shard w % N,
+//                  as the other groups' member w % N does); a gradient is reduce-scattered inside
+//                  the group, then each shard all-reduced across its G replicas (the sum
+//                  (g0+g1)+(g2+g3), not ((g0+g1)+g2)+g3: deterministic, not flat's bits)
+//   hpZ            -hpz N (ZeRO++'s hierarchical partitioning, ZeRO-3): gradient and optimizer state in
+//                  W shards exactly as flat (rank w: shard w), the parameters in a second partition
+//                  of N parts, one per group member, so that every gather stays inside the group.
+//                  Member j's part is the G shards j, j + N, j + 2N, ... (held after the step by the
+//                  ranks j, N + j, ...: member j of each group, one all-gather among them), so a
+//                  block is gathered inside the group as G rounds of N shards each (one call:
+//                  CollOp.rounds). Flat's collectives among the world, in flat's order: flat's bits.
+// Shards says which shards a rank holds; shards_of derives it from (W, N, hpz) and the rank. Optimizer
+// shard q is always held by world rank q ([HSDP] and by member q of every other group).
+typedef struct { int W, N, hpz; } Groups; // world size, ranks per group (N == W: flat), -hpz
+static inline Groups groups_flat(int W) { Groups g = {W, W, 0}; return g; }
 typedef struct {
-    int nblocks, R, r;
-    int64_t* P;         // (nblocks) padded block size, a multiple of 8*R
+    int W;      // the world (blocks are padded to a multiple of 8*W: every partition below splits them evenly)
+    int R, r;   // optimizer and gradient shards, and this rank's
+    int G, g;   // groups (1: flat), and this rank's group
+    int pR, pr; // [ZeRO-3] parameter parts, and this rank's (hpZ: N and the member; otherwise R, r)
+    int hsdp;   // the shards are replicated across the groups (-shard-group N < W)
+    int hpz;    // the parameter parts are G shards each (-hpz N < W)
+} Shards;
+static Shards shards_of(Groups gr, int w) {
+    Shards s;
+    int N = gr.N > 0 && gr.N <= gr.W ? gr.N : gr.W, G = gr.W / N;
+    s.W = gr.W; s.G = G; s.g = w / N; s.hsdp = s.hpz = 0;
+    s.R = gr.W; s.r = w; s.pR = gr.W; s.pr = w;
+    if (G > 1) { s.pR = N; s.pr = w % N; }
+    if (G > 1 && gr.hpz) s.hpz = 1;
+    else if (G > 1) { s.R = N; s.r = w % N; s.hsdp = 1; }
+    else s.g = 0;
+    return s;
+}
+
+typedef struct {
+    int nblocks, R, r;  // optimizer/gradient shards, this rank's (Shards.R, .r)
+    Shards sh;          // how this rank's shards sit in the world (hybrid sharding)
+    int64_t* P;         // (nblocks) padded block size, a multiple of 8*W (8*R without groups)
     int64_t* off;       // (nblocks) block offset in the full layout
     int64_t* S;         // (nblocks) shard size P/R
     int64_t* shard_off; // (nblocks) offset of the block's shard in the rank's flat shard arrays
@@ -228,11 +268,11 @@ typedef struct {
     BlockTensor (*tensors)[MAX_BLOCK_TENSORS];      // (nblocks)
 } BlockLayout;
 
-// Allocate the layout for nblocks blocks; the caller then adds tensors with layout_add_tensor
+// Allocate the layout for nblocks blocks (sh: the shards this rank holds); the caller then adds tensors with layout_add_tensor
 // in block order and calls layout_finish.
-static void layout_init(BlockLayout* lay, int nblocks, int R, int r) {
+static void layout_init_shards(BlockLayout* lay, int nblocks, const Shards* sh) {
     memset(lay, 0, sizeof(*lay));
-    lay->nblocks = nblocks; lay->R = R; lay->r = r;
+    lay->nblocks = nblocks; lay->R = sh->R; lay->r = sh->r; lay->sh = *sh;
     lay->P = (int64_t*)calloc(nblocks, sizeof(int64_t));
     lay->off = (int64_t*)calloc(nblocks, sizeof(int64_t));
     lay->S = (int64_t*)calloc(nblocks, sizeof(int64_t));
@@ -262,7 +302,7 @@ static void layout_add_tensor(BlockLayout* lay, int b, int tensor, int layer, in
 static void layout_finish(BlockLayout* lay) {
     int64_t off = 0, soff = 0, goff = 0, gsoff = 0;
     for (int b = 0; b < lay->nblocks; b++) {
-        lay->P[b] = round_up(lay->P[b], (int64_t)TENSOR_ALIGN * lay->R); // tail padding: R aligned shards
+        lay->P[b] = round_up(lay->P[b], (int64_t)TENSOR_ALIGN * lay->sh.W); // tail padding: R (and W) aligned shards
         lay->S[b] = lay->P[b] / lay->R;
         lay->off[b] = off;
         lay->shard_off[b] = soff;
@@ -331,6 +371,12 @@ static int layout_segments(const BlockLayout* lay, int b, int64_t lo, int64_t hi
     return n;
 }
 
+// [ZeRO-3] Block b's parameter part (the elements a rank holds and gathers from): its shard, or
+// [hpZ] G shards (j, j + N, ...: in that order); where its optimizer shard is inside it (0 but under
+// hpZ: round g of the G).
+static inline int64_t layout_pS(const BlockLayout* lay, int b) { return lay->P[b] / lay->sh.pR; }
+static inline int64_t layout_prim(const BlockLayout* lay, int b) { return lay->sh.hpz ? lay->sh.g * lay->S[b] : 0; }
+
 // ----------------------------------------------------------------------------
 // Per-stage buffer sizes: THE closed form. The allocator (zero_init) and the planner both call
 // this; the tests check it against a formula of their own. Elements, not bytes; see the dtype
@@ -349,11 +395,14 @@ typedef struct {
 
 #define COMM_CHUNK_FLOATS (1 << 20) // MPI reduce-scatter staging: 4 MiB, whatever the model size
 
+// The most ranks a reduction runs among: the gradient's shards, or [HSDP] a shard's replicas.
+static inline int zero_reduce_ranks(const BlockLayout* lay) { return lay->sh.hsdp && lay->sh.G > lay->R ? lay->sh.G : lay->R; }
+
 static inline int64_t zero_comm_chunk(const BlockLayout* lay) {
     // elements of each shard moved per all-to-all round, a multiple of 8
     int64_t maxS = 0;
     for (int b = 0; b < lay->nblocks; b++) maxS = lay->S[b] > maxS ? lay->S[b] : maxS;
-    int64_t k = COMM_CHUNK_FLOATS / lay->R / TENSOR_ALIGN * TENSOR_ALIGN;
+    int64_t k = COMM_CHUNK_FLOATS / zero_reduce_ranks(lay) / TENSOR_ALIGN * TENSOR_ALIGN;
     if (k < TENSOR_ALIGN) k = TENSOR_ALIGN;
     return maxS < k ? maxS : k;
 }
@@ -367,13 +416,13 @@ static ZeroSizes zero_sizes(const BlockLayout* lay, int stage) {
     if (stage <= 2) s.full_params = lay->total;
     else if (lay->rep_frozen && lay->adapter) { // [LoRA] the base whole, the adapters sharded
         s.full_params = lay->off[lay->adapter];
-        s.shard_params = lay->S[lay->adapter];
+        s.shard_params = layout_pS(lay, lay->adapter);
         s.param_bufs = P_ad;
-    } else { s.shard_params = lay->shard_total; s.param_bufs = P_io + 2 * P_layer + P_ad; }
+    } else { s.shard_params = lay->shard_total * (lay->R / lay->sh.pR); s.param_bufs = P_io + 2 * P_layer + P_ad; } // ([hpZ] parts of G shards)
     if (stage <= 1) s.full_grads = lay->train_total;
     else { s.shard_grads = lay->train_shard_total; s.grad_bufs = io_tr * P_io + layer_tr * 2 * P_layer + P_ad; }
     s.opt = stage == 0 ? lay->train_total : lay->train_shard_total;
-    s.comm = lay->R > 1 ? zero_comm_chunk(lay) * lay->R : 0;
+    s.comm = zero_reduce_ranks(lay) > 1 ? zero_comm_chunk(lay) * zero_reduce_ranks(lay) : 0;
     return s;
 }
 
@@ -389,6 +438,17 @@ static const char* coll_name[COLL_KINDS] = {"all-gather", "reduce-scatter", "all
 //   ALL_GATHER:     full (R*S floatX) <- every rank's shard; shard may point into full (in place)
 //   REDUCE_SCATTER: shard (S FP32) = or += sum over ranks of their full[r*S .. (r+1)*S) (FP32)
 //   ALL_REDUCE:     full (R*S FP32) = sum over ranks, in place
+// The ranks a block collective runs among (CollOp.grp), each a communicator of its own under hybrid
+// sharding (comm_split_groups; without groups the first two are the world and CG_REP one rank):
+//   CG_GRAD   the optimizer shards' ranks, numbered by shard (Shards.R, .r): gradient reductions
+//             (flat and hpZ: the world, hpZ's in shard order; HSDP: the group)
+//   CG_PARAM  the parameter parts' ranks (Shards.pR, .pr): ZeRO-3's gathers, ZeRO-1/2's after the step
+//             (flat: the world; HSDP and hpZ: the group)
+//   CG_REP    one member position across the groups, by group (G ranks): [HSDP] each gradient shard's
+//             all-reduce over its replicas; [hpZ] each parameter part's all-gather from its G shards
+typedef enum { CG_GRAD, CG_PARAM, CG_REP, CG_COUNT } CommGroupId;
+static const char* cg_name[CG_COUNT] = {"shards", "group", "replicas"};
+
 typedef struct {
     CollKind kind;
     int block;         // for traces and error messages
@@ -396,7 +456,22 @@ typedef struct {
     void* shard;
     int64_t S;         // shard elements
     int accumulate;    // REDUCE_SCATTER: += into shard instead of =
+    int grp;           // CommGroupId: the ranks it runs among (full holds S elements for each of them)
+    int rounds;        // [hpZ] ALL_GATHER in k rounds (0, 1: one): shard holds k*S, round t fills full[t*n*S, (t+1)*n*S)
 } CollOp;
+static inline int64_t coll_rounds(const CollOp* op) { return op->rounds > 1 ? op->rounds : 1; }
+
+typedef struct {
+    int n, i;          // ranks in the group, this rank's index among them
+    int split;         // an MPI communicator of its own (comm_split_groups), freed with the Comm
+    int nccl_split;    // [NCCL] an NCCL communicator of its own (set under nccl_mu once it exists)
+#ifdef USE_MPI
+    MPI_Comm mpi;
+#endif
+#if defined(__CUDACC__) && defined(USE_NCCL)
+    ncclComm_t nccl;
+#endif
+} CommGroup;
 
 #define COMM_MAX_INFLIGHT 8
 #define COMM_WAIT_EVENTS 256 // [CUDA] timed waits in flight before the host sums the older half (-tune only)
@@ -444,6 +519,9 @@ typedef struct {
     CommSlot slots[COMM_MAX_INFLIGHT];
     int64_t next_seq;
     int64_t count[COLL_KINDS], bytes[COLL_KINDS]; // this step's traffic
+    double sent[CG_COUNT]; // this step's bytes a rank sends in each group's collectives (ring algorithms: (n-1)/n of a
+                           // gather's or reduce-scatter's buffer, twice that of an all-reduce)
+    CommGroup grp[CG_COUNT]; // the ranks each kind of block collective runs among (CollOp.grp)
     double wait_s;        // time spent waiting in collectives this step ([CUDA] while time_waits: the compute stream's stalls)
     int64_t waits;        // block collectives waited for (comm_wait; [CUDA] while time_waits: those timed and summed into wait_s)
     int time_waits;       // [CUDA] -tune sets it while measuring: comm_wait times the compute stream's stall on each collective
@@ -488,11 +566,13 @@ static double wall_s(void) {
 }
 
 static void comm_account(Comm* c, const CollOp* op, int64_t bytes) {
+    int n = c->grp[op->grp].n;
     c->count[op->kind]++;
     c->bytes[op->kind] += bytes;
+    c->sent[op->grp] += (op->kind == COLL_ALL_REDUCE ? 2.0 : 1.0) * (double)(n - 1) / n * (double)bytes;
     if (c->trace)
-        printf("[comm] rank %d step %d: %-14s block %3d %12lld B\n", c->r, c->step, coll_name[op->kind],
-               op->block, (long long)bytes);
+        printf("[comm] rank %d step %d: %-14s block %3d %12lld B%s%s\n", c->r, c->step, coll_name[op->kind],
+               op->block, (long long)bytes, c->grp[CG_REP].n > 1 ? " among " : "", c->grp[CG_REP].n > 1 ? cg_name[op->grp] : "");
 }
 
 // [rdv] The peers whose rendezvous connection is closed (they ended: crashed, were killed or failed),
@@ -538,14 +618,15 @@ static void comm_poll(Comm* c, MPI_Request* req, const char* what, int block) {
 
 // Issue the all-to-all for the reduce-scatter chunk [k0, k0+kn) of every rank's shard.
 static void comm_rs_issue(Comm* c, CommSlot* s) {
+    const CommGroup* g = &c->grp[s->op.grp];
     int64_t kn = s->op.S - s->chunk0 < c->chunk ? s->op.S - s->chunk0 : c->chunk;
-    for (int j = 0; j < c->R; j++) {
+    for (int j = 0; j < g->n; j++) {
         c->a2a_counts[j] = (int)kn;
         c->a2a_sdispl[j] = (int)(j * s->op.S + s->chunk0); // fits: comm_start checks R*S < 2^31
         c->a2a_rdispl[j] = (int)(j * kn);
     }
     MPI_Ialltoallv(s->op.full, c->a2a_counts, c->a2a_sdispl, MPI_FLOAT, c->stage_buf, c->a2a_counts,
-                   c->a2a_rdispl, MPI_FLOAT, c->comm, &s->req);
+                   c->a2a_rdispl, MPI_FLOAT, g->mpi, &s->req);
 }
 #endif
 
@@ -578,6 +659,8 @@ static void nccl_lock(Comm* c) {
 static void nccl_unlock(Comm* c) { pthread_mutex_unlock(&c->nccl_mu); }
 // Abort the communicator (under nccl_mu) and say so to the other threads.
 static void nccl_abort_locked(Comm* c) {
+    for (int k = 0; k < CG_COUNT; k++) // [groups] the split communicators first (they came from the world's)
+        if (c->grp[k].nccl_split) ncclCommAbort(c->grp[k].nccl);
     ncclCommAbort(c->nccl);
     c->nccl_aborted = 1;
 }
@@ -589,7 +672,7 @@ static void nccl_abort_locked(Comm* c) {
 // except ncclCommDestroy (after it there is no handle to poll) and ncclCommAbort (the run ends right
 // after it); the emulator's NCCL answers ncclInProgress to every call and stops a run that calls again
 // too early, or from two threads at once, or after an abort.
-static void nccl_settle(Comm* c, ncclResult_t r, const char* what, double timeout_s) {
+static void nccl_settle_on(Comm* c, ncclComm_t comm, ncclResult_t r, const char* what, double timeout_s) {
     double t0 = wall_s();
     while (r == ncclInProgress) {
         if (timeout_s > 0 && wall_s() - t0 > timeout_s) {
@@ -601,7 +684,7 @@ static void nccl_settle(Comm* c, ncclResult_t r, const char* what, double timeou
         }
         usleep(1000);
         nccl_lock(c);
-        ncclResult_t q = ncclCommGetAsyncError(c->nccl, &r);
+        ncclResult_t q = ncclCommGetAsyncError(comm, &r);
         nccl_unlock(c);
         if (q != ncclSuccess) r = q;
     }
@@ -614,13 +697,16 @@ static void nccl_settle(Comm* c, ncclResult_t r, const char* what, double timeou
             r == ncclRemoteError ? "another rank failed or was aborted: its log says why"
                                  : "NCCL_DEBUG=INFO shows why; NCCL before 2.30 refuses two ranks on one GPU");
 }
-#define ncclIssue(c, expr, what)                                                                      \
+static void nccl_settle(Comm* c, ncclResult_t r, const char* what, double timeout_s) { nccl_settle_on(c, c->nccl, r, what, timeout_s); }
+// A call on communicator `comm` (the world's, or [groups] a split one: comm_split_groups)
+#define ncclIssueOn(c, comm, expr, what)                                                              \
     do {                                                                                              \
         nccl_lock(c);                                                                                 \
         ncclResult_t issued_ = (expr);                                                                \
         nccl_unlock(c);                                                                               \
-        nccl_settle((c), issued_, (what), (c)->timeout_s);                                            \
+        nccl_settle_on((c), (comm), issued_, (what), (c)->timeout_s);                                 \
     } while (0)
+#define ncclIssue(c, expr, what) ncclIssueOn(c, (c)->nccl, expr, what)
 
 // [NCCL] The watchdog: a thread that looks at the collectives in flight every 50 ms. One that has not
 // finished -comm-timeout seconds after it was issued (a rank stopped, died or diverged: a collective on
@@ -660,9 +746,13 @@ static void* comm_watchdog(void* arg) {
         }
         pthread_mutex_unlock(&c->mu);
         if (!why[0] && pthread_mutex_trylock(&c->nccl_mu) == 0) { // (busy: another thread is in NCCL; next round)
-            ncclResult_t err = ncclSuccess;
-            if (!c->nccl_aborted && ncclCommGetAsyncError(c->nccl, &err) == ncclSuccess && err != ncclSuccess && err != ncclInProgress)
-                snprintf(why, sizeof(why), "NCCL reports an error at step %d: %s", c->step, ncclGetErrorString(err));
+            for (int k = -1; k < CG_COUNT && !why[0]; k++) { // the world's communicator, then [groups] the split ones
+                if (k >= 0 && !c->grp[k].nccl_split) continue;
+                ncclResult_t err = ncclSuccess;
+                if (!c->nccl_aborted && ncclCommGetAsyncError(k < 0 ? c->nccl : c->grp[k].nccl, &err) == ncclSuccess && err != ncclSuccess && err != ncclInProgress)
+                    snprintf(why, sizeof(why), "NCCL reports an error at step %d%s%s: %s", c->step, k < 0 ? "" : " on the communicator of the ",
+                             k < 0 ? "" : cg_name[k], ncclGetErrorString(err));
+            }
             pthread_mutex_unlock(&c->nccl_mu);
         }
         if (why[0]) {
@@ -729,9 +819,10 @@ static void comm_start_cuda(Comm* c, CommSlot* s) {
     cudaCheck(cudaStreamWaitEvent(c->stream, s->ready, 0));
     if (c->delay_ms > 0) { comm_delay_kernel<<<1, 1, 0, c->stream>>>((int64_t)c->delay_ms * 1000000); cudaCheck(cudaGetLastError()); }
     int64_t S = op->S;
-    if (c->R == 1) {
+    const CommGroup* g = &c->grp[op->grp];
+    if (g->n == 1) {
         if (op->kind == COLL_ALL_GATHER && op->shard != op->full)
-            cudaCheck(cudaMemcpyAsync(op->full, op->shard, S * sizeof(floatX), cudaMemcpyDeviceToDevice, c->stream));
+            cudaCheck(cudaMemcpyAsync(op->full, op->shard, S * coll_rounds(op) * sizeof(floatX), cudaMemcpyDeviceToDevice, c->stream));
         if (op->kind == COLL_REDUCE_SCATTER && op->accumulate) {
             comm_add_kernel<<<(unsigned)ceil_div(S, 256), 256, 0, c->stream>>>((float*)op->shard, (const float*)op->full, S);
             cudaCheck(cudaGetLastError());
@@ -741,16 +832,28 @@ static void comm_start_cuda(Comm* c, CommSlot* s) {
     } else {
 #ifdef USE_NCCL
         ncclDataType_t xt = sizeof(floatX) == 2 ? ncclBfloat16 : ncclFloat;
-        float* mine_f = (float*)op->full + (int64_t)c->r * S; // this rank's slice of a full FP32 block
+        float* mine_f = (float*)op->full + (int64_t)g->i * S; // this rank's slice of a full FP32 block
+        ncclComm_t nc = g->nccl;
         switch (op->kind) {
-        case COLL_ALL_GATHER: // in place when shard == full + r*S, which NCCL supports
-            ncclIssue(c, ncclAllGather(op->shard, op->full, (size_t)S, xt, c->nccl, c->stream), "ncclAllGather");
+        case COLL_ALL_GATHER: // in place when shard == full + i*S, which NCCL supports
+            if (coll_rounds(op) > 1) { // [hpZ] k all-gathers in one NCCL group: round t into full + t*n*S
+                ncclResult_t r = ncclSuccess;
+                nccl_lock(c);
+                ncclResult_t q = ncclGroupStart();
+                for (int t = 0; t < op->rounds && q == ncclSuccess; t++)
+                    q = ncclAllGather((const floatX*)op->shard + (int64_t)t * S, (floatX*)op->full + (int64_t)t * g->n * S, (size_t)S, xt, nc, c->stream);
+                r = ncclGroupEnd();
+                nccl_unlock(c);
+                nccl_settle_on(c, nc, q != ncclSuccess ? q : r, "ncclAllGather (hpZ rounds, grouped)", c->timeout_s);
+            } else {
+                ncclIssueOn(c, nc, ncclAllGather(op->shard, op->full, (size_t)S, xt, nc, c->stream), "ncclAllGather");
+            }
             break;
         case COLL_REDUCE_SCATTER:
             if (!op->accumulate) {
-                ncclIssue(c, ncclReduceScatter(op->full, op->shard, (size_t)S, ncclFloat, ncclSum, c->nccl, c->stream), "ncclReduceScatter");
+                ncclIssueOn(c, nc, ncclReduceScatter(op->full, op->shard, (size_t)S, ncclFloat, ncclSum, nc, c->stream), "ncclReduceScatter");
             } else { // reduce into this rank's slice of the (scratch) block buffer, then add to the shard
-                ncclIssue(c, ncclReduceScatter(op->full, mine_f, (size_t)S, ncclFloat, ncclSum, c->nccl, c->stream), "ncclReduceScatter");
+                ncclIssueOn(c, nc, ncclReduceScatter(op->full, mine_f, (size_t)S, ncclFloat, ncclSum, nc, c->stream), "ncclReduceScatter");
                 comm_add_kernel<<<(unsigned)ceil_div(S, 256), 256, 0, c->stream>>>((float*)op->shard, mine_f, S);
                 cudaCheck(cudaGetLastError());
             }
@@ -758,8 +861,8 @@ static void comm_start_cuda(Comm* c, CommSlot* s) {
         case COLL_ALL_REDUCE: // [ZeRO-0] as reduce-scatter + all-gather, both in place: then its sums are the
             // reduce-scatter's, as at ZeRO-1/2/3, and the stages stay bit-identical at R >= 3 (NCCL's all-reduce may
             // add in another order: a tree instead of the ring). Same bytes on the wire as a ring all-reduce.
-            ncclIssue(c, ncclReduceScatter(op->full, mine_f, (size_t)S, ncclFloat, ncclSum, c->nccl, c->stream), "ncclReduceScatter");
-            ncclIssue(c, ncclAllGather(mine_f, op->full, (size_t)S, ncclFloat, c->nccl, c->stream), "ncclAllGather");
+            ncclIssueOn(c, nc, ncclReduceScatter(op->full, mine_f, (size_t)S, ncclFloat, ncclSum, nc, c->stream), "ncclReduceScatter");
+            ncclIssueOn(c, nc, ncclAllGather(mine_f, op->full, (size_t)S, ncclFloat, nc, c->stream), "ncclAllGather");
             break;
         default: break;
         }
@@ -775,6 +878,7 @@ static void comm_start_cuda(Comm* c, CommSlot* s) {
 #endif
 
 static void comm_wait(Comm* c, int h);
+static void comm_groups_world(Comm* c);
 
 // The in-flight collective issued first, or -1.
 static int comm_oldest(const Comm* c) {
@@ -786,7 +890,7 @@ static int comm_oldest(const Comm* c) {
 
 static int comm_start(Comm* c, const CollOp* op) {
     if (c->delay_ms > 0) usleep((useconds_t)c->delay_ms * 1000);
-    if (op->kind != COLL_ALL_GATHER) // one staging buffer: one reduction in flight at a time
+    if (op->kind != COLL_ALL_GATHER && !c->device_side) // [MPI] one staging buffer: one reduction in flight at a time
         for (int i = 0; i < COMM_MAX_INFLIGHT; i++)
             if (c->slots[i].active && c->slots[i].op.kind != COLL_ALL_GATHER) comm_wait(c, i);
     int h = -1;
@@ -798,7 +902,9 @@ static int comm_start(Comm* c, const CollOp* op) {
     s->active = 1;
     s->seq = c->next_seq++;
     int64_t xbytes = (int64_t)sizeof(floatX);
-    int64_t full_n = op->S * c->R;
+    if (c->grp[CG_GRAD].n == 0) comm_groups_world(c); // (a Comm that comm_init never saw: the tests' single-rank ones)
+    const CommGroup* g = &c->grp[op->grp];
+    int64_t full_n = op->S * g->n * coll_rounds(op);
     switch (op->kind) {
     case COLL_ALL_GATHER: comm_account(c, op, full_n * xbytes); break;
     case COLL_REDUCE_SCATTER: comm_account(c, op, full_n * 4); break;
@@ -810,16 +916,24 @@ static int comm_start(Comm* c, const CollOp* op) {
 #ifdef __CUDACC__
     if (c->device_side) { comm_start_cuda(c, s); return h; }
 #endif
-    if (c->R > 1 && !c->mpi) die(1, "comm_start: the CPU device with %d ranks and no MPI (internal error: comm_check_cpu_device)", c->R);
+    if (g->n > 1 && !c->mpi) die(1, "comm_start: the CPU device with %d ranks and no MPI (internal error: comm_check_cpu_device)", c->R);
 #ifdef USE_MPI
-    if (c->R > 1) {
-        if (op->kind == COLL_ALL_GATHER) {
-            floatX* mine = (floatX*)op->full + (int64_t)c->r * op->S;
+    if (g->n > 1) {
+        if (op->kind == COLL_ALL_GATHER && coll_rounds(op) > 1) { // [hpZ] rank i's k shards land k times at stride n*S
+            MPI_Datatype vec, spread;
+            MPI_Type_vector((int)op->rounds, (int)op->S, (int)(op->S * g->n), c->x_type, &vec);
+            MPI_Type_create_resized(vec, 0, (MPI_Aint)(op->S * (int64_t)sizeof(floatX)), &spread);
+            MPI_Type_commit(&spread);
+            MPI_Iallgather(op->shard, (int)(op->S * op->rounds), c->x_type, op->full, 1, spread, g->mpi, &s->req);
+            MPI_Type_free(&spread); // (freed once the collective is done with it)
+            MPI_Type_free(&vec);
+        } else if (op->kind == COLL_ALL_GATHER) {
+            floatX* mine = (floatX*)op->full + (int64_t)g->i * op->S;
             const void* src = op->shard == (void*)mine ? MPI_IN_PLACE : op->shard;
-            MPI_Iallgather(src, (int)op->S, c->x_type, op->full, (int)op->S, c->x_type, c->comm, &s->req);
+            MPI_Iallgather(src, (int)op->S, c->x_type, op->full, (int)op->S, c->x_type, g->mpi, &s->req);
         } else {
             // reduce-scatter and all-reduce both start with the chunked all-to-all
-            if (op->kind == COLL_ALL_REDUCE) s->op.shard = (float*)op->full + (int64_t)c->r * op->S;
+            if (op->kind == COLL_ALL_REDUCE) s->op.shard = (float*)op->full + (int64_t)g->i * op->S;
             s->chunk0 = 0;
             comm_rs_issue(c, s);
         }
@@ -883,9 +997,10 @@ static void comm_wait(Comm* c, int h) {
     }
 #endif
     c->waits++;
-    if (c->R == 1) {
+    const CommGroup* g = &c->grp[op->grp];
+    if (g->n == 1) {
         if (op->kind == COLL_ALL_GATHER && op->shard != op->full)
-            memcpy(op->full, op->shard, op->S * sizeof(floatX));
+            memcpy(op->full, op->shard, op->S * coll_rounds(op) * sizeof(floatX));
         if (op->kind == COLL_REDUCE_SCATTER) {
             float* dst = (float*)op->shard;
             const float* src = (const float*)op->full;
@@ -910,7 +1025,7 @@ static void comm_wait(Comm* c, int h) {
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < kn; i++) {
             float sum = c->stage_buf[i];
-            for (int j = 1; j < c->R; j++) sum += c->stage_buf[(int64_t)j * kn + i];
+            for (int j = 1; j < g->n; j++) sum += c->stage_buf[(int64_t)j * kn + i];
             dst[s->chunk0 + i] = acc ? dst[s->chunk0 + i] + sum : sum;
         }
         s->chunk0 += kn;
@@ -918,7 +1033,7 @@ static void comm_wait(Comm* c, int h) {
         comm_rs_issue(c, s);
     }
     if (op->kind == COLL_ALL_REDUCE) {
-        MPI_Iallgather(MPI_IN_PLACE, (int)op->S, MPI_FLOAT, op->full, (int)op->S, MPI_FLOAT, c->comm, &s->req);
+        MPI_Iallgather(MPI_IN_PLACE, (int)op->S, MPI_FLOAT, op->full, (int)op->S, MPI_FLOAT, g->mpi, &s->req);
         comm_poll(c, &s->req, coll_name[op->kind], op->block);
     }
     s->active = 0;
@@ -1504,6 +1619,7 @@ static void comm_broadcast(Comm* c, void* buf, int64_t bytes, int root) {
 static void comm_reset_stats(Comm* c) {
     memset(c->count, 0, sizeof(c->count));
     memset(c->bytes, 0, sizeof(c->bytes));
+    memset(c->sent, 0, sizeof(c->sent));
     c->wait_s = 0.0;
     c->waits = 0;
 #ifdef __CUDACC__
@@ -1537,6 +1653,17 @@ static void comm_finalize(void) {
 #endif
 }
 
+// Without groups every block collective runs among the world (CG_REP: this rank alone).
+static void comm_groups_world(Comm* c) {
+    for (int k = 0; k < CG_COUNT; k++) {
+        CommGroup* g = &c->grp[k];
+        g->n = k == CG_REP ? 1 : c->R; g->i = k == CG_REP ? 0 : c->r; g->split = g->nccl_split = 0;
+#ifdef USE_MPI
+        g->mpi = c->mpi ? c->comm : MPI_COMM_NULL;
+#endif
+    }
+}
+
 // Start the communication layer: the TCP rendezvous when torchrun or Slurm started several ranks
 // without MPI (launch_needs_rendezvous; the sockets are connected later, by comm_connect, once
 // -comm-timeout is known), else MPI when built with it (its rank and size are checked against the
@@ -1565,6 +1692,7 @@ static void comm_init(Comm* c, int* argc, char*** argv, Launch* L) {
         if (c->R > ZT_MAX_RANKS) die_user("%d ranks: at most %d are supported", c->R, ZT_MAX_RANKS);
         g_rank = c->r;
         g_world = c->R;
+        comm_groups_world(c);
         return;
     }
 #ifdef USE_MPI
@@ -1606,6 +1734,7 @@ static void comm_init(Comm* c, int* argc, char*** argv, Launch* L) {
     if (c->R > ZT_MAX_RANKS) die_user("%d ranks: at most %d are supported", c->R, ZT_MAX_RANKS);
     g_rank = c->r;
     g_world = c->R;
+    comm_groups_world(c);
 }
 
 // Launched without MPI: meet the other ranks at MASTER_ADDR:MASTER_PORT within timeout_s
@@ -1632,14 +1761,15 @@ static void comm_check_cpu_device(const Comm* c) {
 // outside the baseline the planner's prediction is compared with (train_gpt.cu: mem_baseline).
 // The watchdog watches it like a collective (marked warm_up): a peer that dies or stops right
 // after the communicator's initialisation ends the run after -comm-timeout instead of hanging it.
-static void comm_nccl_warm_up(Comm* c) {
+// [groups] Each split communicator is warmed up the same way (comm_split_groups): nc, its R and r.
+static void comm_nccl_warm_up_on(Comm* c, ncclComm_t nc, int R, int r) {
     const size_t n = 256; // elements per rank
     float* buf = NULL;    // (R * n) FP32
-    cudaCheck(cudaMalloc((void**)&buf, sizeof(float) * n * c->R));
-    cudaCheck(cudaMemsetAsync(buf, 0, sizeof(float) * n * c->R, c->stream));
+    cudaCheck(cudaMalloc((void**)&buf, sizeof(float) * n * R));
+    cudaCheck(cudaMemsetAsync(buf, 0, sizeof(float) * n * R, c->stream));
     CommWatch* w = comm_watch_begin(c, -1, -1);
-    ncclIssue(c, ncclAllGather(buf + (size_t)c->r * n, buf, n, ncclFloat, c->nccl, c->stream), "ncclAllGather (warm-up)");
-    ncclIssue(c, ncclReduceScatter(buf, buf + (size_t)c->r * n, n, ncclFloat, ncclSum, c->nccl, c->stream), "ncclReduceScatter (warm-up)");
+    ncclIssueOn(c, nc, ncclAllGather(buf + (size_t)r * n, buf, n, ncclFloat, nc, c->stream), "ncclAllGather (warm-up)");
+    ncclIssueOn(c, nc, ncclReduceScatter(buf, buf + (size_t)r * n, n, ncclFloat, ncclSum, nc, c->stream), "ncclReduceScatter (warm-up)");
     comm_watch_recorded(c, w);
     cudaCheck(cudaEventSynchronize(w->done)); // (never returning: the watchdog ends the run)
     pthread_mutex_lock(&c->mu);
@@ -1647,7 +1777,56 @@ static void comm_nccl_warm_up(Comm* c) {
     pthread_mutex_unlock(&c->mu);
     cudaCheck(cudaFree(buf));
 }
+static void comm_nccl_warm_up(Comm* c) { comm_nccl_warm_up_on(c, c->nccl, c->R, c->r); }
 #endif
+
+// [groups] The communicators of hybrid sharding (Groups: -shard-group, -hpz), split from the world's:
+// MPI_Comm_split for the host side and the CPU device's collectives; on the CUDA device
+// (comm_init_device first) ncclCommSplit, non-blocking as the world's (settled within -comm-timeout,
+// watched by the same watchdog, aborted with it). Every rank calls it with the same Groups.
+// color: which communicator of the kind this rank joins; key: its index there (Shards).
+static void comm_split_groups(Comm* c, Groups gr) {
+    if (gr.N <= 0 || gr.N >= c->R) return; // flat: the world's
+    Shards sh = shards_of(gr, c->r);
+    struct { int n, i, color; } want[CG_COUNT] = {
+        {sh.R, sh.r, sh.hsdp ? sh.g : 0},  // CG_GRAD: HSDP the group (hpZ: the world)
+        {sh.pR, sh.pr, sh.g},               // CG_PARAM: the group
+        {sh.G, sh.g, c->r % gr.N}};         // CG_REP: member (c->r % N) of every group
+    for (int k = 0; k < CG_COUNT; k++) {
+        CommGroup* g = &c->grp[k];
+        g->n = want[k].n; g->i = want[k].i;
+        if (g->n == c->R) continue; // the world, in rank order: its own (the same answer on every rank)
+#ifdef USE_MPI
+        if (c->mpi) {
+            g->split = 1;
+            MPI_Comm_split(c->comm, want[k].color, want[k].i, &g->mpi);
+            int n, i;
+            MPI_Comm_size(g->mpi, &n);
+            MPI_Comm_rank(g->mpi, &i);
+            if (n != g->n || i != g->i) die(1, "MPI_Comm_split gave rank %d of %d for the %s, expected %d of %d (internal error)", i, n, cg_name[k], g->i, g->n);
+        }
+#endif
+#if defined(__CUDACC__) && defined(USE_NCCL)
+        if (c->device_side && c->R > 1) {
+            ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+            config.blocking = 0;
+            char what[96];
+            snprintf(what, sizeof(what), "ncclCommSplit (the %s)", cg_name[k]);
+            g->nccl = NULL;
+            nccl_lock(c);
+            ncclResult_t r = ncclCommSplit(c->nccl, want[k].color, want[k].i, &g->nccl, &config);
+            g->nccl_split = g->nccl != NULL; // (the watchdog polls it from now on)
+            nccl_unlock(c);
+            nccl_settle_on(c, g->nccl ? g->nccl : c->nccl, r, what, c->timeout_s);
+            int n = 0, i = -1;
+            ncclCheck(ncclCommCount(g->nccl, &n));
+            ncclCheck(ncclCommUserRank(g->nccl, &i));
+            if (n != g->n || i != g->i) die(1, "%s gave rank %d of %d, expected %d of %d (internal error)", what, i, n, g->i, g->n);
+            comm_nccl_warm_up_on(c, g->nccl, g->n, g->i);
+        }
+#endif
+    }
+}
 
 // The CUDA device: pick this rank's GPU, create the streams, the events (once), and the NCCL
 // communicator (its unique id goes from rank 0 to every rank over MPI or the rendezvous): non-blocking, so that its
@@ -1716,6 +1895,16 @@ static void comm_free(Comm* c) {
             c->watchdog_on = 0;
             for (int i = 0; i < COMM_WATCHES; i++) cudaCheck(cudaEventDestroy(c->watch[i].done));
         }
+        for (int k = 0; k < CG_COUNT; k++) { // [groups] the split communicators first
+            CommGroup* g = &c->grp[k];
+            if (!g->nccl_split) continue;
+            ncclIssueOn(c, g->nccl, ncclCommFinalize(g->nccl), "ncclCommFinalize");
+            nccl_lock(c);
+            g->nccl_split = 0; // (the watchdog has ended; no other thread polls it)
+            nccl_unlock(c);
+            ncclResult_t r = ncclCommDestroy(g->nccl);
+            if (r != ncclSuccess && r != ncclInProgress) die(1, "NCCL error in ncclCommDestroy: %s", ncclGetErrorString(r));
+        }
         if (c->R > 1) { // non-blocking: finalize (it flushes what is in flight) may be in progress; then free
             ncclIssue(c, ncclCommFinalize(c->nccl), "ncclCommFinalize");
             ncclResult_t r = ncclCommDestroy(c->nccl); // (its handle is gone afterwards: nothing to poll; the watchdog has ended)
@@ -1744,6 +1933,8 @@ static void comm_free(Comm* c) {
 #ifdef USE_MPI
     if (c->mpi) {
         g_abort_hook = NULL;
+        for (int k = 0; k < CG_COUNT; k++)
+            if (c->grp[k].split) MPI_Comm_free(&c->grp[k].mpi);
         MPI_Type_free(&c->x_type);
         MPI_Comm_free(&c->comm);
         c->mpi = 0;
@@ -1775,7 +1966,8 @@ static const char* buf_state_name[] = {"free", "gathering", "ready", "in use", "
 typedef enum { OFFLOAD_NONE, OFFLOAD_CPU, OFFLOAD_NVME } Offload;
 
 typedef struct Zero {
-    int stage, R, r, L;
+    int stage, L;
+    int R, r;                // the world and this rank (messages, files, who writes); the shards it holds are lay.R, lay.r (Shards)
     int poison;              // fill released buffers with NaN
     BlockLayout lay;
     ZeroSizes sz;
@@ -1832,9 +2024,11 @@ enum { PARAM_GET, PARAM_PUT, PARAM_PUT_DEV, PARAM_SYNC };
 static inline int zero_gathered(const Zero* z, int b) { return z->stage == 3 && !(z->lay.rep_frozen && z->lay.frozen[b]); }
 // [ZeRO-3] This rank's shard of block b's parameters (with a replicated base: the adapters' alone);
 // [-offload-params] NULL: the shard is not on the device (zero_shard_get / zero_shard_put reach it).
+// [hpZ] the rank's parameter part (layout_pS: G shards) of block b, not its optimizer shard.
 static inline floatX* zero_shard_params(const Zero* z, int b) {
     if (!z->shard_params) return NULL;
-    return z->shard_params + z->lay.shard_off[b] - (z->lay.rep_frozen && z->lay.adapter ? z->lay.shard_off[z->lay.adapter] : 0);
+    int64_t k = z->lay.R / z->lay.sh.pR; // (1 but under hpZ: the parts are k shards each)
+    return z->shard_params + k * (z->lay.shard_off[b] - (z->lay.rep_frozen && z->lay.adapter ? z->lay.shard_off[z->lay.adapter] : 0));
 }
 
 // Which param/grad buffer slot a block uses under ZeRO-2/3: io -> 0, layers alternate 1, 2, [LoRA]
@@ -1859,7 +2053,7 @@ static void zero_init(Zero* z, BlockLayout* lay, int stage, Comm* comm, int pois
     z->offload = offload;
     z->param_loc = stage == 3 ? params : OFFLOAD_NONE;
     z->grads_host = z->param_loc != OFFLOAD_NONE && offload != OFFLOAD_NONE; // [-offload-params with -offload]
-    z->stage = stage; z->R = lay->R; z->r = lay->r; z->L = lay->nblocks - 1 - (lay->adapter > 0);
+    z->stage = stage; z->R = comm->R; z->r = comm->r; z->L = lay->nblocks - 1 - (lay->adapter > 0);
     z->lay = *lay;
     z->comm = comm;
     z->poison = poison;
@@ -1881,7 +2075,7 @@ static void zero_init(Zero* z, BlockLayout* lay, int stage, Comm* comm, int pois
         z->m = (float*)dev_alloc(TAG_ADAM_M, z->opt_total * 4);
         z->v = (float*)dev_alloc(TAG_ADAM_V, z->opt_total * 4);
     }
-    if (lay->R > 1) {
+    if (zero_reduce_ranks(lay) > 1) { // (the gradient's shards, or [HSDP] its replicas)
         comm->chunk = zero_comm_chunk(lay);
         comm->stage_buf = (float*)dev_alloc(TAG_COMM, z->sz.comm * 4);
     }
@@ -1913,10 +2107,10 @@ static void zero_free(Zero* z) {
 // rank's shard otherwise; "shard" pointers are always the rank's shard (the gradient norm and
 // the checkpoint files use the shard at every stage, so they are stage-independent).
 
-static inline int64_t zero_opt_lo(const Zero* z, int b) { return z->stage == 0 ? 0 : z->r * z->lay.S[b]; }
+static inline int64_t zero_opt_lo(const Zero* z, int b) { return z->stage == 0 ? 0 : z->lay.r * z->lay.S[b]; }
 // [LoRA] a frozen block's optimizer range is empty (lo == hi): it has no master, m, v or gradient
 static inline int64_t zero_opt_hi(const Zero* z, int b) {
-    return z->lay.frozen[b] ? zero_opt_lo(z, b) : z->stage == 0 ? z->lay.P[b] : (z->r + 1) * z->lay.S[b];
+    return z->lay.frozen[b] ? zero_opt_lo(z, b) : z->stage == 0 ? z->lay.P[b] : (z->lay.r + 1) * z->lay.S[b];
 }
 // offset of block b's optimizer range in master/m/v
 static inline int64_t zero_opt_off(const Zero* z, int b) { return z->stage == 0 ? z->lay.goff[b] : z->lay.gshard_off[b]; }
@@ -1924,7 +2118,7 @@ static inline int64_t zero_opt_off(const Zero* z, int b) { return z->stage == 0 
 // The rank's shard of block b's reduced gradient (valid after the step's reductions).
 static inline float* zero_shard_grads(const Zero* z, int b) {
     if (z->lay.frozen[b]) return NULL;
-    if (z->stage <= 1) return z->full_grads + z->lay.goff[b] + z->r * z->lay.S[b];
+    if (z->stage <= 1) return z->full_grads + z->lay.goff[b] + z->lay.r * z->lay.S[b];
     if (!z->shard_grads) return NULL; // [-offload-params with -offload] on the host (offload.h)
     return z->shard_grads + z->lay.gshard_off[b];
 }
@@ -1937,8 +2131,9 @@ static inline float* zero_opt_grads(const Zero* z, int b) {
 // gathered block: its shard is not on the device.
 static inline floatX* zero_opt_params(const Zero* z, int b) {
     if (z->stage == 0) return z->full_params + z->lay.off[b];
-    if (!zero_gathered(z, b)) return z->full_params + z->lay.off[b] + z->r * z->lay.S[b];
-    return zero_shard_params(z, b);
+    if (!zero_gathered(z, b)) return z->full_params + z->lay.off[b] + z->lay.r * z->lay.S[b];
+    floatX* part = zero_shard_params(z, b);
+    return part ? part + layout_prim(&z->lay, b) : NULL; // ([hpZ] its shard inside its part)
 }
 
 // n parameters of block b's optimizer range from element `at` of it, to the host (get) or from it
@@ -1978,11 +2173,12 @@ static void zero_gather_start(Zero* z, int b) {
     if (z->buf_state[slot] != BUF_FREE && z->buf_state[slot] != BUF_RELEASED) zero_order_error(z, "gathering", b);
     const floatX* shard = zero_shard_params(z, b);
     if (z->param_loc) { // [-offload-params] the shard up into its place in the buffer, then gathered in place
-        floatX* mine = z->param_buf[slot] ? z->param_buf[slot] + z->r * z->lay.S[b] : NULL;
+        floatX* mine = z->param_buf[slot] ? z->param_buf[slot] + z->lay.sh.pr * layout_pS(&z->lay, b) : NULL; // (no hpZ: its part is one range)
         if (!z->comm->count_only) z->param_up(z, b, mine);
         shard = mine;
     }
-    CollOp op = {COLL_ALL_GATHER, b, z->param_buf[slot], (void*)shard, z->lay.S[b], 0};
+    CollOp op = {COLL_ALL_GATHER, b, z->param_buf[slot], (void*)shard, layout_pS(&z->lay, b), 0, CG_PARAM, 0};
+    if (z->lay.sh.hpz) { op.S = z->lay.S[b]; op.rounds = z->lay.sh.G; } // [hpZ] inside the group: G rounds of its N members' shards
     z->gather_h[slot] = comm_start(z->comm, &op);
     z->resident[slot] = b;
     z->buf_state[slot] = BUF_GATHERING;
@@ -2125,9 +2321,19 @@ static floatX* zero_before_block_backward(Zero* z, int b, float** grads) {
     return p;
 }
 
+// [HSDP] Block b's gradient shard (S FP32 at `shard`), reduced inside the group, summed over its G
+// replicas in the other groups: an all-reduce among them (each adds its part of the shard in group
+// order, then all-gathers: every replica the same bits). Returns its handle; h when there are none.
+static int zero_sum_replicas(Zero* z, int b, float* shard, int h) {
+    if (!z->lay.sh.hsdp) return h;
+    CollOp op = {COLL_ALL_REDUCE, b, shard, NULL, z->lay.S[b] / z->lay.sh.G, 0, CG_REP, 0};
+    return comm_start(z->comm, &op);
+}
+
 // Reduce block b's gradient: ZeRO-0 all-reduce and ZeRO-1 reduce-scatter on the last
 // micro-step only (gradients accumulate locally in full_grads until then); ZeRO-2/3 a
-// reduce-scatter every micro-step into the FP32 shard (= on the first, += after).
+// reduce-scatter every micro-step into the FP32 shard (= on the first, += after); [HSDP] each
+// summed over its replicas once complete (zero_sum_replicas).
 static void zero_reduce_block(Zero* z, int b, int micro, int last_micro) {
     const BlockLayout* lay = &z->lay;
     if (lay->frozen[b]) return; // [LoRA] no gradient
@@ -2135,18 +2341,22 @@ static void zero_reduce_block(Zero* z, int b, int micro, int last_micro) {
         if (!last_micro) return;
         float* full = z->full_grads + lay->goff[b];
         CollOp op = {z->stage == 0 ? COLL_ALL_REDUCE : COLL_REDUCE_SCATTER, b, full,
-                     full + z->r * lay->S[b], lay->S[b], 0};
+                     full + lay->r * lay->S[b], lay->S[b], 0, CG_GRAD, 0};
         int h = comm_start(z->comm, &op); // waited for in zero_step
+        h = zero_sum_replicas(z, b, (float*)op.shard, h);
         if (z->grad_reduced) z->grad_reduced(z, b, h, micro, 1); // [offload] the shard to the host once reduced
         return;
     }
     int slot = zero_slot(z, b);
-    CollOp op = {COLL_REDUCE_SCATTER, b, z->grad_buf[slot], z->shard_grads + lay->gshard_off[b], lay->S[b], micro > 0};
+    CollOp op = {COLL_REDUCE_SCATTER, b, z->grad_buf[slot], z->shard_grads + lay->gshard_off[b], lay->S[b], micro > 0, CG_GRAD, 0};
     if (z->grads_host) { // [-offload-params with -offload] in place, every micro-step: the host accumulates
-        op.shard = z->grad_buf[slot] ? z->grad_buf[slot] + z->r * lay->S[b] : NULL;
+        op.shard = z->grad_buf[slot] ? z->grad_buf[slot] + lay->r * lay->S[b] : NULL;
         op.accumulate = 0;
     }
     z->reduce_h[slot] = comm_start(z->comm, &op);
+    // [HSDP] the shard is complete after the last micro-step ([-offload-params with -offload]: after
+    // each, before the host adds it up)
+    if (last_micro || z->grads_host) z->reduce_h[slot] = zero_sum_replicas(z, b, (float*)op.shard, z->reduce_h[slot]);
     if (z->grad_reduced) z->grad_reduced(z, b, z->reduce_h[slot], micro, last_micro); // [offload] the shard to the host once reduced
 }
 
@@ -2182,7 +2392,7 @@ static void zero_local_sumsq(Zero* z, double* out) {
     Segment seg[MAX_BLOCK_TENSORS];
     for (int b = 0; b < z->lay.nblocks; b++) {
         if (z->lay.frozen[b]) continue; // [LoRA] no gradient
-        int k = layout_segments(&z->lay, b, z->r * z->lay.S[b], (z->r + 1) * z->lay.S[b], seg);
+        int k = layout_segments(&z->lay, b, z->lay.r * z->lay.S[b], (z->lay.r + 1) * z->lay.S[b], seg);
         const float* g = zero_shard_grads(z, b);
         for (int i = 0; i < k; i++, n++) { ptr[n] = g + seg[i].off; len[n] = seg[i].len; }
     }
@@ -2206,6 +2416,7 @@ static void zero_grad_sumsq(Zero* z, StepScalars* sc) {
     } else if (data) zero_local_sumsq(z, &sc->sumsq);
     double sums[2] = {0.0, 0.0};
     if (data && z->comm->R > 1) dev_to_host(sums, &sc->loss_sum, sizeof(sums)); // loss_sum, sumsq: adjacent
+    if (z->lay.sh.hsdp && z->lay.sh.g > 0) sums[1] = 0.0; // [HSDP] each shard counted once: group 0's (adding 0 is exact)
     comm_sum_doubles(z->comm, sums, 2);
     if (data && z->comm->R > 1) dev_from_host(&sc->loss_sum, sums, sizeof(sums));
 }
@@ -2228,7 +2439,7 @@ static void zero_adamw(Zero* z, const AdamWParams* hp, const StepScalars* sc) {
         int slot = zero_slot(z, b), down = z->param_loc && zero_gathered(z, b);
         if (down) {
             if (z->buf_state[slot] != BUF_RELEASED && z->buf_state[slot] != BUF_FREE) zero_order_error(z, "updating", b); // (nothing it holds is used again)
-            out = z->param_buf[slot] + z->r * z->lay.S[b];
+            out = z->param_buf[slot] + z->lay.r * z->lay.S[b]; // (-offload-params: no hpZ, so its part is its shard)
         }
         op_adamw_scalars(out, z->master + o, z->m + o, z->v + o, zero_opt_grads(z, b), seg, n, hp, sc, z->adam_max);
         for (int i = 0; down && i < n; i++) z->param_io(z, b, seg[i].off, out + seg[i].off, seg[i].len, PARAM_PUT_DEV);
@@ -2262,13 +2473,22 @@ static void zero_adamw_check(Zero* z, const AdamWParams* hp, StepScalars* sc) {
 
 // After the optimizer: [ZeRO-1/2] all-gather every block's parameters in place ([LoRA] the
 // trainable blocks (frozen 0): a frozen block never changes; its are gathered once, when loaded
-// (frozen 1)).
+// (frozen 1)). [hpZ] Each parameter part from its G shards (the same member of every group); a
+// frozen block's parts are filled whole (zero_fill_frozen_params).
 static void zero_gather_params(Zero* z, int frozen) {
     if (z->stage == 1 || z->stage == 2 || (z->stage == 3 && frozen && z->lay.rep_frozen)) { // [LoRA] a replicated base: once
         for (int b = 0; b < z->lay.nblocks; b++) {
             if (z->lay.frozen[b] != frozen) continue;
             floatX* full = z->full_params + z->lay.off[b];
-            CollOp op = {COLL_ALL_GATHER, b, full, full + z->r * z->lay.S[b], z->lay.S[b], 0};
+            CollOp op = {COLL_ALL_GATHER, b, full, full + z->lay.r * z->lay.S[b], z->lay.S[b], 0, CG_PARAM, 0};
+            comm_start(z->comm, &op);
+        }
+        comm_wait_all(z->comm);
+    } else if (z->stage == 3 && !frozen && z->lay.R != z->lay.sh.pR) { // [hpZ]
+        for (int b = 0; b < z->lay.nblocks; b++) {
+            if (z->lay.frozen[b] || !zero_gathered(z, b)) continue;
+            floatX* part = zero_shard_params(z, b);
+            CollOp op = {COLL_ALL_GATHER, b, part, part ? part + layout_prim(&z->lay, b) : NULL, z->lay.S[b], 0, CG_REP, 0};
             comm_start(z->comm, &op);
         }
         comm_wait_all(z->comm);
@@ -2291,14 +2511,17 @@ static void zero_zero_grads(Zero* z) {
 // a second description of it. No data is read or written (every buffer pointer stays NULL: dev_zero
 // and the poisoning skip NULL, the compute that reads them is not called). The tests keep closed
 // forms of their own (test/test_zero.h: zt_comm_closed_form).
-static void zero_count_step(const BlockLayout* lay, int stage, int GA, int64_t count[COLL_KINDS], int64_t bytes[COLL_KINDS]) {
+// sent (NULL: not wanted): the bytes a rank sends in each group's collectives (Comm.sent).
+static void zero_count_step(const BlockLayout* lay, int stage, int GA, int64_t count[COLL_KINDS], int64_t bytes[COLL_KINDS], double* sent) {
     Comm c;
     memset(&c, 0, sizeof(c));
-    c.R = lay->R;
+    c.R = lay->sh.W;
     c.count_only = 1;
+    const Shards* sh = &lay->sh;
+    c.grp[CG_GRAD].n = sh->R; c.grp[CG_PARAM].n = sh->pR; c.grp[CG_REP].n = sh->G; // (the groups' sizes: their traffic)
     Zero z;
     memset(&z, 0, sizeof(z));
-    z.stage = stage; z.R = lay->R; z.r = 0; z.L = lay->nblocks - 1 - (lay->adapter > 0);
+    z.stage = stage; z.R = lay->sh.W; z.r = 0; z.L = lay->nblocks - 1 - (lay->adapter > 0);
     z.lay = *lay;
     z.sz = zero_sizes(lay, stage);
     z.comm = &c;
@@ -2329,6 +2552,7 @@ static void zero_count_step(const BlockLayout* lay, int stage, int GA, int64_t c
     zero_adamw_check(&z, NULL, NULL); // the overflow flag's, then the optimizer's gathers
     zero_after_step(&z);
     memcpy(count, c.count, sizeof(c.count));
+    if (sent) memcpy(sent, c.sent, sizeof(c.sent));
     memcpy(bytes, c.bytes, sizeof(c.bytes));
 }
 
@@ -2402,30 +2626,43 @@ typedef int64_t (*EncodedFill)(void* ctx, int tensor, int layer, unsigned char* 
 // floatX exactly as zero_params_from_master would, then [ZeRO-1/2] the frozen blocks are gathered.
 // [QLoRA] The part of an encoded tensor in that range is enc's bytes (NULL: no encoded tensor).
 // Returns the non-finite values this rank read (a frozen block has no master for the usual check).
-static int64_t zero_fill_frozen_params(Zero* z, LogicalFill fill, void* ctx, EncodedFill enc, void* enc_ctx) {
+// One range of frozen block b: [lo, lo + n) of the block, put at `at` of its optimizer range (see
+// zero_shard_put). Returns the non-finite values read when count is set.
+static int64_t zero_fill_frozen_range(Zero* z, int b, int64_t lo, int64_t n, int64_t at, int count, LogicalFill fill, void* ctx,
+                                      EncodedFill enc, void* enc_ctx) {
     Piece pc[MAX_BLOCK_TENSORS];
     int64_t bad = 0;
+    float* host = (float*)calloc(n > 0 ? n : 1, sizeof(float));
+    floatX* px = (floatX*)malloc(sizeof(floatX) * (n > 0 ? n : 1));
+    if (!host || !px) die(1, "out of host memory (%lld floats for block %d)", (long long)n, b);
+    int k = layout_pieces(&z->lay, b, lo, lo + n, pc);
+    for (int i = 0; i < k; i++) fill(ctx, host + pc[i].local, pc[i].logical, pc[i].len);
+    for (int64_t i = 0; i < n; i++) { px[i] = rn(host[i]); bad += count && !isfinite(host[i]); }
+    EncRun er[MAX_BLOCK_TENSORS]; // [QLoRA] encoded tensors: their bytes in the range
+    int ne = layout_encoded(&z->lay, b, lo, lo + n, er);
+    if (ne && !enc) die(1, "block %d holds an encoded tensor and no encoder was given (internal error)", b);
+    for (int i = 0; i < ne; i++) {
+        const BlockTensor* t = &z->lay.tensors[b][er[i].k];
+        int64_t nb = enc(enc_ctx, t->tensor, t->layer, (unsigned char*)(px + er[i].local), er[i].at * (int64_t)sizeof(floatX),
+                         er[i].len * (int64_t)sizeof(floatX));
+        bad += count ? nb : 0;
+    }
+    if (z->stage == 0) dev_from_host(z->full_params + z->lay.off[b], px, sizeof(floatX) * n);
+    else zero_shard_put(z, b, at, px, n); // (the shard, [hpZ] a round of its part, or a replicated block's part of full_params)
+    free(host);
+    free(px);
+    return bad;
+}
+
+static int64_t zero_fill_frozen_params(Zero* z, LogicalFill fill, void* ctx, EncodedFill enc, void* enc_ctx) {
+    int64_t bad = 0;
+    const Shards* sh = &z->lay.sh;
     for (int b = 0; b < z->lay.nblocks; b++) {
         if (!z->lay.frozen[b]) continue;
-        int64_t lo = zero_opt_lo(z, b), n = (z->stage == 0 ? z->lay.P[b] : (z->r + 1) * z->lay.S[b]) - lo;
-        float* host = (float*)calloc(n > 0 ? n : 1, sizeof(float));
-        floatX* px = (floatX*)malloc(sizeof(floatX) * (n > 0 ? n : 1));
-        if (!host || !px) die(1, "out of host memory (%lld floats for block %d)", (long long)n, b);
-        int k = layout_pieces(&z->lay, b, lo, lo + n, pc);
-        for (int i = 0; i < k; i++) fill(ctx, host + pc[i].local, pc[i].logical, pc[i].len);
-        for (int64_t i = 0; i < n; i++) { px[i] = rn(host[i]); bad += !isfinite(host[i]); }
-        EncRun er[MAX_BLOCK_TENSORS]; // [QLoRA] encoded tensors: their bytes in the range
-        int ne = layout_encoded(&z->lay, b, lo, lo + n, er);
-        if (ne && !enc) die(1, "block %d holds an encoded tensor and no encoder was given (internal error)", b);
-        for (int i = 0; i < ne; i++) {
-            const BlockTensor* t = &z->lay.tensors[b][er[i].k];
-            bad += enc(enc_ctx, t->tensor, t->layer, (unsigned char*)(px + er[i].local), er[i].at * (int64_t)sizeof(floatX),
-                       er[i].len * (int64_t)sizeof(floatX));
-        }
-        if (z->stage == 0) dev_from_host(z->full_params + z->lay.off[b], px, sizeof(floatX) * n);
-        else zero_shard_put(z, b, 0, px, n); // (the shard, or a replicated block's part of full_params)
-        free(host);
-        free(px);
+        int64_t lo = zero_opt_lo(z, b), n = (z->stage == 0 ? z->lay.P[b] : (z->lay.r + 1) * z->lay.S[b]) - lo;
+        if (!(zero_gathered(z, b) && sh->hpz)) { bad += zero_fill_frozen_range(z, b, lo, n, 0, 1, fill, ctx, enc, enc_ctx); continue; }
+        for (int t = 0; t < sh->G; t++) // [hpZ] its part whole: shards j, j + N, ... (its own, round g, counted)
+            bad += zero_fill_frozen_range(z, b, (int64_t)(sh->pr + t * sh->pR) * n, n, (int64_t)(t - sh->g) * n, t == sh->g, fill, ctx, enc, enc_ctx);
     }
     zero_gather_params(z, 1);
     return bad;

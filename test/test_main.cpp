@@ -21,6 +21,7 @@
 #include "test_cli.h"        // tests: the trainer as a process: bad input, checkpoints, resume
 #include "test_checkpoint.h" // tests: the checkpoint protocol: CRC32C, one history, mixed/corrupt files, lock
 #include "test_zero.h"       // tests: ZeRO-0..3 over MPI on N processes
+#include "test_hybrid.h"     // tests: hybrid sharding: -hpz = flat ZeRO-3 bitwise, -shard-group (HSDP) deterministic, layouts, groups as nodes
 #include "test_plan.h"       // tests: -plan and -z auto
 #include "test_sizing.h"     // tests: the real models' descriptors against their published counts; -plan for them
 #include "test_hf.h"         // tests: Hugging Face checkpoints in and out, JSON, safetensors

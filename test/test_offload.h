@@ -759,10 +759,10 @@ TEST(offload_params_emu_z_auto) {
     for (int z = 0; z <= 3; z++)
         for (int k = OFFLOAD_NONE; k <= OFFLOAD_CPU; k++) { // (-r 1, the default, fixed; nvme needs -offload-dir)
             if (z == 0 && k) continue;
-            plan_config(&c, 2, ZT_T, 1, 1, z, 1, (Offload)k, 0, OFFLOAD_NONE, &row);
+            plan_config(&c, 2, ZT_T, groups_flat(1), 1, z, 1, (Offload)k, 0, OFFLOAD_NONE, &row);
             need = fmin(need, (double)row.total);
         }
-    plan_config(&c, 2, ZT_T, 1, 1, 3, 1, OFFLOAD_CPU, 0, OFFLOAD_CPU, &row);
+    plan_config(&c, 2, ZT_T, groups_flat(1), 1, 3, 1, OFFLOAD_CPU, 0, OFFLOAD_CPU, &row);
     CHECKF((double)row.total < need, "the parameter row needs %zu bytes, no less than the others' %.0f", row.total, need);
     char extra[256];
     snprintf(extra, sizeof(extra), "-gpu-mem %.0f", need + 1073741824.0 - 1);
@@ -783,7 +783,7 @@ TEST(offload_emu_z_auto) {
     GPTConfig c = gpt2_config(ZT_L, ZT_C, ZT_NH, ZT_V, 128, ZT_MAXT);
     double need = 1e300;
     for (int z = 0; z <= 3; z++) { // (-r 1 is the default, fixed: only -z is chosen)
-        plan_config(&c, 2, ZT_T, 1, 1, z, 1, OFFLOAD_NONE, 0, OFFLOAD_NONE, &best);
+        plan_config(&c, 2, ZT_T, groups_flat(1), 1, z, 1, OFFLOAD_NONE, 0, OFFLOAD_NONE, &best);
         need = fmin(need, (double)best.total);
     }
     need += 1073741824.0;

@@ -326,7 +326,7 @@ TEST(plan_schedule_counted_from_hooks) {
         for (int z = 0; z <= 3; z++)
             for (int GA = 1; GA <= 3; GA++) {
                 int64_t n[COLL_KINDS], b[COLL_KINDS], want_n[COLL_KINDS], want_b[COLL_KINDS];
-                zero_count_step(&lay, z, GA, n, b);
+                zero_count_step(&lay, z, GA, n, b, NULL);
                 zt_comm_closed_form(R, z, GA, want_n, want_b);
                 for (int k = 0; k < COLL_KINDS; k++)
                     CHECKF(n[k] == want_n[k] && b[k] == want_b[k], "R=%d z=%d GA=%d %s: counted %lld, %lld; closed form %lld, %lld", R, z, GA,
@@ -338,7 +338,8 @@ TEST(plan_schedule_counted_from_hooks) {
     Comm cc;
     memset(&cc, 0, sizeof(cc));
     cc.R = 2; cc.count_only = 1;
-    CollOp op = {COLL_ALL_GATHER, 0, NULL, NULL, 8, 0};
+    cc.grp[CG_PARAM].n = 2;
+    CollOp op = {COLL_ALL_GATHER, 0, NULL, NULL, 8, 0, CG_PARAM, 0};
     comm_wait(&cc, comm_start(&cc, &op));
     CHECK(cc.count[COLL_ALL_GATHER] == 1 && cc.bytes[COLL_ALL_GATHER] == 16 * (int64_t)sizeof(floatX));
 }

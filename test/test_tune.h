@@ -473,7 +473,7 @@ TEST(tune_emu_offload_cpu_when_nothing_else_fits) {
     PlanRow row;
     for (int z = 0; z <= 3; z++)
         for (int r = 0; r <= 3; r++) {
-            plan_config(&c, 2, ZT_T, 1, 1, z, r, OFFLOAD_NONE, 0, OFFLOAD_NONE, &row);
+            plan_config(&c, 2, ZT_T, groups_flat(1), 1, z, r, OFFLOAD_NONE, 0, OFFLOAD_NONE, &row);
             need = fmin(need, (double)row.total);
         }
     need += 1073741824.0; // the headroom: max(5%, 1 GiB)
@@ -513,7 +513,7 @@ TEST(tune_emu_timed_waits_ring) {
     int64_t n = 64;
     floatX* full = (floatX*)gpu_zeros(n * sizeof(floatX));
     floatX* shard = (floatX*)gpu_zeros(n * sizeof(floatX));
-    CollOp op = {COLL_ALL_GATHER, 0, full, shard, n, 0};
+    CollOp op = {COLL_ALL_GATHER, 0, full, shard, n, 0, CG_PARAM, 0};
     for (int i = 0; i < 10; i++) comm_wait(&c, comm_start(&c, &op)); // not timed: the host never waits, nothing to count
     comm_collect_waits(&c);
     CHECKF(c.waits == 0 && c.wait_s == 0.0 && c.wait_pending == 0, "untimed: %lld waits, %g s", (long long)c.waits, c.wait_s);

@@ -8,7 +8,10 @@
 //   ncclAllGather, ncclReduceScatter, ncclAllReduce (sum, FP32 / BF16 / FP64 / int), ncclGroupStart
 //   and ncclGroupEnd (the calls between them are issued at ncclGroupEnd, in order),
 //   ncclCommGetAsyncError, ncclCommAbort, ncclCommFinalize, ncclCommDestroy, ncclGetErrorString,
-//   ncclGetVersion.
+//   ncclGetVersion, ncclCommSplit (collective over the parent: every rank's color and key through the
+//   parent's file; members of a color ranked by key, then parent rank; the new communicator
+//   initialised as ncclCommInitRankConfig with the given config, so non-blocking: in progress until
+//   every member arrived), ncclCommCount, ncclCommUserRank.
 //   In-place forms as NCCL defines them: AllGather with sendbuff == recvbuff + rank*count,
 //   ReduceScatter with recvbuff == sendbuff + rank*recvcount, AllReduce with sendbuff == recvbuff;
 //   any other overlap of send and receive buffers stops the run (NCCL's result is undefined).
@@ -144,6 +147,7 @@ struct ncclComm {
     std::atomic<long> inside;     // the OS thread inside a call on this communicator (0: none)
     const char* inside_call;      // which call
     size_t conn_bytes;            // device memory its connections hold (see CONNECTIONS)
+    int splits;                   // ncclCommSplit calls so far (each new communicator's file is named by it)
 };
 typedef struct ncclComm* ncclComm_t;
 
@@ -501,6 +505,44 @@ static ncclResult_t ncclCommDestroy(ncclComm_t c) {
     munmap(c->sh, c->map_bytes);
     fake_nccl::conn_close(c);
     delete c;
+    return ncclSuccess;
+}
+
+// Every rank of `comm` calls it with its color and key (the same number of times, in the same order).
+static ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
+    using namespace fake_nccl;
+    *newcomm = nullptr;
+    if (!comm) return ncclInvalidArgument;
+    int n = 0, me = 0;
+    {
+        Turn turn(comm, "ncclCommSplit");
+        if (!comm->ready) emu::fail("fake NCCL: ncclCommSplit on rank %d before its communicator's initialisation completed", comm->rank);
+        check_settled(comm, "ncclCommSplit");
+        int* mine = (int*)(comm->slots + (size_t)comm->rank * kSlotBytes);
+        mine[0] = color; mine[1] = key;
+        if (barrier(comm, "ncclCommSplit") != ncclSuccess) return ncclRemoteError;
+        for (int q = 0; q < comm->nranks; q++) {
+            const int* o = (const int*)(comm->slots + (size_t)q * kSlotBytes);
+            if (o[0] != color) continue;
+            n++;
+            if (o[1] < key || (o[1] == key && q < comm->rank)) me++;
+        }
+        if (barrier(comm, "ncclCommSplit") != ncclSuccess) return ncclRemoteError; // (the slots are reused)
+        comm->splits++;
+    }
+    ncclUniqueId id;
+    memset(&id, 0, sizeof(id));
+    snprintf(id.internal, sizeof(id.internal), "%.60s_s%d_c%d", comm->path + strlen("/dev/shm/"), comm->splits, color);
+    return ncclCommInitRankConfig(newcomm, n, id, me, config);
+}
+static ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
+    if (!comm) return ncclInvalidArgument;
+    *count = comm->nranks;
+    return ncclSuccess;
+}
+static ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
+    if (!comm) return ncclInvalidArgument;
+    *rank = comm->rank;
     return ncclSuccess;
 }
 
