@@ -411,7 +411,6 @@ static void check_family_flags(Flags* f, const GPTConfig* c) {
 // The flags that groups (gr: flags_groups) do not go with (exit 2).
 static void check_group_flags(const Flags* f, Groups gr) {
     if (gr.N == gr.W) return;
-    const char* flag = gr.hpz ? "-hpz" : "-shard-group";
     const char* val = gr.hpz ? f->hpz : f->shard_group;
     if (gr.hpz && (f->zero_stage != 3 || f->tune))
         die_user("flag -hpz %s needs -z 3 (given, not auto or -tune): it is a partition of ZeRO-3's gathered parameters; below "
@@ -424,7 +423,6 @@ static void check_group_flags(const Flags* f, Groups gr) {
                  "inside the group; -offload-params moves the parameters off the device. HINT: one of the two", val, f->offload_params, gr.N, gr.W);
     if (gr.hpz && f->lora && !strcmp(f->lora_base, "replicated"))
         die_user("flag -hpz %s with -lora-base replicated: the base is whole on every rank and never gathered. HINT: -lora-base sharded", val);
-    (void)flag;
 }
 
 // -shard-group auto / -hpz auto: no group may span hosts (each rank's host name, gathered: the

@@ -469,7 +469,7 @@ typedef struct {
     MPI_Comm mpi;
 #endif
 #if defined(__CUDACC__) && defined(USE_NCCL)
-    ncclComm_t nccl;
+    ncclComm_t nccl;   // (nccl_split only: otherwise the world's, Comm.nccl)
 #endif
 } CommGroup;
 
@@ -833,7 +833,7 @@ static void comm_start_cuda(Comm* c, CommSlot* s) {
 #ifdef USE_NCCL
         ncclDataType_t xt = sizeof(floatX) == 2 ? ncclBfloat16 : ncclFloat;
         float* mine_f = (float*)op->full + (int64_t)g->i * S; // this rank's slice of a full FP32 block
-        ncclComm_t nc = g->nccl;
+        ncclComm_t nc = g->nccl_split ? g->nccl : c->nccl; // (not split: the world's)
         switch (op->kind) {
         case COLL_ALL_GATHER: // in place when shard == full + i*S, which NCCL supports
             if (coll_rounds(op) > 1) { // [hpZ] k all-gathers in one NCCL group: round t into full + t*n*S
