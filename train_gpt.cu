@@ -1718,7 +1718,8 @@ static void commit_out_dir(Trainer* tr) {
 
 // Hashes of this rank's parameters, master, m and v (over its shard): reproducibility checks. Each is
 // XXH64 (rng.h) of the values in layout order, fed piece by piece (the same digest however the shard
-// is cut into pieces); the ranks' four digests are then combined by FNV-1a in rank order. (XXH64, not
+// is cut into pieces); the ranks' four digests are then combined by FNV-1a in rank order, each shard once
+// ([HSDP] the first lay.R ranks: group 0's; -hpz holds the shards as flat ZeRO does, and hashes as it does). (XXH64, not
 // byte-wise FNV-1a: a 1B model's state is ~5 GB, which FNV-1a hashes at ~0.5 GB/s, XXH64 ~10x faster.)
 static void log_hashes(Trainer* tr) {
     Zero* z = &tr->model.z;
