@@ -53,6 +53,9 @@ typedef struct {
     int64_t coll_count[COLL_KINDS], coll_bytes[COLL_KINDS]; // per step, as the log counts them
     double traffic;                 // bytes a rank sends per step with ring algorithms
     double sent[CG_COUNT];          // of which in each group's collectives (zero.h: CommGroupId; without groups: CG_GRAD, CG_PARAM)
+    double sent_inter;              // of which between nodes (plan_link_times: the communicators that span nodes)
+    double comm_intra_s, comm_inter_s; // comm_s, inside nodes and between them (a ring runs at its slowest link)
+    Groups groups;                  // the row's layout (hybrid sharding: flat, -shard-group N, -hpz N)
     double compute_s, comm_s, step_s;
     double free;                    // memory per rank minus total (negative: over by that much)
     int fits;                       // 1: leaves at least the headroom free (plan_headroom); only these are chosen
@@ -65,8 +68,12 @@ typedef struct {
     double flops;        // FLOP/s per rank
     double membw;        // device memory bytes/s per rank (elementwise recompute), 0: unknown (not priced)
     char flops_src[160 + sizeof(((Flags*)0)->gpu)]; // holds the -gpu text whole (plan_env)
-    double link;         // bytes/s per rank and direction
-    const char* link_src;
+    double link;         // bytes/s per rank and direction: inside a node (-link-intra; -link-gbps)
+    char link_src[96];
+    double inter;        // bytes/s per rank and direction between nodes (-link-inter; -link-gbps)
+    char inter_src[96];
+    int gpn;             // ranks per node (-gpus-per-node): a communicator whose ranks span nodes runs at `inter`
+    char gpn_src[64];
     double pcie;         // [offload] host<->device bytes/s per rank and direction
     const char* pcie_src;
     double adamw;        // [offload] the host AdamW's elements/s per rank (measured: adamw_host_rate)
@@ -160,6 +167,7 @@ static void plan_config(const GPTConfig* c, int B, int T, Groups gr, int GA, int
     if (params) p->pcie_bytes += (double)p->coll_bytes[COLL_ALL_GATHER] / sh.pR; // [-offload-params] each gather's shard up
     p->traffic = 0.0;
     for (int k = 0; k < CG_COUNT; k++) p->traffic += p->sent[k];
+    p->groups = gr;
     layout_free(&lay);
 }
 
@@ -306,9 +314,63 @@ static const char* gpu_model_name(const Flags* f) {
     return gpu_present_name()[0] ? gpu_present_name() : "H100 (assumed: no GPU here and no -gpu)";
 }
 
-// Link bandwidth per rank when -link-gbps is auto, Gbit/s per direction: on cuda NVLink-class while
-// the ranks fit one 8-GPU node, an InfiniBand NDR port per GPU beyond; on cpu, shared memory.
-static double plan_link_gbps_default(int R) { return g_device == DEV_CUDA ? (R <= 8 ? 3600.0 : 400.0) : 80.0; }
+// Links by name (-link-intra, -link-inter), Gbit/s per rank and direction: NVLink's per-GPU
+// bandwidth (NVLink 3: A100 300 GB/s a direction, 4: H100/H200 450, 5: B200 900), a PCIe x16 slot
+// (4.0: 32 GB/s, 5.0: 64), one InfiniBand port per GPU (HDR 200 Gbit/s, NDR 400, XDR 800) or an
+// Ethernet port (give a NIC shared by a node's GPUs as its rate divided by them).
+static const struct { const char* name; double gbps; const char* what; } g_link_presets[] = {
+    {"nvlink3", 2400, "NVLink 3 (A100), 300 GB/s a direction"}, {"nvlink4", 3600, "NVLink 4 (H100, H200), 450 GB/s a direction"},
+    {"nvlink5", 7200, "NVLink 5 (B200), 900 GB/s a direction"}, {"pcie4", 256, "PCIe 4.0 x16, 32 GB/s"}, {"pcie5", 512, "PCIe 5.0 x16, 64 GB/s"},
+    {"xdr", 800, "InfiniBand XDR, 800 Gbit/s a port"}, {"ndr", 400, "InfiniBand NDR, 400 Gbit/s a port"}, {"hdr", 200, "InfiniBand HDR, 200 Gbit/s a port"},
+    {"400gbe", 400, "400 Gbit Ethernet"}, {"200gbe", 200, "200 Gbit Ethernet"}, {"100gbe", 100, "100 Gbit Ethernet"}, {"25gbe", 25, "25 Gbit Ethernet"},
+};
+// A link's rate from its name or a rate ("400Gbit", "400Gbps", "400Gb", "50GB/s", "1.6Tbit", a bare number:
+// Gbit/s); what: its description. Returns 0, or -1 when the text is neither.
+static int plan_parse_link(const char* text, double* gbps, char* what, size_t cap) {
+    for (size_t i = 0; i < sizeof(g_link_presets) / sizeof(g_link_presets[0]); i++)
+        if (!strcasecmp(text, g_link_presets[i].name)) {
+            *gbps = g_link_presets[i].gbps;
+            snprintf(what, cap, "%s", g_link_presets[i].what);
+            return 0;
+        }
+    char* end = NULL;
+    double v = strtod(text, &end);
+    if (!end || end == text || !(v > 0) || !isfinite(v)) return -1;
+    static const struct { const char* unit; double gbit; } units[] = {
+        {"", 1}, {"gbit", 1}, {"gbps", 1}, {"gb", 1}, {"gbit/s", 1}, {"gb/s", 8}, {"gbyte/s", 8}, {"tbit", 1000}, {"tbps", 1000}, {"tbit/s", 1000}, {"mbit", 1e-3}, {"mbps", 1e-3}};
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+        // "GB/s" is bytes, "Gb", "Gbit" bits: the case of the B decides
+        if (strcasecmp(end, units[i].unit)) continue;
+        double k = units[i].gbit;
+        if (!strcmp(units[i].unit, "gb") || !strcmp(units[i].unit, "gb/s")) k = strchr(end, 'B') ? 8 : 1;
+        *gbps = v * k;
+        snprintf(what, cap, "%s", text);
+        return 0;
+    }
+    return -1;
+}
+// The default links, Gbit/s per rank and direction: on cuda NVLink 4 inside a node, an InfiniBand
+// NDR port per GPU between nodes; on cpu, shared memory.
+static double plan_link_gbps_default(int inter) { return g_device == DEV_CUDA ? (inter ? 400.0 : 3600.0) : 80.0; }
+
+// Does communicator k of layout gr span nodes of gpn ranks? Its ranks (rank 0's, as every rank's alike
+// when gpn divides the groups): CG_GRAD and CG_PARAM consecutive (the group or the world), CG_REP
+// 0, N, 2N, ... (one member of each group).
+static int plan_spans_nodes(Groups gr, int k, int gpn) {
+    Shards sh = shards_of(gr, 0);
+    int n = k == CG_GRAD ? sh.R : k == CG_PARAM ? sh.pR : sh.G, stride = k == CG_REP ? gr.W / sh.G : 1;
+    return n > 1 && (n - 1) * stride / gpn > 0;
+}
+// A row's communication time: each communicator's bytes at the link it crosses (a ring runs at its
+// slowest link), no overlap with the compute assumed.
+static void plan_link_times(PlanRow* p, const PlanEnv* e) {
+    p->comm_intra_s = p->comm_inter_s = p->sent_inter = 0.0;
+    for (int k = 0; k < CG_COUNT; k++) {
+        if (plan_spans_nodes(p->groups, k, e->gpn)) { p->comm_inter_s += p->sent[k] / e->inter; p->sent_inter += p->sent[k]; }
+        else p->comm_intra_s += p->sent[k] / e->link;
+    }
+    p->comm_s = p->comm_intra_s + p->comm_inter_s;
+}
 
 // The host memory the kernel says is available to new work (MemAvailable), bytes; 0 if unknown.
 static double mem_available_bytes(void) {
@@ -380,12 +442,34 @@ static void plan_env(const Flags* f, const Launch* L, int R, PlanEnv* e) {
         snprintf(e->flops_src, sizeof(e->flops_src), "measured: median of %d matmuls by CPU time, %.3g..%.3g, %d threads%s; -tflops fixes it",
                  PLAN_FLOPS_REPS, lo / 1e12, hi / 1e12, num_threads(), g_use_blas ? ", -blas 1" : "");
     }
-    double gbps = f->link_gbps > 0 ? f->link_gbps : plan_link_gbps_default(R);
-    e->link = gbps * 1e9 / 8.0;
-    e->link_src = f->link_gbps > 0           ? "-link-gbps"
-                  : g_device == DEV_CPU      ? "default: shared memory"
-                  : R <= 8                   ? "default: NVLink-class, one node"
-                                             : "default: InfiniBand-class, across nodes";
+    // the links: -link-gbps (both), else -link-intra and -link-inter (a rate or a name), else the device's default
+    for (int k = 0; k < 2; k++) {
+        const char* text = k ? f->link_inter : f->link_intra;
+        char* src = k ? e->inter_src : e->link_src;
+        double gbps = 0.0;
+        char what[64];
+        if (f->link_gbps > 0) { gbps = f->link_gbps; snprintf(src, 96, "-link-gbps"); }
+        else if (strcmp(text, "auto")) {
+            if (plan_parse_link(text, &gbps, what, sizeof(what)))
+                die_user("flag %s: '%s' is not a rate (400Gbit, 50GB/s, 1.6Tbit) nor a link's name (nvlink3, nvlink4, nvlink5, pcie4, pcie5, "
+                         "xdr, ndr, hdr, 400gbe, 200gbe, 100gbe, 25gbe)", k ? "-link-inter" : "-link-intra", text);
+            snprintf(src, 96, "%s %s", k ? "-link-inter" : "-link-intra", what);
+        } else {
+            gbps = plan_link_gbps_default(k);
+            snprintf(src, 96, "%s", g_device == DEV_CPU ? "default: shared memory" : k ? "default: an InfiniBand NDR port per GPU" : "default: NVLink 4");
+        }
+        (k ? e->inter : e->link) = gbps * 1e9 / 8.0;
+    }
+    if (strcmp(f->gpus_per_node, "auto")) {
+        if (parse_int(f->gpus_per_node, &e->gpn) || e->gpn < 1) die_user("flag -gpus-per-node: '%s' is not a number of ranks (or auto)", f->gpus_per_node);
+        snprintf(e->gpn_src, sizeof(e->gpn_src), "-gpus-per-node");
+    } else if (f->plan && f->world > 0) {
+        e->gpn = g_device == DEV_CUDA ? (R < 8 ? R : 8) : R;
+        snprintf(e->gpn_src, sizeof(e->gpn_src), "%s", g_device == DEV_CUDA ? "default: 8-GPU nodes" : "default: one node");
+    } else {
+        e->gpn = L && L->local_world > 0 ? L->local_world : R;
+        snprintf(e->gpn_src, sizeof(e->gpn_src), "the launcher's ranks per node");
+    }
     double lo, hi;
     const char* fixed = getenv("ZT_PLAN_ADAMW_NS"); // a plan that reads the same on every machine (docs' samples: dev/doc_samples.py)
     if (fixed && atof(fixed) > 0) {
@@ -440,12 +524,14 @@ static void plan_offload_fit(PlanRow* p, const PlanEnv* e, int local_ranks) {
 }
 
 // Every stage x recompute row (and the offload rows), with fit and time: at most PLAN_MAX_ROWS.
-#define PLAN_MAX_ROWS 60 // 4 stages x 4 recompute modes without offload, [LoRA] + 4 (ZeRO-3, base replicated), 3 x 4 x 2 with,
-                         // 3 x 4 with parameter offload (ZeRO-3: the PLAN_PARAM_ROWS pairs x recompute)
+#define PLAN_MAX_ROWS 76 // 4 stages x 4 recompute modes without offload, [LoRA] + 4 (ZeRO-3, base replicated), 3 x 4 x 2 with,
+                         // 3 x 4 with parameter offload (ZeRO-3: the PLAN_PARAM_ROWS pairs x recompute), [groups] 3 x 4 HSDP + 4 hpZ
 // [-offload-params] the rows' (parameters, optimizer state) places, and their -r column's letter
 static const struct { Offload params, state; char mark; } PLAN_PARAM_ROWS[3] = {
     {OFFLOAD_CPU, OFFLOAD_CPU, 'O'}, {OFFLOAD_CPU, OFFLOAD_NVME, 'M'}, {OFFLOAD_NVME, OFFLOAD_NVME, 'N'}};
-static int plan_rows(const GPTConfig* c, int B, int T, Groups gr, int GA, int local_ranks, const PlanEnv* e, PlanRow* rows) {
+// layouts: with gr flat and the world over several nodes of e->gpn ranks, the hybrid layouts' rows too
+// (PLAN_LAYOUT_ROWS: -shard-group and -hpz with N = the ranks per node, without offload).
+static int plan_rows(const GPTConfig* c, int B, int T, Groups gr, int GA, int local_ranks, const PlanEnv* e, PlanRow* rows, int layouts) {
     int n = 0;
     // the checkpoints kept, on the node of rank 0 (the model files and ranks 0 .. local_ranks-1's
     // state files, the largest share: the same for every row, the files are stage-independent)
@@ -469,7 +555,7 @@ static int plan_rows(const GPTConfig* c, int B, int T, Groups gr, int GA, int lo
             PlanRow* p = &rows[n++];
             plan_config(&cz, B, T, gr, GA, z == 4 ? 3 : z, r, OFFLOAD_NONE, 0, OFFLOAD_NONE, p);
             p->compute_s = plan_compute_s(e, c, T, r) * B * T * GA;
-            p->comm_s = p->traffic / e->link;
+            plan_link_times(p, e);
             p->step_s = p->compute_s + p->comm_s; // no overlap assumed
             p->ckpt_per_node = p->disk_per_node = ckpt;
             p->free = e->mem - (double)p->total;
@@ -492,7 +578,7 @@ static int plan_rows(const GPTConfig* c, int B, int T, Groups gr, int GA, int lo
             plan_config(&cs, B, T, gr, GA, z, r, (Offload)k, e->offload_buffer, OFFLOAD_NONE, p);
             double state = p->state_bytes; // master, m, v of the shard: 12 bytes an element
             p->compute_s = plan_compute_s(e, c, T, r) * B * T * GA;
-            p->comm_s = p->traffic / e->link;
+            plan_link_times(p, e);
             double hidden = p->pcie_d2h_hidden / e->pcie; // [cpu] the copies under the backward
             p->pcie_s = (p->pcie_bytes - p->pcie_d2h_hidden) / e->pcie + fmax(0.0, hidden - 2.0 / 3.0 * p->compute_s);
             p->host_s = state / 12.0 / e->adamw; // the shard's elements (12 bytes of state each) at the measured rate
@@ -520,7 +606,7 @@ static int plan_rows(const GPTConfig* c, int B, int T, Groups gr, int GA, int lo
             double pfile = pk == OFFLOAD_NVME ? p->param_shard_bytes * local_ranks : 0.0; // [nvme] the parameter files
             double opt = state / 12.0; // (the optimizer range's elements)
             p->compute_s = plan_compute_s(e, c, T, r) * B * T * GA;
-            p->comm_s = p->traffic / e->link;
+            plan_link_times(p, e);
             p->prefetch_s = fmax(up / e->pcie, pk == OFFLOAD_NVME ? up * local_ranks / e->disk : 0.0);
             p->exposed_s = fmax(0.0, p->prefetch_s - p->compute_s);
             double hidden = p->pcie_d2h_hidden / e->pcie; // the gradient's copies under the backward
@@ -536,6 +622,21 @@ static int plan_rows(const GPTConfig* c, int B, int T, Groups gr, int GA, int lo
             p->step_s = p->compute_s + p->comm_s + p->pcie_s + p->host_s + p->disk_s;
             plan_offload_fit(p, e, local_ranks);
         }
+    // [groups] the hybrid layouts with a group per node: HSDP at ZeRO-1/2/3, hpZ at ZeRO-3 (mark H, Z)
+    if (layouts && gr.N == gr.W && e->gpn > 1 && gr.W > e->gpn && gr.W % e->gpn == 0)
+        for (int hpz = 0; hpz <= 1; hpz++)
+            for (int z = hpz ? 3 : 1; z <= 3; z++)
+                for (int r = 0; r <= 3; r++) {
+                    Groups g = {gr.W, e->gpn, hpz};
+                    PlanRow* p = &rows[n++];
+                    plan_config(&cs, B, T, g, GA, z, r, OFFLOAD_NONE, 0, OFFLOAD_NONE, p);
+                    p->compute_s = plan_compute_s(e, c, T, r) * B * T * GA;
+                    plan_link_times(p, e);
+                    p->step_s = p->compute_s + p->comm_s;
+                    p->ckpt_per_node = p->disk_per_node = ckpt;
+                    p->free = e->mem - (double)p->total;
+                    p->fits = p->free >= e->headroom;
+                }
     return n;
 }
 
@@ -588,9 +689,12 @@ static int plan_offload_arg(const Flags* f) {
     if (strcmp(f->offload, "auto")) return 1 << offload_parse(f->offload) | params;
     return 1 << OFFLOAD_NONE | 1 << OFFLOAD_CPU | (f->offload_dir[0] ? 1 << OFFLOAD_NVME : 0) | params;
 }
+// [groups] plan_rows' layouts: the hybrid layouts' rows unless -shard-group or -hpz was given (0 too: flat).
+static int plan_layouts_arg(const Flags* f) { return !f->shard_group_set && !f->hpz_set; }
 static int plan_params_arg(const Flags* f) { int k = offload_parse(f->offload_params); return k > 0 ? k : 0; }
 // A row's -r column: the mode and a letter for where the state (o, n) or the parameters (PLAN_PARAM_ROWS) live.
 static char plan_row_mark(const PlanRow* p) {
+    if (p->groups.N < p->groups.W) return p->groups.hpz ? 'Z' : 'H'; // [groups]
     for (int k = 0; k < 3 && p->offload_params; k++)
         if (PLAN_PARAM_ROWS[k].params == p->offload_params && PLAN_PARAM_ROWS[k].state == p->offload) return PLAN_PARAM_ROWS[k].mark;
     return p->offload == OFFLOAD_NVME ? 'n' : p->offload ? 'o' : p->stage == 3 && p->rep_base ? 'b' : ' ';
@@ -654,7 +758,7 @@ static void run_plan(const Flags* f, const GPTConfig* c, int R, const Launch* L)
     PlanEnv e;
     plan_env(f, L, R, &e);
     PlanRow rows[PLAN_MAX_ROWS];
-    int n = plan_rows(c, f->B, f->T, flags_groups(f, L, R), GA, local, &e, rows);
+    int n = plan_rows(c, f->B, f->T, flags_groups(f, L, R), GA, local, &e, rows, plan_layouts_arg(f));
     ModelDesc d;
     model_describe(&d, c);
     printf0("plan: L %d C %d NH %d V %d (padded %d): Psi = %lld parameters; B %d x T %d x R %d x GA %d; %s%s %s\n", c->L, c->C, c->NH,
@@ -665,7 +769,9 @@ static void run_plan(const Flags* f, const GPTConfig* c, int R, const Launch* L)
     if (fam[0]) printf0("  %s\n", fam);
     printf0("  memory per rank %s (%s); headroom %s, " PLAN_HEADROOM_TEXT ": a row fits only if it leaves that free\n",
             fmt_bytes(e.mem).s, e.mem_src, fmt_bytes(e.headroom).s);
-    printf0("  compute %.3g TFLOP/s per rank (%s); link %.0f Gbit/s (%s)\n", e.flops / 1e12, e.flops_src, e.link * 8 / 1e9, e.link_src);
+    printf0("  compute %.3g TFLOP/s per rank (%s); links per rank and direction: %.0f Gbit/s inside a node (%s), %.0f Gbit/s between "
+            "nodes (%s); %d rank%s per node (%s)\n", e.flops / 1e12, e.flops_src, e.link * 8 / 1e9, e.link_src, e.inter * 8 / 1e9, e.inter_src,
+            e.gpn, e.gpn > 1 ? "s" : "", e.gpn_src);
     printf0("  per token: %.4g GFLOP (%s); -r 3 adds %.4g GFLOP (the layers' forward again); -r 1 and -r 2 recompute elementwise ops: "
             "%s and %s more memory traffic, %s\n", plan_flops_per_token(c, f->T, 0) / 1e9,
             c->lora_r ? "LoRA: the frozen base's forward and input gradients, no weight gradients; the adapters' all three" : "6 N + 12 L ATT T",
@@ -709,6 +815,10 @@ static void run_plan(const Flags* f, const GPTConfig* c, int R, const Launch* L)
     printf0("-r N n: -offload nvme (the state in a file per rank: disk/node, with the checkpoints kept; the host holds -offload-buffer %s per rank "
             "and the staging); est s/step also reads and writes the state at %.0f Gbit/s per node (%s); chosen only when no cpu row fits, "
             "and with -z auto only when -offload-dir is given\n", fmt_bytes(e.offload_buffer).s, e.disk * 8 / 1e9, e.disk_src);
+    if (n > 0 && rows[n - 1].groups.N < R)
+        printf0("-r N H, Z: hybrid sharding with a group per node (%d ranks): H -shard-group %d (ZeRO-1/2/3 inside each node, each "
+                "gradient shard all-reduced between the nodes), Z -hpz %d (ZeRO-3's gathers inside each node; flat ZeRO-3's bits); est "
+                "s/step prices each communicator at the link it crosses\n", rows[n - 1].groups.N, rows[n - 1].groups.N, rows[n - 1].groups.N);
     printf0("-r N O, M, N: ZeRO-3 with -offload-params (the parameter shards off the device, and with them the FP32 gradient shard): O "
             "-offload-params cpu -offload cpu, M -offload-params cpu -offload nvme, N -offload-params nvme -offload nvme (the parameter "
             "file too); each gather copies its shard up (N: read from the file first), hidden behind the compute up to the step's "
@@ -727,8 +837,10 @@ static void run_plan(const Flags* f, const GPTConfig* c, int R, const Launch* L)
         printf0("recommendation: none: %s\n", why);
     } else {
         const PlanRow* p = &rows[best];
-        printf0("recommendation: -z %d -r %d%s%s%s%s%s: %suses %s of %s per rank, leaving %s (headroom %s), and has the lowest estimated step time, "
-                "%.3g s (compute %.3g s, communication %.3g s%s)%s\n", p->stage, p->recompute, p->offload ? " -offload " : "",
+        char lay[48] = "";
+        if (p->groups.N < p->groups.W) snprintf(lay, sizeof(lay), " %s %d", p->groups.hpz ? "-hpz" : "-shard-group", p->groups.N);
+        printf0("recommendation: -z %d -r %d%s%s%s%s%s%s: %suses %s of %s per rank, leaving %s (headroom %s), and has the lowest estimated step time, "
+                "%.3g s (compute %.3g s, communication %.3g s: %.3g s inside nodes, %.3g s between them%s)%s\n", p->stage, p->recompute, lay, p->offload ? " -offload " : "",
                 p->offload ? offload_name((Offload)p->offload) : "", p->offload_params ? " -offload-params " : "",
                 p->offload_params ? offload_name((Offload)p->offload_params) : "", !c->lora_r ? "" : p->rep_base ? " -lora-base replicated" : " -lora-base sharded",
                 p->offload_params && !plan_params_arg(f) ? "nothing fits without parameter offload; "
@@ -736,7 +848,7 @@ static void run_plan(const Flags* f, const GPTConfig* c, int R, const Launch* L)
                   ? "-offload-params given (and nothing fits without it); " : "-offload-params given (rows without it fit too); "
                 : !p->offload ? "" : plan_choose(rows, n, R, -1, -1, plan_base_arg(f), 1 << OFFLOAD_NONE) < 0 ? "nothing fits without offload; "
                 : "-offload given (rows without offload fit too); ", fmt_bytes((double)p->total).s, fmt_bytes(e.mem).s,
-                fmt_bytes(p->free).s, fmt_bytes(e.headroom).s, p->step_s, p->compute_s, p->comm_s, p->offload ? ", host copies and AdamW" : "",
+                fmt_bytes(p->free).s, fmt_bytes(e.headroom).s, p->step_s, p->compute_s, p->comm_s, p->comm_intra_s, p->comm_inter_s, p->offload ? "; host copies and AdamW" : "",
                 R > 1 ? "; ZeRO-0 is never chosen with R > 1 (ZeRO-1 sends less in less memory)" : "");
     }
     if (f->out_dir[0] && g_rank == 0) {
@@ -746,7 +858,10 @@ static void run_plan(const Flags* f, const GPTConfig* c, int R, const Launch* L)
         if (!fp) die_user("-o: cannot write %s: %s", path, strerror(errno));
         for (int i = 0; i < n; i++) {
             const PlanRow* p = &rows[i];
-            if (p->offload_params) // [-offload-params] first, so that a reader keyed on {"stage": ... reads the other rows only
+            if (p->groups.N < p->groups.W) // [groups] the layout first, so that a reader keyed on {"stage": ... reads the flat rows only
+                fprintf(fp, "{\"layout\": \"%s\", \"group\": %d, \"stage\": %d, \"recompute\": %d, \"offload\": %d, \"R\": %d, \"GA\": %d",
+                        p->groups.hpz ? "hpz" : "hsdp", p->groups.N, p->stage, p->recompute, p->offload, R, GA);
+            else if (p->offload_params) // [-offload-params] first, so that a reader keyed on {"stage": ... reads the other rows only
                 fprintf(fp, "{\"offload_params\": %d, \"prefetch_s\": %.6g, \"exposed_s\": %.6g, \"stage\": %d, \"recompute\": %d, \"offload\": %d, \"R\": %d, \"GA\": %d",
                         p->offload_params, p->prefetch_s, p->exposed_s, p->stage, p->recompute, p->offload, R, GA);
             else
@@ -759,7 +874,8 @@ static void run_plan(const Flags* f, const GPTConfig* c, int R, const Launch* L)
                     p->host_bytes, p->host_per_node, p->pcie_bytes, p->pcie_s, p->host_s);
             fprintf(fp, ", \"disk_per_node\": %zu, \"ckpt_per_node\": %zu, \"disk_s\": %.6g", p->disk_per_node, p->ckpt_per_node, p->disk_s);
             for (int k = 0; k < COLL_KINDS; k++) fprintf(fp, ", \"%s\": [%lld, %lld]", coll_name[k], (long long)p->coll_count[k], (long long)p->coll_bytes[k]);
-            fprintf(fp, ", \"rep_base\": %d}\n", p->rep_base); // [LoRA] 1: the frozen base whole on every rank
+            fprintf(fp, ", \"rep_base\": %d", p->rep_base); // [LoRA] 1: the frozen base whole on every rank
+            fprintf(fp, ", \"comm_intra_s\": %.6g, \"comm_inter_s\": %.6g, \"sent_inter\": %.0f}\n", p->comm_intra_s, p->comm_inter_s, p->sent_inter); // [groups]
         }
         fclose(fp);
     }
@@ -768,7 +884,10 @@ static void run_plan(const Flags* f, const GPTConfig* c, int R, const Launch* L)
 // The settings table shows the planner's inputs as resolved (rank 0, which plans, prints it).
 static void plan_env_show(Flags* f, const PlanEnv* e) {
     if (f->tflops == 0) FLAG_SHOW(f, tflops, "%.3g (%s)", e->flops / 1e12, g_device == DEV_CPU ? "measured" : "assumed");
-    if (f->link_gbps == 0) FLAG_SHOW(f, link_gbps, "%.0f", e->link * 8 / 1e9);
+    if (f->link_gbps == 0) FLAG_SHOW(f, link_gbps, "%.0f inside a node, %.0f between nodes (-link-intra, -link-inter)", e->link * 8 / 1e9, e->inter * 8 / 1e9);
+    if (!strcmp(f->link_intra, "auto")) FLAG_SHOW(f, link_intra, "%.0f Gbit/s (%s)", e->link * 8 / 1e9, e->link_src);
+    if (!strcmp(f->link_inter, "auto")) FLAG_SHOW(f, link_inter, "%.0f Gbit/s (%s)", e->inter * 8 / 1e9, e->inter_src);
+    if (!strcmp(f->gpus_per_node, "auto")) FLAG_SHOW(f, gpus_per_node, "%d (%s)", e->gpn, e->gpn_src);
     if (f->pcie_gbps == 0) FLAG_SHOW(f, pcie_gbps, "%.0f (%s)", e->pcie * 8 / 1e9, e->pcie_src);
     if (f->disk_gbps == 0) FLAG_SHOW(f, disk_gbps, "%.0f (%s)", e->disk * 8 / 1e9, e->disk_src);
     if (!f->gpu_mem[0]) FLAG_SHOW(f, gpu_mem, "%s (%s)", fmt_bytes(e->mem).s, e->mem_src);
@@ -779,14 +898,14 @@ static void plan_env_show(Flags* f, const PlanEnv* e) {
 // -z auto / -r auto: rank 0 plans with its own view of the memory and broadcasts the choice, so
 // ranks that see different free memory never choose differently. One line says what and why.
 static void choose_config(Flags* f, const GPTConfig* c, int R, const Launch* L, Comm* comm) {
-    int choice[5] = {f->zero_stage, f->recompute, 0, 0, 0};
+    int choice[7] = {f->zero_stage, f->recompute, 0, 0, 0, 0, 0}; // ..., [groups] the layout (1 HSDP, 2 hpZ) and its N
     char why[1024] = "";
     if (g_rank == 0) {
         int GA = plan_GA(f, R);
         PlanEnv e;
         plan_env(f, L, R, &e);
         PlanRow rows[PLAN_MAX_ROWS];
-        int n = plan_rows(c, f->B, f->T, flags_groups(f, L, R), GA, L->local_world, &e, rows);
+        int n = plan_rows(c, f->B, f->T, flags_groups(f, L, R), GA, L->local_world, &e, rows, plan_layouts_arg(f));
         int best = plan_choose_params(rows, n, R, f->zero_stage, f->recompute, plan_base_arg(f), plan_offload_arg(f), plan_params_arg(f));
         plan_env_show(f, &e);
         if (best < 0) {
@@ -798,6 +917,7 @@ static void choose_config(Flags* f, const GPTConfig* c, int R, const Launch* L, 
             choice[2] = rows[best].offload;
             choice[3] = rows[best].rep_base;
             choice[4] = rows[best].offload_params;
+            if (rows[best].groups.N < rows[best].groups.W) { choice[5] = rows[best].groups.hpz ? 2 : 1; choice[6] = rows[best].groups.N; }
             snprintf(why, sizeof(why), "%suses %s of %s per rank (%s), leaving %s (headroom %s, " PLAN_HEADROOM_TEXT "), estimated %.3g s/step",
                      rows[best].offload_params && !plan_params_arg(f) ? "nothing fits without parameter offload, so the parameter and gradient shards leave the device too; "
                      : rows[best].offload == OFFLOAD_CPU && !strcmp(f->offload, "auto") ? "nothing fits without offload, so the optimizer state goes to the host; "
@@ -809,7 +929,13 @@ static void choose_config(Flags* f, const GPTConfig* c, int R, const Launch* L, 
     comm_broadcast(comm, choice, sizeof(choice), 0);
     if (choice[0] == -2) die_user("-z auto: %s", g_rank == 0 ? why : "rank 0 found no configuration that fits (see its message)");
     const char* base = !c->lora_r ? "" : choice[3] ? " -lora-base replicated" : " -lora-base sharded"; // [LoRA]
-    printf0("auto: -z %d -r %d%s%s%s%s%s chosen: %s\n", choice[0], choice[1], choice[2] ? " -offload " : "", choice[2] ? offload_name((Offload)choice[2]) : "",
+    char lay[48] = ""; // [groups] a hybrid layout the planner chose (only when neither -shard-group nor -hpz was given)
+    if (choice[5]) {
+        snprintf(lay, sizeof(lay), " %s %d", choice[5] == 2 ? "-hpz" : "-shard-group", choice[6]);
+        if (choice[5] == 2) { snprintf(f->hpz, sizeof(f->hpz), "%d", choice[6]); FLAG_SHOW(f, hpz, "%d (-z auto: the planner's choice)", choice[6]); }
+        else { snprintf(f->shard_group, sizeof(f->shard_group), "%d", choice[6]); FLAG_SHOW(f, shard_group, "%d (-z auto: the planner's choice)", choice[6]); }
+    }
+    printf0("auto: -z %d -r %d%s%s%s%s%s%s chosen: %s\n", choice[0], choice[1], lay, choice[2] ? " -offload " : "", choice[2] ? offload_name((Offload)choice[2]) : "",
             choice[4] ? " -offload-params " : "", choice[4] ? offload_name((Offload)choice[4]) : "", base, why);
     snprintf(f->offload_params, sizeof(f->offload_params), "%s", offload_name((Offload)choice[4])); // [-offload-params] (none: none)
     plan_lora_base_resolve(f, choice[3], choice[0], "-z auto: the planner's choice");

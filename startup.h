@@ -493,6 +493,8 @@ static void check_flags(const Flags* f, const GPTConfig* c, int R) {
                  "-z 1 shards the state first (and sends less than -z 0)", f->offload);
     if (f->world > 0 && !f->plan) die_user("flag -world plans for another world size: it needs -plan");
     if (f->link_gbps < 0 || f->tflops < 0 || f->pcie_gbps < 0 || f->disk_gbps < 0) die_user("flags -link-gbps / -tflops / -pcie-gbps / -disk-gbps must be positive");
+    if (f->link_gbps > 0 && (strcmp(f->link_intra, "auto") || strcmp(f->link_inter, "auto")))
+        die_user("flag -link-gbps %g with -link-intra %s -link-inter %s: -link-gbps sets both links. HINT: give -link-intra and -link-inter alone", f->link_gbps, f->link_intra, f->link_inter);
     const char* ed = f->export_dtype;
     if (strcmp(ed, "auto") && strcmp(ed, "fp32") && strcmp(ed, "bf16") && strcmp(ed, "fp16"))
         die_user("flag -export-dtype: '%s' is not auto, fp32, bf16 or fp16", ed);

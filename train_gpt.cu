@@ -1410,12 +1410,7 @@ static void setup_config(Trainer* tr, GPTConfig* c_out, int* from_file_out, int*
     if (T_auto && f->T > c.maxT) { f->T = c.maxT; snprintf(f->T_str, sizeof(f->T_str), "%d", f->T); } // "at most the model's"
     int R_plan = f->plan && f->world > 0 ? f->world : tr->R; // -plan -world R plans another world size
     check_flags(f, &c, R_plan);
-    check_group_flags(f, flags_groups(f, &tr->launch, R_plan)); // [groups] hybrid sharding: the communicators of each group
-    tr->groups = flags_groups(f, &tr->launch, tr->R);
-    if (!f->plan && !f->tokenize[0] && (g_device == DEV_CPU || tr->comm.device_side)) {
-        check_group_hosts(&tr->comm, f, tr->groups);
-        comm_split_groups(&tr->comm, tr->groups);
-    }
+    check_group_flags(f, flags_groups(f, &tr->launch, R_plan)); // [groups] (the layout given; -z auto may choose one: setup_choose)
     check_family_flags(f, &c); // (llm.c's files are GPT-2's)
     ranks_agree(&tr->comm, flags_hash(f), "was started with different flags once defaults were resolved (another model file?)", "start every rank with the same command line, the same ./train and the same -device");
     attention_choose(f, f->plan); // -attn: cuDNN's attention or ours (exit 2 where -attn cudnn cannot run)
@@ -1440,6 +1435,9 @@ static void setup_choose(Trainer* tr, const GPTConfig* c) {
     else { // the planner's inputs: nothing plans this run
         if (f->tflops == 0) FLAG_SHOW(f, tflops, "unused: only -plan, -z auto and -r auto plan");
         if (f->link_gbps == 0) FLAG_SHOW(f, link_gbps, "unused: only -plan, -z auto and -r auto plan");
+        if (!strcmp(f->link_intra, "auto")) FLAG_SHOW(f, link_intra, "unused: only -plan, -z auto and -r auto plan");
+        if (!strcmp(f->link_inter, "auto")) FLAG_SHOW(f, link_inter, "unused: only -plan, -z auto and -r auto plan");
+        if (!strcmp(f->gpus_per_node, "auto")) FLAG_SHOW(f, gpus_per_node, "unused: only -plan, -z auto and -r auto plan");
         if (f->pcie_gbps == 0) FLAG_SHOW(f, pcie_gbps, "unused: only -plan, -z auto and -r auto plan");
         if (f->disk_gbps == 0) FLAG_SHOW(f, disk_gbps, "unused: only -plan, -z auto and -r auto plan");
         if (!f->host_mem[0]) FLAG_SHOW(f, host_mem, "unused: only -plan, -z auto and -r auto plan");
@@ -1448,6 +1446,12 @@ static void setup_choose(Trainer* tr, const GPTConfig* c) {
     }
     if (!c->lora_r) FLAG_SHOW(f, lora_base, "unused: no -lora");
     if (strcmp(f->offload_str, f->offload)) FLAG_SHOW(f, offload, "%s", f->offload);
+    // [groups] hybrid sharding, given or chosen: the communicators of each group
+    tr->groups = flags_groups(f, &tr->launch, tr->R);
+    if (g_device == DEV_CPU || tr->comm.device_side) {
+        check_group_hosts(&tr->comm, f, tr->groups);
+        comm_split_groups(&tr->comm, tr->groups);
+    }
     if (strcmp(f->offload_params_str, f->offload_params)) FLAG_SHOW(f, offload_params, "%s", f->offload_params);
 }
 

@@ -300,6 +300,9 @@ static void tune_config(Flags* f, const GPTConfig* c, int GA, Comm* comm, const 
         const char* why = autos ? "unused: -tune reused the checkpoint's choice" : "unused: -tune had nothing to choose";
         if (f->tflops == 0) FLAG_SHOW(f, tflops, "%s", why);
         if (f->link_gbps == 0) FLAG_SHOW(f, link_gbps, "%s", why);
+        if (!strcmp(f->link_intra, "auto")) FLAG_SHOW(f, link_intra, "%s", why);
+        if (!strcmp(f->link_inter, "auto")) FLAG_SHOW(f, link_inter, "%s", why);
+        if (!strcmp(f->gpus_per_node, "auto")) FLAG_SHOW(f, gpus_per_node, "%s", why);
         return;
     }
     // the candidates: rank 0 plans (its memory, as -z auto) and broadcasts them
@@ -313,7 +316,7 @@ static void tune_config(Flags* f, const GPTConfig* c, int GA, Comm* comm, const 
     if (comm->r == 0) {
         plan_env(f, L, comm->R, &e);
         plan_env_show(f, &e);
-        nrows = plan_rows(c, f->B, f->T, flags_groups(f, L, comm->R), GA, L->local_world, &e, rows);
+        nrows = plan_rows(c, f->B, f->T, flags_groups(f, L, comm->R), GA, L->local_world, &e, rows, 0); // (the layout given: -tune does not choose one)
         n = tune_candidates(rows, nrows, f, comm->R, f->tune_rows, idx);
         for (int i = 0; i < n; i++) {
 #define X(flag, field, row, max, kind, old) cand[i][TD_##field] = rows[idx[i]].row;

@@ -20,7 +20,7 @@ check = "--check" in args
 binary = "./train"
 if "--binary" in args:
     binary = args[args.index("--binary") + 1]
-DOCS = ["docs/sizing.md"]
+DOCS = ["docs/sizing.md", "docs/plan.md"]
 SAMPLE = re.compile(r"^    \$ (\./train [^\n]*?)(\s{3,}\(.*\))?$")
 
 def run(cmdline):

@@ -214,4 +214,99 @@ TEST(hybrid_plan_bytes_closed_form) {
         }
 }
 
+// The planner's links (-link-intra, -link-inter, -gpus-per-node): each communicator's bytes at the link
+// it crosses, against the layouts' spans (in process): flat at R = 64 in nodes of 8 crosses nodes
+// everywhere; HSDP keeps its group's gathers and reductions inside a node and sends only the
+// replicas' all-reduce between nodes; hpZ keeps its gathers inside a node; with 16 ranks a node and
+// groups of 8, hpZ's replicas (ranks 0, 8, ...) cross nodes still.
+TEST(hybrid_plan_links_closed_form) {
+#ifdef ENABLE_FP32
+    if (!test_long()) TEST_SKIP("precision does not enter it: run in the BF16 build (both in make test-long)");
+#endif
+    GPTConfig c;
+    memset(&c, 0, sizeof(c));
+    c.L = ZT_L; c.C = ZT_C; c.NH = ZT_NH; c.V = ZT_V; c.Vp = 128; c.maxT = ZT_MAXT;
+    PlanEnv e;
+    memset(&e, 0, sizeof(e));
+    e.link = 100.0; e.inter = 10.0;
+    static const struct { int W, N, hpz, gpn; int inter[CG_COUNT]; } cases[] = {
+        {64, 64, 0, 8, {1, 1, 0}}, {8, 8, 0, 8, {0, 0, 0}}, {64, 8, 0, 8, {0, 0, 1}}, {64, 8, 1, 8, {1, 0, 1}}, {64, 8, 1, 16, {1, 0, 1}}, {64, 16, 0, 8, {1, 1, 1}},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        Groups gr = {cases[i].W, cases[i].N, cases[i].hpz};
+        PlanRow row;
+        plan_config(&c, 2, ZT_T, gr, 1, 3, 0, OFFLOAD_NONE, 0, OFFLOAD_NONE, &row);
+        e.gpn = cases[i].gpn;
+        plan_link_times(&row, &e);
+        double intra = 0.0, inter = 0.0;
+        for (int k = 0; k < CG_COUNT; k++) (cases[i].inter[k] ? inter : intra) += row.sent[k];
+        CHECKF(fabs(row.comm_intra_s - intra / 100.0) <= 1e-12 * (intra + 1) && fabs(row.comm_inter_s - inter / 10.0) <= 1e-12 * (inter + 1) &&
+               fabs(row.sent_inter - inter) <= 1e-9 * (inter + 1),
+               "W %d N %d hpz %d, %d ranks a node: %.6g s inside nodes, %.6g s between; closed form %.6g, %.6g", cases[i].W, cases[i].N,
+               cases[i].hpz, cases[i].gpn, row.comm_intra_s, row.comm_inter_s, intra / 100.0, inter / 10.0);
+    }
+}
+
+// -plan of the seeds' question, Ethernet or InfiniBand: Llama 3 70B on 64 H100s in nodes of 8. The
+// same rows with a 4x slower -link-inter take 4x the time between nodes and the same inside; the
+// hybrid rows (H, Z) are planned; rates and names parse alike (50GB/s = 400Gbit = ndr); bad links
+// and -link-gbps with them are refused. Then -z auto over 4 ranks in "nodes" of 2 with a slow link
+// between them chooses a hybrid layout and runs it (its memory is the plan's: checked at start-up).
+TEST(hybrid_plan_links_ethernet_or_infiniband) {
+#ifdef ENABLE_FP32
+    if (!test_long()) TEST_SKIP("precision does not enter it: run in the BF16 build (both in make test-long)");
+#endif
+    const char* base = "-plan -device cuda -gpu h100 -gpu-mem 80GiB -world 64 -gpus-per-node 8 -e llama3-70b -t 4096 -b 1";
+    static const char* links[] = {"100GbE", "ndr", "50GB/s", "400Gbit"};
+    double inter[4][80], intra[4][80];
+    int nrows[4] = {0, 0, 0, 0}, layout_rows = 0;
+    char rec[4][512];
+    for (int k = 0; k < 4; k++) {
+        const char* dir = zt_dir("hy_links");
+        char cmd[4096];
+        snprintf(cmd, sizeof(cmd), ZT_CLEAN_ENV "OMP_NUM_THREADS=1 %s --train %s -link-inter %s -o %s", g_test_self, base, links[k], dir);
+        int rc = test_run_cmd(cmd, zt_out, sizeof(zt_out));
+        CHECKF(rc == 0, "-plan -link-inter %s failed (%d):\n%s", links[k], rc, zt_out);
+        const char* r = strstr(zt_out, "recommendation: ");
+        snprintf(rec[k], sizeof(rec[k]), "%.*s", r ? (int)strcspn(r, "\n") : 0, r ? r : "");
+        char path[PATH_MAX];
+        snprintf(path, sizeof(path), "%s/plan.jsonl", dir);
+        char* s = zt_read_file(path);
+        for (char* line = s ? strtok(s, "\n") : NULL; line && nrows[k] < 80; line = strtok(NULL, "\n")) {
+            const char* a = strstr(line, "\"comm_intra_s\": ");
+            const char* b = strstr(line, "\"comm_inter_s\": ");
+            if (!a || !b) continue;
+            intra[k][nrows[k]] = atof(a + 16); inter[k][nrows[k]] = atof(b + 16);
+            nrows[k]++;
+            if (k == 0 && !strncmp(line, "{\"layout\": ", 11)) layout_rows++;
+        }
+        free(s);
+    }
+    CHECKF(nrows[0] > 0 && nrows[0] == nrows[1] && nrows[1] == nrows[2] && nrows[2] == nrows[3] && layout_rows == 16,
+           "rows: %d %d %d %d, %d of them hybrid (want 16: 12 HSDP, 4 hpZ)", nrows[0], nrows[1], nrows[2], nrows[3], layout_rows);
+    for (int i = 0; i < nrows[0] && i < nrows[1]; i++) {
+        CHECKF(fabs(inter[0][i] - 4.0 * inter[1][i]) <= 1e-5 * inter[0][i] && fabs(intra[0][i] - intra[1][i]) <= 1e-5 * (intra[0][i] + 1e-30),
+               "row %d: 100GbE %.6g s between nodes, NDR %.6g s (want 4x); inside %.6g, %.6g", i, inter[0][i], inter[1][i], intra[0][i], intra[1][i]);
+        CHECKF(inter[1][i] == inter[2][i] && inter[2][i] == inter[3][i], "row %d: ndr, 50GB/s and 400Gbit differ", i);
+    }
+    CHECKF(strstr(rec[0], "-hpz 8") && strstr(rec[1], "-hpz 8"), "the 70B at 80 GiB: hpZ fits and is fastest on both links:\n  %s\n  %s", rec[0], rec[1]);
+    printf("    100GbE: %s\n    NDR:    %s\n", rec[0], rec[1]);
+    static const struct { const char* flags; const char* want; } bad[] = {
+        {"-link-inter fast", "-link-inter: 'fast' is not a rate"}, {"-link-intra 0Gbit", "-link-intra: '0Gbit' is not a rate"},
+        {"-link-gbps 100 -link-intra nvlink4", "-link-gbps sets both links"}, {"-gpus-per-node 0", "-gpus-per-node: '0'"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char cmd[4096];
+        snprintf(cmd, sizeof(cmd), ZT_CLEAN_ENV "OMP_NUM_THREADS=1 %s --train %s %s", g_test_self, base, bad[i].flags);
+        int rc = test_run_cmd(cmd, zt_out, sizeof(zt_out));
+        CHECKF(rc == 2 && strstr(zt_out, bad[i].want), "'%s': exit %d, expected 2 and \"%s\":\n%s", bad[i].flags, rc, bad[i].want, zt_out);
+    }
+    char flags[1024];
+    snprintf(flags, sizeof(flags), ZT_MODEL " -b 2 -x 2 -v 0 -s 0 -z auto -r auto -gpus-per-node 2 -link-intra 80Gbit -link-inter 0.01Gbit -comm-trace 1");
+    int rc = zt_mpirun(4, flags, zt_out, sizeof(zt_out));
+    const char* chosen = strstr(zt_out, "auto: -z ");
+    CHECKF(rc == 0 && chosen && (strstr(chosen, " -hpz 2 ") || strstr(chosen, " -shard-group 2 ")) && strstr(zt_out, "among replicas"),
+           "-z auto with a slow link between nodes of 2: exit %d, no hybrid layout chosen and run:\n%s", rc, zt_out);
+}
+
 #endif // ZT_TEST_HYBRID_H

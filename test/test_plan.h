@@ -299,7 +299,7 @@ TEST(plan_cuda_without_gpu) {
            "-plan -device cuda without a GPU:\n%s", zt_out);
     snprintf(flags, sizeof(flags), "-plan -device cuda -gpu-mem 40GiB -gpu a100 -world 64 -e d24");
     rc = tp_run(flags);
-    CHECKF(rc == 0 && strstr(zt_out, "156 TFLOP/s") && strstr(zt_out, "x R 64 x") && strstr(zt_out, "InfiniBand-class"), "-world 64:\n%s", zt_out);
+    CHECKF(rc == 0 && strstr(zt_out, "156 TFLOP/s") && strstr(zt_out, "x R 64 x") && strstr(zt_out, "InfiniBand NDR"), "-world 64:\n%s", zt_out);
     snprintf(flags, sizeof(flags), "-plan -device cuda -world 8");
     rc = tp_run(flags);
     CHECKF(rc == 2 && strstr(zt_out, "-gpu-mem") && strstr(zt_out, "HINT"), "no -gpu-mem without a GPU: expected exit 2 and a hint:\n%s", zt_out);

@@ -72,10 +72,11 @@ TEST(ux_settings_table_resolved) {
     CHECKF(rc == 0, "run failed:\n%s", zt_out);
     char v[256];
     int autos = ux_check_autos(zt_out, " " ZT_MODEL " -b 2 " UX_FLAGS " ", 0);
-    CHECKF(autos == 17, "%d flags at auto, expected 17: -device -l -u -doc-attention -verbose -link-gbps -tflops -io-timeout -export-dtype -gpu -offload -pcie-gbps -disk-gbps -lora-base -attn by default, -z -r given", autos);
+    CHECKF(autos == 20, "%d flags at auto, expected 20: -device -l -u -doc-attention -verbose -link-gbps -gpus-per-node -link-intra -link-inter -tflops -io-timeout -export-dtype -gpu -offload -pcie-gbps -disk-gbps -lora-base -attn by default, -z -r given", autos);
     // the values themselves: 5% of 20 steps of warmup, the CPU device's defaults, the planner's inputs
     struct { const char* flag; const char* want; } exact[] = {
-        {"-u", "auto \u2192 1"}, {"-device", "auto (this build has no CUDA) \u2192 cpu"}, {"-l", "auto \u2192 1e-3"}, {"-link-gbps", "auto \u2192 80"},
+        {"-u", "auto \u2192 1"}, {"-device", "auto (this build has no CUDA) \u2192 cpu"}, {"-l", "auto \u2192 1e-3"}, {"-link-gbps", "auto \u2192 80 inside a node, 80 between nodes (-link-intra, -link-inter)"},
+        {"-link-inter", "auto \u2192 80 Gbit/s (default: shared memory)"}, {"-gpus-per-node", "auto \u2192 1 (the launcher's ranks per node)"},
         {"-d", "-1 \u2192 32"}, {"-threads", "0 \u2192 1"}, {"-x", "20"}, {"-gpu", "auto \u2192 unused: cpu device"},
         {"-doc-attention", "auto \u2192 0"}, // (plain shards)
         {"-attn", "auto \u2192 own (cpu device)"},
@@ -121,7 +122,7 @@ TEST(ux_settings_table_resolved) {
     rc = test_run_cmd(cmd, zt_out, sizeof(zt_out));
     CHECKF(rc == 0, "run failed:\n%s", zt_out);
     autos = ux_check_autos(zt_out, " -i x " UX_FLAGS2 " ", 1);
-    CHECKF(autos == 19, "%d flags at auto, expected 19: -device -e -b -t -l -u -poison -doc-attention -verbose -link-gbps -tflops -io-timeout -export-dtype -gpu -offload -pcie-gbps -disk-gbps -lora-base -attn", autos);
+    CHECKF(autos == 22, "%d flags at auto, expected 22: -device -e -b -t -l -u -poison -doc-attention -verbose -link-gbps -gpus-per-node -link-intra -link-inter -tflops -io-timeout -export-dtype -gpu -offload -pcie-gbps -disk-gbps -lora-base -attn", autos);
     struct { const char* flag; const char* want; } exact2[] = {
         {"-e", "auto \u2192 tiny"}, {"-b", "auto \u2192 8"}, {"-t", "auto \u2192 62"}, {"-poison", "auto \u2192 0"},
     };
