@@ -1001,7 +1001,9 @@ static void ckpt_lock_dir(const char* dir) {
 }
 
 // Non-finite values in this rank's master weights (0 when all are finite). One pass, no collective.
+// [HSDP] group 0's ranks count each shard once (the other groups hold the same values).
 static int64_t master_nonfinite(Zero* z) {
+    if (z->lay.sh.hsdp && z->lay.sh.g > 0) return 0;
     const int64_t chunk = 1 << 20;
     float* host = (float*)malloc(sizeof(float) * chunk);
     int64_t bad = 0;

@@ -99,15 +99,37 @@ static double plan_headroom(double mem) { return fmax(0.05 * mem, 1073741824.0);
 // auto: the ranks per node the launcher says (L->local_world: LOCAL_WORLD_SIZE,
 // OMPI_COMM_WORLD_LOCAL_SIZE, SLURM_NTASKS_PER_NODE, ...). Exit 2 when N does not divide R, or both
 // are given. Nothing else (the stage, offload: check_group_flags).
-static int flag_group_n(const char* flag, const char* text, const Launch* L, int R) {
-    if (!strcmp(text, "auto")) return L && L->local_world > 0 ? L->local_world : R;
+// Ranks per node: -gpus-per-node, else the launcher's (-plan -world: 8 on cuda, all on cpu); src: where from.
+static int plan_ranks_per_node(const Flags* f, const Launch* L, int R, char* src, size_t cap) {
+    int n = 0;
+    if (strcmp(f->gpus_per_node, "auto")) {
+        if (parse_int(f->gpus_per_node, &n) || n < 1) die_user("flag -gpus-per-node: '%s' is not a number of ranks (or auto)", f->gpus_per_node);
+        snprintf(src, cap, "-gpus-per-node");
+    } else if (f->plan && f->world > 0) {
+        n = g_device == DEV_CUDA ? (R < 8 ? R : 8) : R;
+        snprintf(src, cap, "%s", g_device == DEV_CUDA ? "default: 8-GPU nodes" : "default: one node");
+    } else {
+        n = L && L->local_world > 0 ? L->local_world : R;
+        snprintf(src, cap, "the launcher's ranks per node");
+    }
+    return n;
+}
+
+static int flag_group_n(const Flags* f, const char* flag, const char* text, const Launch* L, int R) {
     int n;
+    char src[64];
+    if (!strcmp(text, "auto")) {
+        n = plan_ranks_per_node(f, L, R, src, sizeof(src));
+        if (R % n) die_user("flag %s auto: %d ranks do not split into groups of %d, the ranks per node (%s). HINT: give N, or as many "
+                            "ranks on every node", flag, R, n, src);
+        return n;
+    }
     if (parse_int(text, &n) || n < 0) die_user("flag %s: '%s' is not a number of ranks per group (N), auto or 0", flag, text);
     if (n > 0 && R % n) die_user("flag %s %d: %d ranks do not split into groups of %d. HINT: N divides the ranks: the ranks per node (auto)", flag, n, R, n);
     return n;
 }
 static Groups flags_groups(const Flags* f, const Launch* L, int R) {
-    int sg = flag_group_n("-shard-group", f->shard_group, L, R), hz = flag_group_n("-hpz", f->hpz, L, R);
+    int sg = flag_group_n(f, "-shard-group", f->shard_group, L, R), hz = flag_group_n(f, "-hpz", f->hpz, L, R);
     if (sg && hz)
         die_user("flags -shard-group %s and -hpz %s: give one. -shard-group shards inside each group and replicates across them "
                  "(HSDP); -hpz shards over all ranks and keeps only the parameter gathers inside a group (ZeRO++ hpZ)", f->shard_group, f->hpz);
@@ -353,13 +375,17 @@ static int plan_parse_link(const char* text, double* gbps, char* what, size_t ca
 // NDR port per GPU between nodes; on cpu, shared memory.
 static double plan_link_gbps_default(int inter) { return g_device == DEV_CUDA ? (inter ? 400.0 : 3600.0) : 80.0; }
 
-// Does communicator k of layout gr span nodes of gpn ranks? Its ranks (rank 0's, as every rank's alike
-// when gpn divides the groups): CG_GRAD and CG_PARAM consecutive (the group or the world), CG_REP
-// 0, N, 2N, ... (one member of each group).
+// Does any communicator of kind k of layout gr span nodes of gpn ranks? Rank w's: CG_GRAD and CG_PARAM
+// consecutive ranks (its group, or the world), CG_REP w % N, w % N + N, ... (one member of each
+// group); a set of increasing ranks spans nodes when its first and last do.
 static int plan_spans_nodes(Groups gr, int k, int gpn) {
-    Shards sh = shards_of(gr, 0);
-    int n = k == CG_GRAD ? sh.R : k == CG_PARAM ? sh.pR : sh.G, stride = k == CG_REP ? gr.W / sh.G : 1;
-    return n > 1 && (n - 1) * stride / gpn > 0;
+    for (int w = 0; w < gr.W; w++) {
+        Shards sh = shards_of(gr, w);
+        int n = k == CG_GRAD ? sh.R : k == CG_PARAM ? sh.pR : sh.G, N = gr.W / sh.G;
+        int first = k == CG_REP ? w % N : w - w % n, last = k == CG_REP ? first + (sh.G - 1) * N : first + n - 1;
+        if (n > 1 && first / gpn != last / gpn) return 1;
+    }
+    return 0;
 }
 // A row's communication time: each communicator's bytes at the link it crosses (a ring runs at its
 // slowest link), no overlap with the compute assumed.
@@ -460,16 +486,7 @@ static void plan_env(const Flags* f, const Launch* L, int R, PlanEnv* e) {
         }
         (k ? e->inter : e->link) = gbps * 1e9 / 8.0;
     }
-    if (strcmp(f->gpus_per_node, "auto")) {
-        if (parse_int(f->gpus_per_node, &e->gpn) || e->gpn < 1) die_user("flag -gpus-per-node: '%s' is not a number of ranks (or auto)", f->gpus_per_node);
-        snprintf(e->gpn_src, sizeof(e->gpn_src), "-gpus-per-node");
-    } else if (f->plan && f->world > 0) {
-        e->gpn = g_device == DEV_CUDA ? (R < 8 ? R : 8) : R;
-        snprintf(e->gpn_src, sizeof(e->gpn_src), "%s", g_device == DEV_CUDA ? "default: 8-GPU nodes" : "default: one node");
-    } else {
-        e->gpn = L && L->local_world > 0 ? L->local_world : R;
-        snprintf(e->gpn_src, sizeof(e->gpn_src), "the launcher's ranks per node");
-    }
+    e->gpn = plan_ranks_per_node(f, L, R, e->gpn_src, sizeof(e->gpn_src));
     double lo, hi;
     const char* fixed = getenv("ZT_PLAN_ADAMW_NS"); // a plan that reads the same on every machine (docs' samples: dev/doc_samples.py)
     if (fixed && atof(fixed) > 0) {
@@ -548,7 +565,7 @@ static int plan_rows(const GPTConfig* c, int B, int T, Groups gr, int GA, int lo
         layout_free(&lay);
     }
     // z = 4: [LoRA] ZeRO-3 with the frozen base replicated (-lora-base replicated), after ZeRO-3's rows
-    for (int z = 0; z <= 3 + (c->lora_r > 0); z++) {
+    for (int z = gr.hpz ? 3 : 0; z <= 3 + (c->lora_r > 0 && !gr.hpz); z++) { // ([hpZ] ZeRO-3 only) // ([hpZ] a replicated base is refused: check_group_flags)
         GPTConfig cz = *c;
         cz.lora_rep = z == 4;
         for (int r = 0; r <= 3; r++) {
@@ -572,7 +589,7 @@ static int plan_rows(const GPTConfig* c, int B, int T, Groups gr, int GA, int lo
     GPTConfig cs = *c;
     cs.lora_rep = 0; // [LoRA] the offload rows shard the base at ZeRO-3 (its adapters' state is what moves)
     for (int k = OFFLOAD_CPU; k <= OFFLOAD_NVME; k++)
-    for (int z = 1; z <= 3; z++)
+    for (int z = gr.hpz ? 3 : 1; z <= 3; z++)
         for (int r = 0; r <= 3; r++) {
             PlanRow* p = &rows[n++];
             plan_config(&cs, B, T, gr, GA, z, r, (Offload)k, e->offload_buffer, OFFLOAD_NONE, p);
@@ -596,7 +613,7 @@ static int plan_rows(const GPTConfig* c, int B, int T, Groups gr, int GA, int lo
     // exposed (a column). The gradient goes down every micro-step during the backward (as the cpu
     // rows' copies, only what exceeds 2/3 of the compute counts), the host AdamW writes the host shard
     // ([nvme] the parameter file: X bytes an element, and the state file as the n rows).
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 3 * !gr.hpz; k++) // ([hpZ] refused with -offload-params: check_group_flags)
         for (int r = 0; r <= 3; r++) {
             PlanRow* p = &rows[n++];
             Offload pk = PLAN_PARAM_ROWS[k].params, sk = PLAN_PARAM_ROWS[k].state;
@@ -693,11 +710,12 @@ static int plan_offload_arg(const Flags* f) {
 static int plan_layouts_arg(const Flags* f) { return !f->shard_group_set && !f->hpz_set; }
 static int plan_params_arg(const Flags* f) { int k = offload_parse(f->offload_params); return k > 0 ? k : 0; }
 // A row's -r column: the mode and a letter for where the state (o, n) or the parameters (PLAN_PARAM_ROWS) live.
+// [groups] H, Z: a hybrid layout's row without offload (with -shard-group or -hpz given, every row has it).
 static char plan_row_mark(const PlanRow* p) {
-    if (p->groups.N < p->groups.W) return p->groups.hpz ? 'Z' : 'H'; // [groups]
     for (int k = 0; k < 3 && p->offload_params; k++)
         if (PLAN_PARAM_ROWS[k].params == p->offload_params && PLAN_PARAM_ROWS[k].state == p->offload) return PLAN_PARAM_ROWS[k].mark;
-    return p->offload == OFFLOAD_NVME ? 'n' : p->offload ? 'o' : p->stage == 3 && p->rep_base ? 'b' : ' ';
+    char m = p->offload == OFFLOAD_NVME ? 'n' : p->offload ? 'o' : p->stage == 3 && p->rep_base ? 'b' : ' ';
+    return m == ' ' && p->groups.N < p->groups.W ? (p->groups.hpz ? 'Z' : 'H') : m;
 }
 
 // A byte count in its own unit, three significant digits: "812 KiB", "20.8 GiB", "-1.50 GiB".
@@ -815,7 +833,9 @@ static void run_plan(const Flags* f, const GPTConfig* c, int R, const Launch* L)
     printf0("-r N n: -offload nvme (the state in a file per rank: disk/node, with the checkpoints kept; the host holds -offload-buffer %s per rank "
             "and the staging); est s/step also reads and writes the state at %.0f Gbit/s per node (%s); chosen only when no cpu row fits, "
             "and with -z auto only when -offload-dir is given\n", fmt_bytes(e.offload_buffer).s, e.disk * 8 / 1e9, e.disk_src);
-    if (n > 0 && rows[n - 1].groups.N < R)
+    if (n > 0 && rows[0].groups.N < R)
+        printf0("every row: %s %d given (hybrid sharding: docs/hybrid.md)\n", rows[0].groups.hpz ? "-hpz" : "-shard-group", rows[0].groups.N);
+    else if (n > 0 && rows[n - 1].groups.N < R)
         printf0("-r N H, Z: hybrid sharding with a group per node (%d ranks): H -shard-group %d (ZeRO-1/2/3 inside each node, each "
                 "gradient shard all-reduced between the nodes), Z -hpz %d (ZeRO-3's gathers inside each node; flat ZeRO-3's bits); est "
                 "s/step prices each communicator at the link it crosses\n", rows[n - 1].groups.N, rows[n - 1].groups.N, rows[n - 1].groups.N);

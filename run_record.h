@@ -108,13 +108,15 @@ static int flags_run_record(const Flags* f, char* out, size_t cap) {
 // replacing what run_record_build recorded of them: a resume that gives none runs the same.
 static void run_record_set_choice(char* run, const Flags* f) {
     if (!run[0]) return;
-    const char* keys[4] = {"-z", "-r", "-offload", "-offload-params"};
-    char vals[4][64];
+    const char* keys[6] = {"-z", "-r", "-offload", "-offload-params", "-shard-group", "-hpz"};
+    char vals[6][64];
     snprintf(vals[0], sizeof(vals[0]), "%d", f->zero_stage);
     snprintf(vals[1], sizeof(vals[1]), "%d", f->recompute);
     snprintf(vals[2], sizeof(vals[2]), "%.60s", f->offload);
     snprintf(vals[3], sizeof(vals[3]), "%.60s", f->offload_params);
-    for (int k = 0; k < 4; k++) {
+    snprintf(vals[4], sizeof(vals[4]), "%.60s", f->shard_group); // [groups] -z auto's layout: its N
+    snprintf(vals[5], sizeof(vals[5]), "%.60s", f->hpz);
+    for (int k = 0; k < 6; k++) {
         size_t kl = strlen(keys[k]);
         for (char* line = run; *line;) { // remove the key's line
             char* nl = strchr(line, '\n');

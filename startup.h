@@ -412,10 +412,10 @@ static void check_family_flags(Flags* f, const GPTConfig* c) {
 static void check_group_flags(const Flags* f, Groups gr) {
     if (gr.N == gr.W) return;
     const char* val = gr.hpz ? f->hpz : f->shard_group;
-    if (gr.hpz && (f->zero_stage != 3 || f->tune))
+    if (gr.hpz && !f->plan && (f->zero_stage != 3 || f->tune)) // (-plan plans its ZeRO-3 rows)
         die_user("flag -hpz %s needs -z 3 (given, not auto or -tune): it is a partition of ZeRO-3's gathered parameters; below "
                  "ZeRO-3 nothing is gathered. HINT: -z 3, or -shard-group %d for ZeRO-1/2 inside each group", val, gr.N);
-    if (!gr.hpz && f->zero_stage == 0)
+    if (!gr.hpz && f->zero_stage == 0 && !f->plan)
         die_user("flag -shard-group %s with -z 0: ZeRO-0 shards nothing, so there is nothing to keep inside a group. HINT: -z 1, 2 "
                  "or 3", val);
     if (gr.hpz && strcmp(f->offload_params, "none"))

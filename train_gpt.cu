@@ -1446,12 +1446,23 @@ static void setup_choose(Trainer* tr, const GPTConfig* c) {
     }
     if (!c->lora_r) FLAG_SHOW(f, lora_base, "unused: no -lora");
     if (strcmp(f->offload_str, f->offload)) FLAG_SHOW(f, offload, "%s", f->offload);
-    // [groups] hybrid sharding, given or chosen: the communicators of each group
+    // [groups] hybrid sharding, given or chosen: every rank the same groups (auto: each node's ranks per
+    // node), checked again with the stage chosen; then the communicators of each group
     tr->groups = flags_groups(f, &tr->launch, tr->R);
+    ranks_agree(&tr->comm, (uint64_t)tr->groups.N << 1 | (uint64_t)tr->groups.hpz, "has other groups (-shard-group / -hpz auto: another "
+                "number of ranks on its node)", "give N, or start as many ranks on every node");
+    check_group_flags(f, tr->groups);
     if (g_device == DEV_CPU || tr->comm.device_side) {
         check_group_hosts(&tr->comm, f, tr->groups);
         comm_split_groups(&tr->comm, tr->groups);
     }
+#ifdef __CUDACC__
+    if (tr->comm.device_side && tr->groups.N < tr->groups.W) { // the split communicators' buffers are in the baseline too
+        size_t free_b, total_b;
+        cudaCheck(cudaMemGetInfo(&free_b, &total_b));
+        tr->mem_baseline = total_b - free_b;
+    }
+#endif
     if (strcmp(f->offload_params_str, f->offload_params)) FLAG_SHOW(f, offload_params, "%s", f->offload_params);
 }
 
@@ -1516,7 +1527,7 @@ static void setup_steps(Trainer* tr, GPTConfig* c) {
         TuneTrainer t = {tr, tune_build, tune_step, tune_wait, tune_release, tr->mem_baseline};
         tune_config(f, c, tr->GA, &tr->comm, &tr->launch, &t, tr->tune_choice, sizeof(tr->tune_choice), &tr->tune_mem, &tr->tune_mem_len);
     } else if (f->resume) tune_note_record(f, tr->r);
-    run_record_set_choice(tr->run_record, f); // -z, -r, -offload as this run runs them: a resume that gives none runs the same
+    run_record_set_choice(tr->run_record, f); // -z, -r, -offload, [groups] the layout as this run runs them: a resume that gives none runs the same
     // [LoRA] nothing chose it (given stages, a reused -tune choice without it): ZeRO-3 shards the base
     plan_lora_base_resolve(f, f->zero_stage < 3, f->zero_stage, f->zero_stage < 3 ? "the default" : "nothing chose it: ZeRO-3's default");
     c->lora_rep = c->lora_r && !strcmp(f->lora_base, "replicated"); // [LoRA] given, planned, tuned or the default above
@@ -1769,8 +1780,14 @@ static void log_hashes(Trainer* tr) {
         for (int r = 0; r < tr->R; r++) all[k * tr->R + r] = col[r];
         free(col);
     }
-    uint64_t out[4]; // each shard once: [HSDP] group 0's ranks (0 .. lay.R-1) hold them
-    for (int k = 0; k < 4; k++) out[k] = fnv1a(FNV_INIT, all + k * tr->R, sizeof(uint64_t) * z->lay.R);
+    uint64_t out[4]; // each shard once: [HSDP] group 0's ranks (0 .. lay.R-1) hold them, and every replica must hold the same
+    for (int k = 0; k < 4; k++) {
+        out[k] = fnv1a(FNV_INIT, all + k * tr->R, sizeof(uint64_t) * z->lay.R);
+        for (int w = z->lay.R; w < tr->R; w++)
+            if (all[k * tr->R + w] != all[k * tr->R + w % z->lay.R])
+                die(1, "internal error: step %d: rank %d's %s differ from rank %d's, whose shard it replicates (-shard-group): the "
+                       "replicas diverged", tr->step, w, k == 0 ? "parameters" : k == 1 ? "master weights" : k == 2 ? "Adam m" : "Adam v", w % z->lay.R);
+    }
     printf0("hashes: params %016llx master %016llx m %016llx v %016llx\n", (unsigned long long)out[0],
             (unsigned long long)out[1], (unsigned long long)out[2], (unsigned long long)out[3]);
     free(all); free(buf); free(xbuf); free(pcs);

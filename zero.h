@@ -469,7 +469,7 @@ typedef struct {
     MPI_Comm mpi;
 #endif
 #if defined(__CUDACC__) && defined(USE_NCCL)
-    ncclComm_t nccl;   // (nccl_split only: otherwise the world's, Comm.nccl)
+    ncclComm_t nccl;   // NULL: the world's (Comm.nccl); [HSDP] CG_PARAM shares CG_GRAD's (nccl_split 0: not its own)
 #endif
 } CommGroup;
 
@@ -833,7 +833,7 @@ static void comm_start_cuda(Comm* c, CommSlot* s) {
 #ifdef USE_NCCL
         ncclDataType_t xt = sizeof(floatX) == 2 ? ncclBfloat16 : ncclFloat;
         float* mine_f = (float*)op->full + (int64_t)g->i * S; // this rank's slice of a full FP32 block
-        ncclComm_t nc = g->nccl_split ? g->nccl : c->nccl; // (not split: the world's)
+        ncclComm_t nc = g->nccl ? g->nccl : c->nccl; // (NULL: the world's)
         switch (op->kind) {
         case COLL_ALL_GATHER: // in place when shard == full + i*S, which NCCL supports
             if (coll_rounds(op) > 1) { // [hpZ] k all-gathers in one NCCL group: round t into full + t*n*S
@@ -1661,6 +1661,9 @@ static void comm_groups_world(Comm* c) {
 #ifdef USE_MPI
         g->mpi = c->mpi ? c->comm : MPI_COMM_NULL;
 #endif
+#if defined(__CUDACC__) && defined(USE_NCCL)
+        g->nccl = NULL; // (the world's: Comm.nccl)
+#endif
     }
 }
 
@@ -1796,6 +1799,15 @@ static void comm_split_groups(Comm* c, Groups gr) {
         CommGroup* g = &c->grp[k];
         g->n = want[k].n; g->i = want[k].i;
         if (g->n == c->R) continue; // the world, in rank order: its own (the same answer on every rank)
+        if (k == CG_PARAM && sh.hsdp) { // [HSDP] the same ranks as CG_GRAD: its communicators (split, freed, aborted once there)
+#ifdef USE_MPI
+            g->mpi = c->grp[CG_GRAD].mpi;
+#endif
+#if defined(__CUDACC__) && defined(USE_NCCL)
+            g->nccl = c->grp[CG_GRAD].nccl;
+#endif
+            continue;
+        }
 #ifdef USE_MPI
         if (c->mpi) {
             g->split = 1;
@@ -2660,7 +2672,8 @@ static int64_t zero_fill_frozen_params(Zero* z, LogicalFill fill, void* ctx, Enc
     for (int b = 0; b < z->lay.nblocks; b++) {
         if (!z->lay.frozen[b]) continue;
         int64_t lo = zero_opt_lo(z, b), n = (z->stage == 0 ? z->lay.P[b] : (z->lay.r + 1) * z->lay.S[b]) - lo;
-        if (!(zero_gathered(z, b) && sh->hpz)) { bad += zero_fill_frozen_range(z, b, lo, n, 0, 1, fill, ctx, enc, enc_ctx); continue; }
+        int once = !sh->hsdp || sh->g == 0; // ([HSDP] each shard's values counted by group 0's ranks)
+        if (!(zero_gathered(z, b) && sh->hpz)) { bad += zero_fill_frozen_range(z, b, lo, n, 0, once, fill, ctx, enc, enc_ctx); continue; }
         for (int t = 0; t < sh->G; t++) // [hpZ] its part whole: shards j, j + N, ... (its own, round g, counted)
             bad += zero_fill_frozen_range(z, b, (int64_t)(sh->pr + t * sh->pR) * n, n, (int64_t)(t - sh->g) * n, t == sh->g, fill, ctx, enc, enc_ctx);
     }

@@ -2,9 +2,9 @@
 // (HSDP) is deterministic and within its stated tolerance of flat ZeRO; checkpoints move between
 // layouts; the flags it does not go with are refused; -shard-group auto takes the launcher's ranks
 // per node and refuses a group that spans hosts; the planner's bytes per communicator against
-// closed forms. R = 4 as 2 groups of 2 (make test-long: R = 6 as 3 x 2 and 2 x 3 too), CPU device
+// closed forms. R = 4 as 2 groups of 2 (make test-long: R = 6 as 2 x 3 for hpZ, 3 x 2 for HSDP), CPU device
 // over MPI (the groups' communicators from MPI_Comm_split). The FP32 build runs the tolerance case
-// only (its 1e-6); make test-long runs all in both.
+// only (its 1e-6).
 #ifndef ZT_TEST_HYBRID_H
 #define ZT_TEST_HYBRID_H
 #include "zero_runs.h"
@@ -41,10 +41,10 @@ static int hy_run(int R, const char* name, const char* extra, ZtLog* lg, char* h
 // losses, norms, val losses and the state's hashes of flat ZeRO-3, at GA = 2.
 TEST(hybrid_hpz_bitwise) {
 #ifdef ENABLE_FP32
-    if (!test_long()) TEST_SKIP("precision does not enter it: run in the BF16 build (both in make test-long)");
+    TEST_SKIP("precision does not enter it: run in the BF16 build");
 #endif
-    static const int cases[][2] = {{4, 2}, {6, 2}, {6, 3}}; // (R, N)
-    for (int i = 0; i < (test_long() ? 3 : 1); i++) {
+    static const int cases[][2] = {{4, 2}, {6, 3}}; // (R, N)
+    for (int i = 0; i < (test_long() ? 2 : 1); i++) {
         int R = cases[i][0], N = cases[i][1];
         char name[64], extra[64], h_ref[512], h[512];
         ZtLog ref, lg;
@@ -63,18 +63,19 @@ TEST(hybrid_hpz_bitwise) {
     }
 }
 
-// -shard-group N: bitwise on rerun, the same at ZeRO-1, 2 and 3 (GA = 1 stages are: each sums in the
-// same order), within TOL_HSDP_LOSS of flat ZeRO; two state files per checkpoint (one per shard).
+// -shard-group N: bitwise on rerun, the same at ZeRO-2 and 3 (both reduce every micro-step: the same
+// sums), every replica the same state (log_hashes ends the run otherwise), within TOL_HSDP_LOSS of
+// flat ZeRO; two state files per checkpoint (one per shard).
 TEST(hybrid_shard_group) {
-    static const int cases[][2] = {{4, 2}, {6, 2}, {6, 3}};
-    for (int i = 0; i < (test_long() ? 3 : 1); i++) {
+    static const int cases[][2] = {{4, 2}, {6, 2}};
+    for (int i = 0; i < (test_long() ? 2 : 1); i++) {
         int R = cases[i][0], N = cases[i][1];
         char name[64], extra[96], h[3][512];
         ZtLog ref, lg[3];
         snprintf(name, sizeof(name), "hsdp_flat_R%d", R);
         if (hy_run(R, name, "-z 2", &ref, NULL)) { CHECK(0); continue; }
-        for (int k = 0; k < 3; k++) { // ZeRO-2, its rerun, ZeRO-3 (make test-long: ZeRO-1)
-            int z = k == 2 ? (test_long() ? 1 : 3) : 2;
+        for (int k = 0; k < 3; k++) { // ZeRO-2, its rerun, ZeRO-3 (at GA 2 ZeRO-1 sums in another order: (a0+b0)+(a1+b1))
+            int z = k == 2 ? 3 : 2;
             snprintf(name, sizeof(name), "hsdp_R%d_N%d_%d", R, N, k);
             snprintf(extra, sizeof(extra), "-z %d -shard-group %d -n 2", z, N);
             if (hy_run(R, name, extra, &lg[k], h[k])) { CHECK(0); return; }
@@ -91,7 +92,7 @@ TEST(hybrid_shard_group) {
         CHECKF(stat(path, &st) == 0, "R=%d -shard-group %d: no %s", R, N, path);
         snprintf(path, sizeof(path), "%s/state_00000004_%05d.bin", hy_path(name), N);
         CHECKF(stat(path, &st) != 0, "R=%d -shard-group %d: %s written (one state file per shard: %d)", R, N, path, N);
-        printf("    R=%d -shard-group %d: deterministic, ZeRO-1/2/3 alike, worst relative loss difference to flat %.2e\n", R, N, worst);
+        printf("    R=%d -shard-group %d: deterministic, ZeRO-2/3 alike, worst relative loss difference to flat %.2e\n", R, N, worst);
     }
 }
 
@@ -99,7 +100,7 @@ TEST(hybrid_shard_group) {
 // flat run's bits; an HSDP checkpoint resumed flat trains on within TOL_HSDP_LOSS of the HSDP run.
 TEST(hybrid_resume_across_layouts) {
 #ifdef ENABLE_FP32
-    if (!test_long()) TEST_SKIP("precision does not enter it: run in the BF16 build (both in make test-long)");
+    TEST_SKIP("precision does not enter it: run in the BF16 build");
 #endif
     char h_ref[512], h[512];
     char flat[PATH_MAX], hsdp[PATH_MAX];
@@ -127,7 +128,7 @@ TEST(hybrid_resume_across_layouts) {
 // What groups do not go with: exit 2 with the flag named, before anything is allocated.
 TEST(hybrid_refusals) {
 #ifdef ENABLE_FP32
-    if (!test_long()) TEST_SKIP("precision does not enter it: run in the BF16 build (both in make test-long)");
+    TEST_SKIP("precision does not enter it: run in the BF16 build");
 #endif
     static const struct { int R; const char* flags; const char* want; } bad[] = {
         {2, "-z 2 -shard-group 3", "2 ranks do not split into groups of 3"},
@@ -163,7 +164,7 @@ static int hy_auto_run(const char* host_expr, const char* extra) {
 }
 TEST(hybrid_groups_auto_hosts) {
 #ifdef ENABLE_FP32
-    if (!test_long()) TEST_SKIP("precision does not enter it: run in the BF16 build (both in make test-long)");
+    TEST_SKIP("precision does not enter it: run in the BF16 build");
 #endif
     int rc = hy_auto_run("$((r / 2))", "-comm-trace 1");
     CHECKF(rc == 0 && strstr(zt_out, "among group") && strstr(zt_out, "among replicas"),
@@ -180,7 +181,7 @@ TEST(hybrid_groups_auto_hosts) {
 // groups once a step; [hpZ] each parameter part all-gathered from its 2 shards once a step.
 TEST(hybrid_plan_bytes_closed_form) {
 #ifdef ENABLE_FP32
-    if (!test_long()) TEST_SKIP("precision does not enter it: run in the BF16 build (both in make test-long)");
+    TEST_SKIP("precision does not enter it: run in the BF16 build");
 #endif
     GPTConfig c;
     memset(&c, 0, sizeof(c));
@@ -221,7 +222,7 @@ TEST(hybrid_plan_bytes_closed_form) {
 // groups of 8, hpZ's replicas (ranks 0, 8, ...) cross nodes still.
 TEST(hybrid_plan_links_closed_form) {
 #ifdef ENABLE_FP32
-    if (!test_long()) TEST_SKIP("precision does not enter it: run in the BF16 build (both in make test-long)");
+    TEST_SKIP("precision does not enter it: run in the BF16 build");
 #endif
     GPTConfig c;
     memset(&c, 0, sizeof(c));
@@ -254,7 +255,7 @@ TEST(hybrid_plan_links_closed_form) {
 // between them chooses a hybrid layout and runs it (its memory is the plan's: checked at start-up).
 TEST(hybrid_plan_links_ethernet_or_infiniband) {
 #ifdef ENABLE_FP32
-    if (!test_long()) TEST_SKIP("precision does not enter it: run in the BF16 build (both in make test-long)");
+    TEST_SKIP("precision does not enter it: run in the BF16 build");
 #endif
     const char* base = "-plan -device cuda -gpu h100 -gpu-mem 80GiB -world 64 -gpus-per-node 8 -e llama3-70b -t 4096 -b 1";
     static const char* links[] = {"100GbE", "ndr", "50GB/s", "400Gbit"};
@@ -302,11 +303,29 @@ TEST(hybrid_plan_links_ethernet_or_infiniband) {
         CHECKF(rc == 2 && strstr(zt_out, bad[i].want), "'%s': exit %d, expected 2 and \"%s\":\n%s", bad[i].flags, rc, bad[i].want, zt_out);
     }
     char flags[1024];
-    snprintf(flags, sizeof(flags), ZT_MODEL " -b 2 -x 2 -v 0 -s 0 -z auto -r auto -gpus-per-node 2 -link-intra 80Gbit -link-inter 0.01Gbit -comm-trace 1");
+    const char* dir = zt_dir("hy_auto_layout");
+    snprintf(flags, sizeof(flags), ZT_MODEL " -b 2 -x 2 -n 2 -v 0 -s 0 -z auto -r auto -gpus-per-node 2 -link-intra 80Gbit -link-inter 0.01Gbit "
+             "-comm-trace 1 -o %s", dir);
     int rc = zt_mpirun(4, flags, zt_out, sizeof(zt_out));
     const char* chosen = strstr(zt_out, "auto: -z ");
     CHECKF(rc == 0 && chosen && (strstr(chosen, " -hpz 2 ") || strstr(chosen, " -shard-group 2 ")) && strstr(zt_out, "among replicas"),
            "-z auto with a slow link between nodes of 2: exit %d, no hybrid layout chosen and run:\n%s", rc, zt_out);
+    // the checkpoint records the layout chosen: a resume that gives none runs it again
+    snprintf(flags, sizeof(flags), "-o %s -y 1 -x 3 -comm-trace 1", dir);
+    rc = zt_mpirun(4, flags, zt_out, sizeof(zt_out));
+    CHECKF(rc == 0 && strstr(zt_out, "resume: step 2") && strstr(zt_out, "among replicas"),
+           "the resume of a run whose -z auto chose a layout: exit %d, or not that layout:\n%s", rc, zt_out);
+}
+
+// A peer of one group stops (SIGSTOP) under HSDP at R = 4: its group's collectives and the replicas'
+// all-reduce wait for it; every rank ends within the timeout with a message naming the collective
+// (make test-long; the flat case runs in make test: zero_stopped_rank_times_out).
+TEST(hybrid_stopped_peer_times_out) {
+#ifdef ENABLE_FP32
+    TEST_SKIP("precision does not enter it: run in the BF16 build");
+#endif
+    if (!test_long()) TEST_SKIP("make test-long runs it (the flat case runs here: zero_stopped_rank_times_out)");
+    zt_stopped_rank(4, 3, "-shard-group 2");
 }
 
 #endif // ZT_TEST_HYBRID_H

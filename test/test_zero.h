@@ -560,27 +560,30 @@ TEST(zero_mismatched_flags) {
 
 // A rank that stops responding (SIGSTOP): the others end the job within -comm-timeout, naming
 // the collective, instead of hanging.
-TEST(zero_stopped_rank_times_out) {
-    char log[PATH_MAX], cmd[8192];
-    snprintf(log, sizeof(log), "%s/sigstop.log", test_tmpdir());
+// R ranks train (extra: more flags) until step 3; rank `victim` is stopped (SIGSTOP): every rank must
+// end within the timeout (5 s) plus 25 s, with a message naming the collective.
+static void zt_stopped_rank(int R, int victim_rank, const char* extra) {
+    char log[PATH_MAX], cmd[8192], launch[64];
+    snprintf(log, sizeof(log), "%s/sigstop_R%d_%d.log", test_tmpdir(), R, victim_rank);
+    snprintf(launch, sizeof(launch), "[launch] rank %d of %d: pid ", victim_rank, R);
     snprintf(cmd, sizeof(cmd),
-             ZT_CLEAN_ENV "OMP_NUM_THREADS=1 exec mpirun -np 2 --oversubscribe --allow-run-as-root --mca mpi_yield_when_idle 1 %s --train -threads 1 "
-             "-i %s " ZT_MODEL " -b 2 -x 100000 -v 0 -s 0 -z 3 -comm-timeout 5 > %s 2>&1",
-             g_test_self, zt_data(0), log);
+             ZT_CLEAN_ENV "OMP_NUM_THREADS=1 exec mpirun -np %d --oversubscribe --allow-run-as-root --mca mpi_yield_when_idle 1 %s --train -threads 1 "
+             "-i %s " ZT_MODEL " -b 2 -x 100000 -v 0 -s 0 -z 3 -comm-timeout 5 %s > %s 2>&1",
+             R, g_test_self, zt_data(0), extra, log);
     pid_t child = fork();
     if (child == 0) { execl("/bin/sh", "sh", "-c", cmd, (char*)NULL); _exit(127); }
     int victim = -1;
     double t0 = test_now_s(), t_stop = 0;
-    while (test_now_s() - t0 < 60 && victim < 0) { // wait for rank 1's pid and a few steps
+    while (test_now_s() - t0 < 60 && victim < 0) { // wait for the victim's pid and a few steps
         usleep(200000);
         char* s = zt_read_file(log);
         if (s && strstr(s, "step     3/")) {
-            char* p = strstr(s, "[launch] rank 1 of 2: pid ");
-            if (p) victim = atoi(p + strlen("[launch] rank 1 of 2: pid "));
+            char* p = strstr(s, launch);
+            if (p) victim = atoi(p + strlen(launch));
         }
         free(s);
     }
-    CHECKF(victim > 0, "rank 1 never reported its pid and trained 3 steps");
+    CHECKF(victim > 0, "rank %d never reported its pid and trained 3 steps", victim_rank);
     if (victim > 0) { kill(victim, SIGSTOP); t_stop = test_now_s(); }
     int status = 0, done = 0;
     while (test_now_s() - t0 < 120) {
@@ -591,13 +594,14 @@ TEST(zero_stopped_rank_times_out) {
     if (victim > 0) { kill(victim, SIGCONT); kill(victim, SIGKILL); }
     if (!done) { kill(child, SIGKILL); waitpid(child, &status, 0); }
     char* s = zt_read_file(log);
-    CHECKF(done, "the job did not end within 120 s of stopping rank 1");
-    CHECKF(done && took < 5 + 25, "the job took %.1f s to end after rank 1 stopped (timeout 5 s)", took);
+    CHECKF(done, "the job did not end within 120 s of stopping rank %d", victim_rank);
+    CHECKF(done && took < 5 + 25, "the job took %.1f s to end after rank %d stopped (timeout 5 s)", took, victim_rank);
     CHECKF(s && strstr(s, "did not complete within 5 s"), "no timeout message naming the collective:\n%s", s ? s : "(no log)");
     CHECKF(WIFEXITED(status) && WEXITSTATUS(status) != 0, "mpirun exited with status 0");
-    printf("    job ended %.1f s after rank 1 was stopped\n", took);
+    printf("    job ended %.1f s after rank %d was stopped\n", took, victim_rank);
     free(s);
 }
+TEST(zero_stopped_rank_times_out) { zt_stopped_rank(2, 1, ""); }
 
 // The launchers' variables and the rank layout they imply.
 TEST(zero_launch_variables) {
