@@ -18,6 +18,14 @@
 #define TOL_HSDP_LOSS 1e-4
 #endif
 
+// The tiny model's config (ZT_MODEL's shape), for the in-process planner cases.
+static GPTConfig hy_tiny_config(void) {
+    GPTConfig c;
+    memset(&c, 0, sizeof(c));
+    c.L = ZT_L; c.C = ZT_C; c.NH = ZT_NH; c.V = ZT_V; c.Vp = 128; c.maxT = ZT_MAXT;
+    return c;
+}
+
 // A run's directory (zt_dir without emptying it).
 static const char* hy_path(const char* name) {
     static char dir[PATH_MAX];
@@ -59,6 +67,11 @@ TEST(hybrid_hpz_bitwise) {
         CHECKF(strstr(zt_out, "all-gather     block   1") && strstr(zt_out, "among group") && strstr(zt_out, "among replicas") &&
                strstr(zt_out, "reduce-scatter block   1") && strstr(zt_out, "among shards"),
                "R=%d -hpz %d: the trace does not show gathers inside the group, the parts' gathers among replicas and reductions among all", R, N);
+        if (test_long()) { // with the optimizer state on the host too (offload is bit-identical)
+            snprintf(name, sizeof(name), "hpz_R%d_N%d_offload", R, N);
+            snprintf(extra, sizeof(extra), "-z 3 -hpz %d -offload cpu", N);
+            CHECK(hy_run(R, name, extra, NULL, h) == 0 && !strcmp(h, h_ref));
+        }
         printf("    R=%d -hpz %d: flat ZeRO-3's bits (%s)\n", R, N, h_ref);
     }
 }
@@ -81,6 +94,16 @@ TEST(hybrid_shard_group) {
             if (hy_run(R, name, extra, &lg[k], h[k])) { CHECK(0); return; }
         }
         CHECKF(!strcmp(h[0], h[1]) && !memcmp(lg[0].loss, lg[1].loss, sizeof(lg[0].loss)), "R=%d -shard-group %d: a rerun differs", R, N);
+        if (test_long()) { // the optimizer state on the host (bit-identical), and the parameters with it (the replicas summed
+                           // every micro-step: deterministic, another order at GA 2)
+            char h4[512];
+            snprintf(extra, sizeof(extra), "-z 3 -shard-group %d -offload cpu", N);
+            CHECK(hy_run(R, "hsdp_offload", extra, NULL, h4) == 0 && !strcmp(h4, h[0]));
+            snprintf(extra, sizeof(extra), "-z 3 -shard-group %d -offload cpu -offload-params cpu", N);
+            ZtLog lp;
+            CHECK(hy_run(R, "hsdp_offload_params", extra, &lp, h4) == 0 && lp.n == 4);
+            for (int st = 0; st < 4; st++) CHECK(fabs(lp.loss[st] - lg[0].loss[st]) <= TOL_HSDP_LOSS * lg[0].loss[st]);
+        }
         CHECKF(!strcmp(h[0], h[2]) && !memcmp(lg[0].loss, lg[2].loss, sizeof(lg[0].loss)) && !memcmp(lg[0].norm, lg[2].norm, sizeof(lg[0].norm)),
                "R=%d -shard-group %d: the stages differ:\n  %s\n  %s", R, N, h[0], h[2]);
         double worst = 0.0;
@@ -183,9 +206,7 @@ TEST(hybrid_plan_bytes_closed_form) {
 #ifdef ENABLE_FP32
     TEST_SKIP("precision does not enter it: run in the BF16 build");
 #endif
-    GPTConfig c;
-    memset(&c, 0, sizeof(c));
-    c.L = ZT_L; c.C = ZT_C; c.NH = ZT_NH; c.V = ZT_V; c.Vp = 128; c.maxT = ZT_MAXT;
+    GPTConfig c = hy_tiny_config();
     ModelDesc d;
     model_describe(&d, &c);
     const int W = 8, N = 4, G = W / N;
@@ -224,9 +245,7 @@ TEST(hybrid_plan_links_closed_form) {
 #ifdef ENABLE_FP32
     TEST_SKIP("precision does not enter it: run in the BF16 build");
 #endif
-    GPTConfig c;
-    memset(&c, 0, sizeof(c));
-    c.L = ZT_L; c.C = ZT_C; c.NH = ZT_NH; c.V = ZT_V; c.Vp = 128; c.maxT = ZT_MAXT;
+    GPTConfig c = hy_tiny_config();
     PlanEnv e;
     memset(&e, 0, sizeof(e));
     e.link = 100.0; e.inter = 10.0;
