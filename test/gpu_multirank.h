@@ -108,11 +108,14 @@ TEST(multirank_cuda_zero_stages) {
 // replicas after the step) gives flat ZeRO-3's bits here too: its reductions are the world's
 // reduce-scatters, as flat's. -shard-group 2 (ZeRO-3 inside each group, each gradient shard
 // all-reduced across the 2 groups) is within the BF16 trajectory tolerance of flat ZeRO-3 and of the CPU
-// device's HSDP run, its replicas equal (log_hashes checks them): make test-long.
+// device's HSDP run, its replicas equal (log_hashes checks them). make test-long only.
 TEST(multirank_cuda_hybrid_groups) {
 #ifdef ENABLE_FP32
     TEST_SKIP("precision does not enter it: run in the BF16 build");
 #endif
+    // four emulated ranks on two cores slow every case beside them (measured: +86 s on make test with it,
+    // the issue allows 35): make test-long runs it
+    if (!mr_long()) TEST_SKIP("make test-long runs it (four emulated ranks); make test checks the layouts on the CPU device");
     static char out[1 << 20];
     ZtLog flat, lg, cpu;
     char hash[512], flat_hash[512];
@@ -122,7 +125,6 @@ TEST(multirank_cuda_hybrid_groups) {
     CHECKF(rc == 0 && lg.n == 2, "R=4 -hpz 2 on the CUDA device failed (%d):\n%s", rc, out);
     CHECKF(!rc && !strcmp(hash, flat_hash) && !memcmp(lg.loss, flat.loss, sizeof(lg.loss)) && !memcmp(lg.norm, flat.norm, sizeof(lg.norm)),
            "R=4 -hpz 2 differs from flat ZeRO-3 on the CUDA device:\n  %s\n  %s", hash, flat_hash);
-    if (!mr_long()) { printf("    R=4: -hpz 2 = flat ZeRO-3 on the CUDA device (-shard-group 2: make test-long)\n"); return; }
     rc = mr_run(4, "cuda", 3, "mr_hy_hsdp", "-shard-group 2", &lg, hash, out, sizeof(out)); // (-log-hash: the replicas agree, or it ends)
     CHECKF(rc == 0 && lg.n == 2, "R=4 -shard-group 2 on the CUDA device failed (%d):\n%s", rc, out);
     double worst = 0.0;
