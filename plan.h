@@ -95,10 +95,6 @@ typedef struct {
 #define PLAN_HEADROOM_TEXT "max(5%% of the memory, 1 GiB)" // a printf format
 static double plan_headroom(double mem) { return fmax(0.05 * mem, 1073741824.0); }
 
-// Hybrid sharding's groups (zero.h: Groups) from -shard-group and -hpz for a world of R ranks: N, or
-// auto: the ranks per node the launcher says (L->local_world: LOCAL_WORLD_SIZE,
-// OMPI_COMM_WORLD_LOCAL_SIZE, SLURM_NTASKS_PER_NODE, ...). Exit 2 when N does not divide R, or both
-// are given. Nothing else (the stage, offload: check_group_flags).
 // Ranks per node: -gpus-per-node, else the launcher's (-plan -world: 8 on cuda, all on cpu); src: where from.
 static int plan_ranks_per_node(const Flags* f, const Launch* L, int R, char* src, size_t cap) {
     int n = 0;
@@ -115,6 +111,10 @@ static int plan_ranks_per_node(const Flags* f, const Launch* L, int R, char* src
     return n;
 }
 
+// Hybrid sharding's groups (zero.h: Groups) from -shard-group and -hpz for a world of R ranks: N, or
+// auto: the ranks per node (plan_ranks_per_node: the launcher's LOCAL_WORLD_SIZE,
+// OMPI_COMM_WORLD_LOCAL_SIZE, SLURM_NTASKS_PER_NODE, ...). Exit 2 when N does not divide R, or both
+// are given. Nothing else (the stage, offload: check_group_flags).
 static int flag_group_n(const Flags* f, const char* flag, const char* text, const Launch* L, int R) {
     int n;
     char src[64];
@@ -546,8 +546,18 @@ static void plan_offload_fit(PlanRow* p, const PlanEnv* e, int local_ranks) {
 // [-offload-params] the rows' (parameters, optimizer state) places, and their -r column's letter
 static const struct { Offload params, state; char mark; } PLAN_PARAM_ROWS[3] = {
     {OFFLOAD_CPU, OFFLOAD_CPU, 'O'}, {OFFLOAD_CPU, OFFLOAD_NVME, 'M'}, {OFFLOAD_NVME, OFFLOAD_NVME, 'N'}};
+// A row on the device alone (no offload): its compute and communication (no overlap assumed) and fit.
+static void plan_row_resident(PlanRow* p, const PlanEnv* e, const GPTConfig* c, int B, int T, int GA, size_t ckpt) {
+    p->compute_s = plan_compute_s(e, c, T, p->recompute) * B * T * GA;
+    plan_link_times(p, e);
+    p->step_s = p->compute_s + p->comm_s;
+    p->ckpt_per_node = p->disk_per_node = ckpt;
+    p->free = e->mem - (double)p->total;
+    p->fits = p->free >= e->headroom;
+}
+
 // layouts: with gr flat and the world over several nodes of e->gpn ranks, the hybrid layouts' rows too
-// (PLAN_LAYOUT_ROWS: -shard-group and -hpz with N = the ranks per node, without offload).
+// (-shard-group and -hpz with N = the ranks per node, without offload: marks H, Z).
 static int plan_rows(const GPTConfig* c, int B, int T, Groups gr, int GA, int local_ranks, const PlanEnv* e, PlanRow* rows, int layouts) {
     int n = 0;
     // the checkpoints kept, on the node of rank 0 (the model files and ranks 0 .. local_ranks-1's
@@ -565,18 +575,14 @@ static int plan_rows(const GPTConfig* c, int B, int T, Groups gr, int GA, int lo
         layout_free(&lay);
     }
     // z = 4: [LoRA] ZeRO-3 with the frozen base replicated (-lora-base replicated), after ZeRO-3's rows
-    for (int z = gr.hpz ? 3 : 0; z <= 3 + (c->lora_r > 0 && !gr.hpz); z++) { // ([hpZ] ZeRO-3 only) // ([hpZ] a replicated base is refused: check_group_flags)
+    // [hpZ] ZeRO-3 only, and no replicated base (check_group_flags refuses both)
+    for (int z = gr.hpz ? 3 : 0; z <= 3 + (c->lora_r > 0 && !gr.hpz); z++) {
         GPTConfig cz = *c;
         cz.lora_rep = z == 4;
         for (int r = 0; r <= 3; r++) {
             PlanRow* p = &rows[n++];
             plan_config(&cz, B, T, gr, GA, z == 4 ? 3 : z, r, OFFLOAD_NONE, 0, OFFLOAD_NONE, p);
-            p->compute_s = plan_compute_s(e, c, T, r) * B * T * GA;
-            plan_link_times(p, e);
-            p->step_s = p->compute_s + p->comm_s; // no overlap assumed
-            p->ckpt_per_node = p->disk_per_node = ckpt;
-            p->free = e->mem - (double)p->total;
-            p->fits = p->free >= e->headroom;
+            plan_row_resident(p, e, c, B, T, GA, ckpt);
         }
     }
     // [offload] master, m, v and the pinned staging on the host (ZeRO-1..3; -z 0 refuses offload):
@@ -647,12 +653,7 @@ static int plan_rows(const GPTConfig* c, int B, int T, Groups gr, int GA, int lo
                     Groups g = {gr.W, e->gpn, hpz};
                     PlanRow* p = &rows[n++];
                     plan_config(&cs, B, T, g, GA, z, r, OFFLOAD_NONE, 0, OFFLOAD_NONE, p);
-                    p->compute_s = plan_compute_s(e, c, T, r) * B * T * GA;
-                    plan_link_times(p, e);
-                    p->step_s = p->compute_s + p->comm_s;
-                    p->ckpt_per_node = p->disk_per_node = ckpt;
-                    p->free = e->mem - (double)p->total;
-                    p->fits = p->free >= e->headroom;
+                    plan_row_resident(p, e, c, B, T, GA, ckpt);
                 }
     return n;
 }
@@ -899,6 +900,15 @@ static void run_plan(const Flags* f, const GPTConfig* c, int R, const Launch* L)
         }
         fclose(fp);
     }
+}
+
+// The settings table's planner inputs left at auto when nothing plans the run: why they are unused.
+static void plan_inputs_unused(Flags* f, const char* why) {
+    if (f->tflops == 0) FLAG_SHOW(f, tflops, "%s", why);
+    if (f->link_gbps == 0) FLAG_SHOW(f, link_gbps, "%s", why);
+    if (!strcmp(f->link_intra, "auto")) FLAG_SHOW(f, link_intra, "%s", why);
+    if (!strcmp(f->link_inter, "auto")) FLAG_SHOW(f, link_inter, "%s", why);
+    if (!strcmp(f->gpus_per_node, "auto")) FLAG_SHOW(f, gpus_per_node, "%s", why);
 }
 
 // The settings table shows the planner's inputs as resolved (rank 0, which plans, prints it).

@@ -1381,7 +1381,6 @@ static void setup_ranks_and_flags(Trainer* tr, int argc, char** argv) {
 #endif
     if (g_device == DEV_CUDA && gpus > 0) comm_init_device(&tr->comm, &tr->launch, comm_timeout); // GPU, streams, NCCL, watchdog
     if (g_device == DEV_CPU && !plan_only) comm_check_cpu_device(&tr->comm); // its collectives are MPI's
-
 #ifdef __CUDACC__
     if (g_device == DEV_CUDA && gpus > 0) { // the baseline the planner's prediction is compared with
         size_t free_b, total_b;
@@ -1433,11 +1432,7 @@ static void setup_choose(Trainer* tr, const GPTConfig* c) {
     if (f->tune) tune_mark_auto(f); // chosen by measuring, once the data is open (tune_config)
     else if (f->zero_stage < 0 || f->recompute < 0) choose_config(f, c, tr->R, &tr->launch, &tr->comm);
     else { // the planner's inputs: nothing plans this run
-        if (f->tflops == 0) FLAG_SHOW(f, tflops, "unused: only -plan, -z auto and -r auto plan");
-        if (f->link_gbps == 0) FLAG_SHOW(f, link_gbps, "unused: only -plan, -z auto and -r auto plan");
-        if (!strcmp(f->link_intra, "auto")) FLAG_SHOW(f, link_intra, "unused: only -plan, -z auto and -r auto plan");
-        if (!strcmp(f->link_inter, "auto")) FLAG_SHOW(f, link_inter, "unused: only -plan, -z auto and -r auto plan");
-        if (!strcmp(f->gpus_per_node, "auto")) FLAG_SHOW(f, gpus_per_node, "unused: only -plan, -z auto and -r auto plan");
+        plan_inputs_unused(f, "unused: only -plan, -z auto and -r auto plan");
         if (f->pcie_gbps == 0) FLAG_SHOW(f, pcie_gbps, "unused: only -plan, -z auto and -r auto plan");
         if (f->disk_gbps == 0) FLAG_SHOW(f, disk_gbps, "unused: only -plan, -z auto and -r auto plan");
         if (!f->host_mem[0]) FLAG_SHOW(f, host_mem, "unused: only -plan, -z auto and -r auto plan");

@@ -298,11 +298,7 @@ static void tune_config(Flags* f, const GPTConfig* c, int GA, Comm* comm, const 
     }
     if (autos == 0 || (f->resume && tune_reuse(f, comm, choice, cap))) { // the planner's inputs: nothing plans this run
         const char* why = autos ? "unused: -tune reused the checkpoint's choice" : "unused: -tune had nothing to choose";
-        if (f->tflops == 0) FLAG_SHOW(f, tflops, "%s", why);
-        if (f->link_gbps == 0) FLAG_SHOW(f, link_gbps, "%s", why);
-        if (!strcmp(f->link_intra, "auto")) FLAG_SHOW(f, link_intra, "%s", why);
-        if (!strcmp(f->link_inter, "auto")) FLAG_SHOW(f, link_inter, "%s", why);
-        if (!strcmp(f->gpus_per_node, "auto")) FLAG_SHOW(f, gpus_per_node, "%s", why);
+        plan_inputs_unused(f, why);
         return;
     }
     // the candidates: rank 0 plans (its memory, as -z auto) and broadcasts them

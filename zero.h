@@ -441,7 +441,7 @@ static const char* coll_name[COLL_KINDS] = {"all-gather", "reduce-scatter", "all
 // The ranks a block collective runs among (CollOp.grp), each a communicator of its own under hybrid
 // sharding (comm_split_groups; without groups the first two are the world and CG_REP one rank):
 //   CG_GRAD   the optimizer shards' ranks, numbered by shard (Shards.R, .r): gradient reductions
-//             (flat and hpZ: the world, hpZ's in shard order; HSDP: the group)
+//             (flat and hpZ: the world; HSDP: the group)
 //   CG_PARAM  the parameter parts' ranks (Shards.pR, .pr): ZeRO-3's gathers, ZeRO-1/2's after the step
 //             (flat: the world; HSDP and hpZ: the group)
 //   CG_REP    one member position across the groups, by group (G ranks): [HSDP] each gradient shard's
@@ -522,6 +522,10 @@ typedef struct {
     double sent[CG_COUNT]; // this step's bytes a rank sends in each group's collectives (ring algorithms: (n-1)/n of a
                            // gather's or reduce-scatter's buffer, twice that of an all-reduce)
     CommGroup grp[CG_COUNT]; // the ranks each kind of block collective runs among (CollOp.grp)
+#ifdef USE_MPI
+    struct { int64_t S; int n, rounds; MPI_Datatype t; } spread[4]; // [hpZ] the rounds' receive types, made once (comm_spread_type)
+    int nspread;
+#endif
     double wait_s;        // time spent waiting in collectives this step ([CUDA] while time_waits: the compute stream's stalls)
     int64_t waits;        // block collectives waited for (comm_wait; [CUDA] while time_waits: those timed and summed into wait_s)
     int time_waits;       // [CUDA] -tune sets it while measuring: comm_wait times the compute stream's stall on each collective
@@ -614,6 +618,23 @@ static void comm_poll(Comm* c, MPI_Request* req, const char* what, int block) {
         if (sleep_ns < 200000) sleep_ns *= 2;
     }
     c->wait_s += wall_s() - t0;
+}
+
+// [hpZ] The receive type of an all-gather in `rounds` rounds among n ranks of S elements each: a rank's
+// rounds*S elements land as `rounds` runs of S, n*S apart (its extent S: rank i's start at i*S). Made
+// once per shape (zero_init asks for every gathered block's), freed with the Comm: none in a step.
+static MPI_Datatype comm_spread_type(Comm* c, int64_t S, int n, int rounds) {
+    for (int i = 0; i < c->nspread; i++)
+        if (c->spread[i].S == S && c->spread[i].n == n && c->spread[i].rounds == rounds) return c->spread[i].t;
+    if (c->nspread == (int)(sizeof(c->spread) / sizeof(c->spread[0]))) die(1, "comm_spread_type: more block shapes than slots (internal error)");
+    MPI_Datatype vec, t;
+    MPI_Type_vector(rounds, (int)S, (int)(S * n), c->x_type, &vec);
+    MPI_Type_create_resized(vec, 0, (MPI_Aint)(S * (int64_t)sizeof(floatX)), &t);
+    MPI_Type_commit(&t);
+    MPI_Type_free(&vec);
+    c->spread[c->nspread].S = S; c->spread[c->nspread].n = n; c->spread[c->nspread].rounds = rounds; c->spread[c->nspread].t = t;
+    c->nspread++;
+    return t;
 }
 
 // Issue the all-to-all for the reduce-scatter chunk [k0, k0+kn) of every rank's shard.
@@ -920,13 +941,7 @@ static int comm_start(Comm* c, const CollOp* op) {
 #ifdef USE_MPI
     if (g->n > 1) {
         if (op->kind == COLL_ALL_GATHER && coll_rounds(op) > 1) { // [hpZ] rank i's k shards land k times at stride n*S
-            MPI_Datatype vec, spread;
-            MPI_Type_vector((int)op->rounds, (int)op->S, (int)(op->S * g->n), c->x_type, &vec);
-            MPI_Type_create_resized(vec, 0, (MPI_Aint)(op->S * (int64_t)sizeof(floatX)), &spread);
-            MPI_Type_commit(&spread);
-            MPI_Iallgather(op->shard, (int)(op->S * op->rounds), c->x_type, op->full, 1, spread, g->mpi, &s->req);
-            MPI_Type_free(&spread); // (freed once the collective is done with it)
-            MPI_Type_free(&vec);
+            MPI_Iallgather(op->shard, (int)(op->S * op->rounds), c->x_type, op->full, 1, comm_spread_type(c, op->S, g->n, op->rounds), g->mpi, &s->req);
         } else if (op->kind == COLL_ALL_GATHER) {
             floatX* mine = (floatX*)op->full + (int64_t)g->i * op->S;
             const void* src = op->shard == (void*)mine ? MPI_IN_PLACE : op->shard;
@@ -1947,6 +1962,8 @@ static void comm_free(Comm* c) {
         g_abort_hook = NULL;
         for (int k = 0; k < CG_COUNT; k++)
             if (c->grp[k].split) MPI_Comm_free(&c->grp[k].mpi);
+        for (int i = 0; i < c->nspread; i++) MPI_Type_free(&c->spread[i].t);
+        c->nspread = 0;
         MPI_Type_free(&c->x_type);
         MPI_Comm_free(&c->comm);
         c->mpi = 0;
@@ -2039,7 +2056,7 @@ static inline int zero_gathered(const Zero* z, int b) { return z->stage == 3 && 
 // [hpZ] the rank's parameter part (layout_pS: G shards) of block b, not its optimizer shard.
 static inline floatX* zero_shard_params(const Zero* z, int b) {
     if (!z->shard_params) return NULL;
-    int64_t k = z->lay.R / z->lay.sh.pR; // (1 but under hpZ: the parts are k shards each)
+    int64_t k = z->lay.sh.hpz ? z->lay.sh.G : 1; // ([hpZ] the parts are G shards each)
     return z->shard_params + k * (z->lay.shard_off[b] - (z->lay.rep_frozen && z->lay.adapter ? z->lay.shard_off[z->lay.adapter] : 0));
 }
 
@@ -2092,6 +2109,11 @@ static void zero_init(Zero* z, BlockLayout* lay, int stage, Comm* comm, int pois
         comm->stage_buf = (float*)dev_alloc(TAG_COMM, z->sz.comm * 4);
     }
     for (int i = 0; i < 4; i++) { z->resident[i] = -1; z->buf_state[i] = BUF_FREE; z->gather_h[i] = -1; z->reduce_h[i] = -1; }
+#ifdef USE_MPI
+    for (int i = 0; i < 4 && lay->sh.hpz && comm->mpi && !comm->device_side; i++) // [hpZ] the gathers' receive types, before any step
+        if (zero_slot_block(lay, i) >= 0 && zero_gathered(z, zero_slot_block(lay, i)))
+            comm_spread_type(comm, lay->S[zero_slot_block(lay, i)], comm->grp[CG_PARAM].n, lay->sh.G);
+#endif
 }
 
 static void zero_free(Zero* z) {
@@ -2496,7 +2518,7 @@ static void zero_gather_params(Zero* z, int frozen) {
             comm_start(z->comm, &op);
         }
         comm_wait_all(z->comm);
-    } else if (z->stage == 3 && !frozen && z->lay.R != z->lay.sh.pR) { // [hpZ]
+    } else if (z->stage == 3 && !frozen && z->lay.sh.hpz) { // [hpZ]
         for (int b = 0; b < z->lay.nblocks; b++) {
             if (z->lay.frozen[b] || !zero_gathered(z, b)) continue;
             floatX* part = zero_shard_params(z, b);
@@ -2633,11 +2655,6 @@ static void zero_params_from_master(Zero* z) {
 // the logical values it read that this call counts (the model counts each tensor's once, at byte 0).
 typedef int64_t (*EncodedFill)(void* ctx, int tensor, int layer, unsigned char* dst, int64_t byte0, int64_t n);
 
-// [LoRA] A frozen block's parameters straight from a logical source (no master to round from):
-// each rank rounds its optimizer-range-sized part (the block under ZeRO-0, its shard otherwise) to
-// floatX exactly as zero_params_from_master would, then [ZeRO-1/2] the frozen blocks are gathered.
-// [QLoRA] The part of an encoded tensor in that range is enc's bytes (NULL: no encoded tensor).
-// Returns the non-finite values this rank read (a frozen block has no master for the usual check).
 // One range of frozen block b: [lo, lo + n) of the block, put at `at` of its optimizer range (see
 // zero_shard_put). Returns the non-finite values read when count is set.
 static int64_t zero_fill_frozen_range(Zero* z, int b, int64_t lo, int64_t n, int64_t at, int count, LogicalFill fill, void* ctx,
@@ -2666,6 +2683,11 @@ static int64_t zero_fill_frozen_range(Zero* z, int b, int64_t lo, int64_t n, int
     return bad;
 }
 
+// [LoRA] A frozen block's parameters straight from a logical source (no master to round from):
+// each rank rounds its optimizer-range-sized part (the block under ZeRO-0, its shard otherwise) to
+// floatX exactly as zero_params_from_master would, then [ZeRO-1/2] the frozen blocks are gathered.
+// [QLoRA] The part of an encoded tensor in that range is enc's bytes (NULL: no encoded tensor).
+// Returns the non-finite values this rank read (a frozen block has no master for the usual check).
 static int64_t zero_fill_frozen_params(Zero* z, LogicalFill fill, void* ctx, EncodedFill enc, void* enc_ctx) {
     int64_t bad = 0;
     const Shards* sh = &z->lay.sh;
