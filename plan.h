@@ -366,8 +366,7 @@ static int plan_parse_link(const char* text, double* gbps, char* what, size_t ca
         double k = units[i].gbit;
         if (!strcmp(units[i].unit, "gb") || !strcmp(units[i].unit, "gb/s")) k = strchr(end, 'B') ? 8 : 1;
         *gbps = v * k;
-        snprintf(what, cap, "%s", text);
-        return 0;
+        return snprintf(what, cap, "%s", text) < (int)cap ? 0 : -1;   // longer than any rate written: refused
     }
     return -1;
 }
