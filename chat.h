@@ -12,7 +12,9 @@
 // fine-tune, so there is no "close enough" fallback.
 //
 // What is rendered: messages whose role is "system", "user" or "assistant" and whose content is a
-// string (add_generation_prompt false, no tools: the training case). Per family:
+// string, no tools; add_generation_prompt false (the training case: chat_encode) or true (-prompt:
+// chat_encode_prompt, the rendering then ends with the assistant's header — ChatML
+// "<|im_start|>assistant\n", Llama 3 "<|start_header_id|>assistant<|end_header_id|>\n\n"). Per family:
 //   ChatML (Qwen2.5, SmolLM2): when messages[0] is not a system message the template's default
 //     system prompt comes first; then each message as
 //       <|im_start|>ROLE\nCONTENT<|im_end|>\n
@@ -37,7 +39,7 @@
 // NFC, for Qwen2's normalizer) exactly.
 //
 // defines: Chat, ChatMsg, ChatText, CHAT_TEMPLATES, CHAT_ROLE, chat_sha256_hex, chat_date_string,
-//          chat_init, chat_trim, chat_render, chat_encode
+//          chat_init, chat_trim, chat_render, chat_encode, chat_encode_prompt
 //
 // May call: safetensors.h (the JSON parser), tokenizer.h (encode, decode lengths, NFC) and libc.
 #ifndef ZT_CHAT_H
@@ -331,9 +333,9 @@ static int chat_put_content(const Chat* c, ChatText* t, const ChatMsg* m, size_t
     return rc;
 }
 
-// Render messages m[0, n) as the template does (add_generation_prompt false) into *out (replaced);
-// spans[i] = where message i's content landed in it ([0, 0) for none). 0, or -1: out of memory.
-static int chat_render(const Chat* c, const ChatMsg* m, int n, ChatText* out, size_t (*spans)[2]) {
+// Render messages m[0, n) as the template does into *out (replaced), with add_generation_prompt =
+// gen; spans[i] = where message i's content landed in it ([0, 0) for none). 0, or -1: out of memory.
+static int chat_render(const Chat* c, const ChatMsg* m, int n, int gen, ChatText* out, size_t (*spans)[2]) {
     out->n = 0;
     int rc = chat_put(out, "", 0), from = 0;
     for (int i = 0; i < n; i++) spans[i][0] = spans[i][1] = 0;
@@ -345,6 +347,7 @@ static int chat_render(const Chat* c, const ChatMsg* m, int n, ChatText* out, si
         for (int i = 0; i < n; i++)  // '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>' + '\n'
             rc |= chat_puts(out, "<|im_start|>") | chat_puts(out, CHAT_ROLE[m[i].role]) | chat_puts(out, "\n") |
                   chat_put_content(c, out, &m[i], spans[i]) | chat_puts(out, "<|im_end|>\n");
+        if (gen) rc |= chat_puts(out, "<|im_start|>assistant\n");  // {%- if add_generation_prompt %}
         return rc ? -1 : 0;
     }
     rc |= chat_puts(out, c->bos);  // bos_token (Llama 3: inside the first message's block; same bytes)
@@ -357,6 +360,7 @@ static int chat_render(const Chat* c, const ChatMsg* m, int n, ChatText* out, si
     for (int i = from; i < n; i++)  // '<|start_header_id|>' + role + '<|end_header_id|>\n\n' + content | trim + '<|eot_id|>'
         rc |= chat_puts(out, "<|start_header_id|>") | chat_puts(out, CHAT_ROLE[m[i].role]) | chat_puts(out, "<|end_header_id|>\n\n") |
               chat_put_content(c, out, &m[i], spans[i]) | chat_puts(out, "<|eot_id|>");
+    if (gen) rc |= chat_puts(out, "<|start_header_id|>assistant<|end_header_id|>\n\n");  // {%- if add_generation_prompt %}
     return rc ? -1 : 0;
 }
 
@@ -367,7 +371,7 @@ static int chat_render(const Chat* c, const ChatMsg* m, int n, ChatText* out, si
 static int chat_encode(const Chat* c, Tokenizer* tok, const ChatMsg* m, int n, ChatText* work, uint32_t** ids, size_t* nids, size_t* icap,
                        uint8_t** mask, char* err, size_t errlen) {
     size_t(*spans)[2] = (size_t(*)[2])malloc(sizeof(*spans) * (size_t)(n > 0 ? n : 1));
-    if (!spans || chat_render(c, m, n, work, spans) != 0) { free(spans); return st_err(err, errlen, "out of memory"); }
+    if (!spans || chat_render(c, m, n, 0, work, spans) != 0) { free(spans); return st_err(err, errlen, "out of memory"); }
     int keep = tok->hf->match_specials;
     tok->hf->match_specials = 1;
     *nids = 0;
@@ -402,7 +406,7 @@ static int chat_encode(const Chat* c, Tokenizer* tok, const ChatMsg* m, int n, C
             mm[i].content = nfc[i];
             mm[i].len = tn;
         }
-        if (!rc) rc = chat_render(c, mm, n, &norm, spans);
+        if (!rc) rc = chat_render(c, mm, n, 0, &norm, spans);
         for (int i = 0; nfc && i < n; i++) free(nfc[i]);
         free(nfc);
         free(mm);
@@ -423,6 +427,26 @@ static int chat_encode(const Chat* c, Tokenizer* tok, const ChatMsg* m, int n, C
     free(norm.s);
     free(spans);
     return rc;
+}
+
+// A prompt m[0, n) (its last message the user's or the system's) as -prompt gives it to the model:
+// rendered with the generation prompt and encoded whole with special tokens matched, as
+// apply_chat_template(messages, add_generation_prompt=True, tokenize=True) does: the rendering's own
+// BOS (Llama 3) is its first id, ChatML has none. ids into (*ids, *nids, *icap) (replaced); work:
+// scratch (the rendering, left for the caller). 0, or -1 with err.
+static int chat_encode_prompt(const Chat* c, Tokenizer* tok, const ChatMsg* m, int n, ChatText* work, uint32_t** ids, size_t* nids, size_t* icap,
+                              char* err, size_t errlen) {
+    if (n > 0 && m[n - 1].role == CHAT_ASSISTANT)
+        return st_err(err, errlen, "the last message is the assistant's: a prompt ends with the user's turn (the reply is what is generated)");
+    size_t(*spans)[2] = (size_t(*)[2])malloc(sizeof(*spans) * (size_t)(n > 0 ? n : 1));
+    if (!spans || chat_render(c, m, n, 1, work, spans) != 0) { free(spans); return st_err(err, errlen, "out of memory"); }
+    free(spans);
+    int keep = tok->hf->match_specials;
+    tok->hf->match_specials = 1;
+    *nids = 0;
+    int rc = tokenizer_encode(tok, (const unsigned char*)work->s, work->n, ids, nids, icap);
+    tok->hf->match_specials = keep;
+    return rc ? st_err(err, errlen, "out of memory") : 0;
 }
 
 #endif // ZT_CHAT_H

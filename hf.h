@@ -12,7 +12,8 @@
 // Out: config.json (as transformers writes it for the architecture) + model.safetensors with
 //      {"format": "pt"} metadata, or above HF_SHARD_BYTES (5 GB, transformers' max_shard_size)
 //      model-0000k-of-0000n.safetensors shards and model.safetensors.index.json; a tied head is
-//      omitted (transformers ties it back); F32, BF16 or F16.
+//      omitted (transformers ties it back); F32, BF16 or F16; and generation_config.json (the source
+//      checkpoint's, else as transformers writes one from config.json's token ids).
 //
 // The mapping: one table per family (HF_GPT2_TENSORS, HF_LLAMA_TENSORS), a row per Hugging Face
 // tensor, naming the tensor of ours it fills (model.h's names) and where in it. Several Hugging
@@ -94,6 +95,7 @@ typedef struct {
     char bos[96], eos[96], pad[96]; // bos/eos/pad_token_id as the JSON text read ("": absent), written back
     int o_bias;                // Llama's attention_bias: q/k/v biases and an o_proj bias, which must be zero (we have none)
     int bnb4;                  // [QLoRA] quantization_config: bitsandbytes 4-bit nf4, double quantization (the projections' weights)
+    char gen_src[PATH_MAX];    // an export's generation_config.json copied from here ("": written from bos/eos: hf_generation_text)
 } HFConfig;
 
 // A GPT-2's config from its five dimensions.
@@ -1135,6 +1137,37 @@ static void hf_float(double v, char* out, size_t cap) {
     if (!strpbrk(out, ".eEni")) snprintf(out + strlen(out), cap - strlen(out), ".0");
 }
 
+// generation_config.json as transformers writes it for a model without one (GenerationConfig.
+// from_model_config, then save_pretrained: keys sorted, two-space indent, a list one id a line):
+// config.json's bos/eos/pad_token_id. malloc'd text, NULL when out of memory.
+static char* hf_generation_text(const HFConfig* c, size_t* len) {
+    const char* keys[3] = {"bos_token_id", "eos_token_id", "pad_token_id"};
+    const char* vals[3] = {c->bos, c->eos, c->pad};
+    if (c->arch == HF_ARCH_GPT2) vals[0] = vals[1] = c->V > 50256 ? "50256" : "", vals[2] = ""; // (hf_config_text's GPT-2 ids)
+    size_t cap = 512 + strlen(c->bos) * 4 + strlen(c->eos) * 4 + strlen(c->pad) * 4, n = 0;
+    char* t = (char*)malloc(cap);
+    if (!t) return NULL;
+    n += (size_t)snprintf(t + n, cap - n, "{\n  \"_from_model_config\": true,\n");
+    for (int k = 0; k < 3; k++) {
+        if (!vals[k][0] || !strcmp(vals[k], "null")) continue;
+        if (vals[k][0] != '[') { n += (size_t)snprintf(t + n, cap - n, "  \"%s\": %s,\n", keys[k], vals[k]); continue; }
+        n += (size_t)snprintf(t + n, cap - n, "  \"%s\": [", keys[k]);
+        const char* p = vals[k] + 1;
+        for (int first = 1; *p && *p != ']'; first = 0) { // "[1, 2]" -> one id a line
+            char* end;
+            long long v = strtoll(p, &end, 10);
+            if (end == p) break;
+            n += (size_t)snprintf(t + n, cap - n, "%s\n    %lld", first ? "" : ",", v);
+            p = end;
+            while (*p == ',' || *p == ' ') p++;
+        }
+        n += (size_t)snprintf(t + n, cap - n, "\n  ],\n");
+    }
+    n += (size_t)snprintf(t + n, cap - n, "  \"transformers_version\": \"4.47.1\"\n}\n");
+    *len = n;
+    return t;
+}
+
 static int hf_cmp_line(const void* a, const void* b) { return strcmp(*(const char* const*)a, *(const char* const*)b); }
 
 // config.json as transformers writes it for the architecture (keys sorted, two-space indent).
@@ -1263,8 +1296,8 @@ static int hf_writer_open(HFWriter* w, const char* dir, const HFConfig* c, StDty
     w->dtype = dtype;
     snprintf(w->dir, sizeof(w->dir), "%s", dir);
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) return st_err(err, errlen, "%s: cannot create the directory: %s", dir, strerror(errno));
-    static const char* const ours[] = {"model", "config.json"}; // an interrupted export's files (fileio.h)
-    w->leftovers = zt_export_leftovers(dir, ours, 2, "config.json", &w->restored);
+    static const char* const ours[] = {"model", "generation_config.json", "config.json"}; // an interrupted export's files (fileio.h)
+    w->leftovers = zt_export_leftovers(dir, ours, 3, "config.json", &w->restored);
     w->nrows = hf_rows(c, w->rows);
     int S = w->nrows * c->L, es = st_esize(dtype);
     w->file_of = (int*)calloc((size_t)S, sizeof(int));
@@ -1496,14 +1529,16 @@ static int hf_writer_commit(HFWriter* w, char* err, size_t errlen) {
             hf_writer_abort(w);
             return rc;
         }
-    char cfg[8192], cpath[PATH_MAX + 32], ctmp[PATH_MAX + 64], ipath[PATH_MAX + 64], itmp[PATH_MAX + 96];
+    char cfg[8192], cpath[PATH_MAX + 32], ctmp[PATH_MAX + 64], ipath[PATH_MAX + 64], itmp[PATH_MAX + 96], gpath[PATH_MAX + 64], gtmp[PATH_MAX + 96];
     int n = hf_config_text(c, w->dtype, cfg, sizeof(cfg));
     if (n < 0) { int rc = st_err(err, errlen, "internal error: config.json longer than %zu bytes", sizeof(cfg)); hf_writer_abort(w); return rc; }
     snprintf(cpath, sizeof(cpath), "%s/config.json", w->dir);
     snprintf(ctmp, sizeof(ctmp), "%s.tmp.%d", cpath, (int)getpid());
     snprintf(ipath, sizeof(ipath), "%s/model.safetensors.index.json", w->dir);
     snprintf(itmp, sizeof(itmp), "%s.tmp.%d", ipath, (int)getpid());
-    int cfd = -1, ifd = -1, rc = 0;
+    snprintf(gpath, sizeof(gpath), "%s/generation_config.json", w->dir);
+    snprintf(gtmp, sizeof(gtmp), "%s.tmp.%d", gpath, (int)getpid());
+    int cfd = -1, ifd = -1, gfd = -1, rc = 0;
     for (int f = 0; f < w->nfiles && rc == 0; f++) { // every shard on disk first
         int fd = w->fd[f];
         w->fd[f] = -1;
@@ -1519,18 +1554,28 @@ static int hf_writer_commit(HFWriter* w, char* err, size_t errlen) {
         free(itext);
         if (rc == 0) { rc = hf_close_fd(ifd, itmp, err, errlen); ifd = -1; }
     }
+    if (rc == 0) { // generation_config.json: the source checkpoint's (its eos list, its sampling defaults), else written from the ids
+        char* gtext = NULL;
+        size_t glen = 0;
+        if (c->gen_src[0]) rc = hf_read_file(c->gen_src, &gtext, &glen, 1 << 20, err, errlen);
+        else if (!(gtext = hf_generation_text(c, &glen))) rc = st_err(err, errlen, "out of host memory for %s", gpath);
+        if (rc == 0 && hf_write_small(gtmp, gtext, glen, &gfd, err, errlen)) rc = -1;
+        free(gtext);
+        if (rc == 0) { rc = hf_close_fd(gfd, gtmp, err, errlen); gfd = -1; }
+    }
     if (rc == 0) { // the set: the shards, the index, config.json last (the key)
-        ZtCommitFile* files = (ZtCommitFile*)calloc((size_t)w->nfiles + 2, sizeof(ZtCommitFile));
+        ZtCommitFile* files = (ZtCommitFile*)calloc((size_t)w->nfiles + 3, sizeof(ZtCommitFile));
         char** stale = (char**)calloc(HF_MAX_STALE, sizeof(char*));
         int nf = 0, ns = files && stale ? hf_stale_paths(w, stale, HF_MAX_STALE) : 0;
         if (!files || !stale) rc = st_err(err, errlen, "out of host memory (an export's %d files)", w->nfiles);
         else {
             for (int f = 0; f < w->nfiles; f++) files[nf++] = (ZtCommitFile){w->tmp[f], w->path[f]};
             if (w->nfiles > 1) files[nf++] = (ZtCommitFile){itmp, ipath};
+            files[nf++] = (ZtCommitFile){gtmp, gpath};
             files[nf++] = (ZtCommitFile){ctmp, cpath};
             rc = zt_commit_export(w->dir, files, nf, (const char* const*)stale, ns, err, errlen);
             for (int f = 0; f < w->nfiles; f++) w->tmp[f][0] = 0; // (committed or removed by the commit)
-            ctmp[0] = itmp[0] = 0;
+            ctmp[0] = itmp[0] = gtmp[0] = 0;
         }
         for (int k = 0; k < ns; k++) free(stale[k]);
         free(stale);
@@ -1540,6 +1585,7 @@ static int hf_writer_commit(HFWriter* w, char* err, size_t errlen) {
         for (int f = 0; f < w->nfiles; f++) if (w->tmp[f][0]) unlink(w->tmp[f]);
         if (ctmp[0]) unlink(ctmp);
         if (itmp[0] && w->nfiles > 1) unlink(itmp);
+        if (gtmp[0]) unlink(gtmp);
     }
     hf_writer_abort(w); // frees (every fd is closed or -1)
     return rc;

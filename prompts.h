@@ -38,11 +38,14 @@
 // -prompt's side (below tokenize_prompts_to_shards): prompt_file_read reads @FILE as a stream (a
 // pipe, /dev/stdin, <(...) or a file: its size is never trusted), prompt_split cuts it into prompts
 // (plain text: one per non-empty line; FILE.jsonl: one JSON string per line, so a prompt may hold
-// newlines, e.g. "Q: ...\nA:"; a {"prompt": ...} object, the training format, also works), and
-// sample_token is the sampling rule of -prompt and the samples (-temperature, -top-k, greedy).
+// newlines, e.g. "Q: ...\nA:"; a {"prompt": ...} object, the training format, also works; a
+// {"messages": [...]} object is a conversation for the chat template), prompt_encode makes a
+// prompt's ids (through the chat template with the generation prompt, or the text after the
+// document token: never a second BOS), and sample_token is the sampling rule of -prompt and the
+// samples (-temperature, -top-k, greedy).
 //
 // defines: PromptStats, tokenize_prompts_to_shards, prompt_messages, prompt_conversation, PromptList, prompt_file_read, prompt_split,
-//          prompt_list_free, sample_token
+//          prompt_list_free, prompt_encode, sample_token
 //
 // May call: safetensors.h (the JSON parser), tokenizer.h, dataloader.h and chat.h.
 #ifndef ZT_PROMPTS_H
@@ -426,20 +429,30 @@ static int prompt_file_read(const char* path, char** out, size_t* len, char* err
     return 0;
 }
 
-typedef struct { int n; char** text; size_t* len; } PromptList; // each prompt's bytes (NUL-terminated too)
+// Each prompt's bytes (NUL-terminated too); msgs[i] = 1: text[i] is a .jsonl line holding a
+// "messages" list (read by prompt_encode), from line[i] of the file (0: not from a file).
+typedef struct { int n; char** text; size_t* len; int* msgs; long long* line; } PromptList;
 
-static int prompt_list_add(PromptList* pl, const char* s, size_t n) {
+static int prompt_list_add(PromptList* pl, const char* s, size_t n, int msgs, long long line) {
     char** t = (char**)realloc(pl->text, sizeof(char*) * (pl->n + 1));
     if (!t) return -1;
     pl->text = t;
     size_t* l = (size_t*)realloc(pl->len, sizeof(size_t) * (pl->n + 1));
     if (!l) return -1;
     pl->len = l;
+    int* mm = (int*)realloc(pl->msgs, sizeof(int) * (pl->n + 1));
+    if (!mm) return -1;
+    pl->msgs = mm;
+    long long* ln = (long long*)realloc(pl->line, sizeof(long long) * (pl->n + 1));
+    if (!ln) return -1;
+    pl->line = ln;
     char* c = (char*)malloc(n + 1);
     if (!c) return -1;
     memcpy(c, s, n);
     c[n] = 0;
     pl->text[pl->n] = c;
+    pl->msgs[pl->n] = msgs;
+    pl->line[pl->n] = line;
     pl->len[pl->n++] = n;
     return 0;
 }
@@ -448,12 +461,15 @@ static void prompt_list_free(PromptList* pl) {
     for (int i = 0; i < pl->n; i++) free(pl->text[i]);
     free(pl->text);
     free(pl->len);
+    free(pl->msgs);
+    free(pl->line);
     memset(pl, 0, sizeof(*pl));
 }
 
 // The prompts in text[0, len): jsonl = 0, one per non-empty line (a trailing \r dropped); jsonl = 1,
-// each non-blank line one JSON string (or an object with a string "prompt"). `name` is for messages
-// (FILE:LINE). 0, or -1 with err.
+// each non-blank line one JSON string, an object with a string "prompt", or an object with a
+// "messages" list (a conversation so far, for the chat template: prompt_encode). `name` is for
+// messages (FILE:LINE). 0, or -1 with err.
 static int prompt_split(const char* name, const char* text, size_t len, int jsonl, PromptList* pl, char* err, size_t errlen) {
     memset(pl, 0, sizeof(*pl));
     long long lineno = 0;
@@ -468,7 +484,7 @@ static int prompt_split(const char* name, const char* text, size_t len, int json
         while (blank < n && (line[blank] == ' ' || line[blank] == '\t')) blank++;
         if (blank == n) continue;
         if (!jsonl) {
-            if (prompt_list_add(pl, line, n)) { prompt_list_free(pl); return st_err(err, errlen, "%s: out of memory", name); }
+            if (prompt_list_add(pl, line, n, 0, lineno)) { prompt_list_free(pl); return st_err(err, errlen, "%s: out of memory", name); }
             continue;
         }
         Json j;
@@ -479,15 +495,70 @@ static int prompt_split(const char* name, const char* text, size_t len, int json
             return st_err(err, errlen, "%s:%lld: %s (a .jsonl prompt file holds one JSON string per line, e.g. \"Q: ...\\nA:\")", name, lineno, jerr);
         }
         int node = j.nodes[0].type == JSON_STRING ? 0 : json_get(&j, 0, "prompt");
-        if (node < 0 || j.nodes[node].type != JSON_STRING) {
+        int msgs = j.nodes[0].type == JSON_OBJECT && node < 0 && json_get(&j, 0, "messages") >= 0;
+        if (!msgs && (node < 0 || j.nodes[node].type != JSON_STRING)) {
             json_free(&j);
             prompt_list_free(pl);
-            return st_err(err, errlen, "%s:%lld: not a JSON string (nor an object with a string \"prompt\")", name, lineno);
+            return st_err(err, errlen, "%s:%lld: not a JSON string (nor an object with a string \"prompt\" or a \"messages\" list)", name, lineno);
         }
-        int rc = j.nodes[node].len == 0 ? 0 : prompt_list_add(pl, j.nodes[node].str, (size_t)j.nodes[node].len);
+        int rc = msgs ? prompt_list_add(pl, line, n, 1, lineno)
+                      : j.nodes[node].len == 0 ? 0 : prompt_list_add(pl, j.nodes[node].str, (size_t)j.nodes[node].len, 0, lineno);
         json_free(&j);
         if (rc) { prompt_list_free(pl); return st_err(err, errlen, "%s: out of memory", name); }
     }
+    return 0;
+}
+
+// Prompt k of pl (read from `name`) as -prompt gives it to the model, into (*ids, *nids, *icap)
+// (replaced); *added: how many ids before the prompt's own were put there (printed as not the user's).
+// chat (the model's recognised template, -chat-prompt on): a text is the user's message, a "messages"
+// line its list (the last message not the assistant's), rendered with the generation prompt
+// (chat_encode_prompt); nothing is added: the template writes its BOS where it has one (Llama 3),
+// ChatML has none. chat NULL: the text encoded as it is (special tokens matched: docs/tokenizers.md)
+// after the document token doc, unless its first id already is doc or bos (a prompt rendered
+// elsewhere, by apply_chat_template: never a second BOS); a "messages" line is refused. Every id must
+// be below V. 0, or -1 with err naming the prompt.
+static int prompt_encode(const Chat* chat, Tokenizer* tok, const PromptList* pl, int k, const char* name, int doc, int bos, int V, uint32_t** ids,
+                         size_t* nids, size_t* icap, int* added, char* err, size_t errlen) {
+    char where[600];
+    if (pl->line[k] > 0) snprintf(where, sizeof(where), "%s:%lld", name, pl->line[k]);
+    else snprintf(where, sizeof(where), "prompt %d", k + 1);
+    *nids = 0;
+    *added = 0;
+    int rc = 0;
+    if (chat) {
+        ChatMsg one = {CHAT_USER, pl->text[k], pl->len[k], 0}, *m = &one;
+        int n = 1, mcap = 0;
+        Json j;
+        memset(&j, 0, sizeof(j));
+        char cerr[512];
+        if (pl->msgs[k]) {  // {"messages": [...]}: parsed again (its strings live in j)
+            m = NULL;
+            n = 0;
+            if (json_parse(&j, pl->text[k], pl->len[k], cerr, sizeof(cerr)) != 0) { json_free(&j); return st_err(err, errlen, "%s: %s", where, cerr); }
+            rc = prompt_messages(&j, json_get(&j, 0, "messages"), "messages", 0, &m, &n, &mcap, name, pl->line[k], err, errlen);
+        }
+        ChatText work = {NULL, 0, 0};
+        if (!rc && chat_encode_prompt(chat, tok, m, n, &work, ids, nids, icap, cerr, sizeof(cerr)) != 0) rc = st_err(err, errlen, "%s: %s", where, cerr);
+        free(work.s);
+        if (m != &one) free(m);
+        json_free(&j);
+        if (rc) return -1;
+    } else {
+        if (pl->msgs[k])
+            return st_err(err, errlen, "%s: a \"messages\" list needs the model's chat template (-chat-prompt 0 sends text as it is)", where);
+        if (tokenizer_encode(tok, (const unsigned char*)pl->text[k], pl->len[k], ids, nids, icap)) return st_err(err, errlen, "out of memory");
+        if (doc >= 0 && !(*nids > 0 && ((int)(*ids)[0] == doc || (bos >= 0 && (int)(*ids)[0] == bos)))) {  // the document token first
+            if (tokenizer_grow((void**)ids, icap, *nids + 1, sizeof(uint32_t)) != 0) return st_err(err, errlen, "out of memory");
+            memmove(*ids + 1, *ids, sizeof(uint32_t) * *nids);
+            (*ids)[0] = (uint32_t)doc;
+            (*nids)++;
+            *added = 1;
+        }
+    }
+    for (size_t i = 0; i < *nids; i++)
+        if ((*ids)[i] >= (uint32_t)V) return st_err(err, errlen, "%s encodes to token %u, outside the model's vocabulary (V = %d)", where, (unsigned)(*ids)[i], V);
+    if (*nids == 0) return st_err(err, errlen, "%s: no tokens", where);
     return 0;
 }
 

@@ -203,15 +203,19 @@ static int hf_export_config(const Flags* f, const GPTConfig* c, HFConfig* out, c
     *out = hf_from_config(c);
     HFConfig src;
     int have_src = 0;
-    if (c->family != FAMILY_GPT2 && hf_is_checkpoint_path(f->model)) {
-        char path[PATH_MAX + 32], dir[PATH_MAX];
-        struct stat st;
+    char dir[PATH_MAX] = "", path[PATH_MAX + 32]; // -e's directory, when -e is a Hugging Face checkpoint
+    struct stat st;
+    if (hf_is_checkpoint_path(f->model)) {
         snprintf(dir, sizeof(dir), "%s", f->model);
         if (!(stat(dir, &st) == 0 && S_ISDIR(st.st_mode))) { char* sl = strrchr(dir, '/'); if (sl) *sl = 0; else snprintf(dir, sizeof(dir), "."); }
+    }
+    if (c->family != FAMILY_GPT2 && dir[0]) {
         snprintf(path, sizeof(path), "%s/config.json", dir);
         have_src = hf_read_config(path, &src, err, errlen) == 0;
     }
     if (hf_export_arch(out, have_src ? &src : NULL, err, errlen)) return -1;
+    snprintf(path, sizeof(path), "%s/generation_config.json", dir); // its eos list and sampling defaults go with the export
+    if (dir[0] && stat(path, &st) == 0 && strlen(path) < sizeof(out->gen_src)) snprintf(out->gen_src, sizeof(out->gen_src), "%s", path);
     char tbuf[PATH_MAX + 32]; // no source config: GPT-2's tokenizer (llm.c's file) gives <|endoftext|> = 50256, as GPT-2's export says
     const char* tname = tokenizer_for_model(f->tokenizer, TOKENIZER_DEFAULT_PATH, f->model, tbuf, sizeof(tbuf));
     if (c->family != FAMILY_GPT2 && !have_src && c->V > 50256 && !strcmp(tname, TOKENIZER_DEFAULT_PATH)) {
@@ -472,6 +476,8 @@ static void check_flags(const Flags* f, const GPTConfig* c, int R) {
     if (f->zero_stage < -1 || f->zero_stage > 3) die_user("flag -z: ZeRO stage %d is not 0, 1, 2, 3 or auto", f->zero_stage);
     if (f->recompute < -1 || f->recompute > 3) die_user("flag -r: recompute mode %d is not 0, 1, 2, 3 or auto", f->recompute);
     if (f->world < 0) die_user("flag -world: %d ranks", f->world);
+    if (strcmp(f->chat_prompt, "auto") && strcmp(f->chat_prompt, "1") && strcmp(f->chat_prompt, "0"))
+        die_user("flag -chat-prompt: '%s' is not 1, 0 or auto", f->chat_prompt);
     int off = strcmp(f->offload, "auto") ? offload_parse(f->offload) : OFFLOAD_NONE;
     if (off < 0) die_user("flag -offload: '%s' is not none, cpu, nvme or auto", f->offload);
     int poff = offload_parse(f->offload_params);

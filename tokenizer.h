@@ -1451,8 +1451,11 @@ static inline int tokenize_file_to_shards(Tokenizer* tok, const char* in_path, c
 // -----------------------------------------------------------------------------------------------
 // Writing the tokenizer beside an exported model (-export-hf), so that transformers'
 // AutoTokenizer.from_pretrained(DIR) loads it:
-//   read from a tokenizer.json: that file and its tokenizer_config.json, copied byte for byte
-//     (the pipeline is theirs, we change nothing); without a tokenizer_config.json beside it, one
+//   read from a tokenizer.json: that file and its tokenizer_config.json (and special_tokens_map.json,
+//     chat_template.jinja where the source has them), copied byte for byte (the pipeline is theirs,
+//     we change nothing); ids beyond the model's rows are copied too when each is an added token
+//     (Llama 3.2's <|image|> is id 128,256 of a 128,256-row model: its own files are so); without a
+//     tokenizer_config.json beside it, one
 //     is written (PreTrainedTokenizerFast, the BOS and EOS of tokenizer_special_ids,
 //     model_max_length = max_T), else transformers would pick the class from config.json's
 //     model_type (LlamaTokenizerFast adds its own "<s>" as a new token);
@@ -1535,8 +1538,15 @@ static inline int tokenizer_write_hf(const Tokenizer* tok, const char* dir, int 
     if (tok->hf) {
         if (tokenizer_copy_file(tok->hf->src_json, dir, "tokenizer.json", err, errlen) != 0) return -1;
         struct stat st;
-        if (tok->hf->src_config && stat(tok->hf->src_config, &st) == 0)
-            return tokenizer_copy_file(tok->hf->src_config, dir, "tokenizer_config.json", err, errlen);
+        const char* src = tok->hf->src_config;
+        const char* slash = src ? strrchr(src, '/') : NULL;
+        static const char* const beside[2] = {"special_tokens_map.json", "chat_template.jinja"};
+        for (int k = 0; src && k < 2; k++) {  // the files beside tokenizer_config.json that AutoTokenizer also reads
+            char from[4200];
+            snprintf(from, sizeof(from), "%.*s%s", slash ? (int)(slash - src + 1) : 0, src, beside[k]);
+            if (stat(from, &st) == 0 && tokenizer_copy_file(from, dir, beside[k], err, errlen) != 0) return -1;
+        }
+        if (src && stat(src, &st) == 0) return tokenizer_copy_file(src, dir, "tokenizer_config.json", err, errlen);
         // no tokenizer_config.json: without one, AutoTokenizer takes the class from config.json's
         // model_type (LlamaTokenizerFast for a Llama), which adds its own "<s>" BOS as a new token;
         // PreTrainedTokenizerFast runs tokenizer.json as it is (its post-processor adds the BOS)
@@ -1625,15 +1635,28 @@ done:
 }
 
 // Load the tokenizer at tokenizer_path (+ merges_path for llm.c's file) and write its files into
-// dir for a model of model_V ids whose context is max_T (-export-hf). Returns 0, or -1 with the
-// message: unreadable tokenizer, more ids than the model has, a write that fails.
+// dir for a model of model_V ids whose context is max_T (-export-hf). note (notelen bytes): "" or
+// what a reader should know (added tokens beyond the model's rows). Returns 0, or -1 with the
+// message: unreadable tokenizer, more ids than the model has (other than added tokens of a
+// tokenizer.json), a write that fails.
 static inline int tokenizer_export_files(const char* tokenizer_path, const char* merges_path, const char* dir, int model_V, int max_T,
-                                         char* err, size_t errlen) {
+                                         char* note, size_t notelen, char* err, size_t errlen) {
     Tokenizer t;
+    note[0] = 0;
     if (tokenizer_init(&t, tokenizer_path, err, errlen) != 0) return -1;
     int rc = tokenizer_load_merges(&t, merges_path, err, errlen);
-    if (rc == 0 && t.vocab_size > (uint32_t)model_V)
-        rc = tokenize_error(err, errlen, "tokenizer %s has %u ids, more than the model's vocabulary of %d", tokenizer_path, t.vocab_size, model_V);
+    uint32_t beyond = 0;  // ids >= model_V: each an added token of a tokenizer.json, or refused
+    for (uint32_t id = (uint32_t)model_V; rc == 0 && id < t.vocab_size; id++) {
+        int added = 0;
+        for (int a = 0; t.hf && a < t.hf->nadded && !added; a++) added = t.hf->added[a].id == id;
+        if (!added || t.hf->key_at[id] != UINT32_MAX)
+            rc = tokenize_error(err, errlen, "tokenizer %s has %u ids, more than the model's vocabulary of %d (id %u is %s)", tokenizer_path,
+                                t.vocab_size, model_V, id, t.hf ? "in its model.vocab" : "one of llm.c's file");
+        beyond++;
+    }
+    if (rc == 0 && beyond)
+        snprintf(note, notelen, "the tokenizer's %u id(s) from %d on are added tokens beyond the model's %d rows, copied as they are (as Llama 3.2's own "
+                 "files have <|image|>): text holding them cannot be fed to the model", beyond, model_V, model_V);
     if (rc == 0) rc = tokenizer_write_hf(&t, dir, max_T, err, errlen);
     tokenizer_free(&t);
     return rc;

@@ -526,9 +526,12 @@ typedef struct {
     int has_val;
     Tokenizer tok;
     int has_tok;
-    int nprompts;      // -prompt: the prompts as token ids, each after an EOT
+    int nprompts;      // -prompt: the prompts as token ids (prompts.h's prompt_encode)
     int** prompt_ids;
     int* prompt_len;
+    int* prompt_added; // how many of its first ids are not the user's (the document token before a text)
+    char prompt_how[160]; // what -prompt does with the text, for each sample's header ("" for text as given)
+    int stop[16], nstop;  // -prompt's replies end at these ids (load_prompts)
     int R, r, GA;
     int max_steps;
     int step;          // optimizer steps done
@@ -991,12 +994,19 @@ static float evaluate(Trainer* tr) {
     return counted > 0 ? (float)(sum / (double)counted) : NAN;
 }
 
-// Generate gen_tokens tokens after an end-of-text token, each drawn by sample_token (prompts.h:
-// -temperature, -top-k; -temperature 0 is greedy) with the counter-based RNG keyed by (seed, step,
-// position): the same text on every rank, and on a rerun or a resume.
-// With -prompt: the context is each prompt (after an EOT), printed before its continuation, and a
-// sampled EOT ends it (a fine-tuned model has learned where a completion stops).
-static void sample_one(Trainer* tr, const int* ctx, int nctx, int prompt) {
+// Generate gen_tokens tokens after a context, each drawn by sample_token (prompts.h: -temperature,
+// -top-k; -temperature 0 is greedy) with the counter-based RNG keyed by (seed, step, position): the
+// same text on every rank, and on a rerun or a resume. Without -prompt the context is the document
+// token. With -prompt (prompt >= 0) it is the prompt's ids (load_prompts), printed apart from the
+// reply, and the reply ends at a stop id (tr->stop: the model has learned where a completion stops)
+// or after -g tokens:
+//   sample at step S, prompt K (HOW):
+//   --- prompt
+//   the prompt as the model reads it (special tokens spelled, the document token put before a text not)
+//   --- reply
+//   the tokens generated
+//   --- end: <|eot_id|> | -g 64 tokens
+static void sample_one(Trainer* tr, const int* ctx, int nctx, int skip, int prompt) {
     Model* m = &tr->model;
     const GPTConfig* c = &m->cfg;
     int n = tr->f.gen_tokens, T = m->T;
@@ -1005,33 +1015,39 @@ static void sample_one(Trainer* tr, const int* ctx, int nctx, int prompt) {
     float* logits = (float*)malloc(sizeof(float) * c->V * 2); // the row as floats, then sample_token's scratch
     unsigned char* keep = (unsigned char*)malloc(c->V);
     memcpy(gen, ctx, sizeof(int) * nctx);
-    int eot = tr->has_tok && tr->tok.eot_token >= 0 && tr->tok.eot_token < c->V ? tr->tok.eot_token : -1;
     uint64_t key = prompt < 0 ? rng_key((uint64_t)tr->f.seed, 0x53414D504C45ull /* "SAMPLE" */, (uint64_t)tr->step)
                               : rng_key((uint64_t)tr->f.seed ^ ((uint64_t)(prompt + 1) << 40), 0x50524F4D5054ull /* "PROMPT" */, (uint64_t)tr->step);
-    if (prompt >= 0) printf0("sample at step %d, prompt %d:\n---\n", tr->step, prompt + 1);
+    if (prompt >= 0) printf0("sample at step %d, prompt %d%s:\n--- prompt\n", tr->step, prompt + 1, tr->prompt_how);
     else printf0("sample at step %d:\n---\n", tr->step);
-    for (int i = 1; i < nctx && g_rank == 0; i++) { // the prompt (after its EOT)
+    for (int i = skip; i < nctx && g_rank == 0; i++) {
         if (tr->has_tok) tokenizer_print(&tr->tok, (uint32_t)ctx[i], stdout);
         else printf("%d ", ctx[i]);
     }
-    if (prompt >= 0) printf0(" ->");
-    for (int t = nctx; t < nctx + n; t++) {
+    if (prompt >= 0) printf0("\n--- reply\n");
+    int stopped = -1;
+    for (int t = nctx; t < nctx + n && stopped < 0; t++) {
         int len = t < T ? t : T; // the last T tokens are the context
         dev_from_host(m->a.inputs, gen + t - len, sizeof(int) * len);
-        m->a.seg = NULL; // one sequence: the prompt after its EOT, or what was sampled
+        m->a.seg = NULL; // one sequence: the prompt, or what was sampled after the document token
         gpt_forward(m, 1, len, 0, 0.0f, 0);
         dev_to_host(row, m->a.logits + (size_t)(len - 1 - m->a.logits_row0) * c->Vp, sizeof(floatX) * c->Vp);
         for (int j = 0; j < c->V; j++) logits[j] = ld(row[j]);
         int next = sample_token(logits, c->V, tr->f.temperature, tr->f.top_k, rng_uniform(key, (uint64_t)t), logits + c->V, keep);
         gen[t] = next;
-        if (prompt >= 0 && next == eot) break; // every rank samples the same token: every rank stops
-        if (g_rank == 0) {
+        for (int k = 0; prompt >= 0 && k < tr->nstop; k++) if (next == tr->stop[k]) stopped = next; // every rank samples the same token: every rank stops
+        if (stopped < 0 && g_rank == 0) {
             if (tr->has_tok) tokenizer_print(&tr->tok, (uint32_t)next, stdout);
             else printf("%d ", next);
             fflush(stdout);
         }
     }
-    printf0("\n---\n");
+    if (prompt < 0) printf0("\n---\n");
+    else if (stopped >= 0 && tr->has_tok) {
+        printf0("\n--- end: ");
+        if (g_rank == 0) tokenizer_print(&tr->tok, (uint32_t)stopped, stdout);
+        printf0("\n");
+    } else if (stopped >= 0) printf0("\n--- end: token %d\n", stopped);
+    else printf0("\n--- end: -g %d tokens\n", n);
     free(gen);
     free(row);
     free(logits);
@@ -1042,25 +1058,62 @@ static void sample_text(Trainer* tr) {
     if (tr->nprompts == 0) {
         const GPTConfig* c = &tr->model.cfg;
         int start = tr->has_tok && tr->tok.eot_token >= 0 && tr->tok.eot_token < c->V ? tr->tok.eot_token : 0;
-        sample_one(tr, &start, 1, -1);
+        sample_one(tr, &start, 1, 1, -1);
     }
-    for (int p = 0; p < tr->nprompts; p++) sample_one(tr, tr->prompt_ids[p], tr->prompt_len[p], p);
+    for (int p = 0; p < tr->nprompts; p++) sample_one(tr, tr->prompt_ids[p], tr->prompt_len[p], tr->prompt_added[p], p);
+}
+
+// The ids a reply stops at: id (when it is one of the model's V), once.
+static void add_stop(Trainer* tr, int id, int V) {
+    for (int k = 0; k < tr->nstop; k++) if (tr->stop[k] == id) return;
+    if (id >= 0 && id < V && tr->nstop < (int)(sizeof(tr->stop) / sizeof(tr->stop[0]))) tr->stop[tr->nstop++] = id;
+}
+
+// eos_token_id (a number or a list of them) of the model directory's FILE (config.json,
+// generation_config.json: transformers' generate stops at the latter's) into tr->stop.
+static void add_stops_of(Trainer* tr, const char* dir, const char* file, int V) {
+    char path[4200], err[1024];
+    snprintf(path, sizeof(path), "%s/%s", dir, file);
+    Json j;
+    int have = chat_read_json(path, &j, err, sizeof(err));
+    if (have < 0) die_user("-prompt: %s", err);
+    if (!have) return;
+    int k = json_get(&j, 0, "eos_token_id");
+    if (k >= 0 && j.nodes[k].type == JSON_NUMBER && j.nodes[k].is_int) add_stop(tr, (int)j.nodes[k].i, V);
+    for (int e = k >= 0 && j.nodes[k].type == JSON_ARRAY ? j.nodes[k].first : -1; e >= 0; e = j.nodes[e].next)
+        if (j.nodes[e].type == JSON_NUMBER && j.nodes[e].is_int) add_stop(tr, (int)j.nodes[e].i, V);
+    json_free(&j);
 }
 
 // -prompt "text", -prompt @FILE (one prompt per non-empty line; a pipe, /dev/stdin or <(...) too)
-// or -prompt @FILE.jsonl (one JSON string per line: prompts with newlines), read and split by
-// prompts.h: each encoded with our GPT-2 BPE after an EOT.
+// or -prompt @FILE.jsonl (one JSON string per line: prompts with newlines; or a "messages" list),
+// read and split by prompts.h, each encoded by prompt_encode: through the model's chat template
+// with the generation prompt (-chat-prompt: auto takes it when the tokenizer's directory has one this
+// build renders), else as given after the document token (never a second BOS). A reply stops at the
+// document token, the template's end of turn, and the eos_token_id of -e DIR's config.json and
+// generation_config.json.
 static void load_prompts(Trainer* tr, int V) {
-    const Flags* f = &tr->f;
+    Flags* f = &tr->f;
     char err[1024];
     char tpath[4200];
     const char* tname = tokenizer_for_model(f->tokenizer, TOKENIZER_DEFAULT_PATH, f->model, tpath, sizeof(tpath));
     if (!tr->has_tok && tokenizer_init(&tr->tok, tname, err, sizeof(err))) die_user("-prompt needs the tokenizer: -tokenizer: %s", err);
     tr->has_tok = 1;
     if (tokenizer_load_merges(&tr->tok, f->merges, err, sizeof(err))) die_user("-prompt needs the merges to encode: -merges: %s", err);
+    Chat chat;
+    const Chat* use = NULL;
+    if (strcmp(f->chat_prompt, "0")) {
+        char cerr[1024] = "llm.c's tokenizer file has no chat template";
+        if (tr->tok.hf && chat_init(&chat, &tr->tok, f->chat_date, cerr, sizeof(cerr)) == 0) use = &chat;
+        else if (!strcmp(f->chat_prompt, "1")) die_user("-chat-prompt 1: %s", cerr);
+        else if (tr->tok.hf && strstr(cerr, "SHA-256")) printf0("-prompt: the text as given, not through the chat template: %s\n", cerr);
+        if (!strcmp(f->chat_prompt, "auto"))
+            FLAG_SHOW(f, chat_prompt, "%s", use ? (snprintf(cerr, sizeof(cerr), "1 (the %s chat template)", chat.t->name), cerr)
+                                                : tr->tok.hf ? "0 (no chat template this build renders)" : "0 (llm.c's tokenizer: no chat template)");
+    }
     PromptList pl;
+    const char* path = f->prompt[0] == '@' ? f->prompt + 1 : "-prompt";
     if (f->prompt[0] == '@') {
-        const char* path = f->prompt + 1;
         size_t n = strlen(path), len;
         char* text;
         if (prompt_file_read(path, &text, &len, err, sizeof(err))) die_user("-prompt @%s", err);
@@ -1069,27 +1122,46 @@ static void load_prompts(Trainer* tr, int V) {
         if (rc) die_user("-prompt @%s", err);
     } else {
         memset(&pl, 0, sizeof(pl));
-        if (prompt_list_add(&pl, f->prompt, strlen(f->prompt))) die(1, "-prompt: out of memory");
+        if (prompt_list_add(&pl, f->prompt, strlen(f->prompt), 0, 0)) die(1, "-prompt: out of memory");
     }
-    int eot = tr->tok.eot_token >= 0 && tr->tok.eot_token < V ? tr->tok.eot_token : 0;
+    int doc = tr->tok.eot_token >= 0 && tr->tok.eot_token < V ? tr->tok.eot_token : 0, bos, eos;
+    tokenizer_special_ids(&tr->tok, &bos, &eos);
     tr->prompt_ids = (int**)calloc(pl.n > 0 ? pl.n : 1, sizeof(int*));
     tr->prompt_len = (int*)calloc(pl.n > 0 ? pl.n : 1, sizeof(int));
+    tr->prompt_added = (int*)calloc(pl.n > 0 ? pl.n : 1, sizeof(int));
+    uint32_t* ids = NULL;
+    size_t nids = 0, cap = 0;
     for (int k = 0; k < pl.n; k++) {
-        uint32_t* ids = NULL;
-        size_t nids = 0, cap = 0;
-        if (tokenizer_encode(&tr->tok, (const unsigned char*)pl.text[k], pl.len[k], &ids, &nids, &cap)) die(1, "-prompt: out of memory");
-        int* p = (int*)malloc(sizeof(int) * (nids + 1));
-        p[0] = eot;
-        for (size_t i = 0; i < nids; i++) {
-            if (ids[i] >= (uint32_t)V) die_user("-prompt: prompt %d encodes to token %u, outside the model's vocabulary (V = %d)", k + 1, (unsigned)ids[i], V);
-            p[i + 1] = ids[i];
-        }
+        int added;
+        if (prompt_encode(use, &tr->tok, &pl, k, path, doc, bos, V, &ids, &nids, &cap, &added, err, sizeof(err))) die_user("-prompt %s", err);
+        int* p = (int*)malloc(sizeof(int) * nids);
+        for (size_t i = 0; i < nids; i++) p[i] = (int)ids[i];
         tr->prompt_ids[tr->nprompts] = p;
-        tr->prompt_len[tr->nprompts++] = (int)nids + 1;
-        free(ids);
+        tr->prompt_added[tr->nprompts] = added;
+        tr->prompt_len[tr->nprompts++] = (int)nids;
     }
+    free(ids);
     prompt_list_free(&pl);
     if (tr->nprompts == 0) die_user("-prompt %s: no prompt in it", f->prompt);
+    add_stop(tr, doc, V);
+    if (use) add_stop(tr, (int)use->end_of_turn, V);
+    struct stat st;
+    if (stat(f->model, &st) == 0 && S_ISDIR(st.st_mode)) {
+        add_stops_of(tr, f->model, "config.json", V);
+        add_stops_of(tr, f->model, "generation_config.json", V);
+    }
+    char stops[512] = "";
+    for (int k = 0; k < tr->nstop; k++) {
+        int len;
+        const char* s = tokenizer_decode(&tr->tok, (uint32_t)tr->stop[k], &len);
+        snprintf(stops + strlen(stops), sizeof(stops) - strlen(stops), "%s%.*s (%d)", k ? ", " : "", len < 40 ? len : 40, s, tr->stop[k]);
+    }
+    if (use) {
+        snprintf(tr->prompt_how, sizeof(tr->prompt_how), " (the user's turn, through the %s chat template)", use->t->name);
+        printf0("-prompt: each prompt the user's message (or its .jsonl line's \"messages\"), rendered through the %s chat template (%s) with the "
+                "generation prompt; replies stop at %s. -chat-prompt 0: the text as given\n", use->t->name, use->path, stops);
+    } else if (tr->tok.hf)
+        printf0("-prompt: the text as given, after the document token unless it starts with it or the BOS; replies stop at %s\n", stops);
 }
 
 // ----------------------------------------------------------------------------
@@ -1481,9 +1553,11 @@ static void setup_data(Trainer* tr, const GPTConfig* c) {
     say_loss_masks(tr); // [masked loss] on or not, and how many targets count (none: exit 2)
     char tpath[4200];
     const char* tname = tokenizer_for_model(f->tokenizer, TOKENIZER_DEFAULT_PATH, f->model, tpath, sizeof(tpath));
+    if (tname != f->tokenizer) FLAG_SHOW(f, tokenizer, "%s (-e's tokenizer.json)", tname); // the settings table names the one used
     tr->has_tok = f->sample_every > 0 && tokenizer_init(&tr->tok, tname, err, sizeof(err)) == 0;
     if (f->sample_every > 0 && !tr->has_tok) printf0("warning: -tokenizer: %s; samples print token ids\n", err);
     if (f->prompt[0]) load_prompts(tr, c->V);
+    else if (!strcmp(f->chat_prompt, "auto")) FLAG_SHOW(f, chat_prompt, "unused: no -prompt");
     if (tr->has_tok && tr->tok.eot_token < 0)
         printf0("warning: -tokenizer %s %s: it does not say which token is <|endoftext|>, so samples%s start after token 0%s. "
                 "HINT: data/gpt2_tokenizer.bin (version 2, dev/make_vocab.py) names it\n", tname, tr->tok.hf ? "(a tokenizer.json) names no end-of-text or BOS token" : "is a version-1 file", f->prompt[0] ? " and prompts" : "",
@@ -1932,6 +2006,7 @@ static void trainer_free(Trainer* tr) {
     for (int p = 0; p < tr->nprompts; p++) free(tr->prompt_ids[p]);
     free(tr->prompt_ids);
     free(tr->prompt_len);
+    free(tr->prompt_added);
 }
 
 // [LoRA] -lora-export: the adapters at the end of training.
@@ -1961,10 +2036,11 @@ static void export_model(Trainer* tr) {
         char err[1024];
         if (hf_export_config(f, &tr->model.cfg, &hc, err, sizeof(err))) die_user("-export-hf %s: %s", f->export_hf, err); // (checked at start-up)
         if (write_hf_checkpoint(&tr->model, &hc, f->export_hf, hd) != 0) die(1, "-export-hf %s failed", f->export_hf);
-        char tpath[4200], terr[1024];  // the tokenizer beside it (tokenizer.json, ...: AutoTokenizer loads the directory)
+        char tpath[4200], terr[1024], tnote[512];  // the tokenizer beside it (tokenizer.json, ...: AutoTokenizer loads the directory)
         const char* tname = tokenizer_for_model(f->tokenizer, TOKENIZER_DEFAULT_PATH, f->model, tpath, sizeof(tpath));
-        if (g_rank == 0 && tokenizer_export_files(tname, f->merges, f->export_hf, tr->model.cfg.V, tr->model.cfg.maxT, terr, sizeof(terr)))
+        if (g_rank == 0 && tokenizer_export_files(tname, f->merges, f->export_hf, tr->model.cfg.V, tr->model.cfg.maxT, tnote, sizeof(tnote), terr, sizeof(terr)))
             printf0("warning: -export-hf %s: no tokenizer files written: %s\n", f->export_hf, terr);
+        else if (tnote[0]) printf0("-export-hf %s: %s\n", f->export_hf, tnote);
         io_wait_end(tr, saved);
         if (tr->model.d.lora.r) // [LoRA]
             printf0("exported the merged model at step %d to %s (Hugging Face %s, %s: W + %g B A on %d module(s) a layer, in FP32 from the "

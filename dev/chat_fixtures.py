@@ -27,6 +27,19 @@ against transformers' own) and expected.json: per line
             dropped when it is the document token; mask 1 on the tokens whose offsets overlap a
             counted assistant content (as rendered) and on the end-of-turn token right after one
   cut       whether turns were dropped
+  prompt_rendered, prompt_ids
+            -prompt's rendering and ids (chat_encode_prompt): the messages without their closing
+            assistant messages, apply_chat_template(add_generation_prompt=True), tokenize False / True
+With --models, also a tiny random model beside the llama3.2 and qwen2.5 tokenizers (LlamaForCausalLM,
+Qwen2ForCausalLM; F32, config.json + model.safetensors + generation_config.json) and what
+transformers' greedy generate makes of -prompt's four cases (the C test chat_prompt_vs_generate):
+DIR/NAME/prompts_chat.jsonl (a text, a "messages" list: -chat-prompt auto renders them with the
+template), DIR/NAME/prompts_text.jsonl (-chat-prompt 0: the first prompt's rendering as a string —
+taken as is, Llama's BOS not doubled — and a plain text, encoded after the document token), and
+DIR/NAME/generate.json: per prompt, "prompt" (what the C program prints as the prompt, hex), "reply"
+(the tokens before the stop, hex of their bytes with tokenizer_print's filter) and "end" (the stop
+token's bytes, or "-g N tokens", hex); "ids" and "generated" for the reader. The stops: the document token, the template's end of turn and one
+token X the free-running reply reaches (generation_config.json's eos_token_id [end of turn, X]).
 Exit 0, or 1 with a message; 3 when this python lacks transformers >= 4.47, jinja2 or tokenizers.
 """
 
@@ -189,9 +202,78 @@ def expected(name, hf, fast, line, T, date, doc_id, eot_id):
         c = any(cnt[k] and ((s < b and e > a) or (tid == eot_id and s == b)) for k, (a, b) in enumerate(sp))
         mask.append(1 if c else 0)
     row = {"rendered": full, "ids": ids[skip:], "mask": mask[skip:], "cut": cut, "kept": len(sel)}
+    pm = list(msgs)  # -prompt: the conversation without its closing assistant messages, add_generation_prompt=True
+    while pm and pm[-1]["role"] == A:
+        pm.pop()
+    row["prompt_rendered"] = hf.apply_chat_template(pm, tokenize=False, add_generation_prompt=True, **kw)
+    row["prompt_ids"] = hf.apply_chat_template(pm, tokenize=True, add_generation_prompt=True, **kw)
     if kw:  # the template's own date: 3.1's fixed default, 3.2's strftime_now (run with TZ=UTC: chat.h's today)
         row["rendered_default"] = hf.apply_chat_template(msgs, tokenize=False)
     return row
+
+
+def printed(fast, ids):
+    """The bytes tokenizer_print writes for ids: each token's bytes (an added token's content; the
+    byte-level alphabet mapped back), control bytes other than whitespace left out."""
+    from transformers.models.gpt2.tokenization_gpt2 import bytes_to_unicode
+    back = {c: b for b, c in bytes_to_unicode().items()}
+    added = {i: t.content for i, t in fast.get_added_tokens_decoder().items()}
+    out = bytearray()
+    for i in ids:
+        bs = added[i].encode() if i in added else bytes(back[c] for c in fast.id_to_token(i))
+        out += bytes(c for c in bs if 0x20 <= c < 0x7F or c in b"\t\n\v\f\r" or c >= 0x80)
+    return bytes(out)
+
+
+def chat_model(d, name, hf, fast, date, doc_id, eot_id, gen):
+    """A tiny random model for this tokenizer, saved in d, and transformers' greedy replies to -prompt's cases."""
+    import torch
+    from transformers import AutoModelForCausalLM, GenerationConfig, LlamaConfig, Qwen2Config
+    torch.manual_seed(20261203)
+    kw = dict(vocab_size=fast.get_vocab_size(), hidden_size=48, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+              intermediate_size=96, max_position_embeddings=256, initializer_range=0.3, tie_word_embeddings=False)
+    llama = name.startswith("llama")
+    cfg = LlamaConfig(**kw, bos_token_id=doc_id, eos_token_id=eot_id) if llama else Qwen2Config(**kw, eos_token_id=eot_id)
+    model = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32).eval()
+    import transformers.generation.utils as gu  # Debian's torch 1.13 cannot import torch.distributed.fsdp on Python 3.11: generate's
+    gu.is_fsdp_managed_module = lambda module: False  # FSDP check imports it; no module here is FSDP's
+    kwd = {"date_string": date} if llama else {}
+    user = [m(U, "Name a colour.")]
+    convo = [m(S, "Answer in one word."), m(U, "What is 2+2?")]
+    chat_ids = [hf.apply_chat_template(x, tokenize=True, add_generation_prompt=True, **kwd) for x in (user, convo)]
+    rendered = hf.apply_chat_template(user, tokenize=False, add_generation_prompt=True, **kwd)
+    plain = "In the beginning"
+    enc = lambda t: fast.encode(t, add_special_tokens=False).ids  # noqa: E731  (special tokens matched)
+    r_ids = enc(rendered)
+    text_ids = [r_ids if r_ids[0] == doc_id else [doc_id] + r_ids, [doc_id] + enc(plain)]
+
+    def greedy(ids, stops):
+        with torch.no_grad():
+            t = torch.tensor([ids])
+            out = model.generate(t, attention_mask=torch.ones_like(t), max_new_tokens=gen, do_sample=False, eos_token_id=stops, pad_token_id=doc_id)
+        return out[0, len(ids):].tolist()
+    free = greedy(chat_ids[0], [doc_id, eot_id])  # the stop X: a token the first reply reaches, not before its fifth, printable if one is
+    seen = set(free[:4]) | {doc_id, eot_id}
+    later = [t for t in free[4:] if t not in seen]
+    x = next((t for t in later if printed(fast, [t]).strip() and all(0x20 <= c < 0x7F for c in printed(fast, [t]))), later[0] if later else fast.get_vocab_size() - 1)
+    stops = [doc_id, eot_id, x]
+    model.save_pretrained(d, safe_serialization=True)
+    GenerationConfig(bos_token_id=cfg.bos_token_id, eos_token_id=[eot_id, x], pad_token_id=None).save_pretrained(d)
+    cases = []
+    for ids, skip in [(chat_ids[0], 0), (chat_ids[1], 0), (text_ids[0], 0 if r_ids[0] == doc_id else 1), (text_ids[1], 1)]:
+        reply = greedy(ids, stops)
+        stopped = reply and reply[-1] in stops
+        body = reply[:-1] if stopped else reply
+        cases.append({"prompt": printed(fast, ids[skip:]).hex(), "reply": printed(fast, body).hex(),
+                      "end": printed(fast, reply[-1:]).hex() if stopped else f"-g {gen} tokens".encode().hex(), "ids": ids, "generated": reply})
+    with open(os.path.join(d, "prompts_chat.jsonl"), "w", encoding="utf-8") as f:
+        f.write(json.dumps(user[0]["content"]) + "\n" + json.dumps({"messages": convo}) + "\n")
+    with open(os.path.join(d, "prompts_text.jsonl"), "w", encoding="utf-8") as f:
+        f.write(json.dumps(rendered) + "\n" + json.dumps(plain) + "\n")
+    with open(os.path.join(d, "generate.json"), "w", encoding="utf-8") as f:
+        json.dump(cases, f)
+    print(f"{name}: a tiny {cfg.model_type} (V {cfg.vocab_size}); greedy replies of {[len(bytes.fromhex(c['reply'])) for c in cases]} bytes, "
+          f"ends {[bytes.fromhex(c['end']).decode('utf-8', 'replace') for c in cases]}")
 
 
 def main():
@@ -199,6 +281,8 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--T", type=int, default=160)
     ap.add_argument("--date", default="2026-02-03", help="-chat-date (YYYY-MM-DD) for Llama 3.1/3.2")
+    ap.add_argument("--models", action="store_true", help="also a tiny model per family and transformers' greedy generate")
+    ap.add_argument("--gen", type=int, default=12, help="with --models: -g, the most tokens a reply has")
     args = ap.parse_args()
     date = datetime.date.fromisoformat(args.date).strftime("%d %b %Y")
     os.makedirs(args.out, exist_ok=True)
@@ -228,6 +312,8 @@ def main():
         rows = [expected(name, hf, fast, c, args.T, date, doc_id, fast.token_to_id(eot)) for c in CONVERSATIONS]
         with open(os.path.join(d, "expected.json"), "w", encoding="utf-8") as f:
             json.dump(rows, f, ensure_ascii=False)
+        if args.models and name in ("llama3.2", "qwen2.5"):
+            chat_model(d, name, hf, fast, date, doc_id, fast.token_to_id(eot), args.gen)
         print(f"{name}: {len(rows)} conversations, {sum(len(r['ids']) for r in rows)} ids, {sum(map(sum, (r['mask'] for r in rows)))} counted, "
               f"{sum(r['cut'] for r in rows)} cut at T = {args.T} (messages kept: {[r['kept'] for r in rows if r['cut']]})")
     print(f"transformers {transformers.__version__}, tokenizers {tokenizers.__version__}")

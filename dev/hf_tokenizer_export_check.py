@@ -15,8 +15,8 @@ for each DIR (one python start for all: importing transformers and torch is most
   AutoTokenizer.from_pretrained(DIR) as it comes: OUT_PREFIX.hard = per case, int32 n and n uint32
   ids of tokenizer(case).input_ids (special tokens matched, the post-processor's BOS added); n = -1
   for a case that is not UTF-8;
-  AutoModelForCausalLM.from_pretrained(DIR): its vocabulary holds the tokenizer's, config.json's
-  bos/eos_token_id are the tokenizer's (the EOS as
+  AutoModelForCausalLM.from_pretrained(DIR): its vocabulary holds the tokenizer's (ids beyond it only
+  added tokens), config.json's and generation_config.json's bos/eos_token_id are the tokenizer's (the EOS as
   bos_token_id when it has no BOS, as Qwen2's config does), and a forward pass on tokenized text gives finite logits.
 Prints one line per check; exit 0, or 1 with a message.
 """
@@ -60,8 +60,13 @@ def check(d, kjv, hard, out):
             o.write(struct.pack(f"<i{len(ids)}I", len(ids), *ids))
     model = AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32)
     cfg = model.config
-    if cfg.vocab_size < len(tok):
-        sys.exit(f"the model has {cfg.vocab_size} ids, the tokenizer {len(tok)}")
+    beyond = [i for i in range(cfg.vocab_size, len(tok)) if i not in tok.added_tokens_decoder]
+    if beyond:  # ids past the model's rows: only added tokens (Llama 3.2 ships <|image|> so)
+        sys.exit(f"the model has {cfg.vocab_size} ids, the tokenizer {len(tok)}, and id {beyond[0]} is not an added token")
+    from transformers import GenerationConfig
+    gen = GenerationConfig.from_pretrained(d)
+    if gen.bos_token_id != cfg.bos_token_id or gen.eos_token_id != cfg.eos_token_id or model.generation_config.eos_token_id != cfg.eos_token_id:
+        sys.exit(f"generation_config.json bos/eos_token_id {gen.bos_token_id}/{gen.eos_token_id}, config.json's {cfg.bos_token_id}/{cfg.eos_token_id}")
     bos = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id  # no BOS (Qwen2): config.json names the EOS
     if cfg.bos_token_id != bos or cfg.eos_token_id != tok.eos_token_id:
         sys.exit(f"config.json bos/eos_token_id {cfg.bos_token_id}/{cfg.eos_token_id}, the tokenizer's {tok.bos_token_id}/{tok.eos_token_id}")
@@ -70,8 +75,8 @@ def check(d, kjv, hard, out):
         logits = model(**enc).logits
     if logits.shape[-1] != cfg.vocab_size or not torch.isfinite(logits).all():
         sys.exit(f"forward: logits {tuple(logits.shape)}, finite {bool(torch.isfinite(logits).all())}")
-    print(f"AutoModelForCausalLM: {type(model).__name__}, vocab {cfg.vocab_size}, bos/eos_token_id {cfg.bos_token_id}/{cfg.eos_token_id}, "
-          f"forward on {enc.input_ids.shape[1]} ids: finite logits")
+    print(f"AutoModelForCausalLM: {type(model).__name__}, vocab {cfg.vocab_size} ({len(tok) - cfg.vocab_size} added token(s) beyond it), "
+          f"bos/eos_token_id {cfg.bos_token_id}/{cfg.eos_token_id} (generation_config.json's the same), forward on {enc.input_ids.shape[1]} ids: finite logits")
 
 
 def main():

@@ -189,7 +189,7 @@ TEST(chat_templates_vs_transformers) {
                 if (pass) chat_init(&c2, &tok, "", err, sizeof(err));
                 const char* theirs = strstr(e.nodes[want].str, "Today Date: ");  // python's today (TZ=UTC), taken a moment before ours
                 if (pass && theirs && strncmp(theirs + 12, c2.date, strlen(c2.date))) { printf("    (the day changed between the reference and us: not compared)\n"); continue; }
-                chat_render(&c2, m, nm, &txt, spans);
+                chat_render(&c2, m, nm, 0, &txt, spans);
                 const JsonNode* w = &e.nodes[want];
                 size_t at = 0;
                 while (at < txt.n && at < (size_t)w->len && txt.s[at] == w->str[at]) at++;
@@ -197,6 +197,22 @@ TEST(chat_templates_vs_transformers) {
                        "      ours: ...%.60s\n      theirs: ...%.60s", name, nrend, pass ? " (the template's date)" : "", at, txt.n, (long long)w->len,
                        txt.s + (at > 20 ? at - 20 : 0), w->str + (at > 20 ? at - 20 : 0));
             }
+            // -prompt's rendering: without the closing assistant messages, with the generation prompt
+            int np = nm;
+            while (np > 0 && m[np - 1].role == CHAT_ASSISTANT) np--;
+            int pr = json_get(&e, row, "prompt_rendered"), pi = json_get(&e, row, "prompt_ids");
+            uint32_t* pids = NULL;
+            size_t npids = 0, pcap = 0;
+            CHECKF(pr >= 0 && pi >= 0 && chat_encode_prompt(&chat, &tok, m, np, &txt, &pids, &npids, &pcap, err, sizeof(err)) == 0, "%s: %s", name, err);
+            if (pr >= 0 && pi >= 0) {
+                int same = npids == (size_t)e.nodes[pi].count;
+                for (int x = e.nodes[pi].first, i = 0; same && x >= 0; x = e.nodes[x].next, i++) same = e.nodes[x].i == (int64_t)pids[i];
+                CHECKF(txt.n == (size_t)e.nodes[pr].len && !memcmp(txt.s, e.nodes[pr].str, txt.n) && same,
+                       "%s, conversation %d: the prompt's rendering (%zu bytes, %zu ids) differs from apply_chat_template(add_generation_prompt=True) "
+                       "(%lld bytes, %d ids):\n      ours: %s\n    theirs: %s", name, nrend, txt.n, npids, (long long)e.nodes[pr].len, e.nodes[pi].count, txt.s,
+                       e.nodes[pr].str);
+            }
+            free(pids);
             free(spans);
             json_free(&j);
             nrend++;
@@ -212,7 +228,7 @@ TEST(chat_templates_vs_transformers) {
         uint32_t D = (uint32_t)tok.eot_token;
         int found = rc == 0 ? chat_test_walk(prefix, st.shards[0], T, D, tok.vocab_size, &e, 0) : 0;
         CHECKF(found == e.nodes[0].count, "%s: %d of %d examples found in %d shards", name, found, e.nodes[0].count, st.shards[0]);
-        printf("    %s: %d renderings equal to transformers; %d examples, ids and masks equal to the reference, %lld cut, %d shards at T = %d\n",
+        printf("    %s: %d renderings (and as prompts, with the generation prompt) equal to transformers; %d examples, ids and masks equal to the reference, %lld cut, %d shards at T = %d\n",
                name, nrend, found, (long long)st.cut, st.shards[0], T);
         // 3. once as the trainer runs it: exit 0, the template and date said, the same shards
         if (t == CHAT_NTEMPLATES - 1) {
@@ -394,3 +410,92 @@ TEST(chat_bad_input) {
     tokenizer_free(&tok);
     free(tmpl);
 }
+
+#ifdef ENABLE_FP32 // (processes, in FP32: transformers' F32 generate makes the same greedy choices)
+static size_t chat_unhex(const char* hex, char* out, size_t cap) {
+    size_t n = 0;
+    for (; hex[0] && hex[1] && n + 1 < cap; hex += 2) {
+        unsigned v;
+        if (sscanf(hex, "%2x", &v) != 1) break;
+        out[n++] = (char)v;
+    }
+    out[n] = 0;
+    return n;
+}
+
+// -prompt on tiny random models beside the Llama 3.2 and Qwen2.5 fixture tokenizers (dev/chat_fixtures.py
+// --models): for four prompts each — a text and a "messages" list through the chat template
+// (-chat-prompt auto), apply_chat_template's rendering given as text (-chat-prompt 0: its BOS taken, none
+// added) and a plain text (after the document token) — the printed prompt and the greedy reply equal
+// transformers' generate on the same ids, stopping where it stops (generation_config.json's
+// eos_token_id, the template's end of turn, the document token) or after -g.
+TEST(chat_prompt_vs_generate) {
+    const char* py = getenv("ZT_HF_PYTHON");
+    if (!py || !*py) TEST_SKIP("needs $ZT_HF_PYTHON with transformers >= 4.47, jinja2, tokenizers and torch (.ci/run makes it)");
+    char dir[PATH_MAX], cmd[4 * PATH_MAX], err[512];
+    static char out[65536];
+    snprintf(cmd, sizeof(cmd), "%s -c 'import torch' 2>/dev/null", py);
+    if (test_run_cmd(cmd, NULL, 0) != 0) TEST_SKIP("$ZT_HF_PYTHON does not import torch");
+    snprintf(dir, sizeof(dir), "%s/chat_gen", test_tmpdir());
+    snprintf(cmd, sizeof(cmd), "TZ=UTC %s dev/chat_fixtures.py --out %s --models --gen 12 --date 2026-02-03 2>&1", py, dir);
+    int rc = test_run_cmd(cmd, out, sizeof(out));
+    if (rc == 3) TEST_SKIP("$ZT_HF_PYTHON lacks transformers >= 4.47, jinja2 or tokenizers");
+    CHECKF(rc == 0, "dev/chat_fixtures.py --models failed:\n%s", out);
+    if (rc != 0) return;
+    char shard[PATH_MAX + 16];
+    snprintf(shard, sizeof(shard), "%s/toks.bin", dir); // (-x 0 trains nothing; the loader still opens -i)
+    uint16_t toks[600];
+    for (int i = 0; i < 600; i++) toks[i] = (uint16_t)(i * 7 % 500);
+    CHECK(write_token_shard(shard, toks, 600, err, sizeof(err)) == 0);
+    const char* names[2] = {"llama3.2", "qwen2.5"};
+    for (int t = 0; t < 2; t++) {
+        char gpath[PATH_MAX + 64];
+        snprintf(gpath, sizeof(gpath), "%s/%s/generate.json", dir, names[t]);
+        size_t glen = 0;
+        char* gtext = (char*)tok_read_file(gpath, &glen);
+        Json g;
+        CHECKF(gtext && json_parse(&g, gtext, glen, err, sizeof(err)) == 0 && g.nodes[0].count == 4, "%s: %s", gpath, err);
+        if (!gtext) continue;
+        int c = g.nodes[0].first;
+        for (int mode = 0; mode < 2; mode++) {
+            char exp[PATH_MAX + 64] = "";  // (once: the export beside the samples)
+            if (t == 0 && mode == 1) snprintf(exp, sizeof(exp), "-export-hf %s/exported", dir);
+            snprintf(cmd, sizeof(cmd), "OMP_NUM_THREADS=1 %s --train -device cpu -e %s/%s -i %s -j '' -x 0 -v 0 -s 0 -b 1 -t 128 -g 12 -temperature 0 "
+                     "-chat-date 2026-02-03 -chat-prompt %s -prompt @%s/%s/prompts_%s.jsonl %s", g_test_self, dir, names[t], shard, mode ? "0" : "auto",
+                     dir, names[t], mode ? "text" : "chat", exp);
+            rc = test_run_cmd(cmd, out, sizeof(out));
+            CHECKF(rc == 0, "%s: exit %d:\n%s", cmd, rc, out);
+            CHECKF(mode || strstr(out, "-prompt: each prompt the user's message"), "%s: -chat-prompt auto did not take the template:\n%s", names[t], out);
+            if (exp[0]) { // the export: the source's generation_config.json and tokenizer files, byte for byte
+                char cmp[4 * PATH_MAX];
+                snprintf(cmp, sizeof(cmp), "cd %s && for f in generation_config.json tokenizer.json tokenizer_config.json; do cmp $f ../exported/$f || exit 1; done",
+                         names[t]);
+                char full[5 * PATH_MAX];
+                snprintf(full, sizeof(full), "cd %s && %s", dir, cmp);
+                char cout[2048];
+                CHECKF(test_run_cmd(full, cout, sizeof(cout)) == 0, "-export-hf: the source's files not copied:\n%s", cout);
+            }
+            for (int k = 0; k < 2 && c >= 0; k++, c = g.nodes[c].next) {
+                static char want[3][4096];
+                const char* key[3] = {"prompt", "reply", "end"};
+                for (int q = 0; q < 3; q++) chat_unhex(g.nodes[json_get(&g, c, key[q])].str, want[q], sizeof(want[q]));
+                char head[64];
+                snprintf(head, sizeof(head), "prompt %d", k + 1);
+                const char* h = strstr(out, head);
+                const char* p = h ? strstr(h, "--- prompt\n") : NULL;
+                const char* r = p ? strstr(p, "\n--- reply\n") : NULL;
+                const char* e = r ? strstr(r, "\n--- end: ") : NULL;
+                const char* nl = e ? strchr(e + 10, '\n') : NULL;
+                int ok = nl && (size_t)(r - p - 11) == strlen(want[0]) && !memcmp(p + 11, want[0], strlen(want[0])) &&
+                         (size_t)(e - r - 11) == strlen(want[1]) && !memcmp(r + 11, want[1], strlen(want[1])) &&
+                         (size_t)(nl - e - 10) == strlen(want[2]) && !memcmp(e + 10, want[2], strlen(want[2]));
+                CHECKF(ok, "%s, -chat-prompt %s, prompt %d: not transformers' greedy generate\n  expected prompt: %s\n  reply: %s\n  end: %s\nours:\n%s",
+                       names[t], mode ? "0" : "auto", k + 1, want[0], want[1], want[2], h ? h : out);
+            }
+        }
+        json_free(&g);
+        free(gtext);
+    }
+    if (!g_test_failed) printf("    Llama 3.2 and Qwen2.5 shapes: 8 prompts (template text and messages, rendered text, plain text): prompt and greedy reply equal to transformers' generate\n");
+}
+#endif

@@ -284,11 +284,11 @@ TEST(ft_prompt_samples) {
     }
     const char* p1 = strstr(out[0], "prompt 1:");
     const char* p2 = strstr(out[0], "prompt 2:");
-    CHECKF(p1 && p2 && strstr(p1, "In the beginning ->") && strstr(p2, "And God said ->") && !strstr(out[0], "prompt 3:"), "samples:\n%s", out[0]);
+    CHECKF(p1 && p2 && strstr(p1, "--- prompt\nIn the beginning\n--- reply\n") && strstr(p2, "--- prompt\nAnd God said\n--- reply\n") && !strstr(out[0], "prompt 3:"), "samples:\n%s", out[0]);
     for (int run = 0; run < 2; run++) { // keep the samples only (timings and memory follow them)
         char* q = strstr(out[run], "prompt 2:");
-        char* end = q ? strstr(q + strlen("prompt 2:\n---\n"), "\n---\n") : NULL; // the end of prompt 2's sample
-        if (end) end[5] = 0;
+        char* end = q ? strstr(q, "\n--- end: ") : NULL; // the end of prompt 2's sample
+        if (end) end[10] = 0;
     }
     CHECKF(p1 && strstr(out[1], "prompt 1:") && !strcmp(p1, strstr(out[1], "prompt 1:")), "two runs sample different text");
     snprintf(cmd, sizeof(cmd), "%s --train -device cpu -e tiny -layers 1 -channels 32 -heads 2 -t 16 -x 0 -v 0 -s 0 -prompt @%s/none.txt", g_test_self, test_tmpdir());

@@ -56,11 +56,11 @@ TEST(hf_llama_config_published) {
     cases[3].name = "Mistral-7B-v0.1"; cases[3].text = mistral_7b;
     cases[4].name = "Llama-3.1-8B-Instruct"; cases[4].text = llama3_8b_instruct;
     //                                L   C     NH  V       maxT    arch              NKV HD   F      tied qkvb mlpb eps   theta     rope            factor low high orig  window
-    HFConfig w0 = {16, 2048, 32, 128256, 131072, HF_ARCH_LLAMA,   8,  64,  8192,  1, 0, 0, 1e-5, 500000.0,  HF_ROPE_LLAMA3,  32.0, 1.0, 4.0, 8192, 0,     28, "128000", "128001", "", 0, 0};
-    HFConfig w1 = {24, 896,  14, 151936, 32768,  HF_ARCH_QWEN2,   2,  64,  4864,  1, 1, 0, 1e-6, 1000000.0, HF_ROPE_DEFAULT, 1.0,  0,   0,   0,    0,     24, "151643", "151643", "", 0, 0};
-    HFConfig w2 = {30, 576,  9,  49152,  8192,   HF_ARCH_LLAMA,   3,  64,  1536,  1, 0, 0, 1e-5, 100000.0,  HF_ROPE_DEFAULT, 1.0,  0,   0,   0,    0,     28, "0", "0", "", 0, 0};
-    HFConfig w3 = {32, 4096, 32, 32000,  32768,  HF_ARCH_MISTRAL, 8,  128, 14336, 0, 0, 0, 1e-5, 10000.0,   HF_ROPE_DEFAULT, 1.0,  0,   0,   0,    4096,  28, "1", "2", "", 0, 0};
-    HFConfig w4 = {32, 4096, 32, 128256, 131072, HF_ARCH_LLAMA,   8,  128, 14336, 0, 0, 0, 1e-5, 500000.0,  HF_ROPE_LLAMA3,  8.0,  1.0, 4.0, 8192, 0,     28, "128000", "[128001, 128008, 128009]", "", 0, 0};
+    HFConfig w0 = {16, 2048, 32, 128256, 131072, HF_ARCH_LLAMA,   8,  64,  8192,  1, 0, 0, 1e-5, 500000.0,  HF_ROPE_LLAMA3,  32.0, 1.0, 4.0, 8192, 0,     28, "128000", "128001", "", 0, 0, ""};
+    HFConfig w1 = {24, 896,  14, 151936, 32768,  HF_ARCH_QWEN2,   2,  64,  4864,  1, 1, 0, 1e-6, 1000000.0, HF_ROPE_DEFAULT, 1.0,  0,   0,   0,    0,     24, "151643", "151643", "", 0, 0, ""};
+    HFConfig w2 = {30, 576,  9,  49152,  8192,   HF_ARCH_LLAMA,   3,  64,  1536,  1, 0, 0, 1e-5, 100000.0,  HF_ROPE_DEFAULT, 1.0,  0,   0,   0,    0,     28, "0", "0", "", 0, 0, ""};
+    HFConfig w3 = {32, 4096, 32, 32000,  32768,  HF_ARCH_MISTRAL, 8,  128, 14336, 0, 0, 0, 1e-5, 10000.0,   HF_ROPE_DEFAULT, 1.0,  0,   0,   0,    4096,  28, "1", "2", "", 0, 0, ""};
+    HFConfig w4 = {32, 4096, 32, 128256, 131072, HF_ARCH_LLAMA,   8,  128, 14336, 0, 0, 0, 1e-5, 500000.0,  HF_ROPE_LLAMA3,  8.0,  1.0, 4.0, 8192, 0,     28, "128000", "[128001, 128008, 128009]", "", 0, 0, ""};
     cases[0].want = w0; cases[1].want = w1; cases[2].want = w2; cases[3].want = w3; cases[4].want = w4;
     char path[PATH_MAX], err[1024];
     snprintf(path, sizeof(path), "%s/hfl_config.json", test_tmpdir());

@@ -104,7 +104,9 @@ TEST(readme_recipe_runs) {
     CHECKF(test_run_cmd(cmd, zt_out, sizeof(zt_out)) == 0, "the recipe's files (chat shards and masks, checkpoints of steps 4 and 8 with "
            "their adapters, the adapter = step 8's, the merged model):\n%s", zt_out);
     CHECKF(strstr(log, "resume: step 4") && strstr(log, "exported the adapters at step 8"), "the resume from step 4 or the export at step 8 not said");
-    CHECKF(strstr(log, "sample at step 8, prompt 1:\n---\nWho wrote the book of Ruth?"), "step 6 printed no sample of the prompt at step 8");
+    CHECKF(strstr(log, "sample at step 8, prompt 1 (the user's turn, through the smollm2 chat template):\n--- prompt\n<|im_start|>system\n") &&
+           strstr(log, "<|im_start|>user\nWho wrote the book of Ruth?<|im_end|>\n<|im_start|>assistant\n\n--- reply\n"),
+           "step 6 printed no sample of the prompt through the chat template at step 8");
     if (has_peft) CHECKF(strstr(log, "python3 -c") != NULL, "the Python line did not run");
     printf("    README's recipe ran: plan, chat tokenize, LoRA -z 3 on 2 ranks to step 4 (checkpoint with its PEFT adapter), resume to 8, "
            "adapter + merged export, sample%s\n", has_peft ? ", PEFT loads the adapter" : "");

@@ -43,6 +43,10 @@ TEST(prompt_split_and_read) {
     const char* js = "\"Q: one\\nA:\"\n\n{\"prompt\": \"two\", \"completion\": \"x\"}\n";
     CHECK(prompt_split("p.jsonl", js, strlen(js), 1, &pl, err, sizeof(err)) == 0 && pl.n == 2 && !strcmp(pl.text[0], "Q: one\nA:") && !strcmp(pl.text[1], "two"));
     prompt_list_free(&pl);
+    const char* jm = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}\n\"text\"\n";  // a conversation so far: kept whole for prompt_encode
+    CHECK(prompt_split("p.jsonl", jm, strlen(jm), 1, &pl, err, sizeof(err)) == 0 && pl.n == 2 && pl.msgs[0] == 1 && pl.msgs[1] == 0 &&
+          pl.line[1] == 2 && !strcmp(pl.text[1], "text") && !strncmp(pl.text[0], "{\"messages\"", 11));
+    prompt_list_free(&pl);
     const char* bad = "\"ok\"\n[1]\n";
     CHECKF(prompt_split("p.jsonl", bad, strlen(bad), 1, &pl, err, sizeof(err)) != 0 && strstr(err, "p.jsonl:2: not a JSON string"), "%s", err);
     char* text;
@@ -278,10 +282,10 @@ TEST(prompt_files_and_greedy) {
     char cmd[8192];
     snprintf(cmd, sizeof(cmd), "printf 'In the beginning\\n' | OMP_NUM_THREADS=1 %s --train %s -prompt @/dev/stdin", g_test_self, base);
     rc = test_run_cmd(cmd, out[0], sizeof(out[0]));
-    CHECKF(rc == 0 && strstr(out[0], "In the beginning ->"), "-prompt @/dev/stdin: exit %d\n%s", rc, out[0]);
+    CHECKF(rc == 0 && strstr(out[0], "--- prompt\nIn the beginning\n--- reply\n"), "-prompt @/dev/stdin: exit %d\n%s", rc, out[0]);
     snprintf(cmd, sizeof(cmd), "bash -c \"OMP_NUM_THREADS=1 %s --train %s -prompt @<(printf 'And God said\\n')\"", g_test_self, base);
     rc = test_run_cmd(cmd, out[0], sizeof(out[0]));
-    CHECKF(rc == 0 && strstr(out[0], "And God said ->"), "-prompt @<(...): exit %d\n%s", rc, out[0]);
+    CHECKF(rc == 0 && strstr(out[0], "--- prompt\nAnd God said\n--- reply\n"), "-prompt @<(...): exit %d\n%s", rc, out[0]);
     snprintf(pf, sizeof(pf), "%s/prompts.jsonl", test_tmpdir());
     FILE* f = fopen(pf, "w");
     fprintf(f, "\"Q: who?\\nA:\"\n");
@@ -289,9 +293,9 @@ TEST(prompt_files_and_greedy) {
     for (int k = 0; k < 3; k++) { // greedy (top-k ignored), then top-k 1 (whatever the temperature)
         snprintf(flags, sizeof(flags), "%s -prompt @%s %s", base, pf, k == 0 ? "-temperature 0" : k == 1 ? "-temperature 0 -top-k 9" : "-top-k 1 -temperature 3");
         rc = rs_run("", flags);
-        CHECKF(rc == 0 && strstr(rs_out, "Q: who?\nA: ->"), "-prompt @FILE.jsonl (%d):\n%s", rc, rs_out);
+        CHECKF(rc == 0 && strstr(rs_out, "--- prompt\nQ: who?\nA:\n--- reply\n"), "-prompt @FILE.jsonl (%d):\n%s", rc, rs_out);
         const char* p = strstr(rs_out, "prompt 1:");
-        const char* e = p ? strstr(p + 12, "\n---\n") : NULL;
+        const char* e = p ? strstr(p, "\n--- end: ") : NULL;
         snprintf(out[k + 1], sizeof(out[k + 1]), "%.*s", p && e ? (int)(e - p) : 0, p ? p : "");
     }
     CHECKF(out[1][0] && !strcmp(out[1], out[2]) && !strcmp(out[1], out[3]), "greedy differs with -top-k 9 or from -top-k 1:\n%s\n%s\n%s", out[1], out[2], out[3]);

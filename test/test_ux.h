@@ -72,7 +72,7 @@ TEST(ux_settings_table_resolved) {
     CHECKF(rc == 0, "run failed:\n%s", zt_out);
     char v[256];
     int autos = ux_check_autos(zt_out, " " ZT_MODEL " -b 2 " UX_FLAGS " ", 0);
-    CHECKF(autos == 20, "%d flags at auto, expected 20: -device -l -u -doc-attention -verbose -link-gbps -gpus-per-node -link-intra -link-inter -tflops -io-timeout -export-dtype -gpu -offload -pcie-gbps -disk-gbps -lora-base -attn by default, -z -r given", autos);
+    CHECKF(autos == 21, "%d flags at auto, expected 21: -device -l -u -doc-attention -verbose -link-gbps -gpus-per-node -link-intra -link-inter -tflops -io-timeout -export-dtype -gpu -offload -pcie-gbps -disk-gbps -lora-base -attn -chat-prompt by default, -z -r given", autos);
     // the values themselves: 5% of 20 steps of warmup, the CPU device's defaults, the planner's inputs
     struct { const char* flag; const char* want; } exact[] = {
         {"-u", "auto \u2192 1"}, {"-device", "auto (this build has no CUDA) \u2192 cpu"}, {"-l", "auto \u2192 1e-3"}, {"-link-gbps", "auto \u2192 80 inside a node, 80 between nodes (-link-intra, -link-inter)"},
@@ -122,7 +122,7 @@ TEST(ux_settings_table_resolved) {
     rc = test_run_cmd(cmd, zt_out, sizeof(zt_out));
     CHECKF(rc == 0, "run failed:\n%s", zt_out);
     autos = ux_check_autos(zt_out, " -i x " UX_FLAGS2 " ", 1);
-    CHECKF(autos == 22, "%d flags at auto, expected 22: -device -e -b -t -l -u -poison -doc-attention -verbose -link-gbps -gpus-per-node -link-intra -link-inter -tflops -io-timeout -export-dtype -gpu -offload -pcie-gbps -disk-gbps -lora-base -attn", autos);
+    CHECKF(autos == 23, "%d flags at auto, expected 23: -device -e -b -t -l -u -poison -doc-attention -verbose -link-gbps -gpus-per-node -link-intra -link-inter -tflops -io-timeout -export-dtype -gpu -offload -pcie-gbps -disk-gbps -lora-base -attn -chat-prompt", autos);
     struct { const char* flag; const char* want; } exact2[] = {
         {"-e", "auto \u2192 tiny"}, {"-b", "auto \u2192 8"}, {"-t", "auto \u2192 62"}, {"-poison", "auto \u2192 0"},
     };
