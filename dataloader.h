@@ -34,7 +34,8 @@
 //            bit 0 (MASK_COUNTS) = 1 when token i counts as a target (predicting it from the tokens
 //                    before it enters the loss), 0 when not (prompt, padding);
 //            bit 1 (MASK_STARTS, version 2 only) = 1 when an example starts at token i: token i is
-//                    the token that opens it (the EOT/BOS before its prompt), its first input.
+//                    the token that opens it (the EOT/BOS before its prompt; a ChatML
+//                    conversation's own first token), its first input.
 //            Version 1 (written before example starts were recorded) holds 0 or 1: it carries no
 //            boundaries. Version 2 holds 0..3; an example start on the shard's last token is
 //            refused (no input follows it: nothing can start there).

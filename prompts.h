@@ -16,7 +16,9 @@
 //     stop). An example longer than T tokens loses the *start of its prompt* (left truncation,
 //     counted and reported); one whose completion + D alone is longer than T is refused, naming its line.
 //   Conversations: e = the rendering's tokens, without its first token when that is D (Llama's
-//     BOS: the D before the example is it); counted: each counted assistant message's content and
+//     BOS: the D before the example is it, and opens it); a rendering that does not start with D
+//     (ChatML) opens at its own first token, the D before it left outside the example: isolated
+//     (-doc-attention 1) it reads exactly what apply_chat_template renders, as at inference; counted: each counted assistant message's content and
 //     the end-of-turn token after it (chat.h says exactly which tokens); the D after it does not
 //     count (the template's end-of-turn token is the stop). "messages": every assistant message
 //     counts; prompt/completion lists: the completion's (assistant messages only), not the
@@ -25,7 +27,8 @@
 //     user message), keeping a first system message, re-rendered until it fits (counted as cut);
 //     one whose last turn alone does not fit is refused, naming its line.
 // The prompt, the D before an example and the padding never count. The mask (version 2) records
-// where each example starts: bit 1 on the D before it, the token that opens it. With
+// where each example starts: bit 1 on the token that opens it (the D before it; a ChatML
+// conversation's first token). With
 // -doc-attention 1 (the default for such data) each packed example attends only to itself, at
 // positions from 0, as it would alone at the start of a sample (docs/packing.md).
 // Splits: example i goes to the val shards when val_every > 0 and i % val_every == val_every - 1.
@@ -151,10 +154,14 @@ static int prompt_flush(PromptSplit* s, int T, const char* prefix, char (*writte
 // Place one example in split s: ids[0, n) with their mask bytes, the last one the document token
 // that ends it (and leads the next). It goes in the current sample when it fits after the token
 // before it; else that sample is padded with the document token and it starts the next (closing
-// the shard first when the next sample would pass shard_tokens). The token before it, which opens
-// it, gets MASK_STARTS. 0, or -1 with err.
-static int prompt_place(PromptSplit* s, const uint32_t* ids, const uint8_t* mask, int64_t n, int T, int64_t shard_tokens, const char* prefix,
-                        char (**written)[4200], int* nwritten, int* max_files, PromptStats* st, int which, char* err, size_t errlen) {
+// the shard first when the next sample would pass shard_tokens). The token that opens it gets
+// MASK_STARTS: the one before it (the document token: a string example's, or Llama 3's BOS standing
+// for its rendering's own), or with self_open its own first token (a chat rendering that does not
+// start with the document token, ChatML's: isolated by -doc-attention it then starts exactly as
+// apply_chat_template renders it, no token of ours before it). 0, or -1 with err.
+static int prompt_place(PromptSplit* s, const uint32_t* ids, const uint8_t* mask, int64_t n, int self_open, int T, int64_t shard_tokens,
+                        const char* prefix, char (**written)[4200], int* nwritten, int* max_files, PromptStats* st, int which, char* err,
+                        size_t errlen) {
     if (s->n + n - 1 > s->ws + T) { // does not fit in this sample: pad it, move to the next
         while (s->n < s->ws + T + 1) if (prompt_push(s, s->eot, 0)) return st_err(err, errlen, "out of memory");
         if (s->ws + 2 * T + 1 > shard_tokens) { // a next sample would overflow the shard: close it
@@ -169,9 +176,9 @@ static int prompt_place(PromptSplit* s, const uint32_t* ids, const uint8_t* mask
             s->ws += T; // the next sample starts at this one's last token
         }
     }
-    s->mask[s->n - 1] |= MASK_STARTS; // the D before the example opens it (s->n >= 1: every shard starts with one)
+    if (!self_open) s->mask[s->n - 1] |= MASK_STARTS; // the D before the example opens it (s->n >= 1: every shard starts with one)
     for (int64_t i = 0; i < n; i++)
-        if (prompt_push(s, ids[i], mask[i])) return st_err(err, errlen, "out of memory");
+        if (prompt_push(s, ids[i], (uint8_t)(mask[i] | (self_open && i == 0 ? MASK_STARTS : 0)))) return st_err(err, errlen, "out of memory");
     return 0;
 }
 
@@ -358,7 +365,7 @@ static int tokenize_prompts_to_shards(Tokenizer* tok, const char* in_path, const
             counted = nc + 1;
         }
         example++;
-        if (prompt_place(s, ids + skip, mask + skip, n, T, shard_tokens, prefix, &written, &nwritten, &max_files, st, which, err, errlen)) { rc = -1; break; }
+        if (prompt_place(s, ids + skip, mask + skip, n, is_chat && !skip, T, shard_tokens, prefix, &written, &nwritten, &max_files, st, which, err, errlen)) { rc = -1; break; }
         st->examples[which]++;
         st->counted[which] += counted;
     }

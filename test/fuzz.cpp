@@ -497,8 +497,10 @@ static void fuzz_mask(const uint8_t* data, size_t size) {
     dataloader_free(&dl);
 }
 
-// -prompt @FILE and @FILE.jsonl (the first byte picks): prompt_split refuses, or every prompt it
-// lists has the length it says and encodes with GPT-2's BPE.
+// -prompt @FILE and @FILE.jsonl (bit 0 of the first byte picks): prompt_split refuses, or every
+// prompt it lists has the length it says, and prompt_encode (bit 1: through SmolLM2's chat template;
+// else GPT-2's BPE as text) refuses it naming it or gives ids inside the vocabulary, the document
+// token first for a text that does not start with it.
 static void fuzz_prompt(const uint8_t* data, size_t size) {
     int jsonl = size ? data[0] & 1 : 0;
     fuzz_write(size ? data + 1 : data, size ? size - 1 : 0);
@@ -510,15 +512,32 @@ static void fuzz_prompt(const uint8_t* data, size_t size) {
     int rc = prompt_split("fuzz", text, len, jsonl, &pl, err, sizeof(err));
     free(text);
     if (rc) return;
-    Tokenizer* tok = fuzz_gpt2_tokenizer();
+    static Tokenizer chat_tok;
+    static Chat chat;
+    static int chat_ready;
+    int templ = size ? (data[0] >> 1) & 1 : 0;
+    if (templ && !chat_ready) {
+        if (tokenizer_init(&chat_tok, fuzz_chat_tokenizer("smollm2"), err, sizeof(err)) || chat_init(&chat, &chat_tok, "", err, sizeof(err))) {
+            fprintf(stderr, "fuzz prompt: %s\n", err);
+            exit(1);
+        }
+        chat_ready = 1;
+    }
+    Tokenizer* tok = templ ? &chat_tok : fuzz_gpt2_tokenizer();
+    int doc = tok->eot_token;
+    uint32_t* ids = NULL;
+    size_t nids = 0, cap = 0;
     for (int k = 0; k < pl.n; k++) {
         if (!pl.text[k] || strlen(pl.text[k]) > pl.len[k]) abort();
-        uint32_t* ids = NULL;
-        size_t nids = 0, cap = 0;
-        if (tokenizer_encode(tok, (const unsigned char*)pl.text[k], pl.len[k], &ids, &nids, &cap)) abort();
+        int added;
+        if (prompt_encode(templ ? &chat : NULL, tok, &pl, k, "fuzz", doc, doc, (int)tok->vocab_size, &ids, &nids, &cap, &added, err, sizeof(err))) {
+            if (!strstr(err, "fuzz") && !strstr(err, "prompt ")) abort(); // (a refusal names the prompt)
+            continue;
+        }
         for (size_t i = 0; i < nids; i++) if (ids[i] >= tok->vocab_size) abort();
-        free(ids);
+        if (!templ && (nids == 0 || (int)ids[0] != doc)) abort();
     }
+    free(ids);
     prompt_list_free(&pl);
 }
 

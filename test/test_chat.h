@@ -84,9 +84,9 @@ static int chat_test_line(Json* j, const char* line, ChatMsg** m, int* n, int* c
 
 // Walk the train shards of `prefix` (packed for T, document token D) and find the examples of
 // `rows` (expected.json's list: ids, mask) in order: each right after a D, followed by a D, inside
-// one sample, its mask exact, the D before it marked as its start (and no other token). Returns the
-// number found.
-static int chat_test_walk(const char* prefix, int nshards, int T, uint32_t D, uint32_t V, const Json* e, int rows) {
+// one sample, its mask exact, marked as its start (and no other token): the D before it, or with
+// self_open (ChatML: the rendering does not start with D) its own first token. Returns the number found.
+static int chat_test_walk(const char* prefix, int nshards, int T, uint32_t D, uint32_t V, const Json* e, int rows, int self_open) {
     int ex = 0, row = e->nodes[rows].first, bad_place = 0, bad_starts = 0;
     char err[512];
     for (int s = 0; s < nshards; s++) {
@@ -102,7 +102,8 @@ static int chat_test_walk(const char* prefix, int nshards, int T, uint32_t D, ui
         CHECKF(mf && nm == SHARD_HEADER_BYTES + nt && (nt - 1) % (size_t)T == 0, "%s: %zu tokens, mask %zu bytes", path, nt, nm);
         if (!mf || nm != SHARD_HEADER_BYTES + nt) { free(mf); dataloader_free(&dl); return ex; }
         const uint8_t* mask = mf + SHARD_HEADER_BYTES;
-        CHECKF(sh->tokens[0] == D && mask[0] == MASK_STARTS, "%s does not start with the document token opening an example", path);
+        CHECKF(sh->tokens[0] == D && mask[0] == (self_open ? 0 : MASK_STARTS), "%s does not start with the document token%s", path,
+               self_open ? " (opening nothing)" : " opening an example");
         size_t pos = 1;
         int starts = 0, ex0 = ex;
         for (size_t i = 0; i < nt; i++) starts += (mask[i] & MASK_STARTS) != 0;
@@ -112,11 +113,11 @@ static int chat_test_walk(const char* prefix, int nshards, int T, uint32_t D, ui
             int ids = json_get(e, row, "ids"), msk = json_get(e, row, "mask");
             size_t len = (size_t)e->nodes[ids].count, i = 0;
             int ok = pos + len < nt && sh->tokens[pos - 1] == D && sh->tokens[pos + len] == D && !(mask[pos + len] & MASK_COUNTS);
-            bad_starts += ok && !(mask[pos - 1] & MASK_STARTS);
+            bad_starts += ok && !(mask[self_open ? pos : pos - 1] & MASK_STARTS);
             int badm = 0;
             for (int a = e->nodes[ids].first, b = e->nodes[msk].first; ok && a >= 0; a = e->nodes[a].next, b = e->nodes[b].next, i++) {
                 ok = sh->tokens[pos + i] == (uint32_t)e->nodes[a].i;
-                badm += (mask[pos + i] & MASK_COUNTS) != (uint8_t)e->nodes[b].i;
+                badm += (mask[pos + i] & MASK_COUNTS) != (uint8_t)e->nodes[b].i || (i > 0 && (mask[pos + i] & MASK_STARTS));
             }
             CHECKF(ok, "%s: example %d not found at position %zu", path, ex, pos);
             CHECKF(badm == 0, "%s: example %d: %d mask bytes differ from the reference", path, ex, badm);
@@ -226,7 +227,7 @@ TEST(chat_templates_vs_transformers) {
         for (int r = e.nodes[0].first; r >= 0; r = e.nodes[r].next) cuts += e.nodes[json_get(&e, r, "cut")].type == JSON_TRUE;
         CHECKF(rc == 0 && st.cut == cuts && !strcmp(st.chat_template, name), "%s: %lld cut (reference %d), template %s", name, (long long)st.cut, cuts, st.chat_template);
         uint32_t D = (uint32_t)tok.eot_token;
-        int found = rc == 0 ? chat_test_walk(prefix, st.shards[0], T, D, tok.vocab_size, &e, 0) : 0;
+        int found = rc == 0 ? chat_test_walk(prefix, st.shards[0], T, D, tok.vocab_size, &e, 0, chat.t->family == CHAT_CHATML) : 0;
         CHECKF(found == e.nodes[0].count, "%s: %d of %d examples found in %d shards", name, found, e.nodes[0].count, st.shards[0]);
         printf("    %s: %d renderings (and as prompts, with the generation prompt) equal to transformers; %d examples, ids and masks equal to the reference, %lld cut, %d shards at T = %d\n",
                name, nrend, found, (long long)st.cut, st.shards[0], T);

@@ -734,7 +734,7 @@ TEST(offload_params_emu) {
     offp_case("emu_cpu", 1, 1, "", "none", "cpu");
 #ifndef ENABLE_FP32
     offp_case("emu_cpu_offload", 1, 3, OFFP_LLAMA, "cpu", "cpu"); // (the gradient on the host: GA 3 adds through the ring)
-    offp_case("emu_nvme", 1, 1, "", "none", offp_nvme());
+    if (off_long()) offp_case("emu_nvme", 1, 1, "", "none", offp_nvme()); // (make test: nvme by emu_nvme_both_GA3, the parameters' and the state's)
     char nv[PATH_MAX + 128];
     snprintf(nv, sizeof(nv), "%s -offload-buffer 64KiB", off_nvme());
     offp_case("emu_nvme_both_GA3", 1, 3, "", nv, offp_nvme()); // (the gradient in the state file; its norm in the kernels' order)
