@@ -134,6 +134,7 @@ typedef struct {
     const char* content;  // its content (raw text, matched in the input as it is)
     int special;          // "special": skipped when match_specials is 0
     int normalized;       // "normalized": matched in the normalized text (only differs with NFC)
+    int lstrip, rstrip;   // the whitespace before / after a match is the token's too (removed from the text)
 } TokenizerAdded;
 enum { TOKENIZER_STEP_GPT2, TOKENIZER_STEP_LLAMA3, TOKENIZER_STEP_QWEN2, TOKENIZER_STEP_DIGITS, TOKENIZER_STEP_DIGIT_RUNS };
 #define TOKENIZER_MAX_STEPS 8
@@ -168,6 +169,7 @@ typedef struct {
     int mid_text, mid_stretch;    // streaming state: the text given continues one whose start was encoded
                                   //     (no Metaspace "first"), inside a stretch (no Prepend, no Metaspace prepend)
     int ignore_merges;            // model.ignore_merges: a piece in model.vocab is one token
+    int any_lstrip;               // an added token takes the whitespace before it (lstrip): streamed cuts avoid such runs
     int match_specials;           // 1: special added tokens in the text are matched (tokenizers'
                                   //    default); 0: they are plain text (-tokenize; see below)
     int bos_token;                // the post-processor's leading special token (Llama 3's
@@ -437,6 +439,9 @@ static inline int tokenizer_unicode_class(uint32_t cp) {
     }
     return UC_OTHER;
 }
+
+// Is cp whitespace (Unicode White_Space: \s of tokenizers' regexes, Rust's char::is_whitespace)?
+static inline int tokenizer_white_space(uint32_t cp) { return tokenizer_unicode_class(cp) == UC_S; }
 
 // Class of the character at s[0..n) (n >= 1), its length in bytes in *len. ASCII without the
 // table; a malformed byte is one "other" character.

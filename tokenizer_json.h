@@ -76,7 +76,9 @@
 // ByteFallback, Fuse, Strip(" ", start, stop 0), Metaspace (SentencePiece-style); a
 // post-processor other than ByteLevel, TemplateProcessing and Sequence; truncation set; vocab or
 // merge entries that are not strings or name tokens model.vocab lacks; a byte with no token;
-// added tokens with lstrip, rstrip or single_word; an added token whose id holds other text.
+// added tokens with single_word, with lstrip or rstrip matched in the normalized text (under a
+// normalizer, "normalized" true), or that begin or end with whitespace beside a token with lstrip or
+// rstrip; an added token whose id holds other text.
 //
 // The document token (tok->eot_token, written before each document by -tokenize): the special
 // token the post-processor puts first (Llama 3's TemplateProcessing adds <|begin_of_text|>,
@@ -633,9 +635,9 @@ static inline int tokenizer_init_hf(Tokenizer* tok, const char* path_in, char* e
         if (id < 0 || !j.nodes[id].is_int || j.nodes[id].i < 0 || j.nodes[id].i >= TOKENIZER_MAX_VOCAB || c < 0 ||
             j.nodes[c].type != JSON_STRING || j.nodes[c].len == 0)
             HF_FAIL("tokenizer %s: added_tokens[%d] has no id 0..%u or no content", path, ai, TOKENIZER_MAX_VOCAB - 1);
-        const char* opts[] = {"lstrip", "rstrip", "single_word"};
-        for (int k = 0; k < 3; k++)
-            if (tokenizer_json_flag(&j, a, opts[k]) != 0) HF_FAIL("tokenizer %s: added_tokens[%d].%s is not false: not supported", path, ai, opts[k]);
+        if (tokenizer_json_flag(&j, a, "single_word") != 0) HF_FAIL("tokenizer %s: added_tokens[%d].single_word is not false: not supported", path, ai);
+        for (int k = 0; k < 2; k++)
+            if (tokenizer_json_flag(&j, a, k ? "rstrip" : "lstrip") < 0) HF_FAIL("tokenizer %s: added_tokens[%d].%s is not true or false", path, ai, k ? "rstrip" : "lstrip");
         if (j.nodes[id].i + 1 > V) V = j.nodes[id].i + 1;
         strs_bytes += (size_t)j.nodes[c].len + 1;
     }
@@ -698,6 +700,8 @@ static inline int tokenizer_init_hf(Tokenizer* tok, const char* path_in, char* e
         at += (size_t)c->len + 1;
         t->special = tokenizer_json_flag(&j, a, "special") == 1;
         t->normalized = tokenizer_json_flag(&j, a, "normalized") == 1;
+        t->lstrip = tokenizer_json_flag(&j, a, "lstrip") == 1;
+        t->rstrip = tokenizer_json_flag(&j, a, "rstrip") == 1;
         if (!tok->token_table[id]) {
             size_t bl2 = h->sp ? tokenizer_sp_unspell((const unsigned char*)t->content, t->len, rep_from, rep_from_len, rep_to, rep_to_len,
                                                       dec_bytes, (unsigned char*)tok->bytes + bat)
@@ -707,6 +711,24 @@ static inline int tokenizer_init_hf(Tokenizer* tok, const char* path_in, char* e
             tok->token_len[id] = (uint32_t)bl2;
             bat += bl2 + 1;
         }
+    }
+    // lstrip / rstrip: the matches take the whitespace beside them (tokenizer_hf_added_at). As far
+    // as it is tokenizers' too: in the raw text (a normalized token's strip acts on the normalized
+    // text, not done here), and no added token that a stripped run could hold or touch
+    int strips = 0;
+    for (int k = 0; k < h->nadded; k++) strips |= h->added[k].lstrip || h->added[k].rstrip, h->any_lstrip |= h->added[k].lstrip;
+    for (int k = 0; strips && k < h->nadded; k++) {
+        const TokenizerAdded* t = &h->added[k];
+        uint32_t cp;
+        int l0 = tokenizer_utf8((const unsigned char*)t->content, t->len, &cp), ws0 = l0 > 0 && tokenizer_white_space(cp), wse = 0;
+        size_t last = t->len - 1;
+        while (last > 0 && ((unsigned char)t->content[last] & 0xC0) == 0x80) last--;
+        if (tokenizer_utf8((const unsigned char*)t->content + last, t->len - last, &cp) > 0) wse = tokenizer_white_space(cp);
+        if ((t->lstrip || t->rstrip) && t->normalized && h->nnorms)
+            HF_FAIL("tokenizer %s: added token \"%.100s\" strips whitespace and is matched in the normalized text: not supported", path, t->content);
+        if (ws0 || wse)
+            HF_FAIL("tokenizer %s: added token \"%.100s\" begins or ends with whitespace beside tokens that strip it (lstrip/rstrip): not supported",
+                    path, t->content);
     }
     // added tokens: sorted by first byte, longest first, for the matcher
     qsort(h->added, (size_t)h->nadded, sizeof(TokenizerAdded), tokenizer_added_cmp);
@@ -1204,19 +1226,47 @@ static inline int tokenizer_hf_normalize(TokenizerHF* h, const unsigned char* s,
     return 0;
 }
 
-// The longest added token of this pass that starts at s[0..n): its length (0: none), id in *id.
-// pass 0: tokens matched in the raw text (all of them without a normalizer); pass 1: the normalized ones.
-static inline size_t tokenizer_hf_added_at(const TokenizerHF* h, const unsigned char* s, size_t n, int pass, uint32_t* id) {
+// The longest added token of this pass that starts at s[0..n): its length (0: none), id in *id,
+// *strip its lstrip | rstrip << 1. pass 0: tokens matched in the raw text (all of them
+// without a normalizer); pass 1: the normalized ones.
+static inline size_t tokenizer_hf_added_at(const TokenizerHF* h, const unsigned char* s, size_t n, int pass, uint32_t* id, int* strip) {
     for (int k = h->added_first[s[0]]; k < h->added_first[s[0] + 1]; k++) {
         const TokenizerAdded* a = &h->added[k];
         if (a->len > n || (a->special && !h->match_specials)) continue;
         if (h->nnorms && a->normalized != pass) continue;
         if (memcmp(a->content, s, a->len) == 0) {
             *id = a->id;
+            *strip = a->lstrip | a->rstrip << 1;
             return a->len;
         }
     }
     return 0;
+}
+
+// The whitespace (Unicode White_Space, what tokenizers' \s matches) that s[0..n) begins with / ends
+// with, in bytes: what an rstrip / lstrip added token takes beside it. *open (tokenizer_ws_head, may
+// be NULL): the run reaches the end of s, or stops at a character cut short there (it may go on).
+static inline size_t tokenizer_ws_head(const unsigned char* s, size_t n, int* open) {
+    size_t i = 0;
+    uint32_t cp;
+    for (int l; i < n && (l = tokenizer_utf8(s + i, n - i, &cp)) > 0 && tokenizer_white_space(cp);) i += (size_t)l;
+    if (open) {
+        size_t need = i == n ? 1 : s[i] >= 0xF0 ? 4 : s[i] >= 0xE0 ? 3 : s[i] >= 0xC0 ? 2 : 1;  // the next character's length (none in view: 1)
+        *open = i + need > n;
+    }
+    return i;
+}
+static inline size_t tokenizer_ws_tail(const unsigned char* s, size_t n) {
+    size_t j = n;
+    uint32_t cp;
+    while (j > 0) {
+        size_t k = j - 1;
+        while (k > 0 && (s[k] & 0xC0) == 0x80 && j - k < 4) k--;
+        int l = tokenizer_utf8(s + k, j - k, &cp);
+        if (l <= 0 || (size_t)l != j - k || !tokenizer_white_space(cp)) break;
+        j = k;
+    }
+    return n - j;
 }
 
 static inline int tokenizer_hf_encode_pass(Tokenizer* tok, const unsigned char* s, size_t n, int pass, int flags, uint32_t** out, size_t* nout,
@@ -1246,14 +1296,17 @@ static inline int tokenizer_hf_encode_pass(Tokenizer* tok, const unsigned char* 
     size_t from = 0;
     for (size_t i = 0; i < n;) {
         uint32_t id;
-        size_t l = h->nadded ? tokenizer_hf_added_at(h, s + i, n - i, pass, &id) : 0;
+        int strip = 0;
+        size_t l = h->nadded ? tokenizer_hf_added_at(h, s + i, n - i, pass, &id, &strip) : 0;
         if (l == 0) {
             i++;
             continue;
         }
-        if (tokenizer_hf_stretch(tok, s + from, i - from, pass, from ? 0 : flags, out, nout, cap) != 0 || tokenizer_append(out, nout, cap, &id, 1) != 0)
+        size_t end = i - (strip & 1 ? tokenizer_ws_tail(s + from, i - from) : 0);  // lstrip: the stretch loses its trailing whitespace
+        if (tokenizer_hf_stretch(tok, s + from, end - from, pass, from ? 0 : flags, out, nout, cap) != 0 || tokenizer_append(out, nout, cap, &id, 1) != 0)
             return -1;
         i += l;
+        if (strip & 2) i += tokenizer_ws_head(s + i, n - i, NULL);  // rstrip: the whitespace after it goes with it
         from = i;
     }
     return tokenizer_hf_stretch(tok, s + from, n - from, pass, from ? 0 : flags, out, nout, cap);
@@ -1378,13 +1431,18 @@ static inline int tokenizer_hf_encode_part(Tokenizer* tok, const unsigned char* 
     size_t from = 0, i = maxlen ? 0 : n;  // 1. the added-token scan as far as it is certain
     while (i < n && i + maxlen <= n) {
         uint32_t id;
-        size_t l = tokenizer_hf_added_at(h, s + i, n - i, 0, &id);
-        i += l ? l : 1;
+        int strip = 0;
+        size_t l = tokenizer_hf_added_at(h, s + i, n - i, 0, &id, &strip), w = 0;
+        int open = 0;
+        if (l && (strip & 2) && ((w = tokenizer_ws_head(s + i + l, n - i - l, &open)), open)) break; // its whitespace may go on past the view
+        i += l ? l + w : 1;
         if (l) from = i;
     }
     int flags = (h->mid_text ? 0 : TOKENIZER_AT_TEXT_START) | (h->mid_stretch ? TOKENIZER_CONTINUES : 0);
     size_t hi = i < n ? i : n - 1;
     size_t c = h->sp ? tokenizer_hf_last_cut_sp(h, s, n, from, hi) : tokenizer_hf_last_cut(h, s, n, from, hi);
+    while (c > from && h->any_lstrip && tokenizer_ws_tail(s + from, c - from) > 0)  // lstrip: no cut inside a whitespace run (2'. allows
+        c = h->sp ? tokenizer_hf_last_cut_sp(h, s, n, from, c - 1) : tokenizer_hf_last_cut(h, s, n, from, c - 1);  // one after a tab)
     while (c > from && pass1) {  // normalized added tokens: none may start in the normalized tail
         const unsigned char* t;
         size_t tn;

@@ -1590,7 +1590,8 @@ TEST(tok_hf_reader) {
     tok_hf_expect_error("merge", "\"ab c\"", "\"ab zz\"", "model.merges[1]");
     tok_hf_expect_error("merge_form", "\"ab c\"", "\"ab  c\"", "model.merges[1]");
     tok_hf_expect_error("decoder", "\"decoder\": {\"type\": \"ByteLevel\"}", "\"decoder\": {\"type\": \"Metaspace\"}", "decoder type \"Metaspace\"");
-    tok_hf_expect_error("lstrip", "\"lstrip\": false", "\"lstrip\": true", "added_tokens[0].lstrip");
+    tok_hf_expect_error("lstrip", "\"lstrip\": false", "\"lstrip\": 1", "added_tokens[0].lstrip is not true or false");
+    tok_hf_expect_error("single_word", "\"single_word\": false", "\"single_word\": true", "added_tokens[0].single_word");
     tok_hf_expect_error("dropout", "\"dropout\": null", "\"dropout\": 0.1", "model.dropout");
     tok_hf_expect_error("no_bytelevel", "\"pre_tokenizer\": {\"type\": \"ByteLevel\"", "\"pre_tokenizer\": {\"type\": \"Digits\"",
                         "no ByteLevel");
@@ -1924,6 +1925,108 @@ TEST(tok_sp_structural) {
         printf("    %s: %d cases, %zu ids, all equal to tokenizers\n", kinds[k].kind, n, nids);
         tokenizer_free(&tok);
     }
+}
+
+// Added tokens that take the whitespace beside them (lstrip / rstrip: Phi-3's <|end|>, <|user|>,
+// <|assistant|> are rstrip), in dev/sp_structural_fixtures.py's strip kind (the legacy pipeline plus
+// such tokens, special and not): tokenizers 0.21's ids on 20 cases (Unicode whitespace, U+001C which
+// is not, runs before and after, tokens back to back) with special tokens matched and as text
+// (-tokenize's); the cases as one document through -tokenize's streaming at chunks of 5..64 bytes, and
+// from a view cut at every byte, equal its whole encoding (a cut never splits a token from the
+// whitespace it takes). A token that strips
+// and is matched in the normalized text is refused, naming it.
+TEST(tok_sp_added_strip) {
+    Tokenizer tok;
+    char err[1024] = "";
+    CHECKF(tokenizer_init(&tok, "test/fixtures/sp/strip/tokenizer.json", err, sizeof(err)) == 0, "%s", err);
+    if (!tok.hf) return;
+    int nstrip = 0;
+    for (int a = 0; a < tok.hf->nadded; a++) nstrip += tok.hf->added[a].lstrip + tok.hf->added[a].rstrip;
+    CHECKF(nstrip == 8, "%d lstrip/rstrip flags read, the file has 8", nstrip);
+    for (int match = 1; match >= 0; match--) {
+        int n = 0;
+        size_t nids = 0;
+        int bad = tok_sp_compare(&tok, "test/fixtures/sp/strip_cases.bin", match ? "test/fixtures/sp/strip/cases.ids" : "test/fixtures/sp/strip/cases_text.ids",
+                                 match, 0, &n, &nids);
+        CHECKF(bad == 0 && n == 20, "special tokens %s: %d of %d cases differ from tokenizers", match ? "matched" : "as text", bad, n);
+    }
+    // streamed as -tokenize streams a document: every chunk size gives the whole text's ids
+    TokRecs cases = {NULL, 0, 0};
+    cases.data = tok_read_file("test/fixtures/sp/strip_cases.bin", &cases.size);
+    char in[700], prefix[700], path[800];
+    tok_path(in, sizeof(in), "strip_doc.txt");
+    tok_path(prefix, sizeof(prefix), "strip_doc");
+    FILE* f = fopen(in, "wb");
+    const unsigned char* c;
+    int32_t nc;
+    size_t doc_len = 0;
+    char* doc = (char*)malloc(cases.size + 64);
+    while (cases.data && doc && tok_recs_next(&cases, 1, &c, &nc)) { memcpy(doc + doc_len, c, (size_t)nc); doc_len += (size_t)nc; doc[doc_len++] = '\n'; }
+    CHECK(f && doc && fwrite(doc, 1, doc_len, f) == doc_len);
+    if (f) fclose(f);
+    uint32_t* want = NULL;
+    size_t nwant = 0, wcap = 0;
+    uint32_t D = (uint32_t)tok.eot_token;
+    CHECK(tokenizer_append(&want, &nwant, &wcap, &D, 1) == 0);
+    tok.hf->match_specials = 0;  // (-tokenize reads special tokens as text)
+    CHECK(tokenizer_encode(&tok, (const unsigned char*)doc, doc_len, &want, &nwant, &wcap) == 0);
+    tok.hf->match_specials = 1;
+    const size_t chunks[] = {5, 6, 7, 9, 13, 16, 23, 64};
+    int bad = 0;
+    for (size_t k = 0; k < sizeof(chunks) / sizeof(chunks[0]); k++) {
+        TokenizeStats st;
+        CHECKF(tokenize_file_to_shards_ex(&tok, in, prefix, 0, 100000000, chunks[k], &st, err, sizeof(err)) == 0, "chunk %zu: %s", chunks[k], err);
+        snprintf(path, sizeof(path), "%s_train_000000.bin", prefix);
+        size_t ngot = 0;
+        uint32_t* got = tok_read_shard(path, &ngot);
+        if (!got || ngot != nwant || memcmp(got, want, ngot * 4) != 0) {
+            size_t at = 0;
+            while (got && at < ngot && at < nwant && got[at] == want[at]) at++;
+            if (bad++ < 2) {
+                printf("    chunk %zu: %zu ids, whole text %zu; first difference at id %zu, after:", chunks[k], ngot, nwant, at);
+                for (size_t q = at > 4 ? at - 4 : 0; q < at + 3 && q < nwant; q++) { int l; const char* t = tokenizer_decode(&tok, want[q], &l); printf(" [%.*s]", l, t); }
+                printf("\n      streamed:");
+                for (size_t q = at > 4 ? at - 4 : 0; got && q < at + 3 && q < ngot; q++) { int l; const char* t = tokenizer_decode(&tok, got[q], &l); printf(" [%.*s]", l, t); }
+                printf("\n");
+            }
+        }
+        free(got);
+        remove(path);
+    }
+    CHECKF(bad == 0, "%d chunk sizes give other ids than the whole text", bad);
+    // and the document cut at every byte: the part up to the cut the streaming takes, then the rest
+    tok.hf->match_specials = 0;
+    int bad_cut = 0;
+    for (size_t v = 1; v < doc_len; v++) {
+        uint32_t* o = NULL;
+        size_t no = 0, oc = 0, used = 0;
+        CHECK(tokenizer_hf_encode_part(&tok, (const unsigned char*)doc, v, &used, &o, &no, &oc) == 0 &&
+              tokenizer_hf_encode_final(&tok, (const unsigned char*)doc + used, doc_len - used, &o, &no, &oc) == 0);
+        bad_cut += no + 1 != nwant || memcmp(o, want + 1, no * 4) != 0;
+        free(o);
+    }
+    tok.hf->match_specials = 1;
+    CHECKF(bad_cut == 0, "%d of %zu views of the document give other ids than the whole", bad_cut, doc_len - 1);
+    free(want);
+    free(doc);
+    free(cases.data);
+    tokenizer_free(&tok);
+    // refused: stripping a token matched in the normalized text (under a normalizer)
+    size_t jl = 0;
+    char* js = (char*)tok_read_file("test/fixtures/sp/strip/tokenizer.json", &jl);
+    char* m = js ? strstr(js, "\"content\":\"<sep>\"") : NULL;
+    char* nz = m ? strstr(m, "\"normalized\":false") : NULL;
+    CHECK(nz != NULL);
+    if (nz) {
+        memcpy(nz + 13, "true ", 5);  // "normalized":true (one byte of space left where "false" was)
+        char bad_path[700];
+        tok_path(bad_path, sizeof(bad_path), "strip_normalized.json");
+        tok_write_file(bad_path, (const unsigned char*)js, jl);
+        Tokenizer t2;
+        CHECKF(tokenizer_init(&t2, bad_path, err, sizeof(err)) != 0 && strstr(err, "<sep>") && strstr(err, "normalized"), "accepted, or: %s", err);
+    }
+    free(js);
+    if (!g_test_failed) printf("    20 cases (special tokens matched and as text) equal to tokenizers; streamed at 8 chunk sizes and from every cut = whole; a normalized strip refused\n");
 }
 
 // The python with sentencepiece, transformers and mistral-common: $ZT_SP_PYTHON (.ci/run makes
