@@ -194,7 +194,7 @@ static int chat_read_json(const char* path, Json* j, char* err, size_t errlen) {
     if (!text) return st_err(err, errlen, "%s", ferr);
     int rc = json_parse(j, text, len, jerr, sizeof(jerr));
     free(text);
-    if (rc || j->nodes[0].type != JSON_OBJECT) { json_free(j); memset(j, 0, sizeof(*j)); return st_err(err, errlen, "tokenizer config %s: %s", path, rc ? jerr : "not a JSON object"); }
+    if (rc || j->nodes[0].type != JSON_OBJECT) { json_free(j); memset(j, 0, sizeof(*j)); return st_err(err, errlen, "%s: %s", path, rc ? jerr : "not a JSON object"); }
     return 1;
 }
 
@@ -211,13 +211,18 @@ static int chat_config_token(const Json* j, const char* key, char* out, size_t c
 // (recent transformers, 4.5x, save the template there and read it first), else tokenizer_config.json's
 // "chat_template" (a list of named templates: the one named "default", as transformers takes it) —
 // recognise it, and find what rendering needs (Llama: bos_token, from tokenizer_config.json or
-// special_tokens_map.json). chat_date: -chat-date ("" for the template's own default). 0, or -1 with
-// err naming the file (and, for an unknown template, its hash and the known ones).
+// special_tokens_map.json). chat_date: -chat-date ("" for the template's own default). 0, or with err
+// naming the file: CHAT_NONE (no template: llm.c's tokenizer, a base model), CHAT_UNKNOWN (a template
+// this build does not render: its hash and the known ones), -1 (anything else: a file that cannot be
+// read, a bad -chat-date, a token the template needs missing).
+enum { CHAT_NONE = -2, CHAT_UNKNOWN = -3 };
 static int chat_init(Chat* c, const Tokenizer* tok, const char* chat_date, char* err, size_t errlen) {
     memset(c, 0, sizeof(*c));
-    if (!tok->hf)
-        return st_err(err, errlen, "conversations need the model's chat template: -tokenizer is llm.c's GPT-2 file. HINT: -tokenizer DIR "
-                                   "(the model's directory, with tokenizer.json and tokenizer_config.json)");
+    if (!tok->hf) {
+        st_err(err, errlen, "conversations need the model's chat template: -tokenizer is llm.c's GPT-2 file. HINT: -tokenizer DIR "
+                            "(the model's directory, with tokenizer.json and tokenizer_config.json)");
+        return CHAT_NONE;
+    }
     const char* cfg = tok->hf->src_config;
     const char* slash = strrchr(cfg, '/');
     int dirlen = slash ? (int)(slash - cfg + 1) : 0;
@@ -246,8 +251,9 @@ static int chat_init(Chat* c, const Tokenizer* tok, const char* chat_date, char*
         }
         if (ct < 0 || j.nodes[ct].type != JSON_STRING) {
             if (have) json_free(&j);
-            return st_err(err, errlen, "conversations need the model's chat template: %s %s, and there is no %s (a base model without a chat "
-                          "template cannot render conversations)", cfg, have ? "has no chat_template string" : "does not exist", jinja);
+            st_err(err, errlen, "conversations need the model's chat template: %s %s, and there is no %s (a base model without a chat "
+                   "template cannot render conversations)", cfg, have ? "has no chat_template string" : "does not exist", jinja);
+            return CHAT_NONE;
         }
         tlen = (size_t)j.nodes[ct].len;
         text = (char*)malloc(tlen + 1);
@@ -265,8 +271,9 @@ static int chat_init(Chat* c, const Tokenizer* tok, const char* chat_date, char*
         for (int i = 0; i < CHAT_NTEMPLATES; i++)
             snprintf(known + strlen(known), sizeof(known) - strlen(known), "%s%s (%s)", i ? ", " : "", CHAT_TEMPLATES[i].name, CHAT_TEMPLATES[i].models);
         if (have) json_free(&j);
-        return st_err(err, errlen, "%s: the chat template with SHA-256 %s is not one this build renders exactly (known: %s); "
-                                   "docs/chat.md says how to add one", c->path, hex, known);
+        st_err(err, errlen, "%s: the chat template with SHA-256 %s is not one this build renders exactly (known: %s); "
+                            "docs/chat.md says how to add one", c->path, hex, known);
+        return CHAT_UNKNOWN;
     }
     if (c->t->family != CHAT_CHATML) {  // the template writes bos_token first
         int found = have && chat_config_token(&j, "bos_token", c->bos, sizeof(c->bos));

@@ -1549,7 +1549,12 @@ static inline int tokenizer_write_hf(const Tokenizer* tok, const char* dir, int 
         for (int k = 0; src && k < 2; k++) {  // the files beside tokenizer_config.json that AutoTokenizer also reads
             char from[4200];
             snprintf(from, sizeof(from), "%.*s%s", slash ? (int)(slash - src + 1) : 0, src, beside[k]);
-            if (stat(from, &st) == 0 && tokenizer_copy_file(from, dir, beside[k], err, errlen) != 0) return -1;
+            if (stat(from, &st) == 0) { if (tokenizer_copy_file(from, dir, beside[k], err, errlen) != 0) return -1; }
+            else {  // not the source's: an earlier export's copy would be read in its place (chat_template.jinja first)
+                char old[4200];
+                snprintf(old, sizeof(old), "%s/%s", dir, beside[k]);
+                if (unlink(old) != 0 && errno != ENOENT) return tokenize_error(err, errlen, "%s: cannot remove an earlier export's copy: %s", old, strerror(errno));
+            }
         }
         if (src && stat(src, &st) == 0) return tokenizer_copy_file(src, dir, "tokenizer_config.json", err, errlen);
         // no tokenizer_config.json: without one, AutoTokenizer takes the class from config.json's
@@ -1656,7 +1661,7 @@ static inline int tokenizer_export_files(const char* tokenizer_path, const char*
         for (int a = 0; t.hf && a < t.hf->nadded && !added; a++) added = t.hf->added[a].id == id;
         if (!added || t.hf->key_at[id] != UINT32_MAX)
             rc = tokenize_error(err, errlen, "tokenizer %s has %u ids, more than the model's vocabulary of %d (id %u is %s)", tokenizer_path,
-                                t.vocab_size, model_V, id, t.hf ? "in its model.vocab" : "one of llm.c's file");
+                                t.vocab_size, model_V, id, !t.hf ? "one of llm.c's file" : t.hf->key_at[id] != UINT32_MAX ? "in its model.vocab" : "not an added token");
         beyond++;
     }
     if (rc == 0 && beyond)

@@ -1102,14 +1102,15 @@ static void load_prompts(Trainer* tr, int V) {
     if (tokenizer_load_merges(&tr->tok, f->merges, err, sizeof(err))) die_user("-prompt needs the merges to encode: -merges: %s", err);
     Chat chat;
     const Chat* use = NULL;
-    if (strcmp(f->chat_prompt, "0")) {
-        char cerr[1024] = "llm.c's tokenizer file has no chat template";
-        if (tr->tok.hf && chat_init(&chat, &tr->tok, f->chat_date, cerr, sizeof(cerr)) == 0) use = &chat;
-        else if (!strcmp(f->chat_prompt, "1")) die_user("-chat-prompt 1: %s", cerr);
-        else if (tr->tok.hf && strstr(cerr, "SHA-256")) printf0("-prompt: the text as given, not through the chat template: %s\n", cerr);
+    if (strcmp(f->chat_prompt, "0")) {  // 1 or auto: the template, or why not (auto goes on as text only where there is none or it is unknown)
+        char cerr[1024];
+        int rc = chat_init(&chat, &tr->tok, f->chat_date, cerr, sizeof(cerr));
+        if (rc == 0) use = &chat;
+        else if (!strcmp(f->chat_prompt, "1") || (rc != CHAT_NONE && rc != CHAT_UNKNOWN)) die_user("-prompt through the chat template: %s", cerr);
+        else if (rc == CHAT_UNKNOWN) printf0("-prompt: the text as given, not through the chat template: %s\n", cerr);
         if (!strcmp(f->chat_prompt, "auto"))
             FLAG_SHOW(f, chat_prompt, "%s", use ? (snprintf(cerr, sizeof(cerr), "1 (the %s chat template)", chat.t->name), cerr)
-                                                : tr->tok.hf ? "0 (no chat template this build renders)" : "0 (llm.c's tokenizer: no chat template)");
+                                                : rc == CHAT_UNKNOWN ? "0 (a chat template this build does not render)" : "0 (no chat template)");
     }
     PromptList pl;
     const char* path = f->prompt[0] == '@' ? f->prompt + 1 : "-prompt";
@@ -1124,7 +1125,8 @@ static void load_prompts(Trainer* tr, int V) {
         memset(&pl, 0, sizeof(pl));
         if (prompt_list_add(&pl, f->prompt, strlen(f->prompt), 0, 0)) die(1, "-prompt: out of memory");
     }
-    int doc = tr->tok.eot_token >= 0 && tr->tok.eot_token < V ? tr->tok.eot_token : 0, bos, eos;
+    int eot = tr->tok.eot_token >= 0 && tr->tok.eot_token < V ? tr->tok.eot_token : -1, bos, eos;
+    int doc = eot >= 0 ? eot : 0;  // (a tokenizer that names none: token 0 goes first, as the warning in setup_data says)
     tokenizer_special_ids(&tr->tok, &bos, &eos);
     tr->prompt_ids = (int**)calloc(pl.n > 0 ? pl.n : 1, sizeof(int*));
     tr->prompt_len = (int*)calloc(pl.n > 0 ? pl.n : 1, sizeof(int));
@@ -1143,12 +1145,15 @@ static void load_prompts(Trainer* tr, int V) {
     free(ids);
     prompt_list_free(&pl);
     if (tr->nprompts == 0) die_user("-prompt %s: no prompt in it", f->prompt);
-    add_stop(tr, doc, V);
+    if (eot >= 0) add_stop(tr, eot, V);  // (not token 0 standing in for a document token)
     if (use) add_stop(tr, (int)use->end_of_turn, V);
-    struct stat st;
-    if (stat(f->model, &st) == 0 && S_ISDIR(st.st_mode)) {
-        add_stops_of(tr, f->model, "config.json", V);
-        add_stops_of(tr, f->model, "generation_config.json", V);
+    if (hf_is_checkpoint_path(f->model)) {  // -e DIR, or DIR/model.safetensors (as hf_export_config reads it)
+        char dir[PATH_MAX];
+        struct stat st;
+        snprintf(dir, sizeof(dir), "%s", f->model);
+        if (!(stat(dir, &st) == 0 && S_ISDIR(st.st_mode))) { char* sl = strrchr(dir, '/'); if (sl) *sl = 0; else snprintf(dir, sizeof(dir), "."); }
+        add_stops_of(tr, dir, "config.json", V);
+        add_stops_of(tr, dir, "generation_config.json", V);
     }
     char stops[512] = "";
     for (int k = 0; k < tr->nstop; k++) {
@@ -2036,7 +2041,7 @@ static void export_model(Trainer* tr) {
         char err[1024];
         if (hf_export_config(f, &tr->model.cfg, &hc, err, sizeof(err))) die_user("-export-hf %s: %s", f->export_hf, err); // (checked at start-up)
         if (write_hf_checkpoint(&tr->model, &hc, f->export_hf, hd) != 0) die(1, "-export-hf %s failed", f->export_hf);
-        char tpath[4200], terr[1024], tnote[512];  // the tokenizer beside it (tokenizer.json, ...: AutoTokenizer loads the directory)
+        char tpath[4200], terr[1024], tnote[512] = "";  // the tokenizer beside it (tokenizer.json, ...: AutoTokenizer loads the directory)
         const char* tname = tokenizer_for_model(f->tokenizer, TOKENIZER_DEFAULT_PATH, f->model, tpath, sizeof(tpath));
         if (g_rank == 0 && tokenizer_export_files(tname, f->merges, f->export_hf, tr->model.cfg.V, tr->model.cfg.maxT, tnote, sizeof(tnote), terr, sizeof(terr)))
             printf0("warning: -export-hf %s: no tokenizer files written: %s\n", f->export_hf, terr);

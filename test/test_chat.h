@@ -459,8 +459,13 @@ TEST(chat_prompt_vs_generate) {
         if (!gtext) continue;
         int c = g.nodes[0].first;
         for (int mode = 0; mode < 2; mode++) {
-            char exp[PATH_MAX + 64] = "";  // (once: the export beside the samples)
-            if (t == 0 && mode == 1) snprintf(exp, sizeof(exp), "-export-hf %s/exported", dir);
+            char exp[PATH_MAX + 64] = "";  // (once: the export beside the samples, over a stale chat_template.jinja)
+            if (t == 0 && mode == 1) {
+                snprintf(exp, sizeof(exp), "-export-hf %s/exported", dir);
+                char stale[PATH_MAX + 64];
+                snprintf(stale, sizeof(stale), "mkdir -p %s/exported && echo stale > %s/exported/chat_template.jinja", dir, dir);
+                CHECK(test_run_cmd(stale, NULL, 0) == 0);
+            }
             snprintf(cmd, sizeof(cmd), "OMP_NUM_THREADS=1 %s --train -device cpu -e %s/%s -i %s -j '' -x 0 -v 0 -s 0 -b 1 -t 128 -g 12 -temperature 0 "
                      "-chat-date 2026-02-03 -chat-prompt %s -prompt @%s/%s/prompts_%s.jsonl %s", g_test_self, dir, names[t], shard, mode ? "0" : "auto",
                      dir, names[t], mode ? "text" : "chat", exp);
@@ -469,8 +474,8 @@ TEST(chat_prompt_vs_generate) {
             CHECKF(mode || strstr(out, "-prompt: each prompt the user's message"), "%s: -chat-prompt auto did not take the template:\n%s", names[t], out);
             if (exp[0]) { // the export: the source's generation_config.json and tokenizer files, byte for byte
                 char cmp[4 * PATH_MAX];
-                snprintf(cmp, sizeof(cmp), "cd %s && for f in generation_config.json tokenizer.json tokenizer_config.json; do cmp $f ../exported/$f || exit 1; done",
-                         names[t]);
+                snprintf(cmp, sizeof(cmp), "cd %s && for f in generation_config.json tokenizer.json tokenizer_config.json; do cmp $f ../exported/$f || exit 1; done "
+                         "&& test ! -e ../exported/chat_template.jinja", names[t]);
                 char full[5 * PATH_MAX];
                 snprintf(full, sizeof(full), "cd %s && %s", dir, cmp);
                 char cout[2048];
@@ -497,6 +502,11 @@ TEST(chat_prompt_vs_generate) {
         json_free(&g);
         free(gtext);
     }
+    // a template that cannot be rendered as asked (here a -chat-date that is no date) ends the run under auto too
+    snprintf(cmd, sizeof(cmd), "%s --train -device cpu -e %s/llama3.2 -i %s -j '' -x 0 -v 0 -s 0 -b 1 -t 128 -g 2 -chat-date 2026-02-30 -prompt hi",
+             g_test_self, dir, shard);
+    rc = test_run_cmd(cmd, out, sizeof(out));
+    CHECKF(rc == 2 && strstr(out, "-chat-date 2026-02-30"), "a bad -chat-date under -chat-prompt auto: exit %d\n%s", rc, out);
     if (!g_test_failed) printf("    Llama 3.2 and Qwen2.5 shapes: 8 prompts (template text and messages, rendered text, plain text): prompt and greedy reply equal to transformers' generate\n");
 }
 #endif
