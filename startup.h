@@ -215,7 +215,8 @@ static int hf_export_config(const Flags* f, const GPTConfig* c, HFConfig* out, c
     }
     if (hf_export_arch(out, have_src ? &src : NULL, err, errlen)) return -1;
     snprintf(path, sizeof(path), "%s/generation_config.json", dir); // its eos list and sampling defaults go with the export
-    if (dir[0] && stat(path, &st) == 0 && strlen(path) < sizeof(out->gen_src)) snprintf(out->gen_src, sizeof(out->gen_src), "%s", path);
+    if (dir[0] && stat(path, &st) == 0 && snprintf(out->gen_src, sizeof(out->gen_src), "%s", path) >= (int)sizeof(out->gen_src))
+        out->gen_src[0] = 0;  // (a path longer than any: not copied)
     char tbuf[PATH_MAX + 32]; // no source config: GPT-2's tokenizer (llm.c's file) gives <|endoftext|> = 50256, as GPT-2's export says
     const char* tname = tokenizer_for_model(f->tokenizer, TOKENIZER_DEFAULT_PATH, f->model, tbuf, sizeof(tbuf));
     if (c->family != FAMILY_GPT2 && !have_src && c->V > 50256 && !strcmp(tname, TOKENIZER_DEFAULT_PATH)) {
