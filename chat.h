@@ -371,6 +371,17 @@ static int chat_render(const Chat* c, const ChatMsg* m, int n, int gen, ChatText
     return rc ? -1 : 0;
 }
 
+// A rendering's ids: work's text encoded whole with special tokens matched, as
+// apply_chat_template(tokenize=True) does, into (*ids, *nids, *icap) (replaced). 0, or -1: out of memory.
+static int chat_tokenize(Tokenizer* tok, const ChatText* work, uint32_t** ids, size_t* nids, size_t* icap) {
+    int keep = tok->hf->match_specials;
+    tok->hf->match_specials = 1;
+    *nids = 0;
+    int rc = tokenizer_encode(tok, (const unsigned char*)work->s, work->n, ids, nids, icap);
+    tok->hf->match_specials = keep;
+    return rc;
+}
+
 // Render m[0, n) and encode it whole (special tokens matched, as apply_chat_template(tokenize=True)):
 // ids into (*ids, *nids, *icap) (replaced), the loss mask (1 = predicting this token counts) into
 // *mask (nids bytes, realloc'ed). work: scratch (the rendering, kept for the caller to read).
@@ -379,11 +390,7 @@ static int chat_encode(const Chat* c, Tokenizer* tok, const ChatMsg* m, int n, C
                        uint8_t** mask, char* err, size_t errlen) {
     size_t(*spans)[2] = (size_t(*)[2])malloc(sizeof(*spans) * (size_t)(n > 0 ? n : 1));
     if (!spans || chat_render(c, m, n, 0, work, spans) != 0) { free(spans); return st_err(err, errlen, "out of memory"); }
-    int keep = tok->hf->match_specials;
-    tok->hf->match_specials = 1;
-    *nids = 0;
-    int rc = tokenizer_encode(tok, (const unsigned char*)work->s, work->n, ids, nids, icap);
-    tok->hf->match_specials = keep;
+    int rc = chat_tokenize(tok, work, ids, nids, icap);
     uint8_t* nm = rc ? NULL : (uint8_t*)realloc(*mask, *nids ? *nids : 1);
     if (!nm) { free(spans); return st_err(err, errlen, "out of memory"); }
     *mask = nm;
@@ -448,12 +455,7 @@ static int chat_encode_prompt(const Chat* c, Tokenizer* tok, const ChatMsg* m, i
     size_t(*spans)[2] = (size_t(*)[2])malloc(sizeof(*spans) * (size_t)(n > 0 ? n : 1));
     if (!spans || chat_render(c, m, n, 1, work, spans) != 0) { free(spans); return st_err(err, errlen, "out of memory"); }
     free(spans);
-    int keep = tok->hf->match_specials;
-    tok->hf->match_specials = 1;
-    *nids = 0;
-    int rc = tokenizer_encode(tok, (const unsigned char*)work->s, work->n, ids, nids, icap);
-    tok->hf->match_specials = keep;
-    return rc ? st_err(err, errlen, "out of memory") : 0;
+    return chat_tokenize(tok, work, ids, nids, icap) ? st_err(err, errlen, "out of memory") : 0;
 }
 
 #endif // ZT_CHAT_H

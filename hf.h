@@ -44,7 +44,7 @@
 // (HFLlmcTensor: name, logical offset, elements per layer) and hands tensors of FP32 values to
 // the writer.
 //
-// defines: HFConfig, hf_read_config, hf_check_run, hf_arch_name, HFCheckpoint, hf_is_checkpoint_path,
+// defines: HFConfig, hf_read_config, hf_check_run, hf_arch_name, HFCheckpoint, hf_is_checkpoint_path, hf_checkpoint_dir,
 //          hf_open, hf_bind, hf_fill, hf_close, hf_largest_tensor, HFWriter, hf_writer_open, hf_writer_put,
 //          hf_writer_commit, hf_writer_abort, HF_SHARD_BYTES, hf_row_part, hf_nf4_part
 //
@@ -587,6 +587,17 @@ static int hf_is_checkpoint_path(const char* path) {
 
 static int hf_exists(const char* path) { struct stat st; return stat(path, &st) == 0; }
 
+// The directory of a checkpoint path into dir: the path itself when it is a directory, else the
+// directory its file sits in ("." for a bare name) — where config.json, generation_config.json and the
+// tokenizer are.
+static void hf_checkpoint_dir(const char* path, char* dir, size_t cap) {
+    struct stat st;
+    snprintf(dir, cap, "%s", path);
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return;
+    char* slash = strrchr(dir, '/');
+    if (slash) *slash = 0; else snprintf(dir, cap, ".");
+}
+
 static void hf_close(HFCheckpoint* ck) {
     for (int i = 0; i < ck->nfiles; i++) st_close(&ck->files[i]);
     free(ck->files);
@@ -709,9 +720,7 @@ static int hf_open(HFCheckpoint* ck, const char* path, char* err, size_t errlen)
         }
     } else {
         if (stat(path, &st) != 0) return st_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        snprintf(dir, sizeof(dir), "%s", path);
-        char* slash = strrchr(dir, '/');
-        if (slash) *slash = 0; else snprintf(dir, sizeof(dir), ".");
+        hf_checkpoint_dir(path, dir, sizeof(dir));
         if (hf_has_suffix(path, ".index.json")) snprintf(index, sizeof(index), "%s", path);
         else snprintf(single, sizeof(single), "%s", path);
     }

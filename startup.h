@@ -205,10 +205,7 @@ static int hf_export_config(const Flags* f, const GPTConfig* c, HFConfig* out, c
     int have_src = 0;
     char dir[PATH_MAX] = "", path[PATH_MAX + 32]; // -e's directory, when -e is a Hugging Face checkpoint
     struct stat st;
-    if (hf_is_checkpoint_path(f->model)) {
-        snprintf(dir, sizeof(dir), "%s", f->model);
-        if (!(stat(dir, &st) == 0 && S_ISDIR(st.st_mode))) { char* sl = strrchr(dir, '/'); if (sl) *sl = 0; else snprintf(dir, sizeof(dir), "."); }
-    }
+    if (hf_is_checkpoint_path(f->model)) hf_checkpoint_dir(f->model, dir, sizeof(dir));
     if (c->family != FAMILY_GPT2 && dir[0]) {
         snprintf(path, sizeof(path), "%s/config.json", dir);
         have_src = hf_read_config(path, &src, err, errlen) == 0;

@@ -1108,9 +1108,9 @@ static void load_prompts(Trainer* tr, int V) {
         if (rc == 0) use = &chat;
         else if (!strcmp(f->chat_prompt, "1") || (rc != CHAT_NONE && rc != CHAT_UNKNOWN)) die_user("-prompt through the chat template: %s", cerr);
         else if (rc == CHAT_UNKNOWN) printf0("-prompt: the text as given, not through the chat template: %s\n", cerr);
-        if (!strcmp(f->chat_prompt, "auto"))
-            FLAG_SHOW(f, chat_prompt, "%s", use ? (snprintf(cerr, sizeof(cerr), "1 (the %s chat template)", chat.t->name), cerr)
-                                                : rc == CHAT_UNKNOWN ? "0 (a chat template this build does not render)" : "0 (no chat template)");
+        if (!strcmp(f->chat_prompt, "auto") && use) FLAG_SHOW(f, chat_prompt, "1 (the %s chat template)", chat.t->name);
+        else if (!strcmp(f->chat_prompt, "auto"))
+            FLAG_SHOW(f, chat_prompt, "%s", rc == CHAT_UNKNOWN ? "0 (a chat template this build does not render)" : "0 (no chat template)");
     }
     PromptList pl;
     const char* path = f->prompt[0] == '@' ? f->prompt + 1 : "-prompt";
@@ -1147,11 +1147,9 @@ static void load_prompts(Trainer* tr, int V) {
     if (tr->nprompts == 0) die_user("-prompt %s: no prompt in it", f->prompt);
     if (eot >= 0) add_stop(tr, eot, V);  // (not token 0 standing in for a document token)
     if (use) add_stop(tr, (int)use->end_of_turn, V);
-    if (hf_is_checkpoint_path(f->model)) {  // -e DIR, or DIR/model.safetensors (as hf_export_config reads it)
+    if (hf_is_checkpoint_path(f->model)) {  // -e DIR, or DIR/model.safetensors
         char dir[PATH_MAX];
-        struct stat st;
-        snprintf(dir, sizeof(dir), "%s", f->model);
-        if (!(stat(dir, &st) == 0 && S_ISDIR(st.st_mode))) { char* sl = strrchr(dir, '/'); if (sl) *sl = 0; else snprintf(dir, sizeof(dir), "."); }
+        hf_checkpoint_dir(f->model, dir, sizeof(dir));
         add_stops_of(tr, dir, "config.json", V);
         add_stops_of(tr, dir, "generation_config.json", V);
     }
