@@ -26,13 +26,16 @@
 // The sizes come from the model's derived sizes (model_dims: QKV, ATT, FC, F), so one table serves
 // both families; MEAN is 1 for a layernorm (GPT-2), 0 for an RMSNorm (Llama: no mean). In Llama's
 // layer, ln1/ln2 are the RMSNorm outputs, qkv holds q and k after RoPE, fch holds gate ; up (FC =
-// 2F) and fch_gelu the SwiGLU output (F); dswiglu and the RoPE table (DSW, ROPE) are Llama's only.
+// 2F) and fch_gelu the SwiGLU output (F); dswiglu and the RoPE table (DSW, ROPE) are Llama's only;
+// qkn and qkn_rstd (QKN, QKH) only a model with per-head q/k norms has (qk_norm: Qwen3).
 #define LAYER_ACTS(X)                                                                  \
     X(x,        floatX, BT * C,              3) /* (B,T,C)  residual stream entering the layer */ \
     X(ln1,      floatX, BT * C,              1) /* (B,T,C)  layernorm 1 output */              \
     X(ln1_mean, float,  BT * MEAN,           1) /* (B,T) */                                    \
     X(ln1_rstd, float,  BT,                  1) /* (B,T) */                                    \
     X(qkv,      floatX, BT * QKV,            2) /* (B,T,QKV) q heads ; k heads ; v heads */    \
+    X(qkn,      floatX, BT * QKN,            2) /* (B,T,NH+NKV,HD) [qk_norm] q, k heads before their RMSNorm */ \
+    X(qkn_rstd, float,  BT * QKH,            2) /* (B,T,NH+NKV) [qk_norm] */                   \
     X(atty,     floatX, BT * ATT,            2) /* (B,T,ATT) attention output, heads concatenated */ \
     X(lse,      float,  BT * NH,             2) /* (B,NH,T) log-sum-exp of each score row */   \
     X(xmid,     floatX, BT * C,              2) /* (B,T,C)  x + attention projection */       \
@@ -66,7 +69,8 @@
     ModelDims dims_ = model_dims(c);                                                                     \
     int64_t BT = (int64_t)(B) * (T), C = (c)->C, NH = (c)->NH, L = (c)->L;                               \
     int64_t QKV = dims_.QKV, ATT = dims_.ATT, FC = dims_.FC, F = dims_.F, MEAN = (c)->family == FAMILY_GPT2; \
-    int64_t DSW = (c)->family == FAMILY_LLAMA ? F : 0, ROPE = (c)->family == FAMILY_LLAMA ? (int64_t)(T) * dims_.HD : 0
+    int64_t DSW = (c)->family == FAMILY_LLAMA ? F : 0, ROPE = (c)->family == FAMILY_LLAMA ? (int64_t)(T) * dims_.HD : 0;  \
+    int64_t QKH = (c)->qk_norm ? NH + dims_.NKV : 0, QKN = QKH * dims_.HD
 
 typedef struct {
 #define X(name, type, elems, keep) type* name; int64_t name##_n; int name##_per_layer;

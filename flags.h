@@ -28,7 +28,7 @@ typedef enum { FLAG_FREE, FLAG_RUN, FLAG_KEEP } FlagKind;
 // X(flag, field, type, default, run, help)
 #define FLAG_TABLE(X)                                                                                   \
     X("-device",        device,          F_STR,   "auto",   FLAG_FREE, "cpu | cuda | auto (cuda when a GPU is present)")                    \
-    X("-e",             model,           F_STR,   "auto",   FLAG_RUN,  "model: dN (d6 d12 d24 d36 d48 d60 d72 d84), tiny, a Llama-family descriptor (llama-tiny, ...: docs/models.md lists them), an llm.c .bin file, or a Hugging Face GPT-2, Llama, Mistral or Qwen2 (a directory with config.json + model.safetensors or its index, or a .safetensors file); auto: d12 on cuda, tiny on cpu") \
+    X("-e",             model,           F_STR,   "auto",   FLAG_RUN,  "model: dN (d6 d12 d24 d36 d48 d60 d72 d84), tiny, a Llama-family descriptor (llama-tiny, ...: docs/models.md lists them), an llm.c .bin file, or a Hugging Face GPT-2, Llama, Mistral, Qwen2 or Qwen3 (a directory with config.json + model.safetensors or its index, or a .safetensors file); auto: d12 on cuda, tiny on cpu") \
     X("-layers",        layers,          F_INT,   "0",      FLAG_RUN,  "override L, the number of layers (0: from -e)")                   \
     X("-channels",      channels,        F_INT,   "0",      FLAG_RUN,  "override C, the width (0: from -e)")                               \
     X("-heads",         heads,           F_INT,   "0",      FLAG_RUN,  "override NH, the attention heads (0: from -e)")                    \

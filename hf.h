@@ -1,5 +1,5 @@
 // hf.h — Hugging Face checkpoints in and out: GPT-2 (GPT2LMHeadModel) and the Llama family
-// (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM).
+// (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM).
 //
 // In:  a directory with config.json and model.safetensors (or model.safetensors.index.json and
 //      its shards), or a model.safetensors file with config.json beside it. The config is read and
@@ -32,7 +32,7 @@
 //   llama3 (dynamic, yarn, longrope, ...), partial_rotary_factor other than 1, a nonzero o_proj
 //   bias (Llama's attention_bias adds one to the q/k/v biases: we have none, so it must be zero;
 //   the export writes zeros), mixture-of-experts fields,
-//   qk-norm, multimodal RoPE (use_mrope), interleaved RoPE pairs, num_attention_heads not a
+//   another model_type's qk-norm fields (Qwen3's q_norm/k_norm are read), multimodal RoPE (use_mrope), interleaved RoPE pairs, num_attention_heads not a
 //   multiple of num_key_value_heads, an odd head_dim; a sliding window shorter than the run's T
 //   (hf_check_run: Mistral's window of 4096 is full attention for T <= 4096; Qwen2's applies only
 //   with use_sliding_window).
@@ -69,9 +69,10 @@
 #include "safetensors.h" // defines: Json, json_parse, StFile, st_open, st_find, st_get, st_make_header
 #include "ops/nf4.cuh"   // defines: Nf4Part, nf4_part, NF4_CODE, NF4_DYN ([QLoRA] a bitsandbytes 4-bit checkpoint)
 
-enum { HF_ARCH_GPT2, HF_ARCH_LLAMA, HF_ARCH_MISTRAL, HF_ARCH_QWEN2, HF_NARCH };
+enum { HF_ARCH_GPT2, HF_ARCH_LLAMA, HF_ARCH_MISTRAL, HF_ARCH_QWEN2, HF_ARCH_QWEN3, HF_NARCH };
 static const struct { const char* model_type; const char* cls; } hf_archs[HF_NARCH] = {
-    {"gpt2", "GPT2LMHeadModel"}, {"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"}};
+    {"gpt2", "GPT2LMHeadModel"}, {"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"},
+    {"qwen3", "Qwen3ForCausalLM"}};
 static const char* hf_arch_name(int arch) { return arch >= 0 && arch < HF_NARCH ? hf_archs[arch].model_type : "?"; }
 
 enum { HF_ROPE_NONE, HF_ROPE_DEFAULT, HF_ROPE_LINEAR, HF_ROPE_LLAMA3 }; // (GPT-2: none, learned positions)
@@ -94,6 +95,7 @@ typedef struct {
     int max_window_layers;     // Qwen2's, written back as read (28 when absent)
     char bos[96], eos[96], pad[96]; // bos/eos/pad_token_id as the JSON text read ("": absent), written back
     int o_bias;                // Llama's attention_bias: q/k/v biases and an o_proj bias, which must be zero (we have none)
+    int qk_norm;               // Qwen3's q_norm / k_norm: an RMSNorm over every q and k head (model_type qwen3: always)
     int bnb4;                  // [QLoRA] quantization_config: bitsandbytes 4-bit nf4, double quantization (the projections' weights)
     char gen_src[PATH_MAX];    // an export's generation_config.json copied from here ("": written from bos/eos: hf_generation_text)
 } HFConfig;
@@ -145,6 +147,8 @@ static HFConfig hf_gpt2_config(int L, int C, int NH, int V, int maxT) {
     X(bqkv,     "model.layers.%d.self_attn.v_proj.bias",           1, 0, K,    0,    Q + K,              c->qkv_bias, 0, 0)      \
     X(wo,       "model.layers.%d.self_attn.o_proj.weight",         1, 0, c->C, Q,    0,                  1,           0, 1)      \
     X(none,     "model.layers.%d.self_attn.o_proj.bias",           1, 0, c->C, 0,    0,                  c->o_bias,   0, 0)      \
+    X(qnorm,    "model.layers.%d.self_attn.q_norm.weight",         1, 0, c->HD, 0,   0,                  c->qk_norm,  0, 0)      \
+    X(knorm,    "model.layers.%d.self_attn.k_norm.weight",         1, 0, c->HD, 0,   0,                  c->qk_norm,  0, 0)      \
     X(wgu,      "model.layers.%d.mlp.gate_proj.weight",            1, 0, c->F, c->C, 0,                  1,           0, 1)      \
     X(bgu,      "model.layers.%d.mlp.gate_proj.bias",              1, 0, c->F, 0,    0,                  c->mlp_bias, 0, 0)      \
     X(wgu,      "model.layers.%d.mlp.up_proj.weight",              1, 0, c->F, c->C, (int64_t)c->F * c->C, 1,         0, 1)      \
@@ -352,9 +356,12 @@ static int hf_read_llama(const Json* j, const char* path, int arch, HFConfig* c,
     if (c->NH % c->NKV != 0)
         return st_err(err, errlen, "%s: num_attention_heads = %d is not a multiple of num_key_value_heads = %d (grouped-query attention needs whole groups)",
                       path, c->NH, c->NKV);
-    // head_dim: Llama and Mistral read it (null or absent: hidden_size / heads); Qwen2 (4.47) never does
+    // head_dim: Llama and Mistral read it (null or absent: hidden_size / heads); Qwen2 (4.47) never does;
+    // Qwen3 always does (absent: Qwen3Config's 128)
     k = json_get(j, 0, "head_dim");
-    if (arch == HF_ARCH_QWEN2 || k < 0 || N[k].type == JSON_NULL) {
+    if (arch == HF_ARCH_QWEN3) {
+        if (hf_cfg_int(j, 0, path, "head_dim", 0, 0, 128, 1, big, &c->HD, err, errlen)) return -1;
+    } else if (arch == HF_ARCH_QWEN2 || k < 0 || N[k].type == JSON_NULL) {
         if (c->C % c->NH != 0)
             return st_err(err, errlen, "%s: hidden_size = %d is not a multiple of num_attention_heads = %d, and no head_dim is given", path, c->C, c->NH);
         c->HD = c->C / c->NH;
@@ -367,11 +374,14 @@ static int hf_read_llama(const Json* j, const char* path, int arch, HFConfig* c,
     if ((k = json_get(j, 0, "hidden_act")) >= 0 && (N[k].type != JSON_STRING || (strcmp(N[k].str, "silu") && strcmp(N[k].str, "swish"))))
         return st_err(err, errlen, "%s: hidden_act = %s is not supported (only silu: SwiGLU)", path, hf_show(j, k, b, sizeof(b)));
     // biases: Qwen2 always has q/k/v biases (and never an o_proj or MLP bias); Mistral none; Llama's
-    // attention_bias adds q/k/v AND o_proj biases, mlp_bias gate/up/down biases
+    // attention_bias adds q/k/v AND o_proj biases, mlp_bias gate/up/down biases; Qwen3's attention_bias
+    // as Llama's, and never MLP biases. Qwen3 always normalises each q and k head (q_norm, k_norm).
     c->qkv_bias = arch == HF_ARCH_QWEN2;
     c->mlp_bias = 0;
-    if (arch == HF_ARCH_LLAMA) { // (its o_proj bias must then be zero: hf_open checks the values)
-        if (hf_cfg_bool(j, path, "attention_bias", 0, &c->qkv_bias, err, errlen) || hf_cfg_bool(j, path, "mlp_bias", 0, &c->mlp_bias, err, errlen)) return -1;
+    c->qk_norm = arch == HF_ARCH_QWEN3;
+    if (arch == HF_ARCH_LLAMA || arch == HF_ARCH_QWEN3) { // (its o_proj bias must then be zero: hf_open checks the values)
+        if (hf_cfg_bool(j, path, "attention_bias", 0, &c->qkv_bias, err, errlen) ||
+            (arch == HF_ARCH_LLAMA && hf_cfg_bool(j, path, "mlp_bias", 0, &c->mlp_bias, err, errlen))) return -1;
         c->o_bias = c->qkv_bias;
     }
     // RoPE: rope_scaling null, or {"rope_type" (or the older "type"): default | linear | llama3, ...}
@@ -409,8 +419,9 @@ static int hf_read_llama(const Json* j, const char* path, int arch, HFConfig* c,
         {"num_local_experts", "mixture of experts is not supported"}, {"num_experts", "mixture of experts is not supported"},
         {"num_experts_per_tok", "mixture of experts is not supported"}, {"n_routed_experts", "mixture of experts is not supported"},
         {"moe_intermediate_size", "mixture of experts is not supported"}, {"n_shared_experts", "mixture of experts is not supported"},
-        {"shared_expert_intermediate_size", "mixture of experts is not supported"}, {"qk_layernorm", "qk-norm is not supported"},
-        {"use_qk_norm", "qk-norm is not supported"}, {"qk_norm", "qk-norm is not supported"},
+        {"shared_expert_intermediate_size", "mixture of experts is not supported"}, {"qk_layernorm", "this qk-norm is not supported (Qwen3's q_norm/k_norm is: model_type qwen3)"},
+        {"use_qk_norm", "this qk-norm is not supported (Qwen3's q_norm/k_norm is: model_type qwen3)"},
+        {"qk_norm", "this qk-norm is not supported (Qwen3's q_norm/k_norm is: model_type qwen3)"},
         {"use_mrope", "multimodal RoPE (Qwen2-VL) is not supported"},
         {"rope_interleaved", "interleaved RoPE pairs are not supported (transformers ignores the field and rotates halves, so the checkpoint would mean another model)"},
     };
@@ -429,12 +440,24 @@ static int hf_read_llama(const Json* j, const char* path, int arch, HFConfig* c,
         if (k >= 0 && N[k].type == JSON_NULL) c->window = 0;
         else if (hf_cfg_int(j, 0, path, "sliding_window", 0, 0, 4096, 1, INT_MAX, &c->window, err, errlen)) return -1;
     }
-    if (arch == HF_ARCH_QWEN2) {
+    if (arch == HF_ARCH_QWEN2 || arch == HF_ARCH_QWEN3) { // (Qwen3Config: the same three fields, the same defaults)
         int use;
         if (hf_cfg_bool(j, path, "use_sliding_window", 0, &use, err, errlen) ||
             hf_cfg_int(j, 0, path, "max_window_layers", 0, 1, 28, 0, big, &c->max_window_layers, err, errlen)) return -1;
         k = json_get(j, 0, "sliding_window"); // absent: Qwen2Config's 4096; null: none
         if (use && !(k >= 0 && N[k].type == JSON_NULL) && hf_cfg_int(j, 0, path, "sliding_window", 0, 0, 4096, 1, INT_MAX, &c->window, err, errlen)) return -1;
+        // later transformers write the layers' kinds out (layer_types): full attention everywhere, or
+        // a window somewhere (taken for every layer: a run longer than the window is refused)
+        k = json_get(j, 0, "layer_types");
+        if (k >= 0 && N[k].type != JSON_NULL) {
+            if (N[k].type != JSON_ARRAY) return st_err(err, errlen, "%s: layer_types = %s: must be a list", path, hf_show(j, k, b, sizeof(b)));
+            for (int e = N[k].first; e >= 0; e = N[e].next) {
+                if (N[e].type == JSON_STRING && !strcmp(N[e].str, "full_attention")) continue;
+                if (!(N[e].type == JSON_STRING && !strcmp(N[e].str, "sliding_attention")))
+                    return st_err(err, errlen, "%s: layer_types holds %s: only full_attention and sliding_attention are known", path, hf_show(j, e, b, sizeof(b)));
+                if (!c->window && hf_cfg_int(j, 0, path, "sliding_window", 1, 0, 0, 1, INT_MAX, &c->window, err, errlen)) return -1;
+            }
+        }
     }
     hf_cfg_token(j, "bos_token_id", c->bos, sizeof(c->bos));
     hf_cfg_token(j, "eos_token_id", c->eos, sizeof(c->eos));
@@ -502,7 +525,7 @@ static int hf_read_quant(const Json* j, const char* path, HFConfig* c, char* err
 }
 
 // Read config.json into c: model_type gpt2 (the default when absent, as older GPT-2 files have
-// none), llama, mistral or qwen2. 0, or -1 with err naming the file, the field and its value.
+// none), llama, mistral, qwen2 or qwen3. 0, or -1 with err naming the file, the field and its value.
 static int hf_read_config(const char* path, HFConfig* c, char* err, size_t errlen) {
     memset(c, 0, sizeof(*c));
     char* text;
@@ -519,8 +542,8 @@ static int hf_read_config(const char* path, HFConfig* c, char* err, size_t errle
         else if (j.nodes[k].type == JSON_STRING)
             for (int a = 0; a < HF_NARCH; a++) if (!strcmp(j.nodes[k].str, hf_archs[a].model_type)) arch = a;
         if (arch < 0)
-            st_err(err, errlen, "%s: model_type %s is not supported (only gpt2: GPT2LMHeadModel; llama, mistral, qwen2: LlamaForCausalLM, "
-                   "MistralForCausalLM, Qwen2ForCausalLM)", path, hf_show(&j, k, b, sizeof(b)));
+            st_err(err, errlen, "%s: model_type %s is not supported (only gpt2: GPT2LMHeadModel; llama, mistral, qwen2, qwen3: LlamaForCausalLM, "
+                   "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)", path, hf_show(&j, k, b, sizeof(b)));
         else rc = arch == HF_ARCH_GPT2 ? hf_read_gpt2(&j, path, c, err, errlen) : hf_read_llama(&j, path, arch, c, err, errlen);
         if (rc == 0) rc = hf_read_quant(&j, path, c, err, errlen);
     }
@@ -676,9 +699,9 @@ static void hf_shape_text(const int64_t* shape, int ndim, char* out, size_t cap)
 // The config's settings that decide which tensors exist, for an error message.
 static void hf_settings_text(const HFConfig* c, char* out, size_t cap) {
     if (c->arch == HF_ARCH_GPT2) snprintf(out, cap, "n_layer %d", c->L);
-    else snprintf(out, cap, "num_hidden_layers %d, %s, mlp_bias %s, tie_word_embeddings %s", c->L,
+    else snprintf(out, cap, "num_hidden_layers %d, %s, mlp_bias %s, tie_word_embeddings %s%s", c->L,
                   c->arch == HF_ARCH_QWEN2 ? "q/k/v biases (qwen2)" : c->qkv_bias ? "attention_bias true" : "no attention biases",
-                  c->mlp_bias ? "true" : "false", c->tied ? "true" : "false");
+                  c->mlp_bias ? "true" : "false", c->tied ? "true" : "false", c->qk_norm ? ", q_norm and k_norm (qwen3)" : "");
 }
 
 // A directory without config.json where an -export-hf was interrupted while it replaced the files
@@ -1107,19 +1130,22 @@ static int64_t hf_shard_bytes(void) {
 }
 
 // The architecture an export writes: the source checkpoint's (src, may be NULL) when it can express
-// the model, else Qwen2 for q/k/v biases without MLP biases (and head_dim = C / NH), else Llama
-// (q/k/v biases there: attention_bias true with an o_proj bias of zeros). Copies the source's
+// the model, else Qwen3 for q/k norms (only Qwen3 has them, and Qwen3 always), else Qwen2 for q/k/v
+// biases without MLP biases (and head_dim = C / NH), else Llama (q/k/v biases there: attention_bias
+// true with an o_proj bias of zeros). Copies the source's
 // sliding window and token ids. c holds the shape; returns 0 (every model of the family has one).
 static int hf_export_arch(HFConfig* c, const HFConfig* src, char* err, size_t errlen) {
     if (c->arch == HF_ARCH_GPT2) return 0;
+    int q = c->qk_norm;
     int can[HF_NARCH] = {0,
-                         1,                                                             // llama (q/k/v biases: attention_bias with a zero o_proj bias)
-                         !c->qkv_bias && !c->mlp_bias,                                  // mistral
-                         c->qkv_bias && !c->mlp_bias && (int64_t)c->HD * c->NH == c->C}; // qwen2 (4.47: head_dim = hidden / heads)
+                         !q,                                                                  // llama (q/k/v biases: attention_bias with a zero o_proj bias)
+                         !q && !c->qkv_bias && !c->mlp_bias,                                  // mistral
+                         !q && c->qkv_bias && !c->mlp_bias && (int64_t)c->HD * c->NH == c->C, // qwen2 (4.47: head_dim = hidden / heads)
+                         q && !c->mlp_bias};                                                  // qwen3 (q/k/v biases as llama's)
     c->o_bias = 0;
     if (src && src->arch != HF_ARCH_GPT2 && can[src->arch]) {
         c->arch = src->arch;
-        c->o_bias = c->arch == HF_ARCH_LLAMA && c->qkv_bias;
+        c->o_bias = (c->arch == HF_ARCH_LLAMA || c->arch == HF_ARCH_QWEN3) && c->qkv_bias;
         c->window = src->window;
         c->max_window_layers = src->max_window_layers;
         memcpy(c->bos, src->bos, sizeof(c->bos));
@@ -1129,6 +1155,12 @@ static int hf_export_arch(HFConfig* c, const HFConfig* src, char* err, size_t er
     }
     c->window = 0;
     c->max_window_layers = 28;
+    if (q) {
+        if (!can[HF_ARCH_QWEN3]) return st_err(err, errlen, "-export-hf: q/k norms with MLP biases: no Hugging Face architecture has both");
+        c->arch = HF_ARCH_QWEN3;
+        c->o_bias = c->qkv_bias;
+        return 0;
+    }
     if (c->qkv_bias && can[HF_ARCH_QWEN2]) { c->arch = HF_ARCH_QWEN2; return 0; }
     c->arch = HF_ARCH_LLAMA; // (with q/k/v biases: attention_bias true and an o_proj bias of zeros)
     c->o_bias = c->qkv_bias;
@@ -1233,6 +1265,12 @@ static int hf_config_text(const HFConfig* c, StDtype dtype, char* out, size_t ca
         LINE("\"pretraining_tp\": 1");
     } else if (c->arch == HF_ARCH_MISTRAL) {
         LINE("\"head_dim\": %d", c->HD);
+        if (c->window) LINE("\"sliding_window\": %d", c->window); else LINE("\"sliding_window\": null");
+    } else if (c->arch == HF_ARCH_QWEN3) { // (Qwen3-0.6B's config.json: these keys; no transformers_version written here)
+        LINE("\"attention_bias\": %s", c->o_bias ? "true" : "false");
+        LINE("\"head_dim\": %d", c->HD);
+        LINE("\"max_window_layers\": %d", c->max_window_layers);
+        LINE("\"use_sliding_window\": %s", c->window ? "true" : "false");
         if (c->window) LINE("\"sliding_window\": %d", c->window); else LINE("\"sliding_window\": null");
     } else {
         LINE("\"max_window_layers\": %d", c->max_window_layers);

@@ -11,6 +11,8 @@
 
 // The model families: a tensor table each (below) and a layer's ops each (train_gpt.cu section 2).
 enum { FAMILY_GPT2 = 0, FAMILY_LLAMA = 1 };
+// (Llama's relatives are the same family: what differs is a config field that switches a tensor and
+// its op on — Qwen2's q/k/v biases (qkv_bias), Qwen3's per-head q/k RMSNorm (qk_norm) — never a branch.)
 // Positions: GPT-2 learns them (wpe); Llama rotates q and k (RoPE), with transformers' rope_type
 // rules for the inverse frequencies: "default", "linear" (positions / factor) and "llama3" (the
 // ROPE_* values, defined with the rules in ops/rope.cuh).
@@ -51,6 +53,7 @@ enum { CFG_SIZE, CFG_FAMILY, CFG_ADAPTER, CFG_PLACE };
     X(double, rope_low_freq, CFG_FAMILY)  /* rope_scaling's low_freq_factor (llama3) */ \
     X(double, rope_high_freq, CFG_FAMILY) /* rope_scaling's high_freq_factor (llama3) */ \
     X(int, rope_orig_maxT, CFG_FAMILY)    /* rope_scaling's original_max_position_embeddings (llama3) */ \
+    X(int, qk_norm, CFG_FAMILY)           /* RMSNorm of every q and k head before RoPE (Qwen3's q_norm, k_norm) */ \
     X(int, lora_r, CFG_ADAPTER)           /* [LoRA] rank (0: off) */ \
     X(float, lora_alpha, CFG_ADAPTER)     /* [LoRA] scale alpha / r */ \
     X(unsigned, lora_mask, CFG_ADAPTER)   /* [LoRA] bit i = row i of the family's rows in LORA_TARGETS */ \
@@ -214,16 +217,19 @@ typedef enum { INIT_NORMAL, INIT_RESID, INIT_ONE, INIT_ZERO } InitKind;
     X(lnfw,     1, 1,                 c->C,              0, INIT_ONE)    \
     X(lnfb,     1, 1,                 c->C,              0, INIT_ZERO)
 
-// The Llama family (Llama 3, Qwen2, Mistral, SmolLM2), in its logical order. q/k/v are one fused
+// The Llama family (Llama 3, Qwen2, Qwen3, Mistral, SmolLM2), in its logical order. q/k/v are one fused
 // tensor (rows: q_proj's NH*HD ; k_proj's NKV*HD ; v_proj's NKV*HD), gate/up one (gate_proj's F rows
 // ; up_proj's F rows): one matmul each, and a Hugging Face tensor is a contiguous logical range.
 // A tensor with 0 rows is absent (not in the layout): the biases unless the config has them, the
-// LM head when it is tied to the embedding. No positional embedding: RoPE (ops/rope.cuh).
+// LM head when it is tied to the embedding, Qwen3's q/k norms (HD gains each, shared by every q head,
+// every k head) without qk_norm. No positional embedding: RoPE (ops/rope.cuh).
 #define LLAMA_TENSORS(X)                                                                        \
     X(embed,    1, c->Vp,                      c->C,                     1, INIT_NORMAL) /* embed_tokens */    \
     X(attnnorm, 0, 1,                          c->C,                     0, INIT_ONE)    /* input_layernorm */ \
     X(wqkv,     0, model_dims(c).QKV,          c->C,                     1, INIT_NORMAL) /* q_proj;k_proj;v_proj */ \
     X(bqkv,     0, c->qkv_bias ? 1 : 0,        model_dims(c).QKV,        0, INIT_ZERO)                         \
+    X(qnorm,    0, c->qk_norm ? 1 : 0,         model_dims(c).HD,         0, INIT_ONE)    /* self_attn.q_norm (Qwen3) */ \
+    X(knorm,    0, c->qk_norm ? 1 : 0,         model_dims(c).HD,         0, INIT_ONE)    /* self_attn.k_norm (Qwen3) */ \
     X(wo,       0, c->C,                       model_dims(c).ATT,        1, INIT_RESID)  /* o_proj */          \
     X(mlpnorm,  0, 1,                          c->C,                     0, INIT_ONE)    /* post_attention_layernorm */ \
     X(wgu,      0, 2 * (int64_t)c->F,          c->C,                     1, INIT_NORMAL) /* gate_proj;up_proj */ \
@@ -276,9 +282,10 @@ static void model_family_text(const GPTConfig* c, char* buf, size_t cap) {
     buf[0] = 0;
     if (c->family != FAMILY_LLAMA) return;
     static const char* const rope[] = {"none", "default", "linear", "llama3"};
-    int n = snprintf(buf, cap, "llama family: NKV %d (%d query heads per K/V head), head_dim %d, MLP %d (SwiGLU), %s head%s%s, "
+    int n = snprintf(buf, cap, "llama family: NKV %d (%d query heads per K/V head), head_dim %d, MLP %d (SwiGLU), %s head%s%s%s, "
                      "RMSNorm eps %g, RoPE %s theta %g", c->NKV, c->NKV > 0 ? c->NH / c->NKV : 0, c->HD, c->F, c->tied ? "tied" : "untied",
-                     c->qkv_bias ? ", q/k/v biases" : "", c->mlp_bias ? ", MLP biases" : "", (double)c->norm_eps,
+                     c->qkv_bias ? ", q/k/v biases" : "", c->mlp_bias ? ", MLP biases" : "", c->qk_norm ? ", q/k RMSNorm per head" : "",
+                     (double)c->norm_eps,
                      rope[c->rope_type >= 0 && c->rope_type <= 3 ? c->rope_type : 0], c->rope_theta);
     if (n > 0 && (size_t)n < cap && c->rope_type == ROPE_LINEAR) snprintf(buf + n, cap - n, " factor %g", c->rope_factor);
     if (n > 0 && (size_t)n < cap && c->rope_type == ROPE_LLAMA3)

@@ -229,7 +229,7 @@ static double plan_flops_per_token(const GPTConfig* c, int T, int recompute) {
 // prices it at the GPU's memory bandwidth (plan_env), not its FLOP rate. (-r 3's matmuls are FLOPs.)
 static double plan_recompute_bytes_per_token(const GPTConfig* c, int recompute) {
     ACTS_SIZES(c, 1, 1); // (one token: BT = 1)
-    if (BT + C + NH + QKV + ATT + FC + F + MEAN + DSW + ROPE < 0) return 0.0; // (every size read: nvcc warns of a size set and unused)
+    if (BT + C + NH + QKV + ATT + FC + F + MEAN + DSW + ROPE + QKH + QKN < 0) return 0.0; // (every size read: nvcc warns of a size set and unused)
     double bytes = 0.0;
 #define X(name, type, elems, keep) if (keep < recompute) bytes += 3.0 * (double)sizeof(type) * (double)(elems);
     LAYER_ACTS(X)

@@ -282,7 +282,7 @@ static void gpt2_embed_backward(Model* m, const GradView* g, int B, int T) {
 static const FamilyOps GPT2_OPS = {"gpt2", gpt2_embed_forward, gpt2_layer_forward, gpt2_head_forward,
                                    gpt2_head_backward, gpt2_layer_backward, gpt2_embed_backward};
 
-// --- Llama (Llama 3, Qwen2, Mistral, SmolLM2): RMSNorm, RoPE on q and k, grouped-query attention,
+// --- Llama (Llama 3, Qwen2, Qwen3, Mistral, SmolLM2): RMSNorm, RoPE on q and k, grouped-query attention,
 // a SwiGLU MLP, no positional embedding, an LM head of its own unless tied to the embedding. An
 // absent bias is a NULL view (param_view), which the matmuls skip.
 
@@ -312,9 +312,11 @@ static void llama_layer_forward(Model* m, int l, const ParamView* p, const float
     LayerActs a = layer_acts(A, l);
     // (x, ln1) = residual + rmsnorm(inp1, inp2)
     op_residual_rmsnorm_forward(inp2 ? a.x : NULL, a.ln1, a.ln1_rstd, inp1, inp2, p->t[T_attnnorm], BT, C, c->norm_eps);
-    // qkv (B,T,QKV) = ln1 @ wqkv^T (+ bqkv); q and k rotated in place (RoPE)
+    // qkv (B,T,QKV) = ln1 @ wqkv^T (+ bqkv); [Qwen3] each q and k head RMSNormed (no qnorm: skipped);
+    // q and k rotated in place (RoPE)
     LoraView lv = lora_view(&m->lora, m->ad_p, m->ad_g, l); // [LoRA] the projections' adapters (none: plain matmuls)
     proj_forward(&lv, PROJ_QKV, a.qkv, NULL, a.ln1, p->t[T_wqkv], p->t[T_bqkv], BT, C, (int)d.QKV);
+    op_head_rmsnorm_forward(a.qkv, a.qkn, a.qkn_rstd, p->t[T_qnorm], p->t[T_knorm], BT, NH, d.NKV, d.HD, c->norm_eps);
     op_rope_forward(a.qkv, A->rope, A->seg, B, T, NH, d.NKV, d.HD);
     // atty (B,T,ATT), lse (B,NH,T) = causal grouped-query attention(qkv)
     op_attention_forward(a.atty, a.lse, a.qkv, A->seg, B, T, NH, d.NKV, d.HD);
@@ -378,9 +380,10 @@ static void llama_layer_backward(Model* m, int l, const ParamView* p, const Grad
     op_rmsnorm_backward(A->dres, g->t[T_mlpnorm], A->dln, a.xmid, p->t[T_mlpnorm], a.ln2_rstd, BT, C);
     // proj = atty @ wo^T
     proj_backward(&lv, PROJ_ATTO, A->datty, g->t[T_wo], NULL, A->dres, a.atty, p->t[T_wo], NULL, BT, (int)d.ATT, C);
-    // atty = attention(qkv after RoPE); then RoPE's transpose on dq, dk
+    // atty = attention(qkv after RoPE); then RoPE's transpose on dq, dk; [Qwen3] the heads' RMSNorm
     op_attention_backward(A->dqkv, A->datty, a.qkv, a.atty, a.lse, A->seg, B, T, NH, d.NKV, d.HD);
     op_rope_backward(A->dqkv, A->rope, A->seg, B, T, NH, d.NKV, d.HD);
+    op_head_rmsnorm_backward(A->dqkv, g->t[T_qnorm], g->t[T_knorm], a.qkn, p->t[T_qnorm], p->t[T_knorm], a.qkn_rstd, BT, NH, d.NKV, d.HD);
     if (r == 2) op_residual_rmsnorm_forward(NULL, a.ln1, a.ln1_rstd, a.x, NULL, p->t[T_attnnorm], BT, C, c->norm_eps); // [-r 2] RMSNorm 1
     // qkv = ln1 @ wqkv^T (+ bqkv)
     proj_backward(&lv, PROJ_QKV, A->dln, g->t[T_wqkv], g->t[T_bqkv], A->dqkv, a.ln1, p->t[T_wqkv], NULL, BT, C, (int)d.QKV);

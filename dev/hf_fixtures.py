@@ -21,6 +21,14 @@ the first KJV tokens of data/kjv_val.bin (GPT-2 ids) modulo V:
   qwen2_single_kv    L=2 C=32 NH=4 NKV=1 F=50 V=113, tied, q/k/v biases, rms_norm_eps 1e-6, theta 1e6,
                      F16 in shards with an index
   mistral_gqa2       L=3 C=28 NH=4 NKV=2 head_dim=10 F=46 V=89, untied, sliding_window 4096, BF16
+  qwen3_qknorm       L=2 C=32 NH=4 NKV=2 head_dim=8 F=50 V=109, untied, q_norm/k_norm, theta 1e6, BF16
+Qwen3 (model_type qwen3) is newer than any transformers that runs on Debian's torch 1.13 (Qwen3 came
+with 4.51). Its reference here is transformers 4.47.1's Qwen2 modules with Qwen3's differences put
+where Qwen3's modelling code has them: an RMSNorm (Qwen2RMSNorm, the same code as Qwen3RMSNorm) over
+each q head and each k head, applied to q_proj's and k_proj's outputs before RoPE, and no q/k/v
+biases (attention_bias false). Qwen2's attention needs head_dim = hidden_size / heads, so the fixture
+keeps that (the float64 reference of dev/reference.py covers head_dim != hidden / heads). The
+checkpoint is written with Qwen3's names (self_attn.q_norm.weight, k_norm) and config.json keys.
 Every parameter is drawn away from transformers' init (biases nonzero, norm gains != 1), so a
 mapping mistake (a transpose, a swapped bias, q and k exchanged) changes the logits. transformers
 computes RMSNorm, the eager softmax and RoPE's cos/sin in FP32 even in a float64 model (torch 1.13
@@ -69,6 +77,9 @@ LLAMA_CASES = [
     ("mistral_gqa2", "mistral", dict(num_hidden_layers=3, hidden_size=28, num_attention_heads=4, num_key_value_heads=2, head_dim=10,
                                       intermediate_size=46, vocab_size=89, max_position_embeddings=48, rms_norm_eps=1e-5,
                                       tie_word_embeddings=False, rope_theta=1000000.0, sliding_window=4096), torch.bfloat16, False),
+    ("qwen3_qknorm", "qwen3", dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                                   intermediate_size=50, vocab_size=109, max_position_embeddings=48, rms_norm_eps=1e-6,
+                                   tie_word_embeddings=False, rope_theta=1000000.0), torch.bfloat16, False),
 ]
 LLAMA_T = 40
 B = 2
@@ -103,10 +114,54 @@ def read_archive(path):
     return out
 
 
+def qwen3_model(cfg):
+    """A Qwen3ForCausalLM of config dict cfg built from transformers 4.47.1's Qwen2 modules (see the
+    top): Qwen2ForCausalLM of the same shape, q/k/v projections without biases, and q_norm / k_norm
+    (Qwen2RMSNorm over head_dim) on each q and k head of q_proj's and k_proj's outputs."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2RMSNorm
+    C, NH, NKV = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hd = cfg.get("head_dim", 128)
+    if hd * NH != C:
+        raise ValueError(f"qwen3 reference: head_dim {hd} must be hidden_size / heads = {C / NH} (Qwen2's attention)")
+    if cfg.get("attention_bias") or cfg.get("use_sliding_window"):
+        raise ValueError("qwen3 reference: attention_bias and use_sliding_window are not modelled")
+    keys = ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "intermediate_size", "vocab_size",
+            "max_position_embeddings", "rms_norm_eps", "tie_word_embeddings", "rope_theta")
+    model = Qwen2ForCausalLM(Qwen2Config(use_sliding_window=False, **{k: cfg[k] for k in keys if k in cfg}))
+    for layer in model.model.layers:
+        attn = layer.self_attn
+        for name, heads in (("q_proj", NH), ("k_proj", NKV), ("v_proj", NKV)):
+            setattr(attn, name, torch.nn.Linear(C, heads * hd, bias=False))
+        attn.q_norm, attn.k_norm = Qwen2RMSNorm(hd, eps=cfg["rms_norm_eps"]), Qwen2RMSNorm(hd, eps=cfg["rms_norm_eps"])
+        for proj, norm in ((attn.q_proj, attn.q_norm), (attn.k_proj, attn.k_norm)):  # Qwen3: norm(proj(x).view(..., -1, hd))
+            proj.forward = (lambda x, p=proj, n=norm: n(torch.nn.functional.linear(x, p.weight).unflatten(-1, (-1, hd))).flatten(-2))
+    return model
+
+
+def load_model(model_dir):
+    """AutoModelForCausalLM.from_pretrained in float64, or for model_type qwen3 qwen3_model with the
+    checkpoint's tensors (every one used, none missing)."""
+    cfg = json.load(open(os.path.join(model_dir, "config.json")))
+    if cfg.get("model_type") != "qwen3":
+        from transformers import AutoModelForCausalLM
+        return AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float64).eval()
+    from safetensors.torch import load_file
+    index = os.path.join(model_dir, "model.safetensors.index.json")
+    files = sorted(set(json.load(open(index))["weight_map"].values())) if os.path.exists(index) else ["model.safetensors"]
+    state = {}
+    for f in files:
+        state.update(load_file(os.path.join(model_dir, f)))
+    model = qwen3_model(cfg).to(torch.float64)
+    if cfg.get("tie_word_embeddings"):
+        state.setdefault("lm_head.weight", state["model.embed_tokens.weight"])
+    model.load_state_dict({k: v.to(torch.float64) for k, v in state.items()}, strict=True)
+    return model.eval()
+
+
 def reference(model_dir, tokens):
-    """AutoModelForCausalLM.from_pretrained in float64: logits (B,T,V) and the mean loss."""
-    from transformers import AutoModelForCausalLM
-    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float64).eval()
+    """load_model in float64: logits (B,T,V) and the mean loss."""
+    model = load_model(model_dir)
     idx = torch.from_numpy(tokens.astype(np.int64))
     with torch.no_grad():
         logits = model(idx[:, :-1]).logits                                  # (B,T,V)
@@ -160,11 +215,19 @@ def kjv_tokens(n, V):
     return (raw[512:512 + n].astype(np.int64) % V).astype(np.int32)
 
 
+QWEN3_CONFIG = dict(architectures=["Qwen3ForCausalLM"], attention_bias=False, attention_dropout=0.0, hidden_act="silu",
+                    initializer_range=0.02, max_window_layers=28, model_type="qwen3", rope_scaling=None, sliding_window=None,
+                    use_cache=True, use_sliding_window=False)   # Qwen3-0.6B's config.json keys besides the shape
+
+
 def make_llama_case(name, model_type, cfg, dtype, sharded, outdir):
     from transformers import AutoConfig, AutoModelForCausalLM
     torch.manual_seed(4321)
-    config = AutoConfig.for_model(model_type, **cfg)
-    model = AutoModelForCausalLM.from_config(config).eval()
+    if model_type == "qwen3":
+        model = qwen3_model(cfg).eval()
+    else:
+        config = AutoConfig.for_model(model_type, **cfg)
+        model = AutoModelForCausalLM.from_config(config).eval()
     with torch.no_grad():
         for pname, p in model.named_parameters():   # away from the init: every tensor matters
             if pname.endswith("norm.weight"):
@@ -174,7 +237,17 @@ def make_llama_case(name, model_type, cfg, dtype, sharded, outdir):
     model = model.to(dtype)
     d = os.path.join(outdir, name)
     os.makedirs(d, exist_ok=True)
-    model.save_pretrained(d, safe_serialization=True, max_shard_size="8KB" if sharded else "5GB")
+    if model_type == "qwen3":   # Qwen3's names and config.json (save_pretrained would write Qwen2's config)
+        from safetensors.torch import save_file
+        state = {k: v.contiguous().clone() for k, v in model.state_dict().items()
+                 if not (cfg["tie_word_embeddings"] and k == "lm_head.weight")}
+        save_file(state, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+        conf = dict(QWEN3_CONFIG, **cfg, torch_dtype=str(dtype).split(".")[1], bos_token_id=None, eos_token_id=None)
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump({k: v for k, v in conf.items() if v is not None or k in ("rope_scaling", "sliding_window")}, f, indent=2, sort_keys=True)
+            f.write("\n")
+    else:
+        model.save_pretrained(d, safe_serialization=True, max_shard_size="8KB" if sharded else "5GB")
     tokens = kjv_tokens(B * (LLAMA_T + 1), cfg["vocab_size"]).reshape(B, LLAMA_T + 1)
     logits, loss = reference(d, tokens)
     write_archive(os.path.join(d, "ref.bin"), [("tokens", tokens), ("logits", logits), ("loss", np.array([loss]))])

@@ -473,6 +473,7 @@ def llama_shapes(cfg):
     QKV = (NH_ + 2 * NKV_) * HD_
     rows = [("embed", (Vp_, C_)), ("attnnorm", (L_, C_)), ("wqkv", (L_, QKV, C_))]
     rows += [("bqkv", (L_, QKV))] if cfg["qkv_bias"] else []
+    rows += [("qnorm", (L_, HD_)), ("knorm", (L_, HD_))] if cfg.get("qk_norm") else []
     rows += [("wo", (L_, C_, NH_ * HD_)), ("mlpnorm", (L_, C_)), ("wgu", (L_, 2 * F_, C_))]
     rows += [("bgu", (L_, 2 * F_))] if cfg["mlp_bias"] else []
     rows += [("wdown", (L_, C_, F_))]
@@ -530,8 +531,11 @@ def llama_forward(cfg, w, idx, tgt, doc_mask=None, pos_ids=None, lin=plain_linea
     for l in range(cfg["L"]):
         h = rmsnorm(x, w["attnnorm"][l])
         qkv = lin(l, "qkv", h, w["wqkv"][l], w["bqkv"][l] if "bqkv" in w else 0)
-        q = qkv[..., :NH_ * HD_].reshape(b, t, NH_, HD_).transpose(1, 2)
-        k = qkv[..., NH_ * HD_:(NH_ + NKV_) * HD_].reshape(b, t, NKV_, HD_).transpose(1, 2)
+        q = qkv[..., :NH_ * HD_].reshape(b, t, NH_, HD_)
+        k = qkv[..., NH_ * HD_:(NH_ + NKV_) * HD_].reshape(b, t, NKV_, HD_)
+        if "qnorm" in w:                              # Qwen3: q_norm, k_norm over each head's HD values, before RoPE
+            q, k = rmsnorm(q, w["qnorm"][l]), rmsnorm(k, w["knorm"][l])
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = qkv[..., (NH_ + NKV_) * HD_:].reshape(b, t, NKV_, HD_).transpose(1, 2)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
@@ -554,7 +558,7 @@ def llama_forward(cfg, w, idx, tgt, doc_mask=None, pos_ids=None, lin=plain_linea
 def llama_grads_of(cfg_path, weights_path, tokens_path, out_path):
     """--llama-grads: logits, loss and every present tensor's gradient of a Llama-family model.
     CONFIG: JSON of the config (L C NH NKV HD F V Vp tied qkv_bias mlp_bias norm_eps rope_type
-    rope_theta rope_factor rope_low_freq rope_high_freq rope_orig_maxT); WEIGHTS: the logical vector,
+    rope_theta rope_factor rope_low_freq rope_high_freq rope_orig_maxT; optional qk_norm: Qwen3's q/k norms); WEIGHTS: the logical vector,
     float32; TOKENS: int32 B, T, then B*T inputs and B*T targets (< 0: not counted). Writes an
     archive: "logits" (B, T, V), "loss" (1), "losses" (B, T: 0 where not counted), "grad.<name>" per present tensor."""
     import json

@@ -22,7 +22,18 @@
 // operation order; dweight a two-level column sum without atomics (partial sums per chunk of rows in
 // g_work, then chunks added in order). Every order depends on N and C only: bitwise reproducible.
 //
-// defines: op_residual_rmsnorm_forward, op_rmsnorm_backward
+// Per-head RMSNorm (Qwen3's q_norm and k_norm, op_head_rmsnorm_*): the same normalisation over each
+// q head and each k head of the fused qkv activation (HD values; q heads take weight wq, k heads wk),
+// in place before RoPE, its input kept for the backward:
+//   forward:  x (BT, NH + NKV, HD) = the q and k heads of qkv                    [floatX, =]
+//             rstd (BT, NH + NKV), then qkv's q/k heads = rn(w * rn(x * rstd))   [FP32 =; floatX, in place]
+//   backward: dwq, dwk (HD) += sum over rows and heads of dout * rn(x * rstd)   [FP32, +=]
+//             dqkv's q/k heads = rstd * (g - xhat * mean(g * xhat))             [floatX, = in place]
+// The v heads are untouched. CPU: rows in parallel; each weight column summed over (token, head) in
+// order, columns in parallel. CUDA: one warp per head row; dweight the two-level column sum (chunks of
+// rows, then the chunks in order).
+//
+// defines: op_residual_rmsnorm_forward, op_rmsnorm_backward, op_head_rmsnorm_forward, op_head_rmsnorm_backward
 //
 // May call: device.cuh, packed.cuh and layernorm.cuh (its row helpers and tile constants).
 #ifndef ZT_OPS_RMSNORM_CUH
@@ -187,6 +198,95 @@ static void rmsnorm_backward_cuda(floatX* dinp, float* dweight, const floatX* do
     rmsnorm_backward_sum_kernel<<<(unsigned)ceil_div(C, 256), 256, 0, g_stream>>>(dweight, part_w, C, nchunks);
     cudaCheck(cudaGetLastError());
 }
+
+// ---- per-head RMSNorm (Qwen3's q/k norms). Row i = (token bt, head h), h < NH + NKV; its HD values
+// sit at qkv + bt * W + h * HD (W = (NH + 2 NKV) HD), its saved copy at x + i * HD.
+__global__ static void head_rmsnorm_forward_kernel(floatX* qkv, floatX* x, float* rstd, const floatX* wq, const floatX* wk,
+                                                   int64_t N, int NH, int NKV, int HD, float eps) {
+    int64_t i = (int64_t)blockIdx.x * LN_WARPS_PER_BLOCK + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (i >= N) return; // whole warp
+    int heads = NH + NKV, h = (int)(i % heads);
+    floatX* q = qkv + (i / heads) * (int64_t)(NH + 2 * NKV) * HD + (int64_t)h * HD;
+    floatX* xi = x + i * HD;
+    const floatX* w = h < NH ? wq : wk;
+    float sq = 0.0f;
+    for (int c = lane; c < HD; c += 32) { floatX v = q[c]; xi[c] = v; float f = ld(v); sq = __fadd_rn(sq, __fmul_rn(f, f)); }
+    float s = 1.0f / sqrtf(__fadd_rn(ln_warp_sum(sq) / HD, eps));
+    for (int c = lane; c < HD; c += 32) q[c] = rn(__fmul_rn(ld(w[c]), ld(rn(__fmul_rn(ld(xi[c]), s)))));
+    if (lane == 0) rstd[i] = s;
+}
+
+// d through the norm, one warp per row, written over dout in dqkv (dweight has read it first).
+__global__ static void head_rmsnorm_backward_dinp_kernel(floatX* dqkv, const floatX* x, const floatX* wq, const floatX* wk,
+                                                         const float* rstd, int64_t N, int NH, int NKV, int HD) {
+    int64_t i = (int64_t)blockIdx.x * LN_WARPS_PER_BLOCK + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (i >= N) return; // whole warp
+    int heads = NH + NKV, h = (int)(i % heads);
+    floatX* d = dqkv + (i / heads) * (int64_t)(NH + 2 * NKV) * HD + (int64_t)h * HD;
+    const floatX* xi = x + i * HD;
+    const floatX* w = h < NH ? wq : wk;
+    float s = rstd[i], gx = 0.0f;
+    for (int c = lane; c < HD; c += 32) gx = __fadd_rn(gx, __fmul_rn(__fmul_rn(ld(w[c]), ld(d[c])), __fmul_rn(ld(xi[c]), s)));
+    float gxmean = ln_warp_sum(gx) / HD;
+    __syncwarp(); // every lane has read its dout before any lane overwrites it (lanes share no columns, but keep the rule plain)
+    for (int c = lane; c < HD; c += 32) {
+        float xhat = __fmul_rn(ld(xi[c]), s), g = __fmul_rn(ld(w[c]), ld(d[c]));
+        d[c] = rn(__fmul_rn(__fsub_rn(g, __fmul_rn(xhat, gxmean)), s));
+    }
+}
+
+// dweight level 1: block (chunk k, weight wsel: 0 q, 1 k) sums its rows [k*rows, (k+1)*rows) of that
+// weight's heads (row r: token r / nh, head h0 + r % nh) column by column into part (2, nchunks, HD) [=].
+__global__ static void head_rmsnorm_backward_partial_kernel(float* part, const floatX* dqkv, const floatX* x, const float* rstd,
+                                                            int64_t BT, int NH, int NKV, int HD, int rows, int nchunks) {
+    int k = blockIdx.x, wsel = blockIdx.y;
+    int nh = wsel ? NKV : NH, h0 = wsel ? NH : 0, heads = NH + NKV;
+    int64_t n = BT * nh, lo = (int64_t)k * rows, hi = lo + rows < n ? lo + rows : n;
+    for (int c = threadIdx.x; c < HD; c += blockDim.x) {
+        float a = 0.0f;
+        for (int64_t r = lo; r < hi; r++) {
+            int64_t bt = r / nh, i = bt * heads + h0 + r % nh;
+            float dv = ld(dqkv[bt * (int64_t)(NH + 2 * NKV) * HD + (int64_t)(h0 + r % nh) * HD + c]);
+            a = __fadd_rn(a, __fmul_rn(dv, ld(rn(__fmul_rn(ld(x[i * HD + c]), rstd[i])))));
+        }
+        part[((int64_t)wsel * nchunks + k) * HD + c] = a;
+    }
+}
+
+// Level 2: one thread per (weight, column) adds the chunks in order, then += into dwq or dwk.
+__global__ static void head_rmsnorm_backward_sum_kernel(float* dwq, float* dwk, const float* part, int HD, int nchunks) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x, wsel = blockIdx.y;
+    if (c >= HD) return;
+    float a = 0.0f;
+    for (int k = 0; k < nchunks; k++) a += part[((int64_t)wsel * nchunks + k) * HD + c];
+    (wsel ? dwk : dwq)[c] += a;
+}
+
+#define HEAD_NORM_CHUNK_ROWS 64   // dweight: rows per chunk at least ...
+#define HEAD_NORM_MAX_CHUNKS 1024 // ... and at most this many chunks per weight (scratch 2 * chunks * HD floats)
+
+static void head_rmsnorm_backward_cuda(floatX* dqkv, float* dwq, float* dwk, const floatX* x, const floatX* wq, const floatX* wk,
+                                       const float* rstd, int BT, int NH, int NKV, int HD) {
+    if (BT <= 0) return;
+    int64_t most = (int64_t)BT * NH; // (NH >= NKV: the q weight has the most rows)
+    int nchunks = (int)ceil_div(most, HEAD_NORM_CHUNK_ROWS);
+    if (nchunks > HEAD_NORM_MAX_CHUNKS) nchunks = HEAD_NORM_MAX_CHUNKS;
+    int rows = (int)ceil_div(most, nchunks);
+    if ((size_t)2 * nchunks * HD > g_work_floats)
+        die(1, "head rmsnorm backward: workspace too small (%zu floats, needs %zu) (internal error)", g_work_floats, (size_t)2 * nchunks * HD);
+    dim3 pgrid((unsigned)nchunks, 2);
+    head_rmsnorm_backward_partial_kernel<<<pgrid, HD < 128 ? HD : 128, 0, g_stream>>>(g_work, dqkv, x, rstd, BT, NH, NKV, HD, rows, nchunks);
+    cudaCheck(cudaGetLastError());
+    dim3 sgrid((unsigned)ceil_div(HD, 128), 2);
+    head_rmsnorm_backward_sum_kernel<<<sgrid, 128, 0, g_stream>>>(dwq, dwk, g_work, HD, nchunks);
+    cudaCheck(cudaGetLastError());
+    int64_t N = (int64_t)BT * (NH + NKV);
+    head_rmsnorm_backward_dinp_kernel<<<(unsigned)ceil_div(N, LN_WARPS_PER_BLOCK), LN_WARPS_PER_BLOCK * 32, 0, g_stream>>>(
+        dqkv, x, wq, wk, rstd, N, NH, NKV, HD);
+    cudaCheck(cudaGetLastError());
+}
 #endif
 
 // residual = inp1 + inp2 (when inp2 != NULL; residual may then be NULL only if not needed);
@@ -256,6 +356,76 @@ static void op_rmsnorm_backward(floatX* dinp, float* dweight, const floatX* dout
             for (int c = 0; c < cn; c++) aw[c] += ld(d[c]) * ld(rn(ld(xi[c]) * s));
         }
         for (int c = 0; c < cn; c++) dweight[c0 + c] += aw[c];
+    }
+}
+
+// Per-head RMSNorm, forward: qkv's q and k heads (B*T = BT rows of (NH + 2 NKV) HD) normalised in place,
+// q heads times wq, k heads times wk; their inputs into x (BT, NH + NKV, HD), rstd (BT, NH + NKV).
+// wq == NULL (a model without q/k norms): nothing to do.
+static void op_head_rmsnorm_forward(floatX* qkv, floatX* x, float* rstd, const floatX* wq, const floatX* wk, int BT, int NH,
+                                    int NKV, int HD, float eps) {
+    if (!wq) return;
+    int heads = NH + NKV;
+    int64_t W = (int64_t)(NH + 2 * NKV) * HD, N = (int64_t)BT * heads;
+#ifdef __CUDACC__
+    if (g_device == DEV_CUDA) {
+        if (N > 0)
+            head_rmsnorm_forward_kernel<<<(unsigned)ceil_div(N, LN_WARPS_PER_BLOCK), LN_WARPS_PER_BLOCK * 32, 0, g_stream>>>(
+                qkv, x, rstd, wq, wk, N, NH, NKV, HD, eps);
+        cudaCheck(cudaGetLastError());
+        return;
+    }
+#endif
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < N; i++) {
+        int h = (int)(i % heads);
+        floatX* q = qkv + (i / heads) * W + (int64_t)h * HD;
+        floatX* xi = x + i * HD;
+        const floatX* w = h < NH ? wq : wk;
+        float sq = 0.0f;
+        for (int c = 0; c < HD; c++) { xi[c] = q[c]; float v = ld(q[c]); sq += v * v; }
+        float s = 1.0f / sqrtf(sq / HD + eps);
+        for (int c = 0; c < HD; c++) q[c] = rn(ld(w[c]) * ld(rn(ld(xi[c]) * s)));
+        rstd[i] = s;
+    }
+}
+
+// Per-head RMSNorm, backward: on entry dqkv's q/k heads hold d(output), on exit d(input) (=); the
+// gains' gradients are added into dwq, dwk. x, rstd: the forward's. wq == NULL: nothing to do.
+static void op_head_rmsnorm_backward(floatX* dqkv, float* dwq, float* dwk, const floatX* x, const floatX* wq, const floatX* wk,
+                                     const float* rstd, int BT, int NH, int NKV, int HD) {
+    if (!wq) return;
+#ifdef __CUDACC__
+    if (g_device == DEV_CUDA) { head_rmsnorm_backward_cuda(dqkv, dwq, dwk, x, wq, wk, rstd, BT, NH, NKV, HD); return; }
+#endif
+    int heads = NH + NKV;
+    int64_t W = (int64_t)(NH + 2 * NKV) * HD, N = (int64_t)BT * heads;
+    // the gains first (they read dout, which the input's gradient then replaces): column c of weight
+    // wsel summed over tokens, then that weight's heads, in order
+#pragma omp parallel for schedule(static)
+    for (int wc = 0; wc < 2 * HD; wc++) {
+        int wsel = wc / HD, c = wc % HD, h0 = wsel ? NH : 0, h1 = wsel ? heads : NH;
+        float a = 0.0f;
+        for (int64_t bt = 0; bt < BT; bt++)
+            for (int h = h0; h < h1; h++) {
+                int64_t i = bt * heads + h;
+                a += ld(dqkv[bt * W + (int64_t)h * HD + c]) * ld(rn(ld(x[i * HD + c]) * rstd[i]));
+            }
+        (wsel ? dwk : dwq)[c] += a;
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < N; i++) {
+        int h = (int)(i % heads);
+        floatX* d = dqkv + (i / heads) * W + (int64_t)h * HD;
+        const floatX* xi = x + i * HD;
+        const floatX* w = h < NH ? wq : wk;
+        float s = rstd[i], gxmean = 0.0f;
+        for (int c = 0; c < HD; c++) gxmean += (ld(w[c]) * ld(d[c])) * (ld(xi[c]) * s);
+        gxmean /= HD;
+        for (int c = 0; c < HD; c++) {
+            float xhat = ld(xi[c]) * s, g = ld(w[c]) * ld(d[c]);
+            d[c] = rn((g - xhat * gxmean) * s);
+        }
     }
 }
 

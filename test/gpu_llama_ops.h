@@ -5,6 +5,8 @@
 // What each case expects from the GPU (why, in ops/rmsnorm.cuh, ops/rope.cuh, ops/swiglu.cuh):
 //   rmsnorm        within TOL_GPU_* (the row sums add in another order); residual = rn(a + b)
 //                  bitwise; the recompute from the stored residual bitwise; backward deterministic
+//   head rmsnorm   (Qwen3's q/k norms) within TOL_GPU_*; the kept input and the v heads bitwise;
+//                  the dv heads untouched; deterministic
 //   rope           bitwise equal to the CPU (the same FP32 products and sums, _rn intrinsics)
 //   swiglu         within TOL_GPU_* (the device's expf may differ from the host's by 2 ulp);
 //                  deterministic
@@ -119,6 +121,84 @@ TEST(gpu_rmsnorm_backward) {
         free(x); free(dout); free(dinp0); free(w); free(scratch); free(dw0); free(rstd); free(dinp_c); free(dw_c);
         cudaCheck(cudaFree(ddout)); cudaCheck(cudaFree(dx)); cudaCheck(cudaFree(dwt)); cudaCheck(cudaFree(drstd));
         cudaCheck(cudaFree(ddinp)); cudaCheck(cudaFree(ddw));
+    }
+}
+
+// Per-head RMSNorm (Qwen3's q_norm, k_norm) forward and backward in place on qkv against the CPU.
+TEST(gpu_head_rmsnorm) {
+    typedef struct { int BT, NH, NKV, HD; } HnCase;
+    const HnCase cases[] = {
+        {37, 3, 1, 10},                    // odd rows, one kv head, HD below a warp
+        {64, 4, 2, 48},                    // qwen3-tiny's heads
+        {GPU_BIG(2048, 40), 16, 8, 128},   // Qwen3-0.6B's heads
+    };
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        const HnCase& k = cases[ci];
+        int64_t W = (int64_t)(k.NH + 2 * k.NKV) * k.HD, n = (int64_t)k.BT * W, nx = (int64_t)k.BT * (k.NH + k.NKV) * k.HD;
+        int64_t nr = (int64_t)k.BT * (k.NH + k.NKV);
+        printf("  BT %d NH %d NKV %d HD %d\n", k.BT, k.NH, k.NKV, k.HD);
+        floatX *q = (floatX*)malloc(sizeof(floatX) * n), *dq = (floatX*)malloc(sizeof(floatX) * n);
+        floatX *wq = (floatX*)malloc(sizeof(floatX) * k.HD), *wk = (floatX*)malloc(sizeof(floatX) * k.HD);
+        float* dw0 = (float*)malloc(4 * 2 * k.HD);
+        rand_x(q, n, 1.0, 3101 + ci);
+        rand_x(dq, n, 1.0, 3201 + ci);
+        rand_x(wq, k.HD, 1.0, 3301 + ci);
+        rand_x(wk, k.HD, 1.0, 3401 + ci);
+        rand_f(dw0, 2 * k.HD, 0.3, 3501 + ci);
+        floatX *qc = (floatX*)malloc(sizeof(floatX) * n), *xc = (floatX*)malloc(sizeof(floatX) * nx), *dc = (floatX*)malloc(sizeof(floatX) * n);
+        float *rc = (float*)malloc(4 * nr), *dwc = (float*)malloc(4 * 2 * k.HD);
+        memcpy(qc, q, sizeof(floatX) * n);
+        memcpy(dc, dq, sizeof(floatX) * n);
+        memcpy(dwc, dw0, 4 * 2 * k.HD);
+        ON_CPU(op_head_rmsnorm_forward(qc, xc, rc, wq, wk, k.BT, k.NH, k.NKV, k.HD, 1e-6f));
+        ON_CPU(op_head_rmsnorm_backward(dc, dwc, dwc + k.HD, xc, wq, wk, rc, k.BT, k.NH, k.NKV, k.HD));
+        floatX *dqg = (floatX*)GM_UP(q, n), *dwq = (floatX*)GM_UP(wq, k.HD), *dwk = (floatX*)GM_UP(wk, k.HD);
+        floatX* dxg = (floatX*)gpu_nans(sizeof(floatX) * nx);
+        float* drg = (float*)gpu_nans(4 * nr);
+        ON_GPU(op_head_rmsnorm_forward(dqg, dxg, drg, dwq, dwk, k.BT, k.NH, k.NKV, k.HD, 1e-6f));
+        floatX *qg = (floatX*)malloc(sizeof(floatX) * n), *xg = (floatX*)malloc(sizeof(floatX) * nx);
+        float* rg = (float*)malloc(4 * nr);
+        GM_DOWN(qg, dqg, n);
+        GM_DOWN(xg, dxg, nx);
+        GM_DOWN(rg, drg, nr);
+        char what[96];
+        snprintf(what, sizeof(what), "head rmsnorm fwd %dx%d/%dx%d out", k.BT, k.NH, k.NKV, k.HD);
+        GPU_COMPARE(what, relerr_x(qg, qc, n), TOL_GPU_FWD);
+        snprintf(what, sizeof(what), "head rmsnorm fwd %dx%d/%dx%d rstd", k.BT, k.NH, k.NKV, k.HD);
+        GPU_COMPARE(what, relerr_f(rg, rc, nr), TOL_GPU_FWD);
+        snprintf(what, sizeof(what), "head rmsnorm fwd %dx%d/%dx%d kept input", k.BT, k.NH, k.NKV, k.HD);
+        gm_bitwise(what, xg, xc, nx, sizeof(floatX));
+        // backward from the CPU's kept input and rstd (both sides the same), run twice
+        floatX* dxc = (floatX*)GM_UP(xc, nx);
+        float* drc = (float*)GM_UP(rc, nr);
+        floatX* ddq = (floatX*)gpu_zeros(sizeof(floatX) * n);
+        float* ddw = (float*)gpu_zeros(4 * 2 * k.HD);
+        floatX* dg[2];
+        float* dwg[2];
+        for (int run = 0; run < 2; run++) {
+            gpu_upload(ddq, dq, sizeof(floatX) * n);
+            gpu_upload(ddw, dw0, 4 * 2 * k.HD);
+            ON_GPU(op_head_rmsnorm_backward(ddq, ddw, ddw + k.HD, dxc, dwq, dwk, drc, k.BT, k.NH, k.NKV, k.HD));
+            dg[run] = (floatX*)malloc(sizeof(floatX) * n);
+            dwg[run] = (float*)malloc(4 * 2 * k.HD);
+            GM_DOWN(dg[run], ddq, n);
+            GM_DOWN(dwg[run], ddw, 2 * k.HD);
+        }
+        snprintf(what, sizeof(what), "head rmsnorm bwd %dx%d/%dx%d dqkv (v untouched)", k.BT, k.NH, k.NKV, k.HD);
+        GPU_COMPARE(what, relerr_x(dg[0], dc, n), TOL_GPU_BWD);
+        int v_same = 1;
+        for (int64_t bt = 0; bt < k.BT; bt++)
+            v_same &= !memcmp(dg[0] + bt * W + (int64_t)(k.NH + k.NKV) * k.HD, dq + bt * W + (int64_t)(k.NH + k.NKV) * k.HD, sizeof(floatX) * k.NKV * k.HD);
+        CHECKF(v_same, "head rmsnorm bwd: the dv heads changed");
+        snprintf(what, sizeof(what), "head rmsnorm bwd %dx%d/%dx%d dwq ; dwk (+=)", k.BT, k.NH, k.NKV, k.HD);
+        GPU_COMPARE(what, relerr_f(dwg[0], dwc, 2 * k.HD), TOL_GPU_BWD);
+        snprintf(what, sizeof(what), "head rmsnorm bwd %dx%d/%dx%d, run twice", k.BT, k.NH, k.NKV, k.HD);
+        gm_bitwise(what, dg[1], dg[0], n, sizeof(floatX));
+        gm_bitwise(what, dwg[1], dwg[0], 2 * k.HD, 4);
+        for (int run = 0; run < 2; run++) { free(dg[run]); free(dwg[run]); }
+        free(q); free(dq); free(wq); free(wk); free(dw0); free(qc); free(xc); free(dc); free(rc); free(dwc); free(qg); free(xg); free(rg);
+        cudaCheck(cudaFree(dqg)); cudaCheck(cudaFree(dwq)); cudaCheck(cudaFree(dwk)); cudaCheck(cudaFree(dxg)); cudaCheck(cudaFree(drg));
+        cudaCheck(cudaFree(dxc)); cudaCheck(cudaFree(drc)); cudaCheck(cudaFree(ddq)); cudaCheck(cudaFree(ddw));
     }
 }
 

@@ -48,7 +48,14 @@ TEST(hf_llama_config_published) {
         " \"rms_norm_eps\": 1e-05, \"rope_scaling\": {\"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0,"
         " \"original_max_position_embeddings\": 8192, \"rope_type\": \"llama3\"}, \"rope_theta\": 500000.0, \"tie_word_embeddings\": false,"
         " \"torch_dtype\": \"bfloat16\", \"vocab_size\": 128256}";
-    struct { const char* name; const char* text; HFConfig want; } cases[5];
+    static const char* qwen3_06b = // mlc-llm model_preset.py "qwen3_0.6b" (its Python dict as JSON); Qwen3: q_norm/k_norm, head_dim 128 != 1024 / 16
+        "{\"architectures\": [\"Qwen3ForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0, \"bos_token_id\": 151643,"
+        " \"eos_token_id\": 151645, \"head_dim\": 128, \"hidden_act\": \"silu\", \"hidden_size\": 1024, \"initializer_range\": 0.02,"
+        " \"intermediate_size\": 3072, \"max_position_embeddings\": 40960, \"max_window_layers\": 28, \"model_type\": \"qwen3\","
+        " \"num_attention_heads\": 16, \"num_hidden_layers\": 28, \"num_key_value_heads\": 8, \"rms_norm_eps\": 1e-06, \"rope_scaling\": null,"
+        " \"rope_theta\": 1000000, \"sliding_window\": null, \"tie_word_embeddings\": true, \"torch_dtype\": \"bfloat16\","
+        " \"transformers_version\": \"4.51.0\", \"use_cache\": true, \"use_sliding_window\": false, \"vocab_size\": 151936}";
+    struct { const char* name; const char* text; HFConfig want; } cases[6];
     memset(cases, 0, sizeof(cases));
     cases[0].name = "Llama-3.2-1B"; cases[0].text = llama32_1b;
     cases[1].name = "Qwen2.5-0.5B"; cases[1].text = qwen25_05b;
@@ -56,15 +63,17 @@ TEST(hf_llama_config_published) {
     cases[3].name = "Mistral-7B-v0.1"; cases[3].text = mistral_7b;
     cases[4].name = "Llama-3.1-8B-Instruct"; cases[4].text = llama3_8b_instruct;
     //                                L   C     NH  V       maxT    arch              NKV HD   F      tied qkvb mlpb eps   theta     rope            factor low high orig  window
-    HFConfig w0 = {16, 2048, 32, 128256, 131072, HF_ARCH_LLAMA,   8,  64,  8192,  1, 0, 0, 1e-5, 500000.0,  HF_ROPE_LLAMA3,  32.0, 1.0, 4.0, 8192, 0,     28, "128000", "128001", "", 0, 0, ""};
-    HFConfig w1 = {24, 896,  14, 151936, 32768,  HF_ARCH_QWEN2,   2,  64,  4864,  1, 1, 0, 1e-6, 1000000.0, HF_ROPE_DEFAULT, 1.0,  0,   0,   0,    0,     24, "151643", "151643", "", 0, 0, ""};
-    HFConfig w2 = {30, 576,  9,  49152,  8192,   HF_ARCH_LLAMA,   3,  64,  1536,  1, 0, 0, 1e-5, 100000.0,  HF_ROPE_DEFAULT, 1.0,  0,   0,   0,    0,     28, "0", "0", "", 0, 0, ""};
-    HFConfig w3 = {32, 4096, 32, 32000,  32768,  HF_ARCH_MISTRAL, 8,  128, 14336, 0, 0, 0, 1e-5, 10000.0,   HF_ROPE_DEFAULT, 1.0,  0,   0,   0,    4096,  28, "1", "2", "", 0, 0, ""};
-    HFConfig w4 = {32, 4096, 32, 128256, 131072, HF_ARCH_LLAMA,   8,  128, 14336, 0, 0, 0, 1e-5, 500000.0,  HF_ROPE_LLAMA3,  8.0,  1.0, 4.0, 8192, 0,     28, "128000", "[128001, 128008, 128009]", "", 0, 0, ""};
-    cases[0].want = w0; cases[1].want = w1; cases[2].want = w2; cases[3].want = w3; cases[4].want = w4;
+    HFConfig w0 = {16, 2048, 32, 128256, 131072, HF_ARCH_LLAMA,   8,  64,  8192,  1, 0, 0, 1e-5, 500000.0,  HF_ROPE_LLAMA3,  32.0, 1.0, 4.0, 8192, 0,     28, "128000", "128001", "", 0, 0, 0, ""};
+    HFConfig w1 = {24, 896,  14, 151936, 32768,  HF_ARCH_QWEN2,   2,  64,  4864,  1, 1, 0, 1e-6, 1000000.0, HF_ROPE_DEFAULT, 1.0,  0,   0,   0,    0,     24, "151643", "151643", "", 0, 0, 0, ""};
+    HFConfig w2 = {30, 576,  9,  49152,  8192,   HF_ARCH_LLAMA,   3,  64,  1536,  1, 0, 0, 1e-5, 100000.0,  HF_ROPE_DEFAULT, 1.0,  0,   0,   0,    0,     28, "0", "0", "", 0, 0, 0, ""};
+    HFConfig w3 = {32, 4096, 32, 32000,  32768,  HF_ARCH_MISTRAL, 8,  128, 14336, 0, 0, 0, 1e-5, 10000.0,   HF_ROPE_DEFAULT, 1.0,  0,   0,   0,    4096,  28, "1", "2", "", 0, 0, 0, ""};
+    HFConfig w4 = {32, 4096, 32, 128256, 131072, HF_ARCH_LLAMA,   8,  128, 14336, 0, 0, 0, 1e-5, 500000.0,  HF_ROPE_LLAMA3,  8.0,  1.0, 4.0, 8192, 0,     28, "128000", "[128001, 128008, 128009]", "", 0, 0, 0, ""};
+    HFConfig w5 = {28, 1024, 16, 151936, 40960,  HF_ARCH_QWEN3,   8,  128, 3072,  1, 0, 0, 1e-6, 1000000.0, HF_ROPE_DEFAULT, 1.0,  0,   0,   0,    0,     28, "151643", "151645", "", 0, 1, 0, ""};
+    cases[5].name = "Qwen3-0.6B"; cases[5].text = qwen3_06b;
+    cases[0].want = w0; cases[1].want = w1; cases[2].want = w2; cases[3].want = w3; cases[4].want = w4; cases[5].want = w5;
     char path[PATH_MAX], err[1024];
     snprintf(path, sizeof(path), "%s/hfl_config.json", test_tmpdir());
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 6; i++) {
         hfl_write_text(path, cases[i].text);
         HFConfig c;
         int rc = hf_read_config(path, &c, err, sizeof(err));
@@ -75,7 +84,8 @@ TEST(hf_llama_config_published) {
                    c.HD == w->HD && c.F == w->F && c.tied == w->tied && c.qkv_bias == w->qkv_bias && c.mlp_bias == w->mlp_bias &&
                    c.norm_eps == w->norm_eps && c.rope_theta == w->rope_theta && c.rope_type == w->rope_type && c.rope_factor == w->rope_factor &&
                    c.rope_low_freq == w->rope_low_freq && c.rope_high_freq == w->rope_high_freq && c.rope_orig_maxT == w->rope_orig_maxT &&
-                   c.window == w->window && c.max_window_layers == w->max_window_layers && !strcmp(c.bos, w->bos) && !strcmp(c.eos, w->eos);
+                   c.window == w->window && c.max_window_layers == w->max_window_layers && !strcmp(c.bos, w->bos) && !strcmp(c.eos, w->eos) &&
+                   c.qk_norm == w->qk_norm;
         CHECKF(same, "%s: read L %d C %d NH %d NKV %d HD %d F %d V %d maxT %d tied %d biases %d/%d eps %g theta %g rope %d (%g %g %g %d) window %d eos %s",
                cases[i].name, c.L, c.C, c.NH, c.NKV, c.HD, c.F, c.V, c.maxT, c.tied, c.qkv_bias, c.mlp_bias, c.norm_eps, c.rope_theta,
                c.rope_type, c.rope_factor, c.rope_low_freq, c.rope_high_freq, c.rope_orig_maxT, c.window, c.eos);
@@ -164,7 +174,7 @@ static int hfl_layout(const HFConfig* c, int Vp, HflTensor* t, HFLlmcTensor* lt)
     int64_t Q = (int64_t)c->NH * c->HD, K = (int64_t)c->NKV * c->HD, QKV = Q + 2 * K;
     HflTensor tab[] = {
         {"embed", 1, (int64_t)Vp * c->C}, {"attnnorm", 0, c->C}, {"wqkv", 0, QKV * c->C}, {"bqkv", 0, c->qkv_bias ? QKV : 0},
-        {"wo", 0, (int64_t)c->C * Q}, {"mlpnorm", 0, c->C}, {"wgu", 0, 2 * (int64_t)c->F * c->C}, {"bgu", 0, c->mlp_bias ? 2 * (int64_t)c->F : 0},
+        {"qnorm", 0, c->qk_norm ? c->HD : 0}, {"knorm", 0, c->qk_norm ? c->HD : 0}, {"wo", 0, (int64_t)c->C * Q}, {"mlpnorm", 0, c->C}, {"wgu", 0, 2 * (int64_t)c->F * c->C}, {"bgu", 0, c->mlp_bias ? 2 * (int64_t)c->F : 0},
         {"wdown", 0, (int64_t)c->C * c->F}, {"bdown", 0, c->mlp_bias ? c->C : 0}, {"normf", 1, c->C}, {"lmhead", 1, c->tied ? 0 : (int64_t)Vp * c->C},
     };
     int n = (int)(sizeof(tab) / sizeof(tab[0]));
@@ -180,7 +190,7 @@ static int hfl_layout(const HFConfig* c, int Vp, HflTensor* t, HFLlmcTensor* lt)
 static float hfl_value(int k, int l, int64_t i) { return (float)((k * 131 + l * 17 + i * 7) % 1999) / 1999.0f - 0.5f; } // exact in F32 and distinct enough
 
 // A tiny Llama-family config: GQA 6 heads over 2, head_dim 10 (not C/NH), F 21, V 37 (Vp 40);
-// Qwen2: 4 heads over 1, head_dim 4.
+// Qwen2: 4 heads over 1, head_dim 4; Qwen3: the Llama shape with q/k norms.
 static HFConfig hfl_tiny(int arch, int tied, int mlp_bias) {
     HFConfig c;
     memset(&c, 0, sizeof(c));
@@ -188,6 +198,7 @@ static HFConfig hfl_tiny(int arch, int tied, int mlp_bias) {
     c.NKV = 2; c.HD = 10; c.F = 21; c.tied = tied;
     if (arch == HF_ARCH_QWEN2) { c.NH = 4; c.NKV = 1; c.HD = 4; } // Qwen2: head_dim = C / NH; a single KV head
     c.qkv_bias = arch == HF_ARCH_QWEN2; c.mlp_bias = mlp_bias; c.norm_eps = 1e-6; c.rope_theta = 500000.0;
+    c.qk_norm = arch == HF_ARCH_QWEN3; // Qwen3: q_norm / k_norm
     c.rope_type = HF_ROPE_LLAMA3; c.rope_factor = 8; c.rope_low_freq = 1; c.rope_high_freq = 4; c.rope_orig_maxT = 16;
     c.max_window_layers = 28;
     return c;
@@ -249,8 +260,9 @@ static int64_t hfl_check_back(const HFConfig* c, int Vp, const char* dir, char* 
     // a few Hugging Face tensors by name: k_proj is rows Q..Q+K of wqkv, up_proj rows F..2F of wgu, v's bias
     int64_t Q = (int64_t)c->NH * c->HD, K = (int64_t)c->NKV * c->HD;
     struct { const char* hf; int k; int64_t at; } named[] = {
-        {"model.layers.1.self_attn.k_proj.weight", 2, Q * c->C}, {"model.layers.1.mlp.up_proj.weight", 6, (int64_t)c->F * c->C},
-        {"model.layers.0.self_attn.v_proj.bias", 3, Q + K}, {"model.layers.1.self_attn.o_proj.weight", 4, 0}, {"lm_head.weight", 11, 0},
+        {"model.layers.1.self_attn.k_proj.weight", 2, Q * c->C}, {"model.layers.1.mlp.up_proj.weight", 8, (int64_t)c->F * c->C},
+        {"model.layers.0.self_attn.v_proj.bias", 3, Q + K}, {"model.layers.1.self_attn.o_proj.weight", 6, 0}, {"lm_head.weight", 13, 0},
+        {"model.layers.1.self_attn.k_norm.weight", 5, 0},
     };
     for (size_t q = 0; q < sizeof(named) / sizeof(named[0]); q++) {
         const StTensor* s = NULL;
@@ -278,6 +290,7 @@ TEST(hf_llama_mapping_roundtrip) {
         {"qwen2 tied (q/k/v biases), BF16", hfl_tiny(HF_ARCH_QWEN2, 1, 0), ST_BF16},
         {"mistral untied, F32", hfl_tiny(HF_ARCH_MISTRAL, 0, 0), ST_F32},
         {"llama attention_bias, mlp_bias, tied, F16", hfl_tiny_biases(), ST_F16},
+        {"qwen3 untied (q/k norms), BF16", hfl_tiny(HF_ARCH_QWEN3, 0, 0), ST_BF16},
     };
     char dir[PATH_MAX], err[1024];
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -493,6 +506,21 @@ TEST(hf_llama_export_arch) {
     c = hfl_tiny(HF_ARCH_LLAMA, 0, 0);
     c.qkv_bias = 1; // head_dim 10 != 16 / 6: not Qwen2 either, Llama
     CHECK(hf_export_arch(&c, &src, err, sizeof(err)) == 0 && c.arch == HF_ARCH_LLAMA && c.o_bias == 1);
+    // q/k norms: Qwen3 whatever the source says (no other architecture has them), with attention_bias
+    // as Llama's; MLP biases beside them: no architecture, refused
+    c = hfl_tiny(HF_ARCH_QWEN3, 0, 0);
+    c.arch = HF_ARCH_LLAMA;
+    CHECK(hf_export_arch(&c, &src, err, sizeof(err)) == 0 && c.arch == HF_ARCH_QWEN3 && c.o_bias == 0 && c.window == 0);
+    c.qkv_bias = 1;
+    CHECK(hf_export_arch(&c, NULL, err, sizeof(err)) == 0 && c.arch == HF_ARCH_QWEN3 && c.o_bias == 1);
+    src = hfl_tiny(HF_ARCH_QWEN3, 0, 0);
+    snprintf(src.eos, sizeof(src.eos), "151645");
+    c = hfl_tiny(HF_ARCH_QWEN3, 0, 0);
+    CHECK(hf_export_arch(&c, &src, err, sizeof(err)) == 0 && c.arch == HF_ARCH_QWEN3 && !strcmp(c.eos, "151645"));
+    c = hfl_tiny(HF_ARCH_LLAMA, 0, 0); // a model without them is never written as Qwen3
+    CHECK(hf_export_arch(&c, &src, err, sizeof(err)) == 0 && c.arch == HF_ARCH_LLAMA);
+    c = hfl_tiny(HF_ARCH_QWEN3, 0, 1);
+    CHECKF(hf_export_arch(&c, NULL, err, sizeof(err)) != 0 && strstr(err, "q/k norms with MLP biases"), "%s", err);
 }
 
 
@@ -502,7 +530,8 @@ TEST(hf_llama_export_arch) {
 // as transformers' (save_pretrained's shard cut, names sorted in each header, the index's text),
 // and config.json says the same.
 
-static const char* g_hfl_cases[] = {"llama_gqa4_llama3", "llama_mha_linear", "qwen2_single_kv", "mistral_gqa2"};
+static const char* g_hfl_cases[] = {"llama_gqa4_llama3", "llama_mha_linear", "qwen2_single_kv", "mistral_gqa2", "qwen3_qknorm"};
+#define HFL_NCASES 5 // (qwen3_qknorm: written by safetensors' save_file, as save_pretrained would; its model is Qwen2's modules with Qwen3's q/k norms)
 
 static int hfl_same_file(const char* a, const char* b) {
     char cmd[2 * PATH_MAX + 16];
@@ -511,7 +540,7 @@ static int hfl_same_file(const char* a, const char* b) {
 }
 
 TEST(hf_llama_writer_matches_transformers) {
-    for (int ci = 0; ci < 4; ci++) {
+    for (int ci = 0; ci < HFL_NCASES; ci++) {
         char src[PATH_MAX], dst[PATH_MAX], err[2048], cmd[2 * PATH_MAX];
         snprintf(src, sizeof(src), "test/fixtures/hf/%s", g_hfl_cases[ci]);
         snprintf(dst, sizeof(dst), "%s/hfl_rewrite_%s", test_tmpdir(), g_hfl_cases[ci]);
@@ -574,7 +603,7 @@ TEST(hf_llama_writer_matches_transformers) {
 // The contract with model.h: the fixtures bound to model_describe's layout (config_from_hf's
 // config) fill exactly what they fill in LLAMA.md's layout written out above (hfl_layout).
 TEST(hf_llama_binds_model_table) {
-    for (int ci = 0; ci < 4; ci++) {
+    for (int ci = 0; ci < HFL_NCASES; ci++) {
         char src[PATH_MAX], err[2048];
         snprintf(src, sizeof(src), "test/fixtures/hf/%s", g_hfl_cases[ci]);
         HFCheckpoint ck;
@@ -685,7 +714,7 @@ static void hfl_forward_vs_ref(const char* dir, double* el_out, double* eloss_ou
 }
 
 TEST(hf_llama_vs_transformers) {
-    for (int ci = 0; ci < 4; ci++) {
+    for (int ci = 0; ci < HFL_NCASES; ci++) {
         char dir[PATH_MAX];
         snprintf(dir, sizeof(dir), "test/fixtures/hf/%s", g_hfl_cases[ci]);
         double el, eloss;
@@ -713,14 +742,15 @@ TEST(hf_llama_export_vs_transformers) {
         TEST_SKIP("needs a python with transformers 4.47 or later (ZT_HF_PYTHON; .ci/run makes a venv: pip install transformers==4.47.1)");
     static const struct { const char* src; const char* cls; const char* shard_bytes; } cases[] = {
         {"llama_gqa4_llama3", "LlamaForCausalLM", "50000"}, {"qwen2_single_kv", "Qwen2ForCausalLM", ""},
+        {"qwen3_qknorm", "Qwen3ForCausalLM", ""},
         {"llama-tiny-tied", "LlamaForCausalLM", ""}}; // a descriptor: q/k/v + MLP biases, tied: attention_bias with a zero o_proj bias
     const char* lng = getenv("ZT_TEST_LONG");
-    const int NC = lng && *lng == '1' ? 3 : 2; // make test: the two fixtures; make test-long adds the descriptor
+    const int NC = lng && *lng == '1' ? 4 : 3; // make test: the three fixtures; make test-long adds the descriptor
     char pycmd[8 * PATH_MAX];
     snprintf(pycmd, sizeof(pycmd), "%s dev/hf_fixtures.py --logits", py);
-    float* ours[3] = {NULL, NULL, NULL};
-    int64_t nlog[3] = {0, 0, 0};
-    char theirs[3][PATH_MAX];
+    float* ours[4] = {NULL, NULL, NULL, NULL};
+    int64_t nlog[4] = {0, 0, 0, 0};
+    char theirs[4][PATH_MAX];
     for (int ci = 0; ci < NC; ci++) {
         char src[PATH_MAX], dir[PATH_MAX], shard[PATH_MAX], tokens[PATH_MAX], cmd[6 * PATH_MAX], err[512];
         static char out[1 << 16];
@@ -788,7 +818,8 @@ TEST(hf_llama_export_vs_transformers) {
         if (f) fclose(f);
         double e = got == (size_t)nlog[ci] ? tm_relerr_f(ours[ci], ref, nlog[ci]) : 1.0;
         CHECKF(e < TOL_HF_LLAMA_LOGITS, "%s: logits of the exported model, ours vs transformers: %.3g", cases[ci].src, e);
-        printf("    %-18s -export-hf read by %s.from_pretrained: logits ours vs transformers %.2e\n", cases[ci].src, cases[ci].cls, e);
+        printf("    %-18s -export-hf read by %s: logits ours vs transformers %.2e\n", cases[ci].src,
+               strcmp(cases[ci].cls, "Qwen3ForCausalLM") ? cases[ci].cls : "Qwen2's modules with q/k norms (dev/hf_fixtures.py's Qwen3)", e);
         free(ref);
     }
     for (int ci = 0; ci < NC; ci++) free(ours[ci]);

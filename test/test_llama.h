@@ -13,15 +13,20 @@
 
 #include "zero_runs.h" // defines: zt_data, zt_mpirun, zt_dir, ZtLog, zt_read_log, ZT_V, ZT_T
 
-// The two shapes for in-process cases (-b 2 -t 37 over the ZeRO tests' small-vocabulary shards).
-static const char* const g_llama_shapes[2] = {
+// The shapes for in-process cases (-b 2 -t 37 over the ZeRO tests' small-vocabulary shards); the
+// third is Qwen3's (q/k norms, head_dim 48 with C 48: NH * HD = 192, tied, no biases).
+#define LLAMA_NSHAPES 3
+static const char* const g_llama_names[LLAMA_NSHAPES] = {"llama-tiny", "llama-tiny-tied", "qwen3-tiny"};
+static const char* const g_llama_shapes[LLAMA_NSHAPES] = {
     "-e llama-tiny -layers 2 -channels 48 -heads 6 -vocab 97 -max-seq 40",
     "-e llama-tiny-tied -layers 2 -channels 48 -heads 8 -vocab 97 -max-seq 40",
+    "-e qwen3-tiny -layers 2 -channels 48 -heads 4 -vocab 97 -max-seq 40",
 };
 // ... and for runs under mpirun (the ZeRO tests' T 16, blocks that need tail padding at R = 2..4).
-static const char* const g_llama_zt[2] = {
+static const char* const g_llama_zt[LLAMA_NSHAPES] = {
     "-e llama-tiny -layers 3 -channels 28 -heads 4 -vocab 97 -max-seq 62 -t 16 -poison 1 -blas 0",
     "-e llama-tiny-tied -layers 3 -channels 28 -heads 8 -vocab 97 -max-seq 62 -t 16 -poison 1 -blas 0",
+    "-e qwen3-tiny -layers 3 -channels 28 -heads 4 -vocab 97 -max-seq 62 -t 16 -poison 1 -blas 0",
 };
 
 static Trainer* llama_trainer(int shape, const char* extra) {
@@ -79,18 +84,18 @@ static void llama_write_config(const GPTConfig* c, const char* path) {
     const char* rope = c->rope_type == ROPE_LLAMA3 ? "llama3" : c->rope_type == ROPE_LINEAR ? "linear" : "default";
     fprintf(f, "{\"L\": %d, \"C\": %d, \"NH\": %d, \"NKV\": %d, \"HD\": %d, \"F\": %d, \"V\": %d, \"Vp\": %d, \"tied\": %d, "
                "\"qkv_bias\": %d, \"mlp_bias\": %d, \"norm_eps\": %.9g, \"rope_type\": \"%s\", \"rope_theta\": %.17g, "
-               "\"rope_factor\": %.17g, \"rope_low_freq\": %.17g, \"rope_high_freq\": %.17g, \"rope_orig_maxT\": %d}\n",
+               "\"rope_factor\": %.17g, \"rope_low_freq\": %.17g, \"rope_high_freq\": %.17g, \"rope_orig_maxT\": %d, \"qk_norm\": %d}\n",
             c->L, c->C, c->NH, c->NKV, c->HD, c->F, c->V, c->Vp, c->tied, c->qkv_bias, c->mlp_bias, (double)c->norm_eps, rope,
-            c->rope_theta, c->rope_factor, c->rope_low_freq, c->rope_high_freq, c->rope_orig_maxT);
+            c->rope_theta, c->rope_factor, c->rope_low_freq, c->rope_high_freq, c->rope_orig_maxT, c->qk_norm);
     fclose(f);
 }
 
-// Logits, loss and the gradient of every tensor against the float64 reference, for both shapes.
-// make test: llama-tiny in the FP32 build (tight tolerances), llama-tiny-tied in BF16; make test-long:
-// both in both.
+// Logits, loss and the gradient of every tensor against the float64 reference, for each shape.
+// make test: llama-tiny and qwen3-tiny in the FP32 build (tight tolerances), llama-tiny-tied in BF16;
+// make test-long: all in both.
 static int llama_shape_sampled(int shape) {
 #ifdef ENABLE_FP32
-    return test_long() || shape == 0;
+    return test_long() || shape == 0 || shape == 2;
 #else
     return test_long() || shape == 1;
 #endif
@@ -99,7 +104,7 @@ TEST(llama_grads_vs_reference) {
     char probe[PATH_MAX + 64];
     snprintf(probe, sizeof(probe), "%s -c 'import torch, numpy'", tm_torch_python());
     if (test_run_cmd(probe, NULL, 0) != 0) TEST_SKIP("needs PyTorch and numpy ($ZT_TORCH_PYTHON or /usr/bin/python3)");
-    for (int shape = 0; shape < 2; shape++) {
+    for (int shape = 0; shape < LLAMA_NSHAPES; shape++) {
         if (!llama_shape_sampled(shape)) continue;
         Trainer* tr = llama_trainer(shape, "-r 0 -z 0");
         Model* m = &tr->model;
@@ -128,9 +133,9 @@ TEST(llama_grads_vs_reference) {
         if (rc == 0 && fixture_load(&fx, out, err, sizeof(err)) == 0) {
             double el = tm_relerr_f(logits, (const float*)fixture_get(&fx, "logits")->data, (int64_t)BT * c->V);
             float ref_loss = ((const float*)fixture_get(&fx, "loss")->data)[0];
-            printf("    %s: L %d C %d NH %d NKV %d HD %d F %d%s%s%s: logits %.2e, loss %.6f vs %.6f\n", shape ? "llama-tiny-tied" : "llama-tiny",
+            printf("    %s: L %d C %d NH %d NKV %d HD %d F %d%s%s%s%s: logits %.2e, loss %.6f vs %.6f\n", g_llama_names[shape],
                    c->L, c->C, c->NH, c->NKV, c->HD, c->F, c->tied ? ", tied" : "", c->qkv_bias ? ", qkv bias" : "",
-                   c->rope_type == ROPE_LLAMA3 ? ", llama3 rope" : "", el, loss, ref_loss);
+                   c->rope_type == ROPE_LLAMA3 ? ", llama3 rope" : "", c->qk_norm ? ", q/k norms" : "", el, loss, ref_loss);
             CHECKF(el < TOL_MODEL_FWD, "logits %.3g", el);
             CHECKF(fabs(loss - ref_loss) / fabs(ref_loss) < TOL_MODEL_LOSS, "loss %.7f vs %.7f", loss, ref_loss);
             int seen = 0;
@@ -148,7 +153,8 @@ TEST(llama_grads_vs_reference) {
                 printf("      %-14s %.2e\n", name, e);
                 seen++;
             }
-            CHECKF(seen == (shape ? 11 : 9), "%d tensors compared", seen); // tied: 3 biases, no head; untied: the head, no biases
+            static const int want_seen[LLAMA_NSHAPES] = {9, 11, 10}; // untied: the head, no biases; tied: 3 biases, no head; qwen3: 2 norms, no head
+            CHECKF(seen == want_seen[shape], "%d tensors compared", seen);
             fixture_free(&fx);
         } else CHECKF(0, "%s: %s", out, err);
         free(logits);
@@ -159,14 +165,14 @@ TEST(llama_grads_vs_reference) {
 }
 
 // Gradients of one micro-batch in every recompute mode (-r 1 SwiGLU, -r 2 also the RMSNorms, -r 3
-// the whole layer, RoPE included): bit-identical. make test: llama-tiny in FP32, llama-tiny-tied in
-// BF16; make test-long: both in both.
+// the whole layer, RoPE and q/k norms included): bit-identical. make test: llama-tiny in FP32,
+// llama-tiny-tied and qwen3-tiny in BF16; make test-long: all in both.
 TEST(llama_recompute_modes_bitwise) {
-    for (int shape = 0; shape < 2; shape++) {
+    for (int shape = 0; shape < LLAMA_NSHAPES; shape++) {
 #ifdef ENABLE_FP32
         if (!test_long() && shape != 0) continue;
 #else
-        if (!test_long() && shape != 1) continue;
+        if (!test_long() && shape == 0) continue;
 #endif
         float* first = NULL;
         float first_loss = 0;
@@ -193,7 +199,7 @@ TEST(llama_recompute_modes_bitwise) {
 #ifndef ZT_GPU_SUITE
 // ZeRO-0..3 at R ranks: the same losses, norms, val losses and final hashes of parameters,
 // master, m and v. make test: R = 3 for llama-tiny-tied (its blocks need tail padding; R = 2 runs in
-// llama_resume_offload); make test-long: R = 1..4 for both shapes.
+// llama_resume_offload), R = 2 for qwen3-tiny; make test-long: R = 1..4 for every shape.
 static void llama_zero_stages(int shape, int R) {
     ZtLog ref;
     char ref_hash[512] = "";
@@ -215,13 +221,16 @@ static void llama_zero_stages(int shape, int R) {
         CHECKF(!memcmp(lg.val, ref.val, sizeof(lg.val)), "R=%d: ZeRO-%d val losses differ from ZeRO-0", R, z);
         CHECKF(hash[0] && !strcmp(hash, ref_hash), "R=%d: ZeRO-%d hashes differ:\n  %s\n  %s", R, z, hash, ref_hash);
     }
-    printf("    %s R=%d: ZeRO-0..3 identical (%s)\n", shape ? "llama-tiny-tied" : "llama-tiny", R, ref_hash);
+    printf("    %s R=%d: ZeRO-0..3 identical (%s)\n", g_llama_names[shape], R, ref_hash);
 }
 TEST(llama_zero_stages_bitwise) {
     if (test_long()) {
-        for (int shape = 0; shape < 2; shape++)
+        for (int shape = 0; shape < LLAMA_NSHAPES; shape++)
             for (int R = 1; R <= 4; R++) llama_zero_stages(shape, R);
-    } else llama_zero_stages(1, 3);
+    } else {
+        llama_zero_stages(1, 3);
+        llama_zero_stages(2, 2);
+    }
 }
 
 // Checkpoints: 12 sequences a step (B = 12 / R), checkpoints at steps 3 and 6.
@@ -312,21 +321,22 @@ TEST(llama_tiny_learns) {
 // the FLOPs per token (SwiGLU's three matrices and GQA's narrower k, v counted through N; the untied
 // embedding, a lookup, not), and -plan runs for it.
 TEST(llama_plan_closed_forms) {
-    for (int shape = 0; shape < 2; shape++) {
+    for (int shape = 0; shape < LLAMA_NSHAPES; shape++) {
         GPTConfig c;
-        CHECK(model_from_descriptor(shape ? "llama-tiny-tied" : "llama-tiny", &c) == 0);
+        CHECK(model_from_descriptor(g_llama_names[shape], &c) == 0);
         c.Vp = (int)round_up(c.V, 128);
         double C = c.C, Lr = c.L, q = (double)c.NH * c.HD, kv = (double)c.NKV * c.HD, Fh = c.F, Vp = c.Vp;
-        double layer = C + (q + 2 * kv) * C + (c.qkv_bias ? q + 2 * kv : 0) + C * q + C + 3 * C * Fh + (c.mlp_bias ? 2 * Fh + C : 0);
+        double layer = C + (q + 2 * kv) * C + (c.qkv_bias ? q + 2 * kv : 0) + C * q + C + 3 * C * Fh + (c.mlp_bias ? 2 * Fh + C : 0) +
+                       (c.qk_norm ? 2.0 * c.HD : 0);
         double N = Vp * C * (c.tied ? 1 : 2) + Lr * layer + C;
         ModelDesc d;
         model_describe(&d, &c);
-        CHECKF((double)d.num_params == N, "%s: %lld parameters, the closed form %.0f", shape ? "llama-tiny-tied" : "llama-tiny", (long long)d.num_params, N);
+        CHECKF((double)d.num_params == N, "%s: %lld parameters, the closed form %.0f", g_llama_names[shape], (long long)d.num_params, N);
         double N_mm = N - (c.tied ? 0 : Vp * C), T = 256;
         CHECKF(mfu_flops_per_token(&c, 256) == 6 * N_mm + 6 * Lr * q * T, "MFU FLOPs %.0f vs %.0f", mfu_flops_per_token(&c, 256), 6 * N_mm + 6 * Lr * q * T);
         double want = 6 * N_mm + 12 * Lr * q * T + 2 * (N - Vp * C * (c.tied ? 1 : 2)) + 4 * Lr * q * T; // (the final norm counted with the layers, as GPT-2's lnf)
         CHECKF(fabs(plan_flops_per_token(&c, 256, 3) - want) <= 1e-9 * want, "planner FLOPs at -r 3 %.0f vs %.0f", plan_flops_per_token(&c, 256, 3), want);
-        printf("    %s: %.0f parameters, %.4g FLOP per token for MFU at T 256\n", shape ? "llama-tiny-tied" : "llama-tiny", N, mfu_flops_per_token(&c, 256));
+        printf("    %s: %.0f parameters, %.4g FLOP per token for MFU at T 256\n", g_llama_names[shape], N, mfu_flops_per_token(&c, 256));
     }
     int rc = cli_run("-device cpu -e llama-tiny-tied -plan -b 4 -t 128 -world 4 -tflops 100 -host-mem 64GiB", cli_out, sizeof(cli_out));
     CHECKF(rc == 0 && strstr(cli_out, "llama family: NKV 2 (4 query heads per K/V head), head_dim 24"), "-plan -e llama-tiny-tied: exit %d\n%s", rc, cli_out);

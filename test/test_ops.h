@@ -496,6 +496,88 @@ TEST(op_residual_rmsnorm) {
     CHECK(order);
 }
 
+// ---- per-head RMSNorm (Qwen3's q_norm, k_norm) on the q and k heads of a fused qkv row
+
+typedef struct { int BT, NH, NKV, HD; double eps; double *qkv, *wq, *wk, *dout; } HeadRmsRef;
+// out: qkv with the q, k heads normalised (v copied); returns sum(dout * out) over the q and k heads
+static double head_rms_ref(void* ctx_, double* out) {
+    HeadRmsRef* r = (HeadRmsRef*)ctx_;
+    int W = (r->NH + 2 * r->NKV) * r->HD;
+    double L = 0.0;
+    for (int bt = 0; bt < r->BT; bt++)
+        for (int h = 0; h < r->NH + 2 * r->NKV; h++) {
+            const double* x = r->qkv + bt * W + h * r->HD;
+            if (h >= r->NH + r->NKV) { if (out) for (int c = 0; c < r->HD; c++) out[bt * W + h * r->HD + c] = x[c]; continue; }
+            const double* w = h < r->NH ? r->wq : r->wk;
+            double ms = 0.0;
+            for (int c = 0; c < r->HD; c++) ms += x[c] * x[c];
+            double s = 1.0 / sqrt(ms / r->HD + r->eps);
+            for (int c = 0; c < r->HD; c++) {
+                double y = w[c] * x[c] * s;
+                if (out) out[bt * W + h * r->HD + c] = y;
+                L += r->dout[bt * W + h * r->HD + c] * y;
+            }
+        }
+    return L;
+}
+static double head_rms_loss(void* ctx) { return head_rms_ref(ctx, NULL); }
+
+// Forward against float64 (v heads untouched, the input kept), every gradient against finite
+// differences, GQA (NH 3, NKV 1) with an odd head size (HD 10); the backward leaves dv alone.
+TEST(op_head_rmsnorm) {
+    ops_workspace();
+    enum { BT = 4, NH = 3, NKV = 1, HD = 10, W = (NH + 2 * NKV) * HD, QK = (NH + NKV) * HD };
+    const float eps = 1e-6f;
+    floatX qkv[BT * W], wq[HD], wk[HD], dout[BT * W], x[BT * QK];
+    double qkvd[BT * W], wqd[HD], wkd[HD], doutd[BT * W], ref[BT * W], got[BT * W], fd[BT * W];
+    float rstd[BT * (NH + NKV)], dwq[HD] = {0}, dwk[HD] = {0};
+    ops_rand(qkv, qkvd, BT * W, 1.0, 61);
+    ops_rand(wq, wqd, HD, 1.0, 62);
+    ops_rand(wk, wkd, HD, 1.0, 63);
+    ops_rand(dout, doutd, BT * W, 1.0, 64);
+    floatX in[BT * W];
+    memcpy(in, qkv, sizeof(in));
+    op_head_rmsnorm_forward(qkv, x, rstd, wq, wk, BT, NH, NKV, HD, eps);
+    HeadRmsRef r = {BT, NH, NKV, HD, (double)eps, qkvd, wqd, wkd, doutd};
+    head_rms_ref(&r, ref);
+    ops_to_d(qkv, got, BT * W);
+    double ef = ops_relerr(got, ref, BT * W);
+    int kept = 1, v_same = 1;
+    for (int bt = 0; bt < BT; bt++) {
+        kept &= memcmp(x + bt * QK, in + bt * W, sizeof(floatX) * QK) == 0;
+        v_same &= memcmp(qkv + bt * W + QK, in + bt * W + QK, sizeof(floatX) * NKV * HD) == 0;
+    }
+    CHECKF(ef < TOL_OP_FWD, "forward %.3g", ef);
+    CHECK(kept && v_same);
+    floatX d[BT * W];
+    memcpy(d, dout, sizeof(d));
+    op_head_rmsnorm_backward(d, dwq, dwk, x, wq, wk, rstd, BT, NH, NKV, HD);
+    ops_fd(qkvd, BT * W, head_rms_loss, &r, fd);
+    double gq[BT * W], fq[BT * W];
+    int n = 0, dv_same = 1;
+    for (int bt = 0; bt < BT; bt++) {
+        for (int i = 0; i < QK; i++) { gq[n] = ld(d[bt * W + i]); fq[n] = fd[bt * W + i]; n++; }
+        dv_same &= memcmp(d + bt * W + QK, dout + bt * W + QK, sizeof(floatX) * NKV * HD) == 0;
+    }
+    double ei = ops_relerr(gq, fq, n);
+    double fdq[HD], fdk[HD], g1[HD], g2[HD];
+    ops_fd(wqd, HD, head_rms_loss, &r, fdq);
+    ops_fd(wkd, HD, head_rms_loss, &r, fdk);
+    ops_f_to_d(dwq, g1, HD);
+    ops_f_to_d(dwk, g2, HD);
+    double ewq = ops_relerr(g1, fdq, HD), ewk = ops_relerr(g2, fdk, HD);
+    CHECKF(ei < TOL_OP_BWD, "dinp %.3g", ei);
+    CHECKF(ewq < TOL_OP_BWD && ewk < TOL_OP_BWD, "dwq %.3g dwk %.3g", ewq, ewk);
+    CHECK(dv_same);
+    printf("    head rmsnorm: fwd %.2e dqk %.2e dwq %.2e dwk %.2e (v heads and dv untouched)\n", ef, ei, ewq, ewk);
+    // no q/k norms (wq NULL): both directions leave everything as it was
+    memcpy(qkv, in, sizeof(qkv));
+    op_head_rmsnorm_forward(qkv, x, rstd, NULL, NULL, BT, NH, NKV, HD, eps);
+    memcpy(d, dout, sizeof(d));
+    op_head_rmsnorm_backward(d, NULL, NULL, x, NULL, NULL, rstd, BT, NH, NKV, HD);
+    CHECK(memcmp(qkv, in, sizeof(qkv)) == 0 && memcmp(d, dout, sizeof(d)) == 0);
+}
+
 // ---- SwiGLU: out = silu(gate) * up, gu = gate ; up per row
 
 typedef struct { int N, F; double *gu, *dout; } SwiRef;

@@ -45,6 +45,16 @@ EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, long, int, int
 #ifndef ENABLE_FP32
 EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, float const*, int const*, long, int, int, int, int, float)>(&rope_kernel), "rope_kernel", 24, 0, 0, 0, 0)
 #endif
+EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float*, float const*, int, int)>(&head_rmsnorm_backward_sum_kernel), "head_rmsnorm_backward_sum_kernel", 32, 0, 0, 0, 0)
+#ifndef ENABLE_FP32
+EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, bf16_t const*, bf16_t const*, float const*, long, int, int, int, int, int)>(&head_rmsnorm_backward_partial_kernel), "head_rmsnorm_backward_partial_kernel", 30, 0, 0, 0, 0)
+#endif
+#ifndef ENABLE_FP32
+EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t const*, bf16_t const*, bf16_t const*, float const*, long, int, int, int)>(&head_rmsnorm_backward_dinp_kernel), "head_rmsnorm_backward_dinp_kernel", 30, 0, 0, 0, 0)
+#endif
+#ifndef ENABLE_FP32
+EMU_KERNEL_RESOURCES(static_cast<void (*)(bf16_t*, bf16_t*, float*, bf16_t const*, bf16_t const*, long, int, int, int, float)>(&head_rmsnorm_forward_kernel), "head_rmsnorm_forward_kernel", 32, 0, 0, 0, 0)
+#endif
 EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, int, int)>(&rmsnorm_backward_sum_kernel), "rmsnorm_backward_sum_kernel", 32, 0, 0, 0, 0)
 #ifndef ENABLE_FP32
 EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, bf16_t const*, bf16_t const*, float const*, int, int, int, int)>(&rmsnorm_backward_partial_kernel), "rmsnorm_backward_partial_kernel", 40, 8192, 0, 0, 0)
@@ -186,6 +196,15 @@ EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, long, int, int)>
 #endif
 #ifdef ENABLE_FP32
 EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, int const*, long, int, int, int, int, float)>(&rope_kernel), "rope_kernel", 24, 0, 0, 0, 0)
+#endif
+#ifdef ENABLE_FP32
+EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, float const*, float const*, long, int, int, int, int, int)>(&head_rmsnorm_backward_partial_kernel), "head_rmsnorm_backward_partial_kernel", 26, 0, 0, 0, 0)
+#endif
+#ifdef ENABLE_FP32
+EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, float const*, float const*, float const*, long, int, int, int)>(&head_rmsnorm_backward_dinp_kernel), "head_rmsnorm_backward_dinp_kernel", 32, 0, 0, 0, 0)
+#endif
+#ifdef ENABLE_FP32
+EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float*, float*, float const*, float const*, long, int, int, int, float)>(&head_rmsnorm_forward_kernel), "head_rmsnorm_forward_kernel", 32, 0, 0, 0, 0)
 #endif
 #ifdef ENABLE_FP32
 EMU_KERNEL_RESOURCES(static_cast<void (*)(float*, float const*, float const*, float const*, int, int, int, int)>(&rmsnorm_backward_partial_kernel), "rmsnorm_backward_partial_kernel", 40, 4096, 0, 0, 0)
