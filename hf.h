@@ -1,5 +1,5 @@
 // hf.h — Hugging Face checkpoints in and out: GPT-2 (GPT2LMHeadModel) and the Llama family
-// (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM).
+// (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM).
 //
 // In:  a directory with config.json and model.safetensors (or model.safetensors.index.json and
 //      its shards), or a model.safetensors file with config.json beside it. The config is read and
@@ -69,10 +69,10 @@
 #include "safetensors.h" // defines: Json, json_parse, StFile, st_open, st_find, st_get, st_make_header
 #include "ops/nf4.cuh"   // defines: Nf4Part, nf4_part, NF4_CODE, NF4_DYN ([QLoRA] a bitsandbytes 4-bit checkpoint)
 
-enum { HF_ARCH_GPT2, HF_ARCH_LLAMA, HF_ARCH_MISTRAL, HF_ARCH_QWEN2, HF_ARCH_QWEN3, HF_NARCH };
+enum { HF_ARCH_GPT2, HF_ARCH_LLAMA, HF_ARCH_MISTRAL, HF_ARCH_QWEN2, HF_ARCH_QWEN3, HF_ARCH_PHI3, HF_NARCH };
 static const struct { const char* model_type; const char* cls; } hf_archs[HF_NARCH] = {
     {"gpt2", "GPT2LMHeadModel"}, {"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"},
-    {"qwen3", "Qwen3ForCausalLM"}};
+    {"qwen3", "Qwen3ForCausalLM"}, {"phi3", "Phi3ForCausalLM"}};
 static const char* hf_arch_name(int arch) { return arch >= 0 && arch < HF_NARCH ? hf_archs[arch].model_type : "?"; }
 
 enum { HF_ROPE_NONE, HF_ROPE_DEFAULT, HF_ROPE_LINEAR, HF_ROPE_LLAMA3 }; // (GPT-2: none, learned positions)
@@ -96,6 +96,8 @@ typedef struct {
     char bos[96], eos[96], pad[96]; // bos/eos/pad_token_id as the JSON text read ("": absent), written back
     int o_bias;                // Llama's attention_bias: q/k/v biases and an o_proj bias, which must be zero (we have none)
     int qk_norm;               // Qwen3's q_norm / k_norm: an RMSNorm over every q and k head (model_type qwen3: always)
+    int fused;                 // Phi-3's fused tensors: qkv_proj (q ; k ; v rows) and gate_up_proj (gate ; up rows)
+    int orig_maxT;             // Phi-3's original_max_position_embeddings (read by its longrope only), written back as read
     int bnb4;                  // [QLoRA] quantization_config: bitsandbytes 4-bit nf4, double quantization (the projections' weights)
     char gen_src[PATH_MAX];    // an export's generation_config.json copied from here ("": written from bos/eos: hf_generation_text)
 } HFConfig;
@@ -135,24 +137,28 @@ static HFConfig hf_gpt2_config(int L, int C, int NH, int V, int maxT) {
     X(lnfb,     "ln_f.bias",               0, 0, c->C,     0,        0, 1, 0, 0)
 
 // Q = NH*HD rows of queries, K = NKV*HD rows of keys (and of values): wqkv is (Q + 2K, C), wgu (2F, C).
+// Phi-3 stores each fused: qkv_proj is wqkv's rows as they are, gate_up_proj wgu's (Phi3MLP: gate,
+// up = chunk(2)); Phi3Attention defines o_proj before qkv_proj, hence the rows' order.
 // `none`: a tensor with no counterpart of ours, all zeros (Llama's o_proj bias with attention_bias:
 // read and checked to be zero, written as zeros).
 #define HF_LLAMA_TENSORS(X)                                                                                                  \
     X(embed,    "model.embed_tokens.weight",                       0, 0, c->V, c->C, 0,                  1,           1, 0)      \
-    X(wqkv,     "model.layers.%d.self_attn.q_proj.weight",         1, 0, Q,    c->C, 0,                  1,           0, 1)      \
+    X(wqkv,     "model.layers.%d.self_attn.q_proj.weight",         1, 0, Q,    c->C, 0,                  !c->fused,   0, 1)      \
     X(bqkv,     "model.layers.%d.self_attn.q_proj.bias",           1, 0, Q,    0,    0,                  c->qkv_bias, 0, 0)      \
-    X(wqkv,     "model.layers.%d.self_attn.k_proj.weight",         1, 0, K,    c->C, Q * c->C,           1,           0, 1)      \
+    X(wqkv,     "model.layers.%d.self_attn.k_proj.weight",         1, 0, K,    c->C, Q * c->C,           !c->fused,   0, 1)      \
     X(bqkv,     "model.layers.%d.self_attn.k_proj.bias",           1, 0, K,    0,    Q,                  c->qkv_bias, 0, 0)      \
-    X(wqkv,     "model.layers.%d.self_attn.v_proj.weight",         1, 0, K,    c->C, (Q + K) * c->C,     1,           0, 1)      \
+    X(wqkv,     "model.layers.%d.self_attn.v_proj.weight",         1, 0, K,    c->C, (Q + K) * c->C,     !c->fused,   0, 1)      \
     X(bqkv,     "model.layers.%d.self_attn.v_proj.bias",           1, 0, K,    0,    Q + K,              c->qkv_bias, 0, 0)      \
     X(wo,       "model.layers.%d.self_attn.o_proj.weight",         1, 0, c->C, Q,    0,                  1,           0, 1)      \
     X(none,     "model.layers.%d.self_attn.o_proj.bias",           1, 0, c->C, 0,    0,                  c->o_bias,   0, 0)      \
+    X(wqkv,     "model.layers.%d.self_attn.qkv_proj.weight",       1, 0, Q + 2 * K, c->C, 0,             c->fused,    0, 1)      \
     X(qnorm,    "model.layers.%d.self_attn.q_norm.weight",         1, 0, c->HD, 0,   0,                  c->qk_norm,  0, 0)      \
     X(knorm,    "model.layers.%d.self_attn.k_norm.weight",         1, 0, c->HD, 0,   0,                  c->qk_norm,  0, 0)      \
-    X(wgu,      "model.layers.%d.mlp.gate_proj.weight",            1, 0, c->F, c->C, 0,                  1,           0, 1)      \
+    X(wgu,      "model.layers.%d.mlp.gate_proj.weight",            1, 0, c->F, c->C, 0,                  !c->fused,   0, 1)      \
     X(bgu,      "model.layers.%d.mlp.gate_proj.bias",              1, 0, c->F, 0,    0,                  c->mlp_bias, 0, 0)      \
-    X(wgu,      "model.layers.%d.mlp.up_proj.weight",              1, 0, c->F, c->C, (int64_t)c->F * c->C, 1,         0, 1)      \
+    X(wgu,      "model.layers.%d.mlp.up_proj.weight",              1, 0, c->F, c->C, (int64_t)c->F * c->C, !c->fused, 0, 1)      \
     X(bgu,      "model.layers.%d.mlp.up_proj.bias",                1, 0, c->F, 0,    c->F,               c->mlp_bias, 0, 0)      \
+    X(wgu,      "model.layers.%d.mlp.gate_up_proj.weight",         1, 0, 2 * (int64_t)c->F, c->C, 0,     c->fused,    0, 1)      \
     X(wdown,    "model.layers.%d.mlp.down_proj.weight",            1, 0, c->C, c->F, 0,                  1,           0, 1)      \
     X(bdown,    "model.layers.%d.mlp.down_proj.bias",              1, 0, c->C, 0,    0,                  c->mlp_bias, 0, 0)      \
     X(attnnorm, "model.layers.%d.input_layernorm.weight",          1, 0, c->C, 0,    0,                  1,           0, 0)      \
@@ -356,18 +362,19 @@ static int hf_read_llama(const Json* j, const char* path, int arch, HFConfig* c,
     if (c->NH % c->NKV != 0)
         return st_err(err, errlen, "%s: num_attention_heads = %d is not a multiple of num_key_value_heads = %d (grouped-query attention needs whole groups)",
                       path, c->NH, c->NKV);
-    // head_dim: Llama and Mistral read it (null or absent: hidden_size / heads); Qwen2 (4.47) never does;
-    // Qwen3 always does (absent: Qwen3Config's 128)
+    // head_dim: Llama and Mistral read it (null or absent: hidden_size / heads); Qwen2 and Phi-3 (4.47)
+    // never do; Qwen3 always does (absent: Qwen3Config's 128)
     k = json_get(j, 0, "head_dim");
+    int fixed_hd = arch == HF_ARCH_QWEN2 || arch == HF_ARCH_PHI3;
     if (arch == HF_ARCH_QWEN3) {
         if (hf_cfg_int(j, 0, path, "head_dim", 0, 0, 128, 1, big, &c->HD, err, errlen)) return -1;
-    } else if (arch == HF_ARCH_QWEN2 || k < 0 || N[k].type == JSON_NULL) {
+    } else if (fixed_hd || k < 0 || N[k].type == JSON_NULL) {
         if (c->C % c->NH != 0)
             return st_err(err, errlen, "%s: hidden_size = %d is not a multiple of num_attention_heads = %d, and no head_dim is given", path, c->C, c->NH);
         c->HD = c->C / c->NH;
-        if (arch == HF_ARCH_QWEN2 && k >= 0 && N[k].type != JSON_NULL && !(N[k].type == JSON_NUMBER && N[k].is_int && N[k].i == c->HD))
-            return st_err(err, errlen, "%s: head_dim = %s: Qwen2 (transformers 4.47) always uses hidden_size / num_attention_heads = %d",
-                          path, hf_show(j, k, b, sizeof(b)), c->HD);
+        if (fixed_hd && k >= 0 && N[k].type != JSON_NULL && !(N[k].type == JSON_NUMBER && N[k].is_int && N[k].i == c->HD))
+            return st_err(err, errlen, "%s: head_dim = %s: %s (transformers 4.47) always uses hidden_size / num_attention_heads = %d",
+                          path, hf_show(j, k, b, sizeof(b)), arch == HF_ARCH_PHI3 ? "Phi-3" : "Qwen2", c->HD);
     } else if (hf_cfg_int(j, 0, path, "head_dim", 0, 1, 0, 1, big, &c->HD, err, errlen)) return -1;
     if (c->HD % 2) return st_err(err, errlen, "%s: head_dim = %d is odd: RoPE rotates pairs (d, d + head_dim/2)", path, c->HD);
     // the activation: SwiGLU with SiLU (transformers' ACT2FN: "silu" and "swish" are both nn.SiLU)
@@ -379,15 +386,23 @@ static int hf_read_llama(const Json* j, const char* path, int arch, HFConfig* c,
     c->qkv_bias = arch == HF_ARCH_QWEN2;
     c->mlp_bias = 0;
     c->qk_norm = arch == HF_ARCH_QWEN3;
+    c->fused = arch == HF_ARCH_PHI3; // Phi-3: no biases at all (4.47's Phi3 ignores attention_bias), qkv_proj and gate_up_proj
     if (arch == HF_ARCH_LLAMA || arch == HF_ARCH_QWEN3) { // (its o_proj bias must then be zero: hf_open checks the values)
         if (hf_cfg_bool(j, path, "attention_bias", 0, &c->qkv_bias, err, errlen) ||
             (arch == HF_ARCH_LLAMA && hf_cfg_bool(j, path, "mlp_bias", 0, &c->mlp_bias, err, errlen))) return -1;
         c->o_bias = c->qkv_bias;
     }
-    // RoPE: rope_scaling null, or {"rope_type" (or the older "type"): default | linear | llama3, ...}
+    // RoPE: rope_scaling null, or {"rope_type" (or the older "type"): default | linear | llama3, ...};
+    // Phi-3's only kind is longrope (su, yarn: its older names), which is not implemented here
     c->rope_type = HF_ROPE_DEFAULT;
     c->rope_factor = 1.0;
     k = json_get(j, 0, "rope_scaling");
+    if (arch == HF_ARCH_PHI3 && k >= 0 && N[k].type != JSON_NULL) {
+        int t = N[k].type == JSON_OBJECT ? json_get(j, k, "type") : -1;
+        if (t < 0 && N[k].type == JSON_OBJECT) t = json_get(j, k, "rope_type");
+        return st_err(err, errlen, "%s: rope_scaling (type %s): Phi-3's longrope (Phi-3.5-mini, the 128k Phi-3 models, Phi-4-mini) is not supported; "
+                      "only Phi-3 models without rope_scaling are (Phi-3-mini-4k, Phi-3-medium-4k)", path, t >= 0 ? hf_show(j, t, b, sizeof(b)) : "?");
+    }
     if (k >= 0 && N[k].type != JSON_NULL) {
         if (N[k].type != JSON_OBJECT) return st_err(err, errlen, "%s: rope_scaling = %s: must be null or an object", path, hf_show(j, k, b, sizeof(b)));
         int t = json_get(j, k, "rope_type");
@@ -439,6 +454,11 @@ static int hf_read_llama(const Json* j, const char* path, int arch, HFConfig* c,
         k = json_get(j, 0, "sliding_window");
         if (k >= 0 && N[k].type == JSON_NULL) c->window = 0;
         else if (hf_cfg_int(j, 0, path, "sliding_window", 0, 0, 4096, 1, INT_MAX, &c->window, err, errlen)) return -1;
+    }
+    if (arch == HF_ARCH_PHI3) { // absent or null: none (Phi3Config's default); Phi-3-mini-4k: 2047
+        k = json_get(j, 0, "sliding_window");
+        if (!(k < 0 || N[k].type == JSON_NULL) && hf_cfg_int(j, 0, path, "sliding_window", 0, 0, 0, 1, INT_MAX, &c->window, err, errlen)) return -1;
+        if (hf_cfg_int(j, 0, path, "original_max_position_embeddings", 0, 0, 4096, 1, big, &c->orig_maxT, err, errlen)) return -1;
     }
     if (arch == HF_ARCH_QWEN2 || arch == HF_ARCH_QWEN3) { // (Qwen3Config: the same three fields, the same defaults)
         int use;
@@ -517,6 +537,9 @@ static int hf_read_quant(const Json* j, const char* path, HFConfig* c, char* err
                 }
         }
     }
+    if (c->arch == HF_ARCH_PHI3)
+        return st_err(err, errlen, "%s: quantization_config: a 4-bit Phi-3 checkpoint is not read yet (its qkv_proj and gate_up_proj are one "
+                      "4-bit Linear each). HINT: load the BF16 model and pass -lora-quant nf4", path);
     if (c->arch == HF_ARCH_GPT2)
         return st_err(err, errlen, "%s: quantization_config: a 4-bit GPT-2 checkpoint is not read yet (its Conv1D weights are quantized transposed); "
                       "the Llama family's are. HINT: load the BF16 GPT-2 and pass -lora-quant nf4", path);
@@ -525,7 +548,7 @@ static int hf_read_quant(const Json* j, const char* path, HFConfig* c, char* err
 }
 
 // Read config.json into c: model_type gpt2 (the default when absent, as older GPT-2 files have
-// none), llama, mistral, qwen2 or qwen3. 0, or -1 with err naming the file, the field and its value.
+// none), llama, mistral, qwen2, qwen3 or phi3. 0, or -1 with err naming the file, the field and its value.
 static int hf_read_config(const char* path, HFConfig* c, char* err, size_t errlen) {
     memset(c, 0, sizeof(*c));
     char* text;
@@ -542,8 +565,8 @@ static int hf_read_config(const char* path, HFConfig* c, char* err, size_t errle
         else if (j.nodes[k].type == JSON_STRING)
             for (int a = 0; a < HF_NARCH; a++) if (!strcmp(j.nodes[k].str, hf_archs[a].model_type)) arch = a;
         if (arch < 0)
-            st_err(err, errlen, "%s: model_type %s is not supported (only gpt2: GPT2LMHeadModel; llama, mistral, qwen2, qwen3: LlamaForCausalLM, "
-                   "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)", path, hf_show(&j, k, b, sizeof(b)));
+            st_err(err, errlen, "%s: model_type %s is not supported (only gpt2: GPT2LMHeadModel; llama, mistral, qwen2, qwen3, phi3: LlamaForCausalLM, "
+                   "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM)", path, hf_show(&j, k, b, sizeof(b)));
         else rc = arch == HF_ARCH_GPT2 ? hf_read_gpt2(&j, path, c, err, errlen) : hf_read_llama(&j, path, arch, c, err, errlen);
         if (rc == 0) rc = hf_read_quant(&j, path, c, err, errlen);
     }
@@ -701,7 +724,8 @@ static void hf_settings_text(const HFConfig* c, char* out, size_t cap) {
     if (c->arch == HF_ARCH_GPT2) snprintf(out, cap, "n_layer %d", c->L);
     else snprintf(out, cap, "num_hidden_layers %d, %s, mlp_bias %s, tie_word_embeddings %s%s", c->L,
                   c->arch == HF_ARCH_QWEN2 ? "q/k/v biases (qwen2)" : c->qkv_bias ? "attention_bias true" : "no attention biases",
-                  c->mlp_bias ? "true" : "false", c->tied ? "true" : "false", c->qk_norm ? ", q_norm and k_norm (qwen3)" : "");
+                  c->mlp_bias ? "true" : "false", c->tied ? "true" : "false",
+                  c->qk_norm ? ", q_norm and k_norm (qwen3)" : c->fused ? ", qkv_proj and gate_up_proj (phi3)" : "");
 }
 
 // A directory without config.json where an -export-hf was interrupted while it replaced the files
@@ -1136,18 +1160,21 @@ static int64_t hf_shard_bytes(void) {
 // sliding window and token ids. c holds the shape; returns 0 (every model of the family has one).
 static int hf_export_arch(HFConfig* c, const HFConfig* src, char* err, size_t errlen) {
     if (c->arch == HF_ARCH_GPT2) return 0;
-    int q = c->qk_norm;
+    int q = c->qk_norm, f = c->fused;
     int can[HF_NARCH] = {0,
-                         !q,                                                                  // llama (q/k/v biases: attention_bias with a zero o_proj bias)
-                         !q && !c->qkv_bias && !c->mlp_bias,                                  // mistral
-                         !q && c->qkv_bias && !c->mlp_bias && (int64_t)c->HD * c->NH == c->C, // qwen2 (4.47: head_dim = hidden / heads)
-                         q && !c->mlp_bias};                                                  // qwen3 (q/k/v biases as llama's)
+                         !q && !f,                                                                  // llama (q/k/v biases: attention_bias with a zero o_proj bias)
+                         !q && !f && !c->qkv_bias && !c->mlp_bias,                                  // mistral
+                         !q && !f && c->qkv_bias && !c->mlp_bias && (int64_t)c->HD * c->NH == c->C, // qwen2 (4.47: head_dim = hidden / heads)
+                         q && !f && !c->mlp_bias,                                                   // qwen3 (q/k/v biases as llama's)
+                         f && !q && !c->qkv_bias && !c->mlp_bias && (int64_t)c->HD * c->NH == c->C && // phi3 (4.47: no biases, head_dim =
+                             c->rope_type == HF_ROPE_DEFAULT};                                            //  hidden / heads, no rope_scaling here)
     c->o_bias = 0;
     if (src && src->arch != HF_ARCH_GPT2 && can[src->arch]) {
         c->arch = src->arch;
         c->o_bias = (c->arch == HF_ARCH_LLAMA || c->arch == HF_ARCH_QWEN3) && c->qkv_bias;
         c->window = src->window;
         c->max_window_layers = src->max_window_layers;
+        c->orig_maxT = src->orig_maxT;
         memcpy(c->bos, src->bos, sizeof(c->bos));
         memcpy(c->eos, src->eos, sizeof(c->eos));
         memcpy(c->pad, src->pad, sizeof(c->pad));
@@ -1155,6 +1182,14 @@ static int hf_export_arch(HFConfig* c, const HFConfig* src, char* err, size_t er
     }
     c->window = 0;
     c->max_window_layers = 28;
+    if (f) { // (Phi-3's names come from a Phi-3 checkpoint, -e DIR: its config says phi3)
+        if (!can[HF_ARCH_PHI3])
+            return st_err(err, errlen, "-export-hf: Phi-3's fused names with biases, q/k norms, head_dim != hidden / heads or RoPE scaling: "
+                          "Phi3ForCausalLM has none of them (here)");
+        c->arch = HF_ARCH_PHI3;
+        c->orig_maxT = c->maxT;
+        return 0;
+    }
     if (q) {
         if (!can[HF_ARCH_QWEN3]) return st_err(err, errlen, "-export-hf: q/k norms with MLP biases: no Hugging Face architecture has both");
         c->arch = HF_ARCH_QWEN3;
@@ -1265,6 +1300,11 @@ static int hf_config_text(const HFConfig* c, StDtype dtype, char* out, size_t ca
         LINE("\"pretraining_tp\": 1");
     } else if (c->arch == HF_ARCH_MISTRAL) {
         LINE("\"head_dim\": %d", c->HD);
+        if (c->window) LINE("\"sliding_window\": %d", c->window); else LINE("\"sliding_window\": null");
+    } else if (c->arch == HF_ARCH_PHI3) { // (Phi3Config's keys as 4.47.1 writes them; the dropouts 0: we train without)
+        LINE("\"embd_pdrop\": 0.0");
+        LINE("\"resid_pdrop\": 0.0");
+        LINE("\"original_max_position_embeddings\": %d", c->orig_maxT);
         if (c->window) LINE("\"sliding_window\": %d", c->window); else LINE("\"sliding_window\": null");
     } else if (c->arch == HF_ARCH_QWEN3) { // (Qwen3-0.6B's config.json: these keys; no transformers_version written here)
         LINE("\"attention_bias\": %s", c->o_bias ? "true" : "false");

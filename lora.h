@@ -77,7 +77,7 @@ static void lora_config(GPTConfig* c, int r, float alpha, const char* targets, f
     char known[256] = "";
     (void)d;
 #define X(fam, tname, thf, tproj, trow0, trows, tin)                                                            \
-    if ((fam) == c->family) {                                                                                  \
+    if ((fam) == model_names(c)) {                                                                             \
         int want = all, bit = row++;                                                                           \
         if (!strstr(known, tname)) snprintf(known + strlen(known), sizeof(known) - strlen(known), "%s%s", known[0] ? "," : "", tname); \
         for (const char* p = targets; !all && *p;) {                                                           \
@@ -102,7 +102,7 @@ static void lora_config(GPTConfig* c, int r, float alpha, const char* targets, f
         snprintf(list, sizeof(list), ",%s,", known);
         if (!n || !strstr(list, name))
             die_user("-lora-targets %s: '%.*s' is not a projection of the %s family (its targets: %s)", targets, (int)n, p,
-                     c->family == FAMILY_LLAMA ? "Llama" : "GPT-2", known);
+                     model_names(c) == NAMES_PHI3 ? "Llama (Phi-3's names)" : c->family == FAMILY_LLAMA ? "Llama" : "GPT-2", known);
         p += n + (e ? 1 : 0);
     }
     c->lora_r = r;

@@ -12,7 +12,11 @@
 // The model families: a tensor table each (below) and a layer's ops each (train_gpt.cu section 2).
 enum { FAMILY_GPT2 = 0, FAMILY_LLAMA = 1 };
 // (Llama's relatives are the same family: what differs is a config field that switches a tensor and
-// its op on — Qwen2's q/k/v biases (qkv_bias), Qwen3's per-head q/k RMSNorm (qk_norm) — never a branch.)
+// its op on — Qwen2's q/k/v biases (qkv_bias), Qwen3's per-head q/k RMSNorm (qk_norm) — or names the
+// same tensors otherwise — Phi-3's fused qkv_proj and gate_up_proj (fused_names) — never a branch.)
+// The names a model's projections go by (Hugging Face modules, PEFT's target names): its family's,
+// or Phi-3's (model_names). NAMES_GPT2 and NAMES_LLAMA are the families' own values.
+enum { NAMES_GPT2 = FAMILY_GPT2, NAMES_LLAMA = FAMILY_LLAMA, NAMES_PHI3 = 2 };
 // Positions: GPT-2 learns them (wpe); Llama rotates q and k (RoPE), with transformers' rope_type
 // rules for the inverse frequencies: "default", "linear" (positions / factor) and "llama3" (the
 // ROPE_* values, defined with the rules in ops/rope.cuh).
@@ -54,6 +58,7 @@ enum { CFG_SIZE, CFG_FAMILY, CFG_ADAPTER, CFG_PLACE };
     X(double, rope_high_freq, CFG_FAMILY) /* rope_scaling's high_freq_factor (llama3) */ \
     X(int, rope_orig_maxT, CFG_FAMILY)    /* rope_scaling's original_max_position_embeddings (llama3) */ \
     X(int, qk_norm, CFG_FAMILY)           /* RMSNorm of every q and k head before RoPE (Qwen3's q_norm, k_norm) */ \
+    X(int, fused_names, CFG_FAMILY)       /* Phi-3's names: q/k/v one Linear (qkv_proj), gate/up one (gate_up_proj); the math is Llama's */ \
     X(int, lora_r, CFG_ADAPTER)           /* [LoRA] rank (0: off) */ \
     X(float, lora_alpha, CFG_ADAPTER)     /* [LoRA] scale alpha / r */ \
     X(unsigned, lora_mask, CFG_ADAPTER)   /* [LoRA] bit i = row i of the family's rows in LORA_TARGETS */ \
@@ -133,10 +138,12 @@ typedef enum {
     NUM_PROJ
 } Proj;
 
-// [LoRA] The adapter targets: X(family, target name (PEFT's target_modules), Hugging Face module (%d:
-// the layer), projection, first output row, output rows, input width). An adapter writes only its
-// rows of a fused projection's output (q_proj: q's rows of wqkv's). PEFT matches a target name
-// against the end of a module's name, so GPT-2's "c_proj" adapts both attn.c_proj and mlp.c_proj.
+// [LoRA] The adapter targets: X(names (model_names), target name (PEFT's target_modules), Hugging Face
+// module (%d: the layer), projection, first output row, output rows, input width). An adapter writes
+// only its rows of a fused projection's output (q_proj: q's rows of wqkv's). PEFT matches a target
+// name against the end of a module's name, so GPT-2's "c_proj" adapts both attn.c_proj and
+// mlp.c_proj. Phi-3's checkpoints fuse q/k/v and gate/up into one Linear each: their adapters cover
+// the whole fused projection, as PEFT's on qkv_proj and gate_up_proj do.
 #define LORA_TARGETS(X)                                                                                             \
     X(FAMILY_GPT2,  "c_attn",    "transformer.h.%d.attn.c_attn",     PROJ_QKV,  0,        d.QKV,    c->C)  \
     X(FAMILY_GPT2,  "c_proj",    "transformer.h.%d.attn.c_proj",     PROJ_ATTO, 0,        c->C,     d.ATT) \
@@ -148,7 +155,14 @@ typedef enum {
     X(FAMILY_LLAMA, "o_proj",    "model.layers.%d.self_attn.o_proj", PROJ_ATTO, 0,        c->C,     d.ATT) \
     X(FAMILY_LLAMA, "gate_proj", "model.layers.%d.mlp.gate_proj",    PROJ_UP,   0,        d.F,      c->C)  \
     X(FAMILY_LLAMA, "up_proj",   "model.layers.%d.mlp.up_proj",      PROJ_UP,   d.F,      d.F,      c->C)  \
-    X(FAMILY_LLAMA, "down_proj", "model.layers.%d.mlp.down_proj",    PROJ_DOWN, 0,        c->C,     d.F)
+    X(FAMILY_LLAMA, "down_proj", "model.layers.%d.mlp.down_proj",    PROJ_DOWN, 0,        c->C,     d.F)    \
+    X(NAMES_PHI3,   "qkv_proj",  "model.layers.%d.self_attn.qkv_proj", PROJ_QKV, 0,       d.QKV,    c->C)  \
+    X(NAMES_PHI3,   "o_proj",    "model.layers.%d.self_attn.o_proj", PROJ_ATTO, 0,        c->C,     d.ATT) \
+    X(NAMES_PHI3,   "gate_up_proj", "model.layers.%d.mlp.gate_up_proj", PROJ_UP, 0,       d.FC,     c->C)  \
+    X(NAMES_PHI3,   "down_proj", "model.layers.%d.mlp.down_proj",    PROJ_DOWN, 0,        c->C,     d.F)
+
+// The names of c's projections (LORA_TARGETS' first column).
+static inline int model_names(const GPTConfig* c) { return c->family == FAMILY_LLAMA && c->fused_names ? NAMES_PHI3 : c->family; }
 
 // The tensor of each projection in a family's table (defined at the end).
 static int proj_tensor(int family, int proj);
@@ -183,7 +197,7 @@ static void lora_describe(LoraDesc* lo, const GPTConfig* c) {
     lo->dropout = c->lora_dropout;
     int row = 0;
 #define X(fam, tname, thf, tproj, trow0, trows, tin)                                     \
-    if ((fam) == c->family && ((c->lora_mask >> row++) & 1)) {                           \
+    if ((fam) == model_names(c) && ((c->lora_mask >> row++) & 1)) {                      \
         LoraModule* m = &lo->mods[lo->nmods++];                                          \
         m->target = tname; m->hf = thf; m->proj = tproj;                                 \
         m->row0 = (trow0); m->rows = (trows); m->in = (tin);                             \
@@ -282,10 +296,10 @@ static void model_family_text(const GPTConfig* c, char* buf, size_t cap) {
     buf[0] = 0;
     if (c->family != FAMILY_LLAMA) return;
     static const char* const rope[] = {"none", "default", "linear", "llama3"};
-    int n = snprintf(buf, cap, "llama family: NKV %d (%d query heads per K/V head), head_dim %d, MLP %d (SwiGLU), %s head%s%s%s, "
+    int n = snprintf(buf, cap, "llama family: NKV %d (%d query heads per K/V head), head_dim %d, MLP %d (SwiGLU), %s head%s%s%s%s, "
                      "RMSNorm eps %g, RoPE %s theta %g", c->NKV, c->NKV > 0 ? c->NH / c->NKV : 0, c->HD, c->F, c->tied ? "tied" : "untied",
                      c->qkv_bias ? ", q/k/v biases" : "", c->mlp_bias ? ", MLP biases" : "", c->qk_norm ? ", q/k RMSNorm per head" : "",
-                     (double)c->norm_eps,
+                     c->fused_names ? ", Phi-3's names (qkv_proj, gate_up_proj)" : "", (double)c->norm_eps,
                      rope[c->rope_type >= 0 && c->rope_type <= 3 ? c->rope_type : 0], c->rope_theta);
     if (n > 0 && (size_t)n < cap && c->rope_type == ROPE_LINEAR) snprintf(buf + n, cap - n, " factor %g", c->rope_factor);
     if (n > 0 && (size_t)n < cap && c->rope_type == ROPE_LLAMA3)
@@ -300,7 +314,7 @@ static inline int tensor_has_vocab_rows(int k) { return k == T_wte || k == T_emb
 static void nf4_describe_parts(ModelDesc* md, const GPTConfig* c) {
     ModelDims d = model_dims(c);
 #define X(fam, tname, thf, tproj, trow0, trows, tin)                                                        \
-    if ((fam) == c->family) {                                                                               \
+    if ((fam) == model_names(c)) {                                                                          \
         TensorInfo* t = &md->t[proj_tensor(c->family, tproj)];                                             \
         int64_t done = 0;                                                                                   \
         for (int i = 0; i < t->nparts; i++) done += t->part_n[i];                                           \

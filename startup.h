@@ -118,17 +118,18 @@ typedef struct {
     double rope_theta, rope_factor, rope_low_freq, rope_high_freq; // rope_theta, rope_scaling's factor, low/high_freq_factor
     int rope_orig_maxT;                // rope_scaling's original_max_position_embeddings
     int qk_norm;                       // Qwen3's q_norm / k_norm (model_type qwen3)
+    int fused_names;                   // Phi-3's qkv_proj / gate_up_proj (model_type phi3)
     const char* source;
 } LlamaDescriptor;
 
 static const LlamaDescriptor g_llama_descriptors[] = {
     // CPU-sized, with grouped-query attention (2 query heads per K/V head), an untied head and the
     // GPT-2 vocabulary (the KJV shards are GPT-2 ids): tests and a default-sized run
-    {"llama-tiny", 4, 128, 4, 2, 32, 352, 50257, 256, 0, 0, 0, 1e-5f, ROPE_DEFAULT, 10000.0, 0, 0, 0, 0, 0, "zerotrain's test shape"},
+    {"llama-tiny", 4, 128, 4, 2, 32, 352, 50257, 256, 0, 0, 0, 1e-5f, ROPE_DEFAULT, 10000.0, 0, 0, 0, 0, 0, 0, "zerotrain's test shape"},
     // its twin through every optional path: Qwen2's q/k/v biases, MLP biases, a tied head, 4 query
     // heads per K/V head, head_dim 24 (NH * HD = 192, not C), Llama 3.2's RoPE (theta 500000, llama3
     // scaling: factor 32, low 1, high 4, original 8192) and eps 1e-6
-    {"llama-tiny-tied", 4, 128, 8, 2, 24, 344, 50257, 256, 1, 1, 1, 1e-6f, ROPE_LLAMA3, 500000.0, 32.0, 1.0, 4.0, 8192, 0, "zerotrain's test shape"},
+    {"llama-tiny-tied", 4, 128, 8, 2, 24, 344, 50257, 256, 1, 1, 1, 1e-6f, ROPE_LLAMA3, 500000.0, 32.0, 1.0, 4.0, 8192, 0, 0, "zerotrain's test shape"},
     // Real models, shapes only (-plan, runs from scratch; their weights load from a checkpoint
     // directory instead): every field is the model's published config.json, from the public copy
     // named in `source` (docs/sizing.md: each source, its commit and the parameter count it gives).
@@ -136,34 +137,38 @@ static const LlamaDescriptor g_llama_descriptors[] = {
     // maxtext: AI-Hypercomputer/maxtext src/maxtext/checkpoint_conversion/utils/hf_model_configs.py.
     // Llama 3.1's config (Meta-Llama-3-8B/70B have the same shapes, 8192 positions and no rope_scaling)
     {"llama3-8b", 32, 4096, 32, 8, 128, 14336, 128256, 131072, 0, 0, 0, 1e-5f, ROPE_LLAMA3, 500000.0, 8.0, 1.0, 4.0, 8192,
-     0, "Llama-3.1-8B config.json: maxtext llama31_8b_config, mlc-llm llama3_1_8b"},
+     0, 0, "Llama-3.1-8B config.json: maxtext llama31_8b_config, mlc-llm llama3_1_8b"},
     {"llama3-70b", 80, 8192, 64, 8, 128, 28672, 128256, 131072, 0, 0, 0, 1e-5f, ROPE_LLAMA3, 500000.0, 8.0, 1.0, 4.0, 8192,
-     0, "Llama-3.1-70B config.json: maxtext llama31_70b_config, mlc-llm llama3_1_70b"},
+     0, 0, "Llama-3.1-70B config.json: maxtext llama31_70b_config, mlc-llm llama3_1_70b"},
     {"llama3.2-1b", 16, 2048, 32, 8, 64, 8192, 128256, 131072, 1, 0, 0, 1e-5f, ROPE_LLAMA3, 500000.0, 32.0, 1.0, 4.0, 8192,
-     0, "Llama-3.2-1B config.json: MatthewGoldsberry/LLM-Projects Llama-3.2-1B/config.json, mlc-llm llama3_2_1b"},
+     0, 0, "Llama-3.2-1B config.json: MatthewGoldsberry/LLM-Projects Llama-3.2-1B/config.json, mlc-llm llama3_2_1b"},
     {"llama3.2-3b", 28, 3072, 24, 8, 128, 8192, 128256, 131072, 1, 0, 0, 1e-5f, ROPE_LLAMA3, 500000.0, 32.0, 1.0, 4.0, 8192,
-     0, "Llama-3.2-3B: torchtune llama3_2_3b (Llama 3.2's RoPE scaling and tied head as its 1B)"},
+     0, 0, "Llama-3.2-3B: torchtune llama3_2_3b (Llama 3.2's RoPE scaling and tied head as its 1B)"},
     // Qwen2 has q/k/v biases whatever the config says (transformers' Qwen2Attention); use_sliding_window false
     {"qwen2.5-0.5b", 24, 896, 14, 2, 64, 4864, 151936, 32768, 1, 1, 0, 1e-6f, ROPE_DEFAULT, 1000000.0, 0, 0, 0, 0,
-     0, "Qwen2.5-0.5B config.json: mlc-llm qwen2_0_5b (Qwen2-0.5B's, the same in every field here)"},
+     0, 0, "Qwen2.5-0.5B config.json: mlc-llm qwen2_0_5b (Qwen2-0.5B's, the same in every field here)"},
     {"qwen2.5-7b", 28, 3584, 28, 4, 128, 18944, 152064, 32768, 0, 1, 0, 1e-6f, ROPE_DEFAULT, 1000000.0, 0, 0, 0, 0,
-     0, "Qwen2.5-7B config.json: maxtext qwen25_7b_config"},
+     0, 0, "Qwen2.5-7B config.json: maxtext qwen25_7b_config"},
     {"smollm2-135m", 30, 576, 9, 3, 64, 1536, 49152, 8192, 1, 0, 0, 1e-5f, ROPE_DEFAULT, 100000.0, 0, 0, 0, 0,
-     0, "SmolLM2-135M config.json: mlc-llm smollm2_135m"},
+     0, 0, "SmolLM2-135M config.json: mlc-llm smollm2_135m"},
     // maxT 4096, not its 32768 positions: its sliding window is 4096 and we run full attention, the
     // same only for T <= 4096
     {"mistral-7b", 32, 4096, 32, 8, 128, 14336, 32000, 4096, 0, 0, 0, 1e-5f, ROPE_DEFAULT, 10000.0, 0, 0, 0, 0,
-     0, "Mistral-7B-v0.1 config.json: mlc-llm mistral_7b (sliding_window 4096)"},
+     0, 0, "Mistral-7B-v0.1 config.json: mlc-llm mistral_7b (sliding_window 4096)"},
     // Qwen3: Qwen2 without q/k/v biases, with an RMSNorm over every q and k head before RoPE (q_norm,
     // k_norm) and an explicit head_dim (0.6B: 16 x 128 = 2048 query columns, twice its width)
     {"qwen3-tiny", 4, 128, 4, 2, 48, 352, 50257, 256, 1, 0, 0, 1e-6f, ROPE_DEFAULT, 1000000.0, 0, 0, 0, 0,
-     1, "zerotrain's test shape (Qwen3's: q/k norms, NH * HD = 192, not C; tied head)"},
+     1, 0, "zerotrain's test shape (Qwen3's: q/k norms, NH * HD = 192, not C; tied head)"},
     {"qwen3-0.6b", 28, 1024, 16, 8, 128, 3072, 151936, 40960, 1, 0, 0, 1e-6f, ROPE_DEFAULT, 1000000.0, 0, 0, 0, 0,
-     1, "Qwen3-0.6B config.json: mlc-llm qwen3_0.6b, maxtext qwen3_0_6b_config"},
+     1, 0, "Qwen3-0.6B config.json: mlc-llm qwen3_0.6b, maxtext qwen3_0_6b_config"},
     {"qwen3-8b", 36, 4096, 32, 8, 128, 12288, 151936, 40960, 0, 0, 0, 1e-6f, ROPE_DEFAULT, 1000000.0, 0, 0, 0, 0,
-     1, "Qwen3-8B config.json: maxtext qwen3_8b_config"},
+     1, 0, "Qwen3-8B config.json: maxtext qwen3_8b_config"},
     {"qwen3-32b", 64, 5120, 64, 8, 128, 25600, 151936, 40960, 0, 0, 0, 1e-6f, ROPE_DEFAULT, 1000000.0, 0, 0, 0, 0,
-     1, "Qwen3-32B config.json: maxtext qwen3_32b_config"},
+     1, 0, "Qwen3-32B config.json: maxtext qwen3_32b_config"},
+    // Phi-3: the Llama family under other names (qkv_proj, gate_up_proj fused). maxT 2047, not its
+    // 4096 positions: its sliding window is 2047 and we run full attention, the same only for T <= 2047
+    {"phi-3-mini-4k", 32, 3072, 32, 32, 96, 8192, 32064, 2047, 0, 0, 0, 1e-5f, ROPE_DEFAULT, 10000.0, 0, 0, 0, 0, 0, 1,
+     "Phi-3-mini-4k-instruct config.json (transformers_version 4.40.2) as public code copies it; mlc-llm phi-3_5 (the same shape)"},
 };
 
 static void config_from_llama_descriptor(const LlamaDescriptor* d, GPTConfig* c) {
@@ -173,7 +178,7 @@ static void config_from_llama_descriptor(const LlamaDescriptor* d, GPTConfig* c)
     c->tied = d->tied; c->qkv_bias = d->qkv_bias; c->mlp_bias = d->mlp_bias; c->norm_eps = d->norm_eps;
     c->rope_type = d->rope_type; c->rope_theta = d->rope_theta; c->rope_factor = d->rope_factor;
     c->rope_low_freq = d->rope_low_freq; c->rope_high_freq = d->rope_high_freq; c->rope_orig_maxT = d->rope_orig_maxT;
-    c->qk_norm = d->qk_norm;
+    c->qk_norm = d->qk_norm; c->fused_names = d->fused_names;
 }
 
 // A Hugging Face config.json (hf.h) as our config: GPT-2's five sizes, or the Llama family's fields.
@@ -187,7 +192,7 @@ static void config_from_hf(const HFConfig* h, GPTConfig* c) {
     c->rope_type = h->rope_type == HF_ROPE_LINEAR ? ROPE_LINEAR : h->rope_type == HF_ROPE_LLAMA3 ? ROPE_LLAMA3 : ROPE_DEFAULT;
     c->rope_theta = h->rope_theta; c->rope_factor = h->rope_factor;
     c->rope_low_freq = h->rope_low_freq; c->rope_high_freq = h->rope_high_freq; c->rope_orig_maxT = h->rope_orig_maxT;
-    c->qk_norm = h->qk_norm;
+    c->qk_norm = h->qk_norm; c->fused_names = h->fused;
 }
 
 // The reverse, for -export-hf: our config as a Hugging Face one (the architecture still to choose:
@@ -199,7 +204,7 @@ static HFConfig hf_from_config(const GPTConfig* c) {
     h.L = c->L; h.C = c->C; h.NH = c->NH; h.V = c->V; h.maxT = c->maxT;
     h.arch = HF_ARCH_LLAMA;
     h.NKV = c->NKV; h.HD = c->HD; h.F = c->F; h.tied = c->tied; h.qkv_bias = c->qkv_bias; h.mlp_bias = c->mlp_bias;
-    h.qk_norm = c->qk_norm;
+    h.qk_norm = c->qk_norm; h.fused = c->fused_names;
     char eps[32]; // the shortest decimal of the float (1e-05, not 9.99999974737875e-06)
     for (int p = 1; p <= 9; p++) { snprintf(eps, sizeof(eps), "%.*g", p, (double)c->norm_eps); if ((float)strtod(eps, NULL) == c->norm_eps) break; }
     h.norm_eps = strtod(eps, NULL);

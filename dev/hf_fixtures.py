@@ -22,6 +22,8 @@ the first KJV tokens of data/kjv_val.bin (GPT-2 ids) modulo V:
                      F16 in shards with an index
   mistral_gqa2       L=3 C=28 NH=4 NKV=2 head_dim=10 F=46 V=89, untied, sliding_window 4096, BF16
   qwen3_qknorm       L=2 C=32 NH=4 NKV=2 head_dim=8 F=50 V=109, untied, q_norm/k_norm, theta 1e6, BF16
+  phi3_fused         L=2 C=48 NH=4 NKV=2 F=40 V=103, untied, fused qkv_proj / gate_up_proj (Phi3ForCausalLM),
+                     sliding_window 47 (>= T: full attention), BF16 in shards with an index
 Qwen3 (model_type qwen3) is newer than any transformers that runs on Debian's torch 1.13 (Qwen3 came
 with 4.51). Its reference here is transformers 4.47.1's Qwen2 modules with Qwen3's differences put
 where Qwen3's modelling code has them: an RMSNorm (Qwen2RMSNorm, the same code as Qwen3RMSNorm) over
@@ -77,6 +79,10 @@ LLAMA_CASES = [
     ("mistral_gqa2", "mistral", dict(num_hidden_layers=3, hidden_size=28, num_attention_heads=4, num_key_value_heads=2, head_dim=10,
                                       intermediate_size=46, vocab_size=89, max_position_embeddings=48, rms_norm_eps=1e-5,
                                       tie_word_embeddings=False, rope_theta=1000000.0, sliding_window=4096), torch.bfloat16, False),
+    ("phi3_fused", "phi3", dict(num_hidden_layers=2, hidden_size=48, num_attention_heads=4, num_key_value_heads=2,
+                                intermediate_size=40, vocab_size=103, max_position_embeddings=48, rms_norm_eps=1e-5,
+                                tie_word_embeddings=False, rope_theta=10000.0, sliding_window=47, bos_token_id=1, eos_token_id=32000 % 103,
+                                pad_token_id=32000 % 103), torch.bfloat16, True),
     ("qwen3_qknorm", "qwen3", dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
                                    intermediate_size=50, vocab_size=109, max_position_embeddings=48, rms_norm_eps=1e-6,
                                    tie_word_embeddings=False, rope_theta=1000000.0), torch.bfloat16, False),

@@ -55,7 +55,16 @@ TEST(hf_llama_config_published) {
         " \"num_attention_heads\": 16, \"num_hidden_layers\": 28, \"num_key_value_heads\": 8, \"rms_norm_eps\": 1e-06, \"rope_scaling\": null,"
         " \"rope_theta\": 1000000, \"sliding_window\": null, \"tie_word_embeddings\": true, \"torch_dtype\": \"bfloat16\","
         " \"transformers_version\": \"4.51.0\", \"use_cache\": true, \"use_sliding_window\": false, \"vocab_size\": 151936}";
-    struct { const char* name; const char* text; HFConfig want; } cases[6];
+    static const char* phi3_mini_4k = // Phi-3-mini-4k-instruct's config.json as public code copies it (transformers_version 4.40.2)
+        "{\"_name_or_path\": \"Phi-3-mini-4k-instruct\", \"architectures\": [\"Phi3ForCausalLM\"], \"attention_dropout\": 0.0,"
+        " \"auto_map\": {\"AutoConfig\": \"configuration_phi3.Phi3Config\", \"AutoModelForCausalLM\": \"modeling_phi3.Phi3ForCausalLM\"},"
+        " \"bos_token_id\": 1, \"embd_pdrop\": 0.0, \"eos_token_id\": 32000, \"hidden_act\": \"silu\", \"hidden_size\": 3072,"
+        " \"initializer_range\": 0.02, \"intermediate_size\": 8192, \"max_position_embeddings\": 4096, \"model_type\": \"phi3\","
+        " \"num_attention_heads\": 32, \"num_hidden_layers\": 32, \"num_key_value_heads\": 32, \"original_max_position_embeddings\": 4096,"
+        " \"pad_token_id\": 32000, \"resid_pdrop\": 0.0, \"rms_norm_eps\": 1e-05, \"rope_scaling\": null, \"rope_theta\": 10000.0,"
+        " \"sliding_window\": 2047, \"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.40.2\","
+        " \"use_cache\": true, \"attention_bias\": false, \"vocab_size\": 32064}";
+    struct { const char* name; const char* text; HFConfig want; } cases[7];
     memset(cases, 0, sizeof(cases));
     cases[0].name = "Llama-3.2-1B"; cases[0].text = llama32_1b;
     cases[1].name = "Qwen2.5-0.5B"; cases[1].text = qwen25_05b;
@@ -63,17 +72,19 @@ TEST(hf_llama_config_published) {
     cases[3].name = "Mistral-7B-v0.1"; cases[3].text = mistral_7b;
     cases[4].name = "Llama-3.1-8B-Instruct"; cases[4].text = llama3_8b_instruct;
     //                                L   C     NH  V       maxT    arch              NKV HD   F      tied qkvb mlpb eps   theta     rope            factor low high orig  window
-    HFConfig w0 = {16, 2048, 32, 128256, 131072, HF_ARCH_LLAMA,   8,  64,  8192,  1, 0, 0, 1e-5, 500000.0,  HF_ROPE_LLAMA3,  32.0, 1.0, 4.0, 8192, 0,     28, "128000", "128001", "", 0, 0, 0, ""};
-    HFConfig w1 = {24, 896,  14, 151936, 32768,  HF_ARCH_QWEN2,   2,  64,  4864,  1, 1, 0, 1e-6, 1000000.0, HF_ROPE_DEFAULT, 1.0,  0,   0,   0,    0,     24, "151643", "151643", "", 0, 0, 0, ""};
-    HFConfig w2 = {30, 576,  9,  49152,  8192,   HF_ARCH_LLAMA,   3,  64,  1536,  1, 0, 0, 1e-5, 100000.0,  HF_ROPE_DEFAULT, 1.0,  0,   0,   0,    0,     28, "0", "0", "", 0, 0, 0, ""};
-    HFConfig w3 = {32, 4096, 32, 32000,  32768,  HF_ARCH_MISTRAL, 8,  128, 14336, 0, 0, 0, 1e-5, 10000.0,   HF_ROPE_DEFAULT, 1.0,  0,   0,   0,    4096,  28, "1", "2", "", 0, 0, 0, ""};
-    HFConfig w4 = {32, 4096, 32, 128256, 131072, HF_ARCH_LLAMA,   8,  128, 14336, 0, 0, 0, 1e-5, 500000.0,  HF_ROPE_LLAMA3,  8.0,  1.0, 4.0, 8192, 0,     28, "128000", "[128001, 128008, 128009]", "", 0, 0, 0, ""};
-    HFConfig w5 = {28, 1024, 16, 151936, 40960,  HF_ARCH_QWEN3,   8,  128, 3072,  1, 0, 0, 1e-6, 1000000.0, HF_ROPE_DEFAULT, 1.0,  0,   0,   0,    0,     28, "151643", "151645", "", 0, 1, 0, ""};
+    HFConfig w0 = {16, 2048, 32, 128256, 131072, HF_ARCH_LLAMA,   8,  64,  8192,  1, 0, 0, 1e-5, 500000.0,  HF_ROPE_LLAMA3,  32.0, 1.0, 4.0, 8192, 0,     28, "128000", "128001", "", 0, 0, 0, 0, 0, ""};
+    HFConfig w1 = {24, 896,  14, 151936, 32768,  HF_ARCH_QWEN2,   2,  64,  4864,  1, 1, 0, 1e-6, 1000000.0, HF_ROPE_DEFAULT, 1.0,  0,   0,   0,    0,     24, "151643", "151643", "", 0, 0, 0, 0, 0, ""};
+    HFConfig w2 = {30, 576,  9,  49152,  8192,   HF_ARCH_LLAMA,   3,  64,  1536,  1, 0, 0, 1e-5, 100000.0,  HF_ROPE_DEFAULT, 1.0,  0,   0,   0,    0,     28, "0", "0", "", 0, 0, 0, 0, 0, ""};
+    HFConfig w3 = {32, 4096, 32, 32000,  32768,  HF_ARCH_MISTRAL, 8,  128, 14336, 0, 0, 0, 1e-5, 10000.0,   HF_ROPE_DEFAULT, 1.0,  0,   0,   0,    4096,  28, "1", "2", "", 0, 0, 0, 0, 0, ""};
+    HFConfig w4 = {32, 4096, 32, 128256, 131072, HF_ARCH_LLAMA,   8,  128, 14336, 0, 0, 0, 1e-5, 500000.0,  HF_ROPE_LLAMA3,  8.0,  1.0, 4.0, 8192, 0,     28, "128000", "[128001, 128008, 128009]", "", 0, 0, 0, 0, 0, ""};
+    HFConfig w5 = {28, 1024, 16, 151936, 40960,  HF_ARCH_QWEN3,   8,  128, 3072,  1, 0, 0, 1e-6, 1000000.0, HF_ROPE_DEFAULT, 1.0,  0,   0,   0,    0,     28, "151643", "151645", "", 0, 1, 0, 0, 0, ""};
     cases[5].name = "Qwen3-0.6B"; cases[5].text = qwen3_06b;
+    HFConfig w6 = {32, 3072, 32, 32064, 4096,    HF_ARCH_PHI3,    32, 96,  8192,  0, 0, 0, 1e-5, 10000.0,   HF_ROPE_DEFAULT, 1.0,  0,   0,   0,    2047,  28, "1", "32000", "32000", 0, 0, 1, 4096, 0, ""};
+    cases[6].name = "Phi-3-mini-4k-instruct"; cases[6].text = phi3_mini_4k; cases[6].want = w6;
     cases[0].want = w0; cases[1].want = w1; cases[2].want = w2; cases[3].want = w3; cases[4].want = w4; cases[5].want = w5;
     char path[PATH_MAX], err[1024];
     snprintf(path, sizeof(path), "%s/hfl_config.json", test_tmpdir());
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < 7; i++) {
         hfl_write_text(path, cases[i].text);
         HFConfig c;
         int rc = hf_read_config(path, &c, err, sizeof(err));
@@ -85,14 +96,17 @@ TEST(hf_llama_config_published) {
                    c.norm_eps == w->norm_eps && c.rope_theta == w->rope_theta && c.rope_type == w->rope_type && c.rope_factor == w->rope_factor &&
                    c.rope_low_freq == w->rope_low_freq && c.rope_high_freq == w->rope_high_freq && c.rope_orig_maxT == w->rope_orig_maxT &&
                    c.window == w->window && c.max_window_layers == w->max_window_layers && !strcmp(c.bos, w->bos) && !strcmp(c.eos, w->eos) &&
-                   c.qk_norm == w->qk_norm;
+                   c.qk_norm == w->qk_norm && c.fused == w->fused && c.orig_maxT == w->orig_maxT;
         CHECKF(same, "%s: read L %d C %d NH %d NKV %d HD %d F %d V %d maxT %d tied %d biases %d/%d eps %g theta %g rope %d (%g %g %g %d) window %d eos %s",
                cases[i].name, c.L, c.C, c.NH, c.NKV, c.HD, c.F, c.V, c.maxT, c.tied, c.qkv_bias, c.mlp_bias, c.norm_eps, c.rope_theta,
                c.rope_type, c.rope_factor, c.rope_low_freq, c.rope_high_freq, c.rope_orig_maxT, c.window, c.eos);
-        // Mistral's window of 4096 is full attention up to T = 4096, and refused beyond
-        CHECK(hf_check_run(&c, 4096, path, err, sizeof(err)) == 0);
-        int refused = hf_check_run(&c, 4097, path, err, sizeof(err)) != 0;
-        CHECKF(refused == (w->window == 4096) && (!refused || (strstr(err, "sliding_window = 4096") && strstr(err, path))), "%s: T 4097: %s", cases[i].name, refused ? err : "accepted");
+        // a window (Mistral's 4096, Phi-3-mini-4k's 2047) is full attention up to T = window, and refused beyond
+        int W = w->window ? w->window : 4096;
+        char wtext[64];
+        snprintf(wtext, sizeof(wtext), "sliding_window = %d", W);
+        CHECK(hf_check_run(&c, W, path, err, sizeof(err)) == 0);
+        int refused = hf_check_run(&c, W + 1, path, err, sizeof(err)) != 0;
+        CHECKF(refused == (w->window > 0) && (!refused || (strstr(err, wtext) && strstr(err, path))), "%s: T %d: %s", cases[i].name, W + 1, refused ? err : "accepted");
         // written back (as -export-hf writes it) and read again: the same config
         char text[8192];
         int n = hf_config_text(&c, ST_BF16, text, sizeof(text));
@@ -113,6 +127,8 @@ TEST(hf_llama_config_published) {
 
 // Every refusal names the file, the field and the value found.
 TEST(hf_llama_config_refused) {
+#define HFL_PHI3 "\"model_type\": \"phi3\", \"hidden_size\": 64, \"intermediate_size\": 96, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, " \
+                 "\"vocab_size\": 100, \"max_position_embeddings\": 32, \"rms_norm_eps\": 1e-05"
 #define HFL_BASE "\"model_type\": \"llama\", \"hidden_size\": 64, \"intermediate_size\": 96, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, " \
                  "\"vocab_size\": 100, \"max_position_embeddings\": 32, \"rms_norm_eps\": 1e-05"
     static const struct { const char* what; const char* json; const char* expect[2]; } cases[] = {
@@ -137,7 +153,13 @@ TEST(hf_llama_config_refused) {
         {"interleaved rope", "{" HFL_BASE ", \"rope_interleaved\": true}", {"rope_interleaved = true", "not supported"}},
         {"negative theta", "{" HFL_BASE ", \"rope_theta\": -1}", {"rope_theta = -1", "positive"}},
         {"tie not a bool", "{" HFL_BASE ", \"tie_word_embeddings\": 1}", {"tie_word_embeddings = 1", "true or false"}},
+        // Phi-3 (model_type phi3): its longrope (Phi-3.5-mini, the 128k models; "su" its older name), a head_dim of its own
+        {"phi3 longrope", "{" HFL_PHI3 ", \"rope_scaling\": {\"type\": \"su\", \"short_factor\": [1.0], \"long_factor\": [1.0]}}",
+         {"rope_scaling (type 'su')", "longrope"}},
+        {"phi3 head_dim", "{" HFL_PHI3 ", \"head_dim\": 32}", {"head_dim = 32", "Phi-3 (transformers 4.47) always uses"}},
+        {"phi3 partial rotary (Phi-4-mini)", "{" HFL_PHI3 ", \"partial_rotary_factor\": 0.75}", {"partial_rotary_factor = 0.75", "whole head"}},
     };
+#undef HFL_PHI3
 #undef HFL_BASE
     char path[PATH_MAX], err[1024];
     snprintf(path, sizeof(path), "%s/hfl_bad_config.json", test_tmpdir());
@@ -201,6 +223,10 @@ static HFConfig hfl_tiny(int arch, int tied, int mlp_bias) {
     c.qk_norm = arch == HF_ARCH_QWEN3; // Qwen3: q_norm / k_norm
     c.rope_type = HF_ROPE_LLAMA3; c.rope_factor = 8; c.rope_low_freq = 1; c.rope_high_freq = 4; c.rope_orig_maxT = 16;
     c.max_window_layers = 28;
+    if (arch == HF_ARCH_PHI3) { // Phi-3: qkv_proj, gate_up_proj; head_dim = C / NH; no rope_scaling
+        c.fused = 1; c.NH = 4; c.NKV = 2; c.HD = 4; c.orig_maxT = 4096;
+        c.rope_type = HF_ROPE_DEFAULT; c.rope_factor = 1; c.rope_low_freq = c.rope_high_freq = 0; c.rope_orig_maxT = 0;
+    }
     return c;
 }
 
@@ -259,18 +285,21 @@ static int64_t hfl_check_back(const HFConfig* c, int Vp, const char* dir, char* 
             }
     // a few Hugging Face tensors by name: k_proj is rows Q..Q+K of wqkv, up_proj rows F..2F of wgu, v's bias
     int64_t Q = (int64_t)c->NH * c->HD, K = (int64_t)c->NKV * c->HD;
-    struct { const char* hf; int k; int64_t at; } named[] = {
-        {"model.layers.1.self_attn.k_proj.weight", 2, Q * c->C}, {"model.layers.1.mlp.up_proj.weight", 8, (int64_t)c->F * c->C},
-        {"model.layers.0.self_attn.v_proj.bias", 3, Q + K}, {"model.layers.1.self_attn.o_proj.weight", 6, 0}, {"lm_head.weight", 13, 0},
-        {"model.layers.1.self_attn.k_norm.weight", 5, 0},
+    // (fused: -1 every config, 0 those with separate q/k/v and gate/up, 1 Phi-3's fused ones)
+    struct { const char* hf; int k; int64_t at; int fused; } named[] = {
+        {"model.layers.1.self_attn.k_proj.weight", 2, Q * c->C, 0}, {"model.layers.1.mlp.up_proj.weight", 8, (int64_t)c->F * c->C, 0},
+        {"model.layers.0.self_attn.v_proj.bias", 3, Q + K, 0}, {"model.layers.1.self_attn.o_proj.weight", 6, 0, -1}, {"lm_head.weight", 13, 0, -1},
+        {"model.layers.1.self_attn.k_norm.weight", 5, 0, -1},
+        {"model.layers.1.self_attn.qkv_proj.weight", 2, 0, 1}, {"model.layers.0.mlp.gate_up_proj.weight", 8, 0, 1},
     };
     for (size_t q = 0; q < sizeof(named) / sizeof(named[0]); q++) {
         const StTensor* s = NULL;
         int fi = 0;
         for (int f = 0; f < ck.nfiles && !s; f++) if ((s = st_find(&ck.files[f], named[q].hf))) fi = f;
-        if (t[named[q].k].n == 0) { bad += s != NULL; continue; } // absent in this config: not in the file
+        if (t[named[q].k].n == 0 || (named[q].fused >= 0 && named[q].fused != c->fused)) { bad += s != NULL; continue; } // absent in this config: not in the file
         if (!s) { bad++; continue; }
         int l = strstr(named[q].hf, "layers.1") ? 1 : 0;
+        if (s->numel != (named[q].fused == 1 ? t[named[q].k].n : s->numel)) { bad++; continue; } // a fused tensor is the whole of ours
         for (int64_t i = 0; i < s->numel; i++) {
             float want = hfl_value(named[q].k, l, named[q].at + i);
             if (s->dtype == ST_BF16) want = bf16_to_f32(f32_to_bf16(want));
@@ -291,6 +320,7 @@ TEST(hf_llama_mapping_roundtrip) {
         {"mistral untied, F32", hfl_tiny(HF_ARCH_MISTRAL, 0, 0), ST_F32},
         {"llama attention_bias, mlp_bias, tied, F16", hfl_tiny_biases(), ST_F16},
         {"qwen3 untied (q/k norms), BF16", hfl_tiny(HF_ARCH_QWEN3, 0, 0), ST_BF16},
+        {"phi3 untied (qkv_proj, gate_up_proj), F32", hfl_tiny(HF_ARCH_PHI3, 0, 0), ST_F32},
     };
     char dir[PATH_MAX], err[1024];
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -521,6 +551,21 @@ TEST(hf_llama_export_arch) {
     CHECK(hf_export_arch(&c, &src, err, sizeof(err)) == 0 && c.arch == HF_ARCH_LLAMA);
     c = hfl_tiny(HF_ARCH_QWEN3, 0, 1);
     CHECKF(hf_export_arch(&c, NULL, err, sizeof(err)) != 0 && strstr(err, "q/k norms with MLP biases"), "%s", err);
+    // Phi-3's fused names: Phi-3 only, with the source's window and original length; never for others
+    src = hfl_tiny(HF_ARCH_PHI3, 0, 0);
+    src.window = 2047; src.orig_maxT = 4096;
+    c = hfl_tiny(HF_ARCH_PHI3, 0, 0);
+    CHECK(hf_export_arch(&c, &src, err, sizeof(err)) == 0 && c.arch == HF_ARCH_PHI3 && c.window == 2047 && c.orig_maxT == 4096);
+    c = hfl_tiny(HF_ARCH_PHI3, 0, 0);
+    c.arch = HF_ARCH_LLAMA;
+    CHECK(hf_export_arch(&c, NULL, err, sizeof(err)) == 0 && c.arch == HF_ARCH_PHI3 && c.orig_maxT == c.maxT);
+    c = hfl_tiny(HF_ARCH_LLAMA, 0, 0);
+    CHECK(hf_export_arch(&c, &src, err, sizeof(err)) == 0 && c.arch == HF_ARCH_LLAMA);
+    c = hfl_tiny(HF_ARCH_PHI3, 0, 1);
+    CHECKF(hf_export_arch(&c, &src, err, sizeof(err)) != 0 && strstr(err, "Phi3ForCausalLM has none"), "%s", err);
+    c = hfl_tiny(HF_ARCH_PHI3, 0, 0);
+    c.rope_type = HF_ROPE_LINEAR; c.rope_factor = 2;
+    CHECKF(hf_export_arch(&c, &src, err, sizeof(err)) != 0 && strstr(err, "Phi3ForCausalLM has none"), "%s", err);
 }
 
 
@@ -530,8 +575,8 @@ TEST(hf_llama_export_arch) {
 // as transformers' (save_pretrained's shard cut, names sorted in each header, the index's text),
 // and config.json says the same.
 
-static const char* g_hfl_cases[] = {"llama_gqa4_llama3", "llama_mha_linear", "qwen2_single_kv", "mistral_gqa2", "qwen3_qknorm"};
-#define HFL_NCASES 5 // (qwen3_qknorm: written by safetensors' save_file, as save_pretrained would; its model is Qwen2's modules with Qwen3's q/k norms)
+static const char* g_hfl_cases[] = {"llama_gqa4_llama3", "llama_mha_linear", "qwen2_single_kv", "mistral_gqa2", "qwen3_qknorm", "phi3_fused"};
+#define HFL_NCASES 6 // (qwen3_qknorm: written by safetensors' save_file, as save_pretrained would; its model is Qwen2's modules with Qwen3's q/k norms)
 
 static int hfl_same_file(const char* a, const char* b) {
     char cmd[2 * PATH_MAX + 16];
@@ -742,15 +787,15 @@ TEST(hf_llama_export_vs_transformers) {
         TEST_SKIP("needs a python with transformers 4.47 or later (ZT_HF_PYTHON; .ci/run makes a venv: pip install transformers==4.47.1)");
     static const struct { const char* src; const char* cls; const char* shard_bytes; } cases[] = {
         {"llama_gqa4_llama3", "LlamaForCausalLM", "50000"}, {"qwen2_single_kv", "Qwen2ForCausalLM", ""},
-        {"qwen3_qknorm", "Qwen3ForCausalLM", ""},
+        {"qwen3_qknorm", "Qwen3ForCausalLM", ""}, {"phi3_fused", "Phi3ForCausalLM", ""},
         {"llama-tiny-tied", "LlamaForCausalLM", ""}}; // a descriptor: q/k/v + MLP biases, tied: attention_bias with a zero o_proj bias
     const char* lng = getenv("ZT_TEST_LONG");
-    const int NC = lng && *lng == '1' ? 4 : 3; // make test: the three fixtures; make test-long adds the descriptor
+    const int NC = lng && *lng == '1' ? 5 : 4; // make test: the four fixtures; make test-long adds the descriptor
     char pycmd[8 * PATH_MAX];
     snprintf(pycmd, sizeof(pycmd), "%s dev/hf_fixtures.py --logits", py);
-    float* ours[4] = {NULL, NULL, NULL, NULL};
-    int64_t nlog[4] = {0, 0, 0, 0};
-    char theirs[4][PATH_MAX];
+    float* ours[5] = {NULL, NULL, NULL, NULL, NULL};
+    int64_t nlog[5] = {0, 0, 0, 0, 0};
+    char theirs[5][PATH_MAX];
     for (int ci = 0; ci < NC; ci++) {
         char src[PATH_MAX], dir[PATH_MAX], shard[PATH_MAX], tokens[PATH_MAX], cmd[6 * PATH_MAX], err[512];
         static char out[1 << 16];

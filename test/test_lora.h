@@ -6,6 +6,7 @@
 // ZT_MODEL's shape and the Llama family's llama-tiny with 2 layers and the same vocabulary.
 #define LORA_GPT2 "-device cpu " ZT_MODEL " -b 2 -v 0 -s 0"
 #define LORA_LLAMA "-device cpu -e llama-tiny -layers 2 -vocab 97 -t 16 -b 2 -v 0 -s 0 -blas 0 -poison 1"
+#define LORA_PHI3 "-device cpu -e test/fixtures/hf/phi3_fused -t 16 -b 2 -v 0 -s 0 -blas 0 -poison 1"
 
 static const char* lora_flags(const char* model, const char* extra) {
     static char flags[2048];
@@ -655,6 +656,8 @@ TEST(lora_export_loads_in_peft) {
     if (!py || !*py) TEST_SKIP("needs $ZT_HF_PYTHON with transformers and peft 0.13.2 (.ci/run makes it)");
     lora_peft_case(py, LORA_GPT2, "lora_gpt2", "-z 1 -lora 2 -lora-alpha 4");
     lora_peft_case(py, LORA_LLAMA, "lora_llama", "-z 3 -lora 2 -lora-alpha 6 -lora-targets q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj");
+    // Phi-3 (Phi3ForCausalLM): its fused qkv_proj and gate_up_proj are PEFT's targets, the adapters span them whole
+    lora_peft_case(py, LORA_PHI3, "lora_phi3", "-z 2 -lora 2 -lora-alpha 4");
 }
 
 // An adapter PEFT itself writes (LoraConfig with init_lora_weights=False: A and B random;
