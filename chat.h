@@ -27,10 +27,14 @@
 //     YYYY-MM-DD when given (transformers' date_string); else 3.1's template default "26 Jul 2024",
 //     3.2's strftime_now, i.e. today — taken once, in UTC, by the one process that runs -tokenize.
 //   TRIM is Jinja's trim filter: Python's str.strip(), the whitespace of str.isspace (chat_trim).
+//   Qwen3 (two revisions, the same bytes for string contents): ChatML without a default system
+//     prompt; an assistant message's <think>...</think> reasoning kept, in a
+//     <think>\nR\n</think>\n\n block, only after the last user query (chat_render_qwen3 says how).
 //
 // Which tokens count (the loss mask, chat_encode): the rendered text is encoded whole, as
 // apply_chat_template(tokenize=True) does (special tokens matched), and a token counts when its
-// bytes overlap the content of a counted assistant message (as rendered: trimmed for Llama 3), or
+// bytes overlap the content of a counted assistant message (as rendered: trimmed for Llama 3; Qwen3:
+// all it writes after its header), or
 // when it is the end-of-turn token written right after that content (<|im_end|> for ChatML,
 // <|eot_id|> for Llama 3). Nothing else counts: not the role headers, not the "\n" after
 // <|im_end|>, not system or user text, not the BOS. A token that holds template text and the
@@ -99,7 +103,8 @@ static void chat_sha256_hex(const void* data, size_t n, char hex[65]) {
 // The templates this build renders: one row each (the hash is of the chat_template string as
 // tokenizer_config.json holds it, JSON-decoded, UTF-8). Texts and sources: test/fixtures/chat/.
 
-typedef enum { CHAT_CHATML, CHAT_LLAMA3, CHAT_LLAMA31 } ChatFamily;
+typedef enum { CHAT_CHATML, CHAT_LLAMA3, CHAT_LLAMA31, CHAT_QWEN3 } ChatFamily;
+static inline int chat_is_chatml(ChatFamily f) { return f == CHAT_CHATML || f == CHAT_QWEN3; } // <|im_start|> turns, no BOS
 typedef struct {
     const char* name;            // the fixture's name: test/fixtures/chat/NAME.jinja
     const char* sha256;
@@ -121,6 +126,12 @@ static const ChatTemplateInfo CHAT_TEMPLATES[] = {
      "<|eot_id|>", "26 Jul 2024"},
     {"llama3.2", "5816fce10444e03c2e9ee1ef8a4a1ea61ae7e69e438613f3b17b69d0426223a4", "Llama-3.2-1B/3B-Instruct", CHAT_LLAMA31, NULL,
      "<|eot_id|>", ""},
+    // Qwen3's two revisions: they render string contents alike (they differ for list contents and a
+    // reasoning_content that is not a string, which -tokenize never passes)
+    {"qwen3", "a55ee1b1660128b7098723e0abcd92caa0788061051c62d51cbe87d9cf1974d8", "Qwen3-0.6B ... 32B (Qwen/Qwen3-*)", CHAT_QWEN3, NULL,
+     "<|im_end|>", NULL},
+    {"qwen3-first", "87a2728cb8dc9fe424d624542f6060ec05a1d285ebbec578bb078900e33396b5", "Qwen3 (its first revision: Qwen3-Embedding, mlx-community copies)",
+     CHAT_QWEN3, NULL, "<|im_end|>", NULL},
 };
 #define CHAT_NTEMPLATES ((int)(sizeof(CHAT_TEMPLATES) / sizeof(CHAT_TEMPLATES[0])))
 
@@ -275,7 +286,7 @@ static int chat_init(Chat* c, const Tokenizer* tok, const char* chat_date, char*
                             "docs/chat.md says how to add one", c->path, hex, known);
         return CHAT_UNKNOWN;
     }
-    if (c->t->family != CHAT_CHATML) {  // the template writes bos_token first
+    if (!chat_is_chatml(c->t->family)) {  // the template writes bos_token first
         int found = have && chat_config_token(&j, "bos_token", c->bos, sizeof(c->bos));
         Json m;
         int hm = found ? 0 : chat_read_json(stmap, &m, err, errlen);
@@ -340,12 +351,81 @@ static int chat_put_content(const Chat* c, ChatText* t, const ChatMsg* m, size_t
     return rc;
 }
 
+// s[0, n) holds w (length wn) at *at: its first (last: 1) occurrence.
+static int chat_find(const char* s, size_t n, const char* w, int last, size_t* at) {
+    size_t wn = strlen(w);
+    int found = 0;
+    for (size_t i = 0; i + wn <= n; i++)
+        if (!memcmp(s + i, w, wn)) { *at = i; found = 1; if (!last) break; }
+    return found;
+}
+
+// Qwen3's assistant message (the template's lines, for a string content): a reasoning part and a
+// content part, as offsets into m's content. With '</think>' in it: content = what follows the last
+// '</think>', lstrip('\n'); reasoning = what precedes the first '</think>', rstrip('\n'), after its
+// last '<think>', lstrip('\n'). Without: the whole content, no reasoning.
+static void chat_qwen3_split(const ChatMsg* m, size_t r[2], size_t t[2]) {
+    const char* s = m->content;
+    size_t n = m->len, k;
+    r[0] = r[1] = 0;
+    t[0] = 0; t[1] = n;
+    if (!chat_find(s, n, "</think>", 1, &k)) return;
+    t[0] = k + 8;
+    while (t[0] < n && s[t[0]] == '\n') t[0]++;
+    chat_find(s, n, "</think>", 0, &k);
+    size_t b = k, a = 0;
+    while (b > 0 && s[b - 1] == '\n') b--;
+    if (chat_find(s, b, "<think>", 1, &k)) a = k + 7;
+    while (a < b && s[a] == '\n') a++;
+    r[0] = a; r[1] = b;
+}
+
+// Qwen3's template (the rows "qwen3", "qwen3-first"), for string contents and no tools: a system
+// message first is its own block (no default system prompt); user and later system messages as
+// ChatML; an assistant message after the last user query (the last user message not wrapped in
+// <tool_response>...</tool_response>) that is the last message or has reasoning is written
+//     <|im_start|>assistant\n<think>\nREASONING.strip('\n')\n</think>\n\nCONTENT.lstrip('\n')<|im_end|>\n
+// (so a final answer without reasoning gets an empty <think>\n\n</think>\n\n block), every other
+// assistant message <|im_start|>assistant\nCONTENT<|im_end|>\n, its reasoning dropped. An assistant
+// message's span (what counts) is all it writes after its header: the think block too, which the
+// model writes itself after the generation prompt <|im_start|>assistant\n.
+static int chat_render_qwen3(const ChatMsg* m, int n, int gen, ChatText* out, size_t (*spans)[2]) {
+    int rc = 0, last_query = n - 1;
+    for (int i = n - 1; i >= 0; i--) {
+        size_t len = m[i].len;
+        if (m[i].role != CHAT_USER) continue;  // content.startswith('<tool_response>') and content.endswith('</tool_response>')
+        int wrapped = len >= 15 && !memcmp(m[i].content, "<tool_response>", 15) && len >= 16 && !memcmp(m[i].content + len - 16, "</tool_response>", 16);
+        if (!wrapped) { last_query = i; break; }
+    }
+    for (int i = 0; i < n; i++) {
+        rc |= chat_puts(out, "<|im_start|>") | chat_puts(out, CHAT_ROLE[m[i].role]) | chat_puts(out, "\n");
+        spans[i][0] = out->n;
+        if (m[i].role != CHAT_ASSISTANT) rc |= chat_put(out, m[i].content, m[i].len);
+        else {
+            size_t r[2], t[2];
+            chat_qwen3_split(&m[i], r, t);
+            const char* s = m[i].content;
+            if (i > last_query && (i == n - 1 || r[1] > r[0])) {
+                while (r[0] < r[1] && s[r[0]] == '\n') r[0]++; // reasoning.strip('\n') (its end is stripped already
+                while (r[1] > r[0] && s[r[1] - 1] == '\n') r[1]--; //  when it came from a split; not when there was none)
+                while (t[0] < t[1] && s[t[0]] == '\n') t[0]++; // content.lstrip('\n')
+                rc |= chat_puts(out, "<think>\n") | chat_put(out, s + r[0], r[1] - r[0]) | chat_puts(out, "\n</think>\n\n") | chat_put(out, s + t[0], t[1] - t[0]);
+            } else rc |= chat_put(out, s + t[0], t[1] - t[0]);
+        }
+        spans[i][1] = out->n;
+        rc |= chat_puts(out, "<|im_end|>\n");
+    }
+    if (gen) rc |= chat_puts(out, "<|im_start|>assistant\n");  // (enable_thinking is never passed: the template's default)
+    return rc ? -1 : 0;
+}
+
 // Render messages m[0, n) as the template does into *out (replaced), with add_generation_prompt =
 // gen; spans[i] = where message i's content landed in it ([0, 0) for none). 0, or -1: out of memory.
 static int chat_render(const Chat* c, const ChatMsg* m, int n, int gen, ChatText* out, size_t (*spans)[2]) {
     out->n = 0;
     int rc = chat_put(out, "", 0), from = 0;
     for (int i = 0; i < n; i++) spans[i][0] = spans[i][1] = 0;
+    if (c->t->family == CHAT_QWEN3) return rc ? -1 : chat_render_qwen3(m, n, gen, out, spans);
     if (c->t->family == CHAT_CHATML) {
         // {%- if messages[0]['role'] == 'system' %} ... {%- else %} the default system prompt (Qwen2.5's
         // first block; SmolLM2's loop.first test): both give the same bytes

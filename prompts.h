@@ -196,6 +196,9 @@ static int prompt_messages(const Json* j, int list, const char* field, int count
         for (int q = 0; q < 3; q++) if (!strcmp(j->nodes[r].str, CHAT_ROLE[q])) role = q;
         if (role < 0) return st_err(err, errlen, "%s:%lld: %s[%d]: unknown role \"%.60s\" (system, user or assistant)", path, lineno, field, k, j->nodes[r].str);
         if (json_get(j, e, "tool_calls") >= 0) return st_err(err, errlen, "%s:%lld: %s[%d]: tool calls are not supported", path, lineno, field, k);
+        if (json_get(j, e, "reasoning_content") >= 0)
+            return st_err(err, errlen, "%s:%lld: %s[%d]: a separate \"reasoning_content\" is not supported (write it in the content: "
+                          "<think>...</think> then the answer, which Qwen3's template splits the same way)", path, lineno, field, k);
         if (c < 0) return st_err(err, errlen, "%s:%lld: %s[%d] has no \"content\"", path, lineno, field, k);
         if (j->nodes[c].type != JSON_STRING) return st_err(err, errlen, "%s:%lld: %s[%d]: \"content\" is not a string", path, lineno, field, k);
         if (counted == 1 && role != CHAT_ASSISTANT) return st_err(err, errlen, "%s:%lld: %s[%d] is a \"%s\" message: a completion holds the assistant's messages only", path, lineno, field, k, CHAT_ROLE[role]);

@@ -12,6 +12,7 @@ and the special tokens the template writes:
   smollm2             Digits(individual) + ByteLevel(use_regex); <|endoftext|> <|im_start|> <|im_end|>
   llama3, 3.1, 3.2    Split(Llama 3) + ByteLevel, ignore_merges, TemplateProcessing BOS;
                       <|begin_of_text|> <|end_of_text|> <|start_header_id|> <|end_header_id|> <|eot_id|>
+  qwen3, qwen3-first  Qwen2.5's, and <think> </think> as added tokens that are not special (as Qwen3's)
 
     $ZT_HF_PYTHON dev/chat_fixtures.py --out DIR [--T 160] [--date 2026-02-03]
 
@@ -72,6 +73,8 @@ TEMPLATES = {  # name -> (family, end of turn)
     "llama3": ("llama3", "<|eot_id|>"),
     "llama3.1": ("llama3", "<|eot_id|>"),
     "llama3.2": ("llama3", "<|eot_id|>"),
+    "qwen3": ("qwen3", "<|im_end|>"),
+    "qwen3-first": ("qwen3", "<|im_end|>"),
 }
 
 S, U, A = "system", "user", "assistant"
@@ -100,6 +103,12 @@ CONVERSATIONS = [
                   m(A, "Two: " + MID), m(U, "Three?"), m(A, "Three.")]},
     {"messages": [m(U if i % 2 == 0 else A, f"turn {i // 2}: " + " ".join(["water"] * (3 + i % 5))) for i in range(24)]},
     {"messages": [m(U, "Old question " + LONG), m(A, "Old answer " + LONG), m(U, "New question"), m(A, "New answer.")]},
+    # reasoning in the content (Qwen3's template splits it at </think>; the others write it as text)
+    {"messages": [m(U, "Think first: 3*3?"), m(A, "<think>\nthree threes\nnine\n</think>\n\nNine.")]},
+    {"messages": [m(S, "Be brief."), m(U, "q1"), m(A, "<think>r1</think>a1"), m(U, "q2"), m(A, "\n<think>\n\nr2\n\n</think>\n\n\na2 \n")]},
+    {"messages": [m(U, "Look it up."), m(A, "Calling."), m(U, "<tool_response>\n42\n</tool_response>"), m(A, "<think>x</think>It is 42."),
+                  m(A, "No reasoning here.")]},
+    {"prompt": [m(U, "Why?")], "completion": [m(A, "<think>because\n</think>Because.")]},
 ]
 
 
@@ -120,7 +129,7 @@ def train(family):
             pre_tokenizers.Split(Regex(LLAMA3_RE), behavior="isolated", invert=False),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
         specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
-    elif family == "qwen2":
+    elif family in ("qwen2", "qwen3"):
         tok.normalizer = normalizers.NFC()
         tok.pre_tokenizer = pre_tokenizers.Sequence([
             pre_tokenizers.Split(Regex(QWEN2_RE), behavior="isolated", invert=False),
@@ -135,6 +144,8 @@ def train(family):
     trainer = trainers.BpeTrainer(vocab_size=700, show_progress=False, special_tokens=specials,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(corpus(), trainer=trainer)
+    if family == "qwen3":  # Qwen3's tokenizer.json: <think> and </think> added, not special (matched in any text)
+        tok.add_tokens([tokenizers.AddedToken("<think>", special=False, normalized=False), tokenizers.AddedToken("</think>", special=False, normalized=False)])
     if family == "llama3":
         bos = tok.token_to_id("<|begin_of_text|>")
         tok.post_processor = processors.Sequence([
@@ -151,6 +162,16 @@ def spans(name, rendered, msgs, date):
     delimiters, in order (independent of chat.h's bookkeeping)."""
     family = TEMPLATES[name][0]
     out, at = [], 0
+    if family == "qwen3":  # what follows each header up to its <|im_end|> (the assistant's think block included: the model writes it)
+        for i, msg in enumerate(msgs):
+            before = f"<|im_start|>{msg['role']}\n"
+            k = rendered.find(before, at)
+            e = rendered.find("<|im_end|>\n", k + len(before)) if k >= 0 else -1
+            if e < 0:
+                raise SystemExit(f"chat_fixtures: {name}: message {i} not found in the rendering")
+            out.append((k + len(before), e))
+            at = e
+        return out
     for i, msg in enumerate(msgs):
         content = msg["content"] if family != "llama3" else msg["content"].strip()
         if family != "llama3":
