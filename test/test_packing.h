@@ -151,10 +151,11 @@ static void pk_check(const char* name, const Trainer* tr, double le, double ge, 
 
 // Packed = alone for GPT-2 (the fixture: learned positions) and the Llama family (RoPE; GQA): each
 // example's loss sum and every gradient within the tolerance, and without isolation the examples
-// after the first far off. make test: GPT-2 and llama-tiny in FP32, GPT-2 and llama-tiny-tied in
-// BF16 on the CPU device; on the emulated CUDA device (the fixture's odd head sizes take the scalar
-// attention kernels; the tensor-core ones: packed_examples_equal_alone_tc) GPT-2 in FP32 (make
-// test-long: GPT-2 and llama-tiny-tied in both builds; the op cases check the kernels with seg).
+// after the first far off. make test: GPT-2, llama-tiny and qwen3-tiny (its q/k norms) in FP32,
+// GPT-2 and llama-tiny-tied in BF16 on the CPU device; on the emulated CUDA device (the fixture's
+// odd head sizes take the scalar attention kernels; the tensor-core ones:
+// packed_examples_equal_alone_tc) GPT-2 in FP32 (make test-long: all but llama-tiny in both
+// builds; the op cases check the kernels with seg).
 static int pk_sampled(int fam) {
 #ifdef ZT_GPU_SUITE
     if (test_long()) return fam != 1;
@@ -170,14 +171,14 @@ TEST(packed_examples_equal_alone) {
     Fixture fx;
     if (tm_load_fixture(&fx)) { CHECK(0); return; }
     int ran = 0;
-    for (int fam = 0; fam < 3; fam++) {
+    for (int fam = 0; fam < 1 + LLAMA_NSHAPES; fam++) {
         if (!pk_sampled(fam)) continue;
         ran++;
         Trainer* tr = fam == 0 ? tm_trainer(tm_fixture_flags(&fx, "-r 0 -z 0")) : llama_trainer(fam - 1, "-r 0 -z 0");
         if (fam > 0) { zero_fill_opt(&tr->model.z, 0, llama_test_fill, &tr->model.d); zero_params_from_master(&tr->model.z); }
         double le, ge, off;
         pk_packed_vs_alone(tr, &le, &ge, &off);
-        pk_check(fam == 0 ? "gpt-2 (fixture)" : fam == 1 ? "llama-tiny" : "llama-tiny-tied", tr, le, ge, off);
+        pk_check(fam == 0 ? "gpt-2 (fixture)" : g_llama_names[fam - 1], tr, le, ge, off);
         tm_free(tr);
     }
     if (!ran) printf("    the scalar kernels' case runs in the FP32 build (make test-long: here too)\n");
