@@ -30,17 +30,34 @@
 //   Qwen3 (two revisions, the same bytes for string contents): ChatML without a default system
 //     prompt; an assistant message's <think>...</think> reasoning kept, in a
 //     <think>\nR\n</think>\n\n block, only after the last user query (chat_render_qwen3 says how).
+//   Mistral (Mistral-7B-Instruct v0.1/v0.2, v0.3's first revision): BOS, user and assistant
+//     alternating from a user message (no system message), as
+//       [INST] USER [/INST]ASSISTANT</s>
+//   Mistral v0.3 (its template with tools): an optional system message first, the rest alternating
+//     from a user message, BOS, then
+//       [INST] USER[/INST] TRIM(ASSISTANT)</s>
+//     the system message written only into the last user message, "[INST] SYSTEM\n\nUSER[/INST]",
+//     when that message is the conversation's last (a prompt; in a training conversation, which
+//     ends with the assistant, the template drops it: we render what the template renders).
+//   Phi-3 (Phi-3-mini-4k-instruct): each message as <|ROLE|>\nCONTENT<|end|>\n, then the
+//     generation prompt <|assistant|>\n, or without it eos_token (<|endoftext|>).
+//   A conversation a template refuses (Mistral's raise_exception: roles that do not alternate, a
+//     system message where it has none) is refused with the template's own words.
 //
 // Which tokens count (the loss mask, chat_encode): the rendered text is encoded whole, as
 // apply_chat_template(tokenize=True) does (special tokens matched), and a token counts when its
 // bytes overlap the content of a counted assistant message (as rendered: trimmed for Llama 3; Qwen3:
 // all it writes after its header), or
 // when it is the end-of-turn token written right after that content (<|im_end|> for ChatML,
-// <|eot_id|> for Llama 3). Nothing else counts: not the role headers, not the "\n" after
-// <|im_end|>, not system or user text, not the BOS. A token that holds template text and the
-// first bytes of an answer together (ChatML, an answer starting with whitespace the pre-tokenizer
-// joins to the header's "\n") counts. Token spans come from the decoded bytes of the ids, checked to spell the rendering (its
-// NFC, for Qwen2's normalizer) exactly.
+// <|eot_id|> for Llama 3, </s> for Mistral, <|end|> for Phi-3). Nothing else counts: not the role
+// headers, not the "\n" after <|im_end|>, not system or user text, not the BOS, not Phi-3's
+// closing <|endoftext|>. A token that holds template text and the first bytes of an answer
+// together (ChatML, an answer starting with whitespace the pre-tokenizer joins to the header's
+// "\n"; Phi-3, whitespace its rstrip header tokens take) counts. Token spans come from the decoded
+// bytes of the ids, checked to spell the rendering (its NFC, for Qwen2's normalizer) exactly, up
+// to what a SentencePiece-style tokenizer changes: the "▁" it prepends to a piece of text (a
+// space no byte of the rendering holds) and the whitespace an added token with lstrip or rstrip
+// takes (chat_align).
 //
 // defines: Chat, ChatMsg, ChatText, CHAT_TEMPLATES, CHAT_ROLE, chat_sha256_hex, chat_date_string,
 //          chat_init, chat_trim, chat_render, chat_encode, chat_encode_prompt
@@ -103,8 +120,9 @@ static void chat_sha256_hex(const void* data, size_t n, char hex[65]) {
 // The templates this build renders: one row each (the hash is of the chat_template string as
 // tokenizer_config.json holds it, JSON-decoded, UTF-8). Texts and sources: test/fixtures/chat/.
 
-typedef enum { CHAT_CHATML, CHAT_LLAMA3, CHAT_LLAMA31, CHAT_QWEN3 } ChatFamily;
-static inline int chat_is_chatml(ChatFamily f) { return f == CHAT_CHATML || f == CHAT_QWEN3; } // <|im_start|> turns, no BOS
+typedef enum { CHAT_CHATML, CHAT_LLAMA3, CHAT_LLAMA31, CHAT_QWEN3, CHAT_MISTRAL, CHAT_MISTRAL3, CHAT_PHI3 } ChatFamily;
+static inline int chat_writes_bos(ChatFamily f) { return f == CHAT_LLAMA3 || f == CHAT_LLAMA31 || f == CHAT_MISTRAL || f == CHAT_MISTRAL3; }
+static inline int chat_writes_eos(ChatFamily f) { return f == CHAT_MISTRAL || f == CHAT_MISTRAL3 || f == CHAT_PHI3; }
 typedef struct {
     const char* name;            // the fixture's name: test/fixtures/chat/NAME.jinja
     const char* sha256;
@@ -132,6 +150,13 @@ static const ChatTemplateInfo CHAT_TEMPLATES[] = {
      "<|im_end|>", NULL},
     {"qwen3-first", "87a2728cb8dc9fe424d624542f6060ec05a1d285ebbec578bb078900e33396b5", "Qwen3 (its first revision: Qwen3-Embedding, mlx-community copies)",
      CHAT_QWEN3, NULL, "<|im_end|>", NULL},
+    // Mistral's first template (v0.1, v0.2; v0.3's first revision, as its GGUF copies keep it) and
+    // v0.3's with tools, which Mistral-Small-2409 and Mistral-Large-2407 ship too
+    {"mistral", "26a59556925c987317ce5291811ba3b7f32ec4c647c400c6cc7e3a9993007ba7", "Mistral-7B-Instruct-v0.1/v0.2 (v0.3's first revision)",
+     CHAT_MISTRAL, NULL, "</s>", NULL},
+    {"mistral-v0.3", "e16746b40344d6c5b5265988e0328a0bf7277be86f1c335156eae07e29c82826", "Mistral-7B-Instruct-v0.3, Mistral-Small-2409",
+     CHAT_MISTRAL3, NULL, "</s>", NULL},
+    {"phi-3", "dcaee66df77bfbb789ec541fe713218da30225a526f1db97138fc39ee6dc56aa", "Phi-3-mini-4k-instruct", CHAT_PHI3, NULL, "<|end|>", NULL},
 };
 #define CHAT_NTEMPLATES ((int)(sizeof(CHAT_TEMPLATES) / sizeof(CHAT_TEMPLATES[0])))
 
@@ -148,7 +173,8 @@ typedef struct {
 typedef struct {
     const ChatTemplateInfo* t;
     char path[4200];        // tokenizer_config.json, for messages
-    char bos[256];          // Llama: tokenizer_config.json's bos_token (the template writes it first)
+    char bos[256];          // Llama, Mistral: tokenizer_config.json's bos_token (the template writes it first)
+    char eos[256];          // Mistral, Phi-3: its eos_token (written after each answer / at the end)
     char date[32];          // Llama 3.1/3.2: the date line's date
     uint32_t end_of_turn;   // the id of t->end_of_turn
 } Chat;
@@ -278,7 +304,7 @@ static int chat_init(Chat* c, const Tokenizer* tok, const char* chat_date, char*
     for (int i = 0; i < CHAT_NTEMPLATES && !c->t; i++)
         if (!strcmp(hex, CHAT_TEMPLATES[i].sha256)) c->t = &CHAT_TEMPLATES[i];
     if (!c->t) {
-        char known[512] = "";
+        char known[1536] = "";
         for (int i = 0; i < CHAT_NTEMPLATES; i++)
             snprintf(known + strlen(known), sizeof(known) - strlen(known), "%s%s (%s)", i ? ", " : "", CHAT_TEMPLATES[i].name, CHAT_TEMPLATES[i].models);
         if (have) json_free(&j);
@@ -286,18 +312,21 @@ static int chat_init(Chat* c, const Tokenizer* tok, const char* chat_date, char*
                             "docs/chat.md says how to add one", c->path, hex, known);
         return CHAT_UNKNOWN;
     }
-    if (!chat_is_chatml(c->t->family)) {  // the template writes bos_token first
-        int found = have && chat_config_token(&j, "bos_token", c->bos, sizeof(c->bos));
+    for (int k = 0; k < 2; k++) {  // bos_token, eos_token: when the template writes it
+        const char* key = k ? "eos_token" : "bos_token", *when = k ? "" : " first";
+        char* dst = k ? c->eos : c->bos;
+        if (!(k ? chat_writes_eos(c->t->family) : chat_writes_bos(c->t->family))) continue;
+        int found = have && chat_config_token(&j, key, dst, 256);
         Json m;
         int hm = found ? 0 : chat_read_json(stmap, &m, err, errlen);
         if (hm < 0) { if (have) json_free(&j); return -1; }
         if (hm) {
-            found = chat_config_token(&m, "bos_token", c->bos, sizeof(c->bos));
+            found = chat_config_token(&m, key, dst, 256);
             json_free(&m);
         }
         if (!found) {
             if (have) json_free(&j);
-            return st_err(err, errlen, "%s: the %s template writes bos_token first, and neither %s nor %s names one", c->path, c->t->name, cfg, stmap);
+            return st_err(err, errlen, "%s: the %s template writes %s%s, and neither %s nor %s names one", c->path, c->t->name, key, when, cfg, stmap);
         }
     }
     if (have) json_free(&j);
@@ -341,10 +370,11 @@ static void chat_trim(const char* s, size_t n, size_t* a, size_t* b) {
     *b = j;
 }
 
-// Append message m's content as the template writes it (trimmed for Llama 3), its span in *span.
-static int chat_put_content(const Chat* c, ChatText* t, const ChatMsg* m, size_t span[2]) {
+// Append message m's content as the template writes it (trim: Jinja's trim, as Llama 3 writes every
+// content and Mistral v0.3 an answer), its span in *span.
+static int chat_put_content(ChatText* t, const ChatMsg* m, int trim, size_t span[2]) {
     size_t a = 0, b = m->len;
-    if (c->t->family != CHAT_CHATML) chat_trim(m->content, m->len, &a, &b);
+    if (trim) chat_trim(m->content, m->len, &a, &b);
     span[0] = t->n;
     int rc = chat_put(t, m->content + a, b - a);
     span[1] = t->n;
@@ -419,13 +449,55 @@ static int chat_render_qwen3(const ChatMsg* m, int n, int gen, ChatText* out, si
     return rc ? -1 : 0;
 }
 
+// Mistral's two templates (the rows "mistral" and "mistral-v0.3"), for string contents and no
+// tools. Both check first that the roles alternate user, assistant, user, ... (v0.3 after an
+// optional system message) and raise_exception otherwise, with the words quoted here; then
+//   mistral:      BOS, each user message "[INST] " + content + " [/INST]", each answer content + EOS
+//   mistral-v0.3: BOS, each user message "[INST] " + content + "[/INST]" — the system message,
+//                 when there is one, goes into the last message's, "[INST] " + system + "\n\n" +
+//                 content + "[/INST]", only when that is a user message (loop.last) — and each
+//                 answer " " + trim(content) + EOS.
+// add_generation_prompt writes nothing in either. 0, or -1 with err.
+static int chat_render_mistral(const Chat* c, const ChatMsg* m, int n, ChatText* out, size_t (*spans)[2], char* err, size_t errlen) {
+    int v3 = c->t->family == CHAT_MISTRAL3, sys = v3 && n > 0 && m[0].role == CHAT_SYSTEM, rc = 0;
+    for (int i = sys; i < n; i++)  // (message['role'] == 'user') != (index % 2 == 0)
+        if ((m[i].role == CHAT_USER) != ((i - sys) % 2 == 0))
+            return st_err(err, errlen, "the %s chat template refuses the conversation (message %d is the %s's): \"%sonversation roles must "
+                          "alternate user/assistant/user/assistant/...\"", c->t->name, i + 1, CHAT_ROLE[m[i].role], v3 ? "After the optional system message, c" : "C");
+    for (int i = sys; i < n; i++)  // (alternating, a system message can only be at an odd place)
+        if (m[i].role == CHAT_SYSTEM)
+            return st_err(err, errlen, "the %s chat template refuses the conversation (message %d is a system message): \"%s\"", c->t->name, i + 1,
+                          v3 ? "Only user and assistant roles are supported, with the exception of an initial optional system message!"
+                             : "Only user and assistant roles are supported!");
+    rc |= chat_puts(out, c->bos);
+    for (int i = sys; i < n; i++) {
+        if (m[i].role == CHAT_USER) {
+            rc |= chat_puts(out, "[INST] ");
+            if (sys && i == n - 1) rc |= chat_put_content(out, &m[0], 0, spans[0]) | chat_puts(out, "\n\n");
+            rc |= chat_put_content(out, &m[i], 0, spans[i]) | chat_puts(out, v3 ? "[/INST]" : " [/INST]");
+        } else
+            rc |= chat_puts(out, v3 ? " " : "") | chat_put_content(out, &m[i], v3, spans[i]) | chat_puts(out, c->eos);
+    }
+    return rc ? st_err(err, errlen, "out of memory") : 0;
+}
+
 // Render messages m[0, n) as the template does into *out (replaced), with add_generation_prompt =
-// gen; spans[i] = where message i's content landed in it ([0, 0) for none). 0, or -1: out of memory.
-static int chat_render(const Chat* c, const ChatMsg* m, int n, int gen, ChatText* out, size_t (*spans)[2]) {
+// gen; spans[i] = where message i's content landed in it ([0, 0) for none). 0, or -1 with err (out
+// of memory, or a conversation the template refuses, in its words).
+static int chat_render(const Chat* c, const ChatMsg* m, int n, int gen, ChatText* out, size_t (*spans)[2], char* err, size_t errlen) {
     out->n = 0;
     int rc = chat_put(out, "", 0), from = 0;
     for (int i = 0; i < n; i++) spans[i][0] = spans[i][1] = 0;
-    if (c->t->family == CHAT_QWEN3) return rc ? -1 : chat_render_qwen3(m, n, gen, out, spans);
+    if (rc) return st_err(err, errlen, "out of memory");
+    if (c->t->family == CHAT_QWEN3) return chat_render_qwen3(m, n, gen, out, spans) ? st_err(err, errlen, "out of memory") : 0;
+    if (c->t->family == CHAT_MISTRAL || c->t->family == CHAT_MISTRAL3) return chat_render_mistral(c, m, n, out, spans, err, errlen);
+    if (c->t->family == CHAT_PHI3) {  // '<|' + role + '|>\n' + content + '<|end|>\n'; then '<|assistant|>\n' or eos_token
+        for (int i = 0; i < n; i++)
+            rc |= chat_puts(out, "<|") | chat_puts(out, CHAT_ROLE[m[i].role]) | chat_puts(out, "|>\n") | chat_put_content(out, &m[i], 0, spans[i]) |
+                  chat_puts(out, "<|end|>\n");
+        rc |= chat_puts(out, gen ? "<|assistant|>\n" : c->eos);
+        return rc ? st_err(err, errlen, "out of memory") : 0;
+    }
     if (c->t->family == CHAT_CHATML) {
         // {%- if messages[0]['role'] == 'system' %} ... {%- else %} the default system prompt (Qwen2.5's
         // first block; SmolLM2's loop.first test): both give the same bytes
@@ -433,22 +505,22 @@ static int chat_render(const Chat* c, const ChatMsg* m, int n, int gen, ChatText
             rc |= chat_puts(out, "<|im_start|>system\n") | chat_puts(out, c->t->default_system) | chat_puts(out, "<|im_end|>\n");
         for (int i = 0; i < n; i++)  // '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>' + '\n'
             rc |= chat_puts(out, "<|im_start|>") | chat_puts(out, CHAT_ROLE[m[i].role]) | chat_puts(out, "\n") |
-                  chat_put_content(c, out, &m[i], spans[i]) | chat_puts(out, "<|im_end|>\n");
+                  chat_put_content(out, &m[i], 0, spans[i]) | chat_puts(out, "<|im_end|>\n");
         if (gen) rc |= chat_puts(out, "<|im_start|>assistant\n");  // {%- if add_generation_prompt %}
-        return rc ? -1 : 0;
+        return rc ? st_err(err, errlen, "out of memory") : 0;
     }
     rc |= chat_puts(out, c->bos);  // bos_token (Llama 3: inside the first message's block; same bytes)
     if (c->t->family == CHAT_LLAMA31) {  // the system block, always written
         rc |= chat_puts(out, "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: ") |
               chat_puts(out, c->date) | chat_puts(out, "\n\n");
-        if (n > 0 && m[0].role == CHAT_SYSTEM) rc |= chat_put_content(c, out, &m[0], spans[0]), from = 1;
+        if (n > 0 && m[0].role == CHAT_SYSTEM) rc |= chat_put_content(out, &m[0], 1, spans[0]), from = 1;
         rc |= chat_puts(out, "<|eot_id|>");
     }
     for (int i = from; i < n; i++)  // '<|start_header_id|>' + role + '<|end_header_id|>\n\n' + content | trim + '<|eot_id|>'
         rc |= chat_puts(out, "<|start_header_id|>") | chat_puts(out, CHAT_ROLE[m[i].role]) | chat_puts(out, "<|end_header_id|>\n\n") |
-              chat_put_content(c, out, &m[i], spans[i]) | chat_puts(out, "<|eot_id|>");
+              chat_put_content(out, &m[i], 1, spans[i]) | chat_puts(out, "<|eot_id|>");
     if (gen) rc |= chat_puts(out, "<|start_header_id|>assistant<|end_header_id|>\n\n");  // {%- if add_generation_prompt %}
-    return rc ? -1 : 0;
+    return rc ? st_err(err, errlen, "out of memory") : 0;
 }
 
 // A rendering's ids: work's text encoded whole with special tokens matched, as
@@ -462,32 +534,91 @@ static int chat_tokenize(Tokenizer* tok, const ChatText* work, uint32_t** ids, s
     return rc;
 }
 
+// Token i's decoded bytes b[0, len) against the text at s[0, n): the bytes of s it stands for, or
+// -1. A SentencePiece-style tokenizer decodes R (what it makes of ' ', "▁") as a space, so there a
+// space stands for either (rep[0, replen); replen 0: byte-level BPE).
+static long chat_match(const char* b, size_t len, const char* s, size_t n, const unsigned char* rep, size_t replen) {
+    size_t at = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (at < n && s[at] == b[i]) at++;
+        else if (replen && b[i] == ' ' && at + replen <= n && !memcmp(s + at, rep, replen)) at += replen;
+        else return -1;
+    }
+    return (long)at;
+}
+
+// Does a SentencePiece-style tokenizer put a "▁" before the stretch of text at s[at, n) (between
+// added tokens; first: the text's first)? Prepend("▁") in the normalizer (the legacy files: every
+// stretch), Metaspace's prepend_scheme "always" (a stretch that does not start with R), "first"
+// (that, and only the text's first stretch).
+static int chat_prepends(const TokenizerHF* h, const char* s, size_t n, size_t at, int first) {
+    for (int k = 0; k < h->nnorms; k++) if (h->norms[k].kind == TOKENIZER_NORM_PREPEND) return 1;
+    if (!h->metaspace) return 0;
+    size_t rl = (size_t)h->space_rep_len;
+    int starts_r = at < n && (s[at] == ' ' || (rl && at + rl <= n && !memcmp(s + at, h->space_rep, rl)));
+    return !starts_r && (h->prepend_scheme == TOKENIZER_PREPEND_ALWAYS || (h->prepend_scheme == TOKENIZER_PREPEND_FIRST && first));
+}
+
+// Where each token of ids[0, nid) lies in the text s[0, n) it encodes: token i holds [ends[i - 1],
+// ends[i]) (ends[-1] = 0). The decoded bytes spell the text, but for a SentencePiece-style
+// tokenizer's additions: the "▁" put before a stretch of text (chat_prepends: a space no byte
+// holds, skipped) and the whitespace beside an added token with lstrip / rstrip (the token's:
+// tokenizers' offsets give it the token too). 0, or -1 when the ids do not spell s.
+static int chat_align(const Tokenizer* tok, const char* s, size_t n, const uint32_t* ids, size_t nid, size_t* ends) {
+    const TokenizerHF* h = tok->hf;
+    uint32_t top = 0;
+    for (int a = 0; a < h->nadded; a++) if (h->added[a].id + 1 > top) top = h->added[a].id + 1;
+    uint8_t* bits = (uint8_t*)calloc(top + 1, 1);  // per added id: 1 added, 2 lstrip, 4 rstrip
+    if (!bits) return -1;
+    for (int a = 0; a < h->nadded; a++) bits[h->added[a].id] = (uint8_t)(1 | h->added[a].lstrip << 1 | h->added[a].rstrip << 2);
+    const unsigned char* rep = h->sp ? h->space_rep : NULL;
+    size_t replen = h->sp ? (size_t)h->space_rep_len : 0, at = 0;
+    int stretch = 1;  // the next token starts a stretch of text (the text's start, or after an added token)
+    for (size_t i = 0; i < nid; i++) {
+        uint32_t id = ids[i], len = tok->token_len[id], f = id < top ? bits[id] : 0;
+        const char* b = tok->token_table[id];
+        int wl;
+        long got = -1;
+        if (!f && stretch && h->sp && len > 0 && b[0] == ' ' && chat_prepends(h, s, n, at, i == 0)) got = chat_match(b + 1, len - 1, s + at, n - at, rep, replen);
+        if (got < 0) got = chat_match(b, len, s + at, n - at, rep, replen);
+        while (got < 0 && (f & 2) && at < n && tokenizer_char_class((const unsigned char*)s + at, n - at, &wl) == UC_S)  // lstrip
+            at += (size_t)wl, got = chat_match(b, len, s + at, n - at, rep, replen);
+        if (got < 0 && h->sp && len > 0 && b[0] == ' ') got = chat_match(b + 1, len - 1, s + at, n - at, rep, replen);  // (a prepend not foreseen)
+        if (got < 0) { free(bits); return -1; }
+        at += (size_t)got;
+        while ((f & 4) && at < n && tokenizer_char_class((const unsigned char*)s + at, n - at, &wl) == UC_S) at += (size_t)wl;  // rstrip
+        ends[i] = at;
+        stretch = f != 0;
+    }
+    free(bits);
+    return at == n ? 0 : -1;
+}
+
 // Render m[0, n) and encode it whole (special tokens matched, as apply_chat_template(tokenize=True)):
 // ids into (*ids, *nids, *icap) (replaced), the loss mask (1 = predicting this token counts) into
 // *mask (nids bytes, realloc'ed). work: scratch (the rendering, kept for the caller to read).
-// 0, or -1 with err (out of memory, or the ids do not spell the rendering: a bug, named).
+// 0, or -1 with err (out of memory, a conversation the template refuses, or the ids do not spell
+// the rendering: a bug, named).
 static int chat_encode(const Chat* c, Tokenizer* tok, const ChatMsg* m, int n, ChatText* work, uint32_t** ids, size_t* nids, size_t* icap,
                        uint8_t** mask, char* err, size_t errlen) {
     size_t(*spans)[2] = (size_t(*)[2])malloc(sizeof(*spans) * (size_t)(n > 0 ? n : 1));
-    if (!spans || chat_render(c, m, n, 0, work, spans) != 0) { free(spans); return st_err(err, errlen, "out of memory"); }
+    if (!spans) return st_err(err, errlen, "out of memory");
+    if (chat_render(c, m, n, 0, work, spans, err, errlen) != 0) { free(spans); return -1; }
     int rc = chat_tokenize(tok, work, ids, nids, icap);
     uint8_t* nm = rc ? NULL : (uint8_t*)realloc(*mask, *nids ? *nids : 1);
-    if (!nm) { free(spans); return st_err(err, errlen, "out of memory"); }
+    size_t* ends = rc ? NULL : (size_t*)malloc(sizeof(size_t) * (*nids ? *nids : 1));
+    if (!nm || !ends) { if (nm) *mask = nm; free(ends); free(spans); return st_err(err, errlen, "out of memory"); }
     *mask = nm;
     // token spans: the ids decode to the rendering, or (a normalizer) to it with NFC contents
     ChatText norm = {NULL, 0, 0};
     const char* spell = work->s;
     size_t spell_n = work->n;
     for (int attempt = 0; attempt < 2; attempt++) {
-        size_t at = 0;
-        rc = 0;
-        for (size_t i = 0; i < *nids && !rc; i++) {
-            uint32_t id = (*ids)[i], len = tok->token_len[id];
-            rc = at + len > spell_n || memcmp(spell + at, tok->token_table[id], len) != 0;
-            at += len;
+        if (chat_align(tok, spell, spell_n, *ids, *nids, ends) == 0) break;
+        if (attempt == 1 || !tok->hf->nfc) {
+            free(norm.s); free(ends); free(spans);
+            return st_err(err, errlen, "internal: the ids of a rendering (%zu bytes) do not spell it", work->n);
         }
-        if (!rc && at == spell_n) break;
-        if (attempt == 1 || !tok->hf->nfc) { free(norm.s); free(spans); return st_err(err, errlen, "internal: the ids of a rendering (%zu bytes) do not spell it", work->n); }
         ChatMsg* mm = (ChatMsg*)malloc(sizeof(ChatMsg) * (size_t)(n > 0 ? n : 1));
         char** nfc = (char**)calloc((size_t)(n > 0 ? n : 1), sizeof(char*));
         rc = !mm || !nfc;
@@ -500,27 +631,31 @@ static int chat_encode(const Chat* c, Tokenizer* tok, const ChatMsg* m, int n, C
             mm[i].content = nfc[i];
             mm[i].len = tn;
         }
-        if (!rc) rc = chat_render(c, mm, n, 0, &norm, spans);
+        if (!rc) rc = chat_render(c, mm, n, 0, &norm, spans, err, errlen);
         for (int i = 0; nfc && i < n; i++) free(nfc[i]);
         free(nfc);
         free(mm);
-        if (rc) { free(norm.s); free(spans); return st_err(err, errlen, "out of memory"); }
+        if (rc) { free(norm.s); free(ends); free(spans); return st_err(err, errlen, "out of memory"); }
         spell = norm.s;
         spell_n = norm.n;
     }
     size_t at = 0;
-    int k = 0;  // the next counted message that does not end before `at` (spans and tokens both run forward)
-    for (size_t i = 0; i < *nids; i++) {  // token i spans [at, at + len) of spell
-        uint32_t id = (*ids)[i], len = tok->token_len[id];
-        while (k < n && (!m[k].counted || spans[k][1] < at)) k++;
+    int k = 0;  // the next counted message that does not end before `at` (counted spans and tokens both run forward)
+    for (size_t i = 0; i < *nids; i++) {  // token i spans [at, ends[i]) of spell
+        uint32_t id = (*ids)[i];
+        size_t e = ends[i];
+        int wl;
+        if (e == at && at < spell_n) tokenizer_char_class((const unsigned char*)spell + at, spell_n - at, &wl), e = at + (size_t)wl; // a lone
+        while (k < n && (!m[k].counted || spans[k][1] < at)) k++;  // prepended "▁": tokenizers gives it the next character's offsets
         size_t a = k < n ? spans[k][0] : 0, b = k < n ? spans[k][1] : 0;
-        int count = k < n && ((at < b && at + len > a) || (id == c->end_of_turn && at == b));  // the content, or the end of turn right after it
+        int count = k < n && ((at < b && e > a) || (id == c->end_of_turn && at == b));  // the content, or the end of turn right after it
         (*mask)[i] = (uint8_t)count;
-        at += len;
+        at = ends[i];
     }
     free(norm.s);
+    free(ends);
     free(spans);
-    return rc;
+    return 0;
 }
 
 // A prompt m[0, n) (its last message the user's or the system's) as -prompt gives it to the model:
@@ -533,8 +668,10 @@ static int chat_encode_prompt(const Chat* c, Tokenizer* tok, const ChatMsg* m, i
     if (n > 0 && m[n - 1].role == CHAT_ASSISTANT)
         return st_err(err, errlen, "the last message is the assistant's: a prompt ends with the user's turn (the reply is what is generated)");
     size_t(*spans)[2] = (size_t(*)[2])malloc(sizeof(*spans) * (size_t)(n > 0 ? n : 1));
-    if (!spans || chat_render(c, m, n, 1, work, spans) != 0) { free(spans); return st_err(err, errlen, "out of memory"); }
+    if (!spans) return st_err(err, errlen, "out of memory");
+    int rc = chat_render(c, m, n, 1, work, spans, err, errlen);
     free(spans);
+    if (rc) return -1;
     return chat_tokenize(tok, work, ids, nids, icap) ? st_err(err, errlen, "out of memory") : 0;
 }
 

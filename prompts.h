@@ -523,8 +523,8 @@ static int prompt_split(const char* name, const char* text, size_t len, int json
 // (replaced); *added: how many ids before the prompt's own were put there (printed as not the user's).
 // chat (the model's recognised template, -chat-prompt on): a text is the user's message, a "messages"
 // line its list (the last message not the assistant's), rendered with the generation prompt
-// (chat_encode_prompt); nothing is added: the template writes its BOS where it has one (Llama 3),
-// ChatML has none. chat NULL: the text encoded as it is (special tokens matched: docs/tokenizers.md)
+// (chat_encode_prompt); nothing is added: the template writes its BOS where it has one (Llama 3,
+// Mistral), ChatML and Phi-3 have none. chat NULL: the text encoded as it is (special tokens matched: docs/tokenizers.md)
 // after the document token doc, unless its first id already is doc or bos (a prompt rendered
 // elsewhere, by apply_chat_template: never a second BOS); a "messages" line is refused. Every id must
 // be below V. 0, or -1 with err naming the prompt.

@@ -13,13 +13,20 @@ and the special tokens the template writes:
   llama3, 3.1, 3.2    Split(Llama 3) + ByteLevel, ignore_merges, TemplateProcessing BOS;
                       <|begin_of_text|> <|end_of_text|> <|start_header_id|> <|end_header_id|> <|eot_id|>
   qwen3, qwen3-first  Qwen2.5's, and <think> </think> as added tokens that are not special (as Qwen3's)
+and a SentencePiece-style BPE (byte_fallback, <unk>; normalizer Prepend("▁") + Replace(" " -> "▁"),
+the legacy pipeline of Mistral's, Llama 2's and Phi-3's files; TemplateProcessing "<s> $A") with
+  mistral, mistral-v0.3  <unk> <s> </s> [INST] [/INST]
+  phi-3                  <unk> <s> </s> <|endoftext|>, and <|assistant|> <|end|> <|system|> <|user|>
+                         with rstrip (they take the whitespace after them, as Phi-3's file has them)
 
     $ZT_HF_PYTHON dev/chat_fixtures.py --out DIR [--T 160] [--date 2026-02-03]
 
 writes DIR/conversations.jsonl (the same lines for every template: "messages" and prompt/completion
 message lists, with and without system prompts) and, for each template NAME, DIR/NAME/ with
 tokenizer.json, tokenizer_config.json (chat_template = the committed text, read back and checked
-against transformers' own) and expected.json: per line
+against transformers' own), conversations.jsonl (the lines the template renders; Mistral's refuse
+some), refused.json (the others: "line", and "error", the template's raise_exception message) and
+expected.json: per line of DIR/NAME/conversations.jsonl
   rendered  apply_chat_template(messages, tokenize=False) — for prompt/completion: prompt + completion,
             as TRL renders them — with date_string = --date as "%d %b %Y" (Llama 3.1/3.2)
   ids, mask the example as -tokenize must pack it for T: `tokenizers`' ids of the rendering
@@ -51,7 +58,7 @@ import os
 import sys
 
 try:
-    import jinja2  # noqa: F401  (apply_chat_template needs it)
+    import jinja2  # apply_chat_template needs it; its TemplateError is what raise_exception raises
     import tokenizers
     import transformers
     from tokenizers import Tokenizer, Regex, models, pre_tokenizers, trainers, decoders, normalizers, processors
@@ -75,7 +82,11 @@ TEMPLATES = {  # name -> (family, end of turn)
     "llama3.2": ("llama3", "<|eot_id|>"),
     "qwen3": ("qwen3", "<|im_end|>"),
     "qwen3-first": ("qwen3", "<|im_end|>"),
+    "mistral": ("mistral", "</s>"),
+    "mistral-v0.3": ("mistral", "</s>"),
+    "phi-3": ("phi3", "<|end|>"),
 }
+SP_FAMILIES = ("mistral", "phi3")
 
 S, U, A = "system", "user", "assistant"
 
@@ -109,6 +120,10 @@ CONVERSATIONS = [
     {"messages": [m(U, "Look it up."), m(A, "Calling."), m(U, "<tool_response>\n42\n</tool_response>"), m(A, "<think>x</think>It is 42."),
                   m(A, "No reasoning here.")]},
     {"prompt": [m(U, "Why?")], "completion": [m(A, "<think>because\n</think>Because.")]},
+    # "▁" as text (a SentencePiece tokenizer's space mark), whitespace-only and empty answers, a
+    # system prompt before one question (Mistral v0.3 writes it only into a last user message)
+    {"messages": [m(U, "Spaces \u2581 as text: \u2581\u2581x "), m(A, " \u2581ok\u2581 "), m(U, "\n\n"), m(A, " \t ")]},
+    {"prompt": [m(S, "Reply in one word."), m(U, "Colour of the sky?")], "completion": [m(A, " Blue")]},
 ]
 
 
@@ -122,7 +137,32 @@ def corpus():
     return texts
 
 
+def train_sp(family):
+    """A SentencePiece-style BPE under the legacy pipeline, with the family's added tokens (see above)."""
+    texts = corpus()
+    alphabet = sorted(set("".join(texts)) - {" "}) + ["\u2581"]
+    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+    tr = trainers.BpeTrainer(vocab_size=3 + 256 + len(alphabet) + 40, special_tokens=["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)],
+                             initial_alphabet=alphabet, limit_alphabet=len(alphabet), show_progress=False)
+    tok.train_from_iterator(texts, tr)
+    j = json.loads(tok.to_str())  # the <0xXX> tokens: in model.vocab only, as the real files have them
+    j["added_tokens"] = [t for t in j["added_tokens"] if not t["content"].startswith("<0x")]
+    tok = Tokenizer.from_str(json.dumps(j, ensure_ascii=False))
+    if family == "mistral":
+        tok.add_special_tokens([tokenizers.AddedToken(x, normalized=False, special=True) for x in ["[INST]", "[/INST]"]])
+    else:
+        tok.add_special_tokens([tokenizers.AddedToken("<|endoftext|>", normalized=False, special=True)] +
+                               [tokenizers.AddedToken(x, rstrip=True, normalized=False, special=True) for x in ["<|assistant|>", "<|end|>", "<|system|>", "<|user|>"]])
+    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+    bos = tok.token_to_id("<s>")
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B:1", special_tokens=[("<s>", bos)])
+    return tok
+
+
 def train(family):
+    if family in SP_FAMILIES:
+        return train_sp(family)
     tok = Tokenizer(models.BPE(ignore_merges=(family == "llama3")))
     if family == "llama3":
         tok.pre_tokenizer = pre_tokenizers.Sequence([
@@ -171,6 +211,31 @@ def spans(name, rendered, msgs, date):
                 raise SystemExit(f"chat_fixtures: {name}: message {i} not found in the rendering")
             out.append((k + len(before), e))
             at = e
+        return out
+    if family in SP_FAMILIES:
+        sys_last = name == "mistral-v0.3" and msgs[0]["role"] == S and msgs[-1]["role"] == U
+        for i, msg in enumerate(msgs):
+            if name == "mistral-v0.3" and i == 0 and msg["role"] == S:  # written into the last user message, or nowhere
+                if not sys_last:
+                    out.append((0, 0))
+                    continue
+                before, after, content = "[INST] ", "\n\n" + msgs[-1]["content"] + "[/INST]", msg["content"]
+                k = rendered.rfind(before + content + after)
+            else:
+                content = msg["content"].strip() if (name == "mistral-v0.3" and msg["role"] == A) else msg["content"]
+                if family == "phi3":
+                    before, after = f"<|{msg['role']}|>\n", "<|end|>\n"
+                elif msg["role"] == U:
+                    before = "[INST] " + (msgs[0]["content"] + "\n\n" if sys_last and i == len(msgs) - 1 else "")
+                    after = " [/INST]" if name == "mistral" else "[/INST]"
+                else:
+                    before, after = ("[/INST]" if name == "mistral" else "[/INST] "), "</s>"
+                k = rendered.find(before + content + after, at)
+            if k < 0:
+                raise SystemExit(f"chat_fixtures: {name}: message {i} not found in the rendering")
+            a = k + len(before)
+            out.append((a, a + len(content)))
+            at = max(at, a + len(content))
         return out
     for i, msg in enumerate(msgs):
         content = msg["content"] if family != "llama3" else msg["content"].strip()
@@ -321,21 +386,33 @@ def main():
             template = f.read()
         llama = family == "llama3"
         cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 4096, "chat_template": template,
-               "bos_token": "<|begin_of_text|>" if llama else ("<|im_start|>" if name == "smollm2" else None),
-               "eos_token": eot, "clean_up_tokenization_spaces": False}
+               "bos_token": "<|begin_of_text|>" if llama else ("<|im_start|>" if name == "smollm2" else "<s>" if family in SP_FAMILIES else None),
+               "eos_token": "<|endoftext|>" if family == "phi3" else eot, "clean_up_tokenization_spaces": False}
         with open(os.path.join(d, "tokenizer_config.json"), "w", encoding="utf-8") as f:
             json.dump(cfg, f, ensure_ascii=False, indent=2)
         hf = AutoTokenizer.from_pretrained(d)
         if hf.chat_template != template:
             raise SystemExit(f"chat_fixtures: {name}: transformers read another template back")
         fast = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
-        doc_id = fast.token_to_id("<|begin_of_text|>" if llama else "<|endoftext|>")
-        rows = [expected(name, hf, fast, c, args.T, date, doc_id, fast.token_to_id(eot)) for c in CONVERSATIONS]
+        doc_id = fast.token_to_id("<|begin_of_text|>" if llama else "<s>" if family in SP_FAMILIES else "<|endoftext|>")
+        ok, refused = [], []
+        for c in CONVERSATIONS:  # Mistral's templates raise_exception on some
+            try:
+                hf.apply_chat_template(c.get("messages") or c["prompt"] + c["completion"], tokenize=False)
+                ok.append(c)
+            except jinja2.exceptions.TemplateError as e:
+                refused.append({"line": c, "error": str(e)})
+        with open(os.path.join(d, "conversations.jsonl"), "w", encoding="utf-8") as f:
+            for c in ok:
+                f.write(json.dumps(c, ensure_ascii=False) + "\n")
+        with open(os.path.join(d, "refused.json"), "w", encoding="utf-8") as f:
+            json.dump(refused, f, ensure_ascii=False)
+        rows = [expected(name, hf, fast, c, args.T, date, doc_id, fast.token_to_id(eot)) for c in ok]
         with open(os.path.join(d, "expected.json"), "w", encoding="utf-8") as f:
             json.dump(rows, f, ensure_ascii=False)
         if args.models and name in ("llama3.2", "qwen2.5"):
             chat_model(d, name, hf, fast, date, doc_id, fast.token_to_id(eot), args.gen)
-        print(f"{name}: {len(rows)} conversations, {sum(len(r['ids']) for r in rows)} ids, {sum(map(sum, (r['mask'] for r in rows)))} counted, "
+        print(f"{name}: {len(rows)} conversations ({len(refused)} refused), {sum(len(r['ids']) for r in rows)} ids, {sum(map(sum, (r['mask'] for r in rows)))} counted, "
               f"{sum(r['cut'] for r in rows)} cut at T = {args.T} (messages kept: {[r['kept'] for r in rows if r['cut']]})")
     print(f"transformers {transformers.__version__}, tokenizers {tokenizers.__version__}")
 

@@ -160,7 +160,7 @@ TEST(chat_templates_vs_transformers) {
         const char* name = CHAT_TEMPLATES[t].name;
         char tdir[PATH_MAX + 64], jsonl[PATH_MAX + 64], epath[PATH_MAX + 64], prefix[PATH_MAX + 64];
         snprintf(tdir, sizeof(tdir), "%s/%s", dir, name);
-        snprintf(jsonl, sizeof(jsonl), "%s/conversations.jsonl", dir);
+        snprintf(jsonl, sizeof(jsonl), "%s/conversations.jsonl", tdir);  // the lines it renders
         snprintf(epath, sizeof(epath), "%s/expected.json", tdir);
         snprintf(prefix, sizeof(prefix), "%s/packed", tdir);
         Tokenizer tok;
@@ -190,7 +190,7 @@ TEST(chat_templates_vs_transformers) {
                 if (pass) chat_init(&c2, &tok, "", err, sizeof(err));
                 const char* theirs = strstr(e.nodes[want].str, "Today Date: ");  // python's today (TZ=UTC), taken a moment before ours
                 if (pass && theirs && strncmp(theirs + 12, c2.date, strlen(c2.date))) { printf("    (the day changed between the reference and us: not compared)\n"); continue; }
-                chat_render(&c2, m, nm, 0, &txt, spans);
+                CHECKF(chat_render(&c2, m, nm, 0, &txt, spans, err, sizeof(err)) == 0, "%s, conversation %d: %s", name, nrend, err);
                 const JsonNode* w = &e.nodes[want];
                 size_t at = 0;
                 while (at < txt.n && at < (size_t)w->len && txt.s[at] == w->str[at]) at++;
@@ -219,6 +219,29 @@ TEST(chat_templates_vs_transformers) {
             nrend++;
         }
         CHECKF(nrend == e.nodes[0].count, "%s: %d conversations rendered, %d expected", name, nrend, e.nodes[0].count);
+        // 1b. the conversations the template refuses (Mistral's raise_exception): refused, in its words
+        char rpath[PATH_MAX + 64];
+        snprintf(rpath, sizeof(rpath), "%s/refused.json", tdir);
+        size_t rlen = 0;
+        char* rtext = (char*)tok_read_file(rpath, &rlen);
+        Json r;
+        int nref = 0;
+        CHECKF(rtext && json_parse(&r, rtext, rlen, err, sizeof(err)) == 0, "%s: %s", rpath, err);
+        for (int x = rtext ? r.nodes[0].first : -1; x >= 0; x = r.nodes[x].next, nref++) {
+            int ln = json_get(&r, x, "line"), er = json_get(&r, x, "error"), fm = json_get(&r, ln, "messages");
+            nm = 0;
+            int bad = fm >= 0 ? prompt_messages(&r, fm, "messages", 2, &m, &nm, &mcap, "t", 1, err, sizeof(err))
+                              : prompt_messages(&r, json_get(&r, ln, "prompt"), "prompt", 0, &m, &nm, &mcap, "t", 1, err, sizeof(err)) ||
+                                prompt_messages(&r, json_get(&r, ln, "completion"), "completion", 1, &m, &nm, &mcap, "t", 1, err, sizeof(err));
+            size_t(*spans)[2] = (size_t(*)[2])malloc(sizeof(*spans) * (size_t)(nm + 1));
+            err[0] = 0;
+            CHECKF(!bad && chat_render(&chat, m, nm, 0, &txt, spans, err, sizeof(err)) != 0 && strstr(err, r.nodes[er].str),
+                   "%s: a conversation transformers refuses (\"%s\") is not refused so: %s", name, r.nodes[er].str, err);
+            if (nref == 0) printf("    %s refuses: %s\n", name, err);
+            free(spans);
+        }
+        if (rtext) json_free(&r);
+        free(rtext);
         // 2. -tokenize: ids, masks, cuts, packing
         PromptStats st;
         rc = tokenize_prompts_to_shards(&tok, jsonl, prefix, T, 0, 3 * T + 1, "2026-02-03", &st, err, sizeof(err));
@@ -227,10 +250,10 @@ TEST(chat_templates_vs_transformers) {
         for (int r = e.nodes[0].first; r >= 0; r = e.nodes[r].next) cuts += e.nodes[json_get(&e, r, "cut")].type == JSON_TRUE;
         CHECKF(rc == 0 && st.cut == cuts && !strcmp(st.chat_template, name), "%s: %lld cut (reference %d), template %s", name, (long long)st.cut, cuts, st.chat_template);
         uint32_t D = (uint32_t)tok.eot_token;
-        int found = rc == 0 ? chat_test_walk(prefix, st.shards[0], T, D, tok.vocab_size, &e, 0, chat_is_chatml(chat.t->family)) : 0;
+        int found = rc == 0 ? chat_test_walk(prefix, st.shards[0], T, D, tok.vocab_size, &e, 0, !chat_writes_bos(chat.t->family)) : 0;
         CHECKF(found == e.nodes[0].count, "%s: %d of %d examples found in %d shards", name, found, e.nodes[0].count, st.shards[0]);
-        printf("    %s: %d renderings (and as prompts, with the generation prompt) equal to transformers; %d examples, ids and masks equal to the reference, %lld cut, %d shards at T = %d\n",
-               name, nrend, found, (long long)st.cut, st.shards[0], T);
+        printf("    %s: %d renderings (and as prompts, with the generation prompt) equal to transformers, %d refused as it refuses them; %d examples, ids "
+               "and masks equal to the reference, %lld cut, %d shards at T = %d\n", name, nrend, nref, found, (long long)st.cut, st.shards[0], T);
         // 3. once as the trainer runs it: exit 0, the template and date said, the same shards
         if (!strcmp(name, "llama3.2")) {
             char cprefix[PATH_MAX + 64], flags[4 * PATH_MAX];
@@ -264,9 +287,10 @@ TEST(chat_templates_vs_transformers) {
 static void chat_test_tokenizer(const char* dir, const char* tmpl, size_t tlen, int jinja, const char* extra) {
     char p[PATH_MAX + 64];
     mkdir(dir, 0755);
-    static const char* const specials[] = {"<|im_start|>", "<|im_end|>", "<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"};
+    static const char* const specials[] = {"<|im_start|>", "<|im_end|>", "<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
+                                           "<s>", "</s>"};
     char added[2048] = "\"special\": true}";
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < 8; i++)
         snprintf(added + strlen(added), sizeof(added) - strlen(added), ", {\"id\": %d, \"content\": \"%s\", \"single_word\": false, \"lstrip\": false, "
                  "\"rstrip\": false, \"normalized\": false, \"special\": true}", 259 + i, specials[i]);
     strcat(added, "]");
@@ -393,6 +417,26 @@ TEST(chat_bad_input) {
         tokenizer_free(&tok2);
     }
     free(ltmpl);
+    // Mistral's first template refuses a system message (its raise_exception): the line and its words, nothing written
+    char* mtmpl = (char*)tok_read_file(CHAT_FIXTURES "/mistral.jinja", &llen);
+    CHECK(mtmpl != NULL);
+    if (mtmpl) {
+        chat_test_tokenizer(dir2, mtmpl, llen, 0, "\"bos_token\": \"<s>\", \"eos_token\": \"</s>\", ");
+        CHECKF(tokenizer_init(&tok2, dir2, err, sizeof(err)) == 0, "%s", err);
+        f = fopen(in, "w");
+        fprintf(f, "%s{\"messages\": [{\"role\": \"system\", \"content\": \"S\"}, {\"role\": \"user\", \"content\": \"a\"}, "
+                   "{\"role\": \"assistant\", \"content\": \"b\"}]}\n", ok);
+        fclose(f);
+        char mprefix[PATH_MAX + 32], cmd[2 * PATH_MAX], got[64];
+        snprintf(mprefix, sizeof(mprefix), "%s_mistral", prefix);
+        rc = tok2.hf ? tokenize_prompts_to_shards(&tok2, in, mprefix, T, 0, 4 * T + 1, "", &st, err, sizeof(err)) : 0;
+        snprintf(cmd, sizeof(cmd), "ls %s* 2>/dev/null | wc -l", mprefix);
+        test_run_cmd(cmd, got, sizeof(got));
+        CHECKF(rc != 0 && strstr(err, in) && strstr(err, ":2: the mistral chat template refuses the conversation (message 1 is the system's)") &&
+               strstr(err, "Conversation roles must alternate user/assistant/user/assistant/...") && atoi(got) == 0, "%s (%d files)", err, atoi(got));
+        tokenizer_free(&tok2);
+    }
+    free(mtmpl);
     // llm.c's GPT-2 file cannot render conversations
     Tokenizer* g = tok_gpt2();
     rc = g ? tokenize_prompts_to_shards(g, in, prefix, T, 0, 4 * T + 1, "", &st, err, sizeof(err)) : -1;
