@@ -39,6 +39,14 @@
 //     the system message written only into the last user message, "[INST] SYSTEM\n\nUSER[/INST]",
 //     when that message is the conversation's last (a prompt; in a training conversation, which
 //     ends with the assistant, the template drops it: we render what the template renders).
+//   Mixtral (Mixtral-8x7B-Instruct-v0.1): an optional system message first, the rest alternating
+//     from a user message, BOS, then " [INST] USER [/INST]" + " " + ASSISTANT + "</s>", the system
+//     message in the first user message's, " [INST] SYSTEM\n\nUSER [/INST]".
+//   Llama 2 (Llama-2-*-chat-hf): an optional system message first, the rest alternating from a user
+//     message, each user message BOS + "[INST] " + STRIP(CONTENT) + " [/INST]" (the system message
+//     in the first one's: "<<SYS>>\nSYSTEM\n<</SYS>>\n\n" + CONTENT, stripped together), each answer
+//     " " + STRIP(ANSWER) + " " + "</s>" (the space before </s> counts with the answer); a later
+//     system message at an odd place is written nowhere.
 //   Phi-3 (Phi-3-mini-4k-instruct): each message as <|ROLE|>\nCONTENT<|end|>\n, then the
 //     generation prompt <|assistant|>\n, or without it eos_token (<|endoftext|>).
 //   A conversation a template refuses (Mistral's raise_exception: roles that do not alternate, a
@@ -120,9 +128,10 @@ static void chat_sha256_hex(const void* data, size_t n, char hex[65]) {
 // The templates this build renders: one row each (the hash is of the chat_template string as
 // tokenizer_config.json holds it, JSON-decoded, UTF-8). Texts and sources: test/fixtures/chat/.
 
-typedef enum { CHAT_CHATML, CHAT_LLAMA3, CHAT_LLAMA31, CHAT_QWEN3, CHAT_MISTRAL, CHAT_MISTRAL3, CHAT_PHI3 } ChatFamily;
-static inline int chat_writes_bos(ChatFamily f) { return f == CHAT_LLAMA3 || f == CHAT_LLAMA31 || f == CHAT_MISTRAL || f == CHAT_MISTRAL3; }
-static inline int chat_writes_eos(ChatFamily f) { return f == CHAT_MISTRAL || f == CHAT_MISTRAL3 || f == CHAT_PHI3; }
+typedef enum { CHAT_CHATML, CHAT_LLAMA3, CHAT_LLAMA31, CHAT_QWEN3, CHAT_MISTRAL, CHAT_MISTRAL3, CHAT_MIXTRAL, CHAT_LLAMA2, CHAT_PHI3 } ChatFamily;
+static inline int chat_is_inst(ChatFamily f) { return f == CHAT_MISTRAL || f == CHAT_MISTRAL3 || f == CHAT_MIXTRAL || f == CHAT_LLAMA2; } // [INST] turns
+static inline int chat_writes_bos(ChatFamily f) { return f == CHAT_LLAMA3 || f == CHAT_LLAMA31 || chat_is_inst(f); }
+static inline int chat_writes_eos(ChatFamily f) { return chat_is_inst(f) || f == CHAT_PHI3; }
 typedef struct {
     const char* name;            // the fixture's name: test/fixtures/chat/NAME.jinja
     const char* sha256;
@@ -156,6 +165,8 @@ static const ChatTemplateInfo CHAT_TEMPLATES[] = {
      CHAT_MISTRAL, NULL, "</s>", NULL},
     {"mistral-v0.3", "e16746b40344d6c5b5265988e0328a0bf7277be86f1c335156eae07e29c82826", "Mistral-7B-Instruct-v0.3, Mistral-Small-2409",
      CHAT_MISTRAL3, NULL, "</s>", NULL},
+    {"mixtral", "796853172235ab3aaa4810013ddfe2eab481bda3306dad4f700c00d436eed596", "Mixtral-8x7B-Instruct-v0.1", CHAT_MIXTRAL, NULL, "</s>", NULL},
+    {"llama2", "e8d5b5a546d3f19df16a5320c614fab05bdc4edd50e850f1afd947b503ea41cf", "Llama-2-7b/13b/70b-chat-hf", CHAT_LLAMA2, NULL, "</s>", NULL},
     {"phi-3", "dcaee66df77bfbb789ec541fe713218da30225a526f1db97138fc39ee6dc56aa", "Phi-3-mini-4k-instruct", CHAT_PHI3, NULL, "<|end|>", NULL},
 };
 #define CHAT_NTEMPLATES ((int)(sizeof(CHAT_TEMPLATES) / sizeof(CHAT_TEMPLATES[0])))
@@ -449,34 +460,71 @@ static int chat_render_qwen3(const ChatMsg* m, int n, int gen, ChatText* out, si
     return rc ? -1 : 0;
 }
 
-// Mistral's two templates (the rows "mistral" and "mistral-v0.3"), for string contents and no
-// tools. Both check first that the roles alternate user, assistant, user, ... (v0.3 after an
-// optional system message) and raise_exception otherwise, with the words quoted here; then
+// The [INST] templates: Mistral's (the rows "mistral", "mistral-v0.3", "mixtral") and Llama 2's
+// ("llama2"), for string contents and no tools. Each checks that the roles alternate user,
+// assistant, user, ... (all but "mistral" after an optional system message) and raise_exception
+// otherwise, with the words quoted here: message by message (the alternation, then the role),
+// v0.3 the alternation of all first. Then
 //   mistral:      BOS, each user message "[INST] " + content + " [/INST]", each answer content + EOS
 //   mistral-v0.3: BOS, each user message "[INST] " + content + "[/INST]" — the system message,
 //                 when there is one, goes into the last message's, "[INST] " + system + "\n\n" +
 //                 content + "[/INST]", only when that is a user message (loop.last) — and each
 //                 answer " " + trim(content) + EOS.
-// add_generation_prompt writes nothing in either. 0, or -1 with err.
-static int chat_render_mistral(const Chat* c, const ChatMsg* m, int n, ChatText* out, size_t (*spans)[2], char* err, size_t errlen) {
-    int v3 = c->t->family == CHAT_MISTRAL3, sys = v3 && n > 0 && m[0].role == CHAT_SYSTEM, rc = 0;
-    for (int i = sys; i < n; i++)  // (message['role'] == 'user') != (index % 2 == 0)
-        if ((m[i].role == CHAT_USER) != ((i - sys) % 2 == 0))
-            return st_err(err, errlen, "the %s chat template refuses the conversation (message %d is the %s's): \"%sonversation roles must "
-                          "alternate user/assistant/user/assistant/...\"", c->t->name, i + 1, CHAT_ROLE[m[i].role], v3 ? "After the optional system message, c" : "C");
-    for (int i = sys; i < n; i++)  // (alternating, a system message can only be at an odd place)
-        if (m[i].role == CHAT_SYSTEM)
-            return st_err(err, errlen, "the %s chat template refuses the conversation (message %d is a system message): \"%s\"", c->t->name, i + 1,
-                          v3 ? "Only user and assistant roles are supported, with the exception of an initial optional system message!"
-                             : "Only user and assistant roles are supported!");
+//   mixtral:      BOS, each user message " [INST] " + content + " [/INST]" (the system message into
+//                 the first one's, " [INST] " + system + "\n\n" + content + " [/INST]"), each answer
+//                 " " + content + EOS.
+//   llama2:       (message by message, alternation only: a later system message at an odd place is
+//                 written nowhere) each user message BOS + "[INST] " + strip(content) + " [/INST]",
+//                 the first one's content "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + content (one
+//                 strip of the whole), each answer " " + strip(content) + " " + EOS, its span taking
+//                 the space before EOS (so that EOS is the end of turn right after it).
+// add_generation_prompt writes nothing in any. 0, or -1 with err.
+static int chat_render_inst(const Chat* c, const ChatMsg* m, int n, ChatText* out, size_t (*spans)[2], char* err, size_t errlen) {
+    ChatFamily f = c->t->family;
+    int v3 = f == CHAT_MISTRAL3, mx = f == CHAT_MIXTRAL, l2 = f == CHAT_LLAMA2, sys = f != CHAT_MISTRAL && n > 0 && m[0].role == CHAT_SYSTEM, rc = 0;
+    for (int pass = v3 ? 0 : 1; pass < 2; pass++)  // v0.3: the alternation of every message first
+        for (int i = sys; i < n; i++) {
+            if ((m[i].role == CHAT_USER) != ((i - sys) % 2 == 0))  // (message['role'] == 'user') != (index % 2 == 0)
+                return st_err(err, errlen, "the %s chat template refuses the conversation (message %d is the %s's): \"%sonversation roles must "
+                              "alternate user/assistant/user/assistant/...\"", c->t->name, i + 1, CHAT_ROLE[m[i].role], v3 || mx ? "After the optional system message, c" : "C");
+            if (pass == 1 && m[i].role == CHAT_SYSTEM && !l2)  // (alternating: a system message at an odd place)
+                return st_err(err, errlen, "the %s chat template refuses the conversation (message %d is a system message): \"%s\"", c->t->name, i + 1,
+                              f != CHAT_MISTRAL ? "Only user and assistant roles are supported, with the exception of an initial optional system message!"
+                                                : "Only user and assistant roles are supported!");
+        }
+    if (l2) {
+        for (int i = sys; i < n; i++) {
+            if (m[i].role == CHAT_USER) {
+                rc |= chat_puts(out, c->bos) | chat_puts(out, "[INST] ");
+                if (sys && i == 1) {  // ('<<SYS>>\n' + system + '\n<</SYS>>\n\n' + content).strip(): only its end can go
+                    size_t at = out->n, a, b;
+                    rc |= chat_puts(out, "<<SYS>>\n") | chat_put_content(out, &m[0], 0, spans[0]) | chat_puts(out, "\n<</SYS>>\n\n") |
+                          chat_put_content(out, &m[i], 0, spans[i]);
+                    if (!rc) {
+                        chat_trim(out->s + at, out->n - at, &a, &b);
+                        out->n = at + b;
+                        out->s[out->n] = 0;
+                        if (spans[i][1] > out->n) spans[i][1] = out->n;
+                        if (spans[i][0] > out->n) spans[i][0] = out->n;
+                    }
+                } else rc |= chat_put_content(out, &m[i], 1, spans[i]);
+                rc |= chat_puts(out, " [/INST]");
+            } else if (m[i].role == CHAT_ASSISTANT) {
+                rc |= chat_puts(out, " ") | chat_put_content(out, &m[i], 1, spans[i]) | chat_puts(out, " ");
+                spans[i][1] = out->n;  // the space before </s> is the answer's
+                rc |= chat_puts(out, c->eos);
+            }
+        }
+        return rc ? st_err(err, errlen, "out of memory") : 0;
+    }
     rc |= chat_puts(out, c->bos);
     for (int i = sys; i < n; i++) {
         if (m[i].role == CHAT_USER) {
-            rc |= chat_puts(out, "[INST] ");
-            if (sys && i == n - 1) rc |= chat_put_content(out, &m[0], 0, spans[0]) | chat_puts(out, "\n\n");
+            rc |= chat_puts(out, mx ? " [INST] " : "[INST] ");
+            if (sys && i == (mx ? 1 : n - 1)) rc |= chat_put_content(out, &m[0], 0, spans[0]) | chat_puts(out, "\n\n");
             rc |= chat_put_content(out, &m[i], 0, spans[i]) | chat_puts(out, v3 ? "[/INST]" : " [/INST]");
         } else
-            rc |= chat_puts(out, v3 ? " " : "") | chat_put_content(out, &m[i], v3, spans[i]) | chat_puts(out, c->eos);
+            rc |= chat_puts(out, v3 || mx ? " " : "") | chat_put_content(out, &m[i], v3, spans[i]) | chat_puts(out, c->eos);
     }
     return rc ? st_err(err, errlen, "out of memory") : 0;
 }
@@ -490,7 +538,7 @@ static int chat_render(const Chat* c, const ChatMsg* m, int n, int gen, ChatText
     for (int i = 0; i < n; i++) spans[i][0] = spans[i][1] = 0;
     if (rc) return st_err(err, errlen, "out of memory");
     if (c->t->family == CHAT_QWEN3) return chat_render_qwen3(m, n, gen, out, spans) ? st_err(err, errlen, "out of memory") : 0;
-    if (c->t->family == CHAT_MISTRAL || c->t->family == CHAT_MISTRAL3) return chat_render_mistral(c, m, n, out, spans, err, errlen);
+    if (chat_is_inst(c->t->family)) return chat_render_inst(c, m, n, out, spans, err, errlen);
     if (c->t->family == CHAT_PHI3) {  // '<|' + role + '|>\n' + content + '<|end|>\n'; then '<|assistant|>\n' or eos_token
         for (int i = 0; i < n; i++)
             rc |= chat_puts(out, "<|") | chat_puts(out, CHAT_ROLE[m[i].role]) | chat_puts(out, "|>\n") | chat_put_content(out, &m[i], 0, spans[i]) |

@@ -15,7 +15,8 @@ and the special tokens the template writes:
   qwen3, qwen3-first  Qwen2.5's, and <think> </think> as added tokens that are not special (as Qwen3's)
 and a SentencePiece-style BPE (byte_fallback, <unk>; normalizer Prepend("▁") + Replace(" " -> "▁"),
 the legacy pipeline of Mistral's, Llama 2's and Phi-3's files; TemplateProcessing "<s> $A") with
-  mistral, mistral-v0.3  <unk> <s> </s> [INST] [/INST]
+  mistral, mistral-v0.3  <unk> <s> </s> [INST] [/INST] (as Mistral v0.3's file: control tokens)
+  mixtral, llama2        <unk> <s> </s> ([INST] is text, as in Mistral v0.1's, Mixtral's and Llama 2's files)
   phi-3                  <unk> <s> </s> <|endoftext|>, and <|assistant|> <|end|> <|system|> <|user|>
                          with rstrip (they take the whitespace after them, as Phi-3's file has them)
 
@@ -84,9 +85,11 @@ TEMPLATES = {  # name -> (family, end of turn)
     "qwen3-first": ("qwen3", "<|im_end|>"),
     "mistral": ("mistral", "</s>"),
     "mistral-v0.3": ("mistral", "</s>"),
+    "mixtral": ("sp_plain", "</s>"),
+    "llama2": ("sp_plain", "</s>"),
     "phi-3": ("phi3", "<|end|>"),
 }
-SP_FAMILIES = ("mistral", "phi3")
+SP_FAMILIES = ("mistral", "sp_plain", "phi3")
 
 S, U, A = "system", "user", "assistant"
 
@@ -124,6 +127,9 @@ CONVERSATIONS = [
     # system prompt before one question (Mistral v0.3 writes it only into a last user message)
     {"messages": [m(U, "Spaces \u2581 as text: \u2581\u2581x "), m(A, " \u2581ok\u2581 "), m(U, "\n\n"), m(A, " \t ")]},
     {"prompt": [m(S, "Reply in one word."), m(U, "Colour of the sky?")], "completion": [m(A, " Blue")]},
+    # a system message in the middle, then two user messages: Mistral's templates refuse it, each at its own check
+    {"messages": [m(U, "a"), m(S, "b"), m(U, "c"), m(U, "d"), m(A, "e")]},
+    {"messages": [m(U, "q1"), m(S, "Llama 2 writes this nowhere."), m(U, "q2"), m(A, "a2")]},
 ]
 
 
@@ -149,7 +155,9 @@ def train_sp(family):
     j = json.loads(tok.to_str())  # the <0xXX> tokens: in model.vocab only, as the real files have them
     j["added_tokens"] = [t for t in j["added_tokens"] if not t["content"].startswith("<0x")]
     tok = Tokenizer.from_str(json.dumps(j, ensure_ascii=False))
-    if family == "mistral":
+    if family == "sp_plain":
+        pass
+    elif family == "mistral":
         tok.add_special_tokens([tokenizers.AddedToken(x, normalized=False, special=True) for x in ["[INST]", "[/INST]"]])
     else:
         tok.add_special_tokens([tokenizers.AddedToken("<|endoftext|>", normalized=False, special=True)] +
@@ -215,7 +223,28 @@ def spans(name, rendered, msgs, date):
     if family in SP_FAMILIES:
         sys_last = name == "mistral-v0.3" and msgs[0]["role"] == S and msgs[-1]["role"] == U
         for i, msg in enumerate(msgs):
-            if name == "mistral-v0.3" and i == 0 and msg["role"] == S:  # written into the last user message, or nowhere
+            if name == "llama2" and (msg["role"] == S or (i == 1 and msgs[0]["role"] == S)):  # the first user block holds the system message
+                if msg["role"] == S and i > 0:  # a later one is written nowhere
+                    out.append((at, at))
+                    continue
+                prefix = "<<SYS>>\n" + msgs[0]["content"] + "\n<</SYS>>\n\n"
+                whole = (prefix + msgs[1]["content"]).strip()
+                k = rendered.find("[INST] " + whole + " [/INST]", at)
+                if k < 0:
+                    raise SystemExit(f"chat_fixtures: {name}: message {i} not found in the rendering")
+                if i == 0:
+                    out.append((k + 7 + 8, k + 7 + 8 + len(msg["content"])))
+                    continue
+                out.append((k + 7 + min(len(prefix), len(whole)), k + 7 + len(whole)))
+                at = k + 7 + len(whole)
+                continue
+            if name == "mixtral" and i == 0 and msg["role"] == S:  # written into the first user message (found with it: `at` stays)
+                k = rendered.find(" [INST] " + msg["content"] + "\n\n")
+                if k < 0:
+                    raise SystemExit(f"chat_fixtures: {name}: message {i} not found in the rendering")
+                out.append((k + 8, k + 8 + len(msg["content"])))
+                continue
+            elif name == "mistral-v0.3" and i == 0 and msg["role"] == S:  # written into the last user message, or nowhere
                 if not sys_last:
                     out.append((0, 0))
                     continue
@@ -225,6 +254,13 @@ def spans(name, rendered, msgs, date):
                 content = msg["content"].strip() if (name == "mistral-v0.3" and msg["role"] == A) else msg["content"]
                 if family == "phi3":
                     before, after = f"<|{msg['role']}|>\n", "<|end|>\n"
+                elif name == "llama2":
+                    content = msg["content"].strip()
+                    before, after = ("[INST] ", " [/INST]") if msg["role"] == U else (" ", " </s>")
+                elif name == "mixtral":
+                    first_user = i == 1 and msgs[0]["role"] == S
+                    before = " [INST] " + (msgs[0]["content"] + "\n\n" if first_user else "") if msg["role"] == U else " "
+                    after = " [/INST]" if msg["role"] == U else "</s>"
                 elif msg["role"] == U:
                     before = "[INST] " + (msgs[0]["content"] + "\n\n" if sys_last and i == len(msgs) - 1 else "")
                     after = " [/INST]" if name == "mistral" else "[/INST]"
@@ -234,8 +270,9 @@ def spans(name, rendered, msgs, date):
             if k < 0:
                 raise SystemExit(f"chat_fixtures: {name}: message {i} not found in the rendering")
             a = k + len(before)
-            out.append((a, a + len(content)))
-            at = max(at, a + len(content))
+            b = a + len(content) + (1 if name == "llama2" and msg["role"] == A else 0)  # Llama 2: the space before </s> is the answer's
+            out.append((a, b))
+            at = max(at, b)
         return out
     for i, msg in enumerate(msgs):
         content = msg["content"] if family != "llama3" else msg["content"].strip()

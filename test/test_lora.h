@@ -268,7 +268,7 @@ TEST(lora_grads_vs_reference) {
 
 // ZeRO-0..3 with adapters over R ranks: the same losses, norms and hashes (parameters, master, m, v)
 // at every stage, and at R = 2 with the adapters' state offloaded (-offload cpu at ZeRO-3, nvme at 1) (-r 0..3 with them). make test: R = 2 on GPT-2 and Llama; make test-long: GPT-2 at
-// R = 1..4, Llama at R = 3.
+// R = 1..4, Llama at R = 3; Phi-3's fused targets (the fixture phi3_fused) at R = 2, BF16 build.
 static void lora_stages_case(int R, const char* model, const char* lora) {
     ZtLog ref;
     char ref_hash[512] = "";
@@ -312,6 +312,9 @@ TEST(lora_zero_stages_bitwise) {
         lora_stages_case(2, ZT_MODEL, "-lora 2");
         lora_stages_case(2, "-e llama-tiny -layers 3 -vocab 97 -t 16 -poison 1 -blas 0", "-lora 2 -lora-targets q_proj,k_proj,gate_proj,down_proj");
     }
+#ifndef ENABLE_FP32 // Phi-3's adapters sit on its fused projections (qkv_proj, gate_up_proj): the same bits at every stage
+    lora_stages_case(2, "-device cpu -e test/fixtures/hf/phi3_fused -t 16 -poison 1 -blas 0", "-lora 2 -lora-targets qkv_proj,o_proj,gate_up_proj,down_proj");
+#endif
 }
 
 // Checkpoints of a LoRA run: the adapters' state (parameters, masters, m, v) and the base's
